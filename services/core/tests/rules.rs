@@ -1,0 +1,543 @@
+//! One test per validation rule: the error (with its position) and the
+//! accepted counterpart.
+
+use noetl_core::diagnostic::{Diagnostic, Severity};
+use noetl_core::load::{load_playbook, LoadError, LoadedPlaybook};
+
+/// Document head: 4 lines, `workflow:` is line 5, the first step line 6.
+const HEAD: &str = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\nworkflow:\n";
+
+fn pb(workflow: &str) -> String {
+    format!("{HEAD}{workflow}")
+}
+
+fn load(src: &str) -> Result<LoadedPlaybook, LoadError> {
+    load_playbook(src, "t.yaml")
+}
+
+/// Every diagnostic, errors and warnings.
+fn diags(src: &str) -> Vec<Diagnostic> {
+    match load(src) {
+        Ok(l) => l.warnings.0,
+        Err(e) => e.diagnostics.0,
+    }
+}
+
+fn codes(src: &str) -> Vec<&'static str> {
+    diags(src).iter().map(|d| d.code).collect()
+}
+
+/// `(line, col)` of the first diagnostic with `code`; panics with the list.
+fn at(src: &str, code: &str) -> (usize, usize) {
+    let all = diags(src);
+    let d = all
+        .iter()
+        .find(|d| d.code == code)
+        .unwrap_or_else(|| panic!("no {code} in {all:#?}"));
+    let s = d.span.expect("positioned");
+    (s.line, s.col)
+}
+
+fn message(src: &str, code: &str) -> Diagnostic {
+    let all = diags(src);
+    all.iter()
+        .find(|d| d.code == code)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {code} in {all:#?}"))
+}
+
+fn assert_ok(src: &str) -> LoadedPlaybook {
+    match load(src) {
+        Ok(l) => l,
+        Err(e) => panic!("expected a valid playbook, got:\n{e}\n--\n{src}"),
+    }
+}
+
+fn assert_clean(src: &str) {
+    let l = assert_ok(src);
+    assert!(
+        l.warnings.is_empty(),
+        "unexpected warnings: {:#?}",
+        l.warnings
+    );
+}
+
+const NOOP: &str = "    tool: { kind: noop }\n";
+
+// ---------------------------------------------------------------- E001
+
+#[test]
+fn e001_yaml_syntax_error_has_a_position() {
+    let src = format!("{HEAD}  - step: a\n    tool: [ {{ kind: noop }}\n    next: x\n");
+    let d = message(&src, "E001");
+    assert_eq!(d.severity, Severity::Error);
+    assert!(d.span.unwrap().line >= 7, "{d:?}");
+    assert!(d.message.starts_with("YAML syntax"), "{}", d.message);
+}
+
+#[test]
+fn e001_duplicate_keys_are_refused_with_both_lines() {
+    let src = pb("  - step: a\n    tool: { kind: noop }\n    step: b\n");
+    assert_eq!(at(&src, "E001"), (8, 5));
+    assert!(message(&src, "E001").message.contains("line 6"));
+    assert_eq!(codes(&src), vec!["E001"]);
+}
+
+// ---------------------------------------------------------------- E002
+
+#[test]
+fn e002_unknown_root_section_and_root_vars() {
+    let src = format!("vars: {{ a: 1 }}\n{HEAD}  - step: a\n{NOOP}workflo: []\n");
+    let all = diags(&src);
+    let e002: Vec<_> = all.iter().filter(|d| d.code == "E002").collect();
+    assert_eq!(e002.len(), 2, "{all:#?}");
+    assert_eq!(e002[0].span.unwrap().line, 1);
+    assert!(e002[0].message.contains("vars"));
+    assert!(e002[1].help.as_deref().unwrap().contains("`workflow`"));
+}
+
+#[test]
+fn e002_every_root_section_is_accepted() {
+    let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nkeychain: [{ name: pg, kind: postgres_credential }]\nexecutor: { kind: local, spec: { a: 1 } }\nworkload: { x: 1 }\nworkbook: { t: 1 }\nworkflow:\n  - step: a\n    tool: { kind: noop }\n";
+    let l = assert_ok(src);
+    assert_eq!(l.playbook.keychain[0].name, "pg");
+    assert_eq!(l.playbook.workload["x"], 1);
+}
+
+// ---------------------------------------------------------------- E003
+
+#[test]
+fn e003_missing_root_fields() {
+    let c = codes("workflow:\n  - step: a\n    tool: { kind: noop }\n");
+    assert_eq!(c.iter().filter(|c| **c == "E003").count(), 3, "{c:?}");
+    let c = codes("apiVersion: v\nkind: Playbook\nmetadata: { path: x }\n");
+    assert_eq!(c.iter().filter(|c| **c == "E003").count(), 2, "{c:?}");
+}
+
+#[test]
+fn e003_missing_step_name_task_kind_and_arc_step() {
+    let src = pb("  - desc: nameless\n    tool: { kind: noop }\n  - step: b\n    tool:\n      - name: t\n        url: x\n    next:\n      arcs:\n        - when: \"{{ true }}\"\n");
+    let all = diags(&src);
+    let lines: Vec<usize> = all
+        .iter()
+        .filter(|d| d.code == "E003")
+        .map(|d| d.span.unwrap().line)
+        .collect();
+    assert_eq!(lines, vec![6, 10, 14], "{all:#?}");
+}
+
+// ---------------------------------------------------------------- E004
+
+#[test]
+fn e004_wrong_shapes() {
+    assert_eq!(
+        at(
+            "apiVersion: v\nkind: Playbook\nmetadata: { name: t }\nworkflow: { a: 1 }\n",
+            "E004"
+        ),
+        (4, 11)
+    );
+    assert_eq!(at(&pb("  - step: a\n    tool: noop\n"), "E004"), (7, 11));
+    let src = pb("  - step: a\n    loop: { in: [1], iterator: i, spec: { mode: sideways } }\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E004"), (7, 49));
+    let src =
+        pb("  - step: a\n    tool: { kind: noop }\n    next: { arcs: [ { step: a, when: 3 } ] }\n");
+    assert!(message(&src, "E004").message.contains("`when`"));
+    let src = pb("  - step: a\n    spec: { policy: { failure: { mode: lenient } } }\n    tool: { kind: noop }\n");
+    assert_eq!(
+        message(&src, "E004").path,
+        "/workflow/0/spec/policy/failure/mode"
+    );
+    let src = pb("  - step: a\n    spec: { failure: best_effort }\n    tool: { kind: noop }\n");
+    assert_eq!(message(&src, "E004").path, "/workflow/0/spec/failure");
+    let ok = assert_ok(&pb(
+        "  - step: a\n    spec: { failure: { mode: best_effort } }\n    tool: { kind: noop }\n",
+    ));
+    assert_eq!(
+        ok.playbook.workflow[0].failure_mode(),
+        noetl_core::FailureMode::BestEffort
+    );
+}
+
+#[test]
+fn e004_after_validation_serde_errors_carry_the_path() {
+    let src = "apiVersion: v\nkind: Playbook\nmetadata: { name: t }\nexecutor: { spec: 3 }\nworkflow:\n  - step: a\n    tool: { kind: noop }\n";
+    let d = message(src, "E004");
+    assert_eq!(d.path, "/executor/spec");
+    assert_eq!(d.span.unwrap().line, 4);
+    assert!(d.message.contains("/executor/spec"), "{}", d.message);
+}
+
+// ---------------------------------------------------------------- E005
+
+#[test]
+fn e005_unknown_fields_in_closed_shapes_suggest_the_closest() {
+    let src = pb("  - step: a\n    loop: { in: [1], iterator: i, mod: x }\n    tool:\n      - name: t\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else: true\n                then: { do: retry, attemps: 3 }\n    next:\n      arc: []\n      arcs:\n        - { step: a, whem: x }\n");
+    let all: Vec<_> = diags(&src)
+        .into_iter()
+        .filter(|d| d.code == "E005")
+        .collect();
+    let found: Vec<(usize, &str)> = all
+        .iter()
+        .map(|d| (d.span.unwrap().line, d.help.as_deref().unwrap()))
+        .collect();
+    assert_eq!(found.len(), 4, "{all:#?}");
+    assert_eq!(found[0].0, 7);
+    assert!(
+        found[1].1.starts_with("did you mean `attempts`"),
+        "{found:?}"
+    );
+    assert_eq!(found[1].0, 15);
+    assert!(found[2].1.starts_with("did you mean `arcs`"), "{found:?}");
+    assert!(found[3].1.starts_with("did you mean `when`"), "{found:?}");
+}
+
+#[test]
+fn e005_step_unknown_field() {
+    let src = pb("  - step: a\n    tol: { kind: noop }\n");
+    let d = message(&src, "E005");
+    assert_eq!(d.span.unwrap().line, 7);
+    assert!(d.help.unwrap().contains("`tool`"));
+}
+
+// ---------------------------------------------------------------- E010..E017
+
+#[test]
+fn e010_step_when_is_refused_admit_is_accepted() {
+    let src = pb("  - step: a\n    when: \"{{ true }}\"\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E010"), (7, 5));
+    assert!(message(&src, "E010").help.unwrap().contains("admit"));
+    assert_clean(&pb("  - step: a\n    spec:\n      policy:\n        admit:\n          rules:\n            - when: \"{{ workload.go }}\"\n              then: { allow: true }\n            - else:\n                then: { allow: false }\n    tool: { kind: noop }\n"));
+}
+
+#[test]
+fn e011_eval_is_refused_on_steps_and_tasks() {
+    let src =
+        pb("  - step: a\n    eval: [ x ]\n    tool:\n      - kind: noop\n        eval: [ y ]\n");
+    let all: Vec<_> = diags(&src)
+        .into_iter()
+        .filter(|d| d.code == "E011")
+        .map(|d| d.span.unwrap().line)
+        .collect();
+    assert_eq!(all, vec![7, 10]);
+}
+
+#[test]
+fn e012_expr_is_refused() {
+    let src = pb("  - step: a\n    tool:\n      - kind: noop\n        spec:\n          policy:\n            rules:\n              - expr: \"x\"\n                then: { do: continue }\n");
+    assert_eq!(at(&src, "E012"), (12, 17));
+}
+
+#[test]
+fn e013_step_case_is_refused() {
+    let src = pb("  - step: a\n    case: []\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E013"), (7, 5));
+}
+
+#[test]
+fn e014_pipe_is_refused() {
+    let src = pb("  - step: a\n    pipe: [ x ]\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E014"), (7, 5));
+}
+
+#[test]
+fn e015_legacy_next_shapes() {
+    let list = pb("  - step: a\n    tool: { kind: noop }\n    next:\n      - step: a\n");
+    assert_eq!(at(&list, "E015"), (9, 7));
+    let string = pb("  - step: a\n    tool: { kind: noop }\n    next: a\n");
+    assert_eq!(at(&string, "E015"), (8, 11));
+    let cond =
+        pb("  - step: a\n    tool: { kind: noop }\n    next:\n      when: x\n      then: [ a ]\n");
+    assert_eq!(
+        codes(&cond).iter().filter(|c| **c == "E015").count(),
+        2,
+        "{:?}",
+        codes(&cond)
+    );
+    assert!(!codes(&cond).contains(&"E005"));
+}
+
+#[test]
+fn e016_sink_as_kind_step_key_or_task_key() {
+    let src = pb("  - step: a\n    sink: { kind: postgres }\n    tool:\n      - kind: sink\n      - kind: noop\n        sink: x\n");
+    let lines: Vec<usize> = diags(&src)
+        .iter()
+        .filter(|d| d.code == "E016")
+        .map(|d| d.span.unwrap().line)
+        .collect();
+    assert_eq!(lines, vec![7, 9, 11]);
+}
+
+#[test]
+fn e017_step_vars_is_refused() {
+    let src = pb("  - step: a\n    vars: { x: 1 }\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E017"), (7, 5));
+}
+
+// ---------------------------------------------------------------- E020..E026
+
+fn task_with_policy(policy: &str) -> String {
+    pb(&format!(
+        "  - step: a\n    tool:\n      - name: first\n        kind: noop\n        spec:\n          policy: {policy}\n      - name: second\n        kind: noop\n"
+    ))
+}
+
+#[test]
+fn e020_task_policy_must_be_an_object_with_rules() {
+    for policy in [
+        "[ { do: retry } ]",
+        "{ mode: exclusive }",
+        "null",
+        "{ rules: 3 }",
+    ] {
+        let src = task_with_policy(policy);
+        assert_eq!(at(&src, "E020"), (11, 19), "{policy}");
+    }
+    assert_clean(&task_with_policy("{ rules: [] }"));
+}
+
+#[test]
+fn e021_control_actions_outside_task_policy() {
+    let src = pb("  - step: a\n    spec:\n      policy:\n        admit:\n          rules:\n            - else: { then: { allow: true, retry: 3 } }\n        rules:\n          - when: x\n            then: { do: retry }\n    loop:\n      in: [1]\n      iterator: i\n      spec: { policy: { do: break } }\n    tool: { kind: noop }\n    next:\n      spec: { do: jump }\n      arcs:\n        - step: a\n          when: \"{{ event.name == 'loop.done' }}\"\n          do: continue\n");
+    let lines: Vec<usize> = diags(&src)
+        .iter()
+        .filter(|d| d.code == "E021")
+        .map(|d| d.span.unwrap().line)
+        .collect();
+    assert_eq!(lines, vec![11, 14, 18, 21, 25], "{:#?}", diags(&src));
+    assert!(!codes(&src).contains(&"E005"), "{:?}", codes(&src));
+}
+
+#[test]
+fn e022_jump_target_must_be_a_task_of_the_same_pipeline() {
+    let bad = task_with_policy("{ rules: [ { else: true, then: { do: jump, to: secnd } } ] }");
+    let d = message(&bad, "E022");
+    assert_eq!(d.span.unwrap().line, 11);
+    assert!(d.help.unwrap().starts_with("did you mean `second`"));
+    let far = task_with_policy("{ rules: [ { else: true, then: { do: jump, to: nowhere } } ] }");
+    assert_eq!(
+        message(&far, "E022").help.as_deref(),
+        Some("tasks of this pipeline: `first`, `second`")
+    );
+    // A task of another step is not a target.
+    let other = pb("  - step: a\n    tool:\n      - name: t\n        kind: noop\n        spec: { policy: { rules: [ { else: true, then: { do: jump, to: u } } ] } }\n    next: { arcs: [ { step: b } ] }\n  - step: b\n    tool: [ { name: u, kind: noop } ]\n");
+    assert!(codes(&other).contains(&"E022"));
+    // Explicit, label-keyed and synthetic names are all targets.
+    for to in ["second", "first"] {
+        assert_clean(&task_with_policy(&format!(
+            "{{ rules: [ {{ else: true, then: {{ do: jump, to: {to} }} }} ] }}"
+        )));
+    }
+    assert_clean(&pb("  - step: a\n    tool:\n      - fetch: { kind: noop }\n      - kind: noop\n        spec: { policy: { rules: [ { when: \"{{ iter.more }}\", then: { do: jump, to: fetch } }, { else: true, then: { do: jump, to: task_1 } } ] } }\n"));
+}
+
+#[test]
+fn e023_attempts_must_be_a_positive_integer() {
+    for bad in ["0", "-1", "'3'", "1.5"] {
+        let src = task_with_policy(&format!(
+            "{{ rules: [ {{ else: true, then: {{ do: retry, attempts: {bad} }} }} ] }}"
+        ));
+        assert!(codes(&src).contains(&"E023"), "{bad}: {:?}", codes(&src));
+    }
+    let ok = assert_ok(&task_with_policy(
+        "{ rules: [ { else: true, then: { do: retry, attempts: 1 } } ] }",
+    ));
+    let rule = &ok.playbook.workflow[0].tool[0]
+        .spec
+        .policy
+        .as_ref()
+        .unwrap()
+        .rules[0];
+    assert_eq!(rule.then.attempts, Some(1));
+}
+
+#[test]
+fn e024_backoff_must_be_known() {
+    let src =
+        task_with_policy("{ rules: [ { else: true, then: { do: retry, backoff: quadratic } } ] }");
+    assert_eq!(at(&src, "E024"), (11, 72));
+    for b in ["none", "linear", "exponential"] {
+        assert_clean(&task_with_policy(&format!(
+            "{{ rules: [ {{ else: true, then: {{ do: retry, backoff: {b} }} }} ] }}"
+        )));
+    }
+}
+
+#[test]
+fn e025_unknown_action_suggests_the_closest() {
+    let src = task_with_policy("{ rules: [ { else: true, then: { do: retyr } } ] }");
+    let d = message(&src, "E025");
+    assert!(d.help.unwrap().starts_with("did you mean `retry`"));
+    for a in ["continue", "retry", "break", "fail"] {
+        assert_clean(&task_with_policy(&format!(
+            "{{ rules: [ {{ else: true, then: {{ do: {a} }} }} ] }}"
+        )));
+    }
+}
+
+#[test]
+fn e026_jump_needs_to() {
+    let src = task_with_policy("{ rules: [ { else: true, then: { do: jump } } ] }");
+    assert_eq!(codes(&src), vec!["E026"]);
+}
+
+// ---------------------------------------------------------------- E030..E037
+
+#[test]
+fn e030_arc_target_must_exist() {
+    let src = pb("  - step: start\n    next: { arcs: [ { step: finsh } ] }\n  - step: finish\n    tool: { kind: noop }\n");
+    let d = message(&src, "E030");
+    assert_eq!(d.span.unwrap().line, 7);
+    assert!(d.help.unwrap().contains("`finish`"));
+}
+
+#[test]
+fn e031_empty_workflow_has_no_entry() {
+    assert_eq!(codes(&pb("  []\n")), vec!["E031"]);
+}
+
+#[test]
+fn e032_e033_loop_needs_in_and_iterator() {
+    let src = pb("  - step: a\n    loop: { spec: { mode: parallel } }\n    tool: { kind: noop }\n");
+    let c = codes(&src);
+    assert!(c.contains(&"E032") && c.contains(&"E033"), "{c:?}");
+    assert_eq!(at(&src, "E032"), (7, 11));
+}
+
+#[test]
+fn e034_duplicate_task_names_including_synthetic_ones() {
+    let src = pb("  - step: a\n    tool:\n      - { name: t, kind: noop }\n      - { name: t, kind: noop }\n");
+    assert_eq!(at(&src, "E034"), (9, 17));
+    let synthetic = pb(
+        "  - step: a\n    tool:\n      - { name: task_1, kind: noop }\n      - { kind: noop }\n",
+    );
+    assert!(codes(&synthetic).contains(&"E034"));
+    // The same name in two different steps is fine.
+    assert_clean(&pb("  - step: a\n    tool: [ { name: t, kind: noop } ]\n    next: { arcs: [ { step: b } ] }\n  - step: b\n    tool: [ { name: t, kind: noop } ]\n"));
+}
+
+#[test]
+fn e035_duplicate_step_names() {
+    let src = pb("  - step: a\n    tool: { kind: noop }\n  - step: a\n    tool: { kind: noop }\n");
+    assert_eq!(at(&src, "E035"), (8, 11));
+    assert!(message(&src, "E035").message.contains("line 6"));
+}
+
+#[test]
+fn e036_templates_must_parse_except_python_code() {
+    let src = pb("  - step: a\n    tool:\n      - kind: http\n        url: \"{{ workload.url \"\n      - kind: python\n        code: \"x = '{{ not a template'\"\n");
+    let all: Vec<_> = diags(&src)
+        .into_iter()
+        .filter(|d| d.code == "E036")
+        .collect();
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].span.unwrap().line, 9);
+    assert_eq!(all[0].path, "/workflow/0/tool/0/url");
+    let stmt = pb("  - step: a\n    tool:\n      - kind: noop\n        msg: \"{% if x %}y\"\n");
+    assert!(codes(&stmt).contains(&"E036"));
+}
+
+#[test]
+fn e037_explicit_empty_tool_list_but_no_tool_is_fine() {
+    assert_eq!(at(&pb("  - step: a\n    tool: []\n"), "E037"), (7, 11));
+    assert!(codes(&pb("  - step: a\n    tool:\n")).contains(&"E037"));
+    let l = assert_ok(&pb("  - step: a\n    desc: routing only\n"));
+    assert!(l.playbook.workflow[0].tool.is_empty());
+}
+
+// ---------------------------------------------------------------- warnings
+
+#[test]
+fn w101_set_alias_is_accepted_and_named() {
+    let src = task_with_policy(
+        "{ rules: [ { else: true, then: { set: { ctx.a: 1, iter: { b: 2 } } } } ] }",
+    );
+    let l = assert_ok(&src);
+    let w: Vec<_> = l.warnings.iter().collect();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].code, "W101");
+    assert!(
+        w[0].message.contains("`set_ctx` and `set_iter`"),
+        "{}",
+        w[0].message
+    );
+    let then = &l.playbook.workflow[0].tool[0]
+        .spec
+        .policy
+        .as_ref()
+        .unwrap()
+        .rules[0]
+        .then;
+    assert_eq!(then.set_ctx.as_ref().unwrap()["a"], 1);
+    assert_eq!(then.set_iter.as_ref().unwrap()["b"], 2);
+    // A `set` that is not the alias form is an unknown field.
+    let bad = task_with_policy("{ rules: [ { else: true, then: { set: { a: 1 } } } ] }");
+    assert!(codes(&bad).contains(&"E005"));
+}
+
+#[test]
+fn w102_unreachable_step() {
+    let src = pb(
+        "  - step: start\n    tool: { kind: noop }\n  - step: orphan\n    tool: { kind: noop }\n",
+    );
+    assert_eq!(at(&src, "W102"), (8, 11));
+    assert!(load(&src).is_ok());
+    // `start` is the entry even when it is not first; the first step then
+    // needs an arc too.
+    let src = pb("  - step: first\n    tool: { kind: noop }\n  - step: start\n    next: { arcs: [ { step: first } ] }\n");
+    assert_clean(&src);
+}
+
+#[test]
+fn w103_arc_after_unconditional_arc_in_exclusive_mode() {
+    let src = pb("  - step: start\n    next:\n      arcs:\n        - step: b\n        - step: c\n          when: \"{{ true }}\"\n  - step: b\n  - step: c\n");
+    assert_eq!(at(&src, "W103"), (10, 11));
+    let inclusive = pb("  - step: start\n    next:\n      spec: { mode: inclusive }\n      arcs:\n        - step: b\n        - step: c\n  - step: b\n  - step: c\n");
+    assert_clean(&inclusive);
+}
+
+#[test]
+fn w104_set_ctx_in_parallel_loop() {
+    let body = |mode: &str| {
+        pb(&format!("  - step: a\n    loop: {{ in: [1, 2], iterator: i, spec: {{ mode: {mode} }} }}\n    tool:\n      - kind: noop\n        spec: {{ policy: {{ rules: [ {{ else: true, then: {{ set_ctx: {{ k: 1 }} }} }} ] }} }}\n"))
+    };
+    assert_eq!(at(&body("parallel"), "W104"), (10, 58));
+    assert_clean(&body("sequential"));
+}
+
+#[test]
+fn w105_loop_arcs_should_test_loop_done() {
+    let src = pb("  - step: a\n    loop: { in: [1], iterator: i }\n    tool: { kind: noop }\n    next:\n      arcs:\n        - step: b\n          when: \"{{ event.name == 'step.done' }}\"\n  - step: b\n");
+    assert_eq!(at(&src, "W105"), (11, 9));
+    let ok = src.replace("step.done", "loop.done");
+    assert_clean(&ok);
+}
+
+// ---------------------------------------------------------------- all at once
+
+#[test]
+fn all_errors_are_reported_at_once_in_source_order() {
+    let src = "apiVersion: v\nkind: Playbook\nvars: {}\nmetadata: { name: t }\nworkflow:\n  - step: a\n    when: x\n    tool:\n      - name: t\n        kind: noop\n        spec: { policy: { rules: [ { else: true, then: { do: jump, to: nowhere } } ] } }\n    next: { arcs: [ { step: zz } ] }\n  - step: a\n    tool: []\n";
+    let err = load(src).unwrap_err();
+    let got: Vec<(&str, usize)> = err
+        .diagnostics
+        .iter()
+        .map(|d| (d.code, d.span.unwrap().line))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("E002", 3),
+            ("E010", 7),
+            ("E022", 11),
+            ("E030", 12),
+            ("E035", 13),
+            ("E037", 14)
+        ],
+        "{err}"
+    );
+    // Display: one short line per diagnostic.
+    let text = err.to_string();
+    assert_eq!(text.lines().count(), 6);
+    assert!(text.starts_with("t.yaml:3:1: error[E002]: "), "{text}");
+}

@@ -1,0 +1,99 @@
+//! noetl-testkit: the test harness. Every test gets its own real
+//! `nats-server -js` on a free loopback port with a fresh store directory;
+//! both are removed when the [`TestServer`] is dropped (like async-nats's own
+//! test harness). Nothing is shared between tests, nothing is left behind.
+
+use noetl_mesh::server::{NatsServerProcess, ServerOptions};
+
+/// A private nats-server for one test.
+pub struct TestServer {
+    // Field order matters: the process stops before the directory goes.
+    process: NatsServerProcess,
+    _store: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Start a server; panics with the reason (e.g. "run `make setup`").
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start a server.
+    pub fn try_start() -> Result<Self, noetl_mesh::server::ServerError> {
+        let store = tempfile::Builder::new()
+            .prefix("noetl-test-nats-")
+            .tempdir()
+            .map_err(|source| noetl_mesh::server::ServerError::StoreDir {
+                path: std::env::temp_dir().display().to_string(),
+                source,
+            })?;
+        let process = NatsServerProcess::start(ServerOptions {
+            store_dir: store.path().to_path_buf(),
+            port: None,
+            binary: None,
+        })?;
+        Ok(Self {
+            process,
+            _store: store,
+        })
+    }
+
+    /// The client URL.
+    pub fn url(&self) -> String {
+        self.process.url()
+    }
+
+    /// The store directory (removed on drop).
+    pub fn store_dir(&self) -> &std::path::Path {
+        self._store.path()
+    }
+
+    /// A connected client.
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream;
+
+    #[tokio::test]
+    async fn two_servers_jetstream_and_cleanup() {
+        let a = TestServer::start();
+        let b = TestServer::start();
+        assert_ne!(a.url(), b.url());
+        let js = jetstream::new(a.client().await);
+        js.get_or_create_stream(jetstream::stream::Config {
+            name: "T".into(),
+            subjects: vec!["t.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let ack = js.publish("t.x", "hi".into()).await.unwrap().await.unwrap();
+        assert_eq!(ack.sequence, 1);
+        let dir = a.store_dir().to_path_buf();
+        assert!(dir.exists());
+        drop(a);
+        assert!(!dir.exists(), "store dir must be removed on drop");
+    }
+
+    #[test]
+    fn missing_binary_is_a_clear_error() {
+        let err = NatsServerProcess::start(ServerOptions {
+            store_dir: std::env::temp_dir().join("noetl-missing-bin"),
+            port: None,
+            binary: Some("/nonexistent/nats-server".into()),
+        })
+        .err()
+        .expect("must fail");
+        assert!(
+            err.to_string().contains("/nonexistent/nats-server"),
+            "{err}"
+        );
+    }
+}
