@@ -1,0 +1,181 @@
+//! What a step needs loaded before its tasks run, computed once per
+//! (execution, step) and cached: serialising a step and scanning its
+//! templates costs far more than the cache lookup, and it runs per message.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use noetl_core::{merge, template, Step};
+use noetl_mesh::{plan::PlanRecord, scope};
+use serde_json::Value;
+
+/// Entries kept before the cache is cleared (plans are immutable, so a
+/// cleared entry is simply computed again).
+const CAPACITY: usize = 4096;
+
+/// What one step's tasks read from outside the command.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepNeeds {
+    /// The step reads `ctx` somewhere (templates, or raw fields such as
+    /// Python code, which receives `ctx` too), so `ctx` must be loaded.
+    pub load_ctx: bool,
+    /// Names of workflow steps the step's templates reference at top level;
+    /// their last results are read from the execution bucket.
+    pub steps: Vec<String>,
+    /// Every top-level name the step's templates and conditions read: a
+    /// runtime variable is bound in the scope only when it is read (binding
+    /// converts the whole value).
+    pub roots: BTreeSet<String>,
+    /// The effective spec of each task (`merge::effective_task_spec` with
+    /// kind defaults `{}`), by pipeline index.
+    pub specs: Vec<Value>,
+    /// Some task policy writes `iter` (the pagination pattern): loop
+    /// iterations of this step checkpoint their cursor.
+    pub sets_iter: bool,
+}
+
+impl StepNeeds {
+    /// Analyse `step` of `plan`.
+    pub fn of(plan: &PlanRecord, step: &Step) -> Self {
+        let json = serde_json::to_value(step).unwrap_or_default();
+        let mut templates: Vec<String> = scope::strings(&json)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        // Conditions may be bare expressions (`iter.page < 3`).
+        for task in &step.tool {
+            let rules = task.spec.policy.iter().flat_map(|p| p.rules.iter());
+            for when in rules.filter_map(|r| r.when.as_deref()) {
+                if !template::is_template(when) {
+                    templates.push(format!("{{{{ {when} }}}}"));
+                }
+            }
+        }
+        let roots = scope::roots(templates.iter().map(String::as_str));
+        let steps = plan
+            .playbook
+            .workflow
+            .iter()
+            .map(|s| s.step.as_str())
+            .filter(|name| roots.contains(*name) && !is_builtin(name))
+            .map(str::to_string)
+            .collect();
+        let no_defaults = Value::Object(Default::default());
+        let specs = step
+            .tool
+            .iter()
+            .map(|t| merge::effective_task_spec(&no_defaults, &plan.playbook, step, t))
+            .collect();
+        // A patch key named `set_ctx` writes ctx; it does not read it.
+        let load_ctx =
+            roots.contains("ctx") || json.to_string().replace("set_ctx", "").contains("ctx");
+        let sets_iter = step
+            .tool
+            .iter()
+            .flat_map(|t| t.spec.policy.iter().flat_map(|p| p.rules.iter()))
+            .any(|r| {
+                r.then
+                    .set_iter
+                    .as_ref()
+                    .map(|m| !m.is_empty())
+                    .unwrap_or(false)
+            });
+        Self {
+            load_ctx,
+            steps,
+            roots,
+            specs,
+            sets_iter,
+        }
+    }
+
+    /// True when the step reads the top-level name `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.roots.contains(name)
+    }
+}
+
+/// Names the pipeline scope defines itself (a step with such a name is
+/// shadowed, never loaded).
+fn is_builtin(name: &str) -> bool {
+    matches!(
+        name,
+        "workload"
+            | "keychain"
+            | "ctx"
+            | "iter"
+            | "args"
+            | "_task"
+            | "_prev"
+            | "_attempt"
+            | "outcome"
+    )
+}
+
+/// A bounded cache of [`StepNeeds`] by execution and step.
+#[derive(Default)]
+pub struct NeedsCache {
+    inner: Mutex<HashMap<(String, String), Arc<StepNeeds>>>,
+}
+
+impl NeedsCache {
+    /// The needs of `step` in `plan`, computed on first use.
+    pub fn get(&self, plan: &PlanRecord, step: &Step) -> Arc<StepNeeds> {
+        let key = (plan.execution_id.clone(), step.step.clone());
+        if let Some(n) = self.lock().get(&key) {
+            return n.clone();
+        }
+        let needs = Arc::new(StepNeeds::of(plan, step));
+        let mut map = self.lock();
+        if map.len() >= CAPACITY {
+            map.clear();
+        }
+        map.insert(key, needs.clone());
+        needs
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<StepNeeds>>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(workflow: Value) -> PlanRecord {
+        PlanRecord::new(
+            "e".into(),
+            "t.yaml".into(),
+            serde_json::from_value(json!({
+                "apiVersion": "noetl.io/v2", "kind": "Playbook",
+                "metadata": {"name": "t"}, "workflow": workflow,
+            }))
+            .unwrap(),
+            json!({}),
+        )
+    }
+
+    #[test]
+    fn finds_what_a_step_reads() {
+        let p = plan(json!([
+            {"step": "fetch", "tool": [{"name": "a", "kind": "noop"}]},
+            {"step": "use", "tool": [
+                {"name": "x", "kind": "noop", "result": "{{ fetch.rows }} {{ workload.n }}",
+                 "spec": {"timeout": 3, "policy": {"rules": [
+                    {"when": "iter.page < 3", "then": {"do": "continue", "set_ctx": {"k": 1}}}]}}},
+            ]},
+            {"step": "py", "tool": [{"name": "p", "kind": "python", "code": "result = ctx['k']"}]},
+        ]));
+        let use_ = StepNeeds::of(&p, p.playbook.step("use").unwrap());
+        assert_eq!(use_.steps, ["fetch"]);
+        assert!(use_.reads("workload") && use_.reads("iter") && use_.reads("fetch"));
+        assert!(!use_.reads("_prev") && !use_.reads("ctx"));
+        assert!(!use_.load_ctx, "writing ctx is not reading it");
+        assert_eq!(use_.specs[0]["timeout"], 3);
+        let py = StepNeeds::of(&p, p.playbook.step("py").unwrap());
+        assert!(py.load_ctx, "python code receives ctx");
+        assert!(py.steps.is_empty());
+    }
+}

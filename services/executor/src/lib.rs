@@ -1,0 +1,150 @@
+//! noetl-executor: the tool-executor service (seed 000, pipeline execution).
+//!
+//! One durable consumer per served tool kind (`executor-<kind>` on
+//! `<p>.task.<kind>`). Each [`noetl_wire::TaskCommand`] runs the pipeline of
+//! its step-run from task `pc`: tasks of served kinds run in place, with task
+//! policy (`continue`, `retry`, `jump`, `break`, `fail`, `set_ctx`,
+//! `set_iter`) applied after each; the first task of another kind, or a
+//! retry with a delay, is handed off as a new command. The step-run ends
+//! with `step.done` / `step.failed` (or `loop.iteration.done` /
+//! `loop.iteration.failed`). Task policy never starts steps.
+//!
+//! A command whose `not_before_ms` lies in the future is NAKed with the
+//! remaining delay, so delayed retries hold no slot and no handler sleeps.
+//! While a command runs, the executor tells JetStream it is in progress, so
+//! a long pipeline is not redelivered to another replica.
+
+mod analysis;
+pub mod compact;
+mod pipeline;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use noetl_core::tool::Tool;
+use noetl_mesh::{
+    codec,
+    runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    topology::{ConsumerSpec, StreamKind},
+    MeshError,
+};
+use noetl_wire::TaskCommand;
+
+pub use pipeline::{CommandError, Executor, MAX_TASK_RUNS};
+
+/// What an executor replica needs: the service parameters and the tools it
+/// serves (it consumes only `<prefix>.task.<kind>` of those kinds).
+pub struct ExecutorParams {
+    /// Mesh, concurrency, shutdown.
+    pub service: ServiceParams,
+    /// Tool kinds served by this replica.
+    pub tools: Vec<Arc<dyn Tool>>,
+}
+
+/// Run the executor until shutdown, then drain.
+///
+/// Fails at once when no tool is given, when two tools serve the same kind,
+/// or when a kind cannot be used in a subject name.
+pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
+    let ExecutorParams { service, tools } = params;
+    let mesh = service.mesh.clone();
+    let mut by_kind: HashMap<String, Arc<dyn Tool>> = HashMap::new();
+    for tool in tools {
+        let kind = tool.kind();
+        if kind.is_empty()
+            || !kind
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(MeshError::Config(format!(
+                "tool kind {kind:?} must be non-empty and use only [A-Za-z0-9_-]"
+            )));
+        }
+        if by_kind.insert(kind.to_string(), tool.clone()).is_some() {
+            return Err(MeshError::Config(format!(
+                "two tools serve the kind {kind:?}"
+            )));
+        }
+    }
+    if by_kind.is_empty() {
+        return Err(MeshError::Config(
+            "an executor must serve at least one tool kind".into(),
+        ));
+    }
+    let mut kinds: Vec<String> = by_kind.keys().cloned().collect();
+    kinds.sort();
+    let executor = Arc::new(Executor::new(mesh.clone(), by_kind));
+    let handler: Arc<dyn Handler> = Arc::new(TaskHandler { executor });
+    let mut loops = Vec::with_capacity(kinds.len());
+    for kind in &kinds {
+        let name = format!("executor-{kind}");
+        let consumer = mesh
+            .consumer(&ConsumerSpec {
+                durable: name.clone(),
+                stream: StreamKind::Work,
+                filter_subjects: vec![mesh.subjects().task(kind)],
+                max_ack_pending: 10_000,
+            })
+            .await?;
+        loops.push(runtime::run(
+            mesh.clone(),
+            ConsumerLoop {
+                name,
+                consumer,
+                concurrency: service.concurrency,
+                handler: handler.clone(),
+                shutdown: service.shutdown.clone(),
+            },
+        ));
+    }
+    tracing::info!(kinds = ?kinds, concurrency = service.concurrency, "executor serving");
+    futures::future::join_all(loops).await.into_iter().collect()
+}
+
+/// Handles task commands for every kind a replica serves.
+pub struct TaskHandler {
+    /// The shared executor state.
+    pub executor: Arc<Executor>,
+}
+
+impl Handler for TaskHandler {
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
+        let executor = self.executor.clone();
+        Box::pin(async move {
+            let cmd: TaskCommand = match codec::decode("task command", &msg.payload) {
+                Ok(c) => c,
+                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+            };
+            if let Some(wait) = pipeline::remaining(cmd.not_before_ms) {
+                return Disposition::Retry(Some(wait));
+            }
+            let period = executor.mesh().config().ack_wait / 2;
+            match in_progress(&msg, period, executor.execute(cmd)).await {
+                Ok(()) => Disposition::Ack,
+                Err(CommandError::Mesh(e)) => retry_on(&e),
+                Err(CommandError::Refused(reason)) => Disposition::DeadLetter(reason),
+            }
+        })
+    }
+}
+
+/// Drive `work` while telling JetStream every `period` that the message is
+/// still being worked on (so it is not redelivered mid-pipeline).
+async fn in_progress<T>(msg: &Message, period: Duration, work: impl Future<Output = T>) -> T {
+    let period = period.max(Duration::from_millis(50));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    tracing::debug!(error = %e, "in-progress ack failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,951 @@
+//! Running one task command: the pipeline of a step-run from task `pc`
+//! (seed 000), with task policy applied after every task.
+//!
+//! Tasks whose kind this replica serves run in place, one after another;
+//! the first task of another kind, or a retry with a delay, ends the
+//! command by publishing the next command. At the end of the pipeline the
+//! step-run's boundary event is emitted (`step.done` / `step.failed`, or
+//! `loop.iteration.done` / `loop.iteration.failed` inside a loop).
+//!
+//! Every id is deterministic (step-run, iteration, pc, attempt, task runs so
+//! far), so a redelivered command republishes the same ids and JetStream
+//! drops the duplicates.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use noetl_core::policy::{self, Decision, PolicyInput};
+use noetl_core::template::{render_value, Scope};
+use noetl_core::tool::{Tool, ToolCall, ToolReturn};
+use noetl_core::{Outcome, OutcomeMeta, Step, Task};
+use noetl_mesh::{
+    codec,
+    events::{now_ms, now_rfc3339, types, EventDraft},
+    ids::derive_id,
+    kv::{self, Cas},
+    plan::PlanRecord,
+    scope,
+    state::result_key,
+    Batch, Mesh, MeshError, PendingAck,
+};
+use noetl_wire::{IterationRef, TaskCommand};
+use serde_json::{json, Map, Value};
+use tracing::Instrument;
+
+use crate::analysis::{NeedsCache, StepNeeds};
+use crate::compact::{compact, TASK_EVENT_LIMIT};
+
+/// Task runs allowed in one step-run (retries and jumps included) before the
+/// step-run fails: a jump loop without an exit.
+pub const MAX_TASK_RUNS: u64 = 100_000;
+
+/// Publishes awaited together before the batch is flushed mid-pipeline.
+const FLUSH_EVERY: usize = 1024;
+
+/// Why a command was not handled.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A transient mesh failure: the command is retried.
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+    /// The command can never be handled (it is dead-lettered).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The state one executor replica shares between its consumers.
+pub struct Executor {
+    mesh: Mesh,
+    tools: HashMap<String, Arc<dyn Tool>>,
+    needs: NeedsCache,
+}
+
+impl Executor {
+    /// An executor serving `tools` (by kind) on `mesh`.
+    pub fn new(mesh: Mesh, tools: HashMap<String, Arc<dyn Tool>>) -> Self {
+        Self {
+            mesh,
+            tools,
+            needs: NeedsCache::default(),
+        }
+    }
+
+    /// The mesh.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// Handle one command (its `not_before_ms` has passed).
+    pub async fn execute(&self, cmd: TaskCommand) -> Result<(), CommandError> {
+        let eid = cmd.execution_id.as_str();
+        let plan = self
+            .mesh
+            .plans()
+            .get(&self.mesh, eid)
+            .await
+            .map_err(|e| match e {
+                MeshError::Kv { ref message, .. } if message.contains("no plan") => {
+                    CommandError::Refused(format!(
+                        "task command for unknown execution {eid} (step {:?})",
+                        cmd.step
+                    ))
+                }
+                e => CommandError::Mesh(e),
+            })?;
+        let Some(step) = plan.playbook.step(&cmd.step) else {
+            return Err(CommandError::Refused(format!(
+                "task command of execution {eid} names unknown step {:?}",
+                cmd.step
+            )));
+        };
+        let span = tracing::info_span!(
+            "step_run",
+            execution_id = %eid,
+            step = %step.step,
+            step_run_id = %cmd.step_run_id,
+        );
+        self.run(&plan, step, &cmd).instrument(span).await
+    }
+
+    async fn run(
+        &self,
+        plan: &PlanRecord,
+        step: &Step,
+        cmd: &TaskCommand,
+    ) -> Result<(), CommandError> {
+        let eid = cmd.execution_id.as_str();
+        let refuse = |what: &str, e: codec::DecodeError| {
+            CommandError::Refused(format!(
+                "task command of execution {eid} step {:?}: {what}: {e}",
+                step.step
+            ))
+        };
+        let args = match codec::json_value(&cmd.args_json).map_err(|e| refuse("args", e))? {
+            Value::Null => Value::Object(Map::new()),
+            v => v,
+        };
+        let prev = codec::json_value(&cmd.prev_json).map_err(|e| refuse("_prev", e))?;
+        let (loop_run, iter, reduce) = match &cmd.iteration {
+            None => (None, Map::new(), Map::new()),
+            Some(it) => {
+                let iter = codec::json_object(&it.iter_json).map_err(|e| refuse("iter", e))?;
+                let reduce =
+                    codec::json_object(&it.reduce_json).map_err(|e| refuse("reduce", e))?;
+                let lr = (!it.loop_run_id.is_empty()).then(|| (it.loop_run_id.clone(), it.index));
+                (lr, iter, reduce)
+            }
+        };
+        let needs = self.needs.get(plan, step);
+        let mut roots: BTreeSet<String> = needs.steps.iter().cloned().collect();
+        if needs.load_ctx {
+            roots.insert("ctx".into());
+        }
+        let loaded = if roots.is_empty() {
+            scope::Loaded {
+                ctx: Value::Object(Map::new()),
+                steps: Map::new(),
+            }
+        } else {
+            let names: Vec<&str> = needs.steps.iter().map(String::as_str).collect();
+            scope::load(&self.mesh, eid, &roots, &names).await?
+        };
+        let mut base = Scope::new().execution_id(eid.to_string());
+        if needs.reads("workload") {
+            base = base.workload(plan.workload.clone());
+        }
+        if needs.reads("args") {
+            base = base.args(args.clone());
+        }
+        for name in &needs.steps {
+            base = match loaded.steps.get(name) {
+                Some(v) => base.step_result(name.clone(), v.clone()),
+                None => base.declare(name.clone()),
+            };
+        }
+        let index = loop_run
+            .as_ref()
+            .map(|(_, i)| i.to_string())
+            .unwrap_or_default();
+        let sr = StepRun {
+            exec: self,
+            plan,
+            step,
+            needs: &needs,
+            cmd,
+            args,
+            base,
+            loop_run,
+            index,
+        };
+        let cur = Cursor {
+            pc: cmd.pc as usize,
+            attempt: cmd.attempt.max(1),
+            prev,
+            iter,
+            ctx: loaded.ctx,
+            steps_taken: cmd.steps_taken,
+            reduce,
+        };
+        sr.drive(cur).await
+    }
+}
+
+/// Where the pipeline is.
+struct Cursor {
+    pc: usize,
+    attempt: u32,
+    prev: Value,
+    iter: Map<String, Value>,
+    ctx: Value,
+    steps_taken: u64,
+    /// Reducer contributions of this iteration so far.
+    reduce: Map<String, Value>,
+}
+
+/// How the pipeline stopped in this command.
+enum End {
+    /// Finished successfully with this result.
+    Done(Value),
+    /// Failed with `{kind, message, task}`.
+    Failed(Value),
+    /// Continues in another command (another kind or a delayed retry).
+    Handoff,
+}
+
+/// Publishes in flight, awaited together.
+#[derive(Default)]
+struct Pending {
+    batch: Batch,
+    n: usize,
+}
+
+impl Pending {
+    fn push(&mut self, ack: PendingAck) {
+        self.batch.push(ack);
+        self.n += 1;
+    }
+
+    async fn flush_if_full(&mut self) -> Result<(), MeshError> {
+        if self.n >= FLUSH_EVERY {
+            std::mem::take(&mut self.batch).wait().await?;
+            self.n = 0;
+        }
+        Ok(())
+    }
+}
+
+/// What one task run gave.
+struct TaskRun {
+    outcome: Outcome,
+    decision: Decision,
+    /// The policy wrote `iter`.
+    iter_changed: bool,
+    /// The policy itself failed to evaluate.
+    policy_error: Option<String>,
+}
+
+/// One command's view of its step-run.
+struct StepRun<'a> {
+    exec: &'a Executor,
+    plan: &'a PlanRecord,
+    step: &'a Step,
+    needs: &'a StepNeeds,
+    cmd: &'a TaskCommand,
+    args: Value,
+    /// `execution_id`, plus `workload`, `args` and earlier step results
+    /// when the step reads them.
+    base: Scope,
+    /// `(loop_run_id, index)` for a loop iteration.
+    loop_run: Option<(String, u64)>,
+    /// The iteration index as text (`""` outside loops), for ids.
+    index: String,
+}
+
+impl StepRun<'_> {
+    fn mesh(&self) -> &Mesh {
+        &self.exec.mesh
+    }
+
+    fn eid(&self) -> &str {
+        &self.cmd.execution_id
+    }
+
+    async fn drive(&self, mut cur: Cursor) -> Result<(), CommandError> {
+        self.resume(&mut cur).await?;
+        let mut pending = Pending::default();
+        let tasks = &self.step.tool;
+        let end = loop {
+            if cur.pc >= tasks.len() {
+                break End::Done(std::mem::take(&mut cur.prev));
+            }
+            let task = &tasks[cur.pc];
+            if cur.steps_taken >= MAX_TASK_RUNS {
+                break End::Failed(json!({
+                    "kind": "pipeline.limit",
+                    "message": format!(
+                        "step {:?} ran {MAX_TASK_RUNS} tasks in one step-run (a jump loop without exit?)",
+                        self.step.step
+                    ),
+                    "task": task.name,
+                }));
+            }
+            let Some(tool) = self.exec.tools.get(&task.kind) else {
+                // Another kind: its executors continue the pipeline.
+                let cmd = self.command(&cur, cur.attempt, 0);
+                pending.push(self.publish(&task.kind, &cmd).await?);
+                break End::Handoff;
+            };
+            let run = self.run_task(&mut cur, task, tool, &mut pending).await?;
+            cur.steps_taken += 1;
+            match run.decision {
+                Decision::Continue => {
+                    cur.prev = run.outcome.result;
+                    cur.pc += 1;
+                    cur.attempt = 1;
+                }
+                Decision::Retry {
+                    delay,
+                    next_attempt,
+                } => {
+                    if delay.is_zero() {
+                        cur.attempt = next_attempt;
+                    } else {
+                        let not_before = now_ms().saturating_add(delay.as_millis() as u64);
+                        let cmd = self.command(&cur, next_attempt, not_before);
+                        pending.push(self.publish(&task.kind, &cmd).await?);
+                        break End::Handoff;
+                    }
+                }
+                Decision::Jump { to } => match self.step.task_index(&to) {
+                    Some(i) => {
+                        cur.prev = run.outcome.result;
+                        cur.pc = i;
+                        cur.attempt = 1;
+                    }
+                    None => {
+                        break End::Failed(json!({
+                            "kind": "policy",
+                            "message": format!(
+                                "task {:?} of step {:?} jumps to {to:?}, which is not a task of the step",
+                                task.name, self.step.step
+                            ),
+                            "task": task.name,
+                        }))
+                    }
+                },
+                Decision::Break => break End::Done(run.outcome.result),
+                Decision::Fail { reason } => {
+                    break End::Failed(failure(task, &run.outcome, &reason, run.policy_error))
+                }
+            }
+            if run.iter_changed && self.loop_run.is_some() {
+                // Events first, then the cursor: a crash after this point
+                // resumes here, not from the iteration's first task.
+                std::mem::take(&mut pending).batch.wait().await?;
+                self.checkpoint(&cur).await?;
+            }
+            pending.flush_if_full().await?;
+        };
+        self.finish(&cur, end, &mut pending).await?;
+        pending.batch.wait().await?;
+        Ok(())
+    }
+
+    /// Run task `cur.pc` once: events, tool call, policy, patches.
+    async fn run_task(
+        &self,
+        cur: &mut Cursor,
+        task: &Task,
+        tool: &Arc<dyn Tool>,
+        pending: &mut Pending,
+    ) -> Result<TaskRun, CommandError> {
+        let task_run_id = derive_id(&[
+            &self.cmd.step_run_id,
+            &self.index,
+            &cur.pc.to_string(),
+            &cur.attempt.to_string(),
+            &cur.steps_taken.to_string(),
+        ]);
+        let span = tracing::info_span!(
+            "task",
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            task = %task.name,
+            attempt = cur.attempt,
+        );
+        pending.push(
+            self.mesh()
+                .emit(&self.task_event(
+                    types::TASK_STARTED,
+                    &task_run_id,
+                    task,
+                    json!({"attempt": cur.attempt, "pc": cur.pc, "kind": task.kind}),
+                ))
+                .await?,
+        );
+        let mut scope = self
+            .base
+            .clone()
+            .task(task.name.clone())
+            .attempt(cur.attempt);
+        if self.needs.reads("ctx") {
+            scope = scope.ctx(cur.ctx.clone());
+        }
+        if self.needs.reads("iter") {
+            scope = scope.iter(Value::Object(cur.iter.clone()));
+        }
+        if self.needs.reads("_prev") {
+            scope = scope.prev(cur.prev.clone());
+        }
+        let started_at = now_rfc3339();
+        let clock = Instant::now();
+        let (mut outcome, retry_after) = match render_config(task, tool.raw_fields(), &scope) {
+            Err(message) => (
+                Outcome::error(
+                    "template",
+                    format!(
+                        "task {:?} of step {:?}: {message}",
+                        task.name, self.step.step
+                    ),
+                    false,
+                ),
+                None,
+            ),
+            Ok(config) => {
+                let in_loop = self.loop_run.is_some() || !cur.iter.is_empty();
+                let call = ToolCall {
+                    execution_id: self.eid().to_string(),
+                    step: self.step.step.clone(),
+                    task: task.name.clone(),
+                    kind: task.kind.clone(),
+                    config,
+                    spec: self.needs.specs.get(cur.pc).cloned().unwrap_or_default(),
+                    args: self.args.clone(),
+                    prev: cur.prev.clone(),
+                    iter: in_loop.then(|| Value::Object(cur.iter.clone())),
+                    ctx: cur.ctx.clone(),
+                    workload: self.plan.workload.clone(),
+                    attempt: cur.attempt,
+                };
+                let r = call_tool(tool, call).instrument(span.clone()).await;
+                (r.outcome, r.retry_after)
+            }
+        };
+        outcome.meta = OutcomeMeta {
+            attempt: cur.attempt,
+            duration_ms: clock.elapsed().as_millis() as u64,
+            started_at,
+        };
+        let policy_scope = match &task.spec.policy {
+            Some(_) => scope.outcome(&outcome),
+            None => scope, // no rules: nothing reads the scope
+        };
+        let decided = policy::decide(&PolicyInput {
+            policy: task.spec.policy.as_ref(),
+            outcome: &outcome,
+            attempt: cur.attempt,
+            scope: &policy_scope,
+            retry_after,
+        });
+        let (decision, set_iter, set_ctx, rule, policy_error) = match decided {
+            Ok(d) => (d.decision, d.set_iter, d.set_ctx, d.rule, None),
+            Err(e) => {
+                let message = format!(
+                    "task policy of task {:?} in step {:?} ({}): {e}",
+                    task.name, self.step.step, self.plan.source_name
+                );
+                let reason = message.clone();
+                (Decision::Fail { reason }, None, None, None, Some(message))
+            }
+        };
+        let mut ctx_error = None;
+        if let Some(patch) = set_ctx.as_ref().filter(|p| !p.is_empty()) {
+            match self.split_ctx_patch(patch, &mut cur.reduce) {
+                Err(e) => ctx_error = Some(e),
+                Ok(rest) if rest.is_empty() => {}
+                Ok(rest) => {
+                    let writer = format!(
+                        "step {:?} iteration {} task {:?}",
+                        self.step.step, self.index, task.name
+                    );
+                    match self.claim_ctx_keys(&rest, &writer).await? {
+                        Err(e) => ctx_error = Some(e),
+                        Ok(()) => cur.ctx = self.apply_ctx(&rest).await?,
+                    }
+                }
+            }
+        }
+        // A ctx conflict or reducer error fails the task (and so the
+        // iteration), whatever the policy decided.
+        let (decision, policy_error) = match ctx_error {
+            Some((kind, message)) => {
+                outcome.error = Some(noetl_core::OutcomeError {
+                    kind: kind.to_string(),
+                    retryable: false,
+                    message: message.clone(),
+                    extra: Map::new(),
+                });
+                outcome.status = noetl_core::OutcomeStatus::Error;
+                (
+                    Decision::Fail {
+                        reason: message.clone(),
+                    },
+                    Some(message),
+                )
+            }
+            None => (decision, policy_error),
+        };
+        if let Some(patch) = &set_iter {
+            for (k, v) in patch {
+                cur.iter.insert(k.clone(), v.clone());
+            }
+        }
+        let _enter = span.enter();
+        tracing::debug!(
+            status = ?outcome.status,
+            action = action_name(&decision),
+            duration_ms = outcome.meta.duration_ms,
+            "task finished"
+        );
+        drop(_enter);
+        let payload = json!({
+            "status": outcome.status,
+            "attempt": cur.attempt,
+            "duration_ms": outcome.meta.duration_ms,
+            "result": compact(&outcome.result, TASK_EVENT_LIMIT),
+            "error": outcome.error,
+            "action": action_name(&decision),
+            "rule": rule,
+            "set_ctx": set_ctx,
+            "set_iter": set_iter,
+        });
+        let mut payload = payload;
+        if let Decision::Retry {
+            delay,
+            next_attempt,
+        } = &decision
+        {
+            payload["retry"] =
+                json!({"delay_ms": delay.as_millis() as u64, "next_attempt": next_attempt});
+        }
+        pending.push(
+            self.mesh()
+                .emit(&self.task_event(types::TASK_DONE, &task_run_id, task, payload))
+                .await?,
+        );
+        Ok(TaskRun {
+            outcome,
+            decision,
+            iter_changed: set_iter.as_ref().map(|m| !m.is_empty()).unwrap_or(false),
+            policy_error,
+        })
+    }
+
+    /// Inside a loop iteration, take the keys that have a declared reducer
+    /// out of `patch` and fold them into the iteration's contributions;
+    /// return the rest.
+    fn split_ctx_patch(
+        &self,
+        patch: &Map<String, Value>,
+        contributions: &mut Map<String, Value>,
+    ) -> Result<Map<String, Value>, (&'static str, String)> {
+        let Some(lp) = self.step.loop_.as_ref().filter(|_| self.loop_run.is_some()) else {
+            return Ok(patch.clone());
+        };
+        let reducers = noetl_core::reduce::declared(lp.spec.policy.as_ref())
+            .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
+        let mut rest = Map::new();
+        for (k, v) in patch {
+            match reducers.iter().find(|(name, _)| name == k) {
+                Some((_, op)) => {
+                    let folded = noetl_core::reduce::fold(*op, k, contributions.get(k), v)
+                        .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
+                    contributions.insert(k.clone(), folded);
+                }
+                None => {
+                    rest.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Ok(rest)
+    }
+
+    /// In a parallel loop, `ctx` keys are write-once: the first writer
+    /// claims each key (with a hash of its value) under `<eid>.owners`; the
+    /// same value again is fine, a different one is a `ctx.conflict` naming
+    /// the key and both writers.
+    async fn claim_ctx_keys(
+        &self,
+        patch: &Map<String, Value>,
+        writer: &str,
+    ) -> Result<Result<(), (&'static str, String)>, MeshError> {
+        let parallel = self
+            .step
+            .loop_
+            .as_ref()
+            .map(|l| l.spec.mode == noetl_core::LoopMode::Parallel)
+            .unwrap_or(false);
+        if !parallel || self.loop_run.is_none() {
+            return Ok(Ok(()));
+        }
+        let hashes: Vec<(String, String)> = patch
+            .iter()
+            .map(|(k, v)| (k.clone(), derive_id(&[&v.to_string()])))
+            .collect();
+        let mut conflict = None;
+        kv::update(
+            self.mesh().ctx_kv(),
+            &format!("{}.owners", self.eid()),
+            |cur: Option<&Value>| {
+                conflict = None;
+                let mut owners = match cur {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => Map::new(),
+                };
+                let mut changed = false;
+                for (k, h) in &hashes {
+                    match owners.get(k) {
+                        Some(o) if o["hash"] == h.as_str() => {}
+                        Some(o) => {
+                            conflict = Some(format!(
+                                "ctx.conflict: key {k:?} was written by {} and now differently by {writer} (set_ctx in a parallel loop is write-once per key; declare a reducer in loop.spec.policy.reducers to aggregate)",
+                                o["writer"].as_str().unwrap_or("?")
+                            ));
+                            return Cas::Keep;
+                        }
+                        None => {
+                            owners.insert(k.clone(), json!({"writer": writer, "hash": h}));
+                            changed = true;
+                        }
+                    }
+                }
+                if changed {
+                    Cas::Write(Value::Object(owners))
+                } else {
+                    Cas::Keep
+                }
+            },
+        )
+        .await?;
+        Ok(match conflict {
+            Some(m) => Err(("ctx.conflict", m)),
+            None => Ok(()),
+        })
+    }
+
+    /// Merge a `set_ctx` patch into the execution's `ctx` (compare-and-set)
+    /// and return the `ctx` now stored.
+    async fn apply_ctx(&self, patch: &Map<String, Value>) -> Result<Value, MeshError> {
+        let stored = kv::update(
+            self.mesh().ctx_kv(),
+            self.eid(),
+            |current: Option<&Value>| {
+                let mut obj = match current {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => Map::new(),
+                };
+                if current.is_some() && patch.iter().all(|(k, v)| obj.get(k) == Some(v)) {
+                    return Cas::Keep; // already applied (redelivery)
+                }
+                for (k, v) in patch {
+                    obj.insert(k.clone(), v.clone());
+                }
+                Cas::Write(Value::Object(obj))
+            },
+        )
+        .await?;
+        Ok(stored.unwrap_or_else(|| Value::Object(patch.clone())))
+    }
+
+    /// The boundary of the step-run (or iteration).
+    async fn finish(
+        &self,
+        cur: &Cursor,
+        end: End,
+        pending: &mut Pending,
+    ) -> Result<(), CommandError> {
+        let (event_type, payload, discriminator) = match (&self.loop_run, end) {
+            (_, End::Handoff) => return Ok(()),
+            (None, End::Done(result)) => {
+                let result = compact(&result, self.mesh().config().inline_limit);
+                if self.plan.is_result_referenced(&self.step.step) {
+                    kv::put(
+                        self.mesh().exec_kv(),
+                        &result_key(self.eid(), &self.step.step),
+                        &result,
+                    )
+                    .await?;
+                }
+                (
+                    types::STEP_DONE,
+                    json!({"status": "ok", "result": result, "args": self.args}),
+                    "",
+                )
+            }
+            (None, End::Failed(error)) => {
+                tracing::info!(
+                    execution_id = %self.eid(),
+                    step = %self.step.step,
+                    task = %error["task"].as_str().unwrap_or(""),
+                    kind = %error["kind"].as_str().unwrap_or(""),
+                    "step failed"
+                );
+                (
+                    types::STEP_FAILED,
+                    json!({"status": "error", "error": error, "args": self.args}),
+                    "",
+                )
+            }
+            (Some((loop_run_id, index)), end) => {
+                let (t, status, result, error) = match end {
+                    End::Done(r) => (types::LOOP_ITERATION_DONE, "ok", r, Value::Null),
+                    End::Failed(e) => (types::LOOP_ITERATION_FAILED, "error", Value::Null, e),
+                    End::Handoff => unreachable!("handled above"),
+                };
+                (
+                    t,
+                    json!({
+                        "loop_run_id": loop_run_id,
+                        "index": index,
+                        "status": status,
+                        "result": compact(&result, self.mesh().config().inline_limit),
+                        "iter": compact(&Value::Object(cur.iter.clone()), self.mesh().config().inline_limit),
+                        "reduce": cur.reduce,
+                        "error": error,
+                    }),
+                    self.index.as_str(),
+                )
+            }
+        };
+        let ev = EventDraft {
+            event_type,
+            execution_id: self.eid(),
+            step_run_id: &self.cmd.step_run_id,
+            step: &self.step.step,
+            trace_id: &self.cmd.trace_id,
+            parent_id: &self.cmd.command_id,
+            discriminator,
+            payload,
+            ..Default::default()
+        }
+        .build();
+        pending.push(self.mesh().emit(&ev).await?);
+        Ok(())
+    }
+
+    fn task_event(
+        &self,
+        event_type: &'static str,
+        task_run_id: &str,
+        task: &Task,
+        payload: Value,
+    ) -> noetl_wire::Event {
+        EventDraft {
+            event_type,
+            execution_id: self.eid(),
+            step_run_id: &self.cmd.step_run_id,
+            task_run_id,
+            step: &self.step.step,
+            task: &task.name,
+            trace_id: &self.cmd.trace_id,
+            parent_id: &self.cmd.command_id,
+            payload,
+            ..Default::default()
+        }
+        .build()
+    }
+
+    /// Key of this iteration's checkpoint.
+    fn checkpoint_key(&self) -> String {
+        format!(
+            "{}.{}.ckpt.{}",
+            self.eid(),
+            kv::key_part(&self.cmd.step_run_id),
+            self.index
+        )
+    }
+
+    /// Record where this iteration is (after a task that wrote `iter`).
+    async fn checkpoint(&self, cur: &Cursor) -> Result<(), MeshError> {
+        let ck = json!({
+            "steps_taken": cur.steps_taken,
+            "pc": cur.pc,
+            "attempt": cur.attempt,
+            "prev": cur.prev,
+            "iter": cur.iter,
+            "reduce": cur.reduce,
+        });
+        kv::put(self.mesh().loop_kv(), &self.checkpoint_key(), &ck).await?;
+        Ok(())
+    }
+
+    /// Resume from this iteration's checkpoint when it is ahead of the
+    /// command (the command was redelivered after a crash).
+    async fn resume(&self, cur: &mut Cursor) -> Result<(), MeshError> {
+        if self.loop_run.is_none() || !self.needs.sets_iter {
+            return Ok(());
+        }
+        let Some(ck) = kv::get::<Value>(self.mesh().loop_kv(), &self.checkpoint_key()).await?
+        else {
+            return Ok(());
+        };
+        let taken = ck["steps_taken"].as_u64().unwrap_or(0);
+        if taken <= cur.steps_taken {
+            return Ok(());
+        }
+        tracing::info!(
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            iteration = %self.index,
+            from = cur.steps_taken,
+            to = taken,
+            "resuming iteration from its checkpoint"
+        );
+        cur.steps_taken = taken;
+        cur.pc = ck["pc"].as_u64().unwrap_or(0) as usize;
+        cur.attempt = ck["attempt"].as_u64().unwrap_or(1) as u32;
+        cur.prev = ck["prev"].clone();
+        if let Value::Object(m) = &ck["iter"] {
+            cur.iter = m.clone();
+        }
+        if let Value::Object(m) = &ck["reduce"] {
+            cur.reduce = m.clone();
+        }
+        Ok(())
+    }
+
+    /// The command that continues this step-run at `cur.pc`.
+    fn command(&self, cur: &Cursor, attempt: u32, not_before_ms: u64) -> TaskCommand {
+        let command_id = derive_id(&[
+            "task",
+            &self.cmd.step_run_id,
+            &self.index,
+            &cur.pc.to_string(),
+            &attempt.to_string(),
+            &cur.steps_taken.to_string(),
+        ]);
+        let iter_json = || codec::json_bytes(&Value::Object(cur.iter.clone()));
+        let iteration = match &self.loop_run {
+            Some((loop_run_id, index)) => Some(IterationRef {
+                loop_run_id: loop_run_id.clone(),
+                index: *index,
+                iter_json: iter_json(),
+                reduce_json: if cur.reduce.is_empty() {
+                    Vec::new()
+                } else {
+                    codec::json_bytes(&Value::Object(cur.reduce.clone()))
+                },
+            }),
+            // Outside loops `iter` is pipeline-local scratch space; it rides
+            // along with an empty loop_run_id.
+            None if !cur.iter.is_empty() => Some(IterationRef {
+                loop_run_id: String::new(),
+                index: 0,
+                iter_json: iter_json(),
+                reduce_json: Vec::new(),
+            }),
+            None => None,
+        };
+        TaskCommand {
+            command_id,
+            execution_id: self.cmd.execution_id.clone(),
+            step: self.step.step.clone(),
+            step_run_id: self.cmd.step_run_id.clone(),
+            pc: cur.pc as u32,
+            attempt,
+            args_json: self.cmd.args_json.clone(),
+            prev_json: codec::json_bytes(&cur.prev),
+            iteration,
+            not_before_ms,
+            trace_id: self.cmd.trace_id.clone(),
+            steps_taken: cur.steps_taken,
+        }
+    }
+
+    async fn publish(&self, kind: &str, cmd: &TaskCommand) -> Result<PendingAck, MeshError> {
+        tracing::debug!(
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            kind,
+            pc = cmd.pc,
+            attempt = cmd.attempt,
+            not_before_ms = cmd.not_before_ms,
+            "task command handed off"
+        );
+        self.mesh()
+            .publish(
+                self.mesh().subjects().task(kind),
+                &cmd.command_id,
+                codec::encode(cmd),
+            )
+            .await
+    }
+}
+
+/// Render a task's config, leaving the tool's raw fields as written.
+fn render_config(task: &Task, raw: &[&str], scope: &Scope) -> Result<Map<String, Value>, String> {
+    let mut out = Map::with_capacity(task.config.len());
+    for (k, v) in &task.config {
+        let v = if raw.contains(&k.as_str()) {
+            v.clone()
+        } else {
+            render_value(v, scope).map_err(|e| format!("field `{k}`: {e}"))?
+        };
+        out.insert(k.clone(), v);
+    }
+    Ok(out)
+}
+
+/// Call a tool on its own task so a panicking tool fails its task, not the
+/// replica.
+async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
+    let kind = call.kind.clone();
+    match tokio::spawn(tool.call(call)).await {
+        Ok(r) => r,
+        Err(e) => ToolReturn::from(Outcome::error(
+            "tool.panic",
+            format!("the {kind} tool panicked: {e}"),
+            false,
+        )),
+    }
+}
+
+/// `{kind, message, task}` of a failed step-run.
+fn failure(task: &Task, outcome: &Outcome, reason: &str, policy_error: Option<String>) -> Value {
+    if let Some(message) = policy_error {
+        return json!({"kind": "policy", "message": message, "task": task.name});
+    }
+    match &outcome.error {
+        Some(e) => {
+            let own = if e.message.is_empty() {
+                e.kind.clone()
+            } else {
+                format!("{}: {}", e.kind, e.message)
+            };
+            let message = if reason == own {
+                e.message.clone()
+            } else {
+                format!("{reason}; last error: {own}")
+            };
+            json!({"kind": e.kind, "message": message, "task": task.name})
+        }
+        None => json!({"kind": "policy.fail", "message": reason, "task": task.name}),
+    }
+}
+
+fn action_name(d: &Decision) -> &'static str {
+    match d {
+        Decision::Continue => "continue",
+        Decision::Retry { .. } => "retry",
+        Decision::Jump { .. } => "jump",
+        Decision::Break => "break",
+        Decision::Fail { .. } => "fail",
+    }
+}
+
+/// The delay still to wait before `not_before_ms`, if it is in the future.
+pub fn remaining(not_before_ms: u64) -> Option<Duration> {
+    let now = now_ms();
+    (not_before_ms > now).then(|| Duration::from_millis(not_before_ms - now))
+}

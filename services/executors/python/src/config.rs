@@ -1,0 +1,145 @@
+//! Configuration of the python tool: the replica-wide settings
+//! ([`PythonConfig`]) and the fields of one task ([`PythonTask`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Default `spec.timeout` of a python task.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Replica-wide settings of the python tool.
+#[derive(Debug, Clone)]
+pub struct PythonConfig {
+    /// The interpreter to run (`NOETL_PYTHON`, default `python3` on `PATH`).
+    pub interpreter: PathBuf,
+    /// Timeout of a task whose effective spec sets none.
+    pub default_timeout: Duration,
+}
+
+impl Default for PythonConfig {
+    fn default() -> Self {
+        Self {
+            interpreter: PathBuf::from("python3"),
+            default_timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl PythonConfig {
+    /// Defaults overlaid with `NOETL_PYTHON`.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        if let Some(p) = std::env::var_os("NOETL_PYTHON").filter(|p| !p.is_empty()) {
+            c.interpreter = PathBuf::from(p);
+        }
+        c
+    }
+}
+
+/// A task's configuration could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The task fields do not match [`PythonTask`].
+    #[error("invalid python task: {0}")]
+    Task(String),
+    /// `spec.timeout` is not a positive number of seconds or `{read: N}`.
+    #[error("invalid spec.timeout for a python task: {0}")]
+    Timeout(String),
+}
+
+/// The kind-specific fields of a `kind: python` task.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonTask {
+    /// The Python source (not template-rendered). Sets a global `result` or
+    /// defines `main()`.
+    pub code: String,
+    /// Inputs, rendered; visible as `args` (and each identifier key as a
+    /// global of its own). `{}` when absent.
+    #[serde(default)]
+    pub args: Option<Value>,
+    /// Free text.
+    #[serde(default)]
+    pub desc: Option<String>,
+}
+
+impl PythonTask {
+    /// Read the task fields from a rendered task config.
+    pub fn from_config(config: &Map<String, Value>) -> Result<Self, ConfigError> {
+        serde_json::from_value(Value::Object(config.clone()))
+            .map_err(|e| ConfigError::Task(e.to_string()))
+    }
+}
+
+/// The timeout of a task from its effective spec: `timeout: N` (seconds),
+/// `timeout: {read: N}`, or `default` when absent.
+pub fn timeout_of(spec: &Value, default: Duration) -> Result<Duration, ConfigError> {
+    let raw = match spec.get("timeout") {
+        None | Some(Value::Null) => return Ok(default),
+        Some(Value::Object(m)) => match m.get("read") {
+            None | Some(Value::Null) => return Ok(default),
+            Some(v) => v,
+        },
+        Some(v) => v,
+    };
+    let secs = match raw {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match secs {
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(ConfigError::Timeout(format!(
+            "expected a positive number of seconds or {{read: N}}, found {raw}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timeouts_parse_in_every_shape() {
+        let d = Duration::from_secs(7);
+        assert_eq!(timeout_of(&json!({}), d).unwrap(), d);
+        assert_eq!(
+            timeout_of(&json!({"timeout": 1.5}), d).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            timeout_of(&json!({"timeout": {"connect": 1, "read": 3}}), d).unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            timeout_of(&json!({"timeout": "2"}), d).unwrap(),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            timeout_of(&json!({"timeout": {"connect": 1}}), d).unwrap(),
+            d
+        );
+        assert!(matches!(
+            timeout_of(&json!({"timeout": -1}), d),
+            Err(ConfigError::Timeout(_))
+        ));
+        assert!(timeout_of(&json!({"timeout": "soon"}), d).is_err());
+    }
+
+    #[test]
+    fn task_fields_are_checked() {
+        let ok = json!({"code": "result = 1", "args": {"a": 1}});
+        let t = PythonTask::from_config(ok.as_object().unwrap()).unwrap();
+        assert_eq!(t.code, "result = 1");
+        let typo = json!({"code": "x", "agrs": {}});
+        let e = PythonTask::from_config(typo.as_object().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("agrs"), "{e}");
+        let missing = json!({});
+        let e = PythonTask::from_config(missing.as_object().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("code"), "{e}");
+    }
+}

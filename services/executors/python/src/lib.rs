@@ -1,0 +1,142 @@
+//! noetl-tool-python: the `python` tool kind.
+//!
+//! A task's `code` runs in a fresh interpreter (one process per call; a warm
+//! pool can replace [`runner::Process`] without changing the protocol) with
+//! fresh globals `args` (the task's rendered `args:`, `{}` by default, and
+//! each identifier key of it as a global of its own), `_prev`, `iter`, `ctx`
+//! and `workload`. The result is the global `result` if the code sets it,
+//! else what `main()` returns (called with `args` when it takes a
+//! parameter), else `None`.
+//!
+//! Outcomes: `ok` with `outcome.py.{stdout, stderr}` (bounded); errors of kind
+//! `python.exception` (with `outcome.py.exception_type` and
+//! `outcome.py.traceback`), `python.result` (result not JSON-serialisable),
+//! `timeout` (retryable; the process is killed), `python.unavailable`,
+//! `python.exited` (the process died without answering), `python.config`.
+
+pub mod config;
+pub mod runner;
+
+use std::time::Duration;
+
+use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
+use noetl_core::Outcome;
+use serde_json::{json, Map, Value};
+
+pub use config::{PythonConfig, PythonTask};
+use runner::{Process, Request, RunError, RunOutput, OUTPUT_LIMIT};
+
+/// The `python` tool.
+#[derive(Debug, Clone)]
+pub struct PythonTool {
+    config: PythonConfig,
+    process: Process,
+}
+
+impl Default for PythonTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PythonTool {
+    /// The tool configured from the environment (`NOETL_PYTHON`).
+    pub fn new() -> Self {
+        Self::with_config(PythonConfig::from_env())
+    }
+
+    /// The tool with explicit settings.
+    pub fn with_config(config: PythonConfig) -> Self {
+        let process = Process::new(config.interpreter.clone());
+        Self { config, process }
+    }
+
+    /// Replica-wide settings.
+    pub fn config(&self) -> &PythonConfig {
+        &self.config
+    }
+}
+
+impl Tool for PythonTool {
+    fn kind(&self) -> &'static str {
+        "python"
+    }
+
+    fn raw_fields(&self) -> &'static [&'static str] {
+        &["code"]
+    }
+
+    fn call(&self, call: ToolCall) -> ToolFuture {
+        let process = self.process.clone();
+        let default_timeout = self.config.default_timeout;
+        Box::pin(async move { ToolReturn::from(run(&process, call, default_timeout).await) })
+    }
+}
+
+async fn run(process: &Process, call: ToolCall, default_timeout: Duration) -> Outcome {
+    let task = match PythonTask::from_config(&call.config) {
+        Ok(t) => t,
+        Err(e) => return Outcome::error("python.config", e.to_string(), false),
+    };
+    let timeout = match config::timeout_of(&call.spec, default_timeout) {
+        Ok(t) => t,
+        Err(e) => return Outcome::error("python.config", e.to_string(), false),
+    };
+    let args = match task.args {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v) => v,
+    };
+    let iter = call.iter.unwrap_or(Value::Null);
+    let line = Request {
+        code: &task.code,
+        args: &args,
+        prev: &call.prev,
+        iter: &iter,
+        ctx: &call.ctx,
+        workload: &call.workload,
+    }
+    .to_line();
+    match process.run(line, timeout).await {
+        Ok(out) => outcome_of(out),
+        Err(e) => {
+            let (kind, retryable, py) = match &e {
+                RunError::Timeout(t) => ("timeout", true, json!({"timeout_s": t.as_secs_f64()})),
+                RunError::Unavailable { .. } => ("python.unavailable", false, json!({})),
+                RunError::Exited { stderr, status } => (
+                    "python.exited",
+                    false,
+                    json!({"stderr": stderr, "exit_status": status}),
+                ),
+                RunError::Io(_) => ("python.io", true, json!({})),
+            };
+            Outcome::error(kind, e.to_string(), retryable).with_helper("py", py)
+        }
+    }
+}
+
+fn outcome_of(out: RunOutput) -> Outcome {
+    let RunOutput {
+        response: r,
+        process_stderr,
+    } = out;
+    let stderr = match (r.stderr.is_empty(), process_stderr.is_empty()) {
+        (_, true) => r.stderr,
+        (true, false) => process_stderr,
+        (false, false) => runner::truncate(&format!("{}{process_stderr}", r.stderr), OUTPUT_LIMIT),
+    };
+    let mut py = Map::new();
+    py.insert("stdout".into(), Value::String(r.stdout));
+    py.insert("stderr".into(), Value::String(stderr));
+    if r.ok {
+        return Outcome::ok(r.result).with_helper("py", Value::Object(py));
+    }
+    if let Some(t) = &r.exception_type {
+        py.insert("exception_type".into(), Value::String(t.clone()));
+    }
+    if let Some(tb) = r.traceback {
+        py.insert("traceback".into(), Value::String(tb));
+    }
+    let kind = r.kind.unwrap_or_else(|| "python.exception".into());
+    let message = r.message.unwrap_or_else(|| kind.clone());
+    Outcome::error(kind, message, false).with_helper("py", Value::Object(py))
+}

@@ -1,0 +1,159 @@
+# NoETL python task runner (passed to the interpreter with `-c`).
+#
+# Protocol: one JSON request per line on stdin, one response line per request
+# on the ORIGINAL stdout, prefixed by MARK. At start the original stdout is
+# duplicated for the protocol and fd 1 is pointed at stderr, so nothing the
+# task prints (Python-level or C-level, subprocesses included) can corrupt
+# the protocol. Python-level prints are captured per request (bounded) and
+# returned in the response. The loop serves many requests, so the same
+# script can back a warm pool of interpreters.
+import inspect
+import io
+import json
+import linecache
+import os
+import sys
+import traceback
+
+LIMIT = 4096
+MARK = "\x1eNOETL-RESULT "
+TASK_FILE = "<task>"
+RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "main"))
+
+_proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+_stdin = sys.stdin.buffer
+sys.stdin = io.StringIO("")
+
+
+class _Capture(io.TextIOBase):
+    """A bounded text sink: keeps the first LIMIT characters, counts the rest."""
+
+    def __init__(self):
+        self._parts = []
+        self._kept = 0
+        self._total = 0
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        s = str(s)
+        self._total += len(s)
+        room = LIMIT - self._kept
+        if room > 0:
+            part = s[:room]
+            self._parts.append(part)
+            self._kept += len(part)
+        return len(s)
+
+    def text(self):
+        t = "".join(self._parts)
+        if self._total > self._kept:
+            t += "\n...[truncated %d chars]" % (self._total - self._kept)
+        return t
+
+
+def _call_main(fn, args):
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    out = fn(args) if params else fn()
+    if inspect.iscoroutine(out):
+        import asyncio
+
+        out = asyncio.run(out)
+    return out
+
+
+def _traceback(exc):
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != "<string>"]
+    text = "Traceback (most recent call last):\n" if frames else ""
+    text += "".join(traceback.format_list(frames))
+    text += "".join(traceback.format_exception_only(type(exc), exc))
+    if len(text) > LIMIT:
+        text = "...[truncated]\n" + text[-LIMIT:]
+    return text
+
+
+def _handle(req):
+    out, err = _Capture(), _Capture()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    resp = {"ok": True}
+    encoded = "null"
+    try:
+        code = req.get("code")
+        if not isinstance(code, str):
+            raise TypeError("`code` must be a string")
+        args = req.get("args")
+        if args is None:
+            args = {}
+        g = {"__name__": "__noetl_task__", "__builtins__": __builtins__}
+        if isinstance(args, dict):
+            for k, v in args.items():
+                if isinstance(k, str) and k.isidentifier() and not k.startswith("__") and k not in RESERVED:
+                    g[k] = v
+        g["args"] = args
+        g["_prev"] = req.get("_prev")
+        g["iter"] = req.get("iter")
+        g["ctx"] = req.get("ctx")
+        g["workload"] = req.get("workload")
+        linecache.cache[TASK_FILE] = (len(code), None, code.splitlines(True), TASK_FILE)
+        exec(compile(code, TASK_FILE, "exec"), g)
+        if "result" in g:
+            value = g["result"]
+        elif callable(g.get("main")):
+            value = _call_main(g["main"], args)
+        else:
+            value = None
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, OverflowError, RecursionError) as e:
+            resp = {
+                "ok": False,
+                "kind": "python.result",
+                "type": type(e).__name__,
+                "message": "result is not JSON-serialisable: %s: %s" % (type(e).__name__, e),
+            }
+    except BaseException as e:  # noqa: B902 - SystemExit and KeyboardInterrupt included
+        msg = str(e)
+        resp = {
+            "ok": False,
+            "kind": "python.exception",
+            "type": type(e).__name__,
+            "message": "%s: %s" % (type(e).__name__, msg) if msg else type(e).__name__,
+            "traceback": _traceback(e),
+        }
+    finally:
+        sys.stdout, sys.stderr = saved
+    resp["stdout"] = out.text()
+    resp["stderr"] = err.text()
+    head = json.dumps(resp)
+    return head[:-1] + ', "result": ' + encoded + "}"
+
+
+def _serve():
+    for raw in _stdin:
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            req = json.loads(raw.decode("utf-8"))
+            if not isinstance(req, dict):
+                raise ValueError("request must be a JSON object")
+            line = _handle(req)
+        except Exception as e:  # a broken request, never the task's fault
+            line = json.dumps(
+                {"ok": False, "kind": "python.protocol", "message": "bad request: %s" % e}
+            )
+        _proto.write(MARK + line + "\n")
+        _proto.flush()
+
+
+_serve()

@@ -1,0 +1,190 @@
+//! The python tool against a real interpreter.
+
+use std::time::{Duration, Instant};
+
+use noetl_core::tool::{Tool, ToolCall};
+use noetl_core::{Outcome, OutcomeStatus};
+use noetl_tool_python::{PythonConfig, PythonTool};
+use serde_json::{json, Value};
+
+fn call(config: Value, spec: Value) -> ToolCall {
+    ToolCall {
+        execution_id: "e1".into(),
+        step: "s".into(),
+        task: "t".into(),
+        kind: "python".into(),
+        config: config.as_object().cloned().expect("config is an object"),
+        spec,
+        args: json!({}),
+        prev: json!({"rows": [1, 2, 3]}),
+        iter: Some(json!({"item": "x", "index": 4})),
+        ctx: json!({"seen": true}),
+        workload: json!({"n": 10}),
+        attempt: 1,
+    }
+}
+
+async fn run(config: Value) -> Outcome {
+    run_with(PythonTool::new(), config, json!({})).await
+}
+
+async fn run_with(tool: PythonTool, config: Value, spec: Value) -> Outcome {
+    tool.call(call(config, spec)).await.outcome
+}
+
+fn err_kind(o: &Outcome) -> &str {
+    o.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("")
+}
+
+#[tokio::test]
+async fn global_result_sees_every_input() {
+    let o = run(json!({
+        "code": "result = {'sum': sum(_prev['rows']) + workload['n'], 'a': args['a'], 'a2': a, \
+                  'item': iter['item'], 'index': iter['index'], 'seen': ctx['seen']}",
+        "args": {"a": "A"},
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(
+        o.result,
+        json!({"sum": 16, "a": "A", "a2": "A", "item": "x", "index": 4, "seen": true})
+    );
+}
+
+#[tokio::test]
+async fn main_is_called_with_or_without_args() {
+    let o = run(json!({"code": "def main():\n    return [1, 'two', None]\n"})).await;
+    assert_eq!(o.result, json!([1, "two", null]), "{o:?}");
+    let o = run(json!({
+        "code": "def main(a):\n    return a['x'] * 2\n",
+        "args": {"x": 21},
+    }))
+    .await;
+    assert_eq!(o.result, json!(42), "{o:?}");
+    // args default to {}.
+    let o = run(json!({"code": "def main(a):\n    return a\n"})).await;
+    assert_eq!(o.result, json!({}), "{o:?}");
+    // Neither result nor main: None.
+    let o = run(json!({"code": "x = 1"})).await;
+    assert_eq!((o.status, o.result), (OutcomeStatus::Ok, Value::Null));
+}
+
+#[tokio::test]
+async fn exceptions_are_typed_errors() {
+    let o = run(json!({"code": "def main():\n    raise KeyError('missing')\n"})).await;
+    assert_eq!(o.status, OutcomeStatus::Error);
+    assert_eq!(err_kind(&o), "python.exception");
+    let e = o.error.as_ref().unwrap();
+    assert_eq!(e.message, "KeyError: 'missing'");
+    assert!(!e.retryable);
+    assert_eq!(o.helpers["py"]["exception_type"], "KeyError");
+    let tb = o.helpers["py"]["traceback"].as_str().unwrap();
+    assert!(
+        tb.contains("<task>") && tb.contains("raise KeyError"),
+        "{tb}"
+    );
+    assert!(!tb.contains("<string>"), "runner frames are hidden: {tb}");
+
+    let o = run(json!({"code": "def broken(:"})).await;
+    assert_eq!(o.helpers["py"]["exception_type"], "SyntaxError", "{o:?}");
+
+    let o = run(json!({"code": "import sys\nsys.exit(3)"})).await;
+    assert_eq!(o.helpers["py"]["exception_type"], "SystemExit", "{o:?}");
+}
+
+#[tokio::test]
+async fn unserialisable_results_are_result_errors() {
+    let o = run(json!({"code": "result = {1, 2}"})).await;
+    assert_eq!(err_kind(&o), "python.result", "{o:?}");
+    assert!(o.error.unwrap().message.contains("not JSON-serialisable"));
+    let o = run(json!({"code": "result = float('nan')"})).await;
+    assert_eq!(err_kind(&o), "python.result", "{o:?}");
+}
+
+#[tokio::test]
+async fn prints_do_not_break_the_protocol() {
+    let o = run(json!({
+        "code": "import os, sys\nprint('hello')\nprint('{\"ok\": false}')\n\
+                 print('oops', file=sys.stderr)\nos.write(1, b'raw fd write\\n')\n\
+                 os.system('echo from a subprocess')\nresult = 'fine'",
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(o.result, json!("fine"));
+    let py = &o.helpers["py"];
+    assert_eq!(py["stdout"], "hello\n{\"ok\": false}\n");
+    let stderr = py["stderr"].as_str().unwrap();
+    assert!(stderr.contains("oops"), "{stderr}");
+    assert!(stderr.contains("raw fd write"), "{stderr}");
+    assert!(stderr.contains("from a subprocess"), "{stderr}");
+}
+
+#[tokio::test]
+async fn output_is_bounded() {
+    let o = run(json!({"code": "print('x' * 100000)\nresult = 1"})).await;
+    let out = o.helpers["py"]["stdout"].as_str().unwrap();
+    assert!(
+        out.len() < 4200 && out.contains("truncated"),
+        "{}",
+        out.len()
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let late = dir.path().join("late");
+    let code = format!(
+        "import time\ntime.sleep(1.5)\nopen({:?}, 'w').write('too late')\nresult = 1",
+        late.display().to_string()
+    );
+    let started = Instant::now();
+    let o = run_with(
+        PythonTool::new(),
+        json!({"code": code}),
+        json!({"timeout": {"read": 0.3}}),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(err_kind(&o), "timeout", "{o:?}");
+    assert!(o.error.as_ref().unwrap().retryable);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(
+        !late.exists(),
+        "the killed process must not have gone on running"
+    );
+}
+
+#[tokio::test]
+async fn missing_interpreter_is_unavailable() {
+    let tool = PythonTool::with_config(PythonConfig {
+        interpreter: "/nonexistent/python3".into(),
+        ..PythonConfig::default()
+    });
+    let o = run_with(tool, json!({"code": "result = 1"}), json!({})).await;
+    assert_eq!(err_kind(&o), "python.unavailable", "{o:?}");
+    assert!(o.error.unwrap().message.contains("/nonexistent/python3"));
+}
+
+#[tokio::test]
+async fn bad_task_config_is_a_config_error() {
+    let o = run(json!({"code": "result = 1", "agrs": {}})).await;
+    assert_eq!(err_kind(&o), "python.config", "{o:?}");
+    let o = run_with(
+        PythonTool::new(),
+        json!({"code": "result = 1"}),
+        json!({"timeout": "never"}),
+    )
+    .await;
+    assert_eq!(err_kind(&o), "python.config", "{o:?}");
+}
+
+#[test]
+fn code_is_not_rendered() {
+    assert_eq!(PythonTool::new().raw_fields(), &["code"]);
+    assert_eq!(PythonTool::new().kind(), "python");
+}

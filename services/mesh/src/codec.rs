@@ -1,0 +1,173 @@
+//! Encoding of wire messages. Internal messages are protobuf; execution
+//! requests may also be plain JSON so that any NATS client can start work.
+
+use noetl_wire::{ExecutionRequest, Message};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A message could not be decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decode {what}: {reason}")]
+pub struct DecodeError {
+    /// Which message type was expected.
+    pub what: &'static str,
+    /// Why decoding failed.
+    pub reason: String,
+}
+
+/// Encode a protobuf message.
+pub fn encode<M: Message>(m: &M) -> bytes::Bytes {
+    bytes::Bytes::from(m.encode_to_vec())
+}
+
+/// Decode a protobuf message.
+pub fn decode<M: Message + Default>(what: &'static str, data: &[u8]) -> Result<M, DecodeError> {
+    M::decode(data).map_err(|e| DecodeError {
+        what,
+        reason: e.to_string(),
+    })
+}
+
+/// Parse a JSON object field stored as bytes; empty means `{}`.
+pub fn json_object(data: &[u8]) -> Result<serde_json::Map<String, Value>, DecodeError> {
+    if data.is_empty() {
+        return Ok(Default::default());
+    }
+    match serde_json::from_slice(data) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(DecodeError {
+            what: "JSON object",
+            reason: format!("expected an object, found {}", json_type(&other)),
+        }),
+        Err(e) => Err(DecodeError {
+            what: "JSON object",
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Parse a JSON value stored as bytes; empty means `null`.
+pub fn json_value(data: &[u8]) -> Result<Value, DecodeError> {
+    if data.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(data).map_err(|e| DecodeError {
+        what: "JSON value",
+        reason: e.to_string(),
+    })
+}
+
+/// Serialise a JSON value to bytes (`null` becomes empty).
+pub fn json_bytes(v: &Value) -> Vec<u8> {
+    if v.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(v).expect("JSON values always serialise")
+    }
+}
+
+/// Name of a JSON value's type, for error messages.
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The JSON form of an execution request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutionRequestJson {
+    #[serde(default)]
+    execution_id: String,
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    version: u32,
+    /// Inline playbook YAML (alias `playbook_yaml`).
+    #[serde(default, alias = "playbook_yaml")]
+    playbook: String,
+    #[serde(default)]
+    workload: Option<Value>,
+    #[serde(default)]
+    parent_execution_id: String,
+    #[serde(default)]
+    source_name: String,
+    #[serde(default)]
+    trace_id: String,
+}
+
+/// Decode an execution request: JSON when the payload starts with `{`,
+/// protobuf otherwise.
+pub fn decode_execution_request(data: &[u8]) -> Result<ExecutionRequest, DecodeError> {
+    let first = data.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{') {
+        let j: ExecutionRequestJson = serde_json::from_slice(data).map_err(|e| DecodeError {
+            what: "execution request (JSON)",
+            reason: e.to_string(),
+        })?;
+        let workload_json = match j.workload {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v @ Value::Object(_)) => serde_json::to_vec(&v).expect("serialisable"),
+            Some(other) => {
+                return Err(DecodeError {
+                    what: "execution request (JSON)",
+                    reason: format!("`workload` must be an object, found {}", json_type(&other)),
+                })
+            }
+        };
+        return Ok(ExecutionRequest {
+            execution_id: j.execution_id,
+            path: j.path,
+            version: j.version,
+            playbook_yaml: j.playbook,
+            workload_json,
+            parent_execution_id: j.parent_execution_id,
+            source_name: j.source_name,
+            trace_id: j.trace_id,
+        });
+    }
+    decode("execution request (protobuf)", data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_requests_decode() {
+        let r = decode_execution_request(
+            br#"{"execution_id":"e1","playbook":"x: 1","workload":{"a":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.execution_id, "e1");
+        assert_eq!(r.playbook_yaml, "x: 1");
+        assert_eq!(json_object(&r.workload_json).unwrap()["a"], 1);
+    }
+
+    #[test]
+    fn bad_json_names_the_problem() {
+        let e = decode_execution_request(br#"{"workload": [1]}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("`workload` must be an object"),
+            "{e}"
+        );
+        let e = decode_execution_request(br#"{"wrkload": {}}"#).unwrap_err();
+        assert!(e.to_string().contains("wrkload"), "{e}");
+    }
+
+    #[test]
+    fn protobuf_requests_round_trip() {
+        let r = ExecutionRequest {
+            execution_id: "e2".into(),
+            path: "a/b".into(),
+            ..Default::default()
+        };
+        let back = decode_execution_request(&encode(&r)).unwrap();
+        assert_eq!(back, r);
+    }
+}

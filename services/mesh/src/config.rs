@@ -1,0 +1,96 @@
+//! Mesh configuration: defaults, then `NOETL_*` environment variables, then
+//! flags (the CLI overlays its flags on [`MeshConfig::from_env`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything a service needs to join the mesh.
+#[derive(Debug, Clone)]
+pub struct MeshConfig {
+    /// NATS server URL (`NOETL_NATS_URL`, default `nats://127.0.0.1:4222`).
+    pub nats_url: String,
+    /// Subject / stream / bucket prefix (`NOETL_PREFIX`, default `noetl`).
+    pub prefix: String,
+    /// How long a consumer waits for an ack before redelivering (`NOETL_ACK_WAIT_MS`).
+    pub ack_wait: Duration,
+    /// Deliveries after which a message that keeps failing is dead-lettered.
+    pub max_deliveries: i64,
+    /// JetStream de-duplication window for `Nats-Msg-Id`.
+    pub duplicate_window: Duration,
+    /// Results above this many bytes travel by reference (`NOETL_INLINE_LIMIT`).
+    pub inline_limit: usize,
+    /// Local data directory (object store default root) (`NOETL_HOME`).
+    pub data_dir: PathBuf,
+    /// How long events are kept in the event stream (`NOETL_EVENTS_MAX_AGE_S`).
+    pub events_max_age: Duration,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        Self {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            prefix: "noetl".into(),
+            ack_wait: Duration::from_secs(30),
+            max_deliveries: 10,
+            duplicate_window: Duration::from_secs(120),
+            inline_limit: 64 * 1024,
+            data_dir: default_data_dir(),
+            events_max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// `$NOETL_HOME`, else `$XDG_DATA_HOME/noetl`, else `~/.local/share/noetl`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(h) = std::env::var_os("NOETL_HOME") {
+        return PathBuf::from(h);
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(x).join("noetl");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ".".into());
+    home.join(".local/share/noetl")
+}
+
+impl MeshConfig {
+    /// Defaults overlaid with `NOETL_*` environment variables.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let Some(v) = var("NOETL_NATS_URL") {
+            c.nats_url = v;
+        }
+        if let Some(v) = var("NOETL_PREFIX") {
+            c.prefix = v;
+        }
+        if let Some(v) = var("NOETL_ACK_WAIT_MS").and_then(|v| v.parse().ok()) {
+            c.ack_wait = Duration::from_millis(v);
+        }
+        if let Some(v) = var("NOETL_INLINE_LIMIT").and_then(|v| v.parse().ok()) {
+            c.inline_limit = v;
+        }
+        if let Some(v) = var("NOETL_EVENTS_MAX_AGE_S").and_then(|v| v.parse().ok()) {
+            c.events_max_age = Duration::from_secs(v);
+        }
+        c
+    }
+
+    /// Reject values that cannot work, naming the setting.
+    pub fn validate(&self) -> Result<(), crate::MeshError> {
+        let bad = |what: &str| Err(crate::MeshError::Config(what.to_string()));
+        if self.prefix.is_empty()
+            || !self
+                .prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return bad("NOETL_PREFIX must be non-empty and use only [A-Za-z0-9_-]");
+        }
+        if self.ack_wait < Duration::from_millis(100) {
+            return bad("NOETL_ACK_WAIT_MS must be at least 100");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! Building events: the envelope of seed 001 §9.3 with deterministic ids.
+
+use noetl_wire::Event;
+use serde_json::Value;
+
+use crate::ids::derive_id;
+
+/// Event type names (seeds 001 §9, 002 §8).
+pub mod types {
+    /// Execution accepted, playbook loaded.
+    pub const PLAYBOOK_INITIALIZED: &str = "playbook.initialized";
+    /// Workflow layer started.
+    pub const WORKFLOW_INITIALIZED: &str = "workflow.initialized";
+    /// A token was created.
+    pub const TOKEN_CREATED: &str = "token.created";
+    /// A step was admitted and dispatched.
+    pub const STEP_SCHEDULED: &str = "step.scheduled";
+    /// A step-run started.
+    pub const STEP_STARTED: &str = "step.started";
+    /// Admission denied the token.
+    pub const STEP_SKIPPED: &str = "step.skipped";
+    /// A task attempt started.
+    pub const TASK_STARTED: &str = "task.started";
+    /// A task attempt produced its outcome.
+    pub const TASK_DONE: &str = "task.done";
+    /// A step-run finished successfully.
+    pub const STEP_DONE: &str = "step.done";
+    /// A step-run failed.
+    pub const STEP_FAILED: &str = "step.failed";
+    /// Arcs were selected.
+    pub const NEXT_SELECTED: &str = "next.selected";
+    /// A loop run started.
+    pub const LOOP_STARTED: &str = "loop.started";
+    /// An iteration was dispatched.
+    pub const LOOP_ITERATION_STARTED: &str = "loop.iteration.started";
+    /// An iteration finished.
+    pub const LOOP_ITERATION_DONE: &str = "loop.iteration.done";
+    /// An iteration failed.
+    pub const LOOP_ITERATION_FAILED: &str = "loop.iteration.failed";
+    /// All iterations of a loop run finished.
+    pub const LOOP_DONE: &str = "loop.done";
+    /// Terminal success.
+    pub const EXECUTION_COMPLETED: &str = "execution.completed";
+    /// Terminal failure.
+    pub const EXECUTION_FAILED: &str = "execution.failed";
+}
+
+/// Current time, RFC 3339 with milliseconds, UTC.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let f = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    now.format(&f).unwrap_or_default()
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The fields of an event before its id and timestamp are fixed.
+#[derive(Debug, Clone, Default)]
+pub struct EventDraft<'a> {
+    /// e.g. `step.done`.
+    pub event_type: &'a str,
+    /// Execution.
+    pub execution_id: &'a str,
+    /// Step-run, when applicable.
+    pub step_run_id: &'a str,
+    /// Task-run, when applicable.
+    pub task_run_id: &'a str,
+    /// Step name.
+    pub step: &'a str,
+    /// Task name.
+    pub task: &'a str,
+    /// Trace correlation.
+    pub trace_id: &'a str,
+    /// Causing event or message id.
+    pub parent_id: &'a str,
+    /// Makes ids unique when the other fields repeat (e.g. iteration index).
+    pub discriminator: &'a str,
+    /// Compact payload.
+    pub payload: Value,
+}
+
+impl EventDraft<'_> {
+    /// Fix the deterministic id and the timestamp.
+    pub fn build(self) -> Event {
+        let event_id = derive_id(&[
+            self.execution_id,
+            self.event_type,
+            self.step_run_id,
+            self.task_run_id,
+            self.discriminator,
+        ]);
+        Event {
+            event_id,
+            event_type: self.event_type.to_string(),
+            ts: now_rfc3339(),
+            execution_id: self.execution_id.to_string(),
+            step_run_id: self.step_run_id.to_string(),
+            task_run_id: self.task_run_id.to_string(),
+            trace_id: self.trace_id.to_string(),
+            parent_id: self.parent_id.to_string(),
+            step: self.step.to_string(),
+            task: self.task.to_string(),
+            payload_json: crate::codec::json_bytes(&self.payload),
+        }
+    }
+}
+
+/// The payload of an event as JSON (`{}` when empty or invalid).
+pub fn payload(event: &Event) -> Value {
+    crate::codec::json_value(&event.payload_json)
+        .ok()
+        .filter(|v| !v.is_null())
+        .unwrap_or_else(|| Value::Object(Default::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_draft_same_id() {
+        let d = || EventDraft {
+            event_type: types::STEP_DONE,
+            execution_id: "e",
+            step_run_id: "r",
+            ..Default::default()
+        };
+        assert_eq!(d().build().event_id, d().build().event_id);
+        let mut other = d();
+        other.discriminator = "1";
+        assert_ne!(other.build().event_id, d().build().event_id);
+        assert!(d().build().ts.ends_with('Z'));
+    }
+}

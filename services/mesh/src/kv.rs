@@ -1,0 +1,226 @@
+//! Compare-and-set updates of JSON values in JetStream KV: read the entry and
+//! its revision, compute the new value, write it only if nobody else wrote in
+//! between, and retry on conflict. No in-memory lock anywhere.
+
+use async_nats::jetstream::kv::{CreateErrorKind, Operation, Store, UpdateErrorKind};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::MeshError;
+
+/// What an update function decided.
+pub enum Cas<T> {
+    /// Write this value.
+    Write(T),
+    /// Leave the entry as it is.
+    Keep,
+}
+
+fn kv_err(store: &Store, key: &str, e: impl std::fmt::Display) -> MeshError {
+    MeshError::Kv {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Read a JSON value and its revision (`None` when absent or deleted).
+pub async fn read<T: DeserializeOwned>(
+    store: &Store,
+    key: &str,
+) -> Result<Option<(T, u64)>, MeshError> {
+    match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
+        Some(entry) if entry.operation == Operation::Put => {
+            let v = serde_json::from_slice(&entry.value).map_err(|e| kv_err(store, key, e))?;
+            Ok(Some((v, entry.revision)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Read a JSON value (`None` when absent).
+pub async fn get<T: DeserializeOwned>(store: &Store, key: &str) -> Result<Option<T>, MeshError> {
+    Ok(read(store, key).await?.map(|(v, _)| v))
+}
+
+/// Unconditionally write a JSON value.
+pub async fn put<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<u64, MeshError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
+    store
+        .put(key, bytes.into())
+        .await
+        .map_err(|e| kv_err(store, key, e))
+}
+
+/// Create `key` only if it does not exist. Returns `false` when it existed.
+pub async fn create<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<bool, MeshError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
+    match store.create(key, bytes.into()).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(kv_err(store, key, e)),
+    }
+}
+
+/// Compare-and-set loop. `f` sees the current value (or `None`) and decides;
+/// it may run several times when other writers race, so it must be pure.
+/// Returns the value that is now stored (`None` if absent and kept).
+pub async fn update<T, F>(store: &Store, key: &str, mut f: F) -> Result<Option<T>, MeshError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnMut(Option<&T>) -> Cas<T>,
+{
+    for _ in 0..1000 {
+        let current = read::<T>(store, key).await?;
+        let (value, revision) = match current {
+            Some((v, r)) => (Some(v), Some(r)),
+            None => (None, None),
+        };
+        let new = match f(value.as_ref()) {
+            Cas::Keep => return Ok(value),
+            Cas::Write(new) => new,
+        };
+        let bytes = serde_json::to_vec(&new).map_err(|e| kv_err(store, key, e))?;
+        let written = match revision {
+            Some(rev) => match store.update(key, bytes.into(), rev).await {
+                Ok(_) => true,
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => false,
+                Err(e) => return Err(kv_err(store, key, e)),
+            },
+            None => match store.create(key, bytes.into()).await {
+                Ok(_) => true,
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => false,
+                Err(e) => return Err(kv_err(store, key, e)),
+            },
+        };
+        if written {
+            return Ok(Some(new));
+        }
+        tokio::task::yield_now().await;
+    }
+    Err(kv_err(
+        store,
+        key,
+        "compare-and-set did not converge after 1000 tries",
+    ))
+}
+
+/// The last value and revision seen per key, so a compare-and-set can skip
+/// its read when this process was the last writer (bounded; a stale entry
+/// only costs one failed update and a read).
+pub struct RevisionCache<T> {
+    inner: std::sync::Mutex<std::collections::HashMap<String, (T, u64)>>,
+    capacity: usize,
+}
+
+impl<T: Clone> RevisionCache<T> {
+    /// A cache of at most `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: std::sync::Mutex::new(Default::default()),
+            capacity,
+        }
+    }
+    fn get(&self, key: &str) -> Option<(T, u64)> {
+        self.inner.lock().expect("cache lock").get(key).cloned()
+    }
+    fn put(&self, key: &str, v: T, rev: u64) {
+        let mut g = self.inner.lock().expect("cache lock");
+        if g.len() >= self.capacity && !g.contains_key(key) {
+            g.clear();
+        }
+        g.insert(key.to_string(), (v, rev));
+    }
+    /// Forget a key.
+    pub fn forget(&self, key: &str) {
+        self.inner.lock().expect("cache lock").remove(key);
+    }
+}
+
+/// [`update`] that first tries the cached value and revision.
+pub async fn update_cached<T, F>(
+    store: &Store,
+    key: &str,
+    cache: &RevisionCache<T>,
+    mut f: F,
+) -> Result<Option<T>, MeshError>
+where
+    T: Serialize + DeserializeOwned + Clone,
+    F: FnMut(Option<&T>) -> Cas<T>,
+{
+    let mut hint = cache.get(key);
+    for _ in 0..1000 {
+        let from_cache = hint.is_some();
+        let (value, revision) = match hint.take() {
+            Some((v, r)) => (Some(v), Some(r)),
+            None => match read::<T>(store, key).await? {
+                Some((v, r)) => (Some(v), Some(r)),
+                None => (None, None),
+            },
+        };
+        let new = match f(value.as_ref()) {
+            // A cached value may be stale: only a fresh read may decide
+            // that nothing is to be written.
+            Cas::Keep if from_cache => continue,
+            Cas::Keep => {
+                if let (Some(v), Some(r)) = (&value, revision) {
+                    cache.put(key, v.clone(), r);
+                }
+                return Ok(value);
+            }
+            Cas::Write(new) => new,
+        };
+        let bytes = serde_json::to_vec(&new).map_err(|e| kv_err(store, key, e))?;
+        let result = match revision {
+            Some(rev) => match store.update(key, bytes.into(), rev).await {
+                Ok(r) => Some(r),
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => None,
+                Err(e) => return Err(kv_err(store, key, e)),
+            },
+            None => match store.create(key, bytes.into()).await {
+                Ok(r) => Some(r),
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => None,
+                Err(e) => return Err(kv_err(store, key, e)),
+            },
+        };
+        match result {
+            Some(rev) => {
+                cache.put(key, new.clone(), rev);
+                return Ok(Some(new));
+            }
+            None => cache.forget(key),
+        }
+    }
+    Err(kv_err(
+        store,
+        key,
+        "compare-and-set did not converge after 1000 tries",
+    ))
+}
+
+/// Encode an arbitrary name (step names may contain any character) as a KV
+/// key segment: kept as is when safe, else `x-` + hex.
+pub fn key_part(name: &str) -> String {
+    let safe = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with("x-");
+    if safe {
+        name.to_string()
+    } else {
+        format!("x-{}", hex::encode(name.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_part;
+
+    #[test]
+    fn key_parts_are_safe_and_distinct() {
+        assert_eq!(key_part("fetch_page"), "fetch_page");
+        assert_eq!(key_part("a b"), "x-612062");
+        assert_eq!(key_part("a.b"), "x-612e62");
+        assert_ne!(key_part("x-1"), "x-1");
+    }
+}

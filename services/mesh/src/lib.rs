@@ -1,0 +1,242 @@
+//! noetl-mesh: what every NoETL service shares to talk over NATS JetStream.
+//!
+//! Subject and stream names ([`subjects`]), configuration ([`config`]),
+//! idempotent creation of streams, consumers and KV buckets ([`topology`]),
+//! codecs ([`codec`]), deterministic ids ([`ids`]), KV compare-and-set
+//! ([`kv`]), event construction ([`events`]), the consumer loop with graceful
+//! drain and dead-lettering ([`runtime`]), the execution state kept in KV
+//! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
+//! `nats-server` launcher ([`server`]).
+
+pub mod codec;
+pub mod config;
+pub mod events;
+pub mod ids;
+pub mod kv;
+pub mod plan;
+pub mod runtime;
+pub mod scope;
+pub mod server;
+pub mod state;
+pub mod subjects;
+pub mod topology;
+
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, context::PublishAckFuture, kv::Store};
+use bytes::Bytes;
+
+pub use config::MeshConfig;
+pub use subjects::Subjects;
+
+/// Errors talking to the mesh. Each names the subject, bucket or key involved.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    /// Could not connect to NATS.
+    #[error("cannot connect to NATS at {url}: {source}")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// Cause.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// Creating or reading a stream, consumer or bucket failed.
+    #[error("JetStream setup of {what} failed: {message}")]
+    Setup {
+        /// Which object.
+        what: String,
+        /// Cause.
+        message: String,
+    },
+    /// A publish failed (after the client's own retries).
+    #[error("publish to {subject} failed: {message}")]
+    Publish {
+        /// Subject.
+        subject: String,
+        /// Cause.
+        message: String,
+    },
+    /// A KV operation failed.
+    #[error("KV {bucket}/{key}: {message}")]
+    Kv {
+        /// Bucket.
+        bucket: String,
+        /// Key.
+        key: String,
+        /// Cause.
+        message: String,
+    },
+    /// A message or stored value could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] codec::DecodeError),
+    /// Invalid configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Consuming messages failed.
+    #[error("consumer {consumer}: {message}")]
+    Consume {
+        /// Consumer name.
+        consumer: String,
+        /// Cause.
+        message: String,
+    },
+}
+
+/// A connected mesh endpoint: client, JetStream context, names and buckets.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Mesh {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    subjects: Subjects,
+    config: MeshConfig,
+    buckets: topology::Buckets,
+    plans: plan::PlanCache,
+}
+
+impl Mesh {
+    /// Connect to `config.nats_url` and make sure streams and buckets exist.
+    pub async fn connect(config: MeshConfig) -> Result<Self, MeshError> {
+        config.validate()?;
+        let client = async_nats::ConnectOptions::new()
+            .name("noetl")
+            .connect(config.nats_url.as_str())
+            .await
+            .map_err(|source| MeshError::Connect {
+                url: config.nats_url.clone(),
+                source,
+            })?;
+        Self::with_client(client, config).await
+    }
+
+    /// Join the mesh over an existing client.
+    pub async fn with_client(
+        client: async_nats::Client,
+        config: MeshConfig,
+    ) -> Result<Self, MeshError> {
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::new(&config.prefix);
+        let buckets = topology::ensure(&js, &subjects, &config).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                js,
+                subjects,
+                config,
+                buckets,
+                plans: plan::PlanCache::new(256),
+            }),
+        })
+    }
+
+    /// The core NATS client.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.inner.client
+    }
+    /// The JetStream context.
+    pub fn js(&self) -> &jetstream::Context {
+        &self.inner.js
+    }
+    /// Names.
+    pub fn subjects(&self) -> &Subjects {
+        &self.inner.subjects
+    }
+    /// Configuration.
+    pub fn config(&self) -> &MeshConfig {
+        &self.inner.config
+    }
+    /// Execution-state bucket.
+    pub fn exec_kv(&self) -> &Store {
+        &self.inner.buckets.exec
+    }
+    /// `ctx` bucket.
+    pub fn ctx_kv(&self) -> &Store {
+        &self.inner.buckets.ctx
+    }
+    /// Loop-run bucket.
+    pub fn loop_kv(&self) -> &Store {
+        &self.inner.buckets.loops
+    }
+    /// Per-execution plan cache.
+    pub fn plans(&self) -> &plan::PlanCache {
+        &self.inner.plans
+    }
+
+    /// Publish `payload` on `subject` with `Nats-Msg-Id: msg_id`; returns the
+    /// ack future so callers can pipeline several publishes.
+    pub async fn publish(
+        &self,
+        subject: String,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<PendingAck, MeshError> {
+        let fut = self
+            .inner
+            .js
+            .send_publish(
+                subject.clone(),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload)
+                    .message_id(msg_id),
+            )
+            .await
+            .map_err(|e| MeshError::Publish {
+                subject: subject.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(PendingAck { subject, fut })
+    }
+
+    /// Publish an event on `<p>.evt.<eid>.<type>` (id = `event_id`).
+    pub async fn emit(&self, event: &noetl_wire::Event) -> Result<PendingAck, MeshError> {
+        let subject = self
+            .inner
+            .subjects
+            .event(&event.execution_id, &event.event_type);
+        self.publish(subject, &event.event_id, codec::encode(event))
+            .await
+    }
+}
+
+/// A publish whose JetStream ack has not been awaited yet.
+pub struct PendingAck {
+    subject: String,
+    fut: PublishAckFuture,
+}
+
+impl PendingAck {
+    /// Wait for the ack.
+    pub async fn wait(self) -> Result<(), MeshError> {
+        self.fut.await.map(|_| ()).map_err(|e| MeshError::Publish {
+            subject: self.subject,
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A batch of publishes awaited together (one round trip for many messages).
+#[derive(Default)]
+pub struct Batch {
+    acks: Vec<PendingAck>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Add a pending ack.
+    pub fn push(&mut self, ack: PendingAck) {
+        self.acks.push(ack);
+    }
+    /// Wait for every ack; the first error wins.
+    pub async fn wait(self) -> Result<(), MeshError> {
+        let results = futures::future::join_all(self.acks.into_iter().map(|a| a.wait())).await;
+        results.into_iter().collect()
+    }
+}

@@ -1,0 +1,130 @@
+//! The immutable plan of one execution (normalised playbook + merged
+//! workload), stored once in KV by the router and cached by every service so
+//! no message re-parses the playbook.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use noetl_core::Playbook;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Mesh, MeshError};
+
+/// What is stored under `<eid>.plan`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanRecord {
+    /// Execution id.
+    pub execution_id: String,
+    /// File name or catalog path the playbook came from.
+    pub source_name: String,
+    /// The normalised playbook.
+    pub playbook: Playbook,
+    /// The merged, immutable workload.
+    pub workload: Value,
+    /// Parent execution (child playbooks).
+    #[serde(default)]
+    pub parent_execution_id: String,
+    /// Trace id of the execution.
+    #[serde(default)]
+    pub trace_id: String,
+    /// Step names some template reads by name (computed once, on demand).
+    #[serde(skip)]
+    referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
+}
+
+impl PlanRecord {
+    /// A plan record.
+    pub fn new(
+        execution_id: String,
+        source_name: String,
+        playbook: Playbook,
+        workload: Value,
+    ) -> Self {
+        Self {
+            execution_id,
+            source_name,
+            playbook,
+            workload,
+            parent_execution_id: String::new(),
+            trace_id: String::new(),
+            referenced: Default::default(),
+        }
+    }
+
+    /// True when some template of the playbook reads `step`'s result by
+    /// name (`{{ step.x }}`): only then is the result worth storing in KV.
+    pub fn is_result_referenced(&self, step: &str) -> bool {
+        self.referenced
+            .get_or_init(|| {
+                let names: std::collections::BTreeSet<&str> = self
+                    .playbook
+                    .workflow
+                    .iter()
+                    .map(|s| s.step.as_str())
+                    .collect();
+                let json = serde_json::to_value(&self.playbook).unwrap_or(Value::Null);
+                let roots = crate::scope::roots(crate::scope::strings(&json));
+                roots
+                    .into_iter()
+                    .filter(|r| names.contains(r.as_str()))
+                    .collect()
+            })
+            .contains(step)
+    }
+}
+
+/// Plans by id plus insertion order (for eviction).
+type Slots = (HashMap<String, Arc<PlanRecord>>, VecDeque<String>);
+
+/// A bounded cache of plans by execution id.
+pub struct PlanCache {
+    capacity: usize,
+    inner: Mutex<Slots>,
+}
+
+impl PlanCache {
+    /// A cache holding at most `capacity` plans.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new((HashMap::new(), VecDeque::new())),
+        }
+    }
+
+    /// Insert a plan (the router does this when it stores one).
+    pub fn insert(&self, plan: Arc<PlanRecord>) {
+        let mut g = self.inner.lock().expect("plan cache lock");
+        let (map, order) = &mut *g;
+        if map
+            .insert(plan.execution_id.clone(), plan.clone())
+            .is_none()
+        {
+            order.push_back(plan.execution_id.clone());
+            while order.len() > self.capacity {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The plan of `eid`, from the cache or KV.
+    pub async fn get(&self, mesh: &Mesh, eid: &str) -> Result<Arc<PlanRecord>, MeshError> {
+        if let Some(p) = self.inner.lock().expect("plan cache lock").0.get(eid) {
+            return Ok(p.clone());
+        }
+        let key = crate::state::plan_key(eid);
+        let rec: PlanRecord =
+            crate::kv::get(mesh.exec_kv(), &key)
+                .await?
+                .ok_or_else(|| MeshError::Kv {
+                    bucket: mesh.subjects().exec_bucket(),
+                    key,
+                    message: "no plan stored for this execution".into(),
+                })?;
+        let plan = Arc::new(rec);
+        self.insert(plan.clone());
+        Ok(plan)
+    }
+}

@@ -1,0 +1,187 @@
+//! The consumer loop every service runs: pull from a durable consumer, handle
+//! up to `concurrency` messages at once, ack / nak / dead-letter each, and on
+//! shutdown stop pulling and drain what is in flight.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{consumer::PullConsumer, AckKind, Message};
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Mesh, MeshError};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What to do with a message once handled.
+#[derive(Debug)]
+pub enum Disposition {
+    /// Done; remove it.
+    Ack,
+    /// Redeliver later (after the delay, if given): a transient failure or a
+    /// command whose time has not come.
+    Retry(Option<Duration>),
+    /// The message can never be handled: log it, copy it to the dead-letter
+    /// subject with the reason, and ack it.
+    DeadLetter(String),
+}
+
+/// A message handler.
+pub trait Handler: Send + Sync + 'static {
+    /// Handle one message. Must be idempotent: messages can be redelivered.
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition>;
+}
+
+/// One consumer loop.
+pub struct ConsumerLoop {
+    /// Name for logs and the dead-letter subject.
+    pub name: String,
+    /// The durable consumer.
+    pub consumer: PullConsumer,
+    /// Messages handled at once by this replica.
+    pub concurrency: usize,
+    /// The handler.
+    pub handler: Arc<dyn Handler>,
+    /// Cancelled on shutdown.
+    pub shutdown: CancellationToken,
+}
+
+/// Run a consumer loop until `shutdown` is cancelled, then drain.
+pub async fn run(mesh: Mesh, cl: ConsumerLoop) -> Result<(), MeshError> {
+    let concurrency = cl.concurrency.max(1);
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let consume_err = |e: &dyn std::fmt::Display| MeshError::Consume {
+        consumer: cl.name.clone(),
+        message: e.to_string(),
+    };
+    let mut messages = cl
+        .consumer
+        .stream()
+        .max_messages_per_batch(concurrency.clamp(1, 64))
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await
+        .map_err(|e| consume_err(&e))?;
+    loop {
+        let permit = tokio::select! {
+            _ = cl.shutdown.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let next = tokio::select! {
+            _ = cl.shutdown.cancelled() => break,
+            m = messages.next() => m,
+        };
+        let msg = match next {
+            None => break,
+            Some(Ok(m)) => Arc::new(m),
+            Some(Err(e)) => {
+                tracing::warn!(consumer = %cl.name, error = %e, "pull failed; continuing");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let handler = cl.handler.clone();
+        let mesh = mesh.clone();
+        let name = cl.name.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            dispatch(&mesh, &name, handler, msg).await;
+        });
+    }
+    // Drain: wait until every in-flight handler has returned its permit.
+    let _all = permits
+        .acquire_many(concurrency as u32)
+        .await
+        .expect("semaphore is never closed");
+    tracing::info!(consumer = %cl.name, "drained");
+    Ok(())
+}
+
+async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<Message>) {
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let disposition = if delivered > mesh.config().max_deliveries {
+        Disposition::DeadLetter(format!("delivered {delivered} times without being handled"))
+    } else {
+        let fut = handler.handle(msg.clone());
+        match tokio::spawn(fut).await {
+            Ok(d) => d,
+            Err(e) => Disposition::DeadLetter(format!("handler panicked: {e}")),
+        }
+    };
+    let acked = match disposition {
+        Disposition::Ack => msg.ack().await,
+        Disposition::Retry(delay) => msg.ack_with(AckKind::Nak(delay)).await,
+        Disposition::DeadLetter(reason) => {
+            tracing::error!(consumer = %name, subject = %msg.subject, %reason, "dead-lettering message");
+            if let Err(e) = dead_letter(mesh, name, &msg, &reason).await {
+                tracing::error!(consumer = %name, error = %e, "dead-letter publish failed; will be redelivered");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+                return;
+            }
+            msg.ack().await
+        }
+    };
+    if let Err(e) = acked {
+        tracing::warn!(consumer = %name, subject = %msg.subject, error = %e, "ack failed; message will be redelivered");
+    }
+}
+
+/// Header naming the subject a dead letter came from.
+pub const HEADER_ORIGINAL_SUBJECT: &str = "Noetl-Original-Subject";
+/// Header with the reason a message was dead-lettered.
+pub const HEADER_REASON: &str = "Noetl-Dead-Letter-Reason";
+
+async fn dead_letter(
+    mesh: &Mesh,
+    name: &str,
+    msg: &Message,
+    reason: &str,
+) -> Result<(), MeshError> {
+    let subject = mesh.subjects().dead_letter(name);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(HEADER_ORIGINAL_SUBJECT, msg.subject.as_str());
+    let one_line: String = reason
+        .chars()
+        .filter(|c| *c != '\n' && *c != '\r')
+        .take(1000)
+        .collect();
+    headers.insert(HEADER_REASON, one_line.as_str());
+    let ack = mesh
+        .js()
+        .publish_with_headers(subject.clone(), headers, msg.payload.clone())
+        .await
+        .map_err(|e| MeshError::Publish {
+            subject: subject.clone(),
+            message: e.to_string(),
+        })?;
+    ack.await.map_err(|e| MeshError::Publish {
+        subject,
+        message: e.to_string(),
+    })?;
+    Ok(())
+}
+
+/// Map a transient mesh error to a retry with a short delay.
+pub fn retry_on(e: &MeshError) -> Disposition {
+    tracing::warn!(error = %e, "transient failure; message will be retried");
+    Disposition::Retry(Some(Duration::from_millis(250)))
+}
+
+/// What every service needs to run: the mesh, how many messages a replica
+/// handles at once, and the shutdown signal.
+#[derive(Clone)]
+pub struct ServiceParams {
+    /// Connected mesh.
+    pub mesh: Mesh,
+    /// Messages handled at once by this replica.
+    pub concurrency: usize,
+    /// Cancelled on shutdown (SIGTERM / Ctrl-C); services then drain.
+    pub shutdown: CancellationToken,
+}

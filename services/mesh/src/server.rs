@@ -1,0 +1,271 @@
+//! Launching a private `nats-server -js` on a loopback port: used by
+//! `noetl run` (the embedded default) and by the test harness.
+//!
+//! The binary is looked up as: an explicit path, `$NOETL_NATS_SERVER`,
+//! `nats-server` on `PATH`, then `.venv/bin/nats-server` under the current
+//! directory and its parents (where `make setup` installs it). Versions older
+//! than 2.10 (Debian ships 2.9) are refused: JetStream features we rely on
+//! (multi-filter consumers) need 2.10+.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The oldest server version we accept.
+pub const MIN_VERSION: (u32, u32) = (2, 10);
+
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// No binary was found.
+    #[error("nats-server not found ({hint}); run `make setup` (installs nats-server 2.15 into .venv/bin) or set NOETL_NATS_SERVER")]
+    NotFound {
+        /// Where we looked.
+        hint: String,
+    },
+    /// The binary is too old.
+    #[error("{path} is nats-server {version}, older than 2.10; run `make setup` or set NOETL_NATS_SERVER to a newer binary")]
+    TooOld {
+        /// Binary.
+        path: String,
+        /// Its version.
+        version: String,
+    },
+    /// The process could not be spawned.
+    #[error("cannot start {path}: {source}")]
+    Spawn {
+        /// Binary.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store directory could not be prepared.
+    #[error("cannot use store directory {path}: {source}")]
+    StoreDir {
+        /// Directory.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server did not become ready.
+    #[error("nats-server did not become ready on port {port}; last log lines:\n{log_tail}")]
+    NotReady {
+        /// Port tried.
+        port: u16,
+        /// End of its log.
+        log_tail: String,
+    },
+}
+
+/// How to start the server.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// JetStream store directory (created if missing).
+    pub store_dir: PathBuf,
+    /// Port; `None` picks a free one.
+    pub port: Option<u16>,
+    /// Binary; `None` searches (see module docs).
+    pub binary: Option<PathBuf>,
+}
+
+/// A running `nats-server`; killed on drop.
+pub struct NatsServerProcess {
+    child: Option<Child>,
+    port: u16,
+    log_path: PathBuf,
+}
+
+impl NatsServerProcess {
+    /// Start a server and wait until it accepts clients with JetStream on.
+    pub fn start(opts: ServerOptions) -> Result<Self, ServerError> {
+        let binary = find_binary(opts.binary.as_deref())?;
+        check_version(&binary)?;
+        std::fs::create_dir_all(&opts.store_dir).map_err(|source| ServerError::StoreDir {
+            path: opts.store_dir.display().to_string(),
+            source,
+        })?;
+        let log_path = opts.store_dir.join("nats-server.log");
+        let mut last_err = None;
+        for _ in 0..5 {
+            let port = match opts.port {
+                Some(p) => p,
+                None => free_port(),
+            };
+            let child = Command::new(&binary)
+                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                .arg(&opts.store_dir)
+                .arg("-l")
+                .arg(&log_path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|source| ServerError::Spawn {
+                    path: binary.display().to_string(),
+                    source,
+                })?;
+            let mut server = Self {
+                child: Some(child),
+                port,
+                log_path: log_path.clone(),
+            };
+            match server.wait_ready(Duration::from_secs(15)) {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    server.stop();
+                    last_err = Some(e);
+                    if opts.port.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last_err.expect("at least one attempt"))
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), ServerError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // exited: port taken or bad flags
+                }
+            }
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut line = String::new();
+                if BufReader::new(&mut s).read_line(&mut line).is_ok()
+                    && line.starts_with("INFO")
+                    && line.contains("\"jetstream\":true")
+                {
+                    let _ = s.write_all(b"CONNECT {}\r\n");
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(ServerError::NotReady {
+            port: self.port,
+            log_tail: self.log_tail(),
+        })
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The last lines of the server log.
+    pub fn log_tail(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log_path) {
+            let _ = f.read_to_string(&mut s);
+        }
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Stop the server (also done on drop).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for NatsServerProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// Find the nats-server binary (see module docs for the order).
+pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf, ServerError> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("NOETL_NATS_SERVER").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let mut looked = Vec::new();
+    // Project-local install first: PATH may hold Debian's old 2.9.
+    if let Ok(mut dir) = std::env::current_dir() {
+        loop {
+            let cand = dir.join(".venv/bin/nats-server");
+            if cand.is_file() {
+                return Ok(cand);
+            }
+            looked.push(cand.display().to_string());
+            if !dir.pop() {
+                break;
+            }
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/nats-server");
+    if workspace.is_file() {
+        return Ok(workspace);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let cand = dir.join("nats-server");
+            if cand.is_file() && check_version(&cand).is_ok() {
+                return Ok(cand);
+            }
+        }
+    }
+    looked.push("PATH".into());
+    Err(ServerError::NotFound {
+        hint: format!("looked in {}", looked.join(", ")),
+    })
+}
+
+/// Refuse servers older than [`MIN_VERSION`].
+pub fn check_version(binary: &Path) -> Result<(), ServerError> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .map_err(|source| ServerError::Spawn {
+            path: binary.display().to_string(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let version = text
+        .split_whitespace()
+        .find(|w| w.trim_start_matches('v').starts_with(char::is_numeric))
+        .unwrap_or("")
+        .trim_start_matches('v')
+        .to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < MIN_VERSION {
+        return Err(ServerError::TooOld {
+            path: binary.display().to_string(),
+            version: if version.is_empty() {
+                text.trim().to_string()
+            } else {
+                version
+            },
+        });
+    }
+    Ok(())
+}

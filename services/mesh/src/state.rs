@@ -1,0 +1,205 @@
+//! Compact execution state in the `noetl_exec` bucket. The router is its only
+//! writer for headers, step records and run records; every write is a KV
+//! compare-and-set. Keys:
+//!
+//! | key | value |
+//! |---|---|
+//! | `<eid>` | [`ExecHeader`] |
+//! | `<eid>.plan` | [`crate::plan::PlanRecord`] (immutable) |
+//! | `<eid>.step.<step>` | [`StepRecord`] |
+//! | `<eid>.result.<step>` | the step's last compact result (written by executors) |
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::kv::key_part;
+
+/// Status of an execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// Tokens are live.
+    Running,
+    /// Finished with no unhandled failure.
+    Completed,
+    /// A step failed and no arc handled it, or the request was invalid.
+    Failed,
+}
+
+impl ExecStatus {
+    /// True for completed and failed.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, ExecStatus::Running)
+    }
+}
+
+/// The compact header of one execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecHeader {
+    /// Execution id.
+    pub execution_id: String,
+    /// Current status.
+    pub status: ExecStatus,
+    /// `metadata.name` of the playbook.
+    pub playbook: String,
+    /// Where it came from (file name or catalog path).
+    pub source: String,
+    /// Tokens created whose step-run has not reached a handled boundary
+    /// (O(live tokens), not O(steps)). Each records the step-run that fired
+    /// it, so a redelivered boundary republishes exactly the same tokens.
+    pub live: Vec<TokenRecord>,
+    /// The terminal event (`execution.completed` / `execution.failed`) was
+    /// published; later stragglers do not publish it again.
+    #[serde(default)]
+    pub terminal_emitted: bool,
+    /// Start time.
+    pub started_at: String,
+    /// End time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The parent execution, for child playbooks.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_execution_id: String,
+}
+
+/// Status of a step (its latest run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Finished successfully.
+    Done,
+    /// Failed.
+    Failed,
+    /// Admission denied.
+    Skipped,
+}
+
+/// What the router knows of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Latest status.
+    pub status: StepStatus,
+    /// Latest step-run id.
+    pub last_step_run_id: String,
+    /// Loop counters of the latest run, if it was a loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_counts: Option<Value>,
+    /// Error of the latest run, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A live token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Deterministic token id (also the next step-run id).
+    pub token_id: String,
+    /// Target step.
+    pub step: String,
+    /// Rendered inscription.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub args: Value,
+    /// Arc index in the parent step's `next.arcs`.
+    #[serde(default)]
+    pub arc: usize,
+    /// The step-run whose boundary fired it (empty for the entry token).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent: String,
+}
+
+impl ExecHeader {
+    /// True while `token_id` is live.
+    pub fn is_live(&self, token_id: &str) -> bool {
+        self.live.iter().any(|t| t.token_id == token_id)
+    }
+}
+
+/// Key of the header.
+pub fn header_key(eid: &str) -> String {
+    eid.to_string()
+}
+/// Key of the plan.
+pub fn plan_key(eid: &str) -> String {
+    format!("{eid}.plan")
+}
+/// Key of a step record.
+pub fn step_key(eid: &str, step: &str) -> String {
+    format!("{eid}.step.{}", key_part(step))
+}
+/// Key of a step's last result.
+pub fn result_key(eid: &str, step: &str) -> String {
+    format!("{eid}.result.{}", key_part(step))
+}
+
+/// The summary `noetl run --json` and `noetl exec status --json` print.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecSummary {
+    /// Execution id.
+    pub execution_id: String,
+    /// Status.
+    pub status: ExecStatus,
+    /// Playbook name.
+    pub playbook: String,
+    /// Final (or current) `ctx`.
+    pub ctx: Value,
+    /// Each step's status: done / failed / skipped / not_run.
+    pub steps: BTreeMap<String, String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Start and end times.
+    pub started_at: String,
+    /// End time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+}
+
+impl crate::Mesh {
+    /// Read an execution's header.
+    pub async fn exec_header(&self, eid: &str) -> Result<Option<ExecHeader>, crate::MeshError> {
+        crate::kv::get(self.exec_kv(), &header_key(eid)).await
+    }
+
+    /// Read an execution's `ctx` (`{}` when none was written).
+    pub async fn exec_ctx(&self, eid: &str) -> Result<Value, crate::MeshError> {
+        Ok(crate::kv::get::<Value>(self.ctx_kv(), eid)
+            .await?
+            .unwrap_or_else(|| Value::Object(Default::default())))
+    }
+
+    /// Build the summary of an execution (`None` if unknown).
+    pub async fn exec_summary(&self, eid: &str) -> Result<Option<ExecSummary>, crate::MeshError> {
+        let Some(header) = self.exec_header(eid).await? else {
+            return Ok(None);
+        };
+        let mut steps = BTreeMap::new();
+        if let Ok(plan) = self.plans().get(self, eid).await {
+            for step in &plan.playbook.workflow {
+                let rec: Option<StepRecord> =
+                    crate::kv::get(self.exec_kv(), &step_key(eid, &step.step)).await?;
+                let s = match rec.map(|r| r.status) {
+                    Some(StepStatus::Done) => "done",
+                    Some(StepStatus::Failed) => "failed",
+                    Some(StepStatus::Skipped) => "skipped",
+                    None => "not_run",
+                };
+                steps.insert(step.step.clone(), s.to_string());
+            }
+        }
+        Ok(Some(ExecSummary {
+            execution_id: header.execution_id.clone(),
+            status: header.status,
+            playbook: header.playbook.clone(),
+            ctx: self.exec_ctx(eid).await?,
+            steps,
+            error: header.error.clone(),
+            started_at: header.started_at.clone(),
+            ended_at: header.ended_at.clone(),
+        }))
+    }
+}

@@ -1,0 +1,393 @@
+//! Boundary events: evaluate `next.arcs` once per step-run and move tokens.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::Message;
+use noetl_core::{routing, template::Scope, Step};
+use noetl_mesh::{
+    codec,
+    events::{self, now_rfc3339, types, EventDraft},
+    ids::derive_id,
+    kv::{self, Cas, RevisionCache},
+    plan::PlanRecord,
+    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    scope,
+    state::{header_key, step_key, ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
+    Batch, Mesh, MeshError,
+};
+use noetl_wire::{Event, Token};
+use serde_json::{json, Map, Value};
+
+/// Handles `step.done`, `step.failed`, `step.skipped` and boundary `loop.done`.
+pub struct BoundaryHandler {
+    mesh: Mesh,
+    headers: Arc<RevisionCache<ExecHeader>>,
+}
+
+impl BoundaryHandler {
+    /// A handler; keeps the last header revision it wrote per execution.
+    pub fn new(mesh: Mesh) -> Self {
+        Self {
+            mesh,
+            headers: Arc::new(RevisionCache::new(4096)),
+        }
+    }
+}
+
+impl Handler for BoundaryHandler {
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
+        let mesh = self.mesh.clone();
+        let headers = self.headers.clone();
+        Box::pin(async move {
+            let ev: Event = match codec::decode("event", &msg.payload) {
+                Ok(e) => e,
+                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+            };
+            let span = tracing::debug_span!("boundary", execution_id = %ev.execution_id, step = %ev.step, event = %ev.event_type);
+            match tracing::Instrument::instrument(on_boundary(&mesh, &headers, ev), span).await {
+                Ok(()) => Disposition::Ack,
+                Err(BoundaryError::Mesh(e)) => retry_on(&e),
+                Err(BoundaryError::Refused(r)) => Disposition::DeadLetter(r),
+            }
+        })
+    }
+}
+
+enum BoundaryError {
+    Mesh(MeshError),
+    Refused(String),
+}
+
+impl From<MeshError> for BoundaryError {
+    fn from(e: MeshError) -> Self {
+        BoundaryError::Mesh(e)
+    }
+}
+
+/// What the arcs decided for one boundary event.
+struct Decision {
+    tokens: Vec<TokenRecord>,
+    unhandled_failure: bool,
+    error: Option<String>,
+}
+
+async fn on_boundary(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: Event,
+) -> Result<(), BoundaryError> {
+    let payload = events::payload(&ev);
+    if ev.event_type == types::LOOP_DONE && payload.get("boundary") != Some(&Value::Bool(true)) {
+        return Ok(()); // informational: the failing loop's boundary is step.failed
+    }
+    let eid = ev.execution_id.as_str();
+    let srid = ev.step_run_id.as_str();
+    let plan = match mesh.plans().get(mesh, eid).await {
+        Ok(p) => p,
+        Err(MeshError::Kv { message, .. }) if message.contains("no plan") => {
+            return Err(BoundaryError::Refused(format!(
+                "{} for unknown execution {eid} (step {})",
+                ev.event_type, ev.step
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(step) = plan.playbook.step(&ev.step) else {
+        return Err(BoundaryError::Refused(format!(
+            "{} names step {:?} which execution {eid} does not have",
+            ev.event_type, ev.step
+        )));
+    };
+
+    // 1. The decision (pure: arcs over event, ctx, workload, args, results).
+    let decision = decide(mesh, &plan, step, &ev, &payload).await?;
+
+    // 2. One compare-and-set: applied only while this step-run's token is
+    //    live, so a redelivered event changes nothing the second time.
+    let mut applied = false;
+    let header = kv::update_cached(
+        mesh.exec_kv(),
+        &header_key(eid),
+        headers,
+        |h: Option<&ExecHeader>| {
+            applied = false;
+            let Some(h) = h else { return Cas::Keep };
+            if !h.is_live(srid) {
+                return Cas::Keep;
+            }
+            let mut h = h.clone();
+            h.live.retain(|t| t.token_id != srid);
+            if h.status == ExecStatus::Running {
+                if decision.unhandled_failure {
+                    h.status = ExecStatus::Failed;
+                    h.error = Some(failure_message(&ev, &payload, decision.error.as_deref()));
+                    h.live.clear();
+                    h.ended_at = Some(now_rfc3339());
+                } else {
+                    h.live.extend(decision.tokens.iter().cloned());
+                    if h.live.is_empty() {
+                        h.status = ExecStatus::Completed;
+                        h.ended_at = Some(now_rfc3339());
+                    }
+                }
+            }
+            applied = true;
+            Cas::Write(h)
+        },
+    )
+    .await?;
+    let Some(header) = header else {
+        return Err(BoundaryError::Refused(format!(
+            "{} for execution {eid} which has no header",
+            ev.event_type
+        )));
+    };
+
+    // 3. Publish the tokens this step-run fired that are still live (on a
+    //    redelivery: the same ones, same ids), and the events.
+    let fired: Vec<&TokenRecord> = header.live.iter().filter(|t| t.parent == srid).collect();
+    let mut batch = Batch::new();
+    for t in &fired {
+        let token = Token {
+            token_id: t.token_id.clone(),
+            execution_id: eid.to_string(),
+            step: t.step.clone(),
+            args_json: codec::json_bytes(&t.args),
+            trace_id: ev.trace_id.clone(),
+            parent_step_run_id: srid.to_string(),
+            parent_step: ev.step.clone(),
+        };
+        batch.push(
+            mesh.publish(
+                mesh.subjects().token(eid),
+                &token.token_id,
+                codec::encode(&token),
+            )
+            .await?,
+        );
+        batch.push(
+            mesh.emit(
+                &EventDraft {
+                    event_type: types::TOKEN_CREATED,
+                    execution_id: eid,
+                    step_run_id: srid,
+                    step: &t.step,
+                    trace_id: &ev.trace_id,
+                    parent_id: &ev.event_id,
+                    discriminator: &t.token_id,
+                    payload: json!({"token_id": t.token_id, "step": t.step, "arc": t.arc}),
+                    ..Default::default()
+                }
+                .build(),
+            )
+            .await?,
+        );
+    }
+    if (applied || !fired.is_empty()) && ev.event_type != types::STEP_SKIPPED {
+        let arcs: Vec<Value> = fired
+            .iter()
+            .map(|t| json!({"arc": t.arc, "step": t.step}))
+            .collect();
+        let mode = step.next.as_ref().map(|n| n.spec.mode).unwrap_or_default();
+        batch.push(
+            mesh.emit(
+                &EventDraft {
+                    event_type: types::NEXT_SELECTED,
+                    execution_id: eid,
+                    step_run_id: srid,
+                    step: &ev.step,
+                    trace_id: &ev.trace_id,
+                    parent_id: &ev.event_id,
+                    payload: json!({"on": ev.event_type, "mode": mode, "arcs": arcs, "error": decision.error}),
+                    ..Default::default()
+                }
+                .build(),
+            )
+            .await?,
+        );
+    }
+    let step_record = StepRecord {
+        status: match ev.event_type.as_str() {
+            types::STEP_FAILED => StepStatus::Failed,
+            types::STEP_SKIPPED => StepStatus::Skipped,
+            _ => StepStatus::Done,
+        },
+        last_step_run_id: srid.to_string(),
+        loop_counts: payload
+            .get("counts")
+            .cloned()
+            .filter(|_| ev.event_type == types::LOOP_DONE),
+        error: payload.get("error").map(error_text),
+    };
+    let skey = step_key(eid, &ev.step);
+    // A token absorbed by a join says nothing about the step's status.
+    let absorbed = payload.get("join") == Some(&Value::Bool(true));
+    let (published, stored) = tokio::join!(batch.wait(), async {
+        if applied && !absorbed {
+            kv::put(mesh.exec_kv(), &skey, &step_record)
+                .await
+                .map(|_| ())
+        } else {
+            Ok(())
+        }
+    });
+    published?;
+    stored?;
+
+    // 4. The terminal event, exactly once (flag set after publishing).
+    if header.status.is_terminal() && !header.terminal_emitted {
+        let (t, status) = match header.status {
+            ExecStatus::Completed => (types::EXECUTION_COMPLETED, "completed"),
+            _ => (types::EXECUTION_FAILED, "failed"),
+        };
+        mesh.emit(
+            &EventDraft {
+                event_type: t,
+                execution_id: eid,
+                trace_id: &ev.trace_id,
+                payload: json!({"status": status, "error": header.error}),
+                ..Default::default()
+            }
+            .build(),
+        )
+        .await?
+        .wait()
+        .await?;
+        kv::update_cached(
+            mesh.exec_kv(),
+            &header_key(eid),
+            headers,
+            |h: Option<&ExecHeader>| match h {
+                Some(h) if !h.terminal_emitted => {
+                    let mut h = h.clone();
+                    h.terminal_emitted = true;
+                    Cas::Write(h)
+                }
+                _ => Cas::Keep,
+            },
+        )
+        .await?;
+        headers.forget(&header_key(eid));
+        tracing::info!(execution_id = %eid, status, "execution finished");
+    }
+    Ok(())
+}
+
+/// Evaluate the step's arcs for this boundary event.
+async fn decide(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    ev: &Event,
+    payload: &Value,
+) -> Result<Decision, MeshError> {
+    let mut record = Decision {
+        tokens: Vec::new(),
+        unhandled_failure: false,
+        error: None,
+    };
+    if ev.event_type == types::STEP_SKIPPED {
+        return Ok(record);
+    }
+    let next = step.next.as_ref();
+    let templates: Vec<&str> = next
+        .map(|n| {
+            n.arcs
+                .iter()
+                .flat_map(|a| {
+                    let mut v: Vec<&str> = a.when.as_deref().into_iter().collect();
+                    if let Some(args) = &a.args {
+                        for x in args.values() {
+                            v.extend(scope::strings(x));
+                        }
+                    }
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
+        Ok(Vec::new())
+    } else {
+        let roots = scope::roots(templates.iter().copied());
+        let names: Vec<&str> = plan
+            .playbook
+            .workflow
+            .iter()
+            .map(|s| s.step.as_str())
+            .collect();
+        let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
+        let mut event = match payload {
+            Value::Object(m) => m.clone(),
+            _ => Map::new(),
+        };
+        event.insert("name".into(), json!(ev.event_type));
+        event.insert("step".into(), json!(ev.step));
+        event.insert("step_run_id".into(), json!(ev.step_run_id));
+        let args = payload.get("args").cloned().unwrap_or_else(|| json!({}));
+        let mut sc = Scope::new()
+            .workload(plan.workload.clone())
+            .ctx(loaded.ctx)
+            .args(args)
+            .event(Value::Object(event))
+            .execution_id(ev.execution_id.clone());
+        for name in &names {
+            sc = sc.declare(*name);
+        }
+        for (name, result) in loaded.steps {
+            sc = sc.step_result(name, result);
+        }
+        routing::select_arcs(next, &sc).map_err(|e| {
+            format!(
+                "routing of step {:?} failed in {}: {e}",
+                ev.step, plan.source_name
+            )
+        })
+    };
+    match selected {
+        Ok(arcs) => {
+            record.tokens = arcs
+                .into_iter()
+                .map(|a| TokenRecord {
+                    token_id: derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]),
+                    step: a.step,
+                    args: Value::Object(a.args),
+                    arc: a.index,
+                    parent: ev.step_run_id.clone(),
+                })
+                .collect();
+            record.unhandled_failure =
+                ev.event_type == types::STEP_FAILED && record.tokens.is_empty();
+        }
+        Err(message) => {
+            tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
+            record.error = Some(message);
+            record.unhandled_failure = true;
+        }
+    }
+    Ok(record)
+}
+
+fn error_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(m) => match (m.get("kind"), m.get("message")) {
+            (Some(k), Some(Value::String(msg))) => {
+                format!("{}: {msg}", k.as_str().unwrap_or("error"))
+            }
+            (_, Some(Value::String(msg))) => msg.clone(),
+            _ => v.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn failure_message(ev: &Event, payload: &Value, routing_error: Option<&str>) -> String {
+    if let Some(e) = routing_error {
+        return e.to_string();
+    }
+    match payload.get("error") {
+        Some(e) => format!("step {:?} failed: {}", ev.step, error_text(e)),
+        None => format!("step {:?} failed", ev.step),
+    }
+}

@@ -1,0 +1,83 @@
+//! noetl-router: starts executions and routes tokens along `next.arcs`.
+//!
+//! Two consumers:
+//! - `router-requests` on `<p>.exec.request`: validates the playbook, stores
+//!   the plan and the execution header, emits `playbook.initialized`,
+//!   `workflow.initialized`, `token.created` and publishes the entry token.
+//! - `router-events` on the boundary events (`step.done`, `step.failed`,
+//!   `step.skipped`, `loop.done`): evaluates the step's arcs once per
+//!   step-run, updates the live-token set and ends the execution when no
+//!   token is live.
+//!
+//! Exactly-once effect under redelivery: the header's live set (which holds
+//! each live token with its args and the step-run that fired it) changes
+//! only while the step-run's own token is in it, in one compare-and-set;
+//! tokens are published afterwards with deterministic ids, and a redelivered
+//! boundary republishes exactly the tokens its first handling recorded.
+
+mod boundary;
+mod request;
+
+use std::sync::Arc;
+
+use noetl_mesh::{
+    events::types,
+    runtime::{self, ConsumerLoop, ServiceParams},
+    topology::{ConsumerSpec, StreamKind},
+    MeshError,
+};
+
+pub use boundary::BoundaryHandler;
+pub use request::RequestHandler;
+
+/// Run the router until `params.shutdown` is cancelled, then drain.
+pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
+    let mesh = params.mesh.clone();
+    let s = mesh.subjects().clone();
+    let requests = mesh
+        .consumer(&ConsumerSpec {
+            durable: "router-requests".into(),
+            stream: StreamKind::Work,
+            filter_subjects: vec![s.exec_request()],
+            max_ack_pending: 10_000,
+        })
+        .await?;
+    let boundaries = mesh
+        .consumer(&ConsumerSpec {
+            durable: "router-events".into(),
+            stream: StreamKind::Events,
+            filter_subjects: [
+                types::STEP_DONE,
+                types::STEP_FAILED,
+                types::STEP_SKIPPED,
+                types::LOOP_DONE,
+            ]
+            .iter()
+            .map(|t| s.events_of_type(t))
+            .collect(),
+            max_ack_pending: 10_000,
+        })
+        .await?;
+    let a = runtime::run(
+        mesh.clone(),
+        ConsumerLoop {
+            name: "router-requests".into(),
+            consumer: requests,
+            concurrency: params.concurrency,
+            handler: Arc::new(RequestHandler { mesh: mesh.clone() }),
+            shutdown: params.shutdown.clone(),
+        },
+    );
+    let b = runtime::run(
+        mesh.clone(),
+        ConsumerLoop {
+            name: "router-events".into(),
+            consumer: boundaries,
+            concurrency: params.concurrency,
+            handler: Arc::new(BoundaryHandler::new(mesh.clone())),
+            shutdown: params.shutdown.clone(),
+        },
+    );
+    let (ra, rb) = tokio::join!(a, b);
+    ra.and(rb)
+}

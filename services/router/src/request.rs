@@ -1,0 +1,265 @@
+//! Execution requests: validate, store the plan, publish the entry token.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::Message;
+use noetl_core::merge::deep_merge;
+use noetl_mesh::{
+    codec,
+    events::{now_rfc3339, types, EventDraft},
+    ids::{derive_id, is_valid_execution_id},
+    kv,
+    plan::PlanRecord,
+    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    state::{header_key, plan_key, ExecHeader, ExecStatus, TokenRecord},
+    Batch, Mesh, MeshError,
+};
+use noetl_wire::{ExecutionRequest, Token};
+use serde_json::{json, Value};
+
+/// Handles `<p>.exec.request`.
+pub struct RequestHandler {
+    /// The mesh.
+    pub mesh: Mesh,
+}
+
+impl Handler for RequestHandler {
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
+        let mesh = self.mesh.clone();
+        Box::pin(async move {
+            let req = match codec::decode_execution_request(&msg.payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Disposition::DeadLetter(format!(
+                        "{e} (subject {}; send JSON like {{\"playbook\": \"<yaml>\", \"workload\": {{}}}})",
+                        msg.subject
+                    ))
+                }
+            };
+            let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            match start(&mesh, req, seq).await {
+                Ok(()) => Disposition::Ack,
+                Err(StartError::Mesh(e)) => retry_on(&e),
+                Err(StartError::Refused(reason)) => Disposition::DeadLetter(reason),
+            }
+        })
+    }
+}
+
+enum StartError {
+    Mesh(MeshError),
+    Refused(String),
+}
+
+impl From<MeshError> for StartError {
+    fn from(e: MeshError) -> Self {
+        StartError::Mesh(e)
+    }
+}
+
+/// The execution id a request gets: its own, else `e<stream sequence>` (the
+/// publisher reads the sequence from its JetStream ack).
+fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, StartError> {
+    if req.execution_id.is_empty() {
+        return Ok(format!("e{seq}"));
+    }
+    if is_valid_execution_id(&req.execution_id) {
+        Ok(req.execution_id.clone())
+    } else {
+        Err(StartError::Refused(format!(
+            "execution_id {:?} is not usable: use 1-128 characters of [A-Za-z0-9_-]",
+            req.execution_id
+        )))
+    }
+}
+
+async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), StartError> {
+    let eid = execution_id(&req, seq)?;
+    let source = if !req.source_name.is_empty() {
+        req.source_name.clone()
+    } else if !req.path.is_empty() {
+        req.path.clone()
+    } else {
+        "<inline>".to_string()
+    };
+
+    // Redelivery of a request we already accepted: make sure the entry token
+    // went out (same id, de-duplicated) and stop.
+    if let Some(header) = mesh.exec_header(&eid).await? {
+        if header.status == ExecStatus::Running {
+            if let Ok(plan) = mesh.plans().get(mesh, &eid).await {
+                publish_entry(mesh, &plan).await?;
+            }
+        }
+        return Ok(());
+    }
+
+    let overrides = match codec::json_value(&req.workload_json) {
+        Ok(v) => v,
+        Err(e) => return fail_early(mesh, &eid, &source, &req, format!("workload: {e}")).await,
+    };
+    if req.playbook_yaml.is_empty() {
+        let why = if req.path.is_empty() {
+            "the request carries no playbook: set `playbook` (YAML text) or `path`".to_string()
+        } else {
+            format!(
+                "playbook path {:?} cannot be resolved: no catalog entry (send the playbook inline)",
+                req.path
+            )
+        };
+        return fail_early(mesh, &eid, &source, &req, why).await;
+    }
+    let loaded = match noetl_core::load::load_playbook(&req.playbook_yaml, &source) {
+        Ok(l) => l,
+        Err(e) => {
+            return fail_early(mesh, &eid, &source, &req, format!("invalid playbook:\n{e}")).await
+        }
+    };
+    let playbook = loaded.playbook;
+    let mut workload = Value::Object(playbook.workload.clone());
+    if !overrides.is_null() {
+        deep_merge(&mut workload, &overrides);
+    }
+    let mut plan = PlanRecord::new(eid.clone(), source.clone(), playbook, workload);
+    plan.parent_execution_id = req.parent_execution_id.clone();
+    plan.trace_id = if req.trace_id.is_empty() {
+        eid.clone()
+    } else {
+        req.trace_id.clone()
+    };
+    kv::put(mesh.exec_kv(), &plan_key(&eid), &plan).await?;
+    let entry_token = entry_token_id(&eid);
+    let header = ExecHeader {
+        execution_id: eid.clone(),
+        status: ExecStatus::Running,
+        playbook: plan.playbook.metadata.name.clone(),
+        source: source.clone(),
+        live: vec![TokenRecord {
+            token_id: entry_token,
+            step: plan
+                .playbook
+                .entry_step()
+                .map(|s| s.step.clone())
+                .unwrap_or_default(),
+            args: Value::Null,
+            arc: 0,
+            parent: String::new(),
+        }],
+        terminal_emitted: false,
+        started_at: now_rfc3339(),
+        ended_at: None,
+        error: None,
+        parent_execution_id: req.parent_execution_id.clone(),
+    };
+    kv::create(mesh.exec_kv(), &header_key(&eid), &header).await?;
+    let plan = Arc::new(plan);
+    mesh.plans().insert(plan.clone());
+    publish_entry(mesh, &plan).await?;
+    tracing::info!(playbook = %header.playbook, "execution started");
+    Ok(())
+}
+
+fn entry_token_id(eid: &str) -> String {
+    derive_id(&[eid, "entry"])
+}
+
+/// Emit the start events and publish the entry token (all idempotent).
+async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
+    let eid = plan.execution_id.as_str();
+    let entry = plan
+        .playbook
+        .entry_step()
+        .map(|s| s.step.clone())
+        .unwrap_or_default();
+    let token = Token {
+        token_id: entry_token_id(eid),
+        execution_id: eid.to_string(),
+        step: entry.clone(),
+        args_json: Vec::new(),
+        trace_id: plan.trace_id.clone(),
+        parent_step_run_id: String::new(),
+        parent_step: String::new(),
+    };
+    let mut batch = Batch::new();
+    let ev = |t: &'static str, payload: Value| {
+        EventDraft {
+            event_type: t,
+            execution_id: eid,
+            trace_id: &plan.trace_id,
+            payload,
+            ..Default::default()
+        }
+        .build()
+    };
+    batch.push(
+        mesh.emit(&ev(
+            types::PLAYBOOK_INITIALIZED,
+            json!({
+                "playbook": plan.playbook.metadata.name,
+                "path": plan.playbook.metadata.path,
+                "source": plan.source_name,
+                "parent_execution_id": plan.parent_execution_id,
+            }),
+        ))
+        .await?,
+    );
+    batch.push(
+        mesh.emit(&ev(
+            types::WORKFLOW_INITIALIZED,
+            json!({"entry_step": entry, "steps": plan.playbook.workflow.len()}),
+        ))
+        .await?,
+    );
+    let mut created = ev(
+        types::TOKEN_CREATED,
+        json!({"token_id": token.token_id, "step": entry}),
+    );
+    created.step = entry.clone();
+    batch.push(mesh.emit(&created).await?);
+    batch.push(
+        mesh.publish(
+            mesh.subjects().token(eid),
+            &token.token_id,
+            codec::encode(&token),
+        )
+        .await?,
+    );
+    batch.wait().await
+}
+
+/// The request cannot run: record a failed execution with the reason, emit
+/// `execution.failed`, and let the message go (nothing is lost: the reason is
+/// in the event and in the header).
+async fn fail_early(
+    mesh: &Mesh,
+    eid: &str,
+    source: &str,
+    req: &ExecutionRequest,
+    reason: String,
+) -> Result<(), StartError> {
+    tracing::warn!(execution_id = %eid, source, %reason, "execution refused");
+    let now = now_rfc3339();
+    let header = ExecHeader {
+        execution_id: eid.to_string(),
+        status: ExecStatus::Failed,
+        playbook: String::new(),
+        source: source.to_string(),
+        live: Vec::new(),
+        terminal_emitted: true,
+        started_at: now.clone(),
+        ended_at: Some(now),
+        error: Some(reason.clone()),
+        parent_execution_id: req.parent_execution_id.clone(),
+    };
+    kv::create(mesh.exec_kv(), &header_key(eid), &header).await?;
+    let ev = EventDraft {
+        event_type: types::EXECUTION_FAILED,
+        execution_id: eid,
+        trace_id: &req.trace_id,
+        payload: json!({"error": reason, "source": source}),
+        ..Default::default()
+    }
+    .build();
+    mesh.emit(&ev).await?.wait().await?;
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! noetl-scheduler: admits tokens and dispatches step-runs.
+//!
+//! For each token on `<p>.token.<eid>`: evaluate `step.spec.policy.admit`
+//! (server side; inputs `workload`, `ctx`, `args`, `token`). Denied →
+//! `step.skipped` (a boundary the router closes). Admitted →
+//! `step.scheduled` and then: a loop step goes to the loop-supervisor
+//! (`<p>.loop.<eid>`); a routing-only step (no tool) finishes at once with
+//! `step.done`; any other step sends its first task command to
+//! `<p>.task.<kind>`. The step-run id is the token id, so every publish is
+//! idempotent under redelivery.
+
+mod join;
+
+use std::sync::Arc;
+
+use async_nats::jetstream::Message;
+use noetl_core::{routing, template::Scope};
+use noetl_mesh::{
+    codec,
+    events::{types, EventDraft},
+    ids::derive_id,
+    runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    scope,
+    topology::{ConsumerSpec, StreamKind},
+    Batch, Mesh, MeshError,
+};
+use noetl_wire::{LoopCommand, TaskCommand, Token};
+use serde_json::{json, Value};
+
+/// Run the scheduler until `params.shutdown` is cancelled, then drain.
+pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
+    let mesh = params.mesh.clone();
+    let consumer = mesh
+        .consumer(&ConsumerSpec {
+            durable: "scheduler".into(),
+            stream: StreamKind::Work,
+            filter_subjects: vec![mesh.subjects().tokens_all()],
+            max_ack_pending: 10_000,
+        })
+        .await?;
+    runtime::run(
+        mesh.clone(),
+        ConsumerLoop {
+            name: "scheduler".into(),
+            consumer,
+            concurrency: params.concurrency,
+            handler: Arc::new(TokenHandler { mesh }),
+            shutdown: params.shutdown,
+        },
+    )
+    .await
+}
+
+/// Handles tokens.
+pub struct TokenHandler {
+    /// The mesh.
+    pub mesh: Mesh,
+}
+
+impl Handler for TokenHandler {
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
+        let mesh = self.mesh.clone();
+        Box::pin(async move {
+            let token: Token = match codec::decode("token", &msg.payload) {
+                Ok(t) => t,
+                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+            };
+            let span = tracing::debug_span!("schedule", execution_id = %token.execution_id, step = %token.step);
+            match tracing::Instrument::instrument(schedule(&mesh, token), span).await {
+                Ok(()) => Disposition::Ack,
+                Err(SchedError::Mesh(e)) => retry_on(&e),
+                Err(SchedError::Refused(r)) => Disposition::DeadLetter(r),
+            }
+        })
+    }
+}
+
+enum SchedError {
+    Mesh(MeshError),
+    Refused(String),
+}
+
+impl From<MeshError> for SchedError {
+    fn from(e: MeshError) -> Self {
+        SchedError::Mesh(e)
+    }
+}
+
+async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
+    let eid = token.execution_id.as_str();
+    let srid = token.token_id.as_str();
+    let plan = mesh.plans().get(mesh, eid).await.map_err(|e| match e {
+        MeshError::Kv { ref message, .. } if message.contains("no plan") => SchedError::Refused(
+            format!("token for unknown execution {eid} (step {:?})", token.step),
+        ),
+        e => SchedError::Mesh(e),
+    })?;
+    let Some(step) = plan.playbook.step(&token.step) else {
+        return Err(SchedError::Refused(format!(
+            "token {srid} of execution {eid} names unknown step {:?}",
+            token.step
+        )));
+    };
+    let args = codec::json_value(&token.args_json).unwrap_or(Value::Null);
+    let mut args = if args.is_null() { json!({}) } else { args };
+
+    // Join: absorb tokens until every input has arrived.
+    if let Some(inputs) = join::inputs(&plan.playbook, step) {
+        let from_step = token.parent_step.clone();
+        match join::arrive(mesh, eid, &step.step, &inputs, &from_step, srid, &args).await? {
+            join::JoinOutcome::Wait { have, need } => {
+                let ev = EventDraft {
+                    event_type: types::STEP_SKIPPED,
+                    execution_id: eid,
+                    step_run_id: srid,
+                    step: &step.step,
+                    trace_id: &token.trace_id,
+                    parent_id: &token.parent_step_run_id,
+                    payload: json!({"reason": "join.waiting", "arrived": have, "inputs": need, "join": true}),
+                    ..Default::default()
+                }
+                .build();
+                mesh.emit(&ev).await?.wait().await?;
+                return Ok(());
+            }
+            join::JoinOutcome::Fire(merged) => args = merged,
+        }
+    }
+
+    // Admission.
+    let admit = step.admit();
+    let admission = match admit {
+        None => Ok(routing::Admission {
+            allowed: true,
+            rule: None,
+        }),
+        Some(a) => {
+            let roots = scope::roots(a.rules.iter().filter_map(|r| r.when.as_deref()));
+            let loaded = scope::load(mesh, eid, &roots, &[]).await?;
+            let sc = Scope::new()
+                .workload(plan.workload.clone())
+                .ctx(loaded.ctx)
+                .args(args.clone())
+                .event(json!({"name": "token", "step": step.step, "args": args, "token_id": srid}))
+                .execution_id(eid.to_string());
+            routing::admit(Some(a), &sc)
+        }
+    };
+    let ev = |t: &'static str, payload: Value| {
+        EventDraft {
+            event_type: t,
+            execution_id: eid,
+            step_run_id: srid,
+            step: &step.step,
+            trace_id: &token.trace_id,
+            parent_id: &token.parent_step_run_id,
+            payload,
+            ..Default::default()
+        }
+        .build()
+    };
+    let mut batch = Batch::new();
+    let admission = match admission {
+        Ok(a) => a,
+        Err(e) => {
+            // A broken admission template fails the step-run (the router
+            // decides whether an arc handles it).
+            let message = format!(
+                "admission of step {:?} failed in {}: {e}",
+                step.step, plan.source_name
+            );
+            batch.push(
+                mesh.emit(&ev(
+                    types::STEP_FAILED,
+                    json!({"status": "error", "args": args,
+                           "error": {"kind": "admission", "message": message}}),
+                ))
+                .await?,
+            );
+            batch.wait().await?;
+            return Ok(());
+        }
+    };
+    if !admission.allowed {
+        batch.push(
+            mesh.emit(&ev(
+                types::STEP_SKIPPED,
+                json!({"reason": "admission denied", "rule": admission.rule, "args": args}),
+            ))
+            .await?,
+        );
+        batch.wait().await?;
+        return Ok(());
+    }
+    batch.push(
+        mesh.emit(&ev(
+            types::STEP_SCHEDULED,
+            json!({"rule": admission.rule, "loop": step.loop_.is_some()}),
+        ))
+        .await?,
+    );
+    if step.loop_.is_some() {
+        let cmd = LoopCommand {
+            command_id: derive_id(&[srid, "loop"]),
+            execution_id: eid.to_string(),
+            step: step.step.clone(),
+            step_run_id: srid.to_string(),
+            args_json: codec::json_bytes(&args),
+            trace_id: token.trace_id.clone(),
+        };
+        batch.push(
+            mesh.publish(
+                mesh.subjects().loop_cmd(eid),
+                &cmd.command_id,
+                codec::encode(&cmd),
+            )
+            .await?,
+        );
+    } else if let Some(first) = step.tool.first() {
+        batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
+        let cmd = TaskCommand {
+            command_id: derive_id(&[srid, "task", "0", "1"]),
+            execution_id: eid.to_string(),
+            step: step.step.clone(),
+            step_run_id: srid.to_string(),
+            pc: 0,
+            attempt: 1,
+            args_json: codec::json_bytes(&args),
+            prev_json: Vec::new(),
+            iteration: None,
+            not_before_ms: 0,
+            trace_id: token.trace_id.clone(),
+            steps_taken: 0,
+        };
+        batch.push(
+            mesh.publish(
+                mesh.subjects().task(&first.kind),
+                &cmd.command_id,
+                codec::encode(&cmd),
+            )
+            .await?,
+        );
+    } else {
+        // Routing-only step: nothing to run.
+        batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
+        batch.push(
+            mesh.emit(&ev(
+                types::STEP_DONE,
+                json!({"status": "ok", "result": null, "args": args}),
+            ))
+            .await?,
+        );
+    }
+    batch.wait().await?;
+    Ok(())
+}
