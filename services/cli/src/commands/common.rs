@@ -1,0 +1,208 @@
+//! What several commands share: mesh connection flags, workload building,
+//! the tool set, in-process services, summaries.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use noetl_core::tool::Tool;
+use noetl_mesh::{
+    runtime::ServiceParams,
+    state::{ExecStatus, ExecSummary},
+    Mesh, MeshConfig,
+};
+use serde_json::{Map, Value};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Flags every client command takes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MeshArgs {
+    /// NATS server URL.
+    #[arg(long, env = "NOETL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats: String,
+    /// Subject / stream / bucket prefix.
+    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    pub prefix: String,
+}
+
+impl MeshArgs {
+    /// The mesh configuration these flags select.
+    pub fn config(&self) -> MeshConfig {
+        MeshConfig {
+            nats_url: self.nats.clone(),
+            prefix: self.prefix.clone(),
+            ..MeshConfig::from_env()
+        }
+    }
+
+    /// Connect (and create streams/buckets if missing).
+    pub async fn connect(&self) -> anyhow::Result<Mesh> {
+        Mesh::connect(self.config())
+            .await
+            .with_context(|| format!("joining the mesh at {}", self.nats))
+    }
+}
+
+/// Workload overrides: `--workload FILE.json` then `--set key=value`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct WorkloadArgs {
+    /// Set a workload value (`a.b=1`; the value is JSON when it parses, else a string). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// A JSON file whose object is merged into the workload before `--set`.
+    #[arg(long, value_name = "FILE.json")]
+    pub workload: Option<PathBuf>,
+}
+
+impl WorkloadArgs {
+    /// The overrides as a JSON object.
+    pub fn build(&self) -> anyhow::Result<Value> {
+        let mut out = Value::Object(Map::new());
+        if let Some(path) = &self.workload {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --workload {}", path.display()))?;
+            let v: Value = serde_json::from_str(&text)
+                .with_context(|| format!("--workload {} is not JSON", path.display()))?;
+            if !v.is_object() {
+                bail!("--workload {} must hold a JSON object", path.display());
+            }
+            out = v;
+        }
+        for item in &self.set {
+            let Some((key, raw)) = item.split_once('=') else {
+                bail!("--set {item:?}: expected KEY=VALUE");
+            };
+            if key.is_empty() {
+                bail!("--set {item:?}: the key is empty");
+            }
+            let value =
+                serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+            let mut cur = &mut out;
+            let parts: Vec<&str> = key.split('.').collect();
+            for (i, part) in parts.iter().enumerate() {
+                let obj = cur.as_object_mut().expect("objects all the way down");
+                if i + 1 == parts.len() {
+                    obj.insert(part.to_string(), value.clone());
+                    break;
+                }
+                let next = obj
+                    .entry(part.to_string())
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if !next.is_object() {
+                    *next = Value::Object(Map::new());
+                }
+                cur = next;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Every tool kind this binary can serve.
+pub fn all_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(noetl_tool_noop::NoopTool),
+        Arc::new(noetl_tool_python::PythonTool::new()),
+    ]
+}
+
+/// The kinds in [`all_tools`].
+pub fn known_kinds() -> Vec<&'static str> {
+    all_tools().iter().map(|t| t.kind()).collect()
+}
+
+/// All services running as tokio tasks in this process.
+pub struct InProcess {
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl InProcess {
+    /// Start router, scheduler, loop-supervisor and one executor with every
+    /// tool, each with its own connection (exactly as separate processes).
+    pub async fn start(config: &MeshConfig, concurrency: usize) -> anyhow::Result<Self> {
+        let shutdown = CancellationToken::new();
+        let mut tasks = Vec::new();
+        for service in ["router", "scheduler", "loop-supervisor", "executor"] {
+            let mesh = Mesh::connect(config.clone()).await?;
+            let params = ServiceParams {
+                mesh,
+                concurrency,
+                shutdown: shutdown.clone(),
+            };
+            tasks.push(tokio::spawn(async move {
+                let r = match service {
+                    "router" => noetl_router::serve(params).await,
+                    "scheduler" => noetl_scheduler::serve(params).await,
+                    "loop-supervisor" => noetl_loop_supervisor::serve(params).await,
+                    _ => {
+                        noetl_executor::serve(noetl_executor::ExecutorParams {
+                            service: params,
+                            tools: all_tools(),
+                        })
+                        .await
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::error!(service, error = %e, "service stopped with an error");
+                }
+            }));
+        }
+        Ok(Self { shutdown, tasks })
+    }
+
+    /// Cancel and wait for every service to drain.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), t).await;
+        }
+    }
+}
+
+/// Print a summary for people.
+pub fn print_summary(s: &ExecSummary) {
+    let status = match s.status {
+        ExecStatus::Completed => "completed",
+        ExecStatus::Failed => "failed",
+        ExecStatus::Running => "running",
+    };
+    println!("execution {}  {status}  ({})", s.execution_id, s.playbook);
+    if let Some(e) = &s.error {
+        println!("error: {e}");
+    }
+    if !s.steps.is_empty() {
+        println!("steps:");
+        for (name, st) in &s.steps {
+            println!("  {st:<8} {name}");
+        }
+    }
+    println!(
+        "ctx: {}",
+        serde_json::to_string_pretty(&s.ctx).unwrap_or_default()
+    );
+}
+
+/// Exit code for a final status: 0 completed, 1 failed.
+pub fn exit_code(status: ExecStatus) -> std::process::ExitCode {
+    match status {
+        ExecStatus::Completed => std::process::ExitCode::SUCCESS,
+        _ => std::process::ExitCode::from(1),
+    }
+}
+
+/// Logging for services (`RUST_LOG`, default info; text or JSON).
+pub fn init_tracing(json: bool, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
+}

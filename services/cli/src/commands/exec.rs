@@ -1,0 +1,142 @@
+//! `noetl exec start FILE|PATH` and `noetl exec status ID`.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use noetl_mesh::{codec, ids::new_execution_id, state::ExecStatus};
+use noetl_wire::ExecutionRequest;
+
+use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
+
+/// `noetl exec ...`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Start an execution and print its id.
+    Start(StartArgs),
+    /// Print an execution's status, `ctx` and steps.
+    Status(StatusArgs),
+}
+
+/// Arguments of `noetl exec start`.
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// A playbook file (sent inline) or a catalog path.
+    pub playbook: String,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Execution id to use (idempotent: the same id starts one execution).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Print `{"execution_id": ...}`.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// Arguments of `noetl exec status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Execution id.
+    pub id: String,
+    /// Wait until the execution has ended.
+    #[arg(long)]
+    pub wait: bool,
+    /// Give up waiting after this many seconds (exit 2).
+    #[arg(long, default_value_t = 3600)]
+    pub timeout: u64,
+    /// Print the JSON summary (as `noetl run --json`).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// Dispatch.
+pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Start(a) => start(a).await,
+        Command::Status(a) => status(a).await,
+    }
+}
+
+async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
+    let mut req = ExecutionRequest {
+        execution_id: a.id.clone().unwrap_or_else(new_execution_id),
+        workload_json: codec::json_bytes(&a.workload.build()?),
+        ..Default::default()
+    };
+    if !noetl_mesh::ids::is_valid_execution_id(&req.execution_id) {
+        bail!(
+            "--id {:?}: use 1-128 characters of [A-Za-z0-9_-]",
+            req.execution_id
+        );
+    }
+    let path = Path::new(&a.playbook);
+    if path.is_file() {
+        if let Err(e) = noetl_core::load::load_file(path) {
+            eprintln!("{}", e.render_human());
+            return Ok(ExitCode::from(1));
+        }
+        req.playbook_yaml = std::fs::read_to_string(path)?;
+        req.source_name = a.playbook.clone();
+    } else {
+        req.path = a.playbook.clone();
+    }
+    let mesh = a.mesh.connect().await?;
+    mesh.publish(
+        mesh.subjects().exec_request(),
+        &req.execution_id,
+        codec::encode(&req),
+    )
+    .await?
+    .wait()
+    .await?;
+    if a.json {
+        println!("{}", serde_json::json!({"execution_id": req.execution_id}));
+    } else {
+        println!("{}", req.execution_id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
+    let mesh = a.mesh.connect().await?;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    // A just-started execution may not have its header yet: with --wait,
+    // waiting for it to appear is part of waiting.
+    loop {
+        let header = mesh.exec_header(&a.id).await?;
+        let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);
+        if done || !a.wait {
+            if header.is_none() {
+                eprintln!("error: no execution {:?} at {}", a.id, a.mesh.nats);
+                return Ok(ExitCode::from(2));
+            }
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!(
+                "error: execution {} still running after {} s",
+                a.id, a.timeout
+            );
+            return Ok(ExitCode::from(2));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let Some(summary) = mesh.exec_summary(&a.id).await? else {
+        bail!("execution {} vanished", a.id);
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(if summary.status == ExecStatus::Running {
+        ExitCode::SUCCESS
+    } else {
+        exit_code(summary.status)
+    })
+}

@@ -1,0 +1,284 @@
+//! `noetl run FILE`: the embedded default. Starts a private nats-server (or
+//! uses `--nats`), runs every service in-process, shows progress, prints the
+//! result and exits 0 (completed), 1 (failed) or 2 (timed out).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use noetl_mesh::{
+    codec,
+    events::{self, types},
+    ids::new_execution_id,
+    server::{NatsServerProcess, ServerOptions},
+    Mesh, MeshConfig,
+};
+use noetl_wire::{Event, ExecutionRequest};
+
+use super::common::{exit_code, init_tracing, print_summary, InProcess, WorkloadArgs};
+
+/// Arguments of `noetl run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The playbook file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Use this NATS server instead of a private one (services are expected
+    /// to run elsewhere unless --embedded-services).
+    #[arg(long, env = "NOETL_NATS_URL")]
+    pub nats: Option<String>,
+    /// With --nats, still run every service in this process.
+    #[arg(long)]
+    pub embedded_services: bool,
+    /// Subject / stream / bucket prefix.
+    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    pub prefix: String,
+    /// Print one JSON summary at the end instead of progress and text.
+    #[arg(long)]
+    pub json: bool,
+    /// Give up after this many seconds (exit 2).
+    #[arg(long, default_value_t = 3600)]
+    pub timeout: u64,
+    /// Messages handled at once by each in-process service.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+}
+
+/// Run the playbook.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_tracing(false, "warn");
+    let name = args.file.display().to_string();
+    let loaded = match noetl_core::load::load_file(&args.file) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{}", e.render_human());
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if !loaded.warnings.is_empty() && !args.json {
+        let text = std::fs::read_to_string(&args.file).unwrap_or_default();
+        eprintln!("{}\n", loaded.warnings.render_human(&name, &text));
+    }
+    let yaml = std::fs::read_to_string(&args.file)?;
+    let workload = args.workload.build()?;
+
+    let mut config = MeshConfig {
+        prefix: args.prefix.clone(),
+        ..MeshConfig::from_env()
+    };
+    let mut _server: Option<NatsServerProcess> = None;
+    let mut _tmp: Option<tempfile::TempDir> = None;
+    let embedded = args.nats.is_none();
+    match &args.nats {
+        Some(url) => config.nats_url = url.clone(),
+        None => {
+            let (server, tmp) = start_private_server(&config)?;
+            config.nats_url = server.url();
+            _server = Some(server);
+            _tmp = tmp;
+        }
+    }
+    let mesh = Mesh::connect(config.clone())
+        .await
+        .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
+    let services = if embedded || args.embedded_services {
+        Some(InProcess::start(&config, args.concurrency).await?)
+    } else {
+        None
+    };
+
+    let eid = new_execution_id();
+    // Follow the execution's events from its first one.
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await?;
+    let mut follow = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: mesh.subjects().events_of(&eid),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await?
+        .messages()
+        .await?;
+    let req = ExecutionRequest {
+        execution_id: eid.clone(),
+        playbook_yaml: yaml,
+        workload_json: codec::json_bytes(&workload),
+        source_name: name.clone(),
+        ..Default::default()
+    };
+    mesh.publish(mesh.subjects().exec_request(), &eid, codec::encode(&req))
+        .await?
+        .wait()
+        .await?;
+
+    let bar = (!args.json).then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(Duration::from_millis(120));
+        b.set_message(format!("execution {eid} starting"));
+        b
+    });
+    let mut progress = Progress::default();
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = match tokio::time::timeout(left, follow.next()).await {
+            Err(_) => {
+                timed_out = true;
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(m)) => m?,
+        };
+        let Ok(ev) = codec::decode::<Event>("event", &next.payload) else {
+            continue;
+        };
+        let terminal = progress.observe(&ev);
+        if let Some(b) = &bar {
+            if ev.event_type == types::STEP_FAILED {
+                let p = events::payload(&ev);
+                b.println(format!(
+                    "  step {} failed: {}",
+                    ev.step,
+                    p["error"]["message"].as_str().unwrap_or("")
+                ));
+            }
+            b.set_message(progress.line());
+        }
+        if terminal {
+            break;
+        }
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let code = if timed_out {
+        eprintln!(
+            "error: execution {eid} did not finish within {} s",
+            args.timeout
+        );
+        ExitCode::from(2)
+    } else {
+        let summary = mesh
+            .exec_summary(&eid)
+            .await?
+            .with_context(|| format!("execution {eid} has no state"))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            print_summary(&summary);
+        }
+        exit_code(summary.status)
+    };
+    if let Some(s) = services {
+        s.stop().await;
+    }
+    Ok(code)
+}
+
+/// A private server whose JetStream store persists under the data dir
+/// (`NOETL_HOME`); if that store is busy (another `noetl run`), a temporary
+/// one.
+fn start_private_server(
+    config: &MeshConfig,
+) -> anyhow::Result<(NatsServerProcess, Option<tempfile::TempDir>)> {
+    let persistent = config.data_dir.join("nats");
+    match NatsServerProcess::start(ServerOptions {
+        store_dir: persistent.clone(),
+        port: None,
+        binary: None,
+    }) {
+        Ok(s) => Ok((s, None)),
+        Err(noetl_mesh::server::ServerError::NotFound { hint }) => {
+            Err(anyhow::anyhow!(noetl_mesh::server::ServerError::NotFound {
+                hint
+            }))
+        }
+        Err(first) => {
+            let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
+            let s = NatsServerProcess::start(ServerOptions {
+                store_dir: tmp.path().to_path_buf(),
+                port: None,
+                binary: None,
+            })
+            .with_context(|| format!("after {} failed: {first}", persistent.display()))?;
+            Ok((s, Some(tmp)))
+        }
+    }
+}
+
+/// Live counters for the progress line.
+#[derive(Default)]
+struct Progress {
+    done: usize,
+    failed: usize,
+    running: BTreeSet<String>,
+    loops: BTreeMap<String, (u64, u64)>,
+}
+
+impl Progress {
+    /// Update from one event; true when the execution ended.
+    fn observe(&mut self, ev: &Event) -> bool {
+        match ev.event_type.as_str() {
+            types::STEP_STARTED | types::LOOP_STARTED => {
+                self.running.insert(ev.step.clone());
+                if ev.event_type == types::LOOP_STARTED {
+                    let total = events::payload(ev)["total"].as_u64().unwrap_or(0);
+                    self.loops.insert(ev.step.clone(), (0, total));
+                }
+            }
+            types::LOOP_ITERATION_DONE | types::LOOP_ITERATION_FAILED => {
+                if let Some(c) = self.loops.get_mut(&ev.step) {
+                    c.0 += 1;
+                }
+            }
+            types::STEP_DONE | types::LOOP_DONE | types::STEP_SKIPPED => {
+                if self.running.remove(&ev.step) || ev.event_type != types::LOOP_DONE {
+                    self.done += 1;
+                }
+                self.loops.remove(&ev.step);
+            }
+            types::STEP_FAILED => {
+                self.running.remove(&ev.step);
+                self.loops.remove(&ev.step);
+                self.failed += 1;
+            }
+            types::EXECUTION_COMPLETED | types::EXECUTION_FAILED => return true,
+            _ => {}
+        }
+        false
+    }
+
+    fn line(&self) -> String {
+        let mut s = format!("steps done {}", self.done);
+        if self.failed > 0 {
+            s.push_str(&format!(", failed {}", self.failed));
+        }
+        if !self.running.is_empty() {
+            let names: Vec<String> = self
+                .running
+                .iter()
+                .take(4)
+                .map(|n| match self.loops.get(n) {
+                    Some((d, t)) => format!("{n} [{d}/{t}]"),
+                    None => n.clone(),
+                })
+                .collect();
+            s.push_str(&format!(" | running: {}", names.join(", ")));
+        }
+        s
+    }
+}

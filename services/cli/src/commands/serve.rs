@@ -1,0 +1,110 @@
+//! `noetl serve SERVICE`: run one service against a shared NATS until
+//! SIGINT/SIGTERM, then drain in-flight messages and exit.
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+use noetl_mesh::runtime::ServiceParams;
+use tokio_util::sync::CancellationToken;
+
+use super::common::{all_tools, init_tracing, known_kinds, MeshArgs};
+
+/// Which service.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Service {
+    /// Execution requests, arcs, completion.
+    Router,
+    /// Admission and dispatch of step-runs.
+    Scheduler,
+    /// Loop runs.
+    LoopSupervisor,
+    /// Tool executors (`--kind` selects the kinds; default all).
+    Executor,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `noetl serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The service to run.
+    #[arg(value_enum)]
+    pub service: Service,
+    /// Tool kinds an executor serves (repeatable; default: all known).
+    #[arg(long = "kind")]
+    pub kinds: Vec<String>,
+    /// Messages handled at once by this replica.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// Serve until a signal.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_tracing(matches!(args.log_format, LogFormat::Json), "info");
+    let mut tools = all_tools();
+    if !args.kinds.is_empty() {
+        for k in &args.kinds {
+            if !known_kinds().contains(&k.as_str()) {
+                bail!(
+                    "unknown tool kind {k:?}; known kinds: {}",
+                    known_kinds().join(", ")
+                );
+            }
+        }
+        tools.retain(|t| args.kinds.iter().any(|k| k == t.kind()));
+    }
+    let mesh = args.mesh.connect().await?;
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: draining");
+        signal.cancel();
+    });
+    let params = ServiceParams {
+        mesh,
+        concurrency: args.concurrency,
+        shutdown,
+    };
+    tracing::info!(service = ?args.service, nats = %args.mesh.nats, "serving");
+    match args.service {
+        Service::Router => noetl_router::serve(params).await?,
+        Service::Scheduler => noetl_scheduler::serve(params).await?,
+        Service::LoopSupervisor => noetl_loop_supervisor::serve(params).await?,
+        Service::Executor => {
+            noetl_executor::serve(noetl_executor::ExecutorParams {
+                service: params,
+                tools,
+            })
+            .await?
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

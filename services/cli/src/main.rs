@@ -1,0 +1,60 @@
+//! `noetl`: validate, run and watch NoETL playbooks; serve mesh services.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// NoETL mesh: a declarative workflow engine on NATS JetStream.
+#[derive(Parser)]
+#[command(name = "noetl", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check playbooks and print diagnostics (exit 1 on any error).
+    Validate(commands::validate::Args),
+    /// Print the JSON Schema of the playbook document (for editors).
+    Schema(commands::schema::Args),
+    /// Run a playbook and wait for its end (embedded nats-server by default).
+    Run(commands::run::Args),
+    /// Run one mesh service against a shared NATS.
+    Serve(commands::serve::Args),
+    /// Start executions and read their status.
+    #[command(subcommand)]
+    Exec(commands::exec::Command),
+    /// Watch the event stream.
+    #[command(subcommand)]
+    Events(commands::events::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(a) => commands::validate::run(a),
+        Command::Schema(a) => commands::schema::run(a),
+        other => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(async move {
+                match other {
+                    Command::Run(a) => commands::run::run(a).await,
+                    Command::Serve(a) => commands::serve::run(a).await,
+                    Command::Exec(c) => commands::exec::run(c).await,
+                    Command::Events(c) => commands::events::run(c).await,
+                    Command::Validate(_) | Command::Schema(_) => unreachable!("handled above"),
+                }
+            }),
+            Err(e) => Err(e.into()),
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The `noetl` binary end to end: run (embedded), validate, exec, events,
+//! serve — each against a real nats-server.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn noetl() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
+    // A private data dir per test process: no shared JetStream store.
+    c.env(
+        "NOETL_HOME",
+        std::env::temp_dir().join(format!("noetl-cli-test-{}", std::process::id())),
+    );
+    c.env_remove("NOETL_NATS_URL");
+    c
+}
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn run_json_completes_with_ctx_and_set_reaches_workload() {
+    let out = noetl()
+        .args(["run", "--json", &fixture("hello.yaml"), "--set", "name=Ada"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = json_of(&out);
+    assert_eq!(s["status"], "completed");
+    assert_eq!(s["ctx"]["greeting"], "Hello, Ada!");
+    assert_eq!(s["steps"]["loop"], "done");
+    assert_eq!(s["steps"]["end"], "done");
+}
+
+#[test]
+fn a_failing_playbook_exits_1_with_status_failed() {
+    let out = noetl()
+        .args(["run", "--json", &fixture("fails.yaml")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = json_of(&out);
+    assert_eq!(s["status"], "failed");
+    assert!(
+        s["error"].as_str().unwrap().contains("RuntimeError: kaput"),
+        "{s}"
+    );
+}
+
+#[test]
+fn an_invalid_playbook_is_refused_with_its_line() {
+    let out = noetl()
+        .args(["run", &fixture("invalid.yaml")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid.yaml:11:17: error[E030]"), "{err}");
+    let out = noetl()
+        .args([
+            "validate",
+            "--format",
+            "json",
+            &fixture("invalid.yaml"),
+            &fixture("hello.yaml"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let d = json_of(&out);
+    assert_eq!(d[0]["code"], "E030");
+    assert_eq!(d[0]["line"], 11);
+}
+
+struct Services(Vec<Child>);
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn exec_start_status_and_events_tail_against_separate_services() {
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    let mut children = Vec::new();
+    for args in [
+        vec!["serve", "router"],
+        vec!["serve", "scheduler"],
+        vec!["serve", "loop-supervisor"],
+        vec!["serve", "executor", "--kind", "noop"],
+        vec!["serve", "executor", "--kind", "python"],
+    ] {
+        children.push(
+            noetl()
+                .args(&args)
+                .args(["--nats", &url])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let _services = Services(children);
+    let out = noetl()
+        .args([
+            "exec",
+            "start",
+            &fixture("hello.yaml"),
+            "--json",
+            "--set",
+            "name=Bo",
+            "--nats",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = json_of(&out)["execution_id"].as_str().unwrap().to_string();
+    let out = noetl()
+        .args([
+            "exec",
+            "status",
+            &id,
+            "--wait",
+            "--json",
+            "--timeout",
+            "60",
+            "--nats",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = json_of(&out);
+    assert_eq!(s["status"], "completed");
+    assert_eq!(s["ctx"]["greeting"], "Hello, Bo!");
+
+    let mut tail = noetl()
+        .args([
+            "events",
+            "tail",
+            "--execution",
+            &id,
+            "--from-start",
+            "--json",
+            "--nats",
+            &url,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = tail.kill();
+    let out = tail.wait_with_output().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.first().unwrap()["event_type"], "playbook.initialized");
+    assert_eq!(lines.last().unwrap()["event_type"], "execution.completed");
+    assert!(lines.iter().all(|l| l["execution_id"] == id.as_str()));
+
+    let out = noetl()
+        .args(["exec", "status", "no-such-id", "--nats", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = noetl()
+        .args(["serve", "executor", "--kind", "nope", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown tool kind \"nope\""));
+}
