@@ -1,0 +1,147 @@
+//! Runs every runnable example in `playbooks/` (those with a sibling
+//! `<name>.expect.json`) through the real mesh and checks status, ctx, step
+//! statuses and the ordered event subsequence the expectation names.
+
+use std::time::Duration;
+
+use noetl_integration::{is_subsequence, repo_root, types, Cluster};
+use serde_json::Value;
+
+fn subset(expected: &Value, actual: &Value) -> bool {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => e
+            .iter()
+            .all(|(k, v)| a.get(k).map(|av| subset(v, av)).unwrap_or(false)),
+        (Value::Number(e), Value::Number(a)) => e.as_f64() == a.as_f64(),
+        _ => expected == actual,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_runnable_example_behaves_as_expected() {
+    let dir = repo_root().join("playbooks");
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .expect("playbooks dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".expect.json"))
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty(), "no playbooks/*.expect.json found");
+    let cluster = Cluster::start().await;
+    let mut failures = Vec::new();
+    for expect_path in &cases {
+        let name = expect_path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".expect.json")
+            .to_string();
+        let rel = format!("playbooks/{name}.yaml");
+        let expect: Value =
+            serde_json::from_str(&std::fs::read_to_string(expect_path).unwrap()).unwrap();
+        let workload = expect.get("workload").cloned().unwrap_or(Value::Null);
+        let (summary, events) = cluster.run_file(&rel, workload).await;
+        let status = serde_json::to_value(summary.status).unwrap();
+        let mut problems = Vec::new();
+        if let Some(s) = expect.get("status") {
+            if s != &status {
+                problems.push(format!(
+                    "status {status} != expected {s} (error: {:?})",
+                    summary.error
+                ));
+            }
+        }
+        if let Some(ctx) = expect.get("ctx") {
+            if !subset(ctx, &summary.ctx) {
+                problems.push(format!("ctx {} does not contain {ctx}", summary.ctx));
+            }
+        }
+        if let Some(Value::Object(steps)) = expect.get("steps") {
+            for (step, want) in steps {
+                let got = summary
+                    .steps
+                    .get(step)
+                    .map(String::as_str)
+                    .unwrap_or("<missing>");
+                if Some(got) != want.as_str() {
+                    problems.push(format!("step {step}: {got} != expected {want}"));
+                }
+            }
+        }
+        if let Some(Value::Array(seq)) = expect.get("events") {
+            let want: Vec<&str> = seq.iter().filter_map(Value::as_str).collect();
+            let got = types(&events);
+            if !is_subsequence(&got, &want) {
+                problems.push(format!("events {got:?} lack subsequence {want:?}"));
+            }
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{rel}:\n  {}", problems.join("\n  ")));
+        }
+    }
+    cluster.stop().await;
+    assert!(
+        failures.is_empty(),
+        "{} example(s) misbehaved:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhandled_failure_fails_the_execution_and_handled_failure_routes() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: failures }
+workflow:
+  - step: start
+    tool:
+      - name: boom
+        kind: python
+        code: "raise ValueError('nope')"
+    next:
+      arcs:
+        - step: handler
+          when: "{{ event.name == 'step.failed' and workload.handle }}"
+  - step: handler
+    tool:
+      - name: note
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { handled: true } }
+"#;
+    let eid = cluster
+        .submit(yaml, "failures.yaml", serde_json::json!({"handle": false}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
+    assert!(
+        s.error.as_deref().unwrap_or("").contains("ValueError"),
+        "{:?}",
+        s.error
+    );
+    assert_eq!(s.steps["start"], "failed");
+    assert_eq!(s.steps["handler"], "not_run");
+    let events = cluster.settled_events(&eid).await;
+    assert!(types(&events).contains(&"execution.failed"));
+
+    let eid = cluster
+        .submit(yaml, "failures.yaml", serde_json::json!({"handle": true}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    assert_eq!(s.ctx["handled"], true);
+    assert_eq!(s.steps["start"], "failed");
+    assert_eq!(s.steps["handler"], "done");
+    cluster.stop().await;
+}

@@ -1,0 +1,272 @@
+//! Replicas, redelivery, bad input, plain-JSON requests.
+
+use std::time::Duration;
+
+use noetl_integration::{events_of, types, Cluster, ClusterOptions};
+use noetl_mesh::{codec, events::types as et};
+use noetl_wire::Event;
+use serde_json::{json, Value};
+
+const FANOUT: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: fanout }
+workload: { n: 5 }
+workflow:
+  - step: start
+    tool:
+      - name: seed
+        kind: noop
+        result: "{{ workload.n }}"
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: left
+          args: { v: 1 }
+        - step: right
+          args: { v: 2 }
+  - step: left
+    tool:
+      - name: l
+        kind: python
+        args: { v: "{{ args.v }}" }
+        code: "result = v * 10"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { left: "{{ outcome.result }}" } }
+    next:
+      arcs:
+        - step: tail
+  - step: right
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec: { mode: parallel, max_in_flight: 2 }
+    tool:
+      - name: r
+        kind: noop
+        result: "{{ iter.i }}"
+    next:
+      arcs:
+        - step: tail
+          when: "{{ event.name == 'loop.done' }}"
+  - step: tail
+    tool:
+      - name: t
+        kind: noop
+"#;
+
+fn count(events: &[Event], t: &str) -> usize {
+    events.iter().filter(|e| e.event_type == t).count()
+}
+
+async fn run_fanout(cluster: &Cluster) -> (noetl_mesh::state::ExecSummary, Vec<Event>) {
+    let eid = cluster.submit(FANOUT, "fanout.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    (s, cluster.settled_events(&eid).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_of_every_service_give_the_same_result_as_one() {
+    let one = Cluster::start().await;
+    let (s1, e1) = run_fanout(&one).await;
+    one.stop().await;
+    let two = Cluster::start_with(ClusterOptions {
+        replicas: 2,
+        ..Default::default()
+    })
+    .await;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(run_fanout(&two).await);
+    }
+    two.stop().await;
+    assert_eq!(
+        serde_json::to_value(s1.status).unwrap(),
+        "completed",
+        "{:?}",
+        s1.error
+    );
+    for (s2, e2) in &runs {
+        assert_eq!(s2.status, s1.status);
+        assert_eq!(s2.ctx, s1.ctx);
+        assert_eq!(s2.steps, s1.steps);
+        for t in [
+            et::STEP_DONE,
+            et::LOOP_DONE,
+            et::LOOP_ITERATION_DONE,
+            et::TOKEN_CREATED,
+            et::EXECUTION_COMPLETED,
+        ] {
+            assert_eq!(
+                count(e2, t),
+                count(&e1, t),
+                "count of {t} differs between 1 and 2 replicas"
+            );
+        }
+        // No duplicate step.done for one step-run.
+        let mut runs_done: Vec<&str> = e2
+            .iter()
+            .filter(|e| e.event_type == et::STEP_DONE)
+            .map(|e| e.step_run_id.as_str())
+            .collect();
+        let n = runs_done.len();
+        runs_done.sort();
+        runs_done.dedup();
+        assert_eq!(runs_done.len(), n, "duplicate step.done for a step-run");
+    }
+    // tail is reached twice (once per incoming arc): two runs, both done.
+    assert_eq!(count(&e1, et::STEP_DONE), 4, "start, left, tail twice");
+    assert_eq!(count(&e1, et::LOOP_ITERATION_DONE), 5);
+    assert_eq!(s1.ctx["left"], 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_boundary_event_has_no_duplicate_effect() {
+    let cluster = Cluster::start().await;
+    let (s, events) = run_fanout(&cluster).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    let eid = events[0].execution_id.clone();
+    let tokens_before = count(&events, et::TOKEN_CREATED);
+    // Re-publish the start step's step.done under a NEW message id, so
+    // JetStream cannot de-duplicate it: only the router's idempotency can.
+    let done = events
+        .iter()
+        .find(|e| e.event_type == et::STEP_DONE && e.step == "start")
+        .expect("start step.done")
+        .clone();
+    cluster
+        .mesh
+        .publish(
+            cluster.mesh.subjects().event(&eid, et::STEP_DONE),
+            "redelivery-test-1",
+            codec::encode(&done),
+        )
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    // Also re-deliver a loop iteration event.
+    let it = events
+        .iter()
+        .find(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .expect("iteration event")
+        .clone();
+    cluster
+        .mesh
+        .publish(
+            cluster.mesh.subjects().event(&eid, et::LOOP_ITERATION_DONE),
+            "redelivery-test-2",
+            codec::encode(&it),
+        )
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = cluster.events(&eid).await;
+    assert_eq!(
+        count(&after, et::TOKEN_CREATED),
+        tokens_before,
+        "no new tokens"
+    );
+    assert_eq!(count(&after, et::LOOP_DONE), 1, "exactly one loop.done");
+    assert_eq!(count(&after, et::EXECUTION_COMPLETED), 1);
+    let h = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
+    assert!(h.live.is_empty());
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_dead_lettered_or_fails_its_execution_only() {
+    let cluster = Cluster::start().await;
+    let m = &cluster.mesh;
+    // 1. Garbage on the request subject: dead-lettered with the reason.
+    m.client()
+        .publish(m.subjects().exec_request(), "{not json".into())
+        .await
+        .unwrap();
+    // 2. An invalid playbook: execution.failed with the diagnostics.
+    let bad = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: bad }\nworkflow:\n  - step: start\n    when: \"{{ true }}\"\n    tool: { kind: noop }\n";
+    let bad_id = cluster.submit(bad, "bad.yaml", json!({})).await;
+    // 3. A good execution at the same time is untouched.
+    let good = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: good }\nworkflow:\n  - step: start\n    tool: { kind: noop, result: 42 }\n";
+    let good_id = cluster.submit(good, "good.yaml", json!({})).await;
+
+    let s = cluster.wait(&bad_id, Duration::from_secs(30)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
+    let err = s.error.unwrap_or_default();
+    assert!(
+        err.contains("E010") && err.contains("bad.yaml:6"),
+        "diagnostic names code and line: {err}"
+    );
+    let evs = cluster.settled_events(&bad_id).await;
+    assert_eq!(types(&evs), vec!["execution.failed"]);
+
+    let s = cluster.wait(&good_id, Duration::from_secs(30)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+
+    // The garbage went to the dead-letter stream with its subject and reason.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stream = m.js().get_stream(m.subjects().dlq_stream()).await.unwrap();
+    let msg = stream
+        .get_last_raw_message_by_subject(&m.subjects().dead_letter("router-requests"))
+        .await
+        .unwrap();
+    let headers = msg.headers.clone();
+    let reason = headers
+        .get(noetl_mesh::runtime::HEADER_REASON)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    assert!(
+        reason.contains("cannot decode execution request"),
+        "{reason}"
+    );
+    assert_eq!(
+        headers
+            .get(noetl_mesh::runtime::HEADER_ORIGINAL_SUBJECT)
+            .map(|v| v.to_string()),
+        Some(m.subjects().exec_request())
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_client_can_start_an_execution_with_plain_json() {
+    let cluster = Cluster::start().await;
+    let client = cluster.server.client().await;
+    let js = async_nats::jetstream::new(client);
+    let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: json }\nworkload: { x: 1 }\nworkflow:\n  - step: start\n    tool:\n      - name: t\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { set_ctx: { x: \"{{ workload.x }}\" } }\n";
+    // With our own id.
+    let body = json!({"execution_id": "json-1", "playbook": yaml, "workload": {"x": 7}});
+    js.publish("noetl.exec.request", body.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let s = cluster.wait("json-1", Duration::from_secs(30)).await;
+    assert_eq!(s.ctx["x"], 7);
+    // Without an id: it is e<seq> from the publish ack.
+    let body = json!({"playbook": yaml});
+    let ack = js
+        .publish("noetl.exec.request", body.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let eid = format!("e{}", ack.sequence);
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.ctx["x"], 1);
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    let all = events_of(&cluster.mesh, &cluster.mesh.subjects().events_of(&eid)).await;
+    assert_eq!(
+        all.first().map(|e| e.event_type.as_str()),
+        Some("playbook.initialized")
+    );
+    let _: Vec<Value> = Vec::new();
+    cluster.stop().await;
+}
