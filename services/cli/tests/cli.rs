@@ -39,7 +39,8 @@ fn json_of(out: &Output) -> Value {
 #[test]
 fn run_json_completes_with_ctx_and_set_reaches_workload() {
     let out = noetl()
-        .args(["run", "--json", &fixture("hello.yaml"), "--set", "name=Ada"])
+        .args(["run", "--json", "--timeout", "120"])
+        .args([&fixture("hello.yaml"), "--set", "name=Ada"])
         .output()
         .unwrap();
     assert!(
@@ -55,9 +56,36 @@ fn run_json_completes_with_ctx_and_set_reaches_workload() {
 }
 
 #[test]
+fn concurrent_runs_with_one_data_dir_do_not_share_a_store() {
+    // Both runs find the same NOETL_HOME: one takes the persistent store,
+    // the other must fall back to a private one instead of sharing it.
+    let spawn = || {
+        noetl()
+            .args(["run", "--json", "--timeout", "120"])
+            .args([&fixture("hello.yaml"), "--set", "name=Bo"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = json_of(&out);
+        assert_eq!(s["status"], "completed");
+        assert_eq!(s["ctx"]["greeting"], "Hello, Bo!");
+    }
+}
+
+#[test]
 fn a_failing_playbook_exits_1_with_status_failed() {
     let out = noetl()
-        .args(["run", "--json", &fixture("fails.yaml")])
+        .args(["run", "--json", "--timeout", "120", &fixture("fails.yaml")])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -72,16 +72,17 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         prefix: args.prefix.clone(),
         ..MeshConfig::from_env()
     };
+    // Declared before the server so the store outlives it on drop.
+    let mut _store: Option<StoreGuard> = None;
     let mut _server: Option<NatsServerProcess> = None;
-    let mut _tmp: Option<tempfile::TempDir> = None;
     let embedded = args.nats.is_none();
     match &args.nats {
         Some(url) => config.nats_url = url.clone(),
         None => {
-            let (server, tmp) = start_private_server(&config)?;
+            let (server, store) = start_private_server(&config)?;
             config.nats_url = server.url();
             _server = Some(server);
-            _tmp = tmp;
+            _store = Some(store);
         }
     }
     let mesh = Mesh::connect(config.clone())
@@ -189,35 +190,54 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// What keeps a private server's store ours while the run lasts.
+#[expect(dead_code, reason = "the fields are held only for their Drop")]
+enum StoreGuard {
+    /// The persistent store under the data dir, held by an exclusive lock
+    /// so a second concurrent `noetl run` never shares it.
+    Locked(std::fs::File),
+    /// A throw-away store, removed on drop.
+    Temporary(tempfile::TempDir),
+}
+
 /// A private server whose JetStream store persists under the data dir
-/// (`NOETL_HOME`); if that store is busy (another `noetl run`), a temporary
-/// one.
-fn start_private_server(
-    config: &MeshConfig,
-) -> anyhow::Result<(NatsServerProcess, Option<tempfile::TempDir>)> {
+/// (`NOETL_HOME`); if that store is held by another `noetl run` (or cannot
+/// be used), a temporary one. Two servers must never share a store
+/// directory: JetStream does not arbitrate that itself.
+fn start_private_server(config: &MeshConfig) -> anyhow::Result<(NatsServerProcess, StoreGuard)> {
     let persistent = config.data_dir.join("nats");
-    match NatsServerProcess::start(ServerOptions {
-        store_dir: persistent.clone(),
+    let lock = std::fs::create_dir_all(&config.data_dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(config.data_dir.join("nats.lock"))
+        })
+        .ok()
+        .filter(|f| f.try_lock().is_ok());
+    let first = match lock {
+        Some(lock) => match NatsServerProcess::start(ServerOptions {
+            store_dir: persistent.clone(),
+            port: None,
+            binary: None,
+        }) {
+            Ok(s) => return Ok((s, StoreGuard::Locked(lock))),
+            Err(e @ noetl_mesh::server::ServerError::NotFound { .. }) => {
+                return Err(anyhow::anyhow!(e))
+            }
+            Err(e) => format!("{} failed: {e}", persistent.display()),
+        },
+        None => format!("{} is in use by another run", persistent.display()),
+    };
+    let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
+    let s = NatsServerProcess::start(ServerOptions {
+        store_dir: tmp.path().to_path_buf(),
         port: None,
         binary: None,
-    }) {
-        Ok(s) => Ok((s, None)),
-        Err(noetl_mesh::server::ServerError::NotFound { hint }) => {
-            Err(anyhow::anyhow!(noetl_mesh::server::ServerError::NotFound {
-                hint
-            }))
-        }
-        Err(first) => {
-            let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
-            let s = NatsServerProcess::start(ServerOptions {
-                store_dir: tmp.path().to_path_buf(),
-                port: None,
-                binary: None,
-            })
-            .with_context(|| format!("after {} failed: {first}", persistent.display()))?;
-            Ok((s, Some(tmp)))
-        }
-    }
+    })
+    .with_context(|| format!("starting a private nats-server ({first})"))?;
+    Ok((s, StoreGuard::Temporary(tmp)))
 }
 
 /// Live counters for the progress line.
