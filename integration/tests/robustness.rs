@@ -270,3 +270,62 @@ async fn any_client_can_start_an_execution_with_plain_json() {
     let _: Vec<Value> = Vec::new();
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
+    let cluster = Cluster::start().await;
+    let m = &cluster.mesh;
+    let slow = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: slow }\nworkflow:\n  - step: start\n    tool:\n      - name: nap\n        kind: python\n        code: \"import time; time.sleep(2); result = 1\"\n";
+    let eid = cluster.submit(slow, "slow.yaml", json!({})).await;
+    // Once the step is running, garbage on this execution's token subject:
+    // the scheduler can never
+    // handle it. Without the notice the execution would wait forever.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !types(&cluster.events(&eid).await).contains(&"task.started") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m.js()
+        .publish(m.subjects().token(&eid), vec![0xffu8; 8].into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    let seen = types(&cluster.events(&eid).await)
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "failed",
+        "events: {seen:?}"
+    );
+    let err = s.error.unwrap_or_default();
+    assert!(
+        err.contains("dead-lettered") && err.contains(&m.subjects().token(&eid)),
+        "the error names the message: {err}"
+    );
+    // Let the sleeping step finish: its late step.done changes nothing.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let evs = cluster.settled_events(&eid).await;
+    let t = types(&evs);
+    assert_eq!(
+        t.iter()
+            .filter(|t| **t == et::MESSAGE_DEAD_LETTERED)
+            .count(),
+        1,
+        "{t:?}"
+    );
+    assert_eq!(
+        t.iter()
+            .filter(|t| t.starts_with("execution."))
+            .collect::<Vec<_>>(),
+        vec![&"execution.failed"],
+        "{t:?}"
+    );
+    cluster.stop().await;
+}

@@ -774,7 +774,9 @@ mod base64 {
     pub(super) fn decode(input: &str) -> Option<Vec<u8>> {
         let clean: Vec<u8> = input.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
         let data = match clean.iter().position(|&c| c == b'=') {
-            Some(p) if clean[p..].iter().all(|&c| c == b'=') && clean.len() % 4 == 0 => &clean[..p],
+            Some(p) if clean[p..].iter().all(|&c| c == b'=') && clean.len().is_multiple_of(4) => {
+                &clean[..p]
+            }
             Some(_) => return None,
             None => &clean[..],
         };

@@ -874,9 +874,10 @@ impl StepRun<'_> {
             "task command handed off"
         );
         self.mesh()
-            .publish(
+            .publish_for_execution(
                 self.mesh().subjects().task(kind),
                 &cmd.command_id,
+                self.eid(),
                 codec::encode(cmd),
             )
             .await

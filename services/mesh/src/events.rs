@@ -7,6 +7,9 @@ use crate::ids::derive_id;
 
 /// Event type names (seeds 001 §9, 002 §8).
 pub mod types {
+    /// A message of this execution could not be handled and went to the
+    /// dead-letter stream; the router fails the execution on it.
+    pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
     /// Execution accepted, playbook loaded.
     pub const PLAYBOOK_INITIALIZED: &str = "playbook.initialized";
     /// Workflow layer started.

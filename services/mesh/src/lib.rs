@@ -192,6 +192,36 @@ impl Mesh {
         Ok(PendingAck { subject, fut })
     }
 
+    /// Like [`Mesh::publish`], with the execution named in a header for
+    /// subjects that do not carry it (task commands), so a dead-lettered
+    /// message can still fail its execution.
+    pub async fn publish_for_execution(
+        &self,
+        subject: String,
+        msg_id: &str,
+        execution_id: &str,
+        payload: Bytes,
+    ) -> Result<PendingAck, MeshError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(runtime::HEADER_EXECUTION_ID, execution_id);
+        let fut = self
+            .inner
+            .js
+            .send_publish(
+                subject.clone(),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload)
+                    .headers(headers)
+                    .message_id(msg_id),
+            )
+            .await
+            .map_err(|e| MeshError::Publish {
+                subject: subject.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(PendingAck { subject, fut })
+    }
+
     /// Publish an event on `<p>.evt.<eid>.<type>` (id = `event_id`).
     pub async fn emit(&self, event: &noetl_wire::Event) -> Result<PendingAck, MeshError> {
         let subject = self

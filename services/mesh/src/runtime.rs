@@ -125,6 +125,10 @@ async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<M
                     .await;
                 return;
             }
+            if let Err(e) = announce_dead_letter(mesh, name, &msg, &reason).await {
+                // The copy is safe in the DLQ; only the notice is missing.
+                tracing::error!(consumer = %name, error = %e, "dead-letter notice not published");
+            }
             msg.ack().await
         }
     };
@@ -137,6 +141,67 @@ async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<M
 pub const HEADER_ORIGINAL_SUBJECT: &str = "Noetl-Original-Subject";
 /// Header with the reason a message was dead-lettered.
 pub const HEADER_REASON: &str = "Noetl-Dead-Letter-Reason";
+/// Header naming the execution a work message belongs to, on subjects that
+/// do not carry it (task commands).
+pub const HEADER_EXECUTION_ID: &str = "Noetl-Execution-Id";
+
+/// The execution a message belongs to: from its subject
+/// (`<p>.token.<eid>`, `<p>.loop.<eid>`, `<p>.evt.<eid>.<type>`) or from its
+/// [`HEADER_EXECUTION_ID`] header.
+pub fn execution_of(mesh: &Mesh, msg: &Message) -> Option<String> {
+    let rest = msg
+        .subject
+        .as_str()
+        .strip_prefix(mesh.subjects().prefix())?
+        .strip_prefix('.')?;
+    let mut parts = rest.splitn(3, '.');
+    let from_subject = match (parts.next(), parts.next()) {
+        (Some("token" | "loop" | "evt"), Some(eid)) if !eid.is_empty() => Some(eid.to_string()),
+        _ => None,
+    };
+    from_subject.or_else(|| {
+        msg.headers
+            .as_ref()?
+            .get(HEADER_EXECUTION_ID)
+            .map(|v| v.as_str().to_string())
+            .filter(|e| !e.is_empty())
+    })
+}
+
+/// Tell the execution's router that one of its messages was dead-lettered,
+/// so the execution fails with the reason instead of waiting forever.
+async fn announce_dead_letter(
+    mesh: &Mesh,
+    name: &str,
+    msg: &Message,
+    reason: &str,
+) -> Result<(), MeshError> {
+    let notice_suffix = format!(".{}", crate::events::types::MESSAGE_DEAD_LETTERED);
+    if msg.subject.as_str().ends_with(&notice_suffix) {
+        return Ok(()); // never a notice about a notice
+    }
+    let Some(eid) = execution_of(mesh, msg) else {
+        return Ok(());
+    };
+    let seq = msg
+        .info()
+        .map(|i| i.stream_sequence.to_string())
+        .unwrap_or_default();
+    let discriminator = format!("{}#{seq}", msg.subject);
+    let event = crate::events::EventDraft {
+        event_type: crate::events::types::MESSAGE_DEAD_LETTERED,
+        execution_id: &eid,
+        discriminator: &discriminator,
+        payload: serde_json::json!({
+            "consumer": name,
+            "subject": msg.subject.as_str(),
+            "reason": reason,
+        }),
+        ..Default::default()
+    }
+    .build();
+    mesh.emit(&event).await?.wait().await
+}
 
 async fn dead_letter(
     mesh: &Mesh,

@@ -76,6 +76,9 @@ async fn on_boundary(
     headers: &RevisionCache<ExecHeader>,
     ev: Event,
 ) -> Result<(), BoundaryError> {
+    if ev.event_type == types::MESSAGE_DEAD_LETTERED {
+        return on_dead_letter(mesh, headers, &ev).await;
+    }
     let payload = events::payload(&ev);
     if ev.event_type == types::LOOP_DONE && payload.get("boundary") != Some(&Value::Bool(true)) {
         return Ok(()); // informational: the failing loop's boundary is step.failed
@@ -235,42 +238,98 @@ async fn on_boundary(
     stored?;
 
     // 4. The terminal event, exactly once (flag set after publishing).
-    if header.status.is_terminal() && !header.terminal_emitted {
-        let (t, status) = match header.status {
-            ExecStatus::Completed => (types::EXECUTION_COMPLETED, "completed"),
-            _ => (types::EXECUTION_FAILED, "failed"),
-        };
-        mesh.emit(
-            &EventDraft {
-                event_type: t,
-                execution_id: eid,
-                trace_id: &ev.trace_id,
-                payload: json!({"status": status, "error": header.error}),
-                ..Default::default()
-            }
-            .build(),
-        )
-        .await?
-        .wait()
-        .await?;
-        kv::update_cached(
-            mesh.exec_kv(),
-            &header_key(eid),
-            headers,
-            |h: Option<&ExecHeader>| match h {
-                Some(h) if !h.terminal_emitted => {
-                    let mut h = h.clone();
-                    h.terminal_emitted = true;
-                    Cas::Write(h)
-                }
-                _ => Cas::Keep,
-            },
-        )
-        .await?;
-        headers.forget(&header_key(eid));
-        tracing::info!(execution_id = %eid, status, "execution finished");
-    }
+    emit_terminal(mesh, headers, &header, &ev.trace_id).await?;
     Ok(())
+}
+
+/// Emit `execution.completed` / `execution.failed` once the header is
+/// terminal, exactly once (the flag is set after publishing; the event id is
+/// deterministic, so a crash between the two only republishes a duplicate
+/// that JetStream drops).
+async fn emit_terminal(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    header: &ExecHeader,
+    trace_id: &str,
+) -> Result<(), BoundaryError> {
+    if !header.status.is_terminal() || header.terminal_emitted {
+        return Ok(());
+    }
+    let eid = header.execution_id.as_str();
+    let (t, status) = match header.status {
+        ExecStatus::Completed => (types::EXECUTION_COMPLETED, "completed"),
+        _ => (types::EXECUTION_FAILED, "failed"),
+    };
+    mesh.emit(
+        &EventDraft {
+            event_type: t,
+            execution_id: eid,
+            trace_id,
+            payload: json!({"status": status, "error": header.error}),
+            ..Default::default()
+        }
+        .build(),
+    )
+    .await?
+    .wait()
+    .await?;
+    kv::update_cached(
+        mesh.exec_kv(),
+        &header_key(eid),
+        headers,
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if !h.terminal_emitted => {
+                let mut h = h.clone();
+                h.terminal_emitted = true;
+                Cas::Write(h)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await?;
+    headers.forget(&header_key(eid));
+    tracing::info!(execution_id = %eid, status, "execution finished");
+    Ok(())
+}
+
+/// One of the execution's messages was dead-lettered: nothing will ever
+/// finish that work, so the execution fails now, naming the message, instead
+/// of waiting forever.
+async fn on_dead_letter(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+) -> Result<(), BoundaryError> {
+    let eid = ev.execution_id.as_str();
+    let payload = events::payload(ev);
+    let text = |k: &str| payload[k].as_str().unwrap_or("?").to_string();
+    let error = format!(
+        "internal: message on {} was dead-lettered by {}: {}",
+        text("subject"),
+        text("consumer"),
+        text("reason")
+    );
+    let header = kv::update_cached(
+        mesh.exec_kv(),
+        &header_key(eid),
+        headers,
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if h.status == ExecStatus::Running => {
+                let mut h = h.clone();
+                h.status = ExecStatus::Failed;
+                h.error = Some(error.clone());
+                h.live.clear();
+                h.ended_at = Some(now_rfc3339());
+                Cas::Write(h)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await?;
+    match header {
+        Some(h) => emit_terminal(mesh, headers, &h, &ev.trace_id).await,
+        None => Ok(()), // no such execution: the DLQ copy is all there is
+    }
 }
 
 /// Evaluate the step's arcs for this boundary event.

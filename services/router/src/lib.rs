@@ -51,6 +51,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
                 types::STEP_FAILED,
                 types::STEP_SKIPPED,
                 types::LOOP_DONE,
+                types::MESSAGE_DEAD_LETTERED,
             ]
             .iter()
             .map(|t| s.events_of_type(t))
