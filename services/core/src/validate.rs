@@ -439,11 +439,18 @@ impl Validator {
             }
         }
         let lp = s.get("loop");
-        let parallel = lp
+        let is_parallel = lp
             .and_then(|l| l.get("spec"))
             .and_then(|sp| sp.get("mode"))
             .and_then(Node::as_str)
             == Some("parallel");
+        // ctx keys the loop aggregates through reducers: parallel writes to
+        // them are the intended pattern, not a hazard.
+        let reduced: Vec<String> = lp
+            .and_then(|l| l.pointer("/spec/policy/reducers"))
+            .map(|r| r.entries().iter().map(|(k, _)| k.name.clone()).collect())
+            .unwrap_or_default();
+        let parallel = is_parallel.then_some(reduced.as_slice());
         if let Some(l) = lp {
             self.loop_(l, &format!("{path}/loop"), &name);
         }
@@ -628,7 +635,8 @@ impl Validator {
         }
     }
 
-    fn tool(&mut self, tool: &Node, path: &str, step: &str, parallel: bool) {
+    /// `parallel`: `Some(reduced ctx keys)` inside a parallel loop.
+    fn tool(&mut self, tool: &Node, path: &str, step: &str, parallel: Option<&[String]>) {
         let tasks = match &tool.kind {
             NodeKind::Seq(t) => t,
             NodeKind::Null => {
@@ -753,7 +761,7 @@ impl Validator {
         path: &str,
         task: &str,
         labels: &[&str],
-        parallel: bool,
+        parallel: Option<&[String]>,
     ) {
         let rules = match (&policy.kind, policy.get("rules")) {
             (NodeKind::Map(_), Some(r)) if r.is_seq() => r,
@@ -891,9 +899,11 @@ impl Validator {
                     }
                 }
             }
-            if parallel {
-                if let Some((k, _)) = then.entry("set_ctx") {
-                    self.warn("W104", k.span, &format!("{tp}/set_ctx"), format!("`set_ctx` in task `{task}` of a parallel loop"), "each ctx key may be written once (a different second write fails the iteration with ctx.conflict); prefer `set_iter`");
+            if let (Some(reduced), Some(set)) = (parallel, then.get("set_ctx")) {
+                for (k, _) in set.entries() {
+                    if !reduced.contains(&k.name) {
+                        self.warn("W104", k.span, &format!("{tp}/set_ctx/{}", k.name), format!("`set_ctx.{}` in task `{task}` of a parallel loop", k.name), "each ctx key may be written once (a different second write fails the iteration with ctx.conflict); prefer `set_iter`, or declare a reducer in `loop.spec.policy.reducers`");
+                    }
                 }
             }
         }

@@ -501,8 +501,14 @@ fn w104_set_ctx_in_parallel_loop() {
     let body = |mode: &str| {
         pb(&format!("  - step: a\n    loop: {{ in: [1, 2], iterator: i, spec: {{ mode: {mode} }} }}\n    tool:\n      - kind: noop\n        spec: {{ policy: {{ rules: [ {{ else: true, then: {{ set_ctx: {{ k: 1 }} }} }} ] }} }}\n"))
     };
-    assert_eq!(at(&body("parallel"), "W104"), (10, 58));
+    assert_eq!(at(&body("parallel"), "W104"), (10, 69));
     assert_clean(&body("sequential"));
+    // A key the loop reduces is the intended parallel write: no warning.
+    let reduced = body("parallel").replace(
+        "spec: { mode: parallel }",
+        "spec: { mode: parallel, policy: { reducers: { k: sum } } }",
+    );
+    assert_clean(&reduced);
 }
 
 #[test]
