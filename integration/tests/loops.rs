@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use noetl_integration::{types, Cluster, ClusterOptions};
 use noetl_mesh::events::types as et;
 use serde_json::json;
@@ -508,6 +510,29 @@ workflow:
             pages.len() <= 9,
             "item {item}: pages {pages:?}\nbefore crash:\n{before}"
         );
+    }
+    // After loop.done the checkpoints and collection chunks are pruned; only
+    // the loop run's own record stays.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys: Vec<String> = cluster
+            .mesh
+            .loop_kv()
+            .keys()
+            .await
+            .unwrap()
+            .filter_map(|k| async move { k.ok() })
+            .filter(|k| std::future::ready(k.starts_with(eid.as_str())))
+            .collect()
+            .await;
+        if keys.len() == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "loop state not pruned: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cluster.stop().await;
 }

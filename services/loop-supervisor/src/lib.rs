@@ -712,6 +712,11 @@ async fn finish(
         },
     )
     .await?;
+    // The collection chunks and the iterations' checkpoints are needed no
+    // more: drop them so state does not grow with every loop run. The run
+    // record itself stays (it makes a redelivered report a no-op).
+    let purged = kv::purge_under(mesh.loop_kv(), &state_key(eid, srid)).await?;
+    tracing::debug!(execution_id = %eid, step = %step.step, purged, "loop state pruned");
     Ok(())
 }
 

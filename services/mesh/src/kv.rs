@@ -51,6 +51,19 @@ pub async fn put<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<u6
         .map_err(|e| kv_err(store, key, e))
 }
 
+/// Remove every key below `key_prefix` (`<key_prefix>.…`, not the key
+/// itself) in one stream purge, whatever their number.
+pub async fn purge_under(store: &Store, key_prefix: &str) -> Result<u64, MeshError> {
+    let filter = format!("{}{key_prefix}.>", store.prefix);
+    store
+        .stream
+        .purge()
+        .filter(filter)
+        .await
+        .map(|r| r.purged)
+        .map_err(|e| kv_err(store, key_prefix, e))
+}
+
 /// Create `key` only if it does not exist. Returns `false` when it existed.
 pub async fn create<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<bool, MeshError> {
     let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
