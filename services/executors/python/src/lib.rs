@@ -1,8 +1,8 @@
 //! noetl-tool-python: the `python` tool kind.
 //!
-//! A task's `code` runs in a fresh interpreter (one process per call; a warm
-//! pool can replace [`runner::Process`] without changing the protocol) with
-//! fresh globals `args` (the task's rendered `args:`, `{}` by default, and
+//! A task's `code` runs in a warm interpreter from a [`runner::Pool`] (no
+//! start-up per task; an interpreter is killed and replaced on timeout and
+//! recycled after [`runner::PoolLimits::max_uses`] tasks) with fresh globals `args` (the task's rendered `args:`, `{}` by default, and
 //! each identifier key of it as a global of its own), `_prev`, `iter`, `ctx`
 //! and `workload`. The result is the global `result` if the code sets it,
 //! else what `main()` returns (called with `args` when it takes a
@@ -24,13 +24,13 @@ use noetl_core::Outcome;
 use serde_json::{json, Map, Value};
 
 pub use config::{PythonConfig, PythonTask};
-use runner::{Process, Request, RunError, RunOutput, OUTPUT_LIMIT};
+use runner::{Pool, PoolLimits, Request, RunError, RunOutput, OUTPUT_LIMIT};
 
 /// The `python` tool.
 #[derive(Debug, Clone)]
 pub struct PythonTool {
     config: PythonConfig,
-    process: Process,
+    process: Pool,
 }
 
 impl Default for PythonTool {
@@ -47,8 +47,13 @@ impl PythonTool {
 
     /// The tool with explicit settings.
     pub fn with_config(config: PythonConfig) -> Self {
-        let process = Process::new(config.interpreter.clone());
+        let process = Pool::new(config.interpreter.clone(), PoolLimits::default());
         Self { config, process }
+    }
+
+    /// Interpreters idle in the warm pool right now.
+    pub fn idle_interpreters(&self) -> usize {
+        self.process.idle()
     }
 
     /// Replica-wide settings.
@@ -73,7 +78,7 @@ impl Tool for PythonTool {
     }
 }
 
-async fn run(process: &Process, call: ToolCall, default_timeout: Duration) -> Outcome {
+async fn run(process: &Pool, call: ToolCall, default_timeout: Duration) -> Outcome {
     let task = match PythonTask::from_config(&call.config) {
         Ok(t) => t,
         Err(e) => return Outcome::error("python.config", e.to_string(), false),

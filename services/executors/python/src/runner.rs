@@ -1,16 +1,16 @@
 //! The wire between the tool and a Python interpreter: the embedded runner
-//! script, the request / response lines, and [`Process`], which runs one
-//! request in a fresh interpreter. A warm pool can replace [`Process`] with
-//! interpreters that stay up: the runner already serves one request per
-//! stdin line, so the protocol does not change.
+//! script, the request / response lines, and [`Pool`], which keeps warm
+//! interpreters that each serve one request per stdin line.
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// The runner script, passed to the interpreter with `-c`.
 pub const RUNNER: &str = include_str!("runner.py");
@@ -114,23 +114,72 @@ pub enum RunError {
     Io(#[source] std::io::Error),
 }
 
-/// Runs each request in a fresh interpreter process.
-#[derive(Debug, Clone)]
-pub struct Process {
-    interpreter: PathBuf,
+/// How many idle interpreters a pool keeps, and how often one is reused.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    /// Idle interpreters kept warm (more run at once when tasks need them).
+    pub max_idle: usize,
+    /// Tasks one interpreter serves before it is replaced, bounding what a
+    /// task's changes to interpreter-wide state (imports, `sys.path`...)
+    /// can leak into later tasks.
+    pub max_uses: u32,
 }
 
-impl Process {
-    /// Runs `interpreter -c RUNNER`.
-    pub fn new(interpreter: impl Into<PathBuf>) -> Self {
+impl Default for PoolLimits {
+    fn default() -> Self {
         Self {
-            interpreter: interpreter.into(),
+            max_idle: 8,
+            max_uses: 200,
+        }
+    }
+}
+
+/// A pool of warm interpreters running the runner script. Each task gets
+/// fresh globals in an interpreter that is already up, so it does not pay
+/// interpreter start-up; an interpreter whose task times out is killed and
+/// not reused.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+#[derive(Debug)]
+struct PoolInner {
+    interpreter: PathBuf,
+    limits: PoolLimits,
+    idle: Mutex<Vec<Worker>>,
+}
+
+/// One running interpreter.
+#[derive(Debug)]
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// What the process writes to fd 2, bounded; cleared per task.
+    stderr: Arc<Mutex<Vec<u8>>>,
+    uses: u32,
+}
+
+impl Pool {
+    /// A pool running `interpreter -c RUNNER`.
+    pub fn new(interpreter: impl Into<PathBuf>, limits: PoolLimits) -> Self {
+        Self {
+            inner: Arc::new(PoolInner {
+                interpreter: interpreter.into(),
+                limits,
+                idle: Mutex::new(Vec::new()),
+            }),
         }
     }
 
-    /// Run one request line; the process is killed when `timeout` passes.
-    pub async fn run(&self, line: Vec<u8>, timeout: Duration) -> Result<RunOutput, RunError> {
-        let mut child = tokio::process::Command::new(&self.interpreter)
+    /// Interpreters idle right now.
+    pub fn idle(&self) -> usize {
+        self.inner.idle.lock().expect("pool lock").len()
+    }
+
+    fn spawn(&self) -> Result<Worker, RunError> {
+        let mut child = tokio::process::Command::new(&self.inner.interpreter)
             .arg("-c")
             .arg(RUNNER)
             .env("PYTHONIOENCODING", "utf-8")
@@ -143,48 +192,117 @@ impl Process {
             .map_err(|source| match source.kind() {
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
                     RunError::Unavailable {
-                        program: self.interpreter.display().to_string(),
+                        program: self.inner.interpreter.display().to_string(),
                         source,
                     }
                 }
                 _ => RunError::Io(source),
             })?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        // Write concurrently with reading so a large request cannot deadlock.
-        let writer = tokio::spawn(async move {
-            let r = stdin.write_all(&line).await;
-            drop(stdin); // EOF: the runner exits after this request
-            r
-        });
-        let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(out) => out.map_err(RunError::Io)?,
-            Err(_) => {
-                writer.abort();
-                // Dropping the wait future dropped the child: kill_on_drop.
-                return Err(RunError::Timeout(timeout));
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut s = sink.lock().expect("stderr lock");
+                let room = (2 * OUTPUT_LIMIT).saturating_sub(s.len());
+                s.extend_from_slice(&buf[..n.min(room)]);
             }
-        };
-        if let Ok(Err(e)) = writer.await {
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
-                return Err(RunError::Io(e));
+        });
+        Ok(Worker {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            uses: 0,
+        })
+    }
+
+    /// An idle interpreter that is still alive, or a new one.
+    fn checkout(&self) -> Result<Worker, RunError> {
+        loop {
+            let w = self.inner.idle.lock().expect("pool lock").pop();
+            match w {
+                Some(mut w) => {
+                    if matches!(w.child.try_wait(), Ok(None)) {
+                        return Ok(w);
+                    } // died while idle: drop it, try the next
+                }
+                None => return self.spawn(),
             }
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let process_stderr = truncate(&String::from_utf8_lossy(&output.stderr), OUTPUT_LIMIT);
-        let response = stdout
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(MARK))
-            .and_then(|l| serde_json::from_str::<Response>(l).ok());
-        match response {
-            Some(response) => Ok(RunOutput {
-                response,
-                process_stderr,
-            }),
-            None => Err(RunError::Exited {
-                status: output.status.to_string(),
-                stderr: process_stderr,
-            }),
+    }
+
+    fn checkin(&self, w: Worker) {
+        if w.uses >= self.inner.limits.max_uses {
+            return; // dropped: killed
+        }
+        let mut idle = self.inner.idle.lock().expect("pool lock");
+        if idle.len() < self.inner.limits.max_idle {
+            idle.push(w);
+        }
+    }
+
+    /// Run one request line in a warm interpreter; on timeout the
+    /// interpreter is killed (and a later task gets a new one).
+    pub async fn run(&self, line: Vec<u8>, timeout: Duration) -> Result<RunOutput, RunError> {
+        let mut w = self.checkout()?;
+        w.stderr.lock().expect("stderr lock").clear();
+        let answer = tokio::time::timeout(timeout, exchange(&mut w, &line)).await;
+        let take_stderr = |w: &Worker| {
+            let s = w.stderr.lock().expect("stderr lock");
+            truncate(&String::from_utf8_lossy(&s), OUTPUT_LIMIT)
+        };
+        match answer {
+            Err(_) => Err(RunError::Timeout(timeout)), // `w` dropped: killed
+            Ok(Ok(Some(response))) => {
+                w.uses += 1;
+                let process_stderr = take_stderr(&w);
+                self.checkin(w);
+                Ok(RunOutput {
+                    response,
+                    process_stderr,
+                })
+            }
+            Ok(Ok(None)) => {
+                // EOF before an answer: the process died. Give its stderr
+                // reader a moment to collect the last words.
+                let status =
+                    match tokio::time::timeout(Duration::from_secs(2), w.child.wait()).await {
+                        Ok(Ok(s)) => s.to_string(),
+                        _ => "unknown status".to_string(),
+                    };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(RunError::Exited {
+                    status,
+                    stderr: take_stderr(&w),
+                })
+            }
+            Ok(Err(e)) => Err(RunError::Io(e)),
+        }
+    }
+}
+
+/// Send one request and read lines until the answer (`None` on EOF). Lines
+/// without the mark are output a C extension wrote straight to fd 1.
+async fn exchange(w: &mut Worker, line: &[u8]) -> std::io::Result<Option<Response>> {
+    w.stdin.write_all(line).await?;
+    w.stdin.flush().await?;
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        if w.stdout.read_line(&mut buf).await? == 0 {
+            return Ok(None);
+        }
+        if let Some(rest) = buf.trim_end_matches(['\n', '\r']).strip_prefix(MARK) {
+            return Ok(Some(serde_json::from_str(rest).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+            })?));
         }
     }
 }

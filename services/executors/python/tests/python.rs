@@ -188,3 +188,50 @@ fn code_is_not_rendered() {
     assert_eq!(PythonTool::new().raw_fields(), &["code"]);
     assert_eq!(PythonTool::new().kind(), "python");
 }
+
+#[tokio::test]
+async fn warm_interpreters_are_reused_with_fresh_globals() {
+    let tool = PythonTool::new();
+    let pid =
+        "import os\nresult = {'pid': os.getpid(), 'had_leak': 'leak' in globals()}\nleak = 'x'";
+    let first = run_with(tool.clone(), json!({"code": pid}), json!({})).await;
+    let second = run_with(tool.clone(), json!({"code": pid}), json!({})).await;
+    assert_eq!(first.status, OutcomeStatus::Ok, "{first:?}");
+    assert_eq!(
+        first.result["pid"], second.result["pid"],
+        "the second task reused the warm interpreter"
+    );
+    assert_eq!(
+        second.result["had_leak"], false,
+        "globals are fresh per task"
+    );
+    assert_eq!(tool.idle_interpreters(), 1);
+}
+
+#[tokio::test]
+async fn a_timed_out_interpreter_is_killed_and_replaced() {
+    let tool = PythonTool::new();
+    let pid = json!({"code": "import os\nresult = os.getpid()"});
+    let before = run_with(tool.clone(), pid.clone(), json!({})).await.result;
+    let slow = run_with(
+        tool.clone(),
+        json!({"code": "import os, time\nprint(os.getpid())\ntime.sleep(30)"}),
+        json!({"timeout": 0.5}),
+    )
+    .await;
+    assert_eq!(err_kind(&slow), "timeout", "{slow:?}");
+    // The killed interpreter was the warm one; the next task gets a new one.
+    let after = run_with(tool.clone(), pid, json!({})).await;
+    assert_eq!(after.status, OutcomeStatus::Ok, "{after:?}");
+    assert_ne!(after.result, before, "a fresh interpreter after the kill");
+    // Killed and reaped (allow the reaper a moment).
+    let proc_dir = std::path::Path::new("/proc").join(before.to_string());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proc_dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the timed-out interpreter {before} is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
