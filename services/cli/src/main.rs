@@ -30,6 +30,9 @@ enum Command {
     /// Watch the event stream.
     #[command(subcommand)]
     Events(commands::events::Command),
+    /// Store, list and delete encrypted credentials (the keychain).
+    #[command(subcommand)]
+    Credential(commands::credential::Command),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
                     Command::Serve(a) => commands::serve::run(a).await,
                     Command::Exec(c) => commands::exec::run(c).await,
                     Command::Events(c) => commands::events::run(c).await,
+                    Command::Credential(c) => commands::credential::run(c).await,
                     Command::Validate(_) | Command::Schema(_) => unreachable!("handled above"),
                 }
             }),

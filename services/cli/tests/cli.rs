@@ -234,3 +234,110 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown tool kind \"nope\""));
 }
+
+#[test]
+fn credentials_resolve_where_used_and_never_leak() {
+    let home = tempfile::tempdir().unwrap();
+    let cli = || {
+        let mut c = noetl();
+        c.env("NOETL_HOME", home.path())
+            .env_remove("NOETL_SECRET_KEY")
+            .env_remove("NOETL_SECRET_KEY_FILE")
+            .env("RUST_LOG", "debug");
+        c
+    };
+    let token = "tok-S3CRET-0123456789";
+    let password = "pw-Hunter2-Zz";
+    let put = |name: &str, kind: &str, body: serde_json::Value| {
+        let f = home.path().join(format!("{name}.json"));
+        std::fs::write(&f, body.to_string()).unwrap();
+        let out = cli()
+            .args(["credential", "put", name, "--kind", kind, "--from-file"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::remove_file(&f).unwrap();
+    };
+    put("api_token", "bearer", serde_json::json!({ "token": token }));
+    put(
+        "db",
+        "basic",
+        serde_json::json!({"username": "app", "password": password}),
+    );
+
+    let list = cli()
+        .args(["credential", "list", "--json"])
+        .output()
+        .unwrap();
+    let listed = json_of(&list);
+    assert_eq!(listed[0]["name"], "api_token");
+    assert_eq!(listed[1]["kind"], "basic");
+
+    let out = cli()
+        .args(["run", "--json", "--timeout", "120"])
+        .arg(fixture("keychain_python.yaml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let s = json_of(&out);
+    // The secrets reached the task...
+    assert_eq!(s["ctx"]["token_len"], token.len());
+    assert_eq!(s["ctx"]["pw_len"], password.len());
+    // ...and nothing that left it carries them.
+    assert_eq!(s["ctx"]["echoed"], "[redacted]");
+    assert_eq!(s["ctx"]["direct"], "[redacted]");
+    assert!(
+        s["ctx"]["boom"]
+            .as_str()
+            .unwrap()
+            .contains("bad token [redacted]"),
+        "{s}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    // Every byte the run left behind: the JetStream store (events, KV, the
+    // credentials bucket), the logs, the printed summary.
+    let mut haystack = stdout + &stderr;
+    for entry in walk(home.path()) {
+        haystack.push_str(&String::from_utf8_lossy(&std::fs::read(entry).unwrap()));
+    }
+    for secret in [token, password] {
+        assert!(!haystack.contains(secret), "secret {secret:?} leaked");
+    }
+    assert!(haystack.contains("task.done"), "the store was searched");
+
+    // A declared credential that is not stored fails before the first step.
+    let out = cli().args(["credential", "delete", "db"]).output().unwrap();
+    assert!(out.status.success());
+    let out = cli()
+        .args(["run", "--json", "--timeout", "120"])
+        .arg(fixture("keychain_python.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = json_of(&out);
+    let err = s["error"].as_str().unwrap();
+    assert!(
+        err.contains("keychain cannot be resolved") && err.contains("`db` (basic) is not stored"),
+        "{err}"
+    );
+    assert_eq!(s["steps"]["start"], serde_json::Value::Null, "{s}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -17,6 +17,7 @@
 mod analysis;
 pub mod compact;
 mod pipeline;
+pub mod secrets;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -163,6 +163,19 @@ impl Executor {
                 None => base.declare(name.clone()),
             };
         }
+        // Credentials are decrypted here, where they are used, and only when
+        // a template of the step reads `keychain`.
+        let mut secrets = Vec::new();
+        let mut keychain_error = None;
+        if needs.reads("keychain") {
+            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
+                Ok(r) => {
+                    base = base.keychain(Value::Object(r.scope));
+                    secrets = r.secrets;
+                }
+                Err(e) => keychain_error = Some(e),
+            }
+        }
         let index = loop_run
             .as_ref()
             .map(|(_, i)| i.to_string())
@@ -177,6 +190,7 @@ impl Executor {
             base,
             loop_run,
             index,
+            secrets,
         };
         let cur = Cursor {
             pc: cmd.pc as usize,
@@ -187,6 +201,13 @@ impl Executor {
             steps_taken: cmd.steps_taken,
             reduce,
         };
+        if let Some(message) = keychain_error {
+            let mut pending = Pending::default();
+            let error = json!({"kind": "keychain", "message": message});
+            sr.finish(&cur, End::Failed(error), &mut pending).await?;
+            pending.batch.wait().await?;
+            return Ok(());
+        }
         sr.drive(cur).await
     }
 }
@@ -260,6 +281,8 @@ struct StepRun<'a> {
     loop_run: Option<(String, u64)>,
     /// The iteration index as text (`""` outside loops), for ids.
     index: String,
+    /// Resolved secret values to redact from everything this step emits.
+    secrets: Vec<String>,
 }
 
 impl StepRun<'_> {
@@ -437,6 +460,7 @@ impl StepRun<'_> {
             duration_ms: clock.elapsed().as_millis() as u64,
             started_at,
         };
+        crate::secrets::redact_outcome(&mut outcome, &self.secrets);
         let policy_scope = match &task.spec.policy {
             Some(_) => scope.outcome(&outcome),
             None => scope, // no rules: nothing reads the scope
@@ -447,6 +471,18 @@ impl StepRun<'_> {
             attempt: cur.attempt,
             scope: &policy_scope,
             retry_after,
+        });
+        let decided = decided.map(|mut d| {
+            // A patch may render `keychain` directly: it must not reach KV.
+            for patch in [d.set_iter.as_mut(), d.set_ctx.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                patch
+                    .values_mut()
+                    .for_each(|v| crate::secrets::redact_value(v, &self.secrets));
+            }
+            d
         });
         let (decision, set_iter, set_ctx, rule, policy_error) = match decided {
             Ok(d) => (d.decision, d.set_iter, d.set_ctx, d.rule, None),

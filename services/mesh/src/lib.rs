@@ -10,6 +10,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod credentials;
 pub mod events;
 pub mod ids;
 pub mod kv;
@@ -161,6 +162,10 @@ impl Mesh {
     /// Loop-run bucket.
     pub fn loop_kv(&self) -> &Store {
         &self.inner.buckets.loops
+    }
+    /// The credential vault (encrypted `noetl_credentials` bucket).
+    pub fn vault(&self) -> credentials::Vault {
+        credentials::Vault::new(self.inner.buckets.credentials.clone(), &self.inner.config)
     }
     /// Per-execution plan cache.
     pub fn plans(&self) -> &plan::PlanCache {

@@ -99,4 +99,8 @@ impl Subjects {
     pub fn loop_bucket(&self) -> String {
         format!("{}_loop", self.prefix)
     }
+    /// Encrypted credentials bucket (`noetl_credentials`).
+    pub fn credentials_bucket(&self) -> String {
+        format!("{}_credentials", self.prefix)
+    }
 }

@@ -17,6 +17,8 @@ pub struct Buckets {
     pub ctx: kv::Store,
     /// Loop runs (`noetl_loop`).
     pub loops: kv::Store,
+    /// Encrypted credentials (`noetl_credentials`).
+    pub credentials: kv::Store,
 }
 
 fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
@@ -78,6 +80,7 @@ pub async fn ensure(
         exec: bucket(js, &s.exec_bucket()).await?,
         ctx: bucket(js, &s.ctx_bucket()).await?,
         loops: bucket(js, &s.loop_bucket()).await?,
+        credentials: bucket(js, &s.credentials_bucket()).await?,
     })
 }
 

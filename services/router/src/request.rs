@@ -116,6 +116,9 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         }
     };
     let playbook = loaded.playbook;
+    if let Some(why) = unresolved_keychain(mesh, &playbook).await? {
+        return fail_early(mesh, &eid, &source, &req, why).await;
+    }
     let mut workload = Value::Object(playbook.workload.clone());
     if !overrides.is_null() {
         deep_merge(&mut workload, &overrides);
@@ -262,4 +265,40 @@ async fn fail_early(
     .build();
     mesh.emit(&ev).await?.wait().await?;
     Ok(())
+}
+
+/// Every credential the playbook's `keychain` declares must be stored, with
+/// the declared kind, before the first step runs. `Some(reason)` otherwise,
+/// naming every missing entry (never a value).
+async fn unresolved_keychain(
+    mesh: &Mesh,
+    playbook: &noetl_core::model::Playbook,
+) -> Result<Option<String>, MeshError> {
+    if playbook.keychain.is_empty() {
+        return Ok(None);
+    }
+    let vault = mesh.vault();
+    let mut problems = Vec::new();
+    for entry in &playbook.keychain {
+        match vault.kind_of(&entry.name).await {
+            Ok(Some(kind)) if kind == entry.kind => {}
+            Ok(Some(kind)) => problems.push(format!(
+                "`{}` is declared as {} but stored as {kind}",
+                entry.name, entry.kind
+            )),
+            Ok(None) => problems.push(format!(
+                "`{}` ({}) is not stored; add it with `noetl credential put {} --kind {} --from-file FILE.json`",
+                entry.name, entry.kind, entry.name, entry.kind
+            )),
+            Err(e) => {
+                return Err(MeshError::Kv {
+                    bucket: mesh.subjects().credentials_bucket(),
+                    key: entry.name.clone(),
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok((!problems.is_empty())
+        .then(|| format!("keychain cannot be resolved: {}", problems.join("; "))))
 }

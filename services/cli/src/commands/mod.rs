@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
 pub mod common;
+pub mod credential;
 pub mod events;
 pub mod exec;
+pub mod local;
 pub mod run;
 pub mod schema;
 pub mod serve;

@@ -15,12 +15,13 @@ use noetl_mesh::{
     codec,
     events::{self, types},
     ids::new_execution_id,
-    server::{NatsServerProcess, ServerOptions},
+    server::NatsServerProcess,
     Mesh, MeshConfig,
 };
 use noetl_wire::{Event, ExecutionRequest};
 
 use super::common::{exit_code, init_tracing, print_summary, InProcess, WorkloadArgs};
+use super::local;
 
 /// Arguments of `noetl run`.
 #[derive(clap::Args)]
@@ -73,13 +74,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..MeshConfig::from_env()
     };
     // Declared before the server so the store outlives it on drop.
-    let mut _store: Option<StoreGuard> = None;
+    let mut _store: Option<local::StoreGuard> = None;
     let mut _server: Option<NatsServerProcess> = None;
     let embedded = args.nats.is_none();
     match &args.nats {
         Some(url) => config.nats_url = url.clone(),
         None => {
-            let (server, store) = start_private_server(&config)?;
+            let (server, store) = local::start_private_server(&config, local::Fallback::Temporary)?;
             config.nats_url = server.url();
             _server = Some(server);
             _store = Some(store);
@@ -188,56 +189,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         s.stop().await;
     }
     Ok(code)
-}
-
-/// What keeps a private server's store ours while the run lasts.
-#[expect(dead_code, reason = "the fields are held only for their Drop")]
-enum StoreGuard {
-    /// The persistent store under the data dir, held by an exclusive lock
-    /// so a second concurrent `noetl run` never shares it.
-    Locked(std::fs::File),
-    /// A throw-away store, removed on drop.
-    Temporary(tempfile::TempDir),
-}
-
-/// A private server whose JetStream store persists under the data dir
-/// (`NOETL_HOME`); if that store is held by another `noetl run` (or cannot
-/// be used), a temporary one. Two servers must never share a store
-/// directory: JetStream does not arbitrate that itself.
-fn start_private_server(config: &MeshConfig) -> anyhow::Result<(NatsServerProcess, StoreGuard)> {
-    let persistent = config.data_dir.join("nats");
-    let lock = std::fs::create_dir_all(&config.data_dir)
-        .and_then(|()| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(config.data_dir.join("nats.lock"))
-        })
-        .ok()
-        .filter(|f| f.try_lock().is_ok());
-    let first = match lock {
-        Some(lock) => match NatsServerProcess::start(ServerOptions {
-            store_dir: persistent.clone(),
-            port: None,
-            binary: None,
-        }) {
-            Ok(s) => return Ok((s, StoreGuard::Locked(lock))),
-            Err(e @ noetl_mesh::server::ServerError::NotFound { .. }) => {
-                return Err(anyhow::anyhow!(e))
-            }
-            Err(e) => format!("{} failed: {e}", persistent.display()),
-        },
-        None => format!("{} is in use by another run", persistent.display()),
-    };
-    let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
-    let s = NatsServerProcess::start(ServerOptions {
-        store_dir: tmp.path().to_path_buf(),
-        port: None,
-        binary: None,
-    })
-    .with_context(|| format!("starting a private nats-server ({first})"))?;
-    Ok((s, StoreGuard::Temporary(tmp)))
 }
 
 /// Live counters for the progress line.

@@ -1,0 +1,140 @@
+//! `noetl credential put|list|delete`: the encrypted credential vault.
+//!
+//! Without `--nats` the commands use the local persistent store of
+//! `noetl run` (under `NOETL_HOME`), so a credential put here is there for
+//! later local runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args as ClapArgs, Subcommand};
+use noetl_mesh::credentials::{Credential, KINDS};
+use noetl_mesh::{Mesh, MeshConfig};
+
+use super::local;
+
+/// Where the vault lives.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Target {
+    /// NATS server URL; without it, the local store of `noetl run`.
+    #[arg(long, env = "NOETL_NATS_URL")]
+    pub nats: Option<String>,
+    /// Subject / stream / bucket prefix.
+    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    pub prefix: String,
+}
+
+/// Credential commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Encrypt and store a credential (replaces one of the same name).
+    Put {
+        /// Credential name, as the playbook's `keychain` declares it.
+        name: String,
+        /// postgres_credential | bearer | basic | api_key | secret.
+        #[arg(long)]
+        kind: String,
+        /// A JSON object with the credential's fields (`-` for stdin).
+        #[arg(long = "from-file")]
+        from_file: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List names and kinds (never values).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a credential.
+    Delete {
+        /// Credential name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Run a credential command.
+pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    let target = match &cmd {
+        Command::Put { target, .. }
+        | Command::List { target, .. }
+        | Command::Delete { target, .. } => target.clone(),
+    };
+    let mut config = MeshConfig {
+        prefix: target.prefix.clone(),
+        ..MeshConfig::from_env()
+    };
+    // Declared before the server so the store outlives it on drop.
+    let mut _store = None;
+    let mut _server = None;
+    match &target.nats {
+        Some(url) => config.nats_url = url.clone(),
+        None => {
+            let (server, store) = local::start_private_server(&config, local::Fallback::Refuse)?;
+            config.nats_url = server.url();
+            _server = Some(server);
+            _store = Some(store);
+        }
+    }
+    let mesh = Mesh::connect(config.clone())
+        .await
+        .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
+    let vault = mesh.vault();
+    match cmd {
+        Command::Put {
+            name,
+            kind,
+            from_file,
+            ..
+        } => {
+            let text = if from_file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+            } else {
+                std::fs::read_to_string(&from_file)
+                    .with_context(|| format!("reading {}", from_file.display()))?
+            };
+            // serde_json's message names line and column, never the content.
+            let data = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not valid JSON", from_file.display()))?;
+            if !KINDS.iter().any(|(k, _)| *k == kind) {
+                anyhow::bail!(
+                    "credential kind `{kind}` is not one of {}",
+                    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+                );
+            }
+            vault
+                .put(&Credential {
+                    name: name.clone(),
+                    kind: kind.clone(),
+                    data,
+                })
+                .await?;
+            println!("stored credential `{name}` ({kind})");
+        }
+        Command::List { json, .. } => {
+            let all = vault.list().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else if all.is_empty() {
+                println!("no credentials stored");
+            } else {
+                for c in all {
+                    println!("{:<24} {:<20} {}", c.name, c.kind, c.updated_at);
+                }
+            }
+        }
+        Command::Delete { name, .. } => {
+            if !vault.delete(&name).await? {
+                eprintln!("error: credential `{name}` is not stored");
+                return Ok(ExitCode::from(1));
+            }
+            println!("deleted credential `{name}`");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
