@@ -35,6 +35,38 @@ pub struct ToolCall {
     pub workload: Value,
     /// 1-based attempt.
     pub attempt: u32,
+    /// The decrypted credential named by the task's `auth` field, if any.
+    pub auth: Option<AuthCredential>,
+}
+
+/// A keychain credential resolved for one task (`auth: NAME`). Its values
+/// must never reach an outcome: the runtime redacts them anyway, and its
+/// `Debug` form prints no value.
+#[derive(Clone)]
+pub struct AuthCredential {
+    /// Keychain entry name.
+    pub name: String,
+    /// Credential kind (`postgres_credential`, `bearer`, `basic`...).
+    pub kind: String,
+    /// Secret fields (a JSON object).
+    pub data: Value,
+}
+
+impl AuthCredential {
+    /// A string field of the credential, if present.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.data.get(name).and_then(Value::as_str)
+    }
+}
+
+impl std::fmt::Debug for AuthCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthCredential")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("data", &"[redacted]")
+            .finish()
+    }
 }
 
 /// What a tool gives back besides the outcome.

@@ -32,6 +32,8 @@ pub struct StepNeeds {
     /// Some task policy writes `iter` (the pagination pattern): loop
     /// iterations of this step checkpoint their cursor.
     pub sets_iter: bool,
+    /// Some task names a credential in `auth`: the keychain is resolved.
+    pub uses_auth: bool,
 }
 
 impl StepNeeds {
@@ -80,12 +82,14 @@ impl StepNeeds {
                     .map(|m| !m.is_empty())
                     .unwrap_or(false)
             });
+        let uses_auth = step.tool.iter().any(|t| t.config.contains_key("auth"));
         Self {
             load_ctx,
             steps,
             roots,
             specs,
             sets_iter,
+            uses_auth,
         }
     }
 

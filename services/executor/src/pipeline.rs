@@ -166,12 +166,16 @@ impl Executor {
         // Credentials are decrypted here, where they are used, and only when
         // a template of the step reads `keychain`.
         let mut secrets = Vec::new();
+        let mut credentials = crate::secrets::Resolved::default();
         let mut keychain_error = None;
-        if needs.reads("keychain") {
+        if needs.reads("keychain") || needs.uses_auth {
             match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
                 Ok(r) => {
-                    base = base.keychain(Value::Object(r.scope));
-                    secrets = r.secrets;
+                    if needs.reads("keychain") {
+                        base = base.keychain(Value::Object(r.scope.clone()));
+                    }
+                    secrets = r.secrets.clone();
+                    credentials = r;
                 }
                 Err(e) => keychain_error = Some(e),
             }
@@ -191,6 +195,7 @@ impl Executor {
             loop_run,
             index,
             secrets,
+            credentials,
         };
         let cur = Cursor {
             pc: cmd.pc as usize,
@@ -283,6 +288,8 @@ struct StepRun<'a> {
     index: String,
     /// Resolved secret values to redact from everything this step emits.
     secrets: Vec<String>,
+    /// Credentials for tasks' `auth` fields (empty unless some task has one).
+    credentials: crate::secrets::Resolved,
 }
 
 impl StepRun<'_> {
@@ -435,7 +442,39 @@ impl StepRun<'_> {
                 ),
                 None,
             ),
-            Ok(config) => {
+            Ok(config) => 'call: {
+                let auth = match config.get("auth") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(name)) => match self.credentials.credential(name) {
+                        Some(c) => Some(c),
+                        None => {
+                            break 'call (
+                                Outcome::error(
+                                    "auth",
+                                    format!(
+                                        "task {:?} of step {:?}: `auth: {name}` names no credential of the playbook's `keychain`; declare it there",
+                                        task.name, self.step.step
+                                    ),
+                                    false,
+                                ),
+                                None,
+                            )
+                        }
+                    },
+                    Some(_) => {
+                        break 'call (
+                            Outcome::error(
+                                "auth",
+                                format!(
+                                    "task {:?} of step {:?}: `auth` must name a keychain entry (a string)",
+                                    task.name, self.step.step
+                                ),
+                                false,
+                            ),
+                            None,
+                        )
+                    }
+                };
                 let in_loop = self.loop_run.is_some() || !cur.iter.is_empty();
                 let call = ToolCall {
                     execution_id: self.eid().to_string(),
@@ -450,6 +489,7 @@ impl StepRun<'_> {
                     ctx: cur.ctx.clone(),
                     workload: self.plan.workload.clone(),
                     attempt: cur.attempt,
+                    auth,
                 };
                 let r = call_tool(tool, call).instrument(span.clone()).await;
                 (r.outcome, r.retry_after)

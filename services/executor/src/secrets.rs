@@ -20,6 +20,19 @@ pub struct Resolved {
     pub scope: Map<String, Value>,
     /// Every secret string leaf, longest first.
     pub secrets: Vec<String>,
+    /// Credential kind by name.
+    pub kinds: std::collections::HashMap<String, String>,
+}
+
+impl Resolved {
+    /// The credential named `name`, for a task's `auth` field.
+    pub fn credential(&self, name: &str) -> Option<noetl_core::tool::AuthCredential> {
+        Some(noetl_core::tool::AuthCredential {
+            name: name.to_string(),
+            kind: self.kinds.get(name)?.clone(),
+            data: self.scope.get(name)?.clone(),
+        })
+    }
 }
 
 /// Decrypt every credential the playbook declares. The error names the
@@ -33,6 +46,7 @@ pub async fn resolve(
     for entry in &playbook.keychain {
         let cred = vault.get(&entry.name).await.map_err(|e| e.to_string())?;
         collect(&cred.data, &mut out.secrets);
+        out.kinds.insert(entry.name.clone(), cred.kind.clone());
         out.scope.insert(entry.name.clone(), cred.data);
     }
     out.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));

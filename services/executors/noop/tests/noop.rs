@@ -19,6 +19,7 @@ fn call(config: Value) -> ToolCall {
         ctx: json!({}),
         workload: json!({}),
         attempt: 1,
+        auth: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn call(config: Value, spec: Value) -> ToolCall {
         ctx: json!({"seen": true}),
         workload: json!({"n": 10}),
         attempt: 1,
+        auth: None,
     }
 }
 
