@@ -33,6 +33,9 @@ enum Command {
     /// Store, list and delete encrypted credentials (the keychain).
     #[command(subcommand)]
     Credential(commands::credential::Command),
+    /// Register, list and show playbooks in the catalog.
+    #[command(subcommand)]
+    Playbook(commands::playbook::Command),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
                     Command::Exec(c) => commands::exec::run(c).await,
                     Command::Events(c) => commands::events::run(c).await,
                     Command::Credential(c) => commands::credential::run(c).await,
+                    Command::Playbook(c) => commands::playbook::run(c).await,
                     Command::Validate(_) | Command::Schema(_) => unreachable!("handled above"),
                 }
             }),

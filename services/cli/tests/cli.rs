@@ -341,3 +341,88 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn playbooks_register_list_show_and_run_by_path_from_the_local_store() {
+    let home = tempfile::tempdir().unwrap();
+    let cli = || {
+        let mut c = noetl();
+        c.env("NOETL_HOME", home.path());
+        c
+    };
+    // Two versions: the second differs in its workload default.
+    let v1 = std::fs::read_to_string(fixture("catalog_v.yaml")).unwrap();
+    let v2_file = home.path().join("v2.yaml");
+    std::fs::write(&v2_file, v1.replace("{ v: 1 }", "{ v: 2 }")).unwrap();
+    for (file, version) in [
+        (fixture("catalog_v.yaml"), 1),
+        (v2_file.display().to_string(), 2),
+    ] {
+        let out = cli()
+            .args(["playbook", "register", "--json", &file])
+            .output()
+            .unwrap();
+        let r = json_of(&out);
+        assert_eq!(r["path"], "demo/catalogued");
+        assert_eq!(r["version"], version);
+    }
+    let list = json_of(&cli().args(["playbook", "list", "--json"]).output().unwrap());
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["version"], 2);
+
+    let show = cli()
+        .args(["playbook", "show", "demo/catalogued", "--version", "1"])
+        .output()
+        .unwrap();
+    assert!(show.status.success());
+    assert_eq!(String::from_utf8_lossy(&show.stdout), v1);
+
+    let run = |extra: &[&str]| {
+        let out = cli()
+            .args(["run", "--json", "--timeout", "120", "demo/catalogued"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_of(&out)["ctx"]["v"].clone()
+    };
+    assert_eq!(run(&[]), 2, "latest");
+    assert_eq!(run(&["--version", "1"]), 1, "pinned");
+
+    // Unknown path: the execution fails and says how to register.
+    let out = cli()
+        .args(["run", "--json", "--timeout", "120", "demo/missing"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let s = json_of(&out);
+    assert_eq!(s["status"], "failed");
+    assert!(
+        s["error"]
+            .as_str()
+            .unwrap()
+            .contains("noetl playbook register"),
+        "{s}"
+    );
+    // Registering needs metadata.path.
+    let no_path = home.path().join("nopath.yaml");
+    std::fs::write(&no_path, v1.replace(", path: demo/catalogued", "")).unwrap();
+    let out = cli()
+        .args(["playbook", "register"])
+        .arg(&no_path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metadata.path"));
+    // Unknown version on show.
+    let out = cli()
+        .args(["playbook", "show", "demo/catalogued", "--version", "9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("version 9"));
+}

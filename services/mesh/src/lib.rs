@@ -8,6 +8,7 @@
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
+pub mod catalog;
 pub mod codec;
 pub mod config;
 pub mod credentials;
@@ -162,6 +163,10 @@ impl Mesh {
     /// Loop-run bucket.
     pub fn loop_kv(&self) -> &Store {
         &self.inner.buckets.loops
+    }
+    /// The playbook catalog (`noetl_catalog`).
+    pub fn catalog(&self) -> catalog::Catalog {
+        catalog::Catalog::new(self.inner.buckets.catalog.clone())
     }
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {

@@ -99,6 +99,10 @@ impl Subjects {
     pub fn loop_bucket(&self) -> String {
         format!("{}_loop", self.prefix)
     }
+    /// Playbook catalog bucket (`noetl_catalog`).
+    pub fn catalog_bucket(&self) -> String {
+        format!("{}_catalog", self.prefix)
+    }
     /// Encrypted credentials bucket (`noetl_credentials`).
     pub fn credentials_bucket(&self) -> String {
         format!("{}_credentials", self.prefix)

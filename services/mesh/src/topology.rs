@@ -19,6 +19,8 @@ pub struct Buckets {
     pub loops: kv::Store,
     /// Encrypted credentials (`noetl_credentials`).
     pub credentials: kv::Store,
+    /// Registered playbooks (`noetl_catalog`).
+    pub catalog: kv::Store,
 }
 
 fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
@@ -81,6 +83,7 @@ pub async fn ensure(
         ctx: bucket(js, &s.ctx_bucket()).await?,
         loops: bucket(js, &s.loop_bucket()).await?,
         credentials: bucket(js, &s.credentials_bucket()).await?,
+        catalog: bucket(js, &s.catalog_bucket()).await?,
     })
 }
 

@@ -98,18 +98,26 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         Ok(v) => v,
         Err(e) => return fail_early(mesh, &eid, &source, &req, format!("workload: {e}")).await,
     };
-    if req.playbook_yaml.is_empty() {
-        let why = if req.path.is_empty() {
-            "the request carries no playbook: set `playbook` (YAML text) or `path`".to_string()
-        } else {
-            format!(
-                "playbook path {:?} cannot be resolved: no catalog entry (send the playbook inline)",
-                req.path
-            )
-        };
-        return fail_early(mesh, &eid, &source, &req, why).await;
-    }
-    let loaded = match noetl_core::load::load_playbook(&req.playbook_yaml, &source) {
+    let mut source = source;
+    let yaml = if !req.playbook_yaml.is_empty() {
+        req.playbook_yaml.clone()
+    } else if req.path.is_empty() {
+        let why = "the request carries no playbook: set `playbook` (YAML text) or `path`";
+        return fail_early(mesh, &eid, &source, &req, why.to_string()).await;
+    } else {
+        // The version is resolved once, here: the plan stored below keeps
+        // it for the whole execution, whatever is registered later.
+        let pinned = (req.version > 0).then_some(req.version);
+        match mesh.catalog().get(&req.path, pinned).await {
+            Ok(entry) => {
+                source = format!("{}@v{}", entry.path, entry.version);
+                entry.yaml
+            }
+            Err(noetl_mesh::catalog::CatalogError::Mesh(e)) => return Err(e.into()),
+            Err(e) => return fail_early(mesh, &eid, &source, &req, e.to_string()).await,
+        }
+    };
+    let loaded = match noetl_core::load::load_playbook(&yaml, &source) {
         Ok(l) => l,
         Err(e) => {
             return fail_early(mesh, &eid, &source, &req, format!("invalid playbook:\n{e}")).await

@@ -8,22 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args as ClapArgs, Subcommand};
+use clap::Subcommand;
 use noetl_mesh::credentials::{Credential, KINDS};
-use noetl_mesh::{Mesh, MeshConfig};
 
-use super::local;
-
-/// Where the vault lives.
-#[derive(ClapArgs, Debug, Clone)]
-pub struct Target {
-    /// NATS server URL; without it, the local store of `noetl run`.
-    #[arg(long, env = "NOETL_NATS_URL")]
-    pub nats: Option<String>,
-    /// Subject / stream / bucket prefix.
-    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
-    pub prefix: String,
-}
+use super::local::Target;
 
 /// Credential commands.
 #[derive(Subcommand, Debug)]
@@ -65,26 +53,8 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         | Command::List { target, .. }
         | Command::Delete { target, .. } => target.clone(),
     };
-    let mut config = MeshConfig {
-        prefix: target.prefix.clone(),
-        ..MeshConfig::from_env()
-    };
-    // Declared before the server so the store outlives it on drop.
-    let mut _store = None;
-    let mut _server = None;
-    match &target.nats {
-        Some(url) => config.nats_url = url.clone(),
-        None => {
-            let (server, store) = local::start_private_server(&config, local::Fallback::Refuse)?;
-            config.nats_url = server.url();
-            _server = Some(server);
-            _store = Some(store);
-        }
-    }
-    let mesh = Mesh::connect(config.clone())
-        .await
-        .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
-    let vault = mesh.vault();
+    let joined = target.join().await?;
+    let vault = joined.mesh.vault();
     match cmd {
         Command::Put {
             name,

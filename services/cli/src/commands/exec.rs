@@ -24,6 +24,9 @@ pub enum Command {
 pub struct StartArgs {
     /// A playbook file (sent inline) or a catalog path.
     pub playbook: String,
+    /// With a catalog path: start this version instead of the latest.
+    #[arg(long)]
+    pub version: Option<u32>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// Execution id to use (idempotent: the same id starts one execution).
@@ -84,6 +87,7 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         req.source_name = a.playbook.clone();
     } else {
         req.path = a.playbook.clone();
+        req.version = a.version.unwrap_or(0);
     }
     let mesh = a.mesh.connect().await?;
     mesh.publish(

@@ -3,8 +3,61 @@
 //! the data dir (`NOETL_HOME`), so credentials and state persist between runs.
 
 use anyhow::Context;
+use clap::Args as ClapArgs;
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
-use noetl_mesh::MeshConfig;
+use noetl_mesh::{Mesh, MeshConfig};
+
+/// Where a store command (`credential`, `playbook`) works.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Target {
+    /// NATS server URL; without it, the local store of `noetl run`.
+    #[arg(long, env = "NOETL_NATS_URL")]
+    pub nats: Option<String>,
+    /// Subject / stream / bucket prefix.
+    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    pub prefix: String,
+}
+
+/// A mesh joined for a store command, and the private server (if any)
+/// that must outlive it.
+pub struct Joined {
+    /// The mesh.
+    pub mesh: Mesh,
+    // Field order matters: the connection closes, then the server stops,
+    // then the store is released.
+    _server: Option<NatsServerProcess>,
+    _store: Option<StoreGuard>,
+}
+
+impl Target {
+    /// Join `--nats`, or start a private server on the persistent local
+    /// store (refusing a temporary one: the point is the store).
+    pub async fn join(&self) -> anyhow::Result<Joined> {
+        let mut config = MeshConfig {
+            prefix: self.prefix.clone(),
+            ..MeshConfig::from_env()
+        };
+        let (server, store) = match &self.nats {
+            Some(url) => {
+                config.nats_url = url.clone();
+                (None, None)
+            }
+            None => {
+                let (server, store) = start_private_server(&config, Fallback::Refuse)?;
+                config.nats_url = server.url();
+                (Some(server), Some(store))
+            }
+        };
+        let mesh = Mesh::connect(config.clone())
+            .await
+            .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
+        Ok(Joined {
+            mesh,
+            _server: server,
+            _store: store,
+        })
+    }
+}
 
 /// What to do when the persistent store is held by another process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,6 +5,7 @@ pub mod credential;
 pub mod events;
 pub mod exec;
 pub mod local;
+pub mod playbook;
 pub mod run;
 pub mod schema;
 pub mod serve;

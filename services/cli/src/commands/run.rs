@@ -26,8 +26,12 @@ use super::local;
 /// Arguments of `noetl run`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The playbook file.
+    /// The playbook file, or the catalog path of a registered playbook
+    /// (`noetl playbook register`).
     pub file: PathBuf,
+    /// With a catalog path: run this version instead of the latest.
+    #[arg(long)]
+    pub version: Option<u32>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// Use this NATS server instead of a private one (services are expected
@@ -55,18 +59,25 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(false, "warn");
     let name = args.file.display().to_string();
-    let loaded = match noetl_core::load::load_file(&args.file) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("{}", e.render_human());
-            return Ok(ExitCode::from(1));
+    // A file is sent inline; anything else is a catalog path the router
+    // resolves (the local store keeps what `noetl playbook register` put).
+    let by_path = !args.file.is_file() && !looks_like_file(&args.file);
+    let yaml = if by_path {
+        String::new()
+    } else {
+        let loaded = match noetl_core::load::load_file(&args.file) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("{}", e.render_human());
+                return Ok(ExitCode::from(1));
+            }
+        };
+        let yaml = std::fs::read_to_string(&args.file)?;
+        if !loaded.warnings.is_empty() && !args.json {
+            eprintln!("{}\n", loaded.warnings.render_human(&name, &yaml));
         }
+        yaml
     };
-    if !loaded.warnings.is_empty() && !args.json {
-        let text = std::fs::read_to_string(&args.file).unwrap_or_default();
-        eprintln!("{}\n", loaded.warnings.render_human(&name, &text));
-    }
-    let yaml = std::fs::read_to_string(&args.file)?;
     let workload = args.workload.build()?;
 
     let mut config = MeshConfig {
@@ -113,6 +124,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let req = ExecutionRequest {
         execution_id: eid.clone(),
         playbook_yaml: yaml,
+        path: if by_path { name.clone() } else { String::new() },
+        version: args.version.unwrap_or(0),
         workload_json: codec::json_bytes(&workload),
         source_name: name.clone(),
         ..Default::default()
@@ -252,4 +265,14 @@ impl Progress {
         }
         s
     }
+}
+
+/// A name that is clearly meant as a file (a missing one gets a file error,
+/// not a catalog lookup).
+fn looks_like_file(p: &std::path::Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    ) || p.is_absolute()
+        || p.starts_with(".")
 }
