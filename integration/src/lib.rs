@@ -33,6 +33,8 @@ pub struct ClusterOptions {
     /// Start executors with the other services (false: start them with
     /// [`Cluster::spawn_executor`], e.g. to crash one).
     pub executors: bool,
+    /// Where large results go (`None`: `objects/` under the data dir).
+    pub object_store: Option<noetl_mesh::objects::StoreLocation>,
 }
 
 impl Default for ClusterOptions {
@@ -42,6 +44,7 @@ impl Default for ClusterOptions {
             concurrency: 16,
             prefix: "noetl".into(),
             executors: true,
+            object_store: None,
         }
     }
 }
@@ -56,6 +59,8 @@ pub struct Cluster {
     tasks: Vec<JoinHandle<()>>,
     config: MeshConfig,
     concurrency: usize,
+    /// The data dir (object store of large results), removed on drop.
+    pub data_dir: tempfile::TempDir,
 }
 
 /// The repository root (for `playbooks/`).
@@ -83,8 +88,14 @@ impl Cluster {
     /// Start a server and `opts.replicas` replicas of each service.
     pub async fn start_with(opts: ClusterOptions) -> Self {
         let server = TestServer::start();
+        let data_dir = tempfile::Builder::new()
+            .prefix("noetl-test-data-")
+            .tempdir()
+            .expect("data dir");
         let config = MeshConfig {
             nats_url: server.url(),
+            data_dir: data_dir.path().to_path_buf(),
+            object_store: opts.object_store.clone(),
             prefix: opts.prefix.clone(),
             ack_wait: Duration::from_secs(5),
             ..MeshConfig::default()
@@ -135,6 +146,7 @@ impl Cluster {
             tasks,
             config,
             concurrency: opts.concurrency,
+            data_dir,
         }
     }
 

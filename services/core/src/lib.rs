@@ -17,6 +17,7 @@ pub mod schema;
 pub mod template;
 pub mod tool;
 pub mod validate;
+pub mod workbook;
 pub mod yaml;
 
 pub use model::*;

@@ -34,6 +34,7 @@ pub fn validate(root: &Node) -> Diagnostics {
         d: Diagnostics::default(),
     };
     v.root(root);
+    v.workbook_calls(root);
     v.templates(root);
     v.d.sort();
     v.d
@@ -1046,6 +1047,88 @@ impl Validator {
         }
         if is_loop && !arcs.items().is_empty() && !tests_loop_done {
             self.warn("W105", arcs.span, &format!("{path}/arcs"), format!("loop step `{step}` has arcs but none tests `loop.done`"), "a loop's boundary event is `loop.done` (or `step.failed`): guard arcs with `event.name == 'loop.done'`");
+        }
+    }
+
+    /// Every `kind: workbook` task names a task the `workbook` defines.
+    fn workbook_calls(&mut self, root: &Node) {
+        let wb = root.get("workbook");
+        let mut defined: Vec<String> = Vec::new();
+        let list = match wb {
+            Some(w) => match w.get("tasks") {
+                Some(t) if matches!(t.kind, NodeKind::Map(_)) => {
+                    defined.extend(t.entries().iter().map(|(k, _)| k.name.clone()));
+                    &[][..]
+                }
+                Some(t) if matches!(t.kind, NodeKind::Seq(_)) => t.items(),
+                _ if matches!(w.kind, NodeKind::Seq(_)) => w.items(),
+                _ => &[][..],
+            },
+            None => &[][..],
+        };
+        defined.extend(
+            list.iter()
+                .filter_map(|t| t.get("name").and_then(Node::as_str))
+                .map(str::to_string),
+        );
+        let Some(steps) = root
+            .get("workflow")
+            .filter(|w| matches!(w.kind, NodeKind::Seq(_)))
+        else {
+            return;
+        };
+        for (si, s) in steps.items().iter().enumerate() {
+            let Some(tool) = s.get("tool").filter(|t| matches!(t.kind, NodeKind::Seq(_))) else {
+                continue;
+            };
+            for (ti, t) in tool.items().iter().enumerate() {
+                if t.get("kind").and_then(Node::as_str) != Some("workbook") {
+                    continue;
+                }
+                let path = format!("/workflow/{si}/tool/{ti}");
+                let label = t.get("name").and_then(Node::as_str).unwrap_or("?");
+                let known = if defined.is_empty() {
+                    "the playbook has no `workbook` tasks".to_string()
+                } else {
+                    format!(
+                        "workbook tasks: {}",
+                        allowed_list(&defined.iter().map(String::as_str).collect::<Vec<_>>())
+                    )
+                };
+                match t.get("task") {
+                    None => self.err(
+                        "E038",
+                        t.span,
+                        &path,
+                        format!("task `{label}` has kind `workbook` but no `task`"),
+                        &format!("add `task: <name>`; {known}"),
+                    ),
+                    Some(n) => match n.as_str() {
+                        Some(name) if defined.iter().any(|d| d == name) => {}
+                        Some(name) => {
+                            let opts: Vec<&str> = defined.iter().map(String::as_str).collect();
+                            let help = match closest(name, &opts) {
+                                Some(c) => format!("did you mean `{c}`? {known}"),
+                                None => known.clone(),
+                            };
+                            self.err(
+                                "E038",
+                                n.span,
+                                &format!("{path}/task"),
+                                format!("task `{label}` calls workbook task `{name}`, which is not defined"),
+                                &help,
+                            )
+                        }
+                        None => self.err(
+                            "E038",
+                            n.span,
+                            &format!("{path}/task"),
+                            format!("`task` of workbook call `{label}` must be a string"),
+                            &known,
+                        ),
+                    },
+                }
+            }
         }
     }
 

@@ -303,6 +303,26 @@ impl StepRun<'_> {
 
     async fn drive(&self, mut cur: Cursor) -> Result<(), CommandError> {
         self.resume(&mut cur).await?;
+        // `_prev` handed over by reference is read back once, here; if it
+        // is gone for good the step fails (its arcs may handle that).
+        match self
+            .mesh()
+            .results()
+            .hydrate(std::mem::take(&mut cur.prev))
+            .await
+        {
+            Ok(v) => cur.prev = v,
+            Err(e) if e.is_permanent() => {
+                let mut pending = Pending::default();
+                let task = self.step.tool.get(cur.pc).map(|t| t.name.as_str());
+                let error =
+                    json!({"kind": "result.unavailable", "message": e.to_string(), "task": task});
+                self.finish(&cur, End::Failed(error), &mut pending).await?;
+                pending.batch.wait().await?;
+                return Ok(());
+            }
+            Err(e) => return Err(MeshError::from(e).into()),
+        }
         let mut pending = Pending::default();
         let tasks = &self.step.tool;
         let end = loop {
@@ -322,6 +342,7 @@ impl StepRun<'_> {
             }
             let Some(tool) = self.exec.tools.get(&task.kind) else {
                 // Another kind: its executors continue the pipeline.
+                self.spill_prev(&mut cur).await?;
                 let cmd = self.command(&cur, cur.attempt, 0);
                 pending.push(self.publish(&task.kind, &cmd).await?);
                 break End::Handoff;
@@ -342,6 +363,7 @@ impl StepRun<'_> {
                         cur.attempt = next_attempt;
                     } else {
                         let not_before = now_ms().saturating_add(delay.as_millis() as u64);
+                        self.spill_prev(&mut cur).await?;
                         let cmd = self.command(&cur, next_attempt, not_before);
                         pending.push(self.publish(&task.kind, &cmd).await?);
                         break End::Handoff;
@@ -744,7 +766,22 @@ impl StepRun<'_> {
         let (event_type, payload, discriminator) = match (&self.loop_run, end) {
             (_, End::Handoff) => return Ok(()),
             (None, End::Done(result)) => {
-                let result = compact(&result, self.mesh().config().inline_limit);
+                // Reference-first: a result above the limit is stored in
+                // object storage and travels (event, KV) as its reference.
+                let result = self
+                    .mesh()
+                    .results()
+                    .offload(
+                        noetl_mesh::objects::PutParams {
+                            execution_id: self.eid(),
+                            step: &self.step.step,
+                            id: &self.cmd.step_run_id,
+                            value: &result,
+                        },
+                        self.payload_limit(),
+                    )
+                    .await
+                    .map_err(MeshError::from)?;
                 if self.plan.is_result_referenced(&self.step.step) {
                     kv::put(
                         self.mesh().exec_kv(),
@@ -832,6 +869,43 @@ impl StepRun<'_> {
         .build()
     }
 
+    /// Results above this many bytes travel by reference.
+    fn payload_limit(&self) -> usize {
+        self.plan
+            .max_payload_bytes(self.mesh().config().inline_limit)
+    }
+
+    /// Move a large `_prev` to object storage before it rides in a command
+    /// or a checkpoint (the next command hydrates it).
+    async fn spill_prev(&self, cur: &mut Cursor) -> Result<(), MeshError> {
+        cur.prev = self.prev_by_reference(cur).await?;
+        Ok(())
+    }
+
+    /// `cur.prev`, or its reference when it is above the limit.
+    async fn prev_by_reference(&self, cur: &Cursor) -> Result<Value, MeshError> {
+        if noetl_mesh::objects::is_small(&cur.prev, self.payload_limit()) {
+            return Ok(cur.prev.clone());
+        }
+        let id = format!(
+            "{}.{}.prev.{}",
+            self.cmd.step_run_id, self.index, cur.steps_taken
+        );
+        Ok(self
+            .mesh()
+            .results()
+            .offload(
+                noetl_mesh::objects::PutParams {
+                    execution_id: self.eid(),
+                    step: &self.step.step,
+                    id: &id,
+                    value: &cur.prev,
+                },
+                self.payload_limit(),
+            )
+            .await?)
+    }
+
     /// Key of this iteration's checkpoint.
     fn checkpoint_key(&self) -> String {
         format!(
@@ -848,7 +922,7 @@ impl StepRun<'_> {
             "steps_taken": cur.steps_taken,
             "pc": cur.pc,
             "attempt": cur.attempt,
-            "prev": cur.prev,
+            "prev": self.prev_by_reference(cur).await?,
             "iter": cur.iter,
             "reduce": cur.reduce,
         });

@@ -139,11 +139,37 @@ fn items_key(eid: &str, srid: &str, chunk: usize) -> String {
     format!("{eid}.{}.items.{chunk}", key_part(srid))
 }
 
-/// Store the collection in chunks of [`CHUNK`] elements.
-async fn store_items(mesh: &Mesh, eid: &str, srid: &str, items: &[Value]) -> Result<(), MeshError> {
+/// A loop collection to store.
+struct Collection<'a> {
+    eid: &'a str,
+    srid: &'a str,
+    step: &'a str,
+    items: &'a [Value],
+    /// Chunks whose JSON is larger go to object storage; KV keeps the
+    /// reference.
+    limit: usize,
+}
+
+/// Store the collection in chunks of [`CHUNK`] elements: small chunks in
+/// KV, large ones in object storage (KV holds their reference).
+async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
     let mut batch = Vec::new();
-    for (c, chunk) in items.chunks(CHUNK).enumerate() {
-        batch.push((items_key(eid, srid, c), Value::Array(chunk.to_vec())));
+    for (n, chunk) in c.items.chunks(CHUNK).enumerate() {
+        let value = Value::Array(chunk.to_vec());
+        let id = format!("{}.items.{n}", key_part(c.srid));
+        let value = mesh
+            .results()
+            .offload(
+                noetl_mesh::objects::PutParams {
+                    execution_id: c.eid,
+                    step: c.step,
+                    id: &id,
+                    value: &value,
+                },
+                c.limit,
+            )
+            .await?;
+        batch.push((items_key(c.eid, c.srid, n), value));
     }
     let puts = batch.iter().map(|(k, v)| kv::put(mesh.loop_kv(), k, v));
     for r in futures::future::join_all(puts).await {
@@ -179,10 +205,14 @@ impl ChunkCache {
         let items = match hit {
             Some(v) => v,
             None => {
-                let v: Vec<Value> = kv::get::<Value>(mesh.loop_kv(), &key)
-                    .await?
-                    .and_then(|v| v.as_array().cloned())
-                    .unwrap_or_default();
+                let stored = kv::get::<Value>(mesh.loop_kv(), &key).await?;
+                let v: Vec<Value> = match stored {
+                    Some(v) => match mesh.results().hydrate(v).await? {
+                        Value::Array(a) => a,
+                        _ => Vec::new(),
+                    },
+                    None => Vec::new(),
+                };
                 let v = Arc::new(v);
                 let mut g = self.inner.lock().expect("chunk cache lock");
                 g.push_back((key, v.clone()));
@@ -309,7 +339,18 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     for (name, result) in loaded.steps {
         sc = sc.step_result(name, result);
     }
-    let items = match noetl_core::template::render_value(&lp.in_, &sc) {
+    // `loop.in` may give a result reference: its collection is read from
+    // object storage.
+    let rendered = match noetl_core::template::render_value(&lp.in_, &sc) {
+        Ok(v) if noetl_mesh::objects::is_ref(&v) => match mesh.results().hydrate(v).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                return fail_loop(mesh, &cmd, format!("loop.in of step {:?}: {e}", step.step)).await
+            }
+        },
+        other => other,
+    };
+    let items = match rendered {
         Ok(Value::Array(items)) => items,
         Ok(other) => {
             return fail_loop(
@@ -389,7 +430,17 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         }
     }
     let total = items.len() as u64;
-    store_items(mesh, eid, srid, &items).await?;
+    store_items(
+        mesh,
+        Collection {
+            eid,
+            srid,
+            step: &step.step,
+            items: &items,
+            limit: plan.max_payload_bytes(mesh.config().inline_limit),
+        },
+    )
+    .await?;
     drop(items);
     let first = total.min(max_in_flight);
     let run = LoopRun {
@@ -514,9 +565,12 @@ async fn dispatch(
             steps_taken: 0,
         };
         batch.push(
-            mesh.publish(
+            // The header names the execution: a dead-lettered command
+            // must still fail it.
+            mesh.publish_for_execution(
                 mesh.subjects().task(&first.kind),
                 &cmd.command_id,
+                &cmd.execution_id,
                 codec::encode(&cmd),
             )
             .await?,

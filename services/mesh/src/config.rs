@@ -23,6 +23,11 @@ pub struct MeshConfig {
     pub data_dir: PathBuf,
     /// How long events are kept in the event stream (`NOETL_EVENTS_MAX_AGE_S`).
     pub events_max_age: Duration,
+    /// Where large results are stored (`NOETL_OBJECT_STORE`); `None` = the
+    /// directory `objects` under `data_dir`.
+    pub object_store: Option<crate::objects::StoreLocation>,
+    /// Environment values that could not be parsed (reported by `validate`).
+    pub env_errors: Vec<String>,
 }
 
 impl Default for MeshConfig {
@@ -36,6 +41,8 @@ impl Default for MeshConfig {
             inline_limit: 64 * 1024,
             data_dir: default_data_dir(),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
+            object_store: None,
+            env_errors: Vec::new(),
         }
     }
 }
@@ -55,6 +62,13 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 impl MeshConfig {
+    /// Where results are stored: `object_store`, else `data_dir/objects`.
+    pub fn store_location(&self) -> crate::objects::StoreLocation {
+        self.object_store
+            .clone()
+            .unwrap_or_else(|| crate::objects::StoreLocation::Local(self.data_dir.join("objects")))
+    }
+
     /// Defaults overlaid with `NOETL_*` environment variables.
     pub fn from_env() -> Self {
         let mut c = Self::default();
@@ -71,6 +85,13 @@ impl MeshConfig {
         if let Some(v) = var("NOETL_INLINE_LIMIT").and_then(|v| v.parse().ok()) {
             c.inline_limit = v;
         }
+        if let Some(v) = var("NOETL_OBJECT_STORE") {
+            // A bad value is reported by `validate`, never silently ignored.
+            match crate::objects::StoreLocation::parse(&v) {
+                Ok(l) => c.object_store = Some(l),
+                Err(e) => c.env_errors.push(e.to_string()),
+            }
+        }
         if let Some(v) = var("NOETL_EVENTS_MAX_AGE_S").and_then(|v| v.parse().ok()) {
             c.events_max_age = Duration::from_secs(v);
         }
@@ -80,6 +101,9 @@ impl MeshConfig {
     /// Reject values that cannot work, naming the setting.
     pub fn validate(&self) -> Result<(), crate::MeshError> {
         let bad = |what: &str| Err(crate::MeshError::Config(what.to_string()));
+        if let Some(e) = self.env_errors.first() {
+            return bad(e);
+        }
         if self.prefix.is_empty()
             || !self
                 .prefix

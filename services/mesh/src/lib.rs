@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod events;
 pub mod ids;
 pub mod kv;
+pub mod objects;
 pub mod plan;
 pub mod runtime;
 pub mod scope;
@@ -72,6 +73,9 @@ pub enum MeshError {
     /// A message or stored value could not be decoded.
     #[error(transparent)]
     Decode(#[from] codec::DecodeError),
+    /// Object storage (results by reference) failed.
+    #[error(transparent)]
+    Object(#[from] objects::ObjectError),
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -99,6 +103,7 @@ struct Inner {
     config: MeshConfig,
     buckets: topology::Buckets,
     plans: plan::PlanCache,
+    results: objects::ResultStore,
 }
 
 impl Mesh {
@@ -124,6 +129,7 @@ impl Mesh {
         let js = jetstream::new(client.clone());
         let subjects = Subjects::new(&config.prefix);
         let buckets = topology::ensure(&js, &subjects, &config).await?;
+        let results = objects::ResultStore::open(config.store_location())?;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -132,6 +138,7 @@ impl Mesh {
                 config,
                 buckets,
                 plans: plan::PlanCache::new(256),
+                results,
             }),
         })
     }
@@ -171,6 +178,10 @@ impl Mesh {
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {
         credentials::Vault::new(self.inner.buckets.credentials.clone(), &self.inner.config)
+    }
+    /// Object storage for results by reference.
+    pub fn results(&self) -> &objects::ResultStore {
+        &self.inner.results
     }
     /// Per-execution plan cache.
     pub fn plans(&self) -> &plan::PlanCache {

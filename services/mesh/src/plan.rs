@@ -52,6 +52,19 @@ impl PlanRecord {
         }
     }
 
+    /// Results above this many bytes travel by reference:
+    /// `executor.spec.limits.max_payload_bytes`, else `default`.
+    pub fn max_payload_bytes(&self, default: usize) -> usize {
+        self.playbook
+            .executor
+            .as_ref()
+            .and_then(|e| e.spec.get("limits"))
+            .and_then(|l| l.get("max_payload_bytes"))
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .unwrap_or(default)
+    }
+
     /// True when some template of the playbook reads `step`'s result by
     /// name (`{{ step.x }}`): only then is the result worth storing in KV.
     pub fn is_result_referenced(&self, step: &str) -> bool {

@@ -235,6 +235,13 @@ async fn dead_letter(
 
 /// Map a transient mesh error to a retry with a short delay.
 pub fn retry_on(e: &MeshError) -> Disposition {
+    if let MeshError::Object(o) = e {
+        if o.is_permanent() {
+            // Retrying cannot bring a deleted object back: dead-letter at
+            // once, which fails the execution with this reason.
+            return Disposition::DeadLetter(e.to_string());
+        }
+    }
     tracing::warn!(error = %e, "transient failure; message will be retried");
     Disposition::Retry(Some(Duration::from_millis(250)))
 }

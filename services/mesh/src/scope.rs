@@ -58,6 +58,9 @@ pub async fn load(
     for name in step_names {
         if roots.contains(*name) {
             if let Some(v) = kv::get::<Value>(mesh.exec_kv(), &result_key(eid, name)).await? {
+                // A result stored by reference is read back where a
+                // template reads into it.
+                let v = mesh.results().hydrate(v).await?;
                 steps.insert(name.to_string(), v);
             }
         }

@@ -233,9 +233,12 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             steps_taken: 0,
         };
         batch.push(
-            mesh.publish(
+            // The header names the execution: a dead-lettered command
+            // must still fail it.
+            mesh.publish_for_execution(
                 mesh.subjects().task(&first.kind),
                 &cmd.command_id,
+                &cmd.execution_id,
                 codec::encode(&cmd),
             )
             .await?,

@@ -5,6 +5,9 @@
 
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
+pub mod s3;
+pub use s3::S3Server;
+
 /// A private nats-server for one test.
 pub struct TestServer {
     // Field order matters: the process stops before the directory goes.
