@@ -148,6 +148,16 @@ pub fn resolve(workbook: Option<&Value>, call: &Task) -> Result<Task, WorkbookEr
     })
 }
 
+/// The kind whose executors run `task`: the workbook task's kind for a
+/// workbook call (validation, `E038`, guarantees it resolves in a loaded
+/// playbook), else the task's own.
+pub fn effective_kind(workbook: Option<&Value>, task: &Task) -> String {
+    match resolve(workbook, task) {
+        Ok(t) => t.kind,
+        Err(_) => task.kind.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use noetl_core::{merge, template, Step};
+use noetl_core::{merge, template, Step, Task};
 use noetl_mesh::{plan::PlanRecord, scope};
 use serde_json::Value;
 
@@ -34,11 +34,32 @@ pub struct StepNeeds {
     pub sets_iter: bool,
     /// Some task names a credential in `auth`: the keychain is resolved.
     pub uses_auth: bool,
+    /// The pipeline as it runs: `kind: workbook` calls resolved to their
+    /// workbook task (an unresolvable call keeps its error, and fails the
+    /// step when reached).
+    pub tasks: Vec<Task>,
+    /// Per task: why its workbook call cannot be resolved.
+    pub task_errors: Vec<Option<String>>,
 }
 
 impl StepNeeds {
     /// Analyse `step` of `plan`.
     pub fn of(plan: &PlanRecord, step: &Step) -> Self {
+        let workbook = plan.playbook.workbook.as_ref();
+        let (tasks, task_errors): (Vec<Task>, Vec<Option<String>>) = step
+            .tool
+            .iter()
+            .map(|t| match noetl_core::workbook::resolve(workbook, t) {
+                Ok(r) => (r, None),
+                Err(e) => (t.clone(), Some(e.to_string())),
+            })
+            .unzip();
+        // Analyse the step as it runs (workbook tasks included).
+        let resolved = Step {
+            tool: tasks.clone(),
+            ..step.clone()
+        };
+        let step = &resolved;
         let json = serde_json::to_value(step).unwrap_or_default();
         let mut templates: Vec<String> = scope::strings(&json)
             .into_iter()
@@ -90,6 +111,8 @@ impl StepNeeds {
             specs,
             sets_iter,
             uses_auth,
+            tasks,
+            task_errors,
         }
     }
 

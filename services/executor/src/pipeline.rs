@@ -314,7 +314,7 @@ impl StepRun<'_> {
             Ok(v) => cur.prev = v,
             Err(e) if e.is_permanent() => {
                 let mut pending = Pending::default();
-                let task = self.step.tool.get(cur.pc).map(|t| t.name.as_str());
+                let task = self.needs.tasks.get(cur.pc).map(|t| t.name.as_str());
                 let error =
                     json!({"kind": "result.unavailable", "message": e.to_string(), "task": task});
                 self.finish(&cur, End::Failed(error), &mut pending).await?;
@@ -324,12 +324,15 @@ impl StepRun<'_> {
             Err(e) => return Err(MeshError::from(e).into()),
         }
         let mut pending = Pending::default();
-        let tasks = &self.step.tool;
+        let tasks = &self.needs.tasks;
         let end = loop {
             if cur.pc >= tasks.len() {
                 break End::Done(std::mem::take(&mut cur.prev));
             }
             let task = &tasks[cur.pc];
+            if let Some(Some(why)) = self.needs.task_errors.get(cur.pc) {
+                break End::Failed(json!({"kind": "workbook", "message": why, "task": task.name}));
+            }
             if cur.steps_taken >= MAX_TASK_RUNS {
                 break End::Failed(json!({
                     "kind": "pipeline.limit",

@@ -568,7 +568,10 @@ async fn dispatch(
             // The header names the execution: a dead-lettered command
             // must still fail it.
             mesh.publish_for_execution(
-                mesh.subjects().task(&first.kind),
+                mesh.subjects().task(&noetl_core::workbook::effective_kind(
+                    plan.playbook.workbook.as_ref(),
+                    first,
+                )),
                 &cmd.command_id,
                 &cmd.execution_id,
                 codec::encode(&cmd),
