@@ -76,6 +76,7 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(noetl_tool_noop::NoopTool),
         Arc::new(noetl_tool_python::PythonTool::default()),
+        Arc::new(noetl_executor::PlaybookTool),
     ]
 }
 

@@ -15,6 +15,7 @@
 //! a long pipeline is not redelivered to another replica.
 
 mod analysis;
+mod child;
 pub mod compact;
 mod pipeline;
 pub mod secrets;
@@ -34,6 +35,7 @@ use noetl_mesh::{
 };
 use noetl_wire::TaskCommand;
 
+pub use child::PlaybookTool;
 pub use pipeline::{CommandError, Executor, MAX_TASK_RUNS};
 
 /// What an executor replica needs: the service parameters and the tools it

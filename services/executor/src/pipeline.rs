@@ -205,6 +205,18 @@ impl Executor {
             ctx: loaded.ctx,
             steps_taken: cmd.steps_taken,
             reduce,
+            resume: if cmd.resume_outcome_json.is_empty() {
+                None
+            } else {
+                let v = codec::json_value(&cmd.resume_outcome_json)
+                    .map_err(|e| refuse("resume outcome", e))?;
+                Some(serde_json::from_value(v).map_err(|e| {
+                    CommandError::Refused(format!(
+                        "task command of execution {eid} step {:?}: resume outcome: {e}",
+                        step.step
+                    ))
+                })?)
+            },
         };
         if let Some(message) = keychain_error {
             let mut pending = Pending::default();
@@ -227,6 +239,9 @@ struct Cursor {
     steps_taken: u64,
     /// Reducer contributions of this iteration so far.
     reduce: Map<String, Value>,
+    /// The known outcome of task `pc` (a child execution ended): used
+    /// instead of invoking the task, once.
+    resume: Option<Outcome>,
 }
 
 /// How the pipeline stopped in this command.
@@ -350,7 +365,11 @@ impl StepRun<'_> {
                 pending.push(self.publish(&task.kind, &cmd).await?);
                 break End::Handoff;
             };
-            let run = self.run_task(&mut cur, task, tool, &mut pending).await?;
+            let Some(run) = self.run_task(&mut cur, task, tool, &mut pending).await? else {
+                // A child execution runs; the router continues this
+                // pipeline when it ends.
+                break End::Handoff;
+            };
             cur.steps_taken += 1;
             match run.decision {
                 Decision::Continue => {
@@ -407,14 +426,15 @@ impl StepRun<'_> {
         Ok(())
     }
 
-    /// Run task `cur.pc` once: events, tool call, policy, patches.
+    /// Run task `cur.pc` once: events, tool call, policy, patches. `None`
+    /// when the task started a child execution and the step-run waits.
     async fn run_task(
         &self,
         cur: &mut Cursor,
         task: &Task,
         tool: &Arc<dyn Tool>,
         pending: &mut Pending,
-    ) -> Result<TaskRun, CommandError> {
+    ) -> Result<Option<TaskRun>, CommandError> {
         let task_run_id = derive_id(&[
             &self.cmd.step_run_id,
             &self.index,
@@ -429,16 +449,19 @@ impl StepRun<'_> {
             task = %task.name,
             attempt = cur.attempt,
         );
-        pending.push(
-            self.mesh()
-                .emit(&self.task_event(
-                    types::TASK_STARTED,
-                    &task_run_id,
-                    task,
-                    json!({"attempt": cur.attempt, "pc": cur.pc, "kind": task.kind}),
-                ))
-                .await?,
-        );
+        let resumed = cur.resume.take();
+        if resumed.is_none() {
+            pending.push(
+                self.mesh()
+                    .emit(&self.task_event(
+                        types::TASK_STARTED,
+                        &task_run_id,
+                        task,
+                        json!({"attempt": cur.attempt, "pc": cur.pc, "kind": task.kind}),
+                    ))
+                    .await?,
+            );
+        }
         let mut scope = self
             .base
             .clone()
@@ -448,15 +471,39 @@ impl StepRun<'_> {
             scope = scope.ctx(cur.ctx.clone());
         }
         if self.needs.reads("iter") {
-            scope = scope.iter(Value::Object(cur.iter.clone()));
+            scope = scope.iter(self.iter_view(cur));
         }
         if self.needs.reads("_prev") {
             scope = scope.prev(cur.prev.clone());
         }
         let started_at = now_rfc3339();
         let clock = Instant::now();
-        let (mut outcome, retry_after) = match render_config(task, tool.raw_fields(), &scope) {
-            Err(message) => (
+        let rendered = match resumed {
+            Some(outcome) => Err(Ok(outcome)),
+            None => render_config(task, tool.raw_fields(), &scope).map_err(Err),
+        };
+        let (mut outcome, retry_after) = match rendered {
+            Err(Ok(outcome)) => (outcome, None),
+            Ok(config) if task.kind == "playbook" => {
+                match self
+                    .start_child(cur, &config, &task_run_id, pending)
+                    .await?
+                {
+                    Ok(()) => return Ok(None),
+                    Err(message) => (
+                        Outcome::error(
+                            "playbook.config",
+                            format!(
+                                "task {:?} of step {:?}: {message}",
+                                task.name, self.step.step
+                            ),
+                            false,
+                        ),
+                        None,
+                    ),
+                }
+            }
+            Err(Err(message)) => (
                 Outcome::error(
                     "template",
                     format!(
@@ -510,7 +557,7 @@ impl StepRun<'_> {
                     spec: self.needs.specs.get(cur.pc).cloned().unwrap_or_default(),
                     args: self.args.clone(),
                     prev: cur.prev.clone(),
-                    iter: in_loop.then(|| Value::Object(cur.iter.clone())),
+                    iter: in_loop.then(|| self.iter_view(cur)),
                     ctx: cur.ctx.clone(),
                     workload: self.plan.workload.clone(),
                     attempt: cur.attempt,
@@ -635,12 +682,62 @@ impl StepRun<'_> {
                 .emit(&self.task_event(types::TASK_DONE, &task_run_id, task, payload))
                 .await?,
         );
-        Ok(TaskRun {
+        Ok(Some(TaskRun {
             outcome,
             decision,
             iter_changed: set_iter.as_ref().map(|m| !m.is_empty()).unwrap_or(false),
             policy_error,
-        })
+        }))
+    }
+
+    /// `iter` as templates and tools see it: the iteration's own keys, and
+    /// in a child execution the parent task's `iter` as `parent`.
+    fn iter_view(&self, cur: &Cursor) -> Value {
+        let mut m = cur.iter.clone();
+        if !self.plan.parent_iter.is_null() {
+            m.insert("parent".into(), self.plan.parent_iter.clone());
+        }
+        Value::Object(m)
+    }
+
+    /// Start the child execution of a `playbook` task; the parent resumes
+    /// at this task when the child ends. `Err` names a field problem.
+    async fn start_child(
+        &self,
+        cur: &mut Cursor,
+        config: &Map<String, Value>,
+        task_run_id: &str,
+        pending: &mut Pending,
+    ) -> Result<Result<(), String>, CommandError> {
+        self.spill_prev(cur).await?;
+        let child_id = derive_id(&["child", task_run_id]);
+        let req = match crate::child::request(crate::child::ChildParams {
+            config,
+            child_id: child_id.clone(),
+            parent_id: self.eid(),
+            trace_id: &self.cmd.trace_id,
+            resume: self.command(cur, cur.attempt, 0),
+            parent_iter: self.iter_view(cur),
+        }) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        tracing::info!(
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            child = %child_id,
+            "starting child execution"
+        );
+        pending.push(
+            self.mesh()
+                .publish(
+                    self.mesh().subjects().exec_request(),
+                    &child_id,
+                    codec::encode(&req),
+                )
+                .await?,
+        );
+        Ok(Ok(()))
     }
 
     /// Inside a loop iteration, take the keys that have a declared reducer
@@ -1013,6 +1110,7 @@ impl StepRun<'_> {
             not_before_ms,
             trace_id: self.cmd.trace_id.clone(),
             steps_taken: cur.steps_taken,
+            resume_outcome_json: Vec::new(),
         }
     }
 

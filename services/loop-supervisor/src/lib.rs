@@ -339,6 +339,10 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     for (name, result) in loaded.steps {
         sc = sc.step_result(name, result);
     }
+    // In a child playbook, `loop.in` may read the parent's iteration.
+    if !plan.parent_iter.is_null() {
+        sc = sc.iter(json!({"parent": plan.parent_iter}));
+    }
     // `loop.in` may give a result reference: its collection is read from
     // object storage.
     let rendered = match noetl_core::template::render_value(&lp.in_, &sc) {
@@ -563,6 +567,7 @@ async fn dispatch(
             not_before_ms: 0,
             trace_id: run.trace_id.clone(),
             steps_taken: 0,
+            resume_outcome_json: Vec::new(),
         };
         batch.push(
             // The header names the execution: a dead-lettered command

@@ -129,6 +129,7 @@ pub fn decode_execution_request(data: &[u8]) -> Result<ExecutionRequest, DecodeE
             parent_execution_id: j.parent_execution_id,
             source_name: j.source_name,
             trace_id: j.trace_id,
+            ..Default::default()
         });
     }
     decode("execution request (protobuf)", data)

@@ -28,6 +28,9 @@ pub struct PlanRecord {
     /// Trace id of the execution.
     #[serde(default)]
     pub trace_id: String,
+    /// The parent task's `iter` (child playbooks): `iter.parent` here.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub parent_iter: Value,
     /// Step names some template reads by name (computed once, on demand).
     #[serde(skip)]
     referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
@@ -48,6 +51,7 @@ impl PlanRecord {
             workload,
             parent_execution_id: String::new(),
             trace_id: String::new(),
+            parent_iter: Value::Null,
             referenced: Default::default(),
         }
     }

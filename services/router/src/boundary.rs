@@ -273,6 +273,8 @@ async fn emit_terminal(
     .await?
     .wait()
     .await?;
+    // Before marking the end emitted: a crash here repeats both.
+    crate::children::resume_parent(mesh, eid).await?;
     kv::update_cached(
         mesh.exec_kv(),
         &header_key(eid),

@@ -16,6 +16,7 @@
 //! boundary republishes exactly the tokens its first handling recorded.
 
 mod boundary;
+mod children;
 mod request;
 
 use std::sync::Arc;

@@ -90,9 +90,14 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
             if let Ok(plan) = mesh.plans().get(mesh, &eid).await {
                 publish_entry(mesh, &plan).await?;
             }
+        } else {
+            // A child refused before a crash may not have resumed its parent.
+            crate::children::resume_parent(mesh, &eid).await?;
         }
         return Ok(());
     }
+    // A child: its parent's continuation is kept before anything can fail.
+    crate::children::remember(mesh, &eid, &req).await?;
 
     let overrides = match codec::json_value(&req.workload_json) {
         Ok(v) => v,
@@ -133,6 +138,7 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     }
     let mut plan = PlanRecord::new(eid.clone(), source.clone(), playbook, workload);
     plan.parent_execution_id = req.parent_execution_id.clone();
+    plan.parent_iter = codec::json_value(&req.parent_iter_json).unwrap_or(Value::Null);
     plan.trace_id = if req.trace_id.is_empty() {
         eid.clone()
     } else {
@@ -272,6 +278,7 @@ async fn fail_early(
     }
     .build();
     mesh.emit(&ev).await?.wait().await?;
+    crate::children::resume_parent(mesh, eid).await?;
     Ok(())
 }
 

@@ -231,6 +231,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             not_before_ms: 0,
             trace_id: token.trace_id.clone(),
             steps_taken: 0,
+            resume_outcome_json: Vec::new(),
         };
         batch.push(
             // The header names the execution: a dead-lettered command

@@ -104,6 +104,7 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(noetl_tool_noop::NoopTool),
         Arc::new(noetl_tool_python::PythonTool::new()),
+        Arc::new(noetl_executor::PlaybookTool),
     ]
 }
 

@@ -173,6 +173,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         not_before_ms: 0,
         trace_id: format!("trace-{eid}"),
         steps_taken: 0,
+        resume_outcome_json: Vec::new(),
     }
 }
 

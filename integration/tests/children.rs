@@ -1,0 +1,177 @@
+//! `kind: playbook`: child executions by catalog path, inline or in loops
+//! (nested `iter.parent`), failures reaching the parent's policy.
+
+use std::time::Duration;
+
+use noetl_integration::Cluster;
+use noetl_mesh::state::ExecStatus;
+use serde_json::json;
+
+/// Looks a city's hotels up: a loop of its own, that sees the parent
+/// iteration as `iter.parent`.
+const HOTELS: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: hotels, path: demo/hotels }
+workflow:
+  - step: start
+    loop:
+      in: "{{ iter.parent.city.hotels }}"
+      iterator: hotel
+      spec:
+        mode: parallel
+        max_in_flight: 4
+        policy:
+          reducers: { rooms: extend }
+    tool:
+      - name: rooms
+        kind: python
+        args:
+          city: "{{ iter.parent.city.name }}"
+          hotel: "{{ iter.hotel }}"
+          index: "{{ iter.parent.index }}"
+        code: "result = ['%s/%s/%d' % (city, hotel, n) for n in range(2)]"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { rooms: "{{ outcome.result }}" } }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+    tool:
+      - name: e
+        kind: noop
+"#;
+
+const CITIES: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: cities }
+workload:
+  cities:
+    - { name: Paris, hotels: [ritz, crillon] }
+    - { name: Rome, hotels: [hassler] }
+    - { name: Oslo, hotels: [] }
+workflow:
+  - step: start
+    loop:
+      in: "{{ workload.cities }}"
+      iterator: city
+      spec:
+        mode: parallel
+        max_in_flight: 3
+        policy:
+          reducers: { rooms: extend, children: append }
+    tool:
+      - name: hotels
+        kind: playbook
+        path: demo/hotels
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'ok' }}"
+                then:
+                  do: continue
+                  set_ctx:
+                    rooms: "{{ outcome.result.rooms | default([]) }}"
+                    children: "{{ outcome.playbook.execution_id }}"
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+    tool:
+      - name: e
+        kind: noop
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_loops_through_child_playbooks_see_iter_parent() {
+    let cluster = Cluster::start().await;
+    cluster
+        .mesh
+        .catalog()
+        .register("demo/hotels", "hotels", HOTELS)
+        .await
+        .unwrap();
+    let eid = cluster.submit(CITIES, "cities.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    let mut rooms: Vec<String> = serde_json::from_value(s.ctx["rooms"].clone()).unwrap();
+    rooms.sort();
+    assert_eq!(
+        rooms,
+        [
+            "Paris/crillon/0",
+            "Paris/crillon/1",
+            "Paris/ritz/0",
+            "Paris/ritz/1",
+            "Rome/hassler/0",
+            "Rome/hassler/1"
+        ]
+    );
+    // Three children, each recording its parent.
+    let children: Vec<String> = serde_json::from_value(s.ctx["children"].clone()).unwrap();
+    assert_eq!(children.len(), 3);
+    for c in &children {
+        let h = cluster.mesh.exec_header(c).await.unwrap().unwrap();
+        assert_eq!(h.parent_execution_id, eid);
+        assert_eq!(h.status, ExecStatus::Completed);
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_unknown_child_reaches_the_parent_policy() {
+    let cluster = Cluster::start().await;
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: parent }
+workflow:
+  - step: start
+    tool:
+      - name: bad
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: boom }
+          workflow:
+            - step: start
+              tool:
+                - name: raise
+                  kind: python
+                  code: "raise ValueError('child broke')"
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then:
+                  do: continue
+                  set_ctx:
+                    kind: "{{ outcome.error.kind }}"
+                    message: "{{ outcome.error.message }}"
+      - name: missing
+        kind: playbook
+        path: no/such/playbook
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: continue, set_ctx: { missing: "{{ outcome.error.message }}" } }
+"#;
+    let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["kind"], "playbook.failed");
+    let message = s.ctx["message"].as_str().unwrap();
+    assert!(message.contains("child broke"), "{message}");
+    assert!(message.contains("(boom)"), "{message}");
+    let missing = s.ctx["missing"].as_str().unwrap();
+    assert!(missing.contains("\"no/such/playbook\""), "{missing}");
+    cluster.stop().await;
+}

@@ -1,0 +1,95 @@
+//! Child executions (`kind: playbook` tasks): when a child ends, its parent
+//! continues at the task that started it, with the child's outcome.
+//!
+//! The child's request carries the parent's continuation command; the
+//! router keeps it under `<child>.resume` from the start (so a child that
+//! is refused before its first step resumes its parent too) and publishes
+//! it, with the outcome filled in, once the child is terminal. The publish
+//! has a deterministic message id, so doing it again after a crash is
+//! harmless.
+
+use base64::Engine as _;
+use noetl_mesh::{codec, ids::derive_id, kv, state::ExecStatus, Mesh, MeshError};
+use noetl_wire::{ExecutionRequest, TaskCommand};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// What `<child>.resume` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ResumeRecord {
+    parent_execution_id: String,
+    /// The parent's continuation (protobuf `TaskCommand`, base64).
+    command: String,
+}
+
+fn resume_key(eid: &str) -> String {
+    format!("{eid}.resume")
+}
+
+/// Remember the parent's continuation of a child request (no-op for
+/// executions without a parent).
+pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<(), MeshError> {
+    let Some(cmd) = &req.parent_resume else {
+        return Ok(());
+    };
+    let rec = ResumeRecord {
+        parent_execution_id: req.parent_execution_id.clone(),
+        command: base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd)),
+    };
+    kv::put(mesh.exec_kv(), &resume_key(eid), &rec).await?;
+    Ok(())
+}
+
+/// If `eid` is a child, continue its parent with the child's outcome:
+/// `ok` with the child's final `ctx` as result when it completed, a
+/// `playbook.failed` error naming the child and its reason otherwise.
+pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
+    let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &resume_key(eid)).await? else {
+        return Ok(());
+    };
+    let Some(summary) = mesh.exec_summary(eid).await? else {
+        return Ok(());
+    };
+    if !summary.status.is_terminal() {
+        return Ok(());
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(rec.command.as_bytes())
+        .map_err(|e| MeshError::Config(format!("{}: {e}", resume_key(eid))))?;
+    let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;
+    let helper = json!({
+        "execution_id": eid,
+        "status": summary.status,
+        "steps": summary.steps,
+    });
+    let outcome = if summary.status == ExecStatus::Completed {
+        json!({"status": "ok", "result": summary.ctx, "playbook": helper})
+    } else {
+        let why = summary.error.clone().unwrap_or_else(|| "failed".into());
+        json!({
+            "status": "error",
+            "result": null,
+            "error": {
+                "kind": "playbook.failed",
+                "retryable": false,
+                "message": format!("child execution {eid} ({}) failed: {why}", summary.playbook),
+            },
+            "playbook": helper,
+        })
+    };
+    cmd.resume_outcome_json = codec::json_bytes(&outcome);
+    cmd.command_id = derive_id(&["resume", eid]);
+    // The task's kind is `playbook` (or a workbook call resolving to it);
+    // executors serving `playbook` continue the pipeline.
+    mesh.publish_for_execution(
+        mesh.subjects().task("playbook"),
+        &cmd.command_id,
+        &rec.parent_execution_id,
+        codec::encode(&cmd),
+    )
+    .await?
+    .wait()
+    .await?;
+    tracing::info!(execution_id = %rec.parent_execution_id, child = %eid, "parent resumed");
+    Ok(())
+}
