@@ -288,9 +288,11 @@ pub async fn events_of(mesh: &Mesh, filter: &str) -> Vec<Event> {
         .await
         .expect("ordered consumer");
     let mut consumer = info;
+    let name = consumer.cached_info().name.clone();
     let pending = consumer.info().await.expect("consumer info").num_pending;
     let mut out = Vec::new();
     if pending == 0 {
+        let _ = stream.delete_consumer(&name).await;
         return out;
     }
     let mut messages = consumer.messages().await.expect("messages");
@@ -301,6 +303,9 @@ pub async fn events_of(mesh: &Mesh, filter: &str) -> Vec<Event> {
             break;
         }
     }
+    // Tests poll: do not leave an ephemeral consumer per call behind.
+    drop(messages);
+    let _ = stream.delete_consumer(&name).await;
     out
 }
 

@@ -175,3 +175,97 @@ workflow:
     assert!(missing.contains("\"no/such/playbook\""), "{missing}");
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_parent_cancels_its_children_and_stops_their_work() {
+    let cluster = Cluster::start().await;
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: parent }
+workflow:
+  - step: start
+    tool:
+      - name: slow_child
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: slow }
+          workflow:
+            - step: start
+              loop:
+                in: "{{ range(200) | list }}"
+                iterator: i
+                spec: { mode: sequential }
+              tool:
+                - name: nap
+                  kind: python
+                  code: "import time; time.sleep(0.02); result = 1"
+      - name: after
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { reached: true } }
+"#;
+    let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
+    // Wait until the child is iterating.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let child = loop {
+        let keys = noetl_mesh::kv::keys_under(cluster.mesh.exec_kv(), &format!("{eid}.child"))
+            .await
+            .unwrap();
+        if let Some(k) = keys.first() {
+            let child = k.rsplit('.').next().unwrap().to_string();
+            let started = cluster
+                .events(&child)
+                .await
+                .iter()
+                .filter(|e| e.event_type == "loop.iteration.started")
+                .count();
+            if started >= 3 {
+                break child;
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            let all = cluster.events(&eid).await;
+            panic!(
+                "the child never iterated: keys {keys:?}; parent events {:?}",
+                all.iter().map(|e| &e.event_type).collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    cluster
+        .mesh
+        .request_cancel(&eid, "test says stop")
+        .await
+        .unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
+    assert_eq!(s.error.as_deref(), Some("cancelled: test says stop"));
+    assert!(s.ctx.get("reached").is_none(), "the parent went on: {s:?}");
+    let c = cluster.wait(&child, Duration::from_secs(30)).await;
+    assert_eq!(c.status, ExecStatus::Cancelled, "{c:?}");
+    assert_eq!(
+        c.error.as_deref(),
+        Some(format!("cancelled: parent execution {eid} was cancelled").as_str())
+    );
+    // The child stops iterating: what started stays far below 200.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = |evs: &[noetl_wire::Event]| {
+        evs.iter()
+            .filter(|e| e.event_type == "loop.iteration.started")
+            .count()
+    };
+    let a = started(&cluster.events(&child).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = started(&cluster.events(&child).await);
+    assert_eq!(a, b, "iterations kept starting after the cancel");
+    assert!(b < 200, "{b}");
+    let events = cluster.settled_events(&eid).await;
+    assert!(events.iter().any(|e| e.event_type == "execution.cancelled"));
+    cluster.stop().await;
+}

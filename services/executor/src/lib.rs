@@ -121,6 +121,13 @@ impl Handler for TaskHandler {
                 Ok(c) => c,
                 Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
             };
+            if executor
+                .mesh()
+                .cancellations()
+                .is_cancelled(&cmd.execution_id)
+            {
+                return Disposition::Ack; // cancelled: run nothing more
+            }
             if let Some(wait) = pipeline::remaining(cmd.not_before_ms) {
                 return Disposition::Retry(Some(wait));
             }

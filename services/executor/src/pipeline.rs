@@ -344,6 +344,10 @@ impl StepRun<'_> {
             if cur.pc >= tasks.len() {
                 break End::Done(std::mem::take(&mut cur.prev));
             }
+            if self.mesh().cancellations().is_cancelled(self.eid()) {
+                // Cancelled mid-pipeline: stop between tasks, report nothing.
+                break End::Handoff;
+            }
             let task = &tasks[cur.pc];
             if let Some(Some(why)) = self.needs.task_errors.get(cur.pc) {
                 break End::Failed(json!({"kind": "workbook", "message": why, "task": task.name}));

@@ -503,10 +503,11 @@ async fn dispatch(
     run: &LoopRun,
     indices: &[u64],
 ) -> Result<(), LoopError> {
-    if indices.is_empty() {
+    let eid = plan.execution_id.as_str();
+    // A cancelled execution starts no more iterations.
+    if indices.is_empty() || mesh.cancellations().is_cancelled(eid) {
         return Ok(());
     }
-    let eid = plan.execution_id.as_str();
     let lp = step.loop_.as_ref().expect("loop step");
     let mut batch = Batch::new();
     for &i in indices {

@@ -46,6 +46,10 @@ pub mod types {
     pub const EXECUTION_COMPLETED: &str = "execution.completed";
     /// Terminal failure.
     pub const EXECUTION_FAILED: &str = "execution.failed";
+    /// A client asked to cancel the execution (`noetl exec cancel`).
+    pub const EXECUTION_CANCEL_REQUESTED: &str = "execution.cancel_requested";
+    /// The execution was cancelled: no new step starts.
+    pub const EXECUTION_CANCELLED: &str = "execution.cancelled";
 }
 
 /// Current time, RFC 3339 with milliseconds, UTC.

@@ -64,6 +64,65 @@ pub async fn purge_under(store: &Store, key_prefix: &str) -> Result<u64, MeshErr
         .map_err(|e| kv_err(store, key_prefix, e))
 }
 
+/// Every key under `<key_prefix>.` (its current values' keys, deleted
+/// ones excluded), read with one ordered consumer.
+pub async fn keys_under(store: &Store, key_prefix: &str) -> Result<Vec<String>, MeshError> {
+    use async_nats::jetstream::consumer::DeliverPolicy;
+    use futures::StreamExt;
+    let filter = format!("{}{key_prefix}.>", store.prefix);
+    let mut keys = Vec::new();
+    let info = store
+        .stream
+        .clone()
+        .info()
+        .await
+        .map_err(|e| kv_err(store, key_prefix, e))?
+        .clone();
+    if info.state.messages == 0 {
+        return Ok(keys);
+    }
+    let consumer = store
+        .stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: filter,
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            headers_only: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| kv_err(store, key_prefix, e))?;
+    let name = consumer.cached_info().name.clone();
+    let pending = consumer.cached_info().num_pending;
+    if pending == 0 {
+        let _ = store.stream.delete_consumer(&name).await;
+        return Ok(keys);
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| kv_err(store, key_prefix, e))?;
+    while let Some(m) = messages.next().await {
+        let m = m.map_err(|e| kv_err(store, key_prefix, e))?;
+        let deleted = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("KV-Operation"))
+            .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+        if !deleted {
+            if let Some(k) = m.subject.as_str().strip_prefix(store.prefix.as_str()) {
+                keys.push(k.to_string());
+            }
+        }
+        let left = m.info().map(|i| i.pending).unwrap_or(0);
+        if left == 0 {
+            break;
+        }
+    }
+    drop(messages);
+    let _ = store.stream.delete_consumer(&name).await;
+    Ok(keys)
+}
+
 /// Create `key` only if it does not exist. Returns `false` when it existed.
 pub async fn create<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<bool, MeshError> {
     let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;

@@ -8,6 +8,7 @@
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
+pub mod cancel;
 pub mod catalog;
 pub mod codec;
 pub mod config;
@@ -104,6 +105,7 @@ struct Inner {
     buckets: topology::Buckets,
     plans: plan::PlanCache,
     results: objects::ResultStore,
+    cancelled: Arc<cancel::Cancellations>,
 }
 
 impl Mesh {
@@ -130,6 +132,11 @@ impl Mesh {
         let subjects = Subjects::new(&config.prefix);
         let buckets = topology::ensure(&js, &subjects, &config).await?;
         let results = objects::ResultStore::open(config.store_location())?;
+        let cancelled = cancel::watch(
+            &client,
+            subjects.events_of_type(events::types::EXECUTION_CANCELLED),
+        )
+        .await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -139,6 +146,7 @@ impl Mesh {
                 buckets,
                 plans: plan::PlanCache::new(256),
                 results,
+                cancelled,
             }),
         })
     }
@@ -178,6 +186,10 @@ impl Mesh {
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {
         credentials::Vault::new(self.inner.buckets.credentials.clone(), &self.inner.config)
+    }
+    /// Executions this process has heard were cancelled.
+    pub fn cancellations(&self) -> &cancel::Cancellations {
+        &self.inner.cancelled
     }
     /// Object storage for results by reference.
     pub fn results(&self) -> &objects::ResultStore {

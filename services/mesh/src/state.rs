@@ -26,10 +26,12 @@ pub enum ExecStatus {
     Completed,
     /// A step failed and no arc handled it, or the request was invalid.
     Failed,
+    /// Cancelled on request (or because its parent was).
+    Cancelled,
 }
 
 impl ExecStatus {
-    /// True for completed and failed.
+    /// True for completed, failed and cancelled.
     pub fn is_terminal(self) -> bool {
         !matches!(self, ExecStatus::Running)
     }

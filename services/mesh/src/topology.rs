@@ -147,22 +147,38 @@ pub async fn consumer(
         .await
         .map_err(|e| setup_err(format!("stream {stream_name}"), e))?;
     let durable = format!("{}-{}", s.prefix(), spec.durable);
-    stream
-        .get_or_create_consumer(
-            &durable,
-            pull::Config {
-                durable_name: Some(durable.clone()),
-                filter_subjects: spec.filter_subjects.clone(),
-                ack_policy: AckPolicy::Explicit,
-                deliver_policy: DeliverPolicy::All,
-                ack_wait: c.ack_wait,
-                max_deliver: -1,
-                max_ack_pending: spec.max_ack_pending,
-                ..Default::default()
-            },
-        )
+    let config = pull::Config {
+        durable_name: Some(durable.clone()),
+        filter_subjects: spec.filter_subjects.clone(),
+        ack_policy: AckPolicy::Explicit,
+        deliver_policy: DeliverPolicy::All,
+        ack_wait: c.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: spec.max_ack_pending,
+        ..Default::default()
+    };
+    let mut consumer: PullConsumer = stream
+        .get_or_create_consumer(&durable, config.clone())
         .await
-        .map_err(|e| setup_err(format!("consumer {durable} on {stream_name}"), e))
+        .map_err(|e| setup_err(format!("consumer {durable} on {stream_name}"), e))?;
+    // A store kept from an older version holds the consumer with its old
+    // filters: bring them up to date instead of silently missing subjects.
+    let info = consumer.cached_info();
+    let mut have: Vec<String> = info.config.filter_subjects.clone();
+    if !info.config.filter_subject.is_empty() {
+        have.push(info.config.filter_subject.clone());
+    }
+    have.sort();
+    let mut want = spec.filter_subjects.clone();
+    want.sort();
+    if have != want {
+        tracing::info!(consumer = %durable, ?have, ?want, "updating consumer filters");
+        consumer = stream
+            .update_consumer(config)
+            .await
+            .map_err(|e| setup_err(format!("consumer {durable} on {stream_name} (update)"), e))?;
+    }
+    Ok(consumer)
 }
 
 impl crate::Mesh {

@@ -79,6 +79,9 @@ async fn on_boundary(
     if ev.event_type == types::MESSAGE_DEAD_LETTERED {
         return on_dead_letter(mesh, headers, &ev).await;
     }
+    if ev.event_type == types::EXECUTION_CANCEL_REQUESTED {
+        return on_cancel(mesh, headers, &ev).await;
+    }
     let payload = events::payload(&ev);
     if ev.event_type == types::LOOP_DONE && payload.get("boundary") != Some(&Value::Bool(true)) {
         return Ok(()); // informational: the failing loop's boundary is step.failed
@@ -258,6 +261,7 @@ async fn emit_terminal(
     let eid = header.execution_id.as_str();
     let (t, status) = match header.status {
         ExecStatus::Completed => (types::EXECUTION_COMPLETED, "completed"),
+        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, "cancelled"),
         _ => (types::EXECUTION_FAILED, "failed"),
     };
     mesh.emit(
@@ -332,6 +336,49 @@ async fn on_dead_letter(
         Some(h) => emit_terminal(mesh, headers, &h, &ev.trace_id).await,
         None => Ok(()), // no such execution: the DLQ copy is all there is
     }
+}
+
+/// A client asked to cancel: the execution ends `cancelled` (no new step
+/// starts; boundary events of step-runs already running are ignored), and
+/// the cancellation goes on to its child executions.
+async fn on_cancel(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+) -> Result<(), BoundaryError> {
+    let eid = ev.execution_id.as_str();
+    let payload = events::payload(ev);
+    let reason = payload["reason"].as_str().unwrap_or("").trim().to_string();
+    let error = if reason.is_empty() {
+        "cancelled".to_string()
+    } else {
+        format!("cancelled: {reason}")
+    };
+    let header = kv::update_cached(
+        mesh.exec_kv(),
+        &header_key(eid),
+        headers,
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if h.status == ExecStatus::Running => {
+                let mut h = h.clone();
+                h.status = ExecStatus::Cancelled;
+                h.error = Some(error.clone());
+                h.live.clear();
+                h.ended_at = Some(now_rfc3339());
+                Cas::Write(h)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await?;
+    let Some(h) = header else {
+        return Ok(()); // no such execution
+    };
+    if h.status == ExecStatus::Cancelled {
+        emit_terminal(mesh, headers, &h, &ev.trace_id).await?;
+        crate::children::cancel_children(mesh, eid).await?;
+    }
+    Ok(())
 }
 
 /// Evaluate the step's arcs for this boundary event.

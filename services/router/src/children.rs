@@ -37,6 +37,24 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
         command: base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd)),
     };
     kv::put(mesh.exec_kv(), &resume_key(eid), &rec).await?;
+    // The parent's index of its children, for cancellation.
+    kv::put(
+        mesh.exec_kv(),
+        &format!("{}.child.{eid}", req.parent_execution_id),
+        &json!({"started_at": noetl_mesh::events::now_rfc3339()}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Ask every child of `eid` to cancel (they pass it on to theirs).
+pub async fn cancel_children(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
+    let prefix = format!("{eid}.child");
+    for key in kv::keys_under(mesh.exec_kv(), &prefix).await? {
+        let child = key.trim_start_matches(&format!("{prefix}."));
+        mesh.request_cancel(child, &format!("parent execution {eid} was cancelled"))
+            .await?;
+    }
     Ok(())
 }
 

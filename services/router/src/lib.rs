@@ -53,6 +53,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
                 types::STEP_SKIPPED,
                 types::LOOP_DONE,
                 types::MESSAGE_DEAD_LETTERED,
+                types::EXECUTION_CANCEL_REQUESTED,
             ]
             .iter()
             .map(|t| s.events_of_type(t))

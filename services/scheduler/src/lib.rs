@@ -65,6 +65,9 @@ impl Handler for TokenHandler {
                 Ok(t) => t,
                 Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
             };
+            if mesh.cancellations().is_cancelled(&token.execution_id) {
+                return Disposition::Ack; // a cancelled execution starts no step
+            }
             let span = tracing::debug_span!("schedule", execution_id = %token.execution_id, step = %token.step);
             match tracing::Instrument::instrument(schedule(&mesh, token), span).await {
                 Ok(()) => Disposition::Ack,

@@ -168,6 +168,7 @@ pub fn print_summary(s: &ExecSummary) {
         ExecStatus::Completed => "completed",
         ExecStatus::Failed => "failed",
         ExecStatus::Running => "running",
+        ExecStatus::Cancelled => "cancelled",
     };
     println!("execution {}  {status}  ({})", s.execution_id, s.playbook);
     if let Some(e) = &s.error {
@@ -185,7 +186,7 @@ pub fn print_summary(s: &ExecSummary) {
     );
 }
 
-/// Exit code for a final status: 0 completed, 1 failed.
+/// Exit code for a final status: 0 completed, 1 failed or cancelled.
 pub fn exit_code(status: ExecStatus) -> std::process::ExitCode {
     match status {
         ExecStatus::Completed => std::process::ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! `noetl exec start FILE|PATH` and `noetl exec status ID`.
+//! `noetl exec start FILE|PATH`, `noetl exec status ID` and
+//! `noetl exec cancel ID`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,6 +18,24 @@ pub enum Command {
     Start(StartArgs),
     /// Print an execution's status, `ctx` and steps.
     Status(StatusArgs),
+    /// Cancel a running execution and its child executions.
+    Cancel(CancelArgs),
+}
+
+/// Arguments of `noetl exec cancel`.
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    /// Execution id.
+    pub id: String,
+    /// Why (recorded as the execution's error: `cancelled: <reason>`).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Wait until the router has recorded the cancellation (or the
+    /// execution had already ended); give up after 30 s.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
 }
 
 /// Arguments of `noetl exec start`.
@@ -62,7 +81,43 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Start(a) => start(a).await,
         Command::Status(a) => status(a).await,
+        Command::Cancel(a) => cancel(a).await,
     }
+}
+
+async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
+    let mesh = a.mesh.connect().await?;
+    let Some(header) = mesh.exec_header(&a.id).await? else {
+        eprintln!("error: no execution {:?} at {}", a.id, a.mesh.nats);
+        return Ok(ExitCode::from(2));
+    };
+    if header.status != ExecStatus::Running {
+        println!("execution {} already ended ({:?})", a.id, header.status);
+        return Ok(ExitCode::SUCCESS);
+    }
+    mesh.request_cancel(&a.id, &a.reason).await?;
+    if a.wait {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match mesh.exec_header(&a.id).await? {
+                Some(h) if h.status != ExecStatus::Running => {
+                    println!("execution {} {:?}", a.id, h.status);
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    eprintln!(
+                        "error: no router recorded the cancellation of {} within 30 s",
+                        a.id
+                    );
+                    return Ok(ExitCode::from(2));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    } else {
+        println!("cancellation of {} requested", a.id);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {

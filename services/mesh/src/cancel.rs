@@ -1,0 +1,87 @@
+//! Which executions were cancelled, as this process has heard: every mesh
+//! endpoint listens to `<p>.evt.*.execution.cancelled` (a plain
+//! subscription to the events JetStream also stores), so executors,
+//! schedulers and loop-supervisors stop starting work for a cancelled
+//! execution at once, without a KV read per message.
+//!
+//! A replica started after a cancellation has not heard of it; the router
+//! still ignores every boundary event of a cancelled execution, so at most
+//! the step-runs already dispatched run to their end.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+
+/// Executions remembered at most (oldest forgotten first).
+pub const REMEMBERED: usize = 100_000;
+
+/// The cancelled executions this process knows of.
+#[derive(Default)]
+pub struct Cancellations {
+    inner: Mutex<(HashSet<String>, VecDeque<String>)>,
+}
+
+impl Cancellations {
+    /// True when `eid` was cancelled.
+    pub fn is_cancelled(&self, eid: &str) -> bool {
+        self.inner
+            .lock()
+            .expect("cancellations lock")
+            .0
+            .contains(eid)
+    }
+
+    /// Remember `eid` as cancelled.
+    pub fn insert(&self, eid: &str) {
+        let mut g = self.inner.lock().expect("cancellations lock");
+        if g.0.insert(eid.to_string()) {
+            g.1.push_back(eid.to_string());
+            while g.1.len() > REMEMBERED {
+                if let Some(old) = g.1.pop_front() {
+                    g.0.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// Start listening; the task ends when the client closes.
+pub(crate) async fn watch(
+    client: &async_nats::Client,
+    subject: String,
+) -> Result<Arc<Cancellations>, crate::MeshError> {
+    let set = Arc::new(Cancellations::default());
+    let mut sub = client
+        .subscribe(subject.clone())
+        .await
+        .map_err(|e| crate::MeshError::Setup {
+            what: format!("subscription {subject}"),
+            message: e.to_string(),
+        })?;
+    let s = set.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            // <p>.evt.<eid>.execution.cancelled
+            let mut parts = msg.subject.as_str().split('.');
+            if let (Some(_), Some(_), Some(eid)) = (parts.next(), parts.next(), parts.next()) {
+                s.insert(eid);
+            }
+        }
+    });
+    Ok(set)
+}
+
+impl crate::Mesh {
+    /// Ask the router to cancel `eid` (idempotent; its children follow).
+    pub async fn request_cancel(&self, eid: &str, reason: &str) -> Result<(), crate::MeshError> {
+        let ev = crate::events::EventDraft {
+            event_type: crate::events::types::EXECUTION_CANCEL_REQUESTED,
+            execution_id: eid,
+            payload: serde_json::json!({"reason": reason}),
+            ..Default::default()
+        }
+        .build();
+        self.emit(&ev).await?.wait().await
+    }
+}
