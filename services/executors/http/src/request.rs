@@ -1,0 +1,401 @@
+//! A task's fields, checked and turned into a request description.
+
+use std::time::Duration;
+
+use noetl_core::tool::AuthCredential;
+use serde_json::{Map, Value};
+
+/// Default connect timeout.
+pub const DEFAULT_CONNECT: Duration = Duration::from_secs(10);
+/// Default read (whole request) timeout.
+pub const DEFAULT_READ: Duration = Duration::from_secs(60);
+
+/// Why a task's fields cannot make a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `url` missing or not a string.
+    #[error("`url` is required (a string)")]
+    NoUrl,
+    /// `url` does not parse.
+    #[error("`url` {url:?} is not a valid http(s) URL: {reason}")]
+    BadUrl {
+        /// The URL, without its query string.
+        url: String,
+        /// Parser message.
+        reason: String,
+    },
+    /// Unknown method.
+    #[error("`method` {0:?} is not an HTTP method")]
+    BadMethod(String),
+    /// More than one body field.
+    #[error("use one of `json`, `body`, `form`; the task has {0}")]
+    SeveralBodies(String),
+    /// A field has the wrong shape.
+    #[error("`{field}` must be {expected}")]
+    Shape {
+        /// Field name.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// `spec.timeout` unusable.
+    #[error("`spec.timeout` must be seconds or {{connect, read}} in seconds, got {0}")]
+    Timeout(String),
+    /// The credential cannot authenticate HTTP.
+    #[error("credential `{name}` is of kind {kind}; http `auth` takes bearer, basic or api_key")]
+    AuthKind {
+        /// Credential name.
+        name: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// The credential lacks a field.
+    #[error("credential `{name}` ({kind}) has no `{field}`")]
+    AuthField {
+        /// Credential name.
+        name: String,
+        /// Its kind.
+        kind: String,
+        /// Missing field.
+        field: &'static str,
+    },
+}
+
+/// The body of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// No body.
+    None,
+    /// JSON (`json:`).
+    Json(Value),
+    /// Raw text (`body:`).
+    Text(String),
+    /// URL-encoded form (`form:`).
+    Form(Vec<(String, String)>),
+}
+
+/// How a credential is applied.
+#[derive(Clone, PartialEq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// HTTP basic.
+    Basic(String, Option<String>),
+    /// A header or query parameter carrying a key.
+    ApiKeyHeader(String, String),
+    /// A query parameter carrying a key.
+    ApiKeyQuery(String, String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Auth::Bearer(_) => "Bearer",
+            Auth::Basic(..) => "Basic",
+            Auth::ApiKeyHeader(h, _) => return write!(f, "ApiKeyHeader({h}, [redacted])"),
+            Auth::ApiKeyQuery(q, _) => return write!(f, "ApiKeyQuery({q}, [redacted])"),
+        };
+        write!(f, "{kind}([redacted])")
+    }
+}
+
+/// A checked request.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Upper-case method.
+    pub method: reqwest::Method,
+    /// The URL with `params` applied.
+    pub url: reqwest::Url,
+    /// Headers.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Body,
+    /// Follow 3xx (max 10).
+    pub follow_redirects: bool,
+    /// Connect timeout.
+    pub connect: Duration,
+    /// Whole-request timeout.
+    pub read: Duration,
+    /// Credential.
+    pub auth: Option<Auth>,
+}
+
+/// A scalar as header/query text.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn seconds(v: &Value) -> Option<Duration> {
+    let s = v
+        .as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))?;
+    (s > 0.0 && s.is_finite()).then(|| Duration::from_secs_f64(s))
+}
+
+/// `(connect, read)` from `spec.timeout`.
+pub fn timeouts(spec: &Value) -> Result<(Duration, Duration), ConfigError> {
+    match spec.get("timeout") {
+        None | Some(Value::Null) => Ok((DEFAULT_CONNECT, DEFAULT_READ)),
+        Some(Value::Object(m)) => {
+            let get = |k: &str, d: Duration| match m.get(k) {
+                None | Some(Value::Null) => Ok(d),
+                Some(v) => seconds(v).ok_or_else(|| ConfigError::Timeout(v.to_string())),
+            };
+            Ok((get("connect", DEFAULT_CONNECT)?, get("read", DEFAULT_READ)?))
+        }
+        Some(v) => {
+            let read = seconds(v).ok_or_else(|| ConfigError::Timeout(v.to_string()))?;
+            Ok((DEFAULT_CONNECT.min(read), read))
+        }
+    }
+}
+
+/// The URL without query and fragment: safe for messages (a query string
+/// may carry a key).
+pub fn display_url(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.set_fragment(None);
+    u.to_string()
+}
+
+fn auth_of(c: &AuthCredential) -> Result<Auth, ConfigError> {
+    let need = |field: &'static str| {
+        c.field(field)
+            .map(str::to_string)
+            .ok_or_else(|| ConfigError::AuthField {
+                name: c.name.clone(),
+                kind: c.kind.clone(),
+                field,
+            })
+    };
+    match c.kind.as_str() {
+        "bearer" => Ok(Auth::Bearer(need("token")?)),
+        "basic" => Ok(Auth::Basic(
+            need("username")?,
+            c.field("password").map(str::to_string),
+        )),
+        "api_key" => {
+            let key = c
+                .field("key")
+                .or_else(|| c.field("value"))
+                .map(str::to_string)
+                .ok_or_else(|| ConfigError::AuthField {
+                    name: c.name.clone(),
+                    kind: c.kind.clone(),
+                    field: "key",
+                })?;
+            if c.field("in") == Some("query") {
+                let name = c.field("name").unwrap_or("api_key").to_string();
+                Ok(Auth::ApiKeyQuery(name, key))
+            } else {
+                let header = c
+                    .field("header")
+                    .or_else(|| c.field("name"))
+                    .unwrap_or("X-API-Key")
+                    .to_string();
+                Ok(Auth::ApiKeyHeader(header, key))
+            }
+        }
+        _ => Err(ConfigError::AuthKind {
+            name: c.name.clone(),
+            kind: c.kind.clone(),
+        }),
+    }
+}
+
+/// Check a task's fields.
+pub fn parse(
+    config: &Map<String, Value>,
+    spec: &Value,
+    auth: Option<&AuthCredential>,
+) -> Result<Spec, ConfigError> {
+    let raw = config
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or(ConfigError::NoUrl)?;
+    let mut url = reqwest::Url::parse(raw).map_err(|e| ConfigError::BadUrl {
+        url: raw.split('?').next().unwrap_or_default().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ConfigError::BadUrl {
+            url: display_url(&url),
+            reason: format!("scheme {:?} is not http or https", url.scheme()),
+        });
+    }
+    let method = match config.get("method") {
+        None | Some(Value::Null) => reqwest::Method::GET,
+        Some(Value::String(m)) => reqwest::Method::from_bytes(m.trim().to_uppercase().as_bytes())
+            .map_err(|_| ConfigError::BadMethod(m.clone()))?,
+        Some(_) => {
+            return Err(ConfigError::Shape {
+                field: "method",
+                expected: "a string",
+            })
+        }
+    };
+    match config.get("params") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(params)) => {
+            let mut q = url.query_pairs_mut();
+            for (k, v) in params {
+                match v {
+                    Value::Array(items) => {
+                        for item in items {
+                            q.append_pair(k, &text(item));
+                        }
+                    }
+                    Value::Null => {}
+                    v => {
+                        q.append_pair(k, &text(v));
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(ConfigError::Shape {
+                field: "params",
+                expected: "an object",
+            })
+        }
+    }
+    let headers = match config.get("headers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(h)) => h.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
+        Some(_) => {
+            return Err(ConfigError::Shape {
+                field: "headers",
+                expected: "an object of header values",
+            })
+        }
+    };
+    let present: Vec<&str> = ["json", "body", "form"]
+        .into_iter()
+        .filter(|k| !matches!(config.get(*k), None | Some(Value::Null)))
+        .collect();
+    if present.len() > 1 {
+        return Err(ConfigError::SeveralBodies(present.join(", ")));
+    }
+    let body = match present.first().copied() {
+        None => Body::None,
+        Some("json") => Body::Json(config["json"].clone()),
+        Some("body") => Body::Text(match &config["body"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }),
+        _ => match &config["form"] {
+            Value::Object(f) => Body::Form(f.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
+            _ => {
+                return Err(ConfigError::Shape {
+                    field: "form",
+                    expected: "an object",
+                })
+            }
+        },
+    };
+    let follow_redirects = match config.get("follow_redirects") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ConfigError::Shape {
+                field: "follow_redirects",
+                expected: "true or false",
+            })
+        }
+    };
+    let (connect, read) = timeouts(spec)?;
+    Ok(Spec {
+        method,
+        url,
+        headers,
+        body,
+        follow_redirects,
+        connect,
+        read,
+        auth: auth.map(auth_of).transpose()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn fields_become_a_request() {
+        let s = parse(
+            &cfg(json!({"url": "http://h/p?a=1", "method": "post", "params": {"b": 2, "c": ["x", "y"]}, "headers": {"X-N": 5}, "json": {"k": 1}})),
+            &json!({"timeout": {"connect": 1, "read": 2.5}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(s.method, reqwest::Method::POST);
+        assert_eq!(s.url.as_str(), "http://h/p?a=1&b=2&c=x&c=y");
+        assert_eq!(s.headers, vec![("X-N".to_string(), "5".to_string())]);
+        assert_eq!(s.body, Body::Json(json!({"k": 1})));
+        assert_eq!(s.connect, Duration::from_secs(1));
+        assert_eq!(s.read, Duration::from_millis(2500));
+        assert!(s.follow_redirects);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let e = |v: Value| parse(&cfg(v), &Value::Null, None).unwrap_err().to_string();
+        assert_eq!(e(json!({})), "`url` is required (a string)");
+        assert!(e(json!({"url": "ftp://h/x"})).contains("not http or https"));
+        assert!(e(json!({"url": "http://h", "json": 1, "form": {}})).contains("json, form"));
+        assert!(e(json!({"url": "http://h", "method": "GE T"})).contains("`method`"));
+        let t = parse(
+            &cfg(json!({"url": "http://h"})),
+            &json!({"timeout": "x"}),
+            None,
+        );
+        assert!(matches!(t, Err(ConfigError::Timeout(_))));
+    }
+
+    #[test]
+    fn credentials_map_to_auth_and_never_print() {
+        let cred = |kind: &str, data: Value| AuthCredential {
+            name: "c".into(),
+            kind: kind.into(),
+            data,
+        };
+        let s = parse(
+            &cfg(json!({"url": "http://h"})),
+            &Value::Null,
+            Some(&cred("bearer", json!({"token": "tok-123456"}))),
+        )
+        .unwrap();
+        assert_eq!(s.auth, Some(Auth::Bearer("tok-123456".into())));
+        assert!(!format!("{s:?}").contains("tok-123456"));
+        let s = parse(
+            &cfg(json!({"url": "http://h"})),
+            &Value::Null,
+            Some(&cred(
+                "api_key",
+                json!({"key": "k-1", "in": "query", "name": "apikey"}),
+            )),
+        )
+        .unwrap();
+        assert_eq!(
+            s.auth,
+            Some(Auth::ApiKeyQuery("apikey".into(), "k-1".into()))
+        );
+        let e = parse(
+            &cfg(json!({"url": "http://h"})),
+            &Value::Null,
+            Some(&cred("postgres_credential", json!({"user": "u"}))),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("bearer, basic or api_key"));
+    }
+}
