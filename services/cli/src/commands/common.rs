@@ -106,6 +106,7 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(noetl_tool_python::PythonTool::new()),
         Arc::new(noetl_executor::PlaybookTool),
         Arc::new(noetl_tool_http::HttpTool::new()),
+        Arc::new(noetl_tool_postgres::PostgresTool::new()),
     ]
 }
 

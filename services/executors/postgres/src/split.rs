@@ -1,0 +1,144 @@
+//! Splitting a command into its SQL statements at top-level `;`, outside
+//! quotes ('…', "…", E'…' escapes), dollar quotes ($$…$$, $tag$…$tag$) and
+//! comments (`--` to end of line, nested `/* */`).
+
+/// The non-empty statements of `sql`, trimmed, without their `;`.
+pub fn statements(sql: &str) -> Vec<String> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\'' => {
+                // E'...' strings allow backslash escapes.
+                let escapes = i > 0 && matches!(b[i - 1], b'E' | b'e');
+                i += 1;
+                while i < b.len() {
+                    if escapes && b[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == b'\'' {
+                        if i + 1 < b.len() && b[i + 1] == b'\'' {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 1;
+                i += 2;
+                while i < b.len() && depth > 0 {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            b'$' => match dollar_tag(&b[i..]) {
+                Some(tag_len) => {
+                    let tag = &b[i..i + tag_len];
+                    i += tag_len;
+                    while i < b.len() && !b[i..].starts_with(tag) {
+                        i += 1;
+                    }
+                    i += tag_len;
+                }
+                None => i += 1,
+            },
+            b';' => {
+                push(&mut out, &sql[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    if start < sql.len() {
+        push(&mut out, &sql[start..]);
+    }
+    out
+}
+
+/// Length of a dollar-quote opener (`$$` or `$tag$`) at the start of `b`;
+/// `None` for a parameter like `$1`.
+fn dollar_tag(b: &[u8]) -> Option<usize> {
+    let mut j = 1;
+    while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+        if j == 1 && b[j].is_ascii_digit() {
+            return None;
+        }
+        j += 1;
+    }
+    (j < b.len() && b[j] == b'$').then_some(j + 1)
+}
+
+fn push(out: &mut Vec<String>, s: &str) {
+    let t = s.trim();
+    if !t.is_empty() && !is_only_comments(t) {
+        out.push(t.to_string());
+    }
+}
+
+fn is_only_comments(s: &str) -> bool {
+    s.lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with("--"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statements;
+
+    #[test]
+    fn splits_at_top_level_semicolons_only() {
+        assert_eq!(
+            statements("create table t(a int); insert into t values (1);\n"),
+            vec!["create table t(a int)", "insert into t values (1)"]
+        );
+        assert_eq!(
+            statements("select 'a;b', \"c;d\", E'x\\';y' ; select 2"),
+            vec!["select 'a;b', \"c;d\", E'x\\';y'", "select 2"]
+        );
+        assert_eq!(statements("select 'it''s;'"), vec!["select 'it''s;'"]);
+    }
+
+    #[test]
+    fn dollar_quotes_comments_and_parameters() {
+        let body = "do $fn$ begin perform 1; raise notice 'x;'; end $fn$; select $1";
+        assert_eq!(
+            statements(body),
+            vec![
+                "do $fn$ begin perform 1; raise notice 'x;'; end $fn$",
+                "select $1"
+            ]
+        );
+        assert_eq!(
+            statements("select $$a;b$$; -- c;d\nselect /* e; /* f; */ g; */ 3;"),
+            vec!["select $$a;b$$", "-- c;d\nselect /* e; /* f; */ g; */ 3"]
+        );
+        assert!(statements("  ;; -- only a comment\n").is_empty());
+    }
+}
