@@ -269,6 +269,16 @@ fn credentials_resolve_where_used_and_never_leak() {
         "basic",
         serde_json::json!({"username": "app", "password": password}),
     );
+    let api_key = "key-Partner-77441";
+    let signing = "sig-Value-55310";
+    let pg_password = "pg-Warehouse-90210";
+    put("partner", "api_key", serde_json::json!({ "key": api_key }));
+    put("signing", "secret", serde_json::json!({ "value": signing }));
+    put(
+        "warehouse",
+        "postgres_credential",
+        serde_json::json!({"host": "127.0.0.1", "user": "postgres", "password": pg_password, "database": "test"}),
+    );
 
     let list = cli()
         .args(["credential", "list", "--json"])
@@ -277,6 +287,7 @@ fn credentials_resolve_where_used_and_never_leak() {
     let listed = json_of(&list);
     assert_eq!(listed[0]["name"], "api_token");
     assert_eq!(listed[1]["kind"], "basic");
+    assert_eq!(listed.as_array().unwrap().len(), 5);
 
     let out = cli()
         .args(["run", "--json", "--timeout", "120"])
@@ -306,8 +317,22 @@ fn credentials_resolve_where_used_and_never_leak() {
     for entry in walk(home.path()) {
         haystack.push_str(&String::from_utf8_lossy(&std::fs::read(entry).unwrap()));
     }
-    for secret in [token, password] {
-        assert!(!haystack.contains(secret), "secret {secret:?} leaked");
+    // Every kind reached its task, and came back redacted.
+    assert_eq!(s["ctx"]["more"]["key"], "[redacted]", "{s}");
+    assert_eq!(s["ctx"]["more"]["signing"], "[redacted]", "{s}");
+    assert_eq!(s["ctx"]["row"]["who"], "postgres", "{s}");
+    assert_eq!(s["ctx"]["row"]["echoed"], "[redacted]", "{s}");
+    for secret in [token, password, api_key, signing, pg_password] {
+        if let Some(at) = haystack.find(secret) {
+            let from = haystack[..at]
+                .char_indices()
+                .rev()
+                .nth(300)
+                .map(|(i, _)| i)
+                .unwrap_or(0);
+            let context: String = haystack[from..].chars().take(400).collect();
+            panic!("secret {secret:?} leaked: ...{context}...");
+        }
     }
     assert!(haystack.contains("task.done"), "the store was searched");
 

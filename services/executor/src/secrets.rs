@@ -45,13 +45,35 @@ pub async fn resolve(
     let mut out = Resolved::default();
     for entry in &playbook.keychain {
         let cred = vault.get(&entry.name).await.map_err(|e| e.to_string())?;
-        collect(&cred.data, &mut out.secrets);
+        collect_secret_fields(&cred.kind, &cred.data, &mut out.secrets);
         out.kinds.insert(entry.name.clone(), cred.kind.clone());
         out.scope.insert(entry.name.clone(), cred.data);
     }
     out.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.secrets.dedup();
     Ok(out)
+}
+
+/// Fields that locate or name rather than authenticate (`host`, `user`,
+/// `database`...): redacting them would mangle ordinary output (a database
+/// named `test`). Every other field is secret; a `secret` credential's
+/// fields all are.
+pub const NON_SECRET_FIELDS: &[&str] = &[
+    "host", "port", "user", "username", "database", "dbname", "db", "sslmode", "header", "name",
+    "in",
+];
+
+fn collect_secret_fields(kind: &str, data: &Value, out: &mut Vec<String>) {
+    match data {
+        Value::Object(m) if kind != "secret" => {
+            for (k, v) in m {
+                if !NON_SECRET_FIELDS.contains(&k.as_str()) {
+                    collect(v, out);
+                }
+            }
+        }
+        other => collect(other, out),
+    }
 }
 
 fn collect(v: &Value, out: &mut Vec<String>) {

@@ -198,8 +198,17 @@ pub fn exit_code(status: ExecStatus) -> std::process::ExitCode {
 
 /// Logging for services (`RUST_LOG`, default info; text or JSON).
 pub fn init_tracing(json: bool, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // The database driver logs statement text and parameters at debug
+    // level, and either may carry a credential: keep it at info unless
+    // RUST_LOG names it explicitly.
+    let explicit = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("tokio_postgres"));
+    if !explicit {
+        if let Ok(d) = "tokio_postgres=info".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

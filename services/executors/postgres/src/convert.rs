@@ -9,9 +9,20 @@ use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, Kind, ToSql, Type};
 
 type BoxError = Box<dyn Error + Sync + Send>;
 
-/// A JSON value bound to a parameter of type `ty`.
-#[derive(Debug, Clone)]
+/// A JSON value bound to a parameter of type `ty`. Its `Debug` form (which
+/// tokio-postgres logs at debug level) shows the value's shape, never the
+/// value: a parameter may carry a credential.
+#[derive(Clone)]
 pub struct Param(pub Value);
+
+impl std::fmt::Debug for Param {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Value::String(s) => write!(f, "Param(<string of {} bytes>)", s.len()),
+            v => write!(f, "Param(<{}>)", kind_of(v)),
+        }
+    }
+}
 
 fn err(v: &Value, ty: &Type) -> BoxError {
     format!(
