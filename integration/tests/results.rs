@@ -208,3 +208,63 @@ async fn results_by_reference_on_an_s3_server() {
     assert!(!cluster.data_dir.path().join("objects/execution").exists());
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_keys_can_come_from_the_keychain() {
+    let s3 = noetl_testkit::S3Server::start("noetl-keys");
+    let cluster = Cluster::start().await;
+    cluster
+        .mesh
+        .vault()
+        .put(&noetl_mesh::credentials::Credential {
+            name: "minio".into(),
+            kind: "secret".into(),
+            data: json!({"access_key_id": noetl_testkit::s3::ACCESS_KEY,
+                         "secret_access_key": noetl_testkit::s3::SECRET_KEY}),
+        })
+        .await
+        .unwrap();
+    let location = objects::StoreLocation::S3(objects::S3Location {
+        bucket: s3.bucket().to_string(),
+        prefix: String::new(),
+        endpoint: Some(s3.endpoint()),
+        region: "us-east-1".into(),
+        access_key_id: None,
+        secret_access_key: None,
+    });
+    let config = noetl_mesh::MeshConfig {
+        nats_url: cluster.server.url(),
+        data_dir: cluster.data_dir.path().to_path_buf(),
+        object_store: Some(location.clone()),
+        s3_credential: Some("minio".into()),
+        ..Default::default()
+    };
+    let mesh = noetl_mesh::Mesh::connect(config.clone()).await.unwrap();
+    let value = json!({"rows": vec!["x"; 100]});
+    let r = mesh
+        .results()
+        .put(objects::PutParams {
+            execution_id: "e1",
+            step: "s",
+            id: "r",
+            value: &value,
+        })
+        .await
+        .unwrap();
+    assert_eq!(mesh.results().hydrate(r).await.unwrap(), value);
+    assert!(s3
+        .dir()
+        .join("noetl-keys/execution/e1/result/s/r.json")
+        .is_file());
+    // A missing credential stops the service at start, naming it.
+    let err = noetl_mesh::Mesh::connect(noetl_mesh::MeshConfig {
+        s3_credential: Some("nope".into()),
+        ..config
+    })
+    .await
+    .err()
+    .expect("must refuse")
+    .to_string();
+    assert!(err.contains("NOETL_S3_CREDENTIAL=nope"), "{err}");
+    cluster.stop().await;
+}

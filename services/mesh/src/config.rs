@@ -26,6 +26,9 @@ pub struct MeshConfig {
     /// Where large results are stored (`NOETL_OBJECT_STORE`); `None` = the
     /// directory `objects` under `data_dir`.
     pub object_store: Option<crate::objects::StoreLocation>,
+    /// Keychain entry holding the S3 keys (`NOETL_S3_CREDENTIAL`), used when
+    /// the location has none: fields `access_key_id`, `secret_access_key`.
+    pub s3_credential: Option<String>,
     /// Environment values that could not be parsed (reported by `validate`).
     pub env_errors: Vec<String>,
 }
@@ -42,6 +45,7 @@ impl Default for MeshConfig {
             data_dir: default_data_dir(),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             object_store: None,
+            s3_credential: None,
             env_errors: Vec::new(),
         }
     }
@@ -85,6 +89,7 @@ impl MeshConfig {
         if let Some(v) = var("NOETL_INLINE_LIMIT").and_then(|v| v.parse().ok()) {
             c.inline_limit = v;
         }
+        c.s3_credential = var("NOETL_S3_CREDENTIAL");
         if let Some(v) = var("NOETL_OBJECT_STORE") {
             // A bad value is reported by `validate`, never silently ignored.
             match crate::objects::StoreLocation::parse(&v) {

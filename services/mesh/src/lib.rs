@@ -131,7 +131,32 @@ impl Mesh {
         let js = jetstream::new(client.clone());
         let subjects = Subjects::new(&config.prefix);
         let buckets = topology::ensure(&js, &subjects, &config).await?;
-        let results = objects::ResultStore::open(config.store_location())?;
+        let mut location = config.store_location();
+        if let (objects::StoreLocation::S3(s3), Some(name)) = (&mut location, &config.s3_credential)
+        {
+            if s3.access_key_id.is_none() {
+                // S3 keys from the keychain, decrypted here, never logged.
+                let vault = credentials::Vault::new(buckets.credentials.clone(), &config);
+                let cred = vault
+                    .get(name)
+                    .await
+                    .map_err(|e| MeshError::Config(format!("NOETL_S3_CREDENTIAL={name}: {e}")))?;
+                let field = |names: &[&str]| {
+                    names
+                        .iter()
+                        .find_map(|n| cred.data.get(*n).and_then(|v| v.as_str()))
+                        .map(str::to_string)
+                };
+                s3.access_key_id = field(&["access_key_id", "access_key", "key_id"]);
+                s3.secret_access_key = field(&["secret_access_key", "secret_key", "secret"]);
+                if s3.access_key_id.is_none() || s3.secret_access_key.is_none() {
+                    return Err(MeshError::Config(format!(
+                        "NOETL_S3_CREDENTIAL={name}: the credential needs `access_key_id` and `secret_access_key`"
+                    )));
+                }
+            }
+        }
+        let results = objects::ResultStore::open(location)?;
         let cancelled = cancel::watch(
             &client,
             subjects.events_of_type(events::types::EXECUTION_CANCELLED),
