@@ -14,6 +14,7 @@ pub mod policy;
 pub mod reduce;
 pub mod routing;
 pub mod schema;
+pub mod sql;
 pub mod template;
 pub mod tool;
 pub mod validate;

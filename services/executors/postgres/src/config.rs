@@ -159,11 +159,11 @@ pub fn target(
 /// The statements of `command` (a string, or a list of strings).
 pub fn statements(config: &Map<String, Value>) -> Result<Vec<String>, ConfigError> {
     let out: Vec<String> = match config.get("command").or_else(|| config.get("query")) {
-        Some(Value::String(s)) => crate::split::statements(s),
+        Some(Value::String(s)) => noetl_core::sql::statements(s),
         Some(Value::Array(list)) => list
             .iter()
             .filter_map(Value::as_str)
-            .flat_map(crate::split::statements)
+            .flat_map(noetl_core::sql::statements)
             .collect(),
         _ => Vec::new(),
     };

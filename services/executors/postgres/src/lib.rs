@@ -31,7 +31,6 @@
 
 pub mod config;
 pub mod convert;
-pub mod split;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,3 +1,5 @@
+//! SQL helpers shared by the SQL tool kinds (`postgres`, `duckdb`).
+//!
 //! Splitting a command into its SQL statements at top-level `;`, outside
 //! quotes ('…', "…", E'…' escapes), dollar quotes ($$…$$, $tag$…$tag$) and
 //! comments (`--` to end of line, nested `/* */`).
