@@ -23,3 +23,16 @@ pub mod yaml;
 
 pub use model::*;
 pub use outcome::*;
+
+/// Name of a JSON value's type, for error messages ("a string", "a list"...).
+pub fn json_type(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}

@@ -73,17 +73,6 @@ impl ReducerOp {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn number(v: &Value) -> Option<f64> {
     v.as_f64()
 }
@@ -108,7 +97,7 @@ pub fn fold(
     let wrong = |found: &Value| ReduceError::WrongType {
         op: op.name(),
         key: key.to_string(),
-        found: type_name(found),
+        found: crate::json_type(found),
     };
     Ok(match op {
         ReducerOp::Append => {

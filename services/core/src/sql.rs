@@ -4,6 +4,55 @@
 //! quotes ('…', "…", E'…' escapes), dollar quotes ($$…$$, $tag$…$tag$) and
 //! comments (`--` to end of line, nested `/* */`).
 
+use serde_json::{Map, Value};
+
+/// Why a SQL task's `command` / `params` cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// No statements.
+    #[error("`command` is required: one or more SQL statements (a string or a list)")]
+    NoCommand,
+    /// `params` with several statements.
+    #[error(
+        "`params` binds the parameters of one statement; the command has {0}: split it into tasks"
+    )]
+    ParamsForSeveral(usize),
+    /// `params` is not a list.
+    #[error("`params` must be a list (bound to $1, $2... / ?)")]
+    ParamsShape,
+}
+
+/// The statements of a task's `command` (or `query`): a string, or a list
+/// of strings, each split at top-level `;`.
+pub fn command_statements(config: &Map<String, Value>) -> Result<Vec<String>, CommandError> {
+    let out: Vec<String> = match config.get("command").or_else(|| config.get("query")) {
+        Some(Value::String(s)) => statements(s),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(Value::as_str)
+            .flat_map(statements)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if out.is_empty() {
+        return Err(CommandError::NoCommand);
+    }
+    Ok(out)
+}
+
+/// A task's `params`: positional values, only for a single statement.
+pub fn command_params(
+    config: &Map<String, Value>,
+    statements: usize,
+) -> Result<Vec<Value>, CommandError> {
+    match config.get("params") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(p)) if statements == 1 => Ok(p.clone()),
+        Some(Value::Array(_)) => Err(CommandError::ParamsForSeveral(statements)),
+        Some(_) => Err(CommandError::ParamsShape),
+    }
+}
+
 /// The non-empty statements of `sql`, trimmed, without their `;`.
 pub fn statements(sql: &str) -> Vec<String> {
     let b = sql.as_bytes();

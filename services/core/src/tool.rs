@@ -39,6 +39,29 @@ pub struct ToolCall {
     pub auth: Option<AuthCredential>,
 }
 
+impl ToolCall {
+    /// A call of `kind` with these fields and empty scopes (execution `e1`,
+    /// step `s`, task `t`, attempt 1): a starting point for tests and tools
+    /// that call other tools; set the other fields with struct update.
+    pub fn new(kind: &str, config: serde_json::Map<String, Value>) -> Self {
+        Self {
+            execution_id: "e1".into(),
+            step: "s".into(),
+            task: "t".into(),
+            kind: kind.into(),
+            config,
+            spec: Value::Null,
+            args: Value::Object(Default::default()),
+            prev: Value::Null,
+            iter: None,
+            ctx: Value::Object(Default::default()),
+            workload: Value::Object(Default::default()),
+            attempt: 1,
+            auth: None,
+        }
+    }
+}
+
 /// A keychain credential resolved for one task (`auth: NAME`). Its values
 /// must never reach an outcome: the runtime redacts them anyway, and its
 /// `Debug` form prints no value.

@@ -315,15 +315,31 @@ async fn on_dead_letter(
         text("consumer"),
         text("reason")
     );
-    let header = kv::update_cached(
+    let header = end_running(mesh, headers, eid, ExecStatus::Failed, &error).await?;
+    match header {
+        Some(h) => emit_terminal(mesh, headers, &h, &ev.trace_id).await,
+        None => Ok(()), // no such execution: the DLQ copy is all there is
+    }
+}
+
+/// End a running execution with `status` and `error` (one CAS: an ended
+/// execution is left as it is). Returns the header as it now is.
+async fn end_running(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    eid: &str,
+    status: ExecStatus,
+    error: &str,
+) -> Result<Option<ExecHeader>, MeshError> {
+    kv::update_cached(
         mesh.exec_kv(),
         &header_key(eid),
         headers,
         |h: Option<&ExecHeader>| match h {
             Some(h) if h.status == ExecStatus::Running => {
                 let mut h = h.clone();
-                h.status = ExecStatus::Failed;
-                h.error = Some(error.clone());
+                h.status = status;
+                h.error = Some(error.to_string());
                 h.live.clear();
                 h.ended_at = Some(now_rfc3339());
                 Cas::Write(h)
@@ -331,11 +347,7 @@ async fn on_dead_letter(
             _ => Cas::Keep,
         },
     )
-    .await?;
-    match header {
-        Some(h) => emit_terminal(mesh, headers, &h, &ev.trace_id).await,
-        None => Ok(()), // no such execution: the DLQ copy is all there is
-    }
+    .await
 }
 
 /// A client asked to cancel: the execution ends `cancelled` (no new step
@@ -354,23 +366,7 @@ async fn on_cancel(
     } else {
         format!("cancelled: {reason}")
     };
-    let header = kv::update_cached(
-        mesh.exec_kv(),
-        &header_key(eid),
-        headers,
-        |h: Option<&ExecHeader>| match h {
-            Some(h) if h.status == ExecStatus::Running => {
-                let mut h = h.clone();
-                h.status = ExecStatus::Cancelled;
-                h.error = Some(error.clone());
-                h.live.clear();
-                h.ended_at = Some(now_rfc3339());
-                Cas::Write(h)
-            }
-            _ => Cas::Keep,
-        },
-    )
-    .await?;
+    let header = end_running(mesh, headers, eid, ExecStatus::Cancelled, &error).await?;
     let Some(h) = header else {
         return Ok(()); // no such execution
     };

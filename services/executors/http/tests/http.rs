@@ -98,19 +98,10 @@ async fn start_server() -> String {
 
 fn call(config: Value, spec: Value) -> ToolCall {
     ToolCall {
-        execution_id: "e1".into(),
         step: "s".into(),
         task: "fetch".into(),
-        kind: "http".into(),
-        config: config.as_object().unwrap().clone(),
         spec,
-        args: json!({}),
-        prev: Value::Null,
-        iter: None,
-        ctx: json!({}),
-        workload: json!({}),
-        attempt: 1,
-        auth: None,
+        ..ToolCall::new("http", config.as_object().unwrap().clone())
     }
 }
 

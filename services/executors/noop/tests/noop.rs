@@ -7,19 +7,8 @@ use serde_json::{json, Value};
 
 fn call(config: Value) -> ToolCall {
     ToolCall {
-        execution_id: "e1".into(),
-        step: "s".into(),
-        task: "t".into(),
-        kind: "noop".into(),
-        config: config.as_object().cloned().expect("object"),
-        spec: json!({}),
-        args: json!({}),
         prev: json!({"from": "previous"}),
-        iter: None,
-        ctx: json!({}),
-        workload: json!({}),
-        attempt: 1,
-        auth: None,
+        ..ToolCall::new("noop", config.as_object().cloned().expect("object"))
     }
 }
 

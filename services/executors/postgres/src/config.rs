@@ -41,12 +41,9 @@ pub enum ConfigError {
         "sslmode {0:?} needs TLS, which the postgres tool does not support; use disable or prefer"
     )]
     Tls(String),
-    /// `command` missing or empty.
-    #[error("`command` is required: one or more SQL statements (a string or a list)")]
-    NoCommand,
-    /// `params` with several statements, or of the wrong shape.
-    #[error("{0}")]
-    Params(String),
+    /// `command` / `params` unusable.
+    #[error(transparent)]
+    Command(#[from] noetl_core::sql::CommandError),
     /// `spec.timeout` unusable.
     #[error("`spec.timeout` must be seconds or {{connect, read}}, got {0}")]
     Timeout(String),
@@ -154,37 +151,6 @@ pub fn target(
         label,
         pool_key,
     })
-}
-
-/// The statements of `command` (a string, or a list of strings).
-pub fn statements(config: &Map<String, Value>) -> Result<Vec<String>, ConfigError> {
-    let out: Vec<String> = match config.get("command").or_else(|| config.get("query")) {
-        Some(Value::String(s)) => noetl_core::sql::statements(s),
-        Some(Value::Array(list)) => list
-            .iter()
-            .filter_map(Value::as_str)
-            .flat_map(noetl_core::sql::statements)
-            .collect(),
-        _ => Vec::new(),
-    };
-    if out.is_empty() {
-        return Err(ConfigError::NoCommand);
-    }
-    Ok(out)
-}
-
-/// `params`: positional values for a single statement.
-pub fn params(config: &Map<String, Value>, statements: usize) -> Result<Vec<Value>, ConfigError> {
-    match config.get("params") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(p)) if statements == 1 => Ok(p.clone()),
-        Some(Value::Array(_)) => Err(ConfigError::Params(format!(
-            "`params` binds $1, $2... of one statement; the command has {statements}: split it into tasks"
-        ))),
-        Some(_) => Err(ConfigError::Params(
-            "`params` must be a list (bound to $1, $2...)".into(),
-        )),
-    }
 }
 
 /// `(connect, statement)` timeouts from `spec.timeout`.

@@ -34,16 +34,7 @@ fn err(v: &Value, ty: &Type) -> BoxError {
     .into()
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
+use noetl_core::json_type as kind_of;
 
 fn int(v: &Value) -> Option<i64> {
     v.as_i64()

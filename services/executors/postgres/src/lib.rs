@@ -160,11 +160,11 @@ impl PostgresTool {
             Ok(t) => t,
             Err(e) => return config_error(&e),
         };
-        let statements = match config::statements(&call.config) {
+        let statements = match noetl_core::sql::command_statements(&call.config) {
             Ok(s) => s,
             Err(e) => return config_error(&e),
         };
-        let params = match config::params(&call.config, statements.len()) {
+        let params = match noetl_core::sql::command_params(&call.config, statements.len()) {
             Ok(p) => p,
             Err(e) => return config_error(&e),
         };

@@ -21,19 +21,11 @@ fn cred() -> AuthCredential {
 
 fn call(config: Value, spec: Value) -> ToolCall {
     ToolCall {
-        execution_id: "e1".into(),
         step: "store".into(),
         task: "sql".into(),
-        kind: "postgres".into(),
-        config: config.as_object().unwrap().clone(),
         spec,
-        args: json!({}),
-        prev: Value::Null,
-        iter: None,
-        ctx: json!({}),
-        workload: json!({}),
-        attempt: 1,
         auth: Some(cred()),
+        ..ToolCall::new("postgres", config.as_object().unwrap().clone())
     }
 }
 

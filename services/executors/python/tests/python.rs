@@ -9,19 +9,15 @@ use serde_json::{json, Value};
 
 fn call(config: Value, spec: Value) -> ToolCall {
     ToolCall {
-        execution_id: "e1".into(),
-        step: "s".into(),
-        task: "t".into(),
-        kind: "python".into(),
-        config: config.as_object().cloned().expect("config is an object"),
         spec,
-        args: json!({}),
         prev: json!({"rows": [1, 2, 3]}),
         iter: Some(json!({"item": "x", "index": 4})),
         ctx: json!({"seen": true}),
         workload: json!({"n": 10}),
-        attempt: 1,
-        auth: None,
+        ..ToolCall::new(
+            "python",
+            config.as_object().cloned().expect("config is an object"),
+        )
     }
 }
 
