@@ -183,10 +183,29 @@ pub struct Rule<T> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
     /// True for the fallback rule.
-    #[serde(default, rename = "else", skip_serializing_if = "std::ops::Not::not")]
+    /// `else: false` is refused when deserialising: it is not a rule, and
+    /// read as `false` it would make a rule without `when` (which always
+    /// matches) out of it.
+    #[serde(
+        default,
+        rename = "else",
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "else_flag"
+    )]
     pub is_else: bool,
     /// What to do when the rule matches.
     pub then: T,
+}
+
+/// `else` of a normalised rule: only `true` (or `null`, the authoring
+/// shorthand) is a fallback rule.
+fn else_flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    match Option::<bool>::deserialize(d)? {
+        Some(true) | None => Ok(true),
+        Some(false) => Err(serde::de::Error::custom(
+            "`else: false` is not a rule; the fallback rule is `else: true` (or `else: {then: ...}`)",
+        )),
+    }
 }
 
 /// `step.loop`.

@@ -7,6 +7,8 @@
 //! - rules: `{else: {then: X}}` / `{else: null, then: X}` → `{else: true, then: X}`;
 //! - `then.set: {"ctx.a": 1, "iter.b": 2}` (or `set: {ctx: {...}, iter: {...}}`)
 //!   → `set_ctx` / `set_iter`, with warning W101;
+//! - the same rule and `set` rewrites in the task bodies of the root
+//!   `workbook`;
 //! - a boolean `when` (rules, arcs) becomes the string `"true"`/`"false"`;
 //!   empty (`null`) optional sections are dropped.
 //!
@@ -48,6 +50,11 @@ pub fn normalize(root: &Node, diags: &mut Diagnostics) -> Node {
     let mut root = root.clone();
     // Empty optional sections (`workload:` with nothing under it) are absent.
     drop_nulls(&mut root, &["workload", "keychain", "executor", "workbook"]);
+    if let Some(workbook) = get_mut(&mut root, "workbook") {
+        for (path, task) in workbook_tasks_mut(workbook) {
+            normalize_task_policy(task, &path, diags);
+        }
+    }
     if let Some(workflow) = get_mut(&mut root, "workflow") {
         if let NodeKind::Seq(steps) = &mut workflow.kind {
             for (si, step) in steps.iter_mut().enumerate() {
@@ -177,13 +184,39 @@ fn normalize_step(step: &mut Node, path: &str, diags: &mut Diagnostics) {
                 e.insert(0, (key("name", span), str_node(&format!("task_{i}"), span)));
             }
         }
-        let tpath = format!("{path}/tool/{i}");
-        drop_nulls(task, &["spec"]);
-        if let Some(spec) = get_mut(task, "spec") {
-            if let Some(policy) = get_mut(spec, "policy") {
-                if let Some(rules) = get_mut(policy, "rules") {
-                    normalize_rules(rules, &format!("{tpath}/spec/policy/rules"), true, diags);
-                }
+        normalize_task_policy(task, &format!("{path}/tool/{i}"), diags);
+    }
+}
+
+/// The task bodies of a root `workbook` (`tasks:` mapping or list, or a bare
+/// list), with their JSON pointers.
+fn workbook_tasks_mut(workbook: &mut Node) -> Vec<(String, &mut Node)> {
+    let (base, tasks) = if workbook.is_map() {
+        ("/workbook/tasks", get_mut(workbook, "tasks"))
+    } else {
+        ("/workbook", Some(workbook))
+    };
+    match tasks.map(|t| &mut t.kind) {
+        Some(NodeKind::Map(named)) => named
+            .iter_mut()
+            .map(|(k, v)| (format!("{base}/{}", crate::yaml::escape(&k.name)), v))
+            .collect(),
+        Some(NodeKind::Seq(items)) => items
+            .iter_mut()
+            .enumerate()
+            .map(|(i, v)| (format!("{base}/{i}"), v))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A task's empty `spec` is dropped and its policy rules normalised.
+fn normalize_task_policy(task: &mut Node, tpath: &str, diags: &mut Diagnostics) {
+    drop_nulls(task, &["spec"]);
+    if let Some(spec) = get_mut(task, "spec") {
+        if let Some(policy) = get_mut(spec, "policy") {
+            if let Some(rules) = get_mut(policy, "rules") {
+                normalize_rules(rules, &format!("{tpath}/spec/policy/rules"), true, diags);
             }
         }
     }
@@ -198,33 +231,33 @@ fn normalize_rules(rules: &mut Node, path: &str, task: bool, diags: &mut Diagnos
         let Some(entries) = map_mut(rule) else {
             continue;
         };
-        if let Some(pos) = entries.iter().position(|(k, _)| k.name == "else") {
-            let (ek, ev) = entries[pos].clone();
-            match &ev.kind {
-                NodeKind::Map(inner) => {
+        let found = entries.iter().find(|(k, _)| k.name == "else").cloned();
+        if let Some((ek, ev)) = found {
+            // Only the accepted fallback shapes are rewritten; anything else
+            // (`else: false`, a string, a list, `else: {do: ...}`) is left as
+            // written for the validator to report (E004).
+            let canonical = match &ev.kind {
+                NodeKind::Map(inner) if inner.iter().all(|(k, _)| k.name == "then") => {
                     // else: { then: X } → else: true, then: X
-                    if let Some((tk, tv)) = inner.iter().find(|(k, _)| k.name == "then") {
+                    if let Some((tk, tv)) = inner.first() {
                         entries.retain(|(k, _)| k.name != "then");
                         entries.push((tk.clone(), tv.clone()));
                     }
+                    true
+                }
+                NodeKind::Null => true,
+                _ => false,
+            };
+            if canonical {
+                if let Some(pos) = entries.iter().position(|(k, _)| k.name == "else") {
                     entries[pos] = (
-                        ek.clone(),
+                        ek,
                         Node {
                             kind: NodeKind::Bool(true),
                             span: ev.span,
                         },
                     );
                 }
-                NodeKind::Null => {
-                    entries[pos] = (
-                        ek.clone(),
-                        Node {
-                            kind: NodeKind::Bool(true),
-                            span: ev.span,
-                        },
-                    );
-                }
-                _ => {}
             }
         }
         if task {

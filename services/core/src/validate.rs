@@ -76,6 +76,44 @@ fn allowed_list(options: &[&str]) -> String {
         .join(", ")
 }
 
+/// A short YAML flow rendering of a node, for help lines
+/// (`{ do: break, attempts: 3 }`).
+fn flow(n: &Node) -> String {
+    fn value(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::String(s) => {
+                let plain = !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'));
+                if plain {
+                    s.clone()
+                } else {
+                    serde_json::Value::String(s.clone()).to_string()
+                }
+            }
+            serde_json::Value::Array(a) => {
+                format!("[{}]", a.iter().map(value).collect::<Vec<_>>().join(", "))
+            }
+            serde_json::Value::Object(m) if m.is_empty() => "{}".into(),
+            serde_json::Value::Object(m) => format!(
+                "{{ {} }}",
+                m.iter()
+                    .map(|(k, v)| format!("{k}: {}", value(v)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            other => other.to_string(),
+        }
+    }
+    value(&n.to_json())
+}
+
+/// An `else` that normalisation left as written: not a rule (E004).
+fn misshapen_else(rule: &Node) -> bool {
+    rule.get("else")
+        .is_some_and(|e| !matches!(e.kind, NodeKind::Bool(true)))
+}
+
 fn is_unconditional(arc: &Node) -> bool {
     match arc.get("when") {
         None => true,
@@ -189,6 +227,97 @@ impl Validator {
         };
         self.unknown_keys(&filtered, path, what, RULE_KEYS);
         self.when_is_string(r, path);
+        self.else_shape(r, path, what);
+    }
+
+    /// After normalisation a fallback rule is `{else: true, then: ...}`; any
+    /// other `else` (`false`, a string, a list, `{do: ...}`) is not a rule and
+    /// must not silently become an always-matching one (E004). A rule with
+    /// both `when` and `else` is refused too.
+    fn else_shape(&mut self, r: &Node, path: &str, what: &str) {
+        let Some((ek, ev)) = r.entry("else") else {
+            return;
+        };
+        let ep = format!("{path}/else");
+        let admission = what.contains("admission");
+        let default_then = if admission {
+            "{ allow: false }"
+        } else {
+            "{ do: continue }"
+        };
+        let canonical =
+            |then: &str| format!("the fallback rule is written `- else: {{ then: {then} }}`");
+        match &ev.kind {
+            NodeKind::Bool(true) => {
+                if let Some(w) = r.get("when") {
+                    let then = r.get("then").map(flow).unwrap_or(default_then.into());
+                    self.err(
+                        "E004",
+                        ek.span,
+                        &ep,
+                        format!("{what} has both `when` and `else`; an `else` is a rule of its own"),
+                        &format!(
+                            "split it: `- when: {}` with its `then`, then a separate `- else: {{ then: {then} }}`",
+                            flow(w)
+                        ),
+                    );
+                }
+            }
+            NodeKind::Bool(false) => self.err(
+                "E004",
+                ev.span,
+                &ep,
+                format!("`else: false` in {what} is not a rule (an `else` rule always matches)"),
+                &format!(
+                    "delete the rule to have no fallback, or give a rule a `when`; {}",
+                    canonical(default_then)
+                ),
+            ),
+            NodeKind::Map(inner) => {
+                let stray: Vec<&str> = inner
+                    .iter()
+                    .map(|(k, _)| k.name.as_str())
+                    .filter(|k| *k != "then")
+                    .collect();
+                let then = match ev.get("then") {
+                    Some(t) => flow(t),
+                    None => flow(ev),
+                };
+                self.err(
+                    "E004",
+                    ev.span,
+                    &ep,
+                    format!(
+                        "`else` in {what} holds only `then`, found {} directly under `else`",
+                        allowed_list(&stray)
+                    ),
+                    &canonical(&then),
+                );
+            }
+            NodeKind::Seq(items) => {
+                let then = match items.as_slice() {
+                    [one] => one.get("then").map(flow).unwrap_or_else(|| flow(one)),
+                    _ => default_then.to_string(),
+                };
+                self.err(
+                    "E004",
+                    ev.span,
+                    &ep,
+                    format!("`else` in {what} is a list; it takes a mapping with `then`"),
+                    &canonical(&then),
+                );
+            }
+            _ => self.err(
+                "E004",
+                ev.span,
+                &ep,
+                format!(
+                    "`else` in {what} must be a mapping with `then`, found {}",
+                    ev.type_name()
+                ),
+                &canonical(default_then),
+            ),
+        }
     }
 
     /// `when` must be a template string (booleans were normalised already).
@@ -294,8 +423,9 @@ impl Validator {
             }
         }
         if let Some(e) = root.get("executor") {
-            if !e.is_null() {
-                self.expect_map(e, "/executor", "`executor`");
+            if !e.is_null() && self.expect_map(e, "/executor", "`executor`") {
+                // `executor.spec.policy` holds global, non-control defaults.
+                self.no_control(e, "/executor", "the executor spec");
             }
         }
         if let Some(kc) = root.get("keychain") {
@@ -526,6 +656,7 @@ impl Validator {
                 );
             }
             match r.get("then") {
+                None if misshapen_else(r) => {} // E004 shows the whole form
                 None => self.err(
                     "E003",
                     r.span,
@@ -690,67 +821,90 @@ impl Validator {
         let labels: Vec<&str> = ordered.into_iter().map(|(k, _)| k).collect();
         for (i, t) in tasks.iter().enumerate() {
             let tp = format!("{path}/{i}");
-            if !self.expect_map(t, &tp, "a task") {
-                continue;
+            let tname = t.get("name").and_then(Node::as_str).unwrap_or("?");
+            self.task(
+                t,
+                &tp,
+                tname,
+                &format!("task `{tname}` of step `{step}`"),
+                Some(&labels),
+                parallel,
+            );
+        }
+    }
+
+    /// One task body (a pipeline task or a root `workbook` task): a mapping
+    /// with a tool `kind`, no legacy keys, a valid policy. `name` is its
+    /// name when the body has no `name:` (a workbook `tasks:` key), `whose`
+    /// names it in messages; `labels` are the jump targets (`None` for
+    /// workbook tasks, whose targets are checked at each call site).
+    fn task(
+        &mut self,
+        t: &Node,
+        tp: &str,
+        name: &str,
+        whose: &str,
+        labels: Option<&[&str]>,
+        parallel: Option<&[String]>,
+    ) {
+        if !self.expect_map(t, tp, "a task") {
+            return;
+        }
+        let tname = t.get("name").and_then(Node::as_str).unwrap_or(name);
+        let workbook_task = labels.is_none();
+        match t.get("kind") {
+            None => self.err("E003", t.span, tp, format!("{whose} has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
+            Some(k) => match k.as_str() {
+                Some("sink") => self.err("E016", k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
+                Some("workbook") if workbook_task => self.err("E004", k.span, &format!("{tp}/kind"), format!("{whose} has kind `workbook`: a workbook task cannot call another"), "give it the tool kind that does the work, e.g. `kind: python`"),
+                Some(s) if !s.is_empty() => {}
+                _ => self.err("E004", k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
+            },
+        }
+        for (k, _) in t.entries() {
+            let kp = format!("{tp}/{}", escape(&k.name));
+            match k.name.as_str() {
+                "eval" => self.err(
+                    "E011",
+                    k.span,
+                    &kp,
+                    format!("legacy `eval` in {whose}"),
+                    "use `spec.policy.rules` (`- when: ... then: {do: ...}`)",
+                ),
+                "expr" => self.err(
+                    "E012",
+                    k.span,
+                    &kp,
+                    format!("`expr` in {whose}"),
+                    "use `when` inside `spec.policy.rules`",
+                ),
+                "sink" => self.err(
+                    "E016",
+                    k.span,
+                    &kp,
+                    format!("`sink` in {whose} is not a special block in v10"),
+                    "add a storage tool task that writes and returns a reference",
+                ),
+                "case" => self.err(
+                    "E013",
+                    k.span,
+                    &kp,
+                    format!("`case` in {whose}"),
+                    "use `spec.policy.rules`",
+                ),
+                _ => {}
             }
-            let tname = t
-                .get("name")
-                .and_then(Node::as_str)
-                .unwrap_or("?")
-                .to_string();
-            match t.get("kind") {
-                None => self.err("E003", t.span, &tp, format!("task `{tname}` of step `{step}` has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
-                Some(k) => match k.as_str() {
-                    Some("sink") => self.err("E016", k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
-                    Some(s) if !s.is_empty() => {}
-                    _ => self.err("E004", k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
-                },
-            }
-            for (k, _) in t.entries() {
-                let kp = format!("{tp}/{}", escape(&k.name));
-                match k.name.as_str() {
-                    "eval" => self.err(
-                        "E011",
-                        k.span,
-                        &kp,
-                        format!("legacy `eval` in task `{tname}`"),
-                        "use `spec.policy.rules` (`- when: ... then: {do: ...}`)",
-                    ),
-                    "expr" => self.err(
-                        "E012",
-                        k.span,
-                        &kp,
-                        format!("`expr` in task `{tname}`"),
-                        "use `when` inside `spec.policy.rules`",
-                    ),
-                    "sink" => self.err(
-                        "E016",
-                        k.span,
-                        &kp,
-                        format!("`sink` in task `{tname}` is not a special block in v10"),
-                        "add a storage tool task that writes and returns a reference",
-                    ),
-                    "case" => self.err(
-                        "E013",
-                        k.span,
-                        &kp,
-                        format!("`case` in task `{tname}`"),
-                        "use `spec.policy.rules`",
-                    ),
-                    _ => {}
-                }
-            }
-            if let Some(spec) = t.get("spec") {
-                if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
-                    if let Some(policy) = spec.get("policy") {
-                        self.task_policy(
-                            policy,
-                            &format!("{tp}/spec/policy"),
-                            &tname,
-                            &labels,
-                            parallel,
-                        );
-                    }
+        }
+        if let Some(spec) = t.get("spec") {
+            if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
+                if let Some(policy) = spec.get("policy") {
+                    self.task_policy(
+                        policy,
+                        &format!("{tp}/spec/policy"),
+                        tname,
+                        labels,
+                        parallel,
+                    );
                 }
             }
         }
@@ -761,7 +915,7 @@ impl Validator {
         policy: &Node,
         path: &str,
         task: &str,
-        labels: &[&str],
+        labels: Option<&[&str]>,
         parallel: Option<&[String]>,
     ) {
         let rules = match (&policy.kind, policy.get("rules")) {
@@ -791,6 +945,9 @@ impl Validator {
                 );
             }
             let Some(then) = r.get("then") else {
+                if misshapen_else(r) {
+                    continue; // E004 shows the whole form
+                }
                 self.err(
                     "E003",
                     r.span,
@@ -839,9 +996,11 @@ impl Validator {
                         format!("`jump` in task `{task}` has no `to`"),
                         "add `to: <task name>` naming a task of this pipeline",
                     ),
-                    Some(to) => match to.as_str() {
-                        Some(t) if labels.contains(&t) => {}
-                        other => {
+                    Some(to) => match (to.as_str(), labels) {
+                        (Some(_), None) => {} // workbook task: checked per call site
+                        (Some(t), Some(labels)) if labels.contains(&t) => {}
+                        (other, labels) => {
+                            let labels = labels.unwrap_or_default();
                             let help = match other.and_then(|s| closest(s, labels)) {
                                 Some(c) => format!(
                                     "did you mean `{c}`? tasks of this pipeline: {}",
@@ -990,10 +1149,30 @@ impl Validator {
             if !self.expect_map(a, &ap, "an arc") {
                 continue;
             }
+            for (k, _) in a.entries() {
+                let kp = format!("{ap}/{}", escape(&k.name));
+                match k.name.as_str() {
+                    "expr" => self.err(
+                        "E012",
+                        k.span,
+                        &kp,
+                        format!("`expr` on an arc of step `{step}` is not a condition keyword in v10"),
+                        "rename it to `when`: `- step: target` / `when: \"{{ ... }}\"`",
+                    ),
+                    "eval" => self.err(
+                        "E011",
+                        k.span,
+                        &kp,
+                        format!("legacy `eval` on an arc of step `{step}` is rejected"),
+                        "write the arc condition as `when: \"{{ ... }}\"`; outcome handling goes to `tool[].spec.policy.rules`",
+                    ),
+                    _ => {}
+                }
+            }
             let plain: Vec<_> = a
                 .entries()
                 .iter()
-                .filter(|(k, _)| k.name != "do")
+                .filter(|(k, _)| !matches!(k.name.as_str(), "do" | "expr" | "eval"))
                 .cloned()
                 .collect();
             self.unknown_keys(
@@ -1050,27 +1229,99 @@ impl Validator {
         }
     }
 
-    /// Every `kind: workbook` task names a task the `workbook` defines.
-    fn workbook_calls(&mut self, root: &Node) {
-        let wb = root.get("workbook");
-        let mut defined: Vec<String> = Vec::new();
-        let list = match wb {
-            Some(w) => match w.get("tasks") {
-                Some(t) if matches!(t.kind, NodeKind::Map(_)) => {
-                    defined.extend(t.entries().iter().map(|(k, _)| k.name.clone()));
-                    &[][..]
-                }
-                Some(t) if matches!(t.kind, NodeKind::Seq(_)) => t.items(),
-                _ if matches!(w.kind, NodeKind::Seq(_)) => w.items(),
-                _ => &[][..],
-            },
-            None => &[][..],
+    /// The root `workbook`: its shape, and every task body validated like a
+    /// pipeline task. Returns the defined tasks by name, in document order.
+    fn workbook<'a>(&mut self, root: &'a Node) -> Vec<(String, &'a Node)> {
+        let Some(wb) = root.get("workbook") else {
+            return Vec::new();
         };
-        defined.extend(
-            list.iter()
-                .filter_map(|t| t.get("name").and_then(Node::as_str))
-                .map(str::to_string),
-        );
+        let (base, list) = match &wb.kind {
+            NodeKind::Map(_) => {
+                self.unknown_keys(wb, "/workbook", "`workbook`", &["tasks"]);
+                match wb.get("tasks") {
+                    None => {
+                        self.err(
+                            "E003",
+                            wb.span,
+                            "/workbook",
+                            "`workbook` has no `tasks`".into(),
+                            "write `workbook: { tasks: { name: {kind: ..., ...} } }`",
+                        );
+                        return Vec::new();
+                    }
+                    Some(t) => ("/workbook/tasks", t),
+                }
+            }
+            _ => ("/workbook", wb),
+        };
+        let mut defined: Vec<(String, &Node)> = Vec::new();
+        match &list.kind {
+            NodeKind::Map(named) => {
+                defined.extend(named.iter().map(|(k, v)| (k.name.clone(), v)));
+            }
+            NodeKind::Seq(items) => {
+                for (i, t) in items.iter().enumerate() {
+                    let tp = format!("{base}/{i}");
+                    if !t.is_map() {
+                        continue; // reported by `task`
+                    }
+                    let Some(name) = self.required_str(t, "name", &tp, "a workbook task") else {
+                        continue;
+                    };
+                    if let Some((_, first)) = defined.iter().find(|(n, _)| *n == name) {
+                        let line = first.span.line;
+                        self.err(
+                            "E034",
+                            t.get("name").map(|x| x.span).unwrap_or(t.span),
+                            &format!("{tp}/name"),
+                            format!("duplicate workbook task name `{name}` (first at line {line})"),
+                            "workbook task names are what `task:` calls: make them unique",
+                        );
+                        continue;
+                    }
+                    defined.push((name, t));
+                }
+            }
+            _ => {
+                self.err(
+                    "E004",
+                    list.span,
+                    base,
+                    format!(
+                        "`{}` must be a mapping or a list of tasks, found {}",
+                        &base[1..],
+                        list.type_name()
+                    ),
+                    "write `workbook: { tasks: { name: {kind: ..., ...} } }`",
+                );
+                return Vec::new();
+            }
+        }
+        match &list.kind {
+            NodeKind::Map(named) => {
+                for (k, v) in named {
+                    let tp = format!("{base}/{}", escape(&k.name));
+                    let whose = format!("workbook task `{}`", k.name);
+                    self.task(v, &tp, &k.name, &whose, None, None);
+                }
+            }
+            _ => {
+                for (i, t) in list.items().iter().enumerate() {
+                    let name = t.get("name").and_then(Node::as_str).unwrap_or("?");
+                    let whose = format!("workbook task `{name}`");
+                    self.task(t, &format!("{base}/{i}"), name, &whose, None, None);
+                }
+            }
+        }
+        defined
+    }
+
+    /// Every `kind: workbook` task names a task the `workbook` defines, and
+    /// the jump targets of a workbook task's policy (when the call site has
+    /// no policy of its own) are tasks of the calling pipeline.
+    fn workbook_calls(&mut self, root: &Node) {
+        let defined = self.workbook(root);
+        let names: Vec<&str> = defined.iter().map(|(n, _)| n.as_str()).collect();
         let Some(steps) = root
             .get("workflow")
             .filter(|w| matches!(w.kind, NodeKind::Seq(_)))
@@ -1081,19 +1332,22 @@ impl Validator {
             let Some(tool) = s.get("tool").filter(|t| matches!(t.kind, NodeKind::Seq(_))) else {
                 continue;
             };
+            let pipeline: Vec<&str> = tool
+                .items()
+                .iter()
+                .filter_map(|t| t.get("name").and_then(Node::as_str))
+                .collect();
+            let step = s.get("step").and_then(Node::as_str).unwrap_or("?");
             for (ti, t) in tool.items().iter().enumerate() {
                 if t.get("kind").and_then(Node::as_str) != Some("workbook") {
                     continue;
                 }
                 let path = format!("/workflow/{si}/tool/{ti}");
                 let label = t.get("name").and_then(Node::as_str).unwrap_or("?");
-                let known = if defined.is_empty() {
+                let known = if names.is_empty() {
                     "the playbook has no `workbook` tasks".to_string()
                 } else {
-                    format!(
-                        "workbook tasks: {}",
-                        allowed_list(&defined.iter().map(String::as_str).collect::<Vec<_>>())
-                    )
+                    format!("workbook tasks: {}", allowed_list(&names))
                 };
                 match t.get("task") {
                     None => self.err(
@@ -1104,21 +1358,26 @@ impl Validator {
                         &format!("add `task: <name>`; {known}"),
                     ),
                     Some(n) => match n.as_str() {
-                        Some(name) if defined.iter().any(|d| d == name) => {}
-                        Some(name) => {
-                            let opts: Vec<&str> = defined.iter().map(String::as_str).collect();
-                            let help = match closest(name, &opts) {
-                                Some(c) => format!("did you mean `{c}`? {known}"),
-                                None => known.clone(),
-                            };
-                            self.err(
-                                "E038",
-                                n.span,
-                                &format!("{path}/task"),
-                                format!("task `{label}` calls workbook task `{name}`, which is not defined"),
-                                &help,
-                            )
-                        }
+                        Some(name) => match defined.iter().find(|(d, _)| d == name) {
+                            Some((_, def)) => {
+                                if t.pointer("/spec/policy").is_none() {
+                                    self.workbook_jumps(def, name, n, &path, step, &pipeline);
+                                }
+                            }
+                            None => {
+                                let help = match closest(name, &names) {
+                                    Some(c) => format!("did you mean `{c}`? {known}"),
+                                    None => known.clone(),
+                                };
+                                self.err(
+                                    "E038",
+                                    n.span,
+                                    &format!("{path}/task"),
+                                    format!("task `{label}` calls workbook task `{name}`, which is not defined"),
+                                    &help,
+                                )
+                            }
+                        },
                         None => self.err(
                             "E038",
                             n.span,
@@ -1129,6 +1388,41 @@ impl Validator {
                     },
                 }
             }
+        }
+    }
+
+    /// E022 for each `jump` of workbook task `name`'s own policy whose target
+    /// is not a task of the calling pipeline (reported at the call's `task`).
+    fn workbook_jumps(
+        &mut self,
+        def: &Node,
+        name: &str,
+        call: &Node,
+        path: &str,
+        step: &str,
+        pipeline: &[&str],
+    ) {
+        let Some(rules) = def.pointer("/spec/policy/rules") else {
+            return;
+        };
+        for r in rules.items() {
+            let Some(then) = r.get("then") else { continue };
+            if then.get("do").and_then(Node::as_str) != Some("jump") {
+                continue;
+            }
+            let Some(to) = then.get("to").and_then(Node::as_str) else {
+                continue; // E026 at the workbook task
+            };
+            if pipeline.contains(&to) {
+                continue;
+            }
+            self.err(
+                "E022",
+                call.span,
+                &format!("{path}/task"),
+                format!("workbook task `{name}` jumps to `{to}`, which is not a task of the pipeline of step `{step}` that calls it"),
+                &format!("tasks of this pipeline: {}; or give the call its own `spec.policy`", allowed_list(pipeline)),
+            );
         }
     }
 
@@ -1173,11 +1467,11 @@ impl Validator {
         }
     }
 
-    /// Every string with `{{` or `{%` must parse (python `code` excepted: it
-    /// is not rendered).
+    /// Every string with `{{`, `{%` or `{#` must parse (a python task's own
+    /// `code` excepted: it is not rendered, see [`RAW_FIELDS`]).
     fn templates(&mut self, root: &Node) {
         let mut bad = Vec::new();
-        collect_templates(root, "", false, &mut |path, node, s| {
+        collect_templates(root, "", &mut |path, node, s| {
             if let Err(e) = crate::template::check_syntax(s) {
                 let msg = match e {
                     crate::template::TemplateError::Syntax { message, .. } => message,
@@ -1193,29 +1487,40 @@ impl Validator {
                 span,
                 &path,
                 format!("template does not parse: {one_line}"),
-                "check the `{{ }}` / `{% %}` syntax (Jinja)",
+                "check the `{{ }}` / `{% %}` / `{# #}` syntax (Jinja)",
             );
         }
     }
 }
 
-fn collect_templates<'a>(
-    n: &'a Node,
-    path: &str,
-    raw: bool,
-    f: &mut dyn FnMut(&str, &'a Node, &str),
-) {
+/// Task fields a tool receives unrendered, by tool kind: their text may
+/// contain braces that are not templates. Mirrors the executors'
+/// `Tool::raw_fields` (python: `code`); every other string with `{{`, `{%`
+/// or `{#` is a template and must parse.
+const RAW_FIELDS: &[(&str, &str)] = &[("python", "code")];
+
+/// True when `key` of the mapping `n` is a raw field of the task `n` is.
+fn is_raw_field(n: &Node, key: &str) -> bool {
+    let Some(kind) = n.get("kind").and_then(Node::as_str) else {
+        return false;
+    };
+    RAW_FIELDS.iter().any(|(k, f)| *k == kind && *f == key)
+}
+
+fn collect_templates<'a>(n: &'a Node, path: &str, f: &mut dyn FnMut(&str, &'a Node, &str)) {
     match &n.kind {
-        NodeKind::Str(s) if !raw && (s.contains("{{") || s.contains("{%")) => f(path, n, s),
+        NodeKind::Str(s) if crate::template::is_template(s) => f(path, n, s),
         NodeKind::Seq(items) => {
             for (i, x) in items.iter().enumerate() {
-                collect_templates(x, &format!("{path}/{i}"), raw, f);
+                collect_templates(x, &format!("{path}/{i}"), f);
             }
         }
         NodeKind::Map(entries) => {
             for (k, v) in entries {
-                let skip = k.name == "code";
-                collect_templates(v, &format!("{path}/{}", escape(&k.name)), raw || skip, f);
+                if is_raw_field(n, &k.name) {
+                    continue;
+                }
+                collect_templates(v, &format!("{path}/{}", escape(&k.name)), f);
             }
         }
         _ => {}

@@ -450,3 +450,22 @@ fn when_conditions_are_lenient() {
         }
     );
 }
+
+#[test]
+fn else_false_is_not_a_rule_even_over_the_wire() {
+    // Read as `is_else: false` it would be a rule without `when`, which
+    // always matches: a policy sent as JSON must not get that meaning either.
+    let err = serde_json::from_value::<TaskPolicy>(
+        json!({"rules": [{"else": false, "then": {"do": "break"}}]}),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("`else: false` is not a rule"),
+        "{err}"
+    );
+    for fallback in [json!(true), Value::Null] {
+        let p = policy(json!([{"else": fallback, "then": {"do": "break"}}]));
+        assert!(p.rules[0].is_else);
+    }
+    assert!(!policy(json!([{"when": "{{ true }}", "then": {"do": "break"}}])).rules[0].is_else);
+}

@@ -98,7 +98,7 @@ fn e002_unknown_root_section_and_root_vars() {
 
 #[test]
 fn e002_every_root_section_is_accepted() {
-    let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nkeychain: [{ name: pg, kind: postgres_credential }]\nexecutor: { kind: local, spec: { a: 1 } }\nworkload: { x: 1 }\nworkbook: { t: 1 }\nworkflow:\n  - step: a\n    tool: { kind: noop }\n";
+    let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nkeychain: [{ name: pg, kind: postgres_credential }]\nexecutor: { kind: local, spec: { a: 1 } }\nworkload: { x: 1 }\nworkbook: { tasks: { t: { kind: noop } } }\nworkflow:\n  - step: a\n    tool: { kind: noop }\n";
     let l = assert_ok(src);
     assert_eq!(l.playbook.keychain[0].name, "pg");
     assert_eq!(l.playbook.workload["x"], 1);
@@ -381,6 +381,152 @@ fn e026_jump_needs_to() {
     assert_eq!(codes(&src), vec!["E026"]);
 }
 
+#[test]
+fn e004_else_false_and_other_non_rule_values_are_refused() {
+    // `else: false` used to become a rule without `when`: always matching.
+    for (value, line, col) in [("false", 11, 38), ("\"no\"", 11, 38), ("3", 11, 38)] {
+        let src = task_with_policy(&format!(
+            "{{ rules: [ {{ when: \"{{{{ outcome.status == 'error' }}}}\", then: {{ do: fail }} }}, {{ else: {value}, then: {{ do: break }} }} ] }}"
+        ));
+        let bad = task_with_policy(&format!(
+            "{{ rules: [ {{ else: {value}, then: {{ do: break }} }} ] }}"
+        ));
+        assert!(codes(&src).contains(&"E004"), "{value}: {:?}", codes(&src));
+        let d = message(&bad, "E004");
+        assert_eq!(
+            d.path, "/workflow/0/tool/0/spec/policy/rules/0/else",
+            "{value}"
+        );
+        assert_eq!(
+            (d.span.unwrap().line, d.span.unwrap().col),
+            (line, col),
+            "{value}"
+        );
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap()
+                .contains("`- else: { then: { do: continue } }`"),
+            "{d:#?}"
+        );
+    }
+    // Admission rules too; the help shows the admission form.
+    let admit = pb("  - step: a\n    spec:\n      policy:\n        admit:\n          rules:\n            - else: false\n              then: { allow: true }\n    tool: { kind: noop }\n");
+    let d = message(&admit, "E004");
+    assert_eq!(d.span.unwrap().line, 11);
+    assert!(d.message.contains("`else: false`"), "{d:#?}");
+    assert!(d
+        .help
+        .unwrap()
+        .contains("`- else: { then: { allow: false } }`"));
+    // `when: false` is a rule that never matches: accepted.
+    assert_clean(&task_with_policy(
+        "{ rules: [ { when: false, then: { do: break } } ] }",
+    ));
+    // The accepted fallback forms.
+    for form in [
+        "{ else: true, then: { do: break } }",
+        "{ else: { then: { do: break } } }",
+        "{ else: null, then: { do: break } }",
+    ] {
+        assert_clean(&task_with_policy(&format!("{{ rules: [ {form} ] }}")));
+    }
+}
+
+#[test]
+fn e004_else_of_the_wrong_shape_shows_the_canonical_form() {
+    // `- else: {do: break}`: the action written directly under `else`.
+    let direct = task_with_policy("{ rules: [ { else: { do: break } } ] }");
+    let d = message(&direct, "E004");
+    assert_eq!(
+        d.message,
+        "`else` in a policy rule holds only `then`, found `do` directly under `else`"
+    );
+    assert_eq!(
+        d.help.as_deref(),
+        Some("the fallback rule is written `- else: { then: { do: break } }`")
+    );
+    assert!(!codes(&direct).contains(&"E003"), "{:?}", codes(&direct));
+    // `else:` followed by a list item.
+    let listed = pb("  - step: a\n    tool:\n      - name: t\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else:\n                  - then: { do: break }\n");
+    let d = message(&listed, "E004");
+    assert_eq!(d.span.unwrap().line, 14);
+    assert!(d.message.contains("is a list"), "{d:#?}");
+    assert_eq!(
+        d.help.as_deref(),
+        Some("the fallback rule is written `- else: { then: { do: break } }`")
+    );
+    // `when` and `else` in one rule.
+    let both = task_with_policy(
+        "{ rules: [ { when: \"{{ outcome.error }}\", else: { then: { do: break } } } ] }",
+    );
+    let d = message(&both, "E004");
+    assert!(d.message.contains("both `when` and `else`"), "{d:#?}");
+}
+
+#[test]
+fn e021_control_actions_in_the_executor_spec() {
+    let src = format!("{HEAD}  - step: a\n    tool: {{ kind: noop }}\nexecutor:\n  spec:\n    policy:\n      rules:\n        - when: \"{{{{ true }}}}\"\n          then: {{ do: retry }}\n");
+    let d = message(&src, "E021");
+    assert_eq!(d.span.unwrap().line, 13);
+    assert_eq!(d.path, "/executor/spec/policy/rules/0/then/do");
+    assert!(d.message.contains("the executor spec"), "{d:#?}");
+    assert_clean(&format!("{HEAD}  - step: a\n    tool: {{ kind: noop }}\nexecutor:\n  spec:\n    timeout: 5\n    policy: {{ defaults: {{ timeouts: 30 }} }}\n"));
+}
+
+#[test]
+fn e011_e012_legacy_conditions_on_arcs() {
+    let src = pb("  - step: a\n    next:\n      arcs:\n        - step: b\n          expr: \"{{ ctx.x }}\"\n        - step: b\n          eval: \"{{ ctx.y }}\"\n  - step: b\n");
+    let e12 = message(&src, "E012");
+    assert_eq!(e12.span.unwrap().line, 10);
+    assert!(e12.help.unwrap().contains("rename it to `when`"));
+    let e11 = message(&src, "E011");
+    assert_eq!(e11.span.unwrap().line, 12);
+    assert!(!codes(&src).contains(&"E005"), "{:?}", codes(&src));
+}
+
+#[test]
+fn workbook_task_bodies_are_validated_like_pipeline_tasks() {
+    let wb = |body: &str| {
+        format!("{HEAD}  - step: a\n    tool:\n      - name: c\n        kind: workbook\n        task: w\nworkbook:\n  tasks:\n    w:\n{body}")
+    };
+    // No kind.
+    let d = message(&wb("      url: x\n"), "E003");
+    assert_eq!(d.path, "/workbook/tasks/w");
+    assert!(d.message.contains("workbook task `w`"), "{d:#?}");
+    // Bad template, bad policy, legacy keys, nested workbook call.
+    assert!(codes(&wb("      kind: http\n      url: \"{{ args.id \"\n")).contains(&"E036"));
+    assert!(codes(&wb("      kind: noop\n      spec: { policy: { rules: [ { else: false, then: { do: break } } ] } }\n")).contains(&"E004"));
+    assert!(codes(&wb(
+        "      kind: noop\n      spec: { policy: [ { do: retry } ] }\n"
+    ))
+    .contains(&"E020"));
+    assert!(codes(&wb("      kind: noop\n      spec: { policy: { rules: [ { else: true, then: { do: retyr } } ] } }\n")).contains(&"E025"));
+    assert!(codes(&wb("      kind: noop\n      eval: x\n")).contains(&"E011"));
+    assert!(codes(&wb("      kind: workbook\n      task: w\n")).contains(&"E004"));
+    // A jump of the workbook task's own policy must target the caller's pipeline.
+    let jump = wb("      kind: noop\n      spec: { policy: { rules: [ { else: true, then: { do: jump, to: elsewhere } } ] } }\n");
+    let d = message(&jump, "E022");
+    assert_eq!(d.path, "/workflow/0/tool/0/task");
+    assert!(d.message.contains("`elsewhere`"), "{d:#?}");
+    assert_clean(&wb("      kind: noop\n      spec: { policy: { rules: [ { when: \"{{ outcome.error }}\", then: { do: jump, to: c } } ] } }\n"));
+    // List shapes: a task needs a name, names are unique.
+    let list =
+        |items: &str| format!("{HEAD}  - step: a\n    tool: {{ kind: noop }}\nworkbook:\n{items}");
+    assert!(codes(&list("  - kind: noop\n")).contains(&"E003"));
+    assert!(codes(&list(
+        "  - { name: x, kind: noop }\n  - { name: x, kind: noop }\n"
+    ))
+    .contains(&"E034"));
+    assert!(codes(&list("  tasks: 3\n")).contains(&"E004"));
+    assert!(codes(&list("  taks: {}\n")).contains(&"E005"));
+    // The else shorthand is normalised inside workbook tasks too.
+    let ok = assert_ok(&wb("      kind: noop\n      spec: { policy: { rules: [ { else: { then: { do: break } } } ] } }\n"));
+    let def = &ok.playbook.workbook.as_ref().unwrap()["tasks"]["w"];
+    assert_eq!(def["spec"]["policy"]["rules"][0]["else"], true);
+    assert_eq!(def["spec"]["policy"]["rules"][0]["then"]["do"], "break");
+}
+
 // ---------------------------------------------------------------- E030..E037
 
 #[test]
@@ -435,6 +581,39 @@ fn e036_templates_must_parse_except_python_code() {
     assert_eq!(all[0].path, "/workflow/0/tool/0/url");
     let stmt = pb("  - step: a\n    tool:\n      - kind: noop\n        msg: \"{% if x %}y\"\n");
     assert!(codes(&stmt).contains(&"E036"));
+}
+
+#[test]
+fn e036_comment_and_statement_openers_alone_are_parsed() {
+    // `{#` or `{%` without `{{` still makes a template.
+    for text in ["{# unclosed comment", "a {% if x %} b", "{% endfor %}"] {
+        let src = pb(&format!(
+            "  - step: a\n    tool:\n      - kind: noop\n        msg: \"{text}\"\n"
+        ));
+        assert_eq!(at(&src, "E036"), (9, 14), "{text}");
+    }
+    assert_clean(&pb(
+        "  - step: a\n    tool:\n      - kind: noop\n        msg: \"{# a comment #}text\"\n",
+    ));
+}
+
+#[test]
+fn e036_only_a_python_tasks_own_code_is_raw() {
+    // `code` elsewhere (an HTTP body, args, a noop) is a template like any field.
+    let src = pb("  - step: a\n    tool:\n      - kind: http\n        url: x\n        body: { code: \"{{ oops\" }\n      - kind: noop\n        code: \"{% if %}\"\n      - kind: python\n        args: { code: \"{{ bad\" }\n        code: \"d = {'{{': 1}\"\n");
+    let paths: Vec<String> = diags(&src)
+        .into_iter()
+        .filter(|d| d.code == "E036")
+        .map(|d| d.path)
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/workflow/0/tool/0/body/code",
+            "/workflow/0/tool/1/code",
+            "/workflow/0/tool/2/args/code",
+        ]
+    );
 }
 
 #[test]
