@@ -102,27 +102,40 @@ fn check(root: &Path, sub: &str, must_fail: bool) -> (usize, Vec<String>) {
     (files.len(), failures)
 }
 
-fn run(root: &Path, require_files: bool) {
+/// Checks both families under `root`. A missing or emptied folder is a
+/// failure, not a silent pass: each must hold at least `min_invalid` /
+/// `min_warnings` playbooks.
+fn run(root: &Path, min_invalid: usize, min_warnings: usize) {
     let (n_invalid, mut failures) = check(root, "invalid", true);
     let (n_warn, more) = check(root, "warnings", false);
     failures.extend(more);
-    if require_files {
-        assert!(
-            n_invalid > 0 && n_warn > 0,
-            "no golden files under {root:?}"
-        );
-    }
+    assert!(
+        n_invalid >= min_invalid,
+        "{n_invalid} golden files under {:?}, expected at least {min_invalid}",
+        root.join("invalid")
+    );
+    assert!(
+        n_warn >= min_warnings,
+        "{n_warn} golden files under {:?}, expected at least {min_warnings}",
+        root.join("warnings")
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
 fn crate_fixtures_match_their_golden_diagnostics() {
-    run(&fixtures(), true);
+    run(&fixtures(), 5, 2);
 }
 
 #[test]
 fn repository_playbooks_match_their_golden_diagnostics() {
-    run(&repo_playbooks(), false);
+    run(&repo_playbooks(), 30, 5);
+}
+
+#[test]
+#[should_panic(expected = "golden files under")]
+fn a_missing_golden_folder_fails() {
+    run(&crate_dir().join("tests/no-such-folder"), 1, 1);
 }
 
 #[test]
