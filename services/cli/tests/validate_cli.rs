@@ -96,5 +96,8 @@ fn schema_prints_the_json_schema() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("schema JSON");
     assert_eq!(v["title"], "NoETL playbook (canonical v10)");
-    assert!(v["$defs"]["Step"].is_object());
+    // Draft-07: what yaml-language-server handles best.
+    assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert!(v["definitions"]["Step"].is_object());
+    assert!(v.get("$defs").is_none());
 }

@@ -1,20 +1,33 @@
 //! JSON Schema of the playbook document, generated from the model types and
 //! widened to the authoring shapes the loader accepts (task-list forms,
-//! `else` rules). Usable by yaml-language-server:
+//! `else` rules). Written in JSON Schema draft-07 (definitions under
+//! `#/definitions`), the draft yaml-language-server supports best:
 //! `# yaml-language-server: $schema=playbook.schema.json`.
 
 use serde_json::{json, Value};
 
-/// The schema as JSON.
+/// The `$ref` of a schema: its own, or (draft-07 ignores the siblings of a
+/// `$ref`, so a described reference is `{description, allOf: [{$ref}]}`)
+/// that of its single `allOf` member.
+fn ref_of(schema: &Value) -> Option<&Value> {
+    schema.get("$ref").or_else(|| match schema.get("allOf") {
+        Some(Value::Array(all)) if all.len() == 1 => all[0].get("$ref"),
+        _ => None,
+    })
+}
+
+/// The schema as JSON (draft-07).
 pub fn playbook_schema() -> Value {
-    let schema = schemars::schema_for!(crate::model::Playbook);
+    let schema = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<crate::model::Playbook>();
     let text = serde_json::to_string(&schema).expect("schema serialises");
     // Readable names for the two rule instantiations.
     let text = text
-        .replace("\"#/$defs/Rule2\"", "\"#/$defs/TaskRule\"")
-        .replace("\"#/$defs/Rule\"", "\"#/$defs/AdmitRule\"");
+        .replace("\"#/definitions/Rule2\"", "\"#/definitions/TaskRule\"")
+        .replace("\"#/definitions/Rule\"", "\"#/definitions/AdmitRule\"");
     let mut v: Value = serde_json::from_str(&text).expect("schema is JSON");
-    if let Some(defs) = v.pointer_mut("/$defs").and_then(Value::as_object_mut) {
+    if let Some(defs) = v.pointer_mut("/definitions").and_then(Value::as_object_mut) {
         for (from, to) in [("Rule2", "TaskRule"), ("Rule", "AdmitRule")] {
             if let Some(d) = defs.remove(from) {
                 defs.insert(to.into(), d);
@@ -23,32 +36,32 @@ pub fn playbook_schema() -> Value {
     }
     v["title"] = json!("NoETL playbook (canonical v10)");
     // `tool`: canonical list, label-keyed list items, or one task object.
-    if let Some(step) = v.pointer_mut("/$defs/Step/properties/tool") {
+    if let Some(step) = v.pointer_mut("/definitions/Step/properties/tool") {
         *step = json!({
             "description": "The ordered pipeline: a list of tasks ({name, kind, ...} or {label: {kind, ...}}) or one task object. Omit it for a routing-only step.",
             "anyOf": [
                 {"type": "array", "minItems": 1, "items": {"anyOf": [
-                    {"$ref": "#/$defs/Task"},
+                    {"$ref": "#/definitions/Task"},
                     {"type": "object", "minProperties": 1, "maxProperties": 1,
-                     "additionalProperties": {"$ref": "#/$defs/Task"}}
+                     "additionalProperties": {"$ref": "#/definitions/Task"}}
                 ]}},
-                {"$ref": "#/$defs/Task"}
+                {"$ref": "#/definitions/Task"}
             ]
         });
     }
     // Task names are synthesised when missing.
-    if let Some(req) = v.pointer_mut("/$defs/Task/required") {
+    if let Some(req) = v.pointer_mut("/definitions/Task/required") {
         if let Some(a) = req.as_array_mut() {
             a.retain(|x| x != "name");
         }
     }
     // `attempts` counts all attempts: at least 1.
-    if let Some(att) = v.pointer_mut("/$defs/TaskThen/properties/attempts") {
+    if let Some(att) = v.pointer_mut("/definitions/TaskThen/properties/attempts") {
         att["minimum"] = json!(1);
     }
     // `then.set` alias (W101).
     if let Some(props) = v
-        .pointer_mut("/$defs/TaskThen/properties")
+        .pointer_mut("/definitions/TaskThen/properties")
         .and_then(Value::as_object_mut)
     {
         props.insert(
@@ -60,19 +73,20 @@ pub fn playbook_schema() -> Value {
         );
     }
     // Arc guards: a template string or a boolean.
-    if let Some(when) = v.pointer_mut("/$defs/Arc/properties/when") {
+    if let Some(when) = v.pointer_mut("/definitions/Arc/properties/when") {
         when["type"] = json!(["string", "boolean", "null"]);
     }
     // Rules: `else: {then: ...}`, `else: null` + `then`, `else: true` + `then`.
-    if let Some(defs) = v.pointer_mut("/$defs").and_then(Value::as_object_mut) {
+    if let Some(defs) = v.pointer_mut("/definitions").and_then(Value::as_object_mut) {
         for name in ["AdmitRule", "TaskRule"] {
             let Some(def) = defs.get_mut(name) else {
                 continue;
             };
             let then_ref = def
-                .pointer("/properties/then/$ref")
+                .pointer("/properties/then")
+                .and_then(ref_of)
                 .cloned()
-                .unwrap_or(json!("#/$defs/TaskThen"));
+                .unwrap_or(json!("#/definitions/TaskThen"));
             if let Some(props) = def
                 .pointer_mut("/properties")
                 .and_then(Value::as_object_mut)
@@ -80,9 +94,9 @@ pub fn playbook_schema() -> Value {
                 props.insert(
                     "else".into(),
                     json!({
-                        "description": "Fallback rule: `else: {then: ...}`, or `else: true` next to `then`.",
+                        "description": "Fallback rule: `else: {then: ...}`, or `else: true` (or empty) next to `then`. `else: false` is not a rule.",
                         "anyOf": [
-                            {"type": "boolean"},
+                            {"const": true},
                             {"type": "null"},
                             {"type": "object", "properties": {"then": {"$ref": then_ref}},
                              "additionalProperties": false}
@@ -97,6 +111,11 @@ pub fn playbook_schema() -> Value {
             def["anyOf"] = json!([{"required": ["when"]}, {"required": ["else"]}]);
             if let Some(a) = def.get_mut("required").and_then(Value::as_array_mut) {
                 a.retain(|x| x != "then");
+            }
+            if def["required"].as_array().is_some_and(Vec::is_empty) {
+                if let Some(o) = def.as_object_mut() {
+                    o.remove("required");
+                }
             }
         }
     }
@@ -124,7 +143,8 @@ mod tests {
     fn schema_describes_the_document_and_the_authoring_shapes() {
         let s = playbook_schema();
         assert_eq!(s["type"], "object");
-        assert!(s["$schema"].as_str().unwrap().contains("json-schema.org"));
+        assert_eq!(s["$schema"], "http://json-schema.org/draft-07/schema#");
+        assert!(s.get("$defs").is_none() && s["definitions"].is_object());
         assert!(s["properties"]["workflow"].is_object());
         let req: Vec<&str> = s["required"]
             .as_array()
@@ -139,28 +159,41 @@ mod tests {
         assert_eq!(s["additionalProperties"], false);
         assert!(s["properties"].get("vars").is_none());
         // tool: list (canonical or label-keyed items) or a single task.
-        let tool = &s["$defs"]["Step"]["properties"]["tool"]["anyOf"];
+        let tool = &s["definitions"]["Step"]["properties"]["tool"]["anyOf"];
         assert_eq!(tool[0]["type"], "array");
-        assert_eq!(tool[1]["$ref"], "#/$defs/Task");
-        assert!(!s["$defs"]["Task"]["required"]
+        assert_eq!(tool[1]["$ref"], "#/definitions/Task");
+        assert!(!s["definitions"]["Task"]["required"]
             .as_array()
             .unwrap()
             .iter()
             .any(|x| x == "name"));
         // Rules accept the `else` forms and point at their own `then` type.
-        let admit = &s["$defs"]["AdmitRule"];
-        assert_eq!(admit["properties"]["then"]["$ref"], "#/$defs/AdmitThen");
-        let task_rule = &s["$defs"]["TaskRule"];
+        let admit = &s["definitions"]["AdmitRule"];
+        assert_eq!(
+            ref_of(&admit["properties"]["then"]).unwrap(),
+            "#/definitions/AdmitThen"
+        );
+        assert_eq!(
+            admit["properties"]["else"]["anyOf"][2]["properties"]["then"]["$ref"],
+            "#/definitions/AdmitThen"
+        );
+        assert!(admit.get("required").is_none());
+        let task_rule = &s["definitions"]["TaskRule"];
         assert_eq!(
             task_rule["properties"]["else"]["anyOf"][2]["properties"]["then"]["$ref"],
-            "#/$defs/TaskThen"
+            "#/definitions/TaskThen"
         );
         assert_eq!(task_rule["additionalProperties"], false);
+        // `else: false` is not a fallback rule.
         assert_eq!(
-            s["$defs"]["TaskThen"]["properties"]["attempts"]["minimum"],
+            task_rule["properties"]["else"]["anyOf"][0],
+            json!({"const": true})
+        );
+        assert_eq!(
+            s["definitions"]["TaskThen"]["properties"]["attempts"]["minimum"],
             1
         );
-        let actions: Vec<&str> = s["$defs"]["Action"]["oneOf"]
+        let actions: Vec<&str> = s["definitions"]["Action"]["oneOf"]
             .as_array()
             .map(|a| a.iter().filter_map(|x| x["const"].as_str()).collect())
             .unwrap_or_default();
@@ -177,6 +210,6 @@ mod tests {
             let ptr = r.strip_prefix('#').expect("local reference");
             assert!(s.pointer(ptr).is_some(), "dangling {r}");
         }
-        assert!(s["$defs"].get("Rule").is_none() && s["$defs"].get("Rule2").is_none());
+        assert!(s["definitions"].get("Rule").is_none() && s["definitions"].get("Rule2").is_none());
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Print the playbook JSON Schema.
+/// Print the playbook JSON Schema (draft-07, for yaml-language-server).
 pub fn run(_: Args) -> anyhow::Result<ExitCode> {
     println!(
         "{}",
