@@ -58,3 +58,19 @@ fn valid_fixtures_load_without_errors() {
     let failures = load_all(&files);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+#[test]
+fn seed_examples_load_without_warnings() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../playbooks/seeds");
+    let files = yaml_files(&dir);
+    assert!(files.len() >= 13, "{} seed examples", files.len());
+    let mut noisy = Vec::new();
+    for f in &files {
+        match load_file(f) {
+            Ok(l) if l.warnings.is_empty() => {}
+            Ok(l) => noisy.push(l.warnings.render_short(&f.display().to_string())),
+            Err(e) => noisy.push(e.render_human()),
+        }
+    }
+    assert!(noisy.is_empty(), "{}", noisy.join("\n"));
+}
