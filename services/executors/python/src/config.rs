@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 /// Default `spec.timeout` of a python task.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Interpreters started when the tool is created, by default.
+pub const DEFAULT_WARM: usize = 2;
+
 /// Replica-wide settings of the python tool.
 #[derive(Debug, Clone)]
 pub struct PythonConfig {
@@ -17,6 +20,12 @@ pub struct PythonConfig {
     pub interpreter: PathBuf,
     /// Timeout of a task whose effective spec sets none.
     pub default_timeout: Duration,
+    /// Interpreters started as soon as the tool is created (inside a tokio
+    /// runtime), so the first tasks do not pay interpreter start-up
+    /// (`NOETL_PYTHON_WARM`, default [`DEFAULT_WARM`]; at most the pool's
+    /// idle limit). Set it to the executor's `--concurrency` to have every
+    /// slot warm from the start.
+    pub warm: usize,
 }
 
 impl Default for PythonConfig {
@@ -24,13 +33,39 @@ impl Default for PythonConfig {
         Self {
             interpreter: PathBuf::from("python3"),
             default_timeout: DEFAULT_TIMEOUT,
+            warm: DEFAULT_WARM,
         }
     }
 }
 
 impl PythonConfig {
-    /// Defaults overlaid with `NOETL_PYTHON`.
+    /// Defaults overlaid with `NOETL_PYTHON` and `NOETL_PYTHON_WARM` (an
+    /// unusable value is logged and the default kept: a replica still
+    /// serves, only colder).
     pub fn from_env() -> Self {
+        match Self::try_from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "python tool: using the default warm pool size");
+                Self {
+                    warm: DEFAULT_WARM,
+                    ..Self::try_from_env_without_warm()
+                }
+            }
+        }
+    }
+
+    /// Defaults overlaid with `NOETL_PYTHON` and `NOETL_PYTHON_WARM`, or
+    /// why `NOETL_PYTHON_WARM` is unusable.
+    pub fn try_from_env() -> Result<Self, ConfigError> {
+        let mut c = Self::try_from_env_without_warm();
+        if let Ok(w) = std::env::var("NOETL_PYTHON_WARM") {
+            c.warm = w.trim().parse().map_err(|_| ConfigError::Warm(w.clone()))?;
+        }
+        Ok(c)
+    }
+
+    fn try_from_env_without_warm() -> Self {
         let mut c = Self::default();
         if let Some(p) = std::env::var_os("NOETL_PYTHON").filter(|p| !p.is_empty()) {
             c.interpreter = PathBuf::from(p);
@@ -48,6 +83,9 @@ pub enum ConfigError {
     /// `spec.timeout` is not a positive number of seconds or `{read: N}`.
     #[error("invalid spec.timeout for a python task: {0}")]
     Timeout(String),
+    /// `NOETL_PYTHON_WARM` is not a number of interpreters.
+    #[error("NOETL_PYTHON_WARM must be a number of interpreters (0 or more), got {0:?}")]
+    Warm(String),
 }
 
 /// The kind-specific fields of a `kind: python` task.

@@ -1,7 +1,8 @@
 //! noetl-tool-python: the `python` tool kind.
 //!
-//! A task's `code` runs in a warm interpreter from a [`runner::Pool`] (no
-//! start-up per task; an interpreter is killed and replaced on timeout and
+//! A task's `code` runs in a warm interpreter from a [`runner::Pool`]
+//! ([`PythonConfig::warm`] of them started with the tool; no start-up per
+//! task; an interpreter is killed and replaced on timeout and
 //! recycled after [`runner::PoolLimits::max_uses`] tasks) with fresh globals `args` (the task's rendered `args:`, `{}` by default, and
 //! each identifier key of it as a global of its own), `_prev`, `iter`, `ctx`
 //! and `workload`. The result is the global `result` if the code sets it,
@@ -45,15 +46,30 @@ impl PythonTool {
         Self::with_config(PythonConfig::from_env())
     }
 
-    /// The tool with explicit settings.
+    /// The tool with explicit settings. Inside a tokio runtime,
+    /// `config.warm` interpreters are started right away (outside one, the
+    /// pool starts them as tasks need them).
     pub fn with_config(config: PythonConfig) -> Self {
         let process = Pool::new(config.interpreter.clone(), PoolLimits::default());
+        if config.warm > 0 && tokio::runtime::Handle::try_current().is_ok() {
+            process.prewarm(config.warm);
+        }
         Self { config, process }
     }
 
     /// Interpreters idle in the warm pool right now.
     pub fn idle_interpreters(&self) -> usize {
         self.process.idle()
+    }
+
+    /// Process ids of the interpreters idle in the warm pool right now.
+    pub fn idle_interpreter_pids(&self) -> Vec<u32> {
+        self.process.idle_pids()
+    }
+
+    /// Interpreters this tool has started so far.
+    pub fn spawned_interpreters(&self) -> u64 {
+        self.process.spawned()
     }
 
     /// Replica-wide settings.

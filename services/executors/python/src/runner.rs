@@ -1,9 +1,11 @@
 //! The wire between the tool and a Python interpreter: the embedded runner
 //! script, the request / response lines, and [`Pool`], which keeps warm
-//! interpreters that each serve one request per stdin line.
+//! interpreters that each serve one request per stdin line (started ahead
+//! of the first task with [`Pool::prewarm`]).
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -148,6 +150,8 @@ struct PoolInner {
     interpreter: PathBuf,
     limits: PoolLimits,
     idle: Mutex<Vec<Worker>>,
+    /// Interpreters started so far (a statistic).
+    spawned: AtomicU64,
 }
 
 /// One running interpreter.
@@ -169,6 +173,7 @@ impl Pool {
                 interpreter: interpreter.into(),
                 limits,
                 idle: Mutex::new(Vec::new()),
+                spawned: AtomicU64::new(0),
             }),
         }
     }
@@ -176,6 +181,35 @@ impl Pool {
     /// Interpreters idle right now.
     pub fn idle(&self) -> usize {
         self.inner.idle.lock().expect("pool lock").len()
+    }
+
+    /// Process ids of the interpreters idle right now.
+    pub fn idle_pids(&self) -> Vec<u32> {
+        let idle = self.inner.idle.lock().expect("pool lock");
+        idle.iter().filter_map(|w| w.child.id()).collect()
+    }
+
+    /// Interpreters started since the pool was created.
+    pub fn spawned(&self) -> u64 {
+        self.inner.spawned.load(Ordering::Relaxed)
+    }
+
+    /// Start interpreters until `n` are idle (at most the idle limit), so
+    /// the first tasks find them warm. Must run inside a tokio runtime.
+    /// Returns how many are idle; an interpreter that cannot start is left
+    /// to the first task to report.
+    pub fn prewarm(&self, n: usize) -> usize {
+        let want = n.min(self.inner.limits.max_idle);
+        while self.idle() < want {
+            match self.spawn() {
+                Ok(w) => self.inner.idle.lock().expect("pool lock").push(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "python tool: cannot pre-warm an interpreter");
+                    break;
+                }
+            }
+        }
+        self.idle()
     }
 
     fn spawn(&self) -> Result<Worker, RunError> {
@@ -198,6 +232,7 @@ impl Pool {
                 }
                 _ => RunError::Io(source),
             })?;
+        self.inner.spawned.fetch_add(1, Ordering::Relaxed);
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let stderr = Arc::new(Mutex::new(Vec::new()));

@@ -202,7 +202,44 @@ async fn warm_interpreters_are_reused_with_fresh_globals() {
         second.result["had_leak"], false,
         "globals are fresh per task"
     );
-    assert_eq!(tool.idle_interpreters(), 1);
+    assert_eq!(tool.idle_interpreters(), tool.config().warm.max(1));
+}
+
+#[tokio::test]
+async fn interpreters_are_warm_before_the_first_task() {
+    let tool = PythonTool::with_config(PythonConfig {
+        warm: 3,
+        ..PythonConfig::default()
+    });
+    // Started with the tool, before any task.
+    assert_eq!(tool.idle_interpreters(), 3);
+    assert_eq!(tool.spawned_interpreters(), 3);
+    let warm = tool.idle_interpreter_pids();
+    assert_eq!(warm.len(), 3);
+    let o = run_with(
+        tool.clone(),
+        json!({"code": "import os\nresult = os.getpid()"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    let pid = o.result.as_u64().unwrap() as u32;
+    assert!(warm.contains(&pid), "task ran in {pid}, warm were {warm:?}");
+    assert_eq!(
+        tool.spawned_interpreters(),
+        3,
+        "no interpreter was started for it"
+    );
+    assert_eq!(tool.idle_interpreters(), 3);
+}
+
+#[test]
+fn outside_a_runtime_nothing_is_started() {
+    let tool = PythonTool::with_config(PythonConfig {
+        warm: 3,
+        ..PythonConfig::default()
+    });
+    assert_eq!(tool.spawned_interpreters(), 0);
 }
 
 #[tokio::test]
