@@ -621,9 +621,9 @@ impl StepRun<'_> {
                         "step {:?} iteration {} task {:?}",
                         self.step.step, self.index, task.name
                     );
-                    match self.claim_ctx_keys(&rest, &writer).await? {
+                    match self.claim_ctx_keys(&rest, &writer, &task_run_id).await? {
                         Err(e) => ctx_error = Some(e),
-                        Ok(()) => cur.ctx = self.apply_ctx(&rest).await?,
+                        Ok(()) => cur.ctx = self.apply_ctx(&rest, &task_run_id).await?,
                     }
                 }
             }
@@ -773,14 +773,18 @@ impl StepRun<'_> {
         Ok(rest)
     }
 
-    /// In a parallel loop, `ctx` keys are write-once: the first writer
-    /// claims each key (with a hash of its value) under `<eid>.owners`; the
-    /// same value again is fine, a different one is a `ctx.conflict` naming
-    /// the key and both writers.
+    /// In a parallel loop, `ctx` keys are write-once per loop run: the first
+    /// writer claims each key (with a hash of its value) under
+    /// `<eid>.owners.<loop_run>` (so the same loop step entered again, e.g.
+    /// through a back-arc, starts with no claims); the same value again is
+    /// fine, and so is the same task run again (a redelivered command whose
+    /// template rendered differently); a different value from another task
+    /// run is a `ctx.conflict` naming the key and both writers.
     async fn claim_ctx_keys(
         &self,
         patch: &Map<String, Value>,
         writer: &str,
+        task_run_id: &str,
     ) -> Result<Result<(), (&'static str, String)>, MeshError> {
         let parallel = self
             .step
@@ -788,9 +792,9 @@ impl StepRun<'_> {
             .as_ref()
             .map(|l| l.spec.mode == noetl_core::LoopMode::Parallel)
             .unwrap_or(false);
-        if !parallel || self.loop_run.is_none() {
+        let Some((loop_run_id, _)) = self.loop_run.as_ref().filter(|_| parallel) else {
             return Ok(Ok(()));
-        }
+        };
         let hashes: Vec<(String, String)> = patch
             .iter()
             .map(|(k, v)| (k.clone(), derive_id(&[&v.to_string()])))
@@ -798,7 +802,7 @@ impl StepRun<'_> {
         let mut conflict = None;
         kv::update(
             self.mesh().ctx_kv(),
-            &format!("{}.owners", self.eid()),
+            &noetl_mesh::state::owners_key(self.eid(), loop_run_id),
             |cur: Option<&Value>| {
                 conflict = None;
                 let mut owners = match cur {
@@ -808,7 +812,7 @@ impl StepRun<'_> {
                 let mut changed = false;
                 for (k, h) in &hashes {
                     match owners.get(k) {
-                        Some(o) if o["hash"] == h.as_str() => {}
+                        Some(o) if o["hash"] == h.as_str() || o["run"] == task_run_id => {}
                         Some(o) => {
                             conflict = Some(format!(
                                 "ctx.conflict: key {k:?} was written by {} and now differently by {writer} (set_ctx in a parallel loop is write-once per key; declare a reducer in loop.spec.policy.reducers to aggregate)",
@@ -817,7 +821,10 @@ impl StepRun<'_> {
                             return Cas::Keep;
                         }
                         None => {
-                            owners.insert(k.clone(), json!({"writer": writer, "hash": h}));
+                            owners.insert(
+                                k.clone(),
+                                json!({"writer": writer, "hash": h, "run": task_run_id}),
+                            );
                             changed = true;
                         }
                     }
@@ -836,9 +843,17 @@ impl StepRun<'_> {
         })
     }
 
-    /// Merge a `set_ctx` patch into the execution's `ctx` (compare-and-set)
-    /// and return the `ctx` now stored.
-    async fn apply_ctx(&self, patch: &Map<String, Value>) -> Result<Value, MeshError> {
+    /// Merge the `set_ctx` patch of task run `task_run_id` into the
+    /// execution's `ctx` (compare-and-set) and return the `ctx` now stored,
+    /// as users see it. The task run's id is recorded in the same write, so
+    /// a redelivered command (whose patch may render differently, e.g.
+    /// `ctx.n + 1`) does not apply it again.
+    async fn apply_ctx(
+        &self,
+        patch: &Map<String, Value>,
+        task_run_id: &str,
+    ) -> Result<Value, MeshError> {
+        use noetl_mesh::state::{ctx_applied, mark_ctx_applied, user_ctx};
         let stored = kv::update(
             self.mesh().ctx_kv(),
             self.eid(),
@@ -847,17 +862,20 @@ impl StepRun<'_> {
                     Some(Value::Object(m)) => m.clone(),
                     _ => Map::new(),
                 };
-                if current.is_some() && patch.iter().all(|(k, v)| obj.get(k) == Some(v)) {
+                if ctx_applied(&obj, task_run_id) {
                     return Cas::Keep; // already applied (redelivery)
                 }
                 for (k, v) in patch {
                     obj.insert(k.clone(), v.clone());
                 }
+                mark_ctx_applied(&mut obj, task_run_id);
                 Cas::Write(Value::Object(obj))
             },
         )
         .await?;
-        Ok(stored.unwrap_or_else(|| Value::Object(patch.clone())))
+        Ok(user_ctx(
+            stored.unwrap_or_else(|| Value::Object(patch.clone())),
+        ))
     }
 
     /// The boundary of the step-run (or iteration).

@@ -8,6 +8,9 @@
 //! | `<eid>.plan` | [`crate::plan::PlanRecord`] (immutable) |
 //! | `<eid>.step.<step>` | [`StepRecord`] |
 //! | `<eid>.result.<step>` | the step's last compact result (written by executors) |
+//!
+//! The `ctx` object (bucket `noetl_ctx`, key `<eid>`) carries one reserved
+//! key, [`APPLIED_KEY`], stripped by [`user_ctx`] before anyone sees it.
 
 use std::collections::BTreeMap;
 
@@ -138,6 +141,54 @@ pub fn result_key(eid: &str, step: &str) -> String {
     format!("{eid}.result.{}", key_part(step))
 }
 
+/// Reserved key inside the stored `ctx` object: the ids of the writes
+/// already applied to it (task runs' `set_ctx` patches, loop runs' reducer
+/// results), recorded in the same compare-and-set as the write, so a
+/// redelivered command or event never applies its write twice. Users never
+/// see it: [`user_ctx`] strips it wherever `ctx` is read.
+pub const APPLIED_KEY: &str = "__noetl_applied";
+
+/// How many applied write ids the stored `ctx` remembers (oldest dropped
+/// first). Redeliveries come within the ack wait, long before this many
+/// other writes.
+pub const APPLIED_MAX: usize = 256;
+
+/// `ctx` as users see it: the stored object without [`APPLIED_KEY`].
+pub fn user_ctx(mut ctx: Value) -> Value {
+    if let Value::Object(m) = &mut ctx {
+        m.remove(APPLIED_KEY);
+    }
+    ctx
+}
+
+/// True when the write `id` was already applied to the stored `ctx` object.
+pub fn ctx_applied(ctx: &serde_json::Map<String, Value>, id: &str) -> bool {
+    ctx.get(APPLIED_KEY)
+        .and_then(Value::as_array)
+        .is_some_and(|ids| ids.iter().any(|v| v.as_str() == Some(id)))
+}
+
+/// Record the write `id` as applied in the stored `ctx` object (bounded to
+/// the last [`APPLIED_MAX`] ids).
+pub fn mark_ctx_applied(ctx: &mut serde_json::Map<String, Value>, id: &str) {
+    let mut ids = match ctx.remove(APPLIED_KEY) {
+        Some(Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
+    ids.push(Value::String(id.to_string()));
+    if ids.len() > APPLIED_MAX {
+        let extra = ids.len() - APPLIED_MAX;
+        ids.drain(..extra);
+    }
+    ctx.insert(APPLIED_KEY.to_string(), Value::Array(ids));
+}
+
+/// Key (bucket `noetl_ctx`) of the write-once `ctx` key claims of one
+/// parallel loop run (pruned once its `loop.done` is out).
+pub fn owners_key(eid: &str, loop_run_id: &str) -> String {
+    format!("{eid}.owners.{}", key_part(loop_run_id))
+}
+
 /// The summary `noetl run --json` and `noetl exec status --json` print.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecSummary {
@@ -167,11 +218,14 @@ impl crate::Mesh {
         crate::kv::get(self.exec_kv(), &header_key(eid)).await
     }
 
-    /// Read an execution's `ctx` (`{}` when none was written).
+    /// Read an execution's `ctx` as users see it (`{}` when none was
+    /// written; the engine's reserved [`APPLIED_KEY`] is left out).
     pub async fn exec_ctx(&self, eid: &str) -> Result<Value, crate::MeshError> {
-        Ok(crate::kv::get::<Value>(self.ctx_kv(), eid)
-            .await?
-            .unwrap_or_else(|| Value::Object(Default::default())))
+        Ok(user_ctx(
+            crate::kv::get::<Value>(self.ctx_kv(), eid)
+                .await?
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        ))
     }
 
     /// Build the summary of an execution (`None` if unknown).
@@ -203,5 +257,24 @@ impl crate::Mesh {
             started_at: header.started_at.clone(),
             ended_at: header.ended_at.clone(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn applied_ids_are_bounded_and_hidden_from_users() {
+        let mut m = serde_json::Map::new();
+        m.insert("n".into(), json!(1));
+        for i in 0..APPLIED_MAX + 10 {
+            mark_ctx_applied(&mut m, &format!("t{i}"));
+        }
+        assert!(!ctx_applied(&m, "t0"), "the oldest ids are dropped");
+        assert!(ctx_applied(&m, &format!("t{}", APPLIED_MAX + 9)));
+        assert_eq!(m[APPLIED_KEY].as_array().unwrap().len(), APPLIED_MAX);
+        assert_eq!(user_ctx(Value::Object(m)), json!({"n": 1}));
     }
 }

@@ -56,8 +56,11 @@ pub struct Target {
     pub config: tokio_postgres::Config,
     /// `<credential> (host:port/db)`.
     pub label: String,
-    /// Identifies the pool (a digest of the settings, password included, so
-    /// a rotated password gets a new pool).
+    /// Identifies the pool: a digest of every setting the pool is built
+    /// from — the credential or connection string (password included, so
+    /// a rotated password gets a new pool) and the connect timeout (which
+    /// bounds the pool's waits), so a task never inherits another task's
+    /// timeouts.
     pub pool_key: String,
 }
 
@@ -145,7 +148,11 @@ pub fn target(
     };
     pg.connect_timeout(connect);
     pg.application_name("noetl");
-    let pool_key = hex::encode(sha2::Sha256::digest(material.as_bytes()));
+    let mut digest = sha2::Sha256::new();
+    digest.update(material.as_bytes());
+    digest.update(b"\0connect_ms=");
+    digest.update(connect.as_millis().to_string().as_bytes());
+    let pool_key = hex::encode(digest.finalize());
     Ok(Target {
         config: pg,
         label,

@@ -222,6 +222,24 @@ async fn one_pool_per_credential_reuses_connections() {
 }
 
 #[tokio::test]
+async fn a_pool_is_kept_per_connect_timeout_too() {
+    // The pool's waits are bounded by the connect timeout it was built
+    // with: a task with other timeouts must not inherit the first one's.
+    let tool = PostgresTool::new();
+    for connect in [1, 7, 1] {
+        let o = tool
+            .call(call(
+                json!({"command": "select 1 as one"}),
+                json!({"timeout": {"connect": connect, "read": 30}}),
+            ))
+            .await
+            .outcome;
+        assert_eq!(o.result["rows"][0]["one"], 1, "{o:?}");
+    }
+    assert_eq!(tool.pools(), 2);
+}
+
+#[tokio::test]
 async fn bad_credentials_and_unreachable_servers_are_clear() {
     let tool = PostgresTool::new();
     let mut c = call(json!({"command": "select 1"}), Value::Null);
