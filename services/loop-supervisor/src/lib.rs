@@ -8,12 +8,22 @@
 //!   once (an index leaves the in-flight window exactly once, under CAS),
 //!   dispatches the next ones, and when nothing is left emits exactly one
 //!   `loop.done` (deterministic id) — plus `step.failed` for a `fail_fast`
-//!   loop with failures. State is O(in-flight), not O(items).
+//!   loop with failures, or a loop whose reducers or collection failed.
+//!   State is O(in-flight), not O(items).
+//!
+//! State is always written before the messages it implies are published;
+//! a redelivered message whose state change is already stored publishes
+//! them again (deterministic ids: JetStream drops what already went out),
+//! so a crash or a failed publish in between never stalls a loop.
 
 use std::sync::Arc;
 
 use async_nats::jetstream::Message;
-use noetl_core::{template::Scope, FailureMode, LoopMode, Step};
+use noetl_core::{
+    reduce::{self, ReducerOp},
+    template::Scope,
+    FailureMode, LoopMode, Step,
+};
 use noetl_mesh::{
     codec,
     events::{self, types, EventDraft},
@@ -22,7 +32,7 @@ use noetl_mesh::{
     plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
-    state::result_key,
+    state::{ctx_applied, mark_ctx_applied, owners_key, result_key},
     topology::{ConsumerSpec, StreamKind},
     Batch, Mesh, MeshError,
 };
@@ -32,6 +42,11 @@ use serde_json::{json, Value};
 
 /// Default bound of a parallel loop without `max_in_flight`.
 pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16;
+
+/// Largest `ctx` object (JSON bytes) reducers may leave behind: a KV value
+/// must fit in one NATS message (1 MiB by default). A loop whose reducer
+/// results would make `ctx` larger fails, naming the reducer and key.
+pub const MAX_CTX_BYTES: usize = 1_000_000;
 
 /// Run the loop-supervisor until `params.shutdown` is cancelled, then drain.
 pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
@@ -107,14 +122,39 @@ pub struct LoopRun {
     /// `loop.done` was published (stragglers do not publish it again).
     #[serde(default)]
     pub done_emitted: bool,
-    /// Reducer aggregates so far (ctx key -> value), folded exactly once per
-    /// iteration in the same compare-and-set that counts it.
+    /// Aggregates of the `sum` / `min` / `max` reducers so far (ctx key ->
+    /// value), folded exactly once per iteration in the same
+    /// compare-and-set that counts it. `append` / `extend` / `merge`
+    /// contributions grow with the loop: they stay in per-iteration records
+    /// (`<run>.it.<index>`) and are assembled at the end.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub reduced: serde_json::Map<String, Value>,
-    /// The reduced ctx keys' values when the loop started: the final value
-    /// is `reduce(base, aggregate)`, so writing it twice is harmless.
-    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub reduce_base: serde_json::Map<String, Value>,
+    /// Why the loop step fails whatever its failure mode (`{kind,
+    /// message}`): a reducer that could not fold, or a collection chunk
+    /// that is gone. Set once; no iteration is dispatched after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// How one iteration counted, decided by its first report (in the loop
+/// bucket under `<run>.it.<index>`, create-only), for loops with growing
+/// reducers: the contributions are read back from here at the end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Claim {
+    /// The iteration failed (it contributes nothing).
+    failed: bool,
+    /// Its reducer contributions (ctx key -> partial aggregate).
+    #[serde(default)]
+    reduce: serde_json::Map<String, Value>,
+}
+
+/// Reducers whose aggregate grows with the number of iterations.
+fn grows(op: ReducerOp) -> bool {
+    matches!(op, ReducerOp::Append | ReducerOp::Extend | ReducerOp::Merge)
+}
+
+fn claim_key(eid: &str, srid: &str, index: u64) -> String {
+    format!("{eid}.{}.it.{index}", key_part(srid))
 }
 
 impl LoopRun {
@@ -185,6 +225,17 @@ struct ChunkCache {
     inner: std::sync::Mutex<std::collections::VecDeque<(String, Arc<Vec<Value>>)>>,
 }
 
+/// An element of a stored collection could not be read.
+#[derive(Debug, thiserror::Error)]
+enum ItemError {
+    /// Transient: retry the message.
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+    /// The chunk is gone or corrupt: the loop cannot go on.
+    #[error("{0}")]
+    Gone(String),
+}
+
 impl ChunkCache {
     async fn item(
         &self,
@@ -192,7 +243,7 @@ impl ChunkCache {
         eid: &str,
         srid: &str,
         index: u64,
-    ) -> Result<Value, MeshError> {
+    ) -> Result<Value, ItemError> {
         let chunk = index as usize / CHUNK;
         let key = items_key(eid, srid, chunk);
         let hit = self
@@ -205,27 +256,47 @@ impl ChunkCache {
         let items = match hit {
             Some(v) => v,
             None => {
-                let stored = kv::get::<Value>(mesh.loop_kv(), &key).await?;
-                let v: Vec<Value> = match stored {
-                    Some(v) => match mesh.results().hydrate(v).await? {
-                        Value::Array(a) => a,
-                        _ => Vec::new(),
-                    },
-                    None => Vec::new(),
+                let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &key).await? else {
+                    return Err(ItemError::Gone(format!(
+                        "collection chunk {key} (items {}..) is missing from the loop bucket",
+                        chunk * CHUNK
+                    )));
+                };
+                let reference = noetl_mesh::objects::is_ref(&stored)
+                    .then(|| stored["ref"].as_str().unwrap_or_default().to_string());
+                let named = || match &reference {
+                    Some(r) => format!("collection chunk {key} ({r})"),
+                    None => format!("collection chunk {key}"),
+                };
+                let v: Vec<Value> = match mesh.results().hydrate(stored).await {
+                    Ok(Value::Array(a)) => a,
+                    Ok(other) => {
+                        return Err(ItemError::Gone(format!(
+                            "{} holds {}, not a list",
+                            named(),
+                            codec::json_type(&other)
+                        )))
+                    }
+                    Err(e) if e.is_permanent() => {
+                        return Err(ItemError::Gone(format!("{}: {e}", named())))
+                    }
+                    Err(e) => return Err(MeshError::from(e).into()),
                 };
                 let v = Arc::new(v);
                 let mut g = self.inner.lock().expect("chunk cache lock");
-                g.push_back((key, v.clone()));
+                g.push_back((key.clone(), v.clone()));
                 while g.len() > 64 {
                     g.pop_front();
                 }
                 v
             }
         };
-        Ok(items
-            .get(index as usize % CHUNK)
-            .cloned()
-            .unwrap_or(Value::Null))
+        items.get(index as usize % CHUNK).cloned().ok_or_else(|| {
+            ItemError::Gone(format!(
+                "collection chunk {key} has {} items, item {index} is not there",
+                items.len()
+            ))
+        })
     }
 }
 
@@ -240,15 +311,15 @@ pub struct LoopHandler {
     pub mesh: Mesh,
 }
 
+/// Why a loop message was not handled.
+#[derive(Debug, thiserror::Error)]
 enum LoopError {
-    Mesh(MeshError),
+    /// Transient: the message is retried.
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+    /// The message can never be handled (it is dead-lettered).
+    #[error("{0}")]
     Refused(String),
-}
-
-impl From<MeshError> for LoopError {
-    fn from(e: MeshError) -> Self {
-        LoopError::Mesh(e)
-    }
 }
 
 impl Handler for LoopHandler {
@@ -309,8 +380,9 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     };
     let skey = state_key(eid, srid);
     if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? {
-        // Redelivered start: make sure the in-flight window went out.
-        return redispatch(mesh, &plan, step, srid, &run).await;
+        // Redelivered start: the run was created, but what followed may not
+        // have gone out (a crash, a failed publish): send it again.
+        return resume(mesh, &plan, step, srid, run).await;
     }
     let args = codec::json_value(&cmd.args_json).unwrap_or(Value::Null);
     let args = if args.is_null() { json!({}) } else { args };
@@ -413,25 +485,13 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
             },
         },
     };
-    let reducers = match noetl_core::reduce::declared(lp.spec.policy.as_ref()) {
-        Ok(r) => r,
-        Err(e) => {
-            return fail_loop(
-                mesh,
-                &cmd,
-                format!("loop.spec.policy.reducers of step {:?}: {e}", step.step),
-            )
-            .await
-        }
-    };
-    let mut reduce_base = serde_json::Map::new();
-    if !reducers.is_empty() {
-        let ctx = mesh.exec_ctx(eid).await?;
-        for (k, _) in &reducers {
-            if let Some(v) = ctx.get(k) {
-                reduce_base.insert(k.clone(), v.clone());
-            }
-        }
+    if let Err(e) = reduce::declared(lp.spec.policy.as_ref()) {
+        return fail_loop(
+            mesh,
+            &cmd,
+            format!("loop.spec.policy.reducers of step {:?}: {e}", step.step),
+        )
+        .await;
     }
     let total = items.len() as u64;
     store_items(
@@ -460,58 +520,89 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         trace_id: cmd.trace_id.clone(),
         done_emitted: false,
         reduced: Default::default(),
-        reduce_base,
+        error: None,
     };
     let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
         run
     } else {
         kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
     };
+    resume(mesh, &plan, step, srid, run).await
+}
+
+/// Publish everything a stored loop run implies (idempotent: every id is
+/// deterministic): `loop.started`, the in-flight window, and `loop.done`
+/// once it is finished. Used by a first start and by every redelivery.
+async fn resume(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    srid: &str,
+    run: LoopRun,
+) -> Result<(), LoopError> {
+    if run.done_emitted {
+        return Ok(());
+    }
+    let mode = step.loop_.as_ref().map(|l| l.spec.mode);
     let started = EventDraft {
         event_type: types::LOOP_STARTED,
-        execution_id: eid,
+        execution_id: &plan.execution_id,
         step_run_id: srid,
         step: &step.step,
-        trace_id: &cmd.trace_id,
-        payload: json!({"total": total, "max_in_flight": max_in_flight, "mode": lp.spec.mode}),
+        trace_id: &run.trace_id,
+        payload: json!({"total": run.total, "max_in_flight": run.max_in_flight, "mode": mode}),
         ..Default::default()
     }
     .build();
     mesh.emit(&started).await?.wait().await?;
+    let run = redispatch(mesh, plan, step, srid, run).await?;
     if run.finished() && !run.done_emitted {
-        return finish(mesh, &plan, step, srid, &run).await;
+        return finish(mesh, plan, step, srid, &run).await;
     }
-    redispatch(mesh, &plan, step, srid, &run).await
+    Ok(())
 }
 
-/// Publish the task commands of every in-flight iteration (idempotent).
+/// Publish the task commands of every in-flight iteration (idempotent);
+/// returns the run as now stored.
 async fn redispatch(
     mesh: &Mesh,
     plan: &PlanRecord,
     step: &Step,
     srid: &str,
-    run: &LoopRun,
-) -> Result<(), LoopError> {
-    dispatch(mesh, plan, step, srid, run, &run.in_flight).await
+    run: LoopRun,
+) -> Result<LoopRun, LoopError> {
+    let indices = run.in_flight.clone();
+    dispatch(mesh, plan, step, srid, run, &indices).await
 }
 
+/// Publish the iterations `indices` of `run` (idempotent); returns the run
+/// as now stored. An iteration whose element cannot be read (its chunk is
+/// gone) is counted as failed and fails the loop step, naming the chunk.
 async fn dispatch(
     mesh: &Mesh,
     plan: &PlanRecord,
     step: &Step,
     srid: &str,
-    run: &LoopRun,
+    run: LoopRun,
     indices: &[u64],
-) -> Result<(), LoopError> {
+) -> Result<LoopRun, LoopError> {
     let eid = plan.execution_id.as_str();
     // A cancelled execution starts no more iterations.
     if indices.is_empty() || mesh.cancellations().is_cancelled(eid) {
-        return Ok(());
+        return Ok(run);
     }
     let lp = step.loop_.as_ref().expect("loop step");
     let mut batch = Batch::new();
+    let mut gone: Vec<(u64, String)> = Vec::new();
     for &i in indices {
-        let item = chunks().item(mesh, eid, srid, i).await?;
+        let item = match chunks().item(mesh, eid, srid, i).await {
+            Ok(item) => item,
+            Err(ItemError::Mesh(e)) => return Err(e.into()),
+            Err(ItemError::Gone(why)) => {
+                gone.push((i, why));
+                continue;
+            }
+        };
         let iter = json!({ lp.iterator.clone(): item, "index": i });
         let idx = i.to_string();
         batch.push(
@@ -586,7 +677,34 @@ async fn dispatch(
         );
     }
     batch.wait().await?;
-    Ok(())
+    if gone.is_empty() {
+        return Ok(run);
+    }
+    let message = format!(
+        "loop.in of step {:?}: item {} cannot be read: {}",
+        step.step, gone[0].0, gone[0].1
+    );
+    tracing::warn!(execution_id = %eid, step = %step.step, %message, "loop collection unavailable");
+    let error = json!({"kind": "loop.items", "message": message});
+    let stored = kv::update(
+        mesh.loop_kv(),
+        &state_key(eid, srid),
+        |r: Option<&LoopRun>| {
+            let Some(r) = r else { return Cas::Keep };
+            let mut r = r.clone();
+            let before = r.in_flight.len();
+            r.in_flight.retain(|i| !gone.iter().any(|(g, _)| g == i));
+            if r.in_flight.len() == before && r.error.is_some() {
+                return Cas::Keep;
+            }
+            r.failed += (before - r.in_flight.len()) as u64;
+            r.stopped = true;
+            r.error.get_or_insert_with(|| error.clone());
+            Cas::Write(r)
+        },
+    )
+    .await?;
+    Ok(stored.unwrap_or(run))
 }
 
 async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
@@ -603,53 +721,84 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
     let step = &plan.playbook.workflow[idx];
     let failed = ev.event_type == types::LOOP_ITERATION_FAILED;
     let fail_fast = step.failure_mode() == FailureMode::FailFast;
+    // Checked when the loop started (it fails there).
     let reducers = step
         .loop_
         .as_ref()
-        .and_then(|l| noetl_core::reduce::declared(l.spec.policy.as_ref()).ok())
+        .and_then(|l| reduce::declared(l.spec.policy.as_ref()).ok())
         .unwrap_or_default();
     let contributions = match payload.get("reduce") {
         Some(Value::Object(m)) if !failed => m.clone(),
         _ => serde_json::Map::new(),
     };
+    let skey = state_key(eid, srid);
+    let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
+        return Err(LoopError::Refused(format!(
+            "{} for unknown loop run {srid} of execution {eid}",
+            ev.event_type
+        )));
+    };
+    let mut claim = Claim {
+        failed,
+        reduce: contributions,
+    };
+    if current.in_flight.contains(&index) && reducers.iter().any(|(_, op)| grows(*op)) {
+        // The first report of an index decides how it counts and what it
+        // contributes; the contributions are read back at the end.
+        let ckey = claim_key(eid, srid, index);
+        if !kv::create(mesh.loop_kv(), &ckey, &claim).await? {
+            if let Some(first) = kv::get::<Claim>(mesh.loop_kv(), &ckey).await? {
+                claim = first;
+            }
+        }
+    }
     let mut newly: Vec<u64> = Vec::new();
-    let run = kv::update(
-        mesh.loop_kv(),
-        &state_key(eid, srid),
-        |r: Option<&LoopRun>| {
-            newly.clear();
-            let Some(r) = r else { return Cas::Keep };
-            if !r.in_flight.contains(&index) {
-                return Cas::Keep; // already counted (redelivery)
+    let mut counted = false;
+    let run = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| {
+        newly.clear();
+        counted = false;
+        let Some(r) = r else { return Cas::Keep };
+        if !r.in_flight.contains(&index) {
+            return Cas::Keep; // already counted (redelivery)
+        }
+        let mut r = r.clone();
+        counted = true;
+        r.in_flight.retain(|i| *i != index);
+        if claim.failed {
+            r.failed += 1;
+            if fail_fast {
+                r.stopped = true;
             }
-            let mut r = r.clone();
-            r.in_flight.retain(|i| *i != index);
-            if failed {
-                r.failed += 1;
-                if fail_fast {
-                    r.stopped = true;
+        } else {
+            r.done += 1;
+        }
+        if !claim.failed && r.error.is_none() {
+            for (k, part) in &claim.reduce {
+                let Some((_, op)) = reducers.iter().find(|(name, _)| name == k) else {
+                    continue;
+                };
+                if grows(*op) {
+                    continue; // kept in the claim, assembled at the end
                 }
-            } else {
-                r.done += 1;
-            }
-            for (k, part) in &contributions {
-                if let Some((_, op)) = reducers.iter().find(|(name, _)| name == k) {
-                    match noetl_core::reduce::combine(*op, k, r.reduced.get(k), part) {
-                        Ok(v) => {
-                            r.reduced.insert(k.clone(), v);
-                        }
-                        Err(e) => tracing::warn!(execution_id = %eid, error = %e, "reducer skipped a contribution"),
+                match reduce::combine(*op, k, r.reduced.get(k), part) {
+                    Ok(v) => {
+                        r.reduced.insert(k.clone(), v);
+                    }
+                    Err(e) => {
+                        r.error = Some(reducer_error(&step.step, &e.to_string()));
+                        r.stopped = true;
+                        break;
                     }
                 }
             }
-            while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
-                r.in_flight.push(r.next);
-                newly.push(r.next);
-                r.next += 1;
-            }
-            Cas::Write(r)
-        },
-    )
+        }
+        while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
+            r.in_flight.push(r.next);
+            newly.push(r.next);
+            r.next += 1;
+        }
+        Cas::Write(r)
+    })
     .await?;
     let Some(run) = run else {
         return Err(LoopError::Refused(format!(
@@ -657,13 +806,160 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
             ev.event_type
         )));
     };
-    if !newly.is_empty() {
-        dispatch(mesh, &plan, step, srid, &run, &newly).await?;
-    }
+    let run = if counted {
+        dispatch(mesh, &plan, step, srid, run, &newly).await?
+    } else {
+        // Already counted: the write that counted it may have been followed
+        // by a crash or a failed publish before its iterations went out.
+        // Send the whole window again (deterministic ids: JetStream drops
+        // the commands that did go out).
+        redispatch(mesh, &plan, step, srid, run).await?
+    };
     if run.finished() && !run.done_emitted {
         finish(mesh, &plan, step, srid, &run).await?;
     }
     Ok(())
+}
+
+/// The error of a loop step whose reducer failed.
+fn reducer_error(step: &str, why: &str) -> Value {
+    json!({"kind": "reducer", "message": format!("loop step {step:?}: {why}")})
+}
+
+/// Every iteration claim of a loop run, by index.
+async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Claim)>, MeshError> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt;
+    let store = mesh.loop_kv();
+    let prefix = format!("{}{}.it.", store.prefix, state_key(eid, srid));
+    let err = |e: &dyn std::fmt::Display| MeshError::Kv {
+        bucket: store.name.clone(),
+        key: format!("{}.it.>", state_key(eid, srid)),
+        message: e.to_string(),
+    };
+    let consumer = store
+        .stream
+        .create_consumer(OrderedConfig {
+            filter_subject: format!("{prefix}>"),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err(&e))?;
+    let name = consumer.cached_info().name.clone();
+    let mut out = Vec::new();
+    if consumer.cached_info().num_pending > 0 {
+        let mut messages = consumer.messages().await.map_err(|e| err(&e))?;
+        while let Some(m) = messages.next().await {
+            let m = m.map_err(|e| err(&e))?;
+            let deleted = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+            let index = m
+                .subject
+                .as_str()
+                .strip_prefix(prefix.as_str())
+                .and_then(|i| i.parse::<u64>().ok());
+            if let (false, Some(index)) = (deleted, index) {
+                let claim: Claim = serde_json::from_slice(&m.payload).map_err(|e| err(&e))?;
+                out.push((index, claim));
+            }
+            if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+    }
+    let _ = store.stream.delete_consumer(&name).await;
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out)
+}
+
+/// Fold the loop run's reducer aggregates into `ctx`, once: the loop run
+/// is recorded as applied in the same compare-and-set, so a repeated
+/// `finish` changes nothing, and the aggregate lands on the key's current
+/// value (a concurrent write to the key is never lost). Returns the error
+/// that fails the step, if a reducer cannot fold or `ctx` would grow past
+/// [`MAX_CTX_BYTES`].
+async fn apply_reducers(
+    mesh: &Mesh,
+    eid: &str,
+    step: &Step,
+    srid: &str,
+    run: &LoopRun,
+) -> Result<Option<Value>, LoopError> {
+    let reducers = step
+        .loop_
+        .as_ref()
+        .and_then(|l| reduce::declared(l.spec.policy.as_ref()).ok())
+        .unwrap_or_default();
+    let mut aggregates: Vec<(String, ReducerOp, Value)> = Vec::new();
+    for (k, op) in reducers.iter().filter(|(_, op)| !grows(*op)) {
+        if let Some(v) = run.reduced.get(k) {
+            aggregates.push((k.clone(), *op, v.clone()));
+        }
+    }
+    if run.done > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
+        let claims = read_claims(mesh, eid, srid).await?;
+        for (k, op) in reducers.iter().filter(|(_, op)| grows(*op)) {
+            let mut acc: Option<Value> = None;
+            for (_, c) in claims.iter().filter(|(_, c)| !c.failed) {
+                if let Some(part) = c.reduce.get(k) {
+                    match reduce::combine(*op, k, acc.as_ref(), part) {
+                        Ok(v) => acc = Some(v),
+                        Err(e) => return Ok(Some(reducer_error(&step.step, &e.to_string()))),
+                    }
+                }
+            }
+            if let Some(acc) = acc {
+                aggregates.push((k.clone(), *op, acc));
+            }
+        }
+    }
+    if aggregates.is_empty() {
+        return Ok(None);
+    }
+    let marker = format!("loop:{srid}");
+    let mut failure: Option<String> = None;
+    kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
+        failure = None;
+        let mut obj = match cur {
+            Some(Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        if ctx_applied(&obj, &marker) {
+            return Cas::Keep; // applied before (a repeated finish)
+        }
+        for (k, op, acc) in &aggregates {
+            match reduce::combine(*op, k, obj.get(k), acc) {
+                Ok(v) => {
+                    obj.insert(k.clone(), v);
+                }
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    return Cas::Keep;
+                }
+            }
+        }
+        mark_ctx_applied(&mut obj, &marker);
+        let size = serde_json::to_vec(&obj).map(|b| b.len()).unwrap_or(0);
+        if size > MAX_CTX_BYTES {
+            let (k, op, bytes) = aggregates
+                .iter()
+                .map(|(k, op, _)| (k, op, serde_json::to_vec(&obj[k]).map(|b| b.len()).unwrap_or(0)))
+                .max_by_key(|(_, _, n)| *n)
+                .expect("aggregates is not empty");
+            failure = Some(format!(
+                "reducer `{}` of ctx key `{k}` gives {bytes} bytes, and ctx would be {size} bytes, above the limit of {MAX_CTX_BYTES} (keep large aggregates in step results or storage)",
+                op.name()
+            ));
+            return Cas::Keep;
+        }
+        Cas::Write(Value::Object(obj))
+    })
+    .await?;
+    Ok(failure.map(|why| reducer_error(&step.step, &why)))
 }
 
 /// Emit the loop's terminal events (deterministic ids: exactly one each).
@@ -675,43 +971,31 @@ async fn finish(
     run: &LoopRun,
 ) -> Result<(), LoopError> {
     let eid = plan.execution_id.as_str();
-    let fail_fast = step.failure_mode() == FailureMode::FailFast;
-    let loop_failed = run.failed > 0 && fail_fast;
-    kv::put(mesh.exec_kv(), &result_key(eid, &step.step), &run.counts()).await?;
-    if !run.reduced.is_empty() {
-        let reducers = step
-            .loop_
-            .as_ref()
-            .and_then(|l| noetl_core::reduce::declared(l.spec.policy.as_ref()).ok())
-            .unwrap_or_default();
-        let mut finals = serde_json::Map::new();
-        for (k, acc) in &run.reduced {
-            if let Some((_, op)) = reducers.iter().find(|(name, _)| name == k) {
-                let v = noetl_core::reduce::combine(*op, k, run.reduce_base.get(k), acc)
-                    .unwrap_or_else(|_| acc.clone());
-                finals.insert(k.clone(), v);
-            }
+    let skey = state_key(eid, srid);
+    let mut run = run.clone();
+    if run.error.is_none() {
+        if let Some(error) = apply_reducers(mesh, eid, step, srid, &run).await? {
+            // The first recorded error stands (a repeated finish reports it).
+            let stored = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| match r {
+                Some(r) if r.error.is_none() => {
+                    let mut r = r.clone();
+                    r.error = Some(error.clone());
+                    Cas::Write(r)
+                }
+                _ => Cas::Keep,
+            })
+            .await?;
+            run.error = stored.and_then(|r| r.error).or(Some(error));
         }
-        kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
-            let mut obj = match cur {
-                Some(Value::Object(m)) => m.clone(),
-                _ => serde_json::Map::new(),
-            };
-            if finals.iter().all(|(k, v)| obj.get(k) == Some(v)) && cur.is_some() {
-                return Cas::Keep;
-            }
-            for (k, v) in &finals {
-                obj.insert(k.clone(), v.clone());
-            }
-            Cas::Write(Value::Object(obj))
-        })
-        .await?;
     }
+    let fail_fast = step.failure_mode() == FailureMode::FailFast;
+    let loop_failed = run.error.is_some() || (run.failed > 0 && fail_fast);
+    kv::put(mesh.exec_kv(), &result_key(eid, &step.step), &run.counts()).await?;
     let mut batch = Batch::new();
-    let status = if run.failed == 0 {
-        "ok"
-    } else if loop_failed {
+    let status = if loop_failed {
         "failed"
+    } else if run.failed == 0 {
+        "ok"
     } else {
         "partial"
     };
@@ -729,6 +1013,7 @@ async fn finish(
                     "counts": run.counts(),
                     "result": run.counts(),
                     "args": run.args,
+                    "error": run.error,
                 }),
                 ..Default::default()
             }
@@ -737,6 +1022,12 @@ async fn finish(
         .await?,
     );
     if loop_failed {
+        let error = run.error.clone().unwrap_or_else(|| {
+            json!({
+                "kind": "loop.failed",
+                "message": format!("{} of {} iterations failed (fail_fast)", run.failed, run.total),
+            })
+        });
         batch.push(
             mesh.emit(
                 &EventDraft {
@@ -749,10 +1040,7 @@ async fn finish(
                         "status": "error",
                         "counts": run.counts(),
                         "args": run.args,
-                        "error": {
-                            "kind": "loop.failed",
-                            "message": format!("{} of {} iterations failed (fail_fast)", run.failed, run.total),
-                        },
+                        "error": error,
                     }),
                     ..Default::default()
                 }
@@ -762,23 +1050,31 @@ async fn finish(
         );
     }
     batch.wait().await?;
-    kv::update(
-        mesh.loop_kv(),
-        &state_key(eid, srid),
-        |r: Option<&LoopRun>| match r {
-            Some(r) if !r.done_emitted => {
-                let mut r = r.clone();
-                r.done_emitted = true;
-                Cas::Write(r)
-            }
-            _ => Cas::Keep,
-        },
-    )
+    kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| match r {
+        Some(r) if !r.done_emitted => {
+            let mut r = r.clone();
+            r.done_emitted = true;
+            Cas::Write(r)
+        }
+        _ => Cas::Keep,
+    })
     .await?;
-    // The collection chunks and the iterations' checkpoints are needed no
-    // more: drop them so state does not grow with every loop run. The run
-    // record itself stays (it makes a redelivered report a no-op).
-    let purged = kv::purge_under(mesh.loop_kv(), &state_key(eid, srid)).await?;
+    // The collection chunks, the iterations' checkpoints and claims, and
+    // the write-once ctx claims are needed no more: drop them so state does
+    // not grow with every loop run. The run record itself stays (it makes a
+    // redelivered report a no-op).
+    let purged = kv::purge_under(mesh.loop_kv(), &skey).await?;
+    let owners = owners_key(eid, srid);
+    if kv::get::<Value>(mesh.ctx_kv(), &owners).await?.is_some() {
+        mesh.ctx_kv()
+            .purge(&owners)
+            .await
+            .map_err(|e| MeshError::Kv {
+                bucket: mesh.ctx_kv().name.clone(),
+                key: owners.clone(),
+                message: e.to_string(),
+            })?;
+    }
     tracing::debug!(execution_id = %eid, step = %step.step, purged, "loop state pruned");
     Ok(())
 }

@@ -54,13 +54,33 @@ struct Arrivals {
     arrived: Map<String, Value>,
     /// Merged args of the arrivals.
     args: Map<String, Value>,
-    /// Tokens that fired the join (a redelivered one fires again, idempotently).
-    fired: Vec<String>,
+    /// The last firings (bounded): the token that fired the join and the
+    /// merged args it fired with, so a redelivered firing token fires with
+    /// the same args (same ids: JetStream drops the duplicates).
+    #[serde(default)]
+    firings: Vec<Firing>,
+    /// Tokens absorbed by an earlier firing (bounded): a redelivered one
+    /// must not arrive again, or it would re-arm the join with a stale
+    /// token.
+    #[serde(default)]
+    consumed: Vec<String>,
 }
 
+/// One firing of a join.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Firing {
+    token: String,
+    args: Map<String, Value>,
+}
+
+/// Firings and absorbed tokens a join remembers.
+const REMEMBERED: usize = 64;
+
 /// What to do with an arriving token.
+#[derive(Debug, Clone, PartialEq)]
 pub enum JoinOutcome {
-    /// Wait for the other inputs (`have` of `need`).
+    /// Wait for the other inputs (`have` of `need`): the token is absorbed
+    /// (`step.skipped`, reason `join.waiting`).
     Wait {
         /// Inputs arrived.
         have: usize,
@@ -69,9 +89,18 @@ pub enum JoinOutcome {
     },
     /// All inputs are there: run with these merged args.
     Fire(Value),
+    /// A redelivered token whose effect is done and whose step-run is over
+    /// (the router no longer holds it live): nothing to do.
+    Stale,
 }
 
 /// Record `token_id` arriving from `from_step` with `args`.
+///
+/// Redelivery: a token that already fired the join fires again with the
+/// same args while its step-run is live (the publishes that followed may
+/// have failed; their ids are deterministic); a token absorbed earlier is
+/// absorbed again without re-arming the join. Either is [`JoinOutcome::Stale`]
+/// once the router no longer holds the token live.
 pub async fn arrive(
     mesh: &Mesh,
     eid: &str,
@@ -86,10 +115,22 @@ pub async fn arrive(
         have: 0,
         need: inputs.len(),
     };
+    let mut redelivered = false;
     kv::update(mesh.exec_kv(), &key, |cur: Option<&Arrivals>| {
+        redelivered = false;
         let mut a = cur.cloned().unwrap_or_default();
-        if a.fired.iter().any(|t| t == token_id) {
-            outcome = JoinOutcome::Fire(Value::Object(a.args.clone()));
+        if let Some(f) = a.firings.iter().find(|f| f.token == token_id) {
+            outcome = JoinOutcome::Fire(Value::Object(f.args.clone()));
+            redelivered = true;
+            return Cas::Keep;
+        }
+        let have = |a: &Arrivals| inputs.iter().filter(|i| a.arrived.contains_key(*i)).count();
+        if a.consumed.iter().any(|t| t == token_id) {
+            outcome = JoinOutcome::Wait {
+                have: have(&a),
+                need: inputs.len(),
+            };
+            redelivered = true;
             return Cas::Keep;
         }
         let place = if inputs.iter().any(|i| i == from_step) {
@@ -100,7 +141,7 @@ pub async fn arrive(
         };
         if a.arrived.get(&place).and_then(Value::as_str) == Some(token_id) {
             outcome = JoinOutcome::Wait {
-                have: a.arrived.len(),
+                have: have(&a),
                 need: inputs.len(),
             };
             return Cas::Keep;
@@ -111,23 +152,44 @@ pub async fn arrive(
                 a.args.insert(k.clone(), v.clone());
             }
         }
-        let have = inputs.iter().filter(|i| a.arrived.contains_key(*i)).count();
-        if have >= inputs.len() {
+        let n = have(&a);
+        if n >= inputs.len() {
             outcome = JoinOutcome::Fire(Value::Object(a.args.clone()));
-            a.fired.push(token_id.to_string());
-            if a.fired.len() > 16 {
-                a.fired.remove(0);
+            a.firings.push(Firing {
+                token: token_id.to_string(),
+                args: std::mem::take(&mut a.args),
+            });
+            for t in std::mem::take(&mut a.arrived).into_values() {
+                if let Value::String(t) = t {
+                    if t != token_id {
+                        a.consumed.push(t);
+                    }
+                }
             }
-            a.arrived.clear();
-            a.args.clear();
+            if a.firings.len() > REMEMBERED {
+                a.firings.remove(0);
+            }
+            if a.consumed.len() > REMEMBERED {
+                let extra = a.consumed.len() - REMEMBERED;
+                a.consumed.drain(..extra);
+            }
         } else {
             outcome = JoinOutcome::Wait {
-                have,
+                have: n,
                 need: inputs.len(),
             };
         }
         Cas::Write(a)
     })
     .await?;
+    if redelivered {
+        let live = mesh
+            .exec_header(eid)
+            .await?
+            .is_some_and(|h| h.is_live(token_id));
+        if !live {
+            return Ok(JoinOutcome::Stale);
+        }
+    }
     Ok(outcome)
 }

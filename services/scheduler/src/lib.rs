@@ -127,6 +127,8 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
                 return Ok(());
             }
             join::JoinOutcome::Fire(merged) => args = merged,
+            // A redelivered token whose step-run is over: nothing to redo.
+            join::JoinOutcome::Stale => return Ok(()),
         }
     }
 
