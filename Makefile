@@ -47,7 +47,7 @@ test: setup
 	cargo test --workspace -- --test-threads=$(TEST_THREADS)
 
 test-heavy: setup
-	cargo test --workspace --release -- --ignored --test-threads=1
+	cargo test --workspace --release -- --ignored --test-threads=1 --nocapture
 
 lint: setup
 	cargo fmt --all -- --check

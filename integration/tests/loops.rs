@@ -536,3 +536,920 @@ workflow:
     }
     cluster.stop().await;
 }
+
+// ---------------------------------------------------------------------
+// Redelivery and crash recovery of loop state (issue 4).
+// ---------------------------------------------------------------------
+
+/// A playbook whose loop step `lp` is never reached by its own arcs: the
+/// tests below drive it with hand-made loop state and messages.
+const DORMANT_LOOP: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: dormant_loop }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next:
+      arcs:
+        - step: lp
+          when: "{{ false }}"
+        - step: end
+  - step: lp
+    loop:
+      in: [a, b, c]
+      iterator: x
+      spec: { mode: parallel, max_in_flight: 2 }
+    tool:
+      - name: t
+        kind: noop
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+/// A loop run record as the loop-supervisor stores it.
+fn run_record(total: u64, next: u64, in_flight: &[u64], done: u64) -> serde_json::Value {
+    json!({
+        "step": "lp", "total": total, "max_in_flight": 2, "next": next,
+        "in_flight": in_flight, "done": done, "failed": 0, "stopped": false,
+        "args": {}, "trace_id": "t", "done_emitted": false,
+    })
+}
+
+/// The `loop.done` events of loop run `srid`, waiting up to `timeout` for
+/// at least one.
+async fn loop_done_of(
+    cluster: &Cluster,
+    eid: &str,
+    srid: &str,
+    timeout: Duration,
+) -> Vec<noetl_wire::Event> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let done: Vec<_> = cluster
+            .events(eid)
+            .await
+            .into_iter()
+            .filter(|e| e.event_type == et::LOOP_DONE && e.step_run_id == srid)
+            .collect();
+        if !done.is_empty() || std::time::Instant::now() > deadline {
+            return done;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn completed(cluster: &Cluster, yaml: &str, workload: serde_json::Value) -> String {
+    let eid = cluster.submit(yaml, "test.yaml", workload).await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    eid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_iteration_report_resends_a_window_that_never_went_out() {
+    let cluster = Cluster::start().await;
+    let eid = completed(&cluster, DORMANT_LOOP, json!({})).await;
+    // The state a crash leaves between the write that counted index 2
+    // (and moved 0 and 1 into the window) and the dispatch of 0 and 1.
+    let srid = "crashed-window";
+    let kv = cluster.mesh.loop_kv();
+    noetl_mesh::kv::put(
+        kv,
+        &format!("{eid}.{srid}.items.0"),
+        &json!(["a", "b", "c"]),
+    )
+    .await
+    .unwrap();
+    noetl_mesh::kv::put(kv, &format!("{eid}.{srid}"), &run_record(3, 3, &[0, 1], 1))
+        .await
+        .unwrap();
+    // The report of index 2 comes again (it was never acked).
+    let ev = noetl_mesh::events::EventDraft {
+        event_type: et::LOOP_ITERATION_DONE,
+        execution_id: &eid,
+        step_run_id: srid,
+        step: "lp",
+        discriminator: "2",
+        payload: json!({"loop_run_id": srid, "index": 2, "status": "ok"}),
+        ..Default::default()
+    }
+    .build();
+    cluster.mesh.emit(&ev).await.unwrap().wait().await.unwrap();
+    let done = loop_done_of(&cluster, &eid, srid, Duration::from_secs(10)).await;
+    assert_eq!(done.len(), 1, "the loop must not hang");
+    assert_eq!(
+        noetl_mesh::events::payload(&done[0])["counts"],
+        json!({"total": 3, "done": 3, "failed": 0})
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
+    let cluster = Cluster::start().await;
+    // An empty collection ends at once, with one loop.done.
+    let empty = DORMANT_LOOP.replace("in: [a, b, c]", "in: []").replace(
+        "when: \"{{ false }}\"\n        - step: end",
+        "when: \"{{ true }}\"",
+    );
+    let eid = completed(&cluster, &empty, json!({})).await;
+    let evs = cluster.settled_events(&eid).await;
+    assert_eq!(
+        types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
+        1
+    );
+
+    // A crash after the run was stored finished, before loop.done went out.
+    let eid = completed(&cluster, DORMANT_LOOP, json!({})).await;
+    let srid = "crashed-start";
+    noetl_mesh::kv::put(
+        cluster.mesh.loop_kv(),
+        &format!("{eid}.{srid}"),
+        &run_record(0, 0, &[], 0),
+    )
+    .await
+    .unwrap();
+    let cmd = noetl_wire::LoopCommand {
+        command_id: "c".into(),
+        execution_id: eid.clone(),
+        step: "lp".into(),
+        step_run_id: srid.into(),
+        args_json: noetl_mesh::codec::json_bytes(&json!({})),
+        trace_id: "t".into(),
+    };
+    for n in 0..2 {
+        cluster
+            .mesh
+            .publish(
+                cluster.mesh.subjects().loop_cmd(&eid),
+                &format!("start-again-{n}"),
+                noetl_mesh::codec::encode(&cmd),
+            )
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        let done = loop_done_of(&cluster, &eid, srid, Duration::from_secs(10)).await;
+        assert_eq!(done.len(), 1, "exactly one loop.done (delivery {n})");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let done = loop_done_of(&cluster, &eid, srid, Duration::from_secs(1)).await;
+    assert_eq!(done.len(), 1);
+    cluster.stop().await;
+}
+
+/// Wait until the durable consumer `name` of the work stream has nothing
+/// pending or unacknowledged.
+async fn drained(cluster: &Cluster, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut stream = cluster
+            .mesh
+            .js()
+            .get_stream(cluster.mesh.subjects().work_stream())
+            .await
+            .unwrap();
+        let info = stream.consumer_info(name).await.unwrap();
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} did not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_task_command_applies_its_set_ctx_once() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: counter }
+workflow:
+  - step: start
+    tool:
+      - name: bump
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { n: "{{ (ctx.n | default(0)) + 1 }}" } }
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    assert_eq!(cluster.mesh.exec_ctx(&eid).await.unwrap(), json!({"n": 1}));
+    let started = cluster
+        .events(&eid)
+        .await
+        .into_iter()
+        .find(|e| e.event_type == et::STEP_STARTED && e.step == "start")
+        .unwrap();
+    // The same command again (as after a crash before its ack), under a
+    // new message id so JetStream does not drop it.
+    let cmd = noetl_wire::TaskCommand {
+        command_id: "again".into(),
+        execution_id: eid.clone(),
+        step: "start".into(),
+        step_run_id: started.step_run_id.clone(),
+        pc: 0,
+        attempt: 1,
+        args_json: noetl_mesh::codec::json_bytes(&json!({})),
+        trace_id: started.trace_id.clone(),
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .publish_for_execution(
+            cluster.mesh.subjects().task("noop"),
+            "task-again",
+            &eid,
+            noetl_mesh::codec::encode(&cmd),
+        )
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    drained(&cluster, "noetl-executor-noop").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
+    assert_eq!(
+        s.ctx,
+        json!({"n": 1}),
+        "incremented once, and no engine key shows"
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reducers_land_on_concurrent_writes_and_their_errors_fail_the_step() {
+    let cluster = Cluster::start().await;
+    // `side` overwrites `total` while the loop runs: the loop's sum lands
+    // on that value instead of overwriting it with a stale base.
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: no_lost_update }
+workflow:
+  - step: start
+    tool:
+      - name: init
+        kind: noop
+        spec: { policy: { rules: [ { else: { then: { set_ctx: { total: 1000 } } } } ] } }
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: fan
+        - step: side
+  - step: side
+    tool:
+      - name: write
+        kind: python
+        code: |
+          import time
+          time.sleep(0.05)
+          result = 1
+        spec: { policy: { rules: [ { else: { then: { set_ctx: { total: "{{ workload.side }}" } } } } ] } }
+  - step: fan
+    loop:
+      in: [1, 2, 3, 4]
+      iterator: x
+      spec: { mode: parallel, max_in_flight: 4, policy: { reducers: { total: sum } } }
+    tool:
+      - name: add
+        kind: python
+        args: { x: "{{ iter.x }}" }
+        code: |
+          import time
+          time.sleep(0.4)
+          result = x
+        spec: { policy: { rules: [ { else: { then: { set_ctx: { total: "{{ outcome.result }}" } } } } ] } }
+    next:
+      arcs:
+        - step: cleanup
+          when: "{{ event.name == 'step.failed' }}"
+  - step: cleanup
+"#;
+    let eid = completed(&cluster, yaml, json!({"side": 500})).await;
+    let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
+    assert_eq!(s.ctx["total"], 510, "500 written during the loop, + 10");
+    assert_eq!(s.steps["cleanup"], "not_run");
+
+    // A sum onto a string cannot fold: the loop step fails, naming the
+    // reducer and the key.
+    let eid = completed(&cluster, yaml, json!({"side": "abc"})).await;
+    let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
+    assert_eq!(s.steps["fan"], "failed");
+    assert_eq!(s.steps["cleanup"], "done");
+    let evs = cluster.settled_events(&eid).await;
+    let failed = evs
+        .iter()
+        .find(|e| e.event_type == et::STEP_FAILED && e.step == "fan")
+        .expect("step.failed");
+    let err = &noetl_mesh::events::payload(failed)["error"];
+    assert_eq!(err["kind"], "reducer");
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains("`sum`") && msg.contains("`total`"), "{msg}");
+    assert_eq!(s.ctx["total"], "abc", "nothing folded");
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_merge_and_extend_reducers_are_exact_in_index_order() {
+    let cluster = Cluster::start_with(ClusterOptions {
+        replicas: 2,
+        ..Default::default()
+    })
+    .await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: more_reducers }
+workflow:
+  - step: start
+    loop:
+      in: [5, 3, 9, 1, 7, 3]
+      iterator: x
+      spec:
+        mode: parallel
+        max_in_flight: 3
+        policy:
+          reducers: { smallest: min, byname: merge, pairs: extend, seen: append }
+    tool:
+      - name: emit
+        kind: python
+        args: { x: "{{ iter.x }}", i: "{{ iter.index }}" }
+        code: |
+          result = {"obj": {"k%d" % i: x}, "pair": [i, x]}
+        spec:
+          policy:
+            rules:
+              - else:
+                  then:
+                    set_ctx:
+                      smallest: "{{ iter.x }}"
+                      byname: "{{ outcome.result.obj }}"
+                      pairs: "{{ outcome.result.pair }}"
+                      seen: "{{ iter.x }}"
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
+    assert_eq!(ctx["smallest"], 1);
+    assert_eq!(
+        ctx["byname"],
+        json!({"k0": 5, "k1": 3, "k2": 9, "k3": 1, "k4": 7, "k5": 3})
+    );
+    assert_eq!(ctx["pairs"], json!([0, 5, 1, 3, 2, 9, 3, 1, 4, 7, 5, 3]));
+    assert_eq!(ctx["seen"], json!([5, 3, 9, 1, 7, 3]), "index order");
+    // Every iteration report again, under new ids: nothing changes.
+    let evs = cluster.settled_events(&eid).await;
+    for (n, e) in evs
+        .iter()
+        .filter(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .enumerate()
+    {
+        cluster
+            .mesh
+            .publish(
+                cluster.mesh.subjects().event(&eid, et::LOOP_ITERATION_DONE),
+                &format!("again-{n}"),
+                noetl_mesh::codec::encode(e),
+            )
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.mesh.exec_ctx(&eid).await.unwrap(), ctx);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
+    let cluster = Cluster::start().await;
+    let (s, events) = cluster.run_file("playbooks/join.yaml", json!({})).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    let eid = s.execution_id.clone();
+    // Both tokens that reached `merge`, with the step that sent each.
+    let step_of_run = |srid: &str| {
+        events
+            .iter()
+            .find(|e| e.step_run_id == srid && e.event_type == et::STEP_STARTED)
+            .map(|e| e.step.clone())
+            .unwrap()
+    };
+    let tokens: Vec<noetl_wire::Token> = events
+        .iter()
+        .filter(|e| e.event_type == et::TOKEN_CREATED && e.step == "merge")
+        .map(|e| {
+            let from = step_of_run(&e.step_run_id);
+            let args = if from == "left" {
+                json!({"left": "L"})
+            } else {
+                json!({"right": "R"})
+            };
+            noetl_wire::Token {
+                token_id: noetl_mesh::events::payload(e)["token_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                execution_id: eid.clone(),
+                step: "merge".into(),
+                args_json: noetl_mesh::codec::json_bytes(&args),
+                trace_id: e.trace_id.clone(),
+                parent_step_run_id: e.step_run_id.clone(),
+                parent_step: from,
+            }
+        })
+        .collect();
+    assert_eq!(tokens.len(), 2);
+    let publish = |t: noetl_wire::Token, id: String| {
+        let mesh = cluster.mesh.clone();
+        async move {
+            mesh.publish(
+                mesh.subjects().token(&t.execution_id),
+                &id,
+                noetl_mesh::codec::encode(&t),
+            )
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        }
+    };
+    // Both come again (new message ids, as after the dedupe window).
+    for (n, t) in tokens.iter().enumerate() {
+        publish(t.clone(), format!("again-{n}")).await;
+    }
+    drained(&cluster, "noetl-scheduler").await;
+    // Then a new token from `left` alone: with a re-armed join (the
+    // absorbed `right` arrived again) it would fire with a stale token.
+    let mut fresh = tokens
+        .iter()
+        .find(|t| t.parent_step == "left")
+        .unwrap()
+        .clone();
+    fresh.token_id = "fresh-left".into();
+    publish(fresh, "fresh-left".into()).await;
+    drained(&cluster, "noetl-scheduler").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let evs = cluster.events(&eid).await;
+    let started = evs
+        .iter()
+        .filter(|e| e.event_type == et::STEP_STARTED && e.step == "merge")
+        .count();
+    assert_eq!(started, 1, "the join fired once");
+    let waiting = evs
+        .iter()
+        .find(|e| e.event_type == et::STEP_SKIPPED && e.step_run_id == "fresh-left");
+    assert!(waiting.is_some(), "the fresh token waits for `right`");
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_step_entered_again_claims_its_ctx_keys_afresh() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: rounds }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next:
+      arcs:
+        - step: fan
+          args: { round: 1 }
+  - step: fan
+    loop:
+      in: [1, 2, 3]
+      iterator: x
+      spec: { mode: parallel, max_in_flight: 3 }
+    tool:
+      - name: write
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { round: "{{ args.round }}" } }
+    next:
+      arcs:
+        - step: fan
+          when: "{{ event.name == 'loop.done' and args.round < 2 }}"
+          args: { round: "{{ args.round + 1 }}" }
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
+    assert_eq!(ctx["round"], 2, "the second run wrote its own value");
+    let evs = cluster.settled_events(&eid).await;
+    assert_eq!(
+        types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
+        2
+    );
+    // The claims are pruned with each loop run.
+    let owners: Vec<String> = cluster
+        .mesh
+        .ctx_kv()
+        .keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async move { k.ok() })
+        .filter(|k| std::future::ready(k.starts_with(&format!("{eid}.owners"))))
+        .collect()
+        .await;
+    assert!(owners.is_empty(), "{owners:?}");
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_collection_chunk_fails_the_loop_naming_it() {
+    let cluster = Cluster::start().await;
+    // Chunks of 1,000 items above 1 KiB go to object storage.
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: chunk_gone }
+executor:
+  spec:
+    limits: { max_payload_bytes: 1024 }
+workflow:
+  - step: start
+    spec: { failure: { mode: best_effort } }
+    loop:
+      in: "{{ workload.items }}"
+      iterator: i
+      spec: { mode: parallel, max_in_flight: 16 }
+    tool:
+      - name: t
+        kind: noop
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+        - step: cleanup
+          when: "{{ event.name == 'step.failed' }}"
+  - step: end
+  - step: cleanup
+"#;
+    // 1,010 items of 100 bytes: both chunks are above the limit.
+    let items: Vec<String> = (0..1010).map(|i| format!("{i:0>100}")).collect();
+    let eid = cluster
+        .submit(yaml, "gone.yaml", json!({ "items": items }))
+        .await;
+    // Once the loop started, its chunks are stored: remove the second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !types(&cluster.events(&eid).await).contains(&et::LOOP_STARTED) {
+        assert!(std::time::Instant::now() < deadline, "no loop.started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fn remove(dir: &std::path::Path, removed: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                remove(&p, removed);
+            } else if p.to_string_lossy().ends_with(".items.1.json") {
+                std::fs::remove_file(&p).unwrap();
+                removed.push(p.display().to_string());
+            }
+        }
+    }
+    let mut removed = Vec::new();
+    remove(cluster.data_dir.path(), &mut removed);
+    assert_eq!(removed.len(), 1, "the second chunk is an object");
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.steps["start"], "failed", "{:?}", s.error);
+    assert_eq!(s.steps["cleanup"], "done");
+    let evs = cluster.settled_events(&eid).await;
+    let failed = evs
+        .iter()
+        .find(|e| e.event_type == et::STEP_FAILED && e.step == "start")
+        .expect("step.failed");
+    let err = &noetl_mesh::events::payload(failed)["error"];
+    assert_eq!(err["kind"], "loop.items");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("items.1") && msg.contains("noetl://") && msg.contains("item 1000"),
+        "{msg}"
+    );
+    cluster.stop().await;
+}
+
+// ---------------------------------------------------------------------
+// More loop behaviour, end to end.
+// ---------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_fail_fast_loop_stops_dispatching_after_a_failure() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: parallel_fail_fast }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(40) | list }}"
+      iterator: x
+      spec: { mode: parallel, max_in_flight: 2 }
+    tool:
+      - name: check
+        kind: python
+        args: { x: "{{ iter.x }}" }
+        code: |
+          import time
+          if x == 3:
+              raise ValueError("three")
+          time.sleep(0.2)
+          result = x
+    next:
+      arcs:
+        - step: ok
+          when: "{{ event.name == 'loop.done' }}"
+        - step: cleanup
+          when: "{{ event.name == 'step.failed' }}"
+  - step: ok
+  - step: cleanup
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
+    assert_eq!(s.steps["start"], "failed");
+    assert_eq!(s.steps["cleanup"], "done");
+    assert_eq!(s.steps["ok"], "not_run");
+    let evs = cluster.settled_events(&eid).await;
+    let t = types(&evs);
+    let started = t
+        .iter()
+        .filter(|x| **x == et::LOOP_ITERATION_STARTED)
+        .count();
+    // Index 3 fails at once, while 2 (window of 2) still runs: after
+    // 0, 1, 2, 3 at most one more is dispatched, never the other 35.
+    assert!(
+        started <= 5,
+        "{started} iterations started after the failure"
+    );
+    let done = evs.iter().find(|e| e.event_type == et::LOOP_DONE).unwrap();
+    let p = noetl_mesh::events::payload(done);
+    assert_eq!(p["counts"]["failed"], 1);
+    assert_eq!(p["counts"]["total"], 40);
+    assert_eq!(t.iter().filter(|x| **x == et::LOOP_DONE).count(), 1);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loop_in_may_render_to_an_object_store_reference() {
+    let cluster = Cluster::start().await;
+    let items: Vec<serde_json::Value> = (0..50).map(|i| json!({"n": i})).collect();
+    let reference = cluster
+        .mesh
+        .results()
+        .put(noetl_mesh::objects::PutParams {
+            execution_id: "elsewhere",
+            step: "produce",
+            id: "items",
+            value: &json!(items),
+        })
+        .await
+        .unwrap();
+    assert!(noetl_mesh::objects::is_ref(&reference));
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: loop_over_ref }
+workflow:
+  - step: start
+    loop:
+      in: "{{ workload.big }}"
+      iterator: it
+      spec: { mode: parallel, max_in_flight: 8, policy: { reducers: { total: sum } } }
+    tool:
+      - name: t
+        kind: noop
+        spec: { policy: { rules: [ { else: { then: { set_ctx: { total: "{{ iter.it.n }}" } } } } ] } }
+"#;
+    let eid = completed(&cluster, yaml, json!({"big": reference})).await;
+    let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
+    assert_eq!(ctx["total"], (0..50).sum::<i64>());
+    cluster.stop().await;
+}
+
+/// A server that records the most requests it ever had in flight at once:
+/// the tool side's own view of a loop's concurrency.
+#[derive(Default)]
+struct Gauge {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+    total: std::sync::atomic::AtomicUsize,
+}
+
+async fn slow(axum::extract::State(g): axum::extract::State<std::sync::Arc<Gauge>>) -> String {
+    use std::sync::atomic::Ordering::SeqCst;
+    let n = g.now.fetch_add(1, SeqCst) + 1;
+    g.max.fetch_max(n, SeqCst);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    g.now.fetch_sub(1, SeqCst);
+    g.total.fetch_add(1, SeqCst);
+    "ok".into()
+}
+
+async fn gauge_server() -> (std::sync::Arc<Gauge>, String) {
+    let gauge = std::sync::Arc::new(Gauge::default());
+    let app = axum::Router::new()
+        .route("/slow", axum::routing::get(slow))
+        .with_state(gauge.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (gauge, url)
+}
+
+fn http_loop(spec: &str, n: u32) -> String {
+    format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: http_loop }}
+workflow:
+  - step: start
+    loop:
+      in: "{{{{ range({n}) | list }}}}"
+      iterator: i
+      spec: {spec}
+    tool:
+      - name: get
+        kind: http
+        url: "{{{{ workload.url }}}}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_in_flight_may_be_a_template_and_defaults_to_16() {
+    use std::sync::atomic::Ordering::SeqCst;
+    // Executor slots (2 x 32) are not the bound here: the loop is.
+    let cluster = Cluster::start_with(ClusterOptions {
+        replicas: 2,
+        concurrency: 32,
+        ..Default::default()
+    })
+    .await;
+    let (gauge, url) = gauge_server().await;
+    let yaml = http_loop(
+        r#"{ mode: parallel, max_in_flight: "{{ workload.mif }}" }"#,
+        12,
+    );
+    completed(&cluster, &yaml, json!({"url": url, "mif": 3})).await;
+    assert_eq!(gauge.total.load(SeqCst), 12);
+    assert_eq!(gauge.max.load(SeqCst), 3, "max_in_flight from workload.mif");
+
+    let (gauge, url) = gauge_server().await;
+    completed(
+        &cluster,
+        &http_loop("{ mode: parallel }", 40),
+        json!({"url": url}),
+    )
+    .await;
+    assert_eq!(gauge.total.load(SeqCst), 40);
+    assert_eq!(
+        gauge.max.load(SeqCst),
+        noetl_loop_supervisor::DEFAULT_MAX_IN_FLIGHT as usize,
+        "the default bound, reached and never exceeded"
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iter_parent_parent_reaches_two_levels_up() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: two_levels }
+workload:
+  cities:
+    - { name: Paris, hotels: [ritz, crillon] }
+    - { name: Rome, hotels: [hassler] }
+workflow:
+  - step: start
+    loop:
+      in: "{{ workload.cities }}"
+      iterator: city
+      spec: { mode: sequential, policy: { reducers: { rooms: extend } } }
+    tool:
+      - name: hotels
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: hotels }
+          workflow:
+            - step: start
+              loop:
+                in: "{{ iter.parent.city.hotels }}"
+                iterator: hotel
+                spec: { mode: sequential, policy: { reducers: { rooms: extend } } }
+              tool:
+                - name: rooms
+                  kind: playbook
+                  playbook: |
+                    apiVersion: noetl.io/v2
+                    kind: Playbook
+                    metadata: { name: rooms }
+                    workflow:
+                      - step: start
+                        tool:
+                          - name: label
+                            kind: noop
+                            result: ["{{ iter.parent.parent.city.name }}/{{ iter.parent.hotel }}"]
+                            spec:
+                              policy:
+                                rules:
+                                  - else:
+                                      then: { set_ctx: { rooms: "{{ outcome.result }}" } }
+                  spec:
+                    policy:
+                      rules:
+                        - when: "{{ outcome.status == 'ok' }}"
+                          then: { do: continue, set_ctx: { rooms: "{{ outcome.result.rooms }}" } }
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'ok' }}"
+                then: { do: continue, set_ctx: { rooms: "{{ outcome.result.rooms }}" } }
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
+    assert_eq!(
+        ctx["rooms"],
+        json!(["Paris/ritz", "Paris/crillon", "Rome/hassler"])
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arcs_of_a_loop_step_fire_exactly_once() {
+    let cluster = Cluster::start_with(ClusterOptions {
+        replicas: 2,
+        ..Default::default()
+    })
+    .await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: loop_arcs }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(30) | list }}"
+      iterator: i
+      spec: { mode: parallel, max_in_flight: 6 }
+    tool:
+      - name: t
+        kind: noop
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: a
+          when: "{{ event.name == 'loop.done' }}"
+        - step: b
+          when: "{{ event.name == 'loop.done' }}"
+  - step: a
+  - step: b
+"#;
+    let eid = completed(&cluster, yaml, json!({})).await;
+    let evs = cluster.settled_events(&eid).await;
+    let selected = evs
+        .iter()
+        .filter(|e| e.event_type == et::NEXT_SELECTED && e.step == "start")
+        .count();
+    assert_eq!(selected, 1, "arcs evaluated once");
+    for target in ["a", "b"] {
+        let tokens = evs
+            .iter()
+            .filter(|e| e.event_type == et::TOKEN_CREATED && e.step == target)
+            .count();
+        assert_eq!(tokens, 1, "one token for {target}");
+        let runs = evs
+            .iter()
+            .filter(|e| e.event_type == et::STEP_STARTED && e.step == target)
+            .count();
+        assert_eq!(runs, 1, "{target} runs once");
+    }
+    cluster.stop().await;
+}
