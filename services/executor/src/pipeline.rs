@@ -490,7 +490,7 @@ impl StepRun<'_> {
             Err(Ok(outcome)) => (outcome, None),
             Ok(config) if task.kind == "playbook" => {
                 match self
-                    .start_child(cur, &config, &task_run_id, pending)
+                    .start_child(cur, task, &config, &task_run_id, pending)
                     .await?
                 {
                     Ok(()) => return Ok(None),
@@ -589,6 +589,9 @@ impl StepRun<'_> {
             retry_after,
         });
         let decided = decided.map(|mut d| {
+            if let Decision::Fail { reason } = &mut d.decision {
+                crate::secrets::redact_str(reason, &self.secrets);
+            }
             // A patch may render `keychain` directly: it must not reach KV.
             for patch in [d.set_iter.as_mut(), d.set_ctx.as_mut()]
                 .into_iter()
@@ -603,10 +606,13 @@ impl StepRun<'_> {
         let (decision, set_iter, set_ctx, rule, policy_error) = match decided {
             Ok(d) => (d.decision, d.set_iter, d.set_ctx, d.rule, None),
             Err(e) => {
-                let message = format!(
+                // A template error quotes rendered values (`then.delay ...,
+                // got <value>`), which may come from `keychain`.
+                let mut message = format!(
                     "task policy of task {:?} in step {:?} ({}): {e}",
                     task.name, self.step.step, self.plan.source_name
                 );
+                crate::secrets::redact_str(&mut message, &self.secrets);
                 let reason = message.clone();
                 (Decision::Fail { reason }, None, None, None, Some(message))
             }
@@ -709,6 +715,7 @@ impl StepRun<'_> {
     async fn start_child(
         &self,
         cur: &mut Cursor,
+        task: &Task,
         config: &Map<String, Value>,
         task_run_id: &str,
         pending: &mut Pending,
@@ -716,7 +723,9 @@ impl StepRun<'_> {
         self.spill_prev(cur).await?;
         let child_id = derive_id(&["child", task_run_id]);
         let req = match crate::child::request(crate::child::ChildParams {
+            raw: &task.config,
             config,
+            secrets: &self.secrets,
             child_id: child_id.clone(),
             parent_id: self.eid(),
             trace_id: &self.cmd.trace_id,
@@ -724,7 +733,7 @@ impl StepRun<'_> {
             parent_iter: self.iter_view(cur),
         }) {
             Ok(r) => r,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok(Err(e.to_string())),
         };
         tracing::info!(
             execution_id = %self.eid(),

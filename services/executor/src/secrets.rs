@@ -2,6 +2,7 @@
 //! secret value from what leaves the executor (outcomes, results, `ctx` and
 //! `iter` patches, and therefore events and KV).
 
+use base64::Engine as _;
 use noetl_core::Outcome;
 use noetl_mesh::Mesh;
 use serde_json::{Map, Value};
@@ -74,6 +75,21 @@ fn collect_secret_fields(kind: &str, data: &Value, out: &mut Vec<String>) {
         }
         other => collect(other, out),
     }
+    // What travels on the wire is a secret too: a server that echoes the
+    // `Authorization: Basic ...` header (httpbin does) must not put the
+    // encoded password in a result.
+    if kind == "basic" {
+        let field = |k: &str| match data.get(k) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        if let (Some(user), Some(password)) = (field("username"), field("password")) {
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            collect(&Value::String(encoded), out);
+        }
+    }
 }
 
 fn collect(v: &Value, out: &mut Vec<String>) {
@@ -104,17 +120,44 @@ pub fn redact_str(s: &mut String, secrets: &[String]) {
     }
 }
 
-/// Redact an outcome in place (result, error message and extra fields).
+/// Redact an outcome in place: its result, error (kind, message, extra
+/// fields), tool helpers and meta.
+///
+/// Fails closed by construction: the outcome is walked field by field (no
+/// serialisation round trip that could fail, or that could let a tool
+/// helper named like a field, e.g. `meta`, shadow it), and the fields are
+/// destructured exhaustively, so a field added to [`Outcome`] does not
+/// compile here until it is redacted too.
 pub fn redact_outcome(outcome: &mut Outcome, secrets: &[String]) {
     if secrets.is_empty() {
         return;
     }
-    if let Ok(mut v) = serde_json::to_value(&*outcome) {
-        redact_value(&mut v, secrets);
-        if let Ok(o) = serde_json::from_value(v) {
-            *outcome = o;
-        }
+    let Outcome {
+        status: _,
+        result,
+        error,
+        meta,
+        helpers,
+    } = outcome;
+    redact_value(result, secrets);
+    if let Some(noetl_core::OutcomeError {
+        kind,
+        retryable: _,
+        message,
+        extra,
+    }) = error
+    {
+        redact_str(kind, secrets);
+        redact_str(message, secrets);
+        extra.values_mut().for_each(|v| redact_value(v, secrets));
     }
+    let noetl_core::OutcomeMeta {
+        attempt: _,
+        duration_ms: _,
+        started_at,
+    } = meta;
+    redact_str(started_at, secrets);
+    helpers.values_mut().for_each(|v| redact_value(v, secrets));
 }
 
 #[cfg(test)]
@@ -137,5 +180,44 @@ mod tests {
             v,
             json!({"msg": "Bearer [redacted] failed for [redacted]", "list": ["[redacted]"], "ab": "ab"})
         );
+    }
+
+    #[test]
+    fn an_outcome_is_redacted_even_when_it_does_not_round_trip() {
+        // A tool helper named `meta` collides with the envelope's own field:
+        // the outcome no longer survives a JSON round trip, which used to
+        // leave it unredacted.
+        let secrets = vec!["tok-SECRET-99".to_string()];
+        let mut o = Outcome::error("boom", "token tok-SECRET-99 refused", false);
+        o.result = json!({"echo": "Bearer tok-SECRET-99"});
+        o.error
+            .as_mut()
+            .unwrap()
+            .extra
+            .insert("why".into(), json!(["tok-SECRET-99"]));
+        o.helpers.insert("meta".into(), json!("tok-SECRET-99"));
+        o.helpers
+            .insert("http".into(), json!({"url": "x?k=tok-SECRET-99"}));
+        redact_outcome(&mut o, &secrets);
+        let all = format!("{o:?}");
+        assert!(!all.contains("tok-SECRET-99"), "{all}");
+        assert_eq!(o.result["echo"], "Bearer [redacted]");
+        assert_eq!(o.error.unwrap().message, "token [redacted] refused");
+        assert_eq!(o.helpers["meta"], "[redacted]");
+    }
+
+    #[test]
+    fn basic_credentials_redact_their_wire_form() {
+        let mut secrets = Vec::new();
+        collect_secret_fields(
+            "basic",
+            &json!({"username": "app", "password": "pw-Hunter2"}),
+            &mut secrets,
+        );
+        let wire = base64::engine::general_purpose::STANDARD.encode("app:pw-Hunter2");
+        assert!(secrets.contains(&wire), "{secrets:?}");
+        let mut v = json!({"authorization": format!("Basic {wire}")});
+        redact_value(&mut v, &secrets);
+        assert_eq!(v["authorization"], "Basic [redacted]");
     }
 }
