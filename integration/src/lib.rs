@@ -79,6 +79,9 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(noetl_executor::PlaybookTool),
         Arc::new(noetl_tool_http::HttpTool::new()),
         Arc::new(noetl_tool_postgres::PostgresTool::new()),
+        // Always served: without the engine its tasks fail with a clear
+        // error instead of waiting for an executor that never comes.
+        Arc::new(noetl_tool_duckdb::DuckdbTool),
     ]
 }
 
