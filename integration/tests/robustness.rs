@@ -11,7 +11,7 @@ const FANOUT: &str = r#"
 apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: fanout }
-workload: { n: 5 }
+workload: { n: 5, nap: 0, log: /dev/null }
 workflow:
   - step: start
     tool:
@@ -29,8 +29,13 @@ workflow:
     tool:
       - name: l
         kind: python
-        args: { v: "{{ args.v }}" }
-        code: "result = v * 10"
+        args: { v: "{{ args.v }}", nap: "{{ workload.nap }}", log: "{{ workload.log }}" }
+        code: |
+          import time
+          time.sleep(nap)
+          with open(log, "a") as f:
+              f.write("left\n")
+          result = v * 10
         spec:
           policy:
             rules:
@@ -46,8 +51,12 @@ workflow:
       spec: { mode: parallel, max_in_flight: 2 }
     tool:
       - name: r
-        kind: noop
-        result: "{{ iter.i }}"
+        kind: python
+        args: { i: "{{ iter.i }}", log: "{{ workload.log }}" }
+        code: |
+          with open(log, "a") as f:
+              f.write(f"right {i}\n")
+          result = i
     next:
       arcs:
         - step: tail
@@ -62,25 +71,54 @@ fn count(events: &[Event], t: &str) -> usize {
     events.iter().filter(|e| e.event_type == t).count()
 }
 
-async fn run_fanout(cluster: &Cluster) -> (noetl_mesh::state::ExecSummary, Vec<Event>) {
-    let eid = cluster.submit(FANOUT, "fanout.yaml", json!({})).await;
+/// The tasks' own record of what ran (one line per task run), sorted: the
+/// effect, observed outside the engine.
+fn effects(log: &std::path::Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn expected_effects() -> Vec<String> {
+    let mut v = vec!["left".to_string()];
+    v.extend((0..5).map(|i| format!("right {i}")));
+    v
+}
+
+async fn run_fanout(
+    cluster: &Cluster,
+    log: &std::path::Path,
+) -> (noetl_mesh::state::ExecSummary, Vec<Event>) {
+    let eid = cluster
+        .submit(FANOUT, "fanout.yaml", json!({"log": log}))
+        .await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
     (s, cluster.settled_events(&eid).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_of_every_service_give_the_same_result_as_one() {
+    let dir = tempfile::tempdir().unwrap();
     let one = Cluster::start().await;
-    let (s1, e1) = run_fanout(&one).await;
+    let (s1, e1) = run_fanout(&one, &dir.path().join("one.log")).await;
     one.stop().await;
+    assert_eq!(effects(&dir.path().join("one.log")), expected_effects());
     let two = Cluster::start_with(ClusterOptions {
         replicas: 2,
         ..Default::default()
     })
     .await;
     let mut runs = Vec::new();
-    for _ in 0..3 {
-        runs.push(run_fanout(&two).await);
+    for n in 0..3 {
+        let log = dir.path().join(format!("two-{n}.log"));
+        runs.push(run_fanout(&two, &log).await);
+        // Every task ran exactly once although two replicas of every
+        // service competed for its messages.
+        assert_eq!(effects(&log), expected_effects(), "run {n}");
     }
     two.stop().await;
     assert_eq!(
@@ -126,56 +164,68 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_boundary_event_has_no_duplicate_effect() {
     let cluster = Cluster::start().await;
-    let (s, events) = run_fanout(&cluster).await;
-    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
-    let eid = events[0].execution_id.clone();
-    let tokens_before = count(&events, et::TOKEN_CREATED);
-    // Re-publish the start step's step.done under a NEW message id, so
-    // JetStream cannot de-duplicate it: only the router's idempotency can.
-    let done = events
-        .iter()
-        .find(|e| e.event_type == et::STEP_DONE && e.step == "start")
-        .expect("start step.done")
-        .clone();
-    cluster
-        .mesh
-        .publish(
-            cluster.mesh.subjects().event(&eid, et::STEP_DONE),
-            "redelivery-test-1",
-            codec::encode(&done),
-        )
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
-    // Also re-deliver a loop iteration event.
-    let it = events
-        .iter()
-        .find(|e| e.event_type == et::LOOP_ITERATION_DONE)
-        .expect("iteration event")
-        .clone();
-    cluster
-        .mesh
-        .publish(
-            cluster.mesh.subjects().event(&eid, et::LOOP_ITERATION_DONE),
-            "redelivery-test-2",
-            codec::encode(&it),
-        )
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = cluster.events(&eid).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.log");
+    // `left` naps, so the redeliveries below land while the execution runs.
+    let eid = cluster
+        .submit(FANOUT, "fanout.yaml", json!({"log": log, "nap": 2}))
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (done, it) = loop {
+        let evs = cluster.events(&eid).await;
+        let done = evs
+            .iter()
+            .find(|e| e.event_type == et::STEP_DONE && e.step == "start")
+            .cloned();
+        let it = evs
+            .iter()
+            .find(|e| e.event_type == et::LOOP_ITERATION_DONE)
+            .cloned();
+        let left_running = evs
+            .iter()
+            .any(|e| e.event_type == et::STEP_STARTED && e.step == "left");
+        if let (Some(d), Some(i), true) = (done, it, left_running) {
+            break (d, i);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fan-out never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let h = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
     assert_eq!(
-        count(&after, et::TOKEN_CREATED),
-        tokens_before,
-        "no new tokens"
+        serde_json::to_value(h.status).unwrap(),
+        "running",
+        "the redelivery must land mid-run"
     );
+    // Re-publish under NEW message ids, so JetStream cannot de-duplicate
+    // them: only the services' idempotency can.
+    for (n, ev) in [(1, &done), (2, &it)] {
+        cluster
+            .mesh
+            .publish(
+                cluster.mesh.subjects().event(&eid, &ev.event_type),
+                &format!("redelivery-test-{n}"),
+                codec::encode(ev),
+            )
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    let after = cluster.settled_events(&eid).await;
+    let start_tokens = after
+        .iter()
+        .filter(|e| e.event_type == et::TOKEN_CREATED && e.step_run_id == done.step_run_id)
+        .count();
+    assert_eq!(start_tokens, 2, "start fired left and right once each");
     assert_eq!(count(&after, et::LOOP_DONE), 1, "exactly one loop.done");
     assert_eq!(count(&after, et::EXECUTION_COMPLETED), 1);
+    assert_eq!(effects(&log), expected_effects(), "each task ran once");
     let h = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
     assert!(h.live.is_empty());
     cluster.stop().await;
@@ -328,4 +378,82 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
         "{t:?}"
     );
     cluster.stop().await;
+}
+
+/// A server that records the most requests it ever had in flight at once.
+#[derive(Default)]
+struct Gauge {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+    total: std::sync::atomic::AtomicUsize,
+}
+
+async fn slow(axum::extract::State(g): axum::extract::State<std::sync::Arc<Gauge>>) -> String {
+    use std::sync::atomic::Ordering::SeqCst;
+    let n = g.now.fetch_add(1, SeqCst) + 1;
+    g.max.fetch_max(n, SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    g.now.fetch_sub(1, SeqCst);
+    g.total.fetch_add(1, SeqCst);
+    "ok".into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_bounds_a_replica_across_all_the_kinds_it_serves() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let gauge = std::sync::Arc::new(Gauge::default());
+    let app = axum::Router::new()
+        .route("/slow", axum::routing::get(slow))
+        .with_state(gauge.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // One http and one python task become runnable at once; an executor
+    // with --concurrency 1 serving both kinds runs them one after the other.
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: two_kinds }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: by_http
+        - step: by_python
+  - step: by_http
+    tool:
+      - name: get
+        kind: http
+        url: "{{ workload.url }}"
+  - step: by_python
+    tool:
+      - name: get
+        kind: python
+        args: { url: "{{ workload.url }}" }
+        code: |
+          import urllib.request
+          result = urllib.request.urlopen(url).read().decode()
+"#;
+    let cluster = Cluster::start_with(ClusterOptions {
+        concurrency: 1,
+        ..Default::default()
+    })
+    .await;
+    for _ in 0..2 {
+        let eid = cluster
+            .submit(yaml, "two_kinds.yaml", json!({"url": url}))
+            .await;
+        let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+        assert_eq!(
+            serde_json::to_value(s.status).unwrap(),
+            "completed",
+            "{:?}",
+            s.error
+        );
+    }
+    cluster.stop().await;
+    assert_eq!(gauge.total.load(SeqCst), 4);
+    assert_eq!(gauge.max.load(SeqCst), 1, "two tasks ran at once");
 }

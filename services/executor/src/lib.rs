@@ -82,6 +82,8 @@ pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
     let executor = Arc::new(Executor::new(mesh.clone(), by_kind));
     let handler: Arc<dyn Handler> = Arc::new(TaskHandler { executor });
     let mut loops = Vec::with_capacity(kinds.len());
+    // `--concurrency` bounds the replica, whatever number of kinds it serves.
+    let slots = Arc::new(tokio::sync::Semaphore::new(service.concurrency.max(1)));
     for kind in &kinds {
         let name = format!("executor-{kind}");
         let consumer = mesh
@@ -92,7 +94,7 @@ pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
                 max_ack_pending: 10_000,
             })
             .await?;
-        loops.push(runtime::run(
+        loops.push(runtime::run_sharing(
             mesh.clone(),
             ConsumerLoop {
                 name,
@@ -101,6 +103,7 @@ pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
                 handler: handler.clone(),
                 shutdown: service.shutdown.clone(),
             },
+            slots.clone(),
         ));
     }
     tracing::info!(kinds = ?kinds, concurrency = service.concurrency, "executor serving");

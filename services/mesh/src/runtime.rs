@@ -22,9 +22,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub enum Disposition {
     /// Done; remove it.
     Ack,
-    /// Redeliver later (after the delay, if given): a transient failure or a
-    /// command whose time has not come.
+    /// Redeliver later (after the delay, if given): a command whose time has
+    /// not come.
     Retry(Option<Duration>),
+    /// A transient failure: redeliver after a delay that grows with each
+    /// delivery of this message.
+    Backoff,
     /// The message can never be handled: log it, copy it to the dead-letter
     /// subject with the reason, and ack it.
     DeadLetter(String),
@@ -50,48 +53,93 @@ pub struct ConsumerLoop {
     pub shutdown: CancellationToken,
 }
 
+/// How long one pull request waits for messages before it is renewed.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
 /// Run a consumer loop until `shutdown` is cancelled, then drain.
+///
+/// Messages are pulled only for free handler slots: a message is never
+/// delivered to this replica to wait in a buffer while its ack-wait runs
+/// (where a long handler would make it redeliver elsewhere), and on
+/// shutdown nothing is left stranded in a prefetch buffer.
 pub async fn run(mesh: Mesh, cl: ConsumerLoop) -> Result<(), MeshError> {
+    let slots = Arc::new(Semaphore::new(cl.concurrency.max(1)));
+    run_sharing(mesh, cl, slots).await
+}
+
+/// [`run`] with handler slots shared by several consumer loops (an executor
+/// serving several kinds handles `concurrency` messages at once in all).
+/// `slots` must hold `cl.concurrency` permits.
+pub async fn run_sharing(
+    mesh: Mesh,
+    cl: ConsumerLoop,
+    slots: Arc<Semaphore>,
+) -> Result<(), MeshError> {
     let concurrency = cl.concurrency.max(1);
-    let permits = Arc::new(Semaphore::new(concurrency));
-    let consume_err = |e: &dyn std::fmt::Display| MeshError::Consume {
-        consumer: cl.name.clone(),
-        message: e.to_string(),
-    };
-    let mut messages = cl
-        .consumer
-        .stream()
-        .max_messages_per_batch(concurrency.clamp(1, 64))
-        .heartbeat(Duration::from_secs(5))
-        .expires(Duration::from_secs(30))
-        .messages()
-        .await
-        .map_err(|e| consume_err(&e))?;
-    loop {
-        let permit = tokio::select! {
+    let permits = slots;
+    let mut failures = 0u32;
+    'pull: loop {
+        // Wait for a free slot, then ask for as many messages as are free.
+        let first = tokio::select! {
             _ = cl.shutdown.cancelled() => break,
             p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
         };
-        let next = tokio::select! {
-            _ = cl.shutdown.cancelled() => break,
-            m = messages.next() => m,
-        };
-        let msg = match next {
-            None => break,
-            Some(Ok(m)) => Arc::new(m),
-            Some(Err(e)) => {
-                tracing::warn!(consumer = %cl.name, error = %e, "pull failed; continuing");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+        let free = 1 + permits.available_permits();
+        let batch = cl
+            .consumer
+            .batch()
+            .max_messages(free)
+            .expires(PULL_EXPIRES)
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                drop(first);
+                failures += 1;
+                let wait = backoff(failures);
+                tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
+                tokio::select! {
+                    _ = cl.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => continue,
+                }
             }
         };
-        let handler = cl.handler.clone();
-        let mesh = mesh.clone();
-        let name = cl.name.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            dispatch(&mesh, &name, handler, msg).await;
-        });
+        let mut first = Some(first);
+        loop {
+            let next = tokio::select! {
+                _ = cl.shutdown.cancelled() => break 'pull,
+                m = batch.next() => m,
+            };
+            let msg = match next {
+                None => break,
+                Some(Ok(m)) => {
+                    failures = 0;
+                    Arc::new(m)
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(consumer = %cl.name, error = %e, "pull failed; continuing");
+                    break;
+                }
+            };
+            // Unless other loops share the slots, permits only grow while
+            // this loop is here: this does not wait.
+            let permit = match first.take() {
+                Some(p) => p,
+                None => permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore is never closed"),
+            };
+            let handler = cl.handler.clone();
+            let mesh = mesh.clone();
+            let name = cl.name.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                dispatch(&mesh, &name, handler, msg).await;
+            });
+        }
     }
     // Drain: wait until every in-flight handler has returned its permit.
     let _all = permits
@@ -100,6 +148,14 @@ pub async fn run(mesh: Mesh, cl: ConsumerLoop) -> Result<(), MeshError> {
         .expect("semaphore is never closed");
     tracing::info!(consumer = %cl.name, "drained");
     Ok(())
+}
+
+/// Delay before the `n`th attempt after a transient failure: 250 ms,
+/// doubling, at most 30 s. Ten deliveries thus ride out about two minutes of
+/// outage before a message is dead-lettered.
+fn backoff(n: u32) -> Duration {
+    let ms = 250u64.saturating_mul(1u64 << n.saturating_sub(1).min(16));
+    Duration::from_millis(ms.min(30_000))
 }
 
 async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<Message>) {
@@ -116,6 +172,10 @@ async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<M
     let acked = match disposition {
         Disposition::Ack => msg.ack().await,
         Disposition::Retry(delay) => msg.ack_with(AckKind::Nak(delay)).await,
+        Disposition::Backoff => {
+            let wait = backoff(u32::try_from(delivered).unwrap_or(u32::MAX));
+            msg.ack_with(AckKind::Nak(Some(wait))).await
+        }
         Disposition::DeadLetter(reason) => {
             tracing::error!(consumer = %name, subject = %msg.subject, %reason, "dead-lettering message");
             if let Err(e) = dead_letter(mesh, name, &msg, &reason).await {
@@ -218,6 +278,13 @@ async fn dead_letter(
         .take(1000)
         .collect();
     headers.insert(HEADER_REASON, one_line.as_str());
+    // One copy per original message, however often this is retried.
+    let seq = msg
+        .info()
+        .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
+        .unwrap_or_else(|_| msg.subject.to_string());
+    let id = format!("dlq:{name}:{seq}");
+    headers.insert("Nats-Msg-Id", id.as_str());
     let ack = mesh
         .js()
         .publish_with_headers(subject.clone(), headers, msg.payload.clone())
@@ -233,7 +300,7 @@ async fn dead_letter(
     Ok(())
 }
 
-/// Map a transient mesh error to a retry with a short delay.
+/// Map a transient mesh error to a redelivery with a growing delay.
 pub fn retry_on(e: &MeshError) -> Disposition {
     if let MeshError::Object(o) = e {
         if o.is_permanent() {
@@ -243,7 +310,7 @@ pub fn retry_on(e: &MeshError) -> Disposition {
         }
     }
     tracing::warn!(error = %e, "transient failure; message will be retried");
-    Disposition::Retry(Some(Duration::from_millis(250)))
+    Disposition::Backoff
 }
 
 /// What every service needs to run: the mesh, how many messages a replica
@@ -256,4 +323,23 @@ pub struct ServiceParams {
     pub concurrency: usize,
     /// Cancelled on shutdown (SIGTERM / Ctrl-C); services then drain.
     pub shutdown: CancellationToken,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_250ms_up_to_30s() {
+        let ms: Vec<u128> = (1..=10).map(|n| backoff(n).as_millis()).collect();
+        assert_eq!(
+            ms,
+            [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]
+        );
+        assert_eq!(backoff(0).as_millis(), 250);
+        assert_eq!(backoff(u32::MAX).as_millis(), 30000);
+        // Ten deliveries last long enough for a server restart.
+        let total: u128 = ms.iter().sum();
+        assert!(total > 100_000, "{total}");
+    }
 }
