@@ -108,6 +108,34 @@ async fn on_boundary(
     // 1. The decision (pure: arcs over event, ctx, workload, args, results).
     let decision = decide(mesh, &plan, step, &ev, &payload).await?;
 
+    let step_record = StepRecord {
+        status: match ev.event_type.as_str() {
+            types::STEP_FAILED => StepStatus::Failed,
+            types::STEP_SKIPPED => StepStatus::Skipped,
+            _ => StepStatus::Done,
+        },
+        last_step_run_id: srid.to_string(),
+        loop_counts: payload
+            .get("counts")
+            .cloned()
+            .filter(|_| ev.event_type == types::LOOP_DONE),
+        error: payload.get("error").map(error_text),
+    };
+    let skey = step_key(eid, &ev.step);
+    // A token absorbed by a join says nothing about the step's status.
+    let absorbed = payload.get("join") == Some(&Value::Bool(true));
+    // The step's record is written before the header can turn terminal, so
+    // whoever sees the execution end also sees how its last step ended. It
+    // is written only while this step-run's token is live (a redelivery
+    // after the header moved on must not overwrite a later run's record);
+    // a crash between the two writes repeats both, with the same content.
+    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &header_key(eid))
+        .await?
+        .is_some_and(|h| h.is_live(srid));
+    if live_now && !absorbed {
+        kv::put(mesh.exec_kv(), &skey, &step_record).await?;
+    }
+
     // 2. One compare-and-set: applied only while this step-run's token is
     //    live, so a redelivered event changes nothing the second time.
     let mut applied = false;
@@ -212,33 +240,7 @@ async fn on_boundary(
             .await?,
         );
     }
-    let step_record = StepRecord {
-        status: match ev.event_type.as_str() {
-            types::STEP_FAILED => StepStatus::Failed,
-            types::STEP_SKIPPED => StepStatus::Skipped,
-            _ => StepStatus::Done,
-        },
-        last_step_run_id: srid.to_string(),
-        loop_counts: payload
-            .get("counts")
-            .cloned()
-            .filter(|_| ev.event_type == types::LOOP_DONE),
-        error: payload.get("error").map(error_text),
-    };
-    let skey = step_key(eid, &ev.step);
-    // A token absorbed by a join says nothing about the step's status.
-    let absorbed = payload.get("join") == Some(&Value::Bool(true));
-    let (published, stored) = tokio::join!(batch.wait(), async {
-        if applied && !absorbed {
-            kv::put(mesh.exec_kv(), &skey, &step_record)
-                .await
-                .map(|_| ())
-        } else {
-            Ok(())
-        }
-    });
-    published?;
-    stored?;
+    batch.wait().await?;
 
     // 4. The terminal event, exactly once (flag set after publishing).
     emit_terminal(mesh, headers, &header, &ev.trace_id).await?;
