@@ -83,6 +83,85 @@ fn concurrent_runs_with_one_data_dir_do_not_share_a_store() {
 }
 
 #[test]
+fn workload_file_then_set_override_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("w.json");
+    std::fs::write(&file, r#"{"name": "File", "extra": 1}"#).unwrap();
+    let run = |set: Option<&str>| {
+        let mut c = noetl();
+        c.args(["run", "--json", "--timeout", "120", &fixture("hello.yaml")])
+            .arg("--workload")
+            .arg(&file);
+        if let Some(s) = set {
+            c.args(["--set", s]);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_of(&out)
+    };
+    assert_eq!(run(None)["ctx"]["greeting"], "Hello, File!");
+    assert_eq!(run(Some("name=Set"))["ctx"]["greeting"], "Hello, Set!");
+    std::fs::write(&file, "[1, 2]").unwrap();
+    let out = noetl()
+        .args(["run", &fixture("hello.yaml"), "--workload"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("must hold a JSON object"), "{err}");
+    assert!(err.contains("w.json"), "{err}");
+}
+
+#[test]
+fn run_ignores_noetl_nats_url_and_runs_locally() {
+    // A shell set up for a cluster (NOETL_NATS_URL) must not send
+    // `noetl run` there, to wait for services that are not watching.
+    let out = noetl()
+        .env("NOETL_NATS_URL", "nats://127.0.0.1:1")
+        .args(["run", "--json", "--timeout", "120", &fixture("hello.yaml")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["status"], "completed");
+}
+
+#[test]
+fn ctrl_c_cancels_the_run_and_exits_1_with_status_cancelled() {
+    let child = noetl()
+        .args(["run", "--json", "--timeout", "120", &fixture("slow.yaml")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The python task sleeps 10 s; interrupt while it runs.
+    std::thread::sleep(Duration::from_secs(3));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = json_of(&out);
+    assert_eq!(s["status"], "cancelled", "{s}");
+    assert_ne!(s["steps"]["after"], "done", "{s}");
+}
+
+#[test]
 fn a_failing_playbook_exits_1_with_status_failed() {
     let out = noetl()
         .args(["run", "--json", "--timeout", "120", &fixture("fails.yaml")])
@@ -222,6 +301,38 @@ fn exec_start_status_and_events_tail_against_separate_services() {
     assert_eq!(lines.first().unwrap()["event_type"], "playbook.initialized");
     assert_eq!(lines.last().unwrap()["event_type"], "execution.completed");
     assert!(lines.iter().all(|l| l["execution_id"] == id.as_str()));
+
+    // --type filters by event type (a glob).
+    let mut tail = noetl()
+        .args([
+            "events",
+            "tail",
+            "--execution",
+            &id,
+            "--type",
+            "step.*",
+            "--from-start",
+            "--json",
+            "--nats",
+            &url,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = tail.kill();
+    let out = tail.wait_with_output().unwrap();
+    let types: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event_type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(types.iter().any(|t| t == "step.done"), "{types:?}");
+    assert!(types.iter().all(|t| t.starts_with("step.")), "{types:?}");
 
     let out = noetl()
         .args(["exec", "status", "no-such-id", "--nats", &url])

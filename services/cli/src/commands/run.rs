@@ -1,6 +1,7 @@
 //! `noetl run FILE`: the embedded default. Starts a private nats-server (or
 //! uses `--nats`), runs every service in-process, shows progress, prints the
-//! result and exits 0 (completed), 1 (failed) or 2 (timed out).
+//! result and exits 0 (completed), 1 (failed or cancelled; Ctrl-C cancels)
+//! or 2 (timed out).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -34,13 +35,15 @@ pub struct Args {
     pub version: Option<u32>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Use this NATS server instead of a private one (services are expected
-    /// to run elsewhere unless --embedded-services).
-    #[arg(long, env = "NOETL_NATS_URL")]
-    pub nats: Option<String>,
-    /// With --nats, still run every service in this process.
+    /// Use this NATS server instead of a private one. Only this flag picks
+    /// a server: `NOETL_NATS_URL` (read by the client commands) does not, so
+    /// a shell set up for a cluster still runs `noetl run` locally.
     #[arg(long)]
-    pub embedded_services: bool,
+    pub nats: Option<String>,
+    /// With --nats: do not run the services in this process; the ones
+    /// already serving that server run the execution.
+    #[arg(long, requires = "nats")]
+    pub external_services: bool,
     /// Subject / stream / bucket prefix.
     #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
     pub prefix: String,
@@ -58,6 +61,10 @@ pub struct Args {
 /// Run the playbook.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(false, "warn");
+    // Taken over at once, so an early Ctrl-C cannot kill the process
+    // between starting an execution and watching it.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("listening for Ctrl-C")?;
     let name = args.file.display().to_string();
     // A file is sent inline; anything else is a catalog path the router
     // resolves (the local store keeps what `noetl playbook register` put).
@@ -87,7 +94,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Declared before the server so the store outlives it on drop.
     let mut _store: Option<local::StoreGuard> = None;
     let mut _server: Option<NatsServerProcess> = None;
-    let embedded = args.nats.is_none();
     match &args.nats {
         Some(url) => config.nats_url = url.clone(),
         None => {
@@ -100,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mesh = Mesh::connect(config.clone())
         .await
         .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
-    let services = if embedded || args.embedded_services {
+    let services = if !args.external_services {
         Some(InProcess::start(&config, args.concurrency).await?)
     } else {
         None
@@ -148,15 +154,28 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::default();
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut timed_out = false;
+    let mut interrupted = false;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let next = match tokio::time::timeout(left, follow.next()).await {
-            Err(_) => {
-                timed_out = true;
-                break;
+        let next = tokio::select! {
+            r = tokio::time::timeout(left, follow.next()) => match r {
+                Err(_) => {
+                    timed_out = true;
+                    break;
+                }
+                Ok(None) => break,
+                Ok(Some(m)) => m?,
+            },
+            // Ctrl-C cancels the execution (once); the loop then waits for
+            // its `execution.cancelled` like any other end.
+            _ = interrupt.recv(), if !interrupted => {
+                interrupted = true;
+                if let Some(b) = &bar {
+                    b.println(format!("  interrupted: cancelling execution {eid}"));
+                }
+                mesh.request_cancel(&eid, "interrupted (Ctrl-C)").await?;
+                continue;
             }
-            Ok(None) => break,
-            Ok(Some(m)) => m?,
         };
         let Ok(ev) = codec::decode::<Event>("event", &next.payload) else {
             continue;
@@ -240,7 +259,9 @@ impl Progress {
                 self.loops.remove(&ev.step);
                 self.failed += 1;
             }
-            types::EXECUTION_COMPLETED | types::EXECUTION_FAILED => return true,
+            types::EXECUTION_COMPLETED | types::EXECUTION_FAILED | types::EXECUTION_CANCELLED => {
+                return true
+            }
             _ => {}
         }
         false
@@ -275,4 +296,45 @@ fn looks_like_file(p: &std::path::Path) -> bool {
         Some("yaml" | "yml" | "json")
     ) || p.is_absolute()
         || p.starts_with(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event_type: &str, step: &str, payload: serde_json::Value) -> Event {
+        Event {
+            event_type: event_type.into(),
+            step: step.into(),
+            payload_json: codec::json_bytes(&payload),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn progress_counts_steps_and_loop_iterations() {
+        let mut p = Progress::default();
+        let none = serde_json::json!({});
+        assert!(!p.observe(&ev(types::STEP_STARTED, "start", none.clone())));
+        assert!(!p.observe(&ev(types::STEP_DONE, "start", none.clone())));
+        p.observe(&ev(
+            types::LOOP_STARTED,
+            "each",
+            serde_json::json!({"total": 3}),
+        ));
+        p.observe(&ev(types::LOOP_ITERATION_DONE, "each", none.clone()));
+        p.observe(&ev(types::LOOP_ITERATION_FAILED, "each", none.clone()));
+        assert_eq!(p.line(), "steps done 1 | running: each [2/3]");
+        p.observe(&ev(types::LOOP_DONE, "each", none.clone()));
+        p.observe(&ev(types::STEP_STARTED, "bad", none.clone()));
+        p.observe(&ev(types::STEP_FAILED, "bad", none.clone()));
+        assert_eq!(p.line(), "steps done 2, failed 1");
+        for end in [
+            types::EXECUTION_COMPLETED,
+            types::EXECUTION_FAILED,
+            types::EXECUTION_CANCELLED,
+        ] {
+            assert!(p.observe(&ev(end, "", none.clone())), "{end} ends the run");
+        }
+    }
 }
