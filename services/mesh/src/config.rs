@@ -75,19 +75,42 @@ impl MeshConfig {
 
     /// Defaults overlaid with `NOETL_*` environment variables.
     pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Defaults overlaid with the `NOETL_*` settings `lookup` finds.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut c = Self::default();
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let var = |k: &str| lookup(k).filter(|v| !v.is_empty());
         if let Some(v) = var("NOETL_NATS_URL") {
             c.nats_url = v;
         }
         if let Some(v) = var("NOETL_PREFIX") {
             c.prefix = v;
         }
-        if let Some(v) = var("NOETL_ACK_WAIT_MS").and_then(|v| v.parse().ok()) {
+        // A number that does not parse is reported by `validate`, never
+        // silently replaced by the default.
+        let mut number = |k: &str| -> Option<u64> {
+            let v = var(k)?;
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| {
+                    c.env_errors
+                        .push(format!("{k}={v:?} is not a whole number"))
+                })
+                .ok()
+        };
+        let ack_wait = number("NOETL_ACK_WAIT_MS");
+        let inline_limit = number("NOETL_INLINE_LIMIT");
+        let events_max_age = number("NOETL_EVENTS_MAX_AGE_S");
+        if let Some(v) = ack_wait {
             c.ack_wait = Duration::from_millis(v);
         }
-        if let Some(v) = var("NOETL_INLINE_LIMIT").and_then(|v| v.parse().ok()) {
-            c.inline_limit = v;
+        if let Some(v) = inline_limit {
+            c.inline_limit = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = events_max_age {
+            c.events_max_age = Duration::from_secs(v);
         }
         c.s3_credential = var("NOETL_S3_CREDENTIAL");
         if let Some(v) = var("NOETL_OBJECT_STORE") {
@@ -96,9 +119,6 @@ impl MeshConfig {
                 Ok(l) => c.object_store = Some(l),
                 Err(e) => c.env_errors.push(e.to_string()),
             }
-        }
-        if let Some(v) = var("NOETL_EVENTS_MAX_AGE_S").and_then(|v| v.parse().ok()) {
-            c.events_max_age = Duration::from_secs(v);
         }
         c
     }
@@ -121,5 +141,24 @@ impl MeshConfig {
             return bad("NOETL_ACK_WAIT_MS must be at least 100");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_that_is_not_a_number_is_reported_not_ignored() {
+        let c = MeshConfig::from_lookup(|k| match k {
+            "NOETL_ACK_WAIT_MS" => Some("30s".into()),
+            "NOETL_INLINE_LIMIT" => Some("2048".into()),
+            _ => None,
+        });
+        assert_eq!(c.inline_limit, 2048);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("NOETL_ACK_WAIT_MS=\"30s\""), "{err}");
+        assert!(err.contains("not a whole number"), "{err}");
+        assert!(MeshConfig::from_lookup(|_| None).validate().is_ok());
     }
 }

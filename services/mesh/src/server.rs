@@ -201,15 +201,41 @@ fn free_port() -> u16 {
 
 /// Find the nats-server binary (see module docs for the order).
 pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf, ServerError> {
-    if let Some(p) = explicit {
-        return Ok(p.to_path_buf());
+    search_binary(&BinarySearch {
+        explicit: explicit.map(Path::to_path_buf),
+        env: std::env::var_os("NOETL_NATS_SERVER"),
+        start_dir: std::env::current_dir().ok(),
+        workspace: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/nats-server"),
+        path: std::env::var_os("PATH"),
+    })
+}
+
+/// Where [`search_binary`] looks, in order.
+#[derive(Debug, Default)]
+pub struct BinarySearch {
+    /// A path given by the caller.
+    pub explicit: Option<PathBuf>,
+    /// `$NOETL_NATS_SERVER`.
+    pub env: Option<std::ffi::OsString>,
+    /// Look for `.venv/bin/nats-server` here and in its parents.
+    pub start_dir: Option<PathBuf>,
+    /// The workspace's own `.venv/bin/nats-server`.
+    pub workspace: PathBuf,
+    /// `$PATH` (only binaries new enough count).
+    pub path: Option<std::ffi::OsString>,
+}
+
+/// Find the nats-server binary in the places `s` names.
+pub fn search_binary(s: &BinarySearch) -> Result<PathBuf, ServerError> {
+    if let Some(p) = &s.explicit {
+        return Ok(p.clone());
     }
-    if let Some(p) = std::env::var_os("NOETL_NATS_SERVER").filter(|p| !p.is_empty()) {
+    if let Some(p) = s.env.as_ref().filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
     let mut looked = Vec::new();
     // Project-local install first: PATH may hold Debian's old 2.9.
-    if let Ok(mut dir) = std::env::current_dir() {
+    if let Some(mut dir) = s.start_dir.clone() {
         loop {
             let cand = dir.join(".venv/bin/nats-server");
             if cand.is_file() {
@@ -221,12 +247,11 @@ pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf, ServerError> {
             }
         }
     }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/nats-server");
-    if workspace.is_file() {
-        return Ok(workspace);
+    if s.workspace.is_file() {
+        return Ok(s.workspace.clone());
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
+    if let Some(path) = &s.path {
+        for dir in std::env::split_paths(path) {
             let cand = dir.join("nats-server");
             if cand.is_file() && check_version(&cand).is_ok() {
                 return Ok(cand);
@@ -268,4 +293,45 @@ pub fn check_version(binary: &Path) -> Result<(), ServerError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_server_names_make_setup_and_where_it_looked() {
+        let empty = tempfile::tempdir().unwrap();
+        let err = search_binary(&BinarySearch {
+            start_dir: Some(empty.path().to_path_buf()),
+            workspace: empty.path().join("none/nats-server"),
+            path: Some(empty.path().as_os_str().to_owned()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServerError::NotFound { .. }), "{text}");
+        assert!(text.contains("run `make setup`"), "{text}");
+        assert!(text.contains("NOETL_NATS_SERVER"), "{text}");
+        assert!(
+            text.contains(
+                &empty
+                    .path()
+                    .join(".venv/bin/nats-server")
+                    .display()
+                    .to_string()
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_environment_variable_wins_over_searching() {
+        let got = search_binary(&BinarySearch {
+            env: Some("/opt/nats/nats-server".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(got, PathBuf::from("/opt/nats/nats-server"));
+    }
 }
