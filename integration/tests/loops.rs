@@ -713,7 +713,7 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
 async fn drained(cluster: &Cluster, name: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let mut stream = cluster
+        let stream = cluster
             .mesh
             .js()
             .get_stream(cluster.mesh.subjects().work_stream())
