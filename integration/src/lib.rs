@@ -176,6 +176,31 @@ impl Cluster {
         })
     }
 
+    /// Start an executor replica serving only `kinds`, with its own
+    /// `concurrency` — like `noetl serve executor --kind K --concurrency N`.
+    pub async fn spawn_executor_for(&self, kinds: &[&str], concurrency: usize) -> JoinHandle<()> {
+        let m = Mesh::connect(self.config.clone())
+            .await
+            .expect("connect executor");
+        let params = ServiceParams {
+            mesh: m,
+            concurrency,
+            shutdown: self.shutdown.clone(),
+        };
+        let tools: Vec<Arc<dyn Tool>> = all_tools()
+            .into_iter()
+            .filter(|t| kinds.contains(&t.kind()))
+            .collect();
+        assert_eq!(tools.len(), kinds.len(), "unknown kind in {kinds:?}");
+        tokio::spawn(async move {
+            let _ = noetl_executor::serve(noetl_executor::ExecutorParams {
+                service: params,
+                tools,
+            })
+            .await;
+        })
+    }
+
     /// Submit a playbook (YAML text) with workload overrides; returns its id.
     pub async fn submit(&self, yaml: &str, source: &str, workload: Value) -> String {
         let eid = noetl_mesh::ids::new_execution_id();

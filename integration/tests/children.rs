@@ -269,3 +269,239 @@ workflow:
     assert!(events.iter().any(|e| e.event_type == "execution.cancelled"));
     cluster.stop().await;
 }
+
+/// The cancel race: the parent's cancellation lists its children before a
+/// child's request, still in flight, was handled. The child must not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_requested_after_its_parent_was_cancelled_never_runs() {
+    let cluster = Cluster::start().await;
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: parent }
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: "import time; time.sleep(1); result = 1"
+"#;
+    let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .events(&eid)
+        .await
+        .iter()
+        .any(|e| e.event_type == "task.started")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parent never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.mesh.request_cancel(&eid, "stop").await.unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
+
+    // The request of a child its `playbook` task published just before.
+    let child_id = format!("{eid}-late-child");
+    let req = noetl_wire::ExecutionRequest {
+        execution_id: child_id.clone(),
+        parent_execution_id: eid.clone(),
+        playbook_yaml: r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: late_child }
+workflow:
+  - step: start
+    tool:
+      - name: work
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { ran: true } }
+"#
+        .into(),
+        source_name: "late_child.yaml".into(),
+        parent_resume: Some(noetl_wire::TaskCommand {
+            command_id: "resume-late".into(),
+            execution_id: eid.clone(),
+            step: "start".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .publish(
+            cluster.mesh.subjects().exec_request(),
+            &child_id,
+            noetl_mesh::codec::encode(&req),
+        )
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let c = cluster.wait(&child_id, Duration::from_secs(30)).await;
+    assert_eq!(c.status, ExecStatus::Cancelled, "{c:?}");
+    assert_eq!(
+        c.error.as_deref(),
+        Some(format!("cancelled: parent execution {eid} was cancelled").as_str())
+    );
+    assert!(c.ctx.get("ran").is_none(), "{c:?}");
+    let events = cluster.settled_events(&child_id).await;
+    let types = noetl_integration::types(&events);
+    assert!(types.contains(&"execution.cancelled"), "{types:?}");
+    assert!(
+        !types
+            .iter()
+            .any(|t| t.starts_with("step.") || t.starts_with("task.")),
+        "the child ran: {types:?}"
+    );
+    cluster.stop().await;
+}
+
+const LEAF: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: leaf, path: slots/leaf }
+workflow:
+  - step: start
+    tool:
+      - name: square
+        kind: python
+        args: { n: "{{ workload.n }}" }
+        code: "result = n * n"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { square: "{{ outcome.result }}" } }
+"#;
+
+const MIDDLE: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: middle, path: slots/middle }
+workflow:
+  - step: start
+    tool:
+      - name: before
+        kind: python
+        code: "result = 1"
+      - name: leaf
+        kind: playbook
+        path: slots/leaf
+        args: { n: "{{ workload.n }}" }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { square: "{{ outcome.result.square }}" } }
+"#;
+
+/// A `playbook` task waiting on its child holds no executor slot: with one
+/// executor per kind and one slot each (`noetl serve executor --kind K
+/// --concurrency 1`), three parents' `playbook` tasks wait on children
+/// whose own `playbook` tasks need that one playbook slot, and whose
+/// python tasks need the one python slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_a_child_holds_no_executor_slot() {
+    let cluster = Cluster::start_with(noetl_integration::ClusterOptions {
+        executors: false,
+        ..Default::default()
+    })
+    .await;
+    for kind in ["python", "playbook", "noop"] {
+        cluster.spawn_executor_for(&[kind], 1).await;
+    }
+    for (path, name, yaml) in [
+        ("slots/leaf", "leaf", LEAF),
+        ("slots/middle", "middle", MIDDLE),
+    ] {
+        cluster
+            .mesh
+            .catalog()
+            .register(path, name, yaml)
+            .await
+            .unwrap();
+    }
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: top }
+workflow:
+  - step: start
+    loop:
+      in: [2, 3, 4]
+      iterator: n
+      spec:
+        mode: parallel
+        max_in_flight: 3
+        policy:
+          reducers: { squares: append }
+    tool:
+      - name: first
+        kind: python
+        code: "result = 0"
+      - name: middle
+        kind: playbook
+        path: slots/middle
+        args: { n: "{{ iter.n }}" }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { squares: "{{ outcome.result.square }}" } }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+    tool:
+      - name: e
+        kind: noop
+"#;
+    let eid = cluster.submit(parent, "top.yaml", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let h = cluster.mesh.exec_header(&eid).await.unwrap();
+        if h.is_some_and(|h| h.status != ExecStatus::Running) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // Where it is stuck: every execution of the tree and its events.
+            let mut report = String::new();
+            let mut todo = vec![eid.clone()];
+            while let Some(e) = todo.pop() {
+                let kids =
+                    noetl_mesh::kv::keys_under(cluster.mesh.exec_kv(), &format!("{e}.child"))
+                        .await
+                        .unwrap();
+                let evs = cluster.events(&e).await;
+                report.push_str(&format!(
+                    "\n{e}: {:?}",
+                    evs.iter()
+                        .map(|x| format!("{} {}/{}", x.event_type, x.step, x.task))
+                        .collect::<Vec<_>>()
+                ));
+                todo.extend(
+                    kids.iter()
+                        .map(|k| k.rsplit('.').next().unwrap().to_string()),
+                );
+            }
+            panic!("stuck with one slot per kind:{report}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = cluster.wait(&eid, Duration::from_secs(5)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    let mut squares: Vec<i64> = serde_json::from_value(s.ctx["squares"].clone()).unwrap();
+    squares.sort();
+    assert_eq!(squares, [4, 9, 16]);
+    cluster.stop().await;
+}

@@ -97,7 +97,23 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         return Ok(());
     }
     // A child: its parent's continuation is kept before anything can fail.
+    // This also indexes the child under its parent, so a cancellation of
+    // the parent from now on reaches it.
     crate::children::remember(mesh, &eid, &req).await?;
+    // A cancellation of the parent before that point listed its children
+    // without this one (its request was still in flight): nobody else
+    // will cancel it, so it ends here, before its first step.
+    if let Some(why) = parent_ended(mesh, &req).await? {
+        return end_early(EarlyEnd {
+            mesh,
+            eid: &eid,
+            source: &source,
+            req: &req,
+            status: ExecStatus::Cancelled,
+            reason: why,
+        })
+        .await;
+    }
 
     let overrides = match codec::json_value(&req.workload_json) {
         Ok(v) => v,
@@ -171,6 +187,14 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     kv::create(mesh.exec_kv(), &header_key(&eid), &header).await?;
     let plan = Arc::new(plan);
     mesh.plans().insert(plan.clone());
+    // The parent may have been cancelled while this request was checked:
+    // if its cancellation asked this child to stop before the header above
+    // existed, that request found nothing. Ask again, now that it counts.
+    if let Some(why) = parent_ended(mesh, &req).await? {
+        mesh.request_cancel(&eid, why.trim_start_matches("cancelled: "))
+            .await?;
+        return Ok(());
+    }
     publish_entry(mesh, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
@@ -255,31 +279,90 @@ async fn fail_early(
     reason: String,
 ) -> Result<(), StartError> {
     tracing::warn!(execution_id = %eid, source, %reason, "execution refused");
+    end_early(EarlyEnd {
+        mesh,
+        eid,
+        source,
+        req,
+        status: ExecStatus::Failed,
+        reason,
+    })
+    .await?;
+    // A refused child still answers its parent's task.
+    crate::children::resume_parent(mesh, eid).await?;
+    Ok(())
+}
+
+/// An execution that ends before its first step.
+struct EarlyEnd<'a> {
+    mesh: &'a Mesh,
+    eid: &'a str,
+    source: &'a str,
+    req: &'a ExecutionRequest,
+    /// `Failed` (refused) or `Cancelled` (its parent ended first).
+    status: ExecStatus,
+    /// The header's error and the terminal event's.
+    reason: String,
+}
+
+/// Record the terminal header and emit the terminal event of an execution
+/// that never started.
+async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
     let now = now_rfc3339();
     let header = ExecHeader {
-        execution_id: eid.to_string(),
-        status: ExecStatus::Failed,
+        execution_id: e.eid.to_string(),
+        status: e.status,
         playbook: String::new(),
-        source: source.to_string(),
+        source: e.source.to_string(),
         live: Vec::new(),
         terminal_emitted: true,
         started_at: now.clone(),
         ended_at: Some(now),
-        error: Some(reason.clone()),
-        parent_execution_id: req.parent_execution_id.clone(),
+        error: Some(e.reason.clone()),
+        parent_execution_id: e.req.parent_execution_id.clone(),
     };
-    kv::create(mesh.exec_kv(), &header_key(eid), &header).await?;
+    kv::create(e.mesh.exec_kv(), &header_key(e.eid), &header).await?;
+    let (event_type, status) = match e.status {
+        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, "cancelled"),
+        _ => (types::EXECUTION_FAILED, "failed"),
+    };
     let ev = EventDraft {
-        event_type: types::EXECUTION_FAILED,
-        execution_id: eid,
-        trace_id: &req.trace_id,
-        payload: json!({"error": reason, "source": source}),
+        event_type,
+        execution_id: e.eid,
+        trace_id: &e.req.trace_id,
+        payload: json!({"status": status, "error": e.reason, "source": e.source}),
         ..Default::default()
     }
     .build();
-    mesh.emit(&ev).await?.wait().await?;
-    crate::children::resume_parent(mesh, eid).await?;
+    e.mesh.emit(&ev).await?.wait().await?;
+    if e.status == ExecStatus::Cancelled {
+        tracing::info!(execution_id = %e.eid, reason = %e.reason, "execution cancelled before it started");
+    }
     Ok(())
+}
+
+/// `Some(reason)` when the request is a child whose parent is no longer
+/// running (cancelled, or ended some other way): the child must not run.
+async fn parent_ended(mesh: &Mesh, req: &ExecutionRequest) -> Result<Option<String>, MeshError> {
+    let parent = req.parent_execution_id.as_str();
+    if parent.is_empty() {
+        return Ok(None);
+    }
+    let Some(h) = mesh.exec_header(parent).await? else {
+        return Ok(None);
+    };
+    Ok(match h.status {
+        ExecStatus::Running => None,
+        ExecStatus::Cancelled => Some(format!(
+            "cancelled: parent execution {parent} was cancelled"
+        )),
+        ExecStatus::Completed => Some(format!(
+            "cancelled: parent execution {parent} had already completed"
+        )),
+        ExecStatus::Failed => Some(format!(
+            "cancelled: parent execution {parent} had already failed"
+        )),
+    })
 }
 
 /// Every credential the playbook's `keychain` declares must be stored, with
