@@ -258,3 +258,447 @@ workflow:
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duckdb_queries_earlier_results_and_local_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("prices.csv");
+    std::fs::write(&csv, "sku,price\na,1.5\nb,2.25\nc,4\n").unwrap();
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: duckdb_over_results }
+workload: { csv: "" }
+workflow:
+  - step: orders
+    tool:
+      - name: make
+        kind: python
+        code: "result = {'rows': [{'sku': s, 'qty': q} for s, q in [('a', 2), ('b', 1), ('a', 3), ('c', 1)]]}"
+    next:
+      arcs:
+        - step: report
+  - step: report
+    tool:
+      - name: totals
+        kind: duckdb
+        tables: { orders: "{{ orders.rows }}" }
+        command: >-
+          select o.sku, sum(o.qty) as qty, sum(o.qty * p.price) as amount
+          from orders o join read_csv('{{ workload.csv }}') p using (sku)
+          group by o.sku order by o.sku
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { report: "{{ outcome.result.rows }}" } }
+"#;
+    let eid = cluster
+        .submit(
+            yaml,
+            "duckdb.yaml",
+            json!({"csv": csv.display().to_string()}),
+        )
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(
+        s.ctx["report"],
+        json!([
+            {"sku": "a", "qty": 5, "amount": 7.5},
+            {"sku": "b", "qty": 1, "amount": 2.25},
+            {"sku": "c", "qty": 1, "amount": 4.0},
+        ])
+    );
+    cluster.stop().await;
+}
+
+/// Every tracing record of this test binary, at debug level, with the
+/// `log` records of dependencies (reqwest, hyper, tokio-postgres) bridged.
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_ansi(false)
+            .with_writer(move || LogSink(sink.clone()))
+            .try_init()
+            .expect("the only subscriber of this test binary");
+        buf
+    })
+    .clone()
+}
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every message of every stream of the server (events, KV buckets, work
+/// queue, dead letters, object store) as text.
+async fn every_stream(mesh: &noetl_mesh::Mesh) -> String {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt;
+    let js = mesh.js();
+    let names: Vec<String> = js
+        .stream_names()
+        .map(|n| n.unwrap())
+        .collect::<Vec<_>>()
+        .await;
+    let mut out = String::new();
+    for name in names {
+        let mut stream = js.get_stream(&name).await.unwrap();
+        if stream.info().await.unwrap().state.messages == 0 {
+            continue;
+        }
+        // The work queue refuses a consumer overlapping its own: what it
+        // held was consumed (and so deleted) anyway.
+        let Ok(consumer) = stream
+            .create_consumer(OrderedConfig {
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+        else {
+            out.push_str(&format!("\n[{name}: not readable]"));
+            continue;
+        };
+        let cname = consumer.cached_info().name.clone();
+        let mut messages = consumer.messages().await.unwrap();
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await
+        {
+            let m = m.unwrap();
+            out.push_str(&format!("\n[{name} {}] ", m.subject));
+            out.push_str(&String::from_utf8_lossy(&m.payload));
+            if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        drop(messages);
+        let _ = stream.delete_consumer(&cname).await;
+    }
+    out
+}
+
+/// A server that shows what it received: `/echo` answers with the request's
+/// `Authorization` / `X-API-Key` headers and query string, `/hop` redirects
+/// there keeping the query, `/fail` is a 500 quoting the query.
+async fn start_echo() -> String {
+    async fn echo(headers: HeaderMap, uri: axum::http::Uri) -> axum::response::Response {
+        let h = |k: &str| {
+            headers
+                .get(k)
+                .map(|v| v.to_str().unwrap_or("").to_string())
+                .unwrap_or_default()
+        };
+        Json(json!({
+            "authorization": h("authorization"),
+            "x-api-key": h("x-api-key"),
+            "query": uri.query().unwrap_or(""),
+        }))
+        .into_response()
+    }
+    async fn hop(uri: axum::http::Uri) -> axum::response::Response {
+        let to = format!("/echo?{}", uri.query().unwrap_or(""));
+        (StatusCode::FOUND, [("location", to)]).into_response()
+    }
+    async fn fail(uri: axum::http::Uri) -> axum::response::Response {
+        let body = format!("refused {}", uri.query().unwrap_or(""));
+        (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+    }
+    let app = Router::new()
+        .route("/echo", get(echo))
+        .route("/hop", get(hop))
+        .route("/fail", get(fail));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+const NO_LEAK: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: no_leak }
+keychain:
+  - { name: bearer_cred, kind: bearer }
+  - { name: basic_cred, kind: basic }
+  - { name: key_header, kind: api_key }
+  - { name: key_query, kind: api_key }
+  - { name: pg_cred, kind: postgres_credential }
+workload: { api: "" }
+workflow:
+  - step: calls
+    tool:
+      - name: bearer
+        kind: http
+        url: "{{ workload.api }}/echo"
+        auth: bearer_cred
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { bearer: "{{ outcome.result.data }}" } } } } ] } }
+      - name: basic
+        kind: http
+        url: "{{ workload.api }}/echo"
+        auth: basic_cred
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { basic: "{{ outcome.result.data }}" } } } } ] } }
+      - name: header
+        kind: http
+        url: "{{ workload.api }}/echo"
+        auth: key_header
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { header: "{{ outcome.result.data }}" } } } } ] } }
+      - name: query_through_redirect
+        kind: http
+        url: "{{ workload.api }}/hop"
+        params: { page: 1 }
+        auth: key_query
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { query: "{{ outcome.result.data }}", query_url: "{{ outcome.http.url }}" } } } } ] } }
+      - name: failing
+        kind: http
+        url: "{{ workload.api }}/fail"
+        auth: key_query
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { failed: "{{ outcome.error.message }}", failed_body: "{{ outcome.result.data }}" } } } } ] } }
+      - name: refused
+        kind: http
+        url: "http://127.0.0.1:9/nothing"
+        auth: key_query
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { refused: "{{ outcome.error.message }}" } } } } ] } }
+      - name: db
+        kind: postgres
+        auth: pg_cred
+        command: "SELECT current_user AS who, $1::text AS echoed"
+        params: ["{{ keychain.pg_cred.password }}"]
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { db: "{{ outcome.result.rows[0] }}" } } } } ] } }
+      - name: child_given_the_token
+        kind: playbook
+        args: { token: "{{ keychain.bearer_cred.token }}" }
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: given }
+          workload: { token: "" }
+          workflow:
+            - step: start
+              tool:
+                - name: echo
+                  kind: noop
+                  result: "{{ workload.token }}"
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { given: "{{ outcome.error }}" } } } } ] } }
+      - name: child_with_own_keychain
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: own_keychain }
+          keychain: [ { name: bearer_cred, kind: bearer } ]
+          workflow:
+            - step: start
+              tool:
+                - name: use
+                  kind: python
+                  args: { token: "{{ keychain.bearer_cred.token }}" }
+                  code: "result = {'len': len(token), 'echo': 'seen ' + token}"
+                  spec:
+                    policy:
+                      rules:
+                        - else:
+                            then: { do: continue, set_ctx: { len: "{{ outcome.result.len }}", echo: "{{ outcome.result.echo }}" } }
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { own: "{{ outcome.result }}" } } } } ] } }
+"#;
+
+/// The project rule: no secret value ever appears in events, KV state,
+/// logs or error messages — for every credential kind, through redirects,
+/// error paths, child executions and policy errors. Everything the server
+/// holds (every stream, so every event and KV entry) and every log record
+/// at debug level (dependencies included) is searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_reaches_events_kv_logs_or_errors() {
+    let logs = captured_logs();
+    let api = start_echo().await;
+    let cluster = Cluster::start().await;
+    let bearer = "tok-Bearer-44170";
+    let basic_pw = "pw-Basic-55210";
+    let header_key = "key-Header-66301";
+    let query_key = "key-Query-77420";
+    let pg_pw = "pw-Pg-88531";
+    let vault = cluster.mesh.vault();
+    for (name, kind, data) in [
+        ("bearer_cred", "bearer", json!({"token": bearer})),
+        (
+            "basic_cred",
+            "basic",
+            json!({"username": "app", "password": basic_pw}),
+        ),
+        ("key_header", "api_key", json!({"key": header_key})),
+        (
+            "key_query",
+            "api_key",
+            json!({"key": query_key, "in": "query", "name": "api_key"}),
+        ),
+        (
+            "pg_cred",
+            "postgres_credential",
+            json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
+                   "password": pg_pw, "database": "test"}),
+        ),
+    ] {
+        vault
+            .put(&Credential {
+                name: name.into(),
+                kind: kind.into(),
+                data,
+            })
+            .await
+            .unwrap();
+    }
+    let eid = cluster
+        .submit(NO_LEAK, "no_leak.yaml", json!({"api": api}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    let ctx = &s.ctx;
+    // Every credential reached its request...
+    assert_eq!(ctx["bearer"]["authorization"], "Bearer [redacted]", "{ctx}");
+    assert_eq!(ctx["basic"]["authorization"], "Basic [redacted]", "{ctx}");
+    assert_eq!(ctx["header"]["x-api-key"], "[redacted]", "{ctx}");
+    assert_eq!(ctx["query"]["query"], "page=1&api_key=[redacted]", "{ctx}");
+    assert!(
+        ctx["query_url"].as_str().unwrap().ends_with("/echo"),
+        "{ctx}"
+    );
+    assert!(
+        ctx["failed"].as_str().unwrap().contains("returned 500"),
+        "{ctx}"
+    );
+    assert!(!ctx["refused"].as_str().unwrap().is_empty(), "{ctx}");
+    assert_eq!(ctx["db"]["who"], "postgres", "{ctx}");
+    assert_eq!(ctx["db"]["echoed"], "[redacted]", "{ctx}");
+    // ...a child is refused credential values in its fields, and told how
+    // to get them instead...
+    assert_eq!(ctx["given"]["kind"], "playbook.config", "{ctx}");
+    let why = ctx["given"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("`args` reads `keychain`") && why.contains("child playbook's own `keychain`"),
+        "{why}"
+    );
+    // ...while a child that declares the credential gets the real value.
+    assert_eq!(ctx["own"]["len"], bearer.len(), "{ctx}");
+    assert_eq!(ctx["own"]["echo"], "seen [redacted]", "{ctx}");
+
+    // A policy whose template quotes a secret in its error.
+    let policy = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: policy_error }
+keychain: [ { name: bearer_cred, kind: bearer } ]
+workflow:
+  - step: start
+    tool:
+      - name: flaky
+        kind: python
+        code: "raise ValueError('no')"
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: retry, attempts: 3, delay: "{{ keychain.bearer_cred.token }}" }
+"#;
+    let eid2 = cluster.submit(policy, "policy.yaml", json!({})).await;
+    let s2 = cluster.wait(&eid2, Duration::from_secs(60)).await;
+    assert_eq!(s2.status, ExecStatus::Failed, "{s2:?}");
+    let err = s2.error.clone().unwrap_or_default();
+    assert!(
+        err.contains("then.delay") && err.contains("[redacted]"),
+        "{err}"
+    );
+
+    cluster.settled_events(&eid).await;
+    cluster.settled_events(&eid2).await;
+    let mut haystack = every_stream(&cluster.mesh).await;
+    haystack.push_str(&format!("{s:?}{s2:?}"));
+    let stored = haystack.len();
+    haystack.push_str(&String::from_utf8_lossy(&logs.lock().unwrap()));
+    let wire_basic = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("app:{basic_pw}"))
+    };
+    for secret in [bearer, basic_pw, header_key, query_key, pg_pw, &wire_basic] {
+        if let Some(at) = haystack.find(secret) {
+            let bytes = haystack.as_bytes();
+            let around = &bytes[at.saturating_sub(300)..(at + 100).min(bytes.len())];
+            let place = if at < stored {
+                "the server"
+            } else {
+                "the logs"
+            };
+            panic!(
+                "secret {secret:?} leaked into {place}: ...{}...",
+                String::from_utf8_lossy(around)
+            );
+        }
+    }
+    // The search covered what it claims to.
+    assert!(haystack[..stored].contains("task.done"));
+    assert!(haystack[..stored].contains("noetl_ctx"), "KV was searched");
+    let logs = &haystack[stored..];
+    assert!(logs.contains("task finished"), "our debug records");
+    assert!(
+        logs.contains("starting new connection"),
+        "reqwest's debug records"
+    );
+    cluster.stop().await;
+}
+
+/// The Helm chart runs one Deployment per executor kind from `executors`
+/// in its values (`templates/executors.yaml` ranges over the map): every
+/// kind an executor can serve must be there with its own replicas,
+/// concurrency and resources, or its tasks would wait for an executor that
+/// never comes.
+#[test]
+fn the_helm_chart_deploys_every_tool_kind() {
+    let chart = repo_root().join("charts/noetl");
+    let values = std::fs::read_to_string(chart.join("values.yaml")).unwrap();
+    let values = noetl_core::yaml::to_json(&noetl_core::yaml::parse(&values).unwrap());
+    let executors = values["executors"].as_object().expect("executors by kind");
+    let mut kinds: Vec<&str> = Vec::new();
+    for (kind, ex) in executors {
+        let kind = kind.as_str();
+        assert!(
+            ex["replicas"].as_u64().is_some_and(|r| r >= 1),
+            "{kind}: replicas"
+        );
+        assert!(
+            ex["concurrency"].as_u64().is_some_and(|c| c >= 1),
+            "{kind}: concurrency"
+        );
+        assert!(ex["resources"].is_object(), "{kind}: resources");
+        kinds.push(kind);
+    }
+    for tool in noetl_integration::all_tools() {
+        assert!(
+            kinds.contains(&tool.kind()),
+            "the chart has no executor Deployment for kind {:?} (has {kinds:?})",
+            tool.kind()
+        );
+    }
+    // The template makes one Deployment per entry, named by kind, passing
+    // the entry's own settings.
+    let template = std::fs::read_to_string(chart.join("templates/executors.yaml")).unwrap();
+    for needle in [
+        "range $kind, $ex := .Values.executors",
+        "name: {{ $root.Release.Name }}-executor-{{ $kind }}",
+        "replicas: {{ $ex.replicas }}",
+        "\"--kind\", \"{{ $kind }}\", \"--concurrency\", \"{{ $ex.concurrency }}\"",
+        "toYaml ($ex.resources | default dict)",
+    ] {
+        assert!(template.contains(needle), "executors.yaml lacks {needle:?}");
+    }
+}
