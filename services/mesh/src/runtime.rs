@@ -79,12 +79,17 @@ pub async fn run_sharing(
     let permits = slots;
     let mut failures = 0u32;
     'pull: loop {
-        // Wait for a free slot, then ask for as many messages as are free.
-        let first = tokio::select! {
+        // Wait for a free slot without taking it (loops sharing the slots
+        // must not starve while this one waits for messages), then ask for
+        // as many messages as there are free slots.
+        let free = tokio::select! {
             _ = cl.shutdown.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            p = permits.acquire() => {
+                let free = 1 + permits.available_permits();
+                drop(p.expect("semaphore is never closed"));
+                free
+            }
         };
-        let free = 1 + permits.available_permits();
         let batch = cl
             .consumer
             .batch()
@@ -95,7 +100,6 @@ pub async fn run_sharing(
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
-                drop(first);
                 failures += 1;
                 let wait = backoff(failures);
                 tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
@@ -105,7 +109,6 @@ pub async fn run_sharing(
                 }
             }
         };
-        let mut first = Some(first);
         loop {
             let next = tokio::select! {
                 _ = cl.shutdown.cancelled() => break 'pull,
@@ -122,15 +125,15 @@ pub async fn run_sharing(
                     break;
                 }
             };
-            // Unless other loops share the slots, permits only grow while
-            // this loop is here: this does not wait.
-            let permit = match first.take() {
-                Some(p) => p,
-                None => permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("semaphore is never closed"),
+            // Normally free: this loop asked only for free slots. Loops
+            // sharing the slots may have taken them meanwhile; then the
+            // message waits here, kept alive by in-progress acks.
+            let permit = match permits.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => match wait_for_slot(&mesh, &cl, &permits, &msg).await {
+                    Some(p) => p,
+                    None => break 'pull,
+                },
             };
             let handler = cl.handler.clone();
             let mesh = mesh.clone();
@@ -148,6 +151,31 @@ pub async fn run_sharing(
         .expect("semaphore is never closed");
     tracing::info!(consumer = %cl.name, "drained");
     Ok(())
+}
+
+/// Wait for a handler slot for `msg`, telling JetStream it is in progress
+/// meanwhile. On shutdown the message is handed back (NAK, no delay) for
+/// another replica, and `None` is returned.
+async fn wait_for_slot(
+    mesh: &Mesh,
+    cl: &ConsumerLoop,
+    permits: &Arc<Semaphore>,
+    msg: &Message,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let period = (mesh.config().ack_wait / 2).max(Duration::from_millis(50));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return Some(p.expect("semaphore is never closed")),
+            _ = tick.tick() => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+            _ = cl.shutdown.cancelled() => {
+                let _ = msg.ack_with(AckKind::Nak(None)).await;
+                return None;
+            }
+        }
+    }
 }
 
 /// Delay before the `n`th attempt after a transient failure: 250 ms,
