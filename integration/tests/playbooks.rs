@@ -1,6 +1,8 @@
-//! Runs every runnable example in `playbooks/` (those with a sibling
-//! `<name>.expect.json`) through the real mesh and checks status, ctx, step
-//! statuses and the ordered event subsequence the expectation names.
+//! Runs every runnable example in `playbooks/` and `playbooks/seeds/`
+//! (those with a sibling `<name>.expect.json`) through the real mesh and
+//! checks status, ctx (`ctx`: values that must be there; `ctx_absent`: keys
+//! that must not), step statuses and the ordered event subsequence the
+//! expectation names.
 
 use std::time::Duration;
 
@@ -19,14 +21,20 @@ fn subset(expected: &Value, actual: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_runnable_example_behaves_as_expected() {
-    let dir = repo_root().join("playbooks");
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .expect("playbooks dir")
+    let root = repo_root();
+    let mut cases: Vec<_> = ["playbooks", "playbooks/seeds"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root.join(d)).expect("playbooks dir"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".expect.json"))
         .collect();
     cases.sort();
-    assert!(!cases.is_empty(), "no playbooks/*.expect.json found");
+    let seeds = cases
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("seeds")))
+        .count();
+    assert!(cases.len() >= 15, "too few playbooks/*.expect.json found");
+    assert!(seeds >= 3, "too few playbooks/seeds/*.expect.json found");
     let cluster = Cluster::start().await;
     let mut failures = Vec::new();
     for expect_path in &cases {
@@ -36,7 +44,14 @@ async fn every_runnable_example_behaves_as_expected() {
             .to_string_lossy()
             .trim_end_matches(".expect.json")
             .to_string();
-        let rel = format!("playbooks/{name}.yaml");
+        let folder = expect_path
+            .parent()
+            .unwrap()
+            .strip_prefix(&root)
+            .unwrap()
+            .display()
+            .to_string();
+        let rel = format!("{folder}/{name}.yaml");
         let expect: Value =
             serde_json::from_str(&std::fs::read_to_string(expect_path).unwrap()).unwrap();
         let workload = expect.get("workload").cloned().unwrap_or(Value::Null);
@@ -54,6 +69,13 @@ async fn every_runnable_example_behaves_as_expected() {
         if let Some(ctx) = expect.get("ctx") {
             if !subset(ctx, &summary.ctx) {
                 problems.push(format!("ctx {} does not contain {ctx}", summary.ctx));
+            }
+        }
+        if let Some(Value::Array(absent)) = expect.get("ctx_absent") {
+            for key in absent.iter().filter_map(Value::as_str) {
+                if summary.ctx.get(key).is_some() {
+                    problems.push(format!("ctx has {key:?}, which must be absent"));
+                }
             }
         }
         if let Some(Value::Object(steps)) = expect.get("steps") {
