@@ -332,6 +332,15 @@ fn key_from_file(path: &Path) -> Result<[u8; 32], CredentialError> {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| file_err(e.to_string()))?;
             }
+            // Written whole to a private temporary file, then linked into
+            // place: the link is created only if no key exists yet, so a
+            // concurrent reader never sees a half-written key and two
+            // processes never end up with different keys.
+            let tmp = path.with_extension(format!(
+                "tmp-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ));
             let mut opts = std::fs::OpenOptions::new();
             opts.write(true).create_new(true);
             #[cfg(unix)]
@@ -339,11 +348,19 @@ fn key_from_file(path: &Path) -> Result<[u8; 32], CredentialError> {
                 use std::os::unix::fs::OpenOptionsExt;
                 opts.mode(0o600);
             }
-            match opts.open(path) {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    f.write_all(hex::encode(key).as_bytes())
-                        .map_err(|e| file_err(e.to_string()))?;
+            let written = opts.open(&tmp).and_then(|mut f| {
+                use std::io::Write;
+                f.write_all(hex::encode(key).as_bytes())?;
+                f.sync_all()
+            });
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(file_err(e.to_string()));
+            }
+            let linked = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {
                     tracing::info!(path = %path.display(), "created a new secret key for credentials");
                     Ok(key)
                 }
@@ -359,6 +376,27 @@ fn key_from_file(path: &Path) -> Result<[u8; 32], CredentialError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_racing_to_create_the_key_file_all_get_the_same_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/secret.key");
+        let keys: Vec<[u8; 32]> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| key_from_file(&path).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|k| *k == keys[0]));
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
 
     #[test]
     fn keys_parse_from_hex_or_base64_only_at_32_bytes() {
