@@ -63,7 +63,7 @@ run: setup
 	$(CARGO_TARGET_DIR)/debug/noetl run $(PLAYBOOK)
 
 bench: setup
-	cargo run --release -p noetl-integration --bin noetl-bench
+	cargo run --release -p noetl-integration --no-default-features --bin noetl-bench
 
 clean:
 	rm -rf $(VENV)

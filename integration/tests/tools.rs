@@ -259,6 +259,7 @@ workflow:
         .unwrap();
 }
 
+#[cfg(feature = "duckdb")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duckdb_queries_earlier_results_and_local_files() {
     let dir = tempfile::tempdir().unwrap();
