@@ -457,3 +457,67 @@ workflow:
     assert_eq!(gauge.total.load(SeqCst), 4);
     assert_eq!(gauge.max.load(SeqCst), 1, "two tasks ran at once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_execution_runs_no_further_task_of_its_other_branches() {
+    // `boom` fails unhandled while `busy` is inside its first task; the
+    // execution fails, and `busy`'s second task (a side effect) must not run.
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: fail_stops_branches }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: boom
+        - step: busy
+  - step: boom
+    tool:
+      - name: wait_then_fail
+        kind: python
+        code: |
+          import time
+          time.sleep(0.5)
+          raise RuntimeError("boom")
+  - step: busy
+    tool:
+      - name: first
+        kind: python
+        args: { log: "{{ workload.log }}" }
+        code: |
+          import time
+          with open(log, "a") as f:
+              f.write("first\n")
+          time.sleep(3)
+          result = 1
+      - name: second
+        kind: python
+        args: { log: "{{ workload.log }}" }
+        code: |
+          with open(log, "a") as f:
+              f.write("second\n")
+          result = 2
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.log");
+    let cluster = Cluster::start().await;
+    let eid = cluster
+        .submit(yaml, "fail_stops_branches.yaml", json!({"log": log}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
+    // Let `busy`'s first task finish and its pipeline decide.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let events = cluster.events(&eid).await;
+    cluster.stop().await;
+    assert_eq!(effects(&log), vec!["first".to_string()]);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.event_type == et::TASK_STARTED && e.task == "second"),
+        "the second task started after the execution failed"
+    );
+}

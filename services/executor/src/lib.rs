@@ -127,7 +127,7 @@ impl Handler for TaskHandler {
             if executor
                 .mesh()
                 .cancellations()
-                .is_cancelled(&cmd.execution_id)
+                .is_stopped(&cmd.execution_id)
             {
                 return Disposition::Ack; // cancelled: run nothing more
             }

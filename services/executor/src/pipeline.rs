@@ -344,8 +344,8 @@ impl StepRun<'_> {
             if cur.pc >= tasks.len() {
                 break End::Done(std::mem::take(&mut cur.prev));
             }
-            if self.mesh().cancellations().is_cancelled(self.eid()) {
-                // Cancelled mid-pipeline: stop between tasks, report nothing.
+            if self.mesh().cancellations().is_stopped(self.eid()) {
+                // Cancelled or failed mid-pipeline: stop between tasks, report nothing.
                 break End::Handoff;
             }
             let task = &tasks[cur.pc];

@@ -588,7 +588,7 @@ async fn dispatch(
 ) -> Result<LoopRun, LoopError> {
     let eid = plan.execution_id.as_str();
     // A cancelled execution starts no more iterations.
-    if indices.is_empty() || mesh.cancellations().is_cancelled(eid) {
+    if indices.is_empty() || mesh.cancellations().is_stopped(eid) {
         return Ok(run);
     }
     let lp = step.loop_.as_ref().expect("loop step");

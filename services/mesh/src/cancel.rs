@@ -1,8 +1,10 @@
-//! Which executions were cancelled, as this process has heard: every mesh
-//! endpoint listens to `<p>.evt.*.execution.cancelled` (a plain
-//! subscription to the events JetStream also stores), so executors,
-//! schedulers and loop-supervisors stop starting work for a cancelled
-//! execution at once, without a KV read per message.
+//! Which executions were stopped (cancelled, or failed) as this process has
+//! heard: every mesh endpoint listens to `<p>.evt.*.execution.cancelled`
+//! and `<p>.evt.*.execution.failed` (plain subscriptions to the events
+//! JetStream also stores), so executors, schedulers and loop-supervisors
+//! start no more work for an execution that has ended that way (no further
+//! task of a failed execution's other branches runs, with its side
+//! effects), without a KV read per message.
 //!
 //! A replica started after a cancellation has not heard of it; the router
 //! still ignores every boundary event of a cancelled execution, so at most
@@ -16,15 +18,15 @@ use futures::StreamExt;
 /// Executions remembered at most (oldest forgotten first).
 pub const REMEMBERED: usize = 100_000;
 
-/// The cancelled executions this process knows of.
+/// The cancelled or failed executions this process knows of.
 #[derive(Default)]
 pub struct Cancellations {
     inner: Mutex<(HashSet<String>, VecDeque<String>)>,
 }
 
 impl Cancellations {
-    /// True when `eid` was cancelled.
-    pub fn is_cancelled(&self, eid: &str) -> bool {
+    /// True when `eid` was cancelled or failed: start no more work for it.
+    pub fn is_stopped(&self, eid: &str) -> bool {
         self.inner
             .lock()
             .expect("cancellations lock")
@@ -32,7 +34,7 @@ impl Cancellations {
             .contains(eid)
     }
 
-    /// Remember `eid` as cancelled.
+    /// Remember `eid` as stopped.
     pub fn insert(&self, eid: &str) {
         let mut g = self.inner.lock().expect("cancellations lock");
         if g.0.insert(eid.to_string()) {
@@ -49,26 +51,29 @@ impl Cancellations {
 /// Start listening; the task ends when the client closes.
 pub(crate) async fn watch(
     client: &async_nats::Client,
-    subject: String,
+    subjects: Vec<String>,
 ) -> Result<Arc<Cancellations>, crate::MeshError> {
     let set = Arc::new(Cancellations::default());
-    let mut sub = client
-        .subscribe(subject.clone())
-        .await
-        .map_err(|e| crate::MeshError::Setup {
-            what: format!("subscription {subject}"),
-            message: e.to_string(),
-        })?;
-    let s = set.clone();
-    tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            // <p>.evt.<eid>.execution.cancelled
-            let mut parts = msg.subject.as_str().split('.');
-            if let (Some(_), Some(_), Some(eid)) = (parts.next(), parts.next(), parts.next()) {
-                s.insert(eid);
+    for subject in subjects {
+        let mut sub =
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|e| crate::MeshError::Setup {
+                    what: format!("subscription {subject}"),
+                    message: e.to_string(),
+                })?;
+        let s = set.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                // <p>.evt.<eid>.execution.<cancelled|failed>
+                let mut parts = msg.subject.as_str().split('.');
+                if let (Some(_), Some(_), Some(eid)) = (parts.next(), parts.next(), parts.next()) {
+                    s.insert(eid);
+                }
             }
-        }
-    });
+        });
+    }
     Ok(set)
 }
 

@@ -159,7 +159,10 @@ impl Mesh {
         let results = objects::ResultStore::open(location)?;
         let cancelled = cancel::watch(
             &client,
-            subjects.events_of_type(events::types::EXECUTION_CANCELLED),
+            vec![
+                subjects.events_of_type(events::types::EXECUTION_CANCELLED),
+                subjects.events_of_type(events::types::EXECUTION_FAILED),
+            ],
         )
         .await?;
         Ok(Self {
@@ -212,7 +215,7 @@ impl Mesh {
     pub fn vault(&self) -> credentials::Vault {
         credentials::Vault::new(self.inner.buckets.credentials.clone(), &self.inner.config)
     }
-    /// Executions this process has heard were cancelled.
+    /// Executions this process has heard were cancelled or failed.
     pub fn cancellations(&self) -> &cancel::Cancellations {
         &self.inner.cancelled
     }

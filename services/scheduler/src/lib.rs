@@ -65,7 +65,7 @@ impl Handler for TokenHandler {
                 Ok(t) => t,
                 Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
             };
-            if mesh.cancellations().is_cancelled(&token.execution_id) {
+            if mesh.cancellations().is_stopped(&token.execution_id) {
                 return Disposition::Ack; // a cancelled execution starts no step
             }
             let span = tracing::debug_span!("schedule", execution_id = %token.execution_id, step = %token.step);
