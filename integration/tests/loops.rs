@@ -1145,7 +1145,12 @@ workflow:
     assert_eq!(err["kind"], "loop.items");
     let msg = err["message"].as_str().unwrap();
     assert!(
-        msg.contains("items.1") && msg.contains("noetl://") && msg.contains("item 1000"),
+        // Which item of the gone chunk is read first depends on timing
+        // (one may already be cached): any item of the second chunk.
+        msg.contains("items.1")
+            && msg.contains("noetl://")
+            && msg.contains("cannot be read")
+            && msg.contains("item 100"),
         "{msg}"
     );
     cluster.stop().await;
