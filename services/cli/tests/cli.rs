@@ -83,6 +83,24 @@ fn concurrent_runs_with_one_data_dir_do_not_share_a_store() {
 }
 
 #[test]
+fn a_run_that_finds_the_local_store_taken_says_it_uses_a_temporary_one() {
+    let home = tempfile::tempdir().unwrap();
+    let lock = std::fs::File::create(home.path().join("nats.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let out = noetl()
+        .env("NOETL_HOME", home.path())
+        .args(["run", "--json", "--timeout", "120", &fixture("hello.yaml")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(json_of(&out)["status"], "completed");
+    assert!(err.contains("is in use by another run"), "{err}");
+    assert!(err.contains("uses a temporary store"), "{err}");
+    drop(lock);
+}
+
+#[test]
 fn workload_file_then_set_override_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("w.json");

@@ -116,6 +116,11 @@ pub fn start_private_server(
             "the local store cannot be used: {first}; wait for that run to end, or pass --nats URL"
         );
     }
+    // Said once, on stderr: a keychain or catalog lookup failing later in
+    // this run is then not a mystery.
+    eprintln!(
+        "note: {first}; this run uses a temporary store, without the credentials and playbooks stored locally"
+    );
     let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
     let s = NatsServerProcess::start(ServerOptions {
         store_dir: tmp.path().to_path_buf(),
