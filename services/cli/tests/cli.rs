@@ -580,3 +580,62 @@ fn playbooks_register_list_show_and_run_by_path_from_the_local_store() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("version 9"));
 }
+
+/// Processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn only_an_executor_serving_python_starts_interpreters() {
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    let spawn = |args: &[&str]| {
+        noetl()
+            .args(args)
+            .args(["--nats", &url])
+            .env("NOETL_PYTHON_WARM", "2")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let services = Services(vec![
+        spawn(&["serve", "router"]),
+        spawn(&["serve", "executor", "--kind", "noop"]),
+        spawn(&["serve", "executor", "--kind", "python"]),
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while children_of(services.0[2].id()).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the python executor never warmed its interpreters"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The others had as long, and a moment more, to start any.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(children_of(services.0[0].id()), Vec::<u32>::new(), "router");
+    assert_eq!(
+        children_of(services.0[1].id()),
+        Vec::<u32>::new(),
+        "noop executor"
+    );
+}

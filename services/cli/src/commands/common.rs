@@ -100,22 +100,29 @@ impl WorkloadArgs {
 }
 
 /// Every tool kind this binary can serve.
-pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(noetl_tool_noop::NoopTool),
-        Arc::new(noetl_tool_python::PythonTool::new()),
-        Arc::new(noetl_executor::PlaybookTool),
-        Arc::new(noetl_tool_http::HttpTool::new()),
-        Arc::new(noetl_tool_postgres::PostgresTool::new()),
+pub const KNOWN_KINDS: [&str; 6] = ["noop", "python", "playbook", "http", "postgres", "duckdb"];
+
+/// A new tool serving `kind`, if this binary knows the kind. Tools are made
+/// only for the kinds a process serves (the python tool starts warm
+/// interpreters as soon as it exists).
+pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
+    let tool: Arc<dyn Tool> = match kind {
+        "noop" => Arc::new(noetl_tool_noop::NoopTool),
+        "python" => Arc::new(noetl_tool_python::PythonTool::new()),
+        "playbook" => Arc::new(noetl_executor::PlaybookTool),
+        "http" => Arc::new(noetl_tool_http::HttpTool::new()),
+        "postgres" => Arc::new(noetl_tool_postgres::PostgresTool::new()),
         // Always served: without the engine its tasks fail with a clear
         // error instead of waiting for an executor that never comes.
-        Arc::new(noetl_tool_duckdb::DuckdbTool),
-    ]
+        "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
+        _ => return None,
+    };
+    Some(tool)
 }
 
-/// The kinds in [`all_tools`].
-pub fn known_kinds() -> Vec<&'static str> {
-    all_tools().iter().map(|t| t.kind()).collect()
+/// One tool of every kind in [`KNOWN_KINDS`].
+pub fn all_tools() -> Vec<Arc<dyn Tool>> {
+    KNOWN_KINDS.iter().filter_map(|k| tool(k)).collect()
 }
 
 /// All services running as tokio tasks in this process.
@@ -220,5 +227,18 @@ pub fn init_tracing(json: bool, default_level: &str) {
         let _ = builder.json().try_init();
     } else {
         let _ = builder.try_init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_kind_makes_a_tool_of_that_kind() {
+        for k in KNOWN_KINDS {
+            assert_eq!(tool(k).map(|t| t.kind()), Some(k));
+        }
+        assert!(tool("nope").is_none());
     }
 }

@@ -2,12 +2,14 @@
 //! SIGINT/SIGTERM, then drain in-flight messages and exit.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::bail;
+use noetl_core::tool::Tool;
 use noetl_mesh::runtime::ServiceParams;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{all_tools, init_tracing, known_kinds, MeshArgs};
+use super::common::{all_tools, init_tracing, tool, MeshArgs, KNOWN_KINDS};
 
 /// Which service.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -53,18 +55,22 @@ pub struct Args {
 /// Serve until a signal.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(matches!(args.log_format, LogFormat::Json), "info");
-    let mut tools = all_tools();
-    if !args.kinds.is_empty() {
-        for k in &args.kinds {
-            if !known_kinds().contains(&k.as_str()) {
-                bail!(
-                    "unknown tool kind {k:?}; known kinds: {}",
-                    known_kinds().join(", ")
-                );
-            }
+    for k in &args.kinds {
+        if !KNOWN_KINDS.contains(&k.as_str()) {
+            bail!(
+                "unknown tool kind {k:?}; known kinds: {}",
+                KNOWN_KINDS.join(", ")
+            );
         }
-        tools.retain(|t| args.kinds.iter().any(|k| k == t.kind()));
     }
+    // Only an executor makes tools, and only those of its kinds.
+    let tools = || -> Vec<Arc<dyn Tool>> {
+        if args.kinds.is_empty() {
+            all_tools()
+        } else {
+            args.kinds.iter().filter_map(|k| tool(k)).collect()
+        }
+    };
     let mesh = args.mesh.connect().await?;
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
@@ -86,7 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Service::Executor => {
             noetl_executor::serve(noetl_executor::ExecutorParams {
                 service: params,
-                tools,
+                tools: tools(),
             })
             .await?
         }
