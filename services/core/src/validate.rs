@@ -1490,6 +1490,84 @@ impl Validator {
                 "check the `{{ }}` / `{% %}` / `{# #}` syntax (Jinja)",
             );
         }
+        self.unknown_roots(root);
+    }
+
+    /// W106: a template reads a top-level name that is neither a runtime
+    /// variable nor the name of a step or task (`{{ api_url }}` for
+    /// `{{ workload.api_url }}`). At run time a value template fails on it
+    /// and a condition reads it as undefined (false), so say so now.
+    fn unknown_roots(&mut self, root: &Node) {
+        let mut known: BTreeSet<String> = RUNTIME_VARIABLES.iter().map(|v| v.to_string()).collect();
+        collect_names(root, &mut known);
+        let mut unknown = Vec::new();
+        collect_templates(root, "", &mut |path, node, s| {
+            for name in crate::template::referenced_roots(s) {
+                if !known.contains(&name) {
+                    unknown.push((node.span, path.to_string(), name));
+                }
+            }
+        });
+        let mut options: Vec<&str> = RUNTIME_VARIABLES.to_vec();
+        options.extend(known.iter().map(String::as_str));
+        for (span, path, name) in unknown {
+            let help = match closest(&name, &options) {
+                Some(c) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
+                None => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
+            };
+            self.warn(
+                "W106",
+                span,
+                &path,
+                format!("template reads `{name}`, which is not a runtime variable, step or task"),
+                &help,
+            );
+        }
+    }
+}
+
+/// The names every template may read (docs/dsl.md, "Runtime variables").
+const RUNTIME_VARIABLES: &[&str] = &[
+    "workload",
+    "keychain",
+    "ctx",
+    "iter",
+    "args",
+    "_task",
+    "_prev",
+    "_attempt",
+    "outcome",
+    "event",
+    "loop",
+    "execution_id",
+];
+
+/// Every step and task name in the document (values of `step:` and
+/// `name:` keys, and the keys of label-keyed tasks), for [`Validator::unknown_roots`].
+fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
+    match &n.kind {
+        NodeKind::Seq(items) => {
+            for x in items {
+                // `- fetch: { kind: http }`: the label names the task.
+                if let NodeKind::Map(entries) = &x.kind {
+                    if entries.len() == 1 && matches!(entries[0].1.kind, NodeKind::Map(_)) {
+                        out.insert(entries[0].0.name.clone());
+                    }
+                }
+                collect_names(x, out);
+            }
+        }
+        NodeKind::Map(entries) => {
+            for (k, v) in entries {
+                if k.name == "step" || k.name == "name" {
+                    if let Some(s) = v.as_str() {
+                        out.insert(s.to_string());
+                    }
+                }
+                collect_names(v, out);
+            }
+        }
+        _ => {}
     }
 }
 

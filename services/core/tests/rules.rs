@@ -726,3 +726,36 @@ fn all_errors_are_reported_at_once_in_source_order() {
     assert_eq!(text.lines().count(), 6);
     assert!(text.starts_with("t.yaml:3:1: error[E002]: "), "{text}");
 }
+
+#[test]
+fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion() {
+    let src = pb(r#"  - step: start
+    tool:
+      - name: t
+        kind: noop
+        result: "{{ wrokload.x }}"
+"#);
+    assert_eq!(at(&src, "W106"), (10, 17));
+    let d = diags(&src);
+    let w = d.iter().find(|d| d.code == "W106").unwrap();
+    assert!(w.message.contains("`wrokload`"), "{}", w.message);
+    assert!(
+        w.help.as_deref().unwrap_or("").contains("did you mean `workload`"),
+        "{w:?}"
+    );
+    // Runtime variables, steps, tasks (named or label-keyed), loop locals
+    // and builtins are all known.
+    let ok = pb(r#"  - step: start
+    tool:
+      - fetch: { kind: noop, result: "{{ workload.a }}" }
+      - name: t
+        kind: noop
+        result: "{{ fetch }} {{ t }} {{ ctx.a }} {{ _prev }} {{ range(2) | list }} {% for x in args.xs %}{{ x }}{% endfor %} {{ execution_id }}"
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'step.done' and start is defined }}"
+  - step: end
+"#);
+    assert!(!codes(&ok).contains(&"W106"), "{:#?}", diags(&ok));
+}
