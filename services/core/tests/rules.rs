@@ -740,7 +740,10 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
     let w = d.iter().find(|d| d.code == "W106").unwrap();
     assert!(w.message.contains("`wrokload`"), "{}", w.message);
     assert!(
-        w.help.as_deref().unwrap_or("").contains("did you mean `workload`"),
+        w.help
+            .as_deref()
+            .unwrap_or("")
+            .contains("did you mean `workload`"),
         "{w:?}"
     );
     // Runtime variables, steps, tasks (named or label-keyed), loop locals
