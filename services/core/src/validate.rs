@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::template::RUNTIME_VARIABLES;
 use crate::yaml::{escape, Node, NodeKind};
 
 const ROOT_KEYS: &[&str] = &[
@@ -1508,8 +1509,7 @@ impl Validator {
                 }
             }
         });
-        let mut options: Vec<&str> = RUNTIME_VARIABLES.to_vec();
-        options.extend(known.iter().map(String::as_str));
+        let options: Vec<&str> = known.iter().map(String::as_str).collect();
         for (span, path, name) in unknown {
             let help = match closest(&name, &options) {
                 Some(c) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
@@ -1525,22 +1525,6 @@ impl Validator {
         }
     }
 }
-
-/// The names every template may read (docs/dsl.md, "Runtime variables").
-const RUNTIME_VARIABLES: &[&str] = &[
-    "workload",
-    "keychain",
-    "ctx",
-    "iter",
-    "args",
-    "_task",
-    "_prev",
-    "_attempt",
-    "outcome",
-    "event",
-    "loop",
-    "execution_id",
-];
 
 /// Every step and task name in the document (values of `step:` and
 /// `name:` keys, and the keys of label-keyed tasks), for [`Validator::unknown_roots`].
