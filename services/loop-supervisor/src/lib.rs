@@ -732,23 +732,27 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
         _ => serde_json::Map::new(),
     };
     let skey = state_key(eid, srid);
-    let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
-        return Err(LoopError::Refused(format!(
-            "{} for unknown loop run {srid} of execution {eid}",
-            ev.event_type
-        )));
-    };
     let mut claim = Claim {
         failed,
         reduce: contributions,
     };
-    if current.in_flight.contains(&index) && reducers.iter().any(|(_, op)| grows(*op)) {
-        // The first report of an index decides how it counts and what it
-        // contributes; the contributions are read back at the end.
-        let ckey = claim_key(eid, srid, index);
-        if !kv::create(mesh.loop_kv(), &ckey, &claim).await? {
-            if let Some(first) = kv::get::<Claim>(mesh.loop_kv(), &ckey).await? {
-                claim = first;
+    // Only loops with growing reducers look before the update (the update
+    // reads the run itself: the common path reads it once).
+    if reducers.iter().any(|(_, op)| grows(*op)) {
+        let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
+            return Err(LoopError::Refused(format!(
+                "{} for unknown loop run {srid} of execution {eid}",
+                ev.event_type
+            )));
+        };
+        if current.in_flight.contains(&index) {
+            // The first report of an index decides how it counts and what
+            // it contributes; the contributions are read back at the end.
+            let ckey = claim_key(eid, srid, index);
+            if !kv::create(mesh.loop_kv(), &ckey, &claim).await? {
+                if let Some(first) = kv::get::<Claim>(mesh.loop_kv(), &ckey).await? {
+                    claim = first;
+                }
             }
         }
     }
