@@ -21,6 +21,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod gauge;
+pub use gauge::Gauge;
+
 /// How to start a cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use noetl_integration::{types, Cluster, ClusterOptions};
+use noetl_integration::{types, Cluster, ClusterOptions, Gauge};
 use noetl_mesh::events::types as et;
 use serde_json::json;
 
@@ -1254,34 +1254,8 @@ workflow:
     cluster.stop().await;
 }
 
-/// A server that records the most requests it ever had in flight at once:
-/// the tool side's own view of a loop's concurrency.
-#[derive(Default)]
-struct Gauge {
-    now: std::sync::atomic::AtomicUsize,
-    max: std::sync::atomic::AtomicUsize,
-    total: std::sync::atomic::AtomicUsize,
-}
-
-async fn slow(axum::extract::State(g): axum::extract::State<std::sync::Arc<Gauge>>) -> String {
-    use std::sync::atomic::Ordering::SeqCst;
-    let n = g.now.fetch_add(1, SeqCst) + 1;
-    g.max.fetch_max(n, SeqCst);
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    g.now.fetch_sub(1, SeqCst);
-    g.total.fetch_add(1, SeqCst);
-    "ok".into()
-}
-
 async fn gauge_server() -> (std::sync::Arc<Gauge>, String) {
-    let gauge = std::sync::Arc::new(Gauge::default());
-    let app = axum::Router::new()
-        .route("/slow", axum::routing::get(slow))
-        .with_state(gauge.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/slow", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (gauge, url)
+    Gauge::serve(Duration::from_millis(250)).await
 }
 
 fn http_loop(spec: &str, n: u32) -> String {
@@ -1306,7 +1280,6 @@ workflow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_in_flight_may_be_a_template_and_defaults_to_16() {
-    use std::sync::atomic::Ordering::SeqCst;
     // Executor slots (2 x 32) are not the bound here: the loop is.
     let cluster = Cluster::start_with(ClusterOptions {
         replicas: 2,
@@ -1320,8 +1293,8 @@ async fn max_in_flight_may_be_a_template_and_defaults_to_16() {
         12,
     );
     completed(&cluster, &yaml, json!({"url": url, "mif": 3})).await;
-    assert_eq!(gauge.total.load(SeqCst), 12);
-    assert_eq!(gauge.max.load(SeqCst), 3, "max_in_flight from workload.mif");
+    assert_eq!(gauge.total(), 12);
+    assert_eq!(gauge.max(), 3, "max_in_flight from workload.mif");
 
     let (gauge, url) = gauge_server().await;
     completed(
@@ -1330,9 +1303,9 @@ async fn max_in_flight_may_be_a_template_and_defaults_to_16() {
         json!({"url": url}),
     )
     .await;
-    assert_eq!(gauge.total.load(SeqCst), 40);
+    assert_eq!(gauge.total(), 40);
     assert_eq!(
-        gauge.max.load(SeqCst),
+        gauge.max(),
         noetl_loop_supervisor::DEFAULT_MAX_IN_FLIGHT as usize,
         "the default bound, reached and never exceeded"
     );

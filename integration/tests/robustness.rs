@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use noetl_integration::{events_of, types, Cluster, ClusterOptions};
+use noetl_integration::{events_of, types, Cluster, ClusterOptions, Gauge};
 use noetl_mesh::{codec, events::types as et};
 use noetl_wire::Event;
 use serde_json::{json, Value};
@@ -380,34 +380,9 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     cluster.stop().await;
 }
 
-/// A server that records the most requests it ever had in flight at once.
-#[derive(Default)]
-struct Gauge {
-    now: std::sync::atomic::AtomicUsize,
-    max: std::sync::atomic::AtomicUsize,
-    total: std::sync::atomic::AtomicUsize,
-}
-
-async fn slow(axum::extract::State(g): axum::extract::State<std::sync::Arc<Gauge>>) -> String {
-    use std::sync::atomic::Ordering::SeqCst;
-    let n = g.now.fetch_add(1, SeqCst) + 1;
-    g.max.fetch_max(n, SeqCst);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    g.now.fetch_sub(1, SeqCst);
-    g.total.fetch_add(1, SeqCst);
-    "ok".into()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_bounds_a_replica_across_all_the_kinds_it_serves() {
-    use std::sync::atomic::Ordering::SeqCst;
-    let gauge = std::sync::Arc::new(Gauge::default());
-    let app = axum::Router::new()
-        .route("/slow", axum::routing::get(slow))
-        .with_state(gauge.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/slow", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (gauge, url) = Gauge::serve(Duration::from_millis(400)).await;
     // One http and one python task become runnable at once; an executor
     // with --concurrency 1 serving both kinds runs them one after the other.
     let yaml = r#"
@@ -454,8 +429,8 @@ workflow:
         );
     }
     cluster.stop().await;
-    assert_eq!(gauge.total.load(SeqCst), 4);
-    assert_eq!(gauge.max.load(SeqCst), 1, "two tasks ran at once");
+    assert_eq!(gauge.total(), 4);
+    assert_eq!(gauge.max(), 1, "two tasks ran at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
