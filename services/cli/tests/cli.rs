@@ -219,6 +219,32 @@ fn an_invalid_playbook_is_refused_with_its_line() {
     assert_eq!(d[0]["line"], 11);
 }
 
+/// What `noetl events tail --execution ID --from-start --json` (plus
+/// `extra` flags) prints within 1.5 s, one JSON object per line.
+fn tail_events(url: &str, id: &str, extra: &[&str]) -> Vec<Value> {
+    let mut tail = noetl()
+        .args([
+            "events",
+            "tail",
+            "--execution",
+            id,
+            "--from-start",
+            "--json",
+        ])
+        .args(extra)
+        .args(["--nats", url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = tail.kill();
+    let out = tail.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 struct Services(Vec<Child>);
 
 impl Drop for Services {
@@ -295,59 +321,15 @@ fn exec_start_status_and_events_tail_against_separate_services() {
     assert_eq!(s["status"], "completed");
     assert_eq!(s["ctx"]["greeting"], "Hello, Bo!");
 
-    let mut tail = noetl()
-        .args([
-            "events",
-            "tail",
-            "--execution",
-            &id,
-            "--from-start",
-            "--json",
-            "--nats",
-            &url,
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = tail.kill();
-    let out = tail.wait_with_output().unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = tail_events(&url, &id, &[]);
     assert_eq!(lines.first().unwrap()["event_type"], "playbook.initialized");
     assert_eq!(lines.last().unwrap()["event_type"], "execution.completed");
     assert!(lines.iter().all(|l| l["execution_id"] == id.as_str()));
 
     // --type filters by event type (a glob).
-    let mut tail = noetl()
-        .args([
-            "events",
-            "tail",
-            "--execution",
-            &id,
-            "--type",
-            "step.*",
-            "--from-start",
-            "--json",
-            "--nats",
-            &url,
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = tail.kill();
-    let out = tail.wait_with_output().unwrap();
-    let types: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["event_type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+    let types: Vec<String> = tail_events(&url, &id, &["--type", "step.*"])
+        .iter()
+        .map(|l| l["event_type"].as_str().unwrap().to_string())
         .collect();
     assert!(types.iter().any(|t| t == "step.done"), "{types:?}");
     assert!(types.iter().all(|t| t.starts_with("step.")), "{types:?}");
