@@ -231,6 +231,10 @@ topologySpreadConstraints:
 {{- with $v.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- if and (eq .c.kind "python") (not (hasKey ($cfg.env | default dict) "NOETL_PYTHON_WARM")) }}
+- name: NOETL_PYTHON_WARM
+  value: {{ $cfg.concurrency | quote }}
+{{- end }}
 {{- range $name, $value := $cfg.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}

@@ -236,6 +236,10 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
                 c.ok(got == ref, f"{where}: {var} not from Secret {ref}")
             else:
                 c.ok(var not in env, f"{where}: {var} set without a Secret")
+        if kind == "python":
+            warm = str((cfg.get("env") or {}).get("NOETL_PYTHON_WARM", cfg["concurrency"]))
+            c.ok(env.get("NOETL_PYTHON_WARM", {}).get("value") == warm,
+                 f"{where}: NOETL_PYTHON_WARM != {warm} (one warm interpreter per slot)")
         c.ok(all("value" not in e for n, e in env.items() if re.search("SECRET|PASSWORD|TOKEN", n)),
              f"{where}: a secret is set as a plain value")
         # The Service of the component (metrics port).
