@@ -42,6 +42,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Every noetl process may hold NATS credentials or the credentials'
+    // secret key in its environment: non-dumpable, python tasks running as
+    // the same user cannot read it through /proc (docs/security.md).
+    noetl_tool_python::env::seal_process();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(a) => commands::validate::run(a),

@@ -95,7 +95,13 @@ impl NatsServerProcess {
                 Some(p) => p,
                 None => free_port(),
             };
+            // Started with an empty environment: this process's holds the
+            // credentials' secret key and NATS / object-store credentials,
+            // and a same-user process could read them in the server's
+            // /proc/<pid>/environ.
             let child = Command::new(&binary)
+                .env_clear()
+                .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"))
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")
