@@ -42,9 +42,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // Every noetl process may hold NATS credentials or the credentials'
-    // secret key in its environment: non-dumpable, python tasks running as
-    // the same user cannot read it through /proc (docs/security.md).
+    // Every noetl process may hold NATS credentials, cloud credentials or
+    // the credentials' secret key in its environment: wiped from the bytes
+    // /proc/<pid>/environ shows (DuckDB runs in this process and reads
+    // files), and non-dumpable, so python tasks running as the same user
+    // cannot read this process's memory either (docs/security.md).
+    noetl_tool_python::env::scrub_environ();
     noetl_tool_python::env::seal_process();
     let cli = Cli::parse();
     let result = match cli.command {

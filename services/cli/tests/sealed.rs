@@ -1,7 +1,8 @@
 //! Sealed secrets, end to end with the real `noetl` binary: a python task
 //! that dumps `os.environ` finds neither the credentials' secret key nor
 //! cloud or NATS credentials set in the executor's environment, under
-//! `noetl run` and under `noetl serve`; and a bearer token the task
+//! `noetl run` and under `noetl serve` (nor in the executor's own
+//! environment through /proc); and a bearer token the task
 //! transforms (upper case, base64, hex, percent-encoding...) is redacted
 //! in every form from the result, `ctx`, events and KV.
 
@@ -47,7 +48,12 @@ workflow:
           import base64, os, urllib.parse
           t = token
           print("environment:", dict(os.environ))
+          try:
+              parent = open("/proc/%d/environ" % os.getppid(), "rb").read().decode("latin-1")
+          except OSError as e:
+              parent = "refused: " + type(e).__name__
           result = {
+              "parent_env": parent,
               "env": dict(os.environ),
               "len": len(t),
               "upper": t.upper(),
@@ -161,6 +167,14 @@ fn check(dump: &Value, haystack: &str) {
             "{name} reached the task: {dump}"
         );
     }
+    // The executor's own environment, as /proc shows it: unreadable (a
+    // non-dumpable process, to a task of the same user), or — to root —
+    // with the secrets' values wiped (checked with the haystack below).
+    let parent = dump["parent_env"].as_str().unwrap();
+    assert!(
+        parent == "refused: PermissionError" || parent.contains("NOETL_SECRET_KEY=\0"),
+        "{parent:?}"
+    );
     // ...and every transformed form of the token came back redacted.
     for (field, form) in TRANSFORMED {
         assert_eq!(dump[field], "[redacted]", "{field} ({form}): {dump}");

@@ -127,6 +127,80 @@ pub fn seal_process() -> bool {
     }
 }
 
+/// Wipe the values of the variables [`is_never_passed`] names from this
+/// process's initial environment block, the bytes `/proc/<pid>/environ`
+/// shows (Linux): each is first copied with `setenv`, so the process itself
+/// still reads it, then its original bytes are overwritten with zeros.
+/// What runs inside the process (DuckDB's `read_text('/proc/self/environ')`)
+/// or as root beside it then finds no secret key, NATS or cloud credential
+/// there. Call it first thing in `main`, before any other thread starts.
+/// Returns the names wiped.
+pub fn scrub_environ() -> Vec<String> {
+    #[cfg(target_os = "linux")]
+    {
+        scrub_linux()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn scrub_linux() -> Vec<String> {
+    use std::ffi::CStr;
+    use std::os::unix::ffi::OsStringExt;
+    extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    // (start of the value's bytes, its length, name, value)
+    let mut found: Vec<(*mut libc::c_char, usize, String, OsString)> = Vec::new();
+    // SAFETY: `environ` is the C library's NULL-terminated array of
+    // NUL-terminated strings; it is only read here, and no other thread
+    // changes the environment this early (the caller's contract).
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let bytes = CStr::from_ptr(*entry).to_bytes();
+            if let Some(eq) = bytes.iter().position(|&b| b == b'=') {
+                if let Ok(name) = std::str::from_utf8(&bytes[..eq]) {
+                    if is_never_passed(name) && eq + 1 < bytes.len() {
+                        found.push((
+                            (*entry).add(eq + 1),
+                            bytes.len() - eq - 1,
+                            name.to_string(),
+                            OsString::from_vec(bytes[eq + 1..].to_vec()),
+                        ));
+                    }
+                }
+            }
+            entry = entry.add(1);
+        }
+    }
+    let mut wiped = Vec::new();
+    for (value_at, len, name, value) in found {
+        // A fresh copy the process keeps reading...
+        std::env::set_var(&name, &value);
+        let Ok(cname) = std::ffi::CString::new(name.as_str()) else {
+            continue;
+        };
+        // SAFETY: getenv reads the environment, which only this thread
+        // touches now.
+        let now = unsafe { libc::getenv(cname.as_ptr()) };
+        if now.is_null() || now == value_at {
+            continue; // not copied: wiping would erase the value itself
+        }
+        // ...then the original bytes, no longer referenced by the
+        // environment, are wiped.
+        // SAFETY: `value_at..value_at + len` are the bytes of the original
+        // entry's value (measured above), writable process memory that
+        // `environ` no longer points at.
+        unsafe { std::ptr::write_bytes(value_at, 0, len) };
+        wiped.push(name);
+    }
+    wiped
+}
+
 /// Parse `NOETL_PYTHON_ENV`: names separated by commas (or whitespace),
 /// empty entries ignored.
 pub fn parse_list(value: &OsStr) -> Vec<String> {
