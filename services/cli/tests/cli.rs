@@ -101,6 +101,39 @@ fn a_run_that_finds_the_local_store_taken_says_it_uses_a_temporary_one() {
 }
 
 #[test]
+fn run_with_sync_always_completes_on_a_server_that_fsyncs_every_write() {
+    let home = tempfile::tempdir().unwrap();
+    let out = noetl()
+        .env("NOETL_HOME", home.path())
+        .args(["run", "--json", "--timeout", "120", "--sync", "always"])
+        .args([&fixture("hello.yaml"), "--set", "name=Sy"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["ctx"]["greeting"], "Hello, Sy!");
+    // The private server ran from the persistent store with the setting.
+    let store = home.path().join("nats");
+    let config = std::fs::read_to_string(store.join("nats-server.conf")).unwrap();
+    assert!(config.contains("sync_interval: always"), "{config}");
+    let log = std::fs::read_to_string(store.join("nats-server.log")).unwrap();
+    assert!(log.contains("Using configuration file:"), "{log}");
+
+    // It is a setting of the private server only.
+    let out = noetl()
+        .args(["run", "--sync", "always", "--nats", "nats://127.0.0.1:1"])
+        .arg(fixture("hello.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sync") && err.contains("--nats"), "{err}");
+}
+
+#[test]
 fn workload_file_then_set_override_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("w.json");

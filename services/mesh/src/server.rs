@@ -72,6 +72,36 @@ pub struct ServerOptions {
     pub binary: Option<PathBuf>,
 }
 
+/// How often JetStream writes its file store to disk (`sync_interval`).
+///
+/// The guarantee of each is in `docs/reliability.md`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// nats-server's default: an acknowledged write is in the OS page cache
+    /// and flushed to disk every 2 minutes. A process crash loses nothing;
+    /// a power cut or kernel crash can lose the last writes.
+    #[default]
+    Interval,
+    /// `jetstream { sync_interval: always }`: every write is flushed to disk
+    /// before it is acknowledged. Safe against power loss, several times
+    /// slower for small writes.
+    Always,
+}
+
+impl SyncPolicy {
+    /// The server configuration file this policy needs, if any.
+    pub fn config_text(self) -> Option<&'static str> {
+        match self {
+            SyncPolicy::Interval => None,
+            SyncPolicy::Always => Some("jetstream {\n  sync_interval: always\n}\n"),
+        }
+    }
+}
+
+/// Name of the configuration file written into the store directory when a
+/// [`SyncPolicy`] needs one.
+pub const CONFIG_FILE: &str = "nats-server.conf";
+
 /// A running `nats-server`; killed on drop.
 pub struct NatsServerProcess {
     child: Option<Child>,
@@ -82,6 +112,13 @@ pub struct NatsServerProcess {
 impl NatsServerProcess {
     /// Start a server and wait until it accepts clients with JetStream on.
     pub fn start(opts: ServerOptions) -> Result<Self, ServerError> {
+        Self::start_with_sync(opts, SyncPolicy::Interval)
+    }
+
+    /// [`Self::start`] with a disk sync policy: [`SyncPolicy::Always`] writes
+    /// [`CONFIG_FILE`] (`jetstream { sync_interval: always }`) into the store
+    /// directory and starts the server with it.
+    pub fn start_with_sync(opts: ServerOptions, sync: SyncPolicy) -> Result<Self, ServerError> {
         let binary = find_binary(opts.binary.as_deref())?;
         check_version(&binary)?;
         std::fs::create_dir_all(&opts.store_dir).map_err(|source| ServerError::StoreDir {
@@ -89,6 +126,17 @@ impl NatsServerProcess {
             source,
         })?;
         let log_path = opts.store_dir.join("nats-server.log");
+        let config_path = opts.store_dir.join(CONFIG_FILE);
+        let config = match sync.config_text() {
+            Some(text) => {
+                std::fs::write(&config_path, text).map_err(|source| ServerError::StoreDir {
+                    path: config_path.display().to_string(),
+                    source,
+                })?;
+                Some(config_path)
+            }
+            None => None,
+        };
         let mut last_err = None;
         for _ in 0..5 {
             let port = match opts.port {
@@ -99,13 +147,18 @@ impl NatsServerProcess {
             // credentials' secret key and NATS / object-store credentials,
             // and a same-user process could read them in the server's
             // /proc/<pid>/environ.
-            let child = Command::new(&binary)
+            let mut command = Command::new(&binary);
+            command
                 .env_clear()
                 .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"))
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")
-                .arg(&log_path)
+                .arg(&log_path);
+            if let Some(path) = &config {
+                command.arg("-c").arg(path);
+            }
+            let child = command
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -329,6 +382,49 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_sync_always_needs_a_config_file() {
+        assert_eq!(SyncPolicy::default(), SyncPolicy::Interval);
+        assert_eq!(SyncPolicy::Interval.config_text(), None);
+        assert!(SyncPolicy::Always
+            .config_text()
+            .unwrap()
+            .contains("sync_interval: always"));
+    }
+
+    #[test]
+    fn a_server_started_with_sync_always_loads_that_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let mut server = NatsServerProcess::start_with_sync(
+            ServerOptions {
+                store_dir: store.clone(),
+                ..Default::default()
+            },
+            SyncPolicy::Always,
+        )
+        .expect("nats-server starts (set NOETL_NATS_SERVER)");
+        let config = store.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.contains("sync_interval: always"), "{text}");
+        // The server says it read that file.
+        let log = std::fs::read_to_string(store.join("nats-server.log")).unwrap();
+        assert!(
+            log.contains(&format!("Using configuration file: {}", config.display())),
+            "{log}"
+        );
+        server.stop();
+        // The default writes no configuration file.
+        let other = dir.path().join("default");
+        let mut plain = NatsServerProcess::start(ServerOptions {
+            store_dir: other.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!other.join(CONFIG_FILE).exists());
+        plain.stop();
     }
 
     #[test]

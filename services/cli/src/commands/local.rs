@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use noetl_mesh::server::{NatsServerProcess, ServerOptions};
+use noetl_mesh::server::{NatsServerProcess, ServerOptions, SyncPolicy};
 use noetl_mesh::{Mesh, MeshConfig};
 
 /// Where a store command (`credential`, `playbook`) works.
@@ -48,7 +48,11 @@ impl Target {
                 (None, None)
             }
             None => {
-                let (server, store) = start_private_server(&config, Fallback::Refuse)?;
+                let (server, store) = start_private_server(PrivateServer {
+                    config: &config,
+                    fallback: Fallback::Refuse,
+                    sync: SyncPolicy::Interval,
+                })?;
                 config.nats_url = server.url();
                 // A private single server: no credentials, one replica,
                 // whatever the shell has set up for a cluster.
@@ -95,14 +99,28 @@ pub enum StoreGuard {
     Temporary(tempfile::TempDir),
 }
 
+/// What [`start_private_server`] needs.
+pub struct PrivateServer<'a> {
+    /// Settings (the data dir).
+    pub config: &'a MeshConfig,
+    /// What to do when the persistent store is taken.
+    pub fallback: Fallback,
+    /// How JetStream writes to disk (`noetl run --sync`).
+    pub sync: SyncPolicy,
+}
+
 /// A private server whose JetStream store persists under the data dir
 /// (`NOETL_HOME`); if that store is held by another `noetl run` (or cannot
 /// be used), a temporary one. Two servers must never share a store
 /// directory: JetStream does not arbitrate that itself.
 pub fn start_private_server(
-    config: &MeshConfig,
-    fallback: Fallback,
+    p: PrivateServer<'_>,
 ) -> anyhow::Result<(NatsServerProcess, StoreGuard)> {
+    let PrivateServer {
+        config,
+        fallback,
+        sync,
+    } = p;
     let persistent = config.data_dir.join("nats");
     let lock = std::fs::create_dir_all(&config.data_dir)
         .and_then(|()| {
@@ -115,11 +133,14 @@ pub fn start_private_server(
         .ok()
         .filter(|f| f.try_lock().is_ok());
     let first = match lock {
-        Some(lock) => match NatsServerProcess::start(ServerOptions {
-            store_dir: persistent.clone(),
-            port: None,
-            binary: None,
-        }) {
+        Some(lock) => match NatsServerProcess::start_with_sync(
+            ServerOptions {
+                store_dir: persistent.clone(),
+                port: None,
+                binary: None,
+            },
+            sync,
+        ) {
             Ok(s) => return Ok((s, StoreGuard::Locked(lock))),
             Err(e @ noetl_mesh::server::ServerError::NotFound { .. }) => {
                 return Err(anyhow::anyhow!(e))
@@ -139,11 +160,14 @@ pub fn start_private_server(
         "note: {first}; this run uses a temporary store, without the credentials and playbooks stored locally"
     );
     let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
-    let s = NatsServerProcess::start(ServerOptions {
-        store_dir: tmp.path().to_path_buf(),
-        port: None,
-        binary: None,
-    })
+    let s = NatsServerProcess::start_with_sync(
+        ServerOptions {
+            store_dir: tmp.path().to_path_buf(),
+            port: None,
+            binary: None,
+        },
+        sync,
+    )
     .with_context(|| format!("starting a private nats-server ({first})"))?;
     Ok((s, StoreGuard::Temporary(tmp)))
 }

@@ -52,12 +52,37 @@ pub struct Args {
     /// Print one JSON summary at the end instead of progress and text.
     #[arg(long)]
     pub json: bool,
+    /// How the private nats-server writes to disk: `interval` (its default:
+    /// flushed every 2 minutes; a power cut can lose the last writes) or
+    /// `always` (every write is on disk before it is acknowledged; slower).
+    /// See docs/reliability.md. Not for `--nats`: that server's own
+    /// configuration decides.
+    #[arg(long, value_enum, default_value_t = Sync::Interval, conflicts_with = "nats")]
+    pub sync: Sync,
     /// Give up after this many seconds (exit 2).
     #[arg(long, default_value_t = 3600)]
     pub timeout: u64,
     /// Messages handled at once by each in-process service.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+}
+
+/// `--sync`: the private server's JetStream `sync_interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sync {
+    /// Flush on nats-server's interval (default, 2 minutes).
+    Interval,
+    /// Flush every write before acknowledging it.
+    Always,
+}
+
+impl From<Sync> for noetl_mesh::server::SyncPolicy {
+    fn from(s: Sync) -> Self {
+        match s {
+            Sync::Interval => Self::Interval,
+            Sync::Always => Self::Always,
+        }
+    }
 }
 
 /// Run the playbook.
@@ -100,7 +125,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match &args.nats {
         Some(url) => config.nats_url = url.clone(),
         None => {
-            let (server, store) = local::start_private_server(&config, local::Fallback::Temporary)?;
+            let (server, store) = local::start_private_server(local::PrivateServer {
+                config: &config,
+                fallback: local::Fallback::Temporary,
+                sync: args.sync.into(),
+            })?;
             config.nats_url = server.url();
             // A private single server: no credentials, one replica,
             // whatever the shell has set up for a cluster.
