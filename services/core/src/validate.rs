@@ -154,6 +154,38 @@ impl Validator {
             .push(Diagnostic::warning(code, node_span, path, msg).help(help.to_string()));
     }
 
+    /// A time limit: a positive number of seconds (E004).
+    fn seconds(&mut self, n: &Node, path: &str, what: &str) -> bool {
+        match crate::lifecycle::seconds(&n.to_json()) {
+            Ok(_) => true,
+            Err(why) => {
+                self.err(
+                    "E004",
+                    n.span,
+                    path,
+                    format!("{what} {why}"),
+                    "write seconds as a number greater than 0, e.g. `30` or `0.5`",
+                );
+                false
+            }
+        }
+    }
+
+    /// `spec.timeout`: seconds, or `{connect, read}` in seconds (E004).
+    fn task_timeout(&mut self, n: &Node, path: &str) {
+        if n.is_map() {
+            for (k, v) in n.entries() {
+                self.seconds(
+                    v,
+                    &format!("{path}/{}", k.name),
+                    &format!("`spec.timeout.{}`", k.name),
+                );
+            }
+        } else {
+            self.seconds(n, path, "`spec.timeout`");
+        }
+    }
+
     fn expect_map(&mut self, n: &Node, path: &str, what: &str) -> bool {
         if n.is_map() {
             return true;
@@ -427,6 +459,16 @@ impl Validator {
             if !e.is_null() && self.expect_map(e, "/executor", "`executor`") {
                 // `executor.spec.policy` holds global, non-control defaults.
                 self.no_control(e, "/executor", "the executor spec");
+                if let Some(t) = e.pointer("/spec/limits/timeout_s") {
+                    self.seconds(
+                        t,
+                        "/executor/spec/limits/timeout_s",
+                        "`executor.spec.limits.timeout_s` (the execution's deadline)",
+                    );
+                }
+                if let Some(t) = e.pointer("/spec/timeout") {
+                    self.task_timeout(t, "/executor/spec/timeout");
+                }
             }
         }
         if let Some(kc) = root.get("keychain") {
@@ -544,6 +586,26 @@ impl Validator {
                 self.no_control(spec, &format!("{path}/spec"), "the step spec");
                 if let Some(admit) = spec.get("policy").and_then(|p| p.get("admit")) {
                     self.admit(admit, &format!("{path}/spec/policy/admit"));
+                }
+                for (lc, lp) in [
+                    (spec.get("lifecycle"), format!("{path}/spec/lifecycle")),
+                    (
+                        spec.get("policy").and_then(|p| p.get("lifecycle")),
+                        format!("{path}/spec/policy/lifecycle"),
+                    ),
+                ] {
+                    let Some(lc) = lc else { continue };
+                    if !self.expect_map(lc, &lp, "`lifecycle`") {
+                        continue;
+                    }
+                    for key in ["timeout_s", "deadline_s"] {
+                        if let Some(v) = lc.get(key) {
+                            self.seconds(v, &format!("{lp}/{key}"), &format!("`lifecycle.{key}`"));
+                        }
+                    }
+                }
+                if let Some(t) = spec.get("timeout") {
+                    self.task_timeout(t, &format!("{path}/spec/timeout"));
                 }
                 for (failure, fp) in [
                     (spec.get("failure"), format!("{path}/spec/failure")),
@@ -898,6 +960,9 @@ impl Validator {
         }
         if let Some(spec) = t.get("spec") {
             if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
+                if let Some(timeout) = spec.get("timeout") {
+                    self.task_timeout(timeout, &format!("{tp}/spec/timeout"));
+                }
                 if let Some(policy) = spec.get("policy") {
                     self.task_policy(
                         policy,
