@@ -685,6 +685,7 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
         step_run_id: srid.into(),
         args_json: noetl_mesh::codec::json_bytes(&json!({})),
         trace_id: "t".into(),
+        ..Default::default()
     };
     for n in 0..2 {
         cluster

@@ -349,6 +349,20 @@ impl StepRun<'_> {
                 break End::Handoff;
             }
             let task = &tasks[cur.pc];
+            if let Some(d) = self.deadline().filter(|d| {
+                matches!(
+                    noetl_core::lifecycle::due(d.at_ms, now_ms()),
+                    noetl_core::lifecycle::Due::Now
+                )
+            }) {
+                // Out of time before this task starts (the command waited
+                // in a queue, or an earlier task used the time up).
+                break End::Failed(noetl_core::lifecycle::timeout_error(
+                    &d,
+                    &self.step.step,
+                    Some(&task.name),
+                ));
+            }
             if let Some(Some(why)) = self.needs.task_errors.get(cur.pc) {
                 break End::Failed(json!({"kind": "workbook", "message": why, "task": task.name}));
             }
@@ -385,10 +399,30 @@ impl StepRun<'_> {
                     delay,
                     next_attempt,
                 } => {
+                    let not_before = now_ms().saturating_add(delay.as_millis() as u64);
+                    if !noetl_core::lifecycle::retry_fits(not_before, self.cmd.deadline_ms) {
+                        // The retry would start after the deadline: the
+                        // step-run is out of time now.
+                        let d = self.deadline().expect("a deadline is set");
+                        let mut error = noetl_core::lifecycle::timeout_error(
+                            &d,
+                            &self.step.step,
+                            Some(&task.name),
+                        );
+                        if let Some(e) = &run.outcome.error {
+                            error["message"] = json!(format!(
+                                "{}; a retry in {} ms would start after it (last error: {}: {})",
+                                error["message"].as_str().unwrap_or(""),
+                                delay.as_millis(),
+                                e.kind,
+                                e.message
+                            ));
+                        }
+                        break End::Failed(error);
+                    }
                     if delay.is_zero() {
                         cur.attempt = next_attempt;
                     } else {
-                        let not_before = now_ms().saturating_add(delay.as_millis() as u64);
                         self.spill_prev(&mut cur).await?;
                         let cmd = self.command(&cur, next_attempt, not_before);
                         pending.push(self.publish(&task.kind, &cmd).await?);
@@ -482,6 +516,8 @@ impl StepRun<'_> {
         }
         let started_at = now_rfc3339();
         let clock = Instant::now();
+        // Set when the step-run's deadline cut the tool call short.
+        let mut out_of_time: Option<String> = None;
         let rendered = match resumed {
             Some(outcome) => Err(Ok(outcome)),
             None => render_config(task, tool.raw_fields(), &scope).map_err(Err),
@@ -567,7 +603,35 @@ impl StepRun<'_> {
                     attempt: cur.attempt,
                     auth,
                 };
-                let r = call_tool(tool, call).instrument(span.clone()).await;
+                let r = match self.deadline() {
+                    None => call_tool(tool, call).instrument(span.clone()).await,
+                    Some(d) => {
+                        let left = match noetl_core::lifecycle::due(d.at_ms, now_ms()) {
+                            noetl_core::lifecycle::Due::In(left) => left,
+                            noetl_core::lifecycle::Due::Now => Duration::ZERO,
+                        };
+                        match call_tool_within(tool, call, left)
+                            .instrument(span.clone())
+                            .await
+                        {
+                            Some(r) => r,
+                            None => {
+                                let e = noetl_core::lifecycle::timeout_error(
+                                    &d,
+                                    &self.step.step,
+                                    Some(&task.name),
+                                );
+                                let message = e["message"].as_str().unwrap_or("").to_string();
+                                out_of_time = Some(message.clone());
+                                ToolReturn::from(Outcome::error(
+                                    noetl_core::lifecycle::TIMEOUT,
+                                    message,
+                                    false,
+                                ))
+                            }
+                        }
+                    }
+                };
                 (r.outcome, r.retry_after)
             }
         };
@@ -604,6 +668,13 @@ impl StepRun<'_> {
             d
         });
         let (decision, set_iter, set_ctx, rule, policy_error) = match decided {
+            // Out of time: the step-run fails whatever the policy says (a
+            // retry could not finish in time either).
+            _ if out_of_time.is_some() => {
+                let message = out_of_time.clone().unwrap_or_default();
+                let reason = format!("{}: {message}", noetl_core::lifecycle::TIMEOUT);
+                (Decision::Fail { reason }, None, None, None, None)
+            }
             Ok(d) => (d.decision, d.set_iter, d.set_ctx, d.rule, None),
             Err(e) => {
                 // A template error quotes rendered values (`then.delay ...,
@@ -1000,6 +1071,14 @@ impl StepRun<'_> {
         .build()
     }
 
+    /// The step-run's deadline, if it has one.
+    fn deadline(&self) -> Option<noetl_core::lifecycle::Deadline> {
+        (self.cmd.deadline_ms > 0).then(|| noetl_core::lifecycle::Deadline {
+            at_ms: self.cmd.deadline_ms,
+            what: self.cmd.deadline_of.clone(),
+        })
+    }
+
     /// Results above this many bytes travel by reference.
     fn payload_limit(&self) -> usize {
         self.plan
@@ -1142,6 +1221,8 @@ impl StepRun<'_> {
             trace_id: self.cmd.trace_id.clone(),
             steps_taken: cur.steps_taken,
             resume_outcome_json: Vec::new(),
+            deadline_ms: self.cmd.deadline_ms,
+            deadline_of: self.cmd.deadline_of.clone(),
         }
     }
 
@@ -1191,6 +1272,29 @@ async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
             format!("the {kind} tool panicked: {e}"),
             false,
         )),
+    }
+}
+
+/// [`call_tool`] bounded by `left`: `None` when the time ran out, and the
+/// call is then aborted (a python interpreter is killed with it).
+async fn call_tool_within(
+    tool: &Arc<dyn Tool>,
+    call: ToolCall,
+    left: Duration,
+) -> Option<ToolReturn> {
+    let kind = call.kind.clone();
+    let mut handle = tokio::spawn(tool.call(call));
+    match tokio::time::timeout(left, &mut handle).await {
+        Ok(Ok(r)) => Some(r),
+        Ok(Err(e)) => Some(ToolReturn::from(Outcome::error(
+            "tool.panic",
+            format!("the {kind} tool panicked: {e}"),
+            false,
+        ))),
+        Err(_) => {
+            handle.abort();
+            None
+        }
     }
 }
 

@@ -134,6 +134,17 @@ pub struct LoopRun {
     /// that is gone. Set once; no iteration is dispatched after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// The step-run's deadline (epoch ms; 0: none) and the setting that set
+    /// it, from the loop command: every iteration carries them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deadline_ms: u64,
+    /// See `deadline_ms`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub deadline_of: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How one iteration counted, decided by its first report (in the loop
@@ -521,6 +532,8 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         done_emitted: false,
         reduced: Default::default(),
         error: None,
+        deadline_ms: cmd.deadline_ms,
+        deadline_of: cmd.deadline_of.clone(),
     };
     let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
         run
@@ -660,6 +673,8 @@ async fn dispatch(
             trace_id: run.trace_id.clone(),
             steps_taken: 0,
             resume_outcome_json: Vec::new(),
+            deadline_ms: run.deadline_ms,
+            deadline_of: run.deadline_of.clone(),
         };
         batch.push(
             // The header names the execution: a dead-lettered command

@@ -50,6 +50,14 @@ pub mod types {
     pub const EXECUTION_CANCEL_REQUESTED: &str = "execution.cancel_requested";
     /// The execution was cancelled: no new step starts.
     pub const EXECUTION_CANCELLED: &str = "execution.cancelled";
+    /// A timer: the execution has a deadline (`executor.spec.limits.timeout_s`);
+    /// payload `{at_ms, what}`. The router fails the execution if it is still
+    /// running when it is due.
+    pub const EXECUTION_DEADLINE: &str = "execution.deadline";
+    /// A timer: a step-run has a deadline (`lifecycle`, or the execution's);
+    /// payload `{at_ms, what, args}`. The router fails the step-run with a
+    /// `timeout` error if it is still live when it is due.
+    pub const STEP_DEADLINE: &str = "step.deadline";
 }
 
 /// Current time, RFC 3339 with milliseconds, UTC.

@@ -28,6 +28,10 @@ pub struct PlanRecord {
     /// Trace id of the execution.
     #[serde(default)]
     pub trace_id: String,
+    /// When the execution started (Unix epoch ms; 0 in plans stored before
+    /// this field existed): deadlines counted from the start use it.
+    #[serde(default)]
+    pub started_ms: u64,
     /// The parent task's `iter` (child playbooks): `iter.parent` here.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub parent_iter: Value,
@@ -51,6 +55,7 @@ impl PlanRecord {
             workload,
             parent_execution_id: String::new(),
             trace_id: String::new(),
+            started_ms: 0,
             parent_iter: Value::Null,
             referenced: Default::default(),
         }

@@ -6,7 +6,7 @@ use async_nats::jetstream::Message;
 use noetl_core::{routing, template::Scope, Step};
 use noetl_mesh::{
     codec,
-    events::{self, now_rfc3339, types, EventDraft},
+    events::{self, now_ms, now_rfc3339, types, EventDraft},
     ids::derive_id,
     kv::{self, Cas, RevisionCache},
     plan::PlanRecord,
@@ -53,7 +53,7 @@ impl Handler for BoundaryHandler {
     }
 }
 
-enum BoundaryError {
+pub(crate) enum BoundaryError {
     Mesh(MeshError),
     Refused(String),
 }
@@ -106,7 +106,15 @@ async fn on_boundary(
     };
 
     // 1. The decision (pure: arcs over event, ctx, workload, args, results).
-    let decision = decide(mesh, &plan, step, &ev, &payload).await?;
+    let mut decision = decide(mesh, &plan, step, &ev, &payload).await?;
+    // Past the execution's deadline no arc fires: the execution fails,
+    // naming the deadline (its timer would end it a moment later).
+    if let Some(error) = crate::timers::stops_routing(&plan, !decision.tokens.is_empty(), now_ms())
+    {
+        decision.tokens.clear();
+        decision.unhandled_failure = true;
+        decision.error = Some(error);
+    }
 
     let step_record = StepRecord {
         status: match ev.event_type.as_str() {
@@ -251,7 +259,7 @@ async fn on_boundary(
 /// terminal, exactly once (the flag is set after publishing; the event id is
 /// deterministic, so a crash between the two only republishes a duplicate
 /// that JetStream drops).
-async fn emit_terminal(
+pub(crate) async fn emit_terminal(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     header: &ExecHeader,
@@ -326,7 +334,7 @@ async fn on_dead_letter(
 
 /// End a running execution with `status` and `error` (one CAS: an ended
 /// execution is left as it is). Returns the header as it now is.
-async fn end_running(
+pub(crate) async fn end_running(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     eid: &str,

@@ -9,6 +9,9 @@
 //!   step-run, updates the live-token set and ends the execution when no
 //!   token is live.
 //!
+//! - `router-timers` on `execution.deadline` and `step.deadline`: fails what
+//!   is still running when its deadline is due (see [`timers`]).
+//!
 //! Exactly-once effect under redelivery: the header's live set (which holds
 //! each live token with its args and the step-run that fired it) changes
 //! only while the step-run's own token is in it, in one compare-and-set;
@@ -18,6 +21,7 @@
 mod boundary;
 mod children;
 mod request;
+pub mod timers;
 
 use std::sync::Arc;
 
@@ -61,6 +65,29 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             max_ack_pending: 10_000,
         })
         .await?;
+    // Timers wait (NAKed until due) on their own consumer, so any number
+    // of them never holds back boundary events.
+    let timers = mesh
+        .consumer(&ConsumerSpec {
+            durable: "router-timers".into(),
+            stream: StreamKind::Events,
+            filter_subjects: [types::EXECUTION_DEADLINE, types::STEP_DEADLINE]
+                .iter()
+                .map(|t| s.events_of_type(t))
+                .collect(),
+            max_ack_pending: 1_000_000,
+        })
+        .await?;
+    let c = runtime::run(
+        mesh.clone(),
+        ConsumerLoop {
+            name: "router-timers".into(),
+            consumer: timers,
+            concurrency: params.concurrency,
+            handler: Arc::new(timers::TimerHandler::new(mesh.clone())),
+            shutdown: params.shutdown.clone(),
+        },
+    );
     let a = runtime::run(
         mesh.clone(),
         ConsumerLoop {
@@ -81,6 +108,6 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             shutdown: params.shutdown.clone(),
         },
     );
-    let (ra, rb) = tokio::join!(a, b);
-    ra.and(rb)
+    let (ra, rb, rc) = tokio::join!(a, b, c);
+    ra.and(rb).and(rc)
 }

@@ -6,7 +6,7 @@ use async_nats::jetstream::Message;
 use noetl_core::merge::deep_merge;
 use noetl_mesh::{
     codec,
-    events::{now_rfc3339, types, EventDraft},
+    events::{now_ms, now_rfc3339, types, EventDraft},
     ids::{derive_id, is_valid_execution_id},
     kv,
     plan::PlanRecord,
@@ -154,6 +154,7 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     }
     let mut plan = PlanRecord::new(eid.clone(), source.clone(), playbook, workload);
     plan.parent_execution_id = req.parent_execution_id.clone();
+    plan.started_ms = now_ms();
     plan.parent_iter = codec::json_value(&req.parent_iter_json).unwrap_or(Value::Null);
     plan.trace_id = if req.trace_id.is_empty() {
         eid.clone()
@@ -265,6 +266,20 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
         )
         .await?,
     );
+    // The execution's deadline is a timer the router itself handles when
+    // due (`crate::timers`), so work waiting in a queue cannot outlive it.
+    let deadline = (plan.started_ms > 0)
+        .then(|| noetl_core::lifecycle::execution_deadline(&plan.playbook, plan.started_ms))
+        .flatten();
+    if let Some(d) = deadline {
+        batch.push(
+            mesh.emit(&ev(
+                types::EXECUTION_DEADLINE,
+                json!({"at_ms": d.at_ms, "what": d.what}),
+            ))
+            .await?,
+        );
+    }
     batch.wait().await
 }
 

@@ -17,7 +17,7 @@ use async_nats::jetstream::Message;
 use noetl_core::{routing, template::Scope};
 use noetl_mesh::{
     codec,
-    events::{types, EventDraft},
+    events::{now_ms, types, EventDraft},
     ids::derive_id,
     runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
@@ -204,6 +204,31 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         ))
         .await?,
     );
+    // The step-run's deadline, decided once here and carried by every
+    // command of it; a timer backs it up for work that waits in a queue.
+    let deadline = if step.loop_.is_some() || !step.tool.is_empty() {
+        noetl_core::lifecycle::step_deadline(&noetl_core::lifecycle::StepDeadlineInput {
+            playbook: &plan.playbook,
+            step,
+            now_ms: now_ms(),
+            execution_started_ms: plan.started_ms,
+        })
+    } else {
+        None
+    };
+    let (deadline_ms, deadline_of) = deadline
+        .as_ref()
+        .map(|d| (d.at_ms, d.what.clone()))
+        .unwrap_or_default();
+    if let Some(d) = &deadline {
+        batch.push(
+            mesh.emit(&ev(
+                types::STEP_DEADLINE,
+                json!({"at_ms": d.at_ms, "what": d.what, "args": args}),
+            ))
+            .await?,
+        );
+    }
     if step.loop_.is_some() {
         let cmd = LoopCommand {
             command_id: derive_id(&[srid, "loop"]),
@@ -212,6 +237,8 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             step_run_id: srid.to_string(),
             args_json: codec::json_bytes(&args),
             trace_id: token.trace_id.clone(),
+            deadline_ms,
+            deadline_of: deadline_of.clone(),
         };
         batch.push(
             mesh.publish(
@@ -237,6 +264,8 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             trace_id: token.trace_id.clone(),
             steps_taken: 0,
             resume_outcome_json: Vec::new(),
+            deadline_ms,
+            deadline_of,
         };
         batch.push(
             // The header names the execution: a dead-lettered command

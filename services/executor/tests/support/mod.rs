@@ -174,6 +174,8 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         trace_id: format!("trace-{eid}"),
         steps_taken: 0,
         resume_outcome_json: Vec::new(),
+        deadline_ms: 0,
+        deadline_of: String::new(),
     }
 }
 

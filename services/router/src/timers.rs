@@ -1,0 +1,297 @@
+//! Timers: `execution.deadline` and `step.deadline` events, handled when due.
+//!
+//! A timer is an event the router's own `router-timers` consumer receives at
+//! once and NAKs with the time left, so JetStream redelivers it when it is
+//! due (one redelivery; no handler sleeps, no in-memory timer matters, and
+//! a router that restarts loses nothing). When due:
+//! - `execution.deadline`: a still running execution fails with a `timeout`
+//!   error naming `executor.spec.limits.timeout_s` (one compare-and-set on
+//!   the header, as for any end), and its children are asked to cancel;
+//! - `step.deadline`: a step-run whose token is still live gets a
+//!   `step.failed` with a `timeout` error; the boundary handler then treats
+//!   it as any failure (arcs may route it). Whichever boundary event of the
+//!   step-run the router handles first wins; the other finds no live token.
+//!
+//! Timers fire [`GRACE`] after the deadline: an executor running the
+//! step-run enforces the same deadline itself and reports first, naming
+//! the task; the timer is the backstop for work still waiting in a queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use noetl_core::lifecycle::{self, Deadline, Due};
+use noetl_mesh::{
+    codec,
+    events::{self, now_ms, types, EventDraft},
+    kv::RevisionCache,
+    plan::PlanRecord,
+    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    state::{ExecHeader, ExecStatus},
+    Mesh, MeshError,
+};
+use noetl_wire::Event;
+use serde_json::{json, Value};
+
+/// How long after its deadline a timer acts.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// What a due timer leads to: a plain decision over the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerAction {
+    /// Not yet: redeliver after this long.
+    Wait(Duration),
+    /// Nothing: the execution ended, or the step-run is no longer live.
+    Nothing,
+    /// Fail the execution with this error.
+    FailExecution(String),
+    /// Fail the step-run (emit `step.failed` with this error).
+    FailStepRun(Value),
+}
+
+/// What [`decide`] reads.
+pub struct TimerInput<'a> {
+    /// `execution.deadline` or `step.deadline`.
+    pub event_type: &'a str,
+    /// The deadline the timer carries.
+    pub deadline: &'a Deadline,
+    /// The step (step timers).
+    pub step: &'a str,
+    /// The step-run (step timers).
+    pub step_run_id: &'a str,
+    /// The execution's header now (`None`: unknown execution).
+    pub header: Option<&'a ExecHeader>,
+    /// Now (epoch ms).
+    pub now_ms: u64,
+}
+
+/// Decide what a timer does now.
+pub fn decide(i: &TimerInput<'_>) -> TimerAction {
+    let at = i.deadline.at_ms.saturating_add(GRACE.as_millis() as u64);
+    if let Due::In(left) = lifecycle::due(at, i.now_ms) {
+        return TimerAction::Wait(left);
+    }
+    let Some(h) = i.header.filter(|h| h.status == ExecStatus::Running) else {
+        return TimerAction::Nothing;
+    };
+    if i.event_type == types::EXECUTION_DEADLINE {
+        TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline))
+    } else if h.is_live(i.step_run_id) {
+        TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None))
+    } else {
+        TimerAction::Nothing
+    }
+}
+
+/// The error that stops routing when the execution is past its deadline
+/// and arcs would start more steps (checked on every boundary event).
+pub fn stops_routing(plan: &PlanRecord, fires: bool, now_ms: u64) -> Option<String> {
+    if !fires || plan.started_ms == 0 {
+        return None;
+    }
+    let d = lifecycle::execution_deadline(&plan.playbook, plan.started_ms)?;
+    match lifecycle::due(d.at_ms, now_ms) {
+        Due::Now => Some(lifecycle::execution_timeout_message(&d)),
+        Due::In(_) => None,
+    }
+}
+
+/// Handles `execution.deadline` and `step.deadline`.
+pub struct TimerHandler {
+    mesh: Mesh,
+    headers: Arc<RevisionCache<ExecHeader>>,
+}
+
+impl TimerHandler {
+    /// A handler.
+    pub fn new(mesh: Mesh) -> Self {
+        Self {
+            mesh,
+            headers: Arc::new(RevisionCache::new(1024)),
+        }
+    }
+}
+
+impl Handler for TimerHandler {
+    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
+        let mesh = self.mesh.clone();
+        let headers = self.headers.clone();
+        Box::pin(async move {
+            let ev: Event = match codec::decode("event", &msg.payload) {
+                Ok(e) => e,
+                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+            };
+            let payload = events::payload(&ev);
+            let deadline: Deadline = match serde_json::from_value(payload.clone()) {
+                Ok(d) => d,
+                Err(e) => {
+                    return Disposition::DeadLetter(format!(
+                        "{} of execution {} has no usable deadline: {e}",
+                        ev.event_type, ev.execution_id
+                    ))
+                }
+            };
+            match on_timer(&mesh, &headers, &ev, &deadline, &payload).await {
+                Ok(Some(wait)) => Disposition::Retry(Some(wait)),
+                Ok(None) => Disposition::Ack,
+                Err(e) => retry_on(&e),
+            }
+        })
+    }
+}
+
+/// Act on a timer; `Some(wait)` when it is not due yet.
+async fn on_timer(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+    deadline: &Deadline,
+    payload: &Value,
+) -> Result<Option<Duration>, MeshError> {
+    let eid = ev.execution_id.as_str();
+    // Not due: no read at all.
+    let early = decide(&TimerInput {
+        event_type: &ev.event_type,
+        deadline,
+        step: &ev.step,
+        step_run_id: &ev.step_run_id,
+        header: None,
+        now_ms: now_ms(),
+    });
+    if let TimerAction::Wait(left) = early {
+        return Ok(Some(left));
+    }
+    let header = mesh.exec_header(eid).await?;
+    let action = decide(&TimerInput {
+        event_type: &ev.event_type,
+        deadline,
+        step: &ev.step,
+        step_run_id: &ev.step_run_id,
+        header: header.as_ref(),
+        now_ms: now_ms(),
+    });
+    match action {
+        TimerAction::Wait(left) => return Ok(Some(left)),
+        TimerAction::Nothing => {}
+        TimerAction::FailExecution(error) => {
+            tracing::info!(execution_id = %eid, %error, "execution deadline passed");
+            let ended =
+                crate::boundary::end_running(mesh, headers, eid, ExecStatus::Failed, &error)
+                    .await?;
+            if let Some(h) = ended {
+                if h.status.is_terminal() {
+                    crate::boundary::emit_terminal(mesh, headers, &h, &ev.trace_id)
+                        .await
+                        .map_err(|e| match e {
+                            crate::boundary::BoundaryError::Mesh(m) => m,
+                            crate::boundary::BoundaryError::Refused(r) => MeshError::Config(r),
+                        })?;
+                    crate::children::cancel_children(mesh, eid).await?;
+                }
+            }
+        }
+        TimerAction::FailStepRun(error) => {
+            tracing::info!(execution_id = %eid, step = %ev.step, "step deadline passed");
+            let failed = EventDraft {
+                event_type: types::STEP_FAILED,
+                execution_id: eid,
+                step_run_id: &ev.step_run_id,
+                step: &ev.step,
+                trace_id: &ev.trace_id,
+                parent_id: &ev.event_id,
+                discriminator: "deadline",
+                payload: json!({
+                    "status": "error",
+                    "error": error,
+                    "args": payload.get("args").cloned().unwrap_or_else(|| json!({})),
+                }),
+                ..Default::default()
+            }
+            .build();
+            mesh.emit(&failed).await?.wait().await?;
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_mesh::state::TokenRecord;
+
+    fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
+        ExecHeader {
+            execution_id: "e1".into(),
+            status,
+            live: live
+                .iter()
+                .map(|t| TokenRecord {
+                    token_id: t.to_string(),
+                    step: "s".into(),
+                    args: Value::Null,
+                    arc: 0,
+                    parent: String::new(),
+                })
+                .collect(),
+            playbook: "p".into(),
+            source: "p.yaml".into(),
+            terminal_emitted: false,
+            started_at: String::new(),
+            ended_at: None,
+            error: None,
+            parent_execution_id: String::new(),
+        }
+    }
+
+    #[test]
+    fn timers_wait_then_fail_only_what_still_runs() {
+        let d = Deadline {
+            at_ms: 10_000,
+            what: "step \"s\" lifecycle.timeout_s: 1".into(),
+        };
+        let running = header(ExecStatus::Running, &["sr1"]);
+        let input = |event_type, now_ms, header| TimerInput {
+            event_type,
+            deadline: &d,
+            step: "s",
+            step_run_id: "sr1",
+            header,
+            now_ms,
+        };
+        // Before deadline + grace: wait the rest.
+        assert_eq!(
+            decide(&input(types::STEP_DEADLINE, 9_000, Some(&running))),
+            TimerAction::Wait(Duration::from_millis(3_000))
+        );
+        match decide(&input(types::STEP_DEADLINE, 12_000, Some(&running))) {
+            TimerAction::FailStepRun(e) => {
+                assert_eq!(e["kind"], "timeout");
+                assert!(e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("lifecycle.timeout_s: 1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The step-run already ended: nothing.
+        let moved_on = header(ExecStatus::Running, &["sr2"]);
+        assert_eq!(
+            decide(&input(types::STEP_DEADLINE, 12_000, Some(&moved_on))),
+            TimerAction::Nothing
+        );
+        // The execution ended: nothing, for either timer.
+        let done = header(ExecStatus::Completed, &[]);
+        assert_eq!(
+            decide(&input(types::EXECUTION_DEADLINE, 12_000, Some(&done))),
+            TimerAction::Nothing
+        );
+        assert_eq!(
+            decide(&input(types::STEP_DEADLINE, 12_000, None)),
+            TimerAction::Nothing
+        );
+        match decide(&input(types::EXECUTION_DEADLINE, 12_000, Some(&running))) {
+            TimerAction::FailExecution(m) => assert!(m.starts_with("timeout: "), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
