@@ -263,3 +263,58 @@ async fn work_waiting_in_a_queue_times_out_by_the_routers_timers() {
     assert_eq!(failed, 1, "one terminal event");
     cluster.stop().await;
 }
+
+const LOOP_TIMEOUT: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: loop_timeout }
+workflow:
+  - step: start
+    spec:
+      policy:
+        lifecycle: { timeout_s: 1 }
+        failure: { mode: best_effort }
+    loop:
+      in: "{{ [1, 2, 3] }}"
+      iterator: n
+      spec: { mode: parallel }
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(30)
+          result = 'woke'
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_step_past_its_timeout_fails_with_timeout_even_in_best_effort_mode() {
+    let cluster = Cluster::start().await;
+    let started = Instant::now();
+    let eid = cluster
+        .submit(LOOP_TIMEOUT, "loop_timeout.yaml", json!({}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    let took = started.elapsed();
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let events = cluster.settled_events(&eid).await;
+    let error = step_error(&events, "start");
+    assert_eq!(error["kind"], "timeout", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("lifecycle.timeout_s: 1"),
+        "{error}"
+    );
+    // Every iteration was cut at the deadline, none ran its 30 s.
+    let cut = events
+        .iter()
+        .filter(|e| {
+            e.event_type == "loop.iteration.failed" && payload(e)["error"]["kind"] == "timeout"
+        })
+        .count();
+    assert_eq!(cut, 3, "iterations cut by the deadline");
+    cluster.stop().await;
+}

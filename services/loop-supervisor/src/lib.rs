@@ -26,7 +26,7 @@ use noetl_core::{
 };
 use noetl_mesh::{
     codec,
-    events::{self, types, EventDraft},
+    events::{self, now_ms, types, EventDraft},
     ids::derive_id,
     kv::{self, key_part, Cas},
     plan::PlanRecord,
@@ -145,6 +145,29 @@ pub struct LoopRun {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// The `timeout` error of a loop run that ends past its step-run's
+/// deadline with failed iterations (the executor cut them at the
+/// deadline): the step fails with it, whatever its failure mode. It is
+/// stored in the run the first time, so a repeated finish says the same.
+pub fn timed_out(run: &LoopRun, now_ms: u64) -> Option<Value> {
+    if run.deadline_ms == 0 || run.failed == 0 || now_ms < run.deadline_ms {
+        return None;
+    }
+    let d = noetl_core::lifecycle::Deadline {
+        at_ms: run.deadline_ms,
+        what: run.deadline_of.clone(),
+    };
+    let mut e = noetl_core::lifecycle::timeout_error(&d, &run.step, None);
+    e["message"] = json!(format!(
+        "{} ({} of {} iterations done, {} failed)",
+        e["message"].as_str().unwrap_or(""),
+        run.done,
+        run.total,
+        run.failed
+    ));
+    Some(e)
 }
 
 /// How one iteration counted, decided by its first report (in the loop
@@ -993,7 +1016,11 @@ async fn finish(
     let skey = state_key(eid, srid);
     let mut run = run.clone();
     if run.error.is_none() {
-        if let Some(error) = apply_reducers(mesh, eid, step, srid, &run).await? {
+        let error = match apply_reducers(mesh, eid, step, srid, &run).await? {
+            Some(e) => Some(e),
+            None => timed_out(&run, now_ms()),
+        };
+        if let Some(error) = error {
             // The first recorded error stands (a repeated finish reports it).
             let stored = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| match r {
                 Some(r) if r.error.is_none() => {
@@ -1114,4 +1141,42 @@ async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<()
     .build();
     mesh.emit(&ev).await?.wait().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(failed: u64, deadline_ms: u64) -> LoopRun {
+        LoopRun {
+            step: "lp".into(),
+            total: 4,
+            max_in_flight: 4,
+            next: 4,
+            in_flight: vec![],
+            done: 4 - failed,
+            failed,
+            stopped: false,
+            args: json!({}),
+            trace_id: String::new(),
+            done_emitted: false,
+            reduced: Default::default(),
+            error: None,
+            deadline_ms,
+            deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
+        }
+    }
+
+    #[test]
+    fn a_loop_past_its_deadline_with_failures_times_out() {
+        let e = timed_out(&run(2, 1_000), 1_000).expect("timed out");
+        assert_eq!(e["kind"], "timeout");
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains("lifecycle.timeout_s: 1"), "{m}");
+        assert!(m.contains("2 of 4 iterations done, 2 failed"), "{m}");
+        // Before the deadline, without failures, or without a deadline: no.
+        assert_eq!(timed_out(&run(2, 1_000), 999), None);
+        assert_eq!(timed_out(&run(0, 1_000), 5_000), None);
+        assert_eq!(timed_out(&run(2, 0), 5_000), None);
+    }
 }
