@@ -647,6 +647,9 @@ impl Validator {
         let parallel = is_parallel.then_some(reduced.as_slice());
         if let Some(l) = lp {
             self.loop_(l, &format!("{path}/loop"), &name);
+            if let Some(t) = l.pointer("/spec/timeout") {
+                self.task_timeout(t, &format!("{path}/loop/spec/timeout"));
+            }
         }
         if let Some(tool) = s.get("tool") {
             self.tool(tool, &format!("{path}/tool"), &name, parallel);
