@@ -318,3 +318,57 @@ async fn a_loop_step_past_its_timeout_fails_with_timeout_even_in_best_effort_mod
     assert_eq!(cut, 3, "iterations cut by the deadline");
     cluster.stop().await;
 }
+
+const CHILD_TIMEOUT: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: child_timeout }
+workflow:
+  - step: start
+    spec: { policy: { lifecycle: { timeout_s: 1 } } }
+    tool:
+      - name: call
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: slow_child }
+          workflow:
+            - step: start
+              tool:
+                - name: nap
+                  kind: python
+                  code: |
+                    import time
+                    time.sleep(30)
+                    result = 'woke'
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_waiting_on_a_child_times_out_and_the_child_is_cancelled() {
+    let cluster = Cluster::start().await;
+    let started = Instant::now();
+    let eid = cluster
+        .submit(CHILD_TIMEOUT, "child_timeout.yaml", json!({}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    let error = step_error(&cluster.settled_events(&eid).await, "start");
+    assert_eq!(error["kind"], "timeout", "{error}");
+    // The child the step waited on is cancelled, naming why.
+    let keys = noetl_mesh::kv::keys_under(cluster.mesh.exec_kv(), &format!("{eid}.child"))
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let child = keys[0].rsplit('.').next().unwrap().to_string();
+    let c = cluster.wait(&child, Duration::from_secs(30)).await;
+    assert_eq!(c.status, ExecStatus::Cancelled, "{c:?}");
+    let why = c.error.unwrap_or_default();
+    assert!(why.contains("ran out of time"), "{why}");
+    cluster.stop().await;
+}

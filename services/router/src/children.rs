@@ -49,11 +49,42 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
 
 /// Ask every child of `eid` to cancel (they pass it on to theirs).
 pub async fn cancel_children(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
+    cancel_children_where(
+        mesh,
+        eid,
+        None,
+        &format!("parent execution {eid} was cancelled"),
+    )
+    .await
+}
+
+/// Ask the children of `eid` to cancel with `why`: all of them, or only
+/// those started by step-run `step_run_id` (read from each child's
+/// continuation record).
+pub async fn cancel_children_where(
+    mesh: &Mesh,
+    eid: &str,
+    step_run_id: Option<&str>,
+    why: &str,
+) -> Result<(), MeshError> {
     let prefix = format!("{eid}.child");
     for key in kv::keys_under(mesh.exec_kv(), &prefix).await? {
         let child = key.trim_start_matches(&format!("{prefix}."));
-        mesh.request_cancel(child, &format!("parent execution {eid} was cancelled"))
-            .await?;
+        if let Some(srid) = step_run_id {
+            let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &resume_key(child)).await?
+            else {
+                continue;
+            };
+            let started_by = base64::engine::general_purpose::STANDARD
+                .decode(rec.command.as_bytes())
+                .ok()
+                .and_then(|b| codec::decode::<TaskCommand>("parent continuation", &b).ok())
+                .map(|c| c.step_run_id);
+            if started_by.as_deref() != Some(srid) {
+                continue;
+            }
+        }
+        mesh.request_cancel(child, why).await?;
     }
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!   the header, as for any end), and its children are asked to cancel;
 //! - `step.deadline`: a step-run whose token is still live gets a
 //!   `step.failed` with a `timeout` error; the boundary handler then treats
-//!   it as any failure (arcs may route it). Whichever boundary event of the
+//!   it as any failure (arcs may route it), and a child execution the
+//!   step-run waits on is asked to cancel. Whichever boundary event of the
 //!   step-run the router handles first wins; the other finds no live token.
 //!
 //! Timers fire [`GRACE`] after the deadline: an executor running the
@@ -186,12 +187,31 @@ async fn on_timer(
                             crate::boundary::BoundaryError::Mesh(m) => m,
                             crate::boundary::BoundaryError::Refused(r) => MeshError::Config(r),
                         })?;
-                    crate::children::cancel_children(mesh, eid).await?;
+                    crate::children::cancel_children_where(
+                        mesh,
+                        eid,
+                        None,
+                        &format!("parent execution {eid} ran out of time"),
+                    )
+                    .await?;
                 }
             }
         }
         TimerAction::FailStepRun(error) => {
             tracing::info!(execution_id = %eid, step = %ev.step, "step deadline passed");
+            // A child the step-run waits on is of no use any more (asked
+            // first: a redelivered timer repeats both while the step-run
+            // is live).
+            crate::children::cancel_children_where(
+                mesh,
+                eid,
+                Some(&ev.step_run_id),
+                &format!(
+                    "step {:?} of parent execution {eid} ran out of time",
+                    ev.step
+                ),
+            )
+            .await?;
             let failed = EventDraft {
                 event_type: types::STEP_FAILED,
                 execution_id: eid,
