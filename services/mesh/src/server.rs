@@ -112,13 +112,18 @@ pub struct NatsServerProcess {
 impl NatsServerProcess {
     /// Start a server and wait until it accepts clients with JetStream on.
     pub fn start(opts: ServerOptions) -> Result<Self, ServerError> {
-        Self::start_with_sync(opts, SyncPolicy::Interval)
+        Self::launch(opts, None)
     }
 
-    /// [`Self::start`] with a disk sync policy: [`SyncPolicy::Always`] writes
-    /// [`CONFIG_FILE`] (`jetstream { sync_interval: always }`) into the store
-    /// directory and starts the server with it.
-    pub fn start_with_sync(opts: ServerOptions, sync: SyncPolicy) -> Result<Self, ServerError> {
+    /// [`start`](Self::start) with a configuration file (`-c`), e.g. a
+    /// `cluster { ... }` block for a JetStream cluster node. `opts` are
+    /// passed as flags; the file must not set them again (nats-server
+    /// refuses a duplicate `jetstream { store_dir }`).
+    pub fn start_with_config(opts: ServerOptions, config_file: &Path) -> Result<Self, ServerError> {
+        Self::launch(opts, Some(config_file))
+    }
+
+    fn launch(opts: ServerOptions, config_file: Option<&Path>) -> Result<Self, ServerError> {
         let binary = find_binary(opts.binary.as_deref())?;
         check_version(&binary)?;
         std::fs::create_dir_all(&opts.store_dir).map_err(|source| ServerError::StoreDir {
@@ -126,17 +131,6 @@ impl NatsServerProcess {
             source,
         })?;
         let log_path = opts.store_dir.join("nats-server.log");
-        let config_path = opts.store_dir.join(CONFIG_FILE);
-        let config = match sync.config_text() {
-            Some(text) => {
-                std::fs::write(&config_path, text).map_err(|source| ServerError::StoreDir {
-                    path: config_path.display().to_string(),
-                    source,
-                })?;
-                Some(config_path)
-            }
-            None => None,
-        };
         let mut last_err = None;
         for _ in 0..5 {
             let port = match opts.port {
@@ -147,18 +141,17 @@ impl NatsServerProcess {
             // credentials' secret key and NATS / object-store credentials,
             // and a same-user process could read them in the server's
             // /proc/<pid>/environ.
-            let mut command = Command::new(&binary);
-            command
+            let mut cmd = Command::new(&binary);
+            if let Some(config) = config_file {
+                cmd.arg("-c").arg(config);
+            }
+            let child = cmd
                 .env_clear()
                 .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"))
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")
-                .arg(&log_path);
-            if let Some(path) = &config {
-                command.arg("-c").arg(path);
-            }
-            let child = command
+                .arg(&log_path)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -242,6 +235,23 @@ impl NatsServerProcess {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// [`start`](Self::start) with a disk sync policy: [`SyncPolicy::Always`]
+    /// writes [`CONFIG_FILE`] (`jetstream { sync_interval: always }`) into the
+    /// store directory and starts the server with it.
+    pub fn start_with_sync(opts: ServerOptions, sync: SyncPolicy) -> Result<Self, ServerError> {
+        let Some(text) = sync.config_text() else {
+            return Self::start(opts);
+        };
+        let store_err = |path: &Path, source| ServerError::StoreDir {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(&opts.store_dir).map_err(|e| store_err(&opts.store_dir, e))?;
+        let config = opts.store_dir.join(CONFIG_FILE);
+        std::fs::write(&config, text).map_err(|e| store_err(&config, e))?;
+        Self::start_with_config(opts, &config)
     }
 }
 
