@@ -70,6 +70,11 @@ pub struct ServerOptions {
     pub port: Option<u16>,
     /// Binary; `None` searches (see module docs).
     pub binary: Option<PathBuf>,
+    /// A server configuration file (`-c`), e.g. a `cluster { ... }` block
+    /// for a JetStream cluster. The options above are passed as flags; the
+    /// file must not set them again (nats-server refuses a duplicate
+    /// `jetstream { store_dir }`).
+    pub config_file: Option<PathBuf>,
 }
 
 /// A running `nats-server`; killed on drop.
@@ -95,7 +100,11 @@ impl NatsServerProcess {
                 Some(p) => p,
                 None => free_port(),
             };
-            let child = Command::new(&binary)
+            let mut cmd = Command::new(&binary);
+            if let Some(config) = &opts.config_file {
+                cmd.arg("-c").arg(config);
+            }
+            let child = cmd
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")

@@ -2,10 +2,13 @@
 //! `nats-server -js` on a free loopback port with a fresh store directory;
 //! both are removed when the [`TestServer`] is dropped (like async-nats's own
 //! test harness). Nothing is shared between tests, nothing is left behind.
+//! [`TestCluster`] is the same for a three-node JetStream cluster.
 
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
+pub mod cluster;
 pub mod s3;
+pub use cluster::TestCluster;
 pub use s3::S3Server;
 
 /// A private nats-server for one test.
@@ -34,6 +37,7 @@ impl TestServer {
             store_dir: store.path().to_path_buf(),
             port: None,
             binary: None,
+            config_file: None,
         })?;
         Ok(Self {
             process,
@@ -91,6 +95,7 @@ mod tests {
             store_dir: std::env::temp_dir().join("noetl-missing-bin"),
             port: None,
             binary: Some("/nonexistent/nats-server".into()),
+            config_file: None,
         })
         .err()
         .expect("must fail");
