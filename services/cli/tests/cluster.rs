@@ -180,6 +180,8 @@ impl Env {
                 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             )
             .env("NOETL_REPLICAS", "3")
+            // A killed replica's unacked messages come back after 5 s, not 30.
+            .env("NOETL_ACK_WAIT_MS", "5000")
             .env("NOETL_PYTHON_WARM", "1")
             .env_remove("NOETL_NATS_URL")
             .env_remove("NATS_URL");
