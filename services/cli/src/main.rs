@@ -36,6 +36,9 @@ enum Command {
     /// Register, list and show playbooks in the catalog.
     #[command(subcommand)]
     Playbook(commands::playbook::Command),
+    /// Operate a mesh: create its streams and buckets.
+    #[command(subcommand)]
+    Admin(commands::admin::Command),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
                     Command::Events(c) => commands::events::run(c).await,
                     Command::Credential(c) => commands::credential::run(c).await,
                     Command::Playbook(c) => commands::playbook::run(c).await,
+                    Command::Admin(c) => commands::admin::run(c).await,
                     Command::Validate(_) | Command::Schema(_) => unreachable!("handled above"),
                 }
             }),

@@ -7,8 +7,14 @@ use std::time::Duration;
 /// Everything a service needs to join the mesh.
 #[derive(Debug, Clone)]
 pub struct MeshConfig {
-    /// NATS server URL (`NOETL_NATS_URL`, default `nats://127.0.0.1:4222`).
+    /// NATS servers, comma-separated (`NOETL_NATS_URL`, else `NATS_URL`;
+    /// default `nats://127.0.0.1:4222`). The client fails over between them.
     pub nats_url: String,
+    /// NATS credentials and TLS (`NOETL_NATS_*`, else `NATS_*`).
+    pub auth: crate::connect::NatsAuth,
+    /// Replicas of every stream and KV bucket (`NOETL_REPLICAS`, 1..=5;
+    /// 3 on a 3-node JetStream cluster).
+    pub replicas: usize,
     /// Subject / stream / bucket prefix (`NOETL_PREFIX`, default `noetl`).
     pub prefix: String,
     /// How long a consumer waits for an ack before redelivering (`NOETL_ACK_WAIT_MS`).
@@ -33,10 +39,18 @@ pub struct MeshConfig {
     pub env_errors: Vec<String>,
 }
 
+/// The NATS server used when none is configured.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// Most replicas JetStream allows for a stream.
+pub const MAX_REPLICAS: usize = 5;
+
 impl Default for MeshConfig {
     fn default() -> Self {
         Self {
-            nats_url: "nats://127.0.0.1:4222".into(),
+            nats_url: DEFAULT_NATS_URL.into(),
+            auth: Default::default(),
+            replicas: 1,
             prefix: "noetl".into(),
             ack_wait: Duration::from_secs(30),
             max_deliveries: 10,
@@ -82,9 +96,23 @@ impl MeshConfig {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut c = Self::default();
         let var = |k: &str| lookup(k).filter(|v| !v.is_empty());
-        if let Some(v) = var("NOETL_NATS_URL") {
+        // Ours first, then the `nats` CLI's conventional name.
+        let nats = |k: &str| var(&format!("NOETL_{k}")).or_else(|| var(k));
+        if let Some(v) = nats("NATS_URL") {
             c.nats_url = v;
         }
+        let path = |k: &str| nats(k).map(PathBuf::from);
+        c.auth = crate::connect::NatsAuth {
+            creds_file: path("NATS_CREDS"),
+            nkey_seed_file: path("NATS_NKEY"),
+            user: nats("NATS_USER"),
+            password: nats("NATS_PASSWORD"),
+            token: nats("NATS_TOKEN"),
+            tls_ca: path("NATS_CA"),
+            tls_cert: path("NATS_CERT"),
+            tls_key: path("NATS_KEY"),
+            require_tls: false,
+        };
         if let Some(v) = var("NOETL_PREFIX") {
             c.prefix = v;
         }
@@ -103,6 +131,7 @@ impl MeshConfig {
         let ack_wait = number("NOETL_ACK_WAIT_MS");
         let inline_limit = number("NOETL_INLINE_LIMIT");
         let events_max_age = number("NOETL_EVENTS_MAX_AGE_S");
+        let replicas = number("NOETL_REPLICAS");
         if let Some(v) = ack_wait {
             c.ack_wait = Duration::from_millis(v);
         }
@@ -111,6 +140,9 @@ impl MeshConfig {
         }
         if let Some(v) = events_max_age {
             c.events_max_age = Duration::from_secs(v);
+        }
+        if let Some(v) = replicas {
+            c.replicas = usize::try_from(v).unwrap_or(usize::MAX);
         }
         c.s3_credential = var("NOETL_S3_CREDENTIAL");
         if let Some(v) = var("NOETL_OBJECT_STORE") {
@@ -140,6 +172,14 @@ impl MeshConfig {
         if self.ack_wait < Duration::from_millis(100) {
             return bad("NOETL_ACK_WAIT_MS must be at least 100");
         }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(crate::MeshError::Config(format!(
+                "NOETL_REPLICAS={} is out of range: JetStream keeps 1 to {MAX_REPLICAS} replicas (3 on a 3-node cluster)",
+                self.replicas
+            )));
+        }
+        crate::connect::server_list(&self.nats_url)?;
+        self.auth.check().map_err(crate::MeshError::Config)?;
         Ok(())
     }
 }
@@ -160,5 +200,33 @@ mod tests {
         assert!(err.contains("NOETL_ACK_WAIT_MS=\"30s\""), "{err}");
         assert!(err.contains("not a whole number"), "{err}");
         assert!(MeshConfig::from_lookup(|_| None).validate().is_ok());
+    }
+
+    #[test]
+    fn nats_settings_read_ours_first_then_the_conventional_names() {
+        let c = MeshConfig::from_lookup(|k| match k {
+            "NATS_URL" => Some("nats://a:1,nats://b:2".into()),
+            "NATS_CREDS" => Some("/etc/nats/user.creds".into()),
+            "NOETL_NATS_CA" => Some("/etc/nats/ca.pem".into()),
+            "NATS_CA" => Some("/ignored.pem".into()),
+            "NOETL_REPLICAS" => Some("3".into()),
+            _ => None,
+        });
+        assert_eq!(c.nats_url, "nats://a:1,nats://b:2");
+        assert_eq!(c.auth.creds_file, Some("/etc/nats/user.creds".into()));
+        assert_eq!(c.auth.tls_ca, Some("/etc/nats/ca.pem".into()));
+        assert_eq!(c.replicas, 3);
+        assert!(c.validate().is_ok());
+        let d = MeshConfig::from_lookup(|k| (k == "NOETL_NATS_URL").then(|| "nats://x:9".into()));
+        assert_eq!(d.nats_url, "nats://x:9");
+    }
+
+    #[test]
+    fn replicas_out_of_range_are_refused_with_the_setting_named() {
+        for bad in ["0", "6"] {
+            let c = MeshConfig::from_lookup(|k| (k == "NOETL_REPLICAS").then(|| bad.into()));
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("NOETL_REPLICAS={bad}")), "{e}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! Subject and stream names ([`subjects`]), configuration ([`config`]),
 //! idempotent creation of streams, consumers and KV buckets ([`topology`]),
+//! connecting with server lists, credentials and TLS ([`connect`]),
 //! codecs ([`codec`]), deterministic ids ([`ids`]), KV compare-and-set
 //! ([`kv`]), event construction ([`events`]), the consumer loop with graceful
 //! drain and dead-lettering ([`runtime`]), the execution state kept in KV
@@ -12,6 +13,7 @@ pub mod cancel;
 pub mod catalog;
 pub mod codec;
 pub mod config;
+pub mod connect;
 pub mod credentials;
 pub mod events;
 pub mod ids;
@@ -80,6 +82,17 @@ pub enum MeshError {
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The mesh's streams or buckets are not there (a read-only command
+    /// never creates them).
+    #[error("no NoETL mesh with prefix `{prefix}` at {url}: {what} does not exist; start a service (`noetl serve`) or run `noetl admin init` there, or check --prefix / NOETL_PREFIX")]
+    Missing {
+        /// The prefix looked for.
+        prefix: String,
+        /// The servers asked (credentials removed).
+        url: String,
+        /// The first stream or bucket not found.
+        what: String,
+    },
     /// Consuming messages failed.
     #[error("consumer {consumer}: {message}")]
     Consume {
@@ -109,28 +122,54 @@ struct Inner {
 }
 
 impl Mesh {
-    /// Connect to `config.nats_url` and make sure streams and buckets exist.
+    /// Connect to `config.nats_url` and create the streams and buckets
+    /// that are missing (what services and `noetl admin init` do).
     pub async fn connect(config: MeshConfig) -> Result<Self, MeshError> {
-        config.validate()?;
-        let client = async_nats::ConnectOptions::new()
-            .name("noetl")
-            .connect(config.nats_url.as_str())
-            .await
-            .map_err(|source| MeshError::Connect {
-                url: config.nats_url.clone(),
-                source,
-            })?;
+        let client = Self::client_for(&config).await?;
         Self::with_client(client, config).await
     }
 
-    /// Join the mesh over an existing client.
+    /// Connect to an existing mesh without creating anything (what
+    /// read-only and client commands do): a missing stream or bucket is
+    /// [`MeshError::Missing`], naming the prefix.
+    pub async fn attach(config: MeshConfig) -> Result<Self, MeshError> {
+        let client = Self::client_for(&config).await?;
+        Self::join(client, config, topology::Mode::Existing).await
+    }
+
+    async fn client_for(config: &MeshConfig) -> Result<async_nats::Client, MeshError> {
+        config.validate()?;
+        connect::connect(connect::ConnectParams {
+            urls: &config.nats_url,
+            auth: &config.auth,
+            name: "noetl",
+        })
+        .await
+    }
+
+    /// Join the mesh over an existing client, creating what is missing.
     pub async fn with_client(
         client: async_nats::Client,
         config: MeshConfig,
     ) -> Result<Self, MeshError> {
+        Self::join(client, config, topology::Mode::Create).await
+    }
+
+    async fn join(
+        client: async_nats::Client,
+        config: MeshConfig,
+        mode: topology::Mode,
+    ) -> Result<Self, MeshError> {
         let js = jetstream::new(client.clone());
         let subjects = Subjects::new(&config.prefix);
-        let buckets = topology::ensure(&js, &subjects, &config).await?;
+        let buckets = topology::ensure(topology::EnsureParams {
+            js: &js,
+            subjects: &subjects,
+            config: &config,
+            mode,
+        })
+        .await?
+        .buckets;
         let mut location = config.store_location();
         if let (objects::StoreLocation::S3(s3), Some(name)) = (&mut location, &config.s3_credential)
         {

@@ -43,13 +43,15 @@ pub struct S3Location {
     /// Key prefix inside the bucket (may be empty).
     pub prefix: String,
     /// Endpoint URL for MinIO and other S3-compatible servers
-    /// (`NOETL_S3_ENDPOINT`); `None` = AWS.
+    /// (`NOETL_S3_ENDPOINT`); `None` = the environment's (`AWS_ENDPOINT_URL_S3`,
+    /// `AWS_ENDPOINT_URL`, `AWS_ENDPOINT`), else AWS.
     pub endpoint: Option<String>,
-    /// Region (`AWS_REGION`, default `us-east-1`).
+    /// Region (`AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`).
     pub region: String,
-    /// Access key id (`AWS_ACCESS_KEY_ID`).
+    /// Access key id (`AWS_ACCESS_KEY_ID`, or from `NOETL_S3_CREDENTIAL`).
     pub access_key_id: Option<String>,
-    /// Secret access key (`AWS_SECRET_ACCESS_KEY`); never printed.
+    /// Secret access key (`AWS_SECRET_ACCESS_KEY`, or from
+    /// `NOETL_S3_CREDENTIAL`); never printed.
     pub secret_access_key: Option<String>,
 }
 
@@ -73,11 +75,36 @@ impl std::fmt::Debug for StoreLocation {
     }
 }
 
+/// The process environment as `(name, value)` pairs (values that are not
+/// UTF-8 are left out, as object_store's `from_env` does).
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+/// The non-empty value of `name` in `env`.
+fn env_var<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
+}
+
 impl StoreLocation {
     /// Parse `NOETL_OBJECT_STORE`: `s3://bucket[/prefix]`, `file:///dir` or
-    /// a directory path. S3 settings come from `NOETL_S3_ENDPOINT`,
-    /// `AWS_REGION`, `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    /// a directory path, reading the S3 settings from the process
+    /// environment (see [`StoreLocation::parse_with_env`]).
     pub fn parse(spec: &str) -> Result<Self, ObjectError> {
+        Self::parse_with_env(spec, &process_env())
+    }
+
+    /// [`StoreLocation::parse`] with the environment given: S3 settings
+    /// come from `NOETL_S3_ENDPOINT`, `AWS_REGION` (else
+    /// `AWS_DEFAULT_REGION`, else `us-east-1`), `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY`; [`ResultStore::open_with_env`] adds the
+    /// rest of the `AWS_*` settings.
+    pub fn parse_with_env(spec: &str, env: &[(String, String)]) -> Result<Self, ObjectError> {
         if let Some(rest) = spec.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
@@ -85,12 +112,14 @@ impl StoreLocation {
                     "NOETL_OBJECT_STORE={spec:?} names no bucket (use s3://BUCKET[/PREFIX])"
                 )));
             }
-            let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+            let var = |k: &str| env_var(env, k).map(str::to_string);
             return Ok(Self::S3(S3Location {
                 bucket: bucket.to_string(),
                 prefix: prefix.trim_matches('/').to_string(),
                 endpoint: var("NOETL_S3_ENDPOINT"),
-                region: var("AWS_REGION").unwrap_or_else(|| "us-east-1".into()),
+                region: var("AWS_REGION")
+                    .or_else(|| var("AWS_DEFAULT_REGION"))
+                    .unwrap_or_else(|| "us-east-1".into()),
                 access_key_id: var("AWS_ACCESS_KEY_ID"),
                 secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
             }));
@@ -204,9 +233,76 @@ impl ObjectError {
     }
 }
 
+/// The S3 client settings: every `AWS_*` setting object_store knows, read
+/// from `env` as `AmazonS3Builder::from_env` reads the process
+/// environment (keys, `AWS_SESSION_TOKEN`, `AWS_ENDPOINT`,
+/// `AWS_ALLOW_HTTP`, container credentials, ...), plus
+/// `AWS_ENDPOINT_URL_S3`; then what `location` sets on top: bucket,
+/// region, `NOETL_S3_ENDPOINT` (path-style, HTTP allowed for `http://`)
+/// and keys (`NOETL_S3_CREDENTIAL`). An endpoint from the environment that
+/// is `http://` allows HTTP unless `AWS_ALLOW_HTTP` says otherwise. The
+/// environment's session token is dropped when the location's access key
+/// is not the environment's (it belongs to other keys). IRSA
+/// (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`) is read by object_store
+/// from the process environment when no keys are set.
+pub fn s3_builder(s3: &S3Location, env: &[(String, String)]) -> object_store::aws::AmazonS3Builder {
+    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+    use object_store::ClientConfigKey;
+    let foreign_keys = s3.access_key_id.is_some()
+        && s3.access_key_id.as_deref() != env_var(env, "AWS_ACCESS_KEY_ID");
+    let mut b = AmazonS3Builder::new();
+    for (k, v) in env {
+        if !k.starts_with("AWS_") || v.is_empty() {
+            continue;
+        }
+        let Ok(key) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() else {
+            continue;
+        };
+        if foreign_keys && key == AmazonS3ConfigKey::Token {
+            continue;
+        }
+        b = b.with_config(key, v);
+    }
+    if let Some(e) = env_var(env, "AWS_ENDPOINT_URL_S3") {
+        b = b.with_endpoint(e);
+    }
+    b = b.with_bucket_name(&s3.bucket).with_region(&s3.region);
+    if let Some(e) = &s3.endpoint {
+        b = b
+            .with_endpoint(e)
+            .with_allow_http(e.starts_with("http://"))
+            .with_virtual_hosted_style_request(false);
+    } else if env_var(env, "AWS_ALLOW_HTTP").is_none()
+        && b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+            .is_some_and(|e| e.starts_with("http://"))
+    {
+        b = b.with_config(
+            AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp),
+            "true",
+        );
+    }
+    if let Some(k) = &s3.access_key_id {
+        b = b.with_access_key_id(k);
+    }
+    if let Some(k) = &s3.secret_access_key {
+        b = b.with_secret_access_key(k);
+    }
+    b
+}
+
 impl ResultStore {
-    /// Open (and for a local directory, create) the store.
+    /// Open (and for a local directory, create) the store, with the S3
+    /// client settings of the process environment.
     pub fn open(location: StoreLocation) -> Result<Self, ObjectError> {
+        Self::open_with_env(location, &process_env())
+    }
+
+    /// [`ResultStore::open`] with the environment given (see
+    /// [`s3_builder`]).
+    pub fn open_with_env(
+        location: StoreLocation,
+        env: &[(String, String)],
+    ) -> Result<Self, ObjectError> {
         let inner: Arc<dyn ObjectStore> = match &location {
             StoreLocation::Local(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -219,22 +315,7 @@ impl ResultStore {
                 )
             }
             StoreLocation::S3(s3) => {
-                let mut b = object_store::aws::AmazonS3Builder::new()
-                    .with_bucket_name(&s3.bucket)
-                    .with_region(&s3.region);
-                if let Some(e) = &s3.endpoint {
-                    b = b
-                        .with_endpoint(e)
-                        .with_allow_http(e.starts_with("http://"))
-                        .with_virtual_hosted_style_request(false);
-                }
-                if let Some(k) = &s3.access_key_id {
-                    b = b.with_access_key_id(k);
-                }
-                if let Some(k) = &s3.secret_access_key {
-                    b = b.with_secret_access_key(k);
-                }
-                let store = b
+                let store = s3_builder(s3, env)
                     .build()
                     .map_err(|e| ObjectError::Config(format!("S3 bucket {:?}: {e}", s3.bucket)))?;
                 if s3.prefix.is_empty() {
@@ -455,5 +536,117 @@ mod tests {
             secret_access_key: Some("very-secret-value".into()),
         });
         assert!(!format!("{loc:?}").contains("very-secret-value"));
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn s3(loc: StoreLocation) -> S3Location {
+        match loc {
+            StoreLocation::S3(s) => s,
+            other => panic!("not S3: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_region_comes_from_the_environment_unless_set() {
+        let region = |pairs: &[(&str, &str)]| {
+            s3(StoreLocation::parse_with_env("s3://b", &env(pairs)).unwrap()).region
+        };
+        assert_eq!(region(&[]), "us-east-1");
+        assert_eq!(region(&[("AWS_DEFAULT_REGION", "eu-west-1")]), "eu-west-1");
+        assert_eq!(
+            region(&[
+                ("AWS_DEFAULT_REGION", "eu-west-1"),
+                ("AWS_REGION", "ap-south-1")
+            ]),
+            "ap-south-1"
+        );
+        let loc = s3(StoreLocation::parse_with_env(
+            "s3://b/p",
+            &env(&[("AWS_REGION", "eu-north-1")]),
+        )
+        .unwrap());
+        let b = s3_builder(&loc, &env(&[("AWS_REGION", "eu-north-1")]));
+        use object_store::aws::AmazonS3ConfigKey as K;
+        assert_eq!(
+            b.get_config_value(&K::Region).as_deref(),
+            Some("eu-north-1")
+        );
+        assert_eq!(b.get_config_value(&K::Bucket).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn environment_settings_are_applied_under_the_noetl_ones() {
+        use object_store::aws::AmazonS3ConfigKey as K;
+        use object_store::ClientConfigKey as C;
+        let e = env(&[
+            ("AWS_ACCESS_KEY_ID", "AKENV"),
+            ("AWS_SECRET_ACCESS_KEY", "env-secret"),
+            ("AWS_SESSION_TOKEN", "env-token"),
+            ("AWS_ENDPOINT", "http://127.0.0.1:9"),
+            ("AWS_BUCKET", "not-this-one"),
+        ]);
+        let loc = s3(StoreLocation::parse_with_env("s3://b", &e).unwrap());
+        let b = s3_builder(&loc, &e);
+        assert_eq!(b.get_config_value(&K::Bucket).as_deref(), Some("b"));
+        assert_eq!(
+            b.get_config_value(&K::AccessKeyId).as_deref(),
+            Some("AKENV")
+        );
+        assert_eq!(b.get_config_value(&K::Token).as_deref(), Some("env-token"));
+        assert_eq!(
+            b.get_config_value(&K::Endpoint).as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        // An http:// endpoint from the environment allows HTTP...
+        assert_eq!(
+            b.get_config_value(&K::Client(C::AllowHttp)).as_deref(),
+            Some("true")
+        );
+        // ...unless AWS_ALLOW_HTTP says otherwise.
+        let mut no_http = e.clone();
+        no_http.push(("AWS_ALLOW_HTTP".into(), "false".into()));
+        let b = s3_builder(&loc, &no_http);
+        assert_eq!(
+            b.get_config_value(&K::Client(C::AllowHttp)).as_deref(),
+            Some("false")
+        );
+        // Keys from the keychain (NOETL_S3_CREDENTIAL) replace the
+        // environment's, and its session token with them.
+        let mut keychain = loc.clone();
+        keychain.access_key_id = Some("AKVAULT".into());
+        keychain.secret_access_key = Some("vault-secret".into());
+        let b = s3_builder(&keychain, &e);
+        assert_eq!(
+            b.get_config_value(&K::AccessKeyId).as_deref(),
+            Some("AKVAULT")
+        );
+        assert_eq!(b.get_config_value(&K::Token), None);
+        // NOETL_S3_ENDPOINT wins over AWS_ENDPOINT and forces path style.
+        let mut e2 = e.clone();
+        e2.push((
+            "NOETL_S3_ENDPOINT".into(),
+            "https://minio.example:9000".into(),
+        ));
+        e2.push(("AWS_VIRTUAL_HOSTED_STYLE_REQUEST".into(), "true".into()));
+        let loc2 = s3(StoreLocation::parse_with_env("s3://b", &e2).unwrap());
+        let b = s3_builder(&loc2, &e2);
+        assert_eq!(
+            b.get_config_value(&K::Endpoint).as_deref(),
+            Some("https://minio.example:9000")
+        );
+        assert_eq!(
+            b.get_config_value(&K::VirtualHostedStyleRequest).as_deref(),
+            Some("false")
+        );
+        assert_eq!(
+            b.get_config_value(&K::Client(C::AllowHttp)).as_deref(),
+            Some("false")
+        );
     }
 }

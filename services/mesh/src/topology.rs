@@ -30,83 +30,302 @@ fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
     }
 }
 
+/// Whether [`ensure`] may create and change the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Services and `noetl admin init`: create what is missing, bring the
+    /// replica count to `NOETL_REPLICAS` where JetStream allows.
+    Create,
+    /// Read-only and client commands: find what exists, change nothing.
+    Existing,
+}
+
+/// What [`ensure`] needs.
+pub struct EnsureParams<'a> {
+    /// JetStream context.
+    pub js: &'a jetstream::Context,
+    /// Names.
+    pub subjects: &'a Subjects,
+    /// Settings (replicas, windows, ages).
+    pub config: &'a MeshConfig,
+    /// Create or only find.
+    pub mode: Mode,
+}
+
+/// The buckets found or made, and what was done to each stream.
+pub struct Ensured {
+    /// The KV buckets.
+    pub buckets: Buckets,
+    /// One line per stream (KV buckets are streams `KV_<bucket>`).
+    pub report: Vec<StreamReport>,
+}
+
+/// What [`ensure`] found or did for one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamReport {
+    /// Stream name (`NOETL_WORK`, `KV_noetl_exec`, ...).
+    pub name: String,
+    /// Replicas it has now.
+    pub replicas: usize,
+    /// What happened.
+    pub action: Action,
+}
+
+/// What happened to one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// It was created.
+    Created,
+    /// It was there as wanted (or, read-only, as it is).
+    Found,
+    /// Its replica count was changed from `from`.
+    Rescaled {
+        /// Replicas before.
+        from: usize,
+    },
+    /// It has another replica count than wanted and could not be changed.
+    Kept {
+        /// Replicas wanted.
+        wanted: usize,
+        /// Why not.
+        reason: String,
+    },
+}
+
+/// What to do about an existing stream's replica count: a plain decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaDecision {
+    /// Nothing.
+    Keep,
+    /// Update the stream to the wanted count.
+    Update,
+}
+
+/// Decide whether a stream with `have` replicas is changed to `want`: only
+/// in [`Mode::Create`], only when they differ (JetStream scales a stream's
+/// replicas up and down in place on a cluster; a single server refuses,
+/// and the stream is then kept with a warning).
+pub fn replica_decision(have: usize, want: usize, mode: Mode) -> ReplicaDecision {
+    if mode == Mode::Create && have != want {
+        ReplicaDecision::Update
+    } else {
+        ReplicaDecision::Keep
+    }
+}
+
 /// Create (or find) the streams and buckets.
-pub async fn ensure(
-    js: &jetstream::Context,
-    s: &Subjects,
-    c: &MeshConfig,
-) -> Result<Buckets, MeshError> {
-    let work = s.work_stream();
-    js.get_or_create_stream(stream::Config {
-        name: work.clone(),
-        subjects: vec![
-            s.exec_request(),
-            s.tokens_all(),
-            s.tasks_all(),
-            s.loops_all(),
-        ],
-        retention: RetentionPolicy::WorkQueue,
-        storage: StorageType::File,
-        duplicate_window: c.duplicate_window,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_err(format!("stream {work}"), e))?;
-
-    let events = s.events_stream();
-    js.get_or_create_stream(stream::Config {
-        name: events.clone(),
-        subjects: vec![s.events_all()],
-        retention: RetentionPolicy::Limits,
-        storage: StorageType::File,
-        duplicate_window: c.duplicate_window,
-        max_age: c.events_max_age,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_err(format!("stream {events}"), e))?;
-
-    let dlq = s.dlq_stream();
-    js.get_or_create_stream(stream::Config {
-        name: dlq.clone(),
-        subjects: vec![s.dead_letters_all()],
-        retention: RetentionPolicy::Limits,
-        storage: StorageType::File,
-        max_age: c.events_max_age,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_err(format!("stream {dlq}"), e))?;
-
-    Ok(Buckets {
-        exec: bucket(js, &s.exec_bucket()).await?,
-        ctx: bucket(js, &s.ctx_bucket()).await?,
-        loops: bucket(js, &s.loop_bucket()).await?,
-        credentials: bucket(js, &s.credentials_bucket()).await?,
-        catalog: bucket(js, &s.catalog_bucket()).await?,
+pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
+    let (s, c) = (p.subjects, p.config);
+    let mut report = Vec::new();
+    report.push(
+        stream(
+            &p,
+            stream::Config {
+                name: s.work_stream(),
+                subjects: vec![
+                    s.exec_request(),
+                    s.tokens_all(),
+                    s.tasks_all(),
+                    s.loops_all(),
+                ],
+                retention: RetentionPolicy::WorkQueue,
+                storage: StorageType::File,
+                duplicate_window: c.duplicate_window,
+                num_replicas: c.replicas,
+                ..Default::default()
+            },
+        )
+        .await?,
+    );
+    report.push(
+        stream(
+            &p,
+            stream::Config {
+                name: s.events_stream(),
+                subjects: vec![s.events_all()],
+                retention: RetentionPolicy::Limits,
+                storage: StorageType::File,
+                duplicate_window: c.duplicate_window,
+                max_age: c.events_max_age,
+                num_replicas: c.replicas,
+                ..Default::default()
+            },
+        )
+        .await?,
+    );
+    report.push(
+        stream(
+            &p,
+            stream::Config {
+                name: s.dlq_stream(),
+                subjects: vec![s.dead_letters_all()],
+                retention: RetentionPolicy::Limits,
+                storage: StorageType::File,
+                max_age: c.events_max_age,
+                num_replicas: c.replicas,
+                ..Default::default()
+            },
+        )
+        .await?,
+    );
+    let (exec, r1) = bucket(&p, &s.exec_bucket()).await?;
+    let (ctx, r2) = bucket(&p, &s.ctx_bucket()).await?;
+    let (loops, r3) = bucket(&p, &s.loop_bucket()).await?;
+    let (credentials, r4) = bucket(&p, &s.credentials_bucket()).await?;
+    let (catalog, r5) = bucket(&p, &s.catalog_bucket()).await?;
+    report.extend([r1, r2, r3, r4, r5]);
+    Ok(Ensured {
+        buckets: Buckets {
+            exec,
+            ctx,
+            loops,
+            credentials,
+            catalog,
+        },
+        report,
     })
 }
 
-async fn bucket(js: &jetstream::Context, name: &str) -> Result<kv::Store, MeshError> {
-    match js.get_key_value(name).await {
-        Ok(store) => Ok(store),
-        Err(_) => match js
-            .create_key_value(kv::Config {
-                bucket: name.to_string(),
-                history: 1,
-                storage: StorageType::File,
-                ..Default::default()
-            })
-            .await
-        {
-            Ok(store) => Ok(store),
-            // Another replica may have created it between our two calls.
-            Err(e) => js
-                .get_key_value(name)
-                .await
-                .map_err(|_| setup_err(format!("KV bucket {name}"), e)),
-        },
+fn missing(p: &EnsureParams<'_>, what: String) -> MeshError {
+    MeshError::Missing {
+        prefix: p.config.prefix.clone(),
+        url: crate::connect::display_urls(&p.config.nats_url),
+        what,
     }
+}
+
+fn is_not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    matches!(
+        e.kind(),
+        async_nats::jetstream::context::GetStreamErrorKind::JetStream(j)
+            if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
+}
+
+/// Find `want.name`, or create it ([`Mode::Create`]); then bring its
+/// replica count to `want.num_replicas` where allowed.
+async fn stream(p: &EnsureParams<'_>, want: stream::Config) -> Result<StreamReport, MeshError> {
+    let name = want.name.clone();
+    let what = || format!("stream {name}");
+    match p.js.get_stream(&name).await {
+        Ok(found) => rescale(p, found.cached_info().config.clone(), want.num_replicas).await,
+        Err(e) if is_not_found(&e) => {
+            if p.mode == Mode::Existing {
+                return Err(missing(p, what()));
+            }
+            match p.js.create_stream(want.clone()).await {
+                Ok(_) => Ok(StreamReport {
+                    name,
+                    replicas: want.num_replicas,
+                    action: Action::Created,
+                }),
+                // Another replica may have created it meanwhile.
+                Err(create) => match p.js.get_stream(&name).await {
+                    Ok(found) => {
+                        rescale(p, found.cached_info().config.clone(), want.num_replicas).await
+                    }
+                    Err(_) => Err(setup_err(what(), replicas_hint(create, want.num_replicas))),
+                },
+            }
+        }
+        Err(e) => Err(setup_err(what(), e)),
+    }
+}
+
+/// A creation error, with what to do when it is the replica count that a
+/// single server cannot give.
+fn replicas_hint(e: impl std::fmt::Display, replicas: usize) -> String {
+    if replicas > 1 {
+        format!("{e} (NOETL_REPLICAS={replicas} needs a JetStream cluster of at least {replicas} servers)")
+    } else {
+        e.to_string()
+    }
+}
+
+async fn rescale(
+    p: &EnsureParams<'_>,
+    have: stream::Config,
+    want: usize,
+) -> Result<StreamReport, MeshError> {
+    let from = have.num_replicas.max(1);
+    let name = have.name.clone();
+    if replica_decision(from, want, p.mode) == ReplicaDecision::Keep {
+        return Ok(StreamReport {
+            name,
+            replicas: from,
+            action: Action::Found,
+        });
+    }
+    let mut changed = have;
+    changed.num_replicas = want;
+    match p.js.update_stream(changed).await {
+        Ok(_) => {
+            tracing::info!(stream = %name, from, to = want, "stream replicas changed");
+            Ok(StreamReport {
+                name,
+                replicas: want,
+                action: Action::Rescaled { from },
+            })
+        }
+        Err(e) => {
+            let reason = replicas_hint(e, want);
+            tracing::warn!(stream = %name, replicas = from, wanted = want, %reason,
+                "stream keeps its replica count; NOETL_REPLICAS is not applied to it");
+            Ok(StreamReport {
+                name,
+                replicas: from,
+                action: Action::Kept {
+                    wanted: want,
+                    reason,
+                },
+            })
+        }
+    }
+}
+
+async fn bucket(p: &EnsureParams<'_>, name: &str) -> Result<(kv::Store, StreamReport), MeshError> {
+    let stream_name = format!("KV_{name}");
+    let what = || format!("KV bucket {name}");
+    let report = match p.js.get_stream(&stream_name).await {
+        Ok(found) => rescale(p, found.cached_info().config.clone(), p.config.replicas).await?,
+        Err(e) if is_not_found(&e) => {
+            if p.mode == Mode::Existing {
+                return Err(missing(p, what()));
+            }
+            let created =
+                p.js.create_key_value(kv::Config {
+                    bucket: name.to_string(),
+                    history: 1,
+                    storage: StorageType::File,
+                    num_replicas: p.config.replicas,
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(store) => {
+                    let report = StreamReport {
+                        name: stream_name,
+                        replicas: p.config.replicas,
+                        action: Action::Created,
+                    };
+                    return Ok((store, report));
+                }
+                // Another replica may have created it between our two calls.
+                Err(e) => match p.js.get_stream(&stream_name).await {
+                    Ok(found) => {
+                        rescale(p, found.cached_info().config.clone(), p.config.replicas).await?
+                    }
+                    Err(_) => return Err(setup_err(what(), replicas_hint(e, p.config.replicas))),
+                },
+            }
+        }
+        Err(e) => return Err(setup_err(what(), e)),
+    };
+    let store =
+        p.js.get_key_value(name)
+            .await
+            .map_err(|e| setup_err(what(), e))?;
+    Ok((store, report))
 }
 
 /// Which stream a consumer reads.
@@ -185,5 +404,25 @@ impl crate::Mesh {
     /// Create or find a durable pull consumer.
     pub async fn consumer(&self, spec: &ConsumerSpec) -> Result<PullConsumer, MeshError> {
         consumer(self.js(), self.subjects(), self.config(), spec).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_change_only_when_creating_and_different() {
+        use ReplicaDecision::*;
+        assert_eq!(replica_decision(1, 3, Mode::Create), Update);
+        assert_eq!(replica_decision(3, 1, Mode::Create), Update);
+        assert_eq!(replica_decision(3, 3, Mode::Create), Keep);
+        assert_eq!(replica_decision(1, 3, Mode::Existing), Keep);
+    }
+
+    #[test]
+    fn a_replica_error_says_a_cluster_is_needed() {
+        assert!(replicas_hint("insufficient resources", 3).contains("cluster of at least 3"));
+        assert_eq!(replicas_hint("boom", 1), "boom");
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use noetl_core::tool::Tool;
 use noetl_mesh::{
+    connect::display_urls,
     runtime::ServiceParams,
     state::{ExecStatus, ExecSummary},
     Mesh, MeshConfig,
@@ -18,29 +19,100 @@ use tokio_util::sync::CancellationToken;
 /// Flags every client command takes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MeshArgs {
-    /// NATS server URL.
-    #[arg(long, env = "NOETL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats: String,
+    /// NATS servers, comma-separated; the client fails over between them
+    /// [env: NOETL_NATS_URL, else NATS_URL; default nats://127.0.0.1:4222].
+    #[arg(long, value_name = "URL[,URL...]")]
+    pub nats: Option<String>,
     /// Subject / stream / bucket prefix.
     #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
     pub prefix: String,
+    #[command(flatten)]
+    pub auth: NatsAuthArgs,
+}
+
+/// NATS credentials and TLS as flags; each overrides its environment
+/// variable (`NOETL_NATS_*`, else the `nats` CLI's `NATS_*`). Passwords and
+/// tokens are read from the environment only (`NOETL_NATS_PASSWORD`,
+/// `NOETL_NATS_TOKEN`), never from a command line others can list.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct NatsAuthArgs {
+    /// A NATS `.creds` file (JWT and nkey seed) [env: NOETL_NATS_CREDS, NATS_CREDS].
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// A file holding an nkey user seed [env: NOETL_NATS_NKEY, NATS_NKEY].
+    #[arg(long, value_name = "FILE")]
+    pub nats_nkey: Option<PathBuf>,
+    /// User name; the password comes from NOETL_NATS_PASSWORD [env: NOETL_NATS_USER, NATS_USER].
+    #[arg(long, value_name = "USER")]
+    pub nats_user: Option<String>,
+    /// CA certificate (PEM) the server must present a chain to [env: NOETL_NATS_CA, NATS_CA].
+    #[arg(long, value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS [env: NOETL_NATS_CERT, NATS_CERT].
+    #[arg(long, value_name = "FILE", requires = "nats_key")]
+    pub nats_cert: Option<PathBuf>,
+    /// Client key (PEM) [env: NOETL_NATS_KEY, NATS_KEY].
+    #[arg(long, value_name = "FILE", requires = "nats_cert")]
+    pub nats_key: Option<PathBuf>,
+    /// Refuse a connection that is not TLS.
+    #[arg(long)]
+    pub nats_tls: bool,
+}
+
+impl NatsAuthArgs {
+    /// Overlay the flags that were given on `config`.
+    pub fn apply(&self, config: &mut MeshConfig) {
+        let a = &mut config.auth;
+        if let Some(v) = &self.nats_creds {
+            a.creds_file = Some(v.clone());
+        }
+        if let Some(v) = &self.nats_nkey {
+            a.nkey_seed_file = Some(v.clone());
+        }
+        if let Some(v) = &self.nats_user {
+            a.user = Some(v.clone());
+        }
+        if let Some(v) = &self.nats_ca {
+            a.tls_ca = Some(v.clone());
+        }
+        if let Some(v) = &self.nats_cert {
+            a.tls_cert = Some(v.clone());
+        }
+        if let Some(v) = &self.nats_key {
+            a.tls_key = Some(v.clone());
+        }
+        a.require_tls |= self.nats_tls;
+    }
 }
 
 impl MeshArgs {
-    /// The mesh configuration these flags select.
+    /// The mesh configuration these flags select: the environment, then
+    /// the flags.
     pub fn config(&self) -> MeshConfig {
-        MeshConfig {
-            nats_url: self.nats.clone(),
-            prefix: self.prefix.clone(),
-            ..MeshConfig::from_env()
+        let mut config = MeshConfig::from_env();
+        config.prefix = self.prefix.clone();
+        if let Some(nats) = &self.nats {
+            config.nats_url = nats.clone();
         }
+        self.auth.apply(&mut config);
+        config
     }
 
-    /// Connect (and create streams/buckets if missing).
-    pub async fn connect(&self) -> anyhow::Result<Mesh> {
-        Mesh::connect(self.config())
+    /// Join an existing mesh; never creates streams or buckets (a missing
+    /// one is an error naming the prefix).
+    pub async fn attach(&self) -> anyhow::Result<Mesh> {
+        let config = self.config();
+        Mesh::attach(config.clone())
             .await
-            .with_context(|| format!("joining the mesh at {}", self.nats))
+            .with_context(|| format!("joining the mesh at {}", display_urls(&config.nats_url)))
+    }
+
+    /// Join the mesh, creating what is missing (services, `admin init`).
+    pub async fn connect(&self) -> anyhow::Result<Mesh> {
+        let config = self.config();
+        Mesh::connect(config.clone())
+            .await
+            .with_context(|| format!("joining the mesh at {}", display_urls(&config.nats_url)))
     }
 }
 

@@ -99,7 +99,7 @@ fn summary(p: &Value) -> String {
 }
 
 async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
-    let mesh = a.mesh.connect().await?;
+    let mesh = a.mesh.attach().await?;
     let filter = match &a.execution {
         Some(id) => mesh.subjects().events_of(id),
         None => mesh.subjects().events_all(),

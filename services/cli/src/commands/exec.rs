@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use noetl_mesh::{codec, ids::new_execution_id, state::ExecStatus};
+use noetl_mesh::{codec, connect::display_urls, ids::new_execution_id, state::ExecStatus};
 use noetl_wire::ExecutionRequest;
 
 use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
@@ -86,9 +86,13 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
-    let mesh = a.mesh.connect().await?;
+    let mesh = a.mesh.attach().await?;
     let Some(header) = mesh.exec_header(&a.id).await? else {
-        eprintln!("error: no execution {:?} at {}", a.id, a.mesh.nats);
+        eprintln!(
+            "error: no execution {:?} at {}",
+            a.id,
+            display_urls(&mesh.config().nats_url)
+        );
         return Ok(ExitCode::from(2));
     };
     if header.status != ExecStatus::Running {
@@ -144,7 +148,7 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         req.path = a.playbook.clone();
         req.version = a.version.unwrap_or(0);
     }
-    let mesh = a.mesh.connect().await?;
+    let mesh = a.mesh.attach().await?;
     mesh.publish(
         mesh.subjects().exec_request(),
         &req.execution_id,
@@ -162,7 +166,7 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
-    let mesh = a.mesh.connect().await?;
+    let mesh = a.mesh.attach().await?;
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     // A just-started execution may not have its header yet: with --wait,
     // waiting for it to appear is part of waiting.
@@ -171,7 +175,11 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);
         if done || !a.wait {
             if header.is_none() {
-                eprintln!("error: no execution {:?} at {}", a.id, a.mesh.nats);
+                eprintln!(
+                    "error: no execution {:?} at {}",
+                    a.id,
+                    display_urls(&mesh.config().nats_url)
+                );
                 return Ok(ExitCode::from(2));
             }
             break;

@@ -10,12 +10,15 @@ use noetl_mesh::{Mesh, MeshConfig};
 /// Where a store command (`credential`, `playbook`) works.
 #[derive(ClapArgs, Debug, Clone)]
 pub struct Target {
-    /// NATS server URL; without it, the local store of `noetl run`.
-    #[arg(long, env = "NOETL_NATS_URL")]
+    /// NATS servers (comma-separated) of an existing mesh; without it, the
+    /// local store of `noetl run`.
+    #[arg(long, env = "NOETL_NATS_URL", value_name = "URL[,URL...]")]
     pub nats: Option<String>,
     /// Subject / stream / bucket prefix.
     #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
     pub prefix: String,
+    #[command(flatten)]
+    pub auth: super::common::NatsAuthArgs,
 }
 
 /// A mesh joined for a store command, and the private server (if any)
@@ -30,13 +33,15 @@ pub struct Joined {
 }
 
 impl Target {
-    /// Join `--nats`, or start a private server on the persistent local
-    /// store (refusing a temporary one: the point is the store).
+    /// Join the existing mesh at `--nats` (creating nothing there), or
+    /// start a private server on the persistent local store (refusing a
+    /// temporary one: the point is the store).
     pub async fn join(&self) -> anyhow::Result<Joined> {
         let mut config = MeshConfig {
             prefix: self.prefix.clone(),
             ..MeshConfig::from_env()
         };
+        self.auth.apply(&mut config);
         let (server, store) = match &self.nats {
             Some(url) => {
                 config.nats_url = url.clone();
@@ -45,12 +50,24 @@ impl Target {
             None => {
                 let (server, store) = start_private_server(&config, Fallback::Refuse)?;
                 config.nats_url = server.url();
+                // A private single server: no credentials, one replica,
+                // whatever the shell has set up for a cluster.
+                config.auth = Default::default();
+                config.replicas = 1;
                 (Some(server), Some(store))
             }
         };
-        let mesh = Mesh::connect(config.clone())
-            .await
-            .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
+        let joined = if server.is_some() {
+            Mesh::connect(config.clone()).await
+        } else {
+            Mesh::attach(config.clone()).await
+        };
+        let mesh = joined.with_context(|| {
+            format!(
+                "joining the mesh at {}",
+                noetl_mesh::connect::display_urls(&config.nats_url)
+            )
+        })?;
         Ok(Joined {
             mesh,
             _server: server,

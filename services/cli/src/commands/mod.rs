@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod admin;
 pub mod common;
 pub mod credential;
 pub mod events;

@@ -47,6 +47,8 @@ pub struct Args {
     /// Subject / stream / bucket prefix.
     #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
     pub prefix: String,
+    #[command(flatten)]
+    pub auth: super::common::NatsAuthArgs,
     /// Print one JSON summary at the end instead of progress and text.
     #[arg(long)]
     pub json: bool,
@@ -91,6 +93,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         prefix: args.prefix.clone(),
         ..MeshConfig::from_env()
     };
+    args.auth.apply(&mut config);
     // Declared before the server so the store outlives it on drop.
     let mut _store: Option<local::StoreGuard> = None;
     let mut _server: Option<NatsServerProcess> = None;
@@ -99,13 +102,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {
             let (server, store) = local::start_private_server(&config, local::Fallback::Temporary)?;
             config.nats_url = server.url();
+            // A private single server: no credentials, one replica,
+            // whatever the shell has set up for a cluster.
+            config.auth = Default::default();
+            config.replicas = 1;
             _server = Some(server);
             _store = Some(store);
         }
     }
-    let mesh = Mesh::connect(config.clone())
-        .await
-        .with_context(|| format!("joining the mesh at {}", config.nats_url))?;
+    // With the services elsewhere, the mesh must already be there: this
+    // command then only starts and watches an execution.
+    let joined = if args.external_services {
+        Mesh::attach(config.clone()).await
+    } else {
+        Mesh::connect(config.clone()).await
+    };
+    let mesh = joined.with_context(|| {
+        format!(
+            "joining the mesh at {}",
+            noetl_mesh::connect::display_urls(&config.nats_url)
+        )
+    })?;
     let services = if !args.external_services {
         Some(InProcess::start(&config, args.concurrency).await?)
     } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use noetl_core::tool::Tool;
-use noetl_mesh::runtime::ServiceParams;
+use noetl_mesh::{connect::display_urls, runtime::ServiceParams};
 use tokio_util::sync::CancellationToken;
 
 use super::common::{all_tools, init_tracing, tool, MeshArgs, KNOWN_KINDS};
@@ -84,7 +84,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         concurrency: args.concurrency,
         shutdown,
     };
-    tracing::info!(service = ?args.service, nats = %args.mesh.nats, "serving");
+    tracing::info!(service = ?args.service, nats = %display_urls(&params.mesh.config().nats_url),
+        replicas = params.mesh.config().replicas, "serving");
     match args.service {
         Service::Router => noetl_router::serve(params).await?,
         Service::Scheduler => noetl_scheduler::serve(params).await?,

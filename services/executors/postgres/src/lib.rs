@@ -5,8 +5,8 @@
 //! strings), `params` (a list bound to `$1`, `$2`... of a single
 //! statement), `auth` (a keychain entry of kind `postgres_credential`:
 //! `host` (default 127.0.0.1), `port` (5432), `user`, `password`,
-//! `database`, `sslmode` disable/prefer), or `connection:
-//! postgresql://...` for local use, and `transaction` (default true: a
+//! `database`, `sslmode`, `sslrootcert`), or `connection:
+//! postgresql://...` (or `key=value`), and `transaction` (default true: a
 //! command of several statements runs in one transaction, so a retried
 //! task never half-applies). `spec.timeout` is seconds or `{connect,
 //! read}` (defaults 10 s and 60 s); on timeout the query is cancelled and
@@ -22,6 +22,10 @@
 //! Parameters are converted to the types PostgreSQL infers for them
 //! (write `$1::text::<type>` for a type the tool cannot send).
 //!
+//! TLS follows libpq's `sslmode` (`disable`, `allow`, `prefer` (default),
+//! `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a PEM file,
+//! inline PEM, or `system`; default the platform trust store): see [`tls`].
+//!
 //! Outcomes: `postgres.sql` with `outcome.pg = {code, sqlstate, message,
 //! detail, constraint, table, schema}` (retryable for 40001, 40P01, 57P01,
 //! 53300 and class 08); `postgres.connect` (retryable); `timeout`
@@ -31,6 +35,7 @@
 
 pub mod config;
 pub mod convert;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,7 +45,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
 use noetl_core::Outcome;
 use serde_json::{json, Map, Value};
-use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{ConfigError, Target};
 
@@ -57,10 +62,18 @@ impl Default for PostgresLimits {
     }
 }
 
+/// A pool and the TLS connector its connections (and query
+/// cancellations) use.
+#[derive(Clone)]
+struct Pooled {
+    pool: Pool,
+    tls: MakeRustlsConnect,
+}
+
 /// The `postgres` tool.
 #[derive(Clone)]
 pub struct PostgresTool {
-    pools: Arc<Mutex<HashMap<String, Pool>>>,
+    pools: Arc<Mutex<HashMap<String, Pooled>>>,
     limits: PostgresLimits,
 }
 
@@ -97,14 +110,15 @@ impl PostgresTool {
         self.pools.lock().expect("pools lock").len()
     }
 
-    fn pool(&self, target: &Target, connect: Duration) -> Result<Pool, String> {
+    fn pool(&self, target: &Target, connect: Duration) -> Result<Pooled, String> {
         let mut g = self.pools.lock().expect("pools lock");
         if let Some(p) = g.get(&target.pool_key) {
             return Ok(p.clone());
         }
+        let tls = tls::connector(&target.tls).map_err(|e| format!("{}: {e}", target.label))?;
         let mgr = Manager::from_config(
             target.config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -116,8 +130,9 @@ impl PostgresTool {
             .create_timeout(Some(connect))
             .build()
             .map_err(|e| e.to_string())?;
-        g.insert(target.pool_key.clone(), pool.clone());
-        Ok(pool)
+        let pooled = Pooled { pool, tls };
+        g.insert(target.pool_key.clone(), pooled.clone());
+        Ok(pooled)
     }
 }
 
@@ -174,7 +189,7 @@ impl PostgresTool {
             Ok(p) => p,
             Err(e) => return config_error(&e),
         };
-        let client = match pool.get().await {
+        let client = match pool.pool.get().await {
             Ok(c) => c,
             Err(e) => {
                 let (code, msg) = match &e {
@@ -189,7 +204,10 @@ impl PostgresTool {
                 };
                 let mut o = Outcome::error(
                     "postgres.connect",
-                    format!("{who}: cannot connect to {}: {msg}", target.label),
+                    format!(
+                        "{who}: cannot connect to {} (sslmode {}): {msg}",
+                        target.label, target.tls.mode
+                    ),
                     true,
                 );
                 if let Some(code) = code {
@@ -209,7 +227,7 @@ impl PostgresTool {
                 ToolReturn::from(sql_error(&who, &target, index, statements.len(), &e))
             }
             Err(_) => {
-                let _ = cancel.cancel_query(NoTls).await;
+                let _ = cancel.cancel_query(pool.tls.clone()).await;
                 // The connection may be mid-transaction: never reuse it.
                 let _ = deadpool_postgres::Object::take(client);
                 ToolReturn::from(Outcome::error(
