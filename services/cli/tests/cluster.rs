@@ -146,10 +146,24 @@ fn expected_ctx(n: u64) -> Value {
 }
 
 /// What every `noetl` process of one test shares: the server list, one
-/// object store, one secret key, R3 topology.
+/// object store, one secret key, R3 topology. The directory (with every
+/// replica's log) is kept when the test fails.
 struct Env {
     urls: String,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!(
+                    "test files and replica logs kept in {}",
+                    dir.keep().display()
+                );
+            }
+        }
+    }
 }
 
 impl Env {
@@ -161,12 +175,16 @@ impl Env {
         std::fs::create_dir_all(dir.path().join("objects")).unwrap();
         Self {
             urls: cluster.urls(),
-            dir,
+            dir: Some(dir),
         }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir
+            .as_ref()
+            .expect("present until drop")
+            .path()
+            .join(name)
     }
 
     /// `noetl` with its own `NOETL_HOME` (named `home`) and the shared
@@ -346,7 +364,8 @@ fn start_execution(env: &Env, playbook: &Path, n: u64) -> String {
 }
 
 /// `noetl exec status ID --wait --json`: the terminal status with `ctx`.
-/// A status command whose server dies under it is asked again.
+/// A status command whose server dies under it is asked again. On timeout
+/// the panic shows the execution's steps so far.
 fn final_status(env: &Env, id: &str, timeout: Duration) -> Value {
     let deadline = Instant::now() + timeout;
     loop {
@@ -363,12 +382,19 @@ fn final_status(env: &Env, id: &str, timeout: Duration) -> Value {
                 return s;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "execution {id} not finished within {timeout:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if Instant::now() >= deadline {
+            let now = env
+                .noetl("client")
+                .args(["exec", "status", id, "--json", "--nats", &env.urls])
+                .output()
+                .unwrap();
+            panic!(
+                "execution {id} not finished within {timeout:?}: {}\nnow: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&now.stdout),
+                String::from_utf8_lossy(&now.stderr)
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }

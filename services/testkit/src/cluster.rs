@@ -93,11 +93,14 @@ impl Node {
     }
 }
 
-/// Three clustered `nats-server -js` processes on loopback.
+/// Three clustered `nats-server -js` processes on loopback. On drop the
+/// processes stop and the directory is removed, unless the thread is
+/// panicking: then the directory (configs, stores, each node's
+/// `nats-server.log`) is kept and its path printed.
 pub struct TestCluster {
     // Field order matters: the processes stop before the directory goes.
     nodes: Vec<Node>,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestCluster {
@@ -165,7 +168,10 @@ impl TestCluster {
                 process: None,
             });
         }
-        let mut cluster = Self { nodes, dir };
+        let mut cluster = Self {
+            nodes,
+            dir: Some(dir),
+        };
         for node in &mut cluster.nodes {
             node.start()?;
         }
@@ -203,7 +209,7 @@ impl TestCluster {
 
     /// The directory holding the configs and store directories.
     pub fn dir(&self) -> &std::path::Path {
-        self.dir.path()
+        self.dir.as_ref().expect("present until drop").path()
     }
 
     /// SIGKILL node `i`: no shutdown, no leadership hand-off.
@@ -300,6 +306,19 @@ impl TestCluster {
             .connect(addrs)
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.urls()))
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for i in 0..NODES {
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!("test cluster files kept in {}", dir.keep().display());
+            }
+        }
     }
 }
 
