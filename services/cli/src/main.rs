@@ -42,6 +42,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Every noetl process may hold NATS credentials, cloud credentials or
+    // the credentials' secret key in its environment: wiped from the bytes
+    // /proc/<pid>/environ shows (DuckDB runs in this process and reads
+    // files), and non-dumpable, so python tasks running as the same user
+    // cannot read this process's memory either (docs/security.md).
+    noetl_tool_python::env::scrub_environ();
+    noetl_tool_python::env::seal_process();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(a) => commands::validate::run(a),

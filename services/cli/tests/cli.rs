@@ -260,6 +260,17 @@ impl Drop for Services {
 fn exec_start_status_and_events_tail_against_separate_services() {
     let server = noetl_testkit::TestServer::start();
     let url = server.url();
+    // Client commands never create the mesh: make it first, as an operator
+    // does, so `exec start` cannot race the services starting.
+    let init = noetl()
+        .args(["admin", "init", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let mut children = Vec::new();
     for args in [
         vec!["serve", "router"],

@@ -68,6 +68,17 @@ fn sigterm_lets_the_running_task_finish_then_exits_0() {
     let marker = dir.path().join("started");
     let log = dir.path().join("executor.log");
 
+    // Client commands never create the mesh: make it first, as an operator
+    // does, so `exec start` cannot race the services starting.
+    let init = noetl(&home)
+        .args(["admin", "init", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let mut services = Services(Vec::new());
     for service in ["router", "scheduler"] {
         services.0.push(

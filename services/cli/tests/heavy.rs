@@ -37,6 +37,15 @@ fn a_100k_item_parallel_loop_completes_with_flat_memory() {
     let n = 100_000;
     let server = noetl_testkit::TestServer::start();
     let url = server.url();
+    let init = noetl()
+        .args(["admin", "init", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let mut procs = Vec::new();
     for (name, args) in [
         ("router", vec!["serve", "router", "--concurrency", "32"]),

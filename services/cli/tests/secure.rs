@@ -189,6 +189,8 @@ struct Pki {
     other_ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
 }
 
 fn make_pki(dir: &Path) -> Pki {
@@ -206,12 +208,22 @@ fn make_pki(dir: &Path) -> Pki {
     let key = KeyPair::generate().unwrap();
     let params = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
     let cert = params.signed_by(&key, &issuer).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "noetl-service");
+    let client = client_params.signed_by(&client_key, &issuer).unwrap();
     let pki = Pki {
         ca: dir.join("ca.pem"),
         other_ca: dir.join("other-ca.pem"),
         cert: dir.join("server.pem"),
         key: dir.join("server-key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client-key.pem"),
     };
+    std::fs::write(&pki.client_cert, client.pem()).unwrap();
+    std::fs::write(&pki.client_key, client_key.serialize_pem()).unwrap();
     std::fs::write(&pki.ca, ca_pem).unwrap();
     std::fs::write(&pki.other_ca, other_pem).unwrap();
     std::fs::write(&pki.cert, cert.pem()).unwrap();
@@ -225,6 +237,28 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A nats-server started from `conf` (its `listen` is `127.0.0.1:port`),
+/// killed with `procs`.
+fn start_nats(dir: &Path, conf: &str, port: u16, procs: &mut Procs) -> String {
+    let path = dir.join(format!("nats-{port}.conf"));
+    std::fs::write(&path, conf).unwrap();
+    let binary = noetl_mesh::server::find_binary(None).unwrap_or_else(|e| panic!("{e}"));
+    procs.0.push(
+        Command::new(binary)
+            .arg("-c")
+            .arg(&path)
+            .arg("-l")
+            .arg(dir.join(format!("nats-{port}.log")))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("nats-server to listen", Duration::from_secs(15), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    format!("nats://127.0.0.1:{port}")
 }
 
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
@@ -245,10 +279,10 @@ fn a_mesh_on_tls_with_auth_runs_and_strangers_are_refused() {
     std::fs::write(&seed_file, nkey.seed().unwrap()).unwrap();
 
     let port = free_port();
-    let conf = dir.path().join("nats.conf");
-    std::fs::write(
-        &conf,
-        format!(
+    let mut procs = Procs(Vec::new());
+    let url = start_nats(
+        dir.path(),
+        &format!(
             r#"
 listen: "127.0.0.1:{port}"
 jetstream {{ store_dir: "{store}" }}
@@ -269,24 +303,9 @@ authorization {{
             key = pki.key.display(),
             nkey = nkey.public_key(),
         ),
-    )
-    .unwrap();
-    let binary = noetl_mesh::server::find_binary(None).unwrap_or_else(|e| panic!("{e}"));
-    let mut procs = Procs(Vec::new());
-    procs.0.push(
-        Command::new(binary)
-            .arg("-c")
-            .arg(&conf)
-            .arg("-l")
-            .arg(dir.path().join("nats.log"))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
+        port,
+        &mut procs,
     );
-    let url = format!("nats://127.0.0.1:{port}");
-    wait_for("nats-server to listen", Duration::from_secs(15), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
 
     // Services: user/password from the environment, the CA as a flag; the
     // executor authenticates with an nkey seed instead.
@@ -387,4 +406,52 @@ authorization {{
         &pki.other_ca,
         &["certificate", "tls", "unknownissuer"],
     );
+}
+
+#[test]
+fn mutual_tls_admits_only_a_client_with_a_certificate_of_the_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let pki = make_pki(dir.path());
+    let port = free_port();
+    let mut procs = Procs(Vec::new());
+    let url = start_nats(
+        dir.path(),
+        &format!(
+            r#"
+listen: "127.0.0.1:{port}"
+jetstream {{ store_dir: "{store}" }}
+tls {{
+  cert_file: "{cert}"
+  key_file: "{key}"
+  ca_file: "{ca}"
+  verify: true
+  timeout: 5
+}}
+"#,
+            store = dir.path().join("js").display(),
+            cert = pki.cert.display(),
+            key = pki.key.display(),
+            ca = pki.ca.display(),
+        ),
+        port,
+        &mut procs,
+    );
+    let init = |client: bool| {
+        let mut c = noetl(&home);
+        c.args(["admin", "init", "--nats", &url, "--nats-ca"])
+            .arg(&pki.ca);
+        if client {
+            c.arg("--nats-cert")
+                .arg(&pki.client_cert)
+                .arg("--nats-key")
+                .arg(&pki.client_key);
+        }
+        c.output().unwrap()
+    };
+    let out = init(false);
+    assert!(!out.status.success(), "{}", text(&out));
+    let out = init(true);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 8);
 }

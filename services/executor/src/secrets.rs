@@ -14,12 +14,18 @@ pub const REDACTED: &str = "[redacted]";
 /// would mangle ordinary text); credentials are expected to be longer.
 pub const MIN_REDACTED_LEN: usize = 4;
 
+/// A transformed form of a secret (an encoding, or a part of one that
+/// sits inside a longer encoded text) shorter than this is not redacted:
+/// too likely to occur by chance in ordinary output.
+pub const MIN_ENCODED_LEN: usize = 8;
+
 /// The resolved `keychain` scope and the strings to redact.
 #[derive(Debug, Default, Clone)]
 pub struct Resolved {
     /// `{name: {field: value}}` for the `keychain` template scope.
     pub scope: Map<String, Value>,
-    /// Every secret string leaf, longest first.
+    /// Every secret string leaf and its common encodings ([`needles`]),
+    /// longest first: computed once per step.
     pub secrets: Vec<String>,
     /// Credential kind by name.
     pub kinds: std::collections::HashMap<String, String>,
@@ -44,15 +50,146 @@ pub async fn resolve(
 ) -> Result<Resolved, String> {
     let vault = mesh.vault();
     let mut out = Resolved::default();
+    let mut values = Vec::new();
     for entry in &playbook.keychain {
         let cred = vault.get(&entry.name).await.map_err(|e| e.to_string())?;
-        collect_secret_fields(&cred.kind, &cred.data, &mut out.secrets);
+        collect_secret_fields(&cred.kind, &cred.data, &mut values);
         out.kinds.insert(entry.name.clone(), cred.kind.clone());
         out.scope.insert(entry.name.clone(), cred.data);
     }
-    out.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    out.secrets.dedup();
+    out.secrets = redaction_set(&values);
     Ok(out)
+}
+
+/// Every needle of every value ([`needles`]), deduplicated, longest first
+/// (so a secret is replaced whole before a shorter secret inside it).
+pub fn redaction_set(values: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = values.iter().flat_map(|v| needles(v)).collect();
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    out.dedup();
+    out
+}
+
+/// The strings that reveal `secret` when they occur in output: the value
+/// itself and what a task makes of it with one common transformation —
+/// upper and lower case; hex (lower and upper case); base64, standard and
+/// URL-safe, with and without padding, whole and as it appears inside a
+/// longer encoded text (e.g. `base64("user:" + secret)`: the characters
+/// that depend on the secret's bytes alone, for each of its three possible
+/// alignments); percent-encoding as Python's `quote` / `quote_plus`,
+/// JavaScript's `encodeURIComponent` and lower-case escapes write it.
+///
+/// Empty for a secret shorter than [`MIN_REDACTED_LEN`]; a transformed form
+/// shorter than [`MIN_ENCODED_LEN`] is left out. Chains of transformations
+/// (base64 of the upper-cased value), slices, reversal or encryption are
+/// not caught (see docs/security.md).
+pub fn needles(secret: &str) -> Vec<String> {
+    if secret.len() < MIN_REDACTED_LEN {
+        return Vec::new();
+    }
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    let bytes = secret.as_bytes();
+    let mut out = vec![secret.to_string()];
+    let mut add = |form: String, min: usize| {
+        if form.len() >= min && !out.contains(&form) {
+            out.push(form);
+        }
+    };
+    // Case variants are as long as the secret: the secret's own rule.
+    add(secret.to_uppercase(), MIN_REDACTED_LEN);
+    add(secret.to_lowercase(), MIN_REDACTED_LEN);
+    let mut encoded = vec![
+        hex::encode(bytes),
+        hex::encode_upper(bytes),
+        STANDARD.encode(bytes),
+        STANDARD_NO_PAD.encode(bytes),
+        URL_SAFE.encode(bytes),
+        URL_SAFE_NO_PAD.encode(bytes),
+    ];
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        for shift in 0..3 {
+            encoded.push(base64_core(engine, bytes, shift));
+        }
+    }
+    for style in PERCENT_STYLES {
+        encoded.push(percent_encode(secret, style));
+    }
+    for form in encoded {
+        add(form, MIN_ENCODED_LEN);
+    }
+    out
+}
+
+/// The base64 characters of `secret` that do not depend on its neighbours
+/// when it starts `shift` bytes (mod 3) into a longer encoded text.
+fn base64_core(engine: &base64::engine::GeneralPurpose, secret: &[u8], shift: usize) -> String {
+    let mut framed = vec![0u8; shift];
+    framed.extend_from_slice(secret);
+    let encoded = engine.encode(&framed);
+    // Character i holds bits [6i, 6i+6); the secret holds bits
+    // [8·shift, 8·(shift+len)).
+    let start = (8 * shift).div_ceil(6);
+    let end = (8 * (shift + secret.len())) / 6;
+    encoded.get(start..end).unwrap_or("").to_string()
+}
+
+/// One way of percent-encoding.
+struct PercentStyle {
+    /// Characters besides ASCII letters and digits left as they are.
+    keep: &'static [u8],
+    /// `%2f` rather than `%2F`.
+    lower: bool,
+    /// A space as `+` (form encoding).
+    plus: bool,
+}
+
+const PERCENT_STYLES: &[PercentStyle] = &[
+    // RFC 3986 unreserved only: Python's quote(s, safe='').
+    PercentStyle {
+        keep: b"-._~",
+        lower: false,
+        plus: false,
+    },
+    PercentStyle {
+        keep: b"-._~",
+        lower: true,
+        plus: false,
+    },
+    // Python's quote(s) (keeps `/`).
+    PercentStyle {
+        keep: b"-._~/",
+        lower: false,
+        plus: false,
+    },
+    // Python's quote_plus(s), HTML forms.
+    PercentStyle {
+        keep: b"-._~",
+        lower: false,
+        plus: true,
+    },
+    // JavaScript's encodeURIComponent.
+    PercentStyle {
+        keep: b"-._~!'()*",
+        lower: false,
+        plus: false,
+    },
+];
+
+fn percent_encode(s: &str, style: &PercentStyle) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len() * 3);
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || style.keep.contains(&b) {
+            out.push(b as char);
+        } else if b == b' ' && style.plus {
+            out.push('+');
+        } else if style.lower {
+            let _ = write!(out, "%{b:02x}");
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 /// Fields that locate or name rather than authenticate (`host`, `user`,
@@ -219,5 +356,100 @@ mod tests {
         let mut v = json!({"authorization": format!("Basic {wire}")});
         redact_value(&mut v, &secrets);
         assert_eq!(v["authorization"], "Basic [redacted]");
+    }
+
+    /// A token as a user would transform it in a task, each form written
+    /// out as Python produces it (not computed by the code under test).
+    const TOKEN: &str = "tok-Bearer/44170 ~x?>";
+
+    fn redacted(text: &str) -> String {
+        let mut s = text.to_string();
+        redact_str(&mut s, &redaction_set(&[TOKEN.to_string()]));
+        s
+    }
+
+    #[test]
+    fn every_common_encoding_of_a_secret_is_redacted() {
+        for (how, form) in [
+            ("t.upper()", "TOK-BEARER/44170 ~X?>"),
+            ("t.lower()", "tok-bearer/44170 ~x?>"),
+            (
+                "t.encode().hex()",
+                "746f6b2d4265617265722f3434313730207e783f3e",
+            ),
+            (
+                "hex, upper case",
+                "746F6B2D4265617265722F3434313730207E783F3E",
+            ),
+            ("b64encode", "dG9rLUJlYXJlci80NDE3MCB+eD8+"),
+            ("urlsafe_b64encode", "dG9rLUJlYXJlci80NDE3MCB-eD8-"),
+            ("quote(t, safe='')", "tok-Bearer%2F44170%20~x%3F%3E"),
+            ("quote(t)", "tok-Bearer/44170%20~x%3F%3E"),
+            ("quote_plus(t)", "tok-Bearer%2F44170+~x%3F%3E"),
+            ("lower-case escapes", "tok-Bearer%2f44170%20~x%3f%3e"),
+        ] {
+            assert_eq!(
+                redacted(&format!("got {form} back")),
+                "got [redacted] back",
+                "{how}"
+            );
+        }
+    }
+
+    #[test]
+    fn base64_without_padding_and_inside_longer_texts_is_redacted() {
+        assert_eq!(
+            redacted("b64: dG9rLUJlYXJlci80NDE3MCB-eD8- ok"),
+            "b64: [redacted] ok"
+        );
+        // The secret at each of the three alignments inside a longer
+        // encoded text: base64(b"user:" + t + b"!"), base64(b"x" + t),
+        // base64(b"xy" + t), standard and URL-safe.
+        for blob in [
+            "dXNlcjp0b2stQmVhcmVyLzQ0MTcwIH54Pz4h",
+            "eHRvay1CZWFyZXIvNDQxNzAgfng/PiE=",
+            "eHRvay1CZWFyZXIvNDQxNzAgfng_Pg==",
+            "eHl0b2stQmVhcmVyLzQ0MTcwIH54Pz4=",
+        ] {
+            let out = redacted(blob);
+            assert!(
+                out.contains(REDACTED) && out.len() + 15 < blob.len() + REDACTED.len(),
+                "{blob} -> {out}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_values_and_ordinary_text_are_left_alone() {
+        assert!(needles("abc").is_empty());
+        let n = needles("abcd");
+        assert!(n.contains(&"ABCD".to_string()), "{n:?}");
+        assert!(n.contains(&"61626364".to_string()), "{n:?}");
+        assert!(n.contains(&"YWJjZA==".to_string()), "{n:?}");
+        // Unpadded "YWJjZA" and the in-text cores are too short to be told
+        // apart from chance.
+        for f in &n {
+            assert!(
+                f.eq_ignore_ascii_case("abcd") || f.len() >= MIN_ENCODED_LEN,
+                "{f} in {n:?}"
+            );
+        }
+        let text = "rows 1..40, status ok, TOKEN unset, see /docs?page=2";
+        assert_eq!(redacted(text), text);
+    }
+
+    #[test]
+    fn the_set_is_deduplicated_longest_first() {
+        let set = redaction_set(&["1234abcd".into(), "1234ABCD".into(), "zz".into()]);
+        let mut sorted = set.clone();
+        sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        assert_eq!(
+            set.iter().map(String::len).collect::<Vec<_>>(),
+            sorted.iter().map(String::len).collect::<Vec<_>>()
+        );
+        let unique: std::collections::HashSet<_> = set.iter().collect();
+        assert_eq!(unique.len(), set.len(), "{set:?}");
+        assert!(set.contains(&"1234abcd".to_string()) && set.contains(&"1234ABCD".to_string()));
+        assert!(!set.iter().any(|s| s == "zz"));
     }
 }

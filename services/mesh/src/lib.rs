@@ -5,7 +5,8 @@
 //! connecting with server lists, credentials and TLS ([`connect`]),
 //! codecs ([`codec`]), deterministic ids ([`ids`]), KV compare-and-set
 //! ([`kv`]), event construction ([`events`]), the consumer loop with graceful
-//! drain and dead-lettering ([`runtime`]), the execution state kept in KV
+//! drain and dead-lettering ([`runtime`]), its health and metrics
+//! ([`health`]), the execution state kept in KV
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod connect;
 pub mod credentials;
 pub mod events;
+pub mod health;
 pub mod ids;
 pub mod kv;
 pub mod objects;
@@ -119,6 +121,7 @@ struct Inner {
     plans: plan::PlanCache,
     results: objects::ResultStore,
     cancelled: Arc<cancel::Cancellations>,
+    health: Arc<health::Health>,
 }
 
 impl Mesh {
@@ -214,6 +217,7 @@ impl Mesh {
                 plans: plan::PlanCache::new(256),
                 results,
                 cancelled,
+                health: Default::default(),
             }),
         })
     }
@@ -265,6 +269,10 @@ impl Mesh {
     /// Per-execution plan cache.
     pub fn plans(&self) -> &plan::PlanCache {
         &self.inner.plans
+    }
+    /// This process's health and metrics (`noetl serve --http-addr`).
+    pub fn health(&self) -> &Arc<health::Health> {
+        &self.inner.health
     }
 
     /// Publish `payload` on `subject` with `Nats-Msg-Id: msg_id`; returns the

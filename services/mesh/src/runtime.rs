@@ -12,6 +12,7 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::ConsumerHealth;
 use crate::{Mesh, MeshError};
 
 /// A boxed, sendable future.
@@ -58,6 +59,10 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
 /// Run a consumer loop until `shutdown` is cancelled, then drain.
 ///
+/// The loop registers in [`Mesh::health`] under its name: ready once a pull
+/// succeeds (a message comes, or the request ends empty while connected),
+/// not ready while pulls fail and once it drains.
+///
 /// Messages are pulled only for free handler slots: a message is never
 /// delivered to this replica to wait in a buffer while its ack-wait runs
 /// (where a long handler would make it redeliver elsewhere), and on
@@ -78,6 +83,7 @@ pub async fn run_sharing(
     let concurrency = cl.concurrency.max(1);
     let permits = slots;
     let mut failures = 0u32;
+    let health = mesh.health().register(&cl.name);
     'pull: loop {
         // Wait for a free slot without taking it (loops sharing the slots
         // must not starve while this one waits for messages), then ask for
@@ -101,6 +107,7 @@ pub async fn run_sharing(
             Ok(b) => b,
             Err(e) => {
                 failures += 1;
+                health.pull_failed(&e.to_string());
                 let wait = backoff(failures);
                 tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
                 tokio::select! {
@@ -115,14 +122,34 @@ pub async fn run_sharing(
                 m = batch.next() => m,
             };
             let msg = match next {
-                None => break,
+                None => {
+                    // Ended empty: answered by the server, or timed out
+                    // client-side because the connection is down.
+                    match mesh.client().connection_state() {
+                        async_nats::connection::State::Connected => {
+                            failures = 0;
+                            health.ready();
+                        }
+                        state => health.not_ready(&format!("pull unanswered: NATS {state}")),
+                    }
+                    break;
+                }
                 Some(Ok(m)) => {
                     failures = 0;
+                    health.ready();
                     Arc::new(m)
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(consumer = %cl.name, error = %e, "pull failed; continuing");
-                    break;
+                    // A status (consumer deleted, no responders...): back
+                    // off as for a failed request rather than spin.
+                    failures += 1;
+                    health.pull_failed(&e.to_string());
+                    let wait = backoff(failures);
+                    tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
+                    tokio::select! {
+                        _ = cl.shutdown.cancelled() => break 'pull,
+                        _ = tokio::time::sleep(wait) => break,
+                    }
                 }
             };
             // Normally free: this loop asked only for free slots. Loops
@@ -137,13 +164,14 @@ pub async fn run_sharing(
             };
             let handler = cl.handler.clone();
             let mesh = mesh.clone();
-            let name = cl.name.clone();
+            let health = health.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                dispatch(&mesh, &name, handler, msg).await;
+                dispatch(&mesh, &health, handler, msg).await;
             });
         }
     }
+    health.not_ready("draining");
     // Drain: wait until every in-flight handler has returned its permit.
     let _all = permits
         .acquire_many(concurrency as u32)
@@ -186,17 +214,28 @@ fn backoff(n: u32) -> Duration {
     Duration::from_millis(ms.min(30_000))
 }
 
-async fn dispatch(mesh: &Mesh, name: &str, handler: Arc<dyn Handler>, msg: Arc<Message>) {
+async fn dispatch(
+    mesh: &Mesh,
+    health: &ConsumerHealth,
+    handler: Arc<dyn Handler>,
+    msg: Arc<Message>,
+) {
+    let name = health.name();
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let _in_flight = health.started(delivered);
     let disposition = if delivered > mesh.config().max_deliveries {
         Disposition::DeadLetter(format!("delivered {delivered} times without being handled"))
     } else {
+        let started = std::time::Instant::now();
         let fut = handler.handle(msg.clone());
-        match tokio::spawn(fut).await {
+        let d = match tokio::spawn(fut).await {
             Ok(d) => d,
             Err(e) => Disposition::DeadLetter(format!("handler panicked: {e}")),
-        }
+        };
+        health.handled_in(started.elapsed());
+        d
     };
+    health.disposed(&disposition);
     let acked = match disposition {
         Disposition::Ack => msg.ack().await,
         Disposition::Retry(delay) => msg.ack_with(AckKind::Nak(delay)).await,

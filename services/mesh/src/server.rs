@@ -100,11 +100,17 @@ impl NatsServerProcess {
                 Some(p) => p,
                 None => free_port(),
             };
+            // Started with an empty environment: this process's holds the
+            // credentials' secret key and NATS / object-store credentials,
+            // and a same-user process could read them in the server's
+            // /proc/<pid>/environ.
             let mut cmd = Command::new(&binary);
             if let Some(config) = &opts.config_file {
                 cmd.arg("-c").arg(config);
             }
             let child = cmd
+                .env_clear()
+                .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"))
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")

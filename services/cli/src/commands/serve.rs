@@ -1,6 +1,8 @@
 //! `noetl serve SERVICE`: run one service against a shared NATS until
-//! SIGINT/SIGTERM, then drain in-flight messages and exit.
+//! SIGINT/SIGTERM, then drain in-flight messages and exit. With
+//! `--http-addr` it also serves `/healthz`, `/readyz` and `/metrics`.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -48,6 +50,10 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on this address
+    /// (e.g. `0.0.0.0:9090`); off unless given.
+    #[arg(long, env = "NOETL_HTTP_ADDR", value_name = "ADDR")]
+    pub http_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub mesh: MeshArgs,
 }
@@ -71,7 +77,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.kinds.iter().filter_map(|k| tool(k)).collect()
         }
     };
+    let listener = match args.http_addr {
+        Some(addr) => Some(super::health_http::bind(addr).await?),
+        None => None,
+    };
     let mesh = args.mesh.connect().await?;
+    let health = match listener {
+        Some(l) => Some(super::health_http::spawn(l, mesh.clone())?),
+        None => None,
+    };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -86,18 +100,23 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(service = ?args.service, nats = %display_urls(&params.mesh.config().nats_url),
         replicas = params.mesh.config().replicas, "serving");
-    match args.service {
-        Service::Router => noetl_router::serve(params).await?,
-        Service::Scheduler => noetl_scheduler::serve(params).await?,
-        Service::LoopSupervisor => noetl_loop_supervisor::serve(params).await?,
+    let served = match args.service {
+        Service::Router => noetl_router::serve(params).await,
+        Service::Scheduler => noetl_scheduler::serve(params).await,
+        Service::LoopSupervisor => noetl_loop_supervisor::serve(params).await,
         Service::Executor => {
             noetl_executor::serve(noetl_executor::ExecutorParams {
                 service: params,
                 tools: tools(),
             })
-            .await?
+            .await
         }
+    };
+    // Drained (or failed): only now stop answering probes.
+    if let Some(h) = health {
+        h.stop().await;
     }
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

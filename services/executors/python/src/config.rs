@@ -26,6 +26,10 @@ pub struct PythonConfig {
     /// idle limit). Set it to the executor's `--concurrency` to have every
     /// slot warm from the start.
     pub warm: usize,
+    /// Variables passed to interpreters on top of [`crate::env::ALLOWED`]
+    /// (`NOETL_PYTHON_ENV`, comma-separated names, or prefixes ending in
+    /// `*`). Names of [`crate::env::NEVER_PREFIXES`] are refused.
+    pub pass_env: Vec<String>,
 }
 
 impl Default for PythonConfig {
@@ -34,12 +38,14 @@ impl Default for PythonConfig {
             interpreter: PathBuf::from("python3"),
             default_timeout: DEFAULT_TIMEOUT,
             warm: DEFAULT_WARM,
+            pass_env: Vec::new(),
         }
     }
 }
 
 impl PythonConfig {
-    /// Defaults overlaid with `NOETL_PYTHON` and `NOETL_PYTHON_WARM` (an
+    /// Defaults overlaid with `NOETL_PYTHON`, `NOETL_PYTHON_ENV` and
+    /// `NOETL_PYTHON_WARM` (an
     /// unusable value is logged and the default kept: a replica still
     /// serves, only colder).
     pub fn from_env() -> Self {
@@ -69,6 +75,9 @@ impl PythonConfig {
         let mut c = Self::default();
         if let Some(p) = std::env::var_os("NOETL_PYTHON").filter(|p| !p.is_empty()) {
             c.interpreter = PathBuf::from(p);
+        }
+        if let Some(list) = std::env::var_os("NOETL_PYTHON_ENV") {
+            c.pass_env = crate::env::parse_list(&list);
         }
         c
     }

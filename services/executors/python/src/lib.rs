@@ -16,6 +16,7 @@
 //! `python.exited` (the process died without answering), `python.config`.
 
 pub mod config;
+pub mod env;
 pub mod runner;
 
 use std::time::Duration;
@@ -25,7 +26,7 @@ use noetl_core::Outcome;
 use serde_json::{json, Map, Value};
 
 pub use config::{PythonConfig, PythonTask};
-use runner::{Pool, PoolLimits, Request, RunError, RunOutput, OUTPUT_LIMIT};
+use runner::{Pool, PoolLimits, PoolParams, Request, RunError, RunOutput, OUTPUT_LIMIT};
 
 /// The `python` tool.
 #[derive(Debug, Clone)]
@@ -41,16 +42,36 @@ impl Default for PythonTool {
 }
 
 impl PythonTool {
-    /// The tool configured from the environment (`NOETL_PYTHON`).
+    /// The tool configured from the environment (`NOETL_PYTHON`,
+    /// `NOETL_PYTHON_WARM`, `NOETL_PYTHON_ENV`).
     pub fn new() -> Self {
         Self::with_config(PythonConfig::from_env())
     }
 
     /// The tool with explicit settings. Inside a tokio runtime,
     /// `config.warm` interpreters are started right away (outside one, the
-    /// pool starts them as tasks need them).
+    /// pool starts them as tasks need them). Interpreters start from an
+    /// empty environment plus [`env::ALLOWED`] and `config.pass_env`, read
+    /// from this process's environment now; a listed name that is never
+    /// passed ([`env::NEVER_PREFIXES`]) is logged as a warning. This
+    /// process is made non-dumpable ([`env::seal_process`]) so that they
+    /// cannot read its environment or memory through `/proc` either.
     pub fn with_config(config: PythonConfig) -> Self {
-        let process = Pool::new(config.interpreter.clone(), PoolLimits::default());
+        if !env::seal_process() {
+            tracing::warn!("python tool: cannot make this process non-dumpable; python tasks of the same user may read its environment through /proc");
+        }
+        let sealed = env::child_env(std::env::vars_os(), &config.pass_env);
+        for name in &sealed.refused {
+            tracing::warn!(
+                name = %name,
+                "NOETL_PYTHON_ENV lists a variable that is never passed to python tasks (secret key, NATS or object-store credentials)"
+            );
+        }
+        let process = Pool::new(PoolParams {
+            interpreter: config.interpreter.clone(),
+            env: sealed.vars,
+            limits: PoolLimits::default(),
+        });
         if config.warm > 0 && tokio::runtime::Handle::try_current().is_ok() {
             process.prewarm(config.warm);
         }

@@ -3,6 +3,7 @@
 //! interpreters that each serve one request per stdin line (started ahead
 //! of the first task with [`Pool::prewarm`]).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,6 +137,17 @@ impl Default for PoolLimits {
     }
 }
 
+/// What a [`Pool`] runs.
+#[derive(Debug, Clone)]
+pub struct PoolParams {
+    /// The interpreter.
+    pub interpreter: PathBuf,
+    /// The interpreters' whole environment (from [`crate::env::child_env`]).
+    pub env: Vec<(OsString, OsString)>,
+    /// Idle and reuse limits.
+    pub limits: PoolLimits,
+}
+
 /// A pool of warm interpreters running the runner script. Each task gets
 /// fresh globals in an interpreter that is already up, so it does not pay
 /// interpreter start-up; an interpreter whose task times out is killed and
@@ -148,6 +160,8 @@ pub struct Pool {
 #[derive(Debug)]
 struct PoolInner {
     interpreter: PathBuf,
+    /// The whole environment of every interpreter (see [`crate::env`]).
+    env: Vec<(OsString, OsString)>,
     limits: PoolLimits,
     idle: Mutex<Vec<Worker>>,
     /// Interpreters started so far (a statistic).
@@ -166,12 +180,14 @@ struct Worker {
 }
 
 impl Pool {
-    /// A pool running `interpreter -c RUNNER`.
-    pub fn new(interpreter: impl Into<PathBuf>, limits: PoolLimits) -> Self {
+    /// A pool running `interpreter -c RUNNER` with exactly the variables
+    /// of `params.env` (nothing is inherited from the executor).
+    pub fn new(params: PoolParams) -> Self {
         Self {
             inner: Arc::new(PoolInner {
-                interpreter: interpreter.into(),
-                limits,
+                interpreter: params.interpreter,
+                env: params.env,
+                limits: params.limits,
                 idle: Mutex::new(Vec::new()),
                 spawned: AtomicU64::new(0),
             }),
@@ -216,6 +232,10 @@ impl Pool {
         let mut child = tokio::process::Command::new(&self.inner.interpreter)
             .arg("-c")
             .arg(RUNNER)
+            // Sealed: the executor's environment holds the credentials'
+            // secret key and the NATS and object-store credentials.
+            .env_clear()
+            .envs(self.inner.env.iter().map(|(k, v)| (k, v)))
             .env("PYTHONIOENCODING", "utf-8")
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::piped())

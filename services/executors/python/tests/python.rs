@@ -269,3 +269,85 @@ async fn a_timed_out_interpreter_is_killed_and_replaced() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Sealed: an interpreter sees only the variables of its pool's
+/// environment, not the executor's secret key or NATS and cloud
+/// credentials, and cannot read the executor's own environment or memory
+/// through `/proc` either.
+#[tokio::test]
+async fn interpreters_see_neither_secrets_nor_the_executors_environment() {
+    use noetl_tool_python::env::{child_env, seal_process};
+    use noetl_tool_python::runner::{Pool, PoolLimits, PoolParams, Request};
+    use std::ffi::OsString;
+
+    let key = "5a1e".repeat(16);
+    let mut parent: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    for (k, v) in [
+        ("NOETL_SECRET_KEY", key.as_str()),
+        ("NOETL_SECRET_KEY_FILE", "/run/secrets/noetl-key"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-Secret-8841"),
+        ("NOETL_NATS_PASSWORD", "nats-Pw-7713"),
+        ("TEAM_SETTING", "blue"),
+    ] {
+        parent.push((k.into(), v.into()));
+    }
+    let listed = vec![
+        "TEAM_SETTING".to_string(),
+        "AWS_SECRET_ACCESS_KEY".to_string(),
+    ];
+    let sealed = child_env(parent, &listed);
+    assert_eq!(sealed.refused, ["AWS_SECRET_ACCESS_KEY"]);
+    assert!(seal_process(), "prctl(PR_SET_DUMPABLE) failed");
+    let pool = Pool::new(PoolParams {
+        interpreter: "python3".into(),
+        env: sealed.vars,
+        limits: PoolLimits::default(),
+    });
+    let code = r#"
+import os
+try:
+    parent = open('/proc/%d/environ' % os.getppid(), 'rb').read().decode('utf-8', 'replace')
+except OSError as e:
+    parent = 'refused: ' + type(e).__name__
+try:
+    open('/proc/%d/mem' % os.getppid(), 'rb').read(1)
+    mem = 'read'
+except OSError as e:
+    mem = 'refused: ' + type(e).__name__
+result = {'env': dict(os.environ), 'parent': parent, 'mem': mem, 'euid': os.geteuid()}
+"#;
+    let empty = json!({});
+    let line = Request {
+        code,
+        args: &empty,
+        prev: &Value::Null,
+        iter: &Value::Null,
+        ctx: &empty,
+        workload: &empty,
+    }
+    .to_line();
+    let out = pool.run(line, Duration::from_secs(30)).await.unwrap();
+    assert!(out.response.ok, "{:?}", out.response);
+    let r = out.response.result;
+    let env = r["env"].as_object().unwrap();
+    assert_eq!(env["TEAM_SETTING"], "blue", "{r}");
+    assert!(env.contains_key("PATH"), "{r}");
+    let all = r.to_string();
+    for secret in [
+        key.as_str(),
+        "/run/secrets/noetl-key",
+        "aws-Secret-8841",
+        "nats-Pw-7713",
+        "NOETL_SECRET_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "NOETL_NATS_PASSWORD",
+    ] {
+        assert!(!all.contains(secret), "{secret} reached the task: {r}");
+    }
+    // Root (CAP_SYS_PTRACE) reads any process's /proc entries: the image
+    // and the chart run the executor as uid 10001, where this holds.
+    if r["euid"] != 0 {
+        assert_eq!(r["parent"], "refused: PermissionError", "{r}");
+        assert_eq!(r["mem"], "refused: PermissionError", "{r}");
+    }
+}

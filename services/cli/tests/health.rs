@@ -1,0 +1,329 @@
+//! `noetl serve --http-addr`: `/healthz`, `/readyz` and `/metrics` of real
+//! service processes against a real nats-server — ready once the consumers
+//! pull, counting what they handle, 503 while NATS is down, 200 again when
+//! it is back, 503 naming the consumer whose pulls fail, and gone when the
+//! process has drained.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use noetl_mesh::server::{NatsServerProcess, ServerOptions};
+use serde_json::Value;
+
+fn noetl(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
+    c.env("NOETL_HOME", home)
+        .env_remove("NOETL_NATS_URL")
+        .env_remove("NOETL_HTTP_ADDR");
+    c
+}
+
+/// Services killed when the test ends, however it ends.
+struct Services(Vec<Child>);
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+const TINY: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: tiny }
+workflow:
+  - step: start
+    tool:
+      - name: seed
+        kind: noop
+        result: 7
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { seed: "{{ outcome.result }}" } }
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET: (status, body), or the connection error.
+fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {raw:?}"));
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((status, body.to_string()))
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match done() {
+            Ok(()) => return,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last: {last}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Wait until `path` on `port` answers `status`.
+fn wait_status(port: u16, path: &str, status: u16, timeout: Duration) -> String {
+    let mut body = String::new();
+    wait_until(
+        &format!("{path} on :{port} to answer {status}"),
+        timeout,
+        || match get(port, path) {
+            Ok((s, b)) if s == status => {
+                body = b;
+                Ok(())
+            }
+            Ok((s, b)) => Err(format!("{s} {b}")),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+    body
+}
+
+/// The value of one sample line (`series value`) of a scrape.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn scrape(port: u16) -> String {
+    let (status, body) = get(port, "/metrics").expect("scrape /metrics");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn health_ready_and_metrics_follow_the_consumers_and_the_nats_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let nats_opts = ServerOptions {
+        store_dir: dir.path().join("nats"),
+        port: Some(free_port()),
+        binary: None,
+    };
+    let mut nats = NatsServerProcess::start(nats_opts.clone()).expect("nats-server");
+    let url = nats.url();
+    let playbook = dir.path().join("tiny.yaml");
+    std::fs::write(&playbook, TINY).unwrap();
+
+    // One health port per process.
+    let (router, scheduler, executor) = (free_port(), free_port(), free_port());
+    let mut services = Services(Vec::new());
+    for (args, port) in [
+        (vec!["router"], router),
+        (vec!["scheduler"], scheduler),
+        (vec!["executor", "--kind", "noop"], executor),
+    ] {
+        let log = dir.path().join(format!("{}.log", args[0]));
+        let child = noetl(&home)
+            .arg("serve")
+            .args(&args)
+            .args(["--nats", &url, "--http-addr", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        services.0.push(child);
+    }
+
+    // Live at once; ready once every consumer loop has pulled (the first
+    // empty pull expires after 5 s), and until then 503 saying why.
+    for port in [router, scheduler, executor] {
+        let body = wait_status(port, "/healthz", 200, Duration::from_secs(60));
+        assert_eq!(body, "ok\n");
+        let (status, why) = get(port, "/readyz").unwrap();
+        assert_eq!(status, 503, "{why}");
+        assert!(
+            why.contains(": has not pulled yet") || why == "no consumer loop is running\n",
+            "{why}"
+        );
+    }
+    for port in [router, scheduler, executor] {
+        let body = wait_status(port, "/readyz", 200, Duration::from_secs(60));
+        assert_eq!(body, "ready\n");
+    }
+    let before = scrape(router);
+    assert_eq!(
+        sample(&before, "noetl_nats_connected"),
+        Some(1.0),
+        "{before}"
+    );
+    assert_eq!(
+        sample(
+            &before,
+            r#"noetl_messages_total{consumer="router-requests",disposition="ack"}"#
+        ),
+        Some(0.0),
+        "a series shows at 0 before the first message:\n{before}"
+    );
+
+    // Run an execution through the three processes.
+    let out = noetl(&home)
+        .args(["exec", "start"])
+        .arg(&playbook)
+        .args(["--json", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = id["execution_id"].as_str().unwrap().to_string();
+    let out = noetl(&home)
+        .args(["exec", "status", &id, "--wait", "--json", "--timeout", "60"])
+        .args(["--nats", &url])
+        .output()
+        .unwrap();
+    let s: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("exec status: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(s["status"], "completed", "{s}");
+
+    // What each consumer loop handled is counted. The completing event may
+    // still be acked just after the status shows: poll briefly.
+    let at_least = |port: u16, series: &str, min: f64| {
+        wait_until(
+            &format!("{series} >= {min} on :{port}"),
+            Duration::from_secs(10),
+            || {
+                let m = scrape(port);
+                match sample(&m, series) {
+                    Some(v) if v >= min => Ok(()),
+                    v => Err(format!("{v:?} in:\n{m}")),
+                }
+            },
+        )
+    };
+    let acked = |consumer: &str| {
+        format!(r#"noetl_messages_total{{consumer="{consumer}",disposition="ack"}}"#)
+    };
+    at_least(router, &acked("router-requests"), 1.0);
+    at_least(router, &acked("router-events"), 1.0);
+    at_least(scheduler, &acked("scheduler"), 1.0);
+    at_least(executor, &acked("executor-noop"), 1.0);
+    at_least(
+        executor,
+        r#"noetl_handler_duration_seconds_count{consumer="executor-noop"}"#,
+        1.0,
+    );
+    let m = scrape(executor);
+    for series in [
+        r#"noetl_in_flight{consumer="executor-noop"}"#,
+        r#"noetl_messages_total{consumer="executor-noop",disposition="dead_letter"}"#,
+        r#"noetl_pull_failures_total{consumer="executor-noop"}"#,
+    ] {
+        assert_eq!(sample(&m, series), Some(0.0), "{series} in:\n{m}");
+    }
+    assert!(!m.contains(&id), "an execution id is a metric label:\n{m}");
+
+    // NATS goes away: neither live nor ready, within a few seconds.
+    nats.stop();
+    for port in [router, scheduler, executor] {
+        let why = wait_status(port, "/healthz", 503, Duration::from_secs(10));
+        assert!(why.contains("NATS connection lost"), "{why}");
+        assert_eq!(why.lines().count(), 1, "{why}");
+        let why = wait_status(port, "/readyz", 503, Duration::from_secs(10));
+        assert!(why.contains("NATS connection lost"), "{why}");
+    }
+    assert_eq!(sample(&scrape(router), "noetl_nats_connected"), Some(0.0));
+
+    // It comes back (same port, same store): live and ready again.
+    let _nats = NatsServerProcess::start(nats_opts).expect("nats-server restart");
+    for port in [router, scheduler, executor] {
+        wait_status(port, "/healthz", 200, Duration::from_secs(60));
+        wait_status(port, "/readyz", 200, Duration::from_secs(60));
+    }
+    assert_eq!(sample(&scrape(router), "noetl_nats_connected"), Some(1.0));
+
+    // Its durable consumer deleted (topology gone): the router's pulls fail,
+    // so it is live but not ready, names the consumer and counts failures.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = async_nats::connect(url.as_str()).await.unwrap();
+        async_nats::jetstream::new(client)
+            .delete_consumer_from_stream("noetl-router-events", "NOETL_EVENTS")
+            .await
+            .unwrap();
+    });
+    let why = wait_status(router, "/readyz", 503, Duration::from_secs(20));
+    assert!(why.contains("consumer router-events: pull failed"), "{why}");
+    assert!(!why.contains("router-requests"), "{why}");
+    assert_eq!(why.lines().count(), 1, "{why}");
+    assert_eq!(get(router, "/healthz").unwrap().0, 200);
+    at_least(
+        router,
+        r#"noetl_pull_failures_total{consumer="router-events"}"#,
+        1.0,
+    );
+
+    // SIGTERM: the router drains, exits 0, and its health port closes.
+    let child = &mut services.0[0];
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut status = None;
+    wait_until("the router to exit", Duration::from_secs(30), || {
+        status = child.try_wait().unwrap();
+        status.map(|_| ()).ok_or_else(|| "running".into())
+    });
+    let log = std::fs::read_to_string(dir.path().join("router.log")).unwrap_or_default();
+    assert!(status.unwrap().success(), "{status:?}; log:\n{log}");
+    assert!(log.contains("health server stopped"), "{log}");
+    assert!(
+        get(router, "/healthz").is_err(),
+        "the health port still answers after exit"
+    );
+}
+
+#[test]
+fn a_bad_http_addr_fails_before_joining_the_mesh() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // No NATS at this URL: the address is checked first.
+    let out = noetl(dir.path())
+        .args(["serve", "router", "--nats", "nats://127.0.0.1:1"])
+        .env("NOETL_HTTP_ADDR", &addr)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "cannot listen on --http-addr / NOETL_HTTP_ADDR {addr}"
+        )),
+        "{err}"
+    );
+}
