@@ -70,11 +70,6 @@ pub struct ServerOptions {
     pub port: Option<u16>,
     /// Binary; `None` searches (see module docs).
     pub binary: Option<PathBuf>,
-    /// A server configuration file (`-c`), e.g. a `cluster { ... }` block
-    /// for a JetStream cluster. The options above are passed as flags; the
-    /// file must not set them again (nats-server refuses a duplicate
-    /// `jetstream { store_dir }`).
-    pub config_file: Option<PathBuf>,
 }
 
 /// A running `nats-server`; killed on drop.
@@ -87,6 +82,18 @@ pub struct NatsServerProcess {
 impl NatsServerProcess {
     /// Start a server and wait until it accepts clients with JetStream on.
     pub fn start(opts: ServerOptions) -> Result<Self, ServerError> {
+        Self::launch(opts, None)
+    }
+
+    /// [`start`](Self::start) with a configuration file (`-c`), e.g. a
+    /// `cluster { ... }` block for a JetStream cluster node. `opts` are
+    /// passed as flags; the file must not set them again (nats-server
+    /// refuses a duplicate `jetstream { store_dir }`).
+    pub fn start_with_config(opts: ServerOptions, config_file: &Path) -> Result<Self, ServerError> {
+        Self::launch(opts, Some(config_file))
+    }
+
+    fn launch(opts: ServerOptions, config_file: Option<&Path>) -> Result<Self, ServerError> {
         let binary = find_binary(opts.binary.as_deref())?;
         check_version(&binary)?;
         std::fs::create_dir_all(&opts.store_dir).map_err(|source| ServerError::StoreDir {
@@ -105,7 +112,7 @@ impl NatsServerProcess {
             // and a same-user process could read them in the server's
             // /proc/<pid>/environ.
             let mut cmd = Command::new(&binary);
-            if let Some(config) = &opts.config_file {
+            if let Some(config) = config_file {
                 cmd.arg("-c").arg(config);
             }
             let child = cmd

@@ -44,7 +44,7 @@ pub enum ClusterError {
         source: ServerError,
     },
     /// JetStream did not become healthy in time.
-    #[error("test cluster node {node} not healthy after {waited:?}: {last}\nlast log lines:\n{log_tail}")]
+    #[error("test cluster node {node} not healthy after {waited:?}: {last}\n{logs}")]
     NotHealthy {
         /// Server name.
         node: String,
@@ -52,8 +52,8 @@ pub enum ClusterError {
         waited: Duration,
         /// The last `/healthz` answer (or why there was none).
         last: String,
-        /// End of the node's log.
-        log_tail: String,
+        /// The end of every node's log.
+        logs: String,
     },
 }
 
@@ -69,12 +69,14 @@ struct Node {
 
 impl Node {
     fn start(&mut self) -> Result<(), ClusterError> {
-        let process = NatsServerProcess::start(ServerOptions {
-            store_dir: self.store.clone(),
-            port: Some(self.client_port),
-            binary: None,
-            config_file: Some(self.config.clone()),
-        })
+        let process = NatsServerProcess::start_with_config(
+            ServerOptions {
+                store_dir: self.store.clone(),
+                port: Some(self.client_port),
+                binary: None,
+            },
+            &self.config,
+        )
         .map_err(|source| ClusterError::Node {
             node: self.name.clone(),
             source,
@@ -83,12 +85,16 @@ impl Node {
         Ok(())
     }
 
+    /// The last 20 lines of its log, without the `/healthz` polling noise.
     fn log_tail(&self) -> String {
         let mut s = String::new();
         if let Ok(mut f) = std::fs::File::open(self.store.join("nats-server.log")) {
             let _ = f.read_to_string(&mut s);
         }
-        let lines: Vec<&str> = s.lines().collect();
+        let lines: Vec<&str> = s
+            .lines()
+            .filter(|l| !l.contains("Healthcheck failed"))
+            .collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 }
@@ -247,11 +253,17 @@ impl TestCluster {
                 None => "no answer from the monitoring port".to_string(),
             };
             if t0.elapsed() > timeout {
+                let logs = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("--- {} log ---\n{}", n.name, n.log_tail()))
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 return Err(ClusterError::NotHealthy {
                     node: node.name.clone(),
                     waited: t0.elapsed(),
                     last,
-                    log_tail: node.log_tail(),
+                    logs,
                 });
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -37,7 +37,6 @@ impl TestServer {
             store_dir: store.path().to_path_buf(),
             port: None,
             binary: None,
-            config_file: None,
         })?;
         Ok(Self {
             process,
@@ -95,7 +94,6 @@ mod tests {
             store_dir: std::env::temp_dir().join("noetl-missing-bin"),
             port: None,
             binary: Some("/nonexistent/nats-server".into()),
-            config_file: None,
         })
         .err()
         .expect("must fail");

@@ -119,7 +119,6 @@ pub fn start_private_server(
             store_dir: persistent.clone(),
             port: None,
             binary: None,
-            config_file: None,
         }) {
             Ok(s) => return Ok((s, StoreGuard::Locked(lock))),
             Err(e @ noetl_mesh::server::ServerError::NotFound { .. }) => {
@@ -144,7 +143,6 @@ pub fn start_private_server(
         store_dir: tmp.path().to_path_buf(),
         port: None,
         binary: None,
-        config_file: None,
     })
     .with_context(|| format!("starting a private nats-server ({first})"))?;
     Ok((s, StoreGuard::Temporary(tmp)))
