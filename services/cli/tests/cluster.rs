@@ -431,6 +431,46 @@ async fn assert_r3(cluster: &TestCluster) {
     }
 }
 
+/// The durable consumers of one replica of each service (noop executor):
+/// stream and durable name.
+const CONSUMERS: [(&str, &str); 6] = [
+    ("NOETL_WORK", "noetl-router-requests"),
+    ("NOETL_EVENTS", "noetl-router-events"),
+    ("NOETL_WORK", "noetl-scheduler"),
+    ("NOETL_WORK", "noetl-loop-commands"),
+    ("NOETL_EVENTS", "noetl-loop-events"),
+    ("NOETL_WORK", "noetl-executor-noop"),
+];
+
+/// Every service consumer is replicated like its stream: a leader and two
+/// peers (a consumer on one node stops its service when that node dies).
+async fn assert_consumers_r3(cluster: &TestCluster) {
+    let js = jetstream::new(cluster.client().await);
+    for (stream, durable) in CONSUMERS {
+        let stream = js.get_stream(stream).await.unwrap();
+        // A new consumer elects its leader shortly after it exists.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let info = loop {
+            let last = match stream.consumer_info(durable).await {
+                Ok(info) if info.cluster.as_ref().is_some_and(|c| c.leader.is_some()) => {
+                    break info
+                }
+                Ok(info) => format!("{:?}", info.cluster),
+                Err(e) => e.to_string(),
+            };
+            assert!(Instant::now() < deadline, "consumer {durable}: {last}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let cl = info.cluster.clone().expect("checked above");
+        assert_eq!(
+            cl.replicas.len(),
+            2,
+            "{durable}: peers (config replicas {}): {cl:?}",
+            info.config.num_replicas
+        );
+    }
+}
+
 #[test]
 fn the_topology_is_r3_with_noetl_replicas_3() {
     let cluster = TestCluster::start();
@@ -438,6 +478,16 @@ fn the_topology_is_r3_with_noetl_replicas_3() {
     init_topology(&env);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(assert_r3(&cluster));
+    let mut replicas = Replicas {
+        env: &env,
+        all: Vec::new(),
+    };
+    replicas.spawn("router", &["router"]);
+    replicas.spawn("scheduler", &["scheduler"]);
+    replicas.spawn("loop-supervisor", &["loop-supervisor"]);
+    replicas.spawn("executor", &["executor", "--kind", "noop"]);
+    rt.block_on(assert_consumers_r3(&cluster));
+    replicas.assert_running();
 }
 
 #[test]
