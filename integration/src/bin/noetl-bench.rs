@@ -2,8 +2,11 @@
 //! and, in the same run against the same server, the bare JetStream hops one
 //! step needs (token publish → pull, command publish → pull, event publish →
 //! pull, one KV compare-and-set). Prints both per step and their ratio.
+//! Then a parallel noop loop of `--loop-items` iterations, each on a fresh
+//! server, with 1, 2 and 4 executor replicas (each its own connection):
+//! iterations/s and the ratio to one replica.
 //!
-//! Usage: `noetl-bench [--steps N] [--rounds R]`.
+//! Usage: `noetl-bench [--steps N] [--rounds R] [--loop-items N]`.
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +46,67 @@ async fn engine_chain(cluster: &Cluster, n: usize) -> Duration {
         s.error
     );
     took
+}
+
+fn loop_playbook(n: usize) -> String {
+    format!(
+        r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: bench_loop }}
+workflow:
+  - step: start
+    loop:
+      in: "{{{{ range({n}) | list }}}}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 64
+        policy:
+          reducers: {{ total: sum }}
+    tool:
+      - name: touch
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: {{ set_ctx: {{ total: 1 }} }}
+"#
+    )
+}
+
+/// Iterations per second of an `n`-item parallel noop loop on a fresh
+/// server with `executors` executor replicas (after a short warm-up loop).
+async fn loop_throughput(n: usize, executors: usize) -> f64 {
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let mut handles = Vec::new();
+    for _ in 0..executors {
+        handles.push(cluster.spawn_executor_for(&["noop"], 16).await);
+    }
+    let mut took = Duration::ZERO;
+    for (items, name) in [(50, "warm-up"), (n, "bench")] {
+        let t0 = Instant::now();
+        let eid = cluster
+            .submit(&loop_playbook(items), "bench_loop.yaml", json!({}))
+            .await;
+        let s = cluster.wait(&eid, Duration::from_secs(600)).await;
+        took = t0.elapsed();
+        assert_eq!(
+            s.ctx["total"], items,
+            "{name} loop with {executors} executors: every item counted once ({:?}: {:?})",
+            s.status, s.error
+        );
+    }
+    // Nothing is in flight once the loop is done.
+    for h in handles {
+        h.abort();
+    }
+    cluster.stop().await;
+    n as f64 / took.as_secs_f64()
 }
 
 async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
@@ -113,6 +177,7 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
 async fn main() {
     let mut steps = 1000usize;
     let mut rounds = 3usize;
+    let mut loop_items = 2000usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -123,8 +188,14 @@ async fn main() {
                     .and_then(|v| v.parse().ok())
                     .expect("--rounds R")
             }
+            "--loop-items" => {
+                loop_items = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--loop-items N")
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--steps N] [--rounds R]");
+                eprintln!("unknown argument {other}; usage: noetl-bench [--steps N] [--rounds R] [--loop-items N]");
                 std::process::exit(2);
             }
         }
@@ -149,4 +220,17 @@ async fn main() {
     println!("raw JetStream hops: {r:.3} ms/step  (3 × publish+ack+pull+ack, 1 KV CAS)");
     println!("ratio engine/raw  : {:.2}x", e / r);
     cluster.stop().await;
+
+    println!("\nnoetl bench: {loop_items}-item parallel noop loop (max_in_flight 64), fresh server per run");
+    let mut one = 0.0;
+    for executors in [1, 2, 4] {
+        let rate = loop_throughput(loop_items, executors).await;
+        if executors == 1 {
+            one = rate;
+        }
+        println!(
+            "executors {executors}: {rate:>8.0} iterations/s  ({:.2}x of 1 executor)",
+            rate / one
+        );
+    }
 }

@@ -2,10 +2,13 @@
 //! `nats-server -js` on a free loopback port with a fresh store directory;
 //! both are removed when the [`TestServer`] is dropped (like async-nats's own
 //! test harness). Nothing is shared between tests, nothing is left behind.
+//! [`TestCluster`] is the same for a three-node JetStream cluster.
 
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
+pub mod cluster;
 pub mod s3;
+pub use cluster::TestCluster;
 pub use s3::S3Server;
 
 /// A private nats-server for one test.
