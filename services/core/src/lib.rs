@@ -5,6 +5,7 @@
 //! functions the services call (`merge`, `policy`, `routing`, `reduce`).
 
 pub mod diagnostic;
+pub mod limits;
 pub mod load;
 pub mod merge;
 pub mod model;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::limits::MAX_PLAYBOOK_BYTES;
 use crate::model::Playbook;
 use crate::yaml::{self, Span};
 
@@ -88,14 +89,47 @@ pub fn load_playbook(source: &str, name: &str) -> Result<LoadedPlaybook, LoadErr
         diagnostics,
         text: source.to_string(),
     };
+    if source.len() > MAX_PLAYBOOK_BYTES {
+        let mut d = Diagnostics::default();
+        d.push(
+            Diagnostic::error(
+                "E040",
+                Span {
+                    line: 1,
+                    col: 1,
+                    offset: 0,
+                },
+                "",
+                format!(
+                    "the playbook is {} bytes, above the limit `max_playbook_bytes` of {MAX_PLAYBOOK_BYTES} bytes",
+                    source.len()
+                ),
+            )
+            .help("move data out of the playbook (workload, object storage) or split it into child playbooks"),
+        );
+        // The text is not kept: it is what was too large.
+        return Err(LoadError {
+            source_name: name.to_string(),
+            diagnostics: d,
+            text: String::new(),
+        });
+    }
     let raw = match yaml::parse(source) {
         Ok(n) => n,
         Err(e) => {
             let mut d = Diagnostics::default();
-            d.push(
-                Diagnostic::error("E001", e.span, "", format!("YAML syntax: {}", e.message))
-                    .help("fix the YAML syntax (indentation, quotes, brackets)"),
-            );
+            let (message, help) = match e.code {
+                "E041" => (e.message, "flatten the document (docs/errors.md#e041)"),
+                "E042" => (
+                    e.message,
+                    "use fewer or smaller aliases (docs/errors.md#e042)",
+                ),
+                _ => (
+                    format!("YAML syntax: {}", e.message),
+                    "fix the YAML syntax (indentation, quotes, brackets)",
+                ),
+            };
+            d.push(Diagnostic::error(e.code, e.span, "", message).help(help));
             return Err(fail(d));
         }
     };

@@ -30,6 +30,7 @@ use minijinja::{AutoEscape, Environment, Error as MjError, ErrorKind, Value as M
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::limits::{MAX_TEMPLATE_FUEL, MAX_TEMPLATE_OUTPUT_BYTES};
 use crate::outcome::Outcome;
 
 /// A template failed to parse or render. Callers add the playbook location.
@@ -59,6 +60,14 @@ pub enum TemplateError {
         /// What went wrong.
         message: String,
     },
+    /// The render went beyond a limit of [`crate::limits`] (output size).
+    #[error("{error} (in template `{template}`)")]
+    TooLarge {
+        /// The template source.
+        template: String,
+        /// Which limit, the size reached and the maximum.
+        error: Box<crate::limits::LimitError>,
+    },
 }
 
 impl TemplateError {
@@ -67,7 +76,8 @@ impl TemplateError {
         match self {
             Self::Syntax { template, .. }
             | Self::UndefinedVariable { template, .. }
-            | Self::Render { template, .. } => template,
+            | Self::Render { template, .. }
+            | Self::TooLarge { template, .. } => template,
         }
     }
 }
@@ -377,10 +387,56 @@ fn eval_native(
     strict: bool,
 ) -> Result<Value, TemplateError> {
     let value = eval_mj(kind, expr, src, scope, strict)?;
-    to_json(&value).map_err(|message| TemplateError::Render {
+    let value = to_json(&value).map_err(|message| TemplateError::Render {
         template: src.to_string(),
         message,
-    })
+    })?;
+    // Scalars other than strings are small. (Large step results reach
+    // templates as references, so a lookup stays small too.)
+    if !matches!(value, Value::String(_) | Value::Array(_) | Value::Object(_)) {
+        return Ok(value);
+    }
+    match crate::limits::json_size_within(&value, MAX_TEMPLATE_OUTPUT_BYTES) {
+        Ok(_) => Ok(value),
+        Err(size) => Err(too_large(src, size)),
+    }
+}
+
+/// The error of a render whose output passed [`MAX_TEMPLATE_OUTPUT_BYTES`].
+fn too_large(src: &str, size: usize) -> TemplateError {
+    TemplateError::TooLarge {
+        template: src.chars().take(200).collect(),
+        error: Box::new(crate::limits::LimitError {
+            limit: "max_template_output_bytes",
+            what: "the rendered output".into(),
+            actual: size,
+            max: MAX_TEMPLATE_OUTPUT_BYTES,
+            unit: "bytes (at least)",
+            place: "one template render".into(),
+            hint: "render less (keep large data in step results, which travel by reference)",
+        }),
+    }
+}
+
+/// A render sink that refuses output past [`MAX_TEMPLATE_OUTPUT_BYTES`].
+struct BoundedText {
+    out: Vec<u8>,
+    over: Option<usize>,
+}
+
+impl std::io::Write for BoundedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let total = self.out.len().saturating_add(buf.len());
+        if total > MAX_TEMPLATE_OUTPUT_BYTES {
+            self.over = Some(total);
+            return Err(std::io::Error::other("template output limit reached"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn eval_mj(
@@ -427,7 +483,20 @@ fn render_text_inner(src: &str, scope: &Scope, strict: bool) -> Result<String, T
         .env
         .get_template(&entry.name)
         .map_err(|e| map_error(src, e))?;
-    tmpl.render(scope.context()).map_err(|e| map_error(src, e))
+    let mut sink = BoundedText {
+        out: Vec::new(),
+        over: None,
+    };
+    let rendered = tmpl.render_captured_to(scope.context(), &mut sink);
+    if let Some(size) = sink.over {
+        return Err(too_large(src, size));
+    }
+    rendered.map_err(|e| map_error(src, e))?;
+    // minijinja writes whole UTF-8 strings, so the bytes are valid text.
+    String::from_utf8(sink.out).map_err(|e| TemplateError::Render {
+        template: src.to_string(),
+        message: format!("output is not UTF-8: {e}"),
+    })
 }
 
 /// A compile error of an expression, reported as the whole template's error
@@ -469,6 +538,11 @@ fn map_error(src: &str, e: MjError) -> TemplateError {
     while let Some(s) = source {
         let _ = write!(message, ": {s}");
         source = s.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        message = format!(
+            "the render took more than {MAX_TEMPLATE_FUEL} steps, above the limit `max_template_fuel` (a loop over too large a range?)"
+        );
     }
     match e.kind() {
         ErrorKind::SyntaxError => TemplateError::Syntax { template, message },
@@ -598,6 +672,8 @@ fn wrap_expr(expr: &str) -> String {
 
 fn build_env() -> Environment<'static> {
     let mut env = Environment::new();
+    // Bounds the work of one render (nested loops over large ranges).
+    env.set_fuel(Some(MAX_TEMPLATE_FUEL));
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_debug(false);
