@@ -32,6 +32,16 @@ pub const MAX_TEMPLATE_FUEL: u64 = 5_000_000;
 /// `executor.spec.limits.max_loop_items` overrides it per playbook.
 pub const DEFAULT_MAX_LOOP_ITEMS: usize = 1_000_000;
 
+/// Largest event payload, in bytes of JSON. Events carry compact results
+/// (large results and arguments are references); a payload still above
+/// this has its large fields replaced by previews ([`bound_payload`]).
+pub const MAX_EVENT_PAYLOAD_BYTES: usize = 64 * 1024;
+/// A field of an oversized event payload above this many bytes of JSON
+/// becomes a preview.
+const EVENT_FIELD_BYTES: usize = 4 * 1024;
+/// Bytes of JSON text kept in a preview.
+const PREVIEW_BYTES: usize = 1024;
+
 /// A size limit was exceeded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} is {actual} {unit}, above the limit `{limit}` of {max} {unit} ({place}); {hint}")]
@@ -149,6 +159,55 @@ pub fn json_size_within(v: &Value, max: usize) -> Result<usize, usize> {
     }
 }
 
+/// `payload` itself when its JSON fits in [`MAX_EVENT_PAYLOAD_BYTES`];
+/// else the same object with every field above 4 KiB of JSON (searched
+/// depth-first) replaced by `{"truncated": true, "size": <bytes>,
+/// "preview": "<first 1 KiB of its JSON>"}`, and if that is still too large,
+/// a preview of the whole payload that keeps `status` and `error.kind`.
+pub fn bound_payload(payload: Value) -> Value {
+    if json_size_within(&payload, MAX_EVENT_PAYLOAD_BYTES).is_ok() {
+        return payload;
+    }
+    let shrunk = shrink(payload.clone(), 0);
+    if json_size_within(&shrunk, MAX_EVENT_PAYLOAD_BYTES).is_ok() {
+        return shrunk;
+    }
+    let mut out = serde_json::Map::new();
+    if let Some(s) = payload.get("status").filter(|s| s.is_string()) {
+        out.insert("status".into(), s.clone());
+    }
+    if let Some(k) = payload.pointer("/error/kind").filter(|k| k.is_string()) {
+        out.insert("error".into(), serde_json::json!({"kind": k}));
+    }
+    if let Value::Object(p) = preview(&payload) {
+        out.extend(p);
+    }
+    Value::Object(out)
+}
+
+fn shrink(v: Value, depth: usize) -> Value {
+    if json_size_within(&v, EVENT_FIELD_BYTES).is_ok() {
+        return v;
+    }
+    match v {
+        Value::Object(m) if depth < 4 => Value::Object(
+            m.into_iter()
+                .map(|(k, x)| (k, shrink(x, depth + 1)))
+                .collect(),
+        ),
+        other => preview(&other),
+    }
+}
+
+fn preview(v: &Value) -> Value {
+    let text = v.to_string();
+    let mut end = PREVIEW_BYTES.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    serde_json::json!({"truncated": true, "size": text.len(), "preview": &text[..end]})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +239,32 @@ mod tests {
         let bad = json!({"max_loop_items": "many"});
         assert_eq!(Limits::from_spec_limits(Some(&bad)), Limits::default());
         assert_eq!(Limits::from_spec_limits(None), Limits::default());
+    }
+
+    #[test]
+    fn event_payloads_are_bounded_keeping_what_routing_reads() {
+        let small = json!({"status": "ok", "result": {"a": 1}});
+        assert_eq!(bound_payload(small.clone()), small);
+        let huge = "é".repeat(200_000);
+        let p = bound_payload(json!({
+            "status": "error",
+            "error": {"kind": "python", "message": huge},
+            "args": {"id": 7},
+        }));
+        let size = serde_json::to_vec(&p).unwrap().len();
+        assert!(size <= MAX_EVENT_PAYLOAD_BYTES, "{size}");
+        assert_eq!(p["status"], "error");
+        assert_eq!(p["error"]["kind"], "python");
+        assert_eq!(p["error"]["message"]["truncated"], true);
+        assert_eq!(p["error"]["message"]["size"], 400_002);
+        assert_eq!(p["args"], json!({"id": 7}));
+        // Many fields each small: the whole payload becomes one preview.
+        let many: serde_json::Map<String, Value> =
+            (0..20_000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let p = bound_payload(json!({"status": "ok", "result": Value::Object(many)}));
+        assert!(serde_json::to_vec(&p).unwrap().len() <= MAX_EVENT_PAYLOAD_BYTES);
+        assert_eq!(p["status"], "ok");
+        assert_eq!(p["truncated"], true);
     }
 
     #[test]

@@ -403,7 +403,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     let mut sc = Scope::new()
         .workload(plan.workload.clone())
         .ctx(loaded.ctx)
-        .args(args.clone())
+        .args(scope::hydrate_args(mesh, &args).await?)
         .execution_id(eid.to_string());
     for name in &names {
         sc = sc.declare(*name);
