@@ -22,8 +22,8 @@ pub const MAX_ALIAS_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_STEPS: usize = 2_000;
 /// Most `next` arcs in a workflow, all steps together (E044).
 pub const MAX_ARCS: usize = 10_000;
-/// Largest output of one template render, in bytes (text, or the JSON of a
-/// native value).
+/// Largest output of one template render, in bytes: its text, or the JSON
+/// of a value an expression builds (a plain lookup passes what it reads).
 pub const MAX_TEMPLATE_OUTPUT_BYTES: usize = 32 * 1024 * 1024;
 /// Work budget of one template render, in minijinja instructions ("fuel"):
 /// bounds the CPU time of loops such as `{% for i in range(n) %}` nested.

@@ -387,19 +387,30 @@ fn eval_native(
     strict: bool,
 ) -> Result<Value, TemplateError> {
     let value = eval_mj(kind, expr, src, scope, strict)?;
+    // What an expression builds (`'x' * n`, `[0] * n`, `~`, `join`...) is
+    // measured as it streams, before it is materialised as JSON. A plain
+    // lookup (`{{ fetch.rows }}`) passes whatever it reads: step results
+    // are data, not hostile templates, and never fail for size.
+    if !is_lookup(expr) {
+        let mut sink = BoundedText::with(false);
+        let _ = serde_json::to_writer(&mut sink, &value);
+        if let Some(size) = sink.over {
+            return Err(too_large(src, size));
+        }
+    }
     let value = to_json(&value).map_err(|message| TemplateError::Render {
         template: src.to_string(),
         message,
     })?;
-    // Scalars other than strings are small. (Large step results reach
-    // templates as references, so a lookup stays small too.)
-    if !matches!(value, Value::String(_) | Value::Array(_) | Value::Object(_)) {
-        return Ok(value);
-    }
-    match crate::limits::json_size_within(&value, MAX_TEMPLATE_OUTPUT_BYTES) {
-        Ok(_) => Ok(value),
-        Err(size) => Err(too_large(src, size)),
-    }
+    Ok(value)
+}
+
+/// True when `expr` only reads a value (`a.b[0]['c']`), building nothing.
+fn is_lookup(expr: &str) -> bool {
+    let e = expr.trim();
+    !e.is_empty()
+        && e.chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '[' | ']' | '\'' | '"'))
 }
 
 /// The error of a render whose output passed [`MAX_TEMPLATE_OUTPUT_BYTES`].
@@ -418,20 +429,42 @@ fn too_large(src: &str, size: usize) -> TemplateError {
     }
 }
 
-/// A render sink that refuses output past [`MAX_TEMPLATE_OUTPUT_BYTES`].
+/// A render sink that refuses output past [`MAX_TEMPLATE_OUTPUT_BYTES`]
+/// (keeping the bytes, or only counting them).
 struct BoundedText {
     out: Vec<u8>,
+    len: usize,
     over: Option<usize>,
+    keep: bool,
+}
+
+impl BoundedText {
+    /// Keeps what is written.
+    fn new() -> Self {
+        Self::with(true)
+    }
+
+    fn with(keep: bool) -> Self {
+        Self {
+            out: Vec::new(),
+            len: 0,
+            over: None,
+            keep,
+        }
+    }
 }
 
 impl std::io::Write for BoundedText {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let total = self.out.len().saturating_add(buf.len());
+        let total = self.len.saturating_add(buf.len());
         if total > MAX_TEMPLATE_OUTPUT_BYTES {
             self.over = Some(total);
             return Err(std::io::Error::other("template output limit reached"));
         }
-        self.out.extend_from_slice(buf);
+        self.len = total;
+        if self.keep {
+            self.out.extend_from_slice(buf);
+        }
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -483,10 +516,7 @@ fn render_text_inner(src: &str, scope: &Scope, strict: bool) -> Result<String, T
         .env
         .get_template(&entry.name)
         .map_err(|e| map_error(src, e))?;
-    let mut sink = BoundedText {
-        out: Vec::new(),
-        over: None,
-    };
+    let mut sink = BoundedText::new();
     let rendered = tmpl.render_captured_to(scope.context(), &mut sink);
     if let Some(size) = sink.over {
         return Err(too_large(src, size));
@@ -698,8 +728,22 @@ fn text_form(value: &MjValue) -> Result<Option<String>, MjError> {
     Ok(Some(match value.kind() {
         ValueKind::Undefined | ValueKind::None => String::new(),
         ValueKind::Bool => value.is_true().to_string(),
-        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => serde_json::to_string(value)
-            .map_err(|e| MjError::new(ErrorKind::BadSerialization, format!("not JSON: {e}")))?,
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+            // Streamed into a bounded buffer: `{{ [0] * n }}` in text never
+            // materialises more than the output limit.
+            let mut sink = BoundedText::new();
+            if let Err(e) = serde_json::to_writer(&mut sink, value) {
+                let message = match sink.over {
+                    Some(size) => format!(
+                        "output of at least {size} bytes, above the limit `max_template_output_bytes` of {MAX_TEMPLATE_OUTPUT_BYTES} bytes"
+                    ),
+                    None => format!("not JSON: {e}"),
+                };
+                return Err(MjError::new(ErrorKind::BadSerialization, message));
+            }
+            String::from_utf8(sink.out)
+                .map_err(|e| MjError::new(ErrorKind::BadSerialization, format!("not UTF-8: {e}")))?
+        }
         _ => return Ok(None),
     }))
 }

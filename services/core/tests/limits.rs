@@ -156,6 +156,25 @@ fn template_native_output_is_bounded() {
         render_str("{{ 'ab' * 3 }}", &scope).unwrap(),
         json!("ababab")
     );
+    // A list built by repetition is measured before it is materialised.
+    let started = std::time::Instant::now();
+    let e = render_str("{{ ['x' * 1024] * 100000 }}", &scope).unwrap_err();
+    assert!(matches!(e, TemplateError::TooLarge { .. }), "{e}");
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "took {:?}",
+        started.elapsed()
+    );
+    let e = render_text("list: {{ ['x' * 1024] * 100000 }}", &scope).unwrap_err();
+    assert!(e.to_string().contains("max_template_output_bytes"), "{e}");
+    // Reading a large value is not building one: data never fails for size.
+    let big = "x".repeat(MAX_TEMPLATE_OUTPUT_BYTES + 1);
+    let data = Scope::new().workload(json!({"big": big}));
+    let v = render_str("{{ workload.big }}", &data).unwrap();
+    assert_eq!(
+        v.as_str().map(str::len),
+        Some(MAX_TEMPLATE_OUTPUT_BYTES + 1)
+    );
 }
 
 #[test]
