@@ -59,6 +59,16 @@ fn a_playbook_above_the_size_limit_is_refused_with_e040() {
     assert!(msg.contains(&src.len().to_string()), "{msg}");
     // The human rendering works without the (refused) text.
     assert!(e.render_human().contains("E040"));
+    // A file is refused by its size, before it is read.
+    let dir = std::env::temp_dir().join(format!("noetl-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.yaml");
+    std::fs::write(&file, &src).unwrap();
+    let e = noetl_core::load::load_file(&file).unwrap_err();
+    assert_eq!(codes(&e), vec!["E040"]);
+    assert!(e.to_string().contains(&src.len().to_string()), "{e}");
+    assert!(e.to_string().contains("big.yaml:1:1"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
