@@ -67,8 +67,9 @@ pub async fn offload_args(
         return Ok(p.args.clone());
     }
     let mut out = Map::with_capacity(m.len());
-    for (k, v) in m {
-        let id = format!("{}.args.{k}", p.token_id);
+    for (i, (k, v)) in m.iter().enumerate() {
+        // By position: two names that sanitise alike never share a key.
+        let id = format!("{}.args.{i}", p.token_id);
         let v = mesh
             .results()
             .offload(
