@@ -80,10 +80,13 @@ test-heavy: setup
 	cargo test -p noetl-cli --release --no-default-features --test heavy -- --ignored --test-threads=1 --nocapture
 
 # Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS each; needs a nightly
-# toolchain and `cargo install cargo-fuzz`. Its own target directory: the
+# toolchain and `cargo install cargo-fuzz`. The sample playbooks seed the
+# playbook_load corpus. Its own target directory: the
 # sanitizer build shares nothing with the normal one.
 FUZZ_SECONDS ?= 60
 fuzz:
+	mkdir -p fuzz/corpus/playbook_load
+	cp playbooks/*.yaml playbooks/invalid/*.yaml fuzz/corpus/playbook_load/
 	cd fuzz && for t in $$(cargo +nightly fuzz list); do \
 		CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/fuzz cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
