@@ -164,6 +164,16 @@ mod tests {
     }
 
     #[test]
+    fn json_numbers_round_trip_exactly() {
+        // Found by fuzz/decode_json_fields: without serde_json's
+        // `float_roundtrip`, this came back one ULP off.
+        for text in ["-10.2E26", "0.1", "1e-300", "123456789.123456789"] {
+            let v = json_value(text.as_bytes()).unwrap();
+            assert_eq!(json_value(&json_bytes(&v)).unwrap(), v, "{text}");
+        }
+    }
+
+    #[test]
     fn protobuf_requests_round_trip() {
         let r = ExecutionRequest {
             execution_id: "e2".into(),

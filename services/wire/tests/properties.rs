@@ -231,6 +231,9 @@ fn json() -> impl Strategy<Value = serde_json::Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(|i| json!(i)),
+        any::<f64>()
+            .prop_filter("JSON numbers are finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
         any::<String>().prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 32, 4, |inner| {
