@@ -27,7 +27,7 @@ IMAGE ?= noetl/noetl:0.1.0
 TEST_THREADS ?= 4
 
 .PHONY: setup build test test-heavy lint fmt run bench clean
-.PHONY: check-deploy image
+.PHONY: check-deploy image fuzz
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
@@ -78,6 +78,18 @@ image:
 # needs only the noop kind, so DuckDB is left out of this release build.
 test-heavy: setup
 	cargo test -p noetl-cli --release --no-default-features --test heavy -- --ignored --test-threads=1 --nocapture
+
+# Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS each; needs a nightly
+# toolchain and `cargo install cargo-fuzz`. The sample playbooks seed the
+# playbook_load corpus. Its own target directory: the
+# sanitizer build shares nothing with the normal one.
+FUZZ_SECONDS ?= 60
+fuzz:
+	mkdir -p fuzz/corpus/playbook_load
+	cp playbooks/*.yaml playbooks/invalid/*.yaml fuzz/corpus/playbook_load/
+	cd fuzz && for t in $$(cargo +nightly fuzz list); do \
+		CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/fuzz cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 
 lint: setup
 	cargo fmt --all -- --check

@@ -6,6 +6,7 @@
 
 pub mod diagnostic;
 pub mod lifecycle;
+pub mod limits;
 pub mod load;
 pub mod merge;
 pub mod model;

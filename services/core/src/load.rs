@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::limits::MAX_PLAYBOOK_BYTES;
 use crate::model::Playbook;
 use crate::yaml::{self, Span};
 
@@ -88,14 +89,25 @@ pub fn load_playbook(source: &str, name: &str) -> Result<LoadedPlaybook, LoadErr
         diagnostics,
         text: source.to_string(),
     };
+    if source.len() > MAX_PLAYBOOK_BYTES {
+        return Err(too_large(name, source.len() as u64));
+    }
     let raw = match yaml::parse(source) {
         Ok(n) => n,
         Err(e) => {
             let mut d = Diagnostics::default();
-            d.push(
-                Diagnostic::error("E001", e.span, "", format!("YAML syntax: {}", e.message))
-                    .help("fix the YAML syntax (indentation, quotes, brackets)"),
-            );
+            let (message, help) = match e.code {
+                "E041" => (e.message, "flatten the document (docs/errors.md#e041)"),
+                "E042" => (
+                    e.message,
+                    "use fewer or smaller aliases (docs/errors.md#e042)",
+                ),
+                _ => (
+                    format!("YAML syntax: {}", e.message),
+                    "fix the YAML syntax (indentation, quotes, brackets)",
+                ),
+            };
+            d.push(Diagnostic::error(e.code, e.span, "", message).help(help));
             return Err(fail(d));
         }
     };
@@ -134,6 +146,32 @@ pub fn load_playbook(source: &str, name: &str) -> Result<LoadedPlaybook, LoadErr
     })
 }
 
+/// E040: the playbook is larger than [`MAX_PLAYBOOK_BYTES`]. The text is
+/// not kept: it is what was too large.
+fn too_large(name: &str, size: u64) -> LoadError {
+    let mut d = Diagnostics::default();
+    d.push(
+        Diagnostic::error(
+            "E040",
+            Span {
+                line: 1,
+                col: 1,
+                offset: 0,
+            },
+            "",
+            format!(
+                "the playbook is {size} bytes, above the limit `max_playbook_bytes` of {MAX_PLAYBOOK_BYTES} bytes"
+            ),
+        )
+        .help("move data out of the playbook (workload, object storage) or split it into child playbooks"),
+    );
+    LoadError {
+        source_name: name.to_string(),
+        diagnostics: d,
+        text: String::new(),
+    }
+}
+
 /// A serde path (`workflow[0].tool`) as a JSON pointer (`/workflow/0/tool`).
 fn pointer_of(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
@@ -154,6 +192,12 @@ fn pointer_of(path: &serde_path_to_error::Path) -> String {
 /// Read and load a playbook file. An unreadable file is an E001 error.
 pub fn load_file(path: &Path) -> Result<LoadedPlaybook, LoadError> {
     let name = path.display().to_string();
+    // A file above the limit is refused without reading it.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_file() && meta.len() > MAX_PLAYBOOK_BYTES as u64 {
+            return Err(too_large(&name, meta.len()));
+        }
+    }
     match std::fs::read_to_string(path) {
         Ok(src) => load_playbook(&src, &name),
         Err(e) => {

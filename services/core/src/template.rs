@@ -30,6 +30,7 @@ use minijinja::{AutoEscape, Environment, Error as MjError, ErrorKind, Value as M
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::limits::{MAX_TEMPLATE_FUEL, MAX_TEMPLATE_OUTPUT_BYTES};
 use crate::outcome::Outcome;
 
 /// A template failed to parse or render. Callers add the playbook location.
@@ -59,6 +60,14 @@ pub enum TemplateError {
         /// What went wrong.
         message: String,
     },
+    /// The render went beyond a limit of [`crate::limits`] (output size).
+    #[error("{error} (in template `{template}`)")]
+    TooLarge {
+        /// The template source.
+        template: String,
+        /// Which limit, the size reached and the maximum.
+        error: Box<crate::limits::LimitError>,
+    },
 }
 
 impl TemplateError {
@@ -67,7 +76,8 @@ impl TemplateError {
         match self {
             Self::Syntax { template, .. }
             | Self::UndefinedVariable { template, .. }
-            | Self::Render { template, .. } => template,
+            | Self::Render { template, .. }
+            | Self::TooLarge { template, .. } => template,
         }
     }
 }
@@ -377,10 +387,89 @@ fn eval_native(
     strict: bool,
 ) -> Result<Value, TemplateError> {
     let value = eval_mj(kind, expr, src, scope, strict)?;
-    to_json(&value).map_err(|message| TemplateError::Render {
+    // What an expression builds (`'x' * n`, `[0] * n`, `~`, `join`...) is
+    // measured as it streams, before it is materialised as JSON. A plain
+    // lookup (`{{ fetch.rows }}`) passes whatever it reads: step results
+    // are data, not hostile templates, and never fail for size.
+    if !is_lookup(expr) {
+        let mut sink = BoundedText::with(false);
+        let _ = serde_json::to_writer(&mut sink, &value);
+        if let Some(size) = sink.over {
+            return Err(too_large(src, size));
+        }
+    }
+    let value = to_json(&value).map_err(|message| TemplateError::Render {
         template: src.to_string(),
         message,
-    })
+    })?;
+    Ok(value)
+}
+
+/// True when `expr` only reads a value (`a.b[0]['c']`), building nothing.
+fn is_lookup(expr: &str) -> bool {
+    let e = expr.trim();
+    !e.is_empty()
+        && e.chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '[' | ']' | '\'' | '"'))
+}
+
+/// The error of a render whose output passed [`MAX_TEMPLATE_OUTPUT_BYTES`].
+fn too_large(src: &str, size: usize) -> TemplateError {
+    TemplateError::TooLarge {
+        template: src.chars().take(200).collect(),
+        error: Box::new(crate::limits::LimitError {
+            limit: "max_template_output_bytes",
+            what: "the rendered output".into(),
+            actual: size,
+            max: MAX_TEMPLATE_OUTPUT_BYTES,
+            unit: "bytes (at least)",
+            place: "one template render".into(),
+            hint: "render less (keep large data in step results, which travel by reference)",
+        }),
+    }
+}
+
+/// A render sink that refuses output past [`MAX_TEMPLATE_OUTPUT_BYTES`]
+/// (keeping the bytes, or only counting them).
+struct BoundedText {
+    out: Vec<u8>,
+    len: usize,
+    over: Option<usize>,
+    keep: bool,
+}
+
+impl BoundedText {
+    /// Keeps what is written.
+    fn new() -> Self {
+        Self::with(true)
+    }
+
+    fn with(keep: bool) -> Self {
+        Self {
+            out: Vec::new(),
+            len: 0,
+            over: None,
+            keep,
+        }
+    }
+}
+
+impl std::io::Write for BoundedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let total = self.len.saturating_add(buf.len());
+        if total > MAX_TEMPLATE_OUTPUT_BYTES {
+            self.over = Some(total);
+            return Err(std::io::Error::other("template output limit reached"));
+        }
+        self.len = total;
+        if self.keep {
+            self.out.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn eval_mj(
@@ -427,7 +516,17 @@ fn render_text_inner(src: &str, scope: &Scope, strict: bool) -> Result<String, T
         .env
         .get_template(&entry.name)
         .map_err(|e| map_error(src, e))?;
-    tmpl.render(scope.context()).map_err(|e| map_error(src, e))
+    let mut sink = BoundedText::new();
+    let rendered = tmpl.render_captured_to(scope.context(), &mut sink);
+    if let Some(size) = sink.over {
+        return Err(too_large(src, size));
+    }
+    rendered.map_err(|e| map_error(src, e))?;
+    // minijinja writes whole UTF-8 strings, so the bytes are valid text.
+    String::from_utf8(sink.out).map_err(|e| TemplateError::Render {
+        template: src.to_string(),
+        message: format!("output is not UTF-8: {e}"),
+    })
 }
 
 /// A compile error of an expression, reported as the whole template's error
@@ -469,6 +568,11 @@ fn map_error(src: &str, e: MjError) -> TemplateError {
     while let Some(s) = source {
         let _ = write!(message, ": {s}");
         source = s.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        message = format!(
+            "the render took more than {MAX_TEMPLATE_FUEL} steps, above the limit `max_template_fuel` (a loop over too large a range?)"
+        );
     }
     match e.kind() {
         ErrorKind::SyntaxError => TemplateError::Syntax { template, message },
@@ -598,6 +702,8 @@ fn wrap_expr(expr: &str) -> String {
 
 fn build_env() -> Environment<'static> {
     let mut env = Environment::new();
+    // Bounds the work of one render (nested loops over large ranges).
+    env.set_fuel(Some(MAX_TEMPLATE_FUEL));
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_debug(false);
@@ -622,8 +728,22 @@ fn text_form(value: &MjValue) -> Result<Option<String>, MjError> {
     Ok(Some(match value.kind() {
         ValueKind::Undefined | ValueKind::None => String::new(),
         ValueKind::Bool => value.is_true().to_string(),
-        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => serde_json::to_string(value)
-            .map_err(|e| MjError::new(ErrorKind::BadSerialization, format!("not JSON: {e}")))?,
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+            // Streamed into a bounded buffer: `{{ [0] * n }}` in text never
+            // materialises more than the output limit.
+            let mut sink = BoundedText::new();
+            if let Err(e) = serde_json::to_writer(&mut sink, value) {
+                let message = match sink.over {
+                    Some(size) => format!(
+                        "output of at least {size} bytes, above the limit `max_template_output_bytes` of {MAX_TEMPLATE_OUTPUT_BYTES} bytes"
+                    ),
+                    None => format!("not JSON: {e}"),
+                };
+                return Err(MjError::new(ErrorKind::BadSerialization, message));
+            }
+            String::from_utf8(sink.out)
+                .map_err(|e| MjError::new(ErrorKind::BadSerialization, format!("not UTF-8: {e}")))?
+        }
         _ => return Ok(None),
     }))
 }

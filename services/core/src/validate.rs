@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::limits::{MAX_ARCS, MAX_STEPS};
 use crate::template::RUNTIME_VARIABLES;
 use crate::yaml::{escape, Node, NodeKind};
 
@@ -34,6 +35,11 @@ pub fn validate(root: &Node) -> Diagnostics {
     let mut v = Validator {
         d: Diagnostics::default(),
     };
+    // A workflow beyond the step or arc limit is refused before any other
+    // rule runs (some rules look at every pair of steps).
+    if v.sizes(root) {
+        return v.d;
+    }
     v.root(root);
     v.workbook_calls(root);
     v.templates(root);
@@ -43,6 +49,57 @@ pub fn validate(root: &Node) -> Diagnostics {
 
 struct Validator {
     d: Diagnostics,
+}
+
+impl Validator {
+    /// E043 / E044: too many steps or arcs. True when a limit is exceeded.
+    fn sizes(&mut self, root: &Node) -> bool {
+        let Some(wf) = root.get("workflow").filter(|w| w.is_seq()) else {
+            return false;
+        };
+        let steps = wf.items();
+        if steps.len() > MAX_STEPS {
+            self.d.push(
+                Diagnostic::error(
+                    "E043",
+                    steps[MAX_STEPS].span,
+                    &format!("/workflow/{MAX_STEPS}"),
+                    format!(
+                        "the workflow has {} steps, above the limit `max_steps` of {MAX_STEPS}",
+                        steps.len()
+                    ),
+                )
+                .help("split the workflow into child playbooks (docs/errors.md#e043)"),
+            );
+            return true;
+        }
+        let mut arcs = 0usize;
+        for (i, step) in steps.iter().enumerate() {
+            let Some(list) = step
+                .get("next")
+                .and_then(|n| n.get("arcs"))
+                .filter(|a| a.is_seq())
+            else {
+                continue;
+            };
+            arcs += list.items().len();
+            if arcs > MAX_ARCS {
+                self.d.push(
+                    Diagnostic::error(
+                        "E044",
+                        list.span,
+                        &format!("/workflow/{i}/next/arcs"),
+                        format!(
+                            "the workflow has more than {MAX_ARCS} arcs (at least {arcs} by step {i}), above the limit `max_arcs`"
+                        ),
+                    )
+                    .help("route with fewer arcs: conditions on one arc, a loop, or child playbooks (docs/errors.md#e044)"),
+                );
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Levenshtein distance, for "did you mean".

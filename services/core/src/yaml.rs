@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 
 use granit_parser::{Event, Parser, ScalarStyle};
+
+use crate::limits::{MAX_ALIAS_BYTES, MAX_ALIAS_NODES, MAX_YAML_DEPTH};
 use serde_json::{Map, Number, Value};
 
 /// A position in the source (1-based line and column, byte offset).
@@ -57,10 +59,13 @@ pub struct Node {
     pub span: Span,
 }
 
-/// A YAML syntax error.
+/// A YAML syntax error, or a document beyond a limit of [`crate::limits`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct YamlError {
+    /// Diagnostic code: `E001` (syntax), `E041` (nesting too deep) or
+    /// `E042` (aliases expand too much).
+    pub code: &'static str,
     /// What is wrong.
     pub message: String,
     /// Where.
@@ -132,12 +137,26 @@ enum Frame {
 pub fn parse(src: &str) -> Result<Node, YamlError> {
     let mut parser = Parser::new_from_str(src);
     let mut stack: Vec<(Frame, usize)> = Vec::new();
-    // Anchored nodes with their size in nodes; aliases may not expand the
-    // document beyond MAX_NODES (a guard against "billion laughs" inputs).
-    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
-    let mut expanded = 0usize;
+    // Anchored nodes with their size (nodes, scalar bytes); aliases may not
+    // add more than MAX_ALIAS_NODES nodes or MAX_ALIAS_BYTES bytes of text
+    // to the document (a guard against "billion laughs" inputs).
+    let mut anchors: HashMap<usize, (Node, Size)> = HashMap::new();
+    let mut expanded = Size::default();
     let mut root: Option<Node> = None;
-    let err = |message: String, span: Span| YamlError { message, span };
+    let err = |message: String, span: Span| YamlError {
+        code: "E001",
+        message,
+        span,
+    };
+    let too_deep = |span: Span| {
+        YamlError {
+        code: "E041",
+        message: format!(
+            "the YAML nests sequences and mappings more than {MAX_YAML_DEPTH} levels deep (limit `max_yaml_depth`)"
+        ),
+        span,
+    }
+    };
     while let Some(ev) = parser.next_event() {
         let (event, sp) = ev.map_err(|e| err(e.info().to_string(), span_of(e.marker())))?;
         let span = span_of(&sp.start);
@@ -150,14 +169,22 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
                 None
             }
             Event::Alias(id) => match anchors.get(&id) {
-                Some((_, size)) if expanded + size > MAX_NODES => {
-                    return Err(err(
-                        format!("aliases expand the document beyond {MAX_NODES} nodes"),
-                        span,
-                    ))
-                }
                 Some((n, size)) => {
-                    expanded += size;
+                    expanded.nodes = expanded.nodes.saturating_add(size.nodes);
+                    expanded.bytes = expanded.bytes.saturating_add(size.bytes);
+                    if expanded.nodes > MAX_ALIAS_NODES || expanded.bytes > MAX_ALIAS_BYTES {
+                        return Err(YamlError {
+                            code: "E042",
+                            message: format!(
+                                "aliases expand the document by {} nodes and {} bytes so far, above the limit `max_alias_expansion` of {MAX_ALIAS_NODES} nodes or {MAX_ALIAS_BYTES} bytes (\"billion laughs\")",
+                                expanded.nodes, expanded.bytes
+                            ),
+                            span,
+                        });
+                    }
+                    if stack.len() + size.depth > MAX_YAML_DEPTH {
+                        return Err(too_deep(span));
+                    }
                     Some((
                         Node {
                             kind: n.kind.clone(),
@@ -179,10 +206,16 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
                 Some((Node { kind, span }, anchor))
             }
             Event::SequenceStart(_, anchor, _) => {
+                if stack.len() >= MAX_YAML_DEPTH {
+                    return Err(too_deep(span));
+                }
                 stack.push((Frame::Seq(Vec::new(), span), anchor));
                 None
             }
             Event::MappingStart(_, anchor, _) => {
+                if stack.len() >= MAX_YAML_DEPTH {
+                    return Err(too_deep(span));
+                }
                 stack.push((Frame::Map(Vec::new(), span, None), anchor));
                 None
             }
@@ -212,7 +245,7 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
             continue;
         };
         if anchor != 0 {
-            let size = node_count(&node);
+            let size = size_of(&node);
             anchors.insert(anchor, (node.clone(), size));
         }
         match stack.last_mut() {
@@ -258,15 +291,47 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
     }))
 }
 
-/// Upper bound on the nodes aliases may add to a document.
-const MAX_NODES: usize = 1_000_000;
+/// What an anchored node adds each time an alias repeats it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    /// Nodes (mapping keys count as nodes).
+    nodes: usize,
+    /// Bytes of scalar text (keys and values).
+    bytes: usize,
+    /// Nesting levels of sequences and mappings.
+    depth: usize,
+}
 
-fn node_count(n: &Node) -> usize {
-    1 + match &n.kind {
-        NodeKind::Seq(items) => items.iter().map(node_count).sum(),
-        NodeKind::Map(entries) => entries.iter().map(|(_, v)| 1 + node_count(v)).sum(),
-        _ => 0,
+fn size_of(n: &Node) -> Size {
+    fn add(s: &mut Size, c: Size) {
+        s.nodes = s.nodes.saturating_add(c.nodes);
+        s.bytes = s.bytes.saturating_add(c.bytes);
+        s.depth = s.depth.max(c.depth + 1);
     }
+    let mut s = Size {
+        nodes: 1,
+        bytes: 0,
+        depth: 0,
+    };
+    match &n.kind {
+        NodeKind::Seq(items) => {
+            s.depth = 1;
+            for i in items {
+                add(&mut s, size_of(i));
+            }
+        }
+        NodeKind::Map(entries) => {
+            s.depth = 1;
+            for (k, v) in entries {
+                s.nodes += 1;
+                s.bytes = s.bytes.saturating_add(k.name.len());
+                add(&mut s, size_of(v));
+            }
+        }
+        NodeKind::Str(t) => s.bytes = t.len(),
+        _ => {}
+    }
+    s
 }
 
 /// Apply YAML merge keys (`<<: *anchor` or `<<: [*a, *b]`): keys written in
@@ -582,7 +647,52 @@ mod tests {
             ));
         }
         let e = parse(&src).unwrap_err();
+        assert_eq!(e.code, "E042");
         assert!(e.message.contains("aliases expand"), "{e}");
+        assert!(e.message.contains("max_alias_expansion"), "{e}");
         assert!(e.span.line > 1);
+    }
+
+    #[test]
+    fn aliases_of_long_text_are_bounded_by_bytes() {
+        // Few nodes, but each alias repeats 1 MiB of text.
+        let mut src = format!("big: &big \"{}\"\nmany:\n", "x".repeat(1 << 20));
+        for _ in 0..20 {
+            src.push_str("  - *big\n");
+        }
+        let e = parse(&src).unwrap_err();
+        assert_eq!(e.code, "E042");
+        assert!(e.message.contains("bytes"), "{e}");
+        // Within the limit, aliases resolve.
+        let ok = parse("a: &a {x: 1}\nb: *a\n").unwrap();
+        assert_eq!(
+            ok.to_json(),
+            serde_json::json!({"a": {"x": 1}, "b": {"x": 1}})
+        );
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_limit_is_refused() {
+        let depth = crate::limits::MAX_YAML_DEPTH;
+        let ok = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(parse(&ok).is_ok());
+        let deep = format!("{}1{}", "[".repeat(depth + 1), "]".repeat(depth + 1));
+        let e = parse(&deep).unwrap_err();
+        assert_eq!(e.code, "E041");
+        assert!(e.message.contains("max_yaml_depth"), "{e}");
+        assert_eq!(e.span.line, 1);
+        // A hundred thousand levels: refused, no stack overflow.
+        let bomb = "[".repeat(100_000);
+        assert!(parse(&bomb).is_err());
+        // An alias may not carry a document past the limit either.
+        let half = depth / 2 + 1;
+        let src = format!(
+            "a: &a {}1{}\nb: {}*a{}\n",
+            "[".repeat(half),
+            "]".repeat(half),
+            "[".repeat(half),
+            "]".repeat(half)
+        );
+        assert_eq!(parse(&src).unwrap_err().code, "E041");
     }
 }

@@ -125,6 +125,10 @@ impl Executor {
             Value::Null => Value::Object(Map::new()),
             v => v,
         };
+        // Arguments larger than the payload limit came by reference: tools
+        // and templates read them whole, events keep the references.
+        let event_args = args.clone();
+        let args = scope::hydrate_args(&self.mesh, &args).await?;
         let prev = codec::json_value(&cmd.prev_json).map_err(|e| refuse("_prev", e))?;
         let (loop_run, iter, reduce) = match &cmd.iteration {
             None => (None, Map::new(), Map::new()),
@@ -191,6 +195,7 @@ impl Executor {
             needs: &needs,
             cmd,
             args,
+            event_args,
             base,
             loop_run,
             index,
@@ -294,6 +299,8 @@ struct StepRun<'a> {
     needs: &'a StepNeeds,
     cmd: &'a TaskCommand,
     args: Value,
+    /// `args` as they came on the wire (large values by reference), for events.
+    event_args: Value,
     /// `execution_id`, plus `workload`, `args` and earlier step results
     /// when the step reads them.
     base: Scope,
@@ -994,7 +1001,7 @@ impl StepRun<'_> {
                 }
                 (
                     types::STEP_DONE,
-                    json!({"status": "ok", "result": result, "args": self.args}),
+                    json!({"status": "ok", "result": result, "args": self.event_args}),
                     "",
                 )
             }
@@ -1008,7 +1015,7 @@ impl StepRun<'_> {
                 );
                 (
                     types::STEP_FAILED,
-                    json!({"status": "error", "error": error, "args": self.args}),
+                    json!({"status": "error", "error": error, "args": self.event_args}),
                     "",
                 )
             }

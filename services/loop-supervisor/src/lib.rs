@@ -437,7 +437,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     let mut sc = Scope::new()
         .workload(plan.workload.clone())
         .ctx(loaded.ctx)
-        .args(args.clone())
+        .args(scope::hydrate_args(mesh, &args).await?)
         .execution_id(eid.to_string());
     for name in &names {
         sc = sc.declare(*name);
@@ -486,6 +486,19 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
             .await
         }
     };
+    let limits = noetl_core::limits::Limits::from_spec_limits(
+        plan.playbook
+            .executor
+            .as_ref()
+            .and_then(|e| e.spec.get("limits")),
+    );
+    let place = format!(
+        "loop.in of step {:?} in {}, execution {eid}",
+        step.step, plan.source_name
+    );
+    if let Err(e) = limits.check_loop_items(items.len(), &place) {
+        return fail_loop(mesh, &cmd, e.to_string()).await;
+    }
     let max_in_flight = match lp.spec.mode {
         LoopMode::Sequential => 1,
         LoopMode::Parallel => match lp.spec.max_in_flight.as_ref() {

@@ -123,7 +123,11 @@ impl EventDraft<'_> {
             parent_id: self.parent_id.to_string(),
             step: self.step.to_string(),
             task: self.task.to_string(),
-            payload_json: crate::codec::json_bytes(&self.payload),
+            // Bounded: a payload above the limit keeps previews of its
+            // large fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
+            payload_json: crate::codec::json_bytes(&noetl_core::limits::bound_payload(
+                self.payload,
+            )),
         }
     }
 }

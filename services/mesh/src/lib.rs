@@ -12,7 +12,8 @@
 
 pub mod cancel;
 pub mod catalog;
-pub mod codec;
+/// Encoding of wire messages (lives in `noetl-wire`, next to the messages).
+pub use noetl_wire::codec;
 pub mod config;
 pub mod connect;
 pub mod credentials;

@@ -276,16 +276,21 @@ pub const HEADER_EXECUTION_ID: &str = "Noetl-Execution-Id";
 /// (`<p>.token.<eid>`, `<p>.loop.<eid>`, `<p>.evt.<eid>.<type>`) or from its
 /// [`HEADER_EXECUTION_ID`] header.
 pub fn execution_of(mesh: &Mesh, msg: &Message) -> Option<String> {
-    let rest = msg
+    // A subject outside the prefix may still carry the header.
+    let from_subject = msg
         .subject
         .as_str()
-        .strip_prefix(mesh.subjects().prefix())?
-        .strip_prefix('.')?;
-    let mut parts = rest.splitn(3, '.');
-    let from_subject = match (parts.next(), parts.next()) {
-        (Some("token" | "loop" | "evt"), Some(eid)) if !eid.is_empty() => Some(eid.to_string()),
-        _ => None,
-    };
+        .strip_prefix(mesh.subjects().prefix())
+        .and_then(|r| r.strip_prefix('.'))
+        .and_then(|rest| {
+            let mut parts = rest.splitn(3, '.');
+            match (parts.next(), parts.next()) {
+                (Some("token" | "loop" | "evt"), Some(eid)) if !eid.is_empty() => {
+                    Some(eid.to_string())
+                }
+                _ => None,
+            }
+        });
     from_subject.or_else(|| {
         msg.headers
             .as_ref()?

@@ -34,6 +34,71 @@ pub fn strings(v: &Value) -> Vec<&str> {
     out
 }
 
+/// Step arguments (token inscriptions) as templates and tools see them:
+/// each top-level value that travelled by reference (it was larger than
+/// the execution's `max_payload_bytes`, see [`offload_args`]) is read back.
+pub async fn hydrate_args(mesh: &Mesh, args: &Value) -> Result<Value, MeshError> {
+    let Value::Object(m) = args else {
+        return Ok(args.clone());
+    };
+    if !m.values().any(crate::objects::is_ref) {
+        return Ok(args.clone());
+    }
+    let mut out = Map::with_capacity(m.len());
+    for (k, v) in m {
+        out.insert(k.clone(), mesh.results().hydrate(v.clone()).await?);
+    }
+    Ok(Value::Object(out))
+}
+
+/// What an arc's rendered `args` become on the wire: themselves when their
+/// JSON fits in `limit` bytes, else each value above the limit is written
+/// to object storage and replaced by its reference. Arguments never fail
+/// for size; tokens, KV headers and events stay small.
+pub async fn offload_args(
+    mesh: &Mesh,
+    p: OffloadArgs<'_>,
+    limit: usize,
+) -> Result<Value, MeshError> {
+    let Value::Object(m) = p.args else {
+        return Ok(p.args.clone());
+    };
+    if crate::objects::is_small(p.args, limit) {
+        return Ok(p.args.clone());
+    }
+    let mut out = Map::with_capacity(m.len());
+    for (i, (k, v)) in m.iter().enumerate() {
+        // By position: two names that sanitise alike never share a key.
+        let id = format!("{}.args.{i}", p.token_id);
+        let v = mesh
+            .results()
+            .offload(
+                crate::objects::PutParams {
+                    execution_id: p.execution_id,
+                    step: p.step,
+                    id: &id,
+                    value: v,
+                },
+                limit,
+            )
+            .await?;
+        out.insert(k.clone(), v);
+    }
+    Ok(Value::Object(out))
+}
+
+/// Where offloaded arguments are written ([`offload_args`]).
+pub struct OffloadArgs<'a> {
+    /// Execution id.
+    pub execution_id: &'a str,
+    /// The step the token is for.
+    pub step: &'a str,
+    /// The token's (deterministic) id: a redelivery writes the same keys.
+    pub token_id: &'a str,
+    /// The rendered arguments.
+    pub args: &'a Value,
+}
+
 /// What a server-side scope needs loaded.
 pub struct Loaded {
     /// `ctx` (only read when referenced; `{}` otherwise).

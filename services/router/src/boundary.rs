@@ -439,6 +439,7 @@ async fn decide(
         event.insert("step".into(), json!(ev.step));
         event.insert("step_run_id".into(), json!(ev.step_run_id));
         let args = payload.get("args").cloned().unwrap_or_else(|| json!({}));
+        let args = scope::hydrate_args(mesh, &args).await?;
         let mut sc = Scope::new()
             .workload(plan.workload.clone())
             .ctx(loaded.ctx)
@@ -460,16 +461,29 @@ async fn decide(
     };
     match selected {
         Ok(arcs) => {
-            record.tokens = arcs
-                .into_iter()
-                .map(|a| TokenRecord {
-                    token_id: derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]),
+            let limit = plan.max_payload_bytes(mesh.config().inline_limit);
+            for a in arcs {
+                let token_id = derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]);
+                // Large arguments travel by reference, like large results.
+                let args = scope::offload_args(
+                    mesh,
+                    scope::OffloadArgs {
+                        execution_id: &ev.execution_id,
+                        step: &a.step,
+                        token_id: &token_id,
+                        args: &Value::Object(a.args),
+                    },
+                    limit,
+                )
+                .await?;
+                record.tokens.push(TokenRecord {
+                    token_id,
                     step: a.step,
-                    args: Value::Object(a.args),
+                    args,
                     arc: a.index,
                     parent: ev.step_run_id.clone(),
-                })
-                .collect();
+                });
+            }
             record.unhandled_failure =
                 ev.event_type == types::STEP_FAILED && record.tokens.is_empty();
         }

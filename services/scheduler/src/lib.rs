@@ -145,7 +145,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             let sc = Scope::new()
                 .workload(plan.workload.clone())
                 .ctx(loaded.ctx)
-                .args(args.clone())
+                .args(scope::hydrate_args(mesh, &args).await?)
                 .event(json!({"name": "token", "step": step.step, "args": args, "token_id": srid}))
                 .execution_id(eid.to_string());
             routing::admit(Some(a), &sc)

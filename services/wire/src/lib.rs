@@ -8,5 +8,7 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/noetl.v1.rs"));
 }
 
+pub mod codec;
+
 pub use prost::Message;
 pub use v1::*;

@@ -1,7 +1,9 @@
 //! Encoding of wire messages. Internal messages are protobuf; execution
 //! requests may also be plain JSON so that any NATS client can start work.
+//! Every decoder here returns a [`DecodeError`] on bad input, never panics
+//! (fuzzed: `fuzz/`, docs/architecture.md "Hostile input").
 
-use noetl_wire::{ExecutionRequest, Message};
+use crate::{ExecutionRequest, Message};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -66,7 +68,17 @@ pub fn json_bytes(v: &Value) -> Vec<u8> {
     }
 }
 
-pub use noetl_core::json_type;
+/// Name of a JSON value's type, for error messages ("a string", "a list"...).
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
 
 /// The JSON form of an execution request.
 #[derive(Debug, Default, Deserialize)]
@@ -149,6 +161,16 @@ mod tests {
         );
         let e = decode_execution_request(br#"{"wrkload": {}}"#).unwrap_err();
         assert!(e.to_string().contains("wrkload"), "{e}");
+    }
+
+    #[test]
+    fn json_numbers_round_trip_exactly() {
+        // Found by fuzz/decode_json_fields: without serde_json's
+        // `float_roundtrip`, this came back one ULP off.
+        for text in ["-10.2E26", "0.1", "1e-300", "123456789.123456789"] {
+            let v = json_value(text.as_bytes()).unwrap();
+            assert_eq!(json_value(&json_bytes(&v)).unwrap(), v, "{text}");
+        }
     }
 
     #[test]

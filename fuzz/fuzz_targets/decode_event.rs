@@ -1,0 +1,14 @@
+//! The Event decoder on arbitrary bytes: a message or an error, never a
+//! panic; what decodes re-encodes to the same message.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use noetl_wire::codec::{decode, encode};
+use noetl_wire::Event;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(m) = decode::<Event>("event", data) {
+        let again = decode::<Event>("event", &encode(&m)).expect("re-encoded message decodes");
+        assert_eq!(again, m);
+    }
+});
