@@ -40,13 +40,13 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
             proptest::option::of(iteration()),
             any::<u64>(),
         ),
-        (text(), any::<u64>(), bytes()),
+        (text(), any::<u64>(), bytes(), any::<u64>(), text()),
     )
         .prop_map(
             |(
                 (command_id, execution_id, step, step_run_id, pc, attempt),
                 (args_json, prev_json, iteration, not_before_ms),
-                (trace_id, steps_taken, resume_outcome_json),
+                (trace_id, steps_taken, resume_outcome_json, deadline_ms, deadline_of),
             )| TaskCommand {
                 command_id,
                 execution_id,
@@ -61,6 +61,8 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 trace_id,
                 steps_taken,
                 resume_outcome_json,
+                deadline_ms,
+                deadline_of,
             },
         )
 }
@@ -112,16 +114,25 @@ fn token() -> impl Strategy<Value = Token> {
 }
 
 fn loop_command() -> impl Strategy<Value = LoopCommand> {
-    (text(), text(), text(), text(), bytes(), text()).prop_map(
-        |(command_id, execution_id, step, step_run_id, args_json, trace_id)| LoopCommand {
-            command_id,
-            execution_id,
-            step,
-            step_run_id,
-            args_json,
-            trace_id,
-        },
+    (
+        (text(), text(), text(), text()),
+        (bytes(), text(), any::<u64>(), text()),
     )
+        .prop_map(
+            |(
+                (command_id, execution_id, step, step_run_id),
+                (args_json, trace_id, deadline_ms, deadline_of),
+            )| LoopCommand {
+                command_id,
+                execution_id,
+                step,
+                step_run_id,
+                args_json,
+                trace_id,
+                deadline_ms,
+                deadline_of,
+            },
+        )
 }
 
 fn event() -> impl Strategy<Value = Event> {
