@@ -1,4 +1,4 @@
-//! Spec layering (seed 002 §3): the effective spec of a task is the overlay
+//! Spec layering (docs/dsl.md, Spec layering): the effective spec of a task is the overlay
 //! of `kind_defaults`, `executor.spec`, `step.spec`, `loop.spec` and
 //! `task.spec`, inner winning.
 

@@ -174,10 +174,8 @@ pub async fn connect(p: ConnectParams<'_>) -> Result<async_nats::Client, MeshErr
     for (what, path) in [
         ("NATS CA", &a.tls_ca),
         ("NATS client certificate", &a.tls_cert),
-    ]
-    .into_iter()
-    .chain([("NATS client key", &a.tls_key)])
-    {
+        ("NATS client key", &a.tls_key),
+    ] {
         if let Some(path) = path {
             std::fs::metadata(path).map_err(|e| config_err(what, path, e))?;
         }
