@@ -1,4 +1,4 @@
-//! Tools end to end: the seeds' canonical pagination (fetch_page → store →
+//! Tools end to end: the canonical pagination of docs/dsl.md (fetch_page → store →
 //! paginate) against a real HTTP server started here and the machine's
 //! PostgreSQL, with the credential from the encrypted keychain.
 

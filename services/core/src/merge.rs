@@ -29,7 +29,7 @@ pub fn deep_merge(base: &mut Value, overlay: &Value) {
 /// The effective spec of `task` in `step` of `playbook`:
 /// `merge(kind_defaults, executor.spec, step.spec, loop.spec, task.spec)`.
 ///
-/// `policy` is typed by scope (seed 002 §3.2/§5): `executor`, `step` and
+/// `policy` is typed by scope (docs/dsl.md "Spec layering"): `executor`, `step` and
 /// `loop` policies are non-control (admission, lifecycle, scheduling) and are
 /// not inherited, nor is a `policy` in `kind_defaults`. The effective spec's
 /// `policy` is exactly the task's own `spec.policy`, absent when the task has

@@ -1,7 +1,7 @@
 //! Normalisation: every accepted authoring shape becomes the canonical form
 //! the engine runs, on the positioned tree (so positions survive).
 //!
-//! - task lists (seed 002 §7): `{name, kind, ...}` kept; unnamed tasks get
+//! - task lists (docs/dsl.md "The pipeline"): `{name, kind, ...}` kept; unnamed tasks get
 //!   `task_<i>`; a single tool object becomes `[{name: "<step>_task", ...}]`;
 //!   the label-keyed `- fetch: {kind: http, ...}` becomes `{name: fetch, ...}`;
 //! - rules: `{else: {then: X}}` / `{else: null, then: X}` → `{else: true, then: X}`;

@@ -1,4 +1,4 @@
-//! The outcome envelope every tool invocation produces (seed 000).
+//! The outcome envelope every tool invocation produces (docs/dsl.md "The pipeline").
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

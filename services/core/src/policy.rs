@@ -1,5 +1,5 @@
-//! Task outcome policy → directive (seed 000 "Task policy rules", seed 002
-//! §5.4 and §9). Pure: the executor applies the directive.
+//! Task outcome policy → directive (docs/dsl.md, "The pipeline"). Pure:
+//! the executor applies the directive.
 //!
 //! * Rules are evaluated top to bottom; the first rule whose `when` holds
 //!   wins; an `else` rule is the fallback wherever it is written. A non-`else`

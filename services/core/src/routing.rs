@@ -4,7 +4,7 @@
 //! Admission: an omitted `admit` allows; otherwise the first rule whose
 //! `when` holds decides, an `else` rule is the fallback (wherever written),
 //! and when nothing matches and there is no `else` the step is admitted
-//! (seed 002 §5.2.1: admission defaults to allow; write
+//! (docs/dsl.md "Steps": admission defaults to allow; write
 //! `- else: {then: {allow: false}}` to deny by default).
 //!
 //! Arcs: `exclusive` (default) fires the first arc whose `when` holds, in

@@ -82,7 +82,7 @@ impl TemplateError {
     }
 }
 
-/// Runtime variable names the engine provides (seed 000). They are always
+/// Runtime variable names the engine provides (docs/dsl.md "Runtime variables"). They are always
 /// known to value templates: when one is not bound in a [`Scope`] it is
 /// undefined (renders as `null`) rather than an error.
 pub const RUNTIME_VARIABLES: &[&str] = &[
@@ -104,7 +104,7 @@ pub const RUNTIME_VARIABLES: &[&str] = &[
 // Scope
 // ---------------------------------------------------------------------------
 
-/// The render context: the runtime variables of seed 000 plus earlier step
+/// The render context: the runtime variables (docs/dsl.md) plus earlier step
 /// results addressable by step name (`{{ fetch.rows }}`).
 ///
 /// Builder methods convert each JSON value once; the scope is then cheap to

@@ -37,7 +37,7 @@ fn admission_defaults_to_allow() {
             rule: None
         }
     );
-    // rules but no match and no else: allow (seed 002 §5.2.1 default)
+    // rules but no match and no else: allow (docs/dsl.md "Steps": the default)
     let a = admit_rules(json!([{"when": "{{ ctx.count > 100 }}", "then": {"allow": false}}]));
     assert_eq!(
         admit(Some(&a), &sc).unwrap(),

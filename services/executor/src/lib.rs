@@ -1,4 +1,4 @@
-//! noetl-executor: the tool-executor service (seed 000, pipeline execution).
+//! noetl-executor: the tool-executor service (docs/dsl.md, "The pipeline").
 //!
 //! One durable consumer per served tool kind (`executor-<kind>` on
 //! `<p>.task.<kind>`). Each [`noetl_wire::TaskCommand`] runs the pipeline of

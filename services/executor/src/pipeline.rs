@@ -1,5 +1,5 @@
 //! Running one task command: the pipeline of a step-run from task `pc`
-//! (seed 000), with task policy applied after every task.
+//! (docs/dsl.md "The pipeline"), with task policy applied after every task.
 //!
 //! Tasks whose kind this replica serves run in place, one after another;
 //! the first task of another kind, or a retry with a delay, ends the

@@ -1,4 +1,4 @@
-//! Building events: the envelope of seed 001 §9.3 with deterministic ids.
+//! Building events: the envelope of docs/dsl.md "Events" with deterministic ids.
 
 use noetl_wire::Event;
 use serde_json::Value;
