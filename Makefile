@@ -27,7 +27,7 @@ IMAGE ?= noetl/noetl:0.1.0
 TEST_THREADS ?= 4
 
 .PHONY: setup build test test-heavy lint fmt run bench clean
-.PHONY: check-deploy image fuzz
+.PHONY: check-deploy image fuzz test-chaos
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
@@ -78,6 +78,15 @@ image:
 # needs only the noop kind, so DuckDB is left out of this release build.
 test-heavy: setup
 	cargo test -p noetl-cli --release --no-default-features --test heavy -- --ignored --test-threads=1 --nocapture
+
+# The chaos suite (services/cli/tests/chaos/): CHAOS_RUNS seeded runs of the
+# playbook mix on `noetl serve` processes while services and the nats-server
+# are SIGKILLed and restarted; prints a table, fails naming the seeds of runs
+# with anomalies. NOETL_CHAOS_SEED=0x... replays one run. `make test` runs 5.
+CHAOS_RUNS ?= 100
+test-chaos: setup
+	NOETL_CHAOS_RUNS=$(CHAOS_RUNS) cargo test -p noetl-cli --no-default-features --test chaos \
+		-- --ignored --nocapture --test-threads=1 chaos_campaign
 
 # Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS each; needs a nightly
 # toolchain and `cargo install cargo-fuzz`. The sample playbooks seed the

@@ -21,7 +21,10 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod check;
 pub mod gauge;
+pub mod mix;
+pub mod sink;
 pub use gauge::Gauge;
 
 /// How to start a cluster.
@@ -38,6 +41,9 @@ pub struct ClusterOptions {
     pub executors: bool,
     /// Where large results go (`None`: `objects/` under the data dir).
     pub object_store: Option<noetl_mesh::objects::StoreLocation>,
+    /// Every consumer handles every message twice, the second time after
+    /// this delay ([`MeshConfig::deliver_twice`]).
+    pub deliver_twice: Option<Duration>,
 }
 
 impl Default for ClusterOptions {
@@ -48,6 +54,7 @@ impl Default for ClusterOptions {
             prefix: "noetl".into(),
             executors: true,
             object_store: None,
+            deliver_twice: None,
         }
     }
 }
@@ -107,6 +114,7 @@ impl Cluster {
             object_store: opts.object_store.clone(),
             prefix: opts.prefix.clone(),
             ack_wait: Duration::from_secs(5),
+            deliver_twice: opts.deliver_twice,
             ..MeshConfig::default()
         };
         let mesh = Mesh::connect(config.clone()).await.expect("connect mesh");

@@ -327,3 +327,67 @@ fn a_bad_http_addr_fails_before_joining_the_mesh() {
         "{err}"
     );
 }
+
+#[test]
+fn a_service_started_before_its_nats_server_waits_for_it_then_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let nats_opts = ServerOptions {
+        store_dir: dir.path().join("nats"),
+        port: Some(free_port()),
+        binary: None,
+    };
+    let url = format!("nats://127.0.0.1:{}", nats_opts.port.unwrap());
+    let (router, scheduler) = (free_port(), free_port());
+    let mut services = Services(Vec::new());
+    let mut logs = Vec::new();
+    for (service, port) in [("router", router), ("scheduler", scheduler)] {
+        let log = dir.path().join(format!("{service}.log"));
+        let child = noetl(&home)
+            .args(["serve", service, "--nats", &url])
+            .args(["--http-addr", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        services.0.push(child);
+        logs.push(log);
+    }
+    // No server yet: both keep running, saying why they are not serving.
+    for log in &logs {
+        wait_until(
+            "a log line about the retry",
+            Duration::from_secs(30),
+            || {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                if text.contains("cannot join the mesh yet; retrying") {
+                    Ok(())
+                } else {
+                    Err(text)
+                }
+            },
+        );
+    }
+    for child in &mut services.0 {
+        assert!(child.try_wait().unwrap().is_none(), "exited without NATS");
+    }
+
+    // A signal while waiting ends the wait cleanly.
+    let waiting = &mut services.0[1];
+    let term = Command::new("kill")
+        .args(["-TERM", &waiting.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut status = None;
+    wait_until("the scheduler to exit", Duration::from_secs(20), || {
+        status = waiting.try_wait().unwrap();
+        status.map(|_| ()).ok_or_else(|| "running".into())
+    });
+    assert!(status.unwrap().success(), "{status:?}");
+
+    // The server comes up: the router joins and becomes ready.
+    let _nats = NatsServerProcess::start(nats_opts).expect("nats-server");
+    wait_status(router, "/readyz", 200, Duration::from_secs(60));
+    assert!(services.0[0].try_wait().unwrap().is_none());
+}

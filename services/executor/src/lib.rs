@@ -134,6 +134,18 @@ impl Handler for TaskHandler {
             if let Some(wait) = pipeline::remaining(cmd.not_before_ms) {
                 return Disposition::Retry(Some(wait));
             }
+            // A copy that comes after its work was reported runs nothing.
+            if msg.info().map(|i| i.delivered).unwrap_or(1) > 1 {
+                match executor.ended(&cmd).await {
+                    Ok(Some(why)) => {
+                        tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
+                            command_id = %cmd.command_id, %why, "stale task command acked without running");
+                        return Disposition::Ack;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return retry_on(&e),
+                }
+            }
             let period = executor.mesh().config().ack_wait / 2;
             match in_progress(&msg, period, executor.execute(cmd)).await {
                 Ok(()) => Disposition::Ack,

@@ -26,7 +26,7 @@ use noetl_mesh::{
     kv::{self, Cas},
     plan::PlanRecord,
     scope,
-    state::result_key,
+    state::{loop_run_key, result_key, ExecHeader, LoopProgress},
     Batch, Mesh, MeshError, PendingAck,
 };
 use noetl_wire::{IterationRef, TaskCommand};
@@ -77,6 +77,23 @@ impl Executor {
     }
 
     /// Handle one command (its `not_before_ms` has passed).
+    /// Whether a redelivered command's work is already over (see
+    /// [`command_ended`]): reads the header and, for an iteration, its loop
+    /// run. First deliveries skip this read.
+    pub async fn ended(&self, cmd: &TaskCommand) -> Result<Option<String>, MeshError> {
+        let eid = cmd.execution_id.as_str();
+        let header = self.mesh.exec_header(eid).await?;
+        let progress = match &cmd.iteration {
+            Some(it) if !it.loop_run_id.is_empty() => {
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &loop_run_key(eid, &it.loop_run_id))
+                    .await?
+            }
+            _ => None,
+        };
+        Ok(command_ended(cmd, header.as_ref(), progress.as_ref()))
+    }
+
+    /// Run one task command.
     pub async fn execute(&self, cmd: TaskCommand) -> Result<(), CommandError> {
         let eid = cmd.execution_id.as_str();
         let plan = self
@@ -231,6 +248,38 @@ impl Executor {
             return Ok(());
         }
         sr.drive(cur).await
+    }
+}
+
+/// Why a command's work is already over, or `None` while it may run: the
+/// execution has ended, the step-run's token is no longer
+/// live (the router applied its boundary, e.g. a timeout or an earlier
+/// copy of this command), or the loop iteration was already counted. A
+/// late copy of such a command (a redelivery after its work was reported)
+/// is acked without running: running it again would repeat its tool calls
+/// and rewrite a checkpoint that nothing will read.
+pub fn command_ended(
+    cmd: &TaskCommand,
+    header: Option<&ExecHeader>,
+    progress: Option<&LoopProgress>,
+) -> Option<String> {
+    // No header: nothing says the work is over (an executor driven without
+    // a router, or a header not yet readable); the plan read decides.
+    let h = header?;
+    if h.status.is_terminal() {
+        return Some(format!("its execution is {:?}", h.status));
+    }
+    if !h.is_live(&cmd.step_run_id) {
+        return Some(format!("step-run {} has ended", cmd.step_run_id));
+    }
+    match (&cmd.iteration, progress) {
+        (Some(it), _) if it.loop_run_id.is_empty() => None,
+        (Some(it), None) => Some(format!("loop run {} has no record", it.loop_run_id)),
+        (Some(it), Some(p)) if p.counted(it.index) => Some(format!(
+            "iteration {} of loop run {} was counted",
+            it.index, it.loop_run_id
+        )),
+        _ => None,
     }
 }
 
@@ -1342,4 +1391,100 @@ fn action_name(d: &Decision) -> &'static str {
 pub fn remaining(not_before_ms: u64) -> Option<Duration> {
     let now = now_ms();
     (not_before_ms > now).then(|| Duration::from_millis(not_before_ms - now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_mesh::state::{ExecStatus, TokenRecord};
+
+    fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
+        ExecHeader {
+            execution_id: "e1".into(),
+            status,
+            playbook: "p".into(),
+            source: "p.yaml".into(),
+            live: live
+                .iter()
+                .map(|t| TokenRecord {
+                    token_id: t.to_string(),
+                    step: "s".into(),
+                    args: Value::Null,
+                    arc: 0,
+                    parent: String::new(),
+                })
+                .collect(),
+            terminal_emitted: false,
+            started_at: String::new(),
+            ended_at: None,
+            error: None,
+            parent_execution_id: String::new(),
+        }
+    }
+
+    fn command(iteration: Option<u64>) -> TaskCommand {
+        TaskCommand {
+            execution_id: "e1".into(),
+            step: "s".into(),
+            step_run_id: "sr1".into(),
+            iteration: iteration.map(|index| IterationRef {
+                loop_run_id: "sr1".into(),
+                index,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn progress(next: u64, in_flight: &[u64]) -> LoopProgress {
+        LoopProgress {
+            next,
+            in_flight: in_flight.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_command_of_a_live_step_run_may_run() {
+        let h = header(ExecStatus::Running, &["sr1"]);
+        assert_eq!(command_ended(&command(None), Some(&h), None), None);
+    }
+
+    #[test]
+    fn a_command_whose_step_run_or_execution_ended_is_stale() {
+        let gone = header(ExecStatus::Running, &["sr2"]);
+        let why = command_ended(&command(None), Some(&gone), None).unwrap();
+        assert!(why.contains("step-run sr1 has ended"), "{why}");
+        for status in [
+            ExecStatus::Completed,
+            ExecStatus::Failed,
+            ExecStatus::Cancelled,
+        ] {
+            let h = header(status, &["sr1"]);
+            assert!(command_ended(&command(None), Some(&h), None).is_some());
+        }
+    }
+
+    #[test]
+    fn a_command_without_a_header_may_run() {
+        // Nothing says its work is over: running it is the safe side.
+        assert_eq!(command_ended(&command(None), None, None), None);
+    }
+
+    #[test]
+    fn an_iteration_runs_until_it_is_counted() {
+        let h = header(ExecStatus::Running, &["sr1"]);
+        let cmd = command(Some(3));
+        assert_eq!(
+            command_ended(&cmd, Some(&h), Some(&progress(5, &[3, 4]))),
+            None
+        );
+        // Not dispatched yet by the record's view (a record behind): runs.
+        assert_eq!(command_ended(&cmd, Some(&h), Some(&progress(3, &[]))), None);
+        let why = command_ended(&cmd, Some(&h), Some(&progress(5, &[4]))).unwrap();
+        assert!(
+            why.contains("iteration 3 of loop run sr1 was counted"),
+            "{why}"
+        );
+        assert!(command_ended(&cmd, Some(&h), None).is_some());
+    }
 }

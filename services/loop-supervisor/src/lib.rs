@@ -202,7 +202,7 @@ impl LoopRun {
 }
 
 fn state_key(eid: &str, srid: &str) -> String {
-    format!("{eid}.{}", key_part(srid))
+    noetl_mesh::state::loop_run_key(eid, srid)
 }
 
 /// Elements per stored chunk of a loop collection: state stays small and a

@@ -35,6 +35,11 @@ pub struct MeshConfig {
     /// Keychain entry holding the S3 keys (`NOETL_S3_CREDENTIAL`), used when
     /// the location has none: fields `access_key_id`, `secret_access_key`.
     pub s3_credential: Option<String>,
+    /// Test mode (`NOETL_DELIVER_TWICE=1`): every message a consumer
+    /// handles to an ack is handed back once instead, so its handler runs a
+    /// second time after this delay (`NOETL_DELIVER_TWICE_DELAY_MS`, default
+    /// 10). `None` in production. See docs/reliability.md.
+    pub deliver_twice: Option<Duration>,
     /// Environment values that could not be parsed (reported by `validate`).
     pub env_errors: Vec<String>,
 }
@@ -60,6 +65,7 @@ impl Default for MeshConfig {
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             object_store: None,
             s3_credential: None,
+            deliver_twice: None,
             env_errors: Vec::new(),
         }
     }
@@ -132,6 +138,7 @@ impl MeshConfig {
         let inline_limit = number("NOETL_INLINE_LIMIT");
         let events_max_age = number("NOETL_EVENTS_MAX_AGE_S");
         let replicas = number("NOETL_REPLICAS");
+        let twice_delay = number("NOETL_DELIVER_TWICE_DELAY_MS");
         if let Some(v) = ack_wait {
             c.ack_wait = Duration::from_millis(v);
         }
@@ -143,6 +150,9 @@ impl MeshConfig {
         }
         if let Some(v) = replicas {
             c.replicas = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if matches!(var("NOETL_DELIVER_TWICE").as_deref(), Some("1" | "true")) {
+            c.deliver_twice = Some(Duration::from_millis(twice_delay.unwrap_or(10)));
         }
         c.s3_credential = var("NOETL_S3_CREDENTIAL");
         if let Some(v) = var("NOETL_OBJECT_STORE") {
@@ -187,6 +197,19 @@ impl MeshConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deliver_twice_is_off_unless_asked_for() {
+        assert_eq!(MeshConfig::from_lookup(|_| None).deliver_twice, None);
+        let on = MeshConfig::from_lookup(|k| (k == "NOETL_DELIVER_TWICE").then(|| "1".into()));
+        assert_eq!(on.deliver_twice, Some(Duration::from_millis(10)));
+        let late = MeshConfig::from_lookup(|k| match k {
+            "NOETL_DELIVER_TWICE" => Some("true".into()),
+            "NOETL_DELIVER_TWICE_DELAY_MS" => Some("1000".into()),
+            _ => None,
+        });
+        assert_eq!(late.deliver_twice, Some(Duration::from_secs(1)));
+    }
 
     #[test]
     fn a_setting_that_is_not_a_number_is_reported_not_ignored() {

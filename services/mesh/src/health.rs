@@ -223,6 +223,7 @@ impl ConsumerHealth {
             Disposition::Retry(_) => &m.retry,
             Disposition::Backoff => &m.backoff,
             Disposition::DeadLetter(_) => &m.dead_letter,
+            Disposition::HandBack(_) => &m.handed_back,
         }
         .inc();
     }
@@ -346,6 +347,7 @@ impl Metrics {
             retry: message("retry"),
             backoff: message("backoff"),
             dead_letter: message("dead_letter"),
+            handed_back: message("handed_back"),
             handler_duration: self.handler_duration.get_or_create_owned(&labels),
             redeliveries: self.redeliveries.get_or_create_owned(&labels),
             in_flight: self.in_flight.get_or_create_owned(&labels),
@@ -366,6 +368,7 @@ struct ConsumerMetrics {
     retry: Counter,
     backoff: Counter,
     dead_letter: Counter,
+    handed_back: Counter,
     handler_duration: Histogram,
     redeliveries: Counter,
     in_flight: Gauge,

@@ -32,6 +32,20 @@ pub enum Disposition {
     /// The message can never be handled: log it, copy it to the dead-letter
     /// subject with the reason, and ack it.
     DeadLetter(String),
+    /// Test mode only ([`crate::MeshConfig::deliver_twice`]): handled, but
+    /// handed back to be delivered once more after the delay.
+    HandBack(Duration),
+}
+
+/// In deliver-twice mode, a message's first delivery that its handler
+/// finished (would ack) is handed back instead, after `twice`'s delay, so
+/// every handler runs twice on every message; any other outcome, or a
+/// later delivery, stands.
+pub fn hand_back(d: &Disposition, delivered: i64, twice: Option<Duration>) -> Option<Duration> {
+    match (d, twice) {
+        (Disposition::Ack, Some(delay)) if delivered <= 1 => Some(delay),
+        _ => None,
+    }
 }
 
 /// A message handler.
@@ -235,8 +249,13 @@ async fn dispatch(
         health.handled_in(started.elapsed());
         d
     };
+    let disposition = match hand_back(&disposition, delivered, mesh.config().deliver_twice) {
+        Some(delay) => Disposition::HandBack(delay),
+        None => disposition,
+    };
     health.disposed(&disposition);
     let acked = match disposition {
+        Disposition::HandBack(delay) => msg.ack_with(AckKind::Nak(Some(delay))).await,
         Disposition::Ack => msg.ack().await,
         Disposition::Retry(delay) => msg.ack_with(AckKind::Nak(delay)).await,
         Disposition::Backoff => {
@@ -400,6 +419,22 @@ pub struct ServiceParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deliver_twice_hands_back_only_a_first_delivery_that_would_be_acked() {
+        let ms = Duration::from_millis;
+        let twice = Some(ms(10));
+        assert_eq!(hand_back(&Disposition::Ack, 1, twice), Some(ms(10)));
+        assert_eq!(hand_back(&Disposition::Ack, 2, twice), None);
+        assert_eq!(hand_back(&Disposition::Ack, 1, None), None);
+        for other in [
+            Disposition::Retry(None),
+            Disposition::Backoff,
+            Disposition::DeadLetter("bad".into()),
+        ] {
+            assert_eq!(hand_back(&other, 1, twice), None, "{other:?}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_250ms_up_to_30s() {

@@ -183,6 +183,30 @@ pub fn mark_ctx_applied(ctx: &mut serde_json::Map<String, Value>, id: &str) {
     ctx.insert(APPLIED_KEY.to_string(), Value::Array(ids));
 }
 
+/// Key (bucket `noetl_loop`) of a loop run's record: `<eid>.<loop_run_id>`.
+pub fn loop_run_key(eid: &str, loop_run_id: &str) -> String {
+    format!("{eid}.{}", key_part(loop_run_id))
+}
+
+/// What a reader other than the loop-supervisor needs of a loop run's
+/// record (the loop-supervisor's own type has every field): which
+/// iterations have been counted.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LoopProgress {
+    /// Next index to dispatch.
+    pub next: u64,
+    /// Indices dispatched and not yet counted.
+    pub in_flight: Vec<u64>,
+}
+
+impl LoopProgress {
+    /// True once iteration `index` was counted: dispatched and no longer
+    /// in flight. Its work is over; a late copy of its command is stale.
+    pub fn counted(&self, index: u64) -> bool {
+        index < self.next && !self.in_flight.contains(&index)
+    }
+}
+
 /// Key (bucket `noetl_ctx`) of the write-once `ctx` key claims of one
 /// parallel loop run (pruned once its `loop.done` is out).
 pub fn owners_key(eid: &str, loop_run_id: &str) -> String {

@@ -106,14 +106,6 @@ impl MeshArgs {
             .await
             .with_context(|| format!("joining the mesh at {}", display_urls(&config.nats_url)))
     }
-
-    /// Join the mesh, creating what is missing (services, `admin init`).
-    pub async fn connect(&self) -> anyhow::Result<Mesh> {
-        let config = self.config();
-        Mesh::connect(config.clone())
-            .await
-            .with_context(|| format!("joining the mesh at {}", display_urls(&config.nats_url)))
-    }
 }
 
 /// Workload overrides: `--workload FILE.json` then `--set key=value`.

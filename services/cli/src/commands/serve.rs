@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::bail;
 use noetl_core::tool::Tool;
@@ -81,11 +82,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(addr) => Some(super::health_http::bind(addr).await?),
         None => None,
     };
-    let mesh = args.mesh.connect().await?;
-    let health = match listener {
-        Some(l) => Some(super::health_http::spawn(l, mesh.clone())?),
-        None => None,
-    };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -93,6 +89,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!("signal received: draining");
         signal.cancel();
     });
+    let Some(mesh) = join_waiting(&args.mesh, &shutdown).await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let health = match listener {
+        Some(l) => Some(super::health_http::spawn(l, mesh.clone())?),
+        None => None,
+    };
     let params = ServiceParams {
         mesh,
         concurrency: args.concurrency,
@@ -120,6 +123,42 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Join the mesh, waiting for NATS: a service started before its server,
+/// or while it restarts, retries with backoff (logging each failure)
+/// instead of exiting; a configuration error ends it at once. `None`
+/// when a signal came first.
+async fn join_waiting(
+    args: &MeshArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Mesh>> {
+    let config = args.config();
+    let url = display_urls(&config.nats_url);
+    let mut attempt = 0u32;
+    loop {
+        match Mesh::connect(config.clone()).await {
+            Ok(mesh) => return Ok(Some(mesh)),
+            Err(e @ MeshError::Config(_)) => {
+                return Err(anyhow::Error::new(e).context(format!("joining the mesh at {url}")))
+            }
+            Err(e) => {
+                let wait = join_backoff(attempt);
+                tracing::warn!(nats = %url, attempt = attempt + 1, retry_in_ms = wait.as_millis() as u64,
+                    error = %e, "cannot join the mesh yet; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(None),
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Delay before the next attempt to join: 250 ms doubling to 5 s.
+fn join_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(250u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(5))
+}
+
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
@@ -133,4 +172,16 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joining_backs_off_from_a_quarter_second_to_five_seconds() {
+        let waits: Vec<u64> = (0..8).map(|a| join_backoff(a).as_millis() as u64).collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
+        assert_eq!(join_backoff(u32::MAX), Duration::from_secs(5));
+    }
 }
