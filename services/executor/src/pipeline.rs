@@ -102,12 +102,10 @@ impl Executor {
             .get(&self.mesh, eid)
             .await
             .map_err(|e| match e {
-                MeshError::Kv { ref message, .. } if message.contains("no plan") => {
-                    CommandError::Refused(format!(
-                        "task command for unknown execution {eid} (step {:?})",
-                        cmd.step
-                    ))
-                }
+                MeshError::NoPlan { .. } => CommandError::Refused(format!(
+                    "task command for unknown execution {eid} (step {:?})",
+                    cmd.step
+                )),
                 e => CommandError::Mesh(e),
             })?;
         let Some(step) = plan.playbook.step(&cmd.step) else {
@@ -198,7 +196,10 @@ impl Executor {
                     secrets = r.secrets.clone();
                     credentials = r;
                 }
-                Err(e) => keychain_error = Some(e),
+                // A KV outage is retried (the whole command, later); a
+                // missing or undecryptable credential fails the step.
+                Err(e) if e.kind().is_retryable() => return Err(CommandError::Mesh(e.into())),
+                Err(e) => keychain_error = Some(e.to_string()),
             }
         }
         let index = loop_run

@@ -4,6 +4,7 @@
 
 use base64::Engine as _;
 use noetl_core::Outcome;
+use noetl_mesh::credentials::CredentialError;
 use noetl_mesh::Mesh;
 use serde_json::{Map, Value};
 
@@ -43,16 +44,17 @@ impl Resolved {
 }
 
 /// Decrypt every credential the playbook declares. The error names the
-/// credential, never a value.
+/// credential, never a value, and keeps its kind: a KV outage is
+/// transient (the command is retried), a missing credential is not.
 pub async fn resolve(
     mesh: &Mesh,
     playbook: &noetl_core::model::Playbook,
-) -> Result<Resolved, String> {
+) -> Result<Resolved, CredentialError> {
     let vault = mesh.vault();
     let mut out = Resolved::default();
     let mut values = Vec::new();
     for entry in &playbook.keychain {
-        let cred = vault.get(&entry.name).await.map_err(|e| e.to_string())?;
+        let cred = vault.get(&entry.name).await?;
         collect_secret_fields(&cred.kind, &cred.data, &mut values);
         out.kinds.insert(entry.name.clone(), cred.kind.clone());
         out.scope.insert(entry.name.clone(), cred.data);

@@ -387,7 +387,7 @@ async fn plan_and_step(
     step: &str,
 ) -> Result<(Arc<PlanRecord>, usize), LoopError> {
     let plan = mesh.plans().get(mesh, eid).await.map_err(|e| match e {
-        MeshError::Kv { ref message, .. } if message.contains("no plan") => {
+        MeshError::NoPlan { .. } => {
             LoopError::Refused(format!("loop message for unknown execution {eid}"))
         }
         e => LoopError::Mesh(e),

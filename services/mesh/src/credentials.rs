@@ -195,9 +195,11 @@ impl Vault {
         let Some(bytes) = entry else {
             return Err(CredentialError::NotFound { name: name.into() });
         };
-        let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|e| kv_err(&key, e))?;
-        let b64 = base64::engine::general_purpose::STANDARD;
         let decrypt_err = || CredentialError::Decrypt { name: name.into() };
+        // A record that does not decode was altered: permanent, like a
+        // failed decryption (never retried as if the bucket were down).
+        let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|_| decrypt_err())?;
+        let b64 = base64::engine::general_purpose::STANDARD;
         let nonce = b64.decode(&sealed.nonce).map_err(|_| decrypt_err())?;
         let ciphertext = b64.decode(&sealed.ciphertext).map_err(|_| decrypt_err())?;
         if nonce.len() != 12 {

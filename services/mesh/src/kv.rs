@@ -30,7 +30,11 @@ pub async fn read<T: DeserializeOwned>(
 ) -> Result<Option<(T, u64)>, MeshError> {
     match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
         Some(entry) if entry.operation == Operation::Put => {
-            let v = serde_json::from_slice(&entry.value).map_err(|e| kv_err(store, key, e))?;
+            let v = serde_json::from_slice(&entry.value).map_err(|e| MeshError::Corrupt {
+                bucket: store.name.clone(),
+                key: key.to_string(),
+                message: e.to_string(),
+            })?;
             Ok(Some((v, entry.revision)))
         }
         _ => Ok(None),
@@ -141,7 +145,7 @@ where
     T: Serialize + DeserializeOwned,
     F: FnMut(Option<&T>) -> Cas<T>,
 {
-    for _ in 0..1000 {
+    for _ in 0..CAS_TRIES {
         let current = read::<T>(store, key).await?;
         let (value, revision) = match current {
             Some((v, r)) => (Some(v), Some(r)),
@@ -169,11 +173,18 @@ where
         }
         tokio::task::yield_now().await;
     }
-    Err(kv_err(
-        store,
-        key,
-        "compare-and-set did not converge after 1000 tries",
-    ))
+    Err(conflict(store, key))
+}
+
+/// Compare-and-set attempts before giving up with [`MeshError::Conflict`].
+const CAS_TRIES: u32 = 1000;
+
+fn conflict(store: &Store, key: &str) -> MeshError {
+    MeshError::Conflict {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        tries: CAS_TRIES,
+    }
 }
 
 /// The last value and revision seen per key, so a compare-and-set can skip
@@ -220,7 +231,7 @@ where
     F: FnMut(Option<&T>) -> Cas<T>,
 {
     let mut hint = cache.get(key);
-    for _ in 0..1000 {
+    for _ in 0..CAS_TRIES {
         let from_cache = hint.is_some();
         let (value, revision) = match hint.take() {
             Some((v, r)) => (Some(v), Some(r)),
@@ -262,11 +273,7 @@ where
             None => cache.forget(key),
         }
     }
-    Err(kv_err(
-        store,
-        key,
-        "compare-and-set did not converge after 1000 tries",
-    ))
+    Err(conflict(store, key))
 }
 
 /// Encode an arbitrary name (step names may contain any character) as a KV

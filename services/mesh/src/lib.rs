@@ -17,6 +17,7 @@ pub use noetl_wire::codec;
 pub mod config;
 pub mod connect;
 pub mod credentials;
+pub mod error;
 pub mod events;
 pub mod health;
 pub mod ids;
@@ -85,6 +86,10 @@ pub enum MeshError {
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A message or record breaks the contract between the services (it
+    /// decodes but names what cannot be): permanent.
+    #[error("{0}")]
+    Invalid(String),
     /// The mesh's streams or buckets are not there (a read-only command
     /// never creates them).
     #[error("no NoETL mesh with prefix `{prefix}` at {url}: {what} does not exist; start a service (`noetl serve`) or run `noetl admin init` there, or check --prefix / NOETL_PREFIX")]
@@ -104,6 +109,36 @@ pub enum MeshError {
         /// Cause.
         message: String,
     },
+    /// A stored value is not what its key must hold (it does not decode).
+    /// Reading it again gives the same bytes: permanent.
+    #[error("KV {bucket}/{key} holds a corrupt record: {message}")]
+    Corrupt {
+        /// Bucket.
+        bucket: String,
+        /// Key.
+        key: String,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// A compare-and-set lost to other writers too many times in a row.
+    #[error("KV {bucket}/{key}: compare-and-set did not converge after {tries} tries")]
+    Conflict {
+        /// Bucket.
+        bucket: String,
+        /// Key.
+        key: String,
+        /// Attempts made.
+        tries: u32,
+    },
+    /// The execution has no stored plan (never started here, or purged).
+    #[error("execution {execution_id} has no plan stored")]
+    NoPlan {
+        /// The execution.
+        execution_id: String,
+    },
+    /// A credential lookup failed.
+    #[error(transparent)]
+    Credential(#[from] credentials::CredentialError),
 }
 
 /// A connected mesh endpoint: client, JetStream context, names and buckets.

@@ -140,10 +140,8 @@ impl PlanCache {
         let rec: PlanRecord =
             crate::kv::get(mesh.exec_kv(), &key)
                 .await?
-                .ok_or_else(|| MeshError::Kv {
-                    bucket: mesh.subjects().exec_bucket(),
-                    key,
-                    message: "no plan stored for this execution".into(),
+                .ok_or_else(|| MeshError::NoPlan {
+                    execution_id: eid.to_string(),
                 })?;
         let plan = Arc::new(rec);
         self.insert(plan.clone());

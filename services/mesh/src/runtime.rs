@@ -391,17 +391,17 @@ async fn dead_letter(
     Ok(())
 }
 
-/// Map a transient mesh error to a redelivery with a growing delay.
+/// What to do with a message whose handling failed with `e`, from its
+/// kind alone ([`crate::error::dispose`]): a transient failure or a lost
+/// compare-and-set is retried with a growing delay; anything retrying
+/// cannot fix (a corrupt record, a missing object) is dead-lettered at
+/// once, which fails the execution with this reason.
 pub fn retry_on(e: &MeshError) -> Disposition {
-    if let MeshError::Object(o) = e {
-        if o.is_permanent() {
-            // Retrying cannot bring a deleted object back: dead-letter at
-            // once, which fails the execution with this reason.
-            return Disposition::DeadLetter(e.to_string());
-        }
+    let kind = e.kind();
+    if kind.is_retryable() {
+        tracing::warn!(error = %e, ?kind, "transient failure; message will be retried");
     }
-    tracing::warn!(error = %e, "transient failure; message will be retried");
-    Disposition::Backoff
+    crate::error::dispose(kind, e.to_string())
 }
 
 /// What every service needs to run: the mesh, how many messages a replica

@@ -90,7 +90,7 @@ async fn on_boundary(
     let srid = ev.step_run_id.as_str();
     let plan = match mesh.plans().get(mesh, eid).await {
         Ok(p) => p,
-        Err(MeshError::Kv { message, .. }) if message.contains("no plan") => {
+        Err(MeshError::NoPlan { .. }) => {
             return Err(BoundaryError::Refused(format!(
                 "{} for unknown execution {eid} (step {})",
                 ev.event_type, ev.step

@@ -104,7 +104,11 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(rec.command.as_bytes())
-        .map_err(|e| MeshError::Config(format!("{}: {e}", resume_key(eid))))?;
+        .map_err(|e| MeshError::Corrupt {
+            bucket: mesh.exec_kv().name.clone(),
+            key: resume_key(eid),
+            message: format!("continuation is not base64: {e}"),
+        })?;
     let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;
     let helper = json!({
         "execution_id": eid,

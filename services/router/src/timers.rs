@@ -185,7 +185,7 @@ async fn on_timer(
                         .await
                         .map_err(|e| match e {
                             crate::boundary::BoundaryError::Mesh(m) => m,
-                            crate::boundary::BoundaryError::Refused(r) => MeshError::Config(r),
+                            crate::boundary::BoundaryError::Refused(r) => MeshError::Invalid(r),
                         })?;
                     crate::children::cancel_children_where(
                         mesh,

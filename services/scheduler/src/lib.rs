@@ -93,9 +93,10 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
     let plan = mesh.plans().get(mesh, eid).await.map_err(|e| match e {
-        MeshError::Kv { ref message, .. } if message.contains("no plan") => SchedError::Refused(
-            format!("token for unknown execution {eid} (step {:?})", token.step),
-        ),
+        MeshError::NoPlan { .. } => SchedError::Refused(format!(
+            "token for unknown execution {eid} (step {:?})",
+            token.step
+        )),
         e => SchedError::Mesh(e),
     })?;
     let Some(step) = plan.playbook.step(&token.step) else {
