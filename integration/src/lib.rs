@@ -81,18 +81,25 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The tools every test executor serves.
+/// The tools every test executor serves: one of each built-in kind
+/// ([`noetl_core::tool::KINDS`]).
 pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(noetl_tool_noop::NoopTool),
-        Arc::new(noetl_tool_python::PythonTool::default()),
-        Arc::new(noetl_executor::PlaybookTool),
-        Arc::new(noetl_tool_http::HttpTool::new()),
-        Arc::new(noetl_tool_postgres::PostgresTool::new()),
-        // Always served: without the engine its tasks fail with a clear
-        // error instead of waiting for an executor that never comes.
-        Arc::new(noetl_tool_duckdb::DuckdbTool),
-    ]
+    noetl_core::tool::KINDS
+        .iter()
+        .map(|k| -> Arc<dyn Tool> {
+            match k.name {
+                "noop" => Arc::new(noetl_tool_noop::NoopTool),
+                "python" => Arc::new(noetl_tool_python::PythonTool::default()),
+                "playbook" => Arc::new(noetl_executor::PlaybookTool),
+                "http" => Arc::new(noetl_tool_http::HttpTool::new()),
+                "postgres" => Arc::new(noetl_tool_postgres::PostgresTool::new()),
+                // Always served: without the engine its tasks fail with a
+                // clear error instead of waiting for an executor.
+                "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
+                other => panic!("integration::all_tools: no tool for built-in kind {other}"),
+            }
+        })
+        .collect()
 }
 
 impl Cluster {

@@ -855,69 +855,32 @@ mod funcs {
     }
 }
 
-/// A small standard base64 codec (no extra dependency for two filters).
+/// The two base64 filters' codec: the `base64` crate, decoding standard or
+/// URL-safe text with or without padding.
 mod base64 {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    use ::base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+    use ::base64::engine::DecodePaddingMode;
+    use ::base64::{alphabet, Engine as _};
 
+    const LENIENT: GeneralPurposeConfig =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    const STANDARD_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
+    const URL_SAFE_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
+
+    /// Standard base64 with padding.
     pub(super) fn encode(input: &[u8]) -> String {
-        let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-        for chunk in input.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-
-    fn sextet(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
+        STANDARD.encode(input)
     }
 
     /// Decodes standard or URL-safe base64; padding optional, whitespace ignored.
     pub(super) fn decode(input: &str) -> Option<Vec<u8>> {
-        let clean: Vec<u8> = input.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-        let data = match clean.iter().position(|&c| c == b'=') {
-            Some(p) if clean[p..].iter().all(|&c| c == b'=') && clean.len().is_multiple_of(4) => {
-                &clean[..p]
-            }
-            Some(_) => return None,
-            None => &clean[..],
+        let clean: String = input.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        let engine = if clean.contains(['-', '_']) {
+            &URL_SAFE_LENIENT
+        } else {
+            &STANDARD_LENIENT
         };
-        if data.len() % 4 == 1 {
-            return None;
-        }
-        let mut out = Vec::with_capacity(data.len() * 3 / 4);
-        for chunk in data.chunks(4) {
-            let mut n = 0u32;
-            for (i, &c) in chunk.iter().enumerate() {
-                n |= sextet(c)? << (18 - 6 * i);
-            }
-            out.push((n >> 16) as u8);
-            if chunk.len() > 2 {
-                out.push((n >> 8) as u8);
-            }
-            if chunk.len() > 3 {
-                out.push(n as u8);
-            }
-        }
-        Some(out)
+        engine.decode(clean).ok()
     }
 }
 

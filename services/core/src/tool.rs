@@ -113,15 +113,65 @@ impl From<Outcome> for ToolReturn {
 /// A boxed, sendable future.
 pub type ToolFuture = Pin<Box<dyn Future<Output = ToolReturn> + Send + 'static>>;
 
+/// A built-in tool kind: its name and the task fields it receives
+/// unrendered. The one list of kinds: the validator, the executors and the
+/// CLI all read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// The `kind:` value.
+    pub name: &'static str,
+    /// Task fields passed to the tool as written: their text may hold
+    /// braces that are not templates of this playbook (python `code`; an
+    /// inline child `playbook`, whose templates are the child's).
+    pub raw_fields: &'static [&'static str],
+}
+
+/// Every built-in tool kind.
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "noop",
+        raw_fields: &[],
+    },
+    Kind {
+        name: "python",
+        raw_fields: &["code"],
+    },
+    Kind {
+        name: "playbook",
+        raw_fields: &["playbook"],
+    },
+    Kind {
+        name: "http",
+        raw_fields: &[],
+    },
+    Kind {
+        name: "postgres",
+        raw_fields: &[],
+    },
+    Kind {
+        name: "duckdb",
+        raw_fields: &[],
+    },
+];
+
+/// The raw fields of `kind` (none for a kind not built in).
+pub fn raw_fields(kind: &str) -> &'static [&'static str] {
+    KINDS
+        .iter()
+        .find(|k| k.name == kind)
+        .map_or(&[], |k| k.raw_fields)
+}
+
 /// A tool kind. Tools never fail with a Rust error: every failure is an
 /// `error` outcome that task policy can test.
 pub trait Tool: Send + Sync + 'static {
     /// The kind this tool serves (`noop`, `python`...).
     fn kind(&self) -> &'static str;
     /// Fields of the task config that must NOT be template-rendered before the
-    /// call (the tool renders or interprets them itself).
+    /// call (the tool renders or interprets them itself): those [`KINDS`]
+    /// gives for this kind.
     fn raw_fields(&self) -> &'static [&'static str] {
-        &[]
+        raw_fields(self.kind())
     }
     /// Run one invocation.
     fn call(&self, call: ToolCall) -> ToolFuture;

@@ -1594,7 +1594,7 @@ impl Validator {
     }
 
     /// Every string with `{{`, `{%` or `{#` must parse (a python task's own
-    /// `code` excepted: it is not rendered, see [`RAW_FIELDS`]).
+    /// `code` excepted: it is not rendered, see `is_raw_field`).
     fn templates(&mut self, root: &Node) {
         let mut bad = Vec::new();
         collect_templates(root, "", &mut |path, node, s| {
@@ -1680,18 +1680,15 @@ fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
     }
 }
 
-/// Task fields a tool receives unrendered, by tool kind: their text may
-/// contain braces that are not templates. Mirrors the executors'
-/// `Tool::raw_fields` (python: `code`); every other string with `{{`, `{%`
-/// or `{#` is a template and must parse.
-const RAW_FIELDS: &[(&str, &str)] = &[("python", "code")];
-
-/// True when `key` of the mapping `n` is a raw field of the task `n` is.
+/// True when `key` of the mapping `n` is a raw field of the task `n` is
+/// ([`crate::tool::KINDS`]: python `code`, an inline child `playbook`):
+/// its text is passed on unrendered, so braces in it are not templates of
+/// this playbook. Every other string with `{{`, `{%` or `{#` is.
 fn is_raw_field(n: &Node, key: &str) -> bool {
     let Some(kind) = n.get("kind").and_then(Node::as_str) else {
         return false;
     };
-    RAW_FIELDS.iter().any(|(k, f)| *k == kind && *f == key)
+    crate::tool::raw_fields(kind).contains(&key)
 }
 
 fn collect_templates<'a>(n: &'a Node, path: &str, f: &mut dyn FnMut(&str, &'a Node, &str)) {

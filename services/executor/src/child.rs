@@ -37,12 +37,6 @@ impl Tool for PlaybookTool {
         "playbook"
     }
 
-    /// An inline child playbook is the child's own text: its templates are
-    /// the child's, not rendered in the parent.
-    fn raw_fields(&self) -> &'static [&'static str] {
-        &["playbook"]
-    }
-
     fn call(&self, _call: ToolCall) -> ToolFuture {
         Box::pin(async {
             ToolReturn::from(Outcome::error(

@@ -136,10 +136,7 @@ impl Executor {
                 step.step
             ))
         };
-        let args = match codec::json_value(&cmd.args_json).map_err(|e| refuse("args", e))? {
-            Value::Null => Value::Object(Map::new()),
-            v => v,
-        };
+        let args = codec::args(&cmd.args_json).map_err(|e| refuse("args", e))?;
         // Arguments larger than the payload limit came by reference: tools
         // and templates read them whole, events keep the references.
         let event_args = args.clone();

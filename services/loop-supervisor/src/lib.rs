@@ -418,8 +418,12 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         // have gone out (a crash, a failed publish): send it again.
         return resume(mesh, &plan, step, srid, run).await;
     }
-    let args = codec::json_value(&cmd.args_json).unwrap_or(Value::Null);
-    let args = if args.is_null() { json!({}) } else { args };
+    let args = codec::args(&cmd.args_json).map_err(|e| {
+        LoopError::Refused(format!(
+            "loop command of execution {eid} step {:?}: {e}",
+            cmd.step
+        ))
+    })?;
 
     let templates = scope::strings(&lp.in_);
     let mut all = templates.clone();
@@ -1141,7 +1145,8 @@ async fn finish(
 /// The loop could not even start: fail the step-run.
 async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<(), LoopError> {
     tracing::warn!(execution_id = %cmd.execution_id, step = %cmd.step, %message, "loop failed to start");
-    let args = codec::json_value(&cmd.args_json).unwrap_or(Value::Null);
+    // Only reached after the start decoded them (`on_start` refuses bad ones).
+    let args = codec::args(&cmd.args_json).unwrap_or_default();
     let ev = EventDraft {
         event_type: types::STEP_FAILED,
         execution_id: &cmd.execution_id,

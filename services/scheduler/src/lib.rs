@@ -105,8 +105,12 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             token.step
         )));
     };
-    let args = codec::json_value(&token.args_json).unwrap_or(Value::Null);
-    let mut args = if args.is_null() { json!({}) } else { args };
+    let mut args = codec::args(&token.args_json).map_err(|e| {
+        SchedError::Refused(format!(
+            "token {srid} of execution {eid} step {:?}: {e}",
+            token.step
+        ))
+    })?;
 
     // Join: absorb tokens until every input has arrived.
     if let Some(inputs) = join::inputs(&plan.playbook, step) {

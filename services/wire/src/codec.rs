@@ -59,6 +59,20 @@ pub fn json_value(data: &[u8]) -> Result<Value, DecodeError> {
     })
 }
 
+/// The `args` of a token or command: absent or `null` is `{}`; bytes that
+/// are not JSON are an error (the message is refused, never run with
+/// arguments silently dropped).
+pub fn args(data: &[u8]) -> Result<Value, DecodeError> {
+    match json_value(data) {
+        Ok(Value::Null) => Ok(Value::Object(Default::default())),
+        Ok(v) => Ok(v),
+        Err(e) => Err(DecodeError {
+            what: "args",
+            reason: e.reason,
+        }),
+    }
+}
+
 /// Serialise a JSON value to bytes (`null` becomes empty).
 pub fn json_bytes(v: &Value) -> Vec<u8> {
     if v.is_null() {
@@ -140,6 +154,16 @@ pub fn decode_execution_request(data: &[u8]) -> Result<ExecutionRequest, DecodeE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn args_default_to_an_object_and_bad_bytes_are_an_error() {
+        assert_eq!(args(b"").unwrap(), serde_json::json!({}));
+        assert_eq!(args(b"null").unwrap(), serde_json::json!({}));
+        assert_eq!(args(br#"{"a":1}"#).unwrap(), serde_json::json!({"a": 1}));
+        let e = args(b"{not json").unwrap_err();
+        assert_eq!(e.what, "args");
+        assert!(e.to_string().contains("args"), "{e}");
+    }
 
     #[test]
     fn json_requests_decode() {

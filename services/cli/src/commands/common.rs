@@ -163,8 +163,10 @@ impl WorkloadArgs {
     }
 }
 
-/// Every tool kind this binary can serve.
-pub const KNOWN_KINDS: [&str; 6] = ["noop", "python", "playbook", "http", "postgres", "duckdb"];
+/// Every tool kind this binary can serve: the built-in kinds.
+pub fn known_kinds() -> impl Iterator<Item = &'static str> {
+    noetl_core::tool::KINDS.iter().map(|k| k.name)
+}
 
 /// A new tool serving `kind`, if this binary knows the kind. Tools are made
 /// only for the kinds a process serves (the python tool starts warm
@@ -184,9 +186,9 @@ pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
     Some(tool)
 }
 
-/// One tool of every kind in [`KNOWN_KINDS`].
+/// One tool of every built-in kind.
 pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    KNOWN_KINDS.iter().filter_map(|k| tool(k)).collect()
+    known_kinds().filter_map(tool).collect()
 }
 
 /// All services running as tokio tasks in this process.
@@ -300,9 +302,12 @@ mod tests {
 
     #[test]
     fn every_known_kind_makes_a_tool_of_that_kind() {
-        for k in KNOWN_KINDS {
-            assert_eq!(tool(k).map(|t| t.kind()), Some(k));
+        for k in known_kinds() {
+            let t = tool(k).unwrap_or_else(|| panic!("no tool for built-in kind {k}"));
+            assert_eq!(t.kind(), k);
+            assert_eq!(t.raw_fields(), noetl_core::tool::raw_fields(k));
         }
+        assert_eq!(all_tools().len(), noetl_core::tool::KINDS.len());
         assert!(tool("nope").is_none());
     }
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::bail;
 use noetl_core::tool::Tool;
-use noetl_mesh::{connect::display_urls, runtime::ServiceParams};
+use noetl_mesh::{connect::display_urls, runtime::ServiceParams, Mesh, MeshError};
 use tokio_util::sync::CancellationToken;
 
-use super::common::{all_tools, init_tracing, tool, MeshArgs, KNOWN_KINDS};
+use super::common::{all_tools, init_tracing, known_kinds, tool, MeshArgs};
 
 /// Which service.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -63,10 +63,10 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(matches!(args.log_format, LogFormat::Json), "info");
     for k in &args.kinds {
-        if !KNOWN_KINDS.contains(&k.as_str()) {
+        if !known_kinds().any(|known| known == k) {
             bail!(
                 "unknown tool kind {k:?}; known kinds: {}",
-                KNOWN_KINDS.join(", ")
+                known_kinds().collect::<Vec<_>>().join(", ")
             );
         }
     }

@@ -104,10 +104,6 @@ impl Tool for PythonTool {
         "python"
     }
 
-    fn raw_fields(&self) -> &'static [&'static str] {
-        &["code"]
-    }
-
     fn call(&self, call: ToolCall) -> ToolFuture {
         let process = self.process.clone();
         let default_timeout = self.config.default_timeout;
