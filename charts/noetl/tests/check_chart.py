@@ -63,11 +63,13 @@ def rust_source(rel: str) -> str:
 
 
 def known_kinds() -> list[str]:
-    src = rust_source("services/cli/src/commands/common.rs")
-    m = re.search(r"pub const KNOWN_KINDS: \[&str; \d+\] = \[([^\]]*)\]", src)
-    if not m:
-        sys.exit("check_chart: KNOWN_KINDS not found in services/cli/src/commands/common.rs")
-    return re.findall(r'"([^"]+)"', m.group(1))
+    """The built-in tool kinds: `name`s of `KINDS` in services/core/src/tool.rs."""
+    src = rust_source("services/core/src/tool.rs")
+    m = re.search(r"pub const KINDS: &\[Kind\] = &\[(.*?)\n\];", src, re.S)
+    kinds = re.findall(r'name: "([^"]+)"', m.group(1)) if m else []
+    if not kinds:
+        sys.exit("check_chart: KINDS not found in services/core/src/tool.rs")
+    return kinds
 
 
 def secs(rel: str, name: str) -> int:
@@ -358,9 +360,9 @@ def check_static(c: Checks, kinds: list[str]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     schema = json.loads((CHART / "values.schema.json").read_text())
     c.ok(sorted(values["executors"]) == sorted(kinds),
-         f"values.yaml executors {sorted(values['executors'])} != KNOWN_KINDS {sorted(kinds)}")
+         f"values.yaml executors {sorted(values['executors'])} != KINDS {sorted(kinds)}")
     enum = schema["properties"]["executors"]["propertyNames"]["enum"]
-    c.ok(sorted(enum) == sorted(kinds), f"values.schema.json executor kinds {enum} != KNOWN_KINDS {kinds}")
+    c.ok(sorted(enum) == sorted(kinds), f"values.schema.json executor kinds {enum} != KINDS {kinds}")
     for kind, timeout in task_timeouts().items():
         grace = values["executors"][kind]["terminationGracePeriodSeconds"]
         c.ok(grace > timeout, f"values.yaml: executors.{kind}.terminationGracePeriodSeconds {grace} <= task timeout {timeout}")
