@@ -1,6 +1,7 @@
 //! Results by reference: large results go to object storage and travel as
 //! references; templates, `_prev` and `loop.in` read through them.
 
+use noetl_mesh::keys::Keys;
 use std::time::Duration;
 
 use noetl_integration::{Cluster, ClusterOptions};
@@ -86,13 +87,10 @@ async fn large_results_travel_by_reference_and_read_back_everywhere() {
     assert_eq!(s.ctx["total"], (0..300).sum::<i64>());
 
     // KV holds the reference, not the rows.
-    let stored: Value = kv::get(
-        cluster.mesh.exec_kv(),
-        &noetl_mesh::state::result_key(&eid, "start"),
-    )
-    .await
-    .unwrap()
-    .expect("start's result is stored: summarise reads it");
+    let stored: Value = kv::get(cluster.mesh.exec_kv(), &Keys::result(&eid, "start"))
+        .await
+        .unwrap()
+        .expect("start's result is stored: summarise reads it");
     assert!(objects::is_ref(&stored), "{stored}");
     assert_eq!(stored["store"], "local");
     assert!(stored["ref"]
@@ -188,13 +186,10 @@ async fn results_by_reference_on_an_s3_server() {
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     assert_eq!(s.ctx["n"], 300);
     assert_eq!(s.ctx["total"], (0..300).sum::<i64>());
-    let stored: Value = kv::get(
-        cluster.mesh.exec_kv(),
-        &noetl_mesh::state::result_key(&eid, "start"),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let stored: Value = kv::get(cluster.mesh.exec_kv(), &Keys::result(&eid, "start"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored["store"], "s3");
     // The object is in the bucket, under the configured prefix.
     let file = s3

@@ -23,10 +23,11 @@ use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339, types, EventDraft},
     ids::derive_id,
+    keys::Keys,
     kv::{self, Cas},
     plan::PlanRecord,
     scope,
-    state::{loop_run_key, result_key, ExecHeader, LoopProgress},
+    state::{ExecHeader, LoopProgress},
     Batch, Mesh, MeshError, PendingAck,
 };
 use noetl_wire::{IterationRef, TaskCommand};
@@ -85,7 +86,7 @@ impl Executor {
         let header = self.mesh.exec_header(eid).await?;
         let progress = match &cmd.iteration {
             Some(it) if !it.loop_run_id.is_empty() => {
-                kv::get::<LoopProgress>(self.mesh.loop_kv(), &loop_run_key(eid, &it.loop_run_id))
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &Keys::loop_run(eid, &it.loop_run_id))
                     .await?
             }
             _ => None,
@@ -936,7 +937,7 @@ impl StepRun<'_> {
         let mut conflict = None;
         kv::update(
             self.mesh().ctx_kv(),
-            &noetl_mesh::state::owners_key(self.eid(), loop_run_id),
+            &Keys::owners(self.eid(), loop_run_id),
             |cur: Option<&Value>| {
                 conflict = None;
                 let mut owners = match cur {
@@ -1041,7 +1042,7 @@ impl StepRun<'_> {
                 if self.plan.is_result_referenced(&self.step.step) {
                     kv::put(
                         self.mesh().exec_kv(),
-                        &result_key(self.eid(), &self.step.step),
+                        &Keys::result(self.eid(), &self.step.step),
                         &result,
                     )
                     .await?;
@@ -1172,12 +1173,7 @@ impl StepRun<'_> {
 
     /// Key of this iteration's checkpoint.
     fn checkpoint_key(&self) -> String {
-        format!(
-            "{}.{}.ckpt.{}",
-            self.eid(),
-            kv::key_part(&self.cmd.step_run_id),
-            self.index
-        )
+        Keys::checkpoint(self.eid(), &self.cmd.step_run_id, &self.index)
     }
 
     /// Record where this iteration is (after a task that wrote `iter`).

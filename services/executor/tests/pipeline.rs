@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use noetl_mesh::{codec, events::types};
+use noetl_mesh::{codec, events::types, keys::Keys};
 use noetl_wire::TaskCommand;
 use serde_json::{json, Value};
 use support::{command, iteration, noop, payload, python, Harness};
@@ -90,7 +90,7 @@ async fn templates_read_earlier_step_results_by_name() {
     .await;
     noetl_mesh::kv::put(
         h.mesh.exec_kv(),
-        &noetl_mesh::state::result_key(eid, "fetch"),
+        &Keys::result(eid, "fetch"),
         &json!({"rows": [1, 2]}),
     )
     .await

@@ -28,11 +28,13 @@ use noetl_mesh::{
     codec,
     events::{self, now_ms, types, EventDraft},
     ids::derive_id,
+    keys::Keys,
     kv::{self, key_part, Cas},
     plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
-    state::{ctx_applied, mark_ctx_applied, owners_key, result_key},
+    state::{ctx_applied, mark_ctx_applied},
+    subjects::Parsed,
     topology::{ConsumerSpec, StreamKind},
     Batch, Mesh, MeshError,
 };
@@ -187,10 +189,6 @@ fn grows(op: ReducerOp) -> bool {
     matches!(op, ReducerOp::Append | ReducerOp::Extend | ReducerOp::Merge)
 }
 
-fn claim_key(eid: &str, srid: &str, index: u64) -> String {
-    format!("{eid}.{}.it.{index}", key_part(srid))
-}
-
 impl LoopRun {
     fn finished(&self) -> bool {
         self.in_flight.is_empty() && (self.stopped || self.next >= self.total)
@@ -201,17 +199,9 @@ impl LoopRun {
     }
 }
 
-fn state_key(eid: &str, srid: &str) -> String {
-    noetl_mesh::state::loop_run_key(eid, srid)
-}
-
 /// Elements per stored chunk of a loop collection: state stays small and a
 /// dispatch reads one chunk, whatever the collection's size.
 pub const CHUNK: usize = 1000;
-
-fn items_key(eid: &str, srid: &str, chunk: usize) -> String {
-    format!("{eid}.{}.items.{chunk}", key_part(srid))
-}
 
 /// A loop collection to store.
 struct Collection<'a> {
@@ -243,7 +233,7 @@ async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
                 c.limit,
             )
             .await?;
-        batch.push((items_key(c.eid, c.srid, n), value));
+        batch.push((Keys::items(c.eid, c.srid, n), value));
     }
     let puts = batch.iter().map(|(k, v)| kv::put(mesh.loop_kv(), k, v));
     for r in futures::future::join_all(puts).await {
@@ -279,7 +269,7 @@ impl ChunkCache {
         index: u64,
     ) -> Result<Value, ItemError> {
         let chunk = index as usize / CHUNK;
-        let key = items_key(eid, srid, chunk);
+        let key = Keys::items(eid, srid, chunk);
         let hit = self
             .inner
             .lock()
@@ -360,7 +350,10 @@ impl Handler for LoopHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
         Box::pin(async move {
-            let is_event = msg.subject.as_str().contains(".evt.");
+            let is_event = matches!(
+                mesh.subjects().parse(msg.subject.as_str()),
+                Some(Parsed::Event { .. })
+            );
             let result = if is_event {
                 match codec::decode::<Event>("event", &msg.payload) {
                     Ok(ev) => on_iteration(&mesh, ev).await,
@@ -412,7 +405,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
             step.step
         )));
     };
-    let skey = state_key(eid, srid);
+    let skey = Keys::loop_run(eid, srid);
     if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? {
         // Redelivered start: the run was created, but what followed may not
         // have gone out (a crash, a failed publish): send it again.
@@ -743,7 +736,7 @@ async fn dispatch(
     let error = json!({"kind": "loop.items", "message": message});
     let stored = kv::update(
         mesh.loop_kv(),
-        &state_key(eid, srid),
+        &Keys::loop_run(eid, srid),
         |r: Option<&LoopRun>| {
             let Some(r) = r else { return Cas::Keep };
             let mut r = r.clone();
@@ -786,7 +779,7 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
         Some(Value::Object(m)) if !failed => m.clone(),
         _ => serde_json::Map::new(),
     };
-    let skey = state_key(eid, srid);
+    let skey = Keys::loop_run(eid, srid);
     let mut claim = Claim {
         failed,
         reduce: contributions,
@@ -803,7 +796,7 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
         if current.in_flight.contains(&index) {
             // The first report of an index decides how it counts and what
             // it contributes; the contributions are read back at the end.
-            let ckey = claim_key(eid, srid, index);
+            let ckey = Keys::claim(eid, srid, index);
             if !kv::create(mesh.loop_kv(), &ckey, &claim).await? {
                 if let Some(first) = kv::get::<Claim>(mesh.loop_kv(), &ckey).await? {
                     claim = first;
@@ -890,16 +883,16 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
     use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
     use futures::StreamExt;
     let store = mesh.loop_kv();
-    let prefix = format!("{}{}.it.", store.prefix, state_key(eid, srid));
+    let claims = Keys::claims(eid, srid);
     let err = |e: &dyn std::fmt::Display| MeshError::Kv {
         bucket: store.name.clone(),
-        key: format!("{}.it.>", state_key(eid, srid)),
+        key: format!("{claims}.>"),
         message: e.to_string(),
     };
     let consumer = store
         .stream
         .create_consumer(OrderedConfig {
-            filter_subject: format!("{prefix}>"),
+            filter_subject: format!("{}{claims}.>", store.prefix),
             deliver_policy: DeliverPolicy::LastPerSubject,
             ..Default::default()
         })
@@ -919,8 +912,8 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
             let index = m
                 .subject
                 .as_str()
-                .strip_prefix(prefix.as_str())
-                .and_then(|i| i.parse::<u64>().ok());
+                .strip_prefix(store.prefix.as_str())
+                .and_then(|key| Keys::claim_index(&claims, key));
             if let (false, Some(index)) = (deleted, index) {
                 let claim: Claim = serde_json::from_slice(&m.payload).map_err(|e| err(&e))?;
                 out.push((index, claim));
@@ -1030,7 +1023,7 @@ async fn finish(
     run: &LoopRun,
 ) -> Result<(), LoopError> {
     let eid = plan.execution_id.as_str();
-    let skey = state_key(eid, srid);
+    let skey = Keys::loop_run(eid, srid);
     let mut run = run.clone();
     if run.error.is_none() {
         let error = match apply_reducers(mesh, eid, step, srid, &run).await? {
@@ -1053,7 +1046,12 @@ async fn finish(
     }
     let fail_fast = step.failure_mode() == FailureMode::FailFast;
     let loop_failed = run.error.is_some() || (run.failed > 0 && fail_fast);
-    kv::put(mesh.exec_kv(), &result_key(eid, &step.step), &run.counts()).await?;
+    kv::put(
+        mesh.exec_kv(),
+        &Keys::result(eid, &step.step),
+        &run.counts(),
+    )
+    .await?;
     let mut batch = Batch::new();
     let status = if loop_failed {
         "failed"
@@ -1127,7 +1125,7 @@ async fn finish(
     // not grow with every loop run. The run record itself stays (it makes a
     // redelivered report a no-op).
     let purged = kv::purge_under(mesh.loop_kv(), &skey).await?;
-    let owners = owners_key(eid, srid);
+    let owners = Keys::owners(eid, srid);
     if kv::get::<Value>(mesh.ctx_kv(), &owners).await?.is_some() {
         mesh.ctx_kv()
             .purge(&owners)

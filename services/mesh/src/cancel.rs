@@ -51,10 +51,12 @@ impl Cancellations {
 /// Start listening; the task ends when the client closes.
 pub(crate) async fn watch(
     client: &async_nats::Client,
+    names: &crate::subjects::Subjects,
     subjects: Vec<String>,
 ) -> Result<Arc<Cancellations>, crate::MeshError> {
     let set = Arc::new(Cancellations::default());
     for subject in subjects {
+        let names = names.clone();
         let mut sub =
             client
                 .subscribe(subject.clone())
@@ -67,8 +69,10 @@ pub(crate) async fn watch(
         tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
                 // <p>.evt.<eid>.execution.<cancelled|failed>
-                let mut parts = msg.subject.as_str().split('.');
-                if let (Some(_), Some(_), Some(eid)) = (parts.next(), parts.next(), parts.next()) {
+                if let Some(eid) = names
+                    .parse(msg.subject.as_str())
+                    .and_then(|p| p.execution())
+                {
                     s.insert(eid);
                 }
             }

@@ -21,6 +21,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod ids;
+pub mod keys;
 pub mod kv;
 pub mod objects;
 pub mod plan;
@@ -237,6 +238,7 @@ impl Mesh {
         let results = objects::ResultStore::open(location)?;
         let cancelled = cancel::watch(
             &client,
+            &subjects,
             vec![
                 subjects.events_of_type(events::types::EXECUTION_CANCELLED),
                 subjects.events_of_type(events::types::EXECUTION_FAILED),

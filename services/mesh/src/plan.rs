@@ -136,7 +136,7 @@ impl PlanCache {
         if let Some(p) = self.inner.lock().expect("plan cache lock").0.get(eid) {
             return Ok(p.clone());
         }
-        let key = crate::state::plan_key(eid);
+        let key = crate::keys::Keys::plan(eid);
         let rec: PlanRecord =
             crate::kv::get(mesh.exec_kv(), &key)
                 .await?

@@ -296,20 +296,11 @@ pub const HEADER_EXECUTION_ID: &str = "Noetl-Execution-Id";
 /// [`HEADER_EXECUTION_ID`] header.
 pub fn execution_of(mesh: &Mesh, msg: &Message) -> Option<String> {
     // A subject outside the prefix may still carry the header.
-    let from_subject = msg
-        .subject
-        .as_str()
-        .strip_prefix(mesh.subjects().prefix())
-        .and_then(|r| r.strip_prefix('.'))
-        .and_then(|rest| {
-            let mut parts = rest.splitn(3, '.');
-            match (parts.next(), parts.next()) {
-                (Some("token" | "loop" | "evt"), Some(eid)) if !eid.is_empty() => {
-                    Some(eid.to_string())
-                }
-                _ => None,
-            }
-        });
+    let from_subject = mesh
+        .subjects()
+        .parse(msg.subject.as_str())
+        .and_then(|p| p.execution())
+        .map(str::to_string);
     from_subject.or_else(|| {
         msg.headers
             .as_ref()?

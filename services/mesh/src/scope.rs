@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::{kv, state::result_key, Mesh, MeshError};
+use crate::{keys::Keys, kv, Mesh, MeshError};
 
 /// Top-level names a set of templates reads.
 pub fn roots<'a>(templates: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
@@ -122,7 +122,7 @@ pub async fn load(
     let mut steps = Map::new();
     for name in step_names {
         if roots.contains(*name) {
-            if let Some(v) = kv::get::<Value>(mesh.exec_kv(), &result_key(eid, name)).await? {
+            if let Some(v) = kv::get::<Value>(mesh.exec_kv(), &Keys::result(eid, name)).await? {
                 // A result stored by reference is read back where a
                 // template reads into it.
                 let v = mesh.results().hydrate(v).await?;

@@ -14,10 +14,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::keys::Keys;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use crate::kv::key_part;
 
 /// Status of an execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,23 +123,6 @@ impl ExecHeader {
     }
 }
 
-/// Key of the header.
-pub fn header_key(eid: &str) -> String {
-    eid.to_string()
-}
-/// Key of the plan.
-pub fn plan_key(eid: &str) -> String {
-    format!("{eid}.plan")
-}
-/// Key of a step record.
-pub fn step_key(eid: &str, step: &str) -> String {
-    format!("{eid}.step.{}", key_part(step))
-}
-/// Key of a step's last result.
-pub fn result_key(eid: &str, step: &str) -> String {
-    format!("{eid}.result.{}", key_part(step))
-}
-
 /// Reserved key inside the stored `ctx` object: the ids of the writes
 /// already applied to it (task runs' `set_ctx` patches, loop runs' reducer
 /// results), recorded in the same compare-and-set as the write, so a
@@ -183,11 +165,6 @@ pub fn mark_ctx_applied(ctx: &mut serde_json::Map<String, Value>, id: &str) {
     ctx.insert(APPLIED_KEY.to_string(), Value::Array(ids));
 }
 
-/// Key (bucket `noetl_loop`) of a loop run's record: `<eid>.<loop_run_id>`.
-pub fn loop_run_key(eid: &str, loop_run_id: &str) -> String {
-    format!("{eid}.{}", key_part(loop_run_id))
-}
-
 /// What a reader other than the loop-supervisor needs of a loop run's
 /// record (the loop-supervisor's own type has every field): which
 /// iterations have been counted.
@@ -205,12 +182,6 @@ impl LoopProgress {
     pub fn counted(&self, index: u64) -> bool {
         index < self.next && !self.in_flight.contains(&index)
     }
-}
-
-/// Key (bucket `noetl_ctx`) of the write-once `ctx` key claims of one
-/// parallel loop run (pruned once its `loop.done` is out).
-pub fn owners_key(eid: &str, loop_run_id: &str) -> String {
-    format!("{eid}.owners.{}", key_part(loop_run_id))
 }
 
 /// The summary `noetl run --json` and `noetl exec status --json` print.
@@ -239,7 +210,7 @@ pub struct ExecSummary {
 impl crate::Mesh {
     /// Read an execution's header.
     pub async fn exec_header(&self, eid: &str) -> Result<Option<ExecHeader>, crate::MeshError> {
-        crate::kv::get(self.exec_kv(), &header_key(eid)).await
+        crate::kv::get(self.exec_kv(), &Keys::header(eid)).await
     }
 
     /// Read an execution's `ctx` as users see it (`{}` when none was
@@ -261,7 +232,7 @@ impl crate::Mesh {
         if let Ok(plan) = self.plans().get(self, eid).await {
             for step in &plan.playbook.workflow {
                 let rec: Option<StepRecord> =
-                    crate::kv::get(self.exec_kv(), &step_key(eid, &step.step)).await?;
+                    crate::kv::get(self.exec_kv(), &Keys::step(eid, &step.step)).await?;
                 let s = match rec.map(|r| r.status) {
                     Some(StepStatus::Done) => "done",
                     Some(StepStatus::Failed) => "failed",

@@ -6,6 +6,44 @@ pub struct Subjects {
     prefix: String,
 }
 
+/// What a work or event subject under the prefix names
+/// ([`Subjects::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    /// `<p>.token.<eid>`.
+    Token {
+        /// Execution id.
+        eid: &'a str,
+    },
+    /// `<p>.loop.<eid>`.
+    Loop {
+        /// Execution id.
+        eid: &'a str,
+    },
+    /// `<p>.evt.<eid>.<event_type>`.
+    Event {
+        /// Execution id.
+        eid: &'a str,
+        /// Event type (may contain dots: `loop.iteration.done`).
+        event_type: &'a str,
+    },
+    /// `<p>.task.<kind>`.
+    Task {
+        /// Tool kind.
+        kind: &'a str,
+    },
+}
+
+impl<'a> Parsed<'a> {
+    /// The execution the subject names, if any.
+    pub fn execution(self) -> Option<&'a str> {
+        match self {
+            Self::Token { eid } | Self::Loop { eid } | Self::Event { eid, .. } => Some(eid),
+            Self::Task { .. } => None,
+        }
+    }
+}
+
 impl Subjects {
     /// Names under `prefix`.
     pub fn new(prefix: &str) -> Self {
@@ -17,6 +55,36 @@ impl Subjects {
     /// The prefix itself.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Parse a token, loop, event or task subject under this prefix (the
+    /// inverse of [`Subjects::token`], [`Subjects::loop_cmd`],
+    /// [`Subjects::event`], [`Subjects::task`]); `None` for anything else.
+    pub fn parse<'a>(&self, subject: &'a str) -> Option<Parsed<'a>> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('.')?;
+        let (head, rest) = rest.split_once('.')?;
+        let nonempty = |s: &'a str| Some(s).filter(|s| !s.is_empty());
+        match head {
+            "token" => Some(Parsed::Token {
+                eid: nonempty(rest)?,
+            }),
+            "loop" => Some(Parsed::Loop {
+                eid: nonempty(rest)?,
+            }),
+            "task" => Some(Parsed::Task {
+                kind: nonempty(rest)?,
+            }),
+            "evt" => {
+                let (eid, event_type) = rest.split_once('.')?;
+                Some(Parsed::Event {
+                    eid: nonempty(eid)?,
+                    event_type: nonempty(event_type)?,
+                })
+            }
+            _ => None,
+        }
     }
 
     /// `<p>.exec.request`: execution requests (JSON or protobuf).
@@ -106,5 +174,51 @@ impl Subjects {
     /// Encrypted credentials bucket (`noetl_credentials`).
     pub fn credentials_bucket(&self) -> String {
         format!("{}_credentials", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Parsed, Subjects};
+
+    #[test]
+    fn subjects_parse_back_to_what_built_them() {
+        let s = Subjects::new("noetl");
+        assert_eq!(s.parse(&s.token("e1")), Some(Parsed::Token { eid: "e1" }));
+        assert_eq!(s.parse(&s.loop_cmd("e1")), Some(Parsed::Loop { eid: "e1" }));
+        assert_eq!(
+            s.parse(&s.event("e1", "loop.iteration.done")),
+            Some(Parsed::Event {
+                eid: "e1",
+                event_type: "loop.iteration.done"
+            })
+        );
+        assert_eq!(
+            s.parse(&s.task("python")),
+            Some(Parsed::Task { kind: "python" })
+        );
+        assert_eq!(
+            s.parse(&s.event("e1", "x")).unwrap().execution(),
+            Some("e1")
+        );
+        assert_eq!(s.parse(&s.task("python")).unwrap().execution(), None);
+    }
+
+    #[test]
+    fn other_subjects_do_not_parse() {
+        let s = Subjects::new("noetl");
+        for bad in [
+            "other.token.e1",
+            "noetl.token.",
+            "noetl.evt.e1",
+            "noetl.evt..x",
+            "noetl.exec.request",
+            "noetltoken.e1",
+            &s.dead_letter("router-events"),
+        ] {
+            assert_eq!(s.parse(bad), None, "{bad}");
+        }
+        // Another prefix's subjects are not ours.
+        assert_eq!(Subjects::new("noetl2").parse("noetl.token.e1"), None);
     }
 }

@@ -8,11 +8,12 @@ use noetl_mesh::{
     codec,
     events::{self, now_ms, now_rfc3339, types, EventDraft},
     ids::derive_id,
+    keys::Keys,
     kv::{self, Cas, RevisionCache},
     plan::PlanRecord,
     runtime::{retry_on, BoxFuture, Disposition, Handler},
     scope,
-    state::{header_key, step_key, ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
+    state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{Event, Token};
@@ -129,7 +130,7 @@ async fn on_boundary(
             .filter(|_| ev.event_type == types::LOOP_DONE),
         error: payload.get("error").map(error_text),
     };
-    let skey = step_key(eid, &ev.step);
+    let skey = Keys::step(eid, &ev.step);
     // A token absorbed by a join says nothing about the step's status.
     let absorbed = payload.get("join") == Some(&Value::Bool(true));
     // The step's record is written before the header can turn terminal, so
@@ -137,7 +138,7 @@ async fn on_boundary(
     // is written only while this step-run's token is live (a redelivery
     // after the header moved on must not overwrite a later run's record);
     // a crash between the two writes repeats both, with the same content.
-    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &header_key(eid))
+    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &Keys::header(eid))
         .await?
         .is_some_and(|h| h.is_live(srid));
     if live_now && !absorbed {
@@ -149,7 +150,7 @@ async fn on_boundary(
     let mut applied = false;
     let header = kv::update_cached(
         mesh.exec_kv(),
-        &header_key(eid),
+        &Keys::header(eid),
         headers,
         |h: Option<&ExecHeader>| {
             applied = false;
@@ -291,7 +292,7 @@ pub(crate) async fn emit_terminal(
     crate::children::resume_parent(mesh, eid).await?;
     kv::update_cached(
         mesh.exec_kv(),
-        &header_key(eid),
+        &Keys::header(eid),
         headers,
         |h: Option<&ExecHeader>| match h {
             Some(h) if !h.terminal_emitted => {
@@ -303,7 +304,7 @@ pub(crate) async fn emit_terminal(
         },
     )
     .await?;
-    headers.forget(&header_key(eid));
+    headers.forget(&Keys::header(eid));
     tracing::info!(execution_id = %eid, status, "execution finished");
     Ok(())
 }
@@ -343,7 +344,7 @@ pub(crate) async fn end_running(
 ) -> Result<Option<ExecHeader>, MeshError> {
     kv::update_cached(
         mesh.exec_kv(),
-        &header_key(eid),
+        &Keys::header(eid),
         headers,
         |h: Option<&ExecHeader>| match h {
             Some(h) if h.status == ExecStatus::Running => {

@@ -9,7 +9,7 @@
 //! harmless.
 
 use base64::Engine as _;
-use noetl_mesh::{codec, ids::derive_id, kv, state::ExecStatus, Mesh, MeshError};
+use noetl_mesh::{codec, ids::derive_id, keys::Keys, kv, state::ExecStatus, Mesh, MeshError};
 use noetl_wire::{ExecutionRequest, TaskCommand};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -22,10 +22,6 @@ struct ResumeRecord {
     command: String,
 }
 
-fn resume_key(eid: &str) -> String {
-    format!("{eid}.resume")
-}
-
 /// Remember the parent's continuation of a child request (no-op for
 /// executions without a parent).
 pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<(), MeshError> {
@@ -36,11 +32,11 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
         parent_execution_id: req.parent_execution_id.clone(),
         command: base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd)),
     };
-    kv::put(mesh.exec_kv(), &resume_key(eid), &rec).await?;
+    kv::put(mesh.exec_kv(), &Keys::resume(eid), &rec).await?;
     // The parent's index of its children, for cancellation.
     kv::put(
         mesh.exec_kv(),
-        &format!("{}.child.{eid}", req.parent_execution_id),
+        &Keys::child(&req.parent_execution_id, eid),
         &json!({"started_at": noetl_mesh::events::now_rfc3339()}),
     )
     .await?;
@@ -67,11 +63,12 @@ pub async fn cancel_children_where(
     step_run_id: Option<&str>,
     why: &str,
 ) -> Result<(), MeshError> {
-    let prefix = format!("{eid}.child");
-    for key in kv::keys_under(mesh.exec_kv(), &prefix).await? {
-        let child = key.trim_start_matches(&format!("{prefix}."));
+    for key in kv::keys_under(mesh.exec_kv(), &Keys::children(eid)).await? {
+        let Some(child) = Keys::child_of(eid, &key) else {
+            continue;
+        };
         if let Some(srid) = step_run_id {
-            let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &resume_key(child)).await?
+            let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(child)).await?
             else {
                 continue;
             };
@@ -93,7 +90,7 @@ pub async fn cancel_children_where(
 /// `ok` with the child's final `ctx` as result when it completed, a
 /// `playbook.failed` error naming the child and its reason otherwise.
 pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
-    let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &resume_key(eid)).await? else {
+    let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(eid)).await? else {
         return Ok(());
     };
     let Some(summary) = mesh.exec_summary(eid).await? else {
@@ -106,7 +103,7 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
         .decode(rec.command.as_bytes())
         .map_err(|e| MeshError::Corrupt {
             bucket: mesh.exec_kv().name.clone(),
-            key: resume_key(eid),
+            key: Keys::resume(eid),
             message: format!("continuation is not base64: {e}"),
         })?;
     let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;

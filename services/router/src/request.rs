@@ -8,10 +8,11 @@ use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339, types, EventDraft},
     ids::{derive_id, is_valid_execution_id},
+    keys::Keys,
     kv,
     plan::PlanRecord,
     runtime::{retry_on, BoxFuture, Disposition, Handler},
-    state::{header_key, plan_key, ExecHeader, ExecStatus, TokenRecord},
+    state::{ExecHeader, ExecStatus, TokenRecord},
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{ExecutionRequest, Token};
@@ -161,7 +162,7 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     } else {
         req.trace_id.clone()
     };
-    kv::put(mesh.exec_kv(), &plan_key(&eid), &plan).await?;
+    kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
     let entry_token = entry_token_id(&eid);
     let header = ExecHeader {
         execution_id: eid.clone(),
@@ -185,7 +186,7 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         error: None,
         parent_execution_id: req.parent_execution_id.clone(),
     };
-    kv::create(mesh.exec_kv(), &header_key(&eid), &header).await?;
+    kv::create(mesh.exec_kv(), &Keys::header(&eid), &header).await?;
     let plan = Arc::new(plan);
     mesh.plans().insert(plan.clone());
     // The parent may have been cancelled while this request was checked:
@@ -336,7 +337,7 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
         error: Some(e.reason.clone()),
         parent_execution_id: e.req.parent_execution_id.clone(),
     };
-    kv::create(e.mesh.exec_kv(), &header_key(e.eid), &header).await?;
+    kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
     let (event_type, status) = match e.status {
         ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, "cancelled"),
         _ => (types::EXECUTION_FAILED, "failed"),

@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 
 use noetl_core::{Playbook, Step};
 use noetl_mesh::{
-    kv::{self, key_part, Cas},
+    keys::Keys,
+    kv::{self, Cas},
     Mesh, MeshError,
 };
 
@@ -110,7 +111,7 @@ pub async fn arrive(
     token_id: &str,
     args: &Value,
 ) -> Result<JoinOutcome, MeshError> {
-    let key = format!("{eid}.join.{}", key_part(step));
+    let key = Keys::join(eid, step);
     let mut outcome = JoinOutcome::Wait {
         have: 0,
         need: inputs.len(),

@@ -12,11 +12,8 @@ use futures::StreamExt;
 use noetl_core::tool::Tool;
 use noetl_executor::{serve, ExecutorParams};
 use noetl_mesh::{
-    codec, events, kv,
-    plan::PlanRecord,
-    runtime::ServiceParams,
-    state::{plan_key, result_key},
-    Mesh, MeshConfig, MeshError,
+    codec, events, keys::Keys, kv, plan::PlanRecord, runtime::ServiceParams, Mesh, MeshConfig,
+    MeshError,
 };
 use noetl_testkit::TestServer;
 use noetl_tool_noop::NoopTool;
@@ -94,7 +91,7 @@ impl Harness {
         .expect("a valid normalised playbook");
         let mut record = PlanRecord::new(eid.to_string(), "test.yaml".into(), playbook, workload);
         record.trace_id = format!("trace-{eid}");
-        kv::put(self.mesh.exec_kv(), &plan_key(eid), &record)
+        kv::put(self.mesh.exec_kv(), &Keys::plan(eid), &record)
             .await
             .expect("plan stored");
     }
@@ -144,7 +141,7 @@ impl Harness {
 
     /// The stored last result of `step`.
     pub async fn result(&self, eid: &str, step: &str) -> Option<Value> {
-        kv::get(self.mesh.exec_kv(), &result_key(eid, step))
+        kv::get(self.mesh.exec_kv(), &Keys::result(eid, step))
             .await
             .expect("result")
     }

@@ -1,0 +1,136 @@
+//! KV keys: the only place they are built and parsed (subjects are in
+//! [`crate::subjects`]). The table is in `docs/architecture.md` ("KV
+//! buckets"). Step names and step-run ids are encoded with
+//! [`key_part`], so any name makes a valid, distinct key.
+
+use crate::kv::key_part;
+
+/// Builds and parses every KV key. Keys of one execution all start with
+/// `<eid>.` (or are `<eid>` itself), so purging an execution is one
+/// prefix.
+pub struct Keys;
+
+impl Keys {
+    /// `<eid>` (bucket exec): the execution header.
+    pub fn header(eid: &str) -> String {
+        eid.to_string()
+    }
+    /// `<eid>.plan` (bucket exec): the validated plan.
+    pub fn plan(eid: &str) -> String {
+        format!("{eid}.plan")
+    }
+    /// `<eid>.step.<step>` (bucket exec): a step's record.
+    pub fn step(eid: &str, step: &str) -> String {
+        format!("{eid}.step.{}", key_part(step))
+    }
+    /// `<eid>.result.<step>` (bucket exec): a step's last result.
+    pub fn result(eid: &str, step: &str) -> String {
+        format!("{eid}.result.{}", key_part(step))
+    }
+    /// `<eid>.join.<step>` (bucket exec): arrivals at a join step.
+    pub fn join(eid: &str, step: &str) -> String {
+        format!("{eid}.join.{}", key_part(step))
+    }
+    /// `<eid>.resume` (bucket exec): how a child execution continues its
+    /// parent.
+    pub fn resume(eid: &str) -> String {
+        format!("{eid}.resume")
+    }
+    /// `<parent>.child.<child>` (bucket exec): the parent's index of its
+    /// children.
+    pub fn child(parent: &str, child: &str) -> String {
+        format!("{parent}.child.{child}")
+    }
+    /// `<eid>.child`: the prefix under which [`Keys::child`] keys live.
+    pub fn children(eid: &str) -> String {
+        format!("{eid}.child")
+    }
+    /// The child execution id of a [`Keys::child`] key of `parent`.
+    pub fn child_of<'a>(parent: &str, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(parent)?
+            .strip_prefix(".child.")
+            .filter(|c| !c.is_empty())
+    }
+    /// `<eid>.<loop_run>` (bucket loop): a loop run's record.
+    pub fn loop_run(eid: &str, loop_run_id: &str) -> String {
+        format!("{eid}.{}", key_part(loop_run_id))
+    }
+    /// `<eid>.<loop_run>.items.<chunk>` (bucket loop): one chunk of a loop
+    /// run's collection.
+    pub fn items(eid: &str, loop_run_id: &str, chunk: usize) -> String {
+        format!("{}.items.{chunk}", Self::loop_run(eid, loop_run_id))
+    }
+    /// `<eid>.<loop_run>.it.<index>` (bucket loop): iteration `index`'s
+    /// claim.
+    pub fn claim(eid: &str, loop_run_id: &str, index: u64) -> String {
+        format!("{}.{index}", Self::claims(eid, loop_run_id))
+    }
+    /// `<eid>.<loop_run>.it`: the prefix under which a loop run's claims
+    /// live.
+    pub fn claims(eid: &str, loop_run_id: &str) -> String {
+        format!("{}.it", Self::loop_run(eid, loop_run_id))
+    }
+    /// The index of a [`Keys::claim`] key below `claims` ([`Keys::claims`]).
+    pub fn claim_index(claims: &str, key: &str) -> Option<u64> {
+        key.strip_prefix(claims)?.strip_prefix('.')?.parse().ok()
+    }
+    /// `<eid>.<loop_run>.ckpt.<index>` (bucket loop): an iteration's
+    /// checkpoint (where its pipeline is).
+    pub fn checkpoint(eid: &str, loop_run_id: &str, index: impl std::fmt::Display) -> String {
+        format!("{}.ckpt.{index}", Self::loop_run(eid, loop_run_id))
+    }
+    /// `<eid>.owners.<loop_run>` (bucket ctx): write-once `ctx` key claims
+    /// of a parallel loop run.
+    pub fn owners(eid: &str, loop_run_id: &str) -> String {
+        format!("{eid}.owners.{}", key_part(loop_run_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Keys;
+
+    #[test]
+    fn keys_have_their_documented_shapes() {
+        let table = [
+            (Keys::header("e1"), "e1"),
+            (Keys::plan("e1"), "e1.plan"),
+            (Keys::step("e1", "fetch"), "e1.step.fetch"),
+            (Keys::result("e1", "fetch"), "e1.result.fetch"),
+            (Keys::join("e1", "tail"), "e1.join.tail"),
+            (Keys::resume("e1"), "e1.resume"),
+            (Keys::child("e1", "c9"), "e1.child.c9"),
+            (Keys::children("e1"), "e1.child"),
+            (Keys::loop_run("e1", "sr1"), "e1.sr1"),
+            (Keys::items("e1", "sr1", 3), "e1.sr1.items.3"),
+            (Keys::claim("e1", "sr1", 7), "e1.sr1.it.7"),
+            (Keys::claims("e1", "sr1"), "e1.sr1.it"),
+            (Keys::checkpoint("e1", "sr1", 7), "e1.sr1.ckpt.7"),
+            (Keys::owners("e1", "sr1"), "e1.owners.sr1"),
+        ];
+        for (got, want) in table {
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn names_with_any_character_stay_one_segment() {
+        let k = Keys::step("e1", "a.b c");
+        assert_eq!(k.matches('.').count(), 2, "{k}");
+        assert_ne!(Keys::step("e1", "a.b"), Keys::step("e1", "a_b"));
+    }
+
+    #[test]
+    fn keys_parse_back() {
+        assert_eq!(Keys::child_of("e1", &Keys::child("e1", "c9")), Some("c9"));
+        assert_eq!(Keys::child_of("e1", "e1.child."), None);
+        assert_eq!(Keys::child_of("e1", "e2.child.c9"), None);
+        let claims = Keys::claims("e1", "sr1");
+        assert_eq!(
+            Keys::claim_index(&claims, &Keys::claim("e1", "sr1", 42)),
+            Some(42)
+        );
+        assert_eq!(Keys::claim_index(&claims, "e1.sr1.items.0"), None);
+        assert_eq!(Keys::claim_index(&claims, "e1.sr1.it.x"), None);
+    }
+}
