@@ -17,6 +17,9 @@ import traceback
 
 LIMIT = 4096
 MARK = "\x1eNOETL-RESULT "
+# Written to fd 2 before each response: once the executor has read it, it
+# has read everything the task wrote to fd 1 and 2 (the pipe keeps order).
+END = b"\x1eNOETL-END\n"
 TASK_FILE = "<task>"
 RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "main"))
 
@@ -152,6 +155,10 @@ def _serve():
             line = json.dumps(
                 {"ok": False, "kind": "python.protocol", "message": "bad request: %s" % e}
             )
+        try:
+            os.write(2, END)
+        except OSError:  # the task closed fd 2: the executor stops waiting
+            pass
         _proto.write(MARK + line + "\n")
         _proto.flush()
 

@@ -175,8 +175,63 @@ struct Worker {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// What the process writes to fd 2, bounded; cleared per task.
-    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Captured>>,
     uses: u32,
+}
+
+/// The end mark `runner.py` writes to fd 2 before each response.
+const END: &[u8] = b"\x1eNOETL-END\n";
+
+/// How long a response waits for the task's last fd 2 output (normally a
+/// few microseconds behind it; bounded in case the task closed fd 2).
+const STDERR_SETTLE: Duration = Duration::from_secs(1);
+
+/// fd 2 of one interpreter as read so far.
+#[derive(Debug, Default)]
+struct Captured {
+    /// Output since the task began, bounded.
+    bytes: Vec<u8>,
+    /// End marks seen: one per response sent.
+    ends: u64,
+    /// The last bytes read, to find a mark split across reads.
+    tail: Vec<u8>,
+}
+
+impl Captured {
+    /// Take in one read's bytes, keeping at most `room_for` bytes of output.
+    fn take_in(&mut self, chunk: &[u8], room_for: usize) {
+        let room = room_for.saturating_sub(self.bytes.len());
+        self.bytes
+            .extend_from_slice(&chunk[..chunk.len().min(room)]);
+        self.tail.extend_from_slice(chunk);
+        self.ends += count(&self.tail, END);
+        let keep = self.tail.len().min(END.len() - 1);
+        self.tail.drain(..self.tail.len() - keep);
+    }
+
+    /// The output as text, end marks removed, bounded.
+    fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.bytes);
+        truncate(
+            &text.replace(std::str::from_utf8(END).expect("ascii"), ""),
+            OUTPUT_LIMIT,
+        )
+    }
+}
+
+/// Non-overlapping occurrences of `needle` in `hay`.
+fn count(hay: &[u8], needle: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        if &hay[i..i + needle.len()] == needle {
+            n += 1;
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+    n
 }
 
 impl Pool {
@@ -255,7 +310,7 @@ impl Pool {
         self.inner.spawned.fetch_add(1, Ordering::Relaxed);
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Captured::default()));
         let mut pipe = child.stderr.take().expect("stderr is piped");
         let sink = stderr.clone();
         tokio::spawn(async move {
@@ -264,9 +319,9 @@ impl Pool {
                 if n == 0 {
                     break;
                 }
-                let mut s = sink.lock().expect("stderr lock");
-                let room = (2 * OUTPUT_LIMIT).saturating_sub(s.len());
-                s.extend_from_slice(&buf[..n.min(room)]);
+                sink.lock()
+                    .expect("stderr lock")
+                    .take_in(&buf[..n], 2 * OUTPUT_LIMIT);
             }
         });
         Ok(Worker {
@@ -307,16 +362,22 @@ impl Pool {
     /// interpreter is killed (and a later task gets a new one).
     pub async fn run(&self, line: Vec<u8>, timeout: Duration) -> Result<RunOutput, RunError> {
         let mut w = self.checkout()?;
-        w.stderr.lock().expect("stderr lock").clear();
+        w.stderr.lock().expect("stderr lock").bytes.clear();
         let answer = tokio::time::timeout(timeout, exchange(&mut w, &line)).await;
-        let take_stderr = |w: &Worker| {
-            let s = w.stderr.lock().expect("stderr lock");
-            truncate(&String::from_utf8_lossy(&s), OUTPUT_LIMIT)
-        };
+        let take_stderr = |w: &Worker| w.stderr.lock().expect("stderr lock").text();
         match answer {
             Err(_) => Err(RunError::Timeout(timeout)), // `w` dropped: killed
             Ok(Ok(Some(response))) => {
                 w.uses += 1;
+                // The response can overtake the task's last fd 2 output
+                // (two pipes): wait for this response's end mark.
+                let served = u64::from(w.uses);
+                let settle = tokio::time::Instant::now() + STDERR_SETTLE;
+                while w.stderr.lock().expect("stderr lock").ends < served
+                    && tokio::time::Instant::now() < settle
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 let process_stderr = take_stderr(&w);
                 self.checkin(w);
                 Ok(RunOutput {
@@ -377,7 +438,28 @@ pub fn truncate(s: &str, limit: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use super::{truncate, Captured, END};
+
+    #[test]
+    fn end_marks_are_counted_across_reads_and_never_shown() {
+        let mut c = Captured::default();
+        let mut stream = b"raw fd write\n".to_vec();
+        stream.extend_from_slice(END);
+        stream.extend_from_slice(b"next task\n");
+        stream.extend_from_slice(END);
+        // Every split of the stream into two reads counts both marks.
+        for cut in 0..stream.len() {
+            let mut c2 = Captured::default();
+            c2.take_in(&stream[..cut], 1 << 20);
+            c2.take_in(&stream[cut..], 1 << 20);
+            assert_eq!(c2.ends, 2, "cut at {cut}");
+            assert_eq!(c2.text(), "raw fd write\nnext task\n");
+        }
+        // Output beyond the room is dropped; marks are still counted.
+        c.take_in(b"0123456789", 4);
+        c.take_in(END, 4);
+        assert_eq!((c.ends, c.text().as_str()), (1, "0123"));
+    }
 
     #[test]
     fn truncation_keeps_char_boundaries() {
