@@ -28,7 +28,6 @@ use std::time::Duration;
 use async_nats::jetstream::{AckKind, Message};
 use noetl_core::tool::Tool;
 use noetl_mesh::{
-    codec,
     runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
     MeshError,
@@ -120,9 +119,9 @@ impl Handler for TaskHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let executor = self.executor.clone();
         Box::pin(async move {
-            let cmd: TaskCommand = match codec::decode("task command", &msg.payload) {
+            let cmd: TaskCommand = match runtime::decode("task command", &msg) {
                 Ok(c) => c,
-                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+                Err(e) => return runtime::disposition(Err(e)),
             };
             if executor
                 .mesh()
@@ -147,11 +146,7 @@ impl Handler for TaskHandler {
                 }
             }
             let period = executor.mesh().config().ack_wait / 2;
-            match in_progress(&msg, period, executor.execute(cmd)).await {
-                Ok(()) => Disposition::Ack,
-                Err(CommandError::Mesh(e)) => retry_on(&e),
-                Err(CommandError::Refused(reason)) => Disposition::DeadLetter(reason),
-            }
+            runtime::disposition(in_progress(&msg, period, executor.execute(cmd)).await)
         })
     }
 }

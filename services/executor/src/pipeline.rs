@@ -44,16 +44,8 @@ pub const MAX_TASK_RUNS: u64 = 100_000;
 /// Publishes awaited together before the batch is flushed mid-pipeline.
 const FLUSH_EVERY: usize = 1024;
 
-/// Why a command was not handled.
-#[derive(Debug, thiserror::Error)]
-pub enum CommandError {
-    /// A transient mesh failure: the command is retried.
-    #[error(transparent)]
-    Mesh(#[from] MeshError),
-    /// The command can never be handled (it is dead-lettered).
-    #[error("{0}")]
-    Refused(String),
-}
+/// Why a command was not handled (the mesh's one handler error).
+pub use noetl_mesh::runtime::HandlerError as CommandError;
 
 /// The state one executor replica shares between its consumers.
 pub struct Executor {

@@ -31,7 +31,7 @@ use noetl_mesh::{
     keys::Keys,
     kv::{self, key_part, Cas},
     plan::PlanRecord,
-    runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
     state::{ctx_applied, mark_ctx_applied},
     subjects::Parsed,
@@ -336,15 +336,7 @@ pub struct LoopHandler {
 }
 
 /// Why a loop message was not handled.
-#[derive(Debug, thiserror::Error)]
-enum LoopError {
-    /// Transient: the message is retried.
-    #[error(transparent)]
-    Mesh(#[from] MeshError),
-    /// The message can never be handled (it is dead-lettered).
-    #[error("{0}")]
-    Refused(String),
-}
+use noetl_mesh::runtime::HandlerError as LoopError;
 
 impl Handler for LoopHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
@@ -355,21 +347,17 @@ impl Handler for LoopHandler {
                 Some(Parsed::Event { .. })
             );
             let result = if is_event {
-                match codec::decode::<Event>("event", &msg.payload) {
+                match runtime::decode::<Event>("event", &msg) {
                     Ok(ev) => on_iteration(&mesh, ev).await,
-                    Err(e) => Err(LoopError::Refused(format!("{e} (subject {})", msg.subject))),
+                    Err(e) => Err(e),
                 }
             } else {
-                match codec::decode::<LoopCommand>("loop command", &msg.payload) {
+                match runtime::decode::<LoopCommand>("loop command", &msg) {
                     Ok(cmd) => on_start(&mesh, cmd).await,
-                    Err(e) => Err(LoopError::Refused(format!("{e} (subject {})", msg.subject))),
+                    Err(e) => Err(e),
                 }
             };
-            match result {
-                Ok(()) => Disposition::Ack,
-                Err(LoopError::Mesh(e)) => retry_on(&e),
-                Err(LoopError::Refused(r)) => Disposition::DeadLetter(r),
-            }
+            runtime::disposition(result)
         })
     }
 }

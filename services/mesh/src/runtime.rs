@@ -395,6 +395,37 @@ pub fn retry_on(e: &MeshError) -> Disposition {
     crate::error::dispose(kind, e.to_string())
 }
 
+/// Why a message was not handled: the one error every service's handlers
+/// return.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// A mesh failure: its kind decides between a retry and a dead letter
+    /// ([`retry_on`]).
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+    /// The message can never be handled: dead-lettered with this reason.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// What to do with a message once its handler returned `result`.
+pub fn disposition(result: Result<(), HandlerError>) -> Disposition {
+    match result {
+        Ok(()) => Disposition::Ack,
+        Err(HandlerError::Mesh(e)) => retry_on(&e),
+        Err(HandlerError::Refused(reason)) => Disposition::DeadLetter(reason),
+    }
+}
+
+/// Decode a message's payload as `what`, or refuse it naming its subject.
+pub fn decode<M: prost::Message + Default>(
+    what: &'static str,
+    msg: &Message,
+) -> Result<M, HandlerError> {
+    crate::codec::decode(what, &msg.payload)
+        .map_err(|e| HandlerError::Refused(format!("{e} (subject {})", msg.subject)))
+}
+
 /// What every service needs to run: the mesh, how many messages a replica
 /// handles at once, and the shutdown signal.
 #[derive(Clone)]
@@ -410,6 +441,34 @@ pub struct ServiceParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handler_result_decides_its_disposition() {
+        assert!(matches!(disposition(Ok(())), Disposition::Ack));
+        let refused = disposition(Err(HandlerError::Refused("token t1 names step x".into())));
+        assert!(
+            matches!(&refused, Disposition::DeadLetter(r) if r == "token t1 names step x"),
+            "{refused:?}"
+        );
+        let outage = MeshError::Kv {
+            bucket: "b".into(),
+            key: "k".into(),
+            message: "timed out".into(),
+        };
+        assert!(matches!(
+            disposition(Err(outage.into())),
+            Disposition::Backoff
+        ));
+        let corrupt = MeshError::Corrupt {
+            bucket: "b".into(),
+            key: "e1".into(),
+            message: "eof".into(),
+        };
+        assert!(matches!(
+            disposition(Err(corrupt.into())),
+            Disposition::DeadLetter(_)
+        ));
+    }
 
     #[test]
     fn deliver_twice_hands_back_only_a_first_delivery_that_would_be_acked() {

@@ -11,7 +11,7 @@ use noetl_mesh::{
     keys::Keys,
     kv::{self, Cas, RevisionCache},
     plan::PlanRecord,
-    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    runtime::{self, BoxFuture, Disposition, Handler},
     scope,
     state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
     Batch, Mesh, MeshError,
@@ -40,30 +40,19 @@ impl Handler for BoundaryHandler {
         let mesh = self.mesh.clone();
         let headers = self.headers.clone();
         Box::pin(async move {
-            let ev: Event = match codec::decode("event", &msg.payload) {
+            let ev: Event = match runtime::decode("event", &msg) {
                 Ok(e) => e,
-                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+                Err(e) => return runtime::disposition(Err(e)),
             };
             let span = tracing::debug_span!("boundary", execution_id = %ev.execution_id, step = %ev.step, event = %ev.event_type);
-            match tracing::Instrument::instrument(on_boundary(&mesh, &headers, ev), span).await {
-                Ok(()) => Disposition::Ack,
-                Err(BoundaryError::Mesh(e)) => retry_on(&e),
-                Err(BoundaryError::Refused(r)) => Disposition::DeadLetter(r),
-            }
+            runtime::disposition(
+                tracing::Instrument::instrument(on_boundary(&mesh, &headers, ev), span).await,
+            )
         })
     }
 }
 
-pub(crate) enum BoundaryError {
-    Mesh(MeshError),
-    Refused(String),
-}
-
-impl From<MeshError> for BoundaryError {
-    fn from(e: MeshError) -> Self {
-        BoundaryError::Mesh(e)
-    }
-}
+pub(crate) use noetl_mesh::runtime::HandlerError as BoundaryError;
 
 /// What the arcs decided for one boundary event.
 struct Decision {

@@ -11,7 +11,7 @@ use noetl_mesh::{
     keys::Keys,
     kv,
     plan::PlanRecord,
-    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    runtime::{self, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus, TokenRecord},
     Batch, Mesh, MeshError,
 };
@@ -38,25 +38,12 @@ impl Handler for RequestHandler {
                 }
             };
             let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-            match start(&mesh, req, seq).await {
-                Ok(()) => Disposition::Ack,
-                Err(StartError::Mesh(e)) => retry_on(&e),
-                Err(StartError::Refused(reason)) => Disposition::DeadLetter(reason),
-            }
+            runtime::disposition(start(&mesh, req, seq).await)
         })
     }
 }
 
-enum StartError {
-    Mesh(MeshError),
-    Refused(String),
-}
-
-impl From<MeshError> for StartError {
-    fn from(e: MeshError) -> Self {
-        StartError::Mesh(e)
-    }
-}
+use noetl_mesh::runtime::HandlerError as StartError;
 
 /// The execution id a request gets: its own, else `e<stream sequence>` (the
 /// publisher reads the sequence from its JetStream ack).

@@ -19,7 +19,7 @@ use noetl_mesh::{
     codec,
     events::{now_ms, types, EventDraft},
     ids::derive_id,
-    runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
     topology::{ConsumerSpec, StreamKind},
     Batch, Mesh, MeshError,
@@ -61,33 +61,22 @@ impl Handler for TokenHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
         Box::pin(async move {
-            let token: Token = match codec::decode("token", &msg.payload) {
+            let token: Token = match runtime::decode("token", &msg) {
                 Ok(t) => t,
-                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+                Err(e) => return runtime::disposition(Err(e)),
             };
             if mesh.cancellations().is_stopped(&token.execution_id) {
                 return Disposition::Ack; // a cancelled execution starts no step
             }
             let span = tracing::debug_span!("schedule", execution_id = %token.execution_id, step = %token.step);
-            match tracing::Instrument::instrument(schedule(&mesh, token), span).await {
-                Ok(()) => Disposition::Ack,
-                Err(SchedError::Mesh(e)) => retry_on(&e),
-                Err(SchedError::Refused(r)) => Disposition::DeadLetter(r),
-            }
+            runtime::disposition(
+                tracing::Instrument::instrument(schedule(&mesh, token), span).await,
+            )
         })
     }
 }
 
-enum SchedError {
-    Mesh(MeshError),
-    Refused(String),
-}
-
-impl From<MeshError> for SchedError {
-    fn from(e: MeshError) -> Self {
-        SchedError::Mesh(e)
-    }
-}
+use noetl_mesh::runtime::HandlerError as SchedError;
 
 async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     let eid = token.execution_id.as_str();
