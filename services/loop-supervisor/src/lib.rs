@@ -794,50 +794,24 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
     }
     let mut newly: Vec<u64> = Vec::new();
     let mut counted = false;
+    let arrival = Arrival {
+        index,
+        claim: &claim,
+        fail_fast,
+        reducers: &reducers,
+        step: &step.step,
+    };
     let run = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| {
         newly.clear();
         counted = false;
-        let Some(r) = r else { return Cas::Keep };
-        if !r.in_flight.contains(&index) {
-            return Cas::Keep; // already counted (redelivery)
-        }
-        let mut r = r.clone();
-        counted = true;
-        r.in_flight.retain(|i| *i != index);
-        if claim.failed {
-            r.failed += 1;
-            if fail_fast {
-                r.stopped = true;
+        match r.and_then(|r| count_iteration(r, &arrival)) {
+            Some((r, dispatched)) => {
+                counted = true;
+                newly = dispatched;
+                Cas::Write(r)
             }
-        } else {
-            r.done += 1;
+            None => Cas::Keep, // unknown run, or already counted (redelivery)
         }
-        if !claim.failed && r.error.is_none() {
-            for (k, part) in &claim.reduce {
-                let Some((_, op)) = reducers.iter().find(|(name, _)| name == k) else {
-                    continue;
-                };
-                if grows(*op) {
-                    continue; // kept in the claim, assembled at the end
-                }
-                match reduce::combine(*op, k, r.reduced.get(k), part) {
-                    Ok(v) => {
-                        r.reduced.insert(k.clone(), v);
-                    }
-                    Err(e) => {
-                        r.error = Some(reducer_error(&step.step, &e.to_string()));
-                        r.stopped = true;
-                        break;
-                    }
-                }
-            }
-        }
-        while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
-            r.in_flight.push(r.next);
-            newly.push(r.next);
-            r.next += 1;
-        }
-        Cas::Write(r)
     })
     .await?;
     let Some(run) = run else {
@@ -859,6 +833,74 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
         finish(mesh, &plan, step, srid, &run).await?;
     }
     Ok(())
+}
+
+/// One iteration's report, as [`count_iteration`] needs it.
+struct Arrival<'a> {
+    /// The iteration's index.
+    index: u64,
+    /// How it counts (the first report of the index decides).
+    claim: &'a Claim,
+    /// `fail_fast`: a failure stops dispatching.
+    fail_fast: bool,
+    /// The loop's reducers (ctx key, operation).
+    reducers: &'a [(String, ReducerOp)],
+    /// Step name, for a reducer's error.
+    step: &'a str,
+}
+
+/// The loop run after iteration `a.index` is counted, and the indices the
+/// window now dispatches; `None` when that index is not in flight (counted
+/// already: a redelivered report changes nothing). A failure stops
+/// dispatching under `fail_fast`; `sum`/`min`/`max` contributions are
+/// folded here, growing ones are left in the claim; a reducer that cannot
+/// fold records the step's error and stops the loop. The window refills up
+/// to `max_in_flight` while not stopped.
+fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)> {
+    if !run.in_flight.contains(&a.index) {
+        return None;
+    }
+    let mut r = run.clone();
+    r.in_flight.retain(|i| *i != a.index);
+    if a.claim.failed {
+        r.failed += 1;
+        r.stopped |= a.fail_fast;
+    } else {
+        r.done += 1;
+        if r.error.is_none() {
+            fold(&mut r, a);
+        }
+    }
+    let mut newly = Vec::new();
+    while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
+        r.in_flight.push(r.next);
+        newly.push(r.next);
+        r.next += 1;
+    }
+    Some((r, newly))
+}
+
+/// Fold a successful iteration's non-growing reducer contributions into
+/// the run's aggregates.
+fn fold(r: &mut LoopRun, a: &Arrival<'_>) {
+    for (k, part) in &a.claim.reduce {
+        let Some((_, op)) = a.reducers.iter().find(|(name, _)| name == k) else {
+            continue;
+        };
+        if grows(*op) {
+            continue; // kept in the claim, assembled at the end
+        }
+        match reduce::combine(*op, k, r.reduced.get(k), part) {
+            Ok(v) => {
+                r.reduced.insert(k.clone(), v);
+            }
+            Err(e) => {
+                r.error = Some(reducer_error(a.step, &e.to_string()));
+                r.stopped = true;
+                return;
+            }
+        }
+    }
 }
 
 /// The error of a loop step whose reducer failed.
@@ -1169,6 +1211,133 @@ mod tests {
             deadline_ms,
             deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
         }
+    }
+
+    /// A run of `total` items, `window` at a time, with `first` dispatched.
+    fn window(total: u64, window: u64) -> LoopRun {
+        let first: Vec<u64> = (0..total.min(window)).collect();
+        LoopRun {
+            total,
+            max_in_flight: window,
+            next: first.len() as u64,
+            in_flight: first,
+            done: 0,
+            failed: 0,
+            ..run(0, 0)
+        }
+    }
+
+    fn ok(reduce: Value) -> Claim {
+        Claim {
+            failed: false,
+            reduce: reduce.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    fn failed() -> Claim {
+        Claim {
+            failed: true,
+            reduce: Default::default(),
+        }
+    }
+
+    fn arrive(
+        r: &LoopRun,
+        index: u64,
+        claim: &Claim,
+        fail_fast: bool,
+    ) -> Option<(LoopRun, Vec<u64>)> {
+        let reducers = vec![
+            ("total".to_string(), ReducerOp::Sum),
+            ("rows".to_string(), ReducerOp::Append),
+        ];
+        count_iteration(
+            r,
+            &Arrival {
+                index,
+                claim,
+                fail_fast,
+                reducers: &reducers,
+                step: "lp",
+            },
+        )
+    }
+
+    #[test]
+    fn a_counted_iteration_frees_its_slot_for_the_next_index() {
+        let r = window(5, 2);
+        let (r, newly) = arrive(&r, 0, &ok(json!({})), false).unwrap();
+        assert_eq!((r.done, r.failed), (1, 0));
+        assert_eq!(newly, vec![2]);
+        assert_eq!(r.in_flight, vec![1, 2]);
+        assert_eq!(r.next, 3);
+    }
+
+    #[test]
+    fn a_redelivered_report_counts_nothing() {
+        let r = window(5, 2);
+        let (r, _) = arrive(&r, 0, &ok(json!({})), false).unwrap();
+        assert!(arrive(&r, 0, &ok(json!({})), false).is_none());
+        // An index never dispatched is not counted either.
+        assert!(arrive(&r, 4, &ok(json!({})), false).is_none());
+    }
+
+    #[test]
+    fn the_window_never_exceeds_max_in_flight_and_the_loop_finishes() {
+        let mut r = window(7, 3);
+        let mut dispatched: Vec<u64> = r.in_flight.clone();
+        while let Some(&i) = r.in_flight.first() {
+            let (next, newly) = arrive(&r, i, &ok(json!({})), false).unwrap();
+            assert!(next.in_flight.len() as u64 <= next.max_in_flight);
+            dispatched.extend(newly);
+            r = next;
+        }
+        assert_eq!(dispatched, (0..7).collect::<Vec<_>>());
+        assert_eq!((r.done, r.next), (7, 7));
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn a_failure_stops_dispatching_under_fail_fast_only() {
+        let r = window(5, 2);
+        let (stopped, newly) = arrive(&r, 0, &failed(), true).unwrap();
+        assert!(stopped.stopped && newly.is_empty());
+        assert_eq!((stopped.failed, stopped.in_flight.clone()), (1, vec![1]));
+        // The one in flight still counts; then the loop is finished.
+        let (end, newly) = arrive(&stopped, 1, &ok(json!({})), true).unwrap();
+        assert!(newly.is_empty() && end.finished());
+        assert_eq!((end.done, end.failed, end.next), (1, 1, 2));
+        // best_effort goes on.
+        let (on, newly) = arrive(&r, 0, &failed(), false).unwrap();
+        assert!(!on.stopped);
+        assert_eq!(newly, vec![2]);
+    }
+
+    #[test]
+    fn sums_fold_once_per_iteration_and_growing_reducers_wait_for_the_end() {
+        let r = window(3, 3);
+        let (r, _) = arrive(&r, 0, &ok(json!({"total": 2, "rows": [1]})), false).unwrap();
+        let (r, _) = arrive(&r, 2, &ok(json!({"total": 5, "rows": [3]})), false).unwrap();
+        assert_eq!(r.reduced.get("total"), Some(&json!(7)));
+        assert_eq!(r.reduced.get("rows"), None, "append stays in the claims");
+        // A failed iteration contributes nothing.
+        let (r, _) = arrive(&r, 1, &failed(), false).unwrap();
+        assert_eq!(r.reduced.get("total"), Some(&json!(7)));
+        // Undeclared keys are ignored.
+        let r2 = window(1, 1);
+        let (r2, _) = arrive(&r2, 0, &ok(json!({"other": 1})), false).unwrap();
+        assert!(r2.reduced.is_empty());
+    }
+
+    #[test]
+    fn a_reducer_that_cannot_fold_fails_the_loop_and_stops_it() {
+        let r = window(4, 1);
+        let (r, newly) = arrive(&r, 0, &ok(json!({"total": "three"})), false).unwrap();
+        assert!(r.stopped && newly.is_empty());
+        let e = r.error.clone().expect("reducer error");
+        assert_eq!(e["kind"], "reducer");
+        assert!(e["message"].as_str().unwrap().contains("\"lp\""), "{e}");
+        assert!(r.finished(), "nothing in flight, stopped");
     }
 
     #[test]
