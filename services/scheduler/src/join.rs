@@ -95,6 +95,116 @@ pub enum JoinOutcome {
     Stale,
 }
 
+/// A token arriving at a join.
+struct JoinToken<'a> {
+    /// The input steps the join waits for.
+    inputs: &'a [String],
+    /// The step whose arc sent the token.
+    from_step: &'a str,
+    /// The token (its step-run id).
+    token_id: &'a str,
+    /// The token's args (merged into the firing's).
+    args: &'a Value,
+}
+
+/// What [`absorb`] decided.
+#[derive(Debug, Clone)]
+struct Absorbed {
+    /// The record to write (`None`: keep it as it is).
+    write: Option<Arrivals>,
+    /// Wait or fire.
+    outcome: JoinOutcome,
+    /// The token was seen before (its firing or absorption is recorded):
+    /// only acted on while the router still holds it live.
+    redelivered: bool,
+}
+
+/// The join's record after token `t` arrives, and what to do. A token from
+/// a step that is not an input counts as its own place (it never
+/// completes the join); once every input has arrived the join fires with
+/// the merged args and re-arms, remembering the firing token and the
+/// absorbed ones (bounded) so their redeliveries change nothing.
+fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
+    let need = t.inputs.len();
+    let have = |a: &Arrivals| {
+        t.inputs
+            .iter()
+            .filter(|i| a.arrived.contains_key(*i))
+            .count()
+    };
+    let keep = |outcome, redelivered| Absorbed {
+        write: None,
+        outcome,
+        redelivered,
+    };
+    let mut a = cur.cloned().unwrap_or_default();
+    if let Some(f) = a.firings.iter().find(|f| f.token == t.token_id) {
+        return keep(JoinOutcome::Fire(Value::Object(f.args.clone())), true);
+    }
+    if a.consumed.iter().any(|c| c == t.token_id) {
+        return keep(
+            JoinOutcome::Wait {
+                have: have(&a),
+                need,
+            },
+            true,
+        );
+    }
+    let place = if t.inputs.iter().any(|i| i == t.from_step) {
+        t.from_step.to_string()
+    } else {
+        format!("~{}", t.from_step)
+    };
+    if a.arrived.get(&place).and_then(Value::as_str) == Some(t.token_id) {
+        return keep(
+            JoinOutcome::Wait {
+                have: have(&a),
+                need,
+            },
+            false,
+        );
+    }
+    a.arrived
+        .insert(place, Value::String(t.token_id.to_string()));
+    if let Value::Object(m) = t.args {
+        for (k, v) in m {
+            a.args.insert(k.clone(), v.clone());
+        }
+    }
+    let n = have(&a);
+    if n < need {
+        return Absorbed {
+            write: Some(a),
+            outcome: JoinOutcome::Wait { have: n, need },
+            redelivered: false,
+        };
+    }
+    let outcome = JoinOutcome::Fire(Value::Object(a.args.clone()));
+    a.firings.push(Firing {
+        token: t.token_id.to_string(),
+        args: std::mem::take(&mut a.args),
+    });
+    for other in std::mem::take(&mut a.arrived).into_values() {
+        if let Value::String(other) = other {
+            if other != t.token_id {
+                a.consumed.push(other);
+            }
+        }
+    }
+    if a.firings.len() > REMEMBERED {
+        a.firings.remove(0);
+    }
+    if a.consumed.len() > REMEMBERED {
+        let extra = a.consumed.len() - REMEMBERED;
+        a.consumed.drain(..extra);
+    }
+    Absorbed {
+        write: Some(a),
+        outcome,
+        redelivered: false,
+    }
+}
+
 /// Record `token_id` arriving from `from_step` with `args`.
 ///
 /// Redelivery: a token that already fired the join fires again with the
@@ -112,77 +222,31 @@ pub async fn arrive(
     args: &Value,
 ) -> Result<JoinOutcome, MeshError> {
     let key = Keys::join(eid, step);
-    let mut outcome = JoinOutcome::Wait {
-        have: 0,
-        need: inputs.len(),
+    let token = JoinToken {
+        inputs,
+        from_step,
+        token_id,
+        args,
     };
-    let mut redelivered = false;
+    let mut decided = None;
     kv::update(mesh.exec_kv(), &key, |cur: Option<&Arrivals>| {
-        redelivered = false;
-        let mut a = cur.cloned().unwrap_or_default();
-        if let Some(f) = a.firings.iter().find(|f| f.token == token_id) {
-            outcome = JoinOutcome::Fire(Value::Object(f.args.clone()));
-            redelivered = true;
-            return Cas::Keep;
+        let d = absorb(cur, &token);
+        let write = d.write.clone();
+        decided = Some(d);
+        match write {
+            Some(a) => Cas::Write(a),
+            None => Cas::Keep,
         }
-        let have = |a: &Arrivals| inputs.iter().filter(|i| a.arrived.contains_key(*i)).count();
-        if a.consumed.iter().any(|t| t == token_id) {
-            outcome = JoinOutcome::Wait {
-                have: have(&a),
-                need: inputs.len(),
-            };
-            redelivered = true;
-            return Cas::Keep;
-        }
-        let place = if inputs.iter().any(|i| i == from_step) {
-            from_step.to_string()
-        } else {
-            // A token from a step that is not an input counts as its own place.
-            format!("~{from_step}")
-        };
-        if a.arrived.get(&place).and_then(Value::as_str) == Some(token_id) {
-            outcome = JoinOutcome::Wait {
-                have: have(&a),
-                need: inputs.len(),
-            };
-            return Cas::Keep;
-        }
-        a.arrived.insert(place, Value::String(token_id.to_string()));
-        if let Value::Object(m) = args {
-            for (k, v) in m {
-                a.args.insert(k.clone(), v.clone());
-            }
-        }
-        let n = have(&a);
-        if n >= inputs.len() {
-            outcome = JoinOutcome::Fire(Value::Object(a.args.clone()));
-            a.firings.push(Firing {
-                token: token_id.to_string(),
-                args: std::mem::take(&mut a.args),
-            });
-            for t in std::mem::take(&mut a.arrived).into_values() {
-                if let Value::String(t) = t {
-                    if t != token_id {
-                        a.consumed.push(t);
-                    }
-                }
-            }
-            if a.firings.len() > REMEMBERED {
-                a.firings.remove(0);
-            }
-            if a.consumed.len() > REMEMBERED {
-                let extra = a.consumed.len() - REMEMBERED;
-                a.consumed.drain(..extra);
-            }
-        } else {
-            outcome = JoinOutcome::Wait {
-                have: n,
-                need: inputs.len(),
-            };
-        }
-        Cas::Write(a)
     })
     .await?;
+    let Some(Absorbed {
+        outcome,
+        redelivered,
+        ..
+    }) = decided
+    else {
+        unreachable!("kv::update calls its closure at least once or fails");
+    };
     if redelivered {
         let live = mesh
             .exec_header(eid)
@@ -193,4 +257,125 @@ pub async fn arrive(
         }
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn inputs() -> Vec<String> {
+        vec!["left".into(), "right".into()]
+    }
+
+    /// Token `id` from `from` arrives at a left+right join holding `cur`.
+    fn arrive(cur: Option<&Arrivals>, from: &str, id: &str, args: Value) -> Absorbed {
+        let inputs = inputs();
+        absorb(
+            cur,
+            &JoinToken {
+                inputs: &inputs,
+                from_step: from,
+                token_id: id,
+                args: &args,
+            },
+        )
+    }
+
+    #[test]
+    fn the_first_input_waits_and_the_last_fires_with_merged_args() {
+        let first = arrive(None, "left", "t1", json!({"a": 1}));
+        assert_eq!(first.outcome, JoinOutcome::Wait { have: 1, need: 2 });
+        assert!(!first.redelivered);
+        let a = first.write.expect("recorded");
+        let second = arrive(Some(&a), "right", "t2", json!({"b": 2}));
+        assert_eq!(second.outcome, JoinOutcome::Fire(json!({"a": 1, "b": 2})));
+        let a = second.write.expect("recorded");
+        assert!(a.arrived.is_empty() && a.args.is_empty(), "re-armed");
+        assert_eq!(a.consumed, vec!["t1".to_string()]);
+    }
+
+    #[test]
+    fn a_redelivered_firing_token_fires_again_with_the_same_args() {
+        let a = arrive(None, "left", "t1", json!({"a": 1})).write.unwrap();
+        let a = arrive(Some(&a), "right", "t2", json!({"b": 2}))
+            .write
+            .unwrap();
+        let again = arrive(Some(&a), "right", "t2", json!({"b": 99}));
+        assert_eq!(again.outcome, JoinOutcome::Fire(json!({"a": 1, "b": 2})));
+        assert!(again.redelivered && again.write.is_none());
+    }
+
+    #[test]
+    fn a_redelivered_absorbed_token_does_not_re_arm_the_join() {
+        let a = arrive(None, "left", "t1", json!({})).write.unwrap();
+        let a = arrive(Some(&a), "right", "t2", json!({})).write.unwrap();
+        let again = arrive(Some(&a), "left", "t1", json!({}));
+        assert_eq!(again.outcome, JoinOutcome::Wait { have: 0, need: 2 });
+        assert!(again.redelivered && again.write.is_none());
+    }
+
+    #[test]
+    fn the_same_token_twice_before_firing_counts_once() {
+        let a = arrive(None, "left", "t1", json!({})).write.unwrap();
+        let again = arrive(Some(&a), "left", "t1", json!({}));
+        assert_eq!(again.outcome, JoinOutcome::Wait { have: 1, need: 2 });
+        assert!(again.write.is_none() && !again.redelivered);
+    }
+
+    #[test]
+    fn a_token_from_a_step_that_is_not_an_input_never_completes_the_join() {
+        let a = arrive(None, "left", "t1", json!({})).write.unwrap();
+        let stray = arrive(Some(&a), "elsewhere", "t9", json!({}));
+        assert_eq!(stray.outcome, JoinOutcome::Wait { have: 1, need: 2 });
+        assert!(stray.write.unwrap().arrived.contains_key("~elsewhere"));
+    }
+
+    #[test]
+    fn a_second_round_fires_again_and_memory_stays_bounded() {
+        let mut a: Option<Arrivals> = None;
+        for round in 0..(REMEMBERED + 5) {
+            let l = format!("l{round}");
+            let r = format!("r{round}");
+            let w = arrive(a.as_ref(), "left", &l, json!({})).write.unwrap();
+            let fired = arrive(Some(&w), "right", &r, json!({"round": round}));
+            assert_eq!(fired.outcome, JoinOutcome::Fire(json!({"round": round})));
+            a = fired.write;
+        }
+        let a = a.unwrap();
+        assert_eq!(a.firings.len(), REMEMBERED);
+        assert_eq!(a.consumed.len(), REMEMBERED);
+    }
+
+    fn playbook(workflow: Value) -> Playbook {
+        serde_json::from_value(json!({
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "join"},
+            "workflow": workflow,
+        }))
+        .expect("a valid normalised playbook")
+    }
+
+    #[test]
+    fn join_inputs_come_from_incoming_arcs_or_the_from_list() {
+        let pb = playbook(json!([
+            {"step": "start", "next": {"arcs": [{"step": "left"}, {"step": "right"}]}},
+            {"step": "left", "next": {"arcs": [{"step": "merge"}]}},
+            {"step": "right", "next": {"arcs": [{"step": "merge"}]}},
+            {"step": "merge", "spec": {"join": "all"}},
+            {"step": "pick", "spec": {"join": {"from": ["left"]}}},
+            {"step": "plain"},
+        ]));
+        let step = |name: &str| pb.step(name).unwrap();
+        assert_eq!(
+            super::inputs(&pb, step("merge")),
+            Some(vec!["left".to_string(), "right".to_string()])
+        );
+        assert_eq!(
+            super::inputs(&pb, step("pick")),
+            Some(vec!["left".to_string()])
+        );
+        assert_eq!(super::inputs(&pb, step("plain")), None);
+    }
 }
