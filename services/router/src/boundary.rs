@@ -54,6 +54,61 @@ impl Handler for BoundaryHandler {
 
 pub(crate) use noetl_mesh::runtime::HandlerError as BoundaryError;
 
+/// A step-run's boundary, as [`transition`] applies it to the header.
+struct Boundary<'a> {
+    /// The step-run whose token ends.
+    step_run_id: &'a str,
+    /// The tokens its arcs fired.
+    tokens: &'a [TokenRecord],
+    /// Set when it failed and nothing handled the failure: the execution
+    /// fails with this message.
+    failure: Option<&'a str>,
+    /// The time, RFC 3339.
+    now: &'a str,
+}
+
+/// The header after boundary `b`, or `None` when its token is no longer
+/// live (a redelivered boundary changes nothing). The step-run's token
+/// ends; while the execution runs, an unhandled failure fails it (no token
+/// stays live) and otherwise the fired tokens become live; with none live
+/// left the execution is completed. A terminal execution only loses the
+/// token.
+fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader> {
+    if !h.is_live(b.step_run_id) {
+        return None;
+    }
+    let mut h = h.clone();
+    h.live.retain(|t| t.token_id != b.step_run_id);
+    if h.status != ExecStatus::Running {
+        return Some(h);
+    }
+    match b.failure {
+        Some(message) => {
+            h.status = ExecStatus::Failed;
+            h.error = Some(message.to_string());
+            h.live.clear();
+            h.ended_at = Some(b.now.to_string());
+        }
+        None => {
+            h.live.extend(b.tokens.iter().cloned());
+            if h.live.is_empty() {
+                h.status = ExecStatus::Completed;
+                h.ended_at = Some(b.now.to_string());
+            }
+        }
+    }
+    Some(h)
+}
+
+/// The status a boundary event gives its step's record.
+fn step_status(event_type: &str) -> StepStatus {
+    match event_type {
+        types::STEP_FAILED => StepStatus::Failed,
+        types::STEP_SKIPPED => StepStatus::Skipped,
+        _ => StepStatus::Done,
+    }
+}
+
 /// What the arcs decided for one boundary event.
 struct Decision {
     tokens: Vec<TokenRecord>,
@@ -107,11 +162,7 @@ async fn on_boundary(
     }
 
     let step_record = StepRecord {
-        status: match ev.event_type.as_str() {
-            types::STEP_FAILED => StepStatus::Failed,
-            types::STEP_SKIPPED => StepStatus::Skipped,
-            _ => StepStatus::Done,
-        },
+        status: step_status(&ev.event_type),
         last_step_run_id: srid.to_string(),
         loop_counts: payload
             .get("counts")
@@ -136,35 +187,30 @@ async fn on_boundary(
 
     // 2. One compare-and-set: applied only while this step-run's token is
     //    live, so a redelivered event changes nothing the second time.
+    let failure = decision
+        .unhandled_failure
+        .then(|| failure_message(&ev, &payload, decision.error.as_deref()));
+    let now = now_rfc3339();
+    let boundary = Boundary {
+        step_run_id: srid,
+        tokens: &decision.tokens,
+        failure: failure.as_deref(),
+        now: &now,
+    };
     let mut applied = false;
     let header = kv::update_cached(
         mesh.exec_kv(),
         &Keys::header(eid),
         headers,
-        |h: Option<&ExecHeader>| {
-            applied = false;
-            let Some(h) = h else { return Cas::Keep };
-            if !h.is_live(srid) {
-                return Cas::Keep;
+        |h: Option<&ExecHeader>| match h.and_then(|h| transition(h, &boundary)) {
+            Some(next) => {
+                applied = true;
+                Cas::Write(next)
             }
-            let mut h = h.clone();
-            h.live.retain(|t| t.token_id != srid);
-            if h.status == ExecStatus::Running {
-                if decision.unhandled_failure {
-                    h.status = ExecStatus::Failed;
-                    h.error = Some(failure_message(&ev, &payload, decision.error.as_deref()));
-                    h.live.clear();
-                    h.ended_at = Some(now_rfc3339());
-                } else {
-                    h.live.extend(decision.tokens.iter().cloned());
-                    if h.live.is_empty() {
-                        h.status = ExecStatus::Completed;
-                        h.ended_at = Some(now_rfc3339());
-                    }
-                }
+            None => {
+                applied = false;
+                Cas::Keep
             }
-            applied = true;
-            Cas::Write(h)
         },
     )
     .await?;
@@ -507,5 +553,122 @@ fn failure_message(ev: &Event, payload: &Value, routing_error: Option<&str>) -> 
     match payload.get("error") {
         Some(e) => format!("step {:?} failed: {}", ev.step, error_text(e)),
         None => format!("step {:?} failed", ev.step),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: &str, parent: &str) -> TokenRecord {
+        TokenRecord {
+            token_id: id.into(),
+            step: format!("step-{id}"),
+            args: Value::Null,
+            arc: 0,
+            parent: parent.into(),
+        }
+    }
+
+    fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
+        ExecHeader {
+            execution_id: "e1".into(),
+            status,
+            playbook: "p".into(),
+            source: "p.yaml".into(),
+            live: live.iter().map(|t| token(t, "")).collect(),
+            terminal_emitted: false,
+            started_at: "t0".into(),
+            ended_at: None,
+            error: None,
+            parent_execution_id: String::new(),
+        }
+    }
+
+    fn boundary<'a>(
+        srid: &'a str,
+        tokens: &'a [TokenRecord],
+        failure: Option<&'a str>,
+    ) -> Boundary<'a> {
+        Boundary {
+            step_run_id: srid,
+            tokens,
+            failure,
+            now: "t1",
+        }
+    }
+
+    #[test]
+    fn a_boundary_replaces_its_token_by_the_fired_ones() {
+        let fired = [token("a", "s1"), token("b", "s1")];
+        let h = transition(
+            &header(ExecStatus::Running, &["s1", "s2"]),
+            &boundary("s1", &fired, None),
+        )
+        .expect("applied");
+        let live: Vec<&str> = h.live.iter().map(|t| t.token_id.as_str()).collect();
+        assert_eq!(live, vec!["s2", "a", "b"]);
+        assert_eq!((h.status, h.ended_at), (ExecStatus::Running, None));
+    }
+
+    #[test]
+    fn the_last_token_ending_completes_the_execution() {
+        let h = transition(
+            &header(ExecStatus::Running, &["s1"]),
+            &boundary("s1", &[], None),
+        )
+        .unwrap();
+        assert_eq!(h.status, ExecStatus::Completed);
+        assert_eq!(h.ended_at.as_deref(), Some("t1"));
+        assert!(h.live.is_empty() && h.error.is_none());
+    }
+
+    #[test]
+    fn an_unhandled_failure_fails_the_execution_and_ends_every_token() {
+        let fired = [token("a", "s1")];
+        let h = transition(
+            &header(ExecStatus::Running, &["s1", "s2"]),
+            &boundary("s1", &fired, Some("step s failed: boom")),
+        )
+        .unwrap();
+        assert_eq!(h.status, ExecStatus::Failed);
+        assert_eq!(h.error.as_deref(), Some("step s failed: boom"));
+        assert!(h.live.is_empty());
+        assert_eq!(h.ended_at.as_deref(), Some("t1"));
+    }
+
+    #[test]
+    fn a_redelivered_boundary_changes_nothing() {
+        let h = header(ExecStatus::Running, &["s2"]);
+        assert_eq!(
+            transition(&h, &boundary("s1", &[token("a", "s1")], None)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_terminal_execution_only_loses_the_token() {
+        for status in [
+            ExecStatus::Cancelled,
+            ExecStatus::Failed,
+            ExecStatus::Completed,
+        ] {
+            let h = transition(
+                &header(status, &["s1"]),
+                &boundary("s1", &[token("a", "s1")], Some("x")),
+            )
+            .unwrap();
+            assert_eq!(h.status, status);
+            assert!(h.live.is_empty(), "{status:?}: no token fired");
+            assert_eq!((h.error, h.ended_at), (None, None));
+        }
+    }
+
+    #[test]
+    fn boundary_events_give_their_step_status() {
+        assert_eq!(step_status(types::STEP_FAILED), StepStatus::Failed);
+        assert_eq!(step_status(types::STEP_SKIPPED), StepStatus::Skipped);
+        assert_eq!(step_status(types::STEP_DONE), StepStatus::Done);
+        assert_eq!(step_status(types::LOOP_DONE), StepStatus::Done);
     }
 }
