@@ -100,6 +100,19 @@ fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader> {
     Some(h)
 }
 
+/// The `event` arcs' conditions see: the boundary event's payload plus its
+/// `name`, `step` and `step_run_id`.
+fn event_scope(ev: &Event, payload: &Value) -> Value {
+    let mut event = match payload {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    event.insert("name".into(), json!(ev.event_type));
+    event.insert("step".into(), json!(ev.step));
+    event.insert("step_run_id".into(), json!(ev.step_run_id));
+    Value::Object(event)
+}
+
 /// The status a boundary event gives its step's record.
 fn step_status(event_type: &str) -> StepStatus {
     match event_type {
@@ -467,20 +480,14 @@ async fn decide(
             .map(|s| s.step.as_str())
             .collect();
         let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
-        let mut event = match payload {
-            Value::Object(m) => m.clone(),
-            _ => Map::new(),
-        };
-        event.insert("name".into(), json!(ev.event_type));
-        event.insert("step".into(), json!(ev.step));
-        event.insert("step_run_id".into(), json!(ev.step_run_id));
+        let event = event_scope(ev, payload);
         let args = payload.get("args").cloned().unwrap_or_else(|| json!({}));
         let args = scope::hydrate_args(mesh, &args).await?;
         let mut sc = Scope::new()
             .workload(plan.workload.clone())
             .ctx(loaded.ctx)
             .args(args)
-            .event(Value::Object(event))
+            .event(event)
             .execution_id(ev.execution_id.clone());
         for name in &names {
             sc = sc.declare(*name);
@@ -662,6 +669,62 @@ mod tests {
             assert!(h.live.is_empty(), "{status:?}: no token fired");
             assert_eq!((h.error, h.ended_at), (None, None));
         }
+    }
+
+    fn event(event_type: &str) -> Event {
+        Event {
+            event_type: event_type.into(),
+            execution_id: "e1".into(),
+            step_run_id: "sr1".into(),
+            step: "fetch".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn arcs_see_the_payload_with_the_event_name_step_and_step_run() {
+        let e = event_scope(
+            &event(types::STEP_FAILED),
+            &json!({"status": "error", "name": "payload's own"}),
+        );
+        assert_eq!(
+            e,
+            json!({"status": "error", "name": "step.failed", "step": "fetch", "step_run_id": "sr1"})
+        );
+        assert_eq!(
+            event_scope(&event(types::STEP_DONE), &Value::Null)["name"],
+            "step.done"
+        );
+    }
+
+    #[test]
+    fn errors_read_as_kind_and_message() {
+        assert_eq!(error_text(&json!("plain")), "plain");
+        assert_eq!(
+            error_text(&json!({"kind": "http.status", "message": "503"})),
+            "http.status: 503"
+        );
+        assert_eq!(error_text(&json!({"message": "no kind"})), "no kind");
+        assert_eq!(error_text(&json!({"code": 7})), r#"{"code":7}"#);
+        assert_eq!(error_text(&json!(42)), "42");
+    }
+
+    #[test]
+    fn a_failure_message_names_the_step_or_the_routing_error() {
+        let ev = event(types::STEP_FAILED);
+        let boom = json!({"error": {"kind": "python.exception", "message": "boom"}});
+        assert_eq!(
+            failure_message(&ev, &boom, None),
+            r#"step "fetch" failed: python.exception: boom"#
+        );
+        assert_eq!(
+            failure_message(&ev, &json!({}), None),
+            r#"step "fetch" failed"#
+        );
+        assert_eq!(
+            failure_message(&ev, &boom, Some("routing of step \"fetch\" failed")),
+            "routing of step \"fetch\" failed"
+        );
     }
 
     #[test]

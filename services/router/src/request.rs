@@ -403,3 +403,34 @@ async fn unresolved_keychain(
     Ok((!problems.is_empty())
         .then(|| format!("keychain cannot be resolved: {}", problems.join("; "))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: &str) -> ExecutionRequest {
+        ExecutionRequest {
+            execution_id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_execution_is_named_by_its_request_or_its_stream_sequence() {
+        assert_eq!(execution_id(&request(""), 42).unwrap(), "e42");
+        assert_eq!(
+            execution_id(&request("nightly-2026_11"), 42).unwrap(),
+            "nightly-2026_11"
+        );
+    }
+
+    #[test]
+    fn an_unusable_execution_id_is_refused_naming_it() {
+        for bad in ["a.b", "a b", "x>", &"x".repeat(129)] {
+            match execution_id(&request(bad), 1) {
+                Err(StartError::Refused(r)) => assert!(r.contains("is not usable"), "{r}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}

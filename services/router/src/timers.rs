@@ -23,11 +23,10 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
-    codec,
     events::{self, now_ms, types, EventDraft},
     kv::RevisionCache,
     plan::PlanRecord,
-    runtime::{retry_on, BoxFuture, Disposition, Handler},
+    runtime::{self, retry_on, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus},
     Mesh, MeshError,
 };
@@ -118,9 +117,9 @@ impl Handler for TimerHandler {
         let mesh = self.mesh.clone();
         let headers = self.headers.clone();
         Box::pin(async move {
-            let ev: Event = match codec::decode("event", &msg.payload) {
+            let ev: Event = match runtime::decode("event", &msg) {
                 Ok(e) => e,
-                Err(e) => return Disposition::DeadLetter(format!("{e} (subject {})", msg.subject)),
+                Err(e) => return runtime::disposition(Err(e)),
             };
             let payload = events::payload(&ev);
             let deadline: Deadline = match serde_json::from_value(payload.clone()) {
