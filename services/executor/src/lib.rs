@@ -19,6 +19,7 @@ mod child;
 pub mod compact;
 mod pipeline;
 pub mod secrets;
+mod task;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -35,7 +35,8 @@ use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
 use crate::analysis::{NeedsCache, StepNeeds};
-use crate::compact::{compact, TASK_EVENT_LIMIT};
+use crate::compact::compact;
+use crate::task::{SettleInput, Who};
 
 /// Task runs allowed in one step-run (retries and jumps included) before the
 /// step-run fails: a jump loop without an exit.
@@ -495,7 +496,12 @@ impl StepRun<'_> {
                 },
                 Decision::Break => break End::Done(run.outcome.result),
                 Decision::Fail { reason } => {
-                    break End::Failed(failure(task, &run.outcome, &reason, run.policy_error))
+                    break End::Failed(crate::task::failure(
+                        task,
+                        &run.outcome,
+                        &reason,
+                        run.policy_error,
+                    ))
                 }
             }
             if run.iter_changed && self.loop_run.is_some() {
@@ -563,124 +569,36 @@ impl StepRun<'_> {
         }
         let started_at = now_rfc3339();
         let clock = Instant::now();
+        let who = Who {
+            task: &task.name,
+            step: &self.step.step,
+        };
         // Set when the step-run's deadline cut the tool call short.
         let mut out_of_time: Option<String> = None;
-        let rendered = match resumed {
-            Some(outcome) => Err(Ok(outcome)),
-            None => render_config(task, tool.raw_fields(), &scope).map_err(Err),
-        };
-        let (mut outcome, retry_after) = match rendered {
-            Err(Ok(outcome)) => (outcome, None),
-            Ok(config) if task.kind == "playbook" => {
-                match self
-                    .start_child(cur, task, &config, &task_run_id, pending)
-                    .await?
-                {
-                    Ok(()) => return Ok(None),
-                    Err(message) => (
-                        Outcome::error(
-                            "playbook.config",
-                            format!(
-                                "task {:?} of step {:?}: {message}",
-                                task.name, self.step.step
-                            ),
-                            false,
-                        ),
-                        None,
-                    ),
+        let (mut outcome, retry_after) = match resumed {
+            // A child execution ended: its outcome is this task's.
+            Some(outcome) => (outcome, None),
+            None => match render_config(task, tool.raw_fields(), &scope) {
+                Err(message) => (who.error("template", &message), None),
+                Ok(config) if task.kind == "playbook" => {
+                    match self
+                        .start_child(cur, task, &config, &task_run_id, pending)
+                        .await?
+                    {
+                        Ok(()) => return Ok(None),
+                        Err(message) => (who.error("playbook.config", &message), None),
+                    }
                 }
-            }
-            Err(Err(message)) => (
-                Outcome::error(
-                    "template",
-                    format!(
-                        "task {:?} of step {:?}: {message}",
-                        task.name, self.step.step
-                    ),
-                    false,
-                ),
-                None,
-            ),
-            Ok(config) => 'call: {
-                let auth = match config.get("auth") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(name)) => match self.credentials.credential(name) {
-                        Some(c) => Some(c),
-                        None => {
-                            break 'call (
-                                Outcome::error(
-                                    "auth",
-                                    format!(
-                                        "task {:?} of step {:?}: `auth: {name}` names no credential of the playbook's `keychain`; declare it there",
-                                        task.name, self.step.step
-                                    ),
-                                    false,
-                                ),
-                                None,
-                            )
-                        }
-                    },
-                    Some(_) => {
-                        break 'call (
-                            Outcome::error(
-                                "auth",
-                                format!(
-                                    "task {:?} of step {:?}: `auth` must name a keychain entry (a string)",
-                                    task.name, self.step.step
-                                ),
-                                false,
-                            ),
-                            None,
-                        )
+                Ok(config) => match crate::task::auth(&config, &self.credentials) {
+                    Err(why) => (who.error("auth", &why), None),
+                    Ok(auth) => {
+                        let call = self.tool_call(cur, task, config, auth);
+                        let (r, late) = self.call(tool, call, task, &span).await;
+                        out_of_time = late;
+                        (r.outcome, r.retry_after)
                     }
-                };
-                let in_loop = self.loop_run.is_some() || !cur.iter.is_empty();
-                let call = ToolCall {
-                    execution_id: self.eid().to_string(),
-                    step: self.step.step.clone(),
-                    task: task.name.clone(),
-                    kind: task.kind.clone(),
-                    config,
-                    spec: self.needs.specs.get(cur.pc).cloned().unwrap_or_default(),
-                    args: self.args.clone(),
-                    prev: cur.prev.clone(),
-                    iter: in_loop.then(|| self.iter_view(cur)),
-                    ctx: cur.ctx.clone(),
-                    workload: self.plan.workload.clone(),
-                    attempt: cur.attempt,
-                    auth,
-                };
-                let r = match self.deadline() {
-                    None => call_tool(tool, call).instrument(span.clone()).await,
-                    Some(d) => {
-                        let left = match noetl_core::lifecycle::due(d.at_ms, now_ms()) {
-                            noetl_core::lifecycle::Due::In(left) => left,
-                            noetl_core::lifecycle::Due::Now => Duration::ZERO,
-                        };
-                        match call_tool_within(tool, call, left)
-                            .instrument(span.clone())
-                            .await
-                        {
-                            Some(r) => r,
-                            None => {
-                                let e = noetl_core::lifecycle::timeout_error(
-                                    &d,
-                                    &self.step.step,
-                                    Some(&task.name),
-                                );
-                                let message = e["message"].as_str().unwrap_or("").to_string();
-                                out_of_time = Some(message.clone());
-                                ToolReturn::from(Outcome::error(
-                                    noetl_core::lifecycle::TIMEOUT,
-                                    message,
-                                    false,
-                                ))
-                            }
-                        }
-                    }
-                };
-                (r.outcome, r.retry_after)
-            }
+                },
+            },
         };
         outcome.meta = OutcomeMeta {
             attempt: cur.attempt,
@@ -699,80 +617,19 @@ impl StepRun<'_> {
             scope: &policy_scope,
             retry_after,
         });
-        let decided = decided.map(|mut d| {
-            if let Decision::Fail { reason } = &mut d.decision {
-                crate::secrets::redact_str(reason, &self.secrets);
-            }
-            // A patch may render `keychain` directly: it must not reach KV.
-            for patch in [d.set_iter.as_mut(), d.set_ctx.as_mut()]
-                .into_iter()
-                .flatten()
-            {
-                patch
-                    .values_mut()
-                    .for_each(|v| crate::secrets::redact_value(v, &self.secrets));
-            }
-            d
+        let mut settled = crate::task::settle(SettleInput {
+            decided,
+            out_of_time: out_of_time.as_deref(),
+            who,
+            source: &self.plan.source_name,
         });
-        let (decision, set_iter, set_ctx, rule, policy_error) = match decided {
-            // Out of time: the step-run fails whatever the policy says (a
-            // retry could not finish in time either).
-            _ if out_of_time.is_some() => {
-                let message = out_of_time.clone().unwrap_or_default();
-                let reason = format!("{}: {message}", noetl_core::lifecycle::TIMEOUT);
-                (Decision::Fail { reason }, None, None, None, None)
-            }
-            Ok(d) => (d.decision, d.set_iter, d.set_ctx, d.rule, None),
-            Err(e) => {
-                // A template error quotes rendered values (`then.delay ...,
-                // got <value>`), which may come from `keychain`.
-                let mut message = format!(
-                    "task policy of task {:?} in step {:?} ({}): {e}",
-                    task.name, self.step.step, self.plan.source_name
-                );
-                crate::secrets::redact_str(&mut message, &self.secrets);
-                let reason = message.clone();
-                (Decision::Fail { reason }, None, None, None, Some(message))
-            }
-        };
-        let mut ctx_error = None;
-        if let Some(patch) = set_ctx.as_ref().filter(|p| !p.is_empty()) {
-            match self.split_ctx_patch(patch, &mut cur.reduce) {
-                Err(e) => ctx_error = Some(e),
-                Ok(rest) if rest.is_empty() => {}
-                Ok(rest) => {
-                    let writer = format!(
-                        "step {:?} iteration {} task {:?}",
-                        self.step.step, self.index, task.name
-                    );
-                    match self.claim_ctx_keys(&rest, &writer, &task_run_id).await? {
-                        Err(e) => ctx_error = Some(e),
-                        Ok(()) => cur.ctx = self.apply_ctx(&rest, &task_run_id).await?,
-                    }
-                }
+        self.redact_settled(&mut settled);
+        if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
+            if let Some((kind, message)) = self.write_ctx(cur, task, &patch, &task_run_id).await? {
+                crate::task::fail_on_ctx_error(&mut outcome, &mut settled, kind, message);
             }
         }
-        // A ctx conflict or reducer error fails the task (and so the
-        // iteration), whatever the policy decided.
-        let (decision, policy_error) = match ctx_error {
-            Some((kind, message)) => {
-                outcome.error = Some(noetl_core::OutcomeError {
-                    kind: kind.to_string(),
-                    retryable: false,
-                    message: message.clone(),
-                    extra: Map::new(),
-                });
-                outcome.status = noetl_core::OutcomeStatus::Error;
-                (
-                    Decision::Fail {
-                        reason: message.clone(),
-                    },
-                    Some(message),
-                )
-            }
-            None => (decision, policy_error),
-        };
-        if let Some(patch) = &set_iter {
+        if let Some(patch) = &settled.set_iter {
             for (k, v) in patch {
                 cur.iter.insert(k.clone(), v.clone());
             }
@@ -780,31 +637,12 @@ impl StepRun<'_> {
         let _enter = span.enter();
         tracing::debug!(
             status = ?outcome.status,
-            action = action_name(&decision),
+            action = crate::task::action_name(&settled.decision),
             duration_ms = outcome.meta.duration_ms,
             "task finished"
         );
         drop(_enter);
-        let payload = json!({
-            "status": outcome.status,
-            "attempt": cur.attempt,
-            "duration_ms": outcome.meta.duration_ms,
-            "result": compact(&outcome.result, TASK_EVENT_LIMIT),
-            "error": outcome.error,
-            "action": action_name(&decision),
-            "rule": rule,
-            "set_ctx": set_ctx,
-            "set_iter": set_iter,
-        });
-        let mut payload = payload;
-        if let Decision::Retry {
-            delay,
-            next_attempt,
-        } = &decision
-        {
-            payload["retry"] =
-                json!({"delay_ms": delay.as_millis() as u64, "next_attempt": next_attempt});
-        }
+        let payload = crate::task::done_payload(&outcome, cur.attempt, &settled);
         pending.push(
             self.mesh()
                 .emit(&self.task_event(types::TASK_DONE, &task_run_id, task, payload))
@@ -812,10 +650,119 @@ impl StepRun<'_> {
         );
         Ok(Some(TaskRun {
             outcome,
-            decision,
-            iter_changed: set_iter.as_ref().map(|m| !m.is_empty()).unwrap_or(false),
-            policy_error,
+            iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
+            decision: settled.decision,
+            policy_error: settled.policy_error,
         }))
+    }
+
+    /// A task's tool call, its config rendered.
+    fn tool_call(
+        &self,
+        cur: &Cursor,
+        task: &Task,
+        config: Map<String, Value>,
+        auth: Option<noetl_core::tool::AuthCredential>,
+    ) -> ToolCall {
+        let in_loop = self.loop_run.is_some() || !cur.iter.is_empty();
+        ToolCall {
+            execution_id: self.eid().to_string(),
+            step: self.step.step.clone(),
+            task: task.name.clone(),
+            kind: task.kind.clone(),
+            config,
+            spec: self.needs.specs.get(cur.pc).cloned().unwrap_or_default(),
+            args: self.args.clone(),
+            prev: cur.prev.clone(),
+            iter: in_loop.then(|| self.iter_view(cur)),
+            ctx: cur.ctx.clone(),
+            workload: self.plan.workload.clone(),
+            attempt: cur.attempt,
+            auth,
+        }
+    }
+
+    /// Call the tool, within the step-run's deadline if it has one; the
+    /// second value is set (the timeout message) when the deadline cut the
+    /// call short.
+    async fn call(
+        &self,
+        tool: &Arc<dyn Tool>,
+        call: ToolCall,
+        task: &Task,
+        span: &tracing::Span,
+    ) -> (ToolReturn, Option<String>) {
+        let Some(d) = self.deadline() else {
+            return (call_tool(tool, call).instrument(span.clone()).await, None);
+        };
+        let left = match noetl_core::lifecycle::due(d.at_ms, now_ms()) {
+            noetl_core::lifecycle::Due::In(left) => left,
+            noetl_core::lifecycle::Due::Now => Duration::ZERO,
+        };
+        match call_tool_within(tool, call, left)
+            .instrument(span.clone())
+            .await
+        {
+            Some(r) => (r, None),
+            None => {
+                let e = noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some(&task.name));
+                let message = e["message"].as_str().unwrap_or("").to_string();
+                let r = ToolReturn::from(Outcome::error(
+                    noetl_core::lifecycle::TIMEOUT,
+                    message.clone(),
+                    false,
+                ));
+                (r, Some(message))
+            }
+        }
+    }
+
+    /// No resolved secret reaches an event or KV through a decision: a
+    /// fail reason, a policy error (it quotes rendered values) or a patch
+    /// that rendered `keychain` directly.
+    fn redact_settled(&self, s: &mut crate::task::Settled) {
+        if let Decision::Fail { reason } = &mut s.decision {
+            crate::secrets::redact_str(reason, &self.secrets);
+        }
+        if let Some(message) = &mut s.policy_error {
+            crate::secrets::redact_str(message, &self.secrets);
+        }
+        for patch in [s.set_iter.as_mut(), s.set_ctx.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            patch
+                .values_mut()
+                .for_each(|v| crate::secrets::redact_value(v, &self.secrets));
+        }
+    }
+
+    /// Write a task's `set_ctx` patch: reducer contributions stay in the
+    /// iteration, the rest is claimed (parallel loops) and merged. Returns
+    /// the error kind and message when a key conflicts or a reducer fails.
+    async fn write_ctx(
+        &self,
+        cur: &mut Cursor,
+        task: &Task,
+        patch: &Map<String, Value>,
+        task_run_id: &str,
+    ) -> Result<Option<(&'static str, String)>, MeshError> {
+        let rest = match self.split_ctx_patch(patch, &mut cur.reduce) {
+            Err(e) => return Ok(Some(e)),
+            Ok(rest) if rest.is_empty() => return Ok(None),
+            Ok(rest) => rest,
+        };
+        let writer = format!(
+            "step {:?} iteration {} task {:?}",
+            self.step.step, self.index, task.name
+        );
+        match self.claim_ctx_keys(&rest, &writer, task_run_id).await? {
+            Err(e) => Ok(Some(e)),
+            Ok(()) => {
+                cur.ctx = self.apply_ctx(&rest, task_run_id).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// `iter` as templates and tools see it: the iteration's own keys, and
@@ -1337,39 +1284,6 @@ async fn call_tool_within(
             handle.abort();
             None
         }
-    }
-}
-
-/// `{kind, message, task}` of a failed step-run.
-fn failure(task: &Task, outcome: &Outcome, reason: &str, policy_error: Option<String>) -> Value {
-    if let Some(message) = policy_error {
-        return json!({"kind": "policy", "message": message, "task": task.name});
-    }
-    match &outcome.error {
-        Some(e) => {
-            let own = if e.message.is_empty() {
-                e.kind.clone()
-            } else {
-                format!("{}: {}", e.kind, e.message)
-            };
-            let message = if reason == own {
-                e.message.clone()
-            } else {
-                format!("{reason}; last error: {own}")
-            };
-            json!({"kind": e.kind, "message": message, "task": task.name})
-        }
-        None => json!({"kind": "policy.fail", "message": reason, "task": task.name}),
-    }
-}
-
-fn action_name(d: &Decision) -> &'static str {
-    match d {
-        Decision::Continue => "continue",
-        Decision::Retry { .. } => "retry",
-        Decision::Jump { .. } => "jump",
-        Decision::Break => "break",
-        Decision::Fail { .. } => "fail",
     }
 }
 
