@@ -25,9 +25,10 @@ use noetl_mesh::{
     ids::derive_id,
     keys::Keys,
     kv::{self, Cas},
+    payloads::{self, IterationEnded, IterationStatus},
     plan::PlanRecord,
     scope,
-    state::{ExecHeader, LoopProgress},
+    state::{Checkpoint, ExecHeader, LoopProgress},
     Batch, Mesh, MeshError, PendingAck,
 };
 use noetl_wire::{IterationRef, TaskCommand};
@@ -1008,23 +1009,31 @@ impl StepRun<'_> {
             }
             (Some((loop_run_id, index)), end) => {
                 let (t, status, result, error) = match end {
-                    End::Done(r) => (types::LOOP_ITERATION_DONE, "ok", r, Value::Null),
-                    End::Failed(e) => (types::LOOP_ITERATION_FAILED, "error", Value::Null, e),
+                    End::Done(r) => (
+                        types::LOOP_ITERATION_DONE,
+                        IterationStatus::Ok,
+                        r,
+                        Value::Null,
+                    ),
+                    End::Failed(e) => (
+                        types::LOOP_ITERATION_FAILED,
+                        IterationStatus::Error,
+                        Value::Null,
+                        e,
+                    ),
                     End::Handoff => unreachable!("handled above"),
                 };
-                (
-                    t,
-                    json!({
-                        "loop_run_id": loop_run_id,
-                        "index": index,
-                        "status": status,
-                        "result": compact(&result, self.mesh().config().inline_limit),
-                        "iter": compact(&Value::Object(cur.iter.clone()), self.mesh().config().inline_limit),
-                        "reduce": cur.reduce,
-                        "error": error,
-                    }),
-                    self.index.as_str(),
-                )
+                let limit = self.mesh().config().inline_limit;
+                let ended = IterationEnded {
+                    loop_run_id: loop_run_id.clone(),
+                    index: *index,
+                    status,
+                    result: compact(&result, limit),
+                    iter: compact(&Value::Object(cur.iter.clone()), limit),
+                    reduce: cur.reduce.clone(),
+                    error,
+                };
+                (t, payloads::to_value(&ended), self.index.as_str())
             }
         };
         let ev = EventDraft {
@@ -1117,14 +1126,14 @@ impl StepRun<'_> {
 
     /// Record where this iteration is (after a task that wrote `iter`).
     async fn checkpoint(&self, cur: &Cursor) -> Result<(), MeshError> {
-        let ck = json!({
-            "steps_taken": cur.steps_taken,
-            "pc": cur.pc,
-            "attempt": cur.attempt,
-            "prev": self.prev_by_reference(cur).await?,
-            "iter": cur.iter,
-            "reduce": cur.reduce,
-        });
+        let ck = Checkpoint {
+            steps_taken: cur.steps_taken,
+            pc: cur.pc,
+            attempt: cur.attempt,
+            prev: self.prev_by_reference(cur).await?,
+            iter: cur.iter.clone(),
+            reduce: cur.reduce.clone(),
+        };
         kv::put(self.mesh().loop_kv(), &self.checkpoint_key(), &ck).await?;
         Ok(())
     }
@@ -1135,11 +1144,13 @@ impl StepRun<'_> {
         if self.loop_run.is_none() || !self.needs.sets_iter {
             return Ok(());
         }
-        let Some(ck) = kv::get::<Value>(self.mesh().loop_kv(), &self.checkpoint_key()).await?
+        // A checkpoint that does not decode is Corrupt (dead-lettered,
+        // failing the execution naming its key), never "start from task 0".
+        let Some(ck) = kv::get::<Checkpoint>(self.mesh().loop_kv(), &self.checkpoint_key()).await?
         else {
             return Ok(());
         };
-        let taken = ck["steps_taken"].as_u64().unwrap_or(0);
+        let taken = ck.steps_taken;
         if taken <= cur.steps_taken {
             return Ok(());
         }
@@ -1152,15 +1163,11 @@ impl StepRun<'_> {
             "resuming iteration from its checkpoint"
         );
         cur.steps_taken = taken;
-        cur.pc = ck["pc"].as_u64().unwrap_or(0) as usize;
-        cur.attempt = ck["attempt"].as_u64().unwrap_or(1) as u32;
-        cur.prev = ck["prev"].clone();
-        if let Value::Object(m) = &ck["iter"] {
-            cur.iter = m.clone();
-        }
-        if let Value::Object(m) = &ck["reduce"] {
-            cur.reduce = m.clone();
-        }
+        cur.pc = ck.pc;
+        cur.attempt = ck.attempt;
+        cur.prev = ck.prev;
+        cur.iter = ck.iter;
+        cur.reduce = ck.reduce;
         Ok(())
     }
 

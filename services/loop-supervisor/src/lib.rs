@@ -26,10 +26,13 @@ use noetl_core::{
 };
 use noetl_mesh::{
     codec,
-    events::{self, now_ms, types, EventDraft},
+    events::{now_ms, types, EventDraft},
     ids::derive_id,
     keys::Keys,
     kv::{self, key_part, Cas},
+    payloads::{
+        self, IterationEnded, IterationStarted, IterationStatus, LoopCounts, LoopDone, LoopStatus,
+    },
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
@@ -194,8 +197,12 @@ impl LoopRun {
         self.in_flight.is_empty() && (self.stopped || self.next >= self.total)
     }
 
-    fn counts(&self) -> Value {
-        json!({"total": self.total, "done": self.done, "failed": self.failed})
+    fn counts(&self) -> LoopCounts {
+        LoopCounts {
+            total: self.total,
+            done: self.done,
+            failed: self.failed,
+        }
     }
 }
 
@@ -648,7 +655,10 @@ async fn dispatch(
                     step: &step.step,
                     trace_id: &run.trace_id,
                     discriminator: &idx,
-                    payload: json!({"loop_run_id": srid, "index": i}),
+                    payload: payloads::to_value(&IterationStarted {
+                        loop_run_id: srid.to_string(),
+                        index: i,
+                    }),
                     ..Default::default()
                 }
                 .build(),
@@ -666,7 +676,15 @@ async fn dispatch(
                         step: &step.step,
                         trace_id: &run.trace_id,
                         discriminator: &idx,
-                        payload: json!({"loop_run_id": srid, "index": i, "result": null}),
+                        payload: payloads::to_value(&IterationEnded {
+                            loop_run_id: srid.to_string(),
+                            index: i,
+                            status: IterationStatus::Ok,
+                            result: Value::Null,
+                            iter: Value::Null,
+                            reduce: Default::default(),
+                            error: Value::Null,
+                        }),
                         ..Default::default()
                     }
                     .build(),
@@ -744,15 +762,10 @@ async fn dispatch(
 }
 
 async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
-    let payload = events::payload(&ev);
+    let report: IterationEnded = payloads::decode(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
-    let Some(index) = payload.get("index").and_then(Value::as_u64) else {
-        return Err(LoopError::Refused(format!(
-            "{} of execution {eid} step {:?} carries no iteration index",
-            ev.event_type, ev.step
-        )));
-    };
+    let index = report.index;
     let (plan, idx) = plan_and_step(mesh, eid, &ev.step).await?;
     let step = &plan.playbook.workflow[idx];
     let failed = ev.event_type == types::LOOP_ITERATION_FAILED;
@@ -763,9 +776,10 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
         .as_ref()
         .and_then(|l| reduce::declared(l.spec.policy.as_ref()).ok())
         .unwrap_or_default();
-    let contributions = match payload.get("reduce") {
-        Some(Value::Object(m)) if !failed => m.clone(),
-        _ => serde_json::Map::new(),
+    let contributions = if failed {
+        serde_json::Map::new()
+    } else {
+        report.reduce
     };
     let skey = Keys::loop_run(eid, srid);
     let mut claim = Claim {
@@ -1084,11 +1098,11 @@ async fn finish(
     .await?;
     let mut batch = Batch::new();
     let status = if loop_failed {
-        "failed"
+        LoopStatus::Failed
     } else if run.failed == 0 {
-        "ok"
+        LoopStatus::Ok
     } else {
-        "partial"
+        LoopStatus::Partial
     };
     batch.push(
         mesh.emit(
@@ -1098,13 +1112,13 @@ async fn finish(
                 step_run_id: srid,
                 step: &step.step,
                 trace_id: &run.trace_id,
-                payload: json!({
-                    "boundary": !loop_failed,
-                    "status": status,
-                    "counts": run.counts(),
-                    "result": run.counts(),
-                    "args": run.args,
-                    "error": run.error,
+                payload: payloads::to_value(&LoopDone {
+                    boundary: !loop_failed,
+                    status,
+                    counts: run.counts(),
+                    result: run.counts(),
+                    args: run.args.clone(),
+                    error: run.error.clone(),
                 }),
                 ..Default::default()
             }

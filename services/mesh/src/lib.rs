@@ -24,6 +24,7 @@ pub mod ids;
 pub mod keys;
 pub mod kv;
 pub mod objects;
+pub mod payloads;
 pub mod plan;
 pub mod runtime;
 pub mod scope;

@@ -165,6 +165,25 @@ pub fn mark_ctx_applied(ctx: &mut serde_json::Map<String, Value>, id: &str) {
     ctx.insert(APPLIED_KEY.to_string(), Value::Array(ids));
 }
 
+/// Where an iteration's pipeline is, stored by the executor (bucket loop,
+/// [`Keys::checkpoint`]) after each task that wrote `iter`, so a
+/// redelivered command resumes there instead of repeating tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Task runs taken so far (a later checkpoint has more).
+    pub steps_taken: u64,
+    /// The next task.
+    pub pc: usize,
+    /// Its attempt.
+    pub attempt: u32,
+    /// `_prev` (a reference when large).
+    pub prev: Value,
+    /// The iteration's `iter`.
+    pub iter: serde_json::Map<String, Value>,
+    /// Its reducer contributions so far.
+    pub reduce: serde_json::Map<String, Value>,
+}
+
 /// What a reader other than the loop-supervisor needs of a loop run's
 /// record (the loop-supervisor's own type has every field): which
 /// iterations have been counted.

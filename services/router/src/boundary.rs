@@ -10,6 +10,7 @@ use noetl_mesh::{
     ids::derive_id,
     keys::Keys,
     kv::{self, Cas, RevisionCache},
+    payloads::{self, BoundaryView, CancelRequested, DeadLettered},
     plan::PlanRecord,
     runtime::{self, BoxFuture, Disposition, Handler},
     scope,
@@ -141,7 +142,8 @@ async fn on_boundary(
         return on_cancel(mesh, headers, &ev).await;
     }
     let payload = events::payload(&ev);
-    if ev.event_type == types::LOOP_DONE && payload.get("boundary") != Some(&Value::Bool(true)) {
+    let view: BoundaryView = payloads::decode(&ev)?;
+    if ev.event_type == types::LOOP_DONE && view.boundary != Some(true) {
         return Ok(()); // informational: the failing loop's boundary is step.failed
     }
     let eid = ev.execution_id.as_str();
@@ -164,7 +166,7 @@ async fn on_boundary(
     };
 
     // 1. The decision (pure: arcs over event, ctx, workload, args, results).
-    let mut decision = decide(mesh, &plan, step, &ev, &payload).await?;
+    let mut decision = decide(mesh, &plan, step, &ev, (&payload, &view)).await?;
     // Past the execution's deadline no arc fires: the execution fails,
     // naming the deadline (its timer would end it a moment later).
     if let Some(error) = crate::timers::stops_routing(&plan, !decision.tokens.is_empty(), now_ms())
@@ -177,15 +179,15 @@ async fn on_boundary(
     let step_record = StepRecord {
         status: step_status(&ev.event_type),
         last_step_run_id: srid.to_string(),
-        loop_counts: payload
-            .get("counts")
-            .cloned()
-            .filter(|_| ev.event_type == types::LOOP_DONE),
-        error: payload.get("error").map(error_text),
+        loop_counts: view
+            .counts
+            .filter(|_| ev.event_type == types::LOOP_DONE)
+            .map(|c| payloads::to_value(&c)),
+        error: view.error.as_ref().map(error_text),
     };
     let skey = Keys::step(eid, &ev.step);
     // A token absorbed by a join says nothing about the step's status.
-    let absorbed = payload.get("join") == Some(&Value::Bool(true));
+    let absorbed = view.join;
     // The step's record is written before the header can turn terminal, so
     // whoever sees the execution end also sees how its last step ended. It
     // is written only while this step-run's token is live (a redelivery
@@ -202,7 +204,7 @@ async fn on_boundary(
     //    live, so a redelivered event changes nothing the second time.
     let failure = decision
         .unhandled_failure
-        .then(|| failure_message(&ev, &payload, decision.error.as_deref()));
+        .then(|| failure_message(&ev, view.error.as_ref(), decision.error.as_deref()));
     let now = now_rfc3339();
     let boundary = Boundary {
         step_run_id: srid,
@@ -366,13 +368,10 @@ async fn on_dead_letter(
     ev: &Event,
 ) -> Result<(), BoundaryError> {
     let eid = ev.execution_id.as_str();
-    let payload = events::payload(ev);
-    let text = |k: &str| payload[k].as_str().unwrap_or("?").to_string();
+    let dl: DeadLettered = payloads::decode(ev)?;
     let error = format!(
         "internal: message on {} was dead-lettered by {}: {}",
-        text("subject"),
-        text("consumer"),
-        text("reason")
+        dl.subject, dl.consumer, dl.reason
     );
     let header = end_running(mesh, headers, eid, ExecStatus::Failed, &error).await?;
     match header {
@@ -418,8 +417,8 @@ async fn on_cancel(
     ev: &Event,
 ) -> Result<(), BoundaryError> {
     let eid = ev.execution_id.as_str();
-    let payload = events::payload(ev);
-    let reason = payload["reason"].as_str().unwrap_or("").trim().to_string();
+    let request: CancelRequested = payloads::decode(ev)?;
+    let reason = request.reason.trim().to_string();
     let error = if reason.is_empty() {
         "cancelled".to_string()
     } else {
@@ -442,7 +441,7 @@ async fn decide(
     plan: &PlanRecord,
     step: &Step,
     ev: &Event,
-    payload: &Value,
+    (payload, view): (&Value, &BoundaryView),
 ) -> Result<Decision, MeshError> {
     let mut record = Decision {
         tokens: Vec::new(),
@@ -481,7 +480,7 @@ async fn decide(
             .collect();
         let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
         let event = event_scope(ev, payload);
-        let args = payload.get("args").cloned().unwrap_or_else(|| json!({}));
+        let args = view.args.clone().unwrap_or_else(|| json!({}));
         let args = scope::hydrate_args(mesh, &args).await?;
         let mut sc = Scope::new()
             .workload(plan.workload.clone())
@@ -553,11 +552,11 @@ fn error_text(v: &Value) -> String {
     }
 }
 
-fn failure_message(ev: &Event, payload: &Value, routing_error: Option<&str>) -> String {
+fn failure_message(ev: &Event, error: Option<&Value>, routing_error: Option<&str>) -> String {
     if let Some(e) = routing_error {
         return e.to_string();
     }
-    match payload.get("error") {
+    match error {
         Some(e) => format!("step {:?} failed: {}", ev.step, error_text(e)),
         None => format!("step {:?} failed", ev.step),
     }
@@ -712,17 +711,14 @@ mod tests {
     #[test]
     fn a_failure_message_names_the_step_or_the_routing_error() {
         let ev = event(types::STEP_FAILED);
-        let boom = json!({"error": {"kind": "python.exception", "message": "boom"}});
+        let boom = json!({"kind": "python.exception", "message": "boom"});
         assert_eq!(
-            failure_message(&ev, &boom, None),
+            failure_message(&ev, Some(&boom), None),
             r#"step "fetch" failed: python.exception: boom"#
         );
+        assert_eq!(failure_message(&ev, None, None), r#"step "fetch" failed"#);
         assert_eq!(
-            failure_message(&ev, &json!({}), None),
-            r#"step "fetch" failed"#
-        );
-        assert_eq!(
-            failure_message(&ev, &boom, Some("routing of step \"fetch\" failed")),
+            failure_message(&ev, Some(&boom), Some("routing of step \"fetch\" failed")),
             "routing of step \"fetch\" failed"
         );
     }

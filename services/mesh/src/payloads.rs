@@ -1,0 +1,299 @@
+//! Typed payloads of the events one service writes and another reads back.
+//!
+//! Events carry their payload as JSON (readable by any client, field names
+//! as in `docs/architecture.md`, "Event payloads"). A service that decides
+//! on an event decodes it with [`decode`]: a field of the wrong type or a
+//! missing required field is an [`crate::MeshError::Invalid`] naming the
+//! event, its execution and the field, never a silent default. User data
+//! (results, args, `iter`, reducer contributions, errors) stays free-form
+//! JSON inside them.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use noetl_wire::Event;
+
+use crate::MeshError;
+
+/// `loop.iteration.started`, written by the loop-supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationStarted {
+    /// The loop run (its step-run id).
+    pub loop_run_id: String,
+    /// The iteration.
+    pub index: u64,
+}
+
+/// How an iteration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IterationStatus {
+    /// `loop.iteration.done`.
+    Ok,
+    /// `loop.iteration.failed`.
+    Error,
+}
+
+/// `loop.iteration.done` / `loop.iteration.failed`, written by the executor
+/// (or the loop-supervisor for a loop without tasks), read by the
+/// loop-supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationEnded {
+    /// The loop run (its step-run id).
+    pub loop_run_id: String,
+    /// The iteration.
+    pub index: u64,
+    /// How it ended (absent: `ok`).
+    #[serde(default = "ok")]
+    pub status: IterationStatus,
+    /// Its last result (compact).
+    #[serde(default)]
+    pub result: Value,
+    /// Its `iter` at the end (compact).
+    #[serde(default)]
+    pub iter: Value,
+    /// Its reducer contributions (ctx key -> partial aggregate).
+    #[serde(default)]
+    pub reduce: Map<String, Value>,
+    /// Why it failed (`null` when it did not).
+    #[serde(default)]
+    pub error: Value,
+}
+
+fn ok() -> IterationStatus {
+    IterationStatus::Ok
+}
+
+/// How a loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopStatus {
+    /// Every iteration succeeded.
+    Ok,
+    /// Some failed (`best_effort`).
+    Partial,
+    /// The loop failed (`fail_fast` with a failure, or a reducer error).
+    Failed,
+}
+
+/// A loop's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LoopCounts {
+    /// Iterations in the collection.
+    pub total: u64,
+    /// Succeeded.
+    pub done: u64,
+    /// Failed.
+    pub failed: u64,
+}
+
+/// `loop.done`, written by the loop-supervisor, read by the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopDone {
+    /// True when this event is the step-run's boundary (its arcs are
+    /// evaluated on it); false when the loop failed and its boundary is the
+    /// `step.failed` that follows.
+    pub boundary: bool,
+    /// How the loop ended.
+    pub status: LoopStatus,
+    /// Counters.
+    pub counts: LoopCounts,
+    /// The step's result: the counters.
+    pub result: LoopCounts,
+    /// The step's args.
+    #[serde(default)]
+    pub args: Value,
+    /// Why the loop failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// `message.dead_lettered`, written by any consumer, read by the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLettered {
+    /// The consumer that gave up.
+    pub consumer: String,
+    /// The message's subject.
+    pub subject: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `execution.cancel_requested`, read by the router.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CancelRequested {
+    /// Why (may be empty).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// What the router reads of a step-run's boundary event (`step.done`,
+/// `step.failed`, `step.skipped`, `loop.done`); the rest of the payload
+/// is passed to arc conditions as `event` untouched.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub struct BoundaryView {
+    /// The step's args (its token's inscription).
+    #[serde(default)]
+    pub args: Option<Value>,
+    /// Why the step failed.
+    #[serde(default)]
+    pub error: Option<Value>,
+    /// A `step.skipped` for a token a join absorbed: says nothing about the
+    /// step's status.
+    #[serde(default)]
+    pub join: bool,
+    /// `loop.done`: whether it is the boundary.
+    #[serde(default)]
+    pub boundary: Option<bool>,
+    /// `loop.done`: the counters.
+    #[serde(default)]
+    pub counts: Option<LoopCounts>,
+}
+
+/// A payload as JSON for an [`crate::events::EventDraft`].
+pub fn to_value<T: Serialize>(payload: &T) -> Value {
+    serde_json::to_value(payload).expect("payload types serialise to JSON")
+}
+
+/// Decode `event`'s payload as `T`, naming the event, its execution and
+/// step, and the field that is wrong.
+pub fn decode<T: DeserializeOwned>(event: &Event) -> Result<T, MeshError> {
+    let bytes: &[u8] = if event.payload_json.is_empty() {
+        b"{}"
+    } else {
+        &event.payload_json
+    };
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        MeshError::Invalid(format!(
+            "{} of execution {} (step {:?}) has a payload that does not decode{}: {}",
+            event.event_type,
+            event.execution_id,
+            event.step,
+            if path == "." {
+                String::new()
+            } else {
+                format!(" at `{path}`")
+            },
+            e.inner()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(event_type: &str, payload: Value) -> Event {
+        Event {
+            event_type: event_type.into(),
+            execution_id: "e1".into(),
+            step: "lp".into(),
+            payload_json: serde_json::to_vec(&payload).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn iteration_reports_round_trip_with_their_documented_fields() {
+        let p = IterationEnded {
+            loop_run_id: "sr1".into(),
+            index: 3,
+            status: IterationStatus::Error,
+            result: Value::Null,
+            iter: json!({"page": 2}),
+            reduce: Map::new(),
+            error: json!({"kind": "python.exception"}),
+        };
+        let v = to_value(&p);
+        assert_eq!(
+            v,
+            json!({"loop_run_id": "sr1", "index": 3, "status": "error", "result": null,
+                   "iter": {"page": 2}, "reduce": {}, "error": {"kind": "python.exception"}})
+        );
+        assert_eq!(decode::<IterationEnded>(&event("x", v)).unwrap(), p);
+        // The loop-supervisor's own report of a loop without tasks.
+        let bare = decode::<IterationEnded>(&event(
+            "loop.iteration.done",
+            json!({"loop_run_id": "sr1", "index": 0, "result": null}),
+        ))
+        .unwrap();
+        assert_eq!((bare.status, bare.reduce.len()), (IterationStatus::Ok, 0));
+    }
+
+    #[test]
+    fn a_bad_field_is_an_invalid_error_naming_event_execution_and_field() {
+        let e = decode::<IterationEnded>(&event(
+            "loop.iteration.done",
+            json!({"loop_run_id": "sr1", "index": "three"}),
+        ))
+        .unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Invalid);
+        let m = e.to_string();
+        assert!(m.contains("loop.iteration.done of execution e1"), "{m}");
+        assert!(m.contains("at `index`"), "{m}");
+        let missing = decode::<IterationEnded>(&event("loop.iteration.done", json!({})));
+        assert!(missing.unwrap_err().to_string().contains("loop_run_id"));
+    }
+
+    #[test]
+    fn loop_done_and_the_router_s_view_of_it_agree() {
+        let done = LoopDone {
+            boundary: true,
+            status: LoopStatus::Partial,
+            counts: LoopCounts {
+                total: 3,
+                done: 2,
+                failed: 1,
+            },
+            result: LoopCounts {
+                total: 3,
+                done: 2,
+                failed: 1,
+            },
+            args: json!({"a": 1}),
+            error: None,
+        };
+        let ev = event("loop.done", to_value(&done));
+        assert_eq!(decode::<LoopDone>(&ev).unwrap(), done);
+        let view = decode::<BoundaryView>(&ev).unwrap();
+        assert_eq!(view.boundary, Some(true));
+        assert_eq!(view.counts, Some(done.counts));
+        assert_eq!(view.args, Some(json!({"a": 1})));
+        assert!(!view.join && view.error.is_none());
+    }
+
+    #[test]
+    fn boundary_views_of_step_events_and_other_payloads_decode() {
+        let failed = decode::<BoundaryView>(&event(
+            "step.failed",
+            json!({"status": "error", "error": {"kind": "x"}, "args": {}}),
+        ))
+        .unwrap();
+        assert_eq!(failed.error, Some(json!({"kind": "x"})));
+        let absorbed =
+            decode::<BoundaryView>(&event("step.skipped", json!({"join": true}))).unwrap();
+        assert!(absorbed.join);
+        let bad = decode::<BoundaryView>(&event("step.skipped", json!({"join": "yes"})));
+        assert!(bad.unwrap_err().to_string().contains("at `join`"));
+        let empty = Event {
+            event_type: "execution.cancel_requested".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            decode::<CancelRequested>(&empty).unwrap(),
+            CancelRequested::default()
+        );
+        let dl = DeadLettered {
+            consumer: "scheduler".into(),
+            subject: "noetl.token.e1".into(),
+            reason: "cannot decode token".into(),
+        };
+        assert_eq!(
+            decode::<DeadLettered>(&event("message.dead_lettered", to_value(&dl))).unwrap(),
+            dl
+        );
+    }
+}
