@@ -25,7 +25,7 @@ use noetl_mesh::{
     ids::derive_id,
     keys::Keys,
     kv::{self, Cas},
-    payloads::{self, IterationEnded, IterationStatus},
+    payloads::{self, IterationEnded, Status, StepEnded},
     plan::PlanRecord,
     scope,
     state::{Checkpoint, ExecHeader, LoopProgress},
@@ -989,7 +989,7 @@ impl StepRun<'_> {
                 }
                 (
                     types::STEP_DONE,
-                    json!({"status": "ok", "result": result, "args": self.event_args}),
+                    payloads::to_value(&StepEnded::done(result, self.event_args.clone())),
                     "",
                 )
             }
@@ -1003,24 +1003,14 @@ impl StepRun<'_> {
                 );
                 (
                     types::STEP_FAILED,
-                    json!({"status": "error", "error": error, "args": self.event_args}),
+                    payloads::to_value(&StepEnded::failed(error, self.event_args.clone())),
                     "",
                 )
             }
             (Some((loop_run_id, index)), end) => {
                 let (t, status, result, error) = match end {
-                    End::Done(r) => (
-                        types::LOOP_ITERATION_DONE,
-                        IterationStatus::Ok,
-                        r,
-                        Value::Null,
-                    ),
-                    End::Failed(e) => (
-                        types::LOOP_ITERATION_FAILED,
-                        IterationStatus::Error,
-                        Value::Null,
-                        e,
-                    ),
+                    End::Done(r) => (types::LOOP_ITERATION_DONE, Status::Ok, r, Value::Null),
+                    End::Failed(e) => (types::LOOP_ITERATION_FAILED, Status::Error, Value::Null, e),
                     End::Handoff => unreachable!("handled above"),
                 };
                 let limit = self.mesh().config().inline_limit;

@@ -31,7 +31,7 @@ use noetl_mesh::{
     keys::Keys,
     kv::{self, key_part, Cas},
     payloads::{
-        self, IterationEnded, IterationStarted, IterationStatus, LoopCounts, LoopDone, LoopStatus,
+        self, IterationEnded, IterationStarted, LoopCounts, LoopDone, LoopStatus, Status, StepEnded,
     },
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
@@ -679,7 +679,7 @@ async fn dispatch(
                         payload: payloads::to_value(&IterationEnded {
                             loop_run_id: srid.to_string(),
                             index: i,
-                            status: IterationStatus::Ok,
+                            status: Status::Ok,
                             result: Value::Null,
                             iter: Value::Null,
                             reduce: Default::default(),
@@ -1141,11 +1141,9 @@ async fn finish(
                     step_run_id: srid,
                     step: &step.step,
                     trace_id: &run.trace_id,
-                    payload: json!({
-                        "status": "error",
-                        "counts": run.counts(),
-                        "args": run.args,
-                        "error": error,
+                    payload: payloads::to_value(&StepEnded {
+                        counts: Some(run.counts()),
+                        ..StepEnded::failed(error, run.args.clone())
                     }),
                     ..Default::default()
                 }
@@ -1195,7 +1193,10 @@ async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<()
         step_run_id: &cmd.step_run_id,
         step: &cmd.step,
         trace_id: &cmd.trace_id,
-        payload: json!({"status": "error", "args": args, "error": {"kind": "loop.in", "message": message}}),
+        payload: payloads::to_value(&StepEnded::failed(
+            json!({"kind": "loop.in", "message": message}),
+            args,
+        )),
         ..Default::default()
     }
     .build();

@@ -24,14 +24,58 @@ pub struct IterationStarted {
     pub index: u64,
 }
 
-/// How an iteration ended.
+/// How a step or an iteration ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum IterationStatus {
-    /// `loop.iteration.done`.
+pub enum Status {
+    /// `step.done`, `loop.iteration.done`.
     Ok,
-    /// `loop.iteration.failed`.
+    /// `step.failed`, `loop.iteration.failed`.
     Error,
+}
+
+/// `step.done` / `step.failed`, written by the executor (and by the
+/// scheduler, the loop-supervisor and the router's timers for steps that
+/// end without a task), read by the router ([`BoundaryView`]) and clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEnded {
+    /// How it ended.
+    pub status: Status,
+    /// The step's result (`step.done`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// A loop step's counters (a failed loop's `step.failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<LoopCounts>,
+    /// The step's args.
+    #[serde(default)]
+    pub args: Value,
+    /// Why it failed (`step.failed`: `{kind, message, ...}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+impl StepEnded {
+    /// `step.done` with `result`.
+    pub fn done(result: Value, args: Value) -> Self {
+        Self {
+            status: Status::Ok,
+            result: Some(result),
+            counts: None,
+            args,
+            error: None,
+        }
+    }
+    /// `step.failed` with `error`.
+    pub fn failed(error: Value, args: Value) -> Self {
+        Self {
+            status: Status::Error,
+            result: None,
+            counts: None,
+            args,
+            error: Some(error),
+        }
+    }
 }
 
 /// `loop.iteration.done` / `loop.iteration.failed`, written by the executor
@@ -45,7 +89,7 @@ pub struct IterationEnded {
     pub index: u64,
     /// How it ended (absent: `ok`).
     #[serde(default = "ok")]
-    pub status: IterationStatus,
+    pub status: Status,
     /// Its last result (compact).
     #[serde(default)]
     pub result: Value,
@@ -60,8 +104,8 @@ pub struct IterationEnded {
     pub error: Value,
 }
 
-fn ok() -> IterationStatus {
-    IterationStatus::Ok
+fn ok() -> Status {
+    Status::Ok
 }
 
 /// How a loop ended.
@@ -197,11 +241,34 @@ mod tests {
     }
 
     #[test]
+    fn step_ends_keep_their_wire_shape() {
+        assert_eq!(
+            to_value(&StepEnded::done(json!(42), json!({"a": 1}))),
+            json!({"status": "ok", "result": 42, "args": {"a": 1}})
+        );
+        assert_eq!(
+            to_value(&StepEnded::done(Value::Null, json!({}))),
+            json!({"status": "ok", "result": null, "args": {}})
+        );
+        let failed = StepEnded::failed(json!({"kind": "timeout"}), json!({}));
+        assert_eq!(
+            to_value(&failed),
+            json!({"status": "error", "error": {"kind": "timeout"}, "args": {}})
+        );
+        let ev = event("step.failed", to_value(&failed));
+        assert_eq!(decode::<StepEnded>(&ev).unwrap(), failed);
+        assert_eq!(
+            decode::<BoundaryView>(&ev).unwrap().error,
+            Some(json!({"kind": "timeout"}))
+        );
+    }
+
+    #[test]
     fn iteration_reports_round_trip_with_their_documented_fields() {
         let p = IterationEnded {
             loop_run_id: "sr1".into(),
             index: 3,
-            status: IterationStatus::Error,
+            status: Status::Error,
             result: Value::Null,
             iter: json!({"page": 2}),
             reduce: Map::new(),
@@ -220,7 +287,7 @@ mod tests {
             json!({"loop_run_id": "sr1", "index": 0, "result": null}),
         ))
         .unwrap();
-        assert_eq!((bare.status, bare.reduce.len()), (IterationStatus::Ok, 0));
+        assert_eq!((bare.status, bare.reduce.len()), (Status::Ok, 0));
     }
 
     #[test]

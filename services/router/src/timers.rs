@@ -25,6 +25,7 @@ use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
     events::{self, now_ms, types, EventDraft},
     kv::RevisionCache,
+    payloads::{self, StepEnded},
     plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus},
@@ -219,11 +220,10 @@ async fn on_timer(
                 trace_id: &ev.trace_id,
                 parent_id: &ev.event_id,
                 discriminator: "deadline",
-                payload: json!({
-                    "status": "error",
-                    "error": error,
-                    "args": payload.get("args").cloned().unwrap_or_else(|| json!({})),
-                }),
+                payload: payloads::to_value(&StepEnded::failed(
+                    error,
+                    payload.get("args").cloned().unwrap_or_else(|| json!({})),
+                )),
                 ..Default::default()
             }
             .build();

@@ -19,6 +19,7 @@ use noetl_mesh::{
     codec,
     events::{now_ms, types, EventDraft},
     ids::derive_id,
+    payloads::{self, StepEnded},
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
     topology::{ConsumerSpec, StreamKind},
@@ -171,8 +172,10 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             batch.push(
                 mesh.emit(&ev(
                     types::STEP_FAILED,
-                    json!({"status": "error", "args": args,
-                           "error": {"kind": "admission", "message": message}}),
+                    payloads::to_value(&StepEnded::failed(
+                        json!({"kind": "admission", "message": message}),
+                        args,
+                    )),
                 ))
                 .await?,
             );
@@ -281,7 +284,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         batch.push(
             mesh.emit(&ev(
                 types::STEP_DONE,
-                json!({"status": "ok", "result": null, "args": args}),
+                payloads::to_value(&StepEnded::done(Value::Null, args)),
             ))
             .await?,
         );
