@@ -12,6 +12,7 @@
 
 pub mod cancel;
 pub mod catalog;
+pub mod commands;
 /// Encoding of wire messages (lives in `noetl-wire`, next to the messages).
 pub use noetl_wire::codec;
 pub mod config;

@@ -17,6 +17,7 @@ use async_nats::jetstream::Message;
 use noetl_core::{routing, template::Scope};
 use noetl_mesh::{
     codec,
+    commands::{self, FirstTask},
     events::{now_ms, types, EventDraft},
     ids::derive_id,
     payloads::{self, StepEnded},
@@ -25,7 +26,7 @@ use noetl_mesh::{
     topology::{ConsumerSpec, StreamKind},
     Batch, Mesh, MeshError,
 };
-use noetl_wire::{LoopCommand, TaskCommand, Token};
+use noetl_wire::{LoopCommand, Token};
 use serde_json::{json, Value};
 
 /// Run the scheduler until `params.shutdown` is cancelled, then drain.
@@ -247,37 +248,16 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         );
     } else if let Some(first) = step.tool.first() {
         batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
-        let cmd = TaskCommand {
-            command_id: derive_id(&[srid, "task", "0", "1"]),
-            execution_id: eid.to_string(),
-            step: step.step.clone(),
-            step_run_id: srid.to_string(),
-            pc: 0,
-            attempt: 1,
-            args_json: codec::json_bytes(&args),
-            prev_json: Vec::new(),
+        let cmd = commands::first_task(FirstTask {
+            execution_id: eid,
+            step: &step.step,
+            step_run_id: srid,
+            args: &args,
+            trace_id: &token.trace_id,
+            deadline: (deadline_ms, &deadline_of),
             iteration: None,
-            not_before_ms: 0,
-            trace_id: token.trace_id.clone(),
-            steps_taken: 0,
-            resume_outcome_json: Vec::new(),
-            deadline_ms,
-            deadline_of,
-        };
-        batch.push(
-            // The header names the execution: a dead-lettered command
-            // must still fail it.
-            mesh.publish_for_execution(
-                mesh.subjects().task(&noetl_core::workbook::effective_kind(
-                    plan.playbook.workbook.as_ref(),
-                    first,
-                )),
-                &cmd.command_id,
-                &cmd.execution_id,
-                codec::encode(&cmd),
-            )
-            .await?,
-        );
+        });
+        batch.push(mesh.publish_task(&plan, first, &cmd).await?);
     } else {
         // Routing-only step: nothing to run.
         batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);

@@ -1,0 +1,129 @@
+//! The first command of a step-run or of one loop iteration: built and
+//! published in one place (the scheduler starts steps, the
+//! loop-supervisor starts iterations; the executor builds the commands
+//! that continue a pipeline).
+
+use noetl_wire::{IterationRef, TaskCommand};
+use serde_json::Value;
+
+use crate::{codec, ids::derive_id, plan::PlanRecord, Mesh, MeshError, PendingAck};
+
+/// What the command running task 0 (attempt 1) needs.
+pub struct FirstTask<'a> {
+    /// Execution.
+    pub execution_id: &'a str,
+    /// Step name.
+    pub step: &'a str,
+    /// The step-run (for an iteration: the loop run).
+    pub step_run_id: &'a str,
+    /// The step's args.
+    pub args: &'a Value,
+    /// Trace correlation.
+    pub trace_id: &'a str,
+    /// The step-run's deadline (epoch ms, 0: none) and what set it.
+    pub deadline: (u64, &'a str),
+    /// For a loop iteration: its index and `iter`.
+    pub iteration: Option<(u64, &'a Value)>,
+}
+
+/// The command that runs task 0 of a step-run or iteration, attempt 1. Its
+/// id is derived from the step-run (and index), so a redelivered start
+/// publishes the same command and JetStream drops the copy.
+pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
+    let (command_id, iteration) = match p.iteration {
+        None => (derive_id(&[p.step_run_id, "task", "0", "1"]), None),
+        Some((index, iter)) => (
+            derive_id(&[p.step_run_id, "iter", &index.to_string()]),
+            Some(IterationRef {
+                loop_run_id: p.step_run_id.to_string(),
+                index,
+                iter_json: codec::json_bytes(iter),
+                reduce_json: Vec::new(),
+            }),
+        ),
+    };
+    TaskCommand {
+        command_id,
+        execution_id: p.execution_id.to_string(),
+        step: p.step.to_string(),
+        step_run_id: p.step_run_id.to_string(),
+        pc: 0,
+        attempt: 1,
+        args_json: codec::json_bytes(p.args),
+        prev_json: Vec::new(),
+        iteration,
+        not_before_ms: 0,
+        trace_id: p.trace_id.to_string(),
+        steps_taken: 0,
+        resume_outcome_json: Vec::new(),
+        deadline_ms: p.deadline.0,
+        deadline_of: p.deadline.1.to_string(),
+    }
+}
+
+impl Mesh {
+    /// Publish `cmd` for `task` of `plan` on its kind's subject (the
+    /// workbook may give the kind), naming the execution in a header so a
+    /// dead-lettered command still fails it.
+    pub async fn publish_task(
+        &self,
+        plan: &PlanRecord,
+        task: &noetl_core::Task,
+        cmd: &TaskCommand,
+    ) -> Result<PendingAck, MeshError> {
+        let kind = noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), task);
+        self.publish_for_execution(
+            self.subjects().task(&kind),
+            &cmd.command_id,
+            &cmd.execution_id,
+            codec::encode(cmd),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params<'a>(args: &'a Value, iteration: Option<(u64, &'a Value)>) -> FirstTask<'a> {
+        FirstTask {
+            execution_id: "e1",
+            step: "fetch",
+            step_run_id: "sr1",
+            args,
+            trace_id: "t1",
+            deadline: (5_000, "step \"fetch\" lifecycle.timeout_s: 5"),
+            iteration,
+        }
+    }
+
+    #[test]
+    fn a_step_run_s_first_command_runs_task_0_attempt_1_with_a_stable_id() {
+        let args = json!({"a": 1});
+        let cmd = first_task(params(&args, None));
+        assert_eq!(cmd.command_id, derive_id(&["sr1", "task", "0", "1"]));
+        assert_eq!(
+            cmd,
+            first_task(params(&args, None)),
+            "same input, same command"
+        );
+        assert_eq!((cmd.pc, cmd.attempt, cmd.steps_taken), (0, 1, 0));
+        assert_eq!(codec::json_value(&cmd.args_json).unwrap(), args);
+        assert_eq!((cmd.deadline_ms, cmd.iteration.is_none()), (5_000, true));
+        assert_eq!(cmd.deadline_of, "step \"fetch\" lifecycle.timeout_s: 5");
+    }
+
+    #[test]
+    fn an_iteration_s_first_command_carries_its_index_and_iter() {
+        let args = json!({});
+        let iter = json!({"city": "Oslo", "index": 3});
+        let cmd = first_task(params(&args, Some((3, &iter))));
+        assert_eq!(cmd.command_id, derive_id(&["sr1", "iter", "3"]));
+        let it = cmd.iteration.expect("an iteration");
+        assert_eq!((it.loop_run_id.as_str(), it.index), ("sr1", 3));
+        assert_eq!(codec::json_value(&it.iter_json).unwrap(), iter);
+        assert!(it.reduce_json.is_empty());
+    }
+}
