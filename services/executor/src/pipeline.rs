@@ -1341,6 +1341,37 @@ mod tests {
     }
 
     #[test]
+    fn raw_fields_pass_unrendered_and_other_fields_render() {
+        let task: Task = serde_json::from_value(json!({
+            "name": "t", "kind": "python",
+            "code": "x = {{ not rendered }}",
+            "args": {"n": "{{ workload.n }}"},
+        }))
+        .unwrap();
+        let scope = Scope::new().workload(json!({"n": 3}));
+        let out = render_config(&task, &["code"], &scope).unwrap();
+        assert_eq!(out["code"], "x = {{ not rendered }}");
+        assert_eq!(out["args"], json!({"n": 3}));
+    }
+
+    #[test]
+    fn a_field_that_does_not_render_is_named() {
+        let task: Task = serde_json::from_value(json!({
+            "name": "t", "kind": "noop", "result": "{{ nonesuch }}",
+        }))
+        .unwrap();
+        let e = render_config(&task, &[], &Scope::new().workload(json!({}))).unwrap_err();
+        assert!(e.starts_with("field `result`: "), "{e}");
+    }
+
+    #[test]
+    fn a_command_due_later_waits_the_rest() {
+        assert_eq!(remaining(0), None);
+        let later = remaining(now_ms() + 60_000).expect("in the future");
+        assert!(later > Duration::from_secs(50) && later <= Duration::from_secs(60));
+    }
+
+    #[test]
     fn a_command_of_a_live_step_run_may_run() {
         let h = header(ExecStatus::Running, &["sr1"]);
         assert_eq!(command_ended(&command(None), Some(&h), None), None);

@@ -26,8 +26,8 @@ use noetl_core::{
 };
 use noetl_mesh::{
     codec,
+    commands::{self, FirstTask},
     events::{now_ms, types, EventDraft},
-    ids::derive_id,
     keys::Keys,
     kv::{self, key_part, Cas},
     payloads::{
@@ -41,7 +41,7 @@ use noetl_mesh::{
     topology::{ConsumerSpec, StreamKind},
     Batch, Mesh, MeshError,
 };
-use noetl_wire::{Event, IterationRef, LoopCommand, TaskCommand};
+use noetl_wire::{Event, LoopCommand};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -693,42 +693,16 @@ async fn dispatch(
             );
             continue;
         };
-        let cmd = TaskCommand {
-            command_id: derive_id(&[srid, "iter", &idx]),
-            execution_id: eid.to_string(),
-            step: step.step.clone(),
-            step_run_id: srid.to_string(),
-            pc: 0,
-            attempt: 1,
-            args_json: codec::json_bytes(&run.args),
-            prev_json: Vec::new(),
-            iteration: Some(IterationRef {
-                loop_run_id: srid.to_string(),
-                index: i,
-                iter_json: codec::json_bytes(&iter),
-                reduce_json: Vec::new(),
-            }),
-            not_before_ms: 0,
-            trace_id: run.trace_id.clone(),
-            steps_taken: 0,
-            resume_outcome_json: Vec::new(),
-            deadline_ms: run.deadline_ms,
-            deadline_of: run.deadline_of.clone(),
-        };
-        batch.push(
-            // The header names the execution: a dead-lettered command
-            // must still fail it.
-            mesh.publish_for_execution(
-                mesh.subjects().task(&noetl_core::workbook::effective_kind(
-                    plan.playbook.workbook.as_ref(),
-                    first,
-                )),
-                &cmd.command_id,
-                &cmd.execution_id,
-                codec::encode(&cmd),
-            )
-            .await?,
-        );
+        let cmd = commands::first_task(FirstTask {
+            execution_id: eid,
+            step: &step.step,
+            step_run_id: srid,
+            args: &run.args,
+            trace_id: &run.trace_id,
+            deadline: (run.deadline_ms, &run.deadline_of),
+            iteration: Some((i, &iter)),
+        });
+        batch.push(mesh.publish_task(plan, first, &cmd).await?);
     }
     batch.wait().await?;
     if gone.is_empty() {
@@ -1058,6 +1032,28 @@ async fn apply_reducers(
     Ok(failure.map(|why| reducer_error(&step.step, &why)))
 }
 
+/// How a finished loop ended, and the error that fails its step (then its
+/// `loop.done` is not the boundary; the `step.failed` is): a recorded
+/// error (reducer, collection, deadline) whatever the failure mode, or a
+/// failed iteration under `fail_fast`. Otherwise `ok`, or `partial` when
+/// some iterations failed under `best_effort`.
+fn loop_end(run: &LoopRun, fail_fast: bool) -> (LoopStatus, Option<Value>) {
+    if let Some(e) = &run.error {
+        return (LoopStatus::Failed, Some(e.clone()));
+    }
+    match (run.failed, fail_fast) {
+        (0, _) => (LoopStatus::Ok, None),
+        (_, true) => (
+            LoopStatus::Failed,
+            Some(json!({
+                "kind": "loop.failed",
+                "message": format!("{} of {} iterations failed (fail_fast)", run.failed, run.total),
+            })),
+        ),
+        (_, false) => (LoopStatus::Partial, None),
+    }
+}
+
 /// Emit the loop's terminal events (deterministic ids: exactly one each).
 async fn finish(
     mesh: &Mesh,
@@ -1088,8 +1084,8 @@ async fn finish(
             run.error = stored.and_then(|r| r.error).or(Some(error));
         }
     }
-    let fail_fast = step.failure_mode() == FailureMode::FailFast;
-    let loop_failed = run.error.is_some() || (run.failed > 0 && fail_fast);
+    let (status, failure) = loop_end(&run, step.failure_mode() == FailureMode::FailFast);
+    let loop_failed = failure.is_some();
     kv::put(
         mesh.exec_kv(),
         &Keys::result(eid, &step.step),
@@ -1097,13 +1093,6 @@ async fn finish(
     )
     .await?;
     let mut batch = Batch::new();
-    let status = if loop_failed {
-        LoopStatus::Failed
-    } else if run.failed == 0 {
-        LoopStatus::Ok
-    } else {
-        LoopStatus::Partial
-    };
     batch.push(
         mesh.emit(
             &EventDraft {
@@ -1126,13 +1115,7 @@ async fn finish(
         )
         .await?,
     );
-    if loop_failed {
-        let error = run.error.clone().unwrap_or_else(|| {
-            json!({
-                "kind": "loop.failed",
-                "message": format!("{} of {} iterations failed (fail_fast)", run.failed, run.total),
-            })
-        });
+    if let Some(error) = failure {
         batch.push(
             mesh.emit(
                 &EventDraft {
@@ -1353,6 +1336,56 @@ mod tests {
         assert_eq!(e["kind"], "reducer");
         assert!(e["message"].as_str().unwrap().contains("\"lp\""), "{e}");
         assert!(r.finished(), "nothing in flight, stopped");
+    }
+
+    #[test]
+    fn only_append_extend_and_merge_grow_with_the_loop() {
+        use ReducerOp::*;
+        for (op, grows_) in [
+            (Append, true),
+            (Extend, true),
+            (Merge, true),
+            (Sum, false),
+            (Min, false),
+            (Max, false),
+        ] {
+            assert_eq!(grows(op), grows_, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn a_finished_loop_is_ok_partial_or_failed() {
+        assert_eq!(loop_end(&run(0, 0), true), (LoopStatus::Ok, None));
+        assert_eq!(loop_end(&run(1, 0), false), (LoopStatus::Partial, None));
+        let (status, error) = loop_end(&run(1, 0), true);
+        assert_eq!(status, LoopStatus::Failed);
+        assert_eq!(
+            error,
+            Some(json!({"kind": "loop.failed", "message": "1 of 4 iterations failed (fail_fast)"}))
+        );
+    }
+
+    #[test]
+    fn a_recorded_error_fails_the_loop_whatever_its_failure_mode() {
+        let mut r = run(0, 0);
+        r.error = Some(json!({"kind": "reducer", "message": "bad"}));
+        for fail_fast in [true, false] {
+            assert_eq!(
+                loop_end(&r, fail_fast),
+                (LoopStatus::Failed, r.error.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn a_loop_is_finished_when_nothing_is_in_flight_and_nothing_is_left() {
+        let mut r = window(3, 2);
+        assert!(!r.finished());
+        r.in_flight.clear();
+        assert!(!r.finished(), "index 2 is still to dispatch");
+        r.stopped = true;
+        assert!(r.finished(), "stopped: nothing more is dispatched");
+        assert!(run(0, 0).finished());
     }
 
     #[test]

@@ -358,6 +358,21 @@ mod tests {
     }
 
     #[test]
+    fn a_step_reached_by_two_arcs_of_one_step_is_one_input() {
+        let pb = playbook(json!([
+            {"step": "start", "next": {"arcs": [
+                {"step": "merge", "when": "{{ ctx.a }}"},
+                {"step": "merge"},
+            ]}},
+            {"step": "merge", "spec": {"join": "all"}},
+        ]));
+        assert_eq!(
+            super::inputs(&pb, pb.step("merge").unwrap()),
+            Some(vec!["start".to_string()])
+        );
+    }
+
+    #[test]
     fn join_inputs_come_from_incoming_arcs_or_the_from_list() {
         let pb = playbook(json!([
             {"step": "start", "next": {"arcs": [{"step": "left"}, {"step": "right"}]}},
