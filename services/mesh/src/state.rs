@@ -116,7 +116,38 @@ pub struct TokenRecord {
     pub parent: String,
 }
 
+impl TokenRecord {
+    /// A token `token_id` for `step`, without args, fired by no step-run
+    /// (the entry token; set `args`, `arc` and `parent` for others).
+    pub fn new(token_id: impl Into<String>, step: impl Into<String>) -> Self {
+        Self {
+            token_id: token_id.into(),
+            step: step.into(),
+            args: Value::Null,
+            arc: 0,
+            parent: String::new(),
+        }
+    }
+}
+
 impl ExecHeader {
+    /// The header of a running execution with `live` tokens (playbook,
+    /// source and times empty: set them with struct update syntax).
+    pub fn running(execution_id: impl Into<String>, live: Vec<TokenRecord>) -> Self {
+        Self {
+            execution_id: execution_id.into(),
+            status: ExecStatus::Running,
+            playbook: String::new(),
+            source: String::new(),
+            live,
+            terminal_emitted: false,
+            started_at: String::new(),
+            ended_at: None,
+            error: None,
+            parent_execution_id: String::new(),
+        }
+    }
+
     /// True while `token_id` is live.
     pub fn is_live(&self, token_id: &str) -> bool {
         self.live.iter().any(|t| t.token_id == token_id)

@@ -578,16 +578,11 @@ mod tests {
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {
-            execution_id: "e1".into(),
             status,
-            playbook: "p".into(),
-            source: "p.yaml".into(),
-            live: live.iter().map(|t| token(t, "")).collect(),
-            terminal_emitted: false,
-            started_at: "t0".into(),
-            ended_at: None,
-            error: None,
-            parent_execution_id: String::new(),
+            ..ExecHeader::running(
+                "e1",
+                live.iter().map(|t| TokenRecord::new(*t, "s")).collect(),
+            )
         }
     }
 

@@ -151,27 +151,17 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     };
     kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
     let entry_token = entry_token_id(&eid);
+    let entry_step = plan
+        .playbook
+        .entry_step()
+        .map(|s| s.step.clone())
+        .unwrap_or_default();
     let header = ExecHeader {
-        execution_id: eid.clone(),
-        status: ExecStatus::Running,
         playbook: plan.playbook.metadata.name.clone(),
         source: source.clone(),
-        live: vec![TokenRecord {
-            token_id: entry_token,
-            step: plan
-                .playbook
-                .entry_step()
-                .map(|s| s.step.clone())
-                .unwrap_or_default(),
-            args: Value::Null,
-            arc: 0,
-            parent: String::new(),
-        }],
-        terminal_emitted: false,
         started_at: now_rfc3339(),
-        ended_at: None,
-        error: None,
         parent_execution_id: req.parent_execution_id.clone(),
+        ..ExecHeader::running(eid.clone(), vec![TokenRecord::new(entry_token, entry_step)])
     };
     kv::create(mesh.exec_kv(), &Keys::header(&eid), &header).await?;
     let plan = Arc::new(plan);

@@ -240,25 +240,11 @@ mod tests {
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {
-            execution_id: "e1".into(),
             status,
-            live: live
-                .iter()
-                .map(|t| TokenRecord {
-                    token_id: t.to_string(),
-                    step: "s".into(),
-                    args: Value::Null,
-                    arc: 0,
-                    parent: String::new(),
-                })
-                .collect(),
-            playbook: "p".into(),
-            source: "p.yaml".into(),
-            terminal_emitted: false,
-            started_at: String::new(),
-            ended_at: None,
-            error: None,
-            parent_execution_id: String::new(),
+            ..ExecHeader::running(
+                "e1",
+                live.iter().map(|t| TokenRecord::new(*t, "s")).collect(),
+            )
         }
     }
 
