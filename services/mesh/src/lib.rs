@@ -323,21 +323,7 @@ impl Mesh {
         msg_id: &str,
         payload: Bytes,
     ) -> Result<PendingAck, MeshError> {
-        let fut = self
-            .inner
-            .js
-            .send_publish(
-                subject.clone(),
-                jetstream::message::PublishMessage::build()
-                    .payload(payload)
-                    .message_id(msg_id),
-            )
-            .await
-            .map_err(|e| MeshError::Publish {
-                subject: subject.clone(),
-                message: e.to_string(),
-            })?;
-        Ok(PendingAck { subject, fut })
+        self.send(subject, msg_id, payload, None).await
     }
 
     /// Like [`Mesh::publish`], with the execution named in a header for
@@ -352,16 +338,26 @@ impl Mesh {
     ) -> Result<PendingAck, MeshError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(runtime::HEADER_EXECUTION_ID, execution_id);
+        self.send(subject, msg_id, payload, Some(headers)).await
+    }
+
+    async fn send(
+        &self,
+        subject: String,
+        msg_id: &str,
+        payload: Bytes,
+        headers: Option<async_nats::HeaderMap>,
+    ) -> Result<PendingAck, MeshError> {
+        let mut msg = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .message_id(msg_id);
+        if let Some(h) = headers {
+            msg = msg.headers(h);
+        }
         let fut = self
             .inner
             .js
-            .send_publish(
-                subject.clone(),
-                jetstream::message::PublishMessage::build()
-                    .payload(payload)
-                    .headers(headers)
-                    .message_id(msg_id),
-            )
+            .send_publish(subject.clone(), msg)
             .await
             .map_err(|e| MeshError::Publish {
                 subject: subject.clone(),
