@@ -348,12 +348,13 @@ impl Mesh {
         payload: Bytes,
         headers: Option<async_nats::HeaderMap>,
     ) -> Result<PendingAck, MeshError> {
-        let mut msg = jetstream::message::PublishMessage::build()
-            .payload(payload)
-            .message_id(msg_id);
+        let mut msg = jetstream::message::PublishMessage::build().payload(payload);
         if let Some(h) = headers {
             msg = msg.headers(h);
         }
+        // After the headers: `headers` replaces the map `message_id` writes
+        // its `Nats-Msg-Id` into (without it JetStream cannot de-duplicate).
+        let msg = msg.message_id(msg_id);
         let fut = self
             .inner
             .js
