@@ -47,6 +47,9 @@ pub struct MeshConfig {
 /// The NATS server used when none is configured.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
+/// Subject, stream and bucket prefix when none is given (`NOETL_PREFIX`).
+pub const DEFAULT_PREFIX: &str = "noetl";
+
 /// Most replicas JetStream allows for a stream.
 pub const MAX_REPLICAS: usize = 5;
 
@@ -56,7 +59,7 @@ impl Default for MeshConfig {
             nats_url: DEFAULT_NATS_URL.into(),
             auth: Default::default(),
             replicas: 1,
-            prefix: "noetl".into(),
+            prefix: DEFAULT_PREFIX.into(),
             ack_wait: Duration::from_secs(30),
             max_deliveries: 10,
             duplicate_window: Duration::from_secs(120),

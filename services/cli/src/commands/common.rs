@@ -16,6 +16,10 @@ use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Messages a service replica handles at once unless `--concurrency` says
+/// otherwise (`noetl serve`, `noetl run`).
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
 /// Flags every client command takes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MeshArgs {
@@ -24,7 +28,7 @@ pub struct MeshArgs {
     #[arg(long, value_name = "URL[,URL...]")]
     pub nats: Option<String>,
     /// Subject / stream / bucket prefix.
-    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    #[arg(long, env = "NOETL_PREFIX", default_value = noetl_mesh::config::DEFAULT_PREFIX)]
     pub prefix: String,
     #[command(flatten)]
     pub auth: NatsAuthArgs,

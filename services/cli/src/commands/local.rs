@@ -15,7 +15,7 @@ pub struct Target {
     #[arg(long, env = "NOETL_NATS_URL", value_name = "URL[,URL...]")]
     pub nats: Option<String>,
     /// Subject / stream / bucket prefix.
-    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    #[arg(long, env = "NOETL_PREFIX", default_value = noetl_mesh::config::DEFAULT_PREFIX)]
     pub prefix: String,
     #[command(flatten)]
     pub auth: super::common::NatsAuthArgs,

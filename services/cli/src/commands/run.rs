@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long, requires = "nats")]
     pub external_services: bool,
     /// Subject / stream / bucket prefix.
-    #[arg(long, env = "NOETL_PREFIX", default_value = "noetl")]
+    #[arg(long, env = "NOETL_PREFIX", default_value = noetl_mesh::config::DEFAULT_PREFIX)]
     pub prefix: String,
     #[command(flatten)]
     pub auth: super::common::NatsAuthArgs,
@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3600)]
     pub timeout: u64,
     /// Messages handled at once by each in-process service.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = super::common::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
 }
 

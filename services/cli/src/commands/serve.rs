@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long = "kind")]
     pub kinds: Vec<String>,
     /// Messages handled at once by this replica.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = super::common::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
