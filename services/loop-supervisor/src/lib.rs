@@ -250,10 +250,18 @@ async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
 }
 
 /// A small cache of collection chunks (a loop dispatches from the same chunk
-/// CHUNK times in a row).
-#[derive(Default)]
+/// CHUNK times in a row), keyed by bucket and key: meshes with different
+/// prefixes in one process never share an entry.
 struct ChunkCache {
-    inner: std::sync::Mutex<std::collections::VecDeque<(String, Arc<Vec<Value>>)>>,
+    inner: noetl_mesh::cache::Bounded<String, Arc<Vec<Value>>>,
+}
+
+impl Default for ChunkCache {
+    fn default() -> Self {
+        Self {
+            inner: noetl_mesh::cache::Bounded::new(64),
+        }
+    }
 }
 
 /// An element of a stored collection could not be read.
@@ -277,13 +285,8 @@ impl ChunkCache {
     ) -> Result<Value, ItemError> {
         let chunk = index as usize / CHUNK;
         let key = Keys::items(eid, srid, chunk);
-        let hit = self
-            .inner
-            .lock()
-            .expect("chunk cache lock")
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.clone());
+        let cached = format!("{}/{key}", mesh.loop_kv().name);
+        let hit = self.inner.get(&cached);
         let items = match hit {
             Some(v) => v,
             None => {
@@ -314,11 +317,7 @@ impl ChunkCache {
                     Err(e) => return Err(MeshError::from(e).into()),
                 };
                 let v = Arc::new(v);
-                let mut g = self.inner.lock().expect("chunk cache lock");
-                g.push_back((key.clone(), v.clone()));
-                while g.len() > 64 {
-                    g.pop_front();
-                }
+                self.inner.insert(cached, v.clone());
                 v
             }
         };

@@ -10,8 +10,7 @@
 //! still ignores every boundary event of a cancelled execution, so at most
 //! the step-runs already dispatched run to their end.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 
@@ -19,32 +18,27 @@ use futures::StreamExt;
 pub const REMEMBERED: usize = 100_000;
 
 /// The cancelled or failed executions this process knows of.
-#[derive(Default)]
 pub struct Cancellations {
-    inner: Mutex<(HashSet<String>, VecDeque<String>)>,
+    inner: crate::cache::Bounded<String, ()>,
+}
+
+impl Default for Cancellations {
+    fn default() -> Self {
+        Self {
+            inner: crate::cache::Bounded::new(REMEMBERED),
+        }
+    }
 }
 
 impl Cancellations {
     /// True when `eid` was cancelled or failed: start no more work for it.
     pub fn is_stopped(&self, eid: &str) -> bool {
-        self.inner
-            .lock()
-            .expect("cancellations lock")
-            .0
-            .contains(eid)
+        self.inner.contains(eid)
     }
 
     /// Remember `eid` as stopped.
     pub fn insert(&self, eid: &str) {
-        let mut g = self.inner.lock().expect("cancellations lock");
-        if g.0.insert(eid.to_string()) {
-            g.1.push_back(eid.to_string());
-            while g.1.len() > REMEMBERED {
-                if let Some(old) = g.1.pop_front() {
-                    g.0.remove(&old);
-                }
-            }
-        }
+        self.inner.insert(eid.to_string(), ());
     }
 }
 

@@ -191,31 +191,25 @@ fn conflict(store: &Store, key: &str) -> MeshError {
 /// its read when this process was the last writer (bounded; a stale entry
 /// only costs one failed update and a read).
 pub struct RevisionCache<T> {
-    inner: std::sync::Mutex<std::collections::HashMap<String, (T, u64)>>,
-    capacity: usize,
+    inner: crate::cache::Bounded<String, (T, u64)>,
 }
 
 impl<T: Clone> RevisionCache<T> {
     /// A cache of at most `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Self {
-            inner: std::sync::Mutex::new(Default::default()),
-            capacity,
+            inner: crate::cache::Bounded::new(capacity),
         }
     }
     fn get(&self, key: &str) -> Option<(T, u64)> {
-        self.inner.lock().expect("cache lock").get(key).cloned()
+        self.inner.get(key)
     }
     fn put(&self, key: &str, v: T, rev: u64) {
-        let mut g = self.inner.lock().expect("cache lock");
-        if g.len() >= self.capacity && !g.contains_key(key) {
-            g.clear();
-        }
-        g.insert(key.to_string(), (v, rev));
+        self.inner.insert(key.to_string(), (v, rev));
     }
     /// Forget a key.
     pub fn forget(&self, key: &str) {
-        self.inner.lock().expect("cache lock").remove(key);
+        self.inner.remove(key);
     }
 }
 

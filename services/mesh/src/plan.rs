@@ -2,8 +2,7 @@
 //! workload), stored once in KV by the router and cached by every service so
 //! no message re-parses the playbook.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use noetl_core::Playbook;
 use serde::{Deserialize, Serialize};
@@ -96,45 +95,28 @@ impl PlanRecord {
     }
 }
 
-/// Plans by id plus insertion order (for eviction).
-type Slots = (HashMap<String, Arc<PlanRecord>>, VecDeque<String>);
-
 /// A bounded cache of plans by execution id.
 pub struct PlanCache {
-    capacity: usize,
-    inner: Mutex<Slots>,
+    inner: crate::cache::Bounded<String, Arc<PlanRecord>>,
 }
 
 impl PlanCache {
     /// A cache holding at most `capacity` plans.
     pub fn new(capacity: usize) -> Self {
         Self {
-            capacity: capacity.max(1),
-            inner: Mutex::new((HashMap::new(), VecDeque::new())),
+            inner: crate::cache::Bounded::new(capacity),
         }
     }
 
     /// Insert a plan (the router does this when it stores one).
     pub fn insert(&self, plan: Arc<PlanRecord>) {
-        let mut g = self.inner.lock().expect("plan cache lock");
-        let (map, order) = &mut *g;
-        if map
-            .insert(plan.execution_id.clone(), plan.clone())
-            .is_none()
-        {
-            order.push_back(plan.execution_id.clone());
-            while order.len() > self.capacity {
-                if let Some(old) = order.pop_front() {
-                    map.remove(&old);
-                }
-            }
-        }
+        self.inner.insert(plan.execution_id.clone(), plan);
     }
 
     /// The plan of `eid`, from the cache or KV.
     pub async fn get(&self, mesh: &Mesh, eid: &str) -> Result<Arc<PlanRecord>, MeshError> {
-        if let Some(p) = self.inner.lock().expect("plan cache lock").0.get(eid) {
-            return Ok(p.clone());
+        if let Some(p) = self.inner.get(eid) {
+            return Ok(p);
         }
         let key = crate::keys::Keys::plan(eid);
         let rec: PlanRecord =
