@@ -25,7 +25,7 @@ use noetl_mesh::{
     ids::derive_id,
     keys::Keys,
     kv::{self, Cas},
-    payloads::{self, IterationEnded, Status, StepEnded},
+    payloads::{self, IterationEnded, Status, StepEnded, TaskStarted},
     plan::PlanRecord,
     scope,
     state::{Checkpoint, ExecHeader, LoopProgress},
@@ -549,7 +549,11 @@ impl StepRun<'_> {
                         types::TASK_STARTED,
                         &task_run_id,
                         task,
-                        json!({"attempt": cur.attempt, "pc": cur.pc, "kind": task.kind}),
+                        payloads::to_value(&TaskStarted {
+                            attempt: cur.attempt,
+                            pc: cur.pc,
+                            kind: task.kind.clone(),
+                        }),
                     ))
                     .await?,
             );

@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 
 use crate::compact::{compact, TASK_EVENT_LIMIT};
 use crate::secrets::Resolved;
+use noetl_mesh::payloads::{self, RetryAt, TaskDone};
 
 /// Which task of which step, for messages.
 #[derive(Debug, Clone, Copy)]
@@ -138,26 +139,28 @@ pub(crate) fn fail_on_ctx_error(
 
 /// The `task.done` payload.
 pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled) -> Value {
-    let mut payload = json!({
-        "status": outcome.status,
-        "attempt": attempt,
-        "duration_ms": outcome.meta.duration_ms,
-        "result": compact(&outcome.result, TASK_EVENT_LIMIT),
-        "error": outcome.error,
-        "action": action_name(&s.decision),
-        "rule": s.rule,
-        "set_ctx": s.set_ctx,
-        "set_iter": s.set_iter,
-    });
-    if let Decision::Retry {
-        delay,
-        next_attempt,
-    } = &s.decision
-    {
-        payload["retry"] =
-            json!({"delay_ms": delay.as_millis() as u64, "next_attempt": next_attempt});
-    }
-    payload
+    let retry = match &s.decision {
+        Decision::Retry {
+            delay,
+            next_attempt,
+        } => Some(RetryAt {
+            delay_ms: delay.as_millis() as u64,
+            next_attempt: *next_attempt,
+        }),
+        _ => None,
+    };
+    payloads::to_value(&TaskDone {
+        status: outcome.status,
+        attempt,
+        duration_ms: outcome.meta.duration_ms,
+        result: compact(&outcome.result, TASK_EVENT_LIMIT),
+        error: outcome.error.clone(),
+        action: action_name(&s.decision).to_string(),
+        rule: s.rule,
+        set_ctx: s.set_ctx.clone(),
+        set_iter: s.set_iter.clone(),
+        retry,
+    })
 }
 
 /// `{kind, message, task}` of a failed step-run.

@@ -31,7 +31,8 @@ use noetl_mesh::{
     keys::Keys,
     kv::{self, key_part, Cas},
     payloads::{
-        self, IterationEnded, IterationStarted, LoopCounts, LoopDone, LoopStatus, Status, StepEnded,
+        self, IterationEnded, IterationStarted, LoopCounts, LoopDone, LoopStarted, LoopStatus,
+        Status, StepEnded,
     },
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
@@ -590,7 +591,11 @@ async fn resume(
         step_run_id: srid,
         step: &step.step,
         trace_id: &run.trace_id,
-        payload: json!({"total": run.total, "max_in_flight": run.max_in_flight, "mode": mode}),
+        payload: payloads::to_value(&LoopStarted {
+            total: run.total,
+            max_in_flight: run.max_in_flight,
+            mode,
+        }),
         ..Default::default()
     }
     .build();

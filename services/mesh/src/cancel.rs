@@ -81,7 +81,9 @@ impl crate::Mesh {
         let ev = crate::events::EventDraft {
             event_type: crate::events::types::EXECUTION_CANCEL_REQUESTED,
             execution_id: eid,
-            payload: serde_json::json!({"reason": reason}),
+            payload: crate::payloads::to_value(&crate::payloads::CancelRequested {
+                reason: reason.to_string(),
+            }),
             ..Default::default()
         }
         .build();

@@ -171,6 +171,115 @@ pub struct CancelRequested {
     pub reason: String,
 }
 
+/// `execution.completed` / `execution.failed` / `execution.cancelled`,
+/// written by the router, read by clients (`noetl run`, `exec status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionEnded {
+    /// `completed`, `failed` or `cancelled`.
+    pub status: crate::state::ExecStatus,
+    /// Why it failed or was cancelled.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Where the playbook came from (an execution refused before it
+    /// started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// `token.created`, written by the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenCreated {
+    /// The token (the step-run it starts).
+    pub token_id: String,
+    /// Its step.
+    pub step: String,
+    /// The arc that fired it (absent for the entry token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arc: Option<usize>,
+}
+
+/// One arc a `next.selected` names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelectedArc {
+    /// Index in the step's `next.arcs`.
+    pub arc: usize,
+    /// Its target step.
+    pub step: String,
+}
+
+/// `next.selected`, written by the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NextSelected {
+    /// The boundary event the arcs were evaluated on.
+    pub on: String,
+    /// The step's routing mode.
+    pub mode: noetl_core::RouteMode,
+    /// The arcs that fired.
+    pub arcs: Vec<SelectedArc>,
+    /// Why routing failed, if it did.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// `loop.started`, written by the loop-supervisor, read by `noetl run`'s
+/// progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopStarted {
+    /// Iterations.
+    pub total: u64,
+    /// Iterations in flight at most.
+    pub max_in_flight: u64,
+    /// `sequential` or `parallel`.
+    #[serde(default)]
+    pub mode: Option<noetl_core::LoopMode>,
+}
+
+/// `task.started`, written by the executor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStarted {
+    /// 1-based attempt.
+    pub attempt: u32,
+    /// The task's index in the step's pipeline.
+    pub pc: usize,
+    /// Its tool kind.
+    pub kind: String,
+}
+
+/// A delayed retry's schedule in `task.done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryAt {
+    /// Delay before the next attempt.
+    pub delay_ms: u64,
+    /// Its number.
+    pub next_attempt: u32,
+}
+
+/// `task.done`, written by the executor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDone {
+    /// `ok` or `error`.
+    pub status: noetl_core::OutcomeStatus,
+    /// 1-based attempt.
+    pub attempt: u32,
+    /// How long the tool call took.
+    pub duration_ms: u64,
+    /// Its result (compact).
+    pub result: Value,
+    /// Its error.
+    pub error: Option<noetl_core::OutcomeError>,
+    /// What the step-run does next: continue, retry, jump, break, fail.
+    pub action: String,
+    /// The policy rule that matched.
+    pub rule: Option<usize>,
+    /// The `set_ctx` patch.
+    pub set_ctx: Option<Map<String, Value>>,
+    /// The `set_iter` patch.
+    pub set_iter: Option<Map<String, Value>>,
+    /// A delayed retry's schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryAt>,
+}
+
 /// What the router reads of a step-run's boundary event (`step.done`,
 /// `step.failed`, `step.skipped`, `loop.done`); the rest of the payload
 /// is passed to arc conditions as `event` untouched.
@@ -238,6 +347,51 @@ mod tests {
             payload_json: serde_json::to_vec(&payload).unwrap(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn execution_ends_and_tokens_keep_their_wire_shape() {
+        let done = ExecutionEnded {
+            status: crate::state::ExecStatus::Completed,
+            error: None,
+            source: None,
+        };
+        assert_eq!(
+            to_value(&done),
+            json!({"status": "completed", "error": null})
+        );
+        let refused = ExecutionEnded {
+            status: crate::state::ExecStatus::Failed,
+            error: Some("E010".into()),
+            source: Some("bad.yaml".into()),
+        };
+        assert_eq!(
+            to_value(&refused),
+            json!({"status": "failed", "error": "E010", "source": "bad.yaml"})
+        );
+        let entry = TokenCreated {
+            token_id: "t0".into(),
+            step: "start".into(),
+            arc: None,
+        };
+        assert_eq!(to_value(&entry), json!({"token_id": "t0", "step": "start"}));
+        let task_done = TaskDone {
+            status: noetl_core::OutcomeStatus::Ok,
+            attempt: 1,
+            duration_ms: 3,
+            result: json!("x"),
+            error: None,
+            action: "continue".into(),
+            rule: None,
+            set_ctx: None,
+            set_iter: None,
+            retry: None,
+        };
+        assert_eq!(
+            to_value(&task_done),
+            json!({"status": "ok", "attempt": 1, "duration_ms": 3, "result": "x", "error": null,
+                   "action": "continue", "rule": null, "set_ctx": null, "set_iter": null})
+        );
     }
 
     #[test]

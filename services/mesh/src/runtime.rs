@@ -334,10 +334,10 @@ async fn announce_dead_letter(
         event_type: crate::events::types::MESSAGE_DEAD_LETTERED,
         execution_id: &eid,
         discriminator: &discriminator,
-        payload: serde_json::json!({
-            "consumer": name,
-            "subject": msg.subject.as_str(),
-            "reason": reason,
+        payload: crate::payloads::to_value(&crate::payloads::DeadLettered {
+            consumer: name.to_string(),
+            subject: msg.subject.to_string(),
+            reason: reason.to_string(),
         }),
         ..Default::default()
     }

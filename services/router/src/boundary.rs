@@ -10,7 +10,10 @@ use noetl_mesh::{
     ids::derive_id,
     keys::Keys,
     kv::{self, Cas, RevisionCache},
-    payloads::{self, BoundaryView, CancelRequested, DeadLettered},
+    payloads::{
+        self, BoundaryView, CancelRequested, DeadLettered, ExecutionEnded, NextSelected,
+        SelectedArc, TokenCreated,
+    },
     plan::PlanRecord,
     runtime::{self, BoxFuture, Disposition, Handler},
     scope,
@@ -268,7 +271,11 @@ async fn on_boundary(
                     trace_id: &ev.trace_id,
                     parent_id: &ev.event_id,
                     discriminator: &t.token_id,
-                    payload: json!({"token_id": t.token_id, "step": t.step, "arc": t.arc}),
+                    payload: payloads::to_value(&TokenCreated {
+                        token_id: t.token_id.clone(),
+                        step: t.step.clone(),
+                        arc: Some(t.arc),
+                    }),
                     ..Default::default()
                 }
                 .build(),
@@ -277,9 +284,12 @@ async fn on_boundary(
         );
     }
     if (applied || !fired.is_empty()) && ev.event_type != types::STEP_SKIPPED {
-        let arcs: Vec<Value> = fired
+        let arcs: Vec<SelectedArc> = fired
             .iter()
-            .map(|t| json!({"arc": t.arc, "step": t.step}))
+            .map(|t| SelectedArc {
+                arc: t.arc,
+                step: t.step.clone(),
+            })
             .collect();
         let mode = step.next.as_ref().map(|n| n.spec.mode).unwrap_or_default();
         batch.push(
@@ -291,7 +301,12 @@ async fn on_boundary(
                     step: &ev.step,
                     trace_id: &ev.trace_id,
                     parent_id: &ev.event_id,
-                    payload: json!({"on": ev.event_type, "mode": mode, "arcs": arcs, "error": decision.error}),
+                    payload: payloads::to_value(&NextSelected {
+                        on: ev.event_type.clone(),
+                        mode,
+                        arcs,
+                        error: decision.error.clone(),
+                    }),
                     ..Default::default()
                 }
                 .build(),
@@ -321,16 +336,20 @@ pub(crate) async fn emit_terminal(
     }
     let eid = header.execution_id.as_str();
     let (t, status) = match header.status {
-        ExecStatus::Completed => (types::EXECUTION_COMPLETED, "completed"),
-        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, "cancelled"),
-        _ => (types::EXECUTION_FAILED, "failed"),
+        ExecStatus::Completed => (types::EXECUTION_COMPLETED, ExecStatus::Completed),
+        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
+        _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
     };
     mesh.emit(
         &EventDraft {
             event_type: t,
             execution_id: eid,
             trace_id,
-            payload: json!({"status": status, "error": header.error}),
+            payload: payloads::to_value(&ExecutionEnded {
+                status,
+                error: header.error.clone(),
+                source: None,
+            }),
             ..Default::default()
         }
         .build(),
@@ -355,7 +374,7 @@ pub(crate) async fn emit_terminal(
     )
     .await?;
     headers.forget(&Keys::header(eid));
-    tracing::info!(execution_id = %eid, status, "execution finished");
+    tracing::info!(execution_id = %eid, status = ?status, "execution finished");
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use noetl_mesh::{
     ids::{derive_id, is_valid_execution_id},
     keys::Keys,
     kv,
+    payloads::{self, ExecutionEnded, TokenCreated},
     plan::PlanRecord,
     runtime::{self, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus, TokenRecord},
@@ -232,7 +233,11 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
     );
     let mut created = ev(
         types::TOKEN_CREATED,
-        json!({"token_id": token.token_id, "step": entry}),
+        payloads::to_value(&TokenCreated {
+            token_id: token.token_id.clone(),
+            step: entry.clone(),
+            arc: None,
+        }),
     );
     created.step = entry.clone();
     batch.push(mesh.emit(&created).await?);
@@ -316,14 +321,18 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
     };
     kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
     let (event_type, status) = match e.status {
-        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, "cancelled"),
-        _ => (types::EXECUTION_FAILED, "failed"),
+        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
+        _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
     };
     let ev = EventDraft {
         event_type,
         execution_id: e.eid,
         trace_id: &e.req.trace_id,
-        payload: json!({"status": status, "error": e.reason, "source": e.source}),
+        payload: payloads::to_value(&ExecutionEnded {
+            status,
+            error: Some(e.reason.clone()),
+            source: Some(e.source.to_string()),
+        }),
         ..Default::default()
     }
     .build();

@@ -285,7 +285,10 @@ impl Progress {
             types::STEP_STARTED | types::LOOP_STARTED => {
                 self.running.insert(ev.step.clone());
                 if ev.event_type == types::LOOP_STARTED {
-                    let total = events::payload(ev)["total"].as_u64().unwrap_or(0);
+                    // Progress only: an unreadable count shows as 0.
+                    let total =
+                        noetl_mesh::payloads::decode::<noetl_mesh::payloads::LoopStarted>(ev)
+                            .map_or(0, |l| l.total);
                     self.loops.insert(ev.step.clone(), (0, total));
                 }
             }
