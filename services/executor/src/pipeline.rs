@@ -235,7 +235,7 @@ impl Executor {
         };
         if let Some(message) = keychain_error {
             let mut pending = Pending::default();
-            let error = json!({"kind": "keychain", "message": message});
+            let error = payloads::error_body("keychain", message);
             sr.finish(&cur, End::Failed(error), &mut pending).await?;
             pending.batch.wait().await?;
             return Ok(());

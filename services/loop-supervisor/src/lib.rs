@@ -717,7 +717,7 @@ async fn dispatch(
         step.step, gone[0].0, gone[0].1
     );
     tracing::warn!(execution_id = %eid, step = %step.step, %message, "loop collection unavailable");
-    let error = json!({"kind": "loop.items", "message": message});
+    let error = payloads::error_body("loop.items", message);
     let stored = kv::update(
         mesh.loop_kv(),
         &Keys::loop_run(eid, srid),
@@ -897,7 +897,7 @@ fn fold(r: &mut LoopRun, a: &Arrival<'_>) {
 
 /// The error of a loop step whose reducer failed.
 fn reducer_error(step: &str, why: &str) -> Value {
-    json!({"kind": "reducer", "message": format!("loop step {step:?}: {why}")})
+    payloads::error_body("reducer", format!("loop step {step:?}: {why}"))
 }
 
 /// Every iteration claim of a loop run, by index.
@@ -1049,10 +1049,13 @@ fn loop_end(run: &LoopRun, fail_fast: bool) -> (LoopStatus, Option<Value>) {
         (0, _) => (LoopStatus::Ok, None),
         (_, true) => (
             LoopStatus::Failed,
-            Some(json!({
-                "kind": "loop.failed",
-                "message": format!("{} of {} iterations failed (fail_fast)", run.failed, run.total),
-            })),
+            Some(payloads::error_body(
+                "loop.failed",
+                format!(
+                    "{} of {} iterations failed (fail_fast)",
+                    run.failed, run.total
+                ),
+            )),
         ),
         (_, false) => (LoopStatus::Partial, None),
     }
@@ -1181,7 +1184,7 @@ async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<()
         step: &cmd.step,
         trace_id: &cmd.trace_id,
         payload: payloads::to_value(&StepEnded::failed(
-            json!({"kind": "loop.in", "message": message}),
+            payloads::error_body("loop.in", message),
             args,
         )),
         ..Default::default()

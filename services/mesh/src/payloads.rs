@@ -280,6 +280,95 @@ pub struct TaskDone {
     pub retry: Option<RetryAt>,
 }
 
+/// `playbook.initialized`, the first event of an execution (router).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlaybookInitialized {
+    /// `metadata.name`.
+    pub playbook: String,
+    /// `metadata.path`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Where it came from (file name or catalog path).
+    pub source: String,
+    /// The parent execution of a child playbook (empty otherwise).
+    #[serde(default)]
+    pub parent_execution_id: String,
+}
+
+/// `workflow.initialized` (router).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowInitialized {
+    /// The step the entry token starts.
+    pub entry_step: String,
+    /// Steps in the workflow.
+    pub steps: usize,
+}
+
+/// `execution.deadline` (router) and `step.deadline` (scheduler): a timer
+/// the router acts on when due (`router::timers`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadlineSet {
+    /// When (epoch ms).
+    pub at_ms: u64,
+    /// The setting that set it.
+    pub what: String,
+    /// The step's args (`step.deadline`: carried into its `step.failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// `step.scheduled` (scheduler): the step-run was admitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepScheduled {
+    /// The admission rule that matched, if any.
+    pub rule: Option<usize>,
+    /// A loop step (the loop-supervisor runs it).
+    #[serde(rename = "loop")]
+    pub is_loop: bool,
+}
+
+/// `step.skipped` (scheduler): admission denied, or a token a join
+/// absorbed while it waits for its other inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepSkipped {
+    /// `admission denied` or `join.waiting`.
+    pub reason: String,
+    /// The admission rule that denied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<usize>,
+    /// The step's args (admission denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    /// Inputs arrived so far (join).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrived: Option<usize>,
+    /// Inputs the join waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<usize>,
+    /// True for a token a join absorbed ([`BoundaryView::join`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
+}
+
+/// The `{kind, message}` error the engine itself reports (a step's
+/// `error` when no tool's outcome says more: `admission`, `loop.in`,
+/// `loop.items`, `loop.failed`, `reducer`, `keychain`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable kind.
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// An [`ErrorBody`] as JSON.
+pub fn error_body(kind: &str, message: impl Into<String>) -> Value {
+    to_value(&ErrorBody {
+        kind: kind.to_string(),
+        message: message.into(),
+    })
+}
+
 /// What the router reads of a step-run's boundary event (`step.done`,
 /// `step.failed`, `step.skipped`, `loop.done`); the rest of the payload
 /// is passed to arc conditions as `event` untouched.

@@ -22,6 +22,13 @@ struct ResumeRecord {
     command: String,
 }
 
+/// The parent's index entry of one child ([`Keys::child`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct ChildIndex {
+    /// When the child was started.
+    started_at: String,
+}
+
 /// Remember the parent's continuation of a child request (no-op for
 /// executions without a parent).
 pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<(), MeshError> {
@@ -37,7 +44,9 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
     kv::put(
         mesh.exec_kv(),
         &Keys::child(&req.parent_execution_id, eid),
-        &json!({"started_at": noetl_mesh::events::now_rfc3339()}),
+        &ChildIndex {
+            started_at: noetl_mesh::events::now_rfc3339(),
+        },
     )
     .await?;
     Ok(())

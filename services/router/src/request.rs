@@ -10,14 +10,16 @@ use noetl_mesh::{
     ids::{derive_id, is_valid_execution_id},
     keys::Keys,
     kv,
-    payloads::{self, ExecutionEnded, TokenCreated},
+    payloads::{
+        self, DeadlineSet, ExecutionEnded, PlaybookInitialized, TokenCreated, WorkflowInitialized,
+    },
     plan::PlanRecord,
     runtime::{self, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus, TokenRecord},
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{ExecutionRequest, Token};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Handles `<p>.exec.request`.
 pub struct RequestHandler {
@@ -215,11 +217,11 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
     batch.push(
         mesh.emit(&ev(
             types::PLAYBOOK_INITIALIZED,
-            json!({
-                "playbook": plan.playbook.metadata.name,
-                "path": plan.playbook.metadata.path,
-                "source": plan.source_name,
-                "parent_execution_id": plan.parent_execution_id,
+            payloads::to_value(&PlaybookInitialized {
+                playbook: plan.playbook.metadata.name.clone(),
+                path: plan.playbook.metadata.path.clone(),
+                source: plan.source_name.clone(),
+                parent_execution_id: plan.parent_execution_id.clone(),
             }),
         ))
         .await?,
@@ -227,7 +229,10 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
     batch.push(
         mesh.emit(&ev(
             types::WORKFLOW_INITIALIZED,
-            json!({"entry_step": entry, "steps": plan.playbook.workflow.len()}),
+            payloads::to_value(&WorkflowInitialized {
+                entry_step: entry.clone(),
+                steps: plan.playbook.workflow.len(),
+            }),
         ))
         .await?,
     );
@@ -258,7 +263,11 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
         batch.push(
             mesh.emit(&ev(
                 types::EXECUTION_DEADLINE,
-                json!({"at_ms": d.at_ms, "what": d.what}),
+                payloads::to_value(&DeadlineSet {
+                    at_ms: d.at_ms,
+                    what: d.what.clone(),
+                    args: None,
+                }),
             ))
             .await?,
         );

@@ -23,9 +23,9 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
-    events::{self, now_ms, types, EventDraft},
+    events::{now_ms, types, EventDraft},
     kv::RevisionCache,
-    payloads::{self, StepEnded},
+    payloads::{self, DeadlineSet, StepEnded},
     plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, Disposition, Handler},
     state::{ExecHeader, ExecStatus},
@@ -122,17 +122,15 @@ impl Handler for TimerHandler {
                 Ok(e) => e,
                 Err(e) => return runtime::disposition(Err(e)),
             };
-            let payload = events::payload(&ev);
-            let deadline: Deadline = match serde_json::from_value(payload.clone()) {
+            let set: DeadlineSet = match payloads::decode(&ev) {
                 Ok(d) => d,
-                Err(e) => {
-                    return Disposition::DeadLetter(format!(
-                        "{} of execution {} has no usable deadline: {e}",
-                        ev.event_type, ev.execution_id
-                    ))
-                }
+                Err(e) => return runtime::disposition(Err(e.into())),
             };
-            match on_timer(&mesh, &headers, &ev, &deadline, &payload).await {
+            let deadline = Deadline {
+                at_ms: set.at_ms,
+                what: set.what,
+            };
+            match on_timer(&mesh, &headers, &ev, &deadline, set.args).await {
                 Ok(Some(wait)) => Disposition::Retry(Some(wait)),
                 Ok(None) => Disposition::Ack,
                 Err(e) => retry_on(&e),
@@ -147,7 +145,7 @@ async fn on_timer(
     headers: &RevisionCache<ExecHeader>,
     ev: &Event,
     deadline: &Deadline,
-    payload: &Value,
+    args: Option<Value>,
 ) -> Result<Option<Duration>, MeshError> {
     let eid = ev.execution_id.as_str();
     // Not due: no read at all.
@@ -222,7 +220,7 @@ async fn on_timer(
                 discriminator: "deadline",
                 payload: payloads::to_value(&StepEnded::failed(
                     error,
-                    payload.get("args").cloned().unwrap_or_else(|| json!({})),
+                    args.unwrap_or_else(|| json!({})),
                 )),
                 ..Default::default()
             }

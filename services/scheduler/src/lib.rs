@@ -20,7 +20,7 @@ use noetl_mesh::{
     commands::{self, FirstTask},
     events::{now_ms, types, EventDraft},
     ids::derive_id,
-    payloads::{self, StepEnded},
+    payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
     topology::{ConsumerSpec, StreamKind},
@@ -115,7 +115,14 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
                     step: &step.step,
                     trace_id: &token.trace_id,
                     parent_id: &token.parent_step_run_id,
-                    payload: json!({"reason": "join.waiting", "arrived": have, "inputs": need, "join": true}),
+                    payload: payloads::to_value(&StepSkipped {
+                        reason: "join.waiting".into(),
+                        rule: None,
+                        args: None,
+                        arrived: Some(have),
+                        inputs: Some(need),
+                        join: true,
+                    }),
                     ..Default::default()
                 }
                 .build();
@@ -174,7 +181,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
                 mesh.emit(&ev(
                     types::STEP_FAILED,
                     payloads::to_value(&StepEnded::failed(
-                        json!({"kind": "admission", "message": message}),
+                        payloads::error_body("admission", message),
                         args,
                     )),
                 ))
@@ -188,7 +195,14 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         batch.push(
             mesh.emit(&ev(
                 types::STEP_SKIPPED,
-                json!({"reason": "admission denied", "rule": admission.rule, "args": args}),
+                payloads::to_value(&StepSkipped {
+                    reason: "admission denied".into(),
+                    rule: admission.rule,
+                    args: Some(args),
+                    arrived: None,
+                    inputs: None,
+                    join: false,
+                }),
             ))
             .await?,
         );
@@ -198,7 +212,10 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     batch.push(
         mesh.emit(&ev(
             types::STEP_SCHEDULED,
-            json!({"rule": admission.rule, "loop": step.loop_.is_some()}),
+            payloads::to_value(&StepScheduled {
+                rule: admission.rule,
+                is_loop: step.loop_.is_some(),
+            }),
         ))
         .await?,
     );
@@ -222,7 +239,11 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         batch.push(
             mesh.emit(&ev(
                 types::STEP_DEADLINE,
-                json!({"at_ms": d.at_ms, "what": d.what, "args": args}),
+                payloads::to_value(&DeadlineSet {
+                    at_ms: d.at_ms,
+                    what: d.what.clone(),
+                    args: Some(args.clone()),
+                }),
             ))
             .await?,
         );
