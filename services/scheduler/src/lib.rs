@@ -14,13 +14,14 @@ mod join;
 use std::sync::Arc;
 
 use async_nats::jetstream::Message;
-use noetl_core::{routing, template::Scope};
+use noetl_core::{routing, template::Scope, Step};
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
     events::{now_ms, types, EventDraft},
     ids::derive_id,
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
+    plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
     scope,
     topology::{ConsumerSpec, StreamKind},
@@ -104,56 +105,12 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     })?;
 
     // Join: absorb tokens until every input has arrived.
-    if let Some(inputs) = join::inputs(&plan.playbook, step) {
-        let from_step = token.parent_step.clone();
-        match join::arrive(mesh, eid, &step.step, &inputs, &from_step, srid, &args).await? {
-            join::JoinOutcome::Wait { have, need } => {
-                let ev = EventDraft {
-                    event_type: types::STEP_SKIPPED,
-                    execution_id: eid,
-                    step_run_id: srid,
-                    step: &step.step,
-                    trace_id: &token.trace_id,
-                    parent_id: &token.parent_step_run_id,
-                    payload: payloads::to_value(&StepSkipped {
-                        reason: "join.waiting".into(),
-                        rule: None,
-                        args: None,
-                        arrived: Some(have),
-                        inputs: Some(need),
-                        join: true,
-                    }),
-                    ..Default::default()
-                }
-                .build();
-                mesh.emit(&ev).await?.wait().await?;
-                return Ok(());
-            }
-            join::JoinOutcome::Fire(merged) => args = merged,
-            // A redelivered token whose step-run is over: nothing to redo.
-            join::JoinOutcome::Stale => return Ok(()),
-        }
+    match join_arrival(mesh, &plan, &token, step, &args).await? {
+        Some(merged) => args = merged,
+        None => return Ok(()),
     }
 
-    // Admission.
-    let admit = step.admit();
-    let admission = match admit {
-        None => Ok(routing::Admission {
-            allowed: true,
-            rule: None,
-        }),
-        Some(a) => {
-            let roots = scope::roots(a.rules.iter().filter_map(|r| r.when.as_deref()));
-            let loaded = scope::load(mesh, eid, &roots, &[]).await?;
-            let sc = Scope::new()
-                .workload(plan.workload.clone())
-                .ctx(loaded.ctx)
-                .args(scope::hydrate_args(mesh, &args).await?)
-                .event(json!({"name": "token", "step": step.step, "args": args, "token_id": srid}))
-                .execution_id(eid.to_string());
-            routing::admit(Some(a), &sc)
-        }
-    };
+    let admission = admission(mesh, &plan, step, &args, srid).await?;
     let ev = |t: &'static str, payload: Value| {
         EventDraft {
             event_type: t,
@@ -219,6 +176,124 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         ))
         .await?,
     );
+    start_step(StartStep {
+        mesh,
+        plan: &plan,
+        step,
+        token: &token,
+        args,
+        batch,
+        ev: &ev,
+    })
+    .await
+}
+
+/// A token arriving at a join step: `None` while the join waits for its
+/// other inputs (the token is absorbed, `step.skipped`) or when the token
+/// is stale; the merged args once it fires. Other steps: their own args.
+async fn join_arrival(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    token: &Token,
+    step: &Step,
+    args: &Value,
+) -> Result<Option<Value>, SchedError> {
+    let Some(inputs) = join::inputs(&plan.playbook, step) else {
+        return Ok(Some(args.clone()));
+    };
+    let (eid, srid) = (token.execution_id.as_str(), token.token_id.as_str());
+    match join::arrive(
+        mesh,
+        eid,
+        &step.step,
+        &inputs,
+        &token.parent_step,
+        srid,
+        args,
+    )
+    .await?
+    {
+        join::JoinOutcome::Wait { have, need } => {
+            let ev = EventDraft {
+                event_type: types::STEP_SKIPPED,
+                execution_id: eid,
+                step_run_id: srid,
+                step: &step.step,
+                trace_id: &token.trace_id,
+                parent_id: &token.parent_step_run_id,
+                payload: payloads::to_value(&StepSkipped {
+                    reason: "join.waiting".into(),
+                    rule: None,
+                    args: None,
+                    arrived: Some(have),
+                    inputs: Some(need),
+                    join: true,
+                }),
+                ..Default::default()
+            }
+            .build();
+            mesh.emit(&ev).await?.wait().await?;
+            Ok(None)
+        }
+        join::JoinOutcome::Fire(merged) => Ok(Some(merged)),
+        // A redelivered token whose step-run is over: nothing to redo.
+        join::JoinOutcome::Stale => Ok(None),
+    }
+}
+
+/// The step's admission policy on this token (allowed when it has none);
+/// the inner error is a template of the policy that failed.
+async fn admission(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    args: &Value,
+    srid: &str,
+) -> Result<Result<routing::Admission, noetl_core::routing::RoutingError>, MeshError> {
+    let eid = plan.execution_id.as_str();
+    let Some(a) = step.admit() else {
+        return Ok(Ok(routing::Admission {
+            allowed: true,
+            rule: None,
+        }));
+    };
+    let roots = scope::roots(a.rules.iter().filter_map(|r| r.when.as_deref()));
+    let loaded = scope::load(mesh, eid, &roots, &[]).await?;
+    let sc = Scope::new()
+        .workload(plan.workload.clone())
+        .ctx(loaded.ctx)
+        .args(scope::hydrate_args(mesh, args).await?)
+        .event(json!({"name": "token", "step": step.step, "args": args, "token_id": srid}))
+        .execution_id(eid.to_string());
+    Ok(routing::admit(Some(a), &sc))
+}
+
+/// What [`start_step`] needs.
+struct StartStep<'a, F: Fn(&'static str, Value) -> noetl_wire::Event> {
+    mesh: &'a Mesh,
+    plan: &'a PlanRecord,
+    step: &'a Step,
+    token: &'a Token,
+    args: Value,
+    batch: Batch,
+    ev: &'a F,
+}
+
+/// Start an admitted step-run: its deadline timer, then its loop command,
+/// its first task command, or (a step without tasks) its `step.done`.
+async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
+    s: StartStep<'_, F>,
+) -> Result<(), SchedError> {
+    let StartStep {
+        mesh,
+        plan,
+        step,
+        token,
+        args,
+        mut batch,
+        ev,
+    } = s;
+    let (eid, srid) = (token.execution_id.as_str(), token.token_id.as_str());
     // The step-run's deadline, decided once here and carried by every
     // command of it; a timer backs it up for work that waits in a queue.
     let deadline = if step.loop_.is_some() || !step.tool.is_empty() {
@@ -278,7 +353,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
             deadline: (deadline_ms, &deadline_of),
             iteration: None,
         });
-        batch.push(mesh.publish_task(&plan, first, &cmd).await?);
+        batch.push(mesh.publish_task(plan, first, &cmd).await?);
     } else {
         // Routing-only step: nothing to run.
         batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
