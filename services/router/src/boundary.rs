@@ -241,6 +241,46 @@ async fn on_boundary(
 
     // 3. Publish the tokens this step-run fired that are still live (on a
     //    redelivery: the same ones, same ids), and the events.
+    publish_fired(Fired {
+        mesh,
+        ev: &ev,
+        step,
+        header: &header,
+        applied,
+        error: decision.error.clone(),
+    })
+    .await?;
+
+    // 4. The terminal event, exactly once (flag set after publishing).
+    emit_terminal(mesh, headers, &header, &ev.trace_id).await?;
+    Ok(())
+}
+
+/// What [`publish_fired`] needs.
+struct Fired<'a> {
+    mesh: &'a Mesh,
+    ev: &'a Event,
+    step: &'a Step,
+    header: &'a ExecHeader,
+    /// This delivery applied the boundary (a redelivery did not).
+    applied: bool,
+    /// Why routing failed, if it did.
+    error: Option<String>,
+}
+
+/// Publish the tokens the step-run's boundary fired that are still live,
+/// their `token.created`, and `next.selected` (deterministic ids: a
+/// redelivery republishes the same messages, JetStream drops the copies).
+async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
+    let Fired {
+        mesh,
+        ev,
+        step,
+        header,
+        applied,
+        error,
+    } = f;
+    let (eid, srid) = (ev.execution_id.as_str(), ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = header.live.iter().filter(|t| t.parent == srid).collect();
     let mut batch = Batch::new();
     for t in &fired {
@@ -305,7 +345,7 @@ async fn on_boundary(
                         on: ev.event_type.clone(),
                         mode,
                         arcs,
-                        error: decision.error.clone(),
+                        error,
                     }),
                     ..Default::default()
                 }
@@ -315,9 +355,6 @@ async fn on_boundary(
         );
     }
     batch.wait().await?;
-
-    // 4. The terminal event, exactly once (flag set after publishing).
-    emit_terminal(mesh, headers, &header, &ev.trace_id).await?;
     Ok(())
 }
 
