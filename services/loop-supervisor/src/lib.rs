@@ -413,34 +413,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         ))
     })?;
 
-    let templates = scope::strings(&lp.in_);
-    let mut all = templates.clone();
-    if let Some(m) = &lp.spec.max_in_flight {
-        all.extend(scope::strings(m));
-    }
-    let roots = scope::roots(all);
-    let names: Vec<&str> = plan
-        .playbook
-        .workflow
-        .iter()
-        .map(|s| s.step.as_str())
-        .collect();
-    let loaded = scope::load(mesh, eid, &roots, &names).await?;
-    let mut sc = Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(scope::hydrate_args(mesh, &args).await?)
-        .execution_id(eid.to_string());
-    for name in &names {
-        sc = sc.declare(*name);
-    }
-    for (name, result) in loaded.steps {
-        sc = sc.step_result(name, result);
-    }
-    // In a child playbook, `loop.in` may read the parent's iteration.
-    if !plan.parent_iter.is_null() {
-        sc = sc.iter(json!({"parent": plan.parent_iter}));
-    }
+    let sc = loop_scope(mesh, &plan, lp, &args).await?;
     // `loop.in` may give a result reference: its collection is read from
     // object storage.
     let rendered = match noetl_core::template::render_value(&lp.in_, &sc) {
@@ -452,31 +425,9 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         },
         other => other,
     };
-    let items = match rendered {
-        Ok(Value::Array(items)) => items,
-        Ok(other) => {
-            return fail_loop(
-                mesh,
-                &cmd,
-                format!(
-                    "loop.in of step {:?} must give a list, it gave {}",
-                    step.step,
-                    codec::json_type(&other)
-                ),
-            )
-            .await
-        }
-        Err(e) => {
-            return fail_loop(
-                mesh,
-                &cmd,
-                format!(
-                    "loop.in of step {:?} failed in {}: {e}",
-                    step.step, plan.source_name
-                ),
-            )
-            .await
-        }
+    let items = match collection(rendered, &step.step, &plan.source_name) {
+        Ok(items) => items,
+        Err(message) => return fail_loop(mesh, &cmd, message).await,
     };
     let limits = noetl_core::limits::Limits::from_spec_limits(
         plan.playbook
@@ -491,38 +442,14 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     if let Err(e) = limits.check_loop_items(items.len(), &place) {
         return fail_loop(mesh, &cmd, e.to_string()).await;
     }
-    let max_in_flight = match lp.spec.mode {
-        LoopMode::Sequential => 1,
-        LoopMode::Parallel => match lp.spec.max_in_flight.as_ref() {
-            None => DEFAULT_MAX_IN_FLIGHT,
-            Some(v) => match noetl_core::template::render_value(v, &sc) {
-                Ok(v) => match v
-                    .as_u64()
-                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                {
-                    Some(n) if n >= 1 => n,
-                    _ => {
-                        return fail_loop(
-                            mesh,
-                            &cmd,
-                            format!(
-                            "loop.spec.max_in_flight of step {:?} must be an integer >= 1, got {v}",
-                            step.step
-                        ),
-                        )
-                        .await
-                    }
-                },
-                Err(e) => {
-                    return fail_loop(
-                        mesh,
-                        &cmd,
-                        format!("loop.spec.max_in_flight of step {:?}: {e}", step.step),
-                    )
-                    .await
-                }
-            },
-        },
+    let rendered_max = lp
+        .spec
+        .max_in_flight
+        .as_ref()
+        .map(|v| noetl_core::template::render_value(v, &sc));
+    let max_in_flight = match max_in_flight(lp.spec.mode, rendered_max, &step.step) {
+        Ok(n) => n,
+        Err(message) => return fail_loop(mesh, &cmd, message).await,
     };
     if let Err(e) = reduce::declared(lp.spec.policy.as_ref()) {
         return fail_loop(
@@ -545,9 +472,103 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     )
     .await?;
     drop(items);
+    let run = new_run(&cmd, &step.step, total, max_in_flight, args);
+    let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
+        run
+    } else {
+        kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
+    };
+    resume(mesh, &plan, step, srid, run).await
+}
+
+/// The scope `loop.in` and `max_in_flight` render in: workload, `ctx`, the
+/// step's args, the step results they read, and in a child playbook the
+/// parent's iteration as `iter.parent`.
+async fn loop_scope(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    lp: &noetl_core::Loop,
+    args: &Value,
+) -> Result<Scope, MeshError> {
+    let mut all = scope::strings(&lp.in_);
+    if let Some(m) = &lp.spec.max_in_flight {
+        all.extend(scope::strings(m));
+    }
+    let roots = scope::roots(all);
+    let names: Vec<&str> = plan
+        .playbook
+        .workflow
+        .iter()
+        .map(|s| s.step.as_str())
+        .collect();
+    let loaded = scope::load(mesh, &plan.execution_id, &roots, &names).await?;
+    let mut sc = Scope::new()
+        .workload(plan.workload.clone())
+        .ctx(loaded.ctx)
+        .args(scope::hydrate_args(mesh, args).await?)
+        .execution_id(plan.execution_id.clone());
+    for name in &names {
+        sc = sc.declare(*name);
+    }
+    for (name, result) in loaded.steps {
+        sc = sc.step_result(name, result);
+    }
+    if !plan.parent_iter.is_null() {
+        sc = sc.iter(json!({"parent": plan.parent_iter}));
+    }
+    Ok(sc)
+}
+
+/// The loop's collection from its rendered `loop.in`, or why the loop
+/// fails (not a list; the template failed).
+fn collection<E: std::fmt::Display>(
+    rendered: Result<Value, E>,
+    step: &str,
+    source: &str,
+) -> Result<Vec<Value>, String> {
+    match rendered {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(other) => Err(format!(
+            "loop.in of step {step:?} must give a list, it gave {}",
+            codec::json_type(&other)
+        )),
+        Err(e) => Err(format!("loop.in of step {step:?} failed in {source}: {e}")),
+    }
+}
+
+/// Iterations in flight at most: 1 for a sequential loop; for a parallel
+/// one its rendered `max_in_flight` (an integer >= 1, or such a string),
+/// else [`DEFAULT_MAX_IN_FLIGHT`].
+fn max_in_flight<E: std::fmt::Display>(
+    mode: LoopMode,
+    rendered: Option<Result<Value, E>>,
+    step: &str,
+) -> Result<u64, String> {
+    match (mode, rendered) {
+        (LoopMode::Sequential, _) => Ok(1),
+        (LoopMode::Parallel, None) => Ok(DEFAULT_MAX_IN_FLIGHT),
+        (LoopMode::Parallel, Some(Err(e))) => {
+            Err(format!("loop.spec.max_in_flight of step {step:?}: {e}"))
+        }
+        (LoopMode::Parallel, Some(Ok(v))) => {
+            match v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            {
+                Some(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "loop.spec.max_in_flight of step {step:?} must be an integer >= 1, got {v}"
+                )),
+            }
+        }
+    }
+}
+
+/// A new loop run of `total` items with its first window in flight.
+fn new_run(cmd: &LoopCommand, step: &str, total: u64, max_in_flight: u64, args: Value) -> LoopRun {
     let first = total.min(max_in_flight);
-    let run = LoopRun {
-        step: step.step.clone(),
+    LoopRun {
+        step: step.to_string(),
         total,
         max_in_flight,
         next: first,
@@ -562,13 +583,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
         error: None,
         deadline_ms: cmd.deadline_ms,
         deadline_of: cmd.deadline_of.clone(),
-    };
-    let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
-        run
-    } else {
-        kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
-    };
-    resume(mesh, &plan, step, srid, run).await
+    }
 }
 
 /// Publish everything a stored loop run implies (idempotent: every id is
@@ -1343,6 +1358,71 @@ mod tests {
         assert_eq!(e["kind"], "reducer");
         assert!(e["message"].as_str().unwrap().contains("\"lp\""), "{e}");
         assert!(r.finished(), "nothing in flight, stopped");
+    }
+
+    #[test]
+    fn a_sequential_loop_runs_one_at_a_time_and_a_parallel_one_its_bound() {
+        let ok = |v: Value| Some(Ok::<Value, String>(v));
+        assert_eq!(
+            max_in_flight(LoopMode::Sequential, ok(json!(8)), "lp"),
+            Ok(1)
+        );
+        assert_eq!(
+            max_in_flight::<String>(LoopMode::Parallel, None, "lp"),
+            Ok(DEFAULT_MAX_IN_FLIGHT)
+        );
+        assert_eq!(max_in_flight(LoopMode::Parallel, ok(json!(8)), "lp"), Ok(8));
+        assert_eq!(
+            max_in_flight(LoopMode::Parallel, ok(json!(" 3 ")), "lp"),
+            Ok(3)
+        );
+    }
+
+    #[test]
+    fn a_bad_max_in_flight_fails_the_loop_naming_the_step() {
+        for bad in [json!(0), json!(-1), json!("many"), json!(1.5)] {
+            let e = max_in_flight(
+                LoopMode::Parallel,
+                Some(Ok::<Value, String>(bad.clone())),
+                "lp",
+            )
+            .unwrap_err();
+            assert!(
+                e.contains(r#"step "lp" must be an integer >= 1"#),
+                "{bad}: {e}"
+            );
+        }
+        let e = max_in_flight(LoopMode::Parallel, Some(Err("undefined `n`")), "lp").unwrap_err();
+        assert_eq!(e, r#"loop.spec.max_in_flight of step "lp": undefined `n`"#);
+    }
+
+    #[test]
+    fn loop_in_must_give_a_list() {
+        assert_eq!(
+            collection(Ok::<Value, String>(json!([1, 2])), "lp", "p.yaml"),
+            Ok(vec![json!(1), json!(2)])
+        );
+        let e = collection(Ok::<Value, String>(json!({"a": 1})), "lp", "p.yaml").unwrap_err();
+        assert!(e.contains("must give a list, it gave"), "{e}");
+        let e = collection(Err::<Value, _>("boom"), "lp", "p.yaml").unwrap_err();
+        assert_eq!(e, r#"loop.in of step "lp" failed in p.yaml: boom"#);
+    }
+
+    #[test]
+    fn a_new_run_puts_its_first_window_in_flight() {
+        let cmd = LoopCommand {
+            trace_id: "t".into(),
+            deadline_ms: 9,
+            deadline_of: "d".into(),
+            ..Default::default()
+        };
+        let r = new_run(&cmd, "lp", 5, 2, json!({"a": 1}));
+        assert_eq!((r.next, r.in_flight.clone()), (2, vec![0, 1]));
+        assert_eq!((r.deadline_ms, r.trace_id.as_str()), (9, "t"));
+        let small = new_run(&cmd, "lp", 1, 16, json!({}));
+        assert_eq!((small.next, small.in_flight), (1, vec![0]));
+        let empty = new_run(&cmd, "lp", 0, 16, json!({}));
+        assert!(empty.finished());
     }
 
     #[test]
