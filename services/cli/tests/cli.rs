@@ -2,10 +2,13 @@
 //! serve — each against a real nats-server.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+mod support;
+use support::Procs;
 
 fn noetl() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
@@ -278,17 +281,6 @@ fn tail_events(url: &str, id: &str, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-struct Services(Vec<Child>);
-
-impl Drop for Services {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[test]
 fn exec_start_status_and_events_tail_against_separate_services() {
     let server = noetl_testkit::TestServer::start();
@@ -322,7 +314,7 @@ fn exec_start_status_and_events_tail_against_separate_services() {
                 .unwrap(),
         );
     }
-    let _services = Services(children);
+    let _services = Procs(children);
     let out = noetl()
         .args([
             "exec",
@@ -643,7 +635,7 @@ fn only_an_executor_serving_python_starts_interpreters() {
             .spawn()
             .unwrap()
     };
-    let services = Services(vec![
+    let services = Procs(vec![
         spawn(&["serve", "router"]),
         spawn(&["serve", "executor", "--kind", "noop"]),
         spawn(&["serve", "executor", "--kind", "python"]),

@@ -5,32 +5,21 @@
 //! never redelivered: in-progress acks keep it there past the ack wait.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod support;
+use support::{wait_until, Procs};
 
 /// The consumers' ack wait in this test (`NOETL_ACK_WAIT_MS`).
 const ACK_WAIT: Duration = Duration::from_millis(2000);
 
 fn noetl(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
-    c.env("NOETL_HOME", home)
-        .env_remove("NOETL_NATS_URL")
-        .env("NOETL_ACK_WAIT_MS", ACK_WAIT.as_millis().to_string());
+    let mut c = support::noetl(home);
+    c.env("NOETL_ACK_WAIT_MS", ACK_WAIT.as_millis().to_string());
     c
-}
-
-/// Services killed when the test ends, however it ends.
-struct Services(Vec<Child>);
-
-impl Drop for Services {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// Each run appends the pid of the executor running it, then naps for
@@ -68,14 +57,6 @@ fn runs(marker: &Path) -> Vec<u32> {
         .collect()
 }
 
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_task_whose_executor_is_killed_runs_on_another_within_the_ack_wait() {
     let server = noetl_testkit::TestServer::start();
@@ -95,7 +76,7 @@ fn a_task_whose_executor_is_killed_runs_on_another_within_the_ack_wait() {
         "{}",
         String::from_utf8_lossy(&init.stderr)
     );
-    let mut services = Services(Vec::new());
+    let mut services = Procs(Vec::new());
     for service in ["router", "scheduler"] {
         services.0.push(
             noetl(&home)

@@ -3,28 +3,13 @@
 //! `task.done` is published, the execution completes) and the process
 //! exits 0.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn noetl(home: &std::path::Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
-    c.env("NOETL_HOME", home).env_remove("NOETL_NATS_URL");
-    c
-}
-
-/// Services killed when the test ends, however it ends.
-struct Services(Vec<Child>);
-
-impl Drop for Services {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+mod support;
+use support::{noetl, wait_until, Procs};
 
 const SLOW: &str = r#"
 apiVersion: noetl.io/v2
@@ -49,14 +34,6 @@ workflow:
                   then: { do: continue, set_ctx: { nap: "{{ outcome.result }}" } }
 "#;
 
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn sigterm_lets_the_running_task_finish_then_exits_0() {
     let server = noetl_testkit::TestServer::start();
@@ -79,7 +56,7 @@ fn sigterm_lets_the_running_task_finish_then_exits_0() {
         "{}",
         String::from_utf8_lossy(&init.stderr)
     );
-    let mut services = Services(Vec::new());
+    let mut services = Procs(Vec::new());
     for service in ["router", "scheduler"] {
         services.0.push(
             noetl(&home)

@@ -6,32 +6,14 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 use serde_json::Value;
 
-fn noetl(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
-    c.env("NOETL_HOME", home)
-        .env_remove("NOETL_NATS_URL")
-        .env_remove("NOETL_HTTP_ADDR");
-    c
-}
-
-/// Services killed when the test ends, however it ends.
-struct Services(Vec<Child>);
-
-impl Drop for Services {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+mod support;
+use support::{free_port, noetl, Procs};
 
 const TINY: &str = r#"
 apiVersion: noetl.io/v2
@@ -49,14 +31,6 @@ workflow:
               - else:
                   then: { do: continue, set_ctx: { seed: "{{ outcome.result }}" } }
 "#;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A plain HTTP/1.1 GET: (status, body), or the connection error.
 fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
@@ -138,7 +112,7 @@ fn health_ready_and_metrics_follow_the_consumers_and_the_nats_connection() {
 
     // One health port per process.
     let (router, scheduler, executor) = (free_port(), free_port(), free_port());
-    let mut services = Services(Vec::new());
+    let mut services = Procs(Vec::new());
     for (args, port) in [
         (vec!["router"], router),
         (vec!["scheduler"], scheduler),
@@ -339,7 +313,7 @@ fn a_service_started_before_its_nats_server_waits_for_it_then_serves() {
     };
     let url = format!("nats://127.0.0.1:{}", nats_opts.port.unwrap());
     let (router, scheduler) = (free_port(), free_port());
-    let mut services = Services(Vec::new());
+    let mut services = Procs(Vec::new());
     let mut logs = Vec::new();
     for (service, port) in [("router", router), ("scheduler", scheduler)] {
         let log = dir.path().join(format!("{service}.log"));

@@ -4,9 +4,8 @@
 //! every probe must answer within a second (docs/reliability.md, "Load").
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,9 @@ use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 use noetl_mesh::state::ExecStatus;
 use noetl_mesh::{codec, Mesh, MeshConfig};
 use noetl_wire::ExecutionRequest;
+
+mod support;
+use support::{free_port, noetl, Procs};
 
 /// Executions started at once.
 const EXECUTIONS: usize = 1_000;
@@ -34,34 +36,6 @@ workflow:
   - step: end
     tool: [{ name: c, kind: noop, result: 3 }]
 "#;
-
-fn noetl(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
-    c.env("NOETL_HOME", home)
-        .env_remove("NOETL_NATS_URL")
-        .env_remove("NOETL_HTTP_ADDR");
-    c
-}
-
-/// Services killed when the test ends, however it ends.
-struct Services(Vec<Child>);
-
-impl Drop for Services {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A cold `noetl exec status ID`: how long until it exited, and its output.
 fn probe_status(home: &Path, url: &str, eid: &str) -> (Duration, String) {
@@ -127,7 +101,7 @@ fn a_thousand_executions_complete_while_status_and_tail_answer_within_a_second()
     .expect("nats-server");
     let url = nats.url();
 
-    let mut services = Services(Vec::new());
+    let mut services = Procs(Vec::new());
     for args in [
         vec!["router"],
         vec!["scheduler"],

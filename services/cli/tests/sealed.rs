@@ -7,10 +7,13 @@
 //! in every form from the result, `ctx`, events and KV.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+mod support;
+use support::Procs;
 
 /// The credentials' secret key (64 hex digits).
 const SECRET_KEY: &str = "c0ffee5eed0123456789abcdef0123456789abcdef0123456789abcdef012345";
@@ -229,17 +232,6 @@ fn a_task_under_noetl_run_sees_no_secret_and_every_encoding_is_redacted() {
 }
 
 /// Services killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[test]
 fn a_task_under_noetl_serve_sees_no_secret_and_every_encoding_is_redacted() {
     let server = noetl_testkit::TestServer::start();

@@ -8,10 +8,13 @@
 //!   the prefix; `noetl admin init` creates them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
+
+mod support;
+use support::{free_port, wait_until, Procs};
 
 const PASSWORD: &str = "pw-d7f3e1c9a2b4";
 
@@ -60,18 +63,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Processes killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 #[test]
@@ -231,14 +222,6 @@ fn make_pki(dir: &Path) -> Pki {
     pki
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A nats-server started from `conf` (its `listen` is `127.0.0.1:port`),
 /// killed with `procs`.
 fn start_nats(dir: &Path, conf: &str, port: u16, procs: &mut Procs) -> String {
@@ -255,18 +238,10 @@ fn start_nats(dir: &Path, conf: &str, port: u16, procs: &mut Procs) -> String {
             .spawn()
             .unwrap(),
     );
-    wait_for("nats-server to listen", Duration::from_secs(15), || {
+    wait_until("nats-server to listen", Duration::from_secs(15), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     format!("nats://127.0.0.1:{port}")
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -343,7 +318,7 @@ authorization {{
     std::fs::write(&playbook, PLAYBOOK).unwrap();
     // The first services create the mesh; until then a client finds none.
     let mut id = String::new();
-    wait_for(
+    wait_until(
         "the mesh to accept a request",
         Duration::from_secs(60),
         || {
