@@ -297,8 +297,7 @@ impl ChunkCache {
                         chunk * CHUNK
                     )));
                 };
-                let reference = noetl_mesh::objects::is_ref(&stored)
-                    .then(|| stored["ref"].as_str().unwrap_or_default().to_string());
+                let reference = noetl_mesh::objects::Reference::of(&stored).map(|r| r.reference);
                 let named = || match &reference {
                     Some(r) => format!("collection chunk {key} ({r})"),
                     None => format!("collection chunk {key}"),

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::{path::Path as ObjectPath, ObjectStore, PutPayload};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Scheme of a reference's `ref` field.
@@ -215,6 +215,35 @@ impl std::fmt::Debug for ResultStore {
     }
 }
 
+/// A result stored by reference, as it stands in place of the value (in
+/// events, KV, args and `_prev`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reference {
+    /// `noetl://<execution>/<step>/<id>`.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// `local` or `s3`.
+    pub store: String,
+    /// The object's key.
+    pub key: String,
+    /// Bytes of its JSON.
+    pub size: usize,
+    /// `sha256:<hex>` of those bytes.
+    pub checksum: String,
+    /// Its first bytes, for people reading events.
+    pub preview: String,
+}
+
+impl Reference {
+    /// The reference `v` is, if it is one ([`is_ref`]).
+    pub fn of(v: &Value) -> Option<Self> {
+        if !is_ref(v) {
+            return None;
+        }
+        serde_json::from_value(v.clone()).ok()
+    }
+}
+
 /// True when `v` is a result reference.
 pub fn is_ref(v: &Value) -> bool {
     v.get("ref")
@@ -365,14 +394,15 @@ impl ResultStore {
                 key: key.clone(),
                 message: e.to_string(),
             })?;
-        Ok(json!({
-            "ref": format!("{REF_SCHEME}{name}"),
-            "store": self.location.label(),
-            "key": key,
-            "size": size,
-            "checksum": checksum,
-            "preview": preview,
-        }))
+        Ok(serde_json::to_value(Reference {
+            reference: format!("{REF_SCHEME}{name}"),
+            store: self.location.label().to_string(),
+            key,
+            size,
+            checksum,
+            preview,
+        })
+        .expect("a reference serialises"))
     }
 
     /// `value` itself when its JSON is at most `limit` bytes, else its
@@ -391,6 +421,11 @@ impl ResultStore {
             return Ok(v);
         }
         let key = v["key"].as_str().unwrap_or_default().to_string();
+        let reference: Reference = serde_json::from_value(v).map_err(|e| ObjectError::Corrupt {
+            store: self.label(),
+            key: key.clone(),
+            message: format!("its reference does not decode: {e}"),
+        })?;
         let bytes = self
             .inner
             .get(&ObjectPath::from(key.as_str()))
@@ -413,15 +448,16 @@ impl ResultStore {
                 key: key.clone(),
                 message: e.to_string(),
             })?;
-        if let Some(want) = v.get("checksum").and_then(Value::as_str) {
-            let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-            if got != want {
-                return Err(ObjectError::Corrupt {
-                    store: self.label(),
-                    key,
-                    message: format!("checksum {got} does not match the reference's {want}"),
-                });
-            }
+        let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        if got != reference.checksum {
+            return Err(ObjectError::Corrupt {
+                store: self.label(),
+                key,
+                message: format!(
+                    "checksum {got} does not match the reference's {}",
+                    reference.checksum
+                ),
+            });
         }
         serde_json::from_slice(&bytes).map_err(|e| ObjectError::Corrupt {
             store: self.label(),
@@ -475,6 +511,7 @@ fn segment(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn large_values_round_trip_by_reference_on_a_local_dir() {
