@@ -369,7 +369,11 @@ mod tests {
         p.observe(&ev(
             types::LOOP_STARTED,
             "each",
-            serde_json::json!({"total": 3}),
+            noetl_mesh::payloads::to_value(&noetl_mesh::payloads::LoopStarted {
+                total: 3,
+                max_in_flight: 1,
+                mode: None,
+            }),
         ));
         p.observe(&ev(types::LOOP_ITERATION_DONE, "each", none.clone()));
         p.observe(&ev(types::LOOP_ITERATION_FAILED, "each", none.clone()));
