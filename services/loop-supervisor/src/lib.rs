@@ -1087,23 +1087,7 @@ async fn finish(
     let skey = Keys::loop_run(eid, srid);
     let mut run = run.clone();
     if run.error.is_none() {
-        let error = match apply_reducers(mesh, eid, step, srid, &run).await? {
-            Some(e) => Some(e),
-            None => timed_out(&run, now_ms()),
-        };
-        if let Some(error) = error {
-            // The first recorded error stands (a repeated finish reports it).
-            let stored = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| match r {
-                Some(r) if r.error.is_none() => {
-                    let mut r = r.clone();
-                    r.error = Some(error.clone());
-                    Cas::Write(r)
-                }
-                _ => Cas::Keep,
-            })
-            .await?;
-            run.error = stored.and_then(|r| r.error).or(Some(error));
-        }
+        run.error = final_error(mesh, plan, step, srid, &run).await?;
     }
     let (status, failure) = loop_end(&run, step.failure_mode() == FailureMode::FailFast);
     let loop_failed = failure.is_some();
@@ -1166,11 +1150,51 @@ async fn finish(
         _ => Cas::Keep,
     })
     .await?;
-    // The collection chunks, the iterations' checkpoints and claims, and
-    // the write-once ctx claims are needed no more: drop them so state does
-    // not grow with every loop run. The run record itself stays (it makes a
-    // redelivered report a no-op).
-    let purged = kv::purge_under(mesh.loop_kv(), &skey).await?;
+    prune(mesh, eid, step, srid).await?;
+    Ok(())
+}
+
+/// The error a loop ends with when it has none recorded yet: a reducer
+/// that cannot fold into `ctx`, or the step-run's deadline. Recorded in
+/// the run the first time, so a repeated finish reports the same.
+async fn final_error(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    srid: &str,
+    run: &LoopRun,
+) -> Result<Option<Value>, LoopError> {
+    let eid = plan.execution_id.as_str();
+    let error = match apply_reducers(mesh, eid, step, srid, run).await? {
+        Some(e) => Some(e),
+        None => timed_out(run, now_ms()),
+    };
+    let Some(error) = error else {
+        return Ok(None);
+    };
+    // The first recorded error stands (a repeated finish reports it).
+    let stored = kv::update(
+        mesh.loop_kv(),
+        &Keys::loop_run(eid, srid),
+        |r: Option<&LoopRun>| match r {
+            Some(r) if r.error.is_none() => {
+                let mut r = r.clone();
+                r.error = Some(error.clone());
+                Cas::Write(r)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await?;
+    Ok(stored.and_then(|r| r.error).or(Some(error)))
+}
+
+/// Drop what a finished loop needs no more, so state does not grow with
+/// every loop run: the collection chunks, the iterations' checkpoints and
+/// claims, and the write-once ctx claims. The run record itself stays (it
+/// makes a redelivered report a no-op).
+async fn prune(mesh: &Mesh, eid: &str, step: &Step, srid: &str) -> Result<(), MeshError> {
+    let purged = kv::purge_under(mesh.loop_kv(), &Keys::loop_run(eid, srid)).await?;
     let owners = Keys::owners(eid, srid);
     if kv::get::<Value>(mesh.ctx_kv(), &owners).await?.is_some() {
         mesh.ctx_kv()

@@ -104,6 +104,39 @@ fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader> {
     Some(h)
 }
 
+/// The scope arc conditions and args render in: workload, `ctx`, the step's
+/// args, `event`, and the step results `templates` read.
+async fn arc_scope(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    ev: &Event,
+    (payload, view): (&Value, &BoundaryView),
+    templates: &[&str],
+) -> Result<Scope, MeshError> {
+    let roots = scope::roots(templates.iter().copied());
+    let names: Vec<&str> = plan
+        .playbook
+        .workflow
+        .iter()
+        .map(|s| s.step.as_str())
+        .collect();
+    let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
+    let args = view.args.clone().unwrap_or_else(|| json!({}));
+    let mut sc = Scope::new()
+        .workload(plan.workload.clone())
+        .ctx(loaded.ctx)
+        .args(scope::hydrate_args(mesh, &args).await?)
+        .event(event_scope(ev, payload))
+        .execution_id(ev.execution_id.clone());
+    for name in &names {
+        sc = sc.declare(*name);
+    }
+    for (name, result) in loaded.steps {
+        sc = sc.step_result(name, result);
+    }
+    Ok(sc)
+}
+
 /// The `event` arcs' conditions see: the boundary event's payload plus its
 /// `name`, `step` and `step_run_id`.
 fn event_scope(ev: &Event, payload: &Value) -> Value {
@@ -527,29 +560,7 @@ async fn decide(
     let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
         Ok(Vec::new())
     } else {
-        let roots = scope::roots(templates.iter().copied());
-        let names: Vec<&str> = plan
-            .playbook
-            .workflow
-            .iter()
-            .map(|s| s.step.as_str())
-            .collect();
-        let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
-        let event = event_scope(ev, payload);
-        let args = view.args.clone().unwrap_or_else(|| json!({}));
-        let args = scope::hydrate_args(mesh, &args).await?;
-        let mut sc = Scope::new()
-            .workload(plan.workload.clone())
-            .ctx(loaded.ctx)
-            .args(args)
-            .event(event)
-            .execution_id(ev.execution_id.clone());
-        for name in &names {
-            sc = sc.declare(*name);
-        }
-        for (name, result) in loaded.steps {
-            sc = sc.step_result(name, result);
-        }
+        let sc = arc_scope(mesh, plan, ev, (payload, view), &templates).await?;
         routing::select_arcs(next, &sc).map_err(|e| {
             format!(
                 "routing of step {:?} failed in {}: {e}",
