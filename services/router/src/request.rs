@@ -48,6 +48,81 @@ impl Handler for RequestHandler {
 
 use noetl_mesh::runtime::HandlerError as StartError;
 
+/// What a request's playbook is called in diagnostics and the header: its
+/// `source_name`, else its catalog path, else `<inline>`.
+fn source_name(req: &ExecutionRequest) -> String {
+    if !req.source_name.is_empty() {
+        req.source_name.clone()
+    } else if !req.path.is_empty() {
+        req.path.clone()
+    } else {
+        "<inline>".to_string()
+    }
+}
+
+/// The request's playbook text and its source name (`path@vN` for a
+/// catalog entry), or the source and why the request cannot run.
+async fn playbook_text(
+    mesh: &Mesh,
+    req: &ExecutionRequest,
+    source: String,
+) -> Result<Result<(String, String), (String, String)>, MeshError> {
+    if !req.playbook_yaml.is_empty() {
+        return Ok(Ok((req.playbook_yaml.clone(), source)));
+    }
+    if req.path.is_empty() {
+        let why = "the request carries no playbook: set `playbook` (YAML text) or `path`";
+        return Ok(Err((source, why.to_string())));
+    }
+    // The version is resolved once, here: the plan stored keeps it for the
+    // whole execution, whatever is registered later.
+    let pinned = (req.version > 0).then_some(req.version);
+    match mesh.catalog().get(&req.path, pinned).await {
+        Ok(entry) => Ok(Ok((
+            entry.yaml,
+            format!("{}@v{}", entry.path, entry.version),
+        ))),
+        Err(noetl_mesh::catalog::CatalogError::Mesh(e)) => Err(e),
+        Err(e) => Ok(Err((source, e.to_string()))),
+    }
+}
+
+/// What [`plan_of`] needs.
+struct PlanOf<'a> {
+    eid: &'a str,
+    source: &'a str,
+    playbook: noetl_core::Playbook,
+    /// The request's workload overrides (`null`: none).
+    overrides: &'a Value,
+    req: &'a ExecutionRequest,
+    now_ms: u64,
+}
+
+/// The plan of a validated request: the playbook, its workload with the
+/// request's overrides merged in, parent links, start time and trace id
+/// (the execution id when the request gives none).
+fn plan_of(p: PlanOf<'_>) -> PlanRecord {
+    let mut workload = Value::Object(p.playbook.workload.clone());
+    if !p.overrides.is_null() {
+        deep_merge(&mut workload, p.overrides);
+    }
+    let mut plan = PlanRecord::new(
+        p.eid.to_string(),
+        p.source.to_string(),
+        p.playbook,
+        workload,
+    );
+    plan.parent_execution_id = p.req.parent_execution_id.clone();
+    plan.started_ms = p.now_ms;
+    plan.parent_iter = codec::json_value(&p.req.parent_iter_json).unwrap_or(Value::Null);
+    plan.trace_id = if p.req.trace_id.is_empty() {
+        p.eid.to_string()
+    } else {
+        p.req.trace_id.clone()
+    };
+    plan
+}
+
 /// The execution id a request gets: its own, else `e<stream sequence>` (the
 /// publisher reads the sequence from its JetStream ack).
 fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, StartError> {
@@ -66,13 +141,7 @@ fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, StartError> 
 
 async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), StartError> {
     let eid = execution_id(&req, seq)?;
-    let source = if !req.source_name.is_empty() {
-        req.source_name.clone()
-    } else if !req.path.is_empty() {
-        req.path.clone()
-    } else {
-        "<inline>".to_string()
-    };
+    let source = source_name(&req);
 
     // Redelivery of a request we already accepted: make sure the entry token
     // went out (same id, de-duplicated) and stop.
@@ -110,24 +179,9 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         Ok(v) => v,
         Err(e) => return fail_early(mesh, &eid, &source, &req, format!("workload: {e}")).await,
     };
-    let mut source = source;
-    let yaml = if !req.playbook_yaml.is_empty() {
-        req.playbook_yaml.clone()
-    } else if req.path.is_empty() {
-        let why = "the request carries no playbook: set `playbook` (YAML text) or `path`";
-        return fail_early(mesh, &eid, &source, &req, why.to_string()).await;
-    } else {
-        // The version is resolved once, here: the plan stored below keeps
-        // it for the whole execution, whatever is registered later.
-        let pinned = (req.version > 0).then_some(req.version);
-        match mesh.catalog().get(&req.path, pinned).await {
-            Ok(entry) => {
-                source = format!("{}@v{}", entry.path, entry.version);
-                entry.yaml
-            }
-            Err(noetl_mesh::catalog::CatalogError::Mesh(e)) => return Err(e.into()),
-            Err(e) => return fail_early(mesh, &eid, &source, &req, e.to_string()).await,
-        }
+    let (yaml, source) = match playbook_text(mesh, &req, source).await? {
+        Ok(found) => found,
+        Err((source, why)) => return fail_early(mesh, &eid, &source, &req, why).await,
     };
     let loaded = match noetl_core::load::load_playbook(&yaml, &source) {
         Ok(l) => l,
@@ -139,19 +193,14 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
     if let Some(why) = unresolved_keychain(mesh, &playbook).await? {
         return fail_early(mesh, &eid, &source, &req, why).await;
     }
-    let mut workload = Value::Object(playbook.workload.clone());
-    if !overrides.is_null() {
-        deep_merge(&mut workload, &overrides);
-    }
-    let mut plan = PlanRecord::new(eid.clone(), source.clone(), playbook, workload);
-    plan.parent_execution_id = req.parent_execution_id.clone();
-    plan.started_ms = now_ms();
-    plan.parent_iter = codec::json_value(&req.parent_iter_json).unwrap_or(Value::Null);
-    plan.trace_id = if req.trace_id.is_empty() {
-        eid.clone()
-    } else {
-        req.trace_id.clone()
-    };
+    let plan = plan_of(PlanOf {
+        eid: &eid,
+        source: &source,
+        playbook,
+        overrides: &overrides,
+        req: &req,
+        now_ms: now_ms(),
+    });
     kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
     let entry_token = entry_token_id(&eid);
     let entry_step = plan
@@ -430,6 +479,46 @@ mod tests {
             execution_id(&request("nightly-2026_11"), 42).unwrap(),
             "nightly-2026_11"
         );
+    }
+
+    #[test]
+    fn a_request_s_source_is_its_name_its_path_or_inline() {
+        let mut r = request("");
+        assert_eq!(source_name(&r), "<inline>");
+        r.path = "examples/hotels".into();
+        assert_eq!(source_name(&r), "examples/hotels");
+        r.source_name = "hotels.yaml".into();
+        assert_eq!(source_name(&r), "hotels.yaml");
+    }
+
+    #[test]
+    fn a_plan_merges_the_request_workload_and_defaults_its_trace_to_the_execution() {
+        let playbook: noetl_core::Playbook = serde_json::from_value(serde_json::json!({
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "p"},
+            "workload": {"a": 1, "nested": {"x": 1, "y": 2}},
+            "workflow": [{"step": "start"}],
+        }))
+        .unwrap();
+        let mut req = request("e9");
+        req.parent_execution_id = "parent".into();
+        let overrides = serde_json::json!({"nested": {"y": 3}, "b": true});
+        let plan = plan_of(PlanOf {
+            eid: "e9",
+            source: "p.yaml",
+            playbook,
+            overrides: &overrides,
+            req: &req,
+            now_ms: 42,
+        });
+        assert_eq!(
+            plan.workload,
+            serde_json::json!({"a": 1, "nested": {"x": 1, "y": 3}, "b": true})
+        );
+        assert_eq!((plan.trace_id.as_str(), plan.started_ms), ("e9", 42));
+        assert_eq!(plan.parent_execution_id, "parent");
+        assert!(plan.parent_iter.is_null());
     }
 
     #[test]
