@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::{Playbook, Step};
+use crate::{Playbook, Step, StepError};
 
 /// The error kind of everything that ran out of time.
 pub const TIMEOUT: &str = "timeout";
@@ -183,7 +183,7 @@ pub fn retry_fits(not_before_ms: u64, deadline_ms: u64) -> bool {
 }
 
 /// The `{kind, message, task}` error of a step-run past its deadline.
-pub fn timeout_error(d: &Deadline, step: &str, task: Option<&str>) -> Value {
+pub fn timeout_error(d: &Deadline, step: &str, task: Option<&str>) -> StepError {
     let message = match task {
         Some(t) => format!(
             "step {step:?} ran out of time in task {t:?}: {} passed",
@@ -191,7 +191,7 @@ pub fn timeout_error(d: &Deadline, step: &str, task: Option<&str>) -> Value {
         ),
         None => format!("step {step:?} ran out of time: {} passed", d.what),
     };
-    json!({"kind": TIMEOUT, "message": message, "task": task})
+    StepError::new(TIMEOUT, message, task)
 }
 
 /// The error of an execution past its own deadline.
@@ -202,6 +202,7 @@ pub fn execution_timeout_message(d: &Deadline) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn playbook(yaml: &str) -> Playbook {
         crate::load::load_playbook(yaml, "t.yaml")
@@ -322,14 +323,14 @@ workflow:
             at_ms: 1,
             what: "step \"s\" lifecycle.timeout_s: 2".into(),
         };
-        let e = timeout_error(&d, "s", Some("nap"));
+        let e = timeout_error(&d, "s", Some("nap")).to_value();
         assert_eq!(e["kind"], "timeout");
         assert_eq!(e["task"], "nap");
         assert!(e["message"]
             .as_str()
             .unwrap()
             .contains("lifecycle.timeout_s: 2"));
-        assert_eq!(timeout_error(&d, "s", None)["task"], Value::Null);
+        assert_eq!(timeout_error(&d, "s", None).to_value()["task"], Value::Null);
         let x = execution_timeout_message(&Deadline {
             at_ms: 1,
             what: "execution deadline executor.spec.limits.timeout_s: 5".into(),

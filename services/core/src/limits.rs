@@ -199,13 +199,47 @@ fn shrink(v: Value, depth: usize) -> Value {
     }
 }
 
+/// `value` itself when its JSON fits in `limit` bytes, else a
+/// [`Preview`] of its first `min(limit, 1 KiB)` bytes of JSON. Used where
+/// a result rides whole in an event only while it is small.
+pub fn compact(value: &Value, limit: usize) -> Value {
+    if value.is_null() || matches!(value, Value::Bool(_) | Value::Number(_)) {
+        return value.clone();
+    }
+    if json_size_within(value, limit).is_ok() {
+        return value.clone();
+    }
+    preview_of(value, limit.min(PREVIEW_BYTES))
+}
+
+/// What stands in for a value too large to carry:
+/// `{"truncated": true, "size": <bytes>, "preview": "<first bytes of its JSON>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Preview {
+    /// Always `true`: marks the value as a preview.
+    pub truncated: bool,
+    /// Bytes of the whole value's JSON.
+    pub size: usize,
+    /// The first bytes of that JSON, cut at a character boundary.
+    pub preview: String,
+}
+
 fn preview(v: &Value) -> Value {
+    preview_of(v, PREVIEW_BYTES)
+}
+
+fn preview_of(v: &Value, bytes: usize) -> Value {
     let text = v.to_string();
-    let mut end = PREVIEW_BYTES.min(text.len());
+    let mut end = bytes.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    serde_json::json!({"truncated": true, "size": text.len(), "preview": &text[..end]})
+    let p = Preview {
+        truncated: true,
+        size: text.len(),
+        preview: text[..end].to_string(),
+    };
+    serde_json::to_value(p).expect("a preview is plain JSON")
 }
 
 #[cfg(test)]
@@ -276,5 +310,18 @@ mod tests {
         );
         let over = json_size_within(&v, 10).unwrap_err();
         assert!(over > 10 && over < 120, "{over}");
+    }
+
+    #[test]
+    fn compact_keeps_small_values_and_previews_big_ones() {
+        assert_eq!(compact(&json!({"a": 1}), 100), json!({"a": 1}));
+        assert_eq!(compact(&json!(12345), 1), json!(12345));
+        let big = json!({"s": "é".repeat(5000)});
+        let c: Preview = serde_json::from_value(compact(&big, 4096)).unwrap();
+        assert!(c.truncated);
+        assert_eq!(c.size, big.to_string().len());
+        assert!(c.preview.len() <= 1024 && !c.preview.is_empty());
+        let small: Preview = serde_json::from_value(compact(&big, 10)).unwrap();
+        assert!(small.preview.len() <= 10);
     }
 }

@@ -29,6 +29,36 @@ pub struct OutcomeError {
     pub extra: Map<String, Value>,
 }
 
+/// Why a step-run failed, as `step.failed` and `loop.iteration.failed`
+/// carry it under `error`: `{kind, message, task}` (`task` is `null` when
+/// no one task is to blame).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepError {
+    /// Stable error kind (`timeout`, `policy`, `workbook`, a tool's kind...).
+    pub kind: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// The task that failed the step-run.
+    #[serde(default)]
+    pub task: Option<String>,
+}
+
+impl StepError {
+    /// A step error of `kind`.
+    pub fn new(kind: &str, message: impl Into<String>, task: Option<&str>) -> Self {
+        Self {
+            kind: kind.to_string(),
+            message: message.into(),
+            task: task.map(str::to_string),
+        }
+    }
+
+    /// As the JSON an event carries.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a step error is plain JSON")
+    }
+}
+
 /// `outcome.meta`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeMeta {

@@ -16,7 +16,6 @@
 
 mod analysis;
 mod child;
-pub mod compact;
 mod pipeline;
 pub mod secrets;
 mod task;

@@ -15,10 +15,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use noetl_core::limits::compact;
 use noetl_core::policy::{self, Decision, PolicyInput};
 use noetl_core::template::{render_value, Scope};
 use noetl_core::tool::{Tool, ToolCall, ToolReturn};
-use noetl_core::{Outcome, OutcomeMeta, Step, Task};
+use noetl_core::{Outcome, OutcomeMeta, Step, StepError, Task};
 use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339, types, EventDraft},
@@ -28,15 +29,14 @@ use noetl_mesh::{
     payloads::{self, IterationEnded, Status, StepEnded, TaskStarted},
     plan::PlanRecord,
     scope,
-    state::{Checkpoint, ExecHeader, LoopProgress},
+    state::{claim_ctx_keys, Checkpoint, CtxClaim, CtxOwners, ExecHeader, LoopProgress},
     Batch, Mesh, MeshError, PendingAck,
 };
 use noetl_wire::{IterationRef, TaskCommand};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use crate::analysis::{NeedsCache, StepNeeds};
-use crate::compact::compact;
 use crate::task::{SettleInput, Who};
 
 /// Task runs allowed in one step-run (retries and jumps included) before the
@@ -125,29 +125,79 @@ impl Executor {
         cmd: &TaskCommand,
     ) -> Result<(), CommandError> {
         let eid = cmd.execution_id.as_str();
-        let refuse = |what: &str, e: codec::DecodeError| {
-            CommandError::Refused(format!(
-                "task command of execution {eid} step {:?}: {what}: {e}",
-                step.step
-            ))
-        };
-        let args = codec::args(&cmd.args_json).map_err(|e| refuse("args", e))?;
+        let d = decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
         // and templates read them whole, events keep the references.
-        let event_args = args.clone();
-        let args = scope::hydrate_args(&self.mesh, &args).await?;
-        let prev = codec::json_value(&cmd.prev_json).map_err(|e| refuse("_prev", e))?;
-        let (loop_run, iter, reduce) = match &cmd.iteration {
-            None => (None, Map::new(), Map::new()),
-            Some(it) => {
-                let iter = codec::json_object(&it.iter_json).map_err(|e| refuse("iter", e))?;
-                let reduce =
-                    codec::json_object(&it.reduce_json).map_err(|e| refuse("reduce", e))?;
-                let lr = (!it.loop_run_id.is_empty()).then(|| (it.loop_run_id.clone(), it.index));
-                (lr, iter, reduce)
-            }
-        };
+        let args = scope::hydrate_args(&self.mesh, &d.args).await?;
         let needs = self.needs.get(plan, step);
+        let (mut base, ctx) = self.base_scope(plan, &needs, eid, &args).await?;
+        // Credentials are decrypted here, where they are used, and only when
+        // a template of the step reads `keychain` or a task has `auth`.
+        let mut credentials = crate::secrets::Resolved::default();
+        let mut keychain_error = None;
+        if needs.reads("keychain") || needs.uses_auth {
+            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
+                Ok(r) => {
+                    if needs.reads("keychain") {
+                        base = base.keychain(Value::Object(r.scope.clone()));
+                    }
+                    credentials = r;
+                }
+                // A KV outage is retried (the whole command, later); a
+                // missing or undecryptable credential fails the step.
+                Err(e) if e.kind().is_retryable() => return Err(CommandError::Mesh(e.into())),
+                Err(e) => keychain_error = Some(e.to_string()),
+            }
+        }
+        let index = d
+            .loop_run
+            .as_ref()
+            .map(|(_, i)| i.to_string())
+            .unwrap_or_default();
+        let sr = StepRun {
+            exec: self,
+            plan,
+            step,
+            needs: &needs,
+            cmd,
+            args,
+            event_args: d.args,
+            base,
+            loop_run: d.loop_run,
+            index,
+            secrets: credentials.secrets.clone(),
+            credentials,
+        };
+        let cur = Cursor {
+            pc: cmd.pc as usize,
+            attempt: cmd.attempt.max(1),
+            prev: d.prev,
+            iter: d.iter,
+            ctx,
+            steps_taken: cmd.steps_taken,
+            reduce: d.reduce,
+            resume: d.resume,
+        };
+        if let Some(message) = keychain_error {
+            let mut pending = Pending::default();
+            let error = payloads::error_body("keychain", message);
+            sr.finish(&cur, End::Failed(error), &mut pending).await?;
+            pending.batch.wait().await?;
+            return Ok(());
+        }
+        sr.drive(cur).await
+    }
+
+    /// The step's template scope before any task (workload, args, the
+    /// results of the steps its templates read) and `ctx` when they read
+    /// it; only what the templates read is loaded.
+    async fn base_scope(
+        &self,
+        plan: &PlanRecord,
+        needs: &StepNeeds,
+        eid: &str,
+        args: &Value,
+    ) -> Result<(Scope, Value), MeshError> {
         let mut roots: BTreeSet<String> = needs.steps.iter().cloned().collect();
         if needs.load_ctx {
             roots.insert("ctx".into());
@@ -174,74 +224,60 @@ impl Executor {
                 None => base.declare(name.clone()),
             };
         }
-        // Credentials are decrypted here, where they are used, and only when
-        // a template of the step reads `keychain`.
-        let mut secrets = Vec::new();
-        let mut credentials = crate::secrets::Resolved::default();
-        let mut keychain_error = None;
-        if needs.reads("keychain") || needs.uses_auth {
-            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
-                Ok(r) => {
-                    if needs.reads("keychain") {
-                        base = base.keychain(Value::Object(r.scope.clone()));
-                    }
-                    secrets = r.secrets.clone();
-                    credentials = r;
-                }
-                // A KV outage is retried (the whole command, later); a
-                // missing or undecryptable credential fails the step.
-                Err(e) if e.kind().is_retryable() => return Err(CommandError::Mesh(e.into())),
-                Err(e) => keychain_error = Some(e.to_string()),
-            }
-        }
-        let index = loop_run
-            .as_ref()
-            .map(|(_, i)| i.to_string())
-            .unwrap_or_default();
-        let sr = StepRun {
-            exec: self,
-            plan,
-            step,
-            needs: &needs,
-            cmd,
-            args,
-            event_args,
-            base,
-            loop_run,
-            index,
-            secrets,
-            credentials,
-        };
-        let cur = Cursor {
-            pc: cmd.pc as usize,
-            attempt: cmd.attempt.max(1),
-            prev,
-            iter,
-            ctx: loaded.ctx,
-            steps_taken: cmd.steps_taken,
-            reduce,
-            resume: if cmd.resume_outcome_json.is_empty() {
-                None
-            } else {
-                let v = codec::json_value(&cmd.resume_outcome_json)
-                    .map_err(|e| refuse("resume outcome", e))?;
-                Some(serde_json::from_value(v).map_err(|e| {
-                    CommandError::Refused(format!(
-                        "task command of execution {eid} step {:?}: resume outcome: {e}",
-                        step.step
-                    ))
-                })?)
-            },
-        };
-        if let Some(message) = keychain_error {
-            let mut pending = Pending::default();
-            let error = payloads::error_body("keychain", message);
-            sr.finish(&cur, End::Failed(error), &mut pending).await?;
-            pending.batch.wait().await?;
-            return Ok(());
-        }
-        sr.drive(cur).await
+        Ok((base, loaded.ctx))
     }
+}
+
+/// The JSON fields of a task command, decoded.
+#[derive(Debug)]
+struct DecodedCommand {
+    /// The step's args as the command carries them (large ones are
+    /// references).
+    args: Value,
+    prev: Value,
+    /// Loop run id and iteration index, for an iteration's command.
+    loop_run: Option<(String, u64)>,
+    iter: Map<String, Value>,
+    reduce: Map<String, Value>,
+    /// The outcome of the child execution this command resumes after.
+    resume: Option<Outcome>,
+}
+
+/// Decode a task command's JSON fields; a field that is not the JSON it
+/// should be refuses the command, naming the field, step and execution.
+fn decode_command(cmd: &TaskCommand, step: &str) -> Result<DecodedCommand, CommandError> {
+    let eid = cmd.execution_id.as_str();
+    let refuse = |what: &str, e: &dyn std::fmt::Display| {
+        CommandError::Refused(format!(
+            "task command of execution {eid} step {step:?}: {what}: {e}"
+        ))
+    };
+    let args = codec::args(&cmd.args_json).map_err(|e| refuse("args", &e))?;
+    let prev = codec::json_value(&cmd.prev_json).map_err(|e| refuse("_prev", &e))?;
+    let (loop_run, iter, reduce) = match &cmd.iteration {
+        None => (None, Map::new(), Map::new()),
+        Some(it) => {
+            let iter = codec::json_object(&it.iter_json).map_err(|e| refuse("iter", &e))?;
+            let reduce = codec::json_object(&it.reduce_json).map_err(|e| refuse("reduce", &e))?;
+            let lr = (!it.loop_run_id.is_empty()).then(|| (it.loop_run_id.clone(), it.index));
+            (lr, iter, reduce)
+        }
+    };
+    let resume = if cmd.resume_outcome_json.is_empty() {
+        None
+    } else {
+        let v = codec::json_value(&cmd.resume_outcome_json)
+            .map_err(|e| refuse("resume outcome", &e))?;
+        Some(serde_json::from_value(v).map_err(|e| refuse("resume outcome", &e))?)
+    };
+    Ok(DecodedCommand {
+        args,
+        prev,
+        loop_run,
+        iter,
+        reduce,
+        resume,
+    })
 }
 
 /// Why a command's work is already over, or `None` while it may run: the
@@ -333,6 +369,22 @@ struct TaskRun {
     policy_error: Option<String>,
 }
 
+/// The task being run, with its run id and tracing span.
+struct TaskAt<'a> {
+    task: &'a Task,
+    run_id: String,
+    span: tracing::Span,
+}
+
+/// What calling a task's tool (or its child execution) produced.
+struct Called {
+    outcome: Outcome,
+    /// When the tool asks for a retry no sooner than this.
+    retry_after: Option<Duration>,
+    /// Set when the step-run's deadline cut the tool call short.
+    out_of_time: Option<String>,
+}
+
 /// One command's view of its step-run.
 struct StepRun<'a> {
     exec: &'a Executor,
@@ -367,155 +419,180 @@ impl StepRun<'_> {
 
     async fn drive(&self, mut cur: Cursor) -> Result<(), CommandError> {
         self.resume(&mut cur).await?;
-        // `_prev` handed over by reference is read back once, here; if it
-        // is gone for good the step fails (its arcs may handle that).
+        let mut pending = Pending::default();
+        let end = match self.hydrate_prev(&mut cur).await? {
+            Some(failed) => failed,
+            None => self.run_pipeline(&mut cur, &mut pending).await?,
+        };
+        self.finish(&cur, end, &mut pending).await?;
+        pending.batch.wait().await?;
+        Ok(())
+    }
+
+    /// `_prev` handed over by reference is read back once, here. `Some`
+    /// (the step-run fails; its arcs may handle that) when it is gone for
+    /// good.
+    async fn hydrate_prev(&self, cur: &mut Cursor) -> Result<Option<End>, CommandError> {
         match self
             .mesh()
             .results()
             .hydrate(std::mem::take(&mut cur.prev))
             .await
         {
-            Ok(v) => cur.prev = v,
-            Err(e) if e.is_permanent() => {
-                let mut pending = Pending::default();
-                let task = self.needs.tasks.get(cur.pc).map(|t| t.name.as_str());
-                let error =
-                    json!({"kind": "result.unavailable", "message": e.to_string(), "task": task});
-                self.finish(&cur, End::Failed(error), &mut pending).await?;
-                pending.batch.wait().await?;
-                return Ok(());
+            Ok(v) => {
+                cur.prev = v;
+                Ok(None)
             }
-            Err(e) => return Err(MeshError::from(e).into()),
+            Err(e) if e.is_permanent() => {
+                let task = self.needs.tasks.get(cur.pc).map(|t| t.name.as_str());
+                let error = StepError::new("result.unavailable", e.to_string(), task);
+                Ok(Some(End::Failed(error.to_value())))
+            }
+            Err(e) => Err(MeshError::from(e).into()),
         }
-        let mut pending = Pending::default();
+    }
+
+    /// Run the tasks of this kind from `cur.pc` until the step-run ends or
+    /// continues in another command.
+    async fn run_pipeline(
+        &self,
+        cur: &mut Cursor,
+        pending: &mut Pending,
+    ) -> Result<End, CommandError> {
         let tasks = &self.needs.tasks;
-        let end = loop {
+        loop {
             if cur.pc >= tasks.len() {
-                break End::Done(std::mem::take(&mut cur.prev));
+                return Ok(End::Done(std::mem::take(&mut cur.prev)));
             }
             if self.mesh().cancellations().is_stopped(self.eid()) {
                 // Cancelled or failed mid-pipeline: stop between tasks, report nothing.
-                break End::Handoff;
+                return Ok(End::Handoff);
             }
             let task = &tasks[cur.pc];
-            if let Some(d) = self.deadline().filter(|d| {
-                matches!(
-                    noetl_core::lifecycle::due(d.at_ms, now_ms()),
-                    noetl_core::lifecycle::Due::Now
-                )
-            }) {
-                // Out of time before this task starts (the command waited
-                // in a queue, or an earlier task used the time up).
-                break End::Failed(noetl_core::lifecycle::timeout_error(
-                    &d,
-                    &self.step.step,
-                    Some(&task.name),
-                ));
-            }
-            if let Some(Some(why)) = self.needs.task_errors.get(cur.pc) {
-                break End::Failed(json!({"kind": "workbook", "message": why, "task": task.name}));
-            }
-            if cur.steps_taken >= MAX_TASK_RUNS {
-                break End::Failed(json!({
-                    "kind": "pipeline.limit",
-                    "message": format!(
-                        "step {:?} ran {MAX_TASK_RUNS} tasks in one step-run (a jump loop without exit?)",
-                        self.step.step
-                    ),
-                    "task": task.name,
-                }));
+            if let Some(end) = self.cannot_start(cur, task) {
+                return Ok(end);
             }
             let Some(tool) = self.exec.tools.get(&task.kind) else {
                 // Another kind: its executors continue the pipeline.
-                self.spill_prev(&mut cur).await?;
-                let cmd = self.command(&cur, cur.attempt, 0);
+                self.spill_prev(cur).await?;
+                let cmd = self.command(cur, cur.attempt, 0);
                 pending.push(self.publish(&task.kind, &cmd).await?);
-                break End::Handoff;
+                return Ok(End::Handoff);
             };
-            let Some(run) = self.run_task(&mut cur, task, tool, &mut pending).await? else {
+            let Some(run) = self.run_task(cur, task, tool, pending).await? else {
                 // A child execution runs; the router continues this
                 // pipeline when it ends.
-                break End::Handoff;
+                return Ok(End::Handoff);
             };
             cur.steps_taken += 1;
-            match run.decision {
-                Decision::Continue => {
-                    cur.prev = run.outcome.result;
-                    cur.pc += 1;
-                    cur.attempt = 1;
-                }
-                Decision::Retry {
-                    delay,
-                    next_attempt,
-                } => {
-                    let not_before = now_ms().saturating_add(delay.as_millis() as u64);
-                    if !noetl_core::lifecycle::retry_fits(not_before, self.cmd.deadline_ms) {
-                        // The retry would start after the deadline: the
-                        // step-run is out of time now.
-                        let d = self.deadline().expect("a deadline is set");
-                        let mut error = noetl_core::lifecycle::timeout_error(
-                            &d,
-                            &self.step.step,
-                            Some(&task.name),
-                        );
-                        if let Some(e) = &run.outcome.error {
-                            error["message"] = json!(format!(
-                                "{}; a retry in {} ms would start after it (last error: {}: {})",
-                                error["message"].as_str().unwrap_or(""),
-                                delay.as_millis(),
-                                e.kind,
-                                e.message
-                            ));
-                        }
-                        break End::Failed(error);
-                    }
-                    if delay.is_zero() {
-                        cur.attempt = next_attempt;
-                    } else {
-                        self.spill_prev(&mut cur).await?;
-                        let cmd = self.command(&cur, next_attempt, not_before);
-                        pending.push(self.publish(&task.kind, &cmd).await?);
-                        break End::Handoff;
-                    }
-                }
-                Decision::Jump { to } => match self.step.task_index(&to) {
-                    Some(i) => {
-                        cur.prev = run.outcome.result;
-                        cur.pc = i;
-                        cur.attempt = 1;
-                    }
-                    None => {
-                        break End::Failed(json!({
-                            "kind": "policy",
-                            "message": format!(
-                                "task {:?} of step {:?} jumps to {to:?}, which is not a task of the step",
-                                task.name, self.step.step
-                            ),
-                            "task": task.name,
-                        }))
-                    }
-                },
-                Decision::Break => break End::Done(run.outcome.result),
-                Decision::Fail { reason } => {
-                    break End::Failed(crate::task::failure(
-                        task,
-                        &run.outcome,
-                        &reason,
-                        run.policy_error,
-                    ))
-                }
+            let iter_changed = run.iter_changed;
+            if let Some(end) = self.follow(cur, task, run, pending).await? {
+                return Ok(end);
             }
-            if run.iter_changed && self.loop_run.is_some() {
+            if iter_changed && self.loop_run.is_some() {
                 // Events first, then the cursor: a crash after this point
                 // resumes here, not from the iteration's first task.
-                std::mem::take(&mut pending).batch.wait().await?;
-                self.checkpoint(&cur).await?;
+                std::mem::take(pending).batch.wait().await?;
+                self.checkpoint(cur).await?;
             }
             pending.flush_if_full().await?;
+        }
+    }
+
+    /// Why `task` may not start: the step-run is out of time (the command
+    /// waited in a queue, or an earlier task used the time up), the task's
+    /// workbook reference is broken, or the step-run ran
+    /// [`MAX_TASK_RUNS`] tasks already.
+    fn cannot_start(&self, cur: &Cursor, task: &Task) -> Option<End> {
+        let due = |d: &noetl_core::lifecycle::Deadline| {
+            matches!(
+                noetl_core::lifecycle::due(d.at_ms, now_ms()),
+                noetl_core::lifecycle::Due::Now
+            )
         };
-        self.finish(&cur, end, &mut pending).await?;
-        pending.batch.wait().await?;
-        Ok(())
+        let error = if let Some(d) = self.deadline().filter(due) {
+            noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some(&task.name))
+        } else if let Some(Some(why)) = self.needs.task_errors.get(cur.pc) {
+            StepError::new("workbook", why, Some(&task.name))
+        } else if cur.steps_taken >= MAX_TASK_RUNS {
+            let message = format!(
+                "step {:?} ran {MAX_TASK_RUNS} tasks in one step-run (a jump loop without exit?)",
+                self.step.step
+            );
+            StepError::new("pipeline.limit", message, Some(&task.name))
+        } else {
+            return None;
+        };
+        Some(End::Failed(error.to_value()))
+    }
+
+    /// Move the cursor as the task's decision says; `Some` when the
+    /// step-run ends here or continues in another command (a delayed
+    /// retry).
+    async fn follow(
+        &self,
+        cur: &mut Cursor,
+        task: &Task,
+        run: TaskRun,
+        pending: &mut Pending,
+    ) -> Result<Option<End>, CommandError> {
+        match run.decision {
+            Decision::Continue => {
+                cur.prev = run.outcome.result;
+                cur.pc += 1;
+                cur.attempt = 1;
+            }
+            Decision::Retry {
+                delay,
+                next_attempt,
+            } => {
+                let not_before = now_ms().saturating_add(delay.as_millis() as u64);
+                if !noetl_core::lifecycle::retry_fits(not_before, self.cmd.deadline_ms) {
+                    // The retry would start after the deadline: the
+                    // step-run is out of time now.
+                    let d = self.deadline().expect("a deadline is set");
+                    let mut error =
+                        noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some(&task.name));
+                    if let Some(e) = &run.outcome.error {
+                        error.message = format!(
+                            "{}; a retry in {} ms would start after it (last error: {}: {})",
+                            error.message,
+                            delay.as_millis(),
+                            e.kind,
+                            e.message
+                        );
+                    }
+                    return Ok(Some(End::Failed(error.to_value())));
+                }
+                if delay.is_zero() {
+                    cur.attempt = next_attempt;
+                } else {
+                    self.spill_prev(cur).await?;
+                    let cmd = self.command(cur, next_attempt, not_before);
+                    pending.push(self.publish(&task.kind, &cmd).await?);
+                    return Ok(Some(End::Handoff));
+                }
+            }
+            Decision::Jump { to } => {
+                let Some(i) = self.step.task_index(&to) else {
+                    let message = format!(
+                        "task {:?} of step {:?} jumps to {to:?}, which is not a task of the step",
+                        task.name, self.step.step
+                    );
+                    let error = StepError::new("policy", message, Some(&task.name));
+                    return Ok(Some(End::Failed(error.to_value())));
+                };
+                cur.prev = run.outcome.result;
+                cur.pc = i;
+                cur.attempt = 1;
+            }
+            Decision::Break => return Ok(Some(End::Done(run.outcome.result))),
+            Decision::Fail { reason } => {
+                let error = crate::task::failure(task, &run.outcome, &reason, run.policy_error);
+                return Ok(Some(End::Failed(error)));
+            }
+        }
+        Ok(None)
     }
 
     /// Run task `cur.pc` once: events, tool call, policy, patches. `None`
@@ -527,37 +604,67 @@ impl StepRun<'_> {
         tool: &Arc<dyn Tool>,
         pending: &mut Pending,
     ) -> Result<Option<TaskRun>, CommandError> {
-        let task_run_id = derive_id(&[
-            &self.cmd.step_run_id,
-            &self.index,
-            &cur.pc.to_string(),
-            &cur.attempt.to_string(),
-            &cur.steps_taken.to_string(),
-        ]);
-        let span = tracing::info_span!(
-            "task",
-            execution_id = %self.eid(),
-            step = %self.step.step,
-            task = %task.name,
-            attempt = cur.attempt,
-        );
+        let t = TaskAt {
+            task,
+            run_id: derive_id(&[
+                &self.cmd.step_run_id,
+                &self.index,
+                &cur.pc.to_string(),
+                &cur.attempt.to_string(),
+                &cur.steps_taken.to_string(),
+            ]),
+            span: tracing::info_span!(
+                "task",
+                execution_id = %self.eid(),
+                step = %self.step.step,
+                task = %task.name,
+                attempt = cur.attempt,
+            ),
+        };
         let resumed = cur.resume.take();
         if resumed.is_none() {
-            pending.push(
-                self.mesh()
-                    .emit(&self.task_event(
-                        types::TASK_STARTED,
-                        &task_run_id,
-                        task,
-                        payloads::to_value(&TaskStarted {
-                            attempt: cur.attempt,
-                            pc: cur.pc,
-                            kind: task.kind.clone(),
-                        }),
-                    ))
-                    .await?,
+            let started = TaskStarted {
+                attempt: cur.attempt,
+                pc: cur.pc,
+                kind: task.kind.clone(),
+            };
+            let ev = self.task_event(
+                types::TASK_STARTED,
+                &t.run_id,
+                task,
+                payloads::to_value(&started),
             );
+            pending.push(self.mesh().emit(&ev).await?);
         }
+        let scope = self.task_scope(cur, task);
+        let started_at = now_rfc3339();
+        let clock = Instant::now();
+        let mut called = match resumed {
+            // A child execution ended: its outcome is this task's.
+            Some(outcome) => Called {
+                outcome,
+                retry_after: None,
+                out_of_time: None,
+            },
+            None => match self.invoke(cur, &t, tool, &scope, pending).await? {
+                Some(called) => called,
+                None => return Ok(None),
+            },
+        };
+        called.outcome.meta = OutcomeMeta {
+            attempt: cur.attempt,
+            duration_ms: clock.elapsed().as_millis() as u64,
+            started_at,
+        };
+        crate::secrets::redact_outcome(&mut called.outcome, &self.secrets);
+        self.conclude(cur, &t, scope, called, pending)
+            .await
+            .map(Some)
+    }
+
+    /// The template scope of a task: the step's, with what the task's
+    /// templates read of the cursor.
+    fn task_scope(&self, cur: &Cursor, task: &Task) -> Scope {
         let mut scope = self
             .base
             .clone()
@@ -572,45 +679,68 @@ impl StepRun<'_> {
         if self.needs.reads("_prev") {
             scope = scope.prev(cur.prev.clone());
         }
-        let started_at = now_rfc3339();
-        let clock = Instant::now();
-        let who = Who {
-            task: &task.name,
-            step: &self.step.step,
+        scope
+    }
+
+    /// Render the task's config and call its tool (or start its child
+    /// execution: `None`, the step-run waits). A config that does not
+    /// render, or an `auth` that names no credential, is the task's error
+    /// outcome.
+    async fn invoke(
+        &self,
+        cur: &mut Cursor,
+        t: &TaskAt<'_>,
+        tool: &Arc<dyn Tool>,
+        scope: &Scope,
+        pending: &mut Pending,
+    ) -> Result<Option<Called>, CommandError> {
+        let task = t.task;
+        let who = self.who(task);
+        let failed = |outcome| {
+            Ok(Some(Called {
+                outcome,
+                retry_after: None,
+                out_of_time: None,
+            }))
         };
-        // Set when the step-run's deadline cut the tool call short.
-        let mut out_of_time: Option<String> = None;
-        let (mut outcome, retry_after) = match resumed {
-            // A child execution ended: its outcome is this task's.
-            Some(outcome) => (outcome, None),
-            None => match render_config(task, tool.raw_fields(), &scope) {
-                Err(message) => (who.error("template", &message), None),
-                Ok(config) if task.kind == "playbook" => {
-                    match self
-                        .start_child(cur, task, &config, &task_run_id, pending)
-                        .await?
-                    {
-                        Ok(()) => return Ok(None),
-                        Err(message) => (who.error("playbook.config", &message), None),
-                    }
-                }
-                Ok(config) => match crate::task::auth(&config, &self.credentials) {
-                    Err(why) => (who.error("auth", &why), None),
-                    Ok(auth) => {
-                        let call = self.tool_call(cur, task, config, auth);
-                        let (r, late) = self.call(tool, call, task, &span).await;
-                        out_of_time = late;
-                        (r.outcome, r.retry_after)
-                    }
-                },
-            },
+        let config = match render_config(task, tool.raw_fields(), scope) {
+            Ok(config) => config,
+            Err(message) => return failed(who.error("template", &message)),
         };
-        outcome.meta = OutcomeMeta {
-            attempt: cur.attempt,
-            duration_ms: clock.elapsed().as_millis() as u64,
-            started_at,
+        if task.kind == "playbook" {
+            return match self
+                .start_child(cur, task, &config, &t.run_id, pending)
+                .await?
+            {
+                Ok(()) => Ok(None),
+                Err(message) => failed(who.error("playbook.config", &message)),
+            };
+        }
+        let auth = match crate::task::auth(&config, &self.credentials) {
+            Ok(auth) => auth,
+            Err(why) => return failed(who.error("auth", &why)),
         };
-        crate::secrets::redact_outcome(&mut outcome, &self.secrets);
+        let call = self.tool_call(cur, task, config, auth);
+        let (r, out_of_time) = self.call(tool, call, task, &t.span).await;
+        Ok(Some(Called {
+            outcome: r.outcome,
+            retry_after: r.retry_after,
+            out_of_time,
+        }))
+    }
+
+    /// After the call: the task's policy decides, its `set_ctx`/`set_iter`
+    /// are applied, and `task.done` reports it.
+    async fn conclude(
+        &self,
+        cur: &mut Cursor,
+        t: &TaskAt<'_>,
+        scope: Scope,
+        called: Called,
+        pending: &mut Pending,
+    ) -> Result<TaskRun, CommandError> {
+        let task = t.task;
+        let mut outcome = called.outcome;
         let policy_scope = match &task.spec.policy {
             Some(_) => scope.outcome(&outcome),
             None => scope, // no rules: nothing reads the scope
@@ -620,17 +750,17 @@ impl StepRun<'_> {
             outcome: &outcome,
             attempt: cur.attempt,
             scope: &policy_scope,
-            retry_after,
+            retry_after: called.retry_after,
         });
         let mut settled = crate::task::settle(SettleInput {
             decided,
-            out_of_time: out_of_time.as_deref(),
-            who,
+            out_of_time: called.out_of_time.as_deref(),
+            who: self.who(task),
             source: &self.plan.source_name,
         });
         self.redact_settled(&mut settled);
         if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
-            if let Some((kind, message)) = self.write_ctx(cur, task, &patch, &task_run_id).await? {
+            if let Some((kind, message)) = self.write_ctx(cur, task, &patch, &t.run_id).await? {
                 crate::task::fail_on_ctx_error(&mut outcome, &mut settled, kind, message);
             }
         }
@@ -639,26 +769,31 @@ impl StepRun<'_> {
                 cur.iter.insert(k.clone(), v.clone());
             }
         }
-        let _enter = span.enter();
-        tracing::debug!(
-            status = ?outcome.status,
-            action = crate::task::action_name(&settled.decision),
-            duration_ms = outcome.meta.duration_ms,
-            "task finished"
-        );
-        drop(_enter);
+        t.span.in_scope(|| {
+            tracing::debug!(
+                status = ?outcome.status,
+                action = crate::task::action_name(&settled.decision),
+                duration_ms = outcome.meta.duration_ms,
+                "task finished"
+            )
+        });
         let payload = crate::task::done_payload(&outcome, cur.attempt, &settled);
-        pending.push(
-            self.mesh()
-                .emit(&self.task_event(types::TASK_DONE, &task_run_id, task, payload))
-                .await?,
-        );
-        Ok(Some(TaskRun {
+        let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
+        pending.push(self.mesh().emit(&ev).await?);
+        Ok(TaskRun {
             outcome,
             iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
             decision: settled.decision,
             policy_error: settled.policy_error,
-        }))
+        })
+    }
+
+    /// Names for a task's messages.
+    fn who<'t>(&'t self, task: &'t Task) -> Who<'t> {
+        Who {
+            task: &task.name,
+            step: &self.step.step,
+        }
     }
 
     /// A task's tool call, its config rendered.
@@ -710,8 +845,9 @@ impl StepRun<'_> {
         {
             Some(r) => (r, None),
             None => {
-                let e = noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some(&task.name));
-                let message = e["message"].as_str().unwrap_or("").to_string();
+                let message =
+                    noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some(&task.name))
+                        .message;
                 let r = ToolReturn::from(Outcome::error(
                     noetl_core::lifecycle::TIMEOUT,
                     message.clone(),
@@ -852,13 +988,10 @@ impl StepRun<'_> {
         Ok(rest)
     }
 
-    /// In a parallel loop, `ctx` keys are write-once per loop run: the first
-    /// writer claims each key (with a hash of its value) under
-    /// `<eid>.owners.<loop_run>` (so the same loop step entered again, e.g.
-    /// through a back-arc, starts with no claims); the same value again is
-    /// fine, and so is the same task run again (a redelivered command whose
-    /// template rendered differently); a different value from another task
-    /// run is a `ctx.conflict` naming the key and both writers.
+    /// In a parallel loop, `ctx` keys are write-once per loop run
+    /// ([`noetl_mesh::state::claim_ctx_keys`]); the claims live under
+    /// `<eid>.owners.<loop_run>`, so the same loop step entered again (e.g.
+    /// through a back-arc) starts with none.
     async fn claim_ctx_keys(
         &self,
         patch: &Map<String, Value>,
@@ -882,36 +1015,15 @@ impl StepRun<'_> {
         kv::update(
             self.mesh().ctx_kv(),
             &Keys::owners(self.eid(), loop_run_id),
-            |cur: Option<&Value>| {
+            |cur: Option<&CtxOwners>| {
                 conflict = None;
-                let mut owners = match cur {
-                    Some(Value::Object(m)) => m.clone(),
-                    _ => Map::new(),
-                };
-                let mut changed = false;
-                for (k, h) in &hashes {
-                    match owners.get(k) {
-                        Some(o) if o["hash"] == h.as_str() || o["run"] == task_run_id => {}
-                        Some(o) => {
-                            conflict = Some(format!(
-                                "ctx.conflict: key {k:?} was written by {} and now differently by {writer} (set_ctx in a parallel loop is write-once per key; declare a reducer in loop.spec.policy.reducers to aggregate)",
-                                o["writer"].as_str().unwrap_or("?")
-                            ));
-                            return Cas::Keep;
-                        }
-                        None => {
-                            owners.insert(
-                                k.clone(),
-                                json!({"writer": writer, "hash": h, "run": task_run_id}),
-                            );
-                            changed = true;
-                        }
+                match claim_ctx_keys(cur, &hashes, writer, task_run_id) {
+                    CtxClaim::Held => Cas::Keep,
+                    CtxClaim::Write(owners) => Cas::Write(owners),
+                    CtxClaim::Conflict(m) => {
+                        conflict = Some(m);
+                        Cas::Keep
                     }
-                }
-                if changed {
-                    Cas::Write(Value::Object(owners))
-                } else {
-                    Cas::Keep
                 }
             },
         )
@@ -1298,6 +1410,7 @@ pub fn remaining(not_before_ms: u64) -> Option<Duration> {
 mod tests {
     use super::*;
     use noetl_mesh::state::{ExecStatus, TokenRecord};
+    use serde_json::json;
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {
@@ -1328,6 +1441,45 @@ mod tests {
             next,
             in_flight: in_flight.to_vec(),
         }
+    }
+
+    #[test]
+    fn a_command_decodes_its_json_fields() {
+        let mut cmd = command(Some(3));
+        cmd.args_json = br#"{"n": 1}"#.to_vec();
+        cmd.prev_json = b"7".to_vec();
+        let it = cmd.iteration.as_mut().unwrap();
+        it.iter_json = br#"{"row": {"id": 2}}"#.to_vec();
+        it.reduce_json = br#"{"total": 5}"#.to_vec();
+        cmd.resume_outcome_json = br#"{"status": "ok", "result": 4}"#.to_vec();
+        let d = decode_command(&cmd, "s").unwrap();
+        assert_eq!(d.args, json!({"n": 1}));
+        assert_eq!(d.prev, json!(7));
+        assert_eq!(d.loop_run, Some(("sr1".to_string(), 3)));
+        assert_eq!(d.iter["row"], json!({"id": 2}));
+        assert_eq!(d.reduce["total"], json!(5));
+        assert_eq!(d.resume.unwrap().result, json!(4));
+        let plain = decode_command(&command(None), "s").unwrap();
+        assert_eq!(plain.args, json!({}));
+        assert!(plain.loop_run.is_none() && plain.resume.is_none());
+    }
+
+    #[test]
+    fn a_command_with_bad_json_is_refused_naming_the_field() {
+        let refused = |cmd: &TaskCommand| match decode_command(cmd, "s") {
+            Err(CommandError::Refused(m)) => m,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        let mut cmd = command(None);
+        cmd.args_json = b"{not json".to_vec();
+        let m = refused(&cmd);
+        assert!(m.contains("execution e1") && m.contains("\"s\"") && m.contains("args"));
+        let mut cmd = command(Some(0));
+        cmd.iteration.as_mut().unwrap().iter_json = b"[1]".to_vec();
+        assert!(refused(&cmd).contains("iter"));
+        let mut cmd = command(None);
+        cmd.resume_outcome_json = br#"{"status": "maybe"}"#.to_vec();
+        assert!(refused(&cmd).contains("resume outcome"));
     }
 
     #[test]

@@ -4,14 +4,17 @@
 //! failed step-run reports. The pipeline (`pipeline.rs`) does the I/O
 //! around them.
 
+use noetl_core::limits::compact;
 use noetl_core::policy::{Decision, Directive, PolicyError};
 use noetl_core::tool::AuthCredential;
-use noetl_core::{Outcome, OutcomeError, OutcomeStatus, Task};
-use serde_json::{json, Map, Value};
+use noetl_core::{Outcome, OutcomeError, OutcomeStatus, StepError, Task};
+use serde_json::{Map, Value};
 
-use crate::compact::{compact, TASK_EVENT_LIMIT};
 use crate::secrets::Resolved;
 use noetl_mesh::payloads::{self, RetryAt, TaskDone};
+
+/// Largest task result (serialised JSON bytes) carried whole in `task.done`.
+pub const TASK_EVENT_LIMIT: usize = 4 * 1024;
 
 /// Which task of which step, for messages.
 #[derive(Debug, Clone, Copy)]
@@ -171,7 +174,7 @@ pub(crate) fn failure(
     policy_error: Option<String>,
 ) -> Value {
     if let Some(message) = policy_error {
-        return json!({"kind": "policy", "message": message, "task": task.name});
+        return StepError::new("policy", message, Some(&task.name)).to_value();
     }
     match &outcome.error {
         Some(e) => {
@@ -185,9 +188,9 @@ pub(crate) fn failure(
             } else {
                 format!("{reason}; last error: {own}")
             };
-            json!({"kind": e.kind, "message": message, "task": task.name})
+            StepError::new(&e.kind, message, Some(&task.name)).to_value()
         }
-        None => json!({"kind": "policy.fail", "message": reason, "task": task.name}),
+        None => StepError::new("policy.fail", reason, Some(&task.name)).to_value(),
     }
 }
 
@@ -205,6 +208,7 @@ pub(crate) fn action_name(d: &Decision) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::time::Duration;
 
     const WHO: Who<'static> = Who {

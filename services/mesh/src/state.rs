@@ -215,6 +215,72 @@ pub struct Checkpoint {
     pub reduce: serde_json::Map<String, Value>,
 }
 
+/// Who first wrote one `ctx` key in a parallel loop run (bucket ctx,
+/// [`Keys::owners`], a map from key to owner).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtxOwner {
+    /// The writing task, for the conflict message (`step[index].task`).
+    pub writer: String,
+    /// A hash of the value it wrote.
+    pub hash: String,
+    /// Its task run id.
+    pub run: String,
+}
+
+/// The owners of the `ctx` keys of one loop run, by key.
+pub type CtxOwners = std::collections::BTreeMap<String, CtxOwner>;
+
+/// What a claim on `ctx` keys decides ([`claim_ctx_keys`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CtxClaim {
+    /// Every key is already this writer's or holds the same value.
+    Held,
+    /// New keys were claimed: store these owners.
+    Write(CtxOwners),
+    /// A key holds a different value from another task run: the message.
+    Conflict(String),
+}
+
+/// The write-once rule for `ctx` keys in a parallel loop: the first writer
+/// of each key (`hashes`: key and hash of the value) owns it; the same
+/// value again, or the same task run again (a redelivered command whose
+/// template rendered differently), is fine; a different value from another
+/// task run is a `ctx.conflict` naming the key and both writers.
+pub fn claim_ctx_keys(
+    owners: Option<&CtxOwners>,
+    hashes: &[(String, String)],
+    writer: &str,
+    run: &str,
+) -> CtxClaim {
+    let mut owners = owners.cloned().unwrap_or_default();
+    let mut changed = false;
+    for (k, h) in hashes {
+        match owners.get(k) {
+            Some(o) if &o.hash == h || o.run == run => {}
+            Some(o) => {
+                return CtxClaim::Conflict(format!(
+                    "ctx.conflict: key {k:?} was written by {} and now differently by {writer} (set_ctx in a parallel loop is write-once per key; declare a reducer in loop.spec.policy.reducers to aggregate)",
+                    o.writer
+                ))
+            }
+            None => {
+                let owner = CtxOwner {
+                    writer: writer.to_string(),
+                    hash: h.clone(),
+                    run: run.to_string(),
+                };
+                owners.insert(k.clone(), owner);
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        CtxClaim::Write(owners)
+    } else {
+        CtxClaim::Held
+    }
+}
+
 /// What a reader other than the loop-supervisor needs of a loop run's
 /// record (the loop-supervisor's own type has every field): which
 /// iterations have been counted.
@@ -321,5 +387,45 @@ mod tests {
         assert!(ctx_applied(&m, &format!("t{}", APPLIED_MAX + 9)));
         assert_eq!(m[APPLIED_KEY].as_array().unwrap().len(), APPLIED_MAX);
         assert_eq!(user_ctx(Value::Object(m)), json!({"n": 1}));
+    }
+
+    fn hashes(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, h)| (k.to_string(), h.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn ctx_keys_are_write_once_per_loop_run() {
+        let CtxClaim::Write(owners) = claim_ctx_keys(None, &hashes(&[("a", "h1")]), "s[0].t", "r0")
+        else {
+            panic!("the first writer claims the key");
+        };
+        assert_eq!(owners["a"].writer, "s[0].t");
+        // The same value from another run, or the same run with another
+        // value (a redelivery), holds.
+        let same = claim_ctx_keys(Some(&owners), &hashes(&[("a", "h1")]), "s[1].t", "r1");
+        assert_eq!(same, CtxClaim::Held);
+        let again = claim_ctx_keys(Some(&owners), &hashes(&[("a", "h9")]), "s[0].t", "r0");
+        assert_eq!(again, CtxClaim::Held);
+        // Another run with another value conflicts, naming both writers.
+        let CtxClaim::Conflict(m) =
+            claim_ctx_keys(Some(&owners), &hashes(&[("a", "h2")]), "s[2].t", "r2")
+        else {
+            panic!("a different value conflicts");
+        };
+        assert!(m.contains("ctx.conflict") && m.contains("s[0].t") && m.contains("s[2].t"));
+        // A new key next to a held one is claimed.
+        let CtxClaim::Write(more) = claim_ctx_keys(
+            Some(&owners),
+            &hashes(&[("a", "h1"), ("b", "h3")]),
+            "s[3].t",
+            "r3",
+        ) else {
+            panic!("a new key is claimed");
+        };
+        assert_eq!(more.len(), 2);
+        assert_eq!(more["b"].run, "r3");
     }
 }

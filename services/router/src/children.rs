@@ -9,10 +9,17 @@
 //! harmless.
 
 use base64::Engine as _;
-use noetl_mesh::{codec, ids::derive_id, keys::Keys, kv, state::ExecStatus, Mesh, MeshError};
+use noetl_core::Outcome;
+use noetl_mesh::{
+    codec,
+    ids::derive_id,
+    keys::Keys,
+    kv, payloads,
+    state::{ExecStatus, ExecSummary},
+    Mesh, MeshError,
+};
 use noetl_wire::{ExecutionRequest, TaskCommand};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 /// What `<child>.resume` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -116,27 +123,7 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
             message: format!("continuation is not base64: {e}"),
         })?;
     let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;
-    let helper = json!({
-        "execution_id": eid,
-        "status": summary.status,
-        "steps": summary.steps,
-    });
-    let outcome = if summary.status == ExecStatus::Completed {
-        json!({"status": "ok", "result": summary.ctx, "playbook": helper})
-    } else {
-        let why = summary.error.clone().unwrap_or_else(|| "failed".into());
-        json!({
-            "status": "error",
-            "result": null,
-            "error": {
-                "kind": "playbook.failed",
-                "retryable": false,
-                "message": format!("child execution {eid} ({}) failed: {why}", summary.playbook),
-            },
-            "playbook": helper,
-        })
-    };
-    cmd.resume_outcome_json = codec::json_bytes(&outcome);
+    cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&child_outcome(eid, &summary)));
     cmd.command_id = derive_id(&["resume", eid]);
     // The task's kind is `playbook` (or a workbook call resolving to it);
     // executors serving `playbook` continue the pipeline.
@@ -151,4 +138,74 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     .await?;
     tracing::info!(execution_id = %rec.parent_execution_id, child = %eid, "parent resumed");
     Ok(())
+}
+
+/// The `playbook` task's outcome once its child execution ended: `ctx` as
+/// the result when it completed, a `playbook.failed` error otherwise; the
+/// `playbook` helper names the child, its status and its steps.
+pub fn child_outcome(eid: &str, summary: &ExecSummary) -> Outcome {
+    let outcome = if summary.status == ExecStatus::Completed {
+        Outcome::ok(summary.ctx.clone())
+    } else {
+        let why = summary.error.as_deref().unwrap_or("failed");
+        let message = format!("child execution {eid} ({}) failed: {why}", summary.playbook);
+        Outcome::error("playbook.failed", message, false)
+    };
+    let helper = ChildHelper {
+        execution_id: eid,
+        status: summary.status,
+        steps: &summary.steps,
+    };
+    outcome.with_helper("playbook", payloads::to_value(&helper))
+}
+
+/// `outcome.playbook` of a `playbook` task.
+#[derive(serde::Serialize)]
+struct ChildHelper<'a> {
+    execution_id: &'a str,
+    status: ExecStatus,
+    steps: &'a std::collections::BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn summary(status: ExecStatus) -> ExecSummary {
+        ExecSummary {
+            execution_id: "c1".into(),
+            status,
+            playbook: "child".into(),
+            ctx: json!({"n": 3}),
+            steps: [("only".to_string(), "done".to_string())].into(),
+            error: (status != ExecStatus::Completed).then(|| "step only failed".into()),
+            started_at: "t0".into(),
+            ended_at: None,
+        }
+    }
+
+    #[test]
+    fn a_completed_child_hands_its_ctx_to_the_parent_task() {
+        let o = child_outcome("c1", &summary(ExecStatus::Completed));
+        assert!(o.is_ok());
+        assert_eq!(o.result, json!({"n": 3}));
+        assert_eq!(
+            o.helpers["playbook"],
+            json!({"execution_id": "c1", "status": "completed", "steps": {"only": "done"}})
+        );
+    }
+
+    #[test]
+    fn a_failed_child_is_a_playbook_failed_error_naming_it() {
+        let o = child_outcome("c1", &summary(ExecStatus::Failed));
+        let e = o.error.expect("an error");
+        assert_eq!(e.kind, "playbook.failed");
+        assert!(!e.retryable);
+        assert_eq!(
+            e.message,
+            "child execution c1 (child) failed: step only failed"
+        );
+        assert_eq!(o.helpers["playbook"]["status"], "failed");
+    }
 }

@@ -78,7 +78,7 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
     if i.event_type == types::EXECUTION_DEADLINE {
         TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline))
     } else if h.is_live(i.step_run_id) {
-        TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None))
+        TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None).to_value())
     } else {
         TimerAction::Nothing
     }

@@ -263,9 +263,24 @@ async fn admission(
         .workload(plan.workload.clone())
         .ctx(loaded.ctx)
         .args(scope::hydrate_args(mesh, args).await?)
-        .event(json!({"name": "token", "step": step.step, "args": args, "token_id": srid}))
+        .event(payloads::to_value(&TokenView {
+            name: "token",
+            step: &step.step,
+            args,
+            token_id: srid,
+        }))
         .execution_id(eid.to_string());
     Ok(routing::admit(Some(a), &sc))
+}
+
+/// `event` in an admission rule: the token asking to start the step.
+#[derive(serde::Serialize)]
+struct TokenView<'a> {
+    /// Always `token`.
+    name: &'static str,
+    step: &'a str,
+    args: &'a Value,
+    token_id: &'a str,
 }
 
 /// What [`start_step`] needs.
