@@ -166,14 +166,11 @@ pub fn timed_out(run: &LoopRun, now_ms: u64) -> Option<Value> {
         what: run.deadline_of.clone(),
     };
     let mut e = noetl_core::lifecycle::timeout_error(&d, &run.step, None);
-    e["message"] = json!(format!(
+    e.message = format!(
         "{} ({} of {} iterations done, {} failed)",
-        e["message"].as_str().unwrap_or(""),
-        run.done,
-        run.total,
-        run.failed
-    ));
-    Some(e)
+        e.message, run.done, run.total, run.failed
+    );
+    Some(e.to_value())
 }
 
 /// How one iteration counted, decided by its first report (in the loop
@@ -663,52 +660,34 @@ async fn dispatch(
             }
         };
         let iter = json!({ lp.iterator.clone(): item, "index": i });
-        let idx = i.to_string();
-        batch.push(
-            mesh.emit(
-                &EventDraft {
-                    event_type: types::LOOP_ITERATION_STARTED,
-                    execution_id: eid,
-                    step_run_id: srid,
-                    step: &step.step,
-                    trace_id: &run.trace_id,
-                    discriminator: &idx,
-                    payload: payloads::to_value(&IterationStarted {
-                        loop_run_id: srid.to_string(),
-                        index: i,
-                    }),
-                    ..Default::default()
-                }
-                .build(),
-            )
-            .await?,
-        );
+        let event = |event_type, payload| IterationEvent {
+            event_type,
+            plan,
+            step: &step.step,
+            srid,
+            trace_id: &run.trace_id,
+            index: i,
+            payload,
+        };
+        let started = IterationStarted {
+            loop_run_id: srid.to_string(),
+            index: i,
+        };
+        let started = event(types::LOOP_ITERATION_STARTED, payloads::to_value(&started));
+        batch.push(mesh.emit(&started.build()).await?);
         let Some(first) = step.tool.first() else {
             // A loop without tasks: every iteration is done at once.
-            batch.push(
-                mesh.emit(
-                    &EventDraft {
-                        event_type: types::LOOP_ITERATION_DONE,
-                        execution_id: eid,
-                        step_run_id: srid,
-                        step: &step.step,
-                        trace_id: &run.trace_id,
-                        discriminator: &idx,
-                        payload: payloads::to_value(&IterationEnded {
-                            loop_run_id: srid.to_string(),
-                            index: i,
-                            status: Status::Ok,
-                            result: Value::Null,
-                            iter: Value::Null,
-                            reduce: Default::default(),
-                            error: Value::Null,
-                        }),
-                        ..Default::default()
-                    }
-                    .build(),
-                )
-                .await?,
-            );
+            let done = IterationEnded {
+                loop_run_id: srid.to_string(),
+                index: i,
+                status: Status::Ok,
+                result: Value::Null,
+                iter: Value::Null,
+                reduce: Default::default(),
+                error: Value::Null,
+            };
+            let done = event(types::LOOP_ITERATION_DONE, payloads::to_value(&done));
+            batch.push(mesh.emit(&done.build()).await?);
             continue;
         };
         let cmd = commands::first_task(FirstTask {
@@ -732,25 +711,61 @@ async fn dispatch(
     );
     tracing::warn!(execution_id = %eid, step = %step.step, %message, "loop collection unavailable");
     let error = payloads::error_body("loop.items", message);
+    let gone: Vec<u64> = gone.into_iter().map(|(i, _)| i).collect();
     let stored = kv::update(
         mesh.loop_kv(),
         &Keys::loop_run(eid, srid),
-        |r: Option<&LoopRun>| {
-            let Some(r) = r else { return Cas::Keep };
-            let mut r = r.clone();
-            let before = r.in_flight.len();
-            r.in_flight.retain(|i| !gone.iter().any(|(g, _)| g == i));
-            if r.in_flight.len() == before && r.error.is_some() {
-                return Cas::Keep;
-            }
-            r.failed += (before - r.in_flight.len()) as u64;
-            r.stopped = true;
-            r.error.get_or_insert_with(|| error.clone());
-            Cas::Write(r)
+        |r: Option<&LoopRun>| match r.and_then(|r| items_gone(r, &gone, &error)) {
+            Some(next) => Cas::Write(next),
+            None => Cas::Keep,
         },
     )
     .await?;
     Ok(stored.unwrap_or(run))
+}
+
+/// Iterations whose items cannot be read (`gone`) fail the loop run: they
+/// leave `in_flight` counted as failed, the run stops dispatching and
+/// keeps the first `error`. `None` when that is already recorded.
+pub fn items_gone(run: &LoopRun, gone: &[u64], error: &Value) -> Option<LoopRun> {
+    let mut r = run.clone();
+    let before = r.in_flight.len();
+    r.in_flight.retain(|i| !gone.contains(i));
+    if r.in_flight.len() == before && r.error.is_some() {
+        return None;
+    }
+    r.failed += (before - r.in_flight.len()) as u64;
+    r.stopped = true;
+    r.error.get_or_insert_with(|| error.clone());
+    Some(r)
+}
+
+/// A `loop.iteration.*` event the loop-supervisor writes itself.
+struct IterationEvent<'a> {
+    event_type: &'static str,
+    plan: &'a PlanRecord,
+    step: &'a str,
+    srid: &'a str,
+    trace_id: &'a str,
+    index: u64,
+    payload: Value,
+}
+
+impl IterationEvent<'_> {
+    fn build(self) -> Event {
+        let idx = self.index.to_string();
+        EventDraft {
+            event_type: self.event_type,
+            execution_id: &self.plan.execution_id,
+            step_run_id: self.srid,
+            step: self.step,
+            trace_id: self.trace_id,
+            discriminator: &idx,
+            payload: self.payload,
+            ..Default::default()
+        }
+        .build()
+    }
 }
 
 async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
@@ -1282,6 +1297,25 @@ mod tests {
             failed: true,
             reduce: Default::default(),
         }
+    }
+
+    #[test]
+    fn unreadable_items_fail_their_iterations_once() {
+        let mut r = window(10, 4);
+        r.in_flight = vec![4, 5, 6];
+        let error = json!({"kind": "loop.items", "message": "gone"});
+        let next = items_gone(&r, &[5, 6], &error).expect("recorded");
+        assert_eq!(next.in_flight, vec![4]);
+        assert_eq!(next.failed, 2);
+        assert!(next.stopped);
+        assert_eq!(next.error, Some(error.clone()));
+        // The same report again changes nothing.
+        assert!(items_gone(&next, &[5, 6], &error).is_none());
+        // A later error keeps the first.
+        let other = json!({"kind": "loop.items", "message": "other"});
+        let again = items_gone(&next, &[4], &other).expect("recorded");
+        assert_eq!(again.error, Some(error));
+        assert_eq!(again.failed, 3);
     }
 
     fn arrive(

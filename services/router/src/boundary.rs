@@ -184,16 +184,7 @@ async fn on_boundary(
     }
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
-    let plan = match mesh.plans().get(mesh, eid).await {
-        Ok(p) => p,
-        Err(MeshError::NoPlan { .. }) => {
-            return Err(BoundaryError::Refused(format!(
-                "{} for unknown execution {eid} (step {})",
-                ev.event_type, ev.step
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let plan = boundary_plan(mesh, &ev).await?;
     let Some(step) = plan.playbook.step(&ev.step) else {
         return Err(BoundaryError::Refused(format!(
             "{} names step {:?} which execution {eid} does not have",
@@ -212,28 +203,9 @@ async fn on_boundary(
         decision.error = Some(error);
     }
 
-    let step_record = StepRecord {
-        status: step_status(&ev.event_type),
-        last_step_run_id: srid.to_string(),
-        loop_counts: view
-            .counts
-            .filter(|_| ev.event_type == types::LOOP_DONE)
-            .map(|c| payloads::to_value(&c)),
-        error: view.error.as_ref().map(error_text),
-    };
-    let skey = Keys::step(eid, &ev.step);
     // A token absorbed by a join says nothing about the step's status.
-    let absorbed = view.join;
-    // The step's record is written before the header can turn terminal, so
-    // whoever sees the execution end also sees how its last step ended. It
-    // is written only while this step-run's token is live (a redelivery
-    // after the header moved on must not overwrite a later run's record);
-    // a crash between the two writes repeats both, with the same content.
-    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &Keys::header(eid))
-        .await?
-        .is_some_and(|h| h.is_live(srid));
-    if live_now && !absorbed {
-        kv::put(mesh.exec_kv(), &skey, &step_record).await?;
+    if !view.join {
+        record_step(mesh, &ev, &view).await?;
     }
 
     // 2. One compare-and-set: applied only while this step-run's token is
@@ -248,29 +220,7 @@ async fn on_boundary(
         failure: failure.as_deref(),
         now: &now,
     };
-    let mut applied = false;
-    let header = kv::update_cached(
-        mesh.exec_kv(),
-        &Keys::header(eid),
-        headers,
-        |h: Option<&ExecHeader>| match h.and_then(|h| transition(h, &boundary)) {
-            Some(next) => {
-                applied = true;
-                Cas::Write(next)
-            }
-            None => {
-                applied = false;
-                Cas::Keep
-            }
-        },
-    )
-    .await?;
-    let Some(header) = header else {
-        return Err(BoundaryError::Refused(format!(
-            "{} for execution {eid} which has no header",
-            ev.event_type
-        )));
-    };
+    let (header, applied) = apply_boundary(mesh, headers, &ev, &boundary).await?;
 
     // 3. Publish the tokens this step-run fired that are still live (on a
     //    redelivery: the same ones, same ids), and the events.
@@ -287,6 +237,82 @@ async fn on_boundary(
     // 4. The terminal event, exactly once (flag set after publishing).
     emit_terminal(mesh, headers, &header, &ev.trace_id).await?;
     Ok(())
+}
+
+/// The plan of the execution a boundary event belongs to; an event of an
+/// execution without a plan is refused.
+async fn boundary_plan(mesh: &Mesh, ev: &Event) -> Result<Arc<PlanRecord>, BoundaryError> {
+    match mesh.plans().get(mesh, &ev.execution_id).await {
+        Ok(p) => Ok(p),
+        Err(MeshError::NoPlan { .. }) => Err(BoundaryError::Refused(format!(
+            "{} for unknown execution {} (step {})",
+            ev.event_type, ev.execution_id, ev.step
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Write the step's record (its status, last step-run, loop counts,
+/// error). It is written before the header can turn terminal, so whoever
+/// sees the execution end also sees how its last step ended, and only
+/// while this step-run's token is live (a redelivery after the header
+/// moved on must not overwrite a later run's record); a crash between the
+/// two writes repeats both, with the same content.
+async fn record_step(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Result<(), MeshError> {
+    let eid = ev.execution_id.as_str();
+    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &Keys::header(eid))
+        .await?
+        .is_some_and(|h| h.is_live(&ev.step_run_id));
+    if !live_now {
+        return Ok(());
+    }
+    let record = StepRecord {
+        status: step_status(&ev.event_type),
+        last_step_run_id: ev.step_run_id.clone(),
+        loop_counts: view
+            .counts
+            .filter(|_| ev.event_type == types::LOOP_DONE)
+            .map(|c| payloads::to_value(&c)),
+        error: view.error.as_ref().map(error_text),
+    };
+    kv::put(mesh.exec_kv(), &Keys::step(eid, &ev.step), &record).await?;
+    Ok(())
+}
+
+/// The header compare-and-set of a boundary: applied only while the
+/// step-run's token is live ([`transition`]), so a redelivered event
+/// changes nothing the second time. Returns the header now stored and
+/// whether this event changed it.
+async fn apply_boundary(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+    boundary: &Boundary<'_>,
+) -> Result<(ExecHeader, bool), BoundaryError> {
+    let mut applied = false;
+    let header = kv::update_cached(
+        mesh.exec_kv(),
+        &Keys::header(&ev.execution_id),
+        headers,
+        |h: Option<&ExecHeader>| match h.and_then(|h| transition(h, boundary)) {
+            Some(next) => {
+                applied = true;
+                Cas::Write(next)
+            }
+            None => {
+                applied = false;
+                Cas::Keep
+            }
+        },
+    )
+    .await?;
+    match header {
+        Some(header) => Ok((header, applied)),
+        None => Err(BoundaryError::Refused(format!(
+            "{} for execution {} which has no header",
+            ev.event_type, ev.execution_id
+        ))),
+    }
 }
 
 /// What [`publish_fired`] needs.
