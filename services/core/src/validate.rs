@@ -320,6 +320,8 @@ impl Validator {
         self.else_shape(r, path, what);
     }
 
+    // Over 80 lines on purpose: one match over every shape an `else` can take, each with its
+    // own message.
     /// After normalisation a fallback rule is `{else: true, then: ...}`; any
     /// other `else` (`false`, a string, a list, `{do: ...}`) is not a rule and
     /// must not silently become an always-matching one (E004). A rule with
@@ -456,6 +458,9 @@ impl Validator {
         }
     }
 
+    // Over 80 lines on purpose: the checks of the document's top level (apiVersion, kind,
+    // metadata, workload, keychain, executor, workbook, workflow), one short block per key in
+    // document order.
     fn root(&mut self, root: &Node) {
         if !self.expect_map(root, "", "the playbook document") {
             return;
@@ -603,6 +608,8 @@ impl Validator {
         self.reachability(steps, &names);
     }
 
+    // Over 80 lines on purpose: the checks of one step's keys (spec, loop, tool, next), one
+    // short block per key in document order.
     fn step(&mut self, s: &Node, path: &str, names: &HashMap<String, usize>) {
         if !self.expect_map(s, path, "a step") {
             return;
@@ -1036,6 +1043,8 @@ impl Validator {
         }
     }
 
+    // Over 80 lines on purpose: one pass over a task's policy block (rules, `when`, `then` and
+    // each action), mirroring its YAML shape so each code's checks sit together.
     fn task_policy(
         &mut self,
         policy: &Node,
@@ -1195,6 +1204,8 @@ impl Validator {
         }
     }
 
+    // Over 80 lines on purpose: one pass over a step's `next` block (spec, mode, arcs and
+    // their rules), so every diagnostic about it is found in one place.
     fn next(
         &mut self,
         next: &Node,
@@ -1355,6 +1366,8 @@ impl Validator {
         }
     }
 
+    // Over 80 lines on purpose: the checks of the workbook list (names, kinds, duplicates,
+    // references), in document order.
     /// The root `workbook`: its shape, and every task body validated like a
     /// pipeline task. Returns the defined tasks by name, in document order.
     fn workbook<'a>(&mut self, root: &'a Node) -> Vec<(String, &'a Node)> {

@@ -132,6 +132,8 @@ enum Frame {
     Map(Vec<(Key, Node)>, Span, Option<Key>),
 }
 
+// Over 80 lines on purpose: one event loop over the YAML parser's events, with the depth and
+// alias budgets (E041/E042) kept in its locals.
 /// Parse one YAML document into a positioned tree (an empty document is
 /// `Null`). Only the first document of a stream is read.
 pub fn parse(src: &str) -> Result<Node, YamlError> {

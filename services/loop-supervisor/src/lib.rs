@@ -385,6 +385,8 @@ async fn plan_and_step(
     Ok((plan, idx))
 }
 
+// Over 80 lines on purpose: read, decide, write for a loop command; its decisions (collection,
+// max_in_flight, new_run) are functions with tests.
 async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     let eid = cmd.execution_id.as_str();
     let srid = cmd.step_run_id.as_str();
@@ -631,6 +633,8 @@ async fn redispatch(
     dispatch(mesh, plan, step, srid, run, &indices).await
 }
 
+// Over 80 lines on purpose: publishes a window of iterations; its decision for unreadable
+// items is `items_gone`, tested.
 /// Publish the iterations `indices` of `run` (idempotent); returns the run
 /// as now stored. An iteration whose element cannot be read (its chunk is
 /// gone) is counted as failed and fails the loop step, naming the chunk.
@@ -768,6 +772,8 @@ impl IterationEvent<'_> {
     }
 }
 
+// Over 80 lines on purpose: read, decide, write for one iteration report; the decisions
+// (count_iteration, fold) are functions with tests.
 async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
     let report: IterationEnded = payloads::decode(&ev)?;
     let eid = ev.execution_id.as_str();

@@ -86,6 +86,8 @@ pub async fn run(mesh: Mesh, cl: ConsumerLoop) -> Result<(), MeshError> {
     run_sharing(mesh, cl, slots).await
 }
 
+// Over 80 lines on purpose: the pull loop with its shutdown, backoff and slot accounting in
+// one place, so the drain at the end can rely on them.
 /// [`run`] with handler slots shared by several consumer loops (an executor
 /// serving several kinds handles `concurrency` messages at once in all).
 /// `slots` must hold `cl.concurrency` permits.
@@ -119,16 +121,10 @@ pub async fn run_sharing(
             .await;
         let mut batch = match batch {
             Ok(b) => b,
-            Err(e) => {
-                failures += 1;
-                health.pull_failed(&e.to_string());
-                let wait = backoff(failures);
-                tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
-                tokio::select! {
-                    _ = cl.shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(wait) => continue,
-                }
-            }
+            Err(e) => match pull_failed(&cl, &health, &mut failures, e.to_string()).await {
+                Resume::Pull => continue,
+                Resume::Shutdown => break,
+            },
         };
         loop {
             let next = tokio::select! {
@@ -139,12 +135,8 @@ pub async fn run_sharing(
                 None => {
                     // Ended empty: answered by the server, or timed out
                     // client-side because the connection is down.
-                    match mesh.client().connection_state() {
-                        async_nats::connection::State::Connected => {
-                            failures = 0;
-                            health.ready();
-                        }
-                        state => health.not_ready(&format!("pull unanswered: NATS {state}")),
+                    if pull_ended(&mesh, &health) {
+                        failures = 0;
                     }
                     break;
                 }
@@ -156,13 +148,9 @@ pub async fn run_sharing(
                 Some(Err(e)) => {
                     // A status (consumer deleted, no responders...): back
                     // off as for a failed request rather than spin.
-                    failures += 1;
-                    health.pull_failed(&e.to_string());
-                    let wait = backoff(failures);
-                    tracing::warn!(consumer = %cl.name, error = %e, retry_in_ms = wait.as_millis() as u64, "pull failed");
-                    tokio::select! {
-                        _ = cl.shutdown.cancelled() => break 'pull,
-                        _ = tokio::time::sleep(wait) => break,
+                    match pull_failed(&cl, &health, &mut failures, e.to_string()).await {
+                        Resume::Pull => break,
+                        Resume::Shutdown => break 'pull,
                     }
                 }
             };
@@ -193,6 +181,47 @@ pub async fn run_sharing(
         .expect("semaphore is never closed");
     tracing::info!(consumer = %cl.name, "drained");
     Ok(())
+}
+
+/// A pull that ended without a message: ready again if NATS is connected
+/// (true), else not ready, naming the connection state.
+fn pull_ended(mesh: &Mesh, health: &crate::health::ConsumerHealth) -> bool {
+    match mesh.client().connection_state() {
+        async_nats::connection::State::Connected => {
+            health.ready();
+            true
+        }
+        state => {
+            health.not_ready(&format!("pull unanswered: NATS {state}"));
+            false
+        }
+    }
+}
+
+/// What a consumer loop does after waiting out a failed pull.
+enum Resume {
+    /// Pull again.
+    Pull,
+    /// The service is shutting down.
+    Shutdown,
+}
+
+/// A failed pull (request or status): counted, reported to health, and
+/// waited out with [`backoff`] (or until shutdown).
+async fn pull_failed(
+    cl: &ConsumerLoop,
+    health: &crate::health::ConsumerHealth,
+    failures: &mut u32,
+    error: String,
+) -> Resume {
+    *failures += 1;
+    health.pull_failed(&error);
+    let wait = backoff(*failures);
+    tracing::warn!(consumer = %cl.name, %error, retry_in_ms = wait.as_millis() as u64, "pull failed");
+    tokio::select! {
+        _ = cl.shutdown.cancelled() => Resume::Shutdown,
+        _ = tokio::time::sleep(wait) => Resume::Pull,
+    }
 }
 
 /// Wait for a handler slot for `msg`, telling JetStream it is in progress

@@ -327,6 +327,8 @@ struct Fired<'a> {
     error: Option<String>,
 }
 
+// Over 80 lines on purpose: publishes a boundary's tokens and events; what fired is decided
+// before, by `transition` and `decide`.
 /// Publish the tokens the step-run's boundary fired that are still live,
 /// their `token.created`, and `next.selected` (deterministic ids: a
 /// redelivery republishes the same messages, JetStream drops the copies).

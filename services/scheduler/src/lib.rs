@@ -81,16 +81,12 @@ impl Handler for TokenHandler {
 
 use noetl_mesh::runtime::HandlerError as SchedError;
 
+// Over 80 lines on purpose: read, decide, write for one token; join, admission and start are
+// functions of their own.
 async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
-    let plan = mesh.plans().get(mesh, eid).await.map_err(|e| match e {
-        MeshError::NoPlan { .. } => SchedError::Refused(format!(
-            "token for unknown execution {eid} (step {:?})",
-            token.step
-        )),
-        e => SchedError::Mesh(e),
-    })?;
+    let plan = token_plan(mesh, &token).await?;
     let Some(step) = plan.playbook.step(&token.step) else {
         return Err(SchedError::Refused(format!(
             "token {srid} of execution {eid} names unknown step {:?}",
@@ -124,7 +120,6 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         }
         .build()
     };
-    let mut batch = Batch::new();
     let admission = match admission {
         Ok(a) => a,
         Err(e) => {
@@ -134,38 +129,26 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
                 "admission of step {:?} failed in {}: {e}",
                 step.step, plan.source_name
             );
-            batch.push(
-                mesh.emit(&ev(
-                    types::STEP_FAILED,
-                    payloads::to_value(&StepEnded::failed(
-                        payloads::error_body("admission", message),
-                        args,
-                    )),
-                ))
-                .await?,
-            );
-            batch.wait().await?;
+            let failed = StepEnded::failed(payloads::error_body("admission", message), args);
+            let failed = ev(types::STEP_FAILED, payloads::to_value(&failed));
+            mesh.emit(&failed).await?.wait().await?;
             return Ok(());
         }
     };
     if !admission.allowed {
-        batch.push(
-            mesh.emit(&ev(
-                types::STEP_SKIPPED,
-                payloads::to_value(&StepSkipped {
-                    reason: "admission denied".into(),
-                    rule: admission.rule,
-                    args: Some(args),
-                    arrived: None,
-                    inputs: None,
-                    join: false,
-                }),
-            ))
-            .await?,
-        );
-        batch.wait().await?;
+        let skipped = StepSkipped {
+            reason: "admission denied".into(),
+            rule: admission.rule,
+            args: Some(args),
+            arrived: None,
+            inputs: None,
+            join: false,
+        };
+        let skipped = ev(types::STEP_SKIPPED, payloads::to_value(&skipped));
+        mesh.emit(&skipped).await?.wait().await?;
         return Ok(());
     }
+    let mut batch = Batch::new();
     batch.push(
         mesh.emit(&ev(
             types::STEP_SCHEDULED,
@@ -186,6 +169,21 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
         ev: &ev,
     })
     .await
+}
+
+/// The plan of a token's execution; a token of an execution without a
+/// plan is refused.
+async fn token_plan(mesh: &Mesh, token: &Token) -> Result<Arc<PlanRecord>, SchedError> {
+    mesh.plans()
+        .get(mesh, &token.execution_id)
+        .await
+        .map_err(|e| match e {
+            MeshError::NoPlan { .. } => SchedError::Refused(format!(
+                "token for unknown execution {} (step {:?})",
+                token.execution_id, token.step
+            )),
+            e => SchedError::Mesh(e),
+        })
 }
 
 /// A token arriving at a join step: `None` while the join waits for its
@@ -294,6 +292,8 @@ struct StartStep<'a, F: Fn(&'static str, Value) -> noetl_wire::Event> {
     ev: &'a F,
 }
 
+// Over 80 lines on purpose: one branch per way a step starts (loop, tasks, routing only), each
+// publishing its own messages.
 /// Start an admitted step-run: its deadline timer, then its loop command,
 /// its first task command, or (a step without tasks) its `step.done`.
 async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(

@@ -85,6 +85,9 @@ impl From<Sync> for noetl_mesh::server::SyncPolicy {
     }
 }
 
+// Over 80 lines on purpose: the command's steps in order (read, connect or start a private
+// server, start the services, publish, watch, report); each is a few lines and shares the
+// guards that must outlive the run.
 /// Run the playbook.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(false, "warn");
@@ -99,18 +102,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let yaml = if by_path {
         String::new()
     } else {
-        let loaded = match noetl_core::load::load_file(&args.file) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("{}", e.render_human());
-                return Ok(ExitCode::from(1));
-            }
-        };
-        let yaml = std::fs::read_to_string(&args.file)?;
-        if !loaded.warnings.is_empty() && !args.json {
-            eprintln!("{}\n", loaded.warnings.render_human(&name, &yaml));
+        match read_playbook(&args, &name)? {
+            Some(yaml) => yaml,
+            None => return Ok(ExitCode::from(1)),
         }
-        yaml
     };
     let workload = args.workload.build()?;
 
@@ -187,61 +182,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .wait()
         .await?;
 
-    let bar = (!args.json).then(|| {
-        let b = ProgressBar::new_spinner();
-        b.set_style(
-            ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        b.enable_steady_tick(Duration::from_millis(120));
-        b.set_message(format!("execution {eid} starting"));
-        b
-    });
-    let mut progress = Progress::default();
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let mut timed_out = false;
-    let mut interrupted = false;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let next = tokio::select! {
-            r = tokio::time::timeout(left, follow.next()) => match r {
-                Err(_) => {
-                    timed_out = true;
-                    break;
-                }
-                Ok(None) => break,
-                Ok(Some(m)) => m?,
-            },
-            // Ctrl-C cancels the execution (once); the loop then waits for
-            // its `execution.cancelled` like any other end.
-            _ = interrupt.recv(), if !interrupted => {
-                interrupted = true;
-                if let Some(b) = &bar {
-                    b.println(format!("  interrupted: cancelling execution {eid}"));
-                }
-                mesh.request_cancel(&eid, "interrupted (Ctrl-C)").await?;
-                continue;
-            }
-        };
-        let Ok(ev) = codec::decode::<Event>("event", &next.payload) else {
-            continue;
-        };
-        let terminal = progress.observe(&ev);
-        if let Some(b) = &bar {
-            if ev.event_type == types::STEP_FAILED {
-                let p = events::payload(&ev);
-                b.println(format!(
-                    "  step {} failed: {}",
-                    ev.step,
-                    p["error"]["message"].as_str().unwrap_or("")
-                ));
-            }
-            b.set_message(progress.line());
-        }
-        if terminal {
-            break;
-        }
-    }
+    let bar = (!args.json).then(|| spinner(&eid));
+    let timed_out = watch(Watch {
+        mesh: &mesh,
+        eid: &eid,
+        follow: &mut follow,
+        interrupt: &mut interrupt,
+        bar: bar.as_ref(),
+        timeout: Duration::from_secs(args.timeout),
+    })
+    .await?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -267,6 +217,93 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         s.stop().await;
     }
     Ok(code)
+}
+
+/// Read and validate a playbook file: its text, or `None` (exit 1) when
+/// it has errors, which are printed; warnings are printed too unless the
+/// output is JSON.
+fn read_playbook(args: &Args, name: &str) -> anyhow::Result<Option<String>> {
+    let loaded = match noetl_core::load::load_file(&args.file) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{}", e.render_human());
+            return Ok(None);
+        }
+    };
+    let yaml = std::fs::read_to_string(&args.file)?;
+    if !loaded.warnings.is_empty() && !args.json {
+        eprintln!("{}\n", loaded.warnings.render_human(name, &yaml));
+    }
+    Ok(Some(yaml))
+}
+
+/// The progress spinner of a run.
+fn spinner(eid: &str) -> ProgressBar {
+    let b = ProgressBar::new_spinner();
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    b.enable_steady_tick(Duration::from_millis(120));
+    b.set_message(format!("execution {eid} starting"));
+    b
+}
+
+/// What [`watch`] follows.
+struct Watch<'a> {
+    mesh: &'a Mesh,
+    eid: &'a str,
+    /// The execution's events, from its first.
+    follow: &'a mut async_nats::jetstream::consumer::pull::Ordered,
+    interrupt: &'a mut tokio::signal::unix::Signal,
+    bar: Option<&'a ProgressBar>,
+    timeout: Duration,
+}
+
+/// Follow an execution's events until it ends, updating the progress
+/// line; Ctrl-C cancels it (once) and the watch goes on until the
+/// execution's end. True when it did not end in time.
+async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
+    let eid = w.eid;
+    let mut progress = Progress::default();
+    let deadline = Instant::now() + w.timeout;
+    let mut interrupted = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = tokio::select! {
+            r = tokio::time::timeout(left, w.follow.next()) => match r {
+                Err(_) => return Ok(true),
+                Ok(None) => return Ok(false),
+                Ok(Some(m)) => m?,
+            },
+            _ = w.interrupt.recv(), if !interrupted => {
+                interrupted = true;
+                if let Some(b) = w.bar {
+                    b.println(format!("  interrupted: cancelling execution {eid}"));
+                }
+                w.mesh.request_cancel(eid, "interrupted (Ctrl-C)").await?;
+                continue;
+            }
+        };
+        let Ok(ev) = codec::decode::<Event>("event", &next.payload) else {
+            continue;
+        };
+        let terminal = progress.observe(&ev);
+        if let Some(b) = w.bar {
+            if ev.event_type == types::STEP_FAILED {
+                let p = events::payload(&ev);
+                b.println(format!(
+                    "  step {} failed: {}",
+                    ev.step,
+                    p["error"]["message"].as_str().unwrap_or("")
+                ));
+            }
+            b.set_message(progress.line());
+        }
+        if terminal {
+            return Ok(false);
+        }
+    }
 }
 
 /// Live counters for the progress line.

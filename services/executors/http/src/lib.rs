@@ -125,6 +125,9 @@ pub fn retry_after(value: &str) -> Option<Duration> {
 }
 
 impl HttpTool {
+    // Over 80 lines on purpose: one HTTP call from request to outcome (build, send with
+    // timeout, read the bounded body, map status and errors); the decisions are in request.rs
+    // and tested there.
     async fn run(&self, call: ToolCall) -> ToolReturn {
         let spec = match request::parse(&call.config, &call.spec, call.auth.as_ref()) {
             Ok(s) => s,

@@ -208,6 +208,8 @@ fn auth_of(c: &AuthCredential) -> Result<Auth, ConfigError> {
     }
 }
 
+// Over 80 lines on purpose: one block per field of the task (method, url, headers, params,
+// body forms, timeout, auth, limits), each with its own error.
 /// Check a task's fields.
 pub fn parse(
     config: &Map<String, Value>,

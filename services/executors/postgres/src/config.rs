@@ -86,6 +86,8 @@ fn field(c: &AuthCredential, names: &[&str]) -> Option<String> {
     })
 }
 
+// Over 80 lines on purpose: one block per connection setting (auth, DSN, host, port, TLS
+// mode), each with its own error.
 /// The connection target of a task.
 pub fn target(
     config: &Map<String, Value>,

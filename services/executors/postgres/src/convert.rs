@@ -43,6 +43,8 @@ fn int(v: &Value) -> Option<i64> {
 }
 
 impl ToSql for Param {
+    // Over 80 lines on purpose: a table: one arm per PostgreSQL type a JSON parameter can be
+    // bound as.
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
         let v = &self.0;
         if v.is_null() {

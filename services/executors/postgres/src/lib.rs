@@ -158,6 +158,8 @@ pub fn retryable(code: &str) -> bool {
 }
 
 impl PostgresTool {
+    // Over 80 lines on purpose: one statement batch from connect to outcome (pool,
+    // transaction, rows, error mapping).
     async fn run(&self, call: ToolCall) -> ToolReturn {
         let who = format!("postgres task {:?} of step {:?}", call.task, call.step);
         let config_error = |e: &dyn std::fmt::Display| {
