@@ -1083,20 +1083,7 @@ impl StepRun<'_> {
             (None, End::Done(result)) => {
                 // Reference-first: a result above the limit is stored in
                 // object storage and travels (event, KV) as its reference.
-                let result = self
-                    .mesh()
-                    .results()
-                    .offload(
-                        noetl_mesh::objects::PutParams {
-                            execution_id: self.eid(),
-                            step: &self.step.step,
-                            id: &self.cmd.step_run_id,
-                            value: &result,
-                        },
-                        self.payload_limit(),
-                    )
-                    .await
-                    .map_err(MeshError::from)?;
+                let result = self.offload(&self.cmd.step_run_id, &result).await?;
                 if self.plan.is_result_referenced(&self.step.step) {
                     kv::put(
                         self.mesh().exec_kv(),
@@ -1212,18 +1199,22 @@ impl StepRun<'_> {
             "{}.{}.prev.{}",
             self.cmd.step_run_id, self.index, cur.steps_taken
         );
+        self.offload(&id, &cur.prev).await
+    }
+
+    /// `value`, or its reference under `id` in object storage when it is
+    /// above the payload limit (reference-first).
+    async fn offload(&self, id: &str, value: &Value) -> Result<Value, MeshError> {
+        let put = noetl_mesh::objects::PutParams {
+            execution_id: self.eid(),
+            step: &self.step.step,
+            id,
+            value,
+        };
         Ok(self
             .mesh()
             .results()
-            .offload(
-                noetl_mesh::objects::PutParams {
-                    execution_id: self.eid(),
-                    step: &self.step.step,
-                    id: &id,
-                    value: &cur.prev,
-                },
-                self.payload_limit(),
-            )
+            .offload(put, self.payload_limit())
             .await?)
     }
 

@@ -3,7 +3,7 @@
 //! loop-supervisor starts iterations; the executor builds the commands
 //! that continue a pipeline).
 
-use noetl_wire::{IterationRef, TaskCommand};
+use noetl_wire::{IterationRef, TaskCommand, Token};
 use serde_json::Value;
 
 use crate::{codec, ids::derive_id, plan::PlanRecord, Mesh, MeshError, PendingAck};
@@ -77,6 +77,17 @@ impl Mesh {
             &cmd.command_id,
             &cmd.execution_id,
             codec::encode(cmd),
+        )
+        .await
+    }
+
+    /// Publish a token on its execution's token subject (its id is the
+    /// message id: a repeated publish is dropped by JetStream).
+    pub async fn publish_token(&self, token: &Token) -> Result<PendingAck, MeshError> {
+        self.publish(
+            self.subjects().token(&token.execution_id),
+            &token.token_id,
+            codec::encode(token),
         )
         .await
     }

@@ -354,14 +354,7 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
             parent_step_run_id: srid.to_string(),
             parent_step: ev.step.clone(),
         };
-        batch.push(
-            mesh.publish(
-                mesh.subjects().token(eid),
-                &token.token_id,
-                codec::encode(&token),
-            )
-            .await?,
-        );
+        batch.push(mesh.publish_token(&token).await?);
         batch.push(
             mesh.emit(
                 &EventDraft {

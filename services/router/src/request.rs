@@ -299,14 +299,7 @@ async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> 
     );
     created.step = entry.clone();
     batch.push(mesh.emit(&created).await?);
-    batch.push(
-        mesh.publish(
-            mesh.subjects().token(eid),
-            &token.token_id,
-            codec::encode(&token),
-        )
-        .await?,
-    );
+    batch.push(mesh.publish_token(&token).await?);
     // The execution's deadline is a timer the router itself handles when
     // due (`crate::timers`), so work waiting in a queue cannot outlive it.
     let deadline = (plan.started_ms > 0)

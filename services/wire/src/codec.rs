@@ -82,17 +82,7 @@ pub fn json_bytes(v: &Value) -> Vec<u8> {
     }
 }
 
-/// Name of a JSON value's type, for error messages ("a string", "a list"...).
-pub fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
+pub use noetl_core::json_type;
 
 /// The JSON form of an execution request.
 #[derive(Debug, Default, Deserialize)]
