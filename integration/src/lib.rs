@@ -3,15 +3,13 @@
 //! submit playbooks, wait for the end and read the event log.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{self, DeliverPolicy};
 use futures::StreamExt;
-use noetl_core::tool::Tool;
+use noetl_inprocess::InProcess;
 use noetl_mesh::{
     codec,
-    runtime::ServiceParams,
     state::{ExecStatus, ExecSummary},
     Mesh, MeshConfig,
 };
@@ -19,7 +17,6 @@ use noetl_testkit::TestServer;
 use noetl_wire::{Event, ExecutionRequest};
 use serde_json::Value;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 pub mod check;
 pub mod gauge;
@@ -59,16 +56,18 @@ impl Default for ClusterOptions {
     }
 }
 
-/// A running mesh on a private nats-server.
+/// A service task started apart ([`Cluster::spawn_executor`]): abort it to
+/// crash it; it is cancelled with the rest on [`Cluster::stop`].
+pub type Service = JoinHandle<Result<(), noetl_mesh::MeshError>>;
+
+/// A running mesh on a private nats-server: the services as `noetl run`
+/// starts them ([`InProcess`]), plus a client handle.
 pub struct Cluster {
     /// The server (stopped and removed on drop).
     pub server: TestServer,
     /// A client-side mesh handle (for submitting and reading).
     pub mesh: Mesh,
-    shutdown: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    config: MeshConfig,
-    concurrency: usize,
+    services: InProcess,
     /// The data dir (object store of large results), removed on drop.
     pub data_dir: tempfile::TempDir,
 }
@@ -81,26 +80,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The tools every test executor serves: one of each built-in kind
-/// ([`noetl_core::tool::KINDS`]).
-pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    noetl_core::tool::KINDS
-        .iter()
-        .map(|k| -> Arc<dyn Tool> {
-            match k.name {
-                "noop" => Arc::new(noetl_tool_noop::NoopTool),
-                "python" => Arc::new(noetl_tool_python::PythonTool::default()),
-                "playbook" => Arc::new(noetl_executor::PlaybookTool),
-                "http" => Arc::new(noetl_tool_http::HttpTool::new()),
-                "postgres" => Arc::new(noetl_tool_postgres::PostgresTool::new()),
-                // Always served: without the engine its tasks fail with a
-                // clear error instead of waiting for an executor.
-                "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
-                other => panic!("integration::all_tools: no tool for built-in kind {other}"),
-            }
-        })
-        .collect()
-}
+/// The tools every test executor serves: one of each built-in kind.
+pub use noetl_inprocess::all_tools;
 
 impl Cluster {
     /// Start a server and one replica of each service.
@@ -125,98 +106,42 @@ impl Cluster {
             ..MeshConfig::default()
         };
         let mesh = Mesh::connect(config.clone()).await.expect("connect mesh");
-        let shutdown = CancellationToken::new();
-        let mut tasks = Vec::new();
-        for _ in 0..opts.replicas {
-            // Each replica has its own connection, like a separate process.
-            let m = Mesh::connect(config.clone())
-                .await
-                .expect("connect replica");
-            let params = ServiceParams {
-                mesh: m,
+        let services = InProcess::start(
+            &config,
+            &noetl_inprocess::Options {
+                replicas: opts.replicas,
                 concurrency: opts.concurrency,
-                shutdown: shutdown.clone(),
-            };
-            let p = params.clone();
-            tasks.push(tokio::spawn(async move {
-                noetl_router::serve(p).await.expect("router");
-            }));
-            let p = params.clone();
-            tasks.push(tokio::spawn(async move {
-                noetl_scheduler::serve(p).await.expect("scheduler");
-            }));
-            let p = params.clone();
-            tasks.push(tokio::spawn(async move {
-                noetl_loop_supervisor::serve(p)
-                    .await
-                    .expect("loop-supervisor");
-            }));
-            if opts.executors {
-                let p = params.clone();
-                tasks.push(tokio::spawn(async move {
-                    noetl_executor::serve(noetl_executor::ExecutorParams {
-                        service: p,
-                        tools: all_tools(),
-                    })
-                    .await
-                    .expect("executor");
-                }));
-            }
-        }
+                executors: opts.executors,
+            },
+        )
+        .await
+        .expect("start the services");
         Self {
             server,
             mesh,
-            shutdown,
-            tasks,
-            config,
-            concurrency: opts.concurrency,
+            services,
             data_dir,
         }
     }
 
     /// Start one more executor replica (all tools) on its own connection.
     /// Aborting the returned handle is a crash: nothing is acked or drained.
-    pub async fn spawn_executor(&self) -> JoinHandle<()> {
-        let m = Mesh::connect(self.config.clone())
+    pub async fn spawn_executor(&self) -> Service {
+        let concurrency = self.services.concurrency();
+        self.services
+            .spawn_executor(all_tools(), concurrency)
             .await
-            .expect("connect executor");
-        let params = ServiceParams {
-            mesh: m,
-            concurrency: self.concurrency,
-            shutdown: self.shutdown.clone(),
-        };
-        tokio::spawn(async move {
-            let _ = noetl_executor::serve(noetl_executor::ExecutorParams {
-                service: params,
-                tools: all_tools(),
-            })
-            .await;
-        })
+            .expect("start an executor")
     }
 
     /// Start an executor replica serving only `kinds`, with its own
     /// `concurrency` — like `noetl serve executor --kind K --concurrency N`.
-    pub async fn spawn_executor_for(&self, kinds: &[&str], concurrency: usize) -> JoinHandle<()> {
-        let m = Mesh::connect(self.config.clone())
+    pub async fn spawn_executor_for(&self, kinds: &[&str], concurrency: usize) -> Service {
+        let tools = noetl_inprocess::tools_for(kinds).expect("built-in kinds");
+        self.services
+            .spawn_executor(tools, concurrency)
             .await
-            .expect("connect executor");
-        let params = ServiceParams {
-            mesh: m,
-            concurrency,
-            shutdown: self.shutdown.clone(),
-        };
-        let tools: Vec<Arc<dyn Tool>> = all_tools()
-            .into_iter()
-            .filter(|t| kinds.contains(&t.kind()))
-            .collect();
-        assert_eq!(tools.len(), kinds.len(), "unknown kind in {kinds:?}");
-        tokio::spawn(async move {
-            let _ = noetl_executor::serve(noetl_executor::ExecutorParams {
-                service: params,
-                tools,
-            })
-            .await;
-        })
+            .expect("start an executor")
     }
 
     /// Submit a playbook (YAML text) with workload overrides; returns its id.
@@ -246,6 +171,20 @@ impl Cluster {
             .wait()
             .await
             .expect("request ack");
+    }
+
+    /// Submit a playbook and wait (up to 30 s) for it to complete; panics
+    /// naming its error if it ends otherwise. Returns its id and summary.
+    pub async fn completed(&self, yaml: &str, workload: Value) -> (String, ExecSummary) {
+        let eid = self.submit(yaml, "test.yaml", workload).await;
+        let s = self.wait(&eid, Duration::from_secs(30)).await;
+        assert_eq!(
+            s.status,
+            ExecStatus::Completed,
+            "execution {eid}: {:?}",
+            s.error
+        );
+        (eid, s)
     }
 
     /// Wait until the execution is terminal; panics after `timeout`.
@@ -294,6 +233,30 @@ impl Cluster {
         events_of(&self.mesh, &self.mesh.subjects().events_of(eid)).await
     }
 
+    /// Wait until an event of `eid` matches `pred` and return the events
+    /// so far; panics after `timeout`, naming `what` it waited for.
+    pub async fn wait_for_event(
+        &self,
+        eid: &str,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Vec<Event> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let evs = self.events(eid).await;
+            if evs.iter().any(&pred) {
+                return evs;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "execution {eid}: no {what} within {timeout:?}; events: {:?}",
+                types(&evs)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Events of a finished execution, once the terminal event is there.
     pub async fn settled_events(&self, eid: &str) -> Vec<Event> {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -313,9 +276,12 @@ impl Cluster {
 
     /// Stop the services (graceful drain) and the server.
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        for t in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        // A tool call still running (a long sleep a test left behind) is
+        // not waited for; a service that failed is a test failure.
+        match self.services.stop_within(Duration::from_secs(10)).await {
+            Ok(()) => {}
+            Err(e) if e.only_draining() => {}
+            Err(e) => panic!("services did not stop cleanly: {e}"),
         }
     }
 }

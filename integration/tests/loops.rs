@@ -602,22 +602,10 @@ async fn loop_done_of(
     }
 }
 
-async fn completed(cluster: &Cluster, yaml: &str, workload: serde_json::Value) -> String {
-    let eid = cluster.submit(yaml, "test.yaml", workload).await;
-    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
-    assert_eq!(
-        serde_json::to_value(s.status).unwrap(),
-        "completed",
-        "{:?}",
-        s.error
-    );
-    eid
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_iteration_report_resends_a_window_that_never_went_out() {
     let cluster = Cluster::start().await;
-    let eid = completed(&cluster, DORMANT_LOOP, json!({})).await;
+    let eid = cluster.completed(DORMANT_LOOP, json!({})).await.0;
     // The state a crash leaves between the write that counted index 2
     // (and moved 0 and 1 into the window) and the dispatch of 0 and 1.
     let srid = "crashed-window";
@@ -661,7 +649,7 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
         "when: \"{{ false }}\"\n        - step: end",
         "when: \"{{ true }}\"",
     );
-    let eid = completed(&cluster, &empty, json!({})).await;
+    let eid = cluster.completed(&empty, json!({})).await.0;
     let evs = cluster.settled_events(&eid).await;
     assert_eq!(
         types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
@@ -669,7 +657,7 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
     );
 
     // A crash after the run was stored finished, before loop.done went out.
-    let eid = completed(&cluster, DORMANT_LOOP, json!({})).await;
+    let eid = cluster.completed(DORMANT_LOOP, json!({})).await.0;
     let srid = "crashed-start";
     noetl_mesh::kv::put(
         cluster.mesh.loop_kv(),
@@ -747,7 +735,7 @@ workflow:
               - else:
                   then: { set_ctx: { n: "{{ (ctx.n | default(0)) + 1 }}" } }
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     assert_eq!(cluster.mesh.exec_ctx(&eid).await.unwrap(), json!({"n": 1}));
     let started = cluster
         .events(&eid)
@@ -841,14 +829,14 @@ workflow:
           when: "{{ event.name == 'step.failed' }}"
   - step: cleanup
 "#;
-    let eid = completed(&cluster, yaml, json!({"side": 500})).await;
+    let eid = cluster.completed(yaml, json!({"side": 500})).await.0;
     let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
     assert_eq!(s.ctx["total"], 510, "500 written during the loop, + 10");
     assert_eq!(s.steps["cleanup"], "not_run");
 
     // A sum onto a string cannot fold: the loop step fails, naming the
     // reducer and the key.
-    let eid = completed(&cluster, yaml, json!({"side": "abc"})).await;
+    let eid = cluster.completed(yaml, json!({"side": "abc"})).await.0;
     let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
     assert_eq!(s.steps["fan"], "failed");
     assert_eq!(s.steps["cleanup"], "done");
@@ -903,7 +891,7 @@ workflow:
                       pairs: "{{ outcome.result.pair }}"
                       seen: "{{ iter.x }}"
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
     assert_eq!(ctx["smallest"], 1);
     assert_eq!(
@@ -1056,7 +1044,7 @@ workflow:
           when: "{{ event.name == 'loop.done' }}"
   - step: end
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
     assert_eq!(ctx["round"], 2, "the second run wrote its own value");
     let evs = cluster.settled_events(&eid).await;
@@ -1193,7 +1181,7 @@ workflow:
   - step: ok
   - step: cleanup
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
     assert_eq!(s.steps["start"], "failed");
     assert_eq!(s.steps["cleanup"], "done");
@@ -1249,7 +1237,7 @@ workflow:
         kind: noop
         spec: { policy: { rules: [ { else: { then: { set_ctx: { total: "{{ iter.it.n }}" } } } } ] } }
 "#;
-    let eid = completed(&cluster, yaml, json!({"big": reference})).await;
+    let eid = cluster.completed(yaml, json!({"big": reference})).await.0;
     let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
     assert_eq!(ctx["total"], (0..50).sum::<i64>());
     cluster.stop().await;
@@ -1293,17 +1281,15 @@ async fn max_in_flight_may_be_a_template_and_defaults_to_16() {
         r#"{ mode: parallel, max_in_flight: "{{ workload.mif }}" }"#,
         12,
     );
-    completed(&cluster, &yaml, json!({"url": url, "mif": 3})).await;
+    cluster
+        .completed(&yaml, json!({"url": url, "mif": 3}))
+        .await;
     assert_eq!(gauge.total(), 12);
     assert_eq!(gauge.max(), 3, "max_in_flight from workload.mif");
 
     let (gauge, url) = gauge_server().await;
-    completed(
-        &cluster,
-        &http_loop("{ mode: parallel }", 40),
-        json!({"url": url}),
-    )
-    .await;
+    let unbounded = http_loop("{ mode: parallel }", 40);
+    cluster.completed(&unbounded, json!({"url": url})).await;
     assert_eq!(gauge.total(), 40);
     assert_eq!(
         gauge.max(),
@@ -1372,7 +1358,7 @@ workflow:
               - when: "{{ outcome.status == 'ok' }}"
                 then: { do: continue, set_ctx: { rooms: "{{ outcome.result.rooms }}" } }
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     let ctx = cluster.mesh.exec_ctx(&eid).await.unwrap();
     assert_eq!(
         ctx["rooms"],
@@ -1411,7 +1397,7 @@ workflow:
   - step: a
   - step: b
 "#;
-    let eid = completed(&cluster, yaml, json!({})).await;
+    let eid = cluster.completed(yaml, json!({})).await.0;
     let evs = cluster.settled_events(&eid).await;
     let selected = evs
         .iter()

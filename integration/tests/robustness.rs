@@ -261,12 +261,19 @@ async fn bad_input_is_dead_lettered_or_fails_its_execution_only() {
     assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
 
     // The garbage went to the dead-letter stream with its subject and reason.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let stream = m.js().get_stream(m.subjects().dlq_stream()).await.unwrap();
-    let msg = stream
-        .get_last_raw_message_by_subject(&m.subjects().dead_letter("router-requests"))
-        .await
-        .unwrap();
+    let dead = m.subjects().dead_letter("router-requests");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let msg = loop {
+        match stream.get_last_raw_message_by_subject(&dead).await {
+            Ok(msg) => break msg,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "nothing dead-lettered on {dead}: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let headers = msg.headers.clone();
     let reason = headers
         .get(noetl_mesh::runtime::HEADER_REASON)
@@ -330,14 +337,10 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     // Once the step is running, garbage on this execution's token subject:
     // the scheduler can never
     // handle it. Without the notice the execution would wait forever.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !types(&cluster.events(&eid).await).contains(&"task.started") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the step never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let started = |e: &Event| e.event_type == et::TASK_STARTED;
+    cluster
+        .wait_for_event(&eid, "task.started", Duration::from_secs(20), started)
+        .await;
     m.js()
         .publish(m.subjects().token(&eid), vec![0xffu8; 8].into())
         .await
@@ -359,8 +362,11 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
         err.contains("dead-lettered") && err.contains(&m.subjects().token(&eid)),
         "the error names the message: {err}"
     );
-    // Let the sleeping step finish: its late step.done changes nothing.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Let the sleeping task finish: what it reports late changes nothing.
+    let nap_done = |e: &Event| e.event_type == et::TASK_DONE && e.task == "nap";
+    cluster
+        .wait_for_event(&eid, "task.done of nap", Duration::from_secs(20), nap_done)
+        .await;
     let evs = cluster.settled_events(&eid).await;
     let t = types(&evs);
     assert_eq!(
@@ -485,8 +491,16 @@ workflow:
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
     // Let `busy`'s first task finish and its pipeline decide.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let events = cluster.events(&eid).await;
+    let first_done = |e: &Event| e.event_type == et::TASK_DONE && e.task == "first";
+    cluster
+        .wait_for_event(
+            &eid,
+            "task.done of first",
+            Duration::from_secs(20),
+            first_done,
+        )
+        .await;
+    let events = cluster.settled_events(&eid).await;
     cluster.stop().await;
     assert_eq!(effects(&log), vec!["first".to_string()]);
     assert!(

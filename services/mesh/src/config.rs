@@ -50,6 +50,10 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 /// Subject, stream and bucket prefix when none is given (`NOETL_PREFIX`).
 pub const DEFAULT_PREFIX: &str = "noetl";
 
+/// Messages a service replica handles at once unless `--concurrency` says
+/// otherwise (`noetl serve`, `noetl run`).
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
 /// Most replicas JetStream allows for a stream.
 pub const MAX_REPLICAS: usize = 5;
 

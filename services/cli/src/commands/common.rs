@@ -1,24 +1,18 @@
 //! What several commands share: mesh connection flags, workload building,
-//! the tool set, in-process services, summaries.
+//! summaries (the tool set and in-process services are `noetl-inprocess`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use noetl_core::tool::Tool;
 use noetl_mesh::{
     connect::display_urls,
-    runtime::ServiceParams,
     state::{ExecStatus, ExecSummary},
     Mesh, MeshConfig,
 };
 use serde_json::{Map, Value};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-/// Messages a service replica handles at once unless `--concurrency` says
-/// otherwise (`noetl serve`, `noetl run`).
-pub const DEFAULT_CONCURRENCY: usize = 16;
+pub use noetl_inprocess::{all_tools, known_kinds, tool, InProcess};
+pub use noetl_mesh::config::DEFAULT_CONCURRENCY;
 
 /// Flags every client command takes.
 #[derive(clap::Args, Clone, Debug)]
@@ -167,83 +161,6 @@ impl WorkloadArgs {
     }
 }
 
-/// Every tool kind this binary can serve: the built-in kinds.
-pub fn known_kinds() -> impl Iterator<Item = &'static str> {
-    noetl_core::tool::KINDS.iter().map(|k| k.name)
-}
-
-/// A new tool serving `kind`, if this binary knows the kind. Tools are made
-/// only for the kinds a process serves (the python tool starts warm
-/// interpreters as soon as it exists).
-pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
-    let tool: Arc<dyn Tool> = match kind {
-        "noop" => Arc::new(noetl_tool_noop::NoopTool),
-        "python" => Arc::new(noetl_tool_python::PythonTool::new()),
-        "playbook" => Arc::new(noetl_executor::PlaybookTool),
-        "http" => Arc::new(noetl_tool_http::HttpTool::new()),
-        "postgres" => Arc::new(noetl_tool_postgres::PostgresTool::new()),
-        // Always served: without the engine its tasks fail with a clear
-        // error instead of waiting for an executor that never comes.
-        "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
-        _ => return None,
-    };
-    Some(tool)
-}
-
-/// One tool of every built-in kind.
-pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    known_kinds().filter_map(tool).collect()
-}
-
-/// All services running as tokio tasks in this process.
-pub struct InProcess {
-    shutdown: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl InProcess {
-    /// Start router, scheduler, loop-supervisor and one executor with every
-    /// tool, each with its own connection (exactly as separate processes).
-    pub async fn start(config: &MeshConfig, concurrency: usize) -> anyhow::Result<Self> {
-        let shutdown = CancellationToken::new();
-        let mut tasks = Vec::new();
-        for service in ["router", "scheduler", "loop-supervisor", "executor"] {
-            let mesh = Mesh::connect(config.clone()).await?;
-            let params = ServiceParams {
-                mesh,
-                concurrency,
-                shutdown: shutdown.clone(),
-            };
-            tasks.push(tokio::spawn(async move {
-                let r = match service {
-                    "router" => noetl_router::serve(params).await,
-                    "scheduler" => noetl_scheduler::serve(params).await,
-                    "loop-supervisor" => noetl_loop_supervisor::serve(params).await,
-                    _ => {
-                        noetl_executor::serve(noetl_executor::ExecutorParams {
-                            service: params,
-                            tools: all_tools(),
-                        })
-                        .await
-                    }
-                };
-                if let Err(e) = r {
-                    tracing::error!(service, error = %e, "service stopped with an error");
-                }
-            }));
-        }
-        Ok(Self { shutdown, tasks })
-    }
-
-    /// Cancel and wait for every service to drain.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        for t in self.tasks {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), t).await;
-        }
-    }
-}
-
 /// Print a summary for people.
 pub fn print_summary(s: &ExecSummary) {
     let status = match s.status {
@@ -297,21 +214,5 @@ pub fn init_tracing(json: bool, default_level: &str) {
         let _ = builder.json().try_init();
     } else {
         let _ = builder.try_init();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_known_kind_makes_a_tool_of_that_kind() {
-        for k in known_kinds() {
-            let t = tool(k).unwrap_or_else(|| panic!("no tool for built-in kind {k}"));
-            assert_eq!(t.kind(), k);
-            assert_eq!(t.raw_fields(), noetl_core::tool::raw_fields(k));
-        }
-        assert_eq!(all_tools().len(), noetl_core::tool::KINDS.len());
-        assert!(tool("nope").is_none());
     }
 }

@@ -148,7 +148,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         )
     })?;
     let services = if !args.external_services {
-        Some(InProcess::start(&config, args.concurrency).await?)
+        let opts = noetl_inprocess::Options {
+            concurrency: args.concurrency,
+            ..Default::default()
+        };
+        Some(InProcess::start(&config, &opts).await?)
     } else {
         None
     };
@@ -214,7 +218,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         exit_code(summary.status)
     };
     if let Some(s) = services {
-        s.stop().await;
+        if let Err(e) = s.stop().await {
+            tracing::warn!(error = %e, "services did not stop cleanly");
+        }
     }
     Ok(code)
 }

@@ -1,6 +1,7 @@
 //! Test harness: a real nats-server, a connected mesh, executors serving
-//! chosen tools, plans stored in KV, commands published, events read back
-//! from the event stream.
+//! chosen tools (started as `noetl run` starts them, without the other
+//! services: the tests play the router and scheduler), plans stored in
+//! KV, commands published, events read back from the event stream.
 
 #![allow(dead_code)]
 
@@ -10,18 +11,14 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures::StreamExt;
 use noetl_core::tool::Tool;
-use noetl_executor::{serve, ExecutorParams};
-use noetl_mesh::{
-    codec, events, keys::Keys, kv, plan::PlanRecord, runtime::ServiceParams, Mesh, MeshConfig,
-    MeshError,
-};
+use noetl_inprocess::{InProcess, Options};
+use noetl_mesh::{codec, events, keys::Keys, kv, plan::PlanRecord, Mesh, MeshConfig, MeshError};
 use noetl_testkit::TestServer;
 use noetl_tool_noop::NoopTool;
 use noetl_tool_python::PythonTool;
 use noetl_wire::{Event, IterationRef, TaskCommand};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for an expected event.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -29,7 +26,7 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// One real server, a mesh and the executors started on it.
 pub struct Harness {
     pub mesh: Mesh,
-    shutdown: CancellationToken,
+    services: InProcess,
     executors: Vec<JoinHandle<Result<(), MeshError>>>,
     _server: TestServer,
 }
@@ -51,28 +48,27 @@ impl Harness {
     /// A server and one executor replica per tool list.
     pub async fn with_replicas(replicas: Vec<Vec<Arc<dyn Tool>>>, concurrency: usize) -> Self {
         let server = TestServer::start();
-        let mesh = Mesh::connect(MeshConfig {
+        let config = MeshConfig {
             nats_url: server.url(),
             ..MeshConfig::default()
-        })
-        .await
-        .expect("mesh connects");
-        let shutdown = CancellationToken::new();
+        };
+        let mesh = Mesh::connect(config.clone()).await.expect("mesh connects");
+        let only_executors = Options {
+            replicas: 0,
+            concurrency,
+            executors: false,
+        };
+        let services = InProcess::start(&config, &only_executors)
+            .await
+            .expect("no services to start");
         let mut executors = Vec::new();
         for tools in replicas {
-            let params = ExecutorParams {
-                service: ServiceParams {
-                    mesh: mesh.clone(),
-                    concurrency,
-                    shutdown: shutdown.clone(),
-                },
-                tools,
-            };
-            executors.push(tokio::spawn(serve(params)));
+            let e = services.spawn_executor(tools, concurrency).await;
+            executors.push(e.expect("executor connects"));
         }
         Self {
             mesh,
-            shutdown,
+            services,
             executors,
             _server: server,
         }
@@ -148,7 +144,7 @@ impl Harness {
 
     /// Cancel and drain the executors.
     pub async fn stop(self) {
-        self.shutdown.cancel();
+        self.services.stop().await.expect("nothing else to stop");
         for e in self.executors {
             e.await.expect("executor task").expect("executor drained");
         }
