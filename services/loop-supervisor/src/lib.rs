@@ -77,7 +77,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             max_ack_pending: 10_000,
         })
         .await?;
-    let handler = Arc::new(LoopHandler { mesh: mesh.clone() });
+    let handler = Arc::new(LoopHandler::new(mesh.clone()));
     let a = runtime::run(
         mesh.clone(),
         ConsumerLoop {
@@ -248,8 +248,8 @@ async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
 }
 
 /// A small cache of collection chunks (a loop dispatches from the same chunk
-/// CHUNK times in a row), keyed by bucket and key: meshes with different
-/// prefixes in one process never share an entry.
+/// CHUNK times in a row). One per handler, so per mesh; keyed by bucket and
+/// key all the same.
 struct ChunkCache {
     inner: noetl_mesh::cache::Bounded<String, Arc<Vec<Value>>>,
 }
@@ -327,15 +327,20 @@ impl ChunkCache {
     }
 }
 
-fn chunks() -> &'static ChunkCache {
-    static CACHE: std::sync::OnceLock<ChunkCache> = std::sync::OnceLock::new();
-    CACHE.get_or_init(ChunkCache::default)
-}
-
 /// Handles loop commands and iteration events.
 pub struct LoopHandler {
-    /// The mesh.
-    pub mesh: Mesh,
+    mesh: Mesh,
+    chunks: Arc<ChunkCache>,
+}
+
+impl LoopHandler {
+    /// A handler on `mesh`, with its own cache of collection chunks.
+    pub fn new(mesh: Mesh) -> Self {
+        Self {
+            mesh,
+            chunks: Arc::new(ChunkCache::default()),
+        }
+    }
 }
 
 /// Why a loop message was not handled.
@@ -344,6 +349,7 @@ use noetl_mesh::runtime::HandlerError as LoopError;
 impl Handler for LoopHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
+        let chunks = self.chunks.clone();
         Box::pin(async move {
             let is_event = matches!(
                 mesh.subjects().parse(msg.subject.as_str()),
@@ -351,12 +357,12 @@ impl Handler for LoopHandler {
             );
             let result = if is_event {
                 match runtime::decode::<Event>("event", &msg) {
-                    Ok(ev) => on_iteration(&mesh, ev).await,
+                    Ok(ev) => on_iteration(&mesh, &chunks, ev).await,
                     Err(e) => Err(e),
                 }
             } else {
                 match runtime::decode::<LoopCommand>("loop command", &msg) {
-                    Ok(cmd) => on_start(&mesh, cmd).await,
+                    Ok(cmd) => on_start(&mesh, &chunks, cmd).await,
                     Err(e) => Err(e),
                 }
             };
@@ -387,7 +393,7 @@ async fn plan_and_step(
 
 // Over 80 lines on purpose: read, decide, write for a loop command; its decisions (collection,
 // max_in_flight, new_run) are functions with tests.
-async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
+async fn on_start(mesh: &Mesh, chunks: &ChunkCache, cmd: LoopCommand) -> Result<(), LoopError> {
     let eid = cmd.execution_id.as_str();
     let srid = cmd.step_run_id.as_str();
     let (plan, idx) = plan_and_step(mesh, eid, &cmd.step).await?;
@@ -398,11 +404,18 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
             step.step
         )));
     };
+    let window = Window {
+        mesh,
+        chunks,
+        plan: &plan,
+        step,
+        srid,
+    };
     let skey = Keys::loop_run(eid, srid);
     if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? {
         // Redelivered start: the run was created, but what followed may not
         // have gone out (a crash, a failed publish): send it again.
-        return resume(mesh, &plan, step, srid, run).await;
+        return resume(&window, run).await;
     }
     let args = codec::args(&cmd.args_json).map_err(|e| {
         LoopError::Refused(format!(
@@ -476,7 +489,7 @@ async fn on_start(mesh: &Mesh, cmd: LoopCommand) -> Result<(), LoopError> {
     } else {
         kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
     };
-    resume(mesh, &plan, step, srid, run).await
+    resume(&window, run).await
 }
 
 /// The scope `loop.in` and `max_in_flight` render in: workload, `ctx`, the
@@ -587,13 +600,14 @@ fn new_run(cmd: &LoopCommand, step: &str, total: u64, max_in_flight: u64, args: 
 /// Publish everything a stored loop run implies (idempotent: every id is
 /// deterministic): `loop.started`, the in-flight window, and `loop.done`
 /// once it is finished. Used by a first start and by every redelivery.
-async fn resume(
-    mesh: &Mesh,
-    plan: &PlanRecord,
-    step: &Step,
-    srid: &str,
-    run: LoopRun,
-) -> Result<(), LoopError> {
+async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), LoopError> {
+    let Window {
+        mesh,
+        plan,
+        step,
+        srid,
+        ..
+    } = *w;
     if run.done_emitted {
         return Ok(());
     }
@@ -613,7 +627,7 @@ async fn resume(
     }
     .build();
     mesh.emit(&started).await?.wait().await?;
-    let run = redispatch(mesh, plan, step, srid, run).await?;
+    let run = redispatch(w, run).await?;
     if run.finished() && !run.done_emitted {
         return finish(mesh, plan, step, srid, &run).await;
     }
@@ -622,15 +636,20 @@ async fn resume(
 
 /// Publish the task commands of every in-flight iteration (idempotent);
 /// returns the run as now stored.
-async fn redispatch(
-    mesh: &Mesh,
-    plan: &PlanRecord,
-    step: &Step,
-    srid: &str,
-    run: LoopRun,
-) -> Result<LoopRun, LoopError> {
+async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, LoopError> {
     let indices = run.in_flight.clone();
-    dispatch(mesh, plan, step, srid, run, &indices).await
+    dispatch(w, run, &indices).await
+}
+
+/// The loop run whose iterations [`dispatch`] publishes.
+#[derive(Clone, Copy)]
+struct Window<'a> {
+    mesh: &'a Mesh,
+    chunks: &'a ChunkCache,
+    plan: &'a PlanRecord,
+    step: &'a Step,
+    /// The loop run (its step-run) id.
+    srid: &'a str,
 }
 
 // Over 80 lines on purpose: publishes a window of iterations; its decision for unreadable
@@ -638,14 +657,14 @@ async fn redispatch(
 /// Publish the iterations `indices` of `run` (idempotent); returns the run
 /// as now stored. An iteration whose element cannot be read (its chunk is
 /// gone) is counted as failed and fails the loop step, naming the chunk.
-async fn dispatch(
-    mesh: &Mesh,
-    plan: &PlanRecord,
-    step: &Step,
-    srid: &str,
-    run: LoopRun,
-    indices: &[u64],
-) -> Result<LoopRun, LoopError> {
+async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopRun, LoopError> {
+    let Window {
+        mesh,
+        chunks,
+        plan,
+        step,
+        srid,
+    } = *w;
     let eid = plan.execution_id.as_str();
     // A cancelled execution starts no more iterations.
     if indices.is_empty() || mesh.cancellations().is_stopped(eid) {
@@ -655,7 +674,7 @@ async fn dispatch(
     let mut batch = Batch::new();
     let mut gone: Vec<(u64, String)> = Vec::new();
     for &i in indices {
-        let item = match chunks().item(mesh, eid, srid, i).await {
+        let item = match chunks.item(mesh, eid, srid, i).await {
             Ok(item) => item,
             Err(ItemError::Mesh(e)) => return Err(e.into()),
             Err(ItemError::Gone(why)) => {
@@ -774,7 +793,7 @@ impl IterationEvent<'_> {
 
 // Over 80 lines on purpose: read, decide, write for one iteration report; the decisions
 // (count_iteration, fold) are functions with tests.
-async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
+async fn on_iteration(mesh: &Mesh, chunks: &ChunkCache, ev: Event) -> Result<(), LoopError> {
     let report: IterationEnded = payloads::decode(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
@@ -847,14 +866,21 @@ async fn on_iteration(mesh: &Mesh, ev: Event) -> Result<(), LoopError> {
             ev.event_type
         )));
     };
+    let window = Window {
+        mesh,
+        chunks,
+        plan: &plan,
+        step,
+        srid,
+    };
     let run = if counted {
-        dispatch(mesh, &plan, step, srid, run, &newly).await?
+        dispatch(&window, run, &newly).await?
     } else {
         // Already counted: the write that counted it may have been followed
         // by a crash or a failed publish before its iterations went out.
         // Send the whole window again (deterministic ids: JetStream drops
         // the commands that did go out).
-        redispatch(mesh, &plan, step, srid, run).await?
+        redispatch(&window, run).await?
     };
     if run.finished() && !run.done_emitted {
         finish(mesh, &plan, step, srid, &run).await?;
