@@ -285,34 +285,16 @@ fn tail_events(url: &str, id: &str, extra: &[&str]) -> Vec<Value> {
 fn exec_start_status_and_events_tail_against_separate_services() {
     let server = noetl_testkit::TestServer::start();
     let url = server.url();
-    // Client commands never create the mesh: make it first, as an operator
-    // does, so `exec start` cannot race the services starting.
-    let init = noetl()
-        .args(["admin", "init", "--nats", &url])
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    support::admin_init(noetl(), &url);
     let mut children = Vec::new();
     for args in [
-        vec!["serve", "router"],
-        vec!["serve", "scheduler"],
-        vec!["serve", "loop-supervisor"],
-        vec!["serve", "executor", "--kind", "noop"],
-        vec!["serve", "executor", "--kind", "python"],
+        vec!["router"],
+        vec!["scheduler"],
+        vec!["loop-supervisor"],
+        vec!["executor", "--kind", "noop"],
+        vec!["executor", "--kind", "python"],
     ] {
-        children.push(
-            noetl()
-                .args(&args)
-                .args(["--nats", &url])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        children.push(support::serve(noetl(), &url, &args));
     }
     let _services = Procs(children);
     let out = noetl()

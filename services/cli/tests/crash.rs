@@ -67,25 +67,12 @@ fn a_task_whose_executor_is_killed_runs_on_another_within_the_ack_wait() {
     std::fs::write(&playbook, LONG).unwrap();
     let marker = dir.path().join("runs");
 
-    let init = noetl(&home)
-        .args(["admin", "init", "--nats", &url])
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    support::admin_init(noetl(&home), &url);
     let mut services = Procs(Vec::new());
     for service in ["router", "scheduler"] {
-        services.0.push(
-            noetl(&home)
-                .args(["serve", service, "--nats", &url])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        services
+            .0
+            .push(support::serve(noetl(&home), &url, &[service]));
     }
     let mut executors = Vec::new();
     for _ in 0..2 {

@@ -45,27 +45,12 @@ fn sigterm_lets_the_running_task_finish_then_exits_0() {
     let marker = dir.path().join("started");
     let log = dir.path().join("executor.log");
 
-    // Client commands never create the mesh: make it first, as an operator
-    // does, so `exec start` cannot race the services starting.
-    let init = noetl(&home)
-        .args(["admin", "init", "--nats", &url])
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    support::admin_init(noetl(&home), &url);
     let mut services = Procs(Vec::new());
     for service in ["router", "scheduler"] {
-        services.0.push(
-            noetl(&home)
-                .args(["serve", service, "--nats", &url])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        services
+            .0
+            .push(support::serve(noetl(&home), &url, &[service]));
     }
     let executor = noetl(&home)
         .args([

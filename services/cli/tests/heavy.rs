@@ -4,6 +4,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+mod support;
+
 fn noetl() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_noetl"));
     c.env_remove("NOETL_NATS_URL");
@@ -37,15 +39,7 @@ fn a_100k_item_parallel_loop_completes_with_flat_memory() {
     let n = 100_000;
     let server = noetl_testkit::TestServer::start();
     let url = server.url();
-    let init = noetl()
-        .args(["admin", "init", "--nats", &url])
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    support::admin_init(noetl(), &url);
     let mut procs = Vec::new();
     for (name, args) in [
         ("router", vec!["serve", "router", "--concurrency", "32"]),

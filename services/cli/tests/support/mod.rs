@@ -1,12 +1,13 @@
 //! What the CLI's end-to-end tests share: the `noetl` binary with a clean
-//! environment, a guard that kills the processes a test started however
-//! it ends, a free port, and a wait for a condition.
+//! environment, `admin init` and `serve` as an operator runs them, a guard
+//! that kills the processes a test started however it ends, a free port,
+//! and a wait for a condition.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `noetl` binary with `NOETL_HOME` set to `home` and no inherited
@@ -17,6 +18,34 @@ pub fn noetl(home: &Path) -> Command {
         .env_remove("NOETL_NATS_URL")
         .env_remove("NOETL_HTTP_ADDR");
     c
+}
+
+/// `noetl admin init --nats URL` run by `noetl` (a command from [`noetl`]
+/// or a test's own variant), asserting it succeeds. Client commands never
+/// create the mesh: a test makes it first, as an operator does, so a
+/// client cannot race the services starting.
+pub fn admin_init(mut noetl: Command, url: &str) {
+    let init = noetl
+        .args(["admin", "init", "--nats", url])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "noetl admin init: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+}
+
+/// `noetl serve ARGS --nats URL` as a process, its output discarded.
+pub fn serve(mut noetl: Command, url: &str, args: &[&str]) -> Child {
+    noetl
+        .arg("serve")
+        .args(args)
+        .args(["--nats", url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Processes killed (and reaped) when the test ends, however it ends.
