@@ -111,8 +111,9 @@ run: setup
 	cargo build -p noetl-cli
 	$(CARGO_TARGET_DIR)/debug/noetl run $(PLAYBOOK)
 
+# `make bench QUICK=1`: smaller sizes, one round (under a minute warm).
 bench: setup
-	cargo run --release -p noetl-integration --no-default-features --bin noetl-bench
+	cargo run --release -p noetl-integration --no-default-features --bin noetl-bench -- $(if $(QUICK),--quick,)
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,340 @@
+//! `make bench`: the engine against the physical floor, on one machine, in
+//! one run. It starts its own nats-server, warms the mesh up, then runs each
+//! scenario (sequential chain, pipeline, parallel noop and python loops,
+//! 40 python steps, an http chain, 1,000 executions at once, a 20 MiB
+//! result), and the bare JetStream hops one step needs as the floor. It
+//! prints a table (median, p99, min–max over the repeats, and the ratio to
+//! the floor where one applies) and writes `target/bench/results.json`.
+//!
+//! Usage: `noetl-bench [--quick]` (`make bench`, `make bench QUICK=1`).
+
+mod ends;
+mod report;
+mod scenarios;
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::pull, stream};
+use futures::StreamExt;
+use noetl_integration::{Cluster, ClusterOptions, Gauge};
+use serde_json::json;
+
+use ends::Ends;
+use report::Figure;
+use scenarios as sc;
+
+/// Sizes and repeats of a run.
+struct Plan {
+    rounds: usize,
+    steps: usize,
+    pipeline_tasks: usize,
+    loop_items: usize,
+    loop_mif: usize,
+    python_items: usize,
+    python_steps: usize,
+    http_steps: usize,
+    executions: usize,
+    big_mib: usize,
+    /// Also measure the loop with 1, 2 and 4 executor replicas.
+    replicas: bool,
+}
+
+impl Plan {
+    fn full() -> Self {
+        Self {
+            rounds: 3,
+            steps: 1000,
+            pipeline_tasks: 100,
+            loop_items: 10_000,
+            loop_mif: 256,
+            python_items: 2000,
+            python_steps: 40,
+            http_steps: 100,
+            executions: 1000,
+            big_mib: 20,
+            replicas: true,
+        }
+    }
+
+    fn quick() -> Self {
+        Self {
+            rounds: 1,
+            steps: 200,
+            loop_items: 1000,
+            python_items: 200,
+            http_steps: 50,
+            executions: 100,
+            big_mib: 5,
+            replicas: false,
+            ..Self::full()
+        }
+    }
+}
+
+/// Iterations per second of an `n`-item parallel noop loop on a fresh
+/// server with `executors` executor replicas (after a short warm-up loop).
+async fn loop_throughput(n: usize, executors: usize) -> f64 {
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let mut handles = Vec::new();
+    for _ in 0..executors {
+        handles.push(cluster.spawn_executor_for(&["noop"], 16).await);
+    }
+    let mut took = Duration::ZERO;
+    for (items, name) in [(50, "warm-up"), (n, "bench")] {
+        let t0 = Instant::now();
+        let yaml = sc::parallel_loop(items, 64, sc::LOOP_NOOP);
+        let eid = cluster.submit(&yaml, "bench_loop.yaml", json!({})).await;
+        let s = cluster.wait(&eid, Duration::from_secs(600)).await;
+        took = t0.elapsed();
+        assert_eq!(
+            s.ctx["total"], items,
+            "{name} loop with {executors} executors: every item counted once ({:?}: {:?})",
+            s.status, s.error
+        );
+    }
+    // Nothing is in flight once the loop is done.
+    for h in handles {
+        h.abort();
+    }
+    cluster.stop().await;
+    n as f64 / took.as_secs_f64()
+}
+
+async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
+    let js = jetstream::new(client);
+    let _ = js.delete_stream("BENCH_RAW").await;
+    let stream = js
+        .get_or_create_stream(stream::Config {
+            name: "BENCH_RAW".into(),
+            subjects: vec!["bench.>".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .expect("bench stream");
+    let mut subs = Vec::new();
+    for name in ["token", "task", "evt"] {
+        let c = stream
+            .get_or_create_consumer(
+                name,
+                pull::Config {
+                    durable_name: Some(name.into()),
+                    filter_subject: format!("bench.{name}"),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("bench consumer");
+        subs.push(c.messages().await.expect("messages"));
+    }
+    let kv = match js.get_key_value("bench_raw").await {
+        Ok(kv) => kv,
+        Err(_) => js
+            .create_key_value(jetstream::kv::Config {
+                bucket: "bench_raw".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("bench kv"),
+    };
+    let mut rev = kv.put("h", "0".into()).await.expect("kv put");
+    let t0 = Instant::now();
+    for i in 0..n {
+        for (k, name) in ["token", "task", "evt"].iter().enumerate() {
+            js.send_publish(
+                format!("bench.{name}"),
+                jetstream::message::PublishMessage::build()
+                    .payload(format!("{i}").into())
+                    .message_id(format!("{name}-{i}")),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("ack");
+            let m = subs[k].next().await.expect("message").expect("message ok");
+            m.ack().await.expect("ack message");
+        }
+        rev = kv
+            .update("h", format!("{i}").into(), rev)
+            .await
+            .expect("kv cas");
+    }
+    t0.elapsed()
+}
+
+#[tokio::main]
+async fn main() {
+    let mut plan = Plan::full();
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--quick" => plan = Plan::quick(),
+            other => {
+                eprintln!("unknown argument {other}; usage: noetl-bench [--quick]");
+                std::process::exit(2);
+            }
+        }
+    }
+    let started = Instant::now();
+    let cluster = Cluster::start_with(ClusterOptions::default()).await;
+    let ends = Ends::watch(&cluster.mesh).await;
+    let (_gauge, url) = Gauge::serve(Duration::ZERO).await;
+    let http = json!({ "url": url });
+    // Warm-up: caches, consumers, connections, python interpreters.
+    sc::time_one(&cluster, &ends, &sc::chain("warm", 20, sc::NOOP), json!({})).await;
+    sc::time_one(&cluster, &ends, &sc::chain("warm_py", 4, sc::FIBO), json!({})).await;
+    sc::time_one(&cluster, &ends, &sc::chain("warm_http", 4, sc::HTTP), http.clone()).await;
+    raw_hops(cluster.mesh.client().clone(), 50).await;
+
+    let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
+    let mut floor = Vec::new();
+    let mut seq = Vec::new();
+    let mut pipe = Vec::new();
+    let mut py40 = Vec::new();
+    let mut http_step = Vec::new();
+    let mut big = Vec::new();
+    let chain = sc::chain("bench_chain", plan.steps, sc::NOOP);
+    let pipeline = sc::pipeline(plan.pipeline_tasks);
+    let python = sc::chain("bench_python40", plan.python_steps, sc::FIBO);
+    let http_chain = sc::chain("bench_http", plan.http_steps, sc::HTTP);
+    let big_yaml = sc::big_result(plan.big_mib);
+    for round in 0..plan.rounds {
+        eprintln!("round {}/{}", round + 1, plan.rounds);
+        floor.push(per(raw_hops(cluster.mesh.client().clone(), plan.steps).await, plan.steps));
+        seq.push(per(sc::time_one(&cluster, &ends, &chain, json!({})).await, plan.steps));
+        let d = sc::time_one(&cluster, &ends, &pipeline, json!({})).await;
+        pipe.push(per(d, plan.pipeline_tasks));
+        py40.push(sc::time_one(&cluster, &ends, &python, json!({})).await.as_secs_f64());
+        let d = sc::time_one(&cluster, &ends, &http_chain, http.clone()).await;
+        http_step.push(per(d, plan.http_steps));
+        let (d, ctx) = sc::ctx_of(&cluster, &ends, &big_yaml, json!({})).await;
+        assert_eq!(ctx["size"], plan.big_mib * 1024 * 1024, "the big result arrived whole");
+        big.push(plan.big_mib as f64 / d.as_secs_f64());
+    }
+    eprintln!("loops");
+    let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
+    let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
+    assert_eq!(ctx["total"], plan.loop_items, "every noop iteration counted once");
+    let loop_rate = plan.loop_items as f64 / d.as_secs_f64();
+    let py_loop = sc::parallel_loop(plan.python_items, plan.loop_mif, sc::LOOP_PYTHON);
+    let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
+    let squares: u64 = (0..plan.python_items as u64).map(|i| i * i).sum();
+    assert_eq!(ctx["total"], squares, "every python iteration counted once");
+    let py_rate = plan.python_items as f64 / d.as_secs_f64();
+    eprintln!("{} executions at once", plan.executions);
+    let (exec_rate, latencies) = sc::concurrent(&cluster, &ends, plan.executions, 5).await;
+    cluster.stop().await;
+
+    let floor_ms = report::stats(&floor).median;
+    let figures = vec![
+        Figure {
+            key: "floor_step_ms",
+            label: "raw floor: one step's JetStream hops + KV CAS".into(),
+            unit: "ms",
+            samples: floor,
+            floor: None,
+        },
+        Figure {
+            key: "seq_step_ms",
+            label: format!("sequential noop step ({}-step chain)", plan.steps),
+            unit: "ms",
+            samples: seq,
+            floor: Some(floor_ms),
+        },
+        Figure {
+            key: "pipeline_task_ms",
+            label: format!("pipeline task (one step, {} noop tasks)", plan.pipeline_tasks),
+            unit: "ms",
+            samples: pipe,
+            floor: Some(floor_ms),
+        },
+        Figure {
+            key: "loop_tasks_per_s",
+            label: format!("parallel noop loop ({} items, mif {})", plan.loop_items, plan.loop_mif),
+            unit: "tasks/s",
+            samples: vec![loop_rate],
+            floor: None,
+        },
+        Figure {
+            key: "loop_python_tasks_per_s",
+            label: format!("parallel python loop ({} items)", plan.python_items),
+            unit: "tasks/s",
+            samples: vec![py_rate],
+            floor: None,
+        },
+        Figure {
+            key: "python40_s",
+            label: format!("{} sequential python steps, fibo(10)", plan.python_steps),
+            unit: "s",
+            samples: py40,
+            floor: None,
+        },
+        Figure {
+            key: "http_step_ms",
+            label: format!("http step ({}-step chain, local server)", plan.http_steps),
+            unit: "ms",
+            samples: http_step,
+            floor: Some(floor_ms),
+        },
+        Figure {
+            key: "exec_per_s",
+            label: format!("{} 5-step executions at once", plan.executions),
+            unit: "exec/s",
+            samples: vec![exec_rate],
+            floor: None,
+        },
+        Figure {
+            key: "exec_latency_ms",
+            label: "  their end-to-end latency".into(),
+            unit: "ms",
+            samples: latencies.clone(),
+            floor: None,
+        },
+        Figure {
+            key: "big_result_mib_per_s",
+            label: format!("{} MiB result into the next step", plan.big_mib),
+            unit: "MiB/s",
+            samples: big,
+            floor: None,
+        },
+    ];
+    report::print(&figures);
+    let seq_ratio = report::stats(&figures[1].samples).median / floor_ms;
+    let exec_p99 = report::stats(&latencies).p99;
+    let mut extra = vec![
+        ("seq_step_ratio_to_floor", seq_ratio),
+        ("exec_p99_ms", exec_p99),
+        ("quick", if plan.replicas { 0.0 } else { 1.0 }),
+    ];
+    if plan.replicas {
+        println!(
+            "\nparallel noop loop, {} items, fresh server per run, by executor replicas:",
+            plan.loop_items / 5
+        );
+        let mut one = 0.0;
+        for executors in [1, 2, 4] {
+            let rate = loop_throughput(plan.loop_items / 5, executors).await;
+            if executors == 1 {
+                one = rate;
+            }
+            println!(
+                "  executors {executors}: {rate:>8.0} iterations/s  ({:.2}x of 1 executor)",
+                rate / one
+            );
+            let key = match executors {
+                1 => "loop_1_executor_per_s",
+                2 => "loop_2_executors_per_s",
+                _ => "loop_4_executors_per_s",
+            };
+            extra.push((key, rate));
+        }
+    }
+    let path = noetl_integration::repo_root().join("target/bench/results.json");
+    report::write_json(&path, &figures, &extra);
+    println!("bench took {:.0} s", started.elapsed().as_secs_f64());
+}
