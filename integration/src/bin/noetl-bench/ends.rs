@@ -68,7 +68,10 @@ impl Ends {
                 return *at;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "execution {eid} did not end within {timeout:?}");
+            assert!(
+                !left.is_zero(),
+                "execution {eid} did not end within {timeout:?}"
+            );
             let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), notified).await;
         }
     }

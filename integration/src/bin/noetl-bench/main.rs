@@ -187,8 +187,20 @@ async fn main() {
     let http = json!({ "url": url });
     // Warm-up: caches, consumers, connections, python interpreters.
     sc::time_one(&cluster, &ends, &sc::chain("warm", 20, sc::NOOP), json!({})).await;
-    sc::time_one(&cluster, &ends, &sc::chain("warm_py", 4, sc::FIBO), json!({})).await;
-    sc::time_one(&cluster, &ends, &sc::chain("warm_http", 4, sc::HTTP), http.clone()).await;
+    sc::time_one(
+        &cluster,
+        &ends,
+        &sc::chain("warm_py", 4, sc::FIBO),
+        json!({}),
+    )
+    .await;
+    sc::time_one(
+        &cluster,
+        &ends,
+        &sc::chain("warm_http", 4, sc::HTTP),
+        http.clone(),
+    )
+    .await;
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
@@ -205,21 +217,38 @@ async fn main() {
     let big_yaml = sc::big_result(plan.big_mib);
     for round in 0..plan.rounds {
         eprintln!("round {}/{}", round + 1, plan.rounds);
-        floor.push(per(raw_hops(cluster.mesh.client().clone(), plan.steps).await, plan.steps));
-        seq.push(per(sc::time_one(&cluster, &ends, &chain, json!({})).await, plan.steps));
+        floor.push(per(
+            raw_hops(cluster.mesh.client().clone(), plan.steps).await,
+            plan.steps,
+        ));
+        seq.push(per(
+            sc::time_one(&cluster, &ends, &chain, json!({})).await,
+            plan.steps,
+        ));
         let d = sc::time_one(&cluster, &ends, &pipeline, json!({})).await;
         pipe.push(per(d, plan.pipeline_tasks));
-        py40.push(sc::time_one(&cluster, &ends, &python, json!({})).await.as_secs_f64());
+        py40.push(
+            sc::time_one(&cluster, &ends, &python, json!({}))
+                .await
+                .as_secs_f64(),
+        );
         let d = sc::time_one(&cluster, &ends, &http_chain, http.clone()).await;
         http_step.push(per(d, plan.http_steps));
         let (d, ctx) = sc::ctx_of(&cluster, &ends, &big_yaml, json!({})).await;
-        assert_eq!(ctx["size"], plan.big_mib * 1024 * 1024, "the big result arrived whole");
+        assert_eq!(
+            ctx["size"],
+            plan.big_mib * 1024 * 1024,
+            "the big result arrived whole"
+        );
         big.push(plan.big_mib as f64 / d.as_secs_f64());
     }
     eprintln!("loops");
     let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
-    assert_eq!(ctx["total"], plan.loop_items, "every noop iteration counted once");
+    assert_eq!(
+        ctx["total"], plan.loop_items,
+        "every noop iteration counted once"
+    );
     let loop_rate = plan.loop_items as f64 / d.as_secs_f64();
     let py_loop = sc::parallel_loop(plan.python_items, plan.loop_mif, sc::LOOP_PYTHON);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
@@ -248,14 +277,20 @@ async fn main() {
         },
         Figure {
             key: "pipeline_task_ms",
-            label: format!("pipeline task (one step, {} noop tasks)", plan.pipeline_tasks),
+            label: format!(
+                "pipeline task (one step, {} noop tasks)",
+                plan.pipeline_tasks
+            ),
             unit: "ms",
             samples: pipe,
             floor: Some(floor_ms),
         },
         Figure {
             key: "loop_tasks_per_s",
-            label: format!("parallel noop loop ({} items, mif {})", plan.loop_items, plan.loop_mif),
+            label: format!(
+                "parallel noop loop ({} items, mif {})",
+                plan.loop_items, plan.loop_mif
+            ),
             unit: "tasks/s",
             samples: vec![loop_rate],
             floor: None,

@@ -24,7 +24,12 @@ pub async fn time_one(cluster: &Cluster, ends: &Ends, yaml: &str, workload: Valu
 }
 
 /// Submit `yaml`, wait for its end, and return its final `ctx`.
-pub async fn ctx_of(cluster: &Cluster, ends: &Ends, yaml: &str, workload: Value) -> (Duration, Value) {
+pub async fn ctx_of(
+    cluster: &Cluster,
+    ends: &Ends,
+    yaml: &str,
+    workload: Value,
+) -> (Duration, Value) {
     let t0 = Instant::now();
     let eid = cluster.submit(yaml, "bench.yaml", workload).await;
     let took = ends.wait(&eid, TIMEOUT).await - t0;
@@ -38,7 +43,10 @@ pub fn chain(name: &str, n: usize, task: &str) -> String {
     for i in 0..n {
         y.push_str(&format!("  - step: s{i}\n    tool:\n{task}"));
         if i + 1 < n {
-            y.push_str(&format!("    next:\n      arcs:\n        - step: s{}\n", i + 1));
+            y.push_str(&format!(
+                "    next:\n      arcs:\n        - step: s{}\n",
+                i + 1
+            ));
         }
     }
     y
@@ -51,11 +59,14 @@ pub const NOOP: &str = "      - name: t\n        kind: noop\n";
 pub const FIBO: &str = "      - name: fibo\n        kind: python\n        code: |\n          def fibo(n):\n              return n if n < 2 else fibo(n - 1) + fibo(n - 2)\n          result = fibo(10)\n";
 
 /// An http task calling `workload.url`.
-pub const HTTP: &str = "      - name: call\n        kind: http\n        url: \"{{ workload.url }}\"\n";
+pub const HTTP: &str =
+    "      - name: call\n        kind: http\n        url: \"{{ workload.url }}\"\n";
 
 /// One step whose pipeline is `n` noop tasks.
 pub fn pipeline(n: usize) -> String {
-    let mut y = format!("{HEAD}metadata: {{ name: bench_pipeline }}\nworkflow:\n  - step: start\n    tool:\n");
+    let mut y = format!(
+        "{HEAD}metadata: {{ name: bench_pipeline }}\nworkflow:\n  - step: start\n    tool:\n"
+    );
     for i in 0..n {
         y.push_str(&format!("      - name: t{i}\n        kind: noop\n"));
     }
