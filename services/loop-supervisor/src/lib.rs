@@ -54,6 +54,8 @@ pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16;
 /// results would make `ctx` larger fails, naming the reducer and key.
 pub const MAX_CTX_BYTES: usize = 1_000_000;
 
+mod commit;
+
 /// Run the loop-supervisor until `params.shutdown` is cancelled, then drain.
 pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
     let mesh = params.mesh.clone();
@@ -330,15 +332,24 @@ impl ChunkCache {
 /// Handles loop commands and iteration events.
 pub struct LoopHandler {
     mesh: Mesh,
-    chunks: Arc<ChunkCache>,
+    local: Arc<Local>,
+}
+
+/// What the handlers of one mesh share in this process.
+#[derive(Default)]
+struct Local {
+    /// Collection chunks read lately.
+    chunks: ChunkCache,
+    /// Iteration reports waiting for their loop run's write.
+    counter: commit::Counter,
 }
 
 impl LoopHandler {
-    /// A handler on `mesh`, with its own cache of collection chunks.
+    /// A handler on `mesh`, with its own chunk cache and report counter.
     pub fn new(mesh: Mesh) -> Self {
         Self {
             mesh,
-            chunks: Arc::new(ChunkCache::default()),
+            local: Arc::default(),
         }
     }
 }
@@ -349,7 +360,7 @@ use noetl_mesh::runtime::HandlerError as LoopError;
 impl Handler for LoopHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
-        let chunks = self.chunks.clone();
+        let local = self.local.clone();
         Box::pin(async move {
             let is_event = matches!(
                 mesh.subjects().parse(msg.subject.as_str()),
@@ -357,12 +368,12 @@ impl Handler for LoopHandler {
             );
             let result = if is_event {
                 match runtime::decode::<Event>("event", &msg) {
-                    Ok(ev) => on_iteration(&mesh, &chunks, ev).await,
+                    Ok(ev) => on_iteration(&mesh, &local, ev).await,
                     Err(e) => Err(e),
                 }
             } else {
                 match runtime::decode::<LoopCommand>("loop command", &msg) {
-                    Ok(cmd) => on_start(&mesh, &chunks, cmd).await,
+                    Ok(cmd) => on_start(&mesh, &local.chunks, cmd).await,
                     Err(e) => Err(e),
                 }
             };
@@ -793,7 +804,7 @@ impl IterationEvent<'_> {
 
 // Over 80 lines on purpose: read, decide, write for one iteration report; the decisions
 // (count_iteration, fold) are functions with tests.
-async fn on_iteration(mesh: &Mesh, chunks: &ChunkCache, ev: Event) -> Result<(), LoopError> {
+async fn on_iteration(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopError> {
     let report: IterationEnded = payloads::decode(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
@@ -838,29 +849,21 @@ async fn on_iteration(mesh: &Mesh, chunks: &ChunkCache, ev: Event) -> Result<(),
             }
         }
     }
-    let mut newly: Vec<u64> = Vec::new();
-    let mut counted = false;
-    let arrival = Arrival {
-        index,
-        claim: &claim,
+    // Counted in one write with the other reports of this run handled
+    // now (unknown run: `None`; counted already, a redelivery: `counted`
+    // is false).
+    let shared = commit::Run {
+        key: &skey,
         fail_fast,
         reducers: &reducers,
         step: &step.step,
     };
-    let run = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| {
-        newly.clear();
-        counted = false;
-        match r.and_then(|r| count_iteration(r, &arrival)) {
-            Some((r, dispatched)) => {
-                counted = true;
-                newly = dispatched;
-                Cas::Write(r)
-            }
-            None => Cas::Keep, // unknown run, or already counted (redelivery)
-        }
-    })
-    .await?;
-    let Some(run) = run else {
+    let Some(Counted {
+        run,
+        counted,
+        newly,
+    }) = local.counter.count(mesh, &shared, index, &claim).await?
+    else {
         return Err(LoopError::Refused(format!(
             "{} for unknown loop run {srid} of execution {eid}",
             ev.event_type
@@ -868,7 +871,7 @@ async fn on_iteration(mesh: &Mesh, chunks: &ChunkCache, ev: Event) -> Result<(),
     };
     let window = Window {
         mesh,
-        chunks,
+        chunks: &local.chunks,
         plan: &plan,
         step,
         srid,
@@ -931,6 +934,46 @@ fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)
         r.next += 1;
     }
     Some((r, newly))
+}
+
+/// What counting one report did, seen by its handler.
+#[derive(Debug, Clone)]
+struct Counted {
+    /// The run as stored after this report was applied.
+    run: LoopRun,
+    /// The report counted its index (false: counted already).
+    counted: bool,
+    /// The indices its count dispatched.
+    newly: Vec<u64>,
+}
+
+/// [`count_iteration`] for several reports of one run, in their order:
+/// for each, the run right after it (what its handler would have seen had
+/// it written alone) and what it did; `Some` of the final run when any
+/// counted (that is the one write).
+fn count_batch(run: &LoopRun, arrivals: &[Arrival<'_>]) -> (Option<LoopRun>, Vec<Counted>) {
+    let mut cur = run.clone();
+    let mut changed = false;
+    let mut out = Vec::with_capacity(arrivals.len());
+    for a in arrivals {
+        match count_iteration(&cur, a) {
+            Some((next, newly)) => {
+                cur = next;
+                changed = true;
+                out.push(Counted {
+                    run: cur.clone(),
+                    counted: true,
+                    newly,
+                });
+            }
+            None => out.push(Counted {
+                run: cur.clone(),
+                counted: false,
+                newly: Vec::new(),
+            }),
+        }
+    }
+    (changed.then_some(cur), out)
 }
 
 /// Fold a successful iteration's non-growing reducer contributions into
@@ -1370,6 +1413,56 @@ mod tests {
                 step: "lp",
             },
         )
+    }
+
+    #[test]
+    fn a_batch_counts_as_its_reports_would_one_by_one() {
+        let reducers = vec![("total".to_string(), ReducerOp::Sum)];
+        let claims = [
+            (0, ok(json!({"total": 2}))),
+            (1, failed()),
+            (0, ok(json!({"total": 9}))), // a redelivery of 0
+            (2, ok(json!({"total": 5}))),
+            (7, ok(json!({"total": 1}))), // not in flight
+        ];
+        let arrivals: Vec<Arrival<'_>> = claims
+            .iter()
+            .map(|(index, claim)| Arrival {
+                index: *index,
+                claim,
+                fail_fast: false,
+                reducers: &reducers,
+                step: "lp",
+            })
+            .collect();
+        let start = window(6, 3);
+        let (last, each) = count_batch(&start, &arrivals);
+        let mut cur = start.clone();
+        for (a, c) in arrivals.iter().zip(&each) {
+            match count_iteration(&cur, a) {
+                Some((next, newly)) => {
+                    assert!(c.counted, "index {} counts", a.index);
+                    assert_eq!(c.newly, newly);
+                    cur = next;
+                }
+                None => assert!(!c.counted && c.newly.is_empty(), "index {}", a.index),
+            }
+            assert_eq!(c.run.in_flight, cur.in_flight);
+            assert_eq!((c.run.done, c.run.failed), (cur.done, cur.failed));
+        }
+        let last = last.expect("some counted: one write");
+        assert_eq!((last.done, last.failed), (2, 1));
+        assert_eq!(last.reduced.get("total"), Some(&json!(7)));
+        assert_eq!(last.in_flight, vec![3, 4, 5]);
+        // Only redeliveries: nothing to write.
+        let again = [Arrival {
+            index: 0,
+            claim: &claims[0].1,
+            fail_fast: false,
+            reducers: &reducers,
+            step: "lp",
+        }];
+        assert!(count_batch(&last, &again).0.is_none());
     }
 
     #[test]

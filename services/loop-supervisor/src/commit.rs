@@ -1,0 +1,201 @@
+//! Group commit of iteration reports: the reports of one loop run handled
+//! at the same time in this process are counted by one compare-and-set on
+//! the run's record instead of one each (each of which would otherwise
+//! retry against the others on the same key).
+//!
+//! The first handler to arrive for a run writes for every report queued
+//! behind it, round after round while more arrive (up to a few rounds, so
+//! its own message is acked in good time); each handler gets back what its
+//! own report did, and acks its message only after the write that counted
+//! it. If a shared write fails, every report in it falls back to a write of
+//! its own, so an error is never lost nor shared.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use noetl_core::reduce::ReducerOp;
+use noetl_mesh::{
+    kv::{self, Cas},
+    Mesh, MeshError,
+};
+use tokio::sync::oneshot;
+
+use super::{count_batch, Arrival, Claim, Counted, LoopRun};
+
+/// Rounds a leader writes for others before it hands the rest back.
+const MAX_ROUNDS: usize = 8;
+
+/// One report waiting to be counted.
+struct Waiting {
+    index: u64,
+    claim: Claim,
+    /// `None`: the shared write failed; write alone.
+    reply: oneshot::Sender<Option<Counted>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// A leader is writing for this run.
+    busy: bool,
+    waiting: Vec<Waiting>,
+}
+
+/// What every report of one run shares.
+pub(crate) struct Run<'a> {
+    /// The run's key in the loop bucket.
+    pub key: &'a str,
+    pub fail_fast: bool,
+    pub reducers: &'a [(String, ReducerOp)],
+    pub step: &'a str,
+}
+
+impl Run<'_> {
+    fn arrival<'b>(&'b self, index: u64, claim: &'b Claim) -> Arrival<'b> {
+        Arrival {
+            index,
+            claim,
+            fail_fast: self.fail_fast,
+            reducers: self.reducers,
+            step: self.step,
+        }
+    }
+}
+
+/// The reports waiting per loop run (one per handler, so per mesh).
+#[derive(Default)]
+pub(crate) struct Counter {
+    runs: Mutex<HashMap<String, Queue>>,
+}
+
+impl Counter {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Count report `index` (with its `claim`) of `run`; `None` when the
+    /// run is unknown.
+    pub(crate) async fn count(
+        &self,
+        mesh: &Mesh,
+        run: &Run<'_>,
+        index: u64,
+        claim: &Claim,
+    ) -> Result<Option<Counted>, MeshError> {
+        let (reply, answer) = oneshot::channel();
+        let lead = {
+            let mut runs = self.lock();
+            let q = runs.entry(run.key.to_string()).or_default();
+            q.waiting.push(Waiting {
+                index,
+                claim: claim.clone(),
+                reply,
+            });
+            !std::mem::replace(&mut q.busy, true)
+        };
+        if lead {
+            let mut guard = Leader {
+                counter: self,
+                key: run.key,
+            };
+            guard.write_rounds(mesh, run).await;
+        }
+        match answer.await {
+            Ok(Some(counted)) => Ok(Some(counted)),
+            // The shared write failed (or its leader is gone): alone.
+            _ => write_alone(mesh, run, index, claim).await,
+        }
+    }
+}
+
+/// The handler writing for a run; on drop (done, or its task gone) the
+/// reports still queued are handed back to write alone.
+struct Leader<'a> {
+    counter: &'a Counter,
+    key: &'a str,
+}
+
+impl Leader<'_> {
+    async fn write_rounds(&mut self, mesh: &Mesh, run: &Run<'_>) {
+        for _ in 0..MAX_ROUNDS {
+            let batch = {
+                let mut runs = self.counter.lock();
+                match runs.get_mut(self.key) {
+                    Some(q) if !q.waiting.is_empty() => std::mem::take(&mut q.waiting),
+                    _ => return,
+                }
+            };
+            match write_batch(mesh, run, &batch).await {
+                Ok(Some(results)) => {
+                    for (w, c) in batch.into_iter().zip(results) {
+                        let _ = w.reply.send(Some(c));
+                    }
+                }
+                // Unknown run, or the write failed: each finds out alone.
+                Ok(None) | Err(_) => {
+                    for w in batch {
+                        let _ = w.reply.send(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        let mut runs = self.counter.lock();
+        if let Some(q) = runs.remove(self.key) {
+            for w in q.waiting {
+                let _ = w.reply.send(None);
+            }
+        }
+    }
+}
+
+/// One compare-and-set counting every report of `batch`, in order.
+async fn write_batch(
+    mesh: &Mesh,
+    run: &Run<'_>,
+    batch: &[Waiting],
+) -> Result<Option<Vec<Counted>>, MeshError> {
+    let mut results = Vec::new();
+    let stored = kv::update(mesh.loop_kv(), run.key, |r: Option<&LoopRun>| {
+        results.clear();
+        let Some(r) = r else { return Cas::Keep };
+        let arrivals: Vec<Arrival<'_>> = batch
+            .iter()
+            .map(|w| run.arrival(w.index, &w.claim))
+            .collect();
+        let (next, each) = count_batch(r, &arrivals);
+        results = each;
+        match next {
+            Some(next) => Cas::Write(next),
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    Ok(stored.map(|_| results))
+}
+
+/// The report counted by a write of its own.
+async fn write_alone(
+    mesh: &Mesh,
+    run: &Run<'_>,
+    index: u64,
+    claim: &Claim,
+) -> Result<Option<Counted>, MeshError> {
+    let arrival = run.arrival(index, claim);
+    let mut result = None;
+    let stored = kv::update(mesh.loop_kv(), run.key, |r: Option<&LoopRun>| {
+        result = None;
+        let Some(r) = r else { return Cas::Keep };
+        let (next, mut each) = count_batch(r, std::slice::from_ref(&arrival));
+        result = each.pop();
+        match next {
+            Some(next) => Cas::Write(next),
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    Ok(stored.and(result))
+}
