@@ -352,6 +352,90 @@ fn exec_start_status_and_events_tail_against_separate_services() {
     assert!(types.iter().any(|t| t == "step.done"), "{types:?}");
     assert!(types.iter().all(|t| t.starts_with("step.")), "{types:?}");
 
+    // Commands that end by themselves: --until-done, --no-follow, --count.
+    let tail = |extra: &[&str]| {
+        noetl()
+            .args(["events", "tail", "--json", "--nats", &url])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let lines = |out: &Output| -> Vec<Value> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let out = tail(&["--execution", &id, "--until-done"]);
+    assert_eq!(out.status.code(), Some(0), "completed: exit 0");
+    let all = lines(&out);
+    assert_eq!(all.last().unwrap()["event_type"], "execution.completed");
+    let out = tail(&[
+        "--execution",
+        &id,
+        "--from-start",
+        "--no-follow",
+        "--type",
+        "step.*",
+    ]);
+    assert!(out.status.success());
+    let steps = lines(&out);
+    assert!(!steps.is_empty());
+    assert!(steps
+        .iter()
+        .all(|l| l["event_type"].as_str().unwrap().starts_with("step.")));
+    let out = tail(&["--execution", &id, "--from-start", "--count", "2"]);
+    assert_eq!(lines(&out).len(), 2, "--count 2 prints two events");
+    let out = tail(&["--execution", &id, "--since", "1h", "--no-follow"]);
+    assert_eq!(
+        lines(&out).len(),
+        all.len(),
+        "--since 1h sees the whole execution"
+    );
+    let third = all[2]["seq"].as_u64().unwrap();
+    let out = tail(&[
+        "--execution",
+        &id,
+        "--from-seq",
+        &third.to_string(),
+        "--no-follow",
+    ]);
+    let from = lines(&out);
+    assert_eq!(from[0]["seq"].as_u64(), Some(third));
+    assert_eq!(from.len(), all.len() - 2);
+    let out = tail(&["--since", "ten minutes", "--no-follow"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a duration"));
+    let out = tail(&["--until-done"]);
+    assert_eq!(out.status.code(), Some(2), "--until-done needs --execution");
+    // A failed execution: --until-done exits 1.
+    let failing = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../playbooks/failure_unhandled.yaml"
+    );
+    let out = noetl()
+        .args(["exec", "start", failing, "--json", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed_id = json_of(&out)["execution_id"].as_str().unwrap().to_string();
+    let out = tail(&[
+        "--execution",
+        &failed_id,
+        "--until-done",
+        "--type",
+        "step.*",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "failed: exit 1");
+    let shown = lines(&out);
+    assert!(shown
+        .iter()
+        .all(|l| l["event_type"].as_str().unwrap().starts_with("step.")));
+
     let out = noetl()
         .args(["exec", "status", "no-such-id", "--nats", &url])
         .output()

@@ -131,6 +131,11 @@ impl Subjects {
     pub fn events_of_type(&self, event_type: &str) -> String {
         format!("{}.evt.*.{event_type}", self.prefix)
     }
+    /// `<p>.evt.<eid or *>.<types>`: events of one execution (or all) whose
+    /// type matches the subject pattern `types` (`step.>`, `loop.done`).
+    pub fn events_matching(&self, eid: Option<&str>, types: &str) -> String {
+        format!("{}.evt.{}.{types}", self.prefix, eid.unwrap_or("*"))
+    }
     /// `<p>.dlq.<kind>`: dead letters from one consumer kind.
     pub fn dead_letter(&self, consumer: &str) -> String {
         format!("{}.dlq.{consumer}", self.prefix)

@@ -4,11 +4,16 @@ use std::process::ExitCode;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use futures::StreamExt;
-use noetl_mesh::{codec, events};
+use noetl_mesh::{
+    codec,
+    events::{self, types},
+    state::ExecStatus,
+};
 use noetl_wire::Event;
 use serde_json::{json, Value};
 
 use super::common::MeshArgs;
+use super::tail_filter::{parse_since, type_filter, Since};
 
 /// `noetl events ...`.
 #[derive(clap::Subcommand)]
@@ -23,15 +28,34 @@ pub struct TailArgs {
     /// Only this execution.
     #[arg(long)]
     pub execution: Option<String>,
-    /// Only event types matching this glob (`step.*`, `loop.done`).
+    /// Only event types matching this glob (`step.*`, `loop.done`); the
+    /// server filters by subject where the glob allows it.
     #[arg(long = "type")]
     pub event_type: Option<String>,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
     /// Start from the oldest stored event instead of new ones.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["since", "from_seq"])]
     pub from_start: bool,
+    /// Start this long ago (`30s`, `10m`, `2h`, `1d`) or at this RFC 3339
+    /// time (`2026-11-23T10:00:00Z`).
+    #[arg(long, conflicts_with = "from_seq")]
+    pub since: Option<String>,
+    /// Start at this stream sequence number.
+    #[arg(long)]
+    pub from_seq: Option<u64>,
+    /// Stop after printing this many events.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Stop when the execution ends (needs `--execution`; its events are
+    /// read from its start) and exit with its status: 0 completed, 1
+    /// failed or cancelled.
+    #[arg(long, requires = "execution")]
+    pub until_done: bool,
+    /// Stop once every stored event has been printed instead of following.
+    #[arg(long)]
+    pub no_follow: bool,
     #[command(flatten)]
     pub mesh: MeshArgs,
 }
@@ -98,31 +122,77 @@ fn summary(p: &Value) -> String {
     parts.join(" ")
 }
 
+/// Where the consumer starts.
+fn deliver_policy(a: &TailArgs) -> anyhow::Result<DeliverPolicy> {
+    if let Some(seq) = a.from_seq {
+        return Ok(DeliverPolicy::ByStartSequence {
+            start_sequence: seq,
+        });
+    }
+    if let Some(since) = &a.since {
+        let start_time = match parse_since(since).map_err(anyhow::Error::msg)? {
+            Since::At(t) => async_nats::datetime::parse_rfc3339(&t)
+                .map_err(|e| anyhow::anyhow!("--since {t:?}: not an RFC 3339 time: {e}"))?,
+            Since::Ago(d) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let nanos = now.saturating_sub(d).as_nanos() as i128;
+                async_nats::datetime::from_nanos(nanos)
+                    .map_err(|e| anyhow::anyhow!("--since {since:?}: {e}"))?
+            }
+        };
+        return Ok(DeliverPolicy::ByStartTime { start_time });
+    }
+    // Waiting for an execution's end reads it from its start: it may have
+    // ended already.
+    Ok(if a.from_start || a.until_done {
+        DeliverPolicy::All
+    } else {
+        DeliverPolicy::New
+    })
+}
+
+/// The terminal status an event announces, if it ends its execution.
+fn terminal(ev: &Event) -> Option<ExecStatus> {
+    match ev.event_type.as_str() {
+        types::EXECUTION_COMPLETED => Some(ExecStatus::Completed),
+        types::EXECUTION_FAILED => Some(ExecStatus::Failed),
+        types::EXECUTION_CANCELLED => Some(ExecStatus::Cancelled),
+        _ => None,
+    }
+}
+
 async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
-    let filter = match &a.execution {
-        Some(id) => mesh.subjects().events_of(id),
-        None => mesh.subjects().events_all(),
+    // `--until-done` must see the terminal event whatever `--type` says:
+    // then the client alone filters by type.
+    let types = match (&a.event_type, a.until_done) {
+        (Some(g), false) => type_filter(g),
+        _ => type_filter("*"),
     };
+    let filter = mesh
+        .subjects()
+        .events_matching(a.execution.as_deref(), &types.subject);
     let stream = mesh
         .js()
         .get_stream(mesh.subjects().events_stream())
         .await?;
-    let mut messages = stream
+    let mut consumer = stream
         .create_consumer(OrderedConfig {
             filter_subject: filter,
-            deliver_policy: if a.from_start {
-                DeliverPolicy::All
-            } else {
-                DeliverPolicy::New
-            },
+            deliver_policy: deliver_policy(&a)?,
             ..Default::default()
         })
-        .await?
-        .messages()
         .await?;
+    if a.no_follow && consumer.info().await?.num_pending == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut messages = consumer.messages().await?;
+    let mut printed = 0u64;
     while let Some(m) = messages.next().await {
         let m = m?;
+        let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
         let ev: Event = match codec::decode("event", &m.payload) {
             Ok(e) => e,
             Err(e) => {
@@ -130,38 +200,55 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if let Some(g) = &a.event_type {
-            if !glob(g, &ev.event_type) {
-                continue;
+        let wanted = match &a.event_type {
+            Some(g) if !types.exact || a.until_done => glob(g, &ev.event_type),
+            _ => true,
+        };
+        if wanted {
+            let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+            print_event(&ev, seq, a.json);
+            printed += 1;
+        }
+        if a.until_done {
+            if let Some(status) = terminal(&ev) {
+                return Ok(super::common::exit_code(status));
             }
         }
-        let payload = events::payload(&ev);
-        if a.json {
-            println!(
-                "{}",
-                json!({
-                    "event_id": ev.event_id, "event_type": ev.event_type, "ts": ev.ts,
-                    "execution_id": ev.execution_id, "step": ev.step, "task": ev.task,
-                    "step_run_id": ev.step_run_id, "task_run_id": ev.task_run_id,
-                    "trace_id": ev.trace_id, "parent_id": ev.parent_id, "payload": payload,
-                })
-            );
-        } else {
-            let time = ev.ts.get(11..23).unwrap_or(&ev.ts);
-            let short: String = ev.execution_id.chars().take(12).collect();
-            let place = if ev.task.is_empty() {
-                ev.step.clone()
-            } else {
-                format!("{}/{}", ev.step, ev.task)
-            };
-            println!(
-                "{time}  {short:<12}  {:<22}  {place:<24}  {}",
-                ev.event_type,
-                summary(&payload)
-            );
+        if a.count.is_some_and(|n| printed >= n) || caught_up {
+            break;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One event: a line for people, or a JSON object with its stream
+/// sequence (`seq`, what `--from-seq` takes).
+fn print_event(ev: &Event, seq: u64, json: bool) {
+    let payload = events::payload(ev);
+    if json {
+        println!(
+            "{}",
+            json!({
+                "seq": seq, "event_id": ev.event_id, "event_type": ev.event_type, "ts": ev.ts,
+                "execution_id": ev.execution_id, "step": ev.step, "task": ev.task,
+                "step_run_id": ev.step_run_id, "task_run_id": ev.task_run_id,
+                "trace_id": ev.trace_id, "parent_id": ev.parent_id, "payload": payload,
+            })
+        );
+    } else {
+        let time = ev.ts.get(11..23).unwrap_or(&ev.ts);
+        let short: String = ev.execution_id.chars().take(12).collect();
+        let place = if ev.task.is_empty() {
+            ev.step.clone()
+        } else {
+            format!("{}/{}", ev.step, ev.task)
+        };
+        println!(
+            "{time}  {short:<12}  {:<22}  {place:<24}  {}",
+            ev.event_type,
+            summary(&payload)
+        );
+    }
 }
 
 #[cfg(test)]

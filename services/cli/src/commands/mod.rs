@@ -11,4 +11,5 @@ pub mod playbook;
 pub mod run;
 pub mod schema;
 pub mod serve;
+pub mod tail_filter;
 pub mod validate;
