@@ -41,6 +41,8 @@ pub struct ClusterOptions {
     /// Every consumer handles every message twice, the second time after
     /// this delay ([`MeshConfig::deliver_twice`]).
     pub deliver_twice: Option<Duration>,
+    /// How events are published ([`MeshConfig::event_encoding`]).
+    pub event_encoding: noetl_mesh::config::EventEncoding,
 }
 
 impl Default for ClusterOptions {
@@ -52,6 +54,7 @@ impl Default for ClusterOptions {
             executors: true,
             object_store: None,
             deliver_twice: None,
+            event_encoding: Default::default(),
         }
     }
 }
@@ -103,6 +106,7 @@ impl Cluster {
             prefix: opts.prefix.clone(),
             ack_wait: Duration::from_secs(5),
             deliver_twice: opts.deliver_twice,
+            event_encoding: opts.event_encoding,
             ..MeshConfig::default()
         };
         let mesh = Mesh::connect(config.clone()).await.expect("connect mesh");
@@ -312,7 +316,7 @@ pub async fn events_of(mesh: &Mesh, filter: &str) -> Vec<Event> {
     let mut messages = consumer.messages().await.expect("messages");
     while let Some(m) = messages.next().await {
         let m = m.expect("event message");
-        out.push(codec::decode::<Event>("event", &m.payload).expect("decode event"));
+        out.push(codec::decode_event(&m.payload).expect("decode event"));
         if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
             break;
         }

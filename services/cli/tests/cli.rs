@@ -723,3 +723,46 @@ fn only_an_executor_serving_python_starts_interpreters() {
         "noop executor"
     );
 }
+
+#[test]
+fn events_decode_prints_a_raw_message_from_stdin() {
+    use std::io::Write;
+    let ev = noetl_wire::Event {
+        event_id: "ev1".into(),
+        event_type: "step.done".into(),
+        execution_id: "e1".into(),
+        step: "start".into(),
+        payload_json: br#"{"status":"ok","result":42}"#.to_vec(),
+        ..Default::default()
+    };
+    let decode = |input: &[u8], extra: &[&str]| {
+        let mut child = noetl()
+            .args(["events", "decode"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = decode(&noetl_mesh::codec::encode(&ev), &["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    assert_eq!(v["event_type"], "step.done");
+    assert_eq!(v["payload"]["result"], 42);
+    let out = decode(&noetl_mesh::codec::event_json(&ev).unwrap(), &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("step.done") && text.contains("result=42"),
+        "{text}"
+    );
+    let out = decode(b"garbage\n", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stdin line 1"));
+}

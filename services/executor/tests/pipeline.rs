@@ -610,11 +610,7 @@ async fn a_redelivered_command_emits_no_duplicate_events() {
         .await
         .unwrap()
         .unwrap();
-    let ids = |m: &async_nats::Message| {
-        codec::decode::<noetl_wire::Event>("event", &m.payload)
-            .unwrap()
-            .event_id
-    };
+    let ids = |m: &async_nats::Message| codec::decode_event(&m.payload).unwrap().event_id;
     assert_eq!(
         ids(&first),
         ids(&second),

@@ -367,7 +367,7 @@ impl Handler for LoopHandler {
                 Some(Parsed::Event { .. })
             );
             let result = if is_event {
-                match runtime::decode::<Event>("event", &msg) {
+                match runtime::decode_event(&msg) {
                     Ok(ev) => on_iteration(&mesh, &local, ev).await,
                     Err(e) => Err(e),
                 }

@@ -40,8 +40,34 @@ pub struct MeshConfig {
     /// second time after this delay (`NOETL_DELIVER_TWICE_DELAY_MS`, default
     /// 10). `None` in production. See docs/reliability.md.
     pub deliver_twice: Option<Duration>,
+    /// How events are published (`NOETL_EVENT_ENCODING`: `protobuf`, the
+    /// default, or `json`, readable by any NATS client). Readers accept both.
+    pub event_encoding: EventEncoding,
     /// Environment values that could not be parsed (reported by `validate`).
     pub env_errors: Vec<String>,
+}
+
+/// How events are encoded on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventEncoding {
+    /// Protobuf `Event` (compact).
+    #[default]
+    Protobuf,
+    /// JSON, the payload inline as an object (`nats sub` prints it).
+    Json,
+}
+
+impl EventEncoding {
+    /// `protobuf` or `json`; anything else is an error naming the setting.
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "protobuf" | "proto" => Ok(Self::Protobuf),
+            "json" => Ok(Self::Json),
+            _ => Err(format!(
+                "NOETL_EVENT_ENCODING={v:?}: expected `protobuf` (the default) or `json`"
+            )),
+        }
+    }
 }
 
 /// The NATS server used when none is configured.
@@ -73,6 +99,7 @@ impl Default for MeshConfig {
             object_store: None,
             s3_credential: None,
             deliver_twice: None,
+            event_encoding: EventEncoding::Protobuf,
             env_errors: Vec::new(),
         }
     }
@@ -161,6 +188,12 @@ impl MeshConfig {
         if matches!(var("NOETL_DELIVER_TWICE").as_deref(), Some("1" | "true")) {
             c.deliver_twice = Some(Duration::from_millis(twice_delay.unwrap_or(10)));
         }
+        if let Some(v) = var("NOETL_EVENT_ENCODING") {
+            match EventEncoding::parse(&v) {
+                Ok(e) => c.event_encoding = e,
+                Err(e) => c.env_errors.push(e),
+            }
+        }
         c.s3_credential = var("NOETL_S3_CREDENTIAL");
         if let Some(v) = var("NOETL_OBJECT_STORE") {
             // A bad value is reported by `validate`, never silently ignored.
@@ -204,6 +237,26 @@ impl MeshConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_encoding_is_protobuf_unless_json_is_asked_for() {
+        let pick = |v: &'static str| {
+            MeshConfig::from_lookup(move |k| (k == "NOETL_EVENT_ENCODING").then(|| v.into()))
+        };
+        assert_eq!(
+            MeshConfig::from_lookup(|_| None).event_encoding,
+            EventEncoding::Protobuf
+        );
+        assert_eq!(pick("json").event_encoding, EventEncoding::Json);
+        assert_eq!(pick("JSON").event_encoding, EventEncoding::Json);
+        assert_eq!(pick("protobuf").event_encoding, EventEncoding::Protobuf);
+        let bad = pick("yaml");
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("NOETL_EVENT_ENCODING") && e.contains("json"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn deliver_twice_is_off_unless_asked_for() {

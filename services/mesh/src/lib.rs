@@ -374,8 +374,13 @@ impl Mesh {
             .inner
             .subjects
             .event(&event.execution_id, &event.event_type);
-        self.publish(subject, &event.event_id, codec::encode(event))
-            .await
+        let bytes = match self.inner.config.event_encoding {
+            config::EventEncoding::Protobuf => codec::encode(event),
+            config::EventEncoding::Json => codec::event_json(event)
+                .map_err(|e| MeshError::Invalid(format!("event {}: {e}", event.event_id)))?
+                .into(),
+        };
+        self.publish(subject, &event.event_id, bytes).await
     }
 }
 

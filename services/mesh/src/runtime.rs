@@ -455,6 +455,14 @@ pub fn decode<M: prost::Message + Default>(
         .map_err(|e| HandlerError::Refused(format!("{e} (subject {})", msg.subject)))
 }
 
+/// Decode an event message, JSON or protobuf
+/// ([`crate::codec::decode_event`]); refused, naming the subject, when it
+/// is neither.
+pub fn decode_event(msg: &Message) -> Result<noetl_wire::Event, HandlerError> {
+    crate::codec::decode_event(&msg.payload)
+        .map_err(|e| HandlerError::Refused(format!("{e} (subject {})", msg.subject)))
+}
+
 /// What every service needs to run: the mesh, how many messages a replica
 /// handles at once, and the shutdown signal.
 #[derive(Clone)]

@@ -44,7 +44,7 @@ impl Handler for BoundaryHandler {
         let mesh = self.mesh.clone();
         let headers = self.headers.clone();
         Box::pin(async move {
-            let ev: Event = match runtime::decode("event", &msg) {
+            let ev: Event = match runtime::decode_event(&msg) {
                 Ok(e) => e,
                 Err(e) => return runtime::disposition(Err(e)),
             };

@@ -1,10 +1,11 @@
 //! Encoding of wire messages. Internal messages are protobuf; execution
-//! requests may also be plain JSON so that any NATS client can start work.
+//! requests may also be plain JSON so that any NATS client can start work,
+//! and events may be JSON so that any NATS client can read them.
 //! Every decoder here returns a [`DecodeError`] on bad input, never panics
 //! (fuzzed: `fuzz/`, docs/architecture.md "Hostile input").
 
-use crate::{ExecutionRequest, Message};
-use serde::Deserialize;
+use crate::{Event, ExecutionRequest, Message};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A message could not be decoded.
@@ -112,10 +113,17 @@ struct ExecutionRequestJson {
 pub fn decode_execution_request(data: &[u8]) -> Result<ExecutionRequest, DecodeError> {
     let first = data.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'{') {
-        let j: ExecutionRequestJson = serde_json::from_slice(data).map_err(|e| DecodeError {
-            what: "execution request (JSON)",
-            reason: e.to_string(),
-        })?;
+        let j: ExecutionRequestJson = match serde_json::from_slice(data) {
+            Ok(j) => j,
+            // `\n{` also starts a protobuf request whose first field is
+            // 123 bytes long: not JSON, but maybe protobuf.
+            Err(e) => {
+                return decode("execution request (protobuf)", data).map_err(|_| DecodeError {
+                    what: "execution request (JSON)",
+                    reason: e.to_string(),
+                })
+            }
+        };
         let workload_json = match j.workload {
             None | Some(Value::Null) => Vec::new(),
             Some(v @ Value::Object(_)) => serde_json::to_vec(&v).expect("serialisable"),
@@ -141,6 +149,87 @@ pub fn decode_execution_request(data: &[u8]) -> Result<ExecutionRequest, DecodeE
     decode("execution request (protobuf)", data)
 }
 
+/// An event as JSON (`NOETL_EVENT_ENCODING=json`): the protobuf fields by
+/// name, with the payload as a JSON object instead of bytes.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventJson {
+    event_id: String,
+    event_type: String,
+    #[serde(default)]
+    ts: String,
+    execution_id: String,
+    #[serde(default)]
+    step_run_id: String,
+    #[serde(default)]
+    task_run_id: String,
+    #[serde(default)]
+    trace_id: String,
+    #[serde(default)]
+    parent_id: String,
+    #[serde(default)]
+    step: String,
+    #[serde(default)]
+    task: String,
+    #[serde(default)]
+    payload: Value,
+}
+
+/// An event as JSON text: what `nats sub` prints when the mesh publishes
+/// events as JSON, and what `noetl events decode` prints.
+pub fn event_json(ev: &Event) -> Result<Vec<u8>, DecodeError> {
+    let payload = json_value(&ev.payload_json).map_err(|e| DecodeError {
+        what: "event payload",
+        reason: e.reason,
+    })?;
+    let j = EventJson {
+        event_id: ev.event_id.clone(),
+        event_type: ev.event_type.clone(),
+        ts: ev.ts.clone(),
+        execution_id: ev.execution_id.clone(),
+        step_run_id: ev.step_run_id.clone(),
+        task_run_id: ev.task_run_id.clone(),
+        trace_id: ev.trace_id.clone(),
+        parent_id: ev.parent_id.clone(),
+        step: ev.step.clone(),
+        task: ev.task.clone(),
+        payload,
+    };
+    Ok(serde_json::to_vec(&j).expect("an event is plain JSON"))
+}
+
+/// Decode an event: JSON when the payload starts with `{`, protobuf
+/// otherwise (and protobuf again when such a payload is not JSON but is a
+/// protobuf event). Every reader accepts both, so a mesh can switch
+/// encodings while it runs.
+pub fn decode_event(data: &[u8]) -> Result<Event, DecodeError> {
+    if data.first() != Some(&b'{') {
+        return decode("event", data);
+    }
+    let j: EventJson = match serde_json::from_slice(data) {
+        Ok(j) => j,
+        Err(e) => {
+            return decode("event", data).map_err(|_| DecodeError {
+                what: "event (JSON)",
+                reason: e.to_string(),
+            })
+        }
+    };
+    Ok(Event {
+        event_id: j.event_id,
+        event_type: j.event_type,
+        ts: j.ts,
+        execution_id: j.execution_id,
+        step_run_id: j.step_run_id,
+        task_run_id: j.task_run_id,
+        trace_id: j.trace_id,
+        parent_id: j.parent_id,
+        step: j.step,
+        task: j.task,
+        payload_json: json_bytes(&j.payload),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +242,45 @@ mod tests {
         let e = args(b"{not json").unwrap_err();
         assert_eq!(e.what, "args");
         assert!(e.to_string().contains("args"), "{e}");
+    }
+
+    #[test]
+    fn events_round_trip_through_json_and_protobuf() {
+        let ev = Event {
+            event_id: "ev1".into(),
+            event_type: "step.done".into(),
+            ts: "2026-11-25T10:00:00.000Z".into(),
+            execution_id: "e1".into(),
+            step_run_id: "sr1".into(),
+            step: "start".into(),
+            payload_json: br#"{"status":"ok","result":{"n":1}}"#.to_vec(),
+            ..Default::default()
+        };
+        let text = event_json(&ev).unwrap();
+        let v: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            v["payload"]["result"]["n"], 1,
+            "the payload is JSON, not bytes"
+        );
+        let back = decode_event(&text).unwrap();
+        assert_eq!(back.event_id, ev.event_id);
+        assert_eq!(
+            json_value(&back.payload_json).unwrap(),
+            json_value(&ev.payload_json).unwrap()
+        );
+        assert_eq!(
+            decode_event(&encode(&ev)).unwrap(),
+            ev,
+            "protobuf as before"
+        );
+        // A protobuf event whose bytes happen to start like JSON.
+        let odd = Event {
+            event_id: "x".repeat(123),
+            ..ev.clone()
+        };
+        assert_eq!(decode_event(&encode(&odd)).unwrap(), odd);
+        let e = decode_event(br#"{"event_id": "x"}"#).unwrap_err();
+        assert!(e.to_string().contains("event_type"), "{e}");
     }
 
     #[test]

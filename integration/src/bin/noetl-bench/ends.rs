@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use noetl_mesh::{codec, events::types, Mesh};
-use noetl_wire::Event;
 use tokio::sync::Notify;
 
 /// Terminal events seen so far, by execution.
@@ -36,7 +35,7 @@ impl Ends {
         tokio::spawn(async move {
             while let Some(m) = sub.next().await {
                 let at = Instant::now();
-                let Ok(ev) = codec::decode::<Event>("event", &m.payload) else {
+                let Ok(ev) = codec::decode_event(&m.payload) else {
                     continue;
                 };
                 let terminal = [

@@ -20,6 +20,18 @@ use super::tail_filter::{parse_since, type_filter, Since};
 pub enum Command {
     /// Follow events as they happen.
     Tail(TailArgs),
+    /// Print raw event messages read on stdin: one message (protobuf or
+    /// JSON, e.g. `nats stream get NOETL_EVENTS 42 --raw`), or JSON events
+    /// one per line (`nats sub --raw` when events are published as JSON).
+    Decode(DecodeArgs),
+}
+
+/// Arguments of `noetl events decode`.
+#[derive(clap::Args)]
+pub struct DecodeArgs {
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `noetl events tail`.
@@ -64,6 +76,7 @@ pub struct TailArgs {
 pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Tail(a) => tail(a).await,
+        Command::Decode(a) => decode_stdin(&a),
     }
 }
 
@@ -120,6 +133,45 @@ fn summary(p: &Value) -> String {
         }
     }
     parts.join(" ")
+}
+
+fn decode_stdin(a: &DecodeArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    std::io::stdin().read_to_end(&mut data)?;
+    let (events, errors) = decode_messages(&data);
+    for e in &errors {
+        eprintln!("{e}");
+    }
+    for ev in &events {
+        print_event(ev, 0, a.json);
+    }
+    Ok(if events.is_empty() || !errors.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The events in `data`: the whole of it as one message, else one JSON
+/// event per line; each line that is not an event is an error naming it.
+fn decode_messages(data: &[u8]) -> (Vec<Event>, Vec<String>) {
+    let trimmed = data.strip_suffix(b"\n").unwrap_or(data);
+    if let Ok(ev) = codec::decode_event(trimmed) {
+        return (vec![ev], Vec::new());
+    }
+    let mut events = Vec::new();
+    let mut errors = Vec::new();
+    for (n, line) in data.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match codec::decode_event(line) {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("stdin line {}: {e}", n + 1)),
+        }
+    }
+    (events, errors)
 }
 
 /// Where the consumer starts.
@@ -193,7 +245,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     while let Some(m) = messages.next().await {
         let m = m?;
         let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
-        let ev: Event = match codec::decode("event", &m.payload) {
+        let ev: Event = match codec::decode_event(&m.payload) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("skipping undecodable message on {}: {e}", m.subject);
@@ -253,7 +305,34 @@ fn print_event(ev: &Event, seq: u64, json: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::glob;
+    use super::{decode_messages, glob};
+    use noetl_mesh::codec;
+    use noetl_wire::Event;
+
+    fn event(id: &str) -> Event {
+        Event {
+            event_id: id.into(),
+            event_type: "step.done".into(),
+            execution_id: "e1".into(),
+            payload_json: br#"{"status":"ok"}"#.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stdin_holds_one_raw_message_or_json_lines() {
+        let (evs, errors) = decode_messages(&codec::encode(&event("a")));
+        assert_eq!((evs.len(), errors.len()), (1, 0));
+        let mut lines = codec::event_json(&event("a")).unwrap();
+        lines.push(b'\n');
+        lines.extend(codec::event_json(&event("b")).unwrap());
+        lines.extend(b"\nnot an event\n");
+        let (evs, errors) = decode_messages(&lines);
+        let ids: Vec<&str> = evs.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("stdin line 3:"), "{}", errors[0]);
+    }
 
     #[test]
     fn globs() {

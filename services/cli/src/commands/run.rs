@@ -291,7 +291,7 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
                 continue;
             }
         };
-        let Ok(ev) = codec::decode::<Event>("event", &next.payload) else {
+        let Ok(ev) = codec::decode_event(&next.payload) else {
             continue;
         };
         let terminal = progress.observe(&ev);

@@ -131,7 +131,7 @@ async fn events_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, String> {
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| e.to_string())?;
-        out.push(codec::decode::<Event>("event", &m.payload).map_err(|e| e.to_string())?);
+        out.push(codec::decode_event(&m.payload).map_err(|e| e.to_string())?);
         if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
             break;
         }

@@ -195,7 +195,7 @@ impl EventLog {
     async fn next(&mut self, timeout: Duration) -> Option<Event> {
         match tokio::time::timeout(timeout, self.messages.next()).await {
             Ok(Some(Ok(m))) => {
-                let ev: Event = codec::decode("event", &m.payload).expect("an event");
+                let ev: Event = codec::decode_event(&m.payload).expect("an event");
                 self.seen.push(ev.clone());
                 Some(ev)
             }
