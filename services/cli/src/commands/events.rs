@@ -19,7 +19,7 @@ use super::tail_filter::{parse_since, type_filter, Since};
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Follow events as they happen.
-    Tail(TailArgs),
+    Tail(Box<TailArgs>),
     /// Print raw event messages read on stdin: one message (protobuf or
     /// JSON, e.g. `nats stream get NOETL_EVENTS 42 --raw`), or JSON events
     /// one per line (`nats sub --raw` when events are published as JSON).
@@ -75,7 +75,7 @@ pub struct TailArgs {
 /// Dispatch.
 pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Tail(a) => tail(a).await,
+        Command::Tail(a) => tail(*a).await,
         Command::Decode(a) => decode_stdin(&a),
     }
 }
