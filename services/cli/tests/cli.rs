@@ -436,6 +436,71 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         .iter()
         .all(|l| l["event_type"].as_str().unwrap().starts_with("step.")));
 
+    // exec list: newest first, filtered by status.
+    let list = |extra: &[&str]| {
+        let out = noetl()
+            .args(["exec", "list", "--json", "--nats", &url])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lines(&out)
+    };
+    let all = list(&[]);
+    let ids: Vec<&str> = all
+        .iter()
+        .map(|r| r["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [failed_id.as_str(), id.as_str()], "newest first");
+    assert_eq!(all[1]["status"], "completed");
+    assert!(all[1]["duration_ms"].as_i64().unwrap() >= 0);
+    let failed = list(&["--status", "failed"]);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["execution_id"], failed_id.as_str());
+    assert_eq!(list(&["--limit", "1"]).len(), 1);
+
+    // exec show: the execution as a tree of steps and tasks.
+    let out = noetl()
+        .args(["exec", "show", &id, "--json", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = json_of(&out);
+    assert_eq!(tree["status"], "completed");
+    let steps: Vec<&str> = tree["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert!(steps.contains(&"start"), "{steps:?}");
+    assert!(
+        tree["steps"][0]["runs"][0]["tasks"][0]["runs"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let out = noetl()
+        .args(["exec", "show", &failed_id, "--nats", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a failed execution: exit 1");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("failed") && text.contains("step "), "{text}");
+    let out = noetl()
+        .args(["exec", "show", "no-such-id", "--nats", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
     let out = noetl()
         .args(["exec", "status", "no-such-id", "--nats", &url])
         .output()

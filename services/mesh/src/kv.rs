@@ -71,42 +71,75 @@ pub async fn purge_under(store: &Store, key_prefix: &str) -> Result<u64, MeshErr
 /// Every key under `<key_prefix>.` (its current values' keys, deleted
 /// ones excluded), read with one ordered consumer.
 pub async fn keys_under(store: &Store, key_prefix: &str) -> Result<Vec<String>, MeshError> {
+    let found = scan(store, &format!("{key_prefix}.>"), true).await?;
+    Ok(found.into_iter().map(|(k, _)| k).collect())
+}
+
+/// The current value of every key matching `pattern` (a subject pattern:
+/// `*` one token, `>` the rest; `*` alone is every one-token key), read
+/// with one ordered consumer. A value that does not decode is returned as
+/// its error, so one bad record does not hide the others.
+pub async fn values_matching<T: DeserializeOwned>(
+    store: &Store,
+    pattern: &str,
+) -> Result<Vec<(String, Result<T, MeshError>)>, MeshError> {
+    let found = scan(store, pattern, false).await?;
+    Ok(found
+        .into_iter()
+        .map(|(k, bytes)| {
+            let v = serde_json::from_slice(&bytes).map_err(|e| MeshError::Corrupt {
+                bucket: store.name.clone(),
+                key: k.clone(),
+                message: e.to_string(),
+            });
+            (k, v)
+        })
+        .collect())
+}
+
+/// Keys (and, unless `headers_only`, values) of the live records whose key
+/// matches `pattern`.
+async fn scan(
+    store: &Store,
+    pattern: &str,
+    headers_only: bool,
+) -> Result<Vec<(String, bytes::Bytes)>, MeshError> {
     use async_nats::jetstream::consumer::DeliverPolicy;
     use futures::StreamExt;
-    let filter = format!("{}{key_prefix}.>", store.prefix);
-    let mut keys = Vec::new();
+    let filter = format!("{}{pattern}", store.prefix);
+    let mut found = Vec::new();
     let info = store
         .stream
         .clone()
         .info()
         .await
-        .map_err(|e| kv_err(store, key_prefix, e))?
+        .map_err(|e| kv_err(store, pattern, e))?
         .clone();
     if info.state.messages == 0 {
-        return Ok(keys);
+        return Ok(found);
     }
     let consumer = store
         .stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
             filter_subject: filter,
             deliver_policy: DeliverPolicy::LastPerSubject,
-            headers_only: true,
+            headers_only,
             ..Default::default()
         })
         .await
-        .map_err(|e| kv_err(store, key_prefix, e))?;
+        .map_err(|e| kv_err(store, pattern, e))?;
     let name = consumer.cached_info().name.clone();
     let pending = consumer.cached_info().num_pending;
     if pending == 0 {
         let _ = store.stream.delete_consumer(&name).await;
-        return Ok(keys);
+        return Ok(found);
     }
     let mut messages = consumer
         .messages()
         .await
-        .map_err(|e| kv_err(store, key_prefix, e))?;
+        .map_err(|e| kv_err(store, pattern, e))?;
     while let Some(m) = messages.next().await {
-        let m = m.map_err(|e| kv_err(store, key_prefix, e))?;
+        let m = m.map_err(|e| kv_err(store, pattern, e))?;
         let deleted = m
             .headers
             .as_ref()
@@ -114,7 +147,7 @@ pub async fn keys_under(store: &Store, key_prefix: &str) -> Result<Vec<String>, 
             .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
         if !deleted {
             if let Some(k) = m.subject.as_str().strip_prefix(store.prefix.as_str()) {
-                keys.push(k.to_string());
+                found.push((k.to_string(), m.payload.clone()));
             }
         }
         let left = m.info().map(|i| i.pending).unwrap_or(0);
@@ -124,7 +157,7 @@ pub async fn keys_under(store: &Store, key_prefix: &str) -> Result<Vec<String>, 
     }
     drop(messages);
     let _ = store.stream.delete_consumer(&name).await;
-    Ok(keys)
+    Ok(found)
 }
 
 /// Create `key` only if it does not exist. Returns `false` when it existed.

@@ -324,6 +324,14 @@ pub struct ExecSummary {
 }
 
 impl crate::Mesh {
+    /// Every execution's header (one scan of the exec bucket's one-token
+    /// keys). A header that does not decode comes back as its error.
+    pub async fn executions(
+        &self,
+    ) -> Result<Vec<(String, Result<ExecHeader, crate::MeshError>)>, crate::MeshError> {
+        crate::kv::values_matching(self.exec_kv(), "*").await
+    }
+
     /// Read an execution's header.
     pub async fn exec_header(&self, eid: &str) -> Result<Option<ExecHeader>, crate::MeshError> {
         crate::kv::get(self.exec_kv(), &Keys::header(eid)).await

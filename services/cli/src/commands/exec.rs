@@ -20,6 +20,42 @@ pub enum Command {
     Status(StatusArgs),
     /// Cancel a running execution and its child executions.
     Cancel(CancelArgs),
+    /// Recent executions: status, playbook, start, end, duration.
+    List(ListArgs),
+    /// One execution as a tree: steps, their runs, loop counts, tasks with
+    /// attempts and durations.
+    Show(ShowArgs),
+}
+
+/// Arguments of `noetl exec list`.
+#[derive(clap::Args)]
+pub struct ListArgs {
+    /// Only executions in this state.
+    #[arg(long, value_parser = ["running", "completed", "failed", "cancelled"])]
+    pub status: Option<String>,
+    /// The most recent this many.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// Arguments of `noetl exec show`.
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// Execution id.
+    pub id: String,
+    /// Print the tree as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Redraw every second until the execution ends.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
 }
 
 /// Arguments of `noetl exec cancel`.
@@ -82,6 +118,8 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Start(a) => start(a).await,
         Command::Status(a) => status(a).await,
         Command::Cancel(a) => cancel(a).await,
+        Command::List(a) => list(a).await,
+        Command::Show(a) => show(a).await,
     }
 }
 
@@ -206,4 +244,160 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     } else {
         exit_code(summary.status)
     })
+}
+
+/// One line of `noetl exec list`.
+#[derive(serde::Serialize)]
+struct Listed {
+    execution_id: String,
+    status: String,
+    playbook: String,
+    started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+fn status_name(s: ExecStatus) -> &'static str {
+    match s {
+        ExecStatus::Running => "running",
+        ExecStatus::Completed => "completed",
+        ExecStatus::Failed => "failed",
+        ExecStatus::Cancelled => "cancelled",
+    }
+}
+
+/// Milliseconds between two RFC 3339 times.
+fn millis_between(from: &str, to: &str) -> Option<i64> {
+    let parse = |t: &str| async_nats::datetime::parse_rfc3339(t).ok();
+    let (a, b) = (parse(from)?, parse(to)?);
+    Some(((b - a).whole_milliseconds()) as i64)
+}
+
+async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
+    let mesh = a.mesh.attach().await?;
+    let mut rows = Vec::new();
+    for (key, header) in mesh.executions().await? {
+        match header {
+            Ok(h) => rows.push(Listed {
+                status: status_name(h.status).into(),
+                duration_ms: h
+                    .ended_at
+                    .as_deref()
+                    .and_then(|end| millis_between(&h.started_at, end)),
+                execution_id: h.execution_id,
+                playbook: h.playbook,
+                started_at: h.started_at,
+                ended_at: h.ended_at,
+                error: h.error,
+            }),
+            Err(e) => eprintln!("warning: execution {key}: {e}"),
+        }
+    }
+    if let Some(want) = &a.status {
+        rows.retain(|r| &r.status == want);
+    }
+    // Newest first (RFC 3339 times in UTC sort as text).
+    rows.sort_by(|x, y| y.started_at.cmp(&x.started_at));
+    rows.truncate(a.limit);
+    if a.json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<34}  {:<9}  {:<24}  {:<24}  {:>10}",
+        "EXECUTION", "STATUS", "PLAYBOOK", "STARTED", "DURATION"
+    );
+    for r in &rows {
+        let duration = r
+            .duration_ms
+            .map(|d| format!("{:.3} s", d as f64 / 1000.0))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<34}  {:<9}  {:<24}  {:<24}  {:>10}",
+            r.execution_id, r.status, r.playbook, r.started_at, duration
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every stored event of `eid`, in order.
+async fn events_of(mesh: &noetl_mesh::Mesh, eid: &str) -> anyhow::Result<Vec<noetl_wire::Event>> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt;
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await?;
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: mesh.subjects().events_of(eid),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await?;
+    let mut out = Vec::new();
+    if consumer.info().await?.num_pending == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer.messages().await?;
+    while let Some(m) = messages.next().await {
+        let m = m?;
+        if let Ok(ev) = codec::decode_event(&m.payload) {
+            out.push(ev);
+        }
+        if m.info().map(|i| i.pending == 0).unwrap_or(true) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
+    use super::tree::Tree;
+    let mesh = a.mesh.attach().await?;
+    let clear = a.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        let Some(header) = mesh.exec_header(&a.id).await? else {
+            eprintln!(
+                "error: no execution {:?} at {}",
+                a.id,
+                display_urls(&mesh.config().nats_url)
+            );
+            return Ok(ExitCode::from(2));
+        };
+        let tree = Tree::from_events(&a.id, &events_of(&mesh, &a.id).await?);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&tree)?);
+        } else {
+            if clear {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", tree.render());
+            if !header.live.is_empty() {
+                let live: Vec<String> = header
+                    .live
+                    .iter()
+                    .map(|t| format!("{} ({})", t.step, t.token_id))
+                    .collect();
+                println!("live tokens: {}", live.join(", "));
+            }
+        }
+        if !a.watch || header.status != ExecStatus::Running {
+            return Ok(if header.status == ExecStatus::Running {
+                ExitCode::SUCCESS
+            } else {
+                exit_code(header.status)
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !clear {
+            println!();
+        }
+    }
 }

@@ -12,4 +12,5 @@ pub mod run;
 pub mod schema;
 pub mod serve;
 pub mod tail_filter;
+pub mod tree;
 pub mod validate;
