@@ -211,6 +211,30 @@ fn health_ready_and_metrics_follow_the_consumers_and_the_nats_connection() {
         r#"noetl_handler_duration_seconds_count{consumer="executor-noop"}"#,
         1.0,
     );
+    // What the engine did: tasks by kind and outcome, their time, and
+    // executions by status (one each here).
+    at_least(
+        executor,
+        r#"noetl_tasks_total{kind="noop",status="ok"}"#,
+        1.0,
+    );
+    at_least(
+        executor,
+        r#"noetl_task_duration_seconds_count{kind="noop"}"#,
+        1.0,
+    );
+    at_least(router, r#"noetl_executions_total{status="started"}"#, 1.0);
+    at_least(router, r#"noetl_executions_total{status="completed"}"#, 1.0);
+    let m = scrape(router);
+    let conflicts = sample(&m, r#"noetl_kv_cas_conflicts_total{bucket="noetl_exec"}"#);
+    assert!(
+        conflicts.is_some(),
+        "the exec bucket's conflict counter:\n{m}"
+    );
+    assert_eq!(
+        sample(&m, r#"noetl_executions_total{status="failed"}"#),
+        None
+    );
     let m = scrape(executor);
     for series in [
         r#"noetl_in_flight{consumer="executor-noop"}"#,

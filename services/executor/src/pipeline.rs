@@ -741,6 +741,11 @@ impl StepRun<'_> {
     ) -> Result<TaskRun, CommandError> {
         let task = t.task;
         let mut outcome = called.outcome;
+        self.mesh().health().metrics().task_ended(
+            &task.kind,
+            outcome.is_ok(),
+            outcome.meta.duration_ms,
+        );
         let policy_scope = match &task.spec.policy {
             Some(_) => scope.outcome(&outcome),
             None => scope, // no rules: nothing reads the scope

@@ -709,6 +709,7 @@ async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopR
         };
         let started = event(types::LOOP_ITERATION_STARTED, payloads::to_value(&started));
         batch.push(mesh.emit(&started.build()).await?);
+        mesh.health().metrics().iteration("started");
         let Some(first) = step.tool.first() else {
             // A loop without tasks: every iteration is done at once.
             let done = IterationEnded {
@@ -869,6 +870,10 @@ async fn on_iteration(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopE
             ev.event_type
         )));
     };
+    if counted {
+        let event = if failed { "failed" } else { "done" };
+        mesh.health().metrics().iteration(event);
+    }
     let window = Window {
         mesh,
         chunks: &local.chunks,

@@ -256,6 +256,52 @@ pub struct MessageLabels {
 
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
+/// Labels of a task run: its tool kind and outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    /// Tool kind.
+    pub kind: String,
+    /// `ok` or `error`.
+    pub status: &'static str,
+}
+
+/// A tool kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// Tool kind.
+    pub kind: String,
+}
+
+/// A loop iteration's event: `started`, `done` or `failed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IterationLabels {
+    /// What happened to the iteration.
+    pub event: &'static str,
+}
+
+/// An execution's status: `started`, `completed`, `failed` or `cancelled`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExecutionLabels {
+    /// Started, or how it ended.
+    pub status: &'static str,
+}
+
+/// A KV bucket.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BucketLabels {
+    /// The bucket's name.
+    pub bucket: String,
+}
+
+/// Compare-and-set conflicts by bucket, counted by [`crate::kv`] for the
+/// whole process (a KV write does not know its mesh) and registered into
+/// every [`Metrics`].
+pub fn kv_cas_conflicts() -> &'static Family<BucketLabels, Counter> {
+    static CONFLICTS: std::sync::OnceLock<Family<BucketLabels, Counter>> =
+        std::sync::OnceLock::new();
+    CONFLICTS.get_or_init(Family::default)
+}
+
 /// Every metric of the process, registered in [`Metrics::new`].
 pub struct Metrics {
     registry: Registry,
@@ -271,6 +317,14 @@ pub struct Metrics {
     pub pull_failures: Family<ConsumerLabels, Counter>,
     /// `noetl_nats_connected`: 1 while connected, else 0.
     pub nats_connected: Gauge,
+    /// `noetl_tasks_total{kind,status}`: task runs by tool kind and outcome.
+    pub tasks: Family<TaskLabels, Counter>,
+    /// `noetl_task_duration_seconds{kind}`: time in the tool per task run.
+    pub task_duration: HistogramFamily<KindLabels>,
+    /// `noetl_loop_iterations_total{event}`: iterations started, done, failed.
+    pub loop_iterations: Family<IterationLabels, Counter>,
+    /// `noetl_executions_total{status}`: executions started and ended.
+    pub executions: Family<ExecutionLabels, Counter>,
 }
 
 fn handler_histogram() -> Histogram {
@@ -319,6 +373,36 @@ impl Metrics {
             "1 while the NATS connection is up, else 0",
             nats_connected.clone(),
         );
+        let tasks = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "noetl_tasks",
+            "Task runs by tool kind and outcome (each attempt of each iteration)",
+            tasks.clone(),
+        );
+        let task_duration: HistogramFamily<KindLabels> =
+            Family::new_with_constructor(handler_histogram);
+        registry.register(
+            "noetl_task_duration_seconds",
+            "Time a task run spent in its tool",
+            task_duration.clone(),
+        );
+        let loop_iterations = Family::<IterationLabels, Counter>::default();
+        registry.register(
+            "noetl_loop_iterations",
+            "Loop iterations started, done and failed",
+            loop_iterations.clone(),
+        );
+        let executions = Family::<ExecutionLabels, Counter>::default();
+        registry.register(
+            "noetl_executions",
+            "Executions started and ended, by status",
+            executions.clone(),
+        );
+        registry.register(
+            "noetl_kv_cas_conflicts",
+            "KV compare-and-set attempts that lost to another writer, by bucket",
+            kv_cas_conflicts().clone(),
+        );
         Self {
             registry,
             messages,
@@ -327,7 +411,41 @@ impl Metrics {
             in_flight,
             pull_failures,
             nats_connected,
+            tasks,
+            task_duration,
+            loop_iterations,
+            executions,
         }
+    }
+
+    /// A task run of `kind` ended (`ok` or not) after `duration_ms` in its tool.
+    pub fn task_ended(&self, kind: &str, ok: bool, duration_ms: u64) {
+        let status = if ok { "ok" } else { "error" };
+        self.tasks
+            .get_or_create(&TaskLabels {
+                kind: kind.to_string(),
+                status,
+            })
+            .inc();
+        self.task_duration
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .observe(duration_ms as f64 / 1000.0);
+    }
+
+    /// A loop iteration `started`, was `done` or `failed`.
+    pub fn iteration(&self, event: &'static str) {
+        self.loop_iterations
+            .get_or_create(&IterationLabels { event })
+            .inc();
+    }
+
+    /// An execution `started`, or ended `completed` / `failed` / `cancelled`.
+    pub fn execution(&self, status: &'static str) {
+        self.executions
+            .get_or_create(&ExecutionLabels { status })
+            .inc();
     }
 
     /// The series of consumer `name`, created now so that they show (at 0)

@@ -170,6 +170,16 @@ pub async fn create<T: Serialize>(store: &Store, key: &str, value: &T) -> Result
     }
 }
 
+/// Count a compare-and-set that lost to another writer
+/// ([`crate::health::kv_cas_conflicts`]).
+fn count_conflict(store: &Store) {
+    crate::health::kv_cas_conflicts()
+        .get_or_create(&crate::health::BucketLabels {
+            bucket: store.name.clone(),
+        })
+        .inc();
+}
+
 /// Compare-and-set loop. `f` sees the current value (or `None`) and decides;
 /// it may run several times when other writers race, so it must be pure.
 /// Returns the value that is now stored (`None` if absent and kept).
@@ -204,6 +214,7 @@ where
         if written {
             return Ok(Some(new));
         }
+        count_conflict(store);
         tokio::task::yield_now().await;
     }
     Err(conflict(store, key))
@@ -297,7 +308,13 @@ where
                 cache.put(key, new.clone(), rev);
                 return Ok(Some(new));
             }
-            None => cache.forget(key),
+            None => {
+                // A stale cached revision is not another writer's win.
+                if !from_cache {
+                    count_conflict(store);
+                }
+                cache.forget(key);
+            }
         }
     }
     Err(conflict(store, key))

@@ -213,6 +213,13 @@ impl Mesh {
         })
         .await?
         .buckets;
+        // The conflict counters of the buckets services write show at 0
+        // from the start (a scrape sees the series before any conflict).
+        for store in [&buckets.exec, &buckets.ctx, &buckets.loops] {
+            let _ = health::kv_cas_conflicts().get_or_create(&health::BucketLabels {
+                bucket: store.name.clone(),
+            });
+        }
         let mut location = config.store_location();
         if let (objects::StoreLocation::S3(s3), Some(name)) = (&mut location, &config.s3_credential)
         {

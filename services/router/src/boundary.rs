@@ -465,6 +465,12 @@ pub(crate) async fn emit_terminal(
     )
     .await?;
     headers.forget(&Keys::header(eid));
+    let ended = match status {
+        ExecStatus::Completed => "completed",
+        ExecStatus::Cancelled => "cancelled",
+        _ => "failed",
+    };
+    mesh.health().metrics().execution(ended);
     tracing::info!(execution_id = %eid, status = ?status, "execution finished");
     Ok(())
 }

@@ -217,7 +217,9 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         parent_execution_id: req.parent_execution_id.clone(),
         ..ExecHeader::running(eid.clone(), vec![TokenRecord::new(entry_token, entry_step)])
     };
-    kv::create(mesh.exec_kv(), &Keys::header(&eid), &header).await?;
+    if kv::create(mesh.exec_kv(), &Keys::header(&eid), &header).await? {
+        mesh.health().metrics().execution("started");
+    }
     let plan = Arc::new(plan);
     mesh.plans().insert(plan.clone());
     // The parent may have been cancelled while this request was checked:
@@ -374,11 +376,18 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
         error: Some(e.reason.clone()),
         parent_execution_id: e.req.parent_execution_id.clone(),
     };
-    kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
+    let first = kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
     let (event_type, status) = match e.status {
         ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
         _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
     };
+    if first {
+        let ended = match status {
+            ExecStatus::Cancelled => "cancelled",
+            _ => "failed",
+        };
+        e.mesh.health().metrics().execution(ended);
+    }
     let ev = EventDraft {
         event_type,
         execution_id: e.eid,
