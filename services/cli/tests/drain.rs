@@ -60,9 +60,11 @@ fn sigterm_lets_the_running_task_finish_then_exits_0() {
             "python",
             "--concurrency",
             "2",
+            "--log-format",
+            "json",
         ])
         .args(["--nats", &url])
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,noetl_executor=debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -127,6 +129,26 @@ fn sigterm_lets_the_running_task_finish_then_exits_0() {
         .unwrap_or_else(|e| panic!("exec status: {e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(s["status"], "completed", "{s}; executor log:\n{log_text}");
     assert_eq!(s["ctx"]["nap"], "slept", "{s}");
+
+    // JSON logs: the task's line carries where it ran, as span fields.
+    let finished: Value = log_text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "task finished")
+        .unwrap_or_else(|| panic!("no JSON `task finished` line in:\n{log_text}"));
+    let field = |name: &str| {
+        finished["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.get(name).and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {name} in {finished}"))
+    };
+    assert_eq!(field("execution_id"), id);
+    assert_eq!(field("task"), "nap");
+    assert!(!field("step_run_id").is_empty());
+    assert!(!field("trace_id").is_empty());
+    assert!(!field("step").is_empty());
 
     let mut tail = noetl(&home)
         .args([

@@ -114,6 +114,7 @@ impl Executor {
             execution_id = %eid,
             step = %step.step,
             step_run_id = %cmd.step_run_id,
+            trace_id = %cmd.trace_id,
         );
         self.run(&plan, step, &cmd).instrument(span).await
     }

@@ -366,14 +366,33 @@ impl Handler for LoopHandler {
                 mesh.subjects().parse(msg.subject.as_str()),
                 Some(Parsed::Event { .. })
             );
+            use tracing::Instrument;
             let result = if is_event {
                 match runtime::decode_event(&msg) {
-                    Ok(ev) => on_iteration(&mesh, &local, ev).await,
+                    Ok(ev) => {
+                        let span = tracing::debug_span!(
+                            "iteration",
+                            execution_id = %ev.execution_id,
+                            step = %ev.step,
+                            step_run_id = %ev.step_run_id,
+                            trace_id = %ev.trace_id,
+                        );
+                        on_iteration(&mesh, &local, ev).instrument(span).await
+                    }
                     Err(e) => Err(e),
                 }
             } else {
                 match runtime::decode::<LoopCommand>("loop command", &msg) {
-                    Ok(cmd) => on_start(&mesh, &local.chunks, cmd).await,
+                    Ok(cmd) => {
+                        let span = tracing::debug_span!(
+                            "loop_start",
+                            execution_id = %cmd.execution_id,
+                            step = %cmd.step,
+                            step_run_id = %cmd.step_run_id,
+                            trace_id = %cmd.trace_id,
+                        );
+                        on_start(&mesh, &local.chunks, cmd).instrument(span).await
+                    }
                     Err(e) => Err(e),
                 }
             };

@@ -48,7 +48,14 @@ impl Handler for BoundaryHandler {
                 Ok(e) => e,
                 Err(e) => return runtime::disposition(Err(e)),
             };
-            let span = tracing::debug_span!("boundary", execution_id = %ev.execution_id, step = %ev.step, event = %ev.event_type);
+            let span = tracing::debug_span!(
+                "boundary",
+                execution_id = %ev.execution_id,
+                step = %ev.step,
+                step_run_id = %ev.step_run_id,
+                trace_id = %ev.trace_id,
+                event = %ev.event_type,
+            );
             runtime::disposition(
                 tracing::Instrument::instrument(on_boundary(&mesh, &headers, ev), span).await,
             )

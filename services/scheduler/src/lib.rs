@@ -71,7 +71,13 @@ impl Handler for TokenHandler {
             if mesh.cancellations().is_stopped(&token.execution_id) {
                 return Disposition::Ack; // a cancelled execution starts no step
             }
-            let span = tracing::debug_span!("schedule", execution_id = %token.execution_id, step = %token.step);
+            let span = tracing::debug_span!(
+                "schedule",
+                execution_id = %token.execution_id,
+                step = %token.step,
+                step_run_id = %token.token_id,
+                trace_id = %token.trace_id,
+            );
             runtime::disposition(
                 tracing::Instrument::instrument(schedule(&mesh, token), span).await,
             )
