@@ -131,7 +131,10 @@ pub struct PoolLimits {
 impl Default for PoolLimits {
     fn default() -> Self {
         Self {
-            max_idle: 8,
+            // As many as an executor runs tasks at once by default
+            // (`--concurrency` 16): fewer would kill and restart
+            // interpreters (tens of ms each) under a steady load.
+            max_idle: 16,
             max_uses: 200,
         }
     }
@@ -176,6 +179,8 @@ struct Worker {
     stdout: BufReader<ChildStdout>,
     /// What the process writes to fd 2, bounded; cleared per task.
     stderr: Arc<Mutex<Captured>>,
+    /// Woken each time an end mark is read from fd 2.
+    ended: Arc<tokio::sync::Notify>,
     uses: u32,
 }
 
@@ -313,22 +318,33 @@ impl Pool {
         let stderr = Arc::new(Mutex::new(Captured::default()));
         let mut pipe = child.stderr.take().expect("stderr is piped");
         let sink = stderr.clone();
+        let ended = Arc::new(tokio::sync::Notify::new());
+        let wake = ended.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
-                sink.lock()
-                    .expect("stderr lock")
-                    .take_in(&buf[..n], 2 * OUTPUT_LIMIT);
+                let more = {
+                    let mut c = sink.lock().expect("stderr lock");
+                    let before = c.ends;
+                    c.take_in(&buf[..n], 2 * OUTPUT_LIMIT);
+                    c.ends > before
+                };
+                if more {
+                    wake.notify_waiters();
+                }
             }
+            // The pipe closed: nothing more will come; stop any wait.
+            wake.notify_waiters();
         });
         Ok(Worker {
             child,
             stdin,
             stdout,
             stderr,
+            ended,
             uses: 0,
         })
     }
@@ -373,10 +389,18 @@ impl Pool {
                 // (two pipes): wait for this response's end mark.
                 let served = u64::from(w.uses);
                 let settle = tokio::time::Instant::now() + STDERR_SETTLE;
-                while w.stderr.lock().expect("stderr lock").ends < served
-                    && tokio::time::Instant::now() < settle
-                {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                loop {
+                    // Registered before the check, so a mark read in
+                    // between still wakes it.
+                    let notified = w.ended.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if w.stderr.lock().expect("stderr lock").ends >= served {
+                        break;
+                    }
+                    if tokio::time::timeout_at(settle, notified).await.is_err() {
+                        break;
+                    }
                 }
                 let process_stderr = take_stderr(&w);
                 self.checkin(w);
