@@ -201,6 +201,9 @@ async fn main() {
         http.clone(),
     )
     .await;
+    // A steady pool of python interpreters, as a loaded executor has.
+    let warm_loop = sc::parallel_loop(64, plan.loop_mif, sc::LOOP_PYTHON);
+    sc::time_one(&cluster, &ends, &warm_loop, json!({})).await;
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
