@@ -251,6 +251,11 @@ impl<T: Clone> RevisionCache<T> {
     fn put(&self, key: &str, v: T, rev: u64) {
         self.inner.insert(key.to_string(), (v, rev));
     }
+    /// Remember `v` at revision `rev` of `key`, just read: the next
+    /// [`update_cached`] starts from it instead of reading again.
+    pub fn remember(&self, key: &str, v: T, rev: u64) {
+        self.put(key, v, rev);
+    }
     /// Forget a key.
     pub fn forget(&self, key: &str) {
         self.inner.remove(key);

@@ -210,11 +210,6 @@ async fn on_boundary(
         decision.error = Some(error);
     }
 
-    // A token absorbed by a join says nothing about the step's status.
-    if !view.join {
-        record_step(mesh, &ev, &view).await?;
-    }
-
     // 2. One compare-and-set: applied only while this step-run's token is
     //    live, so a redelivered event changes nothing the second time.
     let failure = decision
@@ -227,7 +222,7 @@ async fn on_boundary(
         failure: failure.as_deref(),
         now: &now,
     };
-    let (header, applied) = apply_boundary(mesh, headers, &ev, &boundary).await?;
+    let (header, applied) = record_and_apply(mesh, headers, &ev, &view, &boundary).await?;
 
     // 3. Publish the tokens this step-run fired that are still live (on a
     //    redelivery: the same ones, same ids), and the events.
@@ -259,20 +254,52 @@ async fn boundary_plan(mesh: &Mesh, ev: &Event) -> Result<Arc<PlanRecord>, Bound
     }
 }
 
-/// Write the step's record (its status, last step-run, loop counts,
-/// error). It is written before the header can turn terminal, so whoever
-/// sees the execution end also sees how its last step ended, and only
-/// while this step-run's token is live (a redelivery after the header
-/// moved on must not overwrite a later run's record); a crash between the
-/// two writes repeats both, with the same content.
-async fn record_step(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Result<(), MeshError> {
-    let eid = ev.execution_id.as_str();
-    let live_now = kv::get::<ExecHeader>(mesh.exec_kv(), &Keys::header(eid))
-        .await?
-        .is_some_and(|h| h.is_live(&ev.step_run_id));
-    if !live_now {
-        return Ok(());
+/// The step's record (its status, last step-run, loop counts, error) and
+/// the header's compare-and-set. The record is written only while this
+/// step-run's token is live (a redelivery after the header moved on must
+/// not overwrite a later run's record; a token absorbed by a join says
+/// nothing about the step's status), and before the header can turn
+/// terminal, so whoever sees the execution end also sees how its last step
+/// ended: the two writes go out together, and a transition that would end
+/// the execution is held back until the record is written. A crash between
+/// them repeats both, with the same content. Returns the header now stored
+/// and whether this event changed it.
+async fn record_and_apply(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+    view: &BoundaryView,
+    boundary: &Boundary<'_>,
+) -> Result<(ExecHeader, bool), BoundaryError> {
+    let key = Keys::header(&ev.execution_id);
+    let fresh = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
+    let live = match fresh {
+        Some((h, rev)) => {
+            let live = h.is_live(&ev.step_run_id);
+            headers.remember(&key, h, rev);
+            live
+        }
+        None => false,
+    };
+    if !live || view.join {
+        let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
+        return Ok((done.header, done.applied));
     }
+    let (written, first) = tokio::join!(
+        write_step_record(mesh, ev, view),
+        apply_boundary(mesh, headers, ev, boundary, Ending::HeldBack)
+    );
+    written?;
+    let first = first?;
+    if !first.held_back {
+        return Ok((first.header, first.applied));
+    }
+    let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
+    Ok((done.header, done.applied))
+}
+
+/// Write the step's record for `ev`.
+async fn write_step_record(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Result<(), MeshError> {
     let record = StepRecord {
         status: step_status(&ev.event_type),
         last_step_run_id: ev.step_run_id.clone(),
@@ -282,39 +309,69 @@ async fn record_step(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Result<(),
             .map(|c| payloads::to_value(&c)),
         error: view.error.as_ref().map(error_text),
     };
-    kv::put(mesh.exec_kv(), &Keys::step(eid, &ev.step), &record).await?;
+    let key = Keys::step(&ev.execution_id, &ev.step);
+    kv::put(mesh.exec_kv(), &key, &record).await?;
     Ok(())
+}
+
+/// Whether a header write may end the execution.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Allowed,
+    /// Not yet (the step's record is being written): keep the header and
+    /// say so.
+    HeldBack,
+}
+
+/// What [`apply_boundary`] did.
+struct Applied {
+    /// The header now stored.
+    header: ExecHeader,
+    /// This event changed it.
+    applied: bool,
+    /// It would have ended the execution, and was held back.
+    held_back: bool,
 }
 
 /// The header compare-and-set of a boundary: applied only while the
 /// step-run's token is live ([`transition`]), so a redelivered event
-/// changes nothing the second time. Returns the header now stored and
-/// whether this event changed it.
+/// changes nothing the second time.
 async fn apply_boundary(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     ev: &Event,
     boundary: &Boundary<'_>,
-) -> Result<(ExecHeader, bool), BoundaryError> {
+    ending: Ending,
+) -> Result<Applied, BoundaryError> {
     let mut applied = false;
+    let mut held_back = false;
     let header = kv::update_cached(
         mesh.exec_kv(),
         &Keys::header(&ev.execution_id),
         headers,
-        |h: Option<&ExecHeader>| match h.and_then(|h| transition(h, boundary)) {
-            Some(next) => {
-                applied = true;
-                Cas::Write(next)
-            }
-            None => {
-                applied = false;
-                Cas::Keep
+        |h: Option<&ExecHeader>| {
+            applied = false;
+            held_back = false;
+            match h.and_then(|h| transition(h, boundary)) {
+                Some(next) if ending == Ending::HeldBack && next.status.is_terminal() => {
+                    held_back = true;
+                    Cas::Keep
+                }
+                Some(next) => {
+                    applied = true;
+                    Cas::Write(next)
+                }
+                None => Cas::Keep,
             }
         },
     )
     .await?;
     match header {
-        Some(header) => Ok((header, applied)),
+        Some(header) => Ok(Applied {
+            header,
+            applied,
+            held_back,
+        }),
         None => Err(BoundaryError::Refused(format!(
             "{} for execution {} which has no header",
             ev.event_type, ev.execution_id
