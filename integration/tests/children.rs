@@ -121,6 +121,16 @@ async fn nested_loops_through_child_playbooks_see_iter_parent() {
         assert_eq!(h.parent_execution_id, eid);
         assert_eq!(h.status, ExecStatus::Completed);
     }
+    // One W3C trace for the whole tree: every event of the parent and of
+    // its children carries the same trace id.
+    let parent_events = cluster.settled_events(&eid).await;
+    let trace = parent_events[0].trace_id.clone();
+    assert!(noetl_mesh::ids::is_w3c_trace_id(&trace), "{trace}");
+    assert!(parent_events.iter().all(|e| e.trace_id == trace));
+    for c in &children {
+        let evs = cluster.settled_events(c).await;
+        assert!(evs.iter().all(|e| e.trace_id == trace), "child {c}");
+    }
     cluster.stop().await;
 }
 

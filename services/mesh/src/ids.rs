@@ -14,6 +14,31 @@ pub fn derive_id(parts: &[&str]) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
+/// True for a W3C trace id: 32 lowercase hex digits, not all zero.
+pub fn is_w3c_trace_id(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && s.bytes().any(|b| b != b'0')
+}
+
+/// The trace id of an execution: the one its request carries when that is
+/// a W3C trace id (a child's is its parent's, so a tree of executions is
+/// one trace; a client may pass its own); otherwise one derived from what
+/// the request carries (or, when nothing, from the execution id), so every
+/// service and every redelivery agrees on it.
+pub fn trace_id_for(requested: &str, execution_id: &str) -> String {
+    if is_w3c_trace_id(requested) {
+        return requested.to_string();
+    }
+    let from = if requested.is_empty() {
+        execution_id
+    } else {
+        requested
+    };
+    derive_id(&["trace", from])
+}
+
 /// A fresh, time-ordered execution id (UUIDv7, simple form).
 pub fn new_execution_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
@@ -45,5 +70,18 @@ mod tests {
         assert!(!is_valid_execution_id("a.b"));
         assert!(!is_valid_execution_id("a b"));
         assert!(!is_valid_execution_id(""));
+    }
+
+    #[test]
+    fn trace_ids_are_w3c_and_stable() {
+        let t = trace_id_for("", "e1");
+        assert!(is_w3c_trace_id(&t), "{t}");
+        assert_eq!(t, trace_id_for("", "e1"), "every service derives the same");
+        assert_ne!(t, trace_id_for("", "e2"));
+        let given = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(trace_id_for(given, "e1"), given, "a W3C id is kept");
+        assert!(is_w3c_trace_id(&trace_id_for("legacy-trace", "e1")));
+        assert!(!is_w3c_trace_id("00000000000000000000000000000000"));
+        assert!(!is_w3c_trace_id("4BF92F3577B34DA6A3CE929D0E0E4736"));
     }
 }

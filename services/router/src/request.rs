@@ -115,11 +115,7 @@ fn plan_of(p: PlanOf<'_>) -> PlanRecord {
     plan.parent_execution_id = p.req.parent_execution_id.clone();
     plan.started_ms = p.now_ms;
     plan.parent_iter = codec::json_value(&p.req.parent_iter_json).unwrap_or(Value::Null);
-    plan.trace_id = if p.req.trace_id.is_empty() {
-        p.eid.to_string()
-    } else {
-        p.req.trace_id.clone()
-    };
+    plan.trace_id = noetl_mesh::ids::trace_id_for(&p.req.trace_id, p.eid);
     plan
 }
 
@@ -388,10 +384,11 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
         };
         e.mesh.health().metrics().execution(ended);
     }
+    let trace_id = noetl_mesh::ids::trace_id_for(&e.req.trace_id, e.eid);
     let ev = EventDraft {
         event_type,
         execution_id: e.eid,
-        trace_id: &e.req.trace_id,
+        trace_id: &trace_id,
         payload: payloads::to_value(&ExecutionEnded {
             status,
             error: Some(e.reason.clone()),
@@ -522,7 +519,8 @@ mod tests {
             plan.workload,
             serde_json::json!({"a": 1, "nested": {"x": 1, "y": 3}, "b": true})
         );
-        assert_eq!((plan.trace_id.as_str(), plan.started_ms), ("e9", 42));
+        assert_eq!(plan.started_ms, 42);
+        assert_eq!(plan.trace_id, noetl_mesh::ids::trace_id_for("", "e9"));
         assert_eq!(plan.parent_execution_id, "parent");
         assert!(plan.parent_iter.is_null());
     }
