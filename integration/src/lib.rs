@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::consumer::{self, DeliverPolicy};
-use futures::StreamExt;
 use noetl_inprocess::InProcess;
 use noetl_mesh::{
     codec,
@@ -292,39 +290,12 @@ impl Cluster {
 
 /// Every message currently in the events stream under `filter`, decoded.
 pub async fn events_of(mesh: &Mesh, filter: &str) -> Vec<Event> {
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
+    mesh.stored_events(filter)
         .await
-        .expect("events stream");
-    let info = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: filter.to_string(),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .expect("ordered consumer");
-    let mut consumer = info;
-    let name = consumer.cached_info().name.clone();
-    let pending = consumer.info().await.expect("consumer info").num_pending;
-    let mut out = Vec::new();
-    if pending == 0 {
-        let _ = stream.delete_consumer(&name).await;
-        return out;
-    }
-    let mut messages = consumer.messages().await.expect("messages");
-    while let Some(m) = messages.next().await {
-        let m = m.expect("event message");
-        out.push(codec::decode_event(&m.payload).expect("decode event"));
-        if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
-            break;
-        }
-    }
-    // Tests poll: do not leave an ephemeral consumer per call behind.
-    drop(messages);
-    let _ = stream.delete_consumer(&name).await;
-    out
+        .expect("read the events stream")
+        .into_iter()
+        .map(|e| e.expect("decode event"))
+        .collect()
 }
 
 /// Event types in order.

@@ -132,6 +132,52 @@ impl EventDraft<'_> {
     }
 }
 
+impl crate::Mesh {
+    /// Every event stored under `filter` (a subject pattern, e.g.
+    /// [`crate::subjects::Subjects::events_of`]), in stream order, each
+    /// decoded or its decode error; read with one ordered consumer that is
+    /// deleted afterwards (callers poll).
+    pub async fn stored_events(
+        &self,
+        filter: &str,
+    ) -> Result<Vec<Result<Event, crate::codec::DecodeError>>, crate::MeshError> {
+        use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+        use futures::StreamExt;
+        let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
+            consumer: format!("reader of {filter}"),
+            message: e.to_string(),
+        };
+        let stream = self
+            .js()
+            .get_stream(self.subjects().events_stream())
+            .await
+            .map_err(|e| failed(&e))?;
+        let mut consumer = stream
+            .create_consumer(OrderedConfig {
+                filter_subject: filter.to_string(),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed(&e))?;
+        let name = consumer.cached_info().name.clone();
+        let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
+        let mut out = Vec::new();
+        if pending > 0 {
+            let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
+            while let Some(m) = messages.next().await {
+                let m = m.map_err(|e| failed(&e))?;
+                out.push(crate::codec::decode_event(&m.payload));
+                if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+        }
+        let _ = stream.delete_consumer(&name).await;
+        Ok(out)
+    }
+}
+
 /// The payload of an event as JSON (`{}` when empty or invalid).
 pub fn payload(event: &Event) -> Value {
     crate::codec::json_value(&event.payload_json)

@@ -126,12 +126,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let Some(header) = mesh.exec_header(&a.id).await? else {
-        eprintln!(
-            "error: no execution {:?} at {}",
-            a.id,
-            display_urls(&mesh.config().nats_url)
-        );
-        return Ok(ExitCode::from(2));
+        return Ok(no_execution(&mesh, &a.id));
     };
     if header.status != ExecStatus::Running {
         println!("execution {} already ended ({:?})", a.id, header.status);
@@ -213,12 +208,7 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);
         if done || !a.wait {
             if header.is_none() {
-                eprintln!(
-                    "error: no execution {:?} at {}",
-                    a.id,
-                    display_urls(&mesh.config().nats_url)
-                );
-                return Ok(ExitCode::from(2));
+                return Ok(no_execution(&mesh, &a.id));
             }
             break;
         }
@@ -326,52 +316,19 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every stored event of `eid`, in order.
-async fn events_of(mesh: &noetl_mesh::Mesh, eid: &str) -> anyhow::Result<Vec<noetl_wire::Event>> {
-    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-    use futures::StreamExt;
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
-        .await?;
-    let mut consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: mesh.subjects().events_of(eid),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await?;
-    let mut out = Vec::new();
-    if consumer.info().await?.num_pending == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer.messages().await?;
-    while let Some(m) = messages.next().await {
-        let m = m?;
-        if let Ok(ev) = codec::decode_event(&m.payload) {
-            out.push(ev);
-        }
-        if m.info().map(|i| i.pending == 0).unwrap_or(true) {
-            break;
-        }
-    }
-    Ok(out)
-}
-
 async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     use super::tree::Tree;
     let mesh = a.mesh.attach().await?;
     let clear = a.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
     loop {
         let Some(header) = mesh.exec_header(&a.id).await? else {
-            eprintln!(
-                "error: no execution {:?} at {}",
-                a.id,
-                display_urls(&mesh.config().nats_url)
-            );
-            return Ok(ExitCode::from(2));
+            return Ok(no_execution(&mesh, &a.id));
         };
-        let tree = Tree::from_events(&a.id, &events_of(&mesh, &a.id).await?);
+        let stored = mesh
+            .stored_events(&mesh.subjects().events_of(&a.id))
+            .await?;
+        let events: Vec<_> = stored.into_iter().filter_map(Result::ok).collect();
+        let tree = Tree::from_events(&a.id, &events);
         if a.json {
             println!("{}", serde_json::to_string_pretty(&tree)?);
         } else {
@@ -400,4 +357,13 @@ async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
             println!();
         }
     }
+}
+
+/// Say that `id` is not an execution of this mesh; exit code 2.
+fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
+    eprintln!(
+        "error: no execution {id:?} at {}",
+        display_urls(&mesh.config().nats_url)
+    );
+    ExitCode::from(2)
 }

@@ -21,8 +21,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-use futures::StreamExt;
 use noetl_mesh::state::{ExecHeader, ExecSummary};
 use noetl_mesh::{codec, Mesh, MeshConfig};
 use noetl_wire::{Event, ExecutionRequest};
@@ -106,37 +104,14 @@ async fn submit(mesh: &Mesh, eid: &str, case: &mix::Case, api: &str) {
 
 /// Every event of `eid` in the stream, in order.
 async fn events_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, String> {
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
+    let stored = mesh
+        .stored_events(&mesh.subjects().events_of(eid))
         .await
         .map_err(|e| e.to_string())?;
-    let mut consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: mesh.subjects().events_of(eid),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    let pending = consumer
-        .info()
-        .await
-        .map_err(|e| e.to_string())?
-        .num_pending;
-    let mut out = Vec::new();
-    if pending == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
-    while let Some(m) = messages.next().await {
-        let m = m.map_err(|e| e.to_string())?;
-        out.push(codec::decode_event(&m.payload).map_err(|e| e.to_string())?);
-        if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
-            break;
-        }
-    }
-    Ok(out)
+    stored
+        .into_iter()
+        .map(|e| e.map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// Wait until `eid` is terminal and its terminal event is stored; false
