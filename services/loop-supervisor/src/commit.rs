@@ -124,7 +124,8 @@ impl Leader<'_> {
                     _ => return,
                 }
             };
-            match write_batch(mesh, run, &batch).await {
+            let reports: Vec<(u64, &Claim)> = batch.iter().map(|w| (w.index, &w.claim)).collect();
+            match write_batch(mesh, run, &reports).await {
                 Ok(Some(results)) => {
                     for (w, c) in batch.into_iter().zip(results) {
                         let _ = w.reply.send(Some(c));
@@ -152,11 +153,12 @@ impl Drop for Leader<'_> {
     }
 }
 
-/// One compare-and-set counting every report of `batch`, in order.
+/// One compare-and-set counting every report of `batch` (index and
+/// claim), in order; `None` when the run is unknown.
 async fn write_batch(
     mesh: &Mesh,
     run: &Run<'_>,
-    batch: &[Waiting],
+    batch: &[(u64, &Claim)],
 ) -> Result<Option<Vec<Counted>>, MeshError> {
     let mut results = Vec::new();
     let stored = kv::update(mesh.loop_kv(), run.key, |r: Option<&LoopRun>| {
@@ -164,7 +166,7 @@ async fn write_batch(
         let Some(r) = r else { return Cas::Keep };
         let arrivals: Vec<Arrival<'_>> = batch
             .iter()
-            .map(|w| run.arrival(w.index, &w.claim))
+            .map(|(index, claim)| run.arrival(*index, claim))
             .collect();
         let (next, each) = count_batch(r, &arrivals);
         results = each;
@@ -184,18 +186,6 @@ async fn write_alone(
     index: u64,
     claim: &Claim,
 ) -> Result<Option<Counted>, MeshError> {
-    let arrival = run.arrival(index, claim);
-    let mut result = None;
-    let stored = kv::update(mesh.loop_kv(), run.key, |r: Option<&LoopRun>| {
-        result = None;
-        let Some(r) = r else { return Cas::Keep };
-        let (next, mut each) = count_batch(r, std::slice::from_ref(&arrival));
-        result = each.pop();
-        match next {
-            Some(next) => Cas::Write(next),
-            None => Cas::Keep,
-        }
-    })
-    .await?;
-    Ok(stored.and(result))
+    let counted = write_batch(mesh, run, &[(index, claim)]).await?;
+    Ok(counted.and_then(|mut each| each.pop()))
 }
