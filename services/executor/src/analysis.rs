@@ -76,10 +76,7 @@ impl StepNeeds {
         }
         let roots = scope::roots(templates.iter().map(String::as_str));
         let steps = plan
-            .playbook
-            .workflow
-            .iter()
-            .map(|s| s.step.as_str())
+            .step_names()
             .filter(|name| roots.contains(*name) && !is_builtin(name))
             .map(str::to_string)
             .collect();

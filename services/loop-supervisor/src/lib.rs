@@ -536,12 +536,7 @@ async fn loop_scope(
         all.extend(scope::strings(m));
     }
     let roots = scope::roots(all);
-    let names: Vec<&str> = plan
-        .playbook
-        .workflow
-        .iter()
-        .map(|s| s.step.as_str())
-        .collect();
+    let names: Vec<&str> = plan.step_names().collect();
     let loaded = scope::load(mesh, &plan.execution_id, &roots, &names).await?;
     let mut sc = Scope::new()
         .workload(plan.workload.clone())

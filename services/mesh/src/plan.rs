@@ -73,17 +73,17 @@ impl PlanRecord {
             .unwrap_or(default)
     }
 
+    /// The names of the playbook's steps, in workflow order.
+    pub fn step_names(&self) -> impl Iterator<Item = &str> {
+        self.playbook.workflow.iter().map(|s| s.step.as_str())
+    }
+
     /// True when some template of the playbook reads `step`'s result by
     /// name (`{{ step.x }}`): only then is the result worth storing in KV.
     pub fn is_result_referenced(&self, step: &str) -> bool {
         self.referenced
             .get_or_init(|| {
-                let names: std::collections::BTreeSet<&str> = self
-                    .playbook
-                    .workflow
-                    .iter()
-                    .map(|s| s.step.as_str())
-                    .collect();
+                let names: std::collections::BTreeSet<&str> = self.step_names().collect();
                 let json = serde_json::to_value(&self.playbook).unwrap_or(Value::Null);
                 let roots = crate::scope::roots(crate::scope::strings(&json));
                 roots

@@ -121,12 +121,7 @@ async fn arc_scope(
     templates: &[&str],
 ) -> Result<Scope, MeshError> {
     let roots = scope::roots(templates.iter().copied());
-    let names: Vec<&str> = plan
-        .playbook
-        .workflow
-        .iter()
-        .map(|s| s.step.as_str())
-        .collect();
+    let names: Vec<&str> = plan.step_names().collect();
     let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
     let args = view.args.clone().unwrap_or_else(|| json!({}));
     let mut sc = Scope::new()
@@ -272,16 +267,17 @@ async fn record_and_apply(
     boundary: &Boundary<'_>,
 ) -> Result<(ExecHeader, bool), BoundaryError> {
     let key = Keys::header(&ev.execution_id);
-    let fresh = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
-    let live = match fresh {
-        Some((h, rev)) => {
-            let live = h.is_live(&ev.step_run_id);
-            headers.remember(&key, h, rev);
-            live
+    match kv::read::<ExecHeader>(mesh.exec_kv(), &key).await? {
+        // Not live (a redelivery after the header moved on): the header
+        // just read is the answer; `transition` would change nothing.
+        Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((h, false)),
+        Some((h, rev)) => headers.remember(&key, h, rev),
+        // No header: nothing to record; refused, naming the event.
+        None => {
+            apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
         }
-        None => false,
-    };
-    if !live || view.join {
+    }
+    if view.join {
         let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
         return Ok((done.header, done.applied));
     }
