@@ -191,6 +191,14 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with $v.tracing }}
+{{- if .otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | default "http/protobuf" | quote }}
+{{- end }}
+{{- end }}
 {{- with $v.objectStore }}
 {{- if .url }}
 - name: NOETL_OBJECT_STORE

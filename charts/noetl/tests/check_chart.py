@@ -231,6 +231,14 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
         c.ok(env.get("NOETL_PREFIX", {}).get("value") == v["prefix"], f"{where}: NOETL_PREFIX")
         c.ok(env.get("NOETL_REPLICAS", {}).get("value") == str(v["nats"]["replicas"]),
              f"{where}: NOETL_REPLICAS != {v['nats']['replicas']}")
+        otlp = v.get("tracing", {}).get("otlpEndpoint", "")
+        if otlp:
+            c.ok(env.get("OTEL_EXPORTER_OTLP_ENDPOINT", {}).get("value") == otlp,
+                 f"{where}: OTEL_EXPORTER_OTLP_ENDPOINT")
+            c.ok(env.get("OTEL_EXPORTER_OTLP_PROTOCOL", {}).get("value") == v["tracing"].get("protocol", "http/protobuf"),
+                 f"{where}: OTEL_EXPORTER_OTLP_PROTOCOL")
+        else:
+            c.ok("OTEL_EXPORTER_OTLP_ENDPOINT" not in env, f"{where}: spans exported without tracing.otlpEndpoint")
         for var, ref in [("NOETL_SECRET_KEY", v["secretKey"]["existingSecret"]),
                          ("AWS_SECRET_ACCESS_KEY", v["objectStore"]["existingSecret"])]:
             if ref:
@@ -295,6 +303,7 @@ def check_cluster_specifics(c: Checks, docs: list[dict]) -> None:
              f"{where}: NOETL_NATS_CREDS")
         c.ok(env.get("NOETL_NATS_CA", {}).get("value") == "/etc/noetl/nats-tls/ca.crt", f"{where}: NOETL_NATS_CA")
         c.ok(env.get("NOETL_OBJECT_STORE", {}).get("value", "").startswith("s3://"), f"{where}: NOETL_OBJECT_STORE")
+        c.ok(env.get("OTEL_EXPORTER_OTLP_PROTOCOL", {}).get("value") == "grpc", f"{where}: OTLP over gRPC")
         vols = {x["name"]: x for x in d["spec"]["template"]["spec"]["volumes"]}
         c.ok(vols.get("nats-credentials", {}).get("secret", {}).get("secretName") == "noetl-nats-creds",
              f"{where}: creds volume")

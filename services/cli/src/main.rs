@@ -4,7 +4,7 @@ mod commands;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// NoETL mesh: a declarative workflow engine on NATS JetStream.
 #[derive(Parser)]
@@ -39,6 +39,11 @@ enum Command {
     /// Operate a mesh: create its streams and buckets.
     #[command(subcommand)]
     Admin(commands::admin::Command),
+    /// Print a shell completion script (`noetl completions bash > /etc/bash_completion.d/noetl`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,6 +58,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(a) => commands::validate::run(a),
         Command::Schema(a) => commands::schema::run(a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "noetl", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         other => match tokio::runtime::Runtime::new() {
             Ok(rt) => rt.block_on(async move {
                 match other {
@@ -63,7 +72,9 @@ fn main() -> ExitCode {
                     Command::Credential(c) => commands::credential::run(c).await,
                     Command::Playbook(c) => commands::playbook::run(c).await,
                     Command::Admin(c) => commands::admin::run(c).await,
-                    Command::Validate(_) | Command::Schema(_) => unreachable!("handled above"),
+                    Command::Validate(_) | Command::Schema(_) | Command::Completions { .. } => {
+                        unreachable!("handled above")
+                    }
                 }
             }),
             Err(e) => Err(e.into()),
@@ -73,7 +84,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            commands::exit::of_error(&e).into()
         }
     }
 }

@@ -236,7 +236,11 @@ fn an_invalid_playbook_is_refused_with_its_line() {
         .args(["run", &fixture("invalid.yaml")])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a playbook that does not load: usage"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid.yaml:11:17: error[E030]"), "{err}");
     let out = noetl()
@@ -499,13 +503,26 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         .args(["exec", "show", "no-such-id", "--nats", &url])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3), "not found");
 
+    for cmd in ["status", "cancel"] {
+        let out = noetl()
+            .args(["exec", cmd, "no-such-id", "--nats", &url])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "exec {cmd}: not found");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no execution \"no-such-id\""));
+    }
+    // exec cancel --json on an ended execution: nothing requested.
     let out = noetl()
-        .args(["exec", "status", "no-such-id", "--nats", &url])
+        .args(["exec", "cancel", &id, "--json", "--nats", &url])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert!(out.status.success());
+    let c = json_of(&out);
+    assert_eq!(c["execution_id"], id.as_str());
+    assert_eq!(c["requested"], false);
+    assert_eq!(c["status"], "completed");
     let out = noetl()
         .args(["serve", "executor", "--kind", "nope", "--nats", &url])
         .output()
@@ -615,8 +632,21 @@ fn credentials_resolve_where_used_and_never_leak() {
     assert!(haystack.contains("task.done"), "the store was searched");
 
     // A declared credential that is not stored fails before the first step.
-    let out = cli().args(["credential", "delete", "db"]).output().unwrap();
+    let out = cli()
+        .args(["credential", "delete", "db", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
+    assert_eq!(
+        json_of(&out),
+        serde_json::json!({"name": "db", "deleted": true})
+    );
+    let out = cli().args(["credential", "delete", "db"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "deleting what is not stored: not found"
+    );
     let out = cli()
         .args(["run", "--json", "--timeout", "120"])
         .arg(fixture("keychain_python.yaml"))
@@ -719,14 +749,14 @@ fn playbooks_register_list_show_and_run_by_path_from_the_local_store() {
         .arg(&no_path)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "usage");
     assert!(String::from_utf8_lossy(&out.stderr).contains("metadata.path"));
     // Unknown version on show.
     let out = cli()
         .args(["playbook", "show", "demo/catalogued", "--version", "9"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "not found");
     assert!(String::from_utf8_lossy(&out.stderr).contains("version 9"));
 }
 
@@ -828,6 +858,67 @@ fn events_decode_prints_a_raw_message_from_stdin() {
         "{text}"
     );
     let out = decode(b"garbage\n", &[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad input: usage");
     assert!(String::from_utf8_lossy(&out.stderr).contains("stdin line 1"));
+}
+
+#[test]
+fn completions_generate_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef noetl"),
+        ("fish", "complete -c noetl"),
+    ] {
+        let out = noetl().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script:.200}");
+        for sub in ["validate", "exec", "events", "credential"] {
+            assert!(script.contains(sub), "{shell} completes `{sub}`");
+        }
+    }
+    let out = noetl().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown shell: usage");
+}
+
+#[test]
+fn exit_codes_tell_timeout_and_unreachable_nats_apart() {
+    // A run that outlives its --timeout: 4.
+    let out = noetl()
+        .args(["run", "--timeout", "1", &fixture("slow.yaml")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing listens on the port: 5.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = noetl()
+        .args([
+            "exec",
+            "list",
+            "--nats",
+            &format!("nats://127.0.0.1:{port}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Flags clap refuses: 2.
+    let out = noetl()
+        .args(["exec", "list", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

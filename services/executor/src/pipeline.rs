@@ -1366,7 +1366,9 @@ fn render_config(task: &Task, raw: &[&str], scope: &Scope) -> Result<Map<String,
 /// replica.
 async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
     let kind = call.kind.clone();
-    match tokio::spawn(tool.call(call)).await {
+    // On the task's span: a tool's own spans and propagated trace context
+    // (the http tool's `traceparent`) belong to the task.
+    match tokio::spawn(tool.call(call).in_current_span()).await {
         Ok(r) => r,
         Err(e) => ToolReturn::from(Outcome::error(
             "tool.panic",
@@ -1384,7 +1386,7 @@ async fn call_tool_within(
     left: Duration,
 ) -> Option<ToolReturn> {
     let kind = call.kind.clone();
-    let mut handle = tokio::spawn(tool.call(call));
+    let mut handle = tokio::spawn(tool.call(call).in_current_span());
     match tokio::time::timeout(left, &mut handle).await {
         Ok(Ok(r)) => Some(r),
         Ok(Err(e)) => Some(ToolReturn::from(Outcome::error(

@@ -60,6 +60,14 @@ pub mod types {
     pub const STEP_DEADLINE: &str = "step.deadline";
 }
 
+/// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);
+/// `None` when it does not parse.
+pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(std::time::SystemTime::from)
+}
+
 /// Current time, RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
     let now = time::OffsetDateTime::now_utc();

@@ -357,6 +357,19 @@ impl Mesh {
         headers: Option<async_nats::HeaderMap>,
     ) -> Result<PendingAck, MeshError> {
         let mut msg = jetstream::message::PublishMessage::build().payload(payload);
+        // The publishing span's trace context, so the consumer's span is its
+        // child (nothing when spans are not exported).
+        let trace = noetl_telemetry::propagation::current_headers();
+        let headers = match (headers, trace.is_empty()) {
+            (h, true) => h,
+            (h, false) => {
+                let mut h = h.unwrap_or_default();
+                for (name, value) in trace {
+                    h.insert(name, value.as_str());
+                }
+                Some(h)
+            }
+        };
         if let Some(h) = headers {
             msg = msg.headers(h);
         }

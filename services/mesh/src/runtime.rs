@@ -11,6 +11,7 @@ use async_nats::jetstream::{consumer::PullConsumer, AckKind, Message};
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::health::ConsumerHealth;
 use crate::{Mesh, MeshError};
@@ -270,7 +271,10 @@ async fn dispatch(
         Disposition::DeadLetter(format!("delivered {delivered} times without being handled"))
     } else {
         let started = std::time::Instant::now();
-        let fut = handler.handle(msg.clone());
+        let span = consume_span(mesh, name, &msg);
+        let fut = span
+            .in_scope(|| handler.handle(msg.clone()))
+            .instrument(span);
         let d = match tokio::spawn(fut).await {
             Ok(d) => d,
             Err(e) => Disposition::DeadLetter(format!("handler panicked: {e}")),
@@ -310,6 +314,50 @@ async fn dispatch(
     if let Err(e) = acked {
         tracing::warn!(consumer = %name, subject = %msg.subject, error = %e, "ack failed; message will be redelivered");
     }
+}
+
+/// The span a consumer handles `msg` in: parented to the trace context the
+/// message carries (`traceparent`), else to the root span of its execution
+/// ([`noetl_telemetry::root`]), so every hop of an execution is in its one
+/// trace. Debug level: free unless spans are exported or logged at debug.
+fn consume_span(mesh: &Mesh, consumer: &str, msg: &Message) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "consume",
+        otel.name = %format_args!("consume {consumer}"),
+        otel.kind = "consumer",
+        messaging.system = "nats",
+        messaging.destination.name = %msg.subject,
+        consumer = %consumer,
+    );
+    if !noetl_telemetry::enabled() {
+        return span;
+    }
+    let parent = trace_parent(msg).or_else(|| {
+        let eid = execution_of(mesh, msg)?;
+        noetl_telemetry::root::context(&crate::ids::trace_id_for("", &eid), &eid)
+    });
+    match parent {
+        Some(cx) => {
+            noetl_telemetry::propagation::set_parent(&span, cx);
+            span
+        }
+        // Nothing to attach it to (an execution request from outside): the
+        // handler starts the trace itself.
+        None => tracing::Span::none(),
+    }
+}
+
+/// The trace context `msg` was published with (its `traceparent` and
+/// `tracestate` headers), when valid.
+pub fn trace_parent(msg: &Message) -> Option<noetl_telemetry::Context> {
+    use noetl_telemetry::propagation::{parent_from, TRACEPARENT, TRACESTATE};
+    let header = |name: &str| {
+        msg.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str())
+    };
+    parent_from(header(TRACEPARENT), header(TRACESTATE))
 }
 
 /// Header naming the subject a dead letter came from.

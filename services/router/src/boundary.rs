@@ -531,8 +531,29 @@ pub(crate) async fn emit_terminal(
         _ => "failed",
     };
     mesh.health().metrics().execution(ended);
+    if root_span_is_ours(header, trace_id) {
+        let now = std::time::SystemTime::now();
+        let started = noetl_mesh::events::parse_rfc3339(&header.started_at).unwrap_or(now);
+        noetl_telemetry::root::export(&noetl_telemetry::root::ExecutionSpan {
+            execution_id: eid,
+            trace_id,
+            playbook: &header.playbook,
+            status: ended,
+            error: header.error.as_deref(),
+            started,
+            ended: now,
+        });
+    }
     tracing::info!(execution_id = %eid, status = ?status, "execution finished");
     Ok(())
+}
+
+/// Whether the router exports the execution's root span: when the trace is
+/// the execution's own (no parent execution, and its request carried no
+/// trace, so every service parented its first hop to the derived root).
+fn root_span_is_ours(header: &ExecHeader, trace_id: &str) -> bool {
+    header.parent_execution_id.is_empty()
+        && trace_id == noetl_mesh::ids::trace_id_for("", &header.execution_id)
 }
 
 /// One of the execution's messages was dead-lettered: nothing will ever

@@ -20,6 +20,7 @@ use noetl_mesh::{
 };
 use noetl_wire::{ExecutionRequest, Token};
 use serde_json::Value;
+use tracing::Instrument;
 
 /// Handles `<p>.exec.request`.
 pub struct RequestHandler {
@@ -41,12 +42,34 @@ impl Handler for RequestHandler {
                 }
             };
             let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-            runtime::disposition(start(&mesh, req, seq).await)
+            let span = request_span(&msg, &req, seq);
+            runtime::disposition(start(&mesh, req, seq).instrument(span).await)
         })
     }
 }
 
 use noetl_mesh::runtime::HandlerError as StartError;
+
+/// The span a request is started in. A request published with a
+/// `traceparent` continues that trace (the consume span is its parent);
+/// any other starts the execution's own, under the root span its ids are
+/// derived from ([`noetl_telemetry::root`]), which the router exports when
+/// the execution ends.
+fn request_span(msg: &Message, req: &ExecutionRequest, seq: u64) -> tracing::Span {
+    let eid = if req.execution_id.is_empty() {
+        format!("e{seq}")
+    } else {
+        req.execution_id.clone()
+    };
+    let span = tracing::debug_span!("execution.request", execution_id = %eid);
+    if noetl_telemetry::enabled() && runtime::trace_parent(msg).is_none() {
+        let trace = noetl_mesh::ids::trace_id_for(&req.trace_id, &eid);
+        if let Some(cx) = noetl_telemetry::root::context(&trace, &eid) {
+            noetl_telemetry::propagation::set_parent(&span, cx);
+        }
+    }
+    span
+}
 
 /// What a request's playbook is called in diagnostics and the header: its
 /// `source_name`, else its catalog path, else `<inline>`.
@@ -115,8 +138,18 @@ fn plan_of(p: PlanOf<'_>) -> PlanRecord {
     plan.parent_execution_id = p.req.parent_execution_id.clone();
     plan.started_ms = p.now_ms;
     plan.parent_iter = codec::json_value(&p.req.parent_iter_json).unwrap_or(Value::Null);
-    plan.trace_id = noetl_mesh::ids::trace_id_for(&p.req.trace_id, p.eid);
+    plan.trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(p.req), p.eid);
     plan
+}
+
+/// The trace a request asks for: its `trace_id`, else the trace of the
+/// `traceparent` it was published with (the consume span's), else none.
+fn requested_trace(req: &ExecutionRequest) -> String {
+    if req.trace_id.is_empty() {
+        noetl_telemetry::propagation::current_trace_id().unwrap_or_default()
+    } else {
+        req.trace_id.clone()
+    }
 }
 
 /// The execution id a request gets: its own, else `e<stream sequence>` (the
@@ -384,7 +417,7 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
         };
         e.mesh.health().metrics().execution(ended);
     }
-    let trace_id = noetl_mesh::ids::trace_id_for(&e.req.trace_id, e.eid);
+    let trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(e.req), e.eid);
     let ev = EventDraft {
         event_type,
         execution_id: e.eid,

@@ -3,6 +3,7 @@
 //! never do, so an operator can prepare a mesh, or bring its replica count
 //! to `NOETL_REPLICAS`, before any service runs.
 
+use crate::commands::exit::Exit;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -91,7 +92,7 @@ async fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
             "warning: {kept} stream(s) keep another replica count than {} (see above)",
             config.replicas
         );
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Infrastructure.into());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! What several commands share: mesh connection flags, workload building,
 //! summaries (the tool set and in-process services are `noetl-inprocess`).
 
+use crate::commands::exit::Exit;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -188,13 +189,21 @@ pub fn print_summary(s: &ExecSummary) {
 /// Exit code for a final status: 0 completed, 1 failed or cancelled.
 pub fn exit_code(status: ExecStatus) -> std::process::ExitCode {
     match status {
-        ExecStatus::Completed => std::process::ExitCode::SUCCESS,
-        _ => std::process::ExitCode::from(1),
+        ExecStatus::Completed => Exit::Ok.into(),
+        _ => Exit::Failed.into(),
     }
 }
 
-/// Logging for services (`RUST_LOG`, default info; text or JSON).
-pub fn init_tracing(json: bool, default_level: &str) {
+/// Logging (`RUST_LOG`, default `default_level`; text or JSON) and span
+/// export (OpenTelemetry over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is
+/// set; docs/observability.md) of a process reporting as `service`. Keep
+/// the guard until the process ends: dropping it flushes the spans.
+pub fn init_tracing(
+    json: bool,
+    default_level: &str,
+    service: &str,
+) -> anyhow::Result<noetl_telemetry::export::Guard> {
+    use tracing_subscriber::Layer;
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // The database driver logs statement text and parameters at debug
@@ -206,13 +215,17 @@ pub fn init_tracing(json: bool, default_level: &str) {
             filter = filter.add_directive(d);
         }
     }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    if json {
-        let _ = builder.json().try_init();
+    let logs = if json {
+        fmt.json().with_filter(filter).boxed()
     } else {
-        let _ = builder.try_init();
-    }
+        fmt.with_filter(filter).boxed()
+    };
+    let guard = noetl_telemetry::export::init(noetl_telemetry::export::Setup {
+        service: service.to_string(),
+        logs,
+    })?;
+    Ok(guard)
 }

@@ -4,6 +4,7 @@
 //! `noetl run` (under `NOETL_HOME`), so a credential put here is there for
 //! later local runs.
 
+use crate::commands::exit::Exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,6 +27,9 @@ pub enum Command {
         /// A JSON object with the credential's fields (`-` for stdin).
         #[arg(long = "from-file")]
         from_file: PathBuf,
+        /// Print `{"name", "kind", "stored": true}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -41,6 +45,9 @@ pub enum Command {
     Delete {
         /// Credential name.
         name: String,
+        /// Print `{"name", "deleted": true}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -60,6 +67,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             name,
             kind,
             from_file,
+            json,
             ..
         } => {
             let text = if from_file.as_os_str() == "-" {
@@ -84,7 +92,14 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                     data,
                 })
                 .await?;
-            println!("stored credential `{name}` ({kind})");
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"name": name, "kind": kind, "stored": true})
+                );
+            } else {
+                println!("stored credential `{name}` ({kind})");
+            }
         }
         Command::List { json, .. } => {
             let all = vault.list().await?;
@@ -98,12 +113,16 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Delete { name, .. } => {
+        Command::Delete { name, json, .. } => {
             if !vault.delete(&name).await? {
                 eprintln!("error: credential `{name}` is not stored");
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::NotFound.into());
             }
-            println!("deleted credential `{name}`");
+            if json {
+                println!("{}", serde_json::json!({"name": name, "deleted": true}));
+            } else {
+                println!("deleted credential `{name}`");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

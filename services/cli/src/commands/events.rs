@@ -1,5 +1,7 @@
 //! `noetl events tail`: follow the event stream.
 
+use crate::commands::exit::Exit;
+use noetl_mesh::MeshError;
 use std::process::ExitCode;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
@@ -147,7 +149,7 @@ fn decode_stdin(a: &DecodeArgs) -> anyhow::Result<ExitCode> {
         print_event(ev, 0, a.json);
     }
     Ok(if events.is_empty() || !errors.is_empty() {
-        ExitCode::from(1)
+        Exit::Usage.into()
     } else {
         ExitCode::SUCCESS
     })
@@ -226,24 +228,36 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     let filter = mesh
         .subjects()
         .events_matching(a.execution.as_deref(), &types.subject);
+    let stream_name = mesh.subjects().events_stream();
+    // NATS failures past joining are the mesh's (exit 5), named by what failed.
+    let setup = |e: &dyn std::fmt::Display| MeshError::Setup {
+        what: format!("an ordered consumer on stream {stream_name}"),
+        message: e.to_string(),
+    };
+    let consume = |e: &dyn std::fmt::Display| MeshError::Consume {
+        consumer: format!("events tail on {stream_name}"),
+        message: e.to_string(),
+    };
     let stream = mesh
         .js()
-        .get_stream(mesh.subjects().events_stream())
-        .await?;
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| setup(&e))?;
     let mut consumer = stream
         .create_consumer(OrderedConfig {
             filter_subject: filter,
             deliver_policy: deliver_policy(&a)?,
             ..Default::default()
         })
-        .await?;
-    if a.no_follow && consumer.info().await?.num_pending == 0 {
+        .await
+        .map_err(|e| setup(&e))?;
+    if a.no_follow && consumer.info().await.map_err(|e| consume(&e))?.num_pending == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut messages = consumer.messages().await?;
+    let mut messages = consumer.messages().await.map_err(|e| consume(&e))?;
     let mut printed = 0u64;
     while let Some(m) = messages.next().await {
-        let m = m?;
+        let m = m.map_err(|e| consume(&e))?;
         let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
         let ev: Event = match codec::decode_event(&m.payload) {
             Ok(e) => e,

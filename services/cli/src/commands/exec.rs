@@ -1,6 +1,7 @@
 //! `noetl exec start FILE|PATH`, `noetl exec status ID` and
 //! `noetl exec cancel ID`.
 
+use crate::commands::exit::Exit;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -70,6 +71,10 @@ pub struct CancelArgs {
     /// execution had already ended); give up after 30 s.
     #[arg(long)]
     pub wait: bool,
+    /// Print `{"execution_id", "requested", "status"}`: whether a
+    /// cancellation was requested, and the status last read.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub mesh: MeshArgs,
 }
@@ -102,7 +107,7 @@ pub struct StatusArgs {
     /// Wait until the execution has ended.
     #[arg(long)]
     pub wait: bool,
-    /// Give up waiting after this many seconds (exit 2).
+    /// Give up waiting after this many seconds (exit 4).
     #[arg(long, default_value_t = 3600)]
     pub timeout: u64,
     /// Print the JSON summary (as `noetl run --json`).
@@ -128,33 +133,48 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     let Some(header) = mesh.exec_header(&a.id).await? else {
         return Ok(no_execution(&mesh, &a.id));
     };
+    let said = |requested: bool, status: ExecStatus, text: String| {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "execution_id": a.id,
+                    "requested": requested,
+                    "status": status_name(status),
+                })
+            );
+        } else {
+            println!("{text}");
+        }
+    };
     if header.status != ExecStatus::Running {
-        println!("execution {} already ended ({:?})", a.id, header.status);
+        let text = format!("execution {} already ended ({:?})", a.id, header.status);
+        said(false, header.status, text);
         return Ok(ExitCode::SUCCESS);
     }
     mesh.request_cancel(&a.id, &a.reason).await?;
-    if a.wait {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match mesh.exec_header(&a.id).await? {
-                Some(h) if h.status != ExecStatus::Running => {
-                    println!("execution {} {:?}", a.id, h.status);
-                    break;
-                }
-                _ if Instant::now() > deadline => {
-                    eprintln!(
-                        "error: no router recorded the cancellation of {} within 30 s",
-                        a.id
-                    );
-                    return Ok(ExitCode::from(2));
-                }
-                _ => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    } else {
-        println!("cancellation of {} requested", a.id);
+    if !a.wait {
+        let text = format!("cancellation of {} requested", a.id);
+        said(true, ExecStatus::Running, text);
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match mesh.exec_header(&a.id).await? {
+            Some(h) if h.status != ExecStatus::Running => {
+                said(true, h.status, format!("execution {} {:?}", a.id, h.status));
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ if Instant::now() > deadline => {
+                eprintln!(
+                    "error: no router recorded the cancellation of {} within 30 s",
+                    a.id
+                );
+                return Ok(Exit::Timeout.into());
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
@@ -173,7 +193,7 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
     if path.is_file() {
         if let Err(e) = noetl_core::load::load_file(path) {
             eprintln!("{}", e.render_human());
-            return Ok(ExitCode::from(1));
+            return Ok(Exit::Usage.into());
         }
         req.playbook_yaml = std::fs::read_to_string(path)?;
         req.source_name = a.playbook.clone();
@@ -217,7 +237,7 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
                 "error: execution {} still running after {} s",
                 a.id, a.timeout
             );
-            return Ok(ExitCode::from(2));
+            return Ok(Exit::Timeout.into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -359,11 +379,11 @@ async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Say that `id` is not an execution of this mesh; exit code 2.
+/// Say that `id` is not an execution of this mesh; exit code 3.
 fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
     eprintln!(
         "error: no execution {id:?} at {}",
         display_urls(&mesh.config().nats_url)
     );
-    ExitCode::from(2)
+    Exit::NotFound.into()
 }

@@ -5,6 +5,7 @@ pub mod common;
 pub mod credential;
 pub mod events;
 pub mod exec;
+pub mod exit;
 pub mod health_http;
 pub mod local;
 pub mod playbook;

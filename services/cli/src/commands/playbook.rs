@@ -4,6 +4,7 @@
 //! `noetl run` (under `NOETL_HOME`), so a playbook registered here can be
 //! started by path in later local runs (`noetl run PATH`).
 
+use crate::commands::exit::Exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,7 +70,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 Err(e) => {
                     eprintln!("{}", e.render_human());
                     eprintln!("error: {} was not registered", file.display());
-                    return Ok(ExitCode::from(1));
+                    return Ok(Exit::Usage.into());
                 }
             };
             let text = std::fs::read_to_string(&file)?;
@@ -83,7 +84,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                     "error: {}: `metadata.path` is required to register a playbook\n  help: add `path: my/playbook` under `metadata`; executions name it by that path",
                     file.display()
                 );
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::Usage.into());
             };
             let joined = target.join().await?;
             let entry = match joined
@@ -95,7 +96,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 Ok(e) => e,
                 Err(e @ CatalogError::BadPath { .. }) => {
                     eprintln!("error: {}: {e}", file.display());
-                    return Ok(ExitCode::from(1));
+                    return Ok(Exit::Usage.into());
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -131,9 +132,13 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             let joined = target.join().await?;
             let entry = match joined.mesh.catalog().get(&path, version).await {
                 Ok(e) => e,
-                Err(e @ (CatalogError::NotFound { .. } | CatalogError::BadPath { .. })) => {
+                Err(e @ CatalogError::NotFound { .. }) => {
                     eprintln!("error: {e}");
-                    return Ok(ExitCode::from(1));
+                    return Ok(Exit::NotFound.into());
+                }
+                Err(e @ CatalogError::BadPath { .. }) => {
+                    eprintln!("error: {e}");
+                    return Ok(Exit::Usage.into());
                 }
                 Err(e) => return Err(e.into()),
             };

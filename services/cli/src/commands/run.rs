@@ -3,6 +3,7 @@
 //! result and exits 0 (completed), 1 (failed or cancelled; Ctrl-C cancels)
 //! or 2 (timed out).
 
+use crate::commands::exit::Exit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,7 +60,7 @@ pub struct Args {
     /// configuration decides.
     #[arg(long, value_enum, default_value_t = Sync::Interval, conflicts_with = "nats")]
     pub sync: Sync,
-    /// Give up after this many seconds (exit 2).
+    /// Give up after this many seconds (exit 4).
     #[arg(long, default_value_t = 3600)]
     pub timeout: u64,
     /// Messages handled at once by each in-process service.
@@ -90,7 +91,8 @@ impl From<Sync> for noetl_mesh::server::SyncPolicy {
 // guards that must outlive the run.
 /// Run the playbook.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    init_tracing(false, "warn");
+    // One process runs every service: its spans report as `noetl`.
+    let _spans = init_tracing(false, "warn", "noetl")?;
     // Taken over at once, so an early Ctrl-C cannot kill the process
     // between starting an execution and watching it.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -104,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         match read_playbook(&args, &name)? {
             Some(yaml) => yaml,
-            None => return Ok(ExitCode::from(1)),
+            None => return Ok(Exit::Usage.into()),
         }
     };
     let workload = args.workload.build()?;
@@ -204,7 +206,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "error: execution {eid} did not finish within {} s",
             args.timeout
         );
-        ExitCode::from(2)
+        Exit::Timeout.into()
     } else {
         let summary = mesh
             .exec_summary(&eid)
@@ -225,7 +227,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// Read and validate a playbook file: its text, or `None` (exit 1) when
+/// Read and validate a playbook file: its text, or `None` (exit 2) when
 /// it has errors, which are printed; warnings are printed too unless the
 /// output is JSON.
 fn read_playbook(args: &Args, name: &str) -> anyhow::Result<Option<String>> {

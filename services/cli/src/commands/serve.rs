@@ -27,6 +27,18 @@ pub enum Service {
     Executor,
 }
 
+impl Service {
+    /// The `service.name` its spans report (`OTEL_SERVICE_NAME` overrides).
+    pub fn otel_name(self) -> &'static str {
+        match self {
+            Self::Router => "noetl-router",
+            Self::Scheduler => "noetl-scheduler",
+            Self::LoopSupervisor => "noetl-loop-supervisor",
+            Self::Executor => "noetl-executor",
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum LogFormat {
@@ -61,7 +73,11 @@ pub struct Args {
 
 /// Serve until a signal.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    init_tracing(matches!(args.log_format, LogFormat::Json), "info");
+    let _spans = init_tracing(
+        matches!(args.log_format, LogFormat::Json),
+        "info",
+        args.service.otel_name(),
+    )?;
     for k in &args.kinds {
         if !known_kinds().any(|known| known == k) {
             bail!(

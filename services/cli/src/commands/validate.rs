@@ -1,5 +1,6 @@
 //! `noetl validate FILE...`.
 
+use crate::commands::exit::Exit;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&json)?);
     }
     Ok(if failed {
-        ExitCode::from(1)
+        Exit::Failed.into()
     } else {
         ExitCode::SUCCESS
     })

@@ -152,6 +152,17 @@ impl HttpTool {
         for (k, v) in &spec.headers {
             rb = rb.header(k.as_str(), v.as_str());
         }
+        // The task's trace context, so the server's spans join the
+        // execution's trace (unless the task sets the header itself).
+        for (name, value) in noetl_telemetry::propagation::current_headers() {
+            if !spec
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case(name))
+            {
+                rb = rb.header(name, value);
+            }
+        }
         rb = match &spec.auth {
             Some(Auth::Bearer(t)) => rb.bearer_auth(t),
             Some(Auth::Basic(u, p)) => rb.basic_auth(u, p.as_ref()),
