@@ -1,5 +1,6 @@
-//! Runs every runnable example in `playbooks/` and `playbooks/seeds/`
-//! (those with a sibling `<name>.expect.json`) through the real mesh and
+//! Runs every runnable example in `playbooks/`, `playbooks/seeds/` and
+//! `playbooks/legacy/migrated/` (what `noetl migrate` made of the legacy
+//! examples; those with a sibling `<name>.expect.json`) through the real mesh and
 //! checks status, ctx (`ctx`: values that must be there; `ctx_absent`: keys
 //! that must not), step statuses and the ordered event subsequence the
 //! expectation names.
@@ -22,7 +23,7 @@ fn subset(expected: &Value, actual: &Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_runnable_example_behaves_as_expected() {
     let root = repo_root();
-    let mut cases: Vec<_> = ["playbooks", "playbooks/seeds"]
+    let mut cases: Vec<_> = ["playbooks", "playbooks/seeds", "playbooks/legacy/migrated"]
         .iter()
         .flat_map(|d| std::fs::read_dir(root.join(d)).expect("playbooks dir"))
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Check playbooks and print diagnostics (exit 1 on any error).
     Validate(commands::validate::Args),
+    /// Rewrite legacy NoETL playbooks into canonical v10 (docs/migrate.md).
+    Migrate(commands::migrate::Args),
     /// Print the JSON Schema of the playbook document (for editors).
     Schema(commands::schema::Args),
     /// Run a playbook and wait for its end (embedded nats-server by default).
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(a) => commands::validate::run(a),
         Command::Schema(a) => commands::schema::run(a),
+        Command::Migrate(a) => commands::migrate::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "noetl", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
@@ -72,7 +75,10 @@ fn main() -> ExitCode {
                     Command::Credential(c) => commands::credential::run(c).await,
                     Command::Playbook(c) => commands::playbook::run(c).await,
                     Command::Admin(c) => commands::admin::run(c).await,
-                    Command::Validate(_) | Command::Schema(_) | Command::Completions { .. } => {
+                    Command::Validate(_)
+                    | Command::Schema(_)
+                    | Command::Migrate(_)
+                    | Command::Completions { .. } => {
                         unreachable!("handled above")
                     }
                 }

@@ -101,3 +101,89 @@ fn schema_prints_the_json_schema() {
     assert!(v["definitions"]["Step"].is_object());
     assert!(v.get("$defs").is_none());
 }
+
+fn legacy(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../playbooks/legacy")
+        .join(name)
+}
+
+fn run_noetl(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_noetl"))
+        .args(args)
+        .output()
+        .expect("run noetl")
+}
+
+#[test]
+fn migrate_prints_the_canonical_playbook_and_one_line_per_change() {
+    let file = legacy("task_input.yaml");
+    let out = run_noetl(&["migrate", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let golden = std::fs::read_to_string(legacy("migrated/task_input.yaml")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), golden);
+    let name = file.display();
+    assert!(
+        err.contains(&format!("{name}:15: task `total`: `input` → `args`")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{name}:16: `numbers` → `workload.numbers`")),
+        "{err}"
+    );
+    assert!(
+        err.contains("8 change(s), 0 refused; the result is a valid canonical playbook"),
+        "{err}"
+    );
+}
+
+#[test]
+fn migrate_diff_and_write_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("legacy.yaml");
+    std::fs::copy(legacy("python_libs.yaml"), &copy).unwrap();
+    let path = copy.to_str().unwrap();
+    let out = run_noetl(&["migrate", "--diff", path]);
+    assert_eq!(out.status.code(), Some(0));
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert!(diff.contains("-        libs: [math, json]"), "{diff}");
+    assert!(diff.contains("+          import math"), "{diff}");
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        std::fs::read_to_string(legacy("python_libs.yaml")).unwrap(),
+        "--diff changes nothing"
+    );
+    let out = run_noetl(&["migrate", "--write", path]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        std::fs::read_to_string(legacy("migrated/python_libs.yaml")).unwrap()
+    );
+    let (code, out) = noetl(&["validate", path]);
+    assert_eq!(code, 0, "{out}");
+    // A second run has nothing left to do.
+    let out = run_noetl(&["migrate", "--write", path]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0 change(s), 0 refused"));
+}
+
+#[test]
+fn migrate_says_what_it_refused_and_exits_1() {
+    let out = run_noetl(&[
+        "migrate",
+        "--diff",
+        legacy("refused.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refused.yaml:9: refused: step `start`: step-level `vars`"),
+        "{err}"
+    );
+    assert!(err.contains("the result does not load yet"), "{err}");
+    // Several files need --write or --diff.
+    let a = legacy("refused.yaml");
+    let out = run_noetl(&["migrate", a.to_str().unwrap(), a.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("add --write"));
+}

@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod load;
 pub mod merge;
+pub mod migrate;
 pub mod model;
 pub mod normalize;
 pub mod outcome;

@@ -16,6 +16,49 @@ fn ref_of(schema: &Value) -> Option<&Value> {
     })
 }
 
+/// The schema of one tool field: its type, or a template string (which
+/// renders to any type at run time).
+fn field_schema(f: &crate::tool::Field) -> Value {
+    use crate::tool::FieldType;
+    let mut s = match f.ty {
+        FieldType::Any => json!({}),
+        FieldType::Str => json!({"type": "string"}),
+        FieldType::Bool => json!({"type": ["boolean", "string"]}),
+        FieldType::Object => json!({"type": ["object", "string"]}),
+        FieldType::List => json!({"type": ["array", "string"]}),
+        FieldType::StrOrList => {
+            json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+        }
+        FieldType::Scalar => json!({"type": ["string", "number"]}),
+    };
+    s["description"] = json!(f.about);
+    s
+}
+
+/// `if kind: <k> then` its fields, the required ones, and no other.
+fn kind_fields(k: &crate::tool::Kind) -> Value {
+    let props: serde_json::Map<String, Value> = k
+        .fields
+        .iter()
+        .map(|f| (f.name.to_string(), field_schema(f)))
+        .collect();
+    let required: Vec<&str> = k
+        .fields
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| f.name)
+        .collect();
+    let names: Vec<&str> = crate::tool::TASK_FIELDS
+        .iter()
+        .copied()
+        .chain(k.fields.iter().map(|f| f.name))
+        .collect();
+    json!({
+        "if": {"properties": {"kind": {"const": k.name}}, "required": ["kind"]},
+        "then": {"properties": props, "required": required, "propertyNames": {"enum": names}}
+    })
+}
+
 // Over 80 lines on purpose: data: the JSON Schema of a playbook, written out as one document.
 /// The schema as JSON (draft-07).
 pub fn playbook_schema() -> Value {
@@ -55,6 +98,11 @@ pub fn playbook_schema() -> Value {
         if let Some(a) = req.as_array_mut() {
             a.retain(|x| x != "name");
         }
+    }
+    // Each built-in kind's own fields (docs/tools.md): completed by editors,
+    // anything else refused, as `noetl validate` does (E005).
+    if let Some(task) = v.pointer_mut("/definitions/Task") {
+        task["allOf"] = Value::Array(crate::tool::KINDS.iter().map(kind_fields).collect());
     }
     // `attempts` counts all attempts: at least 1.
     if let Some(att) = v.pointer_mut("/definitions/TaskThen/properties/attempts") {
@@ -199,6 +247,27 @@ mod tests {
             .map(|a| a.iter().filter_map(|x| x["const"].as_str()).collect())
             .unwrap_or_default();
         assert_eq!(actions, ["continue", "retry", "jump", "break", "fail"]);
+    }
+
+    #[test]
+    fn each_built_in_kind_lists_its_fields_and_refuses_others() {
+        let s = playbook_schema();
+        let branches = s["definitions"]["Task"]["allOf"].as_array().unwrap();
+        let http = branches
+            .iter()
+            .find(|b| b["if"]["properties"]["kind"]["const"] == "http")
+            .expect("an http branch");
+        assert_eq!(http["then"]["required"], json!(["url"]));
+        assert_eq!(
+            http["then"]["properties"]["headers"]["type"],
+            json!(["object", "string"])
+        );
+        let names = http["then"]["propertyNames"]["enum"].as_array().unwrap();
+        for n in ["name", "kind", "spec", "desc", "url", "method", "auth"] {
+            assert!(names.iter().any(|x| x == n), "{n}");
+        }
+        assert!(!names.iter().any(|x| x == "input"));
+        assert_eq!(branches.len(), crate::tool::KINDS.len());
     }
 
     #[test]

@@ -98,7 +98,12 @@ pub const RUNTIME_VARIABLES: &[&str] = &[
     "event",
     "loop",
     "execution_id",
+    "output",
+    "_index",
 ];
+
+/// Minijinja's global functions: never shadowed by a workload key read bare.
+const GLOBALS: &[&str] = &["range", "dict", "debug", "namespace"];
 
 // ---------------------------------------------------------------------------
 // Scope
@@ -144,9 +149,16 @@ impl Scope {
         self.var("ctx", value)
     }
 
-    /// `iter`: the iteration context (may hold `parent` for nested loops).
+    /// `iter`: the iteration context (may hold `parent` for nested loops);
+    /// its `index` is also `_index`.
     pub fn iter(self, value: impl Into<Value>) -> Self {
-        self.var("iter", value)
+        let value: Value = value.into();
+        let index = value.get("index").cloned();
+        let sc = self.var("iter", value);
+        match index {
+            Some(i) => sc.var("_index", i),
+            None => sc,
+        }
     }
 
     /// `args`: the token payload / arc inscription of the step-run.
@@ -169,15 +181,20 @@ impl Scope {
         self.var("_attempt", attempt)
     }
 
-    /// `outcome`: the current task's outcome envelope (policy evaluation).
+    /// `outcome`: the current task's outcome envelope (policy evaluation);
+    /// also `output`, with the result as `output.data` too.
     pub fn outcome(self, outcome: &Outcome) -> Self {
         let value = serde_json::to_value(outcome).unwrap_or(Value::Null);
-        self.var("outcome", value)
+        let output = output_view(&value);
+        self.var("outcome", value).var("output", output)
     }
 
-    /// `event`: the boundary event (server-side routing).
+    /// `event`: the boundary event (server-side routing); also `output`,
+    /// its result envelope (`status`, `data`, `error`).
     pub fn event(self, value: impl Into<Value>) -> Self {
-        self.var("event", value)
+        let value: Value = value.into();
+        let output = output_view(&value);
+        self.var("event", value).var("output", output)
     }
 
     /// `loop`: `{index, first, last, length}` where `index` is the 0-based
@@ -228,10 +245,83 @@ impl Scope {
         self.vars.contains_key(name)
             || self.declared.contains(name)
             || RUNTIME_VARIABLES.contains(&name)
+            || workload_key(&self.vars, name).is_some()
     }
 
     fn context(&self) -> MjValue {
-        MjValue::from_dyn_object(self.vars.clone())
+        MjValue::from_object(Root {
+            vars: self.vars.clone(),
+            declared: self.declared.clone(),
+        })
+    }
+}
+
+/// `output`, the result envelope of the engine-internals scope, from an
+/// outcome or a boundary event: its `status` (`ok`/`error`; an event
+/// without one is `error` when it is a failure), its result as `data` (and
+/// `result`), and its `error`.
+pub fn output_view(v: &Value) -> Value {
+    let status = match v.get("status").and_then(Value::as_str) {
+        Some(s) => s.to_string(),
+        None => {
+            let failed = v
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| n.ends_with(".failed"));
+            if failed { "error" } else { "ok" }.to_string()
+        }
+    };
+    let result = v.get("result").cloned().unwrap_or(Value::Null);
+    let mut out = serde_json::Map::new();
+    out.insert("status".into(), Value::String(status));
+    out.insert("data".into(), result.clone());
+    out.insert("result".into(), result);
+    out.insert(
+        "error".into(),
+        v.get("error").cloned().unwrap_or(Value::Null),
+    );
+    Value::Object(out)
+}
+
+/// The workload value `name` names when read bare (`{{ numbers }}` for
+/// `{{ workload.numbers }}`), if the workload has that key.
+fn workload_key(vars: &BTreeMap<String, MjValue>, name: &str) -> Option<MjValue> {
+    if GLOBALS.contains(&name) {
+        return None;
+    }
+    let v = vars.get("workload")?.get_attr(name).ok()?;
+    (!v.is_undefined()).then_some(v)
+}
+
+/// The root of a render: the bound names first; then, with the lowest
+/// precedence, the workload's keys read bare, unless a runtime variable or
+/// a step or task name (bound or only declared) has that name
+/// (docs/dsl.md, "Names read bare").
+#[derive(Debug)]
+struct Root {
+    vars: Arc<BTreeMap<String, MjValue>>,
+    declared: Arc<BTreeSet<String>>,
+}
+
+impl minijinja::value::Object for Root {
+    fn get_value(self: &Arc<Self>, key: &MjValue) -> Option<MjValue> {
+        let name = key.as_str()?;
+        if let Some(v) = self.vars.get(name) {
+            return Some(v.clone());
+        }
+        if self.declared.contains(name) || RUNTIME_VARIABLES.contains(&name) {
+            return None;
+        }
+        workload_key(&self.vars, name)
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Values(
+            self.vars
+                .keys()
+                .map(|k| MjValue::from(k.as_str()))
+                .collect(),
+        )
     }
 }
 

@@ -113,9 +113,9 @@ impl From<Outcome> for ToolReturn {
 /// A boxed, sendable future.
 pub type ToolFuture = Pin<Box<dyn Future<Output = ToolReturn> + Send + 'static>>;
 
-/// A built-in tool kind: its name and the task fields it receives
-/// unrendered. The one list of kinds: the validator, the executors and the
-/// CLI all read it.
+/// A built-in tool kind: its name, the task fields it reads, and those it
+/// receives unrendered. The one list of kinds: the validator, the JSON
+/// Schema, the executors and the CLI all read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kind {
     /// The `kind:` value.
@@ -124,35 +124,202 @@ pub struct Kind {
     /// braces that are not templates of this playbook (python `code`; an
     /// inline child `playbook`, whose templates are the child's).
     pub raw_fields: &'static [&'static str],
+    /// The fields the tool reads, besides [`TASK_FIELDS`]: any other field
+    /// of a task of this kind is refused when the playbook loads (`E005`).
+    pub fields: &'static [Field],
 }
 
-/// Every built-in tool kind.
+/// What a tool field may hold, as the validator checks it before the run.
+/// A string holding a template (`{{ ... }}`) passes for every type: it is
+/// rendered at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    /// Any value.
+    Any,
+    /// A string.
+    Str,
+    /// A boolean.
+    Bool,
+    /// A mapping.
+    Object,
+    /// A list.
+    List,
+    /// A string or a list of strings.
+    StrOrList,
+    /// A string or a number.
+    Scalar,
+}
+
+impl FieldType {
+    /// How a message names the type.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Any => "any value",
+            Self::Str => "a string",
+            Self::Bool => "a boolean",
+            Self::Object => "a mapping",
+            Self::List => "a list",
+            Self::StrOrList => "a string or a list of strings",
+            Self::Scalar => "a string or a number",
+        }
+    }
+}
+
+/// One field a tool reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name.
+    pub name: &'static str,
+    /// What it holds.
+    pub ty: FieldType,
+    /// Whether a task of the kind must have it.
+    pub required: bool,
+    /// One line for the JSON Schema (editors show it).
+    pub about: &'static str,
+}
+
+const fn field(name: &'static str, ty: FieldType, about: &'static str) -> Field {
+    Field {
+        name,
+        ty,
+        required: false,
+        about,
+    }
+}
+
+const fn required(name: &'static str, ty: FieldType, about: &'static str) -> Field {
+    Field {
+        required: true,
+        ..field(name, ty, about)
+    }
+}
+
+/// The fields every task has, whatever its kind.
+pub const TASK_FIELDS: &[&str] = &["name", "kind", "spec", "desc"];
+
+use FieldType::{Any, Bool, Object, Scalar, Str, StrOrList};
+
+/// Every built-in tool kind (docs/tools.md).
 pub const KINDS: &[Kind] = &[
     Kind {
         name: "noop",
         raw_fields: &[],
+        fields: &[field("result", Any, "the task's result (default: `_prev`)")],
     },
     Kind {
         name: "python",
         raw_fields: &["code"],
+        fields: &[
+            required(
+                "code",
+                Str,
+                "Python source, not template-rendered; sets `result` or defines `main()`",
+            ),
+            field(
+                "args",
+                Object,
+                "inputs: `args`, and each identifier key as a global",
+            ),
+        ],
     },
     Kind {
         name: "playbook",
         raw_fields: &["playbook"],
+        fields: &[
+            field("path", Str, "catalog path of a registered playbook"),
+            field("version", Scalar, "with `path`: a pinned version"),
+            field("playbook", Str, "the child playbook's YAML, inline"),
+            field("file", Str, "a playbook file, read where the executor runs"),
+            field("args", Object, "the child's workload overrides"),
+        ],
     },
     Kind {
         name: "http",
         raw_fields: &[],
+        fields: &[
+            required("url", Str, "http:// or https:// URL"),
+            field(
+                "method",
+                Str,
+                "GET (default), POST, PUT, PATCH, DELETE, HEAD, OPTIONS",
+            ),
+            field("headers", Object, "header values"),
+            field("params", Object, "query string; a list repeats the key"),
+            field("json", Any, "a JSON body"),
+            field("body", Str, "a text body, sent as is"),
+            field("form", Object, "a URL-encoded form body"),
+            field(
+                "follow_redirects",
+                Bool,
+                "follow up to 10 redirects (default true)",
+            ),
+            field("auth", Str, "keychain entry: bearer, basic or api_key"),
+        ],
     },
     Kind {
         name: "postgres",
         raw_fields: &[],
+        fields: &[
+            required("command", StrOrList, "SQL statements, or a list of them"),
+            field(
+                "params",
+                FieldType::List,
+                "values bound to $1, $2... of a single statement",
+            ),
+            field("auth", Str, "keychain entry of kind postgres_credential"),
+            field(
+                "connection",
+                Str,
+                "instead of auth: a postgresql:// URL or key=value string",
+            ),
+            field(
+                "transaction",
+                Bool,
+                "run several statements in one transaction (default true)",
+            ),
+        ],
     },
     Kind {
         name: "duckdb",
         raw_fields: &[],
+        fields: &[
+            required("command", StrOrList, "SQL statements, or a list of them"),
+            field(
+                "params",
+                FieldType::List,
+                "values bound to ? / $1... of a single statement",
+            ),
+            field("database", Str, "a DuckDB file (default: in memory)"),
+            field(
+                "tables",
+                Object,
+                "name: rows, created as temporary tables first",
+            ),
+        ],
     },
 ];
+
+/// The built-in kind named `name`.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// Whether `v` (JSON) may stand in a field of type `ty` before rendering.
+pub fn fits(ty: FieldType, v: &Value) -> bool {
+    let template = |s: &str| s.contains("{{") || s.contains("{%");
+    match (ty, v) {
+        (FieldType::Any, _) => true,
+        (_, Value::String(s)) if template(s) => true,
+        (FieldType::Str, Value::String(_)) => true,
+        (FieldType::Bool, Value::Bool(_)) => true,
+        (FieldType::Object, Value::Object(_)) => true,
+        (FieldType::List, Value::Array(_)) => true,
+        (FieldType::StrOrList, Value::String(_)) => true,
+        (FieldType::StrOrList, Value::Array(a)) => a.iter().all(Value::is_string),
+        (FieldType::Scalar, Value::String(_) | Value::Number(_)) => true,
+        _ => false,
+    }
+}
 
 /// The raw fields of `kind` (none for a kind not built in).
 pub fn raw_fields(kind: &str) -> &'static [&'static str] {

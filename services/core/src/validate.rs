@@ -102,6 +102,9 @@ impl Validator {
     }
 }
 
+/// Task keys of older DSLs, refused with their own codes (E011-E016).
+const LEGACY_TASK_KEYS: &[&str] = &["eval", "expr", "sink", "case"];
+
 /// Levenshtein distance, for "did you mean".
 fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -1025,6 +1028,13 @@ impl Validator {
                 _ => {}
             }
         }
+        if let Some(k) = t
+            .get("kind")
+            .and_then(Node::as_str)
+            .and_then(crate::tool::kind)
+        {
+            self.tool_fields(t, tp, whose, k);
+        }
         if let Some(spec) = t.get("spec") {
             if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
                 if let Some(timeout) = spec.get("timeout") {
@@ -1039,6 +1049,74 @@ impl Validator {
                         parallel,
                     );
                 }
+            }
+        }
+    }
+
+    /// The fields of a task of the built-in kind `k` (docs/tools.md): none
+    /// the tool does not read (E005), each of its type (E004, a template
+    /// passes for any type), and the required ones present (E003).
+    fn tool_fields(&mut self, t: &Node, tp: &str, whose: &str, k: &crate::tool::Kind) {
+        use crate::tool::{fits, TASK_FIELDS};
+        let known: Vec<&str> = TASK_FIELDS
+            .iter()
+            .copied()
+            .chain(k.fields.iter().map(|f| f.name))
+            .collect();
+        for (key, value) in t.entries() {
+            let name = key.name.as_str();
+            let kp = format!("{tp}/{}", escape(name));
+            if let Some(f) = k.fields.iter().find(|f| f.name == name) {
+                let v = value.to_json();
+                if !v.is_null() && !fits(f.ty, &v) {
+                    self.err(
+                        "E004",
+                        value.span,
+                        &kp,
+                        format!(
+                            "`{name}` of {whose} must be {}, found {}",
+                            f.ty.describe(),
+                            value.type_name()
+                        ),
+                        &format!("`{name}` of a {} task: {}", k.name, f.about),
+                    );
+                }
+                continue;
+            }
+            // Task keys of other DSLs are reported above with their own codes.
+            if TASK_FIELDS.contains(&name) || LEGACY_TASK_KEYS.contains(&name) {
+                continue;
+            }
+            let fields = allowed_list(&known);
+            let help = match (name, closest(name, &known)) {
+                ("input" | "inputs" | "with", _) if known.contains(&"args") => {
+                    format!(
+                        "a {} task takes its inputs as `args` (`noetl migrate` rewrites `{name}`)",
+                        k.name
+                    )
+                }
+                (_, Some(c)) => {
+                    format!("did you mean `{c}`? fields of a {} task: {fields}", k.name)
+                }
+                (_, None) => format!("fields of a {} task: {fields} (docs/tools.md)", k.name),
+            };
+            self.err(
+                "E005",
+                key.span,
+                &kp,
+                format!("unknown field `{name}` in {whose} (a {} task)", k.name),
+                &help,
+            );
+        }
+        for f in k.fields.iter().filter(|f| f.required) {
+            if t.get(f.name).is_none() {
+                self.err(
+                    "E003",
+                    t.span,
+                    tp,
+                    format!("{whose} (a {} task) has no `{}`", k.name, f.name),
+                    &format!("add `{}`: {}", f.name, f.about),
+                );
             }
         }
     }
@@ -1648,7 +1726,23 @@ impl Validator {
             }
         });
         let options: Vec<&str> = known.iter().map(String::as_str).collect();
+        let workload: BTreeSet<&str> = root
+            .get("workload")
+            .map(|w| w.entries().iter().map(|(k, _)| k.name.as_str()).collect())
+            .unwrap_or_default();
         for (span, path, name) in unknown {
+            if workload.contains(name.as_str()) {
+                // It resolves (workload keys are readable bare, lowest
+                // precedence), but the canonical spelling says where from.
+                self.warn(
+                    "W107",
+                    span,
+                    &path,
+                    format!("template reads the workload value `{name}` bare"),
+                    &format!("write `workload.{name}`: a step, task or runtime variable of that name would shadow it (`noetl migrate` rewrites it)"),
+                );
+                continue;
+            }
             let help = match closest(&name, &options) {
                 Some(c) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
                 None => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
@@ -1666,7 +1760,7 @@ impl Validator {
 
 /// Every step and task name in the document (values of `step:` and
 /// `name:` keys, and the keys of label-keyed tasks), for [`Validator::unknown_roots`].
-fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
+pub(crate) fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
     match &n.kind {
         NodeKind::Seq(items) => {
             for x in items {

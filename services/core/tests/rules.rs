@@ -588,12 +588,12 @@ fn e036_comment_and_statement_openers_alone_are_parsed() {
     // `{#` or `{%` without `{{` still makes a template.
     for text in ["{# unclosed comment", "a {% if x %} b", "{% endfor %}"] {
         let src = pb(&format!(
-            "  - step: a\n    tool:\n      - kind: noop\n        msg: \"{text}\"\n"
+            "  - step: a\n    tool:\n      - kind: noop\n        result: \"{text}\"\n"
         ));
-        assert_eq!(at(&src, "E036"), (9, 14), "{text}");
+        assert_eq!(at(&src, "E036"), (9, 17), "{text}");
     }
     assert_clean(&pb(
-        "  - step: a\n    tool:\n      - kind: noop\n        msg: \"{# a comment #}text\"\n",
+        "  - step: a\n    tool:\n      - kind: noop\n        result: \"{# a comment #}text\"\n",
     ));
 }
 
@@ -761,4 +761,137 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
   - step: end
 "#);
     assert!(!codes(&ok).contains(&"W106"), "{:#?}", diags(&ok));
+}
+
+/// A one-task pipeline of `kind` with the task's other lines `fields`
+/// (each indented 8 spaces): the task starts on line 8, `kind` is line 9,
+/// the first of `fields` line 10.
+fn one_task(kind: &str, fields: &[&str]) -> String {
+    let mut s = format!("  - step: a\n    tool:\n      - name: t\n        kind: {kind}\n");
+    for f in fields {
+        s.push_str(&format!("        {f}\n"));
+    }
+    pb(&s)
+}
+
+#[test]
+fn e005_every_kind_refuses_a_field_its_tool_does_not_read() {
+    // (kind, a valid task's fields, a misspelt field, what it meant)
+    let table: &[(&str, &[&str], &str, &str)] = &[
+        ("noop", &[], "reslt: 1", "result"),
+        ("python", &["code: \"result = 1\""], "agrs: {}", "args"),
+        ("http", &["url: http://x"], "header: {}", "headers"),
+        ("postgres", &["command: select 1"], "param: []", "params"),
+        (
+            "duckdb",
+            &["command: select 1"],
+            "databse: d.db",
+            "database",
+        ),
+        ("playbook", &["path: demo/child"], "verison: 2", "version"),
+    ];
+    for (kind, valid, typo, meant) in table {
+        assert_clean(&one_task(kind, valid));
+        let mut fields = valid.to_vec();
+        fields.push(typo);
+        let src = one_task(kind, &fields);
+        let line = 10 + valid.len();
+        assert_eq!(at(&src, "E005"), (line, 9), "{kind}: at the field");
+        let d = message(&src, "E005");
+        let field = typo.split(':').next().unwrap();
+        assert_eq!(
+            d.message,
+            format!("unknown field `{field}` in task `t` of step `a` (a {kind} task)"),
+            "{kind}"
+        );
+        let help = d.help.unwrap_or_default();
+        assert!(
+            help.starts_with(&format!("did you mean `{meant}`?")),
+            "{kind}: {help}"
+        );
+    }
+}
+
+#[test]
+fn e005_a_legacy_input_field_points_to_args() {
+    let src = one_task("python", &["code: \"result = 1\"", "input: { n: 1 }"]);
+    assert_eq!(at(&src, "E005"), (11, 9));
+    let help = message(&src, "E005").help.unwrap_or_default();
+    assert!(
+        help.contains("inputs as `args`") && help.contains("noetl migrate"),
+        "{help}"
+    );
+}
+
+#[test]
+fn e004_a_tool_field_of_the_wrong_type_and_templates_that_may_render_to_it() {
+    let src = one_task("http", &["url: http://x", "headers: [a, b]"]);
+    assert_eq!(at(&src, "E004"), (11, 18), "at the value");
+    assert_eq!(
+        message(&src, "E004").message,
+        "`headers` of task `t` of step `a` must be a mapping, found a list"
+    );
+    let src = one_task("postgres", &["command: [select 1, 2]"]);
+    assert_eq!(at(&src, "E004"), (10, 18), "a list of strings only");
+    let src = one_task("http", &["url: http://x", "follow_redirects: \"no\""]);
+    assert_eq!(at(&src, "E004"), (11, 27));
+    // A template renders at run time: it passes for any type.
+    assert_clean(&one_task(
+        "http",
+        &[
+            "url: http://x",
+            "headers: \"{{ workload.headers }}\"",
+            "follow_redirects: \"{{ workload.follow }}\"",
+        ],
+    ));
+    assert_clean(&one_task(
+        "postgres",
+        &[
+            "command: [\"select 1\", \"select 2\"]",
+            "transaction: false",
+        ],
+    ));
+}
+
+#[test]
+fn e003_a_tool_without_its_required_field() {
+    for (kind, field) in [
+        ("python", "code"),
+        ("http", "url"),
+        ("postgres", "command"),
+        ("duckdb", "command"),
+    ] {
+        let src = one_task(kind, &[]);
+        assert_eq!(at(&src, "E003"), (8, 9), "{kind}");
+        assert_eq!(
+            message(&src, "E003").message,
+            format!("task `t` of step `a` (a {kind} task) has no `{field}`")
+        );
+    }
+}
+
+#[test]
+fn fields_of_kinds_that_are_not_built_in_are_left_to_their_tool() {
+    assert_clean(&one_task("custom_kind", &["anything: 1"]));
+}
+
+#[test]
+fn w107_a_workload_key_read_bare_is_a_gentle_warning_with_the_canonical_spelling() {
+    let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\nworkload:\n  numbers: [1, 2]\nworkflow:\n  - step: a\n    tool:\n      - name: t\n        kind: noop\n        result: \"{{ numbers }}\"\n        spec:\n          policy:\n            rules:\n              - when: \"{{ output.status == 'ok' and _index is none }}\"\n                then: { do: continue }\n      - name: u\n        kind: noop\n        result: \"{{ nmbers }}\"\n";
+    let loaded = assert_ok(src);
+    let codes: Vec<&str> = loaded.warnings.0.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["W107", "W106"], "{:#?}", loaded.warnings);
+    let w = &loaded.warnings.0[0];
+    assert_eq!(w.span.map(|s| (s.line, s.col)), Some((12, 17)));
+    assert_eq!(
+        w.message,
+        "template reads the workload value `numbers` bare"
+    );
+    assert!(w
+        .help
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("write `workload.numbers`"));
+    // `output` and `_index` are runtime variables: no warning for them.
+    assert!(loaded.warnings.0[1].message.contains("`nmbers`"));
 }

@@ -74,7 +74,15 @@ impl StepNeeds {
                 }
             }
         }
-        let roots = scope::roots(templates.iter().map(String::as_str));
+        let mut roots = scope::roots(templates.iter().map(String::as_str));
+        // A name that is no runtime variable and no step may be a workload
+        // key read bare (docs/dsl.md, "Names read bare"): load the workload.
+        let bare = roots.iter().any(|r| {
+            !template::RUNTIME_VARIABLES.contains(&r.as_str()) && !plan.step_names().any(|s| s == r)
+        });
+        if bare {
+            roots.insert("workload".to_string());
+        }
         let steps = plan
             .step_names()
             .filter(|name| roots.contains(*name) && !is_builtin(name))
@@ -201,5 +209,20 @@ mod tests {
         let py = StepNeeds::of(&p, p.playbook.step("py").unwrap());
         assert!(py.load_ctx, "python code receives ctx");
         assert!(py.steps.is_empty());
+        assert!(!py.reads("workload"), "nothing reads it");
+    }
+
+    #[test]
+    fn a_name_that_may_be_a_workload_key_read_bare_loads_the_workload() {
+        let p = plan(json!([
+            {"step": "fetch", "tool": [{"name": "a", "kind": "noop", "result": "{{ label }}"}]},
+            {"step": "use", "tool": [{"name": "b", "kind": "noop", "result": "{{ fetch.rows }} {{ _index }}"}]},
+        ]));
+        assert!(StepNeeds::of(&p, p.playbook.step("fetch").unwrap()).reads("workload"));
+        let use_ = StepNeeds::of(&p, p.playbook.step("use").unwrap());
+        assert!(
+            !use_.reads("workload"),
+            "steps and runtime variables are no workload keys"
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod exec;
 pub mod exit;
 pub mod health_http;
 pub mod local;
+pub mod migrate;
 pub mod playbook;
 pub mod run;
 pub mod schema;
