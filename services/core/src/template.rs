@@ -229,6 +229,17 @@ impl Scope {
         self
     }
 
+    /// Declares every name of `names` ([`Scope::declare`]) at once; a
+    /// scope that declared nothing yet shares the set instead of copying it.
+    pub fn declare_all(mut self, names: Arc<BTreeSet<String>>) -> Self {
+        if self.declared.is_empty() {
+            self.declared = names;
+        } else {
+            Arc::make_mut(&mut self.declared).extend(names.iter().cloned());
+        }
+        self
+    }
+
     /// True when `name` is bound.
     pub fn contains(&self, name: &str) -> bool {
         self.vars.contains_key(name)

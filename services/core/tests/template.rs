@@ -152,6 +152,23 @@ fn runtime_and_declared_names_are_known_even_when_unbound() {
 }
 
 #[test]
+fn a_declared_set_is_known_and_extends_earlier_declarations() {
+    let names: std::sync::Arc<std::collections::BTreeSet<String>> =
+        std::sync::Arc::new(["a".to_string(), "b".to_string()].into());
+    let sc = Scope::new().declare_all(names.clone());
+    assert_eq!(render_str("{{ a | default(1) }}", &sc).unwrap(), json!(1));
+    assert!(render_str("{{ c }}", &sc).is_err(), "c was not declared");
+    let sc = Scope::new().declare("c").declare_all(names);
+    for name in ["a", "b", "c"] {
+        assert_eq!(
+            render_str(&format!("{{{{ {name} | default(2) }}}}"), &sc).unwrap(),
+            json!(2),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn missing_nested_attributes_are_null_or_empty_and_defaultable() {
     assert_eq!(r("{{ workload.missing.deeper }}"), Value::Null);
     assert_eq!(r("a{{ workload.missing.deeper }}b"), json!("ab"));

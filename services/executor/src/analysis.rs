@@ -77,16 +77,16 @@ impl StepNeeds {
         let mut roots = scope::roots(templates.iter().map(String::as_str));
         // A name that is no runtime variable and no step may be a workload
         // key read bare (docs/dsl.md, "Names read bare"): load the workload.
-        let bare = roots.iter().any(|r| {
-            !template::RUNTIME_VARIABLES.contains(&r.as_str()) && !plan.step_names().any(|s| s == r)
-        });
+        let bare = roots
+            .iter()
+            .any(|r| !template::RUNTIME_VARIABLES.contains(&r.as_str()) && plan.step(r).is_none());
         if bare {
             roots.insert("workload".to_string());
         }
-        let steps = plan
-            .step_names()
-            .filter(|name| roots.contains(*name) && !is_builtin(name))
-            .map(str::to_string)
+        let steps = roots
+            .iter()
+            .filter(|name| plan.step(name).is_some() && !is_builtin(name))
+            .cloned()
             .collect();
         let no_defaults = Value::Object(Default::default());
         let specs = step

@@ -103,7 +103,7 @@ impl Executor {
                 )),
                 e => CommandError::Mesh(e),
             })?;
-        let Some(step) = plan.playbook.step(&cmd.step) else {
+        let Some(step) = plan.step(&cmd.step) else {
             return Err(CommandError::Refused(format!(
                 "task command of execution {eid} names unknown step {:?}",
                 cmd.step

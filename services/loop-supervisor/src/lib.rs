@@ -536,16 +536,19 @@ async fn loop_scope(
         all.extend(scope::strings(m));
     }
     let roots = scope::roots(all);
-    let names: Vec<&str> = plan.step_names().collect();
+    // The steps whose results a template reads (not every step's name).
+    let names: Vec<&str> = roots
+        .iter()
+        .map(String::as_str)
+        .filter(|r| plan.step(r).is_some())
+        .collect();
     let loaded = scope::load(mesh, &plan.execution_id, &roots, &names).await?;
     let mut sc = Scope::new()
         .workload(plan.workload.clone())
         .ctx(loaded.ctx)
         .args(scope::hydrate_args(mesh, args).await?)
         .execution_id(plan.execution_id.clone());
-    for name in &names {
-        sc = sc.declare(*name);
-    }
+    sc = sc.declare_all(plan.step_name_set());
     for (name, result) in loaded.steps {
         sc = sc.step_result(name, result);
     }

@@ -198,20 +198,7 @@ where
             Cas::Keep => return Ok(value),
             Cas::Write(new) => new,
         };
-        let bytes = serde_json::to_vec(&new).map_err(|e| kv_err(store, key, e))?;
-        let written = match revision {
-            Some(rev) => match store.update(key, bytes.into(), rev).await {
-                Ok(_) => true,
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => false,
-                Err(e) => return Err(kv_err(store, key, e)),
-            },
-            None => match store.create(key, bytes.into()).await {
-                Ok(_) => true,
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => false,
-                Err(e) => return Err(kv_err(store, key, e)),
-            },
-        };
-        if written {
+        if write_at(store, key, &new, revision).await?.is_some() {
             return Ok(Some(new));
         }
         count_conflict(store);
@@ -260,6 +247,36 @@ impl<T: Clone> RevisionCache<T> {
     pub fn forget(&self, key: &str) {
         self.inner.remove(key);
     }
+    /// The value and revision last seen of `key`, if this cache holds it
+    /// (it may be stale: only a write at that revision proves it current).
+    pub fn cached(&self, key: &str) -> Option<(T, u64)> {
+        self.get(key)
+    }
+}
+
+/// Write `value` only if `key` is still at `revision` (`None`: only if
+/// `key` does not exist). Returns the new revision, or `None` when the
+/// entry had moved on (not counted as a conflict: the caller's revision
+/// came from a cache).
+pub async fn write_at<T: Serialize>(
+    store: &Store,
+    key: &str,
+    value: &T,
+    revision: Option<u64>,
+) -> Result<Option<u64>, MeshError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
+    match revision {
+        Some(rev) => match store.update(key, bytes.into(), rev).await {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(e) => Err(kv_err(store, key, e)),
+        },
+        None => match store.create(key, bytes.into()).await {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(kv_err(store, key, e)),
+        },
+    }
 }
 
 /// [`update`] that first tries the cached value and revision.
@@ -295,20 +312,7 @@ where
             }
             Cas::Write(new) => new,
         };
-        let bytes = serde_json::to_vec(&new).map_err(|e| kv_err(store, key, e))?;
-        let result = match revision {
-            Some(rev) => match store.update(key, bytes.into(), rev).await {
-                Ok(r) => Some(r),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => None,
-                Err(e) => return Err(kv_err(store, key, e)),
-            },
-            None => match store.create(key, bytes.into()).await {
-                Ok(r) => Some(r),
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => None,
-                Err(e) => return Err(kv_err(store, key, e)),
-            },
-        };
-        match result {
+        match write_at(store, key, &new, revision).await? {
             Some(rev) => {
                 cache.put(key, new.clone(), rev);
                 return Ok(Some(new));

@@ -37,6 +37,17 @@ pub struct PlanRecord {
     /// Step names some template reads by name (computed once, on demand).
     #[serde(skip)]
     referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
+    /// Step index by name, and the names as one shared set (computed once,
+    /// on demand: a long workflow is not scanned for every message).
+    #[serde(skip)]
+    steps: std::sync::OnceLock<StepIndex>,
+}
+
+/// [`PlanRecord`]'s index of its steps.
+#[derive(Debug, Default, Clone)]
+struct StepIndex {
+    position: std::collections::HashMap<String, usize>,
+    names: Arc<std::collections::BTreeSet<String>>,
 }
 
 impl PlanRecord {
@@ -57,6 +68,7 @@ impl PlanRecord {
             started_ms: 0,
             parent_iter: Value::Null,
             referenced: Default::default(),
+            steps: Default::default(),
         }
     }
 
@@ -76,6 +88,31 @@ impl PlanRecord {
     /// The names of the playbook's steps, in workflow order.
     pub fn step_names(&self) -> impl Iterator<Item = &str> {
         self.playbook.workflow.iter().map(|s| s.step.as_str())
+    }
+
+    /// The step named `name` (the first, as [`noetl_core::Playbook::step`]).
+    pub fn step(&self, name: &str) -> Option<&noetl_core::Step> {
+        let i = *self.step_index().position.get(name)?;
+        self.playbook.workflow.get(i)
+    }
+
+    /// Every step name, as one set templates can declare at once
+    /// ([`noetl_core::template::Scope::declare_all`]).
+    pub fn step_name_set(&self) -> Arc<std::collections::BTreeSet<String>> {
+        self.step_index().names.clone()
+    }
+
+    fn step_index(&self) -> &StepIndex {
+        self.steps.get_or_init(|| {
+            let mut position = std::collections::HashMap::new();
+            for (i, s) in self.playbook.workflow.iter().enumerate() {
+                position.entry(s.step.clone()).or_insert(i);
+            }
+            StepIndex {
+                names: Arc::new(position.keys().cloned().collect()),
+                position,
+            }
+        })
     }
 
     /// True when some template of the playbook reads `step`'s result by
@@ -128,5 +165,25 @@ impl PlanCache {
         let plan = Arc::new(rec);
         self.insert(plan.clone());
         Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_found_by_name_and_their_names_shared_as_one_set() {
+        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: p }\nworkflow:\n  - step: start\n    next: { arcs: [ { step: b } ] }\n  - step: b\n";
+        let playbook = noetl_core::load::load_playbook(yaml, "p.yaml")
+            .unwrap()
+            .playbook;
+        let plan = PlanRecord::new("e1".into(), "p.yaml".into(), playbook, Value::Null);
+        assert_eq!(plan.step("b").map(|s| s.step.as_str()), Some("b"));
+        assert_eq!(plan.step("start").map(|s| s.step.as_str()), Some("start"));
+        assert!(plan.step("missing").is_none());
+        let names = plan.step_name_set();
+        assert_eq!(names.iter().collect::<Vec<_>>(), ["b", "start"]);
+        assert!(Arc::ptr_eq(&names, &plan.step_name_set()), "computed once");
     }
 }

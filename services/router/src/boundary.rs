@@ -26,15 +26,35 @@ use serde_json::{json, Map, Value};
 /// Handles `step.done`, `step.failed`, `step.skipped` and boundary `loop.done`.
 pub struct BoundaryHandler {
     mesh: Mesh,
+    caches: Caches,
+}
+
+/// What a router process remembers of the KV entries it last wrote or read,
+/// so the usual boundary writes without reading first.
+#[derive(Clone)]
+struct Caches {
+    /// Execution headers (shared with the timers, which end executions).
     headers: Arc<RevisionCache<ExecHeader>>,
+    /// Step records.
+    records: Arc<RevisionCache<StepRecord>>,
 }
 
 impl BoundaryHandler {
     /// A handler; keeps the last header revision it wrote per execution.
     pub fn new(mesh: Mesh) -> Self {
+        Self::sharing(mesh, Arc::new(RevisionCache::new(4096)))
+    }
+
+    /// A handler sharing its header cache with the other writers of headers
+    /// in this process (the timers), so its cached copy is never stale
+    /// because of them.
+    pub fn sharing(mesh: Mesh, headers: Arc<RevisionCache<ExecHeader>>) -> Self {
         Self {
             mesh,
-            headers: Arc::new(RevisionCache::new(4096)),
+            caches: Caches {
+                headers,
+                records: Arc::new(RevisionCache::new(4096)),
+            },
         }
     }
 }
@@ -42,7 +62,7 @@ impl BoundaryHandler {
 impl Handler for BoundaryHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
-        let headers = self.headers.clone();
+        let caches = self.caches.clone();
         Box::pin(async move {
             let ev: Event = match runtime::decode_event(&msg) {
                 Ok(e) => e,
@@ -57,7 +77,7 @@ impl Handler for BoundaryHandler {
                 event = %ev.event_type,
             );
             runtime::disposition(
-                tracing::Instrument::instrument(on_boundary(&mesh, &headers, ev), span).await,
+                tracing::Instrument::instrument(on_boundary(&mesh, &caches, ev), span).await,
             )
         })
     }
@@ -121,7 +141,12 @@ async fn arc_scope(
     templates: &[&str],
 ) -> Result<Scope, MeshError> {
     let roots = scope::roots(templates.iter().copied());
-    let names: Vec<&str> = plan.step_names().collect();
+    // The steps whose results a template reads (not every step's name).
+    let names: Vec<&str> = roots
+        .iter()
+        .map(String::as_str)
+        .filter(|r| plan.step(r).is_some())
+        .collect();
     let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
     let args = view.args.clone().unwrap_or_else(|| json!({}));
     let mut sc = Scope::new()
@@ -130,9 +155,7 @@ async fn arc_scope(
         .args(scope::hydrate_args(mesh, &args).await?)
         .event(event_scope(ev, payload))
         .execution_id(ev.execution_id.clone());
-    for name in &names {
-        sc = sc.declare(*name);
-    }
+    sc = sc.declare_all(plan.step_name_set());
     for (name, result) in loaded.steps {
         sc = sc.step_result(name, result);
     }
@@ -168,11 +191,8 @@ struct Decision {
     error: Option<String>,
 }
 
-async fn on_boundary(
-    mesh: &Mesh,
-    headers: &RevisionCache<ExecHeader>,
-    ev: Event,
-) -> Result<(), BoundaryError> {
+async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), BoundaryError> {
+    let headers = caches.headers.as_ref();
     if ev.event_type == types::MESSAGE_DEAD_LETTERED {
         return on_dead_letter(mesh, headers, &ev).await;
     }
@@ -187,7 +207,7 @@ async fn on_boundary(
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
     let plan = boundary_plan(mesh, &ev).await?;
-    let Some(step) = plan.playbook.step(&ev.step) else {
+    let Some(step) = plan.step(&ev.step) else {
         return Err(BoundaryError::Refused(format!(
             "{} names step {:?} which execution {eid} does not have",
             ev.event_type, ev.step
@@ -217,7 +237,7 @@ async fn on_boundary(
         failure: failure.as_deref(),
         now: &now,
     };
-    let (header, applied) = record_and_apply(mesh, headers, &ev, &view, &boundary).await?;
+    let (header, applied) = record_and_apply(mesh, caches, &ev, &view, &boundary).await?;
 
     // 3. Publish the tokens this step-run fired that are still live (on a
     //    redelivery: the same ones, same ids), and the events.
@@ -259,13 +279,30 @@ async fn boundary_plan(mesh: &Mesh, ev: &Event) -> Result<Arc<PlanRecord>, Bound
 /// the execution is held back until the record is written. A crash between
 /// them repeats both, with the same content. Returns the header now stored
 /// and whether this event changed it.
+///
+/// The usual boundary needs no read ([`apply_from_cache`]); the header is
+/// read first only when this process's copy cannot decide.
 async fn record_and_apply(
     mesh: &Mesh,
-    headers: &RevisionCache<ExecHeader>,
+    caches: &Caches,
     ev: &Event,
     view: &BoundaryView,
     boundary: &Boundary<'_>,
 ) -> Result<(ExecHeader, bool), BoundaryError> {
+    if !view.join {
+        let from_cache = apply_from_cache(FromCache {
+            mesh,
+            caches,
+            ev,
+            record: step_record(ev, view),
+            boundary,
+        })
+        .await?;
+        if let Some(header) = from_cache {
+            return Ok((header, true));
+        }
+    }
+    let headers = caches.headers.as_ref();
     let key = Keys::header(&ev.execution_id);
     match kv::read::<ExecHeader>(mesh.exec_kv(), &key).await? {
         // Not live (a redelivery after the header moved on): the header
@@ -282,7 +319,7 @@ async fn record_and_apply(
         return Ok((done.header, done.applied));
     }
     let (written, first) = tokio::join!(
-        write_step_record(mesh, ev, view),
+        write_step_record(mesh, caches, ev, step_record(ev, view)),
         apply_boundary(mesh, headers, ev, boundary, Ending::HeldBack)
     );
     written?;
@@ -294,9 +331,77 @@ async fn record_and_apply(
     Ok((done.header, done.applied))
 }
 
-/// Write the step's record for `ev`.
-async fn write_step_record(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Result<(), MeshError> {
-    let record = StepRecord {
+/// What [`apply_from_cache`] needs.
+struct FromCache<'a> {
+    mesh: &'a Mesh,
+    caches: &'a Caches,
+    ev: &'a Event,
+    /// The step's record after this boundary.
+    record: StepRecord,
+    boundary: &'a Boundary<'a>,
+}
+
+/// A boundary applied without reading the header first: when this process
+/// holds the header as it last wrote or read it, with the step-run's token
+/// live, and the boundary does not end the execution, the step's record
+/// and the header are written together, each only if still at the
+/// revision this process saw last. Returns the header now stored, or
+/// `None` (the header not written) when the copy cannot decide or the
+/// header had moved on: the caller then reads it and decides again.
+///
+/// Within one router process the copy is never stale (every header write
+/// of the process goes through it), so the outcome is the read's. With
+/// several router replicas, a copy made stale by an execution another
+/// replica ended (cancelled, failed, timed out) may write the record of a
+/// step that did end before the header write is refused: the record is
+/// then true, but later than the end.
+async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, BoundaryError> {
+    let FromCache {
+        mesh,
+        caches,
+        ev,
+        record,
+        boundary,
+    } = c;
+    let header_key = Keys::header(&ev.execution_id);
+    let Some((cached, revision)) = caches.headers.cached(&header_key) else {
+        return Ok(None);
+    };
+    let Some(next) = transition(&cached, boundary).filter(|h| !h.status.is_terminal()) else {
+        return Ok(None); // not live here, or the end: read, then hold the end back
+    };
+    let record_key = Keys::step(&ev.execution_id, &ev.step);
+    let record_revision = caches.records.cached(&record_key).map(|(_, r)| r);
+    let store = mesh.exec_kv();
+    let (recorded, applied) = tokio::join!(
+        kv::write_at(store, &record_key, &record, record_revision),
+        kv::write_at(store, &header_key, &next, Some(revision)),
+    );
+    let recorded = recorded?;
+    let Some(header_revision) = applied? else {
+        caches.headers.forget(&header_key);
+        match recorded {
+            Some(r) => caches.records.remember(&record_key, record, r),
+            None => caches.records.forget(&record_key),
+        }
+        return Ok(None);
+    };
+    caches
+        .headers
+        .remember(&header_key, next.clone(), header_revision);
+    match recorded {
+        Some(r) => caches.records.remember(&record_key, record, r),
+        // The record moved on (written by an earlier run this process does
+        // not remember): the token was live, so this boundary's is the
+        // step's latest record.
+        None => write_step_record(mesh, caches, ev, record).await?,
+    }
+    Ok(Some(next))
+}
+
+/// The step's record after boundary `ev`.
+fn step_record(ev: &Event, view: &BoundaryView) -> StepRecord {
+    StepRecord {
         status: step_status(&ev.event_type),
         last_step_run_id: ev.step_run_id.clone(),
         loop_counts: view
@@ -304,9 +409,19 @@ async fn write_step_record(mesh: &Mesh, ev: &Event, view: &BoundaryView) -> Resu
             .filter(|_| ev.event_type == types::LOOP_DONE)
             .map(|c| payloads::to_value(&c)),
         error: view.error.as_ref().map(error_text),
-    };
+    }
+}
+
+/// Write the step's record for `ev`, whatever its revision.
+async fn write_step_record(
+    mesh: &Mesh,
+    caches: &Caches,
+    ev: &Event,
+    record: StepRecord,
+) -> Result<(), MeshError> {
     let key = Keys::step(&ev.execution_id, &ev.step);
-    kv::put(mesh.exec_kv(), &key, &record).await?;
+    let revision = kv::put(mesh.exec_kv(), &key, &record).await?;
+    caches.records.remember(&key, record, revision);
     Ok(())
 }
 

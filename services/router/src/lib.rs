@@ -78,13 +78,16 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             max_ack_pending: 1_000_000,
         })
         .await?;
+    // One header cache for every header writer of this process: the
+    // boundary handler's copy is then never stale because of a timer.
+    let headers = Arc::new(noetl_mesh::kv::RevisionCache::new(4096));
     let c = runtime::run(
         mesh.clone(),
         ConsumerLoop {
             name: "router-timers".into(),
             consumer: timers,
             concurrency: params.concurrency,
-            handler: Arc::new(timers::TimerHandler::new(mesh.clone())),
+            handler: Arc::new(timers::TimerHandler::new(mesh.clone(), headers.clone())),
             shutdown: params.shutdown.clone(),
         },
     );
@@ -104,7 +107,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "router-events".into(),
             consumer: boundaries,
             concurrency: params.concurrency,
-            handler: Arc::new(BoundaryHandler::new(mesh.clone())),
+            handler: Arc::new(BoundaryHandler::sharing(mesh.clone(), headers)),
             shutdown: params.shutdown.clone(),
         },
     );

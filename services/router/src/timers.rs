@@ -104,12 +104,10 @@ pub struct TimerHandler {
 }
 
 impl TimerHandler {
-    /// A handler.
-    pub fn new(mesh: Mesh) -> Self {
-        Self {
-            mesh,
-            headers: Arc::new(RevisionCache::new(1024)),
-        }
+    /// A handler writing headers through `headers`, the cache the boundary
+    /// handler of this process reads them from.
+    pub fn new(mesh: Mesh, headers: Arc<RevisionCache<ExecHeader>>) -> Self {
+        Self { mesh, headers }
     }
 }
 

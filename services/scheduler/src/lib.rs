@@ -93,7 +93,7 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
     let plan = token_plan(mesh, &token).await?;
-    let Some(step) = plan.playbook.step(&token.step) else {
+    let Some(step) = plan.step(&token.step) else {
         return Err(SchedError::Refused(format!(
             "token {srid} of execution {eid} names unknown step {:?}",
             token.step

@@ -6,7 +6,9 @@
 //! prints a table (median, p99, min–max over the repeats, and the ratio to
 //! the floor where one applies) and writes `target/bench/results.json`.
 //!
-//! Usage: `noetl-bench [--quick]` (`make bench`, `make bench QUICK=1`).
+//! Usage: `noetl-bench [--quick | --profile-seq]` (`make bench`, `make bench
+//! QUICK=1`). `--profile-seq` runs only the floor and the sequential chain,
+//! five times, for a profiler to watch (docs/performance.md).
 
 mod ends;
 mod report;
@@ -171,11 +173,13 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
 #[tokio::main]
 async fn main() {
     let mut plan = Plan::full();
+    let mut profile_seq = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => plan = Plan::quick(),
+            "--profile-seq" => profile_seq = true,
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--quick]");
+                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq]");
                 std::process::exit(2);
             }
         }
@@ -207,6 +211,25 @@ async fn main() {
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
+    if profile_seq {
+        let chain = sc::chain("profile_chain", plan.steps, sc::NOOP);
+        for _ in 0..5 {
+            let floor = per(
+                raw_hops(cluster.mesh.client().clone(), plan.steps).await,
+                plan.steps,
+            );
+            let seq = per(
+                sc::time_one(&cluster, &ends, &chain, json!({})).await,
+                plan.steps,
+            );
+            eprintln!(
+                "floor {floor:.3} ms, sequential step {seq:.3} ms ({:.2}x)",
+                seq / floor
+            );
+        }
+        cluster.stop().await;
+        return;
+    }
     let mut floor = Vec::new();
     let mut seq = Vec::new();
     let mut pipe = Vec::new();
