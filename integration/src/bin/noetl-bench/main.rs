@@ -6,9 +6,10 @@
 //! prints a table (median, p99, min–max over the repeats, and the ratio to
 //! the floor where one applies) and writes `target/bench/results.json`.
 //!
-//! Usage: `noetl-bench [--quick | --profile-seq]` (`make bench`, `make bench
-//! QUICK=1`). `--profile-seq` runs only the floor and the sequential chain,
-//! five times, for a profiler to watch (docs/performance.md).
+//! Usage: `noetl-bench [--quick | --profile-seq | --profile-http]` (`make
+//! bench`, `make bench QUICK=1`). `--profile-seq` (`--profile-http`) runs
+//! only the floor and the noop (http) chain, five times, for a profiler to
+//! watch (docs/performance.md).
 
 mod ends;
 mod report;
@@ -173,13 +174,15 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
 #[tokio::main]
 async fn main() {
     let mut plan = Plan::full();
-    let mut profile_seq = false;
+    // A chain to run alone under a profiler: (name, task, steps).
+    let mut profile: Option<(&str, &str, usize)> = None;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => plan = Plan::quick(),
-            "--profile-seq" => profile_seq = true,
+            "--profile-seq" => profile = Some(("noop", sc::NOOP, 1000)),
+            "--profile-http" => profile = Some(("http", sc::HTTP, 300)),
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq]");
+                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http]");
                 std::process::exit(2);
             }
         }
@@ -211,20 +214,17 @@ async fn main() {
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
-    if profile_seq {
-        let chain = sc::chain("profile_chain", plan.steps, sc::NOOP);
+    if let Some((what, task, steps)) = profile {
+        let chain = sc::chain("profile_chain", steps, task);
         for _ in 0..5 {
-            let floor = per(
-                raw_hops(cluster.mesh.client().clone(), plan.steps).await,
-                plan.steps,
-            );
-            let seq = per(
-                sc::time_one(&cluster, &ends, &chain, json!({})).await,
-                plan.steps,
+            let floor = per(raw_hops(cluster.mesh.client().clone(), steps).await, steps);
+            let step = per(
+                sc::time_one(&cluster, &ends, &chain, http.clone()).await,
+                steps,
             );
             eprintln!(
-                "floor {floor:.3} ms, sequential step {seq:.3} ms ({:.2}x)",
-                seq / floor
+                "floor {floor:.3} ms, sequential {what} step {step:.3} ms ({:.2}x)",
+                step / floor
             );
         }
         cluster.stop().await;
