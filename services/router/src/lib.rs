@@ -97,7 +97,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "router-requests".into(),
             consumer: requests,
             concurrency: params.concurrency,
-            handler: Arc::new(RequestHandler { mesh: mesh.clone() }),
+            handler: Arc::new(RequestHandler {
+                mesh: mesh.clone(),
+                headers: headers.clone(),
+            }),
             shutdown: params.shutdown.clone(),
         },
     );

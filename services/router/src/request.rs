@@ -26,11 +26,15 @@ use tracing::Instrument;
 pub struct RequestHandler {
     /// The mesh.
     pub mesh: Mesh,
+    /// Where the header it creates is remembered: the boundary handler's
+    /// cache, so the execution's first boundary needs no read.
+    pub headers: Arc<kv::RevisionCache<ExecHeader>>,
 }
 
 impl Handler for RequestHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let mesh = self.mesh.clone();
+        let headers = self.headers.clone();
         Box::pin(async move {
             let req = match codec::decode_execution_request(&msg.payload) {
                 Ok(r) => r,
@@ -43,7 +47,7 @@ impl Handler for RequestHandler {
             };
             let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
             let span = request_span(&msg, &req, seq);
-            runtime::disposition(start(&mesh, req, seq).instrument(span).await)
+            runtime::disposition(start(&mesh, &headers, req, seq).instrument(span).await)
         })
     }
 }
@@ -170,7 +174,12 @@ fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, StartError> 
 
 // Over 80 lines on purpose: read, decide, write for one execution request; the decisions
 // (source_name, playbook_text, plan_of) are functions with tests.
-async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), StartError> {
+async fn start(
+    mesh: &Mesh,
+    headers: &kv::RevisionCache<ExecHeader>,
+    req: ExecutionRequest,
+    seq: u64,
+) -> Result<(), StartError> {
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
@@ -246,7 +255,9 @@ async fn start(mesh: &Mesh, req: ExecutionRequest, seq: u64) -> Result<(), Start
         parent_execution_id: req.parent_execution_id.clone(),
         ..ExecHeader::running(eid.clone(), vec![TokenRecord::new(entry_token, entry_step)])
     };
-    if kv::create(mesh.exec_kv(), &Keys::header(&eid), &header).await? {
+    let key = Keys::header(&eid);
+    if let Some(revision) = kv::write_at(mesh.exec_kv(), &key, &header, None).await? {
+        headers.remember(&key, header.clone(), revision);
         mesh.health().metrics().execution("started");
     }
     let plan = Arc::new(plan);
