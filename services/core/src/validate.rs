@@ -296,7 +296,7 @@ impl Validator {
                     k.span,
                     &kp,
                     format!("`expr` in {what} is not a condition keyword in v10"),
-                    "use `when`",
+                    "use `when` (`noetl migrate` renames it)",
                 ),
                 "eval" => self.err(
                     "E011",
@@ -623,7 +623,7 @@ impl Validator {
         for (k, _) in s.entries() {
             let kp = format!("{path}/{}", escape(&k.name));
             let legacy = match k.name.as_str() {
-                "when" => Some(("E010", "`step.when` is not part of the v10 DSL", "gate the step with `spec.policy.admit.rules` (`- when: ... then: {allow: true}`)")),
+                "when" => Some(("E010", "`step.when` is not part of the v10 DSL", "gate the step with `spec.policy.admit.rules` (`- when: ... then: {allow: true}`); `noetl migrate` rewrites it")),
                 "case" => Some(("E013", "step-level `case` is not part of the v10 DSL", "use task policy (`tool[].spec.policy.rules`) for outcomes and `next.arcs` for routing")),
                 "pipe" => Some(("E014", "`pipe` is not part of the v10 DSL", "`step.tool` is always the ordered pipeline: list the tasks under `tool`")),
                 "vars" => Some(("E017", "step-level `vars` is not part of the v10 DSL", "write execution state with `set_ctx` and iteration state with `set_iter` in a task policy")),
@@ -1302,7 +1302,7 @@ impl Validator {
                         "`next` of step `{step}` is a {}; v10 routes with `next: {{spec, arcs}}`",
                         if next.is_seq() { "list" } else { "string" }
                     ),
-                    "write `next: { arcs: [ {step: target, when: \"{{ ... }}\"} ] }`",
+                    "write `next: { arcs: [ {step: target, when: \"{{ ... }}\"} ] }`; `noetl migrate` rewrites it",
                 );
                 return;
             }
@@ -1372,7 +1372,7 @@ impl Validator {
                         k.span,
                         &kp,
                         format!("`expr` on an arc of step `{step}` is not a condition keyword in v10"),
-                        "rename it to `when`: `- step: target` / `when: \"{{ ... }}\"`",
+                        "rename it to `when`: `- step: target` / `when: \"{{ ... }}\"` (`noetl migrate` renames it)",
                     ),
                     "eval" => self.err(
                         "E011",
