@@ -6,10 +6,11 @@
 //! prints a table (median, p99, min–max over the repeats, and the ratio to
 //! the floor where one applies) and writes `target/bench/results.json`.
 //!
-//! Usage: `noetl-bench [--quick | --profile-seq | --profile-http]` (`make
-//! bench`, `make bench QUICK=1`). `--profile-seq` (`--profile-http`) runs
-//! only the floor and the noop (http) chain, five times, for a profiler to
-//! watch (docs/performance.md).
+//! Usage: `noetl-bench [--quick | --profile-seq | --profile-http |
+//! --profile-loop]` (`make bench`, `make bench QUICK=1`). `--profile-seq`
+//! (`--profile-http`) runs only the floor and the noop (http) chain, five
+//! times, and `--profile-loop` only the 10,000-item noop loop, five times,
+//! for a profiler to watch (docs/performance.md).
 
 mod ends;
 mod report;
@@ -176,13 +177,15 @@ async fn main() {
     let mut plan = Plan::full();
     // A chain to run alone under a profiler: (name, task, steps).
     let mut profile: Option<(&str, &str, usize)> = None;
+    let mut profile_loop = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => plan = Plan::quick(),
             "--profile-seq" => profile = Some(("noop", sc::NOOP, 1000)),
             "--profile-http" => profile = Some(("http", sc::HTTP, 300)),
+            "--profile-loop" => profile_loop = true,
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http]");
+                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop]");
                 std::process::exit(2);
             }
         }
@@ -214,6 +217,22 @@ async fn main() {
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
+    if profile_loop {
+        let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
+        for _ in 0..5 {
+            let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
+            assert_eq!(
+                ctx["total"], plan.loop_items,
+                "every iteration counted once"
+            );
+            eprintln!(
+                "parallel noop loop: {:.0} tasks/s",
+                plan.loop_items as f64 / d.as_secs_f64()
+            );
+        }
+        cluster.stop().await;
+        return;
+    }
     if let Some((what, task, steps)) = profile {
         let chain = sc::chain("profile_chain", steps, task);
         for _ in 0..5 {
