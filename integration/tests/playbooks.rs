@@ -3,7 +3,8 @@
 //! examples; those with a sibling `<name>.expect.json`) through the real mesh and
 //! checks status, ctx (`ctx`: values that must be there; `ctx_absent`: keys
 //! that must not), step statuses and the ordered event subsequence the
-//! expectation names.
+//! expectation names; and checks that each migrated legacy example ends
+//! exactly as its hand-written canonical twin in `playbooks/legacy/canonical/`.
 
 use std::time::Duration;
 
@@ -109,6 +110,41 @@ async fn every_runnable_example_behaves_as_expected() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// What `noetl migrate` made of each runnable legacy example ends as its
+/// hand-written canonical twin: the same status, `ctx` and step statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrated_legacy_playbooks_end_as_their_canonical_twins() {
+    let root = repo_root();
+    let mut names: Vec<String> = std::fs::read_dir(root.join("playbooks/legacy/canonical"))
+        .expect("playbooks/legacy/canonical")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 6, "too few canonical twins: {names:?}");
+    let cluster = Cluster::start().await;
+    let mut failures = Vec::new();
+    for name in &names {
+        let migrated = format!("playbooks/legacy/migrated/{name}.yaml");
+        let (m, _) = cluster.run_file(&migrated, Value::Null).await;
+        let (c, _) = cluster
+            .run_file(
+                &format!("playbooks/legacy/canonical/{name}.yaml"),
+                Value::Null,
+            )
+            .await;
+        if (&m.status, &m.ctx, &m.steps) != (&c.status, &c.ctx, &c.steps) {
+            failures.push(format!(
+                "{migrated}: {:?} ctx {} steps {:?}; its twin: {:?} ctx {} steps {:?}",
+                m.status, m.ctx, m.steps, c.status, c.ctx, c.steps
+            ));
+        }
+    }
+    cluster.stop().await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -100,3 +100,34 @@ fn every_legacy_playbook_is_refused_as_written() {
         }
     }
 }
+
+#[test]
+fn every_runnable_legacy_playbook_has_a_clean_canonical_twin() {
+    let migrated = legacy_dir().join("migrated");
+    let mut runnable: Vec<String> = std::fs::read_dir(&migrated)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().to_string();
+            name.strip_suffix(".expect.json").map(str::to_string)
+        })
+        .collect();
+    runnable.sort();
+    assert!(runnable.len() >= 6, "too few runnable legacy examples");
+    for name in runnable {
+        let twin = legacy_dir().join("canonical").join(format!("{name}.yaml"));
+        let src = std::fs::read_to_string(&twin)
+            .unwrap_or_else(|e| panic!("{name}: no canonical twin {}: {e}", twin.display()));
+        let loaded = noetl_core::load::load_playbook(&src, &format!("{name}.yaml"))
+            .unwrap_or_else(|e| panic!("{name}: the twin does not load: {e}"));
+        assert!(
+            loaded.warnings.0.is_empty(),
+            "{name}: the canonical twin draws warnings: {:?}",
+            loaded.warnings.0
+        );
+        assert!(
+            migrate(&src).unwrap().changes.is_empty(),
+            "{name}: migrate would change the canonical twin"
+        );
+    }
+}
