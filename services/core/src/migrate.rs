@@ -111,7 +111,8 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
 struct Edits<'a> {
     text: &'a str,
     edits: Vec<(usize, usize, String)>,
-    changes: Vec<Change>,
+    /// Per edit, the change it reports (`None`: part of another edit's).
+    changes: Vec<Option<Change>>,
     refusals: Vec<Refusal>,
 }
 
@@ -127,7 +128,13 @@ impl<'a> Edits<'a> {
 
     fn replace(&mut self, range: (usize, usize), with: String, line: usize, summary: String) {
         self.edits.push((range.0, range.1, with));
-        self.changes.push(Change { line, summary });
+        self.changes.push(Some(Change { line, summary }));
+    }
+
+    /// An edit that is part of a change another edit reports.
+    fn replace_quietly(&mut self, range: (usize, usize), with: String) {
+        self.edits.push((range.0, range.1, with));
+        self.changes.push(None);
     }
 
     fn refuse(&mut self, line: usize, why: String) {
@@ -144,7 +151,9 @@ impl<'a> Edits<'a> {
             let (s, e, _) = &self.edits[i];
             if *s < end {
                 let line = line_of(self.text, *s);
-                let summary = self.changes[i].summary.clone();
+                let summary = self.changes[i]
+                    .as_ref()
+                    .map_or_else(|| "a rewrite".to_string(), |c| c.summary.clone());
                 self.refusals.push(Refusal {
                     line,
                     why: format!("{summary}: overlaps another rewrite; run `noetl migrate` again"),
@@ -159,7 +168,10 @@ impl<'a> Edits<'a> {
             let (s, e, with) = &self.edits[i];
             out.replace_range(*s..*e, with);
         }
-        let changes = kept.iter().map(|&i| self.changes[i].clone()).collect();
+        let changes = kept
+            .iter()
+            .filter_map(|&i| self.changes[i].clone())
+            .collect();
         (out, changes, self.refusals)
     }
 }
@@ -170,6 +182,14 @@ fn replace_entry(e: &mut Edits, key_offset: usize, with: String, line: usize, su
     let from = line_start(e.text, key_offset);
     let to = entry_end(e.text, key_offset);
     e.replace((from, to), with, line, summary);
+}
+
+/// Remove the mapping entry whose key is at `key_offset`, as part of a
+/// change another edit reports.
+fn remove_entry(e: &mut Edits, key_offset: usize) {
+    let from = line_start(e.text, key_offset);
+    let to = entry_end(e.text, key_offset);
+    e.replace_quietly((from, to), String::new());
 }
 
 /// 1-based line of byte `offset`.
@@ -730,6 +750,7 @@ fn structure(root: &Node, e: &mut Edits) {
     }
     for (s, name) in steps(root) {
         step_when(s, name, e);
+        step_set(s, name, e);
         legacy_next(s, name, e);
         for (k, _) in s.entries() {
             let hint = match k.name.as_str() {
@@ -740,7 +761,6 @@ fn structure(root: &Node, e: &mut Edits) {
                 "pipe" => "`pipe`: list its tasks under `tool` (the ordered pipeline)",
                 "input" => "step `input`: pass values on the arcs that reach this step (`args`), read as `args.<name>`",
                 "output" | "command" => "step `output`/`command`: move the work into a task of the step's `tool`",
-                "set" => "step-level `set`: move it into a `set_ctx` of the policy of the step's last task",
                 _ => continue,
             };
             e.refuse(k.span.line, format!("step `{name}`: {hint}"));
@@ -796,13 +816,71 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
         e.refuse(line, format!("task `{name}`: `set` next to a `spec`: add `set_ctx` to a rule of its `spec.policy` by hand"));
         return;
     }
+    let indent = k.span.offset - line_start(e.text, k.span.offset);
+    let (field, with) = fallback_rule(e.text, (k, v), indent);
+    let summary = format!("task `{name}`: `set` → `{field}` in a `spec.policy` fallback rule");
+    replace_entry(e, k.span.offset, with, line, summary);
+}
+
+/// A step-level `set:` / `set_ctx:` (applied when the step ends) → a
+/// fallback rule of its last task's policy, which runs when the step's
+/// last task ends well.
+fn step_set(s: &Node, name: &str, e: &mut Edits) {
+    let Some((k, v)) = s.entry("set_ctx").or_else(|| s.entry("set")) else {
+        return;
+    };
+    let line = k.span.line;
+    let last = match s.get("tool").map(|t| &t.kind) {
+        Some(NodeKind::Seq(items)) => items.last().map(|t| match t.entries() {
+            [(_, body)] if body.is_map() && t.get("kind").is_none() => body,
+            _ => t,
+        }),
+        Some(NodeKind::Map(_)) => s.get("tool"),
+        _ => None,
+    };
+    let Some(task) = last.filter(|t| t.is_map()) else {
+        e.refuse(line, format!("step `{name}`: step-level `{}` on a step without tasks: set it with `set_ctx` in the policy of a task that runs before", k.name));
+        return;
+    };
+    if task.get("spec").is_some() {
+        e.refuse(line, format!("step `{name}`: step-level `{}`: its last task has a `spec`; add `set_ctx` to a rule of its `spec.policy` by hand", k.name));
+        return;
+    }
+    let Some((last_key, _)) = task.entries().last() else {
+        return;
+    };
+    let text = e.text;
+    let before = &text[line_start(text, last_key.span.offset)..last_key.span.offset];
+    if !before.trim_start_matches([' ', '-']).is_empty() {
+        e.refuse(line, format!("step `{name}`: step-level `{}` with a last task in flow style: move it into that task's `spec.policy` by hand", k.name));
+        return;
+    }
+    let indent = last_key.span.offset - line_start(text, last_key.span.offset);
+    let (field, with) = fallback_rule(text, (k, v), indent);
+    let at = entry_end(text, last_key.span.offset);
+    e.replace(
+        (at, at),
+        with,
+        line,
+        format!("step `{name}`: step-level `{}` → `{field}` in its last task's `spec.policy` fallback rule", k.name),
+    );
+    remove_entry(e, k.span.offset);
+}
+
+/// The text of a `spec:` whose policy's fallback rule sets what the entry
+/// `(k, v)` (a legacy `set`/`set_ctx`) sets, at column `indent`; and the
+/// field it uses (`set` when the keys are `ctx.`/`iter.` paths, else
+/// `set_ctx`).
+fn fallback_rule(
+    text: &str,
+    (k, v): (&crate::yaml::Key, &Node),
+    indent: usize,
+) -> (&'static str, String) {
     let dotted = v
         .entries()
         .iter()
         .any(|(k, _)| k.name.starts_with("ctx.") || k.name.starts_with("iter."));
     let field = if dotted { "set" } else { "set_ctx" };
-    let text = e.text;
-    let indent = k.span.offset - line_start(text, k.span.offset);
     let pad = " ".repeat(indent);
     let value = value_text(text, k.span.offset, v);
     let value = if value.contains('\n') {
@@ -830,8 +908,7 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
     let with = format!(
         "{pad}spec:\n{pad}  policy:\n{pad}    rules:\n{pad}      - else:\n{pad}          then:\n{pad}            do: continue\n{pad}            {field}:{value}"
     );
-    let summary = format!("task `{name}`: `set` → `{field}` in a `spec.policy` fallback rule");
-    replace_entry(e, k.span.offset, with, line, summary);
+    (field, with)
 }
 
 /// A python task's `libs: [a, b]` → `import a` / `import b` at the top of
@@ -872,8 +949,7 @@ fn python_libs(t: &Node, name: &str, e: &mut Edits) {
         ck.span.line,
         format!("task `{name}`: `libs` → imports at the top of `code`"),
     );
-    let summary = format!("task `{name}`: `libs` removed");
-    replace_entry(e, k.span.offset, String::new(), line, summary);
+    remove_entry(e, k.span.offset);
 }
 
 /// A step-level `when:` → an admission rule.

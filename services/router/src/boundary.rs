@@ -518,18 +518,11 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
     } = f;
     let (eid, srid) = (ev.execution_id.as_str(), ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = header.live.iter().filter(|t| t.parent == srid).collect();
+    // The events first, then the tokens: a token's step can only start after
+    // its `token.created` and this boundary's `next.selected` are in the
+    // stream, so the stream keeps cause before effect across services.
     let mut batch = Batch::new();
     for t in &fired {
-        let token = Token {
-            token_id: t.token_id.clone(),
-            execution_id: eid.to_string(),
-            step: t.step.clone(),
-            args_json: codec::json_bytes(&t.args),
-            trace_id: ev.trace_id.clone(),
-            parent_step_run_id: srid.to_string(),
-            parent_step: ev.step.clone(),
-        };
-        batch.push(mesh.publish_token(&token).await?);
         batch.push(
             mesh.emit(
                 &EventDraft {
@@ -582,6 +575,18 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
             )
             .await?,
         );
+    }
+    for t in &fired {
+        let token = Token {
+            token_id: t.token_id.clone(),
+            execution_id: eid.to_string(),
+            step: t.step.clone(),
+            args_json: codec::json_bytes(&t.args),
+            trace_id: ev.trace_id.clone(),
+            parent_step_run_id: srid.to_string(),
+            parent_step: ev.step.clone(),
+        };
+        batch.push(mesh.publish_token(&token).await?);
     }
     batch.wait().await?;
     Ok(())
