@@ -420,6 +420,14 @@ fn renames(root: &Node, e: &mut Edits) {
                 "type" if t.get("kind").is_none() => {
                     rename(e, k, "kind", format!("task `{name}`: `type` → `kind`"));
                 }
+                // NoETL v1 names a workbook task's kind `tool: python`.
+                "tool"
+                    if t.get("kind").is_none()
+                        && t.get("type").is_none()
+                        && t.get("tool").and_then(Node::as_str).is_some() =>
+                {
+                    rename(e, k, "kind", format!("task `{name}`: `tool` → `kind`"));
+                }
                 _ => {}
             }
         }
@@ -706,6 +714,15 @@ fn root_rewrite(
                 Some((base.to_string(), 0))
             }
         }
+        // NoETL v1 arcs read the step's result as `result`.
+        "result"
+            if place == Place::Arc
+                && !names.shadowing.contains("result")
+                && !names.workload.contains("result") =>
+        {
+            what.push("`result` → `event.result`".into());
+            Some(("event.result".into(), 0))
+        }
         "_index" => {
             what.push("`_index` → `iter.index`".into());
             Some(("iter.index".into(), 0))
@@ -751,6 +768,7 @@ fn structure(root: &Node, e: &mut Edits) {
     for (s, name) in steps(root) {
         step_when(s, name, e);
         step_set(s, name, e);
+        step_as_task(s, name, e);
         legacy_next(s, name, e);
         for (k, _) in s.entries() {
             let hint = match k.name.as_str() {
@@ -820,6 +838,74 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
     let (field, with) = fallback_rule(e.text, (k, v), indent);
     let summary = format!("task `{name}`: `set` → `{field}` in a `spec.policy` fallback rule");
     replace_entry(e, k.span.offset, with, line, summary);
+}
+
+/// Keys a canonical step has; a NoETL v1 step's other keys are its task's.
+const STEP_KEYS: &[&str] = &[
+    "step", "desc", "spec", "loop", "tool", "next", "when", "set", "set_ctx", "case", "eval",
+    "expr", "vars", "sink", "pipe", "input", "output", "command",
+];
+
+/// A NoETL v1 step that is its own task (`tool: python` with `code` beside
+/// it) → a pipeline of one task named after the step; `tool: workbook`
+/// with `name: <task>` → a `kind: workbook` call; `tool: router` (a step
+/// that only routes) → no `tool`.
+fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
+    let Some((tk, kind)) = s.entry("tool").and_then(|(k, v)| Some((k, v.as_str()?))) else {
+        return;
+    };
+    let line = tk.span.line;
+    let fields: Vec<&(crate::yaml::Key, Node)> = s
+        .entries()
+        .iter()
+        .filter(|(k, _)| !STEP_KEYS.contains(&k.name.as_str()))
+        .collect();
+    let text = e.text;
+    let key_indent = tk.span.offset - line_start(text, tk.span.offset);
+    if fields
+        .iter()
+        .any(|(k, _)| k.span.offset - line_start(text, k.span.offset) != key_indent)
+    {
+        e.refuse(line, format!("step `{name}`: `tool: {kind}` with its fields in flow style: list the task under `tool` by hand"));
+        return;
+    }
+    if kind == "router" {
+        if let Some((k, _)) = fields.first() {
+            e.refuse(k.span.line, format!("step `{name}`: `tool: router` with task field `{}`: a routing step has no task", k.name));
+            return;
+        }
+        let summary =
+            format!("step `{name}`: `tool: router` removed (a step without tasks only routes)");
+        replace_entry(e, tk.span.offset, String::new(), line, summary);
+        return;
+    }
+    let pad = " ".repeat(key_indent);
+    let mut task = format!("{pad}tool:\n{pad}  - name: {}\n", yaml_scalar(name));
+    if kind == "workbook" {
+        let Some(target) = s.get("name").and_then(Node::as_str) else {
+            e.refuse(line, format!("step `{name}`: `tool: workbook` without `name`: name the workbook task (`task:`) by hand"));
+            return;
+        };
+        task.push_str(&format!(
+            "{pad}    kind: workbook\n{pad}    task: {}\n",
+            yaml_scalar(target)
+        ));
+    } else {
+        task.push_str(&format!("{pad}    kind: {}\n", yaml_scalar(kind)));
+    }
+    for (k, _) in &fields {
+        if kind == "workbook" && k.name == "name" {
+            remove_entry(e, k.span.offset);
+            continue;
+        }
+        let from = line_start(text, k.span.offset);
+        let to = entry_end(text, k.span.offset);
+        task.push_str(&reindent(&text[from..to], key_indent, key_indent + 4));
+        remove_entry(e, k.span.offset);
+    }
+    let summary =
+        format!("step `{name}`: `tool: {kind}` with its fields → a pipeline of one task `{name}`");
+    replace_entry(e, tk.span.offset, task, line, summary);
 }
 
 /// A step-level `set:` / `set_ctx:` (applied when the step ends) → a
@@ -1304,6 +1390,24 @@ mod tests {
             m.text
         );
         assert_eq!(m.changes.len(), 3);
+    }
+
+    #[test]
+    fn a_v1_step_it_cannot_rewrite_safely_is_refused() {
+        let m = migrate(&playbook(
+            "  - step: a\n    tool: router\n    code: x\n  - step: b\n    tool: workbook\n    args: { n: 1 }\n",
+        ))
+        .unwrap();
+        assert!(m.changes.is_empty(), "{:?}", m.changes);
+        let why: Vec<&str> = m.refusals.iter().map(|r| r.why.as_str()).collect();
+        assert!(
+            why[0].contains("`tool: router` with task field `code`"),
+            "{why:?}"
+        );
+        assert!(
+            why[1].contains("`tool: workbook` without `name`"),
+            "{why:?}"
+        );
     }
 
     #[test]

@@ -58,15 +58,30 @@ class _Capture(io.TextIOBase):
 
 
 def _call_main(fn, args):
+    """main() with no parameter; main(a, b) with the values of args' keys
+    `a` and `b` when it names them (NoETL's convention); else main(args)."""
     try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
+        sig = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        params = []
-    out = fn(args) if params else fn()
+        sig = []
+    params = [
+        p for p in sig if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    named = [p for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+    required = [p for p in params if p.default is p.empty]
+    by_name = (
+        isinstance(args, dict)
+        and named
+        and len(named) == len(params)
+        and all(p.name in args for p in required)
+        and any(p.name in args for p in named)
+    )
+    if by_name:
+        out = fn(**{p.name: args[p.name] for p in named if p.name in args})
+    elif params:
+        out = fn(args)
+    else:
+        out = fn()
     if inspect.iscoroutine(out):
         import asyncio
 

@@ -61,6 +61,20 @@ async fn main_is_called_with_or_without_args() {
     // args default to {}.
     let o = run(json!({"code": "def main(a):\n    return a\n"})).await;
     assert_eq!(o.result, json!({}), "{o:?}");
+    // Parameters named after keys of args get those values (NoETL's
+    // convention); a default fills a missing one.
+    let o = run(json!({
+        "code": "def main(message, times=2):\n    return message * times\n",
+        "args": {"message": "ab", "unused": 1},
+    }))
+    .await;
+    assert_eq!(o.result, json!("abab"), "{o:?}");
+    let o = run(json!({
+        "code": "def main(x, y):\n    return x + y\n",
+        "args": {"x": 40, "y": 2},
+    }))
+    .await;
+    assert_eq!(o.result, json!(42), "{o:?}");
     // Neither result nor main: None.
     let o = run(json!({"code": "x = 1"})).await;
     assert_eq!((o.status, o.result), (OutcomeStatus::Ok, Value::Null));
