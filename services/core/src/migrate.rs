@@ -776,6 +776,7 @@ fn structure(root: &Node, e: &mut Edits) {
                 "eval" | "expr" => "step-level `eval`/`expr`: write the conditions as task policy rules or arc `when`s",
                 "vars" => "step-level `vars`: write them with `set_ctx` (execution) or `set_iter` (iteration) in a task policy rule",
                 "sink" => "`sink`: add a storage task (postgres, duckdb, http) that writes the data and returns a reference",
+                "save" => "`save`: add a storage task (postgres, duckdb, http) that writes the data, or drop it (events already record every result)",
                 "pipe" => "`pipe`: list its tasks under `tool` (the ordered pipeline)",
                 "input" => "step `input`: pass values on the arcs that reach this step (`args`), read as `args.<name>`",
                 "output" | "command" => "step `output`/`command`: move the work into a task of the step's `tool`",
@@ -842,16 +843,21 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
 
 /// Keys a canonical step has; a NoETL v1 step's other keys are its task's.
 const STEP_KEYS: &[&str] = &[
-    "step", "desc", "spec", "loop", "tool", "next", "when", "set", "set_ctx", "case", "eval",
-    "expr", "vars", "sink", "pipe", "input", "output", "command",
+    "step", "desc", "spec", "loop", "tool", "type", "next", "when", "set", "set_ctx", "case",
+    "eval", "expr", "vars", "sink", "save", "pipe", "input", "output", "command",
 ];
 
-/// A NoETL v1 step that is its own task (`tool: python` with `code` beside
-/// it) → a pipeline of one task named after the step; `tool: workbook`
-/// with `name: <task>` → a `kind: workbook` call; `tool: router` (a step
-/// that only routes) → no `tool`.
+/// A NoETL v1 step that is its own task (`tool: python` or `type: python`
+/// with `code` beside it) → a pipeline of one task named after the step;
+/// `tool: workbook` with `name: <task>` → a `kind: workbook` call;
+/// `tool: router` / `type: end` (a step that only routes) → no `tool`.
 fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
-    let Some((tk, kind)) = s.entry("tool").and_then(|(k, v)| Some((k, v.as_str()?))) else {
+    let kind_key = match s.get("tool") {
+        Some(t) if t.as_str().is_none() => return, // a canonical pipeline
+        Some(_) => "tool",
+        None => "type",
+    };
+    let Some((tk, kind)) = s.entry(kind_key).and_then(|(k, v)| Some((k, v.as_str()?))) else {
         return;
     };
     let line = tk.span.line;
@@ -869,13 +875,14 @@ fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
         e.refuse(line, format!("step `{name}`: `tool: {kind}` with its fields in flow style: list the task under `tool` by hand"));
         return;
     }
-    if kind == "router" {
+    if matches!(kind, "router" | "end" | "start") {
         if let Some((k, _)) = fields.first() {
-            e.refuse(k.span.line, format!("step `{name}`: `tool: router` with task field `{}`: a routing step has no task", k.name));
+            e.refuse(k.span.line, format!("step `{name}`: `{kind_key}: {kind}` with task field `{}`: a routing step has no task", k.name));
             return;
         }
-        let summary =
-            format!("step `{name}`: `tool: router` removed (a step without tasks only routes)");
+        let summary = format!(
+            "step `{name}`: `{kind_key}: {kind}` removed (a step without tasks only routes)"
+        );
         replace_entry(e, tk.span.offset, String::new(), line, summary);
         return;
     }
@@ -903,8 +910,9 @@ fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
         task.push_str(&reindent(&text[from..to], key_indent, key_indent + 4));
         remove_entry(e, k.span.offset);
     }
-    let summary =
-        format!("step `{name}`: `tool: {kind}` with its fields → a pipeline of one task `{name}`");
+    let summary = format!(
+        "step `{name}`: `{kind_key}: {kind}` with its fields → a pipeline of one task `{name}`"
+    );
     replace_entry(e, tk.span.offset, task, line, summary);
 }
 
