@@ -182,19 +182,18 @@ impl Scope {
     }
 
     /// `outcome`: the current task's outcome envelope (policy evaluation);
-    /// also `output`, with the result as `output.data` too.
+    /// also `output`, with the result as `output.data` too (made when a
+    /// template reads it).
     pub fn outcome(self, outcome: &Outcome) -> Self {
         let value = serde_json::to_value(outcome).unwrap_or(Value::Null);
-        let output = output_view(&value);
-        self.var("outcome", value).var("output", output)
+        self.var("outcome", value)
     }
 
     /// `event`: the boundary event (server-side routing); also `output`,
-    /// its result envelope (`status`, `data`, `error`).
+    /// its result envelope (`status`, `data`, `error`; made when a template
+    /// reads it).
     pub fn event(self, value: impl Into<Value>) -> Self {
-        let value: Value = value.into();
-        let output = output_view(&value);
-        self.var("event", value).var("output", output)
+        self.var("event", value)
     }
 
     /// `loop`: `{index, first, last, length}` where `index` is the 0-based
@@ -304,10 +303,18 @@ fn workload_key(vars: &BTreeMap<String, MjValue>, name: &str) -> Option<MjValue>
     (!v.is_undefined()).then_some(v)
 }
 
-/// The root of a render: the bound names first; then, with the lowest
-/// precedence, the workload's keys read bare, unless a runtime variable or
-/// a step or task name (bound or only declared) has that name
-/// (docs/dsl.md, "Names read bare").
+/// `output` as a render reads it: unless bound, the [`output_view`] of
+/// `outcome` (task policy), else of `event` (arcs, admission).
+fn derived_output(vars: &BTreeMap<String, MjValue>) -> Option<MjValue> {
+    let source = vars.get("outcome").or_else(|| vars.get("event"))?;
+    let json = serde_json::to_value(source).unwrap_or(Value::Null);
+    Some(MjValue::from(Serde(&output_view(&json))))
+}
+
+/// The root of a render: the bound names first (and `output`, derived from
+/// `outcome` or `event`); then, with the lowest precedence, the workload's
+/// keys read bare, unless a runtime variable or a step or task name (bound
+/// or only declared) has that name (docs/dsl.md, "Names read bare").
 #[derive(Debug)]
 struct Root {
     vars: Arc<BTreeMap<String, MjValue>>,
@@ -320,6 +327,9 @@ impl minijinja::value::Object for Root {
         if let Some(v) = self.vars.get(name) {
             return Some(v.clone());
         }
+        if name == "output" {
+            return derived_output(&self.vars);
+        }
         if self.declared.contains(name) || RUNTIME_VARIABLES.contains(&name) {
             return None;
         }
@@ -327,12 +337,13 @@ impl minijinja::value::Object for Root {
     }
 
     fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
-        minijinja::value::Enumerator::Values(
-            self.vars
-                .keys()
-                .map(|k| MjValue::from(k.as_str()))
-                .collect(),
-        )
+        let derived = (!self.vars.contains_key("output")
+            && (self.vars.contains_key("outcome") || self.vars.contains_key("event")))
+        .then_some("output");
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.extend(derived);
+        names.sort_unstable();
+        minijinja::value::Enumerator::Values(names.into_iter().map(MjValue::from).collect())
     }
 }
 
