@@ -301,45 +301,12 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         children.push(support::serve(noetl(), &url, &args));
     }
     let _services = Procs(children);
-    let out = noetl()
-        .args([
-            "exec",
-            "start",
-            &fixture("hello.yaml"),
-            "--json",
-            "--set",
-            "name=Bo",
-            "--nats",
-            &url,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let id = support::exec_start(
+        noetl(),
+        &url,
+        &[fixture("hello.yaml").as_str(), "--set", "name=Bo"],
     );
-    let id = json_of(&out)["execution_id"].as_str().unwrap().to_string();
-    let out = noetl()
-        .args([
-            "exec",
-            "status",
-            &id,
-            "--wait",
-            "--json",
-            "--timeout",
-            "60",
-            "--nats",
-            &url,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = json_of(&out);
+    let s = support::exec_wait(noetl(), &url, &id, 60);
     assert_eq!(s["status"], "completed");
     assert_eq!(s["ctx"]["greeting"], "Hello, Bo!");
 

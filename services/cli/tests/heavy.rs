@@ -99,40 +99,9 @@ workflow:
     )
     .unwrap();
     let t0 = Instant::now();
-    let out = noetl()
-        .args([
-            "exec",
-            "start",
-            file.to_str().unwrap(),
-            "--json",
-            "--nats",
-            &url,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = id["execution_id"].as_str().unwrap().to_string();
-    let out = noetl()
-        .args([
-            "exec",
-            "status",
-            &id,
-            "--wait",
-            "--json",
-            "--timeout",
-            "3000",
-            "--nats",
-            &url,
-        ])
-        .output()
-        .unwrap();
+    let id = support::exec_start(noetl(), &url, &[&file]);
+    let s = support::exec_wait(noetl(), &url, &id, 3000);
     let took = t0.elapsed();
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["status"], "completed", "{s}");
     assert_eq!(s["ctx"]["total"], n, "every item counted exactly once");
     println!(

@@ -274,40 +274,8 @@ workflow:
         ),
     )
     .unwrap();
-    let out = support::noetl(home.path())
-        .args(["exec", "start", "--json", "--nats", &url])
-        .arg(&playbook)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let out = support::noetl(home.path())
-        .args([
-            "exec",
-            "status",
-            &id,
-            "--wait",
-            "--json",
-            "--timeout",
-            "90",
-            "--nats",
-            &url,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let id = support::exec_start(support::noetl(home.path()), &url, &[&playbook]);
+    support::exec_wait(support::noetl(home.path()), &url, &id, 90);
 
     // The trace is the execution's: the id in its events.
     let trace = noetl_mesh::ids::trace_id_for("", &id);

@@ -1,7 +1,8 @@
 //! What the CLI's end-to-end tests share: the `noetl` binary with a clean
-//! environment, `admin init` and `serve` as an operator runs them, a guard
-//! that kills the processes a test started however it ends, a free port,
-//! and a wait for a condition.
+//! environment, `admin init` and `serve` as an operator runs them, `exec
+//! start` and `exec status --wait` as a client runs them, a guard that kills
+//! the processes a test started however it ends, a free port, and a wait
+//! for a condition.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
@@ -46,6 +47,42 @@ pub fn serve(mut noetl: Command, url: &str, args: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// `noetl exec start ARGS --json --nats URL` run by `noetl`, asserting it
+/// succeeds: the execution id.
+pub fn exec_start<S: AsRef<std::ffi::OsStr>>(mut noetl: Command, url: &str, args: &[S]) -> String {
+    let out = noetl
+        .args(["exec", "start"])
+        .args(args)
+        .args(["--json", "--nats", url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "noetl exec start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    started["execution_id"].as_str().unwrap().to_string()
+}
+
+/// `noetl exec status ID --wait --json --timeout SECS --nats URL` run by
+/// `noetl`, asserting it exits 0 (the execution completed): its summary.
+pub fn exec_wait(mut noetl: Command, url: &str, id: &str, timeout_s: u64) -> serde_json::Value {
+    let out = noetl
+        .args(["exec", "status", id, "--wait", "--json", "--timeout"])
+        .arg(timeout_s.to_string())
+        .args(["--nats", url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "noetl exec status --wait: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Processes killed (and reaped) when the test ends, however it ends.
