@@ -771,18 +771,9 @@ fn structure(root: &Node, e: &mut Edits) {
         step_as_task(s, name, e);
         legacy_next(s, name, e);
         for (k, _) in s.entries() {
-            let hint = match k.name.as_str() {
-                "case" => "step-level `case`: write its branches as task policy rules (`spec.policy.rules`) and routing as `next.arcs`",
-                "eval" | "expr" => "step-level `eval`/`expr`: write the conditions as task policy rules or arc `when`s",
-                "vars" => "step-level `vars`: write them with `set_ctx` (execution) or `set_iter` (iteration) in a task policy rule",
-                "sink" => "`sink`: add a storage task (postgres, duckdb, http) that writes the data and returns a reference",
-                "save" => "`save`: add a storage task (postgres, duckdb, http) that writes the data, or drop it (events already record every result)",
-                "pipe" => "`pipe`: list its tasks under `tool` (the ordered pipeline)",
-                "input" => "step `input`: pass values on the arcs that reach this step (`args`), read as `args.<name>`",
-                "output" | "command" => "step `output`/`command`: move the work into a task of the step's `tool`",
-                _ => continue,
-            };
-            e.refuse(k.span.line, format!("step `{name}`: {hint}"));
+            if let Some((_, hint)) = REFUSED_STEP_KEYS.iter().find(|(key, _)| *key == k.name) {
+                e.refuse(k.span.line, format!("step `{name}`: {hint}"));
+            }
         }
     }
     for arc in arcs(root) {
@@ -841,11 +832,30 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
     replace_entry(e, k.span.offset, with, line, summary);
 }
 
-/// Keys a canonical step has; a NoETL v1 step's other keys are its task's.
+/// A step's own keys: the canonical ones and the legacy ones migrate
+/// rewrites in place. A NoETL v1 step's other keys are its task's, except
+/// the refused ones ([`REFUSED_STEP_KEYS`]).
 const STEP_KEYS: &[&str] = &[
-    "step", "desc", "spec", "loop", "tool", "type", "next", "when", "set", "set_ctx", "case",
-    "eval", "expr", "vars", "sink", "save", "pipe", "input", "output", "command",
+    "step", "desc", "spec", "loop", "tool", "type", "next", "when", "set", "set_ctx",
 ];
+
+/// Legacy step keys `noetl migrate` leaves as written, with what to write
+/// instead.
+const REFUSED_STEP_KEYS: &[(&str, &str)] = &[
+    ("case", "step-level `case`: write its branches as task policy rules (`spec.policy.rules`) and routing as `next.arcs`"),
+    ("eval", EVAL_HINT),
+    ("expr", EVAL_HINT),
+    ("vars", "step-level `vars`: write them with `set_ctx` (execution) or `set_iter` (iteration) in a task policy rule"),
+    ("sink", "`sink`: add a storage task (postgres, duckdb, http) that writes the data and returns a reference"),
+    ("save", "`save`: add a storage task (postgres, duckdb, http) that writes the data, or drop it (events already record every result)"),
+    ("pipe", "`pipe`: list its tasks under `tool` (the ordered pipeline)"),
+    ("input", "step `input`: pass values on the arcs that reach this step (`args`), read as `args.<name>`"),
+    ("output", WORK_HINT),
+    ("command", WORK_HINT),
+];
+const EVAL_HINT: &str =
+    "step-level `eval`/`expr`: write the conditions as task policy rules or arc `when`s";
+const WORK_HINT: &str = "step `output`/`command`: move the work into a task of the step's `tool`";
 
 /// A NoETL v1 step that is its own task (`tool: python` or `type: python`
 /// with `code` beside it) → a pipeline of one task named after the step;
@@ -864,7 +874,10 @@ fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
     let fields: Vec<&(crate::yaml::Key, Node)> = s
         .entries()
         .iter()
-        .filter(|(k, _)| !STEP_KEYS.contains(&k.name.as_str()))
+        .filter(|(k, _)| {
+            !STEP_KEYS.contains(&k.name.as_str())
+                && !REFUSED_STEP_KEYS.iter().any(|(key, _)| *key == k.name)
+        })
         .collect();
     let text = e.text;
     let key_indent = tk.span.offset - line_start(text, tk.span.offset);
