@@ -31,7 +31,7 @@ pub const OPERATIONS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// No or an unknown `operation`.
-    #[error("`operation` must be one of {}, got {0}", OPERATIONS.join(", "))]
+    #[error("`operation` must be one of {ops}, got {0}", ops = OPERATIONS.join(", "))]
     Operation(String),
     /// A field the operation needs is missing or empty.
     #[error("`{field}` is required by `operation: {op}`")]
@@ -304,6 +304,7 @@ pub fn operation(config: &Map<String, Value>) -> Result<Op, ConfigError> {
     let op: &'static str = OPERATIONS
         .iter()
         .find(|o| **o == op)
+        .copied()
         .ok_or_else(|| ConfigError::Operation(format!("{op:?}")))?;
     let payload = || to_bytes(config.get("data").unwrap_or(&Value::Null));
     Ok(match op {
@@ -430,7 +431,10 @@ pub struct CredAuth {
 impl std::fmt::Debug for CredAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CredAuth")
-            .field("urls", &self.urls.as_deref().map(noetl_mesh::connect::display_urls))
+            .field(
+                "urls",
+                &self.urls.as_deref().map(noetl_mesh::connect::display_urls),
+            )
             .field("user", &self.user_password.as_ref().map(|(u, _)| u))
             .finish_non_exhaustive()
     }
@@ -528,8 +532,10 @@ mod tests {
 
     #[test]
     fn fields_become_an_operation() {
-        let o = op(json!({"operation": "kv_put", "bucket": "sessions", "key": "k1", "value": {"a": 1}}))
-            .unwrap();
+        let o = op(
+            json!({"operation": "kv_put", "bucket": "sessions", "key": "k1", "value": {"a": 1}}),
+        )
+        .unwrap();
         assert_eq!(
             o,
             Op::KvPut {
@@ -551,8 +557,14 @@ mod tests {
 
     #[test]
     fn values_round_trip_as_json_or_text() {
-        assert_eq!(from_bytes(&to_bytes(&json!({"a": [1, 2]}))), json!({"a": [1, 2]}));
-        assert_eq!(from_bytes(&to_bytes(&json!("plain text"))), json!("plain text"));
+        assert_eq!(
+            from_bytes(&to_bytes(&json!({"a": [1, 2]}))),
+            json!({"a": [1, 2]})
+        );
+        assert_eq!(
+            from_bytes(&to_bytes(&json!("plain text"))),
+            json!("plain text")
+        );
         assert_eq!(from_bytes(&to_bytes(&json!(7))), json!(7));
         assert_eq!(from_bytes(&[0xff, 0x00]), json!({"base64": "/wA="}));
     }
@@ -618,8 +630,11 @@ mod tests {
         assert!(e.to_string().contains("secret, basic or bearer"), "{e}");
         let e = cred_auth(&cred("secret", json!({"user": "u"}))).unwrap_err();
         assert!(e.to_string().contains("together"), "{e}");
-        let e = cred_auth(&cred("secret", json!({"token": "t", "user": "u", "password": "p"})))
-            .unwrap_err();
+        let e = cred_auth(&cred(
+            "secret",
+            json!({"token": "t", "user": "u", "password": "p"}),
+        ))
+        .unwrap_err();
         assert!(e.to_string().contains("choose one"), "{e}");
     }
 

@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::{ConnectOptions, HeaderMap};
-use bytes::Bytes;
 use futures::StreamExt;
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
 use noetl_core::Outcome;
@@ -187,7 +186,13 @@ impl NatsTool {
             return Ok(c.clone());
         }
         let shown = display_urls(&t.urls);
-        let refused = |e: String| failure("nats.connect", format!("cannot connect to {shown}: {e}"), true);
+        let refused = |e: String| {
+            failure(
+                "nats.connect",
+                format!("cannot connect to {shown}: {e}"),
+                true,
+            )
+        };
         let client = match (&t.cred, t.on_mesh) {
             // The mesh's own server, as the executor itself joins it.
             (None, true) => noetl_mesh::connect::connect(noetl_mesh::connect::ConnectParams {
@@ -254,7 +259,13 @@ impl NatsTool {
 
     async fn run(&self, call: ToolCall) -> ToolReturn {
         let who = format!("nats task {:?} of step {:?}", call.task, call.step);
-        let fail = |f: Failure| ToolReturn::from(Outcome::error(f.kind, format!("{who}: {}", f.message), f.retryable));
+        let fail = |f: Failure| {
+            ToolReturn::from(Outcome::error(
+                f.kind,
+                format!("{who}: {}", f.message),
+                f.retryable,
+            ))
+        };
         let config_error =
             |e: &dyn std::fmt::Display| fail(failure("nats.config", e.to_string(), false));
         let (connect, read) = match config::timeouts(&call.spec) {
@@ -277,7 +288,11 @@ impl NatsTool {
             Err(f) => return fail(f),
         };
         let name = op.name();
-        let replicas = if target.on_mesh { self.mesh.replicas } else { 1 };
+        let replicas = if target.on_mesh {
+            self.mesh.replicas
+        } else {
+            1
+        };
         match tokio::time::timeout(read, execute(&client, op, read, replicas)).await {
             Ok(Ok(result)) => ToolReturn::from(Outcome::ok(result)),
             Ok(Err(f)) => fail(Failure {
@@ -437,7 +452,9 @@ async fn execute(
             headers,
         } => {
             use async_nats::RequestErrorKind;
-            let mut req = async_nats::Request::new().payload(payload).timeout(Some(read));
+            let mut req = async_nats::Request::new()
+                .payload(payload)
+                .timeout(Some(read));
             if !headers.is_empty() {
                 req = req.headers(header_map(&headers));
             }
@@ -466,6 +483,8 @@ async fn execute(
         Op::KvGet { bucket, key } => {
             let kv = kv_store(&js(), &bucket, None).await?;
             let entry = kv.entry(key.clone()).await.map_err(|e| server_error(&e))?;
+            // A deleted or purged key reads as a marker entry: not found.
+            let entry = entry.filter(|e| e.operation == jetstream::kv::Operation::Put);
             Ok(match entry {
                 Some(e) => json!({
                     "bucket": bucket, "key": key, "found": true,
@@ -524,13 +543,13 @@ async fn execute(
                 }
                 Encoding::Text => match String::from_utf8(bytes.clone()) {
                     Ok(s) => Value::String(s),
-                    Err(_) => {
-                        return Err(failure(
-                            "nats.error",
-                            format!("object {name:?} is not UTF-8 text; read it with `encoding: base64`"),
-                            false,
-                        ))
-                    }
+                    Err(_) => return Err(failure(
+                        "nats.error",
+                        format!(
+                            "object {name:?} is not UTF-8 text; read it with `encoding: base64`"
+                        ),
+                        false,
+                    )),
                 },
             };
             Ok(json!({

@@ -68,13 +68,21 @@ async fn kv_put_get_delete_and_keys_round_trip() {
     let raw = kv.get("test_session_123").await.unwrap().unwrap();
     assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap(), value);
 
-    let got = run(&tool, json!({"operation": "kv_get", "bucket": "sessions", "key": "test_session_123"})).await;
+    let got = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "sessions", "key": "test_session_123"}),
+    )
+    .await;
     assert_eq!(got.result["found"], true);
     assert_eq!(got.result["value"], value);
     assert_eq!(got.result["revision"], 1);
     assert!(got.result["created"].as_str().unwrap().contains('T'));
 
-    run(&tool, json!({"operation": "kv_put", "bucket": "sessions", "key": "b/2", "value": "plain"})).await;
+    run(
+        &tool,
+        json!({"operation": "kv_put", "bucket": "sessions", "key": "b/2", "value": "plain"}),
+    )
+    .await;
     let keys = run(&tool, json!({"operation": "kv_keys", "bucket": "sessions"})).await;
     let mut names: Vec<String> = keys.result["keys"]
         .as_array()
@@ -85,15 +93,34 @@ async fn kv_put_get_delete_and_keys_round_trip() {
     names.sort();
     assert_eq!(names, ["b/2", "test_session_123"]);
 
-    let del = run(&tool, json!({"operation": "kv_delete", "bucket": "sessions", "key": "test_session_123"})).await;
+    let del = run(
+        &tool,
+        json!({"operation": "kv_delete", "bucket": "sessions", "key": "test_session_123"}),
+    )
+    .await;
     assert!(del.is_ok(), "{:?}", del.error);
-    let gone = run(&tool, json!({"operation": "kv_get", "bucket": "sessions", "key": "test_session_123"})).await;
+    let gone = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "sessions", "key": "test_session_123"}),
+    )
+    .await;
     assert!(gone.is_ok());
-    assert_eq!((gone.result["found"].clone(), gone.result["value"].clone()), (json!(false), Value::Null));
-    let text = run(&tool, json!({"operation": "kv_get", "bucket": "sessions", "key": "b/2"})).await;
+    assert_eq!(
+        (gone.result["found"].clone(), gone.result["value"].clone()),
+        (json!(false), Value::Null)
+    );
+    let text = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "sessions", "key": "b/2"}),
+    )
+    .await;
     assert_eq!(text.result["value"], "plain");
 
-    let missing = run(&tool, json!({"operation": "kv_get", "bucket": "nope", "key": "k"})).await;
+    let missing = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "nope", "key": "k"}),
+    )
+    .await;
     assert_eq!(error_kind(&missing), "nats.not_found");
     assert!(missing.error.unwrap().message.contains("\"nope\""));
     // One pooled client served every task.
@@ -114,7 +141,10 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
     .await;
     assert!(o.is_ok(), "{:?}", o.error);
     let msg = sub.next().await.unwrap();
-    assert_eq!(serde_json::from_slice::<Value>(&msg.payload).unwrap(), json!({"id": 7}));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&msg.payload).unwrap(),
+        json!({"id": 7})
+    );
     assert_eq!(msg.headers.unwrap().get("X-Trace").unwrap().as_str(), "a1");
 
     // A responder that doubles the number it is sent.
@@ -124,19 +154,31 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
         while let Some(m) = svc.next().await {
             let n: i64 = serde_json::from_slice(&m.payload).unwrap();
             let reply = m.reply.unwrap();
-            responder.publish(reply, (n * 2).to_string().into()).await.unwrap();
+            responder
+                .publish(reply, (n * 2).to_string().into())
+                .await
+                .unwrap();
         }
     });
     client.flush().await.unwrap();
-    let o = run(&tool, json!({"operation": "request", "subject": "math.double", "data": 21})).await;
+    let o = run(
+        &tool,
+        json!({"operation": "request", "subject": "math.double", "data": 21}),
+    )
+    .await;
     assert!(o.is_ok(), "{:?}", o.error);
     assert_eq!(o.result["data"], 42);
 
-    let o = run(&tool, json!({"operation": "request", "subject": "nobody.home", "data": 1})).await;
+    let o = run(
+        &tool,
+        json!({"operation": "request", "subject": "nobody.home", "data": 1}),
+    )
+    .await;
     assert_eq!(error_kind(&o), "nats.no_responders");
     assert!(o.error.unwrap().retryable);
     // A subscriber that never answers: the request times out.
-    let _silent = client.subscribe("slow.service").await.unwrap();
+    let mut silent = client.subscribe("slow.service").await.unwrap();
+    tokio::spawn(async move { while silent.next().await.is_some() {} });
     client.flush().await.unwrap();
     let o = run_as(
         &tool,
@@ -161,8 +203,15 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
     )
     .await;
     assert!(o.is_ok(), "{:?}", o.error);
-    assert_eq!((o.result["stream"].clone(), o.result["seq"].clone()), (json!("ORDERS"), json!(1)));
-    let o = run(&tool, json!({"operation": "js_publish", "subject": "unstored.x", "data": "x"})).await;
+    assert_eq!(
+        (o.result["stream"].clone(), o.result["seq"].clone()),
+        (json!("ORDERS"), json!(1))
+    );
+    let o = run(
+        &tool,
+        json!({"operation": "js_publish", "subject": "unstored.x", "data": "x"}),
+    )
+    .await;
     assert_eq!(error_kind(&o), "nats.error", "{:?}", o.error);
 }
 
@@ -177,7 +226,11 @@ async fn objects_are_stored_and_read_back_as_text_or_base64() {
     .await;
     assert!(put.is_ok(), "{:?}", put.error);
     assert_eq!(put.result["size"], 11);
-    let get = run(&tool, json!({"operation": "object_get", "bucket": "reports", "object": "r1.json"})).await;
+    let get = run(
+        &tool,
+        json!({"operation": "object_get", "bucket": "reports", "object": "r1.json"}),
+    )
+    .await;
     assert_eq!(get.result["data"], r#"{"total":3}"#);
     let bin = run(
         &tool,
@@ -187,13 +240,29 @@ async fn objects_are_stored_and_read_back_as_text_or_base64() {
     assert_eq!(bin.result["size"], 2);
     let back = run(&tool, json!({"operation": "object_get", "bucket": "reports", "object": "bin", "encoding": "base64"})).await;
     assert_eq!(back.result["data"], "AP8=");
-    let as_text = run(&tool, json!({"operation": "object_get", "bucket": "reports", "object": "bin"})).await;
+    let as_text = run(
+        &tool,
+        json!({"operation": "object_get", "bucket": "reports", "object": "bin"}),
+    )
+    .await;
     assert!(as_text.error.unwrap().message.contains("encoding: base64"));
-    let none = run(&tool, json!({"operation": "object_get", "bucket": "reports", "object": "nope"})).await;
+    let none = run(
+        &tool,
+        json!({"operation": "object_get", "bucket": "reports", "object": "nope"}),
+    )
+    .await;
     assert_eq!(error_kind(&none), "nats.not_found");
-    let del = run(&tool, json!({"operation": "object_delete", "bucket": "reports", "object": "r1.json"})).await;
+    let del = run(
+        &tool,
+        json!({"operation": "object_delete", "bucket": "reports", "object": "r1.json"}),
+    )
+    .await;
     assert!(del.is_ok(), "{:?}", del.error);
-    let gone = run(&tool, json!({"operation": "object_get", "bucket": "reports", "object": "r1.json"})).await;
+    let gone = run(
+        &tool,
+        json!({"operation": "object_get", "bucket": "reports", "object": "r1.json"}),
+    )
+    .await;
     assert_eq!(error_kind(&gone), "nats.not_found");
 }
 
@@ -214,7 +283,11 @@ async fn the_meshs_own_names_are_refused_before_connecting() {
     }
     // Refused before any connection was made.
     assert_eq!(tool.connections(), 0);
-    let o = run(&tool, json!({"operation": "kv_get", "bucket": "b", "key": "k"})).await;
+    let o = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "b", "key": "k"}),
+    )
+    .await;
     assert_eq!(error_kind(&o), "nats.not_found");
     let o = run(&tool, json!({"operation": "kv_get", "bucket": "b"})).await;
     assert_eq!(error_kind(&o), "nats.config");
@@ -296,11 +369,19 @@ async fn credentials_and_urls_pick_the_server_and_the_identity() {
     let user = nkeys::KeyPair::new_user();
     let other = auth_server(&user.public_key());
     let tool = tool_for(&mesh.url());
-    let put = |key: &str| json!({"operation": "kv_put", "bucket": "sessions", "key": key, "value": 1});
+    let put =
+        |key: &str| json!({"operation": "kv_put", "bucket": "sessions", "key": key, "value": 1});
 
     // NoETL's credential fields: the server and the user come from it.
-    let noetl_style = secret(json!({"nats_url": other.url, "nats_user": "app", "nats_password": PASSWORD}));
-    let o = run_as(&tool, put("by_password"), Some(noetl_style.clone()), Value::Null).await;
+    let noetl_style =
+        secret(json!({"nats_url": other.url, "nats_user": "app", "nats_password": PASSWORD}));
+    let o = run_as(
+        &tool,
+        put("by_password"),
+        Some(noetl_style.clone()),
+        Value::Null,
+    )
+    .await;
     assert!(o.is_ok(), "{:?}", o.error);
     let seed = secret(json!({"url": other.url, "nkey_seed": user.seed().unwrap()}));
     let o = run_as(&tool, put("by_nkey"), Some(seed), Value::Null).await;
@@ -311,19 +392,27 @@ async fn credentials_and_urls_pick_the_server_and_the_identity() {
         .connect(other.url.as_str())
         .await
         .unwrap();
-    let kv = async_nats::jetstream::new(theirs).get_key_value("sessions").await.unwrap();
+    let kv = async_nats::jetstream::new(theirs)
+        .get_key_value("sessions")
+        .await
+        .unwrap();
     assert!(kv.get("by_password").await.unwrap().is_some());
     assert!(kv.get("by_nkey").await.unwrap().is_some());
     let ours = async_nats::jetstream::new(mesh.client().await);
     assert!(ours.get_key_value("sessions").await.is_err());
 
     // A wrong password is refused, without echoing it.
-    let wrong = secret(json!({"url": other.url, "user": "app", "password": format!("{PASSWORD}-x")}));
+    let wrong =
+        secret(json!({"url": other.url, "user": "app", "password": format!("{PASSWORD}-x")}));
     let o = run_as(&tool, put("k"), Some(wrong), Value::Null).await;
     assert_eq!(error_kind(&o), "nats.connect", "{:?}", o.error);
     assert!(o.error.as_ref().unwrap().retryable);
     // `url` on the task picks the server; no credential: refused there.
-    let o = run(&tool, json!({"operation": "kv_get", "bucket": "sessions", "key": "k", "url": other.url})).await;
+    let o = run(
+        &tool,
+        json!({"operation": "kv_get", "bucket": "sessions", "key": "k", "url": other.url}),
+    )
+    .await;
     assert_eq!(error_kind(&o), "nats.connect");
     // A credential of another kind is a config error.
     let pg = AuthCredential {

@@ -159,11 +159,21 @@ impl TransferTool {
         let (rows, source_columns) =
             match plan::rows_of(plan.source, &read.result, plan.data_path.as_deref()) {
                 Ok(r) => r,
-                Err(e) => return fail("transfer.source", format!("source: {e}"), "source", progress),
+                Err(e) => {
+                    return fail(
+                        "transfer.source",
+                        format!("source: {e}"),
+                        "source",
+                        progress,
+                    )
+                }
             };
         progress.rows_read = rows.len();
         let mapping: Vec<(String, String)> = if plan.mapping.is_empty() {
-            source_columns.iter().map(|c| (c.clone(), c.clone())).collect()
+            source_columns
+                .iter()
+                .map(|c| (c.clone(), c.clone()))
+                .collect()
         } else {
             plan.mapping.clone()
         };
@@ -194,7 +204,9 @@ impl TransferTool {
             };
             let mut config = plan.target_config.clone();
             config.insert("command".into(), Value::String(empty));
-            let o = self.side(&call, plan.target.name(), config, target_auth).await;
+            let o = self
+                .side(&call, plan.target.name(), config, target_auth)
+                .await;
             if !o.is_ok() {
                 return side_failed(o, "target", progress);
             }
@@ -223,12 +235,18 @@ impl TransferTool {
                     "params".into(),
                     Value::Array(values.into_iter().flatten().collect()),
                 );
-                let o = self.side(&call, plan.target.name(), config, target_auth).await;
+                let o = self
+                    .side(&call, plan.target.name(), config, target_auth)
+                    .await;
                 if !o.is_ok() {
                     return side_failed(o, "target", progress);
                 }
                 progress.batches += 1;
-                progress.rows_written += o.result.get("row_count").and_then(Value::as_u64).unwrap_or(0);
+                progress.rows_written += o
+                    .result
+                    .get("row_count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
             }
         }
         ToolReturn::from(Outcome::ok(json!({

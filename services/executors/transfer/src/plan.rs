@@ -376,7 +376,12 @@ pub fn rows_of(
     let mut columns: Vec<String> = result
         .get("columns")
         .and_then(Value::as_array)
-        .map(|c| c.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|c| {
+            c.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     if columns.is_empty() {
         for r in &rows {
@@ -559,7 +564,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cols, ["x", "y"]);
-        let row = json!({"user": {"id": 7}, "a.b": 1}).as_object().cloned().unwrap();
+        let row = json!({"user": {"id": 7}, "a.b": 1})
+            .as_object()
+            .cloned()
+            .unwrap();
         assert_eq!(pick(&row, "user.id"), json!(7));
         assert_eq!(pick(&row, "a.b"), json!(1));
         assert_eq!(pick(&row, "missing.x"), Value::Null);

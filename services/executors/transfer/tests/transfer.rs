@@ -89,7 +89,10 @@ async fn start_api() -> String {
     }
     let app = Router::new()
         .route("/posts", get(|| async { Json(posts()) }))
-        .route("/wrapped", get(|| async { Json(json!({"data": {"items": posts()}})) }));
+        .route(
+            "/wrapped",
+            get(|| async { Json(json!({"data": {"items": posts()}})) }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -141,7 +144,12 @@ async fn http_rows_go_into_postgres_in_batches_with_a_mapping() {
     .await;
     let e = o.error.clone().unwrap();
     assert_eq!(e.kind, "postgres.sql");
-    assert!(e.message.starts_with("transfer task \"xfer\" of step \"load\": target postgres:"), "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("transfer task \"xfer\" of step \"load\": target postgres:"),
+        "{}",
+        e.message
+    );
     assert_eq!(o.helpers["transfer"]["stage"], "target");
     assert_eq!(o.helpers["transfer"]["rows_read"], 5);
     let o = transfer(
@@ -159,15 +167,20 @@ async fn http_rows_go_into_postgres_in_batches_with_a_mapping() {
 #[tokio::test]
 async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
     let s = Schema::new().await;
-    s.sql("create table $S.src (id int primary key, name text, score numeric)").await;
-    s.sql("insert into $S.src values (1, 'a', 1.5), (2, 'b', 2), (3, 'c', 3.25)").await;
+    s.sql("create table $S.src (id int primary key, name text, score numeric)")
+        .await;
+    s.sql("insert into $S.src values (1, 'a', 1.5), (2, 'b', 2), (3, 'c', 3.25)")
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.duckdb").display().to_string();
     let duck = noetl_tool_duckdb::DuckdbTool;
     let duck_sql = |command: &str| {
         let call = ToolCall::new(
             "duckdb",
-            json!({"command": command, "database": db}).as_object().cloned().unwrap(),
+            json!({"command": command, "database": db})
+                .as_object()
+                .cloned()
+                .unwrap(),
         );
         let duck = duck;
         async move {
@@ -186,7 +199,10 @@ async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
     });
     let o = transfer(to_duck.clone(), &[("source", pg_cred())]).await;
     assert!(o.is_ok(), "{:?}", o.error);
-    assert_eq!((o.result["rows_read"].clone(), o.result["batches"].clone()), (json!(3), json!(2)));
+    assert_eq!(
+        (o.result["rows_read"].clone(), o.result["batches"].clone()),
+        (json!(3), json!(2))
+    );
     assert_eq!(o.result["columns"], json!(["id", "name", "score"]));
     let rows = duck_sql("select id, name, score from people order by id").await;
     assert_eq!(
@@ -196,7 +212,10 @@ async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
     // Run again: an upsert changes nothing.
     let o = transfer(to_duck, &[("source", pg_cred())]).await;
     assert!(o.is_ok(), "{:?}", o.error);
-    assert_eq!(duck_sql("select count(*) as n from people").await["rows"][0]["n"], 3);
+    assert_eq!(
+        duck_sql("select count(*) as n from people").await["rows"][0]["n"],
+        3
+    );
 
     // Back into PostgreSQL, replacing what the table held.
     s.sql("create table $S.dst (id int, name text)").await;
@@ -213,7 +232,10 @@ async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
     assert!(o.is_ok(), "{:?}", o.error);
     assert_eq!(o.result["rows_written"], 2);
     let rows = s.sql("select id, name from $S.dst order by id").await;
-    assert_eq!(rows["rows"], json!([{"id": 2, "name": "b"}, {"id": 3, "name": "c"}]));
+    assert_eq!(
+        rows["rows"],
+        json!([{"id": 2, "name": "b"}, {"id": 3, "name": "c"}])
+    );
     s.drop_now().await;
 }
 
@@ -226,7 +248,11 @@ async fn wrong_fields_fail_before_anything_runs() {
     .await;
     let e = o.error.unwrap();
     assert_eq!(e.kind, "transfer.config");
-    assert!(e.message.contains("`source.tool`") && e.message.contains("snowflake"), "{}", e.message);
+    assert!(
+        e.message.contains("`source.tool`") && e.message.contains("snowflake"),
+        "{}",
+        e.message
+    );
     let o = transfer(
         json!({"source": {"tool": "postgres", "query": "select 1 as a"}, "target": {"tool": "postgres", "table": "t"}}),
         &[],
