@@ -131,7 +131,7 @@ impl Cluster {
     pub async fn spawn_executor(&self) -> Service {
         let concurrency = self.services.concurrency();
         self.services
-            .spawn_executor(all_tools(), concurrency)
+            .spawn_executor(all_tools(self.services.config()), concurrency)
             .await
             .expect("start an executor")
     }
@@ -139,7 +139,7 @@ impl Cluster {
     /// Start an executor replica serving only `kinds`, with its own
     /// `concurrency` — like `noetl serve executor --kind K --concurrency N`.
     pub async fn spawn_executor_for(&self, kinds: &[&str], concurrency: usize) -> Service {
-        let tools = noetl_inprocess::tools_for(kinds).expect("built-in kinds");
+        let tools = noetl_inprocess::tools_for(kinds, self.services.config()).expect("built-in kinds");
         self.services
             .spawn_executor(tools, concurrency)
             .await

@@ -667,7 +667,7 @@ fn the_helm_chart_has_an_executor_entry_for_every_tool_kind() {
     let values = std::fs::read_to_string(repo_root().join("charts/noetl/values.yaml")).unwrap();
     let values = noetl_core::yaml::to_json(&noetl_core::yaml::parse(&values).unwrap());
     let executors = values["executors"].as_object().expect("executors by kind");
-    for tool in noetl_integration::all_tools() {
+    for tool in noetl_integration::all_tools(&noetl_mesh::MeshConfig::default()) {
         assert!(
             executors.get(tool.kind()).is_some_and(|e| e.is_object()),
             "charts/noetl/values.yaml has no executors.{} entry (has {:?})",

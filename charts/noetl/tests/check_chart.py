@@ -88,6 +88,8 @@ def task_timeouts() -> dict[str, int]:
         "postgres": secs("services/executors/postgres/src/config.rs", "DEFAULT_CONNECT")
         + secs("services/executors/postgres/src/config.rs", "DEFAULT_TIMEOUT"),
         "duckdb": secs("services/executors/duckdb/src/lib.rs", "DEFAULT_TIMEOUT"),
+        "nats": secs("services/executors/nats/src/config.rs", "DEFAULT_CONNECT")
+        + secs("services/executors/nats/src/config.rs", "DEFAULT_TIMEOUT"),
     }
 
 

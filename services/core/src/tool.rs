@@ -37,6 +37,9 @@ pub struct ToolCall {
     pub attempt: u32,
     /// The decrypted credential named by the task's `auth` field, if any.
     pub auth: Option<AuthCredential>,
+    /// The credentials named by an `auth` inside a mapping field of the
+    /// task (a transfer's `source.auth` and `target.auth`), by that field.
+    pub nested_auth: std::collections::BTreeMap<String, AuthCredential>,
 }
 
 impl ToolCall {
@@ -58,6 +61,7 @@ impl ToolCall {
             workload: Value::Object(Default::default()),
             attempt: 1,
             auth: None,
+            nested_auth: Default::default(),
         }
     }
 }
@@ -231,6 +235,48 @@ pub const KINDS: &[Kind] = &[
             field("playbook", Str, "the child playbook's YAML, inline"),
             field("file", Str, "a playbook file, read where the executor runs"),
             field("args", Object, "the child's workload overrides"),
+        ],
+    },
+    Kind {
+        name: "nats",
+        raw_fields: &[],
+        fields: &[
+            required(
+                "operation",
+                Str,
+                "publish, js_publish, request, kv_get, kv_put, kv_delete, kv_keys, object_get, object_put, object_delete",
+            ),
+            field("subject", Str, "publish / js_publish / request: the subject"),
+            field("data", Any, "the message or object: text as is, other values as JSON"),
+            field("headers", Object, "message headers"),
+            field("stream", Str, "js_publish: the stream that must store it"),
+            field("bucket", Str, "KV bucket or object store"),
+            field("key", Str, "KV key"),
+            field("value", Any, "kv_put: text as is, other values as JSON"),
+            field("object", Str, "object name (a task's `name` is its label)"),
+            field("encoding", Str, "objects: utf-8 (default) or base64"),
+            field("description", Str, "object_put: a description stored with it"),
+            field("url", Str, "another NATS server (default: the mesh's own)"),
+            field("auth", Str, "keychain entry: secret, basic or bearer"),
+        ],
+    },
+    Kind {
+        name: "transfer",
+        raw_fields: &[],
+        fields: &[
+            required(
+                "source",
+                Object,
+                "tool: postgres | duckdb (query) or http (url, data_path), and auth",
+            ),
+            required(
+                "target",
+                Object,
+                "tool: postgres | duckdb, table, auth / connection / database, key",
+            ),
+            field("mapping", Object, "target column: source field (dotted path)"),
+            field("chunk_size", Scalar, "rows per batch (default 1000)"),
+            field("mode", Str, "insert (append, default), upsert or replace"),
         ],
     },
     Kind {

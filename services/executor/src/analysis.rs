@@ -108,7 +108,14 @@ impl StepNeeds {
                     .map(|m| !m.is_empty())
                     .unwrap_or(false)
             });
-        let uses_auth = step.tool.iter().any(|t| t.config.contains_key("auth"));
+        // `auth` of the task, or inside one of its mapping fields (a
+        // transfer's `source.auth`).
+        let uses_auth = step.tool.iter().any(|t| {
+            t.config.contains_key("auth")
+                || t.config
+                    .values()
+                    .any(|v| v.as_object().is_some_and(|m| m.contains_key("auth")))
+        });
         Self {
             load_ctx,
             steps,

@@ -721,7 +721,12 @@ impl StepRun<'_> {
             Ok(auth) => auth,
             Err(why) => return failed(who.error("auth", &why)),
         };
-        let call = self.tool_call(cur, task, config, auth);
+        let nested_auth = match crate::task::nested_auth(&config, &self.credentials) {
+            Ok(nested) => nested,
+            Err(why) => return failed(who.error("auth", &why)),
+        };
+        let mut call = self.tool_call(cur, task, config, auth);
+        call.nested_auth = nested_auth;
         let (r, out_of_time) = self.call(tool, call, task, &t.span).await;
         Ok(Some(Called {
             outcome: r.outcome,
@@ -825,6 +830,7 @@ impl StepRun<'_> {
             workload: self.plan.workload.clone(),
             attempt: cur.attempt,
             auth,
+            nested_auth: Default::default(),
         }
     }
 

@@ -55,6 +55,28 @@ pub(crate) fn auth(
     }
 }
 
+/// The credentials named by an `auth` inside a mapping field of a task (a
+/// transfer's `source.auth`, `target.auth`), by that field's name; why not
+/// when one names no keychain entry.
+pub(crate) fn nested_auth(
+    config: &Map<String, Value>,
+    credentials: &Resolved,
+) -> Result<std::collections::BTreeMap<String, AuthCredential>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for (field, value) in config {
+        let Value::Object(inner) = value else {
+            continue;
+        };
+        if let Some(c) = auth(inner, credentials).map_err(|why| {
+            // `auth: x` names no credential... → `source.auth: x` names...
+            format!("`{field}.{}", why.strip_prefix('`').unwrap_or(&why))
+        })? {
+            out.insert(field.clone(), c);
+        }
+    }
+    Ok(out)
+}
+
 /// What the step-run does after a task, and what the policy wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settled {
@@ -253,6 +275,17 @@ mod tests {
         );
         let why = auth(&config(json!({"name": "api"})), &keychain()).unwrap_err();
         assert!(why.contains("must name a keychain entry"), "{why}");
+    }
+
+    #[test]
+    fn an_auth_inside_a_mapping_field_is_resolved_by_that_field() {
+        let c = json!({"source": {"tool": "http", "auth": "api"}, "target": {"table": "t"}});
+        let nested = nested_auth(c.as_object().unwrap(), &keychain()).unwrap();
+        assert_eq!(nested.keys().collect::<Vec<_>>(), ["source"]);
+        assert_eq!(nested["source"].kind, "bearer");
+        let c = json!({"target": {"auth": "nope"}});
+        let why = nested_auth(c.as_object().unwrap(), &keychain()).unwrap_err();
+        assert!(why.starts_with("`target.auth: nope` names no credential"), "{why}");
     }
 
     fn directive(decision: Decision) -> Directive {

@@ -22,10 +22,11 @@ pub fn known_kinds() -> impl Iterator<Item = &'static str> {
     noetl_core::tool::KINDS.iter().map(|k| k.name)
 }
 
-/// A new tool serving `kind`, if it is a built-in kind. Tools are made only
-/// for the kinds a process serves (the python tool starts warm
-/// interpreters as soon as it exists).
-pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
+/// A new tool serving `kind`, if it is a built-in kind, for an executor
+/// of the mesh `mesh` describes (the `nats` tool's default server and
+/// protected prefix). Tools are made only for the kinds a process serves
+/// (the python tool starts warm interpreters as soon as it exists).
+pub fn tool(kind: &str, mesh: &MeshConfig) -> Option<Arc<dyn Tool>> {
     let tool: Arc<dyn Tool> = match kind {
         "noop" => Arc::new(noetl_tool_noop::NoopTool),
         "python" => Arc::new(noetl_tool_python::PythonTool::new()),
@@ -35,14 +36,18 @@ pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
         // Always served: without the engine its tasks fail with a clear
         // error instead of waiting for an executor that never comes.
         "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
+        "nats" => Arc::new(noetl_tool_nats::NatsTool::new(
+            noetl_tool_nats::MeshServer::from_config(mesh),
+        )),
+        "transfer" => Arc::new(noetl_tool_transfer::TransferTool::new()),
         _ => return None,
     };
     Some(tool)
 }
 
-/// One tool of every built-in kind.
-pub fn all_tools() -> Vec<Arc<dyn Tool>> {
-    known_kinds().filter_map(tool).collect()
+/// One tool of every built-in kind, for an executor of `mesh`.
+pub fn all_tools(mesh: &MeshConfig) -> Vec<Arc<dyn Tool>> {
+    known_kinds().filter_map(|k| tool(k, mesh)).collect()
 }
 
 /// A kind that is not built in.
@@ -55,12 +60,12 @@ pub struct UnknownKind {
     pub known: String,
 }
 
-/// One tool for each of `kinds`.
-pub fn tools_for(kinds: &[&str]) -> Result<Vec<Arc<dyn Tool>>, UnknownKind> {
+/// One tool for each of `kinds`, for an executor of `mesh`.
+pub fn tools_for(kinds: &[&str], mesh: &MeshConfig) -> Result<Vec<Arc<dyn Tool>>, UnknownKind> {
     kinds
         .iter()
         .map(|k| {
-            tool(k).ok_or_else(|| UnknownKind {
+            tool(k, mesh).ok_or_else(|| UnknownKind {
                 kind: k.to_string(),
                 known: known_kinds().collect::<Vec<_>>().join(", "),
             })
@@ -186,7 +191,9 @@ impl InProcess {
                 me.tasks.push((service, task));
             }
             if opts.executors {
-                let task = me.spawn_executor(all_tools(), opts.concurrency).await?;
+                let task = me
+                    .spawn_executor(all_tools(&me.config), opts.concurrency)
+                    .await?;
                 me.tasks.push((Service::Executor, task));
             }
         }
@@ -274,20 +281,22 @@ mod tests {
 
     #[test]
     fn every_built_in_kind_has_a_tool_of_that_kind() {
+        let mesh = MeshConfig::default();
         for k in known_kinds() {
-            let t = tool(k).unwrap_or_else(|| panic!("no tool for built-in kind {k}"));
+            let t = tool(k, &mesh).unwrap_or_else(|| panic!("no tool for built-in kind {k}"));
             assert_eq!(t.kind(), k);
             assert_eq!(t.raw_fields(), noetl_core::tool::raw_fields(k));
         }
-        assert_eq!(all_tools().len(), noetl_core::tool::KINDS.len());
-        assert!(tool("ftp").is_none());
+        assert_eq!(all_tools(&mesh).len(), noetl_core::tool::KINDS.len());
+        assert!(tool("ftp", &mesh).is_none());
     }
 
     #[test]
     fn an_unknown_kind_is_named_with_the_known_ones() {
-        let e = tools_for(&["noop", "ftp"]).err().expect("refused");
+        let mesh = MeshConfig::default();
+        let e = tools_for(&["noop", "ftp"], &mesh).err().expect("refused");
         assert_eq!(e.kind, "ftp");
         assert!(e.to_string().contains("known: noop"), "{e}");
-        assert_eq!(tools_for(&["noop", "http"]).unwrap().len(), 2);
+        assert_eq!(tools_for(&["noop", "http"], &mesh).unwrap().len(), 2);
     }
 }

@@ -87,11 +87,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     // Only an executor makes tools, and only those of its kinds.
-    let tools = || -> Vec<Arc<dyn Tool>> {
+    let tools = |mesh: &noetl_mesh::MeshConfig| -> Vec<Arc<dyn Tool>> {
         if args.kinds.is_empty() {
-            all_tools()
+            all_tools(mesh)
         } else {
-            args.kinds.iter().filter_map(|k| tool(k)).collect()
+            args.kinds.iter().filter_map(|k| tool(k, mesh)).collect()
         }
     };
     let listener = match args.http_addr {
@@ -124,9 +124,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Service::Scheduler => noetl_scheduler::serve(params).await,
         Service::LoopSupervisor => noetl_loop_supervisor::serve(params).await,
         Service::Executor => {
+            let tools = tools(params.mesh.config());
             noetl_executor::serve(noetl_executor::ExecutorParams {
                 service: params,
-                tools: tools(),
+                tools,
             })
             .await
         }
