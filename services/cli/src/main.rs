@@ -18,7 +18,7 @@ struct Cli {
 enum Command {
     /// Check playbooks and print diagnostics (exit 1 on any error).
     Validate(commands::validate::Args),
-    /// Rewrite legacy NoETL playbooks into canonical v10 (docs/migrate.md).
+    /// Rewrite legacy NoETL playbooks into canonical v10 (docs/migrate.md, docs/noetl-compat.md).
     Migrate(commands::migrate::Args),
     /// Print the JSON Schema of the playbook document (for editors).
     Schema(commands::schema::Args),

@@ -89,6 +89,11 @@ pub struct StartArgs {
     pub version: Option<u32>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
+    /// Rewrite a legacy NoETL playbook file with the `noetl migrate`
+    /// rewrite in memory first, printing its changes on stderr
+    /// (docs/migrate.md, docs/noetl-compat.md).
+    #[arg(long)]
+    pub migrate: bool,
     /// Execution id to use (idempotent: the same id starts one execution).
     #[arg(long)]
     pub id: Option<String>,
@@ -191,12 +196,18 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
     }
     let path = Path::new(&a.playbook);
     if path.is_file() {
-        if let Err(e) = noetl_core::load::load_file(path) {
-            eprintln!("{}", e.render_human());
-            return Ok(Exit::Usage.into());
+        let read = super::source::read(super::source::Read {
+            path,
+            migrate: a.migrate,
+            warnings: false,
+        });
+        match read {
+            Ok(s) => req.playbook_yaml = s.text,
+            Err(_) => return Ok(Exit::Usage.into()),
         }
-        req.playbook_yaml = std::fs::read_to_string(path)?;
         req.source_name = a.playbook.clone();
+    } else if a.migrate {
+        return Ok(super::run::migrate_needs_a_file(&a.playbook));
     } else {
         req.path = a.playbook.clone();
         req.version = a.version.unwrap_or(0);

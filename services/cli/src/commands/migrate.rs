@@ -16,7 +16,11 @@ use crate::commands::exit::Exit;
     after_help = "Prints one line per change (file:line: what) on stderr. Without \
     --write or --diff, prints the migrated playbook on stdout (one FILE only). Exit status: \
     0 when every migrated file loads without errors, 1 when a construct was refused or an \
-    error remains, 2 when a file cannot be read or is not YAML."
+    error remains, 2 when a file cannot be read or is not YAML.\n\n\
+    Every construct NoETL accepts and what becomes of it here (canonical as is, rewritten \
+    by this command, or refused and why): docs/noetl-compat.md. The rewrite itself: \
+    docs/migrate.md. `noetl run`, `noetl exec start` and `noetl playbook register` take \
+    --migrate to apply it in memory."
 )]
 pub struct Args {
     /// Legacy playbook files (YAML).
@@ -80,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// One line per change and refusal, in file order, on stderr.
-fn report(name: &str, m: &Migration) {
+pub fn report(name: &str, m: &Migration) {
     for (line, text) in m.report() {
         eprintln!("{name}:{line}: {text}");
     }

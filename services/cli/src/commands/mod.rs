@@ -13,6 +13,7 @@ pub mod playbook;
 pub mod run;
 pub mod schema;
 pub mod serve;
+pub mod source;
 pub mod tail_filter;
 pub mod tree;
 pub mod validate;

@@ -23,7 +23,7 @@ use noetl_mesh::{
 use noetl_wire::{Event, ExecutionRequest};
 
 use super::common::{exit_code, init_tracing, print_summary, InProcess, WorkloadArgs};
-use super::local;
+use super::{local, source};
 
 /// Arguments of `noetl run`.
 #[derive(clap::Args)]
@@ -34,6 +34,11 @@ pub struct Args {
     /// With a catalog path: run this version instead of the latest.
     #[arg(long)]
     pub version: Option<u32>,
+    /// Rewrite a legacy NoETL playbook file with the `noetl migrate`
+    /// rewrite in memory first, printing its changes on stderr
+    /// (docs/migrate.md, docs/noetl-compat.md).
+    #[arg(long)]
+    pub migrate: bool,
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// Use this NATS server instead of a private one. Only this flag picks
@@ -101,12 +106,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // A file is sent inline; anything else is a catalog path the router
     // resolves (the local store keeps what `noetl playbook register` put).
     let by_path = !args.file.is_file() && !looks_like_file(&args.file);
+    if by_path && args.migrate {
+        return Ok(migrate_needs_a_file(&name));
+    }
     let yaml = if by_path {
         String::new()
     } else {
-        match read_playbook(&args, &name)? {
-            Some(yaml) => yaml,
-            None => return Ok(Exit::Usage.into()),
+        match source::read(source::Read {
+            path: &args.file,
+            migrate: args.migrate,
+            warnings: !args.json,
+        }) {
+            Ok(s) => s.text,
+            Err(_) => return Ok(Exit::Usage.into()),
         }
     };
     let workload = args.workload.build()?;
@@ -227,22 +239,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// Read and validate a playbook file: its text, or `None` (exit 2) when
-/// it has errors, which are printed; warnings are printed too unless the
-/// output is JSON.
-fn read_playbook(args: &Args, name: &str) -> anyhow::Result<Option<String>> {
-    let loaded = match noetl_core::load::load_file(&args.file) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("{}", e.render_human());
-            return Ok(None);
-        }
-    };
-    let yaml = std::fs::read_to_string(&args.file)?;
-    if !loaded.warnings.is_empty() && !args.json {
-        eprintln!("{}\n", loaded.warnings.render_human(name, &yaml));
-    }
-    Ok(Some(yaml))
+/// `--migrate` with a catalog path: the catalog holds what was registered
+/// (migrated when registered with `--migrate`); exit 2.
+pub fn migrate_needs_a_file(name: &str) -> ExitCode {
+    eprintln!(
+        "error: --migrate rewrites a playbook file, and {name} is not one: a catalog path runs what was registered\n  help: register it with `noetl playbook register FILE --migrate`, then run it by path without --migrate"
+    );
+    Exit::Usage.into()
 }
 
 /// The progress spinner of a run.
