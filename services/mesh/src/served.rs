@@ -82,7 +82,7 @@ pub fn unavailable_error(t: &TaskUnserved, task: &str) -> Value {
 }
 
 fn human(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
+    if d.as_millis().is_multiple_of(1000) {
         format!("{} s", d.as_secs())
     } else {
         format!("{} ms", d.as_millis())
