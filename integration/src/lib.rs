@@ -41,6 +41,9 @@ pub struct ClusterOptions {
     pub deliver_twice: Option<Duration>,
     /// How events are published ([`MeshConfig::event_encoding`]).
     pub event_encoding: noetl_mesh::config::EventEncoding,
+    /// How long a task waits for an executor of its kind
+    /// ([`MeshConfig::executor_wait`]).
+    pub executor_wait: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -53,6 +56,7 @@ impl Default for ClusterOptions {
             object_store: None,
             deliver_twice: None,
             event_encoding: Default::default(),
+            executor_wait: noetl_mesh::config::DEFAULT_EXECUTOR_WAIT,
         }
     }
 }
@@ -105,6 +109,7 @@ impl Cluster {
             ack_wait: Duration::from_secs(5),
             deliver_twice: opts.deliver_twice,
             event_encoding: opts.event_encoding,
+            executor_wait: opts.executor_wait,
             ..MeshConfig::default()
         };
         let mesh = Mesh::connect(config.clone()).await.expect("connect mesh");

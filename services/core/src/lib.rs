@@ -17,6 +17,7 @@ pub mod policy;
 pub mod reduce;
 pub mod routing;
 pub mod schema;
+mod spellings;
 pub mod sql;
 pub mod template;
 pub mod tool;

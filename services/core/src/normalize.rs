@@ -9,6 +9,8 @@
 //!   → `set_ctx` / `set_iter`, with warning W101;
 //! - the same rule and `set` rewrites in the task bodies of the root
 //!   `workbook`;
+//! - the seed spellings of `loop.spec.policy.mode` / `max_in_flight` and
+//!   `executor.spec.policy.limits` / `defaults.timeouts` (`crate::spellings`);
 //! - a boolean `when` (rules, arcs) becomes the string `"true"`/`"false"`;
 //!   empty (`null`) optional sections are dropped.
 //!
@@ -50,6 +52,7 @@ pub fn normalize(root: &Node, diags: &mut Diagnostics) -> Node {
     let mut root = root.clone();
     // Empty optional sections (`workload:` with nothing under it) are absent.
     drop_nulls(&mut root, &["workload", "keychain", "executor", "workbook"]);
+    crate::spellings::executor_spec(&mut root, diags);
     if let Some(workbook) = get_mut(&mut root, "workbook") {
         for (path, task) in workbook_tasks_mut(workbook) {
             normalize_task_policy(task, &path, diags);
@@ -132,6 +135,7 @@ fn normalize_step(step: &mut Node, path: &str, diags: &mut Diagnostics) {
     }
     if let Some(loop_) = get_mut(step, "loop") {
         drop_nulls(loop_, &["spec"]);
+        crate::spellings::loop_spec(loop_, &format!("{path}/loop"), diags);
     }
     if let Some(next) = get_mut(step, "next") {
         drop_nulls(next, &["spec", "arcs"]);

@@ -5,8 +5,9 @@
 //!   wins; an `else` rule is the fallback wherever it is written. A non-`else`
 //!   rule without `when` always matches.
 //! * No policy: ok → `continue`, error → `fail`.
-//! * A policy whose rules do not match and that has no `else` → `continue`
-//!   (canonical v10 default), whatever the outcome status.
+//! * A policy whose rules do not match and that has no `else` → its
+//!   `on_unmatched`: `continue` (canonical v10 default), whatever the
+//!   outcome status, or `fail`.
 //! * `retry` is bounded by `attempts`, the TOTAL number of attempts including
 //!   the first (default [`DEFAULT_ATTEMPTS`]). Once exhausted the directive is
 //!   `fail` ("retry attempts exhausted (N)") for an error outcome and
@@ -157,7 +158,7 @@ pub fn decide(input: &PolicyInput) -> Result<Directive, PolicyError> {
         return Ok(directive(decision, None));
     };
     let Some((index, rule)) = matched_rule(&policy.rules, input.scope)? else {
-        return Ok(directive(Decision::Continue, None));
+        return Ok(directive(unmatched(policy, input.outcome), None));
     };
     let then = &rule.then;
     let decision = match then.action {
@@ -211,6 +212,27 @@ fn directive(decision: Decision, rule: Option<usize>) -> Directive {
         set_iter: None,
         set_ctx: None,
         rule,
+    }
+}
+
+/// The decision when no rule matched and there is no `else`: the policy's
+/// `on_unmatched` (`continue`, the default, or `fail`; the validator
+/// refuses other values).
+fn unmatched(policy: &TaskPolicy, outcome: &Outcome) -> Decision {
+    match policy.extra.get("on_unmatched").and_then(|v| v.as_str()) {
+        Some("fail") => {
+            let status = if outcome.is_ok() {
+                "ok".to_string()
+            } else {
+                format!("error, {}", outcome_reason(outcome))
+            };
+            Decision::Fail {
+                reason: format!(
+                    "no policy rule matched the outcome ({status}) and on_unmatched is fail"
+                ),
+            }
+        }
+        _ => Decision::Continue,
     }
 }
 

@@ -9,6 +9,10 @@ use crate::limits::{MAX_ARCS, MAX_STEPS};
 use crate::template::RUNTIME_VARIABLES;
 use crate::yaml::{escape, Node, NodeKind};
 
+#[path = "validate_seeds.rs"]
+mod seeds;
+pub use seeds::{CREDENTIAL_KINDS, ON_UNMATCHED};
+
 const ROOT_KEYS: &[&str] = &[
     "apiVersion",
     "kind",
@@ -534,6 +538,9 @@ impl Validator {
                 if let Some(t) = e.pointer("/spec/timeout") {
                     self.task_timeout(t, "/executor/spec/timeout");
                 }
+                if let Some(spec) = e.get("spec").filter(|s| s.is_map()) {
+                    self.executor_spec(spec);
+                }
             }
         }
         if let Some(kc) = root.get("keychain") {
@@ -551,6 +558,7 @@ impl Validator {
                 if self.expect_map(e, &p, "a keychain entry") {
                     self.required_str(e, "name", &p, "a keychain entry");
                     self.required_str(e, "kind", &p, "a keychain entry");
+                    self.keychain_kind(e, &p);
                 }
             }
         }
@@ -896,6 +904,7 @@ impl Validator {
                         );
                     }
                 }
+                self.loop_exec(spec, path);
             }
         }
     }
@@ -1138,6 +1147,7 @@ impl Validator {
                 return;
             }
         };
+        self.on_unmatched(policy, path, task);
         for (i, r) in rules.items().iter().enumerate() {
             let rp = format!("{path}/rules/{i}");
             if !self.expect_map(r, &rp, "a policy rule") {
@@ -1711,17 +1721,49 @@ impl Validator {
     }
 
     /// W106: a template reads a top-level name that is neither a runtime
-    /// variable nor the name of a step or task (`{{ api_url }}` for
-    /// `{{ workload.api_url }}`). At run time a value template fails on it
-    /// and a condition reads it as undefined (false), so say so now.
+    /// variable nor the name of a step, nor, inside a step's pipeline, of
+    /// one of its tasks (`{{ api_url }}` for `{{ workload.api_url }}`). At
+    /// run time a value template fails on it and a condition reads it as
+    /// undefined (false), so say so now. W108: a task reads the result of
+    /// a task that cannot have run before it (docs/dsl.md "Runtime
+    /// variables").
     fn unknown_roots(&mut self, root: &Node) {
         let mut known: BTreeSet<String> = RUNTIME_VARIABLES.iter().map(|v| v.to_string()).collect();
-        collect_names(root, &mut known);
+        let steps: &[Node] = root.get("workflow").map(Node::items).unwrap_or_default();
+        known.extend(
+            steps
+                .iter()
+                .filter_map(|s| s.get("step").and_then(Node::as_str))
+                .map(str::to_string),
+        );
+        let pipelines: Vec<Pipeline> = steps.iter().map(Pipeline::of).collect();
+        // A workbook task runs inside whichever pipeline calls it.
+        let mut everywhere = known.clone();
+        collect_names(root, &mut everywhere);
         let mut unknown = Vec::new();
         collect_templates(root, "", &mut |path, node, s| {
             for name in crate::template::referenced_roots(s) {
-                if !known.contains(&name) {
-                    unknown.push((node.span, path.to_string(), name));
+                let at = pipeline_position(path);
+                if let Some((si, ti, in_policy)) = at {
+                    if let Some(p) = pipelines.get(si) {
+                        if let Some(k) = p.tasks.iter().position(|t| *t == name) {
+                            // Itself in its own policy: the outcome just
+                            // produced; an earlier task, or any task when a
+                            // jump may run it first: a result that may be set.
+                            if !(k < ti || (k == ti && in_policy) || p.jumps) {
+                                unknown.push((node.span, path.to_string(), name, Some(ti)));
+                            }
+                            continue;
+                        }
+                    }
+                }
+                let seen = if path.starts_with("/workbook") {
+                    &everywhere
+                } else {
+                    &known
+                };
+                if !seen.contains(&name) {
+                    unknown.push((node.span, path.to_string(), name, None));
                 }
             }
         });
@@ -1730,7 +1772,25 @@ impl Validator {
             .get("workload")
             .map(|w| w.entries().iter().map(|(k, _)| k.name.as_str()).collect())
             .unwrap_or_default();
-        for (span, path, name) in unknown {
+        for (span, path, name, reader) in unknown {
+            if let Some(ti) = reader {
+                let (si, _, _) = pipeline_position(&path).unwrap_or_default();
+                let p = &pipelines[si];
+                let reader = p.tasks.get(ti).map(String::as_str).unwrap_or("?");
+                let what = if reader == name {
+                    "its own result"
+                } else {
+                    "the result of a later task"
+                };
+                self.warn(
+                    "W108",
+                    span,
+                    &path,
+                    format!("task `{reader}` of step `{}` reads `{name}`, {what}: no task of the pipeline jumps, so it has not run yet and is undefined (null)", p.step),
+                    "read an earlier task of the pipeline by name, `_prev` for the previous one, or `outcome.result` in the task's own policy",
+                );
+                continue;
+            }
             if workload.contains(name.as_str()) {
                 // It resolves (workload keys are readable bare, lowest
                 // precedence), but the canonical spelling says where from.
@@ -1743,9 +1803,11 @@ impl Validator {
                 );
                 continue;
             }
-            let help = match closest(&name, &options) {
-                Some(c) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
-                None => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
+            let owner = pipelines.iter().find(|p| p.tasks.contains(&name));
+            let help = match (owner, closest(&name, &options)) {
+                (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
+                (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
+                (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
             };
             self.warn(
                 "W106",
@@ -1756,6 +1818,59 @@ impl Validator {
             );
         }
     }
+}
+
+/// One step's pipeline as the name checks see it.
+struct Pipeline {
+    step: String,
+    /// Task names, in pipeline order.
+    tasks: Vec<String>,
+    /// Some task policy of the pipeline jumps (a task may then run again,
+    /// or after a later one).
+    jumps: bool,
+}
+
+impl Pipeline {
+    fn of(step: &Node) -> Self {
+        let tasks: &[Node] = step.get("tool").map(Node::items).unwrap_or_default();
+        let jumps = tasks.iter().any(|t| {
+            t.pointer("/spec/policy/rules")
+                .map(Node::items)
+                .unwrap_or_default()
+                .iter()
+                .any(|r| r.pointer("/then/do").and_then(Node::as_str) == Some("jump"))
+        });
+        Self {
+            step: step
+                .get("step")
+                .and_then(Node::as_str)
+                .unwrap_or("?")
+                .to_string(),
+            tasks: tasks
+                .iter()
+                .map(|t| {
+                    t.get("name")
+                        .and_then(Node::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect(),
+            jumps,
+        }
+    }
+}
+
+/// `(step index, task index, inside the task's spec.policy)` of a JSON
+/// pointer inside a pipeline task (`/workflow/<i>/tool/<j>/...`).
+fn pipeline_position(path: &str) -> Option<(usize, usize, bool)> {
+    let mut parts = path.strip_prefix("/workflow/")?.split('/');
+    let si = parts.next()?.parse().ok()?;
+    if parts.next()? != "tool" {
+        return None;
+    }
+    let ti = parts.next()?.parse().ok()?;
+    let in_policy = parts.next() == Some("spec") && parts.next() == Some("policy");
+    Some((si, ti, in_policy))
 }
 
 /// Every step and task name in the document (values of `step:` and

@@ -471,7 +471,7 @@ fn e021_control_actions_in_the_executor_spec() {
     assert_eq!(d.span.unwrap().line, 13);
     assert_eq!(d.path, "/executor/spec/policy/rules/0/then/do");
     assert!(d.message.contains("the executor spec"), "{d:#?}");
-    assert_clean(&format!("{HEAD}  - step: a\n    tool: {{ kind: noop }}\nexecutor:\n  spec:\n    timeout: 5\n    policy: {{ defaults: {{ timeouts: 30 }} }}\n"));
+    assert_clean(&format!("{HEAD}  - step: a\n    tool: {{ kind: noop }}\nexecutor:\n  spec:\n    timeout: 5\n    policy: {{ defaults: {{ timeouts: 5 }} }}\n"));
 }
 
 #[test]

@@ -20,8 +20,13 @@ pub struct StepNeeds {
     /// Python code, which receives `ctx` too), so `ctx` must be loaded.
     pub load_ctx: bool,
     /// Names of workflow steps the step's templates reference at top level;
-    /// their last results are read from the execution bucket.
+    /// their last results are read from the execution bucket. A task of
+    /// this pipeline with the same name shadows the step.
     pub steps: Vec<String>,
+    /// Names of this pipeline's tasks its templates read at top level
+    /// (`{{ fetch.rows }}` after task `fetch`): their results are kept in
+    /// the cursor once they ran and travel with the pipeline.
+    pub task_results: BTreeSet<String>,
     /// Every top-level name the step's templates and conditions read: a
     /// runtime variable is bound in the scope only when it is read (binding
     /// converts the whole value).
@@ -75,17 +80,30 @@ impl StepNeeds {
             }
         }
         let mut roots = scope::roots(templates.iter().map(String::as_str));
-        // A name that is no runtime variable and no step may be a workload
-        // key read bare (docs/dsl.md, "Names read bare"): load the workload.
-        let bare = roots
+        // Runtime variables shadow task names; task names shadow steps and
+        // workload keys (docs/dsl.md, "Runtime variables").
+        let task_results: BTreeSet<String> = step
+            .tool
             .iter()
-            .any(|r| !template::RUNTIME_VARIABLES.contains(&r.as_str()) && plan.step(r).is_none());
+            .map(|t| t.name.clone())
+            .filter(|n| roots.contains(n) && !template::RUNTIME_VARIABLES.contains(&n.as_str()))
+            .collect();
+        // A name that is no runtime variable, step or task may be a
+        // workload key read bare (docs/dsl.md, "Names read bare"): load
+        // the workload.
+        let bare = roots.iter().any(|r| {
+            !template::RUNTIME_VARIABLES.contains(&r.as_str())
+                && plan.step(r).is_none()
+                && !task_results.contains(r)
+        });
         if bare {
             roots.insert("workload".to_string());
         }
         let steps = roots
             .iter()
-            .filter(|name| plan.step(name).is_some() && !is_builtin(name))
+            .filter(|name| {
+                plan.step(name).is_some() && !is_builtin(name) && !task_results.contains(*name)
+            })
             .cloned()
             .collect();
         let no_defaults = Value::Object(Default::default());
@@ -119,6 +137,7 @@ impl StepNeeds {
         Self {
             load_ctx,
             steps,
+            task_results,
             roots,
             specs,
             sets_iter,
@@ -231,5 +250,21 @@ mod tests {
             !use_.reads("workload"),
             "steps and runtime variables are no workload keys"
         );
+    }
+
+    #[test]
+    fn a_task_read_by_name_is_kept_and_shadows_a_step_of_that_name() {
+        let p = plan(json!([
+            {"step": "fetch", "tool": [{"name": "a", "kind": "noop"}]},
+            {"step": "use", "tool": [
+                {"name": "fetch", "kind": "noop"},
+                {"name": "b", "kind": "noop", "result": "{{ fetch.rows }}"},
+                {"name": "c", "kind": "noop"},
+            ]},
+        ]));
+        let n = StepNeeds::of(&p, p.playbook.step("use").unwrap());
+        assert_eq!(n.task_results.iter().collect::<Vec<_>>(), ["fetch"]);
+        assert!(n.steps.is_empty(), "the task shadows step `fetch`");
+        assert!(!n.reads("workload"), "a task name is no workload key");
     }
 }

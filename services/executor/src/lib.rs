@@ -133,8 +133,10 @@ impl Handler for TaskHandler {
             if let Some(wait) = pipeline::remaining(cmd.not_before_ms) {
                 return Disposition::Retry(Some(wait));
             }
-            // A copy that comes after its work was reported runs nothing.
-            if msg.info().map(|i| i.delivered).unwrap_or(1) > 1 {
+            // A copy that comes after its work was reported runs nothing;
+            // so does a command that waited in the queue past the executor
+            // wait (a `task.unserved` timer may have failed its step-run).
+            if redelivered_or_waited(&msg, executor.mesh().config().executor_wait) {
                 match executor.ended(&cmd).await {
                     Ok(Some(why)) => {
                         tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
@@ -149,6 +151,19 @@ impl Handler for TaskHandler {
             runtime::disposition(in_progress(&msg, period, executor.execute(cmd)).await)
         })
     }
+}
+
+/// True when `msg` is a redelivery, or waited in the stream longer than
+/// `wait` before this delivery: its work may be over.
+fn redelivered_or_waited(msg: &Message, wait: Duration) -> bool {
+    let Ok(info) = msg.info() else {
+        return false;
+    };
+    let published = std::time::SystemTime::from(info.published);
+    let waited = std::time::SystemTime::now()
+        .duration_since(published)
+        .is_ok_and(|age| age > wait);
+    info.delivered > 1 || waited
 }
 
 /// Drive `work` while telling JetStream every `period` that the message is

@@ -165,6 +165,7 @@ impl Executor {
             event_args: d.args,
             base,
             loop_run: d.loop_run,
+            loop_total: d.loop_total,
             index,
             secrets: credentials.secrets.clone(),
             credentials,
@@ -178,6 +179,7 @@ impl Executor {
             steps_taken: cmd.steps_taken,
             reduce: d.reduce,
             resume: d.resume,
+            results: d.results,
         };
         if let Some(message) = keychain_error {
             let mut pending = Pending::default();
@@ -225,6 +227,11 @@ impl Executor {
                 None => base.declare(name.clone()),
             };
         }
+        // A task read by name is undefined until it has run in this
+        // step-run (then bound per task, `StepRun::task_scope`).
+        for name in &needs.task_results {
+            base = base.declare(name.clone());
+        }
         Ok((base, loaded.ctx))
     }
 }
@@ -238,7 +245,12 @@ struct DecodedCommand {
     prev: Value,
     /// Loop run id and iteration index, for an iteration's command.
     loop_run: Option<(String, u64)>,
+    /// Items of the loop's collection (0: unknown or not a loop).
+    loop_total: u64,
     iter: Map<String, Value>,
+    /// Results of the tasks read by name that ran so far (large ones by
+    /// reference).
+    results: Map<String, Value>,
     reduce: Map<String, Value>,
     /// The outcome of the child execution this command resumes after.
     resume: Option<Outcome>,
@@ -264,6 +276,8 @@ fn decode_command(cmd: &TaskCommand, step: &str) -> Result<DecodedCommand, Comma
             (lr, iter, reduce)
         }
     };
+    let loop_total = cmd.iteration.as_ref().map(|it| it.total).unwrap_or(0);
+    let results = codec::json_object(&cmd.results_json).map_err(|e| refuse("task results", &e))?;
     let resume = if cmd.resume_outcome_json.is_empty() {
         None
     } else {
@@ -275,7 +289,9 @@ fn decode_command(cmd: &TaskCommand, step: &str) -> Result<DecodedCommand, Comma
         args,
         prev,
         loop_run,
+        loop_total,
         iter,
+        results,
         reduce,
         resume,
     })
@@ -326,6 +342,9 @@ struct Cursor {
     /// The known outcome of task `pc` (a child execution ended): used
     /// instead of invoking the task, once.
     resume: Option<Outcome>,
+    /// Results of this pipeline's tasks read by name, once they ran
+    /// ([`StepNeeds::task_results`]).
+    results: Map<String, Value>,
 }
 
 /// How the pipeline stopped in this command.
@@ -401,6 +420,8 @@ struct StepRun<'a> {
     base: Scope,
     /// `(loop_run_id, index)` for a loop iteration.
     loop_run: Option<(String, u64)>,
+    /// Items of the loop's collection, for `loop.length` (0: unknown).
+    loop_total: u64,
     /// The iteration index as text (`""` outside loops), for ids.
     index: String,
     /// Resolved secret values to redact from everything this step emits.
@@ -430,27 +451,30 @@ impl StepRun<'_> {
         Ok(())
     }
 
-    /// `_prev` handed over by reference is read back once, here. `Some`
-    /// (the step-run fails; its arcs may handle that) when it is gone for
-    /// good.
+    /// `_prev` and task results handed over by reference are read back
+    /// once, here. `Some` (the step-run fails; its arcs may handle that)
+    /// when one is gone for good.
     async fn hydrate_prev(&self, cur: &mut Cursor) -> Result<Option<End>, CommandError> {
-        match self
-            .mesh()
-            .results()
-            .hydrate(std::mem::take(&mut cur.prev))
-            .await
-        {
-            Ok(v) => {
-                cur.prev = v;
-                Ok(None)
+        let names: Vec<String> = cur.results.keys().cloned().collect();
+        for name in std::iter::once(None).chain(names.into_iter().map(Some)) {
+            let slot = match &name {
+                None => &mut cur.prev,
+                Some(n) => match cur.results.get_mut(n) {
+                    Some(v) => v,
+                    None => continue,
+                },
+            };
+            match self.mesh().results().hydrate(std::mem::take(slot)).await {
+                Ok(v) => *slot = v,
+                Err(e) if e.is_permanent() => {
+                    let task = self.needs.tasks.get(cur.pc).map(|t| t.name.as_str());
+                    let error = StepError::new("result.unavailable", e.to_string(), task);
+                    return Ok(Some(End::Failed(error.to_value())));
+                }
+                Err(e) => return Err(MeshError::from(e).into()),
             }
-            Err(e) if e.is_permanent() => {
-                let task = self.needs.tasks.get(cur.pc).map(|t| t.name.as_str());
-                let error = StepError::new("result.unavailable", e.to_string(), task);
-                Ok(Some(End::Failed(error.to_value())))
-            }
-            Err(e) => Err(MeshError::from(e).into()),
         }
+        Ok(None)
     }
 
     /// Run the tasks of this kind from `cur.pc` until the step-run ends or
@@ -474,10 +498,15 @@ impl StepRun<'_> {
                 return Ok(end);
             }
             let Some(tool) = self.exec.tools.get(&task.kind) else {
-                // Another kind: its executors continue the pipeline.
+                // Another kind: its executors continue the pipeline (or,
+                // when none serves it, a timer fails the step-run).
                 self.spill_prev(cur).await?;
                 let cmd = self.command(cur, cur.attempt, 0);
                 pending.push(self.publish(&task.kind, &cmd).await?);
+                let watch = self.mesh().watch_dispatch(&task.kind, &task.name, &cmd);
+                if let Some(timer) = watch.await? {
+                    pending.push(timer);
+                }
                 return Ok(End::Handoff);
             };
             let Some(run) = self.run_task(cur, task, tool, pending).await? else {
@@ -680,6 +709,14 @@ impl StepRun<'_> {
         if self.needs.reads("_prev") {
             scope = scope.prev(cur.prev.clone());
         }
+        if self.needs.reads("loop") && self.loop_total > 0 {
+            if let Some((_, index)) = &self.loop_run {
+                scope = scope.loop_info(*index as usize, self.loop_total as usize);
+            }
+        }
+        for (name, result) in &cur.results {
+            scope = scope.step_result(name.clone(), result.clone());
+        }
         scope
     }
 
@@ -752,8 +789,20 @@ impl StepRun<'_> {
             outcome.is_ok(),
             outcome.meta.duration_ms,
         );
+        // The task has run: later tasks (and its own policy) read its
+        // result by its name.
+        if self.needs.task_results.contains(&task.name) {
+            cur.results
+                .insert(task.name.clone(), outcome.result.clone());
+        }
         let policy_scope = match &task.spec.policy {
-            Some(_) => scope.outcome(&outcome),
+            Some(_) => {
+                let scope = match cur.results.get(&task.name) {
+                    Some(r) => scope.step_result(task.name.clone(), r.clone()),
+                    None => scope,
+                };
+                scope.outcome(&outcome)
+            }
             None => scope, // no rules: nothing reads the scope
         };
         let decided = policy::decide(&PolicyInput {
@@ -1195,11 +1244,34 @@ impl StepRun<'_> {
             .max_payload_bytes(self.mesh().config().inline_limit)
     }
 
-    /// Move a large `_prev` to object storage before it rides in a command
-    /// or a checkpoint (the next command hydrates it).
+    /// Move a large `_prev` (and large task results) to object storage
+    /// before it rides in a command or a checkpoint (the next command
+    /// hydrates it).
     async fn spill_prev(&self, cur: &mut Cursor) -> Result<(), MeshError> {
         cur.prev = self.prev_by_reference(cur).await?;
+        cur.results = self.results_by_reference(cur).await?;
         Ok(())
+    }
+
+    /// `cur.results`, each one above the limit as its reference.
+    async fn results_by_reference(&self, cur: &Cursor) -> Result<Map<String, Value>, MeshError> {
+        let mut out = Map::with_capacity(cur.results.len());
+        for (name, v) in &cur.results {
+            let v = if noetl_mesh::objects::is_small(v, self.payload_limit()) {
+                v.clone()
+            } else {
+                let id = derive_id(&[
+                    &self.cmd.step_run_id,
+                    &self.index,
+                    "task",
+                    name,
+                    &cur.steps_taken.to_string(),
+                ]);
+                self.offload(&id, v).await?
+            };
+            out.insert(name.clone(), v);
+        }
+        Ok(out)
     }
 
     /// `cur.prev`, or its reference when it is above the limit.
@@ -1244,6 +1316,7 @@ impl StepRun<'_> {
             prev: self.prev_by_reference(cur).await?,
             iter: cur.iter.clone(),
             reduce: cur.reduce.clone(),
+            results: self.results_by_reference(cur).await?,
         };
         kv::put(self.mesh().loop_kv(), &self.checkpoint_key(), &ck).await?;
         Ok(())
@@ -1279,6 +1352,7 @@ impl StepRun<'_> {
         cur.prev = ck.prev;
         cur.iter = ck.iter;
         cur.reduce = ck.reduce;
+        cur.results = ck.results;
         Ok(())
     }
 
@@ -1303,6 +1377,7 @@ impl StepRun<'_> {
                 } else {
                     codec::json_bytes(&Value::Object(cur.reduce.clone()))
                 },
+                total: self.loop_total,
             }),
             // Outside loops `iter` is pipeline-local scratch space; it rides
             // along with an empty loop_run_id.
@@ -1311,6 +1386,7 @@ impl StepRun<'_> {
                 index: 0,
                 iter_json: iter_json(),
                 reduce_json: Vec::new(),
+                total: 0,
             }),
             None => None,
         };
@@ -1330,6 +1406,11 @@ impl StepRun<'_> {
             resume_outcome_json: Vec::new(),
             deadline_ms: self.cmd.deadline_ms,
             deadline_of: self.cmd.deadline_of.clone(),
+            results_json: if cur.results.is_empty() {
+                Vec::new()
+            } else {
+                codec::json_bytes(&Value::Object(cur.results.clone()))
+            },
         }
     }
 

@@ -750,6 +750,7 @@ async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopR
             trace_id: &run.trace_id,
             deadline: (run.deadline_ms, &run.deadline_of),
             iteration: Some((i, &iter)),
+            total: run.total,
         });
         batch.push(mesh.publish_task(plan, first, &cmd).await?);
     }

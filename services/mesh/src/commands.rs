@@ -24,6 +24,9 @@ pub struct FirstTask<'a> {
     pub deadline: (u64, &'a str),
     /// For a loop iteration: its index and `iter`.
     pub iteration: Option<(u64, &'a Value)>,
+    /// For a loop iteration: the items of the loop's collection
+    /// (`loop.length`).
+    pub total: u64,
 }
 
 /// The command that runs task 0 of a step-run or iteration, attempt 1. Its
@@ -39,6 +42,7 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
                 index,
                 iter_json: codec::json_bytes(iter),
                 reduce_json: Vec::new(),
+                total: p.total,
             }),
         ),
     };
@@ -58,13 +62,16 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
         resume_outcome_json: Vec::new(),
         deadline_ms: p.deadline.0,
         deadline_of: p.deadline.1.to_string(),
+        results_json: Vec::new(),
     }
 }
 
 impl Mesh {
     /// Publish `cmd` for `task` of `plan` on its kind's subject (the
     /// workbook may give the kind), naming the execution in a header so a
-    /// dead-lettered command still fails it.
+    /// dead-lettered command still fails it. When no executor serves the
+    /// kind, its `task.unserved` timer is emitted too
+    /// ([`Mesh::watch_dispatch`]).
     pub async fn publish_task(
         &self,
         plan: &PlanRecord,
@@ -72,13 +79,18 @@ impl Mesh {
         cmd: &TaskCommand,
     ) -> Result<PendingAck, MeshError> {
         let kind = noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), task);
-        self.publish_for_execution(
-            self.subjects().task(&kind),
-            &cmd.command_id,
-            &cmd.execution_id,
-            codec::encode(cmd),
-        )
-        .await
+        let ack = self
+            .publish_for_execution(
+                self.subjects().task(&kind),
+                &cmd.command_id,
+                &cmd.execution_id,
+                codec::encode(cmd),
+            )
+            .await?;
+        if let Some(timer) = self.watch_dispatch(&kind, &task.name, cmd).await? {
+            timer.wait().await?;
+        }
+        Ok(ack)
     }
 
     /// Publish a token on its execution's token subject (its id is the
@@ -107,6 +119,7 @@ mod tests {
             trace_id: "t1",
             deadline: (5_000, "step \"fetch\" lifecycle.timeout_s: 5"),
             iteration,
+            total: 9,
         }
     }
 
@@ -133,7 +146,7 @@ mod tests {
         let cmd = first_task(params(&args, Some((3, &iter))));
         assert_eq!(cmd.command_id, derive_id(&["sr1", "iter", "3"]));
         let it = cmd.iteration.expect("an iteration");
-        assert_eq!((it.loop_run_id.as_str(), it.index), ("sr1", 3));
+        assert_eq!((it.loop_run_id.as_str(), it.index, it.total), ("sr1", 3, 9));
         assert_eq!(codec::json_value(&it.iter_json).unwrap(), iter);
         assert!(it.reduce_json.is_empty());
     }

@@ -25,6 +25,10 @@ pub struct MeshConfig {
     pub duplicate_window: Duration,
     /// Results above this many bytes travel by reference (`NOETL_INLINE_LIMIT`).
     pub inline_limit: usize,
+    /// How long a task command waits for an executor of its kind before
+    /// its step-run fails with `executor.unavailable`
+    /// (`NOETL_EXECUTOR_WAIT_MS`, default 30 s).
+    pub executor_wait: Duration,
     /// Local data directory (object store default root) (`NOETL_HOME`).
     pub data_dir: PathBuf,
     /// How long events are kept in the event stream (`NOETL_EVENTS_MAX_AGE_S`).
@@ -80,6 +84,10 @@ pub const DEFAULT_PREFIX: &str = "noetl";
 /// otherwise (`noetl serve`, `noetl run`).
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
+/// How long a task waits for an executor of its kind by default
+/// (`NOETL_EXECUTOR_WAIT_MS`).
+pub const DEFAULT_EXECUTOR_WAIT: Duration = Duration::from_secs(30);
+
 /// Most replicas JetStream allows for a stream.
 pub const MAX_REPLICAS: usize = 5;
 
@@ -94,6 +102,7 @@ impl Default for MeshConfig {
             max_deliveries: 10,
             duplicate_window: Duration::from_secs(120),
             inline_limit: 64 * 1024,
+            executor_wait: DEFAULT_EXECUTOR_WAIT,
             data_dir: default_data_dir(),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             object_store: None,
@@ -173,6 +182,10 @@ impl MeshConfig {
         let events_max_age = number("NOETL_EVENTS_MAX_AGE_S");
         let replicas = number("NOETL_REPLICAS");
         let twice_delay = number("NOETL_DELIVER_TWICE_DELAY_MS");
+        let executor_wait = number("NOETL_EXECUTOR_WAIT_MS");
+        if let Some(v) = executor_wait {
+            c.executor_wait = Duration::from_millis(v);
+        }
         if let Some(v) = ack_wait {
             c.ack_wait = Duration::from_millis(v);
         }
@@ -221,6 +234,9 @@ impl MeshConfig {
         }
         if self.ack_wait < Duration::from_millis(100) {
             return bad("NOETL_ACK_WAIT_MS must be at least 100");
+        }
+        if self.executor_wait < Duration::from_millis(100) {
+            return bad("NOETL_EXECUTOR_WAIT_MS must be at least 100");
         }
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(crate::MeshError::Config(format!(

@@ -58,6 +58,11 @@ pub mod types {
     /// payload `{at_ms, what, args}`. The router fails the step-run with a
     /// `timeout` error if it is still live when it is due.
     pub const STEP_DEADLINE: &str = "step.deadline";
+    /// A timer: a task command was published for a kind no executor
+    /// serves; payload `{at_ms, kind, subject, wait_ms, args}`. The router
+    /// fails the step-run (`executor.unavailable`) if the kind is still
+    /// unserved and the step-run live when it is due.
+    pub const TASK_UNSERVED: &str = "task.unserved";
 }
 
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);

@@ -30,6 +30,7 @@ pub mod payloads;
 pub mod plan;
 pub mod runtime;
 pub mod scope;
+pub mod served;
 pub mod server;
 pub mod state;
 pub mod subjects;
@@ -162,6 +163,7 @@ struct Inner {
     results: objects::ResultStore,
     cancelled: Arc<cancel::Cancellations>,
     health: Arc<health::Health>,
+    served: served::ServedCache,
 }
 
 impl Mesh {
@@ -266,6 +268,7 @@ impl Mesh {
                 results,
                 cancelled,
                 health: Default::default(),
+                served: Default::default(),
             }),
         })
     }
@@ -285,6 +288,10 @@ impl Mesh {
     /// Configuration.
     pub fn config(&self) -> &MeshConfig {
         &self.inner.config
+    }
+    /// Kinds recently seen served ([`served`]).
+    pub(crate) fn served_cache(&self) -> &served::ServedCache {
+        &self.inner.served
     }
     /// Execution-state bucket.
     pub fn exec_kv(&self) -> &Store {

@@ -213,6 +213,10 @@ pub struct Checkpoint {
     pub iter: serde_json::Map<String, Value>,
     /// Its reducer contributions so far.
     pub reduce: serde_json::Map<String, Value>,
+    /// Results of its tasks read by name (`TaskCommand.results_json`;
+    /// large ones by reference).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub results: serde_json::Map<String, Value>,
 }
 
 /// Who first wrote one `ctx` key in a parallel loop run (bucket ctx,

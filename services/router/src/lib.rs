@@ -71,10 +71,14 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
         .consumer(&ConsumerSpec {
             durable: "router-timers".into(),
             stream: StreamKind::Events,
-            filter_subjects: [types::EXECUTION_DEADLINE, types::STEP_DEADLINE]
-                .iter()
-                .map(|t| s.events_of_type(t))
-                .collect(),
+            filter_subjects: [
+                types::EXECUTION_DEADLINE,
+                types::STEP_DEADLINE,
+                types::TASK_UNSERVED,
+            ]
+            .iter()
+            .map(|t| s.events_of_type(t))
+            .collect(),
             max_ack_pending: 1_000_000,
         })
         .await?;

@@ -13,6 +13,11 @@
 //!   step-run waits on is asked to cancel. Whichever boundary event of the
 //!   step-run the router handles first wins; the other finds no live token.
 //!
+//! - `task.unserved`: a task command was published for a kind no executor
+//!   served; when due, a step-run still live whose kind is still unserved
+//!   gets a `step.failed` with an `executor.unavailable` error naming the
+//!   kind, the wait and the subject ([`decide_unserved`]).
+//!
 //! Timers fire [`GRACE`] after the deadline: an executor running the
 //! step-run enforces the same deadline itself and reports first, naming
 //! the task; the timer is the backstop for work still waiting in a queue.
@@ -28,6 +33,7 @@ use noetl_mesh::{
     payloads::{self, DeadlineSet, StepEnded},
     plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, Disposition, Handler},
+    served::TaskUnserved,
     state::{ExecHeader, ExecStatus},
     Mesh, MeshError,
 };
@@ -120,6 +126,17 @@ impl Handler for TimerHandler {
                 Ok(e) => e,
                 Err(e) => return runtime::disposition(Err(e)),
             };
+            if ev.event_type == types::TASK_UNSERVED {
+                let t: TaskUnserved = match payloads::decode(&ev) {
+                    Ok(t) => t,
+                    Err(e) => return runtime::disposition(Err(e.into())),
+                };
+                return match on_unserved(&mesh, &ev, &t).await {
+                    Ok(Some(wait)) => Disposition::Retry(Some(wait)),
+                    Ok(None) => Disposition::Ack,
+                    Err(e) => retry_on(&e),
+                };
+            }
             let set: DeadlineSet = match payloads::decode(&ev) {
                 Ok(d) => d,
                 Err(e) => return runtime::disposition(Err(e.into())),
@@ -231,6 +248,92 @@ async fn on_timer(
     Ok(None)
 }
 
+/// What a due `task.unserved` timer reads.
+pub struct UnservedInput<'a> {
+    /// The timer.
+    pub timer: &'a TaskUnserved,
+    /// The step-run it is for.
+    pub step_run_id: &'a str,
+    /// The task that waits.
+    pub task: &'a str,
+    /// The execution's header now (`None`: unknown execution).
+    pub header: Option<&'a ExecHeader>,
+    /// Whether an executor serves the kind now (`None`: not asked yet).
+    pub served: Option<bool>,
+    /// Now (epoch ms).
+    pub now_ms: u64,
+}
+
+/// What a `task.unserved` timer does now: wait until due; nothing when the
+/// execution ended, the step-run is over or an executor now serves the
+/// kind; else fail the step-run with `executor.unavailable`.
+/// [`TimerAction::Wait`] with a zero wait asks for the kind to be checked.
+pub fn decide_unserved(i: &UnservedInput<'_>) -> TimerAction {
+    if let Due::In(left) = lifecycle::due(i.timer.at_ms, i.now_ms) {
+        return TimerAction::Wait(left);
+    }
+    let Some(h) = i.header.filter(|h| h.status == ExecStatus::Running) else {
+        return TimerAction::Nothing;
+    };
+    if !h.is_live(i.step_run_id) {
+        return TimerAction::Nothing;
+    }
+    match i.served {
+        None => TimerAction::Wait(Duration::ZERO),
+        Some(true) => TimerAction::Nothing,
+        Some(false) => {
+            TimerAction::FailStepRun(noetl_mesh::served::unavailable_error(i.timer, i.task))
+        }
+    }
+}
+
+/// Act on a `task.unserved` timer; `Some(wait)` when it is not due yet.
+async fn on_unserved(
+    mesh: &Mesh,
+    ev: &Event,
+    t: &TaskUnserved,
+) -> Result<Option<Duration>, MeshError> {
+    let mut input = UnservedInput {
+        timer: t,
+        step_run_id: &ev.step_run_id,
+        task: &ev.task,
+        header: None,
+        served: None,
+        now_ms: now_ms(),
+    };
+    if let TimerAction::Wait(left) = decide_unserved(&input) {
+        return Ok(Some(left));
+    }
+    let header = mesh.exec_header(&ev.execution_id).await?;
+    input.header = header.as_ref();
+    if decide_unserved(&input) == TimerAction::Nothing {
+        return Ok(None);
+    }
+    input.served = Some(mesh.kind_served(&t.kind, false).await?);
+    let TimerAction::FailStepRun(error) = decide_unserved(&input) else {
+        return Ok(None);
+    };
+    tracing::info!(execution_id = %ev.execution_id, step = %ev.step, kind = %t.kind,
+        "no executor took the task in time");
+    let failed = EventDraft {
+        event_type: types::STEP_FAILED,
+        execution_id: &ev.execution_id,
+        step_run_id: &ev.step_run_id,
+        step: &ev.step,
+        trace_id: &ev.trace_id,
+        parent_id: &ev.event_id,
+        discriminator: "unserved",
+        payload: payloads::to_value(&StepEnded::failed(
+            error,
+            t.args.clone().unwrap_or_else(|| json!({})),
+        )),
+        ..Default::default()
+    }
+    .build();
+    mesh.emit(&failed).await?.wait().await?;
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +438,48 @@ mod tests {
             None,
             "not started"
         );
+    }
+
+    #[test]
+    fn an_unserved_task_fails_its_step_run_only_when_still_unserved_and_live() {
+        let t = TaskUnserved {
+            at_ms: 1_000,
+            kind: "duckdb".into(),
+            subject: "noetl.task.duckdb".into(),
+            wait_ms: 30_000,
+            args: None,
+        };
+        let live = header(ExecStatus::Running, &["sr1"]);
+        let at = |now_ms, header: Option<&ExecHeader>, served| {
+            decide_unserved(&UnservedInput {
+                timer: &t,
+                step_run_id: "sr1",
+                task: "load",
+                header,
+                served,
+                now_ms,
+            })
+        };
+        assert_eq!(
+            at(400, None, None),
+            TimerAction::Wait(Duration::from_millis(600))
+        );
+        assert_eq!(
+            at(1_000, Some(&live), None),
+            TimerAction::Wait(Duration::ZERO),
+            "due: ask whether the kind is served"
+        );
+        assert_eq!(at(1_000, Some(&live), Some(true)), TimerAction::Nothing);
+        match at(1_000, Some(&live), Some(false)) {
+            TimerAction::FailStepRun(e) => {
+                assert_eq!(e["kind"], "executor.unavailable");
+                assert_eq!(e["task"], "load");
+            }
+            other => panic!("{other:?}"),
+        }
+        let over = header(ExecStatus::Running, &["sr2"]);
+        assert_eq!(at(1_000, Some(&over), Some(false)), TimerAction::Nothing);
+        let ended = header(ExecStatus::Failed, &["sr1"]);
+        assert_eq!(at(1_000, Some(&ended), Some(false)), TimerAction::Nothing);
     }
 }

@@ -373,6 +373,7 @@ async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
             trace_id: &token.trace_id,
             deadline: (deadline_ms, &deadline_of),
             iteration: None,
+            total: 0,
         });
         batch.push(mesh.publish_task(plan, first, &cmd).await?);
     } else {

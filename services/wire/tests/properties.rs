@@ -21,12 +21,13 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn iteration() -> impl Strategy<Value = IterationRef> {
-    (text(), any::<u64>(), bytes(), bytes()).prop_map(
-        |(loop_run_id, index, iter_json, reduce_json)| IterationRef {
+    (text(), any::<u64>(), bytes(), bytes(), any::<u64>()).prop_map(
+        |(loop_run_id, index, iter_json, reduce_json, total)| IterationRef {
             loop_run_id,
             index,
             iter_json,
             reduce_json,
+            total,
         },
     )
 }
@@ -40,13 +41,20 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
             proptest::option::of(iteration()),
             any::<u64>(),
         ),
-        (text(), any::<u64>(), bytes(), any::<u64>(), text()),
+        (text(), any::<u64>(), bytes(), any::<u64>(), text(), bytes()),
     )
         .prop_map(
             |(
                 (command_id, execution_id, step, step_run_id, pc, attempt),
                 (args_json, prev_json, iteration, not_before_ms),
-                (trace_id, steps_taken, resume_outcome_json, deadline_ms, deadline_of),
+                (
+                    trace_id,
+                    steps_taken,
+                    resume_outcome_json,
+                    deadline_ms,
+                    deadline_of,
+                    results_json,
+                ),
             )| TaskCommand {
                 command_id,
                 execution_id,
@@ -63,6 +71,7 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 resume_outcome_json,
                 deadline_ms,
                 deadline_of,
+                results_json,
             },
         )
 }

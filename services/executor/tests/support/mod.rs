@@ -169,6 +169,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         resume_outcome_json: Vec::new(),
         deadline_ms: 0,
         deadline_of: String::new(),
+        results_json: Vec::new(),
     }
 }
 
@@ -181,6 +182,7 @@ pub fn iteration(eid: &str, step: &str, loop_run_id: &str, index: u64, iter: Val
         index,
         iter_json: codec::json_bytes(&iter),
         reduce_json: Vec::new(),
+        total: 0,
     });
     cmd
 }

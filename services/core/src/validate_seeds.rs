@@ -1,0 +1,211 @@
+//! Checks of settings the seed documents name (docs/dsl.md): keychain
+//! kinds, `executor.spec.policy`, `executor.spec.limits`,
+//! `loop.spec.policy.exec` and task policy `on_unmatched`. None of them is
+//! silently ignored: each either takes effect or is refused with the reason.
+
+use super::{allowed_list, closest, Validator};
+use crate::yaml::{escape, Node};
+
+/// Credential kinds the keychain resolves (`noetl credential put --kind`).
+pub const CREDENTIAL_KINDS: &[&str] = &[
+    "postgres_credential",
+    "bearer",
+    "basic",
+    "api_key",
+    "secret",
+];
+
+/// Keychain kinds that resolve from a cloud service, with what they need.
+const CLOUD_KEYCHAIN_KINDS: &[(&str, &str)] = &[
+    (
+        "secret_manager",
+        "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
+    ),
+    (
+        "secrets",
+        "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
+    ),
+    (
+        "google_id_token",
+        "Google's identity service (a service account that mints ID tokens)",
+    ),
+    (
+        "oauth2",
+        "an OAuth2 authorisation server the engine would call for tokens",
+    ),
+];
+
+/// `executor.spec.limits` keys (docs/architecture.md "Limits").
+const LIMIT_KEYS: &[&str] = &["max_payload_bytes", "max_loop_items", "timeout_s"];
+
+/// `executor.spec.policy` keys that remain after normalisation moved
+/// `limits.*` and `defaults.timeouts` to their plain spelling.
+const EXECUTOR_POLICY_KEYS: &[&str] = &["limits", "defaults", "results"];
+
+/// `loop.spec.policy.exec` values: an intent only.
+const LOOP_EXEC: &[&str] = &["distributed", "local"];
+
+/// Task policy `on_unmatched` values.
+pub const ON_UNMATCHED: &[&str] = &["continue", "fail"];
+
+impl Validator {
+    /// A keychain entry's `kind` must be one the keychain resolves (E004);
+    /// a kind that needs a cloud service says which.
+    pub(super) fn keychain_kind(&mut self, entry: &Node, path: &str) {
+        let Some(k) = entry.get("kind") else {
+            return;
+        };
+        let Some(kind) = k.as_str().filter(|s| !s.is_empty()) else {
+            return; // required_str reports it
+        };
+        if CREDENTIAL_KINDS.contains(&kind) {
+            return;
+        }
+        let kinds = allowed_list(CREDENTIAL_KINDS);
+        let (message, help) = match CLOUD_KEYCHAIN_KINDS.iter().find(|(n, _)| *n == kind) {
+            Some((_, needs)) => (
+                format!("keychain kind `{kind}` is not available here: it resolves from {needs}, which this engine does not reach"),
+                format!("store the value with `noetl credential put <name> --kind secret --from-file value.json` and declare `kind: secret` (keychain kinds: {kinds})"),
+            ),
+            None => (
+                format!("unknown keychain kind `{kind}`"),
+                match closest(kind, CREDENTIAL_KINDS) {
+                    Some(c) => format!("did you mean `{c}`? keychain kinds: {kinds}"),
+                    None => format!("keychain kinds: {kinds}"),
+                },
+            ),
+        };
+        self.err("E004", k.span, &format!("{path}/kind"), message, &help);
+    }
+
+    /// `executor.spec.limits` names known limits; `executor.spec.policy`
+    /// holds only what takes effect: `limits` and `defaults.timeouts`
+    /// (moved to their plain spelling when loading) and
+    /// `results.reference_first: true`.
+    pub(super) fn executor_spec(&mut self, spec: &Node) {
+        if let Some(limits) = spec.get("limits") {
+            if self.expect_map(limits, "/executor/spec/limits", "`executor.spec.limits`") {
+                self.unknown_keys(
+                    limits,
+                    "/executor/spec/limits",
+                    "`executor.spec.limits`",
+                    LIMIT_KEYS,
+                );
+                for key in ["max_payload_bytes", "max_loop_items"] {
+                    if let Some(n) = limits.get(key) {
+                        if !matches!(n.to_json().as_u64(), Some(v) if v >= 1) {
+                            self.err(
+                                "E004",
+                                n.span,
+                                &format!("/executor/spec/limits/{key}"),
+                                format!("`executor.spec.limits.{key}` must be an integer >= 1, found {}", n.type_name()),
+                                "e.g. `max_payload_bytes: 65536`",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let Some(policy) = spec.get("policy") else {
+            return;
+        };
+        let pp = "/executor/spec/policy";
+        if !self.expect_map(policy, pp, "`executor.spec.policy`") {
+            return;
+        }
+        self.unknown_keys(policy, pp, "`executor.spec.policy`", EXECUTOR_POLICY_KEYS);
+        if let Some(l) = policy.get("limits") {
+            // Normalisation moved every limit; what is left is the wrong shape.
+            self.expect_map(l, &format!("{pp}/limits"), "`executor.spec.policy.limits`");
+        }
+        if let Some(d) = policy.get("defaults") {
+            if self.expect_map(
+                d,
+                &format!("{pp}/defaults"),
+                "`executor.spec.policy.defaults`",
+            ) {
+                for (k, _) in d.entries() {
+                    let (message, help) = if k.name == "resources" {
+                        (
+                            "`executor.spec.policy.defaults.resources` is not available: executors are sized by their deployment, not per playbook".to_string(),
+                            "remove it; set CPU and memory on the executor Deployment (charts/noetl) or `noetl serve executor --concurrency`",
+                        )
+                    } else {
+                        (
+                            format!("unknown field `{}` in `executor.spec.policy.defaults`", k.name),
+                            "`defaults.timeouts` (the default task timeout) is the one default here",
+                        )
+                    };
+                    self.err(
+                        "E005",
+                        k.span,
+                        &format!("{pp}/defaults/{}", escape(&k.name)),
+                        message,
+                        help,
+                    );
+                }
+            }
+        }
+        if let Some(r) = policy.get("results") {
+            let rp = format!("{pp}/results");
+            if self.expect_map(r, &rp, "`executor.spec.policy.results`") {
+                let what = "`executor.spec.policy.results`";
+                self.unknown_keys(r, &rp, what, &["reference_first"]);
+                if let Some(v) = r.get("reference_first") {
+                    if v.to_json() != serde_json::Value::Bool(true) {
+                        self.err(
+                            "E004",
+                            v.span,
+                            &format!("{rp}/reference_first"),
+                            "`results.reference_first` must be `true`: results above `executor.spec.limits.max_payload_bytes` always travel by reference".into(),
+                            "remove it (reference-first is how results travel), or raise `max_payload_bytes`",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// `loop.spec.policy.exec` is an intent: `distributed` or `local`.
+    pub(super) fn loop_exec(&mut self, spec: &Node, path: &str) {
+        let Some(exec) = spec.get("policy").and_then(|p| p.get("exec")) else {
+            return;
+        };
+        if !exec.as_str().is_some_and(|s| LOOP_EXEC.contains(&s)) {
+            self.err(
+                "E004",
+                exec.span,
+                &format!("{path}/spec/policy/exec"),
+                format!(
+                    "`loop.spec.policy.exec` must be one of {}",
+                    allowed_list(LOOP_EXEC)
+                ),
+                "an intent only: iterations are dispatched through the work queue either way",
+            );
+        }
+    }
+
+    /// Task policy `on_unmatched`: what happens when no rule matches and
+    /// there is no `else` (`continue`, the default, or `fail`).
+    pub(super) fn on_unmatched(&mut self, policy: &Node, path: &str, task: &str) {
+        let Some(v) = policy.get("on_unmatched") else {
+            return;
+        };
+        if !v.as_str().is_some_and(|s| ON_UNMATCHED.contains(&s)) {
+            let shown = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.type_name().to_string());
+            self.err(
+                "E004",
+                v.span,
+                &format!("{path}/on_unmatched"),
+                format!(
+                    "`on_unmatched: {shown}` in task `{task}`: it must be one of {}",
+                    allowed_list(ON_UNMATCHED)
+                ),
+                "`continue` (the default) goes on to the next task; `fail` fails the step-run",
+            );
+        }
+    }
+}
