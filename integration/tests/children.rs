@@ -515,3 +515,118 @@ workflow:
     assert_eq!(squares, [4, 9, 16]);
     cluster.stop().await;
 }
+
+/// NoETL's `return_step` and `timeout` of a `playbook` task: the task's
+/// result is the named child step's result; a child past the task's
+/// `timeout` is stopped and the task fails with `playbook.failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn return_step_answers_the_parent_and_timeout_bounds_the_child() {
+    let cluster = Cluster::start().await;
+    let scorer = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: scorer, path: demo/scorer }
+workload: { years: 0 }
+workflow:
+  - step: start
+    tool:
+      - name: compute
+        kind: python
+        args: { years: "{{ workload.years }}" }
+        code: "result = {'score': years * 10}"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { seen: true } }
+    next:
+      arcs:
+        - step: finish
+  - step: finish
+    tool:
+      - name: shape
+        kind: python
+        args: { s: "{{ start.score }}" }
+        code: "result = {'profile_score': s}"
+  - step: never
+"#;
+    cluster
+        .mesh
+        .catalog()
+        .register("demo/scorer", "scorer", scorer)
+        .await
+        .unwrap();
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: parent }
+workflow:
+  - step: start
+    tool:
+      - name: score
+        kind: playbook
+        path: demo/scorer
+        return_step: finish
+        args: { years: 4 }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { score: "{{ outcome.result }}" } }
+      - name: whole
+        kind: playbook
+        path: demo/scorer
+        args: { years: 1 }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { whole: "{{ outcome.result }}" } }
+      - name: unrun
+        kind: playbook
+        path: demo/scorer
+        return_step: never
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { unrun: "{{ outcome.result }}" } }
+      - name: slow
+        kind: playbook
+        timeout: 1
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: sleeper }
+          workflow:
+            - step: start
+              tool:
+                - name: nap
+                  kind: python
+                  code: "import time; time.sleep(60); result = 1"
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then:
+                  do: continue
+                  set_ctx:
+                    slow_kind: "{{ outcome.error.kind }}"
+                    slow_message: "{{ outcome.error.message }}"
+                    slow_child: "{{ outcome.playbook.execution_id }}"
+"#;
+    let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(90)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["score"], json!({"profile_score": 40}));
+    assert_eq!(s.ctx["whole"], json!({"seen": true}), "no return_step: ctx");
+    assert_eq!(s.ctx["unrun"], json!(null), "a step that never ran: null");
+    assert_eq!(s.ctx["slow_kind"], "playbook.failed");
+    let message = s.ctx["slow_message"].as_str().unwrap();
+    assert!(message.contains("timeout"), "{message}");
+    assert!(message.contains("timeout_s: 1"), "{message}");
+    let child = s.ctx["slow_child"].as_str().unwrap();
+    let c = cluster.wait(child, Duration::from_secs(30)).await;
+    assert_eq!(c.status, ExecStatus::Failed, "{c:?}");
+    cluster.stop().await;
+}

@@ -14,6 +14,8 @@ use std::collections::BTreeSet;
 
 use crate::yaml::{Node, NodeKind};
 
+mod shapes;
+
 /// One rewrite, at its line of the original file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -84,8 +86,11 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         changes: Vec::new(),
         refusals: Vec::new(),
     };
-    let passes: [fn(&Node, &mut Edits); 3] = [renames, templates, structure];
-    for pass in passes {
+    // Pass 0 (NoETL workbook tasks' `tool:` unwrapped) deletes one line
+    // per change; the later passes report their lines in the original file.
+    let passes: [fn(&Node, &mut Edits); 4] = [shapes::unwrap, renames, templates, structure];
+    let mut removed: Vec<usize> = Vec::new();
+    for (i, pass) in passes.into_iter().enumerate() {
         let root = crate::yaml::parse(&m.text).map_err(|e| MigrateError::Yaml {
             line: e.span.line,
             col: e.span.col,
@@ -93,7 +98,16 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         })?;
         let mut edits = Edits::new(&m.text);
         pass(&root, &mut edits);
-        let (text, changes, refusals) = edits.apply();
+        let (text, mut changes, mut refusals) = edits.apply();
+        for c in &mut changes {
+            c.line = shapes::original_line(c.line, &removed);
+        }
+        for r in &mut refusals {
+            r.line = shapes::original_line(r.line, &removed);
+        }
+        if i == 0 {
+            removed = changes.iter().map(|c| c.line).collect();
+        }
         m.text = text;
         m.changes.extend(changes);
         m.refusals.extend(refusals);
@@ -406,7 +420,7 @@ fn renames(root: &Node, e: &mut Edits) {
                     let takes_args = kind
                         .and_then(crate::tool::kind)
                         .is_some_and(|k| k.fields.iter().any(|f| f.name == "args"));
-                    if takes_args || kind.is_none() {
+                    if takes_args || kind.is_none() || kind == Some("workbook") {
                         rename(
                             e,
                             k,
@@ -437,6 +451,7 @@ fn renames(root: &Node, e: &mut Edits) {
             rename(e, k, "when", "rule: `expr` → `when`".into());
         }
     }
+    shapes::renames(root, e);
     for arc in arcs(root) {
         for old in ["expr", "cond", "condition"] {
             if let Some((k, _)) = arc.entry(old) {
@@ -486,10 +501,11 @@ fn templates(root: &Node, e: &mut Edits) {
     };
     for (step, _) in steps(root) {
         for (k, v) in step.entries() {
-            let place = if k.name == "next" {
-                Place::Arc
-            } else {
-                Place::Other
+            let place = match k.name.as_str() {
+                "next" => Place::Arc,
+                // A step-level `set` becomes its last task's policy rule.
+                "set" | "set_ctx" => Place::Policy,
+                _ => Place::Other,
             };
             if k.name == "tool" {
                 continue; // tasks below, with their own places
@@ -776,11 +792,7 @@ fn structure(root: &Node, e: &mut Edits) {
             }
         }
     }
-    for arc in arcs(root) {
-        if let Some((k, _)) = arc.entry("set") {
-            e.refuse(k.span.line, "arc `set`: pass the values as arc `args` (read as `args.<name>` by the target step), or set them with `set_ctx` in the source step's task policy".into());
-        }
-    }
+    shapes::structure(root, e);
 }
 
 /// `- else: {do: ...}` → `- else: {then: {do: ...}}`.
@@ -836,7 +848,8 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
 /// rewrites in place. A NoETL v1 step's other keys are its task's, except
 /// the refused ones ([`REFUSED_STEP_KEYS`]).
 const STEP_KEYS: &[&str] = &[
-    "step", "desc", "spec", "loop", "tool", "type", "next", "when", "set", "set_ctx",
+    "step", "desc", "spec", "loop", "tool", "type", "next", "when", "set", "set_ctx", "input",
+    "output",
 ];
 
 /// Legacy step keys `noetl migrate` leaves as written, with what to write
@@ -849,13 +862,11 @@ const REFUSED_STEP_KEYS: &[(&str, &str)] = &[
     ("sink", "`sink`: add a storage task (postgres, duckdb, http) that writes the data and returns a reference"),
     ("save", "`save`: add a storage task (postgres, duckdb, http) that writes the data, or drop it (events already record every result)"),
     ("pipe", "`pipe`: list its tasks under `tool` (the ordered pipeline)"),
-    ("input", "step `input`: pass values on the arcs that reach this step (`args`), read as `args.<name>`"),
-    ("output", WORK_HINT),
     ("command", WORK_HINT),
 ];
 const EVAL_HINT: &str =
     "step-level `eval`/`expr`: write the conditions as task policy rules or arc `when`s";
-const WORK_HINT: &str = "step `output`/`command`: move the work into a task of the step's `tool`";
+const WORK_HINT: &str = "step `command`: move the work into a task of the step's `tool`";
 
 /// A NoETL v1 step that is its own task (`tool: python` or `type: python`
 /// with `code` beside it) → a pipeline of one task named after the step;
@@ -950,7 +961,15 @@ fn step_set(s: &Node, name: &str, e: &mut Edits) {
         return;
     };
     if task.get("spec").is_some() {
-        e.refuse(line, format!("step `{name}`: step-level `{}`: its last task has a `spec`; add `set_ctx` to a rule of its `spec.policy` by hand", k.name));
+        let summary = format!(
+            "step `{name}`: step-level `{}` → a fallback rule in its last task's `spec.policy`",
+            k.name
+        );
+        if shapes::set_into_spec(task, (k, v), e, summary) {
+            remove_entry(e, k.span.offset);
+            return;
+        }
+        e.refuse(line, format!("step `{name}`: step-level `{}`: its last task's `spec` has a `policy`; add `set_ctx` to a rule of it by hand", k.name));
         return;
     }
     let Some((last_key, _)) = task.entries().last() else {

@@ -388,6 +388,10 @@ pub struct Arc {
     /// Inscription: becomes `args` of the target step (values are templates).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Object>,
+    /// `ctx` writes made when the arc fires, before its token is placed
+    /// (values are templates rendered like `args`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_ctx: Option<Object>,
     /// Reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<Value>,

@@ -9,7 +9,8 @@
 //!
 //! Arcs: `exclusive` (default) fires the first arc whose `when` holds, in
 //! YAML order; `inclusive` fires all of them. An arc without `when` always
-//! holds. Each selected arc's `args` are rendered with the scope.
+//! holds. Each selected arc's `args` and `set_ctx` are rendered with the
+//! scope.
 
 use thiserror::Error;
 
@@ -34,6 +35,8 @@ pub struct SelectedArc {
     pub step: String,
     /// Rendered inscription: the `args` of the target step-run.
     pub args: Object,
+    /// Rendered `ctx` writes of the arc (empty when it has none).
+    pub set_ctx: Object,
 }
 
 /// Admission or routing could not be evaluated. Callers add the location.
@@ -59,9 +62,11 @@ pub enum RoutingError {
         #[source]
         source: TemplateError,
     },
-    /// The `args` of arc `arc` failed to render.
-    #[error("arc {arc} (to {step:?}): args: {source}")]
+    /// The `args` (or `set_ctx`) of arc `arc` failed to render.
+    #[error("arc {arc} (to {step:?}): {field}: {source}")]
     ArcArgs {
+        /// `args` or `set_ctx`.
+        field: &'static str,
         /// Arc index.
         arc: usize,
         /// Target step.
@@ -128,19 +133,24 @@ pub fn select_arcs(next: Option<&Next>, scope: &Scope) -> Result<Vec<SelectedArc
         if !hit {
             continue;
         }
-        let mut args = Object::new();
-        for (k, v) in arc.args.iter().flatten() {
-            let v = render_value(v, scope).map_err(|source| RoutingError::ArcArgs {
-                arc: index,
-                step: arc.step.clone(),
-                source,
-            })?;
-            args.insert(k.clone(), v);
-        }
+        let render = |field: &'static str, values: Option<&Object>| {
+            let mut out = Object::new();
+            for (k, v) in values.into_iter().flatten() {
+                let v = render_value(v, scope).map_err(|source| RoutingError::ArcArgs {
+                    field,
+                    arc: index,
+                    step: arc.step.clone(),
+                    source,
+                })?;
+                out.insert(k.clone(), v);
+            }
+            Ok::<_, RoutingError>(out)
+        };
         out.push(SelectedArc {
             index,
             step: arc.step.clone(),
-            args,
+            args: render("args", arc.args.as_ref())?,
+            set_ctx: render("set_ctx", arc.set_ctx.as_ref())?,
         });
         if next.spec.mode == RouteMode::Exclusive {
             break;

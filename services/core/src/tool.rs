@@ -235,6 +235,16 @@ pub const KINDS: &[Kind] = &[
             field("playbook", Str, "the child playbook's YAML, inline"),
             field("file", Str, "a playbook file, read where the executor runs"),
             field("args", Object, "the child's workload overrides"),
+            field(
+                "return_step",
+                Str,
+                "the task's result is this child step's last result (default: the child's `ctx`)",
+            ),
+            field(
+                "timeout",
+                Scalar,
+                "seconds: the child's execution deadline (at most its own `timeout_s`)",
+            ),
         ],
     },
     Kind {

@@ -25,7 +25,7 @@ const ROOT_KEYS: &[&str] = &[
 ];
 const STEP_KEYS: &[&str] = &["step", "desc", "spec", "loop", "tool", "next"];
 const NEXT_KEYS: &[&str] = &["spec", "arcs"];
-const ARC_KEYS: &[&str] = &["step", "when", "args", "spec"];
+const ARC_KEYS: &[&str] = &["step", "when", "args", "set_ctx", "spec"];
 const LOOP_KEYS: &[&str] = &["in", "iterator", "spec"];
 const THEN_KEYS: &[&str] = &[
     "do", "attempts", "backoff", "delay", "to", "set_iter", "set_ctx",
@@ -738,8 +738,8 @@ impl Validator {
     fn no_control(&mut self, n: &Node, path: &str, what: &str) {
         let mut found = Vec::new();
         n.walk(path, &mut |p, node| {
-            // Arc inscriptions are data, not policy.
-            if p.contains("/args") {
+            // Arc inscriptions and ctx writes are data, not policy.
+            if p.contains("/args") || p.contains("/set_ctx") {
                 return;
             }
             for (k, _) in node.entries() {
@@ -1425,14 +1425,14 @@ impl Validator {
                     );
                 }
             }
-            if let Some(args) = a.get("args") {
-                if !args.is_map() {
+            for field in ["args", "set_ctx"] {
+                if let Some(v) = a.get(field).filter(|v| !v.is_map()) {
                     self.err(
                         "E004",
-                        args.span,
-                        &format!("{ap}/args"),
-                        "arc `args` must be a mapping".into(),
-                        "write `args: { name: value }`",
+                        v.span,
+                        &format!("{ap}/{field}"),
+                        format!("arc `{field}` must be a mapping"),
+                        &format!("write `{field}: {{ name: value }}`"),
                     );
                 }
             }

@@ -149,6 +149,7 @@ fn exclusive_fires_the_first_matching_arc_with_rendered_args() {
             index: 0,
             step: "continue".into(),
             args: obj(json!({"rows": [1, 2], "city": "Oslo", "label": "n=7", "fixed": 1})),
+            set_ctx: obj(json!({})),
         }]
     );
     let got = select_arcs(Some(&n), &scope("step.failed")).unwrap();
@@ -158,6 +159,26 @@ fn exclusive_fires_the_first_matching_arc_with_rendered_args() {
     // an arc without `when` always holds
     let got = select_arcs(Some(&n), &scope("loop.done")).unwrap();
     assert_eq!((got[0].index, got[0].step.as_str()), (4, "always"));
+}
+
+#[test]
+fn an_arc_renders_its_ctx_writes_only_when_it_fires() {
+    let n = next(
+        "exclusive",
+        json!([
+            {"step": "a", "when": "{{ event.name == 'step.failed' }}", "set_ctx": {"why": "failed"}},
+            {"step": "b", "set_ctx": {"rows": "{{ fetch.rows }}", "n": "{{ fetch.row_count + 1 }}"}},
+        ]),
+    );
+    let got = select_arcs(Some(&n), &scope("step.done")).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].set_ctx, obj(json!({"rows": [1, 2], "n": 8})));
+    let bad = next(
+        "exclusive",
+        json!([{"step": "a", "set_ctx": {"x": "{{ nope.x }}"}}]),
+    );
+    let e = select_arcs(Some(&bad), &scope("step.done")).unwrap_err();
+    assert!(e.to_string().contains("set_ctx"), "{e}");
 }
 
 #[test]
@@ -214,6 +235,7 @@ fn args_are_only_rendered_for_selected_arcs_and_errors_name_the_arc() {
     let err = select_arcs(Some(&n), &scope("step.failed")).unwrap_err();
     match &err {
         RoutingError::ArcArgs {
+            field: "args",
             arc: 1,
             step,
             source: TemplateError::UndefinedVariable { name, .. },

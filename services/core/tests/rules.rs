@@ -895,3 +895,28 @@ fn w107_a_workload_key_read_bare_is_a_gentle_warning_with_the_canonical_spelling
     // `output` and `_index` are runtime variables: no warning for them.
     assert!(loaded.warnings.0[1].message.contains("`nmbers`"));
 }
+
+#[test]
+fn arc_set_ctx_is_a_mapping_of_templates() {
+    assert_clean(&pb(
+        "  - step: a\n    next:\n      arcs:\n        - step: b\n          set_ctx: { city: \"{{ event.name }}\", n: 1 }\n  - step: b\n",
+    ));
+    let src = pb("  - step: a\n    next:\n      arcs:\n        - step: b\n          set_ctx: [city]\n  - step: b\n");
+    assert_eq!(at(&src, "E004"), (10, 20));
+    assert!(message(&src, "E004").message.contains("arc `set_ctx`"));
+    // A control action among the values is data, not a policy.
+    assert_ok(&pb(
+        "  - step: a\n    next:\n      arcs:\n        - step: b\n          set_ctx: { do: retry }\n  - step: b\n",
+    ));
+}
+
+#[test]
+fn a_playbook_task_takes_return_step_and_timeout() {
+    assert_clean(&pb(
+        "  - step: a\n    tool:\n      - name: c\n        kind: playbook\n        path: x/y\n        return_step: finish\n        timeout: 30\n",
+    ));
+    let src = pb(
+        "  - step: a\n    tool:\n      - name: c\n        kind: playbook\n        path: x/y\n        return_step: [finish]\n",
+    );
+    assert!(codes(&src).contains(&"E004"), "{:?}", codes(&src));
+}

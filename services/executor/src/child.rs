@@ -2,8 +2,9 @@
 //!
 //! The executor publishes the child's execution request (by catalog `path`
 //! and optional `version`, inline `playbook` text, or a `file` read where
-//! the executor runs) with the child's workload overrides from `args`, and
-//! the command that continues the parent at this task. Then it lets go of
+//! the executor runs) with the child's workload overrides from `args`, its
+//! `return_step` and `timeout`, and the command that continues the parent
+//! at this task. Then it lets go of
 //! the command: no executor slot is held while the child runs. When the
 //! child ends, the router publishes that continuation with the child's
 //! outcome, and the parent's pipeline goes on with the task's policy.
@@ -68,6 +69,12 @@ pub(crate) enum ChildError {
         /// The I/O error.
         reason: String,
     },
+    /// `timeout` is not a positive number of seconds.
+    #[error("`timeout` of a playbook task must be a positive number of seconds (the child's deadline), got {0}")]
+    Timeout(String),
+    /// `return_step` is not a step name.
+    #[error("`return_step` of a playbook task must name a step of the child playbook, got {0}")]
+    ReturnStep(String),
     /// `args` is not an object.
     #[error(
         "`args` of a playbook task must be an object (the child's workload overrides), got {0}"
@@ -192,6 +199,19 @@ pub(crate) fn request(p: ChildParams<'_>) -> Result<ExecutionRequest, ChildError
             req.source_name = file.to_string();
         }
     }
+    req.return_step = match c.get("return_step") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(other) => return Err(ChildError::ReturnStep(other.to_string())),
+    };
+    req.timeout_s = match c.get("timeout") {
+        None | Some(Value::Null) => 0.0,
+        Some(v) => v
+            .as_f64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            .filter(|s: &f64| s.is_finite() && *s > 0.0)
+            .ok_or_else(|| ChildError::Timeout(v.to_string()))?,
+    };
     req.workload_json = match c.get("args") {
         None | Some(Value::Null) => Vec::new(),
         Some(v @ Value::Object(_)) => v.to_string().into_bytes(),
@@ -232,6 +252,24 @@ mod tests {
         let c = json!({"file": "/nonexistent/child.yaml"});
         let e = request(params(c.as_object().unwrap())).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/child.yaml"), "{e}");
+    }
+
+    #[test]
+    fn return_step_and_timeout_ride_in_the_request() {
+        let c = json!({"path": "a", "return_step": "finish", "timeout": "30"});
+        let r = request(params(c.as_object().unwrap())).unwrap();
+        assert_eq!((r.return_step.as_str(), r.timeout_s), ("finish", 30.0));
+        let c = json!({"path": "a"});
+        let r = request(params(c.as_object().unwrap())).unwrap();
+        assert_eq!((r.return_step.as_str(), r.timeout_s), ("", 0.0));
+        for bad in [json!(0), json!(-5), json!("soon")] {
+            let c = json!({"path": "a", "timeout": bad});
+            let e = request(params(c.as_object().unwrap())).unwrap_err();
+            assert!(e.to_string().contains("`timeout`"), "{e}");
+        }
+        let c = json!({"path": "a", "return_step": 3});
+        let e = request(params(c.as_object().unwrap())).unwrap_err();
+        assert!(e.to_string().contains("`return_step`"), "{e}");
     }
 
     #[test]

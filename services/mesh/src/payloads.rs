@@ -219,6 +219,10 @@ pub struct NextSelected {
     /// Why routing failed, if it did.
     #[serde(default)]
     pub error: Option<String>,
+    /// The `ctx` writes of the arcs that fired (their `set_ctx`, in arc
+    /// order), applied before their tokens were placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_ctx: Option<Map<String, Value>>,
 }
 
 /// `loop.started`, written by the loop-supervisor, read by `noetl run`'s

@@ -34,6 +34,10 @@ pub struct PlanRecord {
     /// The parent task's `iter` (child playbooks): `iter.parent` here.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub parent_iter: Value,
+    /// The step whose last result answers the parent task (a child
+    /// started with `return_step`); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub return_step: String,
     /// Step names some template reads by name (computed once, on demand).
     #[serde(skip)]
     referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
@@ -67,6 +71,7 @@ impl PlanRecord {
             trace_id: String::new(),
             started_ms: 0,
             parent_iter: Value::Null,
+            return_step: String::new(),
             referenced: Default::default(),
             steps: Default::default(),
         }
@@ -116,8 +121,12 @@ impl PlanRecord {
     }
 
     /// True when some template of the playbook reads `step`'s result by
-    /// name (`{{ step.x }}`): only then is the result worth storing in KV.
+    /// name (`{{ step.x }}`), or it is the [`Self::return_step`]: only then
+    /// is the result worth storing in KV.
     pub fn is_result_referenced(&self, step: &str) -> bool {
+        if !self.return_step.is_empty() && self.return_step == step {
+            return true;
+        }
         self.referenced
             .get_or_init(|| {
                 let names: std::collections::BTreeSet<&str> = self.step_names().collect();

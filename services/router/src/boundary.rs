@@ -189,6 +189,8 @@ struct Decision {
     tokens: Vec<TokenRecord>,
     unhandled_failure: bool,
     error: Option<String>,
+    /// The `ctx` writes of the fired arcs, already applied.
+    set_ctx: Option<Map<String, Value>>,
 }
 
 async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), BoundaryError> {
@@ -248,6 +250,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
         header: &header,
         applied,
         error: decision.error.clone(),
+        set_ctx: decision.set_ctx.clone(),
     })
     .await?;
 
@@ -500,6 +503,8 @@ struct Fired<'a> {
     applied: bool,
     /// Why routing failed, if it did.
     error: Option<String>,
+    /// The `ctx` writes of the fired arcs.
+    set_ctx: Option<Map<String, Value>>,
 }
 
 // Over 80 lines on purpose: publishes a boundary's tokens and events; what fired is decided
@@ -515,6 +520,7 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
         header,
         applied,
         error,
+        set_ctx,
     } = f;
     let (eid, srid) = (ev.execution_id.as_str(), ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = header.live.iter().filter(|t| t.parent == srid).collect();
@@ -568,6 +574,7 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
                         mode,
                         arcs,
                         error,
+                        set_ctx,
                     }),
                     ..Default::default()
                 }
@@ -764,6 +771,7 @@ async fn decide(
         tokens: Vec::new(),
         unhandled_failure: false,
         error: None,
+        set_ctx: None,
     };
     if ev.event_type == types::STEP_SKIPPED {
         return Ok(record);
@@ -775,10 +783,8 @@ async fn decide(
                 .iter()
                 .flat_map(|a| {
                     let mut v: Vec<&str> = a.when.as_deref().into_iter().collect();
-                    if let Some(args) = &a.args {
-                        for x in args.values() {
-                            v.extend(scope::strings(x));
-                        }
+                    for x in a.args.iter().chain(&a.set_ctx).flat_map(|m| m.values()) {
+                        v.extend(scope::strings(x));
                     }
                     v
                 })
@@ -798,6 +804,11 @@ async fn decide(
     };
     match selected {
         Ok(arcs) => {
+            let patch = arc_ctx_patch(&arcs);
+            if !patch.is_empty() {
+                apply_arc_ctx(mesh, &ev.execution_id, &ev.step_run_id, &patch).await?;
+                record.set_ctx = Some(patch);
+            }
             let limit = plan.max_payload_bytes(mesh.config().inline_limit);
             for a in arcs {
                 let token_id = derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]);
@@ -831,6 +842,45 @@ async fn decide(
         }
     }
     Ok(record)
+}
+
+/// The `ctx` writes of the arcs that fire, in arc order (a later arc's
+/// value for a key wins, as if applied one after the other).
+fn arc_ctx_patch(arcs: &[routing::SelectedArc]) -> Map<String, Value> {
+    let mut patch = Map::new();
+    for a in arcs {
+        patch.extend(a.set_ctx.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    patch
+}
+
+/// Merge the arcs' `ctx` writes of step-run `step_run_id` into the
+/// execution's `ctx` (compare-and-set), before their tokens are placed. The
+/// write is recorded under the step-run's id in the same compare-and-set,
+/// so a redelivered boundary event (whose patch may render differently,
+/// e.g. `ctx.n + 1`) does not apply it again.
+async fn apply_arc_ctx(
+    mesh: &Mesh,
+    eid: &str,
+    step_run_id: &str,
+    patch: &Map<String, Value>,
+) -> Result<(), MeshError> {
+    use noetl_mesh::state::{ctx_applied, mark_ctx_applied};
+    let id = format!("arcs:{step_run_id}");
+    kv::update(mesh.ctx_kv(), eid, |current: Option<&Value>| {
+        let mut obj = match current {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        if ctx_applied(&obj, &id) {
+            return Cas::Keep;
+        }
+        obj.extend(patch.iter().map(|(k, v)| (k.clone(), v.clone())));
+        mark_ctx_applied(&mut obj, &id);
+        Cas::Write(Value::Object(obj))
+    })
+    .await?;
+    Ok(())
 }
 
 fn error_text(v: &Value) -> String {

@@ -20,6 +20,7 @@ use noetl_mesh::{
 };
 use noetl_wire::{ExecutionRequest, TaskCommand};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// What `<child>.resume` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -27,6 +28,10 @@ struct ResumeRecord {
     parent_execution_id: String,
     /// The parent's continuation (protobuf `TaskCommand`, base64).
     command: String,
+    /// The parent task's `return_step`: the step whose last result answers
+    /// it (empty: the child's final `ctx` does).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    return_step: String,
 }
 
 /// The parent's index entry of one child ([`Keys::child`]).
@@ -45,6 +50,7 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
     let rec = ResumeRecord {
         parent_execution_id: req.parent_execution_id.clone(),
         command: base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd)),
+        return_step: req.return_step.clone(),
     };
     kv::put(mesh.exec_kv(), &Keys::resume(eid), &rec).await?;
     // The parent's index of its children, for cancellation.
@@ -123,7 +129,18 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
             message: format!("continuation is not base64: {e}"),
         })?;
     let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;
-    cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&child_outcome(eid, &summary)));
+    // The step's last result, as stored (a large one stays a reference);
+    // null when the step never ran or has no result (a routing step).
+    let returned = match rec.return_step.as_str() {
+        "" => None,
+        step => Some(
+            kv::get::<serde_json::Value>(mesh.exec_kv(), &Keys::result(eid, step))
+                .await?
+                .unwrap_or(serde_json::Value::Null),
+        ),
+    };
+    let outcome = child_outcome(eid, &summary, returned);
+    cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&outcome));
     cmd.command_id = derive_id(&["resume", eid]);
     // The task's kind is `playbook` (or a workbook call resolving to it);
     // executors serving `playbook` continue the pipeline.
@@ -140,12 +157,13 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     Ok(())
 }
 
-/// The `playbook` task's outcome once its child execution ended: `ctx` as
-/// the result when it completed, a `playbook.failed` error otherwise; the
+/// The `playbook` task's outcome once its child execution ended: when it
+/// completed, the `returned` step result (the task has a `return_step`) or
+/// else the child's final `ctx`; a `playbook.failed` error otherwise. The
 /// `playbook` helper names the child, its status and its steps.
-pub fn child_outcome(eid: &str, summary: &ExecSummary) -> Outcome {
+pub fn child_outcome(eid: &str, summary: &ExecSummary, returned: Option<Value>) -> Outcome {
     let outcome = if summary.status == ExecStatus::Completed {
-        Outcome::ok(summary.ctx.clone())
+        Outcome::ok(returned.unwrap_or_else(|| summary.ctx.clone()))
     } else {
         let why = summary.error.as_deref().unwrap_or("failed");
         let message = format!("child execution {eid} ({}) failed: {why}", summary.playbook);
@@ -187,9 +205,18 @@ mod tests {
 
     #[test]
     fn a_completed_child_hands_its_ctx_to_the_parent_task() {
-        let o = child_outcome("c1", &summary(ExecStatus::Completed));
+        let o = child_outcome("c1", &summary(ExecStatus::Completed), None);
         assert!(o.is_ok());
         assert_eq!(o.result, json!({"n": 3}));
+        // With `return_step`, that step's result instead (null if it never ran).
+        let o = child_outcome(
+            "c1",
+            &summary(ExecStatus::Completed),
+            Some(json!({"score": 7})),
+        );
+        assert_eq!(o.result, json!({"score": 7}));
+        let o = child_outcome("c1", &summary(ExecStatus::Completed), Some(Value::Null));
+        assert!(o.is_ok() && o.result.is_null());
         assert_eq!(
             o.helpers["playbook"],
             json!({"execution_id": "c1", "status": "completed", "steps": {"only": "done"}})
@@ -198,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_failed_child_is_a_playbook_failed_error_naming_it() {
-        let o = child_outcome("c1", &summary(ExecStatus::Failed));
+        let o = child_outcome("c1", &summary(ExecStatus::Failed), Some(json!(1)));
         let e = o.error.expect("an error");
         assert_eq!(e.kind, "playbook.failed");
         assert!(!e.retryable);

@@ -143,7 +143,37 @@ fn plan_of(p: PlanOf<'_>) -> PlanRecord {
     plan.started_ms = p.now_ms;
     plan.parent_iter = codec::json_value(&p.req.parent_iter_json).unwrap_or(Value::Null);
     plan.trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(p.req), p.eid);
+    plan.return_step = p.req.return_step.clone();
+    bound_by_parent(&mut plan.playbook, p.req.timeout_s);
     plan
+}
+
+/// A child started by a `playbook` task with `timeout: N` ends within `N`
+/// seconds: `N` becomes its `executor.spec.limits.timeout_s` when its own
+/// is absent or later, so every limit counted from the execution's start
+/// (its timer, the steps' deadlines) uses it.
+fn bound_by_parent(playbook: &mut noetl_core::model::Playbook, timeout_s: f64) {
+    if !(timeout_s.is_finite() && timeout_s > 0.0) {
+        return;
+    }
+    let own = noetl_core::lifecycle::execution_timeout_s(playbook);
+    if own.is_some_and(|own| own <= timeout_s) {
+        return;
+    }
+    let executor = playbook
+        .executor
+        .get_or_insert_with(|| noetl_core::model::Executor {
+            kind: None,
+            spec: Default::default(),
+        });
+    let limits = executor
+        .spec
+        .entry("limits")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !limits.is_object() {
+        *limits = Value::Object(Default::default());
+    }
+    limits["timeout_s"] = serde_json::json!(timeout_s);
 }
 
 /// The trace a request asks for: its `trace_id`, else the trace of the
@@ -536,6 +566,35 @@ mod tests {
         assert_eq!(source_name(&r), "examples/hotels");
         r.source_name = "hotels.yaml".into();
         assert_eq!(source_name(&r), "hotels.yaml");
+    }
+
+    #[test]
+    fn a_parent_task_s_timeout_bounds_the_child_unless_its_own_is_earlier() {
+        let playbook = |limits: serde_json::Value| -> noetl_core::model::Playbook {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "noetl.io/v2", "kind": "Playbook", "metadata": {"name": "c"},
+                "executor": {"spec": {"limits": limits}},
+                "workflow": [{"step": "start"}],
+            }))
+            .unwrap()
+        };
+        let own = |p: &noetl_core::model::Playbook| noetl_core::lifecycle::execution_timeout_s(p);
+        let mut p = playbook(serde_json::json!({"max_loop_items": 5}));
+        bound_by_parent(&mut p, 30.0);
+        assert_eq!(own(&p), Some(30.0));
+        assert_eq!(
+            p.executor.as_ref().unwrap().spec["limits"]["max_loop_items"],
+            5
+        );
+        let mut p = playbook(serde_json::json!({"timeout_s": 10}));
+        bound_by_parent(&mut p, 30.0);
+        assert_eq!(own(&p), Some(10.0), "the child's own earlier limit stays");
+        let mut p = playbook(serde_json::json!({"timeout_s": 60}));
+        bound_by_parent(&mut p, 30.0);
+        assert_eq!(own(&p), Some(30.0));
+        let mut p = playbook(serde_json::json!({}));
+        bound_by_parent(&mut p, 0.0);
+        assert_eq!(own(&p), None, "no timeout asked: no limit added");
     }
 
     #[test]

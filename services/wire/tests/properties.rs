@@ -102,6 +102,7 @@ fn execution_request() -> impl Strategy<Value = ExecutionRequest> {
                 trace_id,
                 parent_resume,
                 parent_iter_json,
+                ..Default::default()
             },
         )
 }

@@ -1,0 +1,775 @@
+//! `noetl migrate`: the shapes NoETL's own engines accept (its `noetl.io/v2`
+//! playbooks) that canonical v10 spells differently (docs/migrate.md,
+//! "NoETL v2 shapes"). Each function edits one construct where it is, like
+//! the rest of the rewrite; what has no faithful canonical form is refused
+//! with what to write instead.
+
+use super::{
+    entry_end, fallback_rule, line_start, next_line, reindent, rename, replace_entry, rules, steps,
+    tasks, value_text, Edits,
+};
+use crate::yaml::{Key, Node, NodeKind};
+
+/// The root sections canonical v10 has (and `vars`, refused with its own
+/// code); NoETL's parsers ignore any other.
+const ROOT_SECTIONS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "keychain",
+    "executor",
+    "workload",
+    "workflow",
+    "workbook",
+    "vars",
+];
+
+/// Scopes NoETL's `set` keys may name (`ctx.x`, `iter.x`, `step.x`): it
+/// writes every one of them to the execution's variables as `x`.
+const SET_SCOPES: &[&str] = &["ctx.", "iter.", "step.", "vars."];
+
+/// The line of the original file that line `line` of a text became after
+/// the lines `removed` (original line numbers, ascending) were deleted.
+pub(super) fn original_line(line: usize, removed: &[usize]) -> usize {
+    let mut old = line;
+    for r in removed {
+        if *r <= old {
+            old += 1;
+        }
+    }
+    old
+}
+
+// ---------------------------------------------------------------------------
+// Pass 0: workbook tasks written `{name, tool: {kind, ...}}`
+// ---------------------------------------------------------------------------
+
+/// A NoETL workbook task keeps its tool under `tool:`
+/// (`- name: t` / `tool: { kind: python, code: ... }`); canonical workbook
+/// tasks are tasks (`- name: t` / `kind: python` / `code: ...`). The
+/// fields move up one level and the `tool:` line goes: the only pass that
+/// deletes lines, one per change, so later passes map their lines back
+/// ([`original_line`]).
+pub(super) fn unwrap(root: &Node, e: &mut Edits) {
+    let Some(wb) = root.get("workbook") else {
+        return;
+    };
+    let list = wb.get("tasks").unwrap_or(wb);
+    let named: Vec<(&Node, String)> = match &list.kind {
+        NodeKind::Seq(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t, super::name_of(t, i)))
+            .collect(),
+        NodeKind::Map(entries) => entries.iter().map(|(k, t)| (t, k.name.clone())).collect(),
+        _ => Vec::new(),
+    };
+    for (t, name) in named {
+        let Some((k, tool)) = t.entry("tool") else {
+            continue;
+        };
+        if t.get("kind").is_some() || t.get("type").is_some() || !tool.is_map() {
+            continue;
+        }
+        let text = e.text;
+        let line = k.span.line;
+        if tool.span.offset < next_line(text, k.span.offset) {
+            e.refuse(line, format!("workbook task `{name}`: its `tool:` is a flow mapping: write its fields (`kind`, ...) on the task itself, in block style"));
+            continue;
+        }
+        if let Some((dup, _)) = tool
+            .entries()
+            .iter()
+            .find(|(f, _)| t.get(&f.name).is_some())
+        {
+            e.refuse(line, format!("workbook task `{name}`: both the task and its `tool:` have `{}`: keep one, then move the `tool:` fields onto the task", dup.name));
+            continue;
+        }
+        let key_indent = k.span.offset - line_start(text, k.span.offset);
+        let from = next_line(text, k.span.offset);
+        let to = entry_end(text, k.span.offset);
+        let child_indent = tool.span.offset - line_start(text, tool.span.offset);
+        let kind = tool.get("kind").and_then(Node::as_str).unwrap_or("?");
+        let with = reindent(&text[from..to], child_indent, key_indent);
+        let summary =
+            format!("workbook task `{name}`: its `tool:` fields → the task's own (`kind: {kind}`)");
+        replace_entry(e, k.span.offset, with, line, summary);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pass 1: renames (the line count stays)
+// ---------------------------------------------------------------------------
+
+/// Renames of NoETL fields: a playbook task's `payload` (→ `args`) and
+/// `task` (→ `name` when it has none); a workbook call's `name` (→ `task`);
+/// a keychain entry's `type` (→ `kind`); a retry `backoff: fixed`
+/// (→ `none`); an arc's `set` (→ `set_ctx`, its keys without scope).
+pub(super) fn renames(root: &Node, e: &mut Edits) {
+    let workbook_names = workbook_task_names(root);
+    for (t, name) in tasks(root) {
+        match t.get("kind").and_then(Node::as_str) {
+            Some("playbook") => playbook_task_renames(t, &name, e),
+            Some("workbook") if t.get("task").is_none() => {
+                if let Some((k, v)) = t.entry("name") {
+                    let target = v.as_str().unwrap_or_default();
+                    if workbook_names.iter().any(|n| n == target) {
+                        rename(e, k, "task", format!("task `{name}`: `name` → `task` (NoETL names the workbook task it runs with `name`)"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for entry in root.get("keychain").map(Node::items).unwrap_or_default() {
+        if entry.get("kind").is_none() {
+            if let Some((k, _)) = entry.entry("type").filter(|(_, v)| v.as_str().is_some()) {
+                let name = entry.get("name").and_then(Node::as_str).unwrap_or("?");
+                rename(e, k, "kind", format!("keychain `{name}`: `type` → `kind`"));
+            }
+        }
+    }
+    for rule in rules(root) {
+        if let Some(then) = rule.get("then") {
+            backoff_value(then, e);
+        }
+    }
+    for (s, step) in steps(root) {
+        for arc in s
+            .get("next")
+            .and_then(|n| n.get("arcs"))
+            .map(Node::items)
+            .unwrap_or_default()
+        {
+            arc_set(arc, step, e);
+        }
+    }
+}
+
+/// Names of the root `workbook`'s tasks.
+fn workbook_task_names(root: &Node) -> Vec<String> {
+    let Some(wb) = root.get("workbook") else {
+        return Vec::new();
+    };
+    let list = wb.get("tasks").unwrap_or(wb);
+    match &list.kind {
+        NodeKind::Seq(items) => items
+            .iter()
+            .filter_map(|t| t.get("name").and_then(Node::as_str).map(str::to_string))
+            .collect(),
+        NodeKind::Map(entries) => entries.iter().map(|(k, _)| k.name.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A playbook task's `payload` (the child's workload) → `args`; its `task`
+/// (a label NoETL only logs) → `name` when it has none.
+fn playbook_task_renames(t: &Node, name: &str, e: &mut Edits) {
+    if let Some((k, _)) = t.entry("payload") {
+        if ["args", "input", "inputs"]
+            .iter()
+            .any(|f| t.get(f).is_some())
+        {
+            e.refuse(k.span.line, format!("task `{name}`: both `payload` and `args`/`input`: merge them into `args` (the child's workload) by hand"));
+        } else {
+            rename(
+                e,
+                k,
+                "args",
+                format!("task `{name}`: `payload` → `args` (the child's workload)"),
+            );
+        }
+    }
+    if t.get("name").is_none() {
+        if let Some((k, _)) = t.entry("task") {
+            rename(
+                e,
+                k,
+                "name",
+                format!("task `{name}`: `task` → `name` (the task's label)"),
+            );
+        }
+    }
+}
+
+/// `backoff: fixed` (NoETL's worker waits `delay` every time for any
+/// backoff it does not know) → `backoff: none`, the constant delay.
+fn backoff_value(then: &Node, e: &mut Edits) {
+    let Some((k, v)) = then.entry("backoff") else {
+        return;
+    };
+    let Some(value) = v.as_str() else { return };
+    if !matches!(value, "fixed" | "constant") {
+        return;
+    }
+    let text = e.text;
+    let at = v.span.offset;
+    let len = if text[at..].starts_with(value) {
+        value.len()
+    } else if text[at + 1..].starts_with(value) && matches!(text.as_bytes()[at], b'"' | b'\'') {
+        value.len() + 2
+    } else {
+        e.refuse(
+            k.span.line,
+            format!("`backoff: {value}` is written with escapes: write `backoff: none`"),
+        );
+        return;
+    };
+    e.replace(
+        (at, at + len),
+        "none".into(),
+        v.span.line,
+        format!("`backoff: {value}` → `backoff: none` (a constant `delay`)"),
+    );
+}
+
+/// An arc's `set` (NoETL: variables written when the arc fires, keys
+/// `ctx.x` / `iter.x` / `step.x` all naming the execution's `x`) →
+/// `set_ctx` with the bare keys.
+fn arc_set(arc: &Node, step: &str, e: &mut Edits) {
+    let Some((k, v)) = arc.entry("set") else {
+        return;
+    };
+    let target = arc.get("step").and_then(Node::as_str).unwrap_or("?");
+    let what = format!("arc `{step}` → `{target}`");
+    if arc.get("set_ctx").is_some() {
+        e.refuse(
+            k.span.line,
+            format!("{what}: both `set` and `set_ctx`: merge `set` into `set_ctx` by hand"),
+        );
+        return;
+    }
+    if !v.is_map() {
+        e.refuse(
+            k.span.line,
+            format!("{what}: `set` is not a mapping: write `set_ctx: {{ key: value }}`"),
+        );
+        return;
+    }
+    let bare: Vec<(&Key, &str)> = v
+        .entries()
+        .iter()
+        .map(|(key, _)| {
+            let stripped = SET_SCOPES
+                .iter()
+                .find_map(|p| key.name.strip_prefix(p))
+                .unwrap_or(&key.name);
+            (key, stripped)
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some((key, b)) = bare.iter().find(|(_, b)| !seen.insert(*b)) {
+        e.refuse(
+            key.span.line,
+            format!("{what}: `set` writes `{b}` twice: keep one, then write `set_ctx`"),
+        );
+        return;
+    }
+    let text = e.text;
+    let mut edits = Vec::new();
+    for (key, b) in &bare {
+        let prefix = key.name.len() - b.len();
+        if prefix == 0 {
+            continue;
+        }
+        let at = key.span.offset;
+        let start = if text[at..].starts_with(&key.name) {
+            at
+        } else if text[at + 1..].starts_with(&key.name) {
+            at + 1 // quoted
+        } else {
+            e.refuse(
+                key.span.line,
+                format!(
+                    "{what}: `set` key `{}` is written with escapes: write it as `set_ctx` by hand",
+                    key.name
+                ),
+            );
+            return;
+        };
+        edits.push((start, start + prefix));
+    }
+    let keys: Vec<&str> = bare.iter().map(|(_, b)| *b).collect();
+    rename(
+        e,
+        k,
+        "set_ctx",
+        format!(
+            "{what}: `set` → `set_ctx` (written when the arc fires: `{}`)",
+            keys.join("`, `")
+        ),
+    );
+    for range in edits {
+        e.replace_quietly(range, String::new());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pass 3: structure
+// ---------------------------------------------------------------------------
+
+/// The structural rewrites of NoETL shapes.
+pub(super) fn structure(root: &Node, e: &mut Edits) {
+    for (t, name) in tasks(root) {
+        task_retry(t, &name, e);
+        if t.get("kind").and_then(Node::as_str) == Some("playbook") && t.get("name").is_some() {
+            if let Some((k, _)) = t.entry("task") {
+                let summary =
+                    format!("task `{name}`: `task` removed (a label NoETL only logs; `name` labels the task)");
+                replace_entry(e, k.span.offset, String::new(), k.span.line, summary);
+            }
+        }
+    }
+    for (t, name) in workbook_tasks(root) {
+        if let Some((k, _)) = t.entry("assert") {
+            comment_out(
+                e,
+                k,
+                format!(
+                    "workbook task `{name}`: `assert` commented out (no NoETL engine reads it)"
+                ),
+            );
+        }
+    }
+    for (s, name) in steps(root) {
+        step_input(s, name, e);
+        if let Some((k, _)) = s.entry("output") {
+            comment_out(e, k, format!("step `{name}`: `output` (NoETL's result-storage hint: `output_select`, `store`) commented out: a result above `max_payload_bytes` travels by reference, and templates read it whole"));
+        }
+    }
+    for (k, _) in root.entries() {
+        if !ROOT_SECTIONS.contains(&k.name.as_str()) {
+            comment_out(
+                e,
+                k,
+                format!(
+                    "root `{}`: commented out (not a section NoETL's engines read)",
+                    k.name
+                ),
+            );
+        }
+    }
+}
+
+/// The workbook's tasks with their names.
+fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
+    let Some(wb) = root.get("workbook") else {
+        return Vec::new();
+    };
+    let list = wb.get("tasks").unwrap_or(wb);
+    match &list.kind {
+        NodeKind::Seq(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t, super::name_of(t, i)))
+            .collect(),
+        NodeKind::Map(entries) => entries.iter().map(|(k, t)| (t, k.name.clone())).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Turn the entry whose key is `k` into comments (`# ` after each line's
+/// indentation), keeping what it said.
+fn comment_out(e: &mut Edits, k: &Key, summary: String) {
+    let text = e.text;
+    let from = line_start(text, k.span.offset);
+    let to = entry_end(text, k.span.offset);
+    let indent = k.span.offset - from;
+    let with: String = text[from..to]
+        .split_inclusive('\n')
+        .map(|l| {
+            let body = l.trim_start_matches(' ');
+            if body.trim().is_empty() {
+                l.to_string()
+            } else {
+                let have = l.len() - body.len();
+                let at = have.min(indent);
+                format!("{}# {}", &l[..at], &l[at..])
+            }
+        })
+        .collect();
+    e.replace((from, to), with, k.span.line, summary);
+}
+
+/// NoETL's task `retry` (`true`, a number of attempts, or
+/// `{max_attempts, delay | initial_delay, backoff, backoff_multiplier,
+/// max_delay, jitter, retry_on}`) → a retry rule of the task's policy.
+/// `retry_on` names error kinds: other errors fail at once, as before.
+fn task_retry(t: &Node, name: &str, e: &mut Edits) {
+    let Some((k, v)) = t.entry("retry") else {
+        return;
+    };
+    let line = k.span.line;
+    let refuse = |e: &mut Edits, why: &str| {
+        e.refuse(line, format!("task `{name}`: `retry` {why}: write a retry rule in `spec.policy.rules` (`- when: \"{{{{ outcome.status == 'error' }}}}\"` / `then: {{ do: retry, attempts: N, delay: S }}`)"));
+    };
+    if t.get("spec").is_some() {
+        refuse(e, "next to a `spec`");
+        return;
+    }
+    let spec = match retry_of(v) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let summary =
+                format!("task `{name}`: `retry: false` removed (no retry is the default)");
+            replace_entry(e, k.span.offset, String::new(), line, summary);
+            return;
+        }
+        Err(why) => {
+            refuse(e, &why);
+            return;
+        }
+    };
+    let text = e.text;
+    let pad = " ".repeat(k.span.offset - line_start(text, k.span.offset));
+    let mut then = format!("do: retry, attempts: {}", spec.attempts);
+    if let Some(b) = spec.backoff {
+        then.push_str(&format!(", backoff: {b}"));
+    }
+    if let Some(d) = spec.delay {
+        then.push_str(&format!(", delay: {d}"));
+    }
+    let when = match &spec.on {
+        Some(kinds) => format!(
+            "{{{{ outcome.status == 'error' and outcome.error.kind in [{}] }}}}",
+            kinds
+                .iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "{{ outcome.status == 'error' }}".to_string(),
+    };
+    let mut with = format!(
+        "{pad}spec:\n{pad}  policy:\n{pad}    rules:\n{pad}      - when: \"{when}\"\n{pad}        then: {{ {then} }}\n"
+    );
+    if spec.on.is_some() {
+        with.push_str(&format!(
+            "{pad}      - when: \"{{{{ outcome.status == 'error' }}}}\"\n{pad}        then: {{ do: fail }}\n"
+        ));
+    }
+    let summary = format!(
+        "task `{name}`: `retry` → a retry rule of its `spec.policy` (attempts: {})",
+        spec.attempts
+    );
+    replace_entry(e, k.span.offset, with, line, summary);
+}
+
+/// A NoETL `retry`, read.
+struct Retry {
+    attempts: u64,
+    delay: Option<f64>,
+    backoff: Option<&'static str>,
+    /// Only errors of these kinds.
+    on: Option<Vec<String>>,
+}
+
+/// The retry `v` asks for (`None`: no retry), or why it cannot be read.
+fn retry_of(v: &Node) -> Result<Option<Retry>, String> {
+    let number = |n: &Node| match &n.kind {
+        NodeKind::Int(i) => Some(*i as f64),
+        NodeKind::Float(f) => Some(*f),
+        _ => None,
+    };
+    let plain = |attempts| Retry {
+        attempts,
+        delay: None,
+        backoff: None,
+        on: None,
+    };
+    match &v.kind {
+        NodeKind::Bool(false) => return Ok(None),
+        NodeKind::Bool(true) => return Ok(Some(plain(3))),
+        NodeKind::Int(n) if *n >= 1 => return Ok(Some(plain(*n as u64))),
+        NodeKind::Map(_) => {}
+        NodeKind::Seq(_) => {
+            return Err("is a list of `when`/`then` policies".into());
+        }
+        _ => return Err(format!("is a {}", v.type_name())),
+    }
+    let mut r = plain(3);
+    for (k, x) in v.entries() {
+        match k.name.as_str() {
+            "max_attempts" | "attempts" => match &x.kind {
+                NodeKind::Int(n) if *n >= 1 => r.attempts = *n as u64,
+                _ => return Err(format!("`{}` is not a whole number ≥ 1", k.name)),
+            },
+            "delay" | "initial_delay" => {
+                r.delay = Some(number(x).ok_or_else(|| format!("`{}` is not a number", k.name))?)
+            }
+            "backoff" => match (number(x), x.as_str()) {
+                (Some(d), _) => {
+                    r.delay.get_or_insert(d);
+                }
+                (_, Some(b @ ("none" | "linear" | "exponential"))) => {
+                    r.backoff = Some(match b {
+                        "none" => "none",
+                        "linear" => "linear",
+                        _ => "exponential",
+                    })
+                }
+                (_, Some("fixed" | "constant")) => r.backoff = Some("none"),
+                _ => return Err("`backoff` is neither seconds nor none/linear/exponential".into()),
+            },
+            "backoff_multiplier" => match number(x) {
+                Some(m) if m > 1.0 => r.backoff = Some("exponential"),
+                Some(_) => r.backoff = Some("none"),
+                None => return Err("`backoff_multiplier` is not a number".into()),
+            },
+            // The canonical delay is capped at 300 s; jitter is not modelled.
+            "max_delay" | "jitter" => {}
+            "retry_on" => {
+                let kinds: Vec<String> = x
+                    .items()
+                    .iter()
+                    .filter_map(Node::as_str)
+                    .map(str::to_string)
+                    .collect();
+                if kinds.is_empty() || kinds.len() != x.items().len() {
+                    return Err("`retry_on` is not a list of error kinds".into());
+                }
+                r.on = Some(kinds);
+            }
+            other => return Err(format!("has `{other}`")),
+        }
+    }
+    Ok(Some(r))
+}
+
+/// A step's `input` (NoETL: values rendered for the step's tool, which
+/// reads them as its inputs) → `args` of its one task.
+fn step_input(s: &Node, name: &str, e: &mut Edits) {
+    let Some((k, v)) = s.entry("input") else {
+        return;
+    };
+    let line = k.span.line;
+    let refuse = |e: &mut Edits, why: String| {
+        e.refuse(line, format!("step `{name}`: `input` {why}: pass the values as `args` of the task that reads them"));
+    };
+    let task = match s.get("tool").map(|t| (&t.kind, t)) {
+        Some((NodeKind::Map(_), t)) => t,
+        Some((NodeKind::Seq(items), _)) if items.len() == 1 => match items[0].entries() {
+            [(_, body)] if body.is_map() && items[0].get("kind").is_none() => body,
+            _ => &items[0],
+        },
+        Some((NodeKind::Seq(items), _)) => {
+            return refuse(e, format!("on a pipeline of {} tasks", items.len()));
+        }
+        _ => return refuse(e, "on a step without a task list".into()),
+    };
+    if !v.is_map() {
+        return refuse(e, format!("is a {}", v.type_name()));
+    }
+    let kind = task.get("kind").and_then(Node::as_str).unwrap_or("?");
+    let takes_args = kind == "workbook"
+        || crate::tool::kind(kind).is_some_and(|k| k.fields.iter().any(|f| f.name == "args"));
+    if !takes_args {
+        return refuse(e, format!("on a {kind} task, which has no `args`"));
+    }
+    let text = e.text;
+    let value = value_text(text, k.span.offset, v);
+    if let Some((ak, av)) = task.entry("args") {
+        if !av.entries().is_empty() || !av.is_map() {
+            return refuse(e, "next to the task's own `args`".into());
+        }
+        // `args: {}`: the step's values take its place.
+        let ak_indent = ak.span.offset - line_start(text, ak.span.offset);
+        let with = args_text(text, (k, v), value, ak_indent);
+        let summary =
+            format!("step `{name}`: `input` → `args` of its task (rendered when the task runs)");
+        replace_entry(e, ak.span.offset, with, line, summary);
+        super::remove_entry(e, k.span.offset);
+        return;
+    }
+    let Some((last_key, _)) = task.entries().last() else {
+        return;
+    };
+    let before = &text[line_start(text, last_key.span.offset)..last_key.span.offset];
+    if !before.trim_start_matches([' ', '-']).is_empty() {
+        return refuse(e, "with a task in flow style".into());
+    }
+    let indent = last_key.span.offset - line_start(text, last_key.span.offset);
+    let at = entry_end(text, last_key.span.offset);
+    let with = args_text(text, (k, v), value, indent);
+    let summary =
+        format!("step `{name}`: `input` → `args` of its task (rendered when the task runs)");
+    e.replace((at, at), with, line, summary);
+    super::remove_entry(e, k.span.offset);
+}
+
+/// `args:` at column `indent` holding the value of the entry `(k, v)`
+/// (whose text is `value`).
+fn args_text(text: &str, (k, v): (&Key, &Node), value: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    if v.span.offset < next_line(text, k.span.offset) {
+        format!("{pad}args: {value}\n")
+    } else {
+        let block_indent = v.span.offset - line_start(text, v.span.offset);
+        format!("{pad}args:\n{}", reindent(value, block_indent, indent + 2))
+    }
+}
+
+/// A step-level `set` whose last task has a `spec` without `policy`: the
+/// fallback rule goes into that `spec` (`task` is the task, `entry` the
+/// step's `set`). `false` when the spec cannot take it.
+pub(super) fn set_into_spec(
+    task: &Node,
+    entry: (&Key, &Node),
+    e: &mut Edits,
+    summary: String,
+) -> bool {
+    let Some((sk, spec)) = task.entry("spec") else {
+        return false;
+    };
+    let text = e.text;
+    if !spec.is_map()
+        || spec.get("policy").is_some()
+        || spec.span.offset < next_line(text, sk.span.offset)
+    {
+        return false;
+    }
+    let child = spec.span.offset - line_start(text, spec.span.offset);
+    let (_, rule) = fallback_rule(text, entry, child.saturating_sub(2));
+    // Drop its `spec:` line: the rest sits at the spec's children's column.
+    let policy = &rule[next_line(&rule, 0)..];
+    let at = entry_end(text, sk.span.offset);
+    e.replace((at, at), policy.to_string(), entry.0.span.line, summary);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::migrate;
+
+    fn playbook(rest: &str) -> String {
+        format!("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{ name: t }}\n{rest}")
+    }
+
+    #[test]
+    fn lines_after_removed_ones_map_back() {
+        assert_eq!(super::original_line(3, &[5]), 3);
+        assert_eq!(super::original_line(5, &[5]), 6);
+        assert_eq!(super::original_line(9, &[2, 5]), 11);
+    }
+
+    #[test]
+    fn a_workbook_task_s_tool_fields_become_its_own() {
+        let m = migrate(&playbook(
+            "workbook:\n  - name: f\n    tool:\n      kind: python\n      # why\n      input:\n        x: 1\n      code: |\n        result = x\n    assert: { expects: [x] }\nworkflow:\n  - step: start\n    tool:\n      kind: workbook\n      name: f\n      input: { x: 2 }\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("  - name: f\n    kind: python\n    # why\n    args:\n      x: 1\n    code: |\n      result = x\n    # assert: { expects: [x] }\n"),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text
+                .contains("    tool:\n      kind: workbook\n      task: f\n      args: { x: 2 }\n"),
+            "{}",
+            m.text
+        );
+        let lines: Vec<usize> = m.changes.iter().map(|c| c.line).collect();
+        assert_eq!(lines, [6, 9, 13, 18, 19], "{:?}", m.changes);
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
+        crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+        assert!(migrate(&m.text).unwrap().changes.is_empty());
+    }
+
+    #[test]
+    fn arc_set_becomes_set_ctx_with_bare_keys() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    next:\n      arcs:\n        - step: b\n          set:\n            ctx.city: \"{{ event.name }}\"\n            'iter.n': 2\n            plain: 3\n  - step: b\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("          set_ctx:\n            city: \"{{ event.name }}\"\n            'n': 2\n            plain: 3\n"),
+            "{}",
+            m.text
+        );
+        assert_eq!(m.changes.len(), 1, "{:?}", m.changes);
+        crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+    }
+
+    #[test]
+    fn retry_becomes_a_policy_rule() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      - name: a\n        kind: noop\n        retry:\n          max_attempts: 2\n          retry_on: [timeout]\n          backoff: 5\n      - name: b\n        kind: noop\n        retry: 4\n      - name: c\n        kind: noop\n        retry: [ { when: x, then: {} } ]\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("        spec:\n          policy:\n            rules:\n              - when: \"{{ outcome.status == 'error' and outcome.error.kind in ['timeout'] }}\"\n                then: { do: retry, attempts: 2, delay: 5 }\n              - when: \"{{ outcome.status == 'error' }}\"\n                then: { do: fail }\n"),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text
+                .contains("                then: { do: retry, attempts: 4 }\n"),
+            "{}",
+            m.text
+        );
+        assert_eq!(m.refusals.len(), 1, "{:?}", m.refusals);
+        assert!(m.refusals[0].why.contains("list of `when`/`then`"));
+    }
+
+    #[test]
+    fn step_input_becomes_its_task_s_args() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: python\n      input: {}\n      code: \"result = a\"\n    input:\n      a: \"{{ execution_id }}\"\n    next:\n      arcs:\n        - step: b\n  - step: b\n    tool:\n      - name: t\n        kind: python\n        code: \"result = a\"\n    input: { a: 1 }\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("      kind: python\n      args:\n        a: \"{{ execution_id }}\"\n      code: \"result = a\"\n    next:"),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text
+                .contains("        code: \"result = a\"\n        args: { a: 1 }\n"),
+            "{}",
+            m.text
+        );
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
+        crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+        assert!(migrate(&m.text).unwrap().changes.is_empty());
+    }
+
+    #[test]
+    fn what_noetl_ignores_is_commented_out() {
+        let m = migrate(&playbook(
+            "tracing:\n  enabled: true\nworkflow:\n  - step: start\n    output:\n      output_select: [a]\n    tool:\n      kind: noop\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("# tracing:\n#   enabled: true\n"),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text
+                .contains("    # output:\n    #   output_select: [a]\n"),
+            "{}",
+            m.text
+        );
+        crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+    }
+
+    #[test]
+    fn playbook_task_fields_and_keychain_type_are_renamed() {
+        let m = migrate(&playbook(
+            "keychain:\n  - name: k\n    type: bearer\nworkflow:\n  - step: start\n    tool:\n      - kind: playbook\n        task: run\n        path: a/b\n        return_step: end\n        timeout: 30\n        payload: { x: 1 }\n      - name: two\n        kind: playbook\n        task: label\n        path: a/c\n    next:\n      arcs:\n        - step: end\n  - step: end\n    tool:\n      - kind: noop\n        spec: { policy: { rules: [ { when: \"{{ true }}\", then: { do: retry, backoff: fixed } } ] } }\n",
+        ))
+        .unwrap();
+        for want in [
+            "    kind: bearer\n",
+            "      - kind: playbook\n        name: run\n",
+            "        args: { x: 1 }\n",
+            "      - name: two\n        kind: playbook\n        path: a/c\n",
+            "do: retry, backoff: none }",
+        ] {
+            assert!(m.text.contains(want), "{want:?} in\n{}", m.text);
+        }
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
+        assert!(migrate(&m.text).unwrap().changes.is_empty());
+    }
+}
