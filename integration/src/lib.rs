@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 pub mod check;
+pub mod echo;
 pub mod gauge;
 pub mod mix;
 pub mod sink;

@@ -5,11 +5,49 @@
 //! that must not), step statuses and the ordered event subsequence the
 //! expectation names; and checks that each migrated legacy example ends
 //! exactly as its hand-written canonical twin in `playbooks/legacy/canonical/`.
+//! The http examples call servers the test starts (`$ECHO_URL`, `$TLS_URL`
+//! in an expectation's workload).
 
 use std::time::Duration;
 
 use noetl_integration::{is_subsequence, repo_root, types, Cluster};
 use serde_json::Value;
+
+/// Test-owned servers the examples' workloads name: a workload string
+/// `$ECHO_URL` / `$TLS_URL` becomes the base URL of the plain-HTTP echo /
+/// the self-signed HTTPS server.
+struct Servers {
+    echo: String,
+    tls: String,
+}
+
+impl Servers {
+    async fn start() -> Self {
+        Self {
+            echo: noetl_integration::echo::start_echo().await,
+            tls: noetl_integration::echo::start_self_signed_tls(),
+        }
+    }
+
+    fn resolve(&self, workload: Value) -> Value {
+        match workload {
+            Value::String(s) if s == "$ECHO_URL" => Value::String(self.echo.clone()),
+            Value::String(s) if s == "$TLS_URL" => Value::String(self.tls.clone()),
+            Value::Object(m) => m.into_iter().map(|(k, v)| (k, self.resolve(v))).collect(),
+            other => other,
+        }
+    }
+
+    /// The workload of `<name>.expect.json` in `dir`, resolved (null when
+    /// there is none).
+    fn workload_of(&self, dir: &std::path::Path, name: &str) -> Value {
+        std::fs::read_to_string(dir.join(format!("{name}.expect.json")))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|e| e.get("workload").cloned())
+            .map_or(Value::Null, |w| self.resolve(w))
+    }
+}
 
 fn subset(expected: &Value, actual: &Value) -> bool {
     match (expected, actual) {
@@ -38,6 +76,7 @@ async fn every_runnable_example_behaves_as_expected() {
     assert!(cases.len() >= 15, "too few playbooks/*.expect.json found");
     assert!(seeds >= 3, "too few playbooks/seeds/*.expect.json found");
     let cluster = Cluster::start().await;
+    let servers = Servers::start().await;
     let mut failures = Vec::new();
     for expect_path in &cases {
         let name = expect_path
@@ -56,7 +95,7 @@ async fn every_runnable_example_behaves_as_expected() {
         let rel = format!("{folder}/{name}.yaml");
         let expect: Value =
             serde_json::from_str(&std::fs::read_to_string(expect_path).unwrap()).unwrap();
-        let workload = expect.get("workload").cloned().unwrap_or(Value::Null);
+        let workload = servers.resolve(expect.get("workload").cloned().unwrap_or(Value::Null));
         let (summary, events) = cluster.run_file(&rel, workload).await;
         let status = serde_json::to_value(summary.status).unwrap();
         let mut problems = Vec::new();
@@ -126,15 +165,14 @@ async fn migrated_legacy_playbooks_end_as_their_canonical_twins() {
     names.sort();
     assert!(names.len() >= 6, "too few canonical twins: {names:?}");
     let cluster = Cluster::start().await;
+    let servers = Servers::start().await;
     let mut failures = Vec::new();
     for name in &names {
         let migrated = format!("playbooks/legacy/migrated/{name}.yaml");
-        let (m, _) = cluster.run_file(&migrated, Value::Null).await;
+        let workload = servers.workload_of(&root.join("playbooks/legacy/migrated"), name);
+        let (m, _) = cluster.run_file(&migrated, workload.clone()).await;
         let (c, _) = cluster
-            .run_file(
-                &format!("playbooks/legacy/canonical/{name}.yaml"),
-                Value::Null,
-            )
+            .run_file(&format!("playbooks/legacy/canonical/{name}.yaml"), workload)
             .await;
         if (&m.status, &m.ctx, &m.steps) != (&c.status, &c.ctx, &c.steps) {
             failures.push(format!(

@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 use crate::yaml::{Node, NodeKind};
 
 mod shapes;
+mod tool_fields;
+pub(crate) use tool_fields::hint as tool_field_hint;
 
 /// One rewrite, at its line of the original file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -452,6 +454,7 @@ fn renames(root: &Node, e: &mut Edits) {
         }
     }
     shapes::renames(root, e);
+    tool_fields::renames(root, e);
     for arc in arcs(root) {
         for old in ["expr", "cond", "condition"] {
             if let Some((k, _)) = arc.entry(old) {
@@ -781,6 +784,7 @@ fn structure(root: &Node, e: &mut Edits) {
         python_libs(t, &name, e);
         workbook_call(t, &name, e);
     }
+    tool_fields::structure(root, e);
     for (s, name) in steps(root) {
         step_when(s, name, e);
         step_set(s, name, e);
@@ -835,7 +839,7 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
     let Some((k, v)) = t.entry("set") else { return };
     let line = k.span.line;
     if t.get("spec").is_some() {
-        e.refuse(line, format!("task `{name}`: `set` next to a `spec`: add `set_ctx` to a rule of its `spec.policy` by hand"));
+        tool_fields::set_beside_spec(t, name, (k, v), e);
         return;
     }
     let indent = k.span.offset - line_start(e.text, k.span.offset);
@@ -1038,9 +1042,10 @@ fn fallback_rule(
 }
 
 /// A python task's `libs: [a, b]` → `import a` / `import b` at the top of
-/// its `code` block.
+/// its `code` block. (A mapping `libs`, NoETL's shape, is canonical: the
+/// tool imports it.)
 fn python_libs(t: &Node, name: &str, e: &mut Edits) {
-    let Some((k, v)) = t.entry("libs") else {
+    let Some((k, v)) = t.entry("libs").filter(|(_, v)| !v.is_map()) else {
         return;
     };
     let line = k.span.line;

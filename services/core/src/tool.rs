@@ -224,6 +224,11 @@ pub const KINDS: &[Kind] = &[
                 Object,
                 "inputs: `args`, and each identifier key as a global",
             ),
+            field(
+                "libs",
+                Object,
+                "modules imported before `code`: `alias: module` or `alias: {from, import}`; a missing one fails the task (`python.libs`)",
+            ),
         ],
     },
     Kind {
@@ -310,6 +315,11 @@ pub const KINDS: &[Kind] = &[
                 "follow up to 10 redirects (default true)",
             ),
             field("auth", Str, "keychain entry: bearer, basic or api_key"),
+            field(
+                "verify_ssl",
+                Bool,
+                "check the server's TLS certificate (default true); false accepts any",
+            ),
         ],
     },
     Kind {

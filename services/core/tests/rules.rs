@@ -920,3 +920,68 @@ fn a_playbook_task_takes_return_step_and_timeout() {
     );
     assert!(codes(&src).contains(&"E004"), "{:?}", codes(&src));
 }
+
+#[test]
+fn e005_noetl_tool_fields_say_what_they_are_and_that_migrate_rewrites_them() {
+    // (kind, the task's other fields, NoETL's field, what the hint names)
+    let table: &[(&str, &[&str], &str, &str)] = &[
+        ("postgres", &[], "query: select 1", "`command`"),
+        ("duckdb", &[], "commands: [select 1]", "`command`"),
+        (
+            "postgres",
+            &["command: select 1"],
+            "credential: pg",
+            "`auth`",
+        ),
+        (
+            "postgres",
+            &["command: select 1"],
+            "pool: {max: 2}",
+            "pooled",
+        ),
+        ("http", &[], "endpoint: http://x", "`url`"),
+        ("http", &["url: http://x"], "data: {q: 1}", "`params`"),
+        ("http", &["url: http://x"], "payload: {q: 1}", "`json`"),
+        ("http", &["url: http://x"], "timeout: 5", "`spec.timeout`"),
+        (
+            "http",
+            &["url: http://x"],
+            "timeout_seconds: 5",
+            "`spec.timeout`",
+        ),
+        (
+            "http",
+            &["url: http://x"],
+            "output_select: [a]",
+            "by reference",
+        ),
+    ];
+    for (kind, fields, legacy, names) in table {
+        let mut all: Vec<&str> = fields.to_vec();
+        all.push(legacy);
+        let src = one_task(kind, &all);
+        let d = message(&src, "E005");
+        let help = d.help.unwrap_or_default();
+        assert!(
+            help.contains(names) && help.contains("noetl migrate"),
+            "{kind} {legacy}: {help}"
+        );
+    }
+}
+
+#[test]
+fn verify_ssl_and_a_libs_mapping_are_tool_fields() {
+    assert_clean(&one_task("http", &["url: https://x", "verify_ssl: false"]));
+    assert_clean(&one_task(
+        "python",
+        &[
+            "code: \"result = json.dumps(dt(2024, 1, 1).year)\"",
+            "libs: { json: json, dt: { from: datetime, import: date } }",
+        ],
+    ));
+    let src = one_task("http", &["url: https://x", "verify_ssl: \"no\""]);
+    assert_eq!(at(&src, "E004"), (11, 21));
+    // NoETL ignores a list: refused, and `noetl migrate` makes it imports.
+    let src = one_task("python", &["code: \"result = 1\"", "libs: [math]"]);
+    assert_eq!(at(&src, "E004"), (11, 15));
+}

@@ -3,7 +3,8 @@
 //! Fields: `url` (required), `method` (default GET), `headers` (object),
 //! `params` (object → query string; a list repeats the key), one of `json`
 //! (any JSON value), `body` (text as is) or `form` (object, URL-encoded),
-//! `follow_redirects` (default true, at most 10), `auth` (a keychain entry
+//! `follow_redirects` (default true, at most 10), `verify_ssl` (default
+//! true; `false` accepts any server certificate), `auth` (a keychain entry
 //! of kind `bearer`, `basic` or `api_key`). `spec.timeout` is seconds for
 //! the whole request or `{connect, read}` (defaults 10 s and 60 s).
 //!
@@ -51,11 +52,19 @@ impl Default for HttpLimits {
     }
 }
 
+/// What a pooled client is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey {
+    follow: bool,
+    connect: Duration,
+    verify_tls: bool,
+}
+
 /// The `http` tool: pooled clients, one per (redirect policy, connect
-/// timeout) in use, shared by every task of the replica.
+/// timeout, certificate check) in use, shared by every task of the replica.
 #[derive(Debug, Clone)]
 pub struct HttpTool {
-    clients: std::sync::Arc<std::sync::Mutex<HashMap<(bool, Duration), reqwest::Client>>>,
+    clients: std::sync::Arc<std::sync::Mutex<HashMap<ClientKey, reqwest::Client>>>,
     limits: HttpLimits,
 }
 
@@ -79,23 +88,24 @@ impl HttpTool {
         }
     }
 
-    fn client(&self, follow: bool, connect: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    fn client(&self, key: ClientKey) -> Result<reqwest::Client, reqwest::Error> {
         let mut g = self.clients.lock().expect("http clients lock");
-        if let Some(c) = g.get(&(follow, connect)) {
+        if let Some(c) = g.get(&key) {
             return Ok(c.clone());
         }
-        let policy = if follow {
+        let policy = if key.follow {
             reqwest::redirect::Policy::limited(10)
         } else {
             reqwest::redirect::Policy::none()
         };
         let c = reqwest::Client::builder()
             .redirect(policy)
-            .connect_timeout(connect)
+            .connect_timeout(key.connect)
+            .danger_accept_invalid_certs(!key.verify_tls)
             .user_agent(concat!("noetl/", env!("CARGO_PKG_VERSION")))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
-        g.insert((follow, connect), c.clone());
+        g.insert(key, c.clone());
         Ok(c)
     }
 }
@@ -140,7 +150,11 @@ impl HttpTool {
             }
         };
         let shown = format!("{} {}", spec.method, request::display_url(&spec.url));
-        let client = match self.client(spec.follow_redirects, spec.connect) {
+        let client = match self.client(ClientKey {
+            follow: spec.follow_redirects,
+            connect: spec.connect,
+            verify_tls: spec.verify_tls,
+        }) {
             Ok(c) => c,
             Err(e) => return transport_error(&shown, &e, &spec),
         };

@@ -112,6 +112,8 @@ pub struct Spec {
     pub body: Body,
     /// Follow 3xx (max 10).
     pub follow_redirects: bool,
+    /// Check the server's TLS certificate (`verify_ssl`, default true).
+    pub verify_tls: bool,
     /// Connect timeout.
     pub connect: Duration,
     /// Whole-request timeout.
@@ -310,6 +312,16 @@ pub fn parse(
             })
         }
     };
+    let verify_tls = match config.get("verify_ssl") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ConfigError::Shape {
+                field: "verify_ssl",
+                expected: "true or false",
+            })
+        }
+    };
     let (connect, read) = timeouts(spec)?;
     Ok(Spec {
         method,
@@ -317,6 +329,7 @@ pub fn parse(
         headers,
         body,
         follow_redirects,
+        verify_tls,
         connect,
         read,
         auth: auth.map(auth_of).transpose()?,
@@ -347,6 +360,14 @@ mod tests {
         assert_eq!(s.connect, Duration::from_secs(1));
         assert_eq!(s.read, Duration::from_millis(2500));
         assert!(s.follow_redirects);
+        assert!(s.verify_tls);
+        let s = parse(
+            &cfg(json!({"url": "https://h", "verify_ssl": false})),
+            &Value::Null,
+            None,
+        )
+        .unwrap();
+        assert!(!s.verify_tls);
     }
 
     #[test]
@@ -356,6 +377,7 @@ mod tests {
         assert!(e(json!({"url": "ftp://h/x"})).contains("not http or https"));
         assert!(e(json!({"url": "http://h", "json": 1, "form": {}})).contains("json, form"));
         assert!(e(json!({"url": "http://h", "method": "GE T"})).contains("`method`"));
+        assert!(e(json!({"url": "http://h", "verify_ssl": "no"})).contains("`verify_ssl`"));
         let t = parse(
             &cfg(json!({"url": "http://h"})),
             &json!({"timeout": "x"}),

@@ -356,3 +356,101 @@ async fn credentials_are_applied_and_never_echoed() {
         "k-0987654321"
     );
 }
+
+/// An HTTPS server on 127.0.0.1 with a self-signed certificate no trust
+/// store knows: it answers every request with `{"tls": "yes"}` and counts
+/// the requests it answered.
+fn start_self_signed_tls_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let config = Arc::new(config);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}/secure",
+        listener.local_addr().unwrap().port()
+    );
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = answered.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(tcp) = stream else { continue };
+            let config = config.clone();
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, tcp);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match tls.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return, // the client refused the certificate
+                    }
+                }
+                let body = r#"{"tls": "yes"}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                if tls.write_all(answer.as_bytes()).is_ok() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    (url, answered)
+}
+
+#[tokio::test]
+async fn verify_ssl_false_accepts_a_self_signed_certificate_for_that_task_only() {
+    use std::sync::atomic::Ordering;
+    let (url, answered) = start_self_signed_tls_server();
+    let tool = HttpTool::new();
+    // Checked by default: the certificate is refused, the server answers nothing.
+    let o = tool
+        .call(call(json!({"url": url}), Value::Null))
+        .await
+        .outcome;
+    assert_eq!(o.status, OutcomeStatus::Error, "{o:?}");
+    let e = o.error.as_ref().unwrap();
+    assert_eq!(e.kind, "http.connect", "{o:?}");
+    assert!(e.message.contains("certificate"), "{}", e.message);
+    assert_eq!(answered.load(Ordering::SeqCst), 0);
+    // `verify_ssl: false`: the same server answers.
+    let o = tool
+        .call(call(json!({"url": url, "verify_ssl": false}), Value::Null))
+        .await
+        .outcome;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(o.result["data"], json!({"tls": "yes"}));
+    assert_eq!(answered.load(Ordering::SeqCst), 1);
+    // The lenient client is not reused for a task that checks.
+    let o = tool
+        .call(call(json!({"url": url, "verify_ssl": true}), Value::Null))
+        .await
+        .outcome;
+    assert_eq!(
+        o.error.as_ref().map(|e| e.kind.as_str()),
+        Some("http.connect"),
+        "{o:?}"
+    );
+    assert_eq!(answered.load(Ordering::SeqCst), 1);
+}

@@ -108,9 +108,77 @@ pub struct PythonTask {
     /// global of its own). `{}` when absent.
     #[serde(default)]
     pub args: Option<Value>,
+    /// Modules imported before the code runs (NoETL's `libs`): `alias:
+    /// module` (`np: numpy`, `json: json`) or `alias: {from, import}`.
+    #[serde(default)]
+    pub libs: Option<Map<String, Value>>,
     /// Free text.
     #[serde(default)]
     pub desc: Option<String>,
+}
+
+/// One entry of `libs`: bind `alias` to `module` (or to `name` imported
+/// from `module`) in the task's globals.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Import {
+    /// The global the code uses.
+    pub alias: String,
+    /// The module (dotted path).
+    pub module: String,
+    /// `from module import name`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+fn dotted(s: &str) -> bool {
+    !s.is_empty() && s.split('.').all(identifier)
+}
+
+fn identifier(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next().is_some_and(|f| f == '_' || f.is_alphabetic())
+        && c.all(|ch| ch == '_' || ch.is_alphanumeric())
+}
+
+/// The imports of a task's `libs` (`alias: module` or `alias: {from,
+/// import}`), or why one entry is unusable.
+pub fn imports(libs: &Map<String, Value>) -> Result<Vec<Import>, ConfigError> {
+    let bad = |alias: &str, why: &str| {
+        ConfigError::Task(format!(
+            "`libs.{alias}` {why}: write `alias: module` or `alias: {{from: module, import: name}}`"
+        ))
+    };
+    libs.iter()
+        .map(|(alias, v)| {
+            let plain = alias.as_str() == v.as_str().unwrap_or_default() && dotted(alias);
+            if !identifier(alias) && !plain {
+                return Err(bad(alias, "is not a Python name"));
+            }
+            match v {
+                Value::String(module) if dotted(module) => Ok(Import {
+                    alias: alias.clone(),
+                    module: module.clone(),
+                    name: None,
+                }),
+                Value::Object(m) => {
+                    let from = m.get("from").and_then(Value::as_str).filter(|s| dotted(s));
+                    let name = m
+                        .get("import")
+                        .and_then(Value::as_str)
+                        .filter(|s| identifier(s));
+                    match (from, name) {
+                        (Some(from), Some(name)) => Ok(Import {
+                            alias: alias.clone(),
+                            module: from.to_string(),
+                            name: Some(name.to_string()),
+                        }),
+                        _ => Err(bad(alias, "needs `from` (a module) and `import` (a name)")),
+                    }
+                }
+                _ => Err(bad(alias, "is not a module name")),
+            }
+        })
+        .collect()
 }
 
 impl PythonTask {
@@ -175,6 +243,35 @@ mod tests {
             Err(ConfigError::Timeout(_))
         ));
         assert!(timeout_of(&json!({"timeout": "soon"}), d).is_err());
+    }
+
+    #[test]
+    fn libs_become_imports_and_bad_entries_are_named() {
+        let libs = json!({"json": "json", "pp": "os.path", "dt": {"from": "datetime", "import": "datetime"}, "os.path": "os.path"});
+        let got = imports(libs.as_object().unwrap()).unwrap();
+        let want = |alias: &str, module: &str, name: Option<&str>| Import {
+            alias: alias.into(),
+            module: module.into(),
+            name: name.map(str::to_string),
+        };
+        assert_eq!(
+            got,
+            vec![
+                want("json", "json", None),
+                want("pp", "os.path", None),
+                want("dt", "datetime", Some("datetime")),
+                want("os.path", "os.path", None),
+            ]
+        );
+        for bad in [
+            json!({"np": 3}),
+            json!({"1x": "json"}),
+            json!({"x": "a b"}),
+            json!({"x": {"from": "datetime"}}),
+        ] {
+            let e = imports(bad.as_object().unwrap()).unwrap_err().to_string();
+            assert!(e.contains("`libs."), "{e}");
+        }
     }
 
     #[test]

@@ -124,10 +124,15 @@ async fn run(process: &Pool, call: ToolCall, default_timeout: Duration) -> Outco
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(v) => v,
     };
+    let libs = match task.libs.as_ref().map(config::imports).transpose() {
+        Ok(l) => l.unwrap_or_default(),
+        Err(e) => return Outcome::error("python.config", e.to_string(), false),
+    };
     let iter = call.iter.unwrap_or(Value::Null);
     let line = Request {
         code: &task.code,
         args: &args,
+        libs: &libs,
         prev: &call.prev,
         iter: &iter,
         ctx: &call.ctx,

@@ -57,6 +57,12 @@ class _Capture(io.TextIOBase):
         return t
 
 
+class _MissingLibs(Exception):
+    def __init__(self, missing):
+        super().__init__(", ".join(missing))
+        self.missing = missing
+
+
 def _call_main(fn, args):
     """main() with no parameter; main(a, b) with the values of args' keys
     `a` and `b` when it names them (NoETL's convention); else main(args)."""
@@ -99,6 +105,40 @@ def _traceback(exc):
     return text
 
 
+def _import_libs(libs, g):
+    """Bind each `libs` entry in the globals `g`; the names of the modules
+    the interpreter lacks, all of them, when any is missing."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for lib in libs:
+        module = lib["module"]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(module)
+    if missing:
+        return missing
+    for lib in libs:
+        alias, module, name = lib["alias"], lib["module"], lib.get("name")
+        if name is not None:
+            mod = importlib.import_module(module)
+            try:
+                g[alias] = getattr(mod, name)
+            except AttributeError:
+                g[alias] = importlib.import_module(module + "." + name)
+        elif alias == module and "." in module:
+            importlib.import_module(module)  # `import a.b` binds `a`
+            top = module.split(".")[0]
+            g[top] = sys.modules[top]
+        else:
+            g[alias] = importlib.import_module(module)
+    return []
+
+
 def _handle(req):
     out, err = _Capture(), _Capture()
     saved = sys.stdout, sys.stderr
@@ -122,6 +162,9 @@ def _handle(req):
         g["iter"] = req.get("iter")
         g["ctx"] = req.get("ctx")
         g["workload"] = req.get("workload")
+        missing = _import_libs(req.get("libs") or [], g)
+        if missing:
+            raise _MissingLibs(missing)
         linecache.cache[TASK_FILE] = (len(code), None, code.splitlines(True), TASK_FILE)
         exec(compile(code, TASK_FILE, "exec"), g)
         if "result" in g:
@@ -139,6 +182,14 @@ def _handle(req):
                 "type": type(e).__name__,
                 "message": "result is not JSON-serialisable: %s: %s" % (type(e).__name__, e),
             }
+    except _MissingLibs as e:
+        resp = {
+            "ok": False,
+            "kind": "python.libs",
+            "type": "ModuleNotFoundError",
+            "message": "`libs` names modules this interpreter does not have: %s"
+            % ", ".join(e.missing),
+        }
     except BaseException as e:  # noqa: B902 - SystemExit and KeyboardInterrupt included
         msg = str(e)
         resp = {

@@ -31,6 +31,8 @@ pub struct Request<'a> {
     pub code: &'a str,
     /// The task's `args`.
     pub args: &'a Value,
+    /// Modules bound in the task's globals before it runs (`libs`).
+    pub libs: &'a [crate::config::Import],
     /// `_prev`.
     #[serde(rename = "_prev")]
     pub prev: &'a Value,
@@ -59,7 +61,8 @@ pub struct Response {
     /// The result (null on error).
     #[serde(default)]
     pub result: Value,
-    /// Error kind: `python.exception`, `python.result`, `python.protocol`.
+    /// Error kind: `python.exception`, `python.libs`, `python.result`,
+    /// `python.protocol`.
     #[serde(default)]
     pub kind: Option<String>,
     /// Exception type name.

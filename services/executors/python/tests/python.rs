@@ -334,6 +334,7 @@ result = {'env': dict(os.environ), 'parent': parent, 'mem': mem, 'euid': os.gete
     let line = Request {
         code,
         args: &empty,
+        libs: &[],
         prev: &Value::Null,
         iter: &Value::Null,
         ctx: &empty,
@@ -364,4 +365,43 @@ result = {'env': dict(os.environ), 'parent': parent, 'mem': mem, 'euid': os.gete
         assert_eq!(r["parent"], "refused: PermissionError", "{r}");
         assert_eq!(r["mem"], "refused: PermissionError", "{r}");
     }
+}
+
+#[tokio::test]
+async fn libs_are_imported_before_the_code_runs() {
+    let o = run(json!({
+        "code": "result = {'j': json.dumps([1]), 'sep': pp.sep, 'year': dt(2024, 5, 1).year, 'top': os.path.basename('/a/b')}",
+        "libs": {"json": "json", "pp": "os.path", "dt": {"from": "datetime", "import": "datetime"}, "os.path": "os.path"},
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(
+        o.result,
+        json!({"j": "[1]", "sep": "/", "year": 2024, "top": "b"})
+    );
+}
+
+#[tokio::test]
+async fn a_missing_lib_fails_the_task_naming_every_missing_module() {
+    let o = run(json!({
+        "code": "result = 'ran'",
+        "libs": {"json": "json", "nx": "noetl_no_such_module_1", "g": {"from": "noetl_no_such_pkg.sub", "import": "thing"}},
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Error, "{o:?}");
+    assert_eq!(err_kind(&o), "python.libs", "{o:?}");
+    let msg = &o.error.as_ref().unwrap().message;
+    assert!(
+        msg.contains("noetl_no_such_module_1") && msg.contains("noetl_no_such_pkg.sub"),
+        "{msg}"
+    );
+    assert!(!msg.contains("json,"), "{msg}");
+    assert_eq!(o.result, Value::Null, "the code must not have run: {o:?}");
+
+    let o = run(json!({"code": "result = 1", "libs": {"x": 5}})).await;
+    assert_eq!(err_kind(&o), "python.config", "{o:?}");
+    assert!(
+        o.error.as_ref().unwrap().message.contains("`libs.x`"),
+        "{o:?}"
+    );
 }
