@@ -58,6 +58,7 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
         resume_outcome_json: Vec::new(),
         deadline_ms: p.deadline.0,
         deadline_of: p.deadline.1.to_string(),
+        claim: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 resume_outcome_json,
                 deadline_ms,
                 deadline_of,
+                claim: None,
             },
         )
 }

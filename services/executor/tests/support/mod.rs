@@ -169,6 +169,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         resume_outcome_json: Vec::new(),
         deadline_ms: 0,
         deadline_of: String::new(),
+        claim: None,
     }
 }
 
