@@ -217,7 +217,7 @@ pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied
             } else {
                 // Nothing left running: claim again at once (that claim is
                 // quiet); else wait for an iteration to end.
-                c.starved = !(idle && !others);
+                c.starved = !idle || others;
             }
         }
     }
