@@ -211,9 +211,13 @@ fn else_flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 /// `step.loop`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Loop {
-    /// The collection: a template string or a literal list.
-    #[serde(rename = "in")]
+    /// The collection: a template string or a literal list (`null` in a
+    /// cursor loop, which has `cursor` instead).
+    #[serde(rename = "in", default, skip_serializing_if = "Value::is_null")]
     pub in_: Value,
+    /// The claim of a cursor loop (`spec.mode: cursor`), instead of `in`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<LoopCursor>,
     /// Name the element is bound to in `iter`.
     pub iterator: String,
     /// Scheduling knobs.
@@ -224,7 +228,7 @@ pub struct Loop {
 /// `loop.spec`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LoopSpec {
-    /// sequential (default) or parallel.
+    /// sequential (default), parallel or cursor.
     #[serde(default)]
     pub mode: LoopMode,
     /// Bound on iterations in flight (integer or template).
@@ -233,6 +237,9 @@ pub struct LoopSpec {
     /// `exec` intent, reducers...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Value>,
+    /// How a cursor loop claims its rows (`mode: cursor` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<FrameSpec>,
     /// Other knobs (inherited by tasks via layering).
     #[serde(flatten)]
     pub extra: Object,
@@ -247,6 +254,62 @@ pub enum LoopMode {
     Sequential,
     /// Up to `max_in_flight` iterations at once.
     Parallel,
+    /// Iterations are the rows `loop.cursor.claim` returns, claimed again
+    /// while the window has room, until a claim returns none.
+    Cursor,
+}
+
+/// `loop.cursor`: the SQL statement that claims work rows and returns them
+/// (docs/dsl.md, "Cursor loops").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoopCursor {
+    /// The tool kind that runs the claim: `postgres`.
+    #[serde(default = "postgres_kind")]
+    pub kind: String,
+    /// The keychain entry the claim connects with (a name or a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Value>,
+    /// The claim: one statement that claims rows and returns them
+    /// (`UPDATE ... RETURNING`); a template that may read
+    /// `__frame_max_rows`.
+    pub claim: String,
+}
+
+fn postgres_kind() -> String {
+    "postgres".to_string()
+}
+
+/// `loop.spec.frame`: how a cursor loop claims.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FrameSpec {
+    /// Rows one claim asks for (`__frame_max_rows`; default 1): an integer
+    /// or a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows: Option<Value>,
+    /// Iterations per claim worker (default 1): the window is
+    /// `max_in_flight × row_concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_concurrency: Option<Value>,
+    /// `row` (default): one iteration per row; `frame`: one iteration per
+    /// claim, its element the list of rows.
+    #[serde(default)]
+    pub process: FrameProcess,
+    /// NoETL's lease and sizing hints (`max_seconds`, `max_bytes`,
+    /// `lease_seconds`, `heartbeat_seconds`): accepted and ignored.
+    #[serde(flatten)]
+    pub hints: Object,
+}
+
+/// See [`FrameSpec::process`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameProcess {
+    /// One iteration per claimed row.
+    #[default]
+    Row,
+    /// One iteration per claim; the element is the list of its rows.
+    Frame,
 }
 
 /// One task of a pipeline, in the canonical `{name, kind, ...}` form.

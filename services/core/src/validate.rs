@@ -26,13 +26,16 @@ const ROOT_KEYS: &[&str] = &[
 const STEP_KEYS: &[&str] = &["step", "desc", "spec", "loop", "tool", "next"];
 const NEXT_KEYS: &[&str] = &["spec", "arcs"];
 const ARC_KEYS: &[&str] = &["step", "when", "args", "set_ctx", "spec"];
-const LOOP_KEYS: &[&str] = &["in", "iterator", "spec"];
+const LOOP_KEYS: &[&str] = &["in", "cursor", "iterator", "spec"];
 const THEN_KEYS: &[&str] = &[
     "do", "attempts", "backoff", "delay", "to", "set_iter", "set_ctx",
 ];
 const ACTIONS: &[&str] = &["continue", "retry", "jump", "break", "fail"];
 const RULE_KEYS: &[&str] = &["when", "else", "then"];
 const BACKOFFS: &[&str] = &["none", "linear", "exponential"];
+
+#[path = "validate_cursor.rs"]
+mod cursor;
 
 /// Validate a normalised tree.
 pub fn validate(root: &Node) -> Diagnostics {
@@ -865,7 +868,7 @@ impl Validator {
             "`loop`",
             LOOP_KEYS,
         );
-        if l.get("in").is_none() {
+        if l.get("in").is_none() && l.get("cursor").is_none() {
             self.err(
                 "E032",
                 l.span,
@@ -894,19 +897,20 @@ impl Validator {
         if let Some(spec) = l.get("spec") {
             if self.expect_map(spec, &format!("{path}/spec"), "`loop.spec`") {
                 if let Some(mode) = spec.get("mode") {
-                    if !matches!(mode.as_str(), Some("sequential" | "parallel")) {
+                    if !matches!(mode.as_str(), Some("sequential" | "parallel" | "cursor")) {
                         self.err(
                             "E004",
                             mode.span,
                             &format!("{path}/spec/mode"),
-                            "`loop.spec.mode` must be `sequential` or `parallel`".into(),
-                            "sequential is the default",
+                            "`loop.spec.mode` must be `sequential`, `parallel` or `cursor`".into(),
+                            "sequential is the default; cursor goes with `loop.cursor`",
                         );
                     }
                 }
                 self.loop_exec(spec, path);
             }
         }
+        self.cursor_loop(l, path, step);
     }
 
     /// `parallel`: `Some(reduced ctx keys)` inside a parallel loop.
@@ -1766,7 +1770,7 @@ impl Validator {
                 } else {
                     &known
                 };
-                if !seen.contains(&name) {
+                if !seen.contains(&name) && !cursor::binds(path, &name) {
                     unknown.push((node.span, path.to_string(), name, None));
                 }
             }

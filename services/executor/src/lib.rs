@@ -16,6 +16,7 @@
 
 mod analysis;
 mod child;
+mod claim;
 mod pipeline;
 pub mod secrets;
 mod task;

@@ -51,8 +51,8 @@ pub use noetl_mesh::runtime::HandlerError as CommandError;
 
 /// The state one executor replica shares between its consumers.
 pub struct Executor {
-    mesh: Mesh,
-    tools: HashMap<String, Arc<dyn Tool>>,
+    pub(crate) mesh: Mesh,
+    pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
     needs: NeedsCache,
 }
 
@@ -78,12 +78,16 @@ impl Executor {
     pub async fn ended(&self, cmd: &TaskCommand) -> Result<Option<String>, MeshError> {
         let eid = cmd.execution_id.as_str();
         let header = self.mesh.exec_header(eid).await?;
-        let progress = match &cmd.iteration {
-            Some(it) if !it.loop_run_id.is_empty() => {
-                kv::get::<LoopProgress>(self.mesh.loop_kv(), &Keys::loop_run(eid, &it.loop_run_id))
-                    .await?
-            }
+        let loop_run = match (&cmd.claim, &cmd.iteration) {
+            (Some(c), _) => Some(&c.loop_run_id),
+            (None, Some(it)) if !it.loop_run_id.is_empty() => Some(&it.loop_run_id),
             _ => None,
+        };
+        let progress = match loop_run {
+            Some(run) => {
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &Keys::loop_run(eid, run)).await?
+            }
+            None => None,
         };
         Ok(command_ended(cmd, header.as_ref(), progress.as_ref()))
     }
@@ -116,6 +120,16 @@ impl Executor {
             step_run_id = %cmd.step_run_id,
             trace_id = %cmd.trace_id,
         );
+        if let Some(claim) = &cmd.claim {
+            let c = crate::claim::ClaimRun {
+                exec: self,
+                plan: &plan,
+                step,
+                cmd: &cmd,
+                claim,
+            };
+            return c.run().instrument(span).await;
+        }
         self.run(&plan, step, &cmd).instrument(span).await
     }
 
@@ -317,6 +331,16 @@ pub fn command_ended(
     }
     if !h.is_live(&cmd.step_run_id) {
         return Some(format!("step-run {} has ended", cmd.step_run_id));
+    }
+    if let Some(c) = &cmd.claim {
+        return match progress {
+            None => Some(format!("loop run {} has no record", c.loop_run_id)),
+            Some(p) if p.claim_applied(c.seq) => Some(format!(
+                "claim {} of loop run {} was applied",
+                c.seq, c.loop_run_id
+            )),
+            Some(_) => None,
+        };
     }
     match (&cmd.iteration, progress) {
         (Some(it), _) if it.loop_run_id.is_empty() => None,
@@ -1411,6 +1435,7 @@ impl StepRun<'_> {
             } else {
                 codec::json_bytes(&Value::Object(cur.results.clone()))
             },
+            claim: None,
         }
     }
 
@@ -1436,7 +1461,11 @@ impl StepRun<'_> {
 }
 
 /// Render a task's config, leaving the tool's raw fields as written.
-fn render_config(task: &Task, raw: &[&str], scope: &Scope) -> Result<Map<String, Value>, String> {
+pub(crate) fn render_config(
+    task: &Task,
+    raw: &[&str],
+    scope: &Scope,
+) -> Result<Map<String, Value>, String> {
     let mut out = Map::with_capacity(task.config.len());
     for (k, v) in &task.config {
         let v = if raw.contains(&k.as_str()) {
@@ -1451,7 +1480,7 @@ fn render_config(task: &Task, raw: &[&str], scope: &Scope) -> Result<Map<String,
 
 /// Call a tool on its own task so a panicking tool fails its task, not the
 /// replica.
-async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
+pub(crate) async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
     let kind = call.kind.clone();
     // On the task's span: a tool's own spans and propagated trace context
     // (the http tool's `traceparent`) belong to the task.
@@ -1467,7 +1496,7 @@ async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
 
 /// [`call_tool`] bounded by `left`: `None` when the time ran out, and the
 /// call is then aborted (a python interpreter is killed with it).
-async fn call_tool_within(
+pub(crate) async fn call_tool_within(
     tool: &Arc<dyn Tool>,
     call: ToolCall,
     left: Duration,
@@ -1528,6 +1557,7 @@ mod tests {
         LoopProgress {
             next,
             in_flight: in_flight.to_vec(),
+            cursor: None,
         }
     }
 

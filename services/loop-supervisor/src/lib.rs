@@ -55,6 +55,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16;
 pub const MAX_CTX_BYTES: usize = 1_000_000;
 
 mod commit;
+mod cursor;
 
 /// Run the loop-supervisor until `params.shutdown` is cancelled, then drain.
 pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
@@ -75,6 +76,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             filter_subjects: vec![
                 s.events_of_type(types::LOOP_ITERATION_DONE),
                 s.events_of_type(types::LOOP_ITERATION_FAILED),
+                s.events_of_type(types::LOOP_CLAIMED),
             ],
             max_ack_pending: 10_000,
         })
@@ -149,6 +151,10 @@ pub struct LoopRun {
     /// See `deadline_ms`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub deadline_of: String,
+    /// A cursor loop's claims and claimed rows (`None` for a loop over
+    /// `in`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<cursor::CursorRun>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -194,7 +200,12 @@ fn grows(op: ReducerOp) -> bool {
 
 impl LoopRun {
     fn finished(&self) -> bool {
-        self.in_flight.is_empty() && (self.stopped || self.next >= self.total)
+        self.in_flight.is_empty()
+            && (self.stopped || self.next >= self.total)
+            && self
+                .cursor
+                .as_ref()
+                .is_none_or(|c| c.claims.is_empty() && (self.stopped || c.drained))
     }
 
     fn counts(&self) -> LoopCounts {
@@ -377,7 +388,11 @@ impl Handler for LoopHandler {
                             step_run_id = %ev.step_run_id,
                             trace_id = %ev.trace_id,
                         );
-                        on_iteration(&mesh, &local, ev).instrument(span).await
+                        if ev.event_type == types::LOOP_CLAIMED {
+                            cursor::on_claimed(&mesh, &local, ev).instrument(span).await
+                        } else {
+                            on_iteration(&mesh, &local, ev).instrument(span).await
+                        }
                     }
                     Err(e) => Err(e),
                 }
@@ -446,6 +461,9 @@ async fn on_start(mesh: &Mesh, chunks: &ChunkCache, cmd: LoopCommand) -> Result<
         // Redelivered start: the run was created, but what followed may not
         // have gone out (a crash, a failed publish): send it again.
         return resume(&window, run).await;
+    }
+    if lp.cursor.is_some() {
+        return cursor::start(&window, &cmd, lp).await;
     }
     let args = codec::args(&cmd.args_json).map_err(|e| {
         LoopError::Refused(format!(
@@ -535,6 +553,8 @@ async fn loop_scope(
     if let Some(m) = &lp.spec.max_in_flight {
         all.extend(scope::strings(m));
     }
+    let frame = cursor::frame_templates(lp);
+    all.extend(frame.iter().map(String::as_str));
     let roots = scope::roots(all);
     // The steps whose results a template reads (not every step's name).
     let names: Vec<&str> = roots
@@ -586,10 +606,12 @@ fn max_in_flight<E: std::fmt::Display>(
     match (mode, rendered) {
         (LoopMode::Sequential, _) => Ok(1),
         (LoopMode::Parallel, None) => Ok(DEFAULT_MAX_IN_FLIGHT),
-        (LoopMode::Parallel, Some(Err(e))) => {
+        // NoETL's default: one claim worker.
+        (LoopMode::Cursor, None) => Ok(1),
+        (LoopMode::Parallel | LoopMode::Cursor, Some(Err(e))) => {
             Err(format!("loop.spec.max_in_flight of step {step:?}: {e}"))
         }
-        (LoopMode::Parallel, Some(Ok(v))) => {
+        (LoopMode::Parallel | LoopMode::Cursor, Some(Ok(v))) => {
             match v
                 .as_u64()
                 .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
@@ -622,6 +644,7 @@ fn new_run(cmd: &LoopCommand, step: &str, total: u64, max_in_flight: u64, args: 
         error: None,
         deadline_ms: cmd.deadline_ms,
         deadline_of: cmd.deadline_of.clone(),
+        cursor: None,
     }
 }
 
@@ -666,7 +689,9 @@ async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), LoopError> {
 /// returns the run as now stored.
 async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, LoopError> {
     let indices = run.in_flight.clone();
-    dispatch(w, run, &indices).await
+    let run = dispatch(w, run, &indices).await?;
+    cursor::republish(w, &run).await?;
+    Ok(run)
 }
 
 /// The loop run whose iterations [`dispatch`] publishes.
@@ -702,7 +727,11 @@ async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopR
     let mut batch = Batch::new();
     let mut gone: Vec<(u64, String)> = Vec::new();
     for &i in indices {
-        let item = match chunks.item(mesh, eid, srid, i).await {
+        let item = match &run.cursor {
+            Some(c) => cursor::item(mesh, chunks, eid, srid, c, i).await,
+            None => chunks.item(mesh, eid, srid, i).await,
+        };
+        let item = match item {
             Ok(item) => item,
             Err(ItemError::Mesh(e)) => return Err(e.into()),
             Err(ItemError::Gone(why)) => {
@@ -881,6 +910,7 @@ async fn on_iteration(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopE
         run,
         counted,
         newly,
+        claims,
     }) = local.counter.count(mesh, &shared, index, &claim).await?
     else {
         return Err(LoopError::Refused(format!(
@@ -900,7 +930,9 @@ async fn on_iteration(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopE
         srid,
     };
     let run = if counted {
-        dispatch(&window, run, &newly).await?
+        let run = dispatch(&window, run, &newly).await?;
+        cursor::publish_claims(&window, &run, &claims).await?;
+        run
     } else {
         // Already counted: the write that counted it may have been followed
         // by a crash or a failed publish before its iterations went out.
@@ -956,6 +988,7 @@ fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)
         newly.push(r.next);
         r.next += 1;
     }
+    cursor::after_count(&mut r);
     Some((r, newly))
 }
 
@@ -968,6 +1001,8 @@ struct Counted {
     counted: bool,
     /// The indices its count dispatched.
     newly: Vec<u64>,
+    /// The claims its count issued (cursor loops).
+    claims: Vec<u64>,
 }
 
 /// [`count_iteration`] for several reports of one run, in their order:
@@ -981,18 +1016,21 @@ fn count_batch(run: &LoopRun, arrivals: &[Arrival<'_>]) -> (Option<LoopRun>, Vec
     for a in arrivals {
         match count_iteration(&cur, a) {
             Some((next, newly)) => {
+                let claims = cursor::issued(&cur, &next);
                 cur = next;
                 changed = true;
                 out.push(Counted {
                     run: cur.clone(),
                     counted: true,
                     newly,
+                    claims,
                 });
             }
             None => out.push(Counted {
                 run: cur.clone(),
                 counted: false,
                 newly: Vec::new(),
+                claims: Vec::new(),
             }),
         }
     }
@@ -1366,6 +1404,7 @@ mod tests {
             error: None,
             deadline_ms,
             deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
+            cursor: None,
         }
     }
 

@@ -63,6 +63,7 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
         deadline_ms: p.deadline.0,
         deadline_of: p.deadline.1.to_string(),
         results_json: Vec::new(),
+        claim: None,
     }
 }
 

@@ -42,6 +42,8 @@ pub mod types {
     pub const LOOP_ITERATION_FAILED: &str = "loop.iteration.failed";
     /// All iterations of a loop run finished.
     pub const LOOP_DONE: &str = "loop.done";
+    /// A cursor loop's claim ran: its rows, or why it failed.
+    pub const LOOP_CLAIMED: &str = "loop.claimed";
     /// Terminal success.
     pub const EXECUTION_COMPLETED: &str = "execution.completed";
     /// Terminal failure.

@@ -60,6 +60,11 @@ impl Keys {
     pub fn items(eid: &str, loop_run_id: &str, chunk: usize) -> String {
         format!("{}.items.{chunk}", Self::loop_run(eid, loop_run_id))
     }
+    /// `<eid>.<loop_run>.frame.<seq>` (bucket loop): the rows claim `seq`
+    /// of a cursor loop run returned (a list, or a reference to one).
+    pub fn frame(eid: &str, loop_run_id: &str, seq: u64) -> String {
+        format!("{}.frame.{seq}", Self::loop_run(eid, loop_run_id))
+    }
     /// `<eid>.<loop_run>.it.<index>` (bucket loop): iteration `index`'s
     /// claim.
     pub fn claim(eid: &str, loop_run_id: &str, index: u64) -> String {
@@ -105,6 +110,7 @@ mod tests {
             (Keys::items("e1", "sr1", 3), "e1.sr1.items.3"),
             (Keys::claim("e1", "sr1", 7), "e1.sr1.it.7"),
             (Keys::claims("e1", "sr1"), "e1.sr1.it"),
+            (Keys::frame("e1", "sr1", 2), "e1.sr1.frame.2"),
             (Keys::checkpoint("e1", "sr1", 7), "e1.sr1.ckpt.7"),
             (Keys::owners("e1", "sr1"), "e1.owners.sr1"),
         ];

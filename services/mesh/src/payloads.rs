@@ -108,6 +108,29 @@ fn ok() -> Status {
     Status::Ok
 }
 
+/// `loop.claimed`, written by the executor that ran a cursor loop's
+/// claim, read by the loop-supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimEnded {
+    /// The loop run (its step-run id).
+    pub loop_run_id: String,
+    /// The claim's sequence number in the loop run.
+    pub seq: u64,
+    /// How the claim ended (absent: `ok`).
+    #[serde(default = "ok")]
+    pub status: Status,
+    /// The claimed rows: a list, or a reference to one when it is larger
+    /// than the payload limit.
+    #[serde(default)]
+    pub rows: Value,
+    /// How many rows were claimed.
+    #[serde(default)]
+    pub count: u64,
+    /// Why it failed (`null` when it did not).
+    #[serde(default)]
+    pub error: Value,
+}
+
 /// How a loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -233,7 +256,8 @@ pub struct LoopStarted {
     pub total: u64,
     /// Iterations in flight at most.
     pub max_in_flight: u64,
-    /// `sequential` or `parallel`.
+    /// `sequential`, `parallel` or `cursor` (whose `total` grows as it
+    /// claims: 0 at the start).
     #[serde(default)]
     pub mode: Option<noetl_core::LoopMode>,
 }

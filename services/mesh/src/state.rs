@@ -294,6 +294,24 @@ pub struct LoopProgress {
     pub next: u64,
     /// Indices dispatched and not yet counted.
     pub in_flight: Vec<u64>,
+    /// A cursor loop run's claims not yet applied.
+    #[serde(default)]
+    pub cursor: Option<CursorProgress>,
+}
+
+/// What an executor reads of a cursor loop run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CursorProgress {
+    /// Claims issued and not yet applied (their `seq`).
+    #[serde(default)]
+    pub claims: Vec<ClaimSeq>,
+}
+
+/// One claim in flight, as [`CursorProgress`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClaimSeq {
+    /// The claim's sequence number.
+    pub seq: u64,
 }
 
 impl LoopProgress {
@@ -301,6 +319,14 @@ impl LoopProgress {
     /// in flight. Its work is over; a late copy of its command is stale.
     pub fn counted(&self, index: u64) -> bool {
         index < self.next && !self.in_flight.contains(&index)
+    }
+
+    /// True once claim `seq` of a cursor loop run was applied (or the run
+    /// is no cursor loop): a late copy of its command is stale.
+    pub fn claim_applied(&self, seq: u64) -> bool {
+        self.cursor
+            .as_ref()
+            .is_none_or(|c| !c.claims.iter().any(|s| s.seq == seq))
     }
 }
 

@@ -72,6 +72,7 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 deadline_ms,
                 deadline_of,
                 results_json,
+                claim: None,
             },
         )
 }

@@ -170,6 +170,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         deadline_ms: 0,
         deadline_of: String::new(),
         results_json: Vec::new(),
+        claim: None,
     }
 }
 

@@ -1,0 +1,301 @@
+//! Cursor loops (docs/dsl.md, "Cursor loops") against the machine's
+//! PostgreSQL: a queue table drained by claims that run on the postgres
+//! executor, every row processed exactly once, whatever is redelivered.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use noetl_integration::{Cluster, ClusterOptions};
+use noetl_mesh::{credentials::Credential, events::types as et, state::ExecStatus};
+use noetl_wire::Event;
+use serde_json::{json, Value};
+
+async fn pg() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        "host=127.0.0.1 port=5432 user=postgres dbname=test",
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("the machine's PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(conn);
+    client
+}
+
+/// A throw-away schema with `queue` (n pending rows) and `processed` (one
+/// row per iteration that ran, duplicates allowed so they show).
+async fn queue(db: &tokio_postgres::Client, n: i32) -> String {
+    let schema = format!("noetl_cursor_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.queue (id int PRIMARY KEY, status text NOT NULL DEFAULT 'pending',
+             claims int NOT NULL DEFAULT 0, runs int NOT NULL DEFAULT 0);
+         INSERT INTO {schema}.queue (id) SELECT generate_series(1, {n});
+         CREATE TABLE {schema}.processed (id int NOT NULL, idx int NOT NULL);"
+    ))
+    .await
+    .unwrap();
+    schema
+}
+
+async fn cluster(opts: ClusterOptions) -> Cluster {
+    let cluster = Cluster::start_with(opts).await;
+    cluster
+        .mesh
+        .vault()
+        .put(&Credential {
+            name: "db".into(),
+            kind: "postgres_credential".into(),
+            data: json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
+                         "password": "pw-cursor-never-shown", "database": "test"}),
+        })
+        .await
+        .unwrap();
+    cluster
+}
+
+/// A cursor loop over `<schema>.queue`: claims `max_rows` rows at a time,
+/// `window` claim workers; an iteration records itself and marks its row
+/// done, except that a row whose id is a multiple of `requeue` goes back
+/// to `pending` on its first run (0: never).
+fn playbook(schema: &str, window: u32, max_rows: u32, requeue: i32) -> String {
+    let again = if requeue > 0 {
+        format!("CASE WHEN id % {requeue} = 0 AND runs = 0 THEN 'pending' ELSE 'done' END")
+    } else {
+        "'done'".to_string()
+    };
+    format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: drain_queue }}
+keychain: [{{ name: db, kind: postgres_credential }}]
+workflow:
+  - step: start
+    loop:
+      cursor:
+        kind: postgres
+        auth: db
+        claim: |
+          WITH c AS (
+            SELECT id FROM {schema}.queue WHERE status = 'pending'
+            ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
+          )
+          UPDATE {schema}.queue q SET status = 'claimed', claims = claims + 1
+          FROM c WHERE q.id = c.id RETURNING q.id
+      iterator: job
+      spec:
+        mode: cursor
+        max_in_flight: {window}
+        frame: {{ max_rows: {max_rows}, lease_seconds: 120, heartbeat_seconds: 30 }}
+        policy:
+          reducers: {{ processed: sum }}
+    tool:
+      - name: work
+        kind: postgres
+        auth: db
+        command: |
+          INSERT INTO {schema}.processed (id, idx) VALUES ({{{{ iter.job.id }}}}, {{{{ iter.index }}}});
+          UPDATE {schema}.queue SET status = {again}, runs = runs + 1 WHERE id = {{{{ iter.job.id }}}}
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: {{ do: continue, set_ctx: {{ processed: 1 }} }}
+    next:
+      arcs:
+        - step: end
+          when: "{{{{ event.name == 'loop.done' }}}}"
+  - step: end
+"#
+    )
+}
+
+fn payload(e: &Event) -> Value {
+    serde_json::from_slice(&e.payload_json).unwrap()
+}
+
+/// Iterations in flight at most, from the event order: `started` opens
+/// an index, its `done` / `failed` closes it.
+fn max_in_flight(events: &[Event]) -> usize {
+    let (mut open, mut max) = (0usize, 0usize);
+    for e in events {
+        match e.event_type.as_str() {
+            et::LOOP_ITERATION_STARTED => {
+                open += 1;
+                max = max.max(open);
+            }
+            et::LOOP_ITERATION_DONE | et::LOOP_ITERATION_FAILED => open -= 1,
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Drain `n` rows and check: every row done and claimed once (twice for
+/// the requeued ones), one `processed` row per iteration, iteration indices
+/// 0..total each once, `loop.done` counting them, and no more iterations
+/// at once than the window.
+async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue: i32) {
+    let db = pg().await;
+    let schema = queue(&db, n).await;
+    let cluster = cluster(opts).await;
+    let yaml = playbook(&schema, window, max_rows, requeue);
+    let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(120)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    let events = cluster.settled_events(&eid).await;
+
+    let requeued = if requeue > 0 { n / requeue } else { 0 };
+    let total = (n + requeued) as u64;
+    // The table: every row done, claimed once per run.
+    let rows = db
+        .query(
+            &format!("SELECT id, status, claims, runs FROM {schema}.queue ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), n as usize);
+    for r in &rows {
+        let (id, status, claims, runs): (i32, String, i32, i32) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let want = if requeue > 0 && id % requeue == 0 {
+            2
+        } else {
+            1
+        };
+        assert_eq!(
+            (status.as_str(), claims, runs),
+            ("done", want, want),
+            "row {id}"
+        );
+    }
+    // One processed row per iteration; each index once.
+    let processed = db
+        .query(
+            &format!("SELECT id, idx FROM {schema}.processed ORDER BY idx"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let idx: Vec<i32> = processed.iter().map(|r| r.get(1)).collect();
+    assert_eq!(idx, (0..total as i32).collect::<Vec<_>>());
+    let mut per_id: BTreeMap<i32, i32> = BTreeMap::new();
+    for r in &processed {
+        *per_id.entry(r.get(0)).or_default() += 1;
+    }
+    assert_eq!(per_id.len(), n as usize);
+
+    // The events: one loop.done with the counts, one start per iteration,
+    // the claims' rows adding up, the window respected.
+    let done: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.event_type == et::LOOP_DONE)
+        .collect();
+    assert_eq!(done.len(), 1, "exactly one loop.done");
+    let counts = &payload(done[0])["counts"];
+    assert_eq!(counts, &json!({"total": total, "done": total, "failed": 0}));
+    let started = events
+        .iter()
+        .filter(|e| e.event_type == et::LOOP_ITERATION_STARTED)
+        .count();
+    assert_eq!(started as u64, total);
+    let claims: Vec<Value> = events
+        .iter()
+        .filter(|e| e.event_type == et::LOOP_CLAIMED)
+        .map(payload)
+        .collect();
+    let claimed: u64 = claims.iter().map(|c| c["count"].as_u64().unwrap()).sum();
+    assert_eq!(claimed, total, "{claims:?}");
+    assert!(
+        claims
+            .iter()
+            .all(|c| c["count"].as_u64().unwrap() <= max_rows as u64),
+        "a claim takes at most max_rows: {claims:?}"
+    );
+    assert!(
+        claims.iter().any(|c| c["count"] == 0),
+        "the loop ended on an empty claim"
+    );
+    let mut seqs: Vec<u64> = claims.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), claims.len(), "each claim reported once");
+    assert!(max_in_flight(&events) <= window as usize);
+    assert_eq!(
+        s.ctx["processed"],
+        json!(total),
+        "the reducer counted each iteration once"
+    );
+    // The credential went nowhere.
+    assert!(!format!("{events:?}{s:?}").contains("pw-cursor-never-shown"));
+
+    cluster.stop().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_cursor_loop_drains_a_queue_exactly_once() {
+    let opts = ClusterOptions {
+        replicas: 2,
+        ..Default::default()
+    };
+    drain(opts, 40, 4, 3, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_put_back_by_an_iteration_are_claimed_again_before_the_loop_ends() {
+    drain(ClusterOptions::default(), 20, 3, 2, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_claims_and_reports_create_no_duplicate_iteration() {
+    // Every consumer handles every message twice: claim commands, their
+    // `loop.claimed` reports, iteration reports.
+    let opts = ClusterOptions {
+        deliver_twice: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
+    drain(opts, 12, 3, 2, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_claim_fails_the_loop_step_naming_the_claim() {
+    let cluster = cluster(ClusterOptions::default()).await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: bad_claim }
+keychain: [{ name: db, kind: postgres_credential }]
+workflow:
+  - step: start
+    loop:
+      cursor: { auth: db, claim: "UPDATE no_such_table_xyz SET a = 1 RETURNING a" }
+      iterator: job
+      spec: { mode: cursor }
+    tool: [ { name: work, kind: noop } ]
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+    let eid = cluster.submit(yaml, "bad_claim.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    let events = cluster.settled_events(&eid).await;
+    let failed = events
+        .iter()
+        .find(|e| e.event_type == et::STEP_FAILED)
+        .expect("step.failed");
+    let error = &payload(failed)["error"];
+    assert_eq!(error["kind"], "postgres.sql", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("claim of cursor loop \"start\"") && message.contains("no_such_table_xyz"),
+        "{message}"
+    );
+    cluster.stop().await;
+}

@@ -1,0 +1,211 @@
+//! Cursor loops (docs/dsl.md, "Cursor loops"): `loop.cursor` and
+//! `loop.spec.frame`, checked where the rest of the loop is.
+
+use super::{escape, Node, NodeKind, Validator};
+
+const CURSOR_KEYS: &[&str] = &["kind", "auth", "claim"];
+/// `max_rows`, `row_concurrency` and `process` take effect; the others are
+/// NoETL's lease and sizing hints, accepted and ignored.
+const FRAME_KEYS: &[&str] = &[
+    "max_rows",
+    "row_concurrency",
+    "process",
+    "max_seconds",
+    "max_bytes",
+    "lease_seconds",
+    "heartbeat_seconds",
+];
+/// NoETL's Python engine's frame recovery knobs: no counterpart here.
+const FRAME_RECOVERY: &[&str] = &["verify_ipc", "retry_mode", "max_attempts"];
+
+/// The variable a claim reads for its batch size.
+pub(crate) const FRAME_MAX_ROWS: &str = "__frame_max_rows";
+
+/// True when `name` is bound where the template at `path` renders: a
+/// claim reads `__frame_max_rows`.
+pub(super) fn binds(path: &str, name: &str) -> bool {
+    name == FRAME_MAX_ROWS && path.ends_with("/loop/cursor/claim")
+}
+
+impl Validator {
+    /// `loop.cursor` goes with `spec.mode: cursor` and without `in`;
+    /// `spec.frame` only with it.
+    pub(super) fn cursor_loop(&mut self, l: &Node, path: &str, step: &str) {
+        let mode = l.pointer("/spec/mode");
+        let cursor_mode = mode.and_then(Node::as_str) == Some("cursor");
+        let cursor = l.get("cursor");
+        match (cursor, mode) {
+            (Some(c), _) if !cursor_mode => {
+                let m = mode.and_then(Node::as_str).unwrap_or("sequential");
+                self.err(
+                    "E039",
+                    c.span,
+                    &format!("{path}/cursor"),
+                    format!("loop of step `{step}` has a `cursor` but its `spec.mode` is `{m}`"),
+                    "a cursor loop is `spec: { mode: cursor }`; a collection loop has `in` instead of `cursor`",
+                );
+            }
+            (None, Some(m)) if cursor_mode => self.err(
+                "E039",
+                m.span,
+                &format!("{path}/spec/mode"),
+                format!("`loop.spec.mode: cursor` of step `{step}` needs a `loop.cursor` with a `claim`"),
+                "add `cursor: { kind: postgres, auth: <keychain entry>, claim: \"UPDATE ... RETURNING ...\" }`",
+            ),
+            _ => {}
+        }
+        if let (Some(_), Some(i)) = (cursor, l.get("in")) {
+            self.err(
+                "E039",
+                i.span,
+                &format!("{path}/in"),
+                format!("loop of step `{step}` has both `in` and `cursor`"),
+                "`in` iterates a collection, `cursor` claims rows until none is left: keep one",
+            );
+        }
+        if let Some(c) = cursor {
+            self.cursor_block(c, &format!("{path}/cursor"), step);
+        }
+        if let Some(f) = l.pointer("/spec/frame") {
+            let fp = format!("{path}/spec/frame");
+            if !cursor_mode {
+                self.err(
+                    "E039",
+                    f.span,
+                    &fp,
+                    format!("`loop.spec.frame` of step `{step}` belongs to a cursor loop"),
+                    "`frame` sizes the claims of `spec.mode: cursor`; remove it here",
+                );
+            }
+            self.frame(f, &fp);
+        }
+    }
+
+    fn cursor_block(&mut self, c: &Node, path: &str, step: &str) {
+        if !self.expect_map(c, path, "`loop.cursor`") {
+            return;
+        }
+        for (k, _) in c.entries() {
+            if k.name == "options" {
+                self.err(
+                    "E005",
+                    k.span,
+                    &format!("{path}/options"),
+                    "unknown field `options` in `loop.cursor`".into(),
+                    "driver options of NoETL's Python engine have no counterpart here: write timeouts and reclaiming into the claim (and `spec.timeout`)",
+                );
+            }
+        }
+        let known: Vec<(crate::yaml::Key, Node)> = c
+            .entries()
+            .iter()
+            .filter(|(k, _)| k.name != "options")
+            .cloned()
+            .collect();
+        self.unknown_keys(
+            &Node {
+                kind: NodeKind::Map(known),
+                span: c.span,
+            },
+            path,
+            "`loop.cursor`",
+            CURSOR_KEYS,
+        );
+        if let Some(k) = c.get("kind") {
+            if k.as_str() != Some("postgres") {
+                let what = k.as_str().unwrap_or("?");
+                self.err(
+                    "E039",
+                    k.span,
+                    &format!("{path}/kind"),
+                    format!("cursor loop of step `{step}` claims with `kind: {what}`, which is not available"),
+                    "a claim runs on the postgres executor: `kind: postgres` (the default)",
+                );
+            }
+        }
+        match c.get("claim") {
+            None => self.err(
+                "E003",
+                c.span,
+                path,
+                format!("`loop.cursor` of step `{step}` has no `claim`"),
+                "`claim:` one SQL statement that claims rows and returns them (`UPDATE ... RETURNING ...`)",
+            ),
+            Some(n) if n.as_str().is_none_or(|s| s.trim().is_empty()) => self.err(
+                "E004",
+                n.span,
+                &format!("{path}/claim"),
+                format!("`loop.cursor.claim` of step `{step}` must be SQL text"),
+                "one statement that claims rows and returns them (`UPDATE ... RETURNING ...`)",
+            ),
+            _ => {}
+        }
+        if let Some(a) = c.get("auth") {
+            if a.as_str().is_none() {
+                self.err(
+                    "E004",
+                    a.span,
+                    &format!("{path}/auth"),
+                    "`loop.cursor.auth` must name a keychain entry".into(),
+                    "write `auth: pg_main` (a `postgres_credential` of the root `keychain`)",
+                );
+            }
+        }
+    }
+
+    fn frame(&mut self, f: &Node, path: &str) {
+        if !self.expect_map(f, path, "`loop.spec.frame`") {
+            return;
+        }
+        for (k, v) in f.entries() {
+            let kp = format!("{path}/{}", escape(&k.name));
+            match k.name.as_str() {
+                "max_rows" | "row_concurrency" if !positive_or_template(v) => self.err(
+                    "E004",
+                    v.span,
+                    &kp,
+                    format!("`frame.{}` must be an integer >= 1 (or a template)", k.name),
+                    "e.g. `max_rows: 50`",
+                ),
+                "process" if !matches!(v.as_str(), Some("row" | "frame")) => self.err(
+                    "E004",
+                    v.span,
+                    &kp,
+                    "`frame.process` must be `row` or `frame`".into(),
+                    "row (default): one iteration per claimed row; frame: one per claim, over its rows",
+                ),
+                name if FRAME_RECOVERY.contains(&name) => self.err(
+                    "E005",
+                    k.span,
+                    &kp,
+                    format!("unknown field `{name}` in `loop.spec.frame`"),
+                    "NoETL's Python engine's frame recovery has no counterpart here: a failed claim fails the loop step, a failed iteration counts as failed; remove it",
+                ),
+                _ => {}
+            }
+        }
+        let known: Vec<(crate::yaml::Key, Node)> = f
+            .entries()
+            .iter()
+            .filter(|(k, _)| !FRAME_RECOVERY.contains(&k.name.as_str()))
+            .cloned()
+            .collect();
+        self.unknown_keys(
+            &Node {
+                kind: NodeKind::Map(known),
+                span: f.span,
+            },
+            path,
+            "`loop.spec.frame`",
+            FRAME_KEYS,
+        );
+    }
+}
+
+/// An integer >= 1, or a template giving one at run time.
+fn positive_or_template(n: &Node) -> bool {
+    if let Some(s) = n.as_str() {
+        return crate::template::is_template(s) || s.trim().parse::<u64>().is_ok_and(|v| v >= 1);
+    }
+    matches!(n.kind, NodeKind::Int(v) if v >= 1)
+}

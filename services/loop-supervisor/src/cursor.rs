@@ -1,0 +1,733 @@
+//! Cursor loops (docs/dsl.md, "Cursor loops"): the iterations are the rows
+//! `loop.cursor.claim` returns. The loop-supervisor runs no SQL: it asks
+//! for a claim with a task command (a [`ClaimRef`]) on the claim's kind,
+//! the executor there runs it and reports the rows in a `loop.claimed`
+//! event, and the rows become iterations.
+//!
+//! The window (`max_in_flight × frame.row_concurrency` iterations) is kept
+//! full: a claim is issued while the iterations running, the rows waiting
+//! and the claims in flight (each counted as `frame.max_rows` rows) leave
+//! room. A claim is applied once, keyed by its sequence number under
+//! compare-and-set (a redelivered `loop.claimed` changes nothing); its rows
+//! are stored under `<run>.frame.<seq>` (create-only) before the run
+//! counts them, and iteration indices are given in the order claims are
+//! applied. An empty claim ends the loop when it was issued while nothing
+//! ran or waited and no iteration ended since (so no row an iteration put
+//! back can be missed); otherwise no claim is issued until an iteration
+//! ends, or at once when nothing is left running.
+
+use noetl_core::{FrameProcess, Loop, Step};
+use noetl_mesh::{
+    codec,
+    ids::derive_id,
+    keys::Keys,
+    kv::{self, Cas},
+    payloads::{self, ClaimEnded, Status},
+    scope, Batch, Mesh, MeshError,
+};
+use noetl_wire::{ClaimRef, Event, LoopCommand, TaskCommand};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+use super::{
+    dispatch, fail_loop, finish, loop_scope, max_in_flight, new_run, plan_and_step, redispatch,
+    resume, ChunkCache, ItemError, Local, LoopError, LoopRun, Window,
+};
+
+/// The cursor part of a loop run's record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CursorRun {
+    /// Rows one claim asks for (`frame.max_rows`, `__frame_max_rows`).
+    pub max_rows: u64,
+    /// `frame.process: frame`: one iteration per claim, over its rows.
+    #[serde(default)]
+    pub per_frame: bool,
+    /// Sequence number of the next claim.
+    #[serde(default)]
+    pub next_claim: u64,
+    /// Claims issued and not yet applied.
+    #[serde(default)]
+    pub claims: Vec<ClaimSlot>,
+    /// Claimed rows some of whose iterations are not counted yet.
+    #[serde(default)]
+    pub frames: Vec<Frame>,
+    /// An empty claim came back while work ran: no claim until an
+    /// iteration ends.
+    #[serde(default)]
+    pub starved: bool,
+    /// A claim issued while nothing ran came back empty: no more claims.
+    #[serde(default)]
+    pub drained: bool,
+}
+
+/// A claim in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimSlot {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Nothing ran or waited when it was issued.
+    pub quiet: bool,
+    /// Iterations ended (done + failed) when it was issued.
+    pub ended: u64,
+}
+
+/// The rows of one applied claim and the indices they were given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// The claim.
+    pub seq: u64,
+    /// Its first iteration index.
+    pub base: u64,
+    /// Its iterations (its rows; 1 with `process: frame`).
+    pub len: u64,
+}
+
+/// What a claim gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claimed {
+    /// This many rows.
+    Rows(u64),
+    /// It failed: the loop step fails with this error.
+    Failed(Value),
+}
+
+impl CursorRun {
+    /// Window slots one claim in flight stands for.
+    fn per_claim(&self) -> u64 {
+        if self.per_frame {
+            1
+        } else {
+            self.max_rows.max(1)
+        }
+    }
+}
+
+/// Issue claims while the window has room (and the loop claims at all);
+/// returns their sequence numbers.
+pub fn refill_claims(run: &mut LoopRun) -> Vec<u64> {
+    let quiet = run.in_flight.is_empty() && run.next >= run.total;
+    let ended = run.done + run.failed;
+    let stopped = run.stopped || run.error.is_some();
+    let waiting = run.total.saturating_sub(run.next) + run.in_flight.len() as u64;
+    let window = run.max_in_flight;
+    let Some(c) = run.cursor.as_mut() else {
+        return Vec::new();
+    };
+    let mut issued = Vec::new();
+    if stopped || c.drained || c.starved {
+        return issued;
+    }
+    while waiting + c.claims.len() as u64 * c.per_claim() < window {
+        let seq = c.next_claim;
+        c.next_claim += 1;
+        c.claims.push(ClaimSlot { seq, quiet, ended });
+        issued.push(seq);
+    }
+    issued
+}
+
+/// Fill the window with claimed rows waiting for a slot; returns the
+/// indices dispatched.
+fn fill_window(r: &mut LoopRun) -> Vec<u64> {
+    let mut newly = Vec::new();
+    while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
+        r.in_flight.push(r.next);
+        newly.push(r.next);
+        r.next += 1;
+    }
+    newly
+}
+
+/// Drop the frames whose iterations are all counted.
+fn prune_frames(r: &mut LoopRun) {
+    let (next, in_flight) = (r.next, r.in_flight.clone());
+    if let Some(c) = r.cursor.as_mut() {
+        c.frames.retain(|f| {
+            let end = f.base + f.len;
+            end > next || in_flight.iter().any(|i| (f.base..end).contains(i))
+        });
+    }
+}
+
+/// After an iteration was counted (and the window refilled): it may have
+/// put rows back, so an empty claim no longer holds claiming back; claim
+/// again while there is room. No-op for other loops.
+pub fn after_count(r: &mut LoopRun) {
+    let Some(c) = r.cursor.as_mut() else {
+        return;
+    };
+    c.starved = false;
+    prune_frames(r);
+    refill_claims(r);
+}
+
+/// The claims in `after` that were not in flight in `before`.
+pub fn issued(before: &LoopRun, after: &LoopRun) -> Vec<u64> {
+    let (Some(b), Some(a)) = (&before.cursor, &after.cursor) else {
+        return Vec::new();
+    };
+    a.claims
+        .iter()
+        .map(|s| s.seq)
+        .filter(|seq| *seq >= b.next_claim)
+        .collect()
+}
+
+/// What applying a claim did.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The run after it.
+    pub run: LoopRun,
+    /// Iterations it dispatched.
+    pub newly: Vec<u64>,
+    /// Claims it issued.
+    pub claims: Vec<u64>,
+}
+
+/// The run after claim `seq` gave `claimed`; `None` when that claim is not
+/// in flight (applied already: a redelivered report changes nothing).
+pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied> {
+    let mut r = run.clone();
+    let c = r.cursor.as_mut()?;
+    let at = c.claims.iter().position(|s| s.seq == seq)?;
+    let slot = c.claims.remove(at);
+    let ended = run.done + run.failed;
+    let idle = run.in_flight.is_empty() && run.next >= run.total;
+    match claimed {
+        Claimed::Failed(error) => {
+            r.error.get_or_insert_with(|| error.clone());
+            r.stopped = true;
+        }
+        Claimed::Rows(n) if *n > 0 => {
+            if !r.stopped {
+                let len = if c.per_frame { 1 } else { *n };
+                c.frames.push(Frame {
+                    seq,
+                    base: r.total,
+                    len,
+                });
+                r.total += len;
+            }
+        }
+        Claimed::Rows(_) => {
+            let others = !c.claims.is_empty();
+            if slot.quiet && slot.ended == ended && idle && !others {
+                c.drained = true;
+            } else {
+                // Nothing left running: claim again at once (that claim is
+                // quiet); else wait for an iteration to end.
+                c.starved = !idle || others;
+            }
+        }
+    }
+    let newly = fill_window(&mut r);
+    let before = r.clone();
+    prune_frames(&mut r);
+    refill_claims(&mut r);
+    let claims = issued(&before, &r);
+    Some(Applied {
+        run: r,
+        newly,
+        claims,
+    })
+}
+
+/// The first claim(s) of a new cursor loop run.
+fn start_run(mut run: LoopRun, max_rows: u64, per_frame: bool) -> LoopRun {
+    run.cursor = Some(CursorRun {
+        max_rows,
+        per_frame,
+        ..Default::default()
+    });
+    refill_claims(&mut run);
+    run
+}
+
+/// A frame setting that must be an integer >= 1 (default 1), rendered.
+fn frame_number<E: std::fmt::Display>(
+    rendered: Option<Result<Value, E>>,
+    what: &str,
+    step: &str,
+) -> Result<u64, String> {
+    match rendered {
+        None => Ok(1),
+        Some(Err(e)) => Err(format!("loop.spec.frame.{what} of step {step:?}: {e}")),
+        Some(Ok(v)) => match v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        {
+            Some(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "loop.spec.frame.{what} of step {step:?} must be an integer >= 1, got {v}"
+            )),
+        },
+    }
+}
+
+/// Start a cursor loop run: its bounds rendered, its first claims
+/// issued; then [`resume`] publishes them.
+pub(crate) async fn start(w: &Window<'_>, cmd: &LoopCommand, lp: &Loop) -> Result<(), LoopError> {
+    let mesh = w.mesh;
+    let step = w.step;
+    let args = codec::args(&cmd.args_json).map_err(|e| {
+        LoopError::Refused(format!(
+            "loop command of execution {} step {:?}: {e}",
+            cmd.execution_id, cmd.step
+        ))
+    })?;
+    let sc = loop_scope(mesh, w.plan, lp, &args).await?;
+    let render = |v: &Option<Value>| {
+        v.as_ref()
+            .map(|v| noetl_core::template::render_value(v, &sc))
+    };
+    let frame = lp.spec.frame.clone().unwrap_or_default();
+    let bounds =
+        max_in_flight(lp.spec.mode, render(&lp.spec.max_in_flight), &step.step).and_then(|m| {
+            let rc = frame_number(
+                render(&frame.row_concurrency),
+                "row_concurrency",
+                &step.step,
+            )?;
+            let rows = frame_number(render(&frame.max_rows), "max_rows", &step.step)?;
+            Ok((m.saturating_mul(rc), rows))
+        });
+    let (window, max_rows) = match bounds {
+        Ok(b) => b,
+        Err(message) => return fail_loop(mesh, cmd, message).await,
+    };
+    if let Err(e) = noetl_core::reduce::declared(lp.spec.policy.as_ref()) {
+        let message = format!("loop.spec.policy.reducers of step {:?}: {e}", step.step);
+        return fail_loop(mesh, cmd, message).await;
+    }
+    let run = new_run(cmd, &step.step, 0, window, args);
+    let run = start_run(run, max_rows, frame.process == FrameProcess::Frame);
+    let skey = Keys::loop_run(&cmd.execution_id, &cmd.step_run_id);
+    let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
+        run
+    } else {
+        kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
+    };
+    resume(w, run).await
+}
+
+/// Publish the commands of claims `seqs` of `run` (idempotent: their ids
+/// are derived from the loop run and the sequence number).
+pub(crate) async fn publish_claims(
+    w: &Window<'_>,
+    run: &LoopRun,
+    seqs: &[u64],
+) -> Result<(), LoopError> {
+    let eid = w.plan.execution_id.as_str();
+    let (Some(c), Some(cursor)) = (
+        run.cursor.as_ref(),
+        w.step.loop_.as_ref().and_then(|l| l.cursor.as_ref()),
+    ) else {
+        return Ok(());
+    };
+    if seqs.is_empty() || w.mesh.cancellations().is_stopped(eid) {
+        return Ok(());
+    }
+    let mut batch = Batch::new();
+    for &seq in seqs {
+        let cmd = claim_command(w, run, seq, c.max_rows);
+        let subject = w.mesh.subjects().task(&cursor.kind);
+        let ack = w
+            .mesh
+            .publish_for_execution(subject, &cmd.command_id, eid, codec::encode(&cmd))
+            .await?;
+        batch.push(ack);
+    }
+    batch.wait().await?;
+    Ok(())
+}
+
+fn claim_command(w: &Window<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskCommand {
+    TaskCommand {
+        command_id: derive_id(&[w.srid, "claim", &seq.to_string()]),
+        execution_id: w.plan.execution_id.clone(),
+        step: w.step.step.clone(),
+        step_run_id: w.srid.to_string(),
+        pc: 0,
+        attempt: 1,
+        args_json: codec::json_bytes(&run.args),
+        prev_json: Vec::new(),
+        iteration: None,
+        not_before_ms: 0,
+        trace_id: run.trace_id.clone(),
+        steps_taken: 0,
+        resume_outcome_json: Vec::new(),
+        deadline_ms: run.deadline_ms,
+        deadline_of: run.deadline_of.clone(),
+        claim: Some(ClaimRef {
+            loop_run_id: w.srid.to_string(),
+            seq,
+            max_rows,
+        }),
+    }
+}
+
+/// Every claim of `run` in flight, published again (a redelivery whose
+/// state was written before a crash).
+pub(crate) async fn republish(w: &Window<'_>, run: &LoopRun) -> Result<(), LoopError> {
+    let seqs: Vec<u64> = run
+        .cursor
+        .as_ref()
+        .map(|c| c.claims.iter().map(|s| s.seq).collect())
+        .unwrap_or_default();
+    publish_claims(w, run, &seqs).await
+}
+
+/// The element of iteration `index` of a cursor loop run: its row (or,
+/// with `process: frame`, its claim's rows), read from the frame record.
+pub(crate) async fn item(
+    mesh: &Mesh,
+    chunks: &ChunkCache,
+    eid: &str,
+    srid: &str,
+    c: &CursorRun,
+    index: u64,
+) -> Result<Value, ItemError> {
+    let Some(f) = c
+        .frames
+        .iter()
+        .find(|f| (f.base..f.base + f.len).contains(&index))
+    else {
+        return Err(ItemError::Gone(format!(
+            "no claim of loop run {srid} holds iteration {index}"
+        )));
+    };
+    let key = Keys::frame(eid, srid, f.seq);
+    let cached = format!("{}/{key}", mesh.loop_kv().name);
+    let rows = match chunks.inner.get(&cached) {
+        Some(v) => v,
+        None => {
+            let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &key).await? else {
+                return Err(ItemError::Gone(format!(
+                    "the rows of claim {} ({key}) are missing from the loop bucket",
+                    f.seq
+                )));
+            };
+            let rows = match mesh.results().hydrate(stored).await {
+                Ok(Value::Array(a)) => a,
+                Ok(other) => {
+                    return Err(ItemError::Gone(format!(
+                        "{key} holds {}, not rows",
+                        codec::json_type(&other)
+                    )))
+                }
+                Err(e) if e.is_permanent() => return Err(ItemError::Gone(format!("{key}: {e}"))),
+                Err(e) => return Err(MeshError::from(e).into()),
+            };
+            let rows = Arc::new(rows);
+            chunks.inner.insert(cached, rows.clone());
+            rows
+        }
+    };
+    if c.per_frame {
+        return Ok(Value::Array(rows.as_ref().clone()));
+    }
+    rows.get((index - f.base) as usize).cloned().ok_or_else(|| {
+        ItemError::Gone(format!(
+            "{key} has {} rows, iteration {index} is not there",
+            rows.len()
+        ))
+    })
+}
+
+// Over 80 lines on purpose: read, decide, write for one claim report; the decision
+// (apply_claim) is a function with tests.
+/// A `loop.claimed` event: store the rows (create-only), apply the claim
+/// once under compare-and-set, publish the iterations and claims it
+/// started, and finish the loop when nothing is left.
+pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopError> {
+    let report: ClaimEnded = payloads::decode(&ev)?;
+    let eid = ev.execution_id.as_str();
+    let srid = report.loop_run_id.as_str();
+    let (plan, idx) = plan_and_step(mesh, eid, &ev.step).await?;
+    let step: &Step = &plan.playbook.workflow[idx];
+    let skey = Keys::loop_run(eid, srid);
+    let unknown = || {
+        LoopError::Refused(format!(
+            "loop.claimed for unknown loop run {srid} of execution {eid}"
+        ))
+    };
+    let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
+        return Err(unknown());
+    };
+    let window = Window {
+        mesh,
+        chunks: &local.chunks,
+        plan: &plan,
+        step,
+        srid,
+    };
+    if current.done_emitted {
+        return Ok(());
+    }
+    let in_flight = current
+        .cursor
+        .as_ref()
+        .is_some_and(|c| c.claims.iter().any(|s| s.seq == report.seq));
+    let mut claimed = match report.status {
+        Status::Ok => Claimed::Rows(report.count),
+        Status::Error => Claimed::Failed(if report.error.is_null() {
+            payloads::error_body("loop.cursor", "the claim failed")
+        } else {
+            report.error.clone()
+        }),
+    };
+    if in_flight && report.count > 0 && report.status == Status::Ok {
+        // The first stored rows of a claim stand (a second run of the same
+        // claim cannot change rows already given indices).
+        let fkey = Keys::frame(eid, srid, report.seq);
+        if !kv::create(mesh.loop_kv(), &fkey, &report.rows).await? {
+            if let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &fkey).await? {
+                if let Ok(Value::Array(rows)) = mesh.results().hydrate(stored).await {
+                    claimed = Claimed::Rows(rows.len() as u64);
+                }
+            }
+        }
+    }
+    let mut applied: Option<Applied> = None;
+    let stored = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| {
+        applied = None;
+        let Some(r) = r else { return Cas::Keep };
+        match apply_claim(r, report.seq, &claimed) {
+            Some(a) => {
+                let next = a.run.clone();
+                applied = Some(a);
+                Cas::Write(next)
+            }
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    let Some(stored) = stored else {
+        return Err(unknown());
+    };
+    let run = match applied {
+        Some(a) => {
+            let run = dispatch(&window, a.run, &a.newly).await?;
+            publish_claims(&window, &run, &a.claims).await?;
+            run
+        }
+        // Applied before: what followed may not have gone out.
+        None => redispatch(&window, stored).await?,
+    };
+    if run.finished() && !run.done_emitted {
+        finish(mesh, &plan, step, srid, &run).await?;
+    }
+    Ok(())
+}
+
+/// The scope values of a cursor loop's frame settings, for the loop scope.
+pub(crate) fn frame_templates(lp: &Loop) -> Vec<String> {
+    let Some(f) = &lp.spec.frame else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for v in [&f.max_rows, &f.row_concurrency].into_iter().flatten() {
+        out.extend(scope::strings(v).into_iter().map(str::to_string));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A cursor run with `window` slots and `max_rows` per claim, started.
+    fn started(window: u64, max_rows: u64) -> LoopRun {
+        let cmd = LoopCommand::default();
+        let run = new_run(&cmd, "lp", 0, window, json!({}));
+        start_run(run, max_rows, false)
+    }
+
+    fn seqs(r: &LoopRun) -> Vec<u64> {
+        r.cursor
+            .as_ref()
+            .unwrap()
+            .claims
+            .iter()
+            .map(|s| s.seq)
+            .collect()
+    }
+
+    /// Count iteration `i` as done, as the loop-supervisor does.
+    fn end(r: &LoopRun, i: u64) -> LoopRun {
+        let mut r = r.clone();
+        assert!(r.in_flight.contains(&i), "{i} in flight");
+        r.in_flight.retain(|x| *x != i);
+        r.done += 1;
+        fill_window(&mut r);
+        after_count(&mut r);
+        r
+    }
+
+    #[test]
+    fn a_new_run_claims_enough_to_fill_its_window() {
+        // One row per claim: one claim per slot.
+        assert_eq!(seqs(&started(4, 1)), vec![0, 1, 2, 3]);
+        // 50 rows per claim, window 1 (NoETL's frame at a time): one claim.
+        assert_eq!(seqs(&started(1, 50)), vec![0]);
+        // 3 rows per claim, window 8: three claims reserve 9 slots.
+        assert_eq!(seqs(&started(8, 3)), vec![0, 1, 2]);
+        let r = started(2, 1);
+        assert!(r
+            .cursor
+            .unwrap()
+            .claims
+            .iter()
+            .all(|s| s.quiet && s.ended == 0));
+        assert!(!started(2, 1).finished(), "claims in flight");
+    }
+
+    #[test]
+    fn claimed_rows_become_iterations_and_the_window_bounds_them() {
+        let r = started(2, 5);
+        assert_eq!(seqs(&r), vec![0]);
+        let a = apply_claim(&r, 0, &Claimed::Rows(3)).unwrap();
+        assert_eq!(a.newly, vec![0, 1]);
+        assert_eq!((a.run.total, a.run.next), (3, 2));
+        assert!(a.claims.is_empty(), "a row waits: no room to claim");
+        let c = a.run.cursor.clone().unwrap();
+        assert_eq!(
+            c.frames,
+            vec![Frame {
+                seq: 0,
+                base: 0,
+                len: 3
+            }]
+        );
+        // The same report again: nothing.
+        assert!(apply_claim(&a.run, 0, &Claimed::Rows(3)).is_none());
+        // Iteration 0 ends: row 2 takes its slot, still no room to claim.
+        let r = end(&a.run, 0);
+        assert_eq!((r.in_flight.clone(), r.next), (vec![1, 2], 3));
+        assert!(seqs(&r).is_empty());
+        // Iteration 1 ends: one slot, no row waiting: claim 1.
+        let r = end(&r, 1);
+        assert_eq!(seqs(&r), vec![1]);
+        assert!(!r.cursor.as_ref().unwrap().claims[0].quiet, "2 still runs");
+    }
+
+    #[test]
+    fn a_quiet_empty_claim_drains_the_loop() {
+        let r = started(1, 1);
+        let a = apply_claim(&r, 0, &Claimed::Rows(0)).unwrap();
+        assert!(a.run.cursor.as_ref().unwrap().drained);
+        assert!(a.claims.is_empty());
+        assert!(a.run.finished());
+        assert_eq!((a.run.total, a.run.done), (0, 0));
+    }
+
+    #[test]
+    fn an_empty_claim_while_work_runs_waits_for_an_iteration_to_end() {
+        let r = started(2, 1);
+        assert_eq!(seqs(&r), vec![0, 1]);
+        let a = apply_claim(&r, 0, &Claimed::Rows(1)).unwrap();
+        assert_eq!(a.newly, vec![0]);
+        // Claim 1 was quiet when issued, but iteration 0 runs now: the
+        // table may get rows back from it.
+        let b = apply_claim(&a.run, 1, &Claimed::Rows(0)).unwrap();
+        let c = b.run.cursor.clone().unwrap();
+        assert!(c.starved && !c.drained);
+        assert!(b.claims.is_empty(), "no claim while starved");
+        assert!(!b.run.finished());
+        // Iteration 0 ends: claim again, quiet this time.
+        let r = end(&b.run, 0);
+        assert_eq!(seqs(&r), vec![2, 3]);
+        assert!(r.cursor.as_ref().unwrap().claims.iter().all(|s| s.quiet));
+        let r = apply_claim(&r, 2, &Claimed::Rows(0)).unwrap().run;
+        assert!(!r.finished(), "claim 3 is in flight");
+        let r = apply_claim(&r, 3, &Claimed::Rows(0)).unwrap().run;
+        assert!(r.cursor.as_ref().unwrap().drained);
+        assert!(r.finished());
+        assert_eq!((r.total, r.done), (1, 1));
+    }
+
+    #[test]
+    fn an_empty_claim_issued_while_work_ran_claims_again_once_nothing_runs() {
+        let r = started(1, 1);
+        let r = apply_claim(&r, 0, &Claimed::Rows(1)).unwrap().run;
+        let r = end(&r, 0);
+        // Claim 1 was issued after iteration 0 ended: quiet.
+        assert_eq!(seqs(&r), vec![1]);
+        assert!(r.cursor.as_ref().unwrap().claims[0].quiet);
+        // A claim that was not quiet and came back empty with nothing left
+        // running is followed by a new claim at once.
+        let mut r2 = r.clone();
+        r2.cursor.as_mut().unwrap().claims[0].quiet = false;
+        let a = apply_claim(&r2, 1, &Claimed::Rows(0)).unwrap();
+        assert_eq!(a.claims, vec![2]);
+        assert!(!a.run.cursor.as_ref().unwrap().starved);
+        assert!(!a.run.finished());
+    }
+
+    #[test]
+    fn a_failed_claim_stops_the_loop_with_its_error() {
+        let r = started(2, 1);
+        let error = json!({"kind": "postgres.sql", "message": "boom"});
+        let a = apply_claim(&r, 0, &Claimed::Failed(error.clone())).unwrap();
+        assert!(a.run.stopped && a.claims.is_empty());
+        assert_eq!(a.run.error, Some(error));
+        assert!(!a.run.finished(), "claim 1 still in flight");
+        // Its rows are not run: the loop is stopping.
+        let b = apply_claim(&a.run, 1, &Claimed::Rows(2)).unwrap();
+        assert!(b.newly.is_empty());
+        assert_eq!(b.run.total, 0);
+        assert!(b.run.finished());
+    }
+
+    #[test]
+    fn process_frame_makes_one_iteration_per_claim() {
+        let cmd = LoopCommand::default();
+        let r = start_run(new_run(&cmd, "lp", 0, 2, json!({})), 10, true);
+        assert_eq!(seqs(&r), vec![0, 1], "a claim takes one slot");
+        let a = apply_claim(&r, 0, &Claimed::Rows(7)).unwrap();
+        assert_eq!((a.run.total, a.newly.clone()), (1, vec![0]));
+    }
+
+    #[test]
+    fn frames_are_dropped_once_their_iterations_are_counted() {
+        let r = started(2, 2);
+        let r = apply_claim(&r, 0, &Claimed::Rows(2)).unwrap().run;
+        let r = end(&r, 0);
+        assert_eq!(r.cursor.as_ref().unwrap().frames.len(), 1);
+        let r = end(&r, 1);
+        assert!(r.cursor.as_ref().unwrap().frames.is_empty());
+    }
+
+    #[test]
+    fn frame_settings_are_integers_of_at_least_one() {
+        assert_eq!(frame_number::<String>(None, "max_rows", "lp"), Ok(1));
+        assert_eq!(
+            frame_number(Some(Ok::<_, String>(json!(50))), "max_rows", "lp"),
+            Ok(50)
+        );
+        assert_eq!(
+            frame_number(Some(Ok::<_, String>(json!("7"))), "max_rows", "lp"),
+            Ok(7)
+        );
+        let e = frame_number(Some(Ok::<_, String>(json!(0))), "max_rows", "lp").unwrap_err();
+        assert!(
+            e.contains("frame.max_rows of step \"lp\" must be an integer >= 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn issued_names_the_claims_a_write_added() {
+        let before = started(1, 1);
+        let mut after = before.clone();
+        after.cursor.as_mut().unwrap().claims.clear();
+        after.cursor.as_mut().unwrap().next_claim = 1;
+        let mut again = after.clone();
+        let fresh = refill_claims(&mut again);
+        assert_eq!(fresh, vec![1]);
+        assert_eq!(issued(&before, &again), vec![1]);
+        assert!(issued(&before, &before).is_empty());
+    }
+}
