@@ -23,7 +23,7 @@ pub enum Command {
     /// Validate a playbook and store it under its `metadata.path` as the
     /// next version; with --recursive, every playbook under a folder.
     #[command(
-        after_help = "With --recursive, every .yaml/.yml file under DIR whose `kind` is \
+        after_help = "With --recursive, every .yaml/.yml file under the folder FILE whose `kind` is \
         `Playbook` is registered (other files are skipped, and said so); one line per file \
         (its path and version, or why not), and exit 1 if any was not registered."
     )]
