@@ -73,6 +73,13 @@ pub(super) fn unwrap(root: &Node, e: &mut Edits) {
         }
         let text = e.text;
         let line = k.span.line;
+        if !text[line_start(text, k.span.offset)..k.span.offset]
+            .trim()
+            .is_empty()
+        {
+            e.refuse(line, format!("workbook task `{name}`: `tool:` starts its item (`- tool:`): put `name` first, then run `noetl migrate` again"));
+            continue;
+        }
         if tool.span.offset < next_line(text, k.span.offset) {
             e.refuse(line, format!("workbook task `{name}`: its `tool:` is a flow mapping: write its fields (`kind`, ...) on the task itself, in block style"));
             continue;
@@ -373,6 +380,14 @@ fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
 fn comment_out(e: &mut Edits, k: &Key, summary: String) {
     let text = e.text;
     let from = line_start(text, k.span.offset);
+    if !text[from..k.span.offset].trim().is_empty() {
+        // `- output: ...` or a flow mapping: the line holds more than it.
+        e.refuse(
+            k.span.line,
+            format!("{summary}: it shares its line with other keys; delete it by hand"),
+        );
+        return;
+    }
     let to = entry_end(text, k.span.offset);
     let indent = k.span.offset - from;
     let with: String = text[from..to]
@@ -771,6 +786,17 @@ mod tests {
             m.text
         );
         crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+        // Not on a line of its own: left, and said so.
+        let m = migrate(&playbook(
+            "workflow:\n  - { step: start, output: { store: x } }\n",
+        ))
+        .unwrap();
+        assert!(m.changes.is_empty(), "{:?}", m.changes);
+        assert!(
+            m.refusals[0].why.contains("delete it by hand"),
+            "{:?}",
+            m.refusals
+        );
     }
 
     #[test]
