@@ -73,6 +73,13 @@ pub(super) fn unwrap(root: &Node, e: &mut Edits) {
         }
         let text = e.text;
         let line = k.span.line;
+        if !text[line_start(text, k.span.offset)..k.span.offset]
+            .trim()
+            .is_empty()
+        {
+            e.refuse(line, format!("workbook task `{name}`: `tool:` starts its item (`- tool:`): put `name` first, then run `noetl migrate` again"));
+            continue;
+        }
         if tool.span.offset < next_line(text, k.span.offset) {
             e.refuse(line, format!("workbook task `{name}`: its `tool:` is a flow mapping: write its fields (`kind`, ...) on the task itself, in block style"));
             continue;
@@ -373,6 +380,14 @@ fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
 fn comment_out(e: &mut Edits, k: &Key, summary: String) {
     let text = e.text;
     let from = line_start(text, k.span.offset);
+    if !text[from..k.span.offset].trim().is_empty() {
+        // `- output: ...` or a flow mapping: the line holds more than it.
+        e.refuse(
+            k.span.line,
+            format!("{summary}: it shares its line with other keys; delete it by hand"),
+        );
+        return;
+    }
     let to = entry_end(text, k.span.offset);
     let indent = k.span.offset - from;
     let with: String = text[from..to]
@@ -430,14 +445,7 @@ fn task_retry(t: &Node, name: &str, e: &mut Edits) {
         then.push_str(&format!(", delay: {d}"));
     }
     let when = match &spec.on {
-        Some(kinds) => format!(
-            "{{{{ outcome.status == 'error' and outcome.error.kind in [{}] }}}}",
-            kinds
-                .iter()
-                .map(|k| format!("'{k}'"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        Some(on) => format!("{{{{ outcome.status == 'error' and {on} }}}}"),
         None => "{{ outcome.status == 'error' }}".to_string(),
     };
     let mut with = format!(
@@ -460,8 +468,9 @@ struct Retry {
     attempts: u64,
     delay: Option<f64>,
     backoff: Option<&'static str>,
-    /// Only errors of these kinds.
-    on: Option<Vec<String>>,
+    /// Only errors this condition holds for (`outcome.error.kind in [...]`,
+    /// `outcome.http.status in [...]`).
+    on: Option<String>,
 }
 
 /// The retry `v` asks for (`None`: no retry), or why it cannot be read.
@@ -494,7 +503,7 @@ fn retry_of(v: &Node) -> Result<Option<Retry>, String> {
                 NodeKind::Int(n) if *n >= 1 => r.attempts = *n as u64,
                 _ => return Err(format!("`{}` is not a whole number ≥ 1", k.name)),
             },
-            "delay" | "initial_delay" => {
+            "delay" | "initial_delay" | "backoff_seconds" => {
                 r.delay = Some(number(x).ok_or_else(|| format!("`{}` is not a number", k.name))?)
             }
             "backoff" => match (number(x), x.as_str()) {
@@ -518,17 +527,37 @@ fn retry_of(v: &Node) -> Result<Option<Retry>, String> {
             },
             // The canonical delay is capped at 300 s; jitter is not modelled.
             "max_delay" | "jitter" => {}
-            "retry_on" => {
-                let kinds: Vec<String> = x
+            "retry_on" | "retry_on_status" => {
+                let values: Vec<String> = x
                     .items()
                     .iter()
-                    .filter_map(Node::as_str)
-                    .map(str::to_string)
+                    .filter_map(|i| match &i.kind {
+                        NodeKind::Str(s) if k.name == "retry_on" => Some(format!("'{s}'")),
+                        NodeKind::Int(n) if k.name == "retry_on_status" => Some(n.to_string()),
+                        _ => None,
+                    })
                     .collect();
-                if kinds.is_empty() || kinds.len() != x.items().len() {
-                    return Err("`retry_on` is not a list of error kinds".into());
+                if values.is_empty() || values.len() != x.items().len() {
+                    return Err(format!(
+                        "`{}` is not a list of {}",
+                        k.name,
+                        if k.name == "retry_on" {
+                            "error kinds"
+                        } else {
+                            "HTTP statuses"
+                        }
+                    ));
                 }
-                r.on = Some(kinds);
+                let field = if k.name == "retry_on" {
+                    "outcome.error.kind"
+                } else {
+                    "outcome.http.status"
+                };
+                let cond = format!("{field} in [{}]", values.join(", "));
+                r.on = Some(match r.on.take() {
+                    Some(other) => format!("({other} or {cond})"),
+                    None => cond,
+                });
             }
             other => return Err(format!("has `{other}`")),
         }
@@ -694,7 +723,7 @@ mod tests {
     #[test]
     fn retry_becomes_a_policy_rule() {
         let m = migrate(&playbook(
-            "workflow:\n  - step: start\n    tool:\n      - name: a\n        kind: noop\n        retry:\n          max_attempts: 2\n          retry_on: [timeout]\n          backoff: 5\n      - name: b\n        kind: noop\n        retry: 4\n      - name: c\n        kind: noop\n        retry: [ { when: x, then: {} } ]\n",
+            "workflow:\n  - step: start\n    tool:\n      - name: a\n        kind: noop\n        retry:\n          max_attempts: 2\n          retry_on: [timeout]\n          backoff: 5\n      - name: b\n        kind: noop\n        retry: 4\n      - name: s\n        kind: noop\n        retry: { max_attempts: 3, retry_on_status: [429, 503], backoff_seconds: 2 }\n      - name: c\n        kind: noop\n        retry: [ { when: x, then: {} } ]\n",
         ))
         .unwrap();
         assert!(
@@ -705,6 +734,11 @@ mod tests {
         assert!(
             m.text
                 .contains("                then: { do: retry, attempts: 4 }\n"),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text.contains("              - when: \"{{ outcome.status == 'error' and outcome.http.status in [429, 503] }}\"\n                then: { do: retry, attempts: 3, delay: 2 }\n"),
             "{}",
             m.text
         );
@@ -752,6 +786,17 @@ mod tests {
             m.text
         );
         crate::load::load_playbook(&m.text, "t.yaml").unwrap();
+        // Not on a line of its own: left, and said so.
+        let m = migrate(&playbook(
+            "workflow:\n  - { step: start, output: { store: x } }\n",
+        ))
+        .unwrap();
+        assert!(m.changes.is_empty(), "{:?}", m.changes);
+        assert!(
+            m.refusals[0].why.contains("delete it by hand"),
+            "{:?}",
+            m.refusals
+        );
     }
 
     #[test]
