@@ -7,7 +7,7 @@
 //! each built-in kind ([`noetl_core::tool::KINDS`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use noetl_core::tool::Tool;
 use noetl_mesh::{runtime::ServiceParams, Mesh, MeshConfig, MeshError};
@@ -16,6 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How long [`InProcess::stop`] waits for each service to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(30);
+
+/// How long [`InProcess::spawn_executor`] waits for the executor to serve
+/// its kinds.
+const READY_WAIT: Duration = Duration::from_secs(10);
 
 /// Every tool kind this build can serve: the built-in kinds.
 pub fn known_kinds() -> impl Iterator<Item = &'static str> {
@@ -211,14 +215,28 @@ impl InProcess {
         concurrency: usize,
     ) -> Result<JoinHandle<Result<(), MeshError>>, MeshError> {
         let service = self.params(concurrency).await?;
-        Ok(tokio::spawn(async move {
+        let mesh = service.mesh.clone();
+        let kinds: Vec<String> = tools.iter().map(|t| t.kind().to_string()).collect();
+        let handle = tokio::spawn(async move {
             let params = noetl_executor::ExecutorParams { service, tools };
             let r = noetl_executor::serve(params).await;
             if let Err(e) = &r {
                 tracing::error!(error = %e, "executor stopped with an error");
             }
             r
-        }))
+        });
+        // Serving before this returns: a first command of its kinds then
+        // finds it, instead of starting a `task.unserved` timer.
+        let ready = Instant::now() + READY_WAIT;
+        for kind in &kinds {
+            while !mesh.kind_served(kind, false).await.unwrap_or(false)
+                && Instant::now() < ready
+                && !handle.is_finished()
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(handle)
     }
 
     /// The configuration the services connect with.

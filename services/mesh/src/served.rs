@@ -4,8 +4,9 @@
 //! Whoever publishes a task command (scheduler, loop-supervisor, an
 //! executor handing a pipeline to another kind) asks whether an executor
 //! serves the kind: whether the kind's work consumer (`executor-<kind>`)
-//! exists and is pulled (an executor waits on it, or holds a message of
-//! it). When it is not, the publisher emits a `task.unserved` timer into
+//! exists and is in use (an executor waits on it, holds a message of it,
+//! or created it or took a message from it within the wait). When it is
+//! not, the publisher emits a `task.unserved` timer into
 //! `NOETL_EVENTS`, due `NOETL_EXECUTOR_WAIT_MS` later; the router's timer
 //! consumer asks again when it is due and fails the step-run with error
 //! kind `executor.unavailable` if the kind is still unserved and the
@@ -39,13 +40,18 @@ pub struct ConsumerCounts {
     pub waiting: usize,
     /// Messages delivered and not yet acknowledged (busy executors).
     pub ack_pending: usize,
+    /// How long ago the consumer was created, last delivered a message or
+    /// last saw one acknowledged, whichever is latest.
+    pub idle_for: Duration,
 }
 
 /// True when an executor serves the kind whose consumer shows `counts`
 /// (`None`: the consumer does not exist, no executor of the kind ever
-/// started): one waits for work, or holds some.
-pub fn serves(counts: Option<ConsumerCounts>) -> bool {
-    counts.is_some_and(|c| c.waiting > 0 || c.ack_pending > 0)
+/// started): one waits for work or holds some, or one created the
+/// consumer or used it within `recent` (an executor between two pulls, or
+/// still starting, is not mistaken for none).
+pub fn serves(counts: Option<ConsumerCounts>, recent: Duration) -> bool {
+    counts.is_some_and(|c| c.waiting > 0 || c.ack_pending > 0 || c.idle_for <= recent)
 }
 
 /// The `task.unserved` timer: a task command of `kind` was published while
@@ -127,14 +133,22 @@ impl Mesh {
             .map_err(|e| setup(e.to_string()))?;
         let name = format!("{}-executor-{kind}", self.subjects().prefix());
         let counts = match s.consumer_info(&name).await {
-            Ok(info) => Some(ConsumerCounts {
-                waiting: info.num_waiting,
-                ack_pending: info.num_ack_pending,
-            }),
+            Ok(info) => {
+                let latest = [info.delivered.last_active, info.ack_floor.last_active]
+                    .into_iter()
+                    .flatten()
+                    .fold(info.created, |a, b| a.max(b));
+                let idle_for = time::OffsetDateTime::now_utc() - latest;
+                Some(ConsumerCounts {
+                    waiting: info.num_waiting,
+                    ack_pending: info.num_ack_pending,
+                    idle_for: idle_for.try_into().unwrap_or(Duration::ZERO),
+                })
+            }
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
             Err(e) => return Err(setup(e.to_string())),
         };
-        let served = serves(counts);
+        let served = serves(counts, self.config().executor_wait);
         if served {
             self.served_cache().remember(kind);
         }
@@ -185,17 +199,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_kind_is_served_while_an_executor_waits_on_it_or_holds_work() {
-        assert!(!serves(None), "no consumer: never started");
-        assert!(!serves(Some(ConsumerCounts::default())), "nobody pulls");
-        assert!(serves(Some(ConsumerCounts {
-            waiting: 1,
-            ack_pending: 0
-        })));
-        assert!(serves(Some(ConsumerCounts {
-            waiting: 0,
-            ack_pending: 3
-        })));
+    fn a_kind_is_served_while_an_executor_waits_on_it_holds_work_or_used_it_lately() {
+        let recent = Duration::from_secs(30);
+        let idle = ConsumerCounts {
+            idle_for: Duration::from_secs(600),
+            ..Default::default()
+        };
+        assert!(!serves(None, recent), "no consumer: never started");
+        assert!(!serves(Some(idle), recent), "nobody pulled for 10 minutes");
+        assert!(serves(Some(ConsumerCounts { waiting: 1, ..idle }), recent));
+        assert!(serves(
+            Some(ConsumerCounts {
+                ack_pending: 3,
+                ..idle
+            }),
+            recent
+        ));
+        let between_pulls = ConsumerCounts {
+            idle_for: Duration::from_secs(2),
+            ..Default::default()
+        };
+        assert!(serves(Some(between_pulls), recent));
     }
 
     #[test]
