@@ -1042,8 +1042,9 @@ fn fallback_rule(
 }
 
 /// A python task's `libs: [a, b]` → `import a` / `import b` at the top of
-/// its `code` block. (A mapping `libs`, NoETL's shape, is canonical: the
-/// tool imports it.)
+/// its `code` block; a list that cannot become imports (package names, a
+/// `code` that is not a block) is removed, as NoETL ignores it. (A mapping
+/// `libs`, NoETL's shape, is canonical: the tool imports it.)
 fn python_libs(t: &Node, name: &str, e: &mut Edits) {
     let Some((k, v)) = t.entry("libs").filter(|(_, v)| !v.is_map()) else {
         return;
@@ -1065,8 +1066,22 @@ fn python_libs(t: &Node, name: &str, e: &mut Edits) {
     let code_line_end = next_line(text, ck.span.offset);
     let after_key =
         text[ck.span.offset + ck.name.len()..code_line_end].trim_start_matches([':', ' ']);
-    if !after_key.starts_with('|') || code.as_str().is_none() {
-        e.refuse(line, format!("task `{name}`: `libs` with a `code` that is not a `|` block: add the imports to the code by hand"));
+    let modules = libs.iter().all(|l| {
+        l.split('.').all(|p| {
+            p.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic())
+                && p.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+        })
+    });
+    if !after_key.starts_with('|') || code.as_str().is_none() || !modules {
+        // NoETL ignores a list (its `libs` is a mapping): the code imports
+        // what it needs, or these are package names (`psycopg2-binary`).
+        replace_entry(
+            e,
+            k.span.offset,
+            String::new(),
+            line,
+            format!("task `{name}`: `libs` list removed (NoETL ignores a list; the code imports what it uses)"),
+        );
         return;
     }
     let indent = indent_at(text, code_line_end);

@@ -368,7 +368,15 @@ pub(super) fn set_beside_spec(t: &Node, name: &str, (k, v): (&Key, &Node), e: &m
                     )
                 }
                 Some((rk, rules)) => match fallback_place(text, rk, rules) {
-                    Ok(place) => place,
+                    Ok(Insert::Block(at, col, head)) => (at, col, head),
+                    Ok(Insert::Flow(at)) => {
+                        // `then: { do: continue }`: the values join it as
+                        // a flow mapping (JSON is YAML).
+                        let values = v.to_json().to_string();
+                        e.replace((at, at), format!(", {field}: {values}"), line, summary);
+                        remove_entry(e, k.span.offset);
+                        return;
+                    }
                     Err(why) => return by_hand(e, why),
                 },
             }
@@ -390,14 +398,18 @@ pub(super) fn set_beside_spec(t: &Node, name: &str, (k, v): (&Key, &Node), e: &m
     remove_entry(e, k.span.offset);
 }
 
+/// Where a task `set`'s values go.
+enum Insert {
+    /// At this offset, as a `set_ctx:` key at this column, after this text.
+    Block(usize, usize, String),
+    /// Into the flow mapping whose last entry ends at this offset.
+    Flow(usize),
+}
+
 /// Where the values of a task `set` go in the block list `rules`: inside
 /// the last rule when it is the fallback (`else`), else in a new fallback
 /// rule after it.
-fn fallback_place(
-    text: &str,
-    rk: &Key,
-    rules: &Node,
-) -> Result<(usize, usize, String), &'static str> {
+fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static str> {
     let Some(last) = rules.items().last() else {
         return Err("with an empty `rules`");
     };
@@ -407,7 +419,7 @@ fn fallback_place(
     let dash = indent_at(text, line_start(text, last.span.offset));
     let Some((ek, ev)) = last.entry("else") else {
         let p = " ".repeat(dash);
-        return Ok((
+        return Ok(Insert::Block(
             entry_end(text, rk.span.offset),
             dash + 6,
             format!("{p}- else:\n{p}    then:\n{p}      do: continue\n"),
@@ -424,7 +436,7 @@ fn fallback_place(
             if ev.get("set_ctx").is_some() || ev.get("set").is_some() {
                 return Err("whose fallback rule sets values already");
             }
-            Ok((
+            Ok(Insert::Block(
                 entry_end(text, ek.span.offset),
                 else_indent + 2,
                 String::new(),
@@ -435,10 +447,24 @@ fn fallback_place(
             if then.get("set_ctx").is_some() || then.get("set").is_some() {
                 return Err("whose fallback rule sets values already");
             }
-            let Some(then_indent) = block_child_indent(text, tk, then) else {
-                return Err("whose fallback rule's `then` is in flow style");
-            };
-            Ok((entry_end(text, tk.span.offset), then_indent, String::new()))
+            if let Some(then_indent) = block_child_indent(text, tk, then) {
+                return Ok(Insert::Block(
+                    entry_end(text, tk.span.offset),
+                    then_indent,
+                    String::new(),
+                ));
+            }
+            // A flow `then: { do: continue }` on the key's line.
+            let close = (then.is_map() && then.span.offset < next_line(text, tk.span.offset))
+                .then(|| super::flow_end(text, then.span.offset))
+                .flatten()
+                .filter(|end| text[..*end].ends_with('}'));
+            match close {
+                Some(end) if !then.entries().is_empty() => {
+                    Ok(Insert::Flow(text[..end - 1].trim_end().len()))
+                }
+                _ => Err("whose fallback rule's `then` is not a mapping"),
+            }
         }
     }
 }
@@ -571,12 +597,25 @@ mod tests {
         // A spec without a policy.
         let (t, _) = run("      - name: h\n        kind: noop\n        spec:\n          timeout: 3\n        set: { got: 1 }\n");
         assert_eq!(t, "      - name: h\n        kind: noop\n        spec:\n          timeout: 3\n          policy:\n            rules:\n              - else:\n                  then:\n                    do: continue\n                    set_ctx: { got: 1 }\n");
+        // A flow `then`: the values join it as a flow mapping.
+        let (t, _) = run("      - name: h\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { do: continue }\n        set:\n          got: \"{{ outcome.result }}\"\n");
+        assert!(t.ends_with("                  then: { do: continue, set_ctx: {\"got\":\"{{ outcome.result }}\"} }\n"), "{t}");
         // A fallback rule that already sets values: by hand.
         let (_, r) = run("      - name: h\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else:\n                  then:\n                    set_ctx: { a: 1 }\n        set: { got: 1 }\n");
         assert!(
             r[0].contains("refused") && r[0].contains("sets values already"),
             "{r:?}"
         );
+    }
+
+    #[test]
+    fn a_libs_list_that_cannot_become_imports_is_removed() {
+        let (t, r) = run("      - name: p\n        kind: python\n        libs:\n          - psycopg2-binary\n        code: \"import json\\nresult = 1\"\n");
+        assert_eq!(
+            t,
+            "      - name: p\n        kind: python\n        code: \"import json\\nresult = 1\"\n"
+        );
+        assert!(r[0].contains("`libs` list removed"), "{r:?}");
     }
 
     #[test]
