@@ -88,6 +88,7 @@ def task_timeouts() -> dict[str, int]:
         "postgres": secs("services/executors/postgres/src/config.rs", "DEFAULT_CONNECT")
         + secs("services/executors/postgres/src/config.rs", "DEFAULT_TIMEOUT"),
         "duckdb": secs("services/executors/duckdb/src/lib.rs", "DEFAULT_TIMEOUT"),
+        "shell": secs("services/executors/shell/src/config.rs", "DEFAULT_TIMEOUT"),
     }
 
 

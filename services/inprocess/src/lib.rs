@@ -35,6 +35,8 @@ pub fn tool(kind: &str) -> Option<Arc<dyn Tool>> {
         // Always served: without the engine its tasks fail with a clear
         // error instead of waiting for an executor that never comes.
         "duckdb" => Arc::new(noetl_tool_duckdb::DuckdbTool),
+        "shell" => Arc::new(noetl_tool_shell::ShellTool::new()),
+        "artifact" => Arc::new(noetl_tool_artifact::ArtifactTool),
         _ => return None,
     };
     Some(tool)
