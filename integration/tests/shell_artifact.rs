@@ -117,7 +117,7 @@ workflow:
                     do: continue
                     set_ctx:
                       count: "{{ outcome.result.data | length }}"
-                      last: "{{ outcome.result.data[-1].id }}"
+                      last: "{{ (outcome.result.data | last).id }}"
 "#;
 
 const GET: &str = r#"
