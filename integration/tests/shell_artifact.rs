@@ -158,13 +158,8 @@ async fn an_artifact_put_in_one_execution_is_read_by_reference_in_it_and_in_anot
     assert_eq!(other.ctx["count"], 2000, "{}", other.ctx);
 
     // Nothing stored there: the task fails naming the key.
-    let eid = cluster
-        .submit(
-            GET,
-            "get.yaml",
-            json!({"uri": "noetl://artifacts/never/written"}),
-        )
-        .await;
+    let plain = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: missing }\nworkflow:\n  - step: start\n    tool:\n      - name: load\n        kind: artifact\n        uri: noetl://artifacts/never/written\n";
+    let eid = cluster.submit(plain, "missing.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(30)).await;
     assert_eq!(s.status, ExecStatus::Failed);
     let error = s.error.unwrap_or_default();
