@@ -90,6 +90,7 @@ def task_timeouts() -> dict[str, int]:
         "duckdb": secs("services/executors/duckdb/src/lib.rs", "DEFAULT_TIMEOUT"),
         "nats": secs("services/executors/nats/src/config.rs", "DEFAULT_CONNECT")
         + secs("services/executors/nats/src/config.rs", "DEFAULT_TIMEOUT"),
+        "shell": secs("services/executors/shell/src/config.rs", "DEFAULT_TIMEOUT"),
     }
 
 

@@ -104,6 +104,10 @@ pub fn playbook_schema() -> Value {
     if let Some(task) = v.pointer_mut("/definitions/Task") {
         task["allOf"] = Value::Array(crate::tool::KINDS.iter().map(kind_fields).collect());
     }
+    // The kinds this engine runs; any other is refused (E006, E007).
+    if let Some(kind) = v.pointer_mut("/definitions/Task/properties/kind") {
+        kind["enum"] = json!(crate::tool::task_kinds().collect::<Vec<_>>());
+    }
     // `attempts` counts all attempts: at least 1.
     if let Some(att) = v.pointer_mut("/definitions/TaskThen/properties/attempts") {
         att["minimum"] = json!(1);
@@ -268,6 +272,13 @@ mod tests {
         }
         assert!(!names.iter().any(|x| x == "input"));
         assert_eq!(branches.len(), crate::tool::KINDS.len());
+        let kinds = s["definitions"]["Task"]["properties"]["kind"]["enum"]
+            .as_array()
+            .unwrap();
+        for k in ["noop", "shell", "artifact", "workbook"] {
+            assert!(kinds.iter().any(|x| x == k), "{k} missing from {kinds:?}");
+        }
+        assert!(!kinds.iter().any(|x| x == "snowflake"), "{kinds:?}");
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct ToolCall {
     /// The credentials named by an `auth` inside a mapping field of the
     /// task (a transfer's `source.auth` and `target.auth`), by that field.
     pub nested_auth: std::collections::BTreeMap<String, AuthCredential>,
+    /// The mesh's object store, handed to every call by the executor
+    /// runtime (`None` in a call made outside it, e.g. a unit test).
+    pub objects: Option<std::sync::Arc<dyn Objects>>,
 }
 
 impl ToolCall {
@@ -62,8 +65,38 @@ impl ToolCall {
             attempt: 1,
             auth: None,
             nested_auth: Default::default(),
+            objects: None,
         }
     }
+}
+
+/// A boxed, sendable future of an [`Objects`] operation.
+pub type ObjectsFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ObjectsError>> + Send + 'a>>;
+
+/// The object store of the mesh (docs/architecture.md, "Results by
+/// reference"), as the executor runtime hands it to tools that store or
+/// read values by reference (`artifact`). Every service that shares the
+/// store reads what any of them wrote.
+pub trait Objects: Send + Sync + std::fmt::Debug {
+    /// Store `value` as JSON under `name` (`/`-separated segments, made
+    /// safe for every backend), replacing what was there; returns its
+    /// reference `{ref, store, key, size, checksum, preview}`.
+    fn put<'a>(&'a self, name: &'a str, value: &'a Value) -> ObjectsFuture<'a, Value>;
+    /// The value stored under `key`, checked against `checksum`
+    /// (`sha256:<hex>`) when one is given.
+    fn get<'a>(&'a self, key: &'a str, checksum: Option<&'a str>) -> ObjectsFuture<'a, Value>;
+}
+
+/// Why an [`Objects`] operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ObjectsError {
+    /// The object is not there (never written, or deleted).
+    pub missing: bool,
+    /// Retrying cannot help (missing, corrupt, a configuration problem).
+    pub permanent: bool,
+    /// What failed, naming the store and the key.
+    pub message: String,
 }
 
 /// A keychain credential resolved for one task (`auth: NAME`). Its values
@@ -363,7 +396,162 @@ pub const KINDS: &[Kind] = &[
             ),
         ],
     },
+    Kind {
+        name: "shell",
+        raw_fields: &[],
+        fields: &[
+            field(
+                "command",
+                StrOrList,
+                "a script run by /bin/sh -c, or a list: the program and its arguments, run without a shell",
+            ),
+            field(
+                "cmds",
+                StrOrList,
+                "scripts run one after another by /bin/sh -c until one fails (NoETL's form)",
+            ),
+            field(
+                "env",
+                Object,
+                "variables set for the process, on top of the executor's allow-list",
+            ),
+            field("cwd", Str, "the working directory"),
+            field(
+                "check",
+                Bool,
+                "a non-zero exit status is an error outcome (default true)",
+            ),
+        ],
+    },
+    Kind {
+        name: "artifact",
+        raw_fields: &[],
+        fields: &[
+            field("action", Str, "`get` (default) or `put`"),
+            field("data", Any, "put: the value to store"),
+            field(
+                "uri",
+                Str,
+                "get: the `noetl://` reference to read; put: where to store (`noetl://artifacts/<path>`)",
+            ),
+            field(
+                "result_ref",
+                Any,
+                "get: a reference object (what a put returned), or its `ref`",
+            ),
+        ],
+    },
 ];
+
+/// The kind of a task that calls a task of the root `workbook`: handled by
+/// the executor runtime, so not in [`KINDS`], but a kind a task may have.
+pub const WORKBOOK: &str = "workbook";
+
+/// Every `kind:` a task may have: [`KINDS`] and [`WORKBOOK`].
+pub fn task_kinds() -> impl Iterator<Item = &'static str> {
+    KINDS.iter().map(|k| k.name).chain([WORKBOOK])
+}
+
+/// A tool kind NoETL has that this engine does not run, because it needs a
+/// cloud account or a service the mesh does not run. `noetl validate`
+/// refuses a task of such a kind (`E007`) naming what it needs, so it never
+/// waits at run time for an executor that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The `kind:` value.
+    pub name: &'static str,
+    /// What it needs, completing "it needs ...".
+    pub needs: &'static str,
+    /// What to do instead (the help line).
+    pub instead: &'static str,
+}
+
+const fn unavailable_kind(
+    name: &'static str,
+    needs: &'static str,
+    instead: &'static str,
+) -> Unavailable {
+    Unavailable {
+        name,
+        needs,
+        instead,
+    }
+}
+
+/// NoETL's tool kinds this engine refuses, and why (docs/tools.md,
+/// "Kinds this engine does not run").
+pub const UNAVAILABLE: &[Unavailable] = &[
+    unavailable_kind(
+        "snowflake",
+        "a Snowflake account",
+        "query Snowflake outside the playbook, or load its data with `postgres` / `duckdb` tasks",
+    ),
+    unavailable_kind(
+        "snowflake_transfer",
+        "a Snowflake account",
+        "export from Snowflake outside the playbook and load the files with `duckdb` or `postgres`",
+    ),
+    unavailable_kind(
+        "gcs",
+        "Google Cloud Storage and a service account",
+        "store values with `kind: artifact` (the mesh's object store, S3 or MinIO)",
+    ),
+    unavailable_kind(
+        "google_id_token",
+        "a Google Cloud service account",
+        "store the token with `noetl credential put` and read it through the playbook's `keychain`",
+    ),
+    unavailable_kind(
+        "secrets",
+        "a cloud secret manager (Google Secret Manager, AWS Secrets Manager)",
+        "store the value with `noetl credential put` and read it through the playbook's `keychain`",
+    ),
+    unavailable_kind(
+        "container",
+        "a Kubernetes cluster to run the container as a job",
+        "run the program with `kind: shell` on the executor, or call the service over `http`",
+    ),
+    unavailable_kind(
+        "script",
+        "a Kubernetes cluster to run the script as a job (and cloud storage to fetch it from)",
+        "run the script with `kind: python` or `kind: shell`",
+    ),
+    unavailable_kind(
+        "ducklake",
+        "a DuckLake catalog and its cloud data store",
+        "use `kind: duckdb` on local files, or `kind: postgres`",
+    ),
+    unavailable_kind(
+        "agent",
+        "an AI agent runtime (ADK, LangChain) and a model provider",
+        "call the model's HTTP API with `kind: http`",
+    ),
+    unavailable_kind(
+        "mcp",
+        "an MCP server",
+        "call the server's HTTP API with `kind: http`",
+    ),
+    unavailable_kind(
+        "ollama_bridge",
+        "an Ollama model server",
+        "call Ollama's HTTP API with `kind: http`",
+    ),
+    unavailable_kind(
+        "ibkr",
+        "an Interactive Brokers account and gateway",
+        "call the gateway's HTTP API with `kind: http`",
+    ),
+    unavailable_kind(
+        "gateway",
+        "NoETL's API gateway service",
+        "call the service with `kind: http`",
+    ),
+];
+
+/// The kind NoETL has and this engine refuses, named `name`.
+pub fn unavailable(name: &str) -> Option<&'static Unavailable> {
+    UNAVAILABLE.iter().find(|k| k.name == name)
+}
 
 /// The built-in kind named `name`.
 pub fn kind(name: &str) -> Option<&'static Kind> {

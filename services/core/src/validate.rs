@@ -136,6 +136,37 @@ fn closest<'a>(name: &str, options: &[&'a str]) -> Option<&'a str> {
         .map(|(_, o)| o)
 }
 
+/// Names people write for a tool kind, and the kind they mean.
+const KIND_ALIASES: &[(&str, &str)] = &[
+    ("pg", "postgres"),
+    ("postgresql", "postgres"),
+    ("psql", "postgres"),
+    ("py", "python"),
+    ("python3", "python"),
+    ("sh", "shell"),
+    ("bash", "shell"),
+    ("https", "http"),
+    ("rest", "http"),
+    ("duck", "duckdb"),
+];
+
+/// The known kind an unknown `kind` most likely means: a common alias,
+/// the closest name, or the one it begins.
+fn kind_suggestion<'a>(kind: &str, known: &[&'a str]) -> Option<&'a str> {
+    let lower = kind.to_ascii_lowercase();
+    KIND_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == lower)
+        .and_then(|(_, k)| known.iter().find(|x| *x == k).copied())
+        .or_else(|| closest(&lower, known))
+        .or_else(|| {
+            known
+                .iter()
+                .find(|k| lower.len() >= 2 && (k.starts_with(&lower) || lower.starts_with(**k)))
+                .copied()
+        })
+}
+
 fn allowed_list(options: &[&str]) -> String {
     options
         .iter()
@@ -1003,7 +1034,7 @@ impl Validator {
             Some(k) => match k.as_str() {
                 Some("sink") => self.err("E016", k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
                 Some("workbook") if workbook_task => self.err("E004", k.span, &format!("{tp}/kind"), format!("{whose} has kind `workbook`: a workbook task cannot call another"), "give it the tool kind that does the work, e.g. `kind: python`"),
-                Some(s) if !s.is_empty() => {}
+                Some(s) if !s.is_empty() => self.tool_kind(s, k.span, &format!("{tp}/kind"), whose),
                 _ => self.err("E004", k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
             },
         }
@@ -1064,6 +1095,42 @@ impl Validator {
                 }
             }
         }
+    }
+
+    /// A task's `kind` names a kind this engine runs: one NoETL has that
+    /// needs a cloud service is refused saying so (E007), any other
+    /// unknown name with the closest known kind (E006). Either would
+    /// otherwise wait at run time for an executor that never comes.
+    fn tool_kind(&mut self, kind: &str, span: crate::yaml::Span, path: &str, whose: &str) {
+        if crate::tool::task_kinds().any(|k| k == kind) {
+            return;
+        }
+        if let Some(u) = crate::tool::unavailable(kind) {
+            self.err(
+                "E007",
+                span,
+                path,
+                format!(
+                    "tool kind `{kind}` of {whose} is not available in this engine: it needs {}",
+                    u.needs
+                ),
+                u.instead,
+            );
+            return;
+        }
+        let known: Vec<&str> = crate::tool::task_kinds().collect();
+        let kinds = allowed_list(&known);
+        let help = match kind_suggestion(kind, &known) {
+            Some(k) => format!("did you mean `{k}`? tool kinds: {kinds} (docs/tools.md)"),
+            None => format!("tool kinds: {kinds} (docs/tools.md)"),
+        };
+        self.err(
+            "E006",
+            span,
+            path,
+            format!("unknown tool kind `{kind}` in {whose}"),
+            &help,
+        );
     }
 
     /// The fields of a task of the built-in kind `k` (docs/tools.md): none

@@ -200,6 +200,65 @@ fn e005_step_unknown_field() {
     assert!(d.help.unwrap().contains("`tool`"));
 }
 
+// ---------------------------------------------------------------- E006, E007
+
+#[test]
+fn e006_an_unknown_tool_kind_is_refused_at_its_line_with_the_closest_kind() {
+    // `pg` would otherwise wait forever for an executor that never comes.
+    let src = pb(
+        "  - step: a\n    tool:\n      - name: t\n        kind: pg\n        command: select 1\n",
+    );
+    assert_eq!(at(&src, "E006"), (9, 15));
+    let d = message(&src, "E006");
+    assert!(d.message.contains("`pg`"), "{}", d.message);
+    assert!(d.message.contains("task `t` of step `a`"), "{}", d.message);
+    let help = d.help.unwrap();
+    assert!(help.starts_with("did you mean `postgres`?"), "{help}");
+    assert!(
+        help.contains("`shell`") && help.contains("`artifact`"),
+        "{help}"
+    );
+    // A typo by edit distance, in a root workbook task too.
+    let src = format!(
+        "{}workbook:\n  tasks:\n    w: {{ kind: pyhton, code: x }}\n",
+        pb("  - step: a\n    tool: { kind: noop }\n")
+    );
+    assert!(message(&src, "E006")
+        .help
+        .unwrap()
+        .starts_with("did you mean `python`?"));
+    // Nothing close: the list alone.
+    let src = pb("  - step: a\n    tool: { kind: frobnicate }\n");
+    assert!(message(&src, "E006")
+        .help
+        .unwrap()
+        .starts_with("tool kinds: `noop`"));
+    // Every kind this engine runs is accepted.
+    for k in ["noop", "shell", "artifact"] {
+        assert!(
+            !codes(&pb(&format!("  - step: a\n    tool: {{ kind: {k} }}\n"))).contains(&"E006")
+        );
+    }
+}
+
+#[test]
+fn e007_a_noetl_kind_that_needs_a_cloud_service_is_refused_naming_it() {
+    let src = pb("  - step: a\n    tool:\n      kind: snowflake\n      command: select 1\n");
+    assert_eq!(at(&src, "E007"), (8, 13));
+    let d = message(&src, "E007");
+    assert_eq!(
+        d.message,
+        "tool kind `snowflake` of task `a_task` of step `a` is not available in this engine: it needs a Snowflake account"
+    );
+    assert!(!codes(&src).contains(&"E006"), "{:?}", codes(&src));
+    for k in noetl_core::tool::UNAVAILABLE {
+        let src = pb(&format!("  - step: a\n    tool: {{ kind: {} }}\n", k.name));
+        let d = message(&src, "E007");
+        assert!(d.message.contains(k.needs), "{}", d.message);
+        assert_eq!(d.help.as_deref(), Some(k.instead));
+    }
+}
+
 // ---------------------------------------------------------------- E010..E017
 
 #[test]
@@ -871,8 +930,9 @@ fn e003_a_tool_without_its_required_field() {
 }
 
 #[test]
-fn fields_of_kinds_that_are_not_built_in_are_left_to_their_tool() {
-    assert_clean(&one_task("custom_kind", &["anything: 1"]));
+fn a_kind_that_is_not_built_in_is_refused_once_not_field_by_field() {
+    let src = one_task("custom_kind", &["anything: 1"]);
+    assert_eq!(codes(&src), ["E006"]);
 }
 
 #[test]

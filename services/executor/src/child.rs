@@ -139,6 +139,24 @@ fn keychain_fields(
     out
 }
 
+/// Refuse fields of an `artifact` task that read `keychain` or carry a
+/// resolved secret value: the object store keeps what it is given in
+/// clear, for every execution that shares it to read.
+pub(crate) fn no_keychain(
+    raw: &Map<String, Value>,
+    rendered: &Map<String, Value>,
+    secrets: &[String],
+) -> Result<(), String> {
+    let leaking = keychain_fields(raw, rendered, secrets);
+    if leaking.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} `keychain`: credential values are not stored as artifacts (the object store keeps them in clear, for every execution that shares it)",
+        subject(&leaking)
+    ))
+}
+
 /// The child's execution request, or why the task's fields are wrong.
 pub(crate) fn request(p: ChildParams<'_>) -> Result<ExecutionRequest, ChildError> {
     let c = p.config;

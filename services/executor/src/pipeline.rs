@@ -54,15 +54,19 @@ pub struct Executor {
     pub(crate) mesh: Mesh,
     pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
     needs: NeedsCache,
+    /// The mesh's object store, as every tool call gets it.
+    objects: Arc<dyn noetl_core::tool::Objects>,
 }
 
 impl Executor {
     /// An executor serving `tools` (by kind) on `mesh`.
     pub fn new(mesh: Mesh, tools: HashMap<String, Arc<dyn Tool>>) -> Self {
+        let objects = Arc::new(mesh.results().clone());
         Self {
             mesh,
             tools,
             needs: NeedsCache::default(),
+            objects,
         }
     }
 
@@ -778,6 +782,12 @@ impl StepRun<'_> {
                 Err(message) => failed(who.error("playbook.config", &message)),
             };
         }
+        if task.kind == "artifact" {
+            // What an artifact stores, any execution sharing the store reads.
+            if let Err(message) = crate::child::no_keychain(&task.config, &config, &self.secrets) {
+                return failed(who.error("artifact.config", &message));
+            }
+        }
         let auth = match crate::task::auth(&config, &self.credentials) {
             Ok(auth) => auth,
             Err(why) => return failed(who.error("auth", &why)),
@@ -904,6 +914,7 @@ impl StepRun<'_> {
             attempt: cur.attempt,
             auth,
             nested_auth: Default::default(),
+            objects: Some(self.exec.objects.clone()),
         }
     }
 

@@ -44,6 +44,8 @@ pub fn tool(kind: &str, mesh: &MeshConfig) -> Option<Arc<dyn Tool>> {
             noetl_tool_nats::MeshServer::from_config(mesh),
         )),
         "transfer" => Arc::new(noetl_tool_transfer::TransferTool::new()),
+        "shell" => Arc::new(noetl_tool_shell::ShellTool::new()),
+        "artifact" => Arc::new(noetl_tool_artifact::ArtifactTool),
         _ => return None,
     };
     Some(tool)

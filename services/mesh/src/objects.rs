@@ -371,13 +371,33 @@ impl ResultStore {
 
     /// Write `p.value` and return its reference.
     pub async fn put(&self, p: PutParams<'_>) -> Result<Value, ObjectError> {
-        let text = p.value.to_string();
         let name = format!(
             "execution/{}/result/{}/{}",
             segment(p.execution_id),
             segment(p.step),
             segment(p.id)
         );
+        self.put_at(name, p.value).await
+    }
+
+    /// Write `value` under `name` (`/`-separated; each segment made safe
+    /// for every backend) and return its reference. An object already
+    /// there is replaced.
+    pub async fn put_named(&self, name: &str, value: &Value) -> Result<Value, ObjectError> {
+        let name = name
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(segment)
+            .collect::<Vec<_>>()
+            .join("/");
+        if name.is_empty() {
+            return Err(ObjectError::Config("an object needs a name".into()));
+        }
+        self.put_at(name, value).await
+    }
+
+    async fn put_at(&self, name: String, value: &Value) -> Result<Value, ObjectError> {
+        let text = value.to_string();
         let key = format!("{name}.json");
         let checksum = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
         let mut end = PREVIEW_CHARS.min(text.len());
@@ -426,6 +446,13 @@ impl ResultStore {
             key: key.clone(),
             message: format!("its reference does not decode: {e}"),
         })?;
+        self.read(&key, Some(&reference.checksum)).await
+    }
+
+    /// The JSON value stored under `key`, checked against `checksum`
+    /// (`sha256:<hex>`) when one is given.
+    pub async fn read(&self, key: &str, checksum: Option<&str>) -> Result<Value, ObjectError> {
+        let key = key.to_string();
         let bytes = self
             .inner
             .get(&ObjectPath::from(key.as_str()))
@@ -449,14 +476,11 @@ impl ResultStore {
                 message: e.to_string(),
             })?;
         let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        if got != reference.checksum {
+        if let Some(want) = checksum.filter(|want| *want != got) {
             return Err(ObjectError::Corrupt {
                 store: self.label(),
                 key,
-                message: format!(
-                    "checksum {got} does not match the reference's {}",
-                    reference.checksum
-                ),
+                message: format!("checksum {got} does not match the reference's {want}"),
             });
         }
         serde_json::from_slice(&bytes).map_err(|e| ObjectError::Corrupt {
@@ -483,6 +507,34 @@ impl ResultStore {
             }
         }
         Ok(n)
+    }
+}
+
+/// The store as tools see it ([`noetl_core::tool::Objects`]): what the
+/// `artifact` tool puts and gets.
+impl noetl_core::tool::Objects for ResultStore {
+    fn put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a Value,
+    ) -> noetl_core::tool::ObjectsFuture<'a, Value> {
+        Box::pin(async move { self.put_named(name, value).await.map_err(tool_error) })
+    }
+
+    fn get<'a>(
+        &'a self,
+        key: &'a str,
+        checksum: Option<&'a str>,
+    ) -> noetl_core::tool::ObjectsFuture<'a, Value> {
+        Box::pin(async move { self.read(key, checksum).await.map_err(tool_error) })
+    }
+}
+
+fn tool_error(e: ObjectError) -> noetl_core::tool::ObjectsError {
+    noetl_core::tool::ObjectsError {
+        missing: matches!(e, ObjectError::Missing { .. }),
+        permanent: e.is_permanent(),
+        message: e.to_string(),
     }
 }
 

@@ -16,8 +16,10 @@
 //! `python.exited` (the process died without answering), `python.config`.
 
 pub mod config;
-pub mod env;
 pub mod runner;
+
+/// The sealing of the interpreters (shared with the `shell` tool).
+pub use noetl_sandbox as env;
 
 use std::time::Duration;
 

@@ -1,7 +1,12 @@
-//! The environment an interpreter starts with: empty, plus an explicit
-//! allow-list of the executor's variables ([`child_env`]). The executor's
-//! secret key, its file path and the NATS and object-store credentials
-//! are never in it, whatever an operator lists in `NOETL_PYTHON_ENV`.
+//! noetl-sandbox: how the tools that start processes (`python`, `shell`)
+//! seal them off from the executor. A process starts with an empty
+//! environment plus an explicit allow-list of the executor's variables
+//! ([`child_env`]): the executor's secret key, its file path and the NATS
+//! and object-store credentials are never in it, whatever an operator lists
+//! (`NOETL_PYTHON_ENV`, `NOETL_SHELL_ENV`). The executor itself is
+//! non-dumpable ([`seal_process`]) and its own copy of those variables is
+//! wiped from `/proc/<pid>/environ` ([`scrub_environ`]); a child put in
+//! its own process group dies with the executor ([`die_with_parent`]).
 
 use std::ffi::{OsStr, OsString};
 
@@ -201,8 +206,70 @@ fn scrub_linux() -> Vec<String> {
     wiped
 }
 
-/// Parse `NOETL_PYTHON_ENV`: names separated by commas (or whitespace),
-/// empty entries ignored.
+/// Prepare a child process, between `fork` and `exec`: it leads a new
+/// process group (so a timeout can kill it with everything it started:
+/// `kill(-pid, SIGKILL)`), and the kernel sends it `SIGKILL` when the
+/// thread that started it (the executor) dies (`PR_SET_PDEATHSIG`), so it
+/// never outlives a crashed executor. `parent` is the executor's process
+/// id, taken before the fork (`std::process::id()`): a child whose parent
+/// is already another process is not started. Linux only; elsewhere a
+/// no-op. `PR_SET_PDEATHSIG` holds across `exec` but not for the processes
+/// the child starts in turn: those are killed with the group on timeout or
+/// when the command ends, not when the executor dies.
+///
+/// # Safety
+///
+/// Call it only in the child between `fork` and `exec` (a `pre_exec`
+/// hook): it makes async-signal-safe system calls only.
+pub unsafe fn die_with_parent(parent: u32) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpgid, prctl and getppid are async-signal-safe and take
+        // integer arguments only (the caller's contract: a pre_exec hook).
+        unsafe {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let signal = libc::SIGKILL as libc::c_ulong;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl: then no signal comes.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::other("the executor exited"));
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+    Ok(())
+}
+
+/// Kill the process group `pgid` (a child started with
+/// [`die_with_parent`]) with `SIGKILL`: the child and every process it
+/// started that stayed in its group. Returns whether the signal was sent.
+pub fn kill_group(pgid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(pgid) = i32::try_from(pgid) else {
+            return false;
+        };
+        if pgid <= 1 {
+            return false;
+        }
+        // SAFETY: kill takes integer arguments only; a negative pid names
+        // the process group, which the caller created for this child.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pgid;
+        false
+    }
+}
+
+/// Parse `NOETL_PYTHON_ENV` / `NOETL_SHELL_ENV`: names separated by commas
+/// (or whitespace), empty entries ignored.
 pub fn parse_list(value: &OsStr) -> Vec<String> {
     value
         .to_string_lossy()
