@@ -145,7 +145,8 @@ impl Cluster {
     /// Start an executor replica serving only `kinds`, with its own
     /// `concurrency` — like `noetl serve executor --kind K --concurrency N`.
     pub async fn spawn_executor_for(&self, kinds: &[&str], concurrency: usize) -> Service {
-        let tools = noetl_inprocess::tools_for(kinds, self.services.config()).expect("built-in kinds");
+        let tools =
+            noetl_inprocess::tools_for(kinds, self.services.config()).expect("built-in kinds");
         self.services
             .spawn_executor(tools, concurrency)
             .await

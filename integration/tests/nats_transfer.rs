@@ -179,7 +179,11 @@ workflow:
     assert_eq!(s.ctx["stored"], json!({"n": 7, "users": 707}));
     for e in cluster.settled_events(&eid).await {
         let payload = String::from_utf8_lossy(&e.payload_json);
-        assert!(!payload.contains(PASSWORD), "{} holds the password", e.event_type);
+        assert!(
+            !payload.contains(PASSWORD),
+            "{} holds the password",
+            e.event_type
+        );
     }
     assert_eq!(s.status, ExecStatus::Completed);
     cluster.stop().await;

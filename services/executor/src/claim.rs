@@ -199,6 +199,8 @@ impl ClaimRun<'_> {
             workload: self.plan.workload.clone(),
             attempt: 1,
             auth,
+            nested_auth: Default::default(),
+            objects: Some(self.exec.objects.clone()),
         };
         let mut outcome = match self.cmd.deadline_ms {
             0 => call_tool(tool, call).await.outcome,

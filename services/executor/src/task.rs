@@ -285,7 +285,10 @@ mod tests {
         assert_eq!(nested["source"].kind, "bearer");
         let c = json!({"target": {"auth": "nope"}});
         let why = nested_auth(c.as_object().unwrap(), &keychain()).unwrap_err();
-        assert!(why.starts_with("`target.auth: nope` names no credential"), "{why}");
+        assert!(
+            why.starts_with("`target.auth: nope` names no credential"),
+            "{why}"
+        );
     }
 
     fn directive(decision: Decision) -> Directive {

@@ -543,13 +543,15 @@ async fn execute(
                 }
                 Encoding::Text => match String::from_utf8(bytes.clone()) {
                     Ok(s) => Value::String(s),
-                    Err(_) => return Err(failure(
-                        "nats.error",
-                        format!(
+                    Err(_) => {
+                        return Err(failure(
+                            "nats.error",
+                            format!(
                             "object {name:?} is not UTF-8 text; read it with `encoding: base64`"
                         ),
-                        false,
-                    )),
+                            false,
+                        ))
+                    }
                 },
             };
             Ok(json!({

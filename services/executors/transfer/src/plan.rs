@@ -326,6 +326,9 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
     })
 }
 
+/// Rows read from a source, as objects.
+pub type Rows = Vec<Map<String, Value>>;
+
 /// The rows in a source tool's result: a SQL result's `rows` (and
 /// `columns`), or the JSON of an HTTP response (`data`) at `data_path`; a
 /// single object is one row. Columns: the SQL result's, else every key in
@@ -334,7 +337,7 @@ pub fn rows_of(
     source: SourceKind,
     result: &Value,
     data_path: Option<&str>,
-) -> Result<(Vec<Map<String, Value>>, Vec<String>), String> {
+) -> Result<(Rows, Vec<String>), String> {
     let mut at = match source {
         SourceKind::Http => result.get("data").cloned().unwrap_or(Value::Null),
         _ => result.get("rows").cloned().unwrap_or(Value::Array(vec![])),

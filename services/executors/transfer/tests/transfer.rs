@@ -164,6 +164,7 @@ async fn http_rows_go_into_postgres_in_batches_with_a_mapping() {
     s.drop_now().await;
 }
 
+#[cfg(feature = "duckdb")]
 #[tokio::test]
 async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
     let s = Schema::new().await;
