@@ -55,7 +55,7 @@ pub struct Executor {
     pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
     needs: NeedsCache,
     /// The mesh's object store, as every tool call gets it.
-    objects: Arc<dyn noetl_core::tool::Objects>,
+    pub(crate) objects: Arc<dyn noetl_core::tool::Objects>,
 }
 
 impl Executor {

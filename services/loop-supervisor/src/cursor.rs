@@ -359,6 +359,7 @@ fn claim_command(w: &Window<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> Task
         resume_outcome_json: Vec::new(),
         deadline_ms: run.deadline_ms,
         deadline_of: run.deadline_of.clone(),
+        results_json: Vec::new(),
         claim: Some(ClaimRef {
             loop_run_id: w.srid.to_string(),
             seq,
