@@ -235,13 +235,24 @@ fn indent_at(text: &str, start: usize) -> usize {
 /// nor indented deeper than the key (its value's last line included).
 fn entry_end(text: &str, key_offset: usize) -> usize {
     let key_indent = key_offset - line_start(text, key_offset);
+    // `key:` with its value on the next lines may hold a sequence written
+    // at the key's own indentation (`libs:` / `- x`): those items belong
+    // to the entry.
+    let key_line = &text[key_offset..next_line(text, key_offset)];
+    let block_value = key_line
+        .split_once(':')
+        .is_some_and(|(_, v)| v.trim().is_empty() || v.trim_start().starts_with('#'));
     let mut at = next_line(text, key_offset);
     let mut end = at;
     while at < text.len() {
         let line = &text[at..next_line(text, at)];
         let body = line.trim_start_matches(' ');
         let blank = body.trim().is_empty() || body.starts_with('#');
-        if !blank && line.len() - body.len() <= key_indent {
+        let indent = line.len() - body.len();
+        let same_level_item = block_value
+            && indent == key_indent
+            && (body.starts_with("- ") || body.trim_end() == "-");
+        if !blank && indent <= key_indent && !same_level_item {
             break;
         }
         at = next_line(text, at);
@@ -1312,6 +1323,16 @@ mod tests {
             &names(&["numbers", "limit", "length"], &["fetch"]),
         )
         .0
+    }
+
+    #[test]
+    fn an_entry_holds_a_sequence_written_at_its_own_indentation() {
+        let text = "    libs:\n    - psycopg2-binary\n    - requests\n    code: x\n";
+        let end = entry_end(text, 4);
+        assert_eq!(&text[end..], "    code: x\n");
+        // A scalar value ends at its own line, even before a `- ` line.
+        let text = "  - a: 1\n  - b: 2\n";
+        assert_eq!(&text[entry_end(text, 4)..], "  - b: 2\n");
     }
 
     #[test]

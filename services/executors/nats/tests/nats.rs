@@ -46,6 +46,20 @@ async fn run_as(
     o
 }
 
+/// Waits until the server has processed everything `client` sent before
+/// (its subscriptions included): `flush` only empties the client's write
+/// buffer, while a message the client receives from itself proves the
+/// server got what came before it.
+async fn synced(client: &async_nats::Client) {
+    let inbox = client.new_inbox();
+    let mut echo = client.subscribe(inbox.clone()).await.unwrap();
+    client.publish(inbox, "sync".into()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), echo.next())
+        .await
+        .expect("the server echoes the sync message")
+        .expect("the sync subscription is open");
+}
+
 fn error_kind(o: &Outcome) -> &str {
     o.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("ok")
 }
@@ -133,7 +147,7 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
     let tool = tool_for(&server.url());
     let client = server.client().await;
     let mut sub = client.subscribe("orders.created").await.unwrap();
-    client.flush().await.unwrap();
+    synced(&client).await;
     let o = run(
         &tool,
         json!({"operation": "publish", "subject": "orders.created", "data": {"id": 7}, "headers": {"X-Trace": "a1"}}),
@@ -160,7 +174,7 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
                 .unwrap();
         }
     });
-    client.flush().await.unwrap();
+    synced(&client).await;
     let o = run(
         &tool,
         json!({"operation": "request", "subject": "math.double", "data": 21}),
@@ -179,7 +193,7 @@ async fn publish_request_and_jetstream_publish_reach_their_subjects() {
     // A subscriber that never answers: the request times out.
     let mut silent = client.subscribe("slow.service").await.unwrap();
     tokio::spawn(async move { while silent.next().await.is_some() {} });
-    client.flush().await.unwrap();
+    synced(&client).await;
     let o = run_as(
         &tool,
         json!({"operation": "request", "subject": "slow.service"}),
