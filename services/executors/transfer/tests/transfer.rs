@@ -183,7 +183,6 @@ async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
                 .cloned()
                 .unwrap(),
         );
-        let duck = duck;
         async move {
             let o = duck.call(call).await.outcome;
             assert!(o.is_ok(), "{:?}", o.error);
