@@ -1,6 +1,7 @@
 //! Test-owned HTTP servers the legacy http examples call
 //! (`playbooks/legacy/`): an echo over plain HTTP that answers each request
-//! with what it received, and an HTTPS one whose certificate is
+//! with what it received (and `GET /text?text=T&status=S` with `T` as plain
+//! text and status `S`, default 200: a script to load), and an HTTPS one whose certificate is
 //! self-signed (no trust store knows it) for `verify_ssl: false`.
 
 use std::collections::BTreeMap;
@@ -34,9 +35,21 @@ async fn echo(Query(query): Query<BTreeMap<String, String>>, req: Request) -> Js
     }))
 }
 
+/// `GET /text?text=T&status=S`: `T` as plain text, with status `S`.
+async fn text(Query(query): Query<BTreeMap<String, String>>) -> (axum::http::StatusCode, String) {
+    let status = query
+        .get("status")
+        .and_then(|s| s.parse().ok())
+        .and_then(|s| axum::http::StatusCode::from_u16(s).ok())
+        .unwrap_or(axum::http::StatusCode::OK);
+    (status, query.get("text").cloned().unwrap_or_default())
+}
+
 /// Start the plain-HTTP echo; its base URL (`http://127.0.0.1:PORT`).
 pub async fn start_echo() -> String {
-    let app = Router::new().route("/{*path}", any(echo));
+    let app = Router::new()
+        .route("/text", axum::routing::get(text))
+        .route("/{*path}", any(echo));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the echo server");

@@ -676,3 +676,88 @@ fn the_helm_chart_has_an_executor_entry_for_every_tool_kind() {
         );
     }
 }
+
+/// NoETL's `script` (docs/tools.md, "Scripts"): SQL from a file where the
+/// executor runs; a missing file and a failed fetch are `script` errors
+/// naming the file, and the URL without its query string.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_load_from_files_and_their_failures_name_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = dir.path().join("answer.sql");
+    std::fs::write(&sql, "SELECT 6 * 7 AS answer").unwrap();
+    let py = dir.path().join("greet.py");
+    std::fs::write(&py, "result = {'hi': who.upper()}").unwrap();
+    let echo = noetl_integration::echo::start_echo().await;
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: script_files }
+workload: { sql: "", py: "", api: "" }
+workflow:
+  - step: start
+    tool:
+      - name: pg
+        kind: postgres
+        connection: "host=127.0.0.1 port=5432 user=postgres dbname=test"
+        script: { uri: "{{ workload.sql }}", source: { type: file } }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { answer: "{{ outcome.result.rows[0].answer }}" } }
+      - name: greet
+        kind: python
+        args: { who: ada }
+        script: { uri: "{{ workload.py }}" }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { hi: "{{ outcome.result.hi }}" } }
+      - name: missing
+        kind: python
+        script: { uri: "{{ workload.py }}.gone", source: { type: file } }
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: continue, set_ctx: { missing: "{{ outcome.error }}" } }
+      - name: refused
+        kind: python
+        script:
+          uri: x.py
+          source: { type: http, endpoint: "{{ workload.api }}/text?status=404&key=s3cr3t" }
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: continue, set_ctx: { refused: "{{ outcome.error }}" } }
+"#;
+    let workload = json!({
+        "sql": sql.display().to_string(),
+        "py": py.display().to_string(),
+        "api": echo,
+    });
+    let eid = cluster.submit(yaml, "script_files.yaml", workload).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["answer"], 42);
+    assert_eq!(s.ctx["hi"], "ADA");
+    let missing = &s.ctx["missing"];
+    assert_eq!(missing["kind"], "script", "{missing}");
+    let message = missing["message"].as_str().unwrap();
+    assert!(message.contains("greet.py.gone"), "{message}");
+    let refused = &s.ctx["refused"];
+    assert_eq!(refused["kind"], "script", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("404") && message.contains("/text"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("s3cr3t"),
+        "the query string leaked: {message}"
+    );
+    cluster.stop().await;
+}

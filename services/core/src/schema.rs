@@ -42,10 +42,11 @@ fn kind_fields(k: &crate::tool::Kind) -> Value {
         .iter()
         .map(|f| (f.name.to_string(), field_schema(f)))
         .collect();
+    let by_script = crate::script::script_target(k.name);
     let required: Vec<&str> = k
         .fields
         .iter()
-        .filter(|f| f.required)
+        .filter(|f| f.required && Some(f.name) != by_script)
         .map(|f| f.name)
         .collect();
     let names: Vec<&str> = crate::tool::TASK_FIELDS
@@ -53,9 +54,15 @@ fn kind_fields(k: &crate::tool::Kind) -> Value {
         .copied()
         .chain(k.fields.iter().map(|f| f.name))
         .collect();
+    let mut then =
+        json!({"properties": props, "required": required, "propertyNames": {"enum": names}});
+    if let Some(field) = by_script {
+        // The source, or a `script` that loads it.
+        then["oneOf"] = json!([{"required": [field]}, {"required": ["script"]}]);
+    }
     json!({
         "if": {"properties": {"kind": {"const": k.name}}, "required": ["kind"]},
-        "then": {"properties": props, "required": required, "propertyNames": {"enum": names}}
+        "then": then
     })
 }
 

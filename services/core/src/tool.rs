@@ -262,6 +262,11 @@ pub const KINDS: &[Kind] = &[
                 Object,
                 "modules imported before `code`: `alias: module` or `alias: {from, import}`; a missing one fails the task (`python.libs`)",
             ),
+            field(
+                "script",
+                Object,
+                "instead of `code`: load it from `source.type` inline, file or http (docs/tools.md, \"Scripts\")",
+            ),
         ],
     },
     Kind {
@@ -367,6 +372,11 @@ pub const KINDS: &[Kind] = &[
             ),
             field("auth", Str, "keychain entry of kind postgres_credential"),
             field(
+                "script",
+                Object,
+                "instead of `command`: load it from `source.type` inline, file or http (docs/tools.md, \"Scripts\")",
+            ),
+            field(
                 "connection",
                 Str,
                 "instead of auth: a postgresql:// URL or key=value string",
@@ -393,6 +403,11 @@ pub const KINDS: &[Kind] = &[
                 "tables",
                 Object,
                 "name: rows, created as temporary tables first",
+            ),
+            field(
+                "script",
+                Object,
+                "instead of `command`: load it from `source.type` inline, file or http (docs/tools.md, \"Scripts\")",
             ),
         ],
     },

@@ -1192,8 +1192,22 @@ impl Validator {
                 &help,
             );
         }
+        let target = crate::script::script_target(k.name);
+        if let Some((sk, script)) = t.entry("script").filter(|_| target.is_some()) {
+            self.task_script(script, &format!("{tp}/script"), whose, k.name);
+            if let Some(field) = target.filter(|f| t.get(f).is_some()) {
+                self.err(
+                    "E004",
+                    sk.span,
+                    &format!("{tp}/script"),
+                    format!("{whose} has both `{field}` and `script`"),
+                    &format!("keep one: `script` loads the `{field}` when the task runs"),
+                );
+            }
+        }
         for f in k.fields.iter().filter(|f| f.required) {
-            if t.get(f.name).is_none() {
+            let by_script = target == Some(f.name) && t.get("script").is_some();
+            if t.get(f.name).is_none() && !by_script {
                 self.err(
                     "E003",
                     t.span,
@@ -1203,6 +1217,25 @@ impl Validator {
                 );
             }
         }
+    }
+
+    /// A task's `script` (docs/tools.md, "Scripts"): a source this engine
+    /// loads (E004), not one in a cloud store (E007).
+    fn task_script(&mut self, script: &Node, path: &str, whose: &str, kind: &str) {
+        let Err(e) = crate::script::script_kind(&script.to_json()) else {
+            return;
+        };
+        let code = match e {
+            crate::script::ScriptError::Cloud { .. } => "E007",
+            crate::script::ScriptError::Shape(_) => "E004",
+        };
+        self.err(
+            code,
+            script.span,
+            path,
+            format!("{e} ({whose}, a {kind} task)"),
+            e.hint(),
+        );
     }
 
     // Over 80 lines on purpose: one pass over a task's policy block (rules, `when`, `then` and

@@ -18,6 +18,7 @@ mod analysis;
 mod child;
 mod claim;
 mod pipeline;
+mod script;
 pub mod secrets;
 mod task;
 

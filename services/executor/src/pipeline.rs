@@ -773,6 +773,10 @@ impl StepRun<'_> {
             Ok(config) => config,
             Err(message) => return failed(who.error("template", &message)),
         };
+        let config = match crate::script::load_into(&task.kind, config).await {
+            Ok(config) => config,
+            Err(message) => return failed(who.error("script", &message)),
+        };
         if task.kind == "playbook" {
             return match self
                 .start_child(cur, task, &config, &t.run_id, pending)

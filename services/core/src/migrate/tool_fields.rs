@@ -50,11 +50,6 @@ pub(super) fn renames(root: &Node, e: &mut Edits) {
         match kind_of(t) {
             Some("postgres" | "duckdb") => sql_renames(t, &name, e),
             Some("http") => http_renames(t, &name, e),
-            Some("python") => {
-                if let Some((k, _)) = t.entry("script") {
-                    e.refuse(k.span.line, format!("task `{name}`: python `script` (code from a file, a URL or a bucket): put the code in `code`"));
-                }
-            }
             _ => {}
         }
     }
@@ -106,16 +101,10 @@ fn sql_renames(t: &Node, name: &str, e: &mut Edits) {
             }
         }
     }
-    for (field, hint) in [
-        ("script", "`script` (SQL from a file or a bucket): put the SQL in `command`"),
-        ("auth", "duckdb `auth` (databases and cloud secrets to attach): `ATTACH` them in `command`; cloud storage is not available"),
-    ] {
-        if field == "auth" && kind_of(t) != Some("duckdb") {
-            continue;
-        }
-        if let Some((k, v)) = t.entry(field) {
-            if field == "script" || v.is_map() {
-                e.refuse(k.span.line, format!("task `{name}`: {hint}"));
+    if kind_of(t) == Some("duckdb") {
+        if let Some((k, v)) = t.entry("auth") {
+            if v.is_map() {
+                e.refuse(k.span.line, format!("task `{name}`: duckdb `auth` (databases and cloud secrets to attach): `ATTACH` them in `command`; cloud storage is not available"));
             }
         }
     }
@@ -477,9 +466,6 @@ pub(crate) fn hint(kind: &str, field: &str) -> Option<&'static str> {
             "NoETL's name of `command`: `noetl migrate` renames it"
         }
         ("postgres", "credential") => "NoETL's name of `auth`: `noetl migrate` renames it",
-        ("postgres" | "python", "script") => {
-            "code from a file, a URL or a bucket is not read here: put it in the task (`noetl migrate` refuses it)"
-        }
         ("postgres", "pool") => "connections are pooled per credential; `noetl migrate` removes it",
         ("http", "endpoint") => "NoETL's name of `url`: `noetl migrate` renames it",
         ("http", "verify") => "NoETL's name of `verify_ssl`: `noetl migrate` renames it",

@@ -26,6 +26,7 @@
 #[cfg(feature = "engine")]
 mod engine;
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::time::Duration;
 
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
@@ -63,8 +64,8 @@ pub enum ConfigError {
     #[error("table name {0:?} must be an identifier ([A-Za-z_][A-Za-z0-9_]*)")]
     TableName(String),
     /// `spec.timeout` unusable.
-    #[error("`spec.timeout` must be a positive number of seconds, got {0}")]
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -94,15 +95,11 @@ pub fn job(config: &Map<String, Value>, spec: &Value) -> Result<Job, ConfigError
             ));
         }
     }
-    let timeout = match spec.get("timeout") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT,
-        Some(v) => v
-            .as_f64()
-            .or_else(|| v.get("read").and_then(Value::as_f64))
-            .filter(|s| *s > 0.0 && s.is_finite())
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| ConfigError::Timeout(v.to_string()))?,
+    let defaults = TaskTimeouts {
+        connect: DEFAULT_TIMEOUT,
+        read: DEFAULT_TIMEOUT,
     };
+    let timeout = task_timeouts(spec, defaults)?.read;
     Ok(Job {
         statements,
         params,

@@ -1,5 +1,6 @@
 //! A task's fields, checked and turned into a request description.
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::time::Duration;
 
 use noetl_core::tool::AuthCredential;
@@ -39,8 +40,8 @@ pub enum ConfigError {
         expected: &'static str,
     },
     /// `spec.timeout` unusable.
-    #[error("`spec.timeout` must be seconds or {{connect, read}} in seconds, got {0}")]
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
     /// The credential cannot authenticate HTTP.
     #[error("credential `{name}` is of kind {kind}; http `auth` takes bearer, basic or api_key")]
     AuthKind {
@@ -131,29 +132,14 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn seconds(v: &Value) -> Option<Duration> {
-    let s = v
-        .as_f64()
-        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))?;
-    (s > 0.0 && s.is_finite()).then(|| Duration::from_secs_f64(s))
-}
-
-/// `(connect, read)` from `spec.timeout`.
+/// `(connect, read)` from `spec.timeout` (docs/tools.md).
 pub fn timeouts(spec: &Value) -> Result<(Duration, Duration), ConfigError> {
-    match spec.get("timeout") {
-        None | Some(Value::Null) => Ok((DEFAULT_CONNECT, DEFAULT_READ)),
-        Some(Value::Object(m)) => {
-            let get = |k: &str, d: Duration| match m.get(k) {
-                None | Some(Value::Null) => Ok(d),
-                Some(v) => seconds(v).ok_or_else(|| ConfigError::Timeout(v.to_string())),
-            };
-            Ok((get("connect", DEFAULT_CONNECT)?, get("read", DEFAULT_READ)?))
-        }
-        Some(v) => {
-            let read = seconds(v).ok_or_else(|| ConfigError::Timeout(v.to_string()))?;
-            Ok((DEFAULT_CONNECT.min(read), read))
-        }
-    }
+    let defaults = TaskTimeouts {
+        connect: DEFAULT_CONNECT,
+        read: DEFAULT_READ,
+    };
+    let t = task_timeouts(spec, defaults)?;
+    Ok((t.connect, t.read))
 }
 
 /// The URL without query and fragment: safe for messages (a query string

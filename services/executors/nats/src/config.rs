@@ -2,6 +2,7 @@
 //! and the guard that keeps tasks off the mesh's own subjects, streams and
 //! buckets. Plain functions, unit-tested here.
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -66,8 +67,8 @@ pub enum ConfigError {
         problem: String,
     },
     /// `spec.timeout` unusable.
-    #[error("`spec.timeout` must be seconds or {{connect, read}}, got {0}")]
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
 }
 
 /// A task would address what belongs to the mesh itself.
@@ -492,33 +493,14 @@ pub fn cred_auth(c: &AuthCredential) -> Result<CredAuth, ConfigError> {
     Ok(out)
 }
 
-/// `(connect, operation)` timeouts from `spec.timeout`: seconds, or
-/// `{connect, read}`.
+/// `(connect, operation)` timeouts from `spec.timeout` (docs/tools.md).
 pub fn timeouts(spec: &Value) -> Result<(Duration, Duration), ConfigError> {
-    let secs = |v: &Value| {
-        v.as_f64()
-            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-            .filter(|s| *s > 0.0 && s.is_finite())
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| ConfigError::Timeout(v.to_string()))
+    let defaults = TaskTimeouts {
+        connect: DEFAULT_CONNECT,
+        read: DEFAULT_TIMEOUT,
     };
-    match spec.get("timeout") {
-        None | Some(Value::Null) => Ok((DEFAULT_CONNECT, DEFAULT_TIMEOUT)),
-        Some(Value::Object(m)) => Ok((
-            m.get("connect")
-                .map(secs)
-                .transpose()?
-                .unwrap_or(DEFAULT_CONNECT),
-            m.get("read")
-                .map(secs)
-                .transpose()?
-                .unwrap_or(DEFAULT_TIMEOUT),
-        )),
-        Some(v) => {
-            let t = secs(v)?;
-            Ok((DEFAULT_CONNECT.min(t), t))
-        }
-    }
+    let t = task_timeouts(spec, defaults)?;
+    Ok((t.connect, t.read))
 }
 
 #[cfg(test)]

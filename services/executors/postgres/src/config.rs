@@ -1,5 +1,6 @@
 //! Task fields and credentials → what to run and where.
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::time::Duration;
 
 use noetl_core::tool::AuthCredential;
@@ -50,8 +51,8 @@ pub enum ConfigError {
     #[error(transparent)]
     Command(#[from] noetl_core::sql::CommandError),
     /// `spec.timeout` unusable.
-    #[error("`spec.timeout` must be seconds or {{connect, read}}, got {0}")]
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
 }
 
 /// Where to connect, and a label for messages (never the password).
@@ -327,32 +328,14 @@ fn key_values(s: &str) -> Result<Vec<(String, String)>, ConfigError> {
     }
 }
 
-/// `(connect, statement)` timeouts from `spec.timeout`.
+/// `(connect, statement)` timeouts from `spec.timeout` (docs/tools.md).
 pub fn timeouts(spec: &Value) -> Result<(Duration, Duration), ConfigError> {
-    let secs = |v: &Value| {
-        v.as_f64()
-            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-            .filter(|s| *s > 0.0 && s.is_finite())
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| ConfigError::Timeout(v.to_string()))
+    let defaults = TaskTimeouts {
+        connect: DEFAULT_CONNECT,
+        read: DEFAULT_TIMEOUT,
     };
-    match spec.get("timeout") {
-        None | Some(Value::Null) => Ok((DEFAULT_CONNECT, DEFAULT_TIMEOUT)),
-        Some(Value::Object(m)) => Ok((
-            m.get("connect")
-                .map(secs)
-                .transpose()?
-                .unwrap_or(DEFAULT_CONNECT),
-            m.get("read")
-                .map(secs)
-                .transpose()?
-                .unwrap_or(DEFAULT_TIMEOUT),
-        )),
-        Some(v) => {
-            let t = secs(v)?;
-            Ok((DEFAULT_CONNECT.min(t), t))
-        }
-    }
+    let t = task_timeouts(spec, defaults)?;
+    Ok((t.connect, t.read))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Configuration of the python tool: the replica-wide settings
 //! ([`PythonConfig`]) and the fields of one task ([`PythonTask`]).
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,9 +90,9 @@ pub enum ConfigError {
     /// The task fields do not match [`PythonTask`].
     #[error("invalid python task: {0}")]
     Task(String),
-    /// `spec.timeout` is not a positive number of seconds or `{read: N}`.
-    #[error("invalid spec.timeout for a python task: {0}")]
-    Timeout(String),
+    /// `spec.timeout` unusable.
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
     /// `NOETL_PYTHON_WARM` is not a number of interpreters.
     #[error("NOETL_PYTHON_WARM must be a number of interpreters (0 or more), got {0:?}")]
     Warm(String),
@@ -189,28 +190,14 @@ impl PythonTask {
     }
 }
 
-/// The timeout of a task from its effective spec: `timeout: N` (seconds),
-/// `timeout: {read: N}`, or `default` when absent.
+/// The timeout of a task from its effective spec (`timeout: N`, or
+/// `{read: N}`; docs/tools.md), `default` when absent.
 pub fn timeout_of(spec: &Value, default: Duration) -> Result<Duration, ConfigError> {
-    let raw = match spec.get("timeout") {
-        None | Some(Value::Null) => return Ok(default),
-        Some(Value::Object(m)) => match m.get("read") {
-            None | Some(Value::Null) => return Ok(default),
-            Some(v) => v,
-        },
-        Some(v) => v,
+    let defaults = TaskTimeouts {
+        connect: default,
+        read: default,
     };
-    let secs = match raw {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse::<f64>().ok(),
-        _ => None,
-    };
-    match secs {
-        Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-        _ => Err(ConfigError::Timeout(format!(
-            "expected a positive number of seconds or {{read: N}}, found {raw}"
-        ))),
-    }
+    Ok(task_timeouts(spec, defaults)?.read)
 }
 
 #[cfg(test)]

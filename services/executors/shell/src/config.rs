@@ -1,6 +1,7 @@
 //! The fields of one `kind: shell` task ([`ShellTask`]) and its timeout,
 //! read from the rendered task config: plain functions, unit-tested.
 
+use noetl_core::timeout::{task_timeouts, TaskTimeouts};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,9 +32,9 @@ pub enum ConfigError {
     /// An `env` name a process cannot have.
     #[error("`env` name {0:?} is not a usable variable name (empty, or holding `=` or NUL)")]
     EnvName(String),
-    /// `spec.timeout` is not a positive number of seconds.
-    #[error("invalid spec.timeout for a shell task: expected a positive number of seconds or {{read: N}}, found {0}")]
-    Timeout(String),
+    /// `spec.timeout` unusable.
+    #[error(transparent)]
+    Timeout(#[from] noetl_core::timeout::TimeoutError),
 }
 
 /// One process to start: a program and its arguments.
@@ -180,26 +181,14 @@ fn env_of(m: &Map<String, Value>) -> Result<Vec<(String, String)>, ConfigError> 
     Ok(out)
 }
 
-/// The timeout of a task from its effective spec: `timeout: N` (seconds),
-/// `timeout: {read: N}`, or `default` when absent.
+/// The timeout of a task from its effective spec (`timeout: N`, or
+/// `{read: N}`; docs/tools.md), `default` when absent.
 pub fn timeout_of(spec: &Value, default: Duration) -> Result<Duration, ConfigError> {
-    let raw = match spec.get("timeout") {
-        None | Some(Value::Null) => return Ok(default),
-        Some(Value::Object(m)) => match m.get("read") {
-            None | Some(Value::Null) => return Ok(default),
-            Some(v) => v,
-        },
-        Some(v) => v,
+    let defaults = TaskTimeouts {
+        connect: default,
+        read: default,
     };
-    // A template renders to text: "30" is 30 seconds.
-    let number = match raw {
-        Value::String(s) => s.trim().parse::<f64>().map_or(Value::Null, Value::from),
-        v => v.clone(),
-    };
-    match noetl_core::lifecycle::seconds(&number) {
-        Ok(s) => Ok(Duration::from_secs_f64(s)),
-        Err(_) => Err(ConfigError::Timeout(raw.to_string())),
-    }
+    Ok(task_timeouts(spec, defaults)?.read)
 }
 
 #[cfg(test)]
