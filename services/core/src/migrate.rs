@@ -3,17 +3,19 @@
 //!
 //! The rewrite edits the YAML *text* where each construct is, found through
 //! the positioned tree ([`crate::yaml`]), so comments, key order, quoting
-//! and everything not migrated stay as written. It runs in three passes,
-//! each on a fresh parse of the previous one's output: key renames, then
-//! template rewrites (neither changes the line count, so every change is
-//! reported at its line in the original file), then structural rewrites
-//! (which add lines). What cannot be rewritten safely is left as written
-//! and reported as a [`Refusal`] naming why.
+//! and everything not migrated stay as written. It runs in five passes,
+//! each on a fresh parse of the previous one's output: NoETL's nestings
+//! undone (a workbook task's `tool:`, then tool fields under `spec`; these
+//! move and delete lines and say where each went), key renames, template
+//! rewrites, then structural rewrites (which add lines). Every change is
+//! reported at its line in the original file. What cannot be rewritten
+//! safely is left as written and reported as a [`Refusal`] naming why.
 
 use std::collections::BTreeSet;
 
 use crate::yaml::{Node, NodeKind};
 
+mod keychain;
 mod shapes;
 mod tool_fields;
 pub(crate) use tool_fields::hint as tool_field_hint;
@@ -88,10 +90,19 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         changes: Vec::new(),
         refusals: Vec::new(),
     };
-    // Pass 0 (NoETL workbook tasks' `tool:` unwrapped) deletes one line
-    // per change; the later passes report their lines in the original file.
-    let passes: [fn(&Node, &mut Edits); 4] = [shapes::unwrap, renames, templates, structure];
-    let mut removed: Vec<usize> = Vec::new();
+    // Passes 0 and 1 (NoETL's nesting undone: workbook tasks' `tool:`,
+    // then tool fields under `spec` and an artifact's `input`) delete and
+    // move lines, saying which ([`LineOrder`]); every pass reports its
+    // lines in the original file through `origin`.
+    // A workbook task's `tool:` is unwrapped before its `spec` is read.
+    let passes: [fn(&Node, &mut Edits); 5] = [
+        shapes::unwrap,
+        shapes::unnest,
+        renames,
+        templates,
+        structure,
+    ];
+    let mut origin: Option<Vec<usize>> = None;
     for (i, pass) in passes.into_iter().enumerate() {
         let root = crate::yaml::parse(&m.text).map_err(|e| MigrateError::Yaml {
             line: e.span.line,
@@ -100,15 +111,27 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         })?;
         let mut edits = Edits::new(&m.text);
         pass(&root, &mut edits);
-        let (text, mut changes, mut refusals) = edits.apply();
+        let lines = m.text.lines().count();
+        let (text, mut changes, mut refusals, orders) = edits.apply();
+        let to_original = |line: usize| match &origin {
+            Some(o) => o.get(line - 1).copied().unwrap_or(line),
+            None => line,
+        };
         for c in &mut changes {
-            c.line = shapes::original_line(c.line, &removed);
+            c.line = to_original(c.line);
         }
         for r in &mut refusals {
-            r.line = shapes::original_line(r.line, &removed);
+            r.line = to_original(r.line);
         }
-        if i == 0 {
-            removed = changes.iter().map(|c| c.line).collect();
+        if i < 2 {
+            let moved = LineOrder::origin(lines, &orders);
+            origin = Some(match &origin {
+                None => moved,
+                Some(before) => moved
+                    .iter()
+                    .map(|&l| before.get(l - 1).copied().unwrap_or(l))
+                    .collect(),
+            });
         }
         m.text = text;
         m.changes.extend(changes);
@@ -123,12 +146,44 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
 // Edits on the text
 // ---------------------------------------------------------------------------
 
+/// Where the lines of a run of whole lines went when an edit of pass 0
+/// replaced it: `lines` (1-based, original numbering) became, in order, the
+/// lines `order` names; a line left out was deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LineOrder {
+    /// The run's first line and how many lines it had.
+    first: usize,
+    count: usize,
+    /// The original lines of the new text of the run, in order.
+    order: Vec<usize>,
+}
+
+impl LineOrder {
+    /// For each line of the text after the edits (index `n - 1` for line
+    /// `n`), its line in the text of `lines` lines before them.
+    fn origin(lines: usize, orders: &[LineOrder]) -> Vec<usize> {
+        let mut out = Vec::with_capacity(lines);
+        let mut next = 1;
+        let mut sorted: Vec<&LineOrder> = orders.iter().collect();
+        sorted.sort_by_key(|o| o.first);
+        for o in sorted {
+            out.extend(next..o.first);
+            out.extend(&o.order);
+            next = o.first + o.count;
+        }
+        out.extend(next..=lines);
+        out
+    }
+}
+
 /// Replacements of byte ranges of one text, applied together.
 struct Edits<'a> {
     text: &'a str,
     edits: Vec<(usize, usize, String)>,
     /// Per edit, the change it reports (`None`: part of another edit's).
     changes: Vec<Option<Change>>,
+    /// Per edit, where its lines went when it moves or deletes lines.
+    orders: Vec<Option<LineOrder>>,
     refusals: Vec<Refusal>,
 }
 
@@ -138,6 +193,7 @@ impl<'a> Edits<'a> {
             text,
             edits: Vec::new(),
             changes: Vec::new(),
+            orders: Vec::new(),
             refusals: Vec::new(),
         }
     }
@@ -145,12 +201,27 @@ impl<'a> Edits<'a> {
     fn replace(&mut self, range: (usize, usize), with: String, line: usize, summary: String) {
         self.edits.push((range.0, range.1, with));
         self.changes.push(Some(Change { line, summary }));
+        self.orders.push(None);
+    }
+
+    /// A replacement of whole lines that moves or deletes some (pass 0).
+    fn replace_lines(
+        &mut self,
+        range: (usize, usize),
+        with: String,
+        change: Change,
+        order: LineOrder,
+    ) {
+        self.edits.push((range.0, range.1, with));
+        self.changes.push(Some(change));
+        self.orders.push(Some(order));
     }
 
     /// An edit that is part of a change another edit reports.
     fn replace_quietly(&mut self, range: (usize, usize), with: String) {
         self.edits.push((range.0, range.1, with));
         self.changes.push(None);
+        self.orders.push(None);
     }
 
     fn refuse(&mut self, line: usize, why: String) {
@@ -158,7 +229,7 @@ impl<'a> Edits<'a> {
     }
 
     /// The edited text; overlapping edits keep the first and are reported.
-    fn apply(mut self) -> (String, Vec<Change>, Vec<Refusal>) {
+    fn apply(mut self) -> (String, Vec<Change>, Vec<Refusal>, Vec<LineOrder>) {
         let mut order: Vec<usize> = (0..self.edits.len()).collect();
         order.sort_by_key(|&i| (self.edits[i].0, self.edits[i].1));
         let mut kept: Vec<usize> = Vec::new();
@@ -188,7 +259,11 @@ impl<'a> Edits<'a> {
             .iter()
             .filter_map(|&i| self.changes[i].clone())
             .collect();
-        (out, changes, self.refusals)
+        let orders = kept
+            .iter()
+            .filter_map(|&i| self.orders[i].clone())
+            .collect();
+        (out, changes, self.refusals, orders)
     }
 }
 
@@ -407,7 +482,7 @@ fn arcs(root: &Node) -> Vec<&Node> {
 }
 
 // ---------------------------------------------------------------------------
-// Pass 1: key renames
+// Pass 2: key renames
 // ---------------------------------------------------------------------------
 
 /// Rename the key at `key` (whose text is `from`) to `to`.
@@ -478,7 +553,7 @@ fn renames(root: &Node, e: &mut Edits) {
 }
 
 // ---------------------------------------------------------------------------
-// Pass 2: templates
+// Pass 3: templates
 // ---------------------------------------------------------------------------
 
 /// Where a template is, which decides what `output` means there.
@@ -783,7 +858,7 @@ fn loop_locals(expr: &str) -> BTreeSet<&str> {
 }
 
 // ---------------------------------------------------------------------------
-// Pass 3: structure
+// Pass 4: structure
 // ---------------------------------------------------------------------------
 
 fn structure(root: &Node, e: &mut Edits) {
@@ -808,6 +883,7 @@ fn structure(root: &Node, e: &mut Edits) {
         }
     }
     shapes::structure(root, e);
+    keychain::declarations(root, e);
 }
 
 /// `- else: {do: ...}` → `- else: {then: {do: ...}}`.
@@ -850,7 +926,7 @@ fn task_set(t: &Node, name: &str, e: &mut Edits) {
     let Some((k, v)) = t.entry("set") else { return };
     let line = k.span.line;
     if t.get("spec").is_some() {
-        tool_fields::set_beside_spec(t, name, (k, v), e);
+        tool_fields::set_beside_spec(t, &format!("task `{name}`: `set`"), (k, v), e);
         return;
     }
     let indent = k.span.offset - line_start(e.text, k.span.offset);
@@ -984,7 +1060,12 @@ fn step_set(s: &Node, name: &str, e: &mut Edits) {
             remove_entry(e, k.span.offset);
             return;
         }
-        e.refuse(line, format!("step `{name}`: step-level `{}`: its last task's `spec` has a `policy`; add `set_ctx` to a rule of it by hand", k.name));
+        // Into the fallback rule of the policy the last task has.
+        let whose = format!(
+            "step `{name}`: step-level `{}` (into its last task)",
+            k.name
+        );
+        tool_fields::set_beside_spec(task, &whose, (k, v), e);
         return;
     }
     let Some((last_key, _)) = task.entries().last() else {

@@ -5,7 +5,7 @@
 //! - `loop.spec.policy.mode` / `loop.spec.policy.max_in_flight` →
 //!   `loop.spec.mode` / `loop.spec.max_in_flight`;
 //! - `executor.spec.policy.limits.<limit>` → `executor.spec.limits.<limit>`;
-//! - `executor.spec.policy.defaults.timeouts` → `executor.spec.timeout`
+//! - `executor.spec.policy.defaults.timeouts` (or `timeout_s`) → `executor.spec.timeout`
 //!   (the outermost layer of every task's `spec.timeout`).
 //!
 //! A setting written both ways with different values is refused (E004) at
@@ -170,7 +170,8 @@ pub(crate) fn loop_spec(loop_: &mut Node, path: &str, diags: &mut Diagnostics) {
 }
 
 /// `executor.spec.policy.limits.*` → `executor.spec.limits.*`;
-/// `executor.spec.policy.defaults.timeouts` → `executor.spec.timeout`.
+/// `executor.spec.policy.defaults.timeouts` (or NoETL's `timeout_s`) →
+/// `executor.spec.timeout`.
 pub(crate) fn executor_spec(root: &mut Node, diags: &mut Diagnostics) {
     let Some(spec) = get_mut(root, "executor").and_then(|e| get_mut(e, "spec")) else {
         return;
@@ -191,13 +192,16 @@ pub(crate) fn executor_spec(root: &mut Node, diags: &mut Diagnostics) {
         };
         lift(spec, &at, &l, diags);
     }
-    let l = Lift {
-        from: &["policy", "defaults"],
-        key: "timeouts",
-        to: &[],
-        to_key: "timeout",
-    };
-    lift(spec, &at, &l, diags);
+    // `timeout_s` is NoETL's name of the same default (seconds).
+    for key in ["timeouts", "timeout_s"] {
+        let l = Lift {
+            from: &["policy", "defaults"],
+            key,
+            to: &[],
+            to_key: "timeout",
+        };
+        lift(spec, &at, &l, diags);
+    }
 }
 
 #[cfg(test)]
@@ -226,6 +230,18 @@ mod tests {
             j["executor"]["spec"]["policy"],
             json!({"limits": {}, "defaults": {}})
         );
+    }
+
+    #[test]
+    fn noetl_s_default_timeout_s_is_the_default_task_timeout() {
+        let (j, d) =
+            run("executor:\n  spec:\n    policy:\n      defaults:\n        timeout_s: 30\n");
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(j["executor"]["spec"]["timeout"], 30);
+        let (_, d) = run(
+            "executor:\n  spec:\n    policy:\n      defaults: { timeouts: 5, timeout_s: 30 }\n",
+        );
+        assert_eq!(d.codes(), ["E004"]);
     }
 
     #[test]

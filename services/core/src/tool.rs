@@ -532,6 +532,11 @@ pub const UNAVAILABLE: &[Unavailable] = &[
         "run the script with `kind: python` or `kind: shell`",
     ),
     unavailable_kind(
+        "subscription",
+        "a message source the mesh does not run (Kafka, Google Pub/Sub) to drain",
+        "read NATS messages and keys with `kind: nats`; feed other queues to the engine over `http` or NATS",
+    ),
+    unavailable_kind(
         "ducklake",
         "a DuckLake catalog and its cloud data store",
         "use `kind: duckdb` on local files, or `kind: postgres`",

@@ -1146,6 +1146,15 @@ impl Validator {
         for (key, value) in t.entries() {
             let name = key.name.as_str();
             let kp = format!("{tp}/{}", escape(name));
+            if name == "auth" && value.is_map() {
+                let service = seeds::cloud_auth(&value.to_json());
+                let (code, message, help) = match service {
+                    Some(service) => ("E007", format!("`auth` of {whose} resolves from {service}, which this engine does not reach"), "store the credential with `noetl credential put NAME` and name it: `auth: NAME` (declared in `keychain`)"),
+                    None => ("E004", format!("`auth` of {whose} must be the name of a keychain entry, found a mapping"), "declare the credential in the root `keychain` and name it: `auth: NAME`"),
+                };
+                self.err(code, value.span, &kp, message, help);
+                continue;
+            }
             if let Some(f) = k.fields.iter().find(|f| f.name == name) {
                 let v = value.to_json();
                 if !v.is_null() && !fits(f.ty, &v) {

@@ -48,6 +48,57 @@ const LOOP_EXEC: &[&str] = &["distributed", "local"];
 /// Task policy `on_unmatched` values.
 pub const ON_UNMATCHED: &[&str] = &["continue", "fail"];
 
+/// The cloud service an `auth` written as a mapping resolves from, when it
+/// names one: NoETL's inline forms (`{source: adc}`, `{provider:
+/// secret_manager, ...}`, a DuckDB `{gcs: {...}}` secret).
+pub(super) fn cloud_auth(auth: &serde_json::Value) -> Option<&'static str> {
+    let obj = auth.as_object()?;
+    let text = |k: &str| obj.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let lower = |s: &str| s.to_ascii_lowercase();
+    if matches!(
+        lower(text("source")).as_str(),
+        "adc" | "gcp" | "workload_identity"
+    ) {
+        return Some("Google Application Default Credentials (a GCP service account)");
+    }
+    if !text("provider").is_empty() || lower(text("source")) == "secret_manager" {
+        return Some(
+            "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
+        );
+    }
+    let service = lower(text("service"));
+    let kind = lower(text("type"));
+    let scope = lower(text("scope"));
+    if service.starts_with("gcs")
+        || kind.starts_with("gcs")
+        || kind == "gcp"
+        || scope.starts_with("gs://")
+    {
+        return Some("Google Cloud Storage");
+    }
+    if service.starts_with("s3")
+        || kind.starts_with("s3")
+        || kind == "aws"
+        || scope.starts_with("s3://")
+    {
+        return Some("Amazon S3");
+    }
+    if lower(text("tool")) == "hmac" {
+        return Some("cloud storage (GCS or S3 HMAC keys)");
+    }
+    // A mapping of named secrets (DuckDB's `auth: {pg_db: {...}, gcs_secret: {...}}`).
+    obj.iter().find_map(|(k, v)| {
+        let k = lower(k);
+        if k.starts_with("gcs") || k == "gcp" {
+            Some("Google Cloud Storage")
+        } else if k.starts_with("s3") || k == "aws" {
+            Some("Amazon S3")
+        } else {
+            v.is_object().then(|| cloud_auth(v)).flatten()
+        }
+    })
+}
+
 impl Validator {
     /// A keychain entry's `kind` must be one the keychain resolves (E004);
     /// a kind that needs a cloud service says which.

@@ -259,6 +259,30 @@ fn e007_a_noetl_kind_that_needs_a_cloud_service_is_refused_naming_it() {
     }
 }
 
+#[test]
+fn e007_an_inline_auth_from_a_cloud_service_is_refused_naming_it() {
+    let src = pb("  - step: a\n    tool:\n      kind: http\n      url: http://x\n      auth:\n        source: adc\n");
+    let d = message(&src, "E007");
+    assert!(
+        d.message
+            .contains("resolves from Google Application Default Credentials"),
+        "{}",
+        d.message
+    );
+    let src = pb("  - step: a\n    tool:\n      kind: duckdb\n      command: select 1\n      auth:\n        pg_db: { source: credential, tool: postgres }\n        gcs: { source: credential, type: gcs_hmac }\n");
+    assert!(message(&src, "E007")
+        .message
+        .contains("Google Cloud Storage"));
+    let src = pb("  - step: a\n    tool:\n      kind: http\n      url: http://x\n      auth: { openai: { type: bearer, provider: secret_manager } }\n");
+    assert!(message(&src, "E007")
+        .message
+        .contains("cloud secret manager"));
+    // Any other mapping: the name of a keychain entry is expected.
+    let src = pb("  - step: a\n    tool:\n      kind: http\n      url: http://x\n      auth: { type: bearer, credential: api }\n");
+    assert_eq!(codes(&src), ["E004"]);
+    assert!(message(&src, "E004").help.unwrap().contains("`auth: NAME`"));
+}
+
 // ---------------------------------------------------------------- E010..E017
 
 #[test]

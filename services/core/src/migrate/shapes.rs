@@ -6,7 +6,7 @@
 
 use super::{
     entry_end, fallback_rule, line_start, next_line, reindent, rename, replace_entry, rules, steps,
-    tasks, value_text, Edits,
+    tasks, value_text, Change, Edits, LineOrder,
 };
 use crate::yaml::{Key, Node, NodeKind};
 
@@ -28,18 +28,6 @@ const ROOT_SECTIONS: &[&str] = &[
 /// writes every one of them to the execution's variables as `x`.
 const SET_SCOPES: &[&str] = &["ctx.", "iter.", "step.", "vars."];
 
-/// The line of the original file that line `line` of a text became after
-/// the lines `removed` (original line numbers, ascending) were deleted.
-pub(super) fn original_line(line: usize, removed: &[usize]) -> usize {
-    let mut old = line;
-    for r in removed {
-        if *r <= old {
-            old += 1;
-        }
-    }
-    old
-}
-
 // ---------------------------------------------------------------------------
 // Pass 0: workbook tasks written `{name, tool: {kind, ...}}`
 // ---------------------------------------------------------------------------
@@ -47,9 +35,8 @@ pub(super) fn original_line(line: usize, removed: &[usize]) -> usize {
 /// A NoETL workbook task keeps its tool under `tool:`
 /// (`- name: t` / `tool: { kind: python, code: ... }`); canonical workbook
 /// tasks are tasks (`- name: t` / `kind: python` / `code: ...`). The
-/// fields move up one level and the `tool:` line goes: the only pass that
-/// deletes lines, one per change, so later passes map their lines back
-/// ([`original_line`]).
+/// fields move up one level and the `tool:` line goes (later passes map
+/// their lines back through the [`LineOrder`] of each change).
 pub(super) fn unwrap(root: &Node, e: &mut Edits) {
     let Some(wb) = root.get("workbook") else {
         return;
@@ -100,12 +87,192 @@ pub(super) fn unwrap(root: &Node, e: &mut Edits) {
         let with = reindent(&text[from..to], child_indent, key_indent);
         let summary =
             format!("workbook task `{name}`: its `tool:` fields → the task's own (`kind: {kind}`)");
-        replace_entry(e, k.span.offset, with, line, summary);
+        let start = line_start(text, k.span.offset);
+        let count = text[start..to].matches('\n').count();
+        let order = LineOrder {
+            first: line,
+            count,
+            order: (line + 1..line + count).collect(),
+        };
+        e.replace_lines((start, to), with, Change { line, summary }, order);
     }
 }
 
+/// Task fields NoETL accepts under a task's `spec` (besides the kind's own
+/// fields): its names of them, which the later passes rewrite.
+const NESTED_FIELDS: &[&str] = &["input", "inputs", "with", "args", "set", "result"];
+
+/// Whether `field` under the `spec` of a `kind` task is a task field:
+/// one the kind reads or NoETL's name of one. `policy` and `timeout` are
+/// the spec's own.
+fn nested_field(kind: &crate::tool::Kind, field: &str) -> bool {
+    !matches!(field, "policy" | "timeout")
+        && (kind.fields.iter().any(|f| f.name == field)
+            || NESTED_FIELDS.contains(&field)
+            || super::tool_field_hint(kind.name, field).is_some())
+}
+
+/// NoETL playbooks that call themselves v10 (its `examples/`) write the
+/// tool's fields under the task's `spec`, beside `policy`
+/// (`kind: http` / `spec: {method, url, policy}`); canonical tasks carry
+/// their fields themselves and keep `spec` for runtime knobs. The fields
+/// move up one level, above `spec:` (deleted when nothing is left in it).
+fn spec_fields(root: &Node, e: &mut Edits) {
+    for (t, name) in tasks(root) {
+        let Some(kind) = t
+            .get("kind")
+            .and_then(Node::as_str)
+            .and_then(crate::tool::kind)
+        else {
+            continue;
+        };
+        let Some((sk, spec)) = t.entry("spec") else {
+            continue;
+        };
+        let NodeKind::Map(entries) = &spec.kind else {
+            continue;
+        };
+        let nested: Vec<bool> = entries
+            .iter()
+            .map(|(k, _)| nested_field(kind, &k.name))
+            .collect();
+        if !nested.contains(&true) {
+            continue;
+        }
+        let text = e.text;
+        let line = sk.span.line;
+        if spec.span.offset < next_line(text, sk.span.offset) {
+            e.refuse(line, format!("task `{name}`: its `spec` is a flow mapping holding tool fields: write them on the task itself, in block style"));
+            continue;
+        }
+        if let Some((dup, _)) = entries
+            .iter()
+            .zip(&nested)
+            .find(|((k, _), n)| **n && t.get(&k.name).is_some())
+            .map(|(entry, _)| entry)
+        {
+            e.refuse(
+                line,
+                format!(
+                    "task `{name}`: both the task and its `spec` have `{}`: keep the task's",
+                    dup.name
+                ),
+            );
+            continue;
+        }
+        let key_indent = sk.span.offset - line_start(text, sk.span.offset);
+        let child_indent = entries[0].0.span.offset - line_start(text, entries[0].0.span.offset);
+        let from = line_start(text, sk.span.offset);
+        let to = entry_end(text, sk.span.offset);
+        let head_end = line_start(text, entries[0].0.span.offset);
+        let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+        let lines = |a: usize, b: usize| line_of(a)..line_of(a) + text[a..b].matches('\n').count();
+        let (mut up, mut down) = (String::new(), String::new());
+        let (mut up_lines, mut down_lines) = (Vec::new(), Vec::new());
+        let mut moved = Vec::new();
+        for (i, ((k, _), n)) in entries.iter().zip(&nested).enumerate() {
+            let a = line_start(text, k.span.offset);
+            let b = entries
+                .get(i + 1)
+                .map_or(to, |(next, _)| line_start(text, next.span.offset));
+            if *n {
+                up.push_str(&reindent(&text[a..b], child_indent, key_indent));
+                up_lines.extend(lines(a, b));
+                moved.push(format!("`{}`", k.name));
+            } else {
+                down.push_str(&text[a..b]);
+                down_lines.extend(lines(a, b));
+            }
+        }
+        let mut order = up_lines;
+        let with = if down.is_empty() {
+            up
+        } else {
+            order.extend(lines(from, head_end));
+            order.extend(down_lines);
+            format!("{up}{}{down}", &text[from..head_end])
+        };
+        let summary = format!(
+            "task `{name}`: {} from `spec` → the task's own fields",
+            moved.join(", ")
+        );
+        let order = LineOrder {
+            first: line_of(from),
+            count: text[from..to].matches('\n').count(),
+            order,
+        };
+        e.replace_lines((from, to), with, Change { line, summary }, order);
+    }
+}
+
+/// NoETL's artifact tool reads its fields from the task's `input`
+/// (`kind: artifact` / `input: {result_ref: ...}`); canonical artifact
+/// tasks carry them (docs/tools.md). The `input:` line goes and its fields
+/// move up one level.
+fn artifact_input(root: &Node, e: &mut Edits) {
+    let Some(kind) = crate::tool::kind("artifact") else {
+        return;
+    };
+    for (t, name) in tasks(root) {
+        if t.get("kind").and_then(Node::as_str) != Some("artifact") {
+            continue;
+        }
+        let Some((k, input)) = t.entry("input") else {
+            continue;
+        };
+        let text = e.text;
+        let line = k.span.line;
+        let NodeKind::Map(entries) = &input.kind else {
+            continue;
+        };
+        if entries.is_empty() || input.span.offset < next_line(text, k.span.offset) {
+            e.refuse(line, format!("task `{name}`: an artifact task's `input` is a flow mapping: write its fields (`result_ref`, `uri`...) on the task itself"));
+            continue;
+        }
+        if let Some((f, _)) = entries
+            .iter()
+            .find(|(f, _)| !kind.fields.iter().any(|x| x.name == f.name))
+        {
+            e.refuse(line, format!("task `{name}`: `input.{}` is not a field of an artifact task (action, data, uri, result_ref)", f.name));
+            continue;
+        }
+        if let Some((f, _)) = entries.iter().find(|(f, _)| t.get(&f.name).is_some()) {
+            e.refuse(
+                line,
+                format!(
+                    "task `{name}`: both the task and its `input` have `{}`: keep the task's",
+                    f.name
+                ),
+            );
+            continue;
+        }
+        let key_indent = k.span.offset - line_start(text, k.span.offset);
+        let child_indent = entries[0].0.span.offset - line_start(text, entries[0].0.span.offset);
+        let start = line_start(text, k.span.offset);
+        let from = next_line(text, k.span.offset);
+        let to = entry_end(text, k.span.offset);
+        let count = text[start..to].matches('\n').count();
+        let order = LineOrder {
+            first: line,
+            count,
+            order: (line + 1..line + count).collect(),
+        };
+        let summary = format!("task `{name}`: artifact `input` fields → the task's own");
+        let with = reindent(&text[from..to], child_indent, key_indent);
+        e.replace_lines((start, to), with, Change { line, summary }, order);
+    }
+}
+
+/// Pass 1: NoETL's nesting of task fields undone (tool fields under a
+/// task's `spec`, an artifact task's `input`); with pass 0 ([`unwrap`]),
+/// the passes that move and delete lines.
+pub(super) fn unnest(root: &Node, e: &mut Edits) {
+    spec_fields(root, e);
+    artifact_input(root, e);
+}
+
 // ---------------------------------------------------------------------------
-// Pass 1: renames (the line count stays)
+// Pass 2: renames (the line count stays)
 // ---------------------------------------------------------------------------
 
 /// Renames of NoETL fields: a playbook task's `payload` (→ `args`) and
@@ -312,7 +479,7 @@ fn arc_set(arc: &Node, step: &str, e: &mut Edits) {
 }
 
 // ---------------------------------------------------------------------------
-// Pass 3: structure
+// Pass 4: structure
 // ---------------------------------------------------------------------------
 
 /// The structural rewrites of NoETL shapes.
@@ -336,6 +503,21 @@ pub(super) fn structure(root: &Node, e: &mut Edits) {
                     "workbook task `{name}`: `assert` commented out (no NoETL engine reads it)"
                 ),
             );
+        }
+    }
+    for entry in root.get("keychain").map(Node::items).unwrap_or_default() {
+        cloud_secret(entry, e);
+    }
+    for (t, name) in tasks(root) {
+        // A task's own `output` (NoETL's Rust worker): the same hint.
+        let kind = t
+            .get("kind")
+            .and_then(Node::as_str)
+            .and_then(crate::tool::kind);
+        if let (Some(kind), Some((k, v))) = (kind, t.entry("output")) {
+            if !kind.fields.iter().any(|f| f.name == "output") && v.is_map() {
+                comment_out(e, k, format!("task `{name}`: `output` (NoETL's result-storage hint: `store`, `inline_max_bytes`) commented out: a result above `max_payload_bytes` travels by reference"));
+            }
         }
     }
     for (s, name) in steps(root) {
@@ -377,6 +559,54 @@ fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
 
 /// Turn the entry whose key is `k` into comments (`# ` after each line's
 /// indentation), keeping what it said.
+/// A keychain entry NoETL fetches from a cloud secret manager
+/// (`kind: secrets` / `secret_manager`, `provider`, `map` of the fields and
+/// their secret paths) becomes a `secret` of the local encrypted store,
+/// which the user fills (`noetl credential put`): the engine reaches no
+/// secret manager (docs/security.md). `{{ keychain.name.field }}` reads the
+/// same fields.
+fn cloud_secret(entry: &Node, e: &mut Edits) {
+    let Some((_, kind)) = entry
+        .entry("kind")
+        .filter(|(_, v)| matches!(v.as_str(), Some("secrets" | "secret_manager")))
+    else {
+        return;
+    };
+    let name = entry.get("name").and_then(Node::as_str).unwrap_or("?");
+    let fields: Vec<&str> = entry
+        .get("map")
+        .map(Node::entries)
+        .unwrap_or_default()
+        .iter()
+        .map(|(k, _)| k.name.as_str())
+        .collect();
+    let fields = if fields.is_empty() {
+        String::new()
+    } else {
+        format!(" with the fields {}", fields.join(", "))
+    };
+    let was = kind.as_str().unwrap_or_default();
+    let quoted = e.text[kind.span.offset..].starts_with(['"', '\'']);
+    let end = kind.span.offset + was.len() + if quoted { 2 } else { 0 };
+    e.replace(
+        (kind.span.offset, end),
+        "secret".into(),
+        kind.span.line,
+        format!("keychain `{name}`: `kind: {was}` (a cloud secret manager, not reached here) → `kind: secret`: store its value with `noetl credential put {name} --kind secret`{fields}"),
+    );
+    for key in ["provider", "auth", "map"] {
+        if let Some((k, _)) = entry.entry(key) {
+            comment_out(
+                e,
+                k,
+                format!(
+                    "keychain `{name}`: `{key}` (where the secret manager keeps it) commented out"
+                ),
+            );
+        }
+    }
+}
+
 fn comment_out(e: &mut Edits, k: &Key, summary: String) {
     let text = e.text;
     let from = line_start(text, k.span.offset);
@@ -675,10 +905,174 @@ mod tests {
     }
 
     #[test]
-    fn lines_after_removed_ones_map_back() {
-        assert_eq!(super::original_line(3, &[5]), 3);
-        assert_eq!(super::original_line(5, &[5]), 6);
-        assert_eq!(super::original_line(9, &[2, 5]), 11);
+    fn lines_map_back_through_deletions_and_moves() {
+        use super::LineOrder;
+        // Line 5 deleted: 1-4 stay, 6.. move up one.
+        let gone = LineOrder {
+            first: 5,
+            count: 3,
+            order: vec![6, 7],
+        };
+        assert_eq!(LineOrder::origin(9, &[gone]), vec![1, 2, 3, 4, 6, 7, 8, 9]);
+        // Lines 2-3 moved above line 1's spec header at 1; line 6 deleted.
+        let moved = LineOrder {
+            first: 1,
+            count: 3,
+            order: vec![2, 3, 1],
+        };
+        let gone = LineOrder {
+            first: 6,
+            count: 2,
+            order: vec![7],
+        };
+        assert_eq!(
+            LineOrder::origin(8, &[gone, moved]),
+            vec![2, 3, 1, 4, 5, 7, 8]
+        );
+    }
+
+    #[test]
+    fn a_cloud_secret_becomes_a_local_secret_with_the_same_fields() {
+        let m = migrate(&playbook(
+            "keychain:\n  - name: openai_token\n    kind: secrets\n    provider: gcp\n    scope: global\n    auth: \"{{ gcp_auth }}\"\n    map:\n      api_key: \"{{ openai_secret_path }}\"\nworkflow:\n  - step: start\n    tool: { kind: noop }\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("  - name: openai_token\n    kind: secret\n    # provider: gcp\n    scope: global\n    # auth: \"{{ gcp_auth }}\"\n    # map:\n    #   api_key: \"{{ openai_secret_path }}\"\n"),
+            "{}",
+            m.text
+        );
+        assert!(m.report()[0].1.contains("store its value with `noetl credential put openai_token --kind secret` with the fields api_key"), "{:?}", m.report());
+        assert!(
+            crate::load::load_playbook(&m.text, "t.yaml").is_ok(),
+            "{}",
+            m.text
+        );
+    }
+
+    #[test]
+    fn a_task_s_own_output_hint_is_commented_out() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: postgres\n      connection: x\n      command: select 1\n      output:\n        store: { kind: kv }\n        inline_max_bytes: 0\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains(
+                "      # output:\n      #   store: { kind: kv }\n      #   inline_max_bytes: 0\n"
+            ),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.report()[0]
+                .1
+                .contains("`output` (NoETL's result-storage hint"),
+            "{:?}",
+            m.report()
+        );
+    }
+
+    #[test]
+    fn a_step_set_joins_the_else_rule_of_its_last_task_s_policy() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: noop\n      spec:\n        policy:\n          rules:\n            - when: \"{{ outcome.status == 'error' }}\"\n              then:\n                do: retry\n            - else:\n                then:\n                  do: continue\n    set:\n      ctx.n: 1\n",
+        ))
+        .unwrap();
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
+        assert!(
+            m.text.ends_with("            - else:\n                then:\n                  do: continue\n                  set:\n                    ctx.n: 1\n"),
+            "{}",
+            m.text
+        );
+        assert!(
+            crate::load::load_playbook(&m.text, "t.yaml").is_ok(),
+            "{}",
+            m.text
+        );
+    }
+
+    #[test]
+    fn an_artifact_task_s_input_fields_become_its_own() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      - name: load\n        kind: artifact\n        action: get\n        input:\n          result_ref: '{{ fetch.x }}'\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            m.text,
+            playbook("workflow:\n  - step: start\n    tool:\n      - name: load\n        kind: artifact\n        action: get\n        result_ref: '{{ fetch.x }}'\n")
+        );
+        assert_eq!(
+            m.report(),
+            vec![(
+                10,
+                "task `load`: artifact `input` fields → the task's own".to_string()
+            )]
+        );
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      - name: load\n        kind: artifact\n        input:\n          path: x\n",
+        ))
+        .unwrap();
+        assert!(
+            m.refusals[0].why.contains("`input.path` is not a field"),
+            "{:?}",
+            m.refusals
+        );
+    }
+
+    #[test]
+    fn tool_fields_under_spec_become_the_task_s_own() {
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: http\n      spec:\n        # the call\n        method: GET\n        endpoint: '{{ workload.api }}'\n        policy:\n          rules:\n            - else:\n                then: { do: continue }\n        input:\n          x: 1\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            m.text,
+            playbook("workflow:\n  - step: start\n    tool:\n      kind: http\n      method: GET\n      url: '{{ workload.api }}'\n      input:\n        x: 1\n      spec:\n        # the call\n        policy:\n          rules:\n            - else:\n                then: { do: continue }\n")
+        );
+        let report = m.report();
+        // Each change at its line of the original file.
+        assert!(
+            report.contains(&(
+                8,
+                "task `#1`: `method`, `endpoint`, `input` from `spec` → the task's own fields"
+                    .into()
+            )),
+            "{report:?}"
+        );
+        assert!(
+            report
+                .iter()
+                .any(|(l, s)| *l == 11 && s.contains("`endpoint` → `url`")),
+            "{report:?}"
+        );
+        // What has no canonical field is refused where it was written.
+        assert!(
+            report
+                .iter()
+                .any(|(l, s)| *l == 16 && s.contains("refused: task `#1`: `input` on a http task")),
+            "{report:?}"
+        );
+        // Only tool fields: the `spec:` line goes.
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: python\n      spec:\n        code: result = 1\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            m.text,
+            playbook("workflow:\n  - step: start\n    tool:\n      kind: python\n      code: result = 1\n")
+        );
+        // A field on both levels is left as written, saying why.
+        let m = migrate(&playbook(
+            "workflow:\n  - step: start\n    tool:\n      kind: python\n      code: result = 2\n      spec:\n        code: result = 1\n",
+        ))
+        .unwrap();
+        assert!(
+            m.refusals[0]
+                .why
+                .contains("both the task and its `spec` have `code`"),
+            "{:?}",
+            m.refusals
+        );
     }
 
     #[test]

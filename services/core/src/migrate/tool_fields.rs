@@ -44,7 +44,7 @@ fn form_header(t: &Node) -> bool {
     })
 }
 
-/// Pass 1: NoETL's names of canonical tool fields → the canonical names.
+/// Pass 2: NoETL's names of canonical tool fields → the canonical names.
 pub(super) fn renames(root: &Node, e: &mut Edits) {
     for (t, name) in tasks(root) {
         match kind_of(t) {
@@ -207,7 +207,7 @@ fn http_renames(t: &Node, name: &str, e: &mut Edits) {
     );
 }
 
-/// Pass 3: an http task's `timeout` / `timeout_seconds` → `spec.timeout`;
+/// Pass 4: an http task's `timeout` / `timeout_seconds` → `spec.timeout`;
 /// `output_select` and postgres `pool` removed (what they tuned is
 /// automatic here).
 pub(super) fn structure(root: &Node, e: &mut Edits) {
@@ -310,7 +310,7 @@ fn block_child_indent(text: &str, k: &Key, v: &Node) -> Option<usize> {
 /// (`else`), which runs when no other rule matched, i.e. when the task
 /// ended well; a policy without a fallback rule gets one (`do:
 /// continue`). Called by `task_set` for tasks with a `spec`.
-pub(super) fn set_beside_spec(t: &Node, name: &str, (k, v): (&Key, &Node), e: &mut Edits) {
+pub(super) fn set_beside_spec(t: &Node, whose: &str, (k, v): (&Key, &Node), e: &mut Edits) {
     let line = k.span.line;
     let text = e.text;
     let dotted = v
@@ -318,11 +318,11 @@ pub(super) fn set_beside_spec(t: &Node, name: &str, (k, v): (&Key, &Node), e: &m
         .iter()
         .any(|(k, _)| k.name.starts_with("ctx.") || k.name.starts_with("iter."));
     let field = if dotted { "set" } else { "set_ctx" };
-    let summary = format!("task `{name}`: `set` → `{field}` of its `spec.policy` fallback rule");
+    let summary = format!("{whose} → `{field}` of its `spec.policy` fallback rule");
     let by_hand = |e: &mut Edits, why: &str| {
         e.refuse(
             line,
-            format!("task `{name}`: `set` next to a `spec` {why}: add `set_ctx` to a rule of its `spec.policy` by hand"),
+            format!("{whose} next to a `spec` {why}: add `set_ctx` to a rule of its `spec.policy` by hand"),
         );
     };
     let Some((sk, spec)) = t.entry("spec") else {
@@ -503,12 +503,23 @@ mod tests {
 
     #[test]
     fn sql_aliases_become_command_and_credential_auth() {
-        let (t, r) = run("      - name: q\n        kind: postgres\n        credential: pg\n        query: select 1\n");
-        assert_eq!(t, "      - name: q\n        kind: postgres\n        auth: pg\n        command: select 1\n");
+        let m = migrate(&format!("{HEAD}      - name: q\n        kind: postgres\n        credential: pg\n        query: select 1\n")).unwrap();
+        // The credential is declared too (migrate/keychain.rs).
+        let head = HEAD.replace(
+            "workflow:",
+            "keychain:\n  - name: pg\n    kind: postgres_credential\nworkflow:",
+        );
+        assert_eq!(m.text, format!("{head}      - name: q\n        kind: postgres\n        auth: pg\n        command: select 1\n"));
+        let r: Vec<String> = m
+            .report()
+            .into_iter()
+            .map(|(l, s)| format!("{l}: {s}"))
+            .collect();
         assert_eq!(
             r,
             [
                 "10: task `q`: `credential` → `auth`",
+                "10: task `q`: `auth: pg` → declared in `keychain` (kind postgres_credential)",
                 "11: task `q`: `query` → `command`"
             ]
         );

@@ -1,0 +1,234 @@
+//! `noetl migrate`: keychain declarations for the credentials a NoETL
+//! playbook names by `auth` (docs/migrate.md, "Credentials").
+//!
+//! NoETL looks a task's `auth: pg_k8s` up on its server by name; here a
+//! playbook declares the credentials it uses in its root `keychain` (only
+//! declared entries are decrypted, docs/security.md). Every name a postgres
+//! or nats task (a transfer's side, a cursor loop) gives, as written or
+//! through a workload default (`auth: "{{ workload.pg_auth }}"`), gets an
+//! entry of the kind that tool reads, appended to `keychain` (made when
+//! there is none).
+
+use std::collections::BTreeMap;
+
+use super::{entry_end, line_start, steps, tasks, Edits};
+use crate::yaml::Node;
+
+/// The keychain kind the tool `kind` reads its `auth` as, when it reads
+/// one kind only.
+fn credential_kind(kind: &str) -> Option<&'static str> {
+    match kind {
+        "postgres" => Some("postgres_credential"),
+        "nats" => Some("secret"),
+        _ => None,
+    }
+}
+
+/// One credential to declare: its kind and where it was first named.
+struct Wanted {
+    kind: &'static str,
+    line: usize,
+    who: String,
+}
+
+/// The credential name an `auth` value gives before the run: the text
+/// itself, or the workload default it reads (`{{ workload.x }}` or
+/// `{{ x }}`). `Err` holds the template when it is computed at run time.
+fn auth_name<'a>(auth: &'a Node, workload: Option<&'a Node>) -> Result<Option<&'a str>, ()> {
+    let Some(text) = auth.as_str() else {
+        return Ok(None); // a mapping: the validator says what it is
+    };
+    let text = text.trim();
+    if !text.contains("{{") && !text.contains("{%") {
+        return Ok((!text.is_empty()).then_some(text));
+    }
+    let inner = text
+        .strip_prefix("{{")
+        .and_then(|t| t.strip_suffix("}}"))
+        .map(str::trim)
+        .ok_or(())?;
+    let var = inner.strip_prefix("workload.").unwrap_or(inner);
+    if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(());
+    }
+    match workload.and_then(|w| w.get(var)).and_then(Node::as_str) {
+        Some(name) if !name.contains("{{") && !name.trim().is_empty() => Ok(Some(name.trim())),
+        _ => Err(()),
+    }
+}
+
+/// Declare in `keychain` each credential a task names by `auth` and the
+/// playbook does not declare.
+pub(super) fn declarations(root: &Node, e: &mut Edits) {
+    let declared: Vec<&str> = root
+        .get("keychain")
+        .map(Node::items)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|k| k.get("name").and_then(Node::as_str))
+        .collect();
+    let workload = root.get("workload");
+    let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
+    let mut want = |e: &mut Edits, auth: &Node, kind: &'static str, who: String| {
+        match auth_name(auth, workload) {
+            Ok(Some(name)) if !declared.contains(&name) => match wanted.get(name) {
+                Some(w) if w.kind != kind => e.refuse(
+                    auth.span.line,
+                    format!("{who}: `auth: {name}` is read as a {kind} here and as a {} by {}: declare `{name}` in `keychain` yourself", w.kind, w.who),
+                ),
+                Some(_) => {}
+                None => {
+                    wanted.insert(
+                        name.to_string(),
+                        Wanted {
+                            kind,
+                            line: auth.span.line,
+                            who,
+                        },
+                    );
+                }
+            },
+            Ok(_) => {}
+            Err(()) => e.refuse(
+                auth.span.line,
+                format!("{who}: its `auth` names the credential at run time: declare that credential in `keychain` (`- {{name: NAME, kind: {kind}}}`)"),
+            ),
+        }
+    };
+    for (t, name) in tasks(root) {
+        let tool = t.get("kind").and_then(Node::as_str).unwrap_or_default();
+        if let (Some(kind), Some(auth)) = (credential_kind(tool), t.get("auth")) {
+            want(e, auth, kind, format!("task `{name}`"));
+        }
+        if tool == "transfer" {
+            for side in ["source", "target"] {
+                let Some(s) = t.get(side) else { continue };
+                let side_tool = s.get("tool").and_then(Node::as_str).unwrap_or_default();
+                if let (Some(kind), Some(auth)) = (credential_kind(side_tool), s.get("auth")) {
+                    want(e, auth, kind, format!("task `{name}` ({side})"));
+                }
+            }
+        }
+    }
+    for (s, name) in steps(root) {
+        if let Some(auth) = s
+            .get("loop")
+            .and_then(|l| l.get("cursor"))
+            .and_then(|c| c.get("auth"))
+        {
+            want(
+                e,
+                auth,
+                "postgres_credential",
+                format!("the cursor loop of step `{name}`"),
+            );
+        }
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let text = e.text;
+    // Append to a block `keychain:` list, or add one before `workflow:`.
+    let (at, header, indent) = match root.entry("keychain") {
+        Some((k, v)) if v.is_seq() && !v.items().is_empty() => {
+            let first = &v.items()[0];
+            let dash = line_start(text, first.span.offset);
+            let indent = text[dash..].len() - text[dash..].trim_start_matches(' ').len();
+            if !text[dash..].trim_start_matches(' ').starts_with("- ") {
+                e.refuse(k.span.line, "`keychain` is a flow list: add the entries `noetl migrate` would declare yourself".into());
+                return;
+            }
+            (entry_end(text, k.span.offset), String::new(), indent)
+        }
+        Some((k, _)) => {
+            e.refuse(k.span.line, "`keychain` is empty or not a list: declare the credentials the tasks name by `auth` there".into());
+            return;
+        }
+        None => {
+            let Some((w, _)) = root.entry("workflow") else {
+                return;
+            };
+            (
+                line_start(text, w.span.offset),
+                "keychain:\n".to_string(),
+                2,
+            )
+        }
+    };
+    let pad = " ".repeat(indent);
+    for (i, (name, w)) in wanted.iter().enumerate() {
+        let entry = format!(
+            "{}{pad}- name: {}\n{pad}  kind: {}\n",
+            if i == 0 { header.as_str() } else { "" },
+            super::yaml_scalar(name),
+            w.kind
+        );
+        e.replace(
+            (at, at),
+            entry,
+            w.line,
+            format!(
+                "{}: `auth: {name}` → declared in `keychain` (kind {})",
+                w.who, w.kind
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::migrate;
+
+    fn playbook(rest: &str) -> String {
+        format!("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{ name: t }}\n{rest}")
+    }
+
+    #[test]
+    fn credentials_named_by_auth_are_declared_with_their_tool_s_kind() {
+        let m = migrate(&playbook(
+            "workload:\n  pg_auth: pg_local\nworkflow:\n  - step: start\n    tool:\n      - name: q\n        kind: postgres\n        auth: \"{{ workload.pg_auth }}\"\n        command: select 1\n      - name: k\n        kind: nats\n        auth: nats_credential\n        operation: kv_get\n      - name: again\n        kind: postgres\n        auth: pg_local\n        command: select 2\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("workload:\n  pg_auth: pg_local\nkeychain:\n  - name: nats_credential\n    kind: secret\n  - name: pg_local\n    kind: postgres_credential\nworkflow:\n"),
+            "{}",
+            m.text
+        );
+        let report = m.report();
+        assert!(
+            report.contains(&(
+                11,
+                "task `q`: `auth: pg_local` → declared in `keychain` (kind postgres_credential)"
+                    .into()
+            )),
+            "{report:?}"
+        );
+        assert!(
+            report.contains(&(
+                15,
+                "task `k`: `auth: nats_credential` → declared in `keychain` (kind secret)".into()
+            )),
+            "{report:?}"
+        );
+        // A second run changes nothing.
+        let again = migrate(&m.text).unwrap();
+        assert_eq!(again.text, m.text);
+    }
+
+    #[test]
+    fn an_existing_keychain_gets_the_missing_entries_and_templates_are_refused() {
+        let m = migrate(&playbook(
+            "keychain:\n  - name: api\n    kind: bearer\nworkflow:\n  - step: start\n    tool:\n      - name: q\n        kind: postgres\n        auth: pg_k8s\n        command: select 1\n      - name: r\n        kind: postgres\n        auth: \"{{ ctx.which }}\"\n        command: select 1\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("keychain:\n  - name: api\n    kind: bearer\n  - name: pg_k8s\n    kind: postgres_credential\nworkflow:"),
+            "{}",
+            m.text
+        );
+        assert_eq!(m.refusals.len(), 1, "{:?}", m.refusals);
+        assert!(m.refusals[0]
+            .why
+            .contains("names the credential at run time"));
+    }
+}
