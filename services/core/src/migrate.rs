@@ -405,24 +405,29 @@ fn value_text<'t>(text: &'t str, key_offset: usize, value: &Node) -> &'t str {
 
 /// Every task mapping of the playbook (pipeline tasks, label-keyed ones,
 /// workbook tasks), with its name for messages.
-fn tasks(root: &Node) -> Vec<(&Node, String)> {
+/// The tasks of a step's `tool` (a task, or a list of tasks, each maybe
+/// written `- label: {kind: ...}`), with their names.
+fn step_tasks(step: &Node) -> Vec<(&Node, String)> {
+    let Some(tool) = step.get("tool") else {
+        return Vec::new();
+    };
+    let list: Vec<&Node> = match &tool.kind {
+        NodeKind::Seq(items) => items.iter().collect(),
+        NodeKind::Map(_) => vec![tool],
+        _ => Vec::new(),
+    };
+    list.into_iter()
+        .enumerate()
+        .map(|(i, t)| match t.entries() {
+            [(label, body)] if body.is_map() => (body, label.name.clone()),
+            _ => (t, name_of(t, i)),
+        })
+        .collect()
+}
+
+/// Workbook tasks by name.
+fn workbook_task_nodes(root: &Node) -> Vec<(&Node, String)> {
     let mut out = Vec::new();
-    for step in root.get("workflow").map(Node::items).unwrap_or_default() {
-        let Some(tool) = step.get("tool") else {
-            continue;
-        };
-        let list: Vec<&Node> = match &tool.kind {
-            NodeKind::Seq(items) => items.iter().collect(),
-            NodeKind::Map(_) => vec![tool],
-            _ => Vec::new(),
-        };
-        for (i, t) in list.into_iter().enumerate() {
-            match t.entries() {
-                [(label, body)] if body.is_map() => out.push((body, label.name.clone())),
-                _ => out.push((t, name_of(t, i))),
-            }
-        }
-    }
     if let Some(wb) = root.get("workbook") {
         let list = wb.get("tasks").unwrap_or(wb);
         match &list.kind {
@@ -439,6 +444,19 @@ fn tasks(root: &Node) -> Vec<(&Node, String)> {
             _ => {}
         }
     }
+    out
+}
+
+/// Every task: the steps' tasks, then the workbook's.
+fn tasks(root: &Node) -> Vec<(&Node, String)> {
+    let mut out: Vec<(&Node, String)> = root
+        .get("workflow")
+        .map(Node::items)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(step_tasks)
+        .collect();
+    out.extend(workbook_task_nodes(root));
     out
 }
 
@@ -558,9 +576,14 @@ fn renames(root: &Node, e: &mut Edits) {
 
 /// Where a template is, which decides what `output` means there.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Place {
+enum Place<'a> {
     /// Task policy (or a legacy task `set`): `output` is the outcome.
     Policy,
+    /// A legacy step- or task-level `set`, which becomes a rule of the
+    /// (last) task's policy: as in `Policy`, and the step's or task's own
+    /// result, read by its name (`{{ fetch.rows }}` in step `fetch`), is the
+    /// outcome's (`outcome.result.rows`): the rule runs before the step ends.
+    OwnSet(&'a str),
     /// An arc: `output` is the boundary event.
     Arc,
     /// Anywhere else: `output` has no canonical meaning.
@@ -568,7 +591,11 @@ enum Place {
 }
 
 /// What the template rewrite needs to know of the playbook.
+#[derive(Clone)]
 struct Names {
+    /// Inside a loop step: its iterator's name (NoETL reads the element
+    /// bare, `{{ item.id }}`; canonical `{{ iter.item.id }}`).
+    iterator: Option<String>,
     /// Keys of the root `workload` (read bare in legacy templates).
     workload: BTreeSet<String>,
     /// Step and task names, and runtime variables: never rewritten.
@@ -582,42 +609,61 @@ fn templates(root: &Node, e: &mut Edits) {
         .collect();
     crate::validate::collect_names(root, &mut shadowing);
     let names = Names {
+        iterator: None,
         workload: root
             .get("workload")
             .map(|w| w.entries().iter().map(|(k, _)| k.name.clone()).collect())
             .unwrap_or_default(),
         shadowing,
     };
-    for (step, _) in steps(root) {
+    for (step, step_name) in steps(root) {
+        // In the step's tasks (and its `set`, which joins a task's policy)
+        // the loop's element is `iter.<iterator>`.
+        let in_loop = Names {
+            iterator: step
+                .get("loop")
+                .and_then(|l| l.get("iterator"))
+                .and_then(Node::as_str)
+                .map(str::to_string),
+            ..names.clone()
+        };
         for (k, v) in step.entries() {
-            let place = match k.name.as_str() {
-                "next" => Place::Arc,
+            let (place, names) = match k.name.as_str() {
+                "next" => (Place::Arc, &names),
                 // A step-level `set` becomes its last task's policy rule.
-                "set" | "set_ctx" => Place::Policy,
-                _ => Place::Other,
+                "set" | "set_ctx" => (Place::OwnSet(step_name), &in_loop),
+                _ => (Place::Other, &names),
             };
             if k.name == "tool" {
                 continue; // tasks below, with their own places
             }
-            walk_templates(v, place, &names, e);
+            walk_templates(v, place, names, e);
+        }
+        for (t, task_name) in step_tasks(step) {
+            task_templates(t, &task_name, &in_loop, e);
         }
     }
-    for (t, _) in tasks(root) {
-        let python = t.get("kind").and_then(Node::as_str) == Some("python");
-        for (k, v) in t.entries() {
-            if python && k.name == "code" {
-                continue; // raw: Python, not a template
-            }
-            let place = match k.name.as_str() {
-                "spec" | "set" => Place::Policy,
-                _ => Place::Other,
-            };
-            walk_templates(v, place, &names, e);
-        }
+    for (t, task_name) in workbook_task_nodes(root) {
+        task_templates(t, &task_name, &names, e);
     }
 }
 
-fn walk_templates(n: &Node, place: Place, names: &Names, e: &mut Edits) {
+fn task_templates(t: &Node, task_name: &str, names: &Names, e: &mut Edits) {
+    let python = t.get("kind").and_then(Node::as_str) == Some("python");
+    for (k, v) in t.entries() {
+        if python && k.name == "code" {
+            continue; // raw: Python, not a template
+        }
+        let place = match k.name.as_str() {
+            "spec" => Place::Policy,
+            "set" => Place::OwnSet(task_name),
+            _ => Place::Other,
+        };
+        walk_templates(v, place, names, e);
+    }
+}
+
+fn walk_templates(n: &Node, place: Place<'_>, names: &Names, e: &mut Edits) {
     match &n.kind {
         NodeKind::Str(s) if crate::template::is_template(s) => {
             rewrite_scalar(n, s, place, names, e)
@@ -636,7 +682,7 @@ fn walk_templates(n: &Node, place: Place, names: &Names, e: &mut Edits) {
 
 /// Rewrite the templates of the string `s` at node `n`, segment by segment,
 /// where each segment appears in the text.
-fn rewrite_scalar(n: &Node, s: &str, place: Place, names: &Names, e: &mut Edits) {
+fn rewrite_scalar(n: &Node, s: &str, place: Place<'_>, names: &Names, e: &mut Edits) {
     let mut search_from = n.span.offset;
     for (seg_start, seg_end) in segments(s) {
         let old = &s[seg_start..seg_end];
@@ -720,7 +766,7 @@ const NOT_ROOTS: &[&str] = &[
 /// arcs).
 fn rewrite_expression(
     expr: &str,
-    place: Place,
+    place: Place<'_>,
     names: &Names,
 ) -> (String, Vec<String>, Option<String>) {
     let bytes = expr.as_bytes();
@@ -794,15 +840,19 @@ fn rewrite_expression(
 fn root_rewrite(
     word: &str,
     next: &str,
-    place: Place,
+    place: Place<'_>,
     names: &Names,
     what: &mut Vec<String>,
     refused: &mut Option<String>,
 ) -> Option<(String, usize)> {
     match word {
+        own if place == Place::OwnSet(own) && !next.starts_with('(') => {
+            what.push(format!("`{own}` (its own result) → `outcome.result`"));
+            Some(("outcome.result".into(), 0))
+        }
         "output" => {
             let base = match place {
-                Place::Policy => "outcome",
+                Place::Policy | Place::OwnSet(_) => "outcome",
                 Place::Arc => "event",
                 Place::Other => {
                     *refused = Some("`output` outside a task policy or an arc has no canonical equivalent; left as written (the engine reads it as the current result envelope)".into());
@@ -831,6 +881,13 @@ fn root_rewrite(
         "_index" => {
             what.push("`_index` → `iter.index`".into());
             Some(("iter.index".into(), 0))
+        }
+        w if names.iterator.as_deref() == Some(w)
+            && !names.shadowing.contains(w)
+            && !names.workload.contains(w) =>
+        {
+            what.push(format!("`{w}` (the loop's element) → `iter.{w}`"));
+            Some((format!("iter.{w}"), 0))
         }
         w if names.workload.contains(w) && !names.shadowing.contains(w) => {
             what.push(format!("`{w}` → `workload.{w}`"));
@@ -1392,6 +1449,7 @@ mod tests {
 
     fn names(workload: &[&str], shadowing: &[&str]) -> Names {
         Names {
+            iterator: None,
             workload: workload.iter().map(|s| s.to_string()).collect(),
             shadowing: shadowing.iter().map(|s| s.to_string()).collect(),
         }
@@ -1451,6 +1509,56 @@ mod tests {
         assert_eq!(
             rewrite("{{ x | default(limit=1) }}", Place::Other),
             "{{ x | default(limit=1) }}"
+        );
+    }
+
+    #[test]
+    fn a_loop_s_bare_element_is_read_from_iter_in_its_tasks() {
+        let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkload:\n  slots: [1, 2]\nworkflow:\n  - step: start\n    loop:\n      in: \"{{ workload.slots }}\"\n      iterator: slot\n    tool:\n      - name: claim\n        kind: noop\n        result: \"{{ slot }} of {{ loop.length }}\"\n        spec:\n          policy:\n            rules:\n              - when: \"{{ slot.x is defined }}\"\n                then: { do: continue }\n    next:\n      arcs:\n        - step: end\n          when: \"{{ slot }}\"\n  - step: end\n    tool: { kind: noop }\n";
+        let m = migrate(src).unwrap();
+        assert!(
+            m.text
+                .contains("result: \"{{ iter.slot }} of {{ loop.length }}\""),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text.contains("when: \"{{ iter.slot.x is defined }}\""),
+            "{}",
+            m.text
+        );
+        // Where the element is not bound (arcs run after the loop), as written.
+        assert!(
+            m.text.contains("          when: \"{{ slot }}\""),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.report()
+                .iter()
+                .any(|(l, s)| *l == 14 && s == "`slot` (the loop's element) → `iter.slot`"),
+            "{:?}",
+            m.report()
+        );
+    }
+
+    #[test]
+    fn a_step_set_reads_its_own_result_as_the_outcome_s() {
+        let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkflow:\n  - step: plan\n    tool:\n      kind: python\n      code: \"result = {'d': [1]}\"\n    set:\n      ctx.d: \"{{ plan.d }}\"\n      ctx.n: \"{{ other.n }}\"\n    next:\n      arcs:\n        - step: other\n  - step: other\n    tool: { kind: noop }\n";
+        let m = migrate(src).unwrap();
+        assert!(
+            m.text.contains("ctx.d: \"{{ outcome.result.d }}\""),
+            "{}",
+            m.text
+        );
+        // Another step's result is read by its name, as written.
+        assert!(m.text.contains("ctx.n: \"{{ other.n }}\""), "{}", m.text);
+        assert!(
+            m.report()
+                .iter()
+                .any(|(l, s)| *l == 10 && s.contains("`plan` (its own result) → `outcome.result`")),
+            "{:?}",
+            m.report()
         );
     }
 
