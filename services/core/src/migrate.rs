@@ -882,6 +882,15 @@ fn root_rewrite(
             what.push("`_index` → `iter.index`".into());
             Some(("iter.index".into(), 0))
         }
+        // NoETL's job: the running execution.
+        "job" if !names.shadowing.contains("job") && !names.workload.contains("job") => {
+            let field = [".uuid", ".execution_id", ".id"].into_iter().find(|f| {
+                next.starts_with(f)
+                    && !next[f.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })?;
+            what.push(format!("`job{field}` → `execution_id`"));
+            Some(("execution_id".into(), field.len()))
+        }
         w if names.iterator.as_deref() == Some(w)
             && !names.shadowing.contains(w)
             && !names.workload.contains(w) =>
@@ -1540,6 +1549,15 @@ mod tests {
             "{:?}",
             m.report()
         );
+    }
+
+    #[test]
+    fn noetl_s_job_id_is_the_execution_id() {
+        assert_eq!(
+            rewrite("{{ job.uuid }}-{{ job.execution_id|string }}", Place::Other),
+            "{{ execution_id }}-{{ execution_id|string }}"
+        );
+        assert_eq!(rewrite("{{ job.name }}", Place::Other), "{{ job.name }}");
     }
 
     #[test]
