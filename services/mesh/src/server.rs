@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -112,7 +113,7 @@ pub struct NatsServerProcess {
 impl NatsServerProcess {
     /// Start a server and wait until it accepts clients with JetStream on.
     pub fn start(opts: ServerOptions) -> Result<Self, ServerError> {
-        Self::launch(opts, None)
+        Self::launch(opts, None, false)
     }
 
     /// [`start`](Self::start) with a configuration file (`-c`), e.g. a
@@ -120,10 +121,24 @@ impl NatsServerProcess {
     /// passed as flags; the file must not set them again (nats-server
     /// refuses a duplicate `jetstream { store_dir }`).
     pub fn start_with_config(opts: ServerOptions, config_file: &Path) -> Result<Self, ServerError> {
-        Self::launch(opts, Some(config_file))
+        Self::launch(opts, Some(config_file), false)
     }
 
-    fn launch(opts: ServerOptions, config_file: Option<&Path>) -> Result<Self, ServerError> {
+    /// [`start_with_sync`](Self::start_with_sync) for a server this process
+    /// owns alone (`noetl run`'s private one): the kernel kills it when the
+    /// thread that starts it ends (`PR_SET_PDEATHSIG`, Linux), so it never
+    /// outlives a `noetl run` killed with SIGKILL. Call it from a thread that
+    /// lives as long as the process: the main thread.
+    pub fn start_owned(opts: ServerOptions, sync: SyncPolicy) -> Result<Self, ServerError> {
+        let config = sync.write_config(&opts.store_dir)?;
+        Self::launch(opts, config.as_deref(), true)
+    }
+
+    fn launch(
+        opts: ServerOptions,
+        config_file: Option<&Path>,
+        owned: bool,
+    ) -> Result<Self, ServerError> {
         let binary = find_binary(opts.binary.as_deref())?;
         check_version(&binary)?;
         std::fs::create_dir_all(&opts.store_dir).map_err(|source| ServerError::StoreDir {
@@ -144,6 +159,14 @@ impl NatsServerProcess {
             let mut cmd = Command::new(&binary);
             if let Some(config) = config_file {
                 cmd.arg("-c").arg(config);
+            }
+            if owned {
+                let parent = std::process::id();
+                // SAFETY: `die_with_parent` makes only async-signal-safe
+                // calls, as a pre_exec hook must.
+                unsafe {
+                    cmd.pre_exec(move || noetl_sandbox::die_with_parent(parent));
+                }
             }
             let child = cmd
                 .env_clear()
@@ -241,17 +264,26 @@ impl NatsServerProcess {
     /// writes [`CONFIG_FILE`] (`jetstream { sync_interval: always }`) into the
     /// store directory and starts the server with it.
     pub fn start_with_sync(opts: ServerOptions, sync: SyncPolicy) -> Result<Self, ServerError> {
-        let Some(text) = sync.config_text() else {
-            return Self::start(opts);
+        let config = sync.write_config(&opts.store_dir)?;
+        Self::launch(opts, config.as_deref(), false)
+    }
+}
+
+impl SyncPolicy {
+    /// Write [`CONFIG_FILE`] into `store_dir` when this policy needs one;
+    /// its path.
+    fn write_config(self, store_dir: &Path) -> Result<Option<PathBuf>, ServerError> {
+        let Some(text) = self.config_text() else {
+            return Ok(None);
         };
         let store_err = |path: &Path, source| ServerError::StoreDir {
             path: path.display().to_string(),
             source,
         };
-        std::fs::create_dir_all(&opts.store_dir).map_err(|e| store_err(&opts.store_dir, e))?;
-        let config = opts.store_dir.join(CONFIG_FILE);
+        std::fs::create_dir_all(store_dir).map_err(|e| store_err(store_dir, e))?;
+        let config = store_dir.join(CONFIG_FILE);
         std::fs::write(&config, text).map_err(|e| store_err(&config, e))?;
-        Self::start_with_config(opts, &config)
+        Ok(Some(config))
     }
 }
 

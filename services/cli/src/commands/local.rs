@@ -133,7 +133,7 @@ pub fn start_private_server(
         .ok()
         .filter(|f| f.try_lock().is_ok());
     let first = match lock {
-        Some(lock) => match NatsServerProcess::start_with_sync(
+        Some(lock) => match NatsServerProcess::start_owned(
             ServerOptions {
                 store_dir: persistent.clone(),
                 port: None,
@@ -160,7 +160,7 @@ pub fn start_private_server(
         "note: {first}; this run uses a temporary store, without the credentials and playbooks stored locally"
     );
     let tmp = tempfile::Builder::new().prefix("noetl-run-").tempdir()?;
-    let s = NatsServerProcess::start_with_sync(
+    let s = NatsServerProcess::start_owned(
         ServerOptions {
             store_dir: tmp.path().to_path_buf(),
             port: None,

@@ -292,7 +292,16 @@ impl Pool {
     }
 
     fn spawn(&self) -> Result<Worker, RunError> {
-        let mut child = tokio::process::Command::new(&self.inner.interpreter)
+        let mut cmd = tokio::process::Command::new(&self.inner.interpreter);
+        // SAFETY: `die_with_parent` makes only async-signal-safe calls, as a
+        // pre_exec hook must. Interpreters are started from the runtime's
+        // threads, which live as long as the executor: the kernel kills an
+        // interpreter (even one busy in a task) when the executor dies.
+        let parent = std::process::id();
+        unsafe {
+            cmd.pre_exec(move || noetl_sandbox::die_with_parent(parent));
+        }
+        let mut child = cmd
             .arg("-c")
             .arg(RUNNER)
             // Sealed: the executor's environment holds the credentials'
