@@ -1067,50 +1067,18 @@ fn reducer_error(step: &str, why: &str) -> Value {
 
 /// Every iteration claim of a loop run, by index.
 async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Claim)>, MeshError> {
-    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-    use futures::StreamExt;
-    let store = mesh.loop_kv();
     let claims = Keys::claims(eid, srid);
-    let err = |e: &dyn std::fmt::Display| MeshError::Kv {
-        bucket: store.name.clone(),
-        key: format!("{claims}.>"),
-        message: e.to_string(),
-    };
-    let consumer = store
-        .stream
-        .create_consumer(OrderedConfig {
-            filter_subject: format!("{}{claims}.>", store.prefix),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| err(&e))?;
-    let name = consumer.cached_info().name.clone();
-    let mut out = Vec::new();
-    if consumer.cached_info().num_pending > 0 {
-        let mut messages = consumer.messages().await.map_err(|e| err(&e))?;
-        while let Some(m) = messages.next().await {
-            let m = m.map_err(|e| err(&e))?;
-            let deleted = m
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("KV-Operation"))
-                .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
-            let index = m
-                .subject
-                .as_str()
-                .strip_prefix(store.prefix.as_str())
-                .and_then(|key| Keys::claim_index(&claims, key));
-            if let (false, Some(index)) = (deleted, index) {
-                let claim: Claim = serde_json::from_slice(&m.payload).map_err(|e| err(&e))?;
-                out.push((index, claim));
-            }
-            if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
-                break;
-            }
+    let found =
+        noetl_mesh::kv::values_matching::<Claim>(mesh.loop_kv(), &format!("{claims}.>")).await?;
+    let mut out = Vec::with_capacity(found.len());
+    for (key, claim) in found {
+        // A claim that does not decode is corrupt (dead-lettered naming its
+        // key), not a KV outage to retry.
+        let claim = claim?;
+        if let Some(index) = Keys::claim_index(&claims, &key) {
+            out.push((index, claim));
         }
     }
-    let _ = store.stream.delete_consumer(&name).await;
     out.sort_by_key(|(i, _)| *i);
     Ok(out)
 }

@@ -231,7 +231,7 @@ impl Mesh {
                 let cred = vault
                     .get(name)
                     .await
-                    .map_err(|e| MeshError::Config(format!("NOETL_S3_CREDENTIAL={name}: {e}")))?;
+                    .map_err(|e| s3_credential_error(name, e))?;
                 let field = |names: &[&str]| {
                     names
                         .iter()
@@ -446,5 +446,40 @@ impl Batch {
     pub async fn wait(self) -> Result<(), MeshError> {
         let results = futures::future::join_all(self.acks.into_iter().map(|a| a.wait())).await;
         results.into_iter().collect()
+    }
+}
+
+/// The error joining the mesh fails with when the S3 credential
+/// `NOETL_S3_CREDENTIAL` names cannot be read: a credentials-bucket outage
+/// keeps its kind (transient: a service retries joining), anything else
+/// (not stored, undecryptable, misshapen) is this process's configuration.
+fn s3_credential_error(name: &str, e: credentials::CredentialError) -> MeshError {
+    if e.kind() == error::ErrorKind::Transient {
+        MeshError::Credential(e)
+    } else {
+        MeshError::Config(format!("NOETL_S3_CREDENTIAL={name}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_credentials_outage_at_join_is_transient_other_credential_errors_are_config() {
+        let outage = super::s3_credential_error(
+            "s3",
+            crate::credentials::CredentialError::Kv {
+                key: "s3".into(),
+                message: "timed out".into(),
+            },
+        );
+        assert_eq!(outage.kind(), crate::error::ErrorKind::Transient);
+        let missing = super::s3_credential_error(
+            "s3",
+            crate::credentials::CredentialError::NotFound { name: "s3".into() },
+        );
+        assert!(
+            matches!(missing, super::MeshError::Config(ref m) if m.contains("NOETL_S3_CREDENTIAL=s3")),
+            "{missing}"
+        );
     }
 }

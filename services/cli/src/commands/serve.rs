@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use noetl_core::tool::Tool;
-use noetl_mesh::{connect::display_urls, runtime::ServiceParams, Mesh, MeshError};
+use noetl_mesh::{connect::display_urls, runtime::ServiceParams, Mesh};
 use tokio_util::sync::CancellationToken;
 
 use super::common::{all_tools, init_tracing, known_kinds, tool, MeshArgs};
@@ -154,7 +154,9 @@ async fn join_waiting(
     loop {
         match Mesh::connect(config.clone()).await {
             Ok(mesh) => return Ok(Some(mesh)),
-            Err(e @ MeshError::Config(_)) => {
+            // Only what trying again can mend is retried (a credentials
+            // outage, NATS restarting): a configuration error ends it.
+            Err(e) if e.kind() == noetl_mesh::error::ErrorKind::Config => {
                 return Err(anyhow::Error::new(e).context(format!("joining the mesh at {url}")))
             }
             Err(e) => {
