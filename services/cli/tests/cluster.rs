@@ -554,6 +554,25 @@ fn executions_survive_a_nats_node_and_service_replicas_being_killed() {
         .expect("a leader");
     let was_meta = cluster.meta_leader() == Some(victim);
     cluster.kill(victim);
+    // A client asking right after the leader's node dies rides out the
+    // failover itself (one command, not asked again): it ends with the
+    // execution's final status once the gate opens.
+    let status_wait = env
+        .noetl("client")
+        .args([
+            "exec",
+            "status",
+            &runs[0].0,
+            "--wait",
+            "--json",
+            "--timeout",
+            "180",
+        ])
+        .args(["--nats", &env.urls])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     for name in ["router-1", "scheduler-1", "loop-supervisor-1", "executor-1"] {
         replicas.kill(name);
     }
@@ -582,6 +601,24 @@ fn executions_survive_a_nats_node_and_service_replicas_being_killed() {
 
     // Open the gate: the first half completes on two nodes.
     std::fs::write(env.path("gate"), "open").unwrap();
+    let waited = status_wait.wait_with_output().unwrap();
+    let s: Value = serde_json::from_slice(&waited.stdout).unwrap_or_else(|_| {
+        panic!(
+            "exec status --wait issued right after the kill failed ({}): {}",
+            waited.status,
+            String::from_utf8_lossy(&waited.stderr)
+        )
+    });
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    assert_eq!(s["status"], "completed", "{s}");
+    println!(
+        "{:?}: a status wait issued right after the kill rode out the failover",
+        t0.elapsed()
+    );
     for (id, n) in &runs[..5] {
         let s = final_status(&env, id, Duration::from_secs(90));
         assert_eq!(s["status"], "completed", "{id}: {s}\n{}", replicas.logs());

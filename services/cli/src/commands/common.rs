@@ -98,12 +98,23 @@ impl MeshArgs {
     }
 
     /// Join an existing mesh; never creates streams or buckets (a missing
-    /// one is an error naming the prefix).
+    /// one is an error naming the prefix). What a failover interrupts is
+    /// tried again for [`retry::DEFAULT_BUDGET`](super::retry::DEFAULT_BUDGET).
     pub async fn attach(&self) -> anyhow::Result<Mesh> {
-        let config = self.config();
-        Mesh::attach(config.clone())
+        self.attach_until(std::time::Instant::now() + super::retry::DEFAULT_BUDGET)
             .await
-            .with_context(|| format!("joining the mesh at {}", display_urls(&config.nats_url)))
+    }
+
+    /// [`attach`](Self::attach), trying again until `deadline`.
+    pub async fn attach_until(&self, deadline: std::time::Instant) -> anyhow::Result<Mesh> {
+        let config = self.config();
+        let url = display_urls(&config.nats_url);
+        super::retry::ride_out(deadline, "joining the mesh", || async {
+            Mesh::attach(config.clone())
+                .await
+                .with_context(|| format!("joining the mesh at {url}"))
+        })
+        .await
     }
 }
 

@@ -11,6 +11,7 @@ use noetl_mesh::{codec, connect::display_urls, ids::new_execution_id, state::Exe
 use noetl_wire::ExecutionRequest;
 
 use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
+use super::retry::ride_out;
 
 /// `noetl exec ...`.
 #[derive(clap::Subcommand)]
@@ -135,7 +136,12 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 
 async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
-    let Some(header) = mesh.exec_header(&a.id).await? else {
+    let budget = Instant::now() + super::retry::DEFAULT_BUDGET;
+    let header = ride_out(budget, "reading the execution", || async {
+        Ok(mesh.exec_header(&a.id).await?)
+    })
+    .await?;
+    let Some(header) = header else {
         return Ok(no_execution(&mesh, &a.id));
     };
     let said = |requested: bool, status: ExecStatus, text: String| {
@@ -157,7 +163,10 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
         said(false, header.status, text);
         return Ok(ExitCode::SUCCESS);
     }
-    mesh.request_cancel(&a.id, &a.reason).await?;
+    ride_out(budget, "requesting the cancellation", || async {
+        Ok(mesh.request_cancel(&a.id, &a.reason).await?)
+    })
+    .await?;
     if !a.wait {
         let text = format!("cancellation of {} requested", a.id);
         said(true, ExecStatus::Running, text);
@@ -213,13 +222,20 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         req.version = a.version.unwrap_or(0);
     }
     let mesh = a.mesh.attach().await?;
-    mesh.publish(
-        mesh.subjects().exec_request(),
-        &req.execution_id,
-        codec::encode(&req),
-    )
-    .await?
-    .wait()
+    // Published under the execution id (de-duplicated by JetStream): a
+    // request tried again after a failover starts it once.
+    let deadline = Instant::now() + super::retry::DEFAULT_BUDGET;
+    ride_out(deadline, "requesting the execution", || async {
+        mesh.publish(
+            mesh.subjects().exec_request(),
+            &req.execution_id,
+            codec::encode(&req),
+        )
+        .await?
+        .wait()
+        .await?;
+        Ok(())
+    })
     .await?;
     if a.json {
         println!("{}", serde_json::json!({"execution_id": req.execution_id}));
@@ -230,12 +246,22 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
-    let mesh = a.mesh.attach().await?;
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    // A failover (a node dying, a stream electing a leader) is ridden out
+    // until the deadline (docs/reliability.md, "Clients").
+    let budget = if a.wait {
+        deadline
+    } else {
+        Instant::now() + super::retry::DEFAULT_BUDGET
+    };
+    let mesh = a.mesh.attach_until(budget).await?;
     // A just-started execution may not have its header yet: with --wait,
     // waiting for it to appear is part of waiting.
     loop {
-        let header = mesh.exec_header(&a.id).await?;
+        let header = ride_out(budget, "reading the execution", || async {
+            Ok(mesh.exec_header(&a.id).await?)
+        })
+        .await?;
         let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);
         if done || !a.wait {
             if header.is_none() {
@@ -252,7 +278,13 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let Some(summary) = mesh.exec_summary(&a.id).await? else {
+    let summary = ride_out(
+        budget.max(Instant::now() + Duration::from_secs(10)),
+        "reading the execution",
+        || async { Ok(mesh.exec_summary(&a.id).await?) },
+    )
+    .await?;
+    let Some(summary) = summary else {
         bail!("execution {} vanished", a.id);
     };
     if a.json {
@@ -301,7 +333,12 @@ fn millis_between(from: &str, to: &str) -> Option<i64> {
 async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let mut rows = Vec::new();
-    for (key, header) in mesh.executions().await? {
+    let budget = Instant::now() + super::retry::DEFAULT_BUDGET;
+    let executions = ride_out(budget, "listing executions", || async {
+        Ok(mesh.executions().await?)
+    })
+    .await?;
+    for (key, header) in executions {
         match header {
             Ok(h) => rows.push(Listed {
                 status: status_name(h.status).into(),

@@ -10,6 +10,7 @@ pub mod health_http;
 pub mod local;
 pub mod migrate;
 pub mod playbook;
+pub mod retry;
 pub mod run;
 pub mod schema;
 pub mod serve;
