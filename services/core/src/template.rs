@@ -1004,6 +1004,13 @@ mod base64 {
 /// tokens that bind looser than comparisons (`and`, `or`, `not`, `if`,
 /// `else`, `,`, `:`, `=`). Returns `None` when the source does not lex
 /// cleanly; callers then use the expression unchanged.
+///
+/// Why a lexer of our own: minijinja exposes its tokenizer and parser only
+/// behind the `unstable_machinery` feature, whose API changes between
+/// minor releases (1.0.16 changed `tokenize`'s arguments), and a source
+/// rewrite needs byte spans of brackets and operators, not an AST. This one
+/// reads expressions only (never `{% %}` statements), and whatever it does
+/// not lex is left to minijinja unchanged.
 mod cmp_rewrite {
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Tk {

@@ -6,6 +6,7 @@ use base64::Engine as _;
 use noetl_core::Outcome;
 use noetl_mesh::credentials::CredentialError;
 use noetl_mesh::Mesh;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
 /// What replaces a secret value.
@@ -135,60 +136,82 @@ fn base64_core(engine: &base64::engine::GeneralPurpose, secret: &[u8], shift: us
     encoded.get(start..end).unwrap_or("").to_string()
 }
 
+/// RFC 3986's unreserved characters are left as they are.
+const UNRESERVED: AsciiSet = NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// One way of percent-encoding.
 struct PercentStyle {
-    /// Characters besides ASCII letters and digits left as they are.
-    keep: &'static [u8],
+    /// The characters encoded.
+    set: &'static AsciiSet,
     /// `%2f` rather than `%2F`.
     lower: bool,
-    /// A space as `+` (form encoding).
+    /// A space as `+` (form encoding): `set` leaves spaces alone.
     plus: bool,
 }
 
 const PERCENT_STYLES: &[PercentStyle] = &[
     // RFC 3986 unreserved only: Python's quote(s, safe='').
     PercentStyle {
-        keep: b"-._~",
+        set: &UNRESERVED,
         lower: false,
         plus: false,
     },
     PercentStyle {
-        keep: b"-._~",
+        set: &UNRESERVED,
         lower: true,
         plus: false,
     },
     // Python's quote(s) (keeps `/`).
     PercentStyle {
-        keep: b"-._~/",
+        set: &UNRESERVED.remove(b'/'),
         lower: false,
         plus: false,
     },
     // Python's quote_plus(s), HTML forms.
     PercentStyle {
-        keep: b"-._~",
+        set: &UNRESERVED.remove(b' '),
         lower: false,
         plus: true,
     },
     // JavaScript's encodeURIComponent.
     PercentStyle {
-        keep: b"-._~!'()*",
+        set: &UNRESERVED
+            .remove(b'!')
+            .remove(b'\'')
+            .remove(b'(')
+            .remove(b')')
+            .remove(b'*'),
         lower: false,
         plus: false,
     },
 ];
 
 fn percent_encode(s: &str, style: &PercentStyle) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(s.len() * 3);
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || style.keep.contains(&b) {
-            out.push(b as char);
-        } else if b == b' ' && style.plus {
-            out.push('+');
-        } else if style.lower {
-            let _ = write!(out, "%{b:02x}");
+    let encoded = utf8_percent_encode(s, style.set).to_string();
+    let encoded = if style.plus {
+        encoded.replace(' ', "+")
+    } else {
+        encoded
+    };
+    if !style.lower {
+        return encoded;
+    }
+    // The crate writes upper-case hex; some encoders write lower-case.
+    let mut out = String::with_capacity(encoded.len());
+    let mut hex_left = 0;
+    for c in encoded.chars() {
+        if c == '%' {
+            hex_left = 2;
+            out.push(c);
+        } else if hex_left > 0 {
+            hex_left -= 1;
+            out.push(c.to_ascii_lowercase());
         } else {
-            let _ = write!(out, "%{b:02X}");
+            out.push(c);
         }
     }
     out
@@ -368,6 +391,27 @@ mod tests {
         let mut s = text.to_string();
         redact_str(&mut s, &redaction_set(&[TOKEN.to_string()]));
         s
+    }
+
+    #[test]
+    fn percent_styles_encode_as_the_encoders_they_stand_for() {
+        let text = "a b/c+d~é";
+        let got: Vec<String> = PERCENT_STYLES
+            .iter()
+            .map(|s| percent_encode(text, s))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "a%20b%2Fc%2Bd~%C3%A9", // RFC 3986
+                "a%20b%2fc%2bd~%c3%a9", // lower-case hex
+                "a%20b/c%2Bd~%C3%A9",   // Python quote
+                "a+b%2Fc%2Bd~%C3%A9",   // Python quote_plus, forms
+                "a%20b%2Fc%2Bd~%C3%A9", // encodeURIComponent
+            ]
+        );
+        let js = &PERCENT_STYLES[4];
+        assert_eq!(percent_encode("it's (x)*!", js), "it's%20(x)*!");
     }
 
     #[test]

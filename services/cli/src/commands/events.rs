@@ -4,6 +4,7 @@ use crate::commands::exit::Exit;
 use noetl_mesh::MeshError;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use futures::StreamExt;
 use noetl_mesh::{
@@ -82,28 +83,13 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `*` matches any run of characters.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let mut rest = text;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            if !rest.starts_with(part) {
-                return false;
-            }
-            rest = &rest[part.len()..];
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else if let Some(pos) = rest.find(part) {
-            rest = &rest[pos + part.len()..];
-        } else {
-            return false;
-        }
-    }
-    true
+/// An `--type` pattern: `*` matches any run of characters (dots too).
+pub fn type_pattern(pattern: &str) -> anyhow::Result<globset::GlobMatcher> {
+    let glob = globset::GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .build()
+        .with_context(|| format!("--type {pattern:?} is not a pattern"))?;
+    Ok(glob.compile_matcher())
 }
 
 fn summary(p: &Value) -> String {
@@ -254,6 +240,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     if a.no_follow && consumer.info().await.map_err(|e| consume(&e))?.num_pending == 0 {
         return Ok(ExitCode::SUCCESS);
     }
+    let pattern = a.event_type.as_deref().map(type_pattern).transpose()?;
     let mut messages = consumer.messages().await.map_err(|e| consume(&e))?;
     let mut printed = 0u64;
     while let Some(m) = messages.next().await {
@@ -266,8 +253,8 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let wanted = match &a.event_type {
-            Some(g) if !types.exact || a.until_done => glob(g, &ev.event_type),
+        let wanted = match &pattern {
+            Some(g) if !types.exact || a.until_done => g.is_match(&ev.event_type),
             _ => true,
         };
         if wanted {
@@ -319,7 +306,7 @@ fn print_event(ev: &Event, seq: u64, json: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_messages, glob};
+    use super::{decode_messages, type_pattern};
     use noetl_mesh::codec;
     use noetl_wire::Event;
 
@@ -350,6 +337,7 @@ mod tests {
 
     #[test]
     fn globs() {
+        let glob = |p: &str, t: &str| type_pattern(p).unwrap().is_match(t);
         assert!(glob("step.*", "step.done"));
         assert!(glob("loop.done", "loop.done"));
         assert!(!glob("loop.done", "loop.iteration.done"));
