@@ -148,7 +148,7 @@ impl ClaimRun<'_> {
             .ctx(loaded.ctx.clone())
             .args(args.clone())
             .execution_id(eid.to_string())
-            .var(FRAME_MAX_ROWS, json!(self.claim.max_rows))
+            .var(FRAME_MAX_ROWS, Value::from(self.claim.max_rows))
             .task(task.name.clone())
             .attempt(1);
         sc = sc.declare_all(self.plan.step_name_set());

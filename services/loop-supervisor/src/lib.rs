@@ -27,6 +27,7 @@ use noetl_core::{
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
+    event_type::EventType,
     events::{now_ms, types, EventDraft},
     keys::Keys,
     kv::{self, key_part, Cas},
@@ -388,10 +389,19 @@ impl Handler for LoopHandler {
                             step_run_id = %ev.step_run_id,
                             trace_id = %ev.trace_id,
                         );
-                        if ev.event_type == types::LOOP_CLAIMED {
-                            cursor::on_claimed(&mesh, &local, ev).instrument(span).await
-                        } else {
-                            on_iteration(&mesh, &local, ev).instrument(span).await
+                        match EventType::of(&ev).and_then(report_of) {
+                            Some(Report::Claimed) => {
+                                cursor::on_claimed(&mesh, &local, ev).instrument(span).await
+                            }
+                            Some(Report::Iteration { failed }) => {
+                                on_iteration(&mesh, &local, ev, failed)
+                                    .instrument(span)
+                                    .await
+                            }
+                            None => Err(LoopError::Refused(format!(
+                                "{} of execution {} is not an iteration report",
+                                ev.event_type, ev.execution_id
+                            ))),
                         }
                     }
                     Err(e) => Err(e),
@@ -852,14 +862,63 @@ impl IterationEvent<'_> {
 
 // Over 80 lines on purpose: read, decide, write for one iteration report; the decisions
 // (count_iteration, fold) are functions with tests.
-async fn on_iteration(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopError> {
+/// What the loop-supervisor hears from the executors about a loop run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// An iteration ended (`loop.iteration.done` / `.failed`).
+    Iteration {
+        /// It failed.
+        failed: bool,
+    },
+    /// A cursor loop's claim ran (`loop.claimed`).
+    Claimed,
+}
+
+/// The report an event of type `kind` is, if any (every type named: a new
+/// one does not compile until it is placed).
+fn report_of(kind: EventType) -> Option<Report> {
+    use EventType as T;
+    match kind {
+        T::LoopIterationDone => Some(Report::Iteration { failed: false }),
+        T::LoopIterationFailed => Some(Report::Iteration { failed: true }),
+        T::LoopClaimed => Some(Report::Claimed),
+        T::MessageDeadLettered
+        | T::PlaybookInitialized
+        | T::WorkflowInitialized
+        | T::TokenCreated
+        | T::StepScheduled
+        | T::StepStarted
+        | T::StepSkipped
+        | T::TaskStarted
+        | T::TaskDone
+        | T::StepDone
+        | T::StepFailed
+        | T::NextSelected
+        | T::LoopStarted
+        | T::LoopIterationStarted
+        | T::LoopDone
+        | T::ExecutionCompleted
+        | T::ExecutionFailed
+        | T::ExecutionCancelRequested
+        | T::ExecutionCancelled
+        | T::ExecutionDeadline
+        | T::StepDeadline
+        | T::TaskUnserved => None,
+    }
+}
+
+async fn on_iteration(
+    mesh: &Mesh,
+    local: &Local,
+    ev: Event,
+    failed: bool,
+) -> Result<(), LoopError> {
     let report: IterationEnded = payloads::decode(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
     let index = report.index;
     let (plan, idx) = plan_and_step(mesh, eid, &ev.step).await?;
     let step = &plan.playbook.workflow[idx];
-    let failed = ev.event_type == types::LOOP_ITERATION_FAILED;
     let fail_fast = step.failure_mode() == FailureMode::FailFast;
     // Checked when the loop started (it fails there).
     let reducers = step
@@ -1354,6 +1413,20 @@ async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iteration_reports_and_claims_are_told_apart_and_nothing_else_is_one() {
+        assert_eq!(
+            report_of(EventType::LoopIterationFailed),
+            Some(Report::Iteration { failed: true })
+        );
+        assert_eq!(
+            report_of(EventType::LoopIterationDone),
+            Some(Report::Iteration { failed: false })
+        );
+        assert_eq!(report_of(EventType::LoopClaimed), Some(Report::Claimed));
+        assert_eq!(report_of(EventType::StepDone), None);
+    }
 
     fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         LoopRun {

@@ -5,66 +5,69 @@ use serde_json::Value;
 
 use crate::ids::derive_id;
 
-/// Event type names (seeds 001 §9, 002 §8).
+/// Event type names as text (seeds 001 §9, 002 §8), for subjects and
+/// filters; each is its [`EventType`](crate::event_type::EventType)'s wire name.
 pub mod types {
+    use crate::event_type::EventType;
+
     /// A message of this execution could not be handled and went to the
     /// dead-letter stream; the router fails the execution on it.
-    pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
+    pub const MESSAGE_DEAD_LETTERED: &str = EventType::MessageDeadLettered.wire_name();
     /// Execution accepted, playbook loaded.
-    pub const PLAYBOOK_INITIALIZED: &str = "playbook.initialized";
+    pub const PLAYBOOK_INITIALIZED: &str = EventType::PlaybookInitialized.wire_name();
     /// Workflow layer started.
-    pub const WORKFLOW_INITIALIZED: &str = "workflow.initialized";
+    pub const WORKFLOW_INITIALIZED: &str = EventType::WorkflowInitialized.wire_name();
     /// A token was created.
-    pub const TOKEN_CREATED: &str = "token.created";
+    pub const TOKEN_CREATED: &str = EventType::TokenCreated.wire_name();
     /// A step was admitted and dispatched.
-    pub const STEP_SCHEDULED: &str = "step.scheduled";
+    pub const STEP_SCHEDULED: &str = EventType::StepScheduled.wire_name();
     /// A step-run started.
-    pub const STEP_STARTED: &str = "step.started";
+    pub const STEP_STARTED: &str = EventType::StepStarted.wire_name();
     /// Admission denied the token.
-    pub const STEP_SKIPPED: &str = "step.skipped";
+    pub const STEP_SKIPPED: &str = EventType::StepSkipped.wire_name();
     /// A task attempt started.
-    pub const TASK_STARTED: &str = "task.started";
+    pub const TASK_STARTED: &str = EventType::TaskStarted.wire_name();
     /// A task attempt produced its outcome.
-    pub const TASK_DONE: &str = "task.done";
+    pub const TASK_DONE: &str = EventType::TaskDone.wire_name();
     /// A step-run finished successfully.
-    pub const STEP_DONE: &str = "step.done";
+    pub const STEP_DONE: &str = EventType::StepDone.wire_name();
     /// A step-run failed.
-    pub const STEP_FAILED: &str = "step.failed";
+    pub const STEP_FAILED: &str = EventType::StepFailed.wire_name();
     /// Arcs were selected.
-    pub const NEXT_SELECTED: &str = "next.selected";
+    pub const NEXT_SELECTED: &str = EventType::NextSelected.wire_name();
     /// A loop run started.
-    pub const LOOP_STARTED: &str = "loop.started";
+    pub const LOOP_STARTED: &str = EventType::LoopStarted.wire_name();
     /// An iteration was dispatched.
-    pub const LOOP_ITERATION_STARTED: &str = "loop.iteration.started";
+    pub const LOOP_ITERATION_STARTED: &str = EventType::LoopIterationStarted.wire_name();
     /// An iteration finished.
-    pub const LOOP_ITERATION_DONE: &str = "loop.iteration.done";
+    pub const LOOP_ITERATION_DONE: &str = EventType::LoopIterationDone.wire_name();
     /// An iteration failed.
-    pub const LOOP_ITERATION_FAILED: &str = "loop.iteration.failed";
+    pub const LOOP_ITERATION_FAILED: &str = EventType::LoopIterationFailed.wire_name();
     /// All iterations of a loop run finished.
-    pub const LOOP_DONE: &str = "loop.done";
+    pub const LOOP_DONE: &str = EventType::LoopDone.wire_name();
     /// A cursor loop's claim ran: its rows, or why it failed.
-    pub const LOOP_CLAIMED: &str = "loop.claimed";
+    pub const LOOP_CLAIMED: &str = EventType::LoopClaimed.wire_name();
     /// Terminal success.
-    pub const EXECUTION_COMPLETED: &str = "execution.completed";
+    pub const EXECUTION_COMPLETED: &str = EventType::ExecutionCompleted.wire_name();
     /// Terminal failure.
-    pub const EXECUTION_FAILED: &str = "execution.failed";
+    pub const EXECUTION_FAILED: &str = EventType::ExecutionFailed.wire_name();
     /// A client asked to cancel the execution (`noetl exec cancel`).
-    pub const EXECUTION_CANCEL_REQUESTED: &str = "execution.cancel_requested";
+    pub const EXECUTION_CANCEL_REQUESTED: &str = EventType::ExecutionCancelRequested.wire_name();
     /// The execution was cancelled: no new step starts.
-    pub const EXECUTION_CANCELLED: &str = "execution.cancelled";
+    pub const EXECUTION_CANCELLED: &str = EventType::ExecutionCancelled.wire_name();
     /// A timer: the execution has a deadline (`executor.spec.limits.timeout_s`);
     /// payload `{at_ms, what}`. The router fails the execution if it is still
     /// running when it is due.
-    pub const EXECUTION_DEADLINE: &str = "execution.deadline";
+    pub const EXECUTION_DEADLINE: &str = EventType::ExecutionDeadline.wire_name();
     /// A timer: a step-run has a deadline (`lifecycle`, or the execution's);
     /// payload `{at_ms, what, args}`. The router fails the step-run with a
     /// `timeout` error if it is still live when it is due.
-    pub const STEP_DEADLINE: &str = "step.deadline";
+    pub const STEP_DEADLINE: &str = EventType::StepDeadline.wire_name();
     /// A timer: a task command was published for a kind no executor
     /// serves; payload `{at_ms, kind, subject, wait_ms, args}`. The router
     /// fails the step-run (`executor.unavailable`) if the kind is still
     /// unserved and the step-run live when it is due.
-    pub const TASK_UNSERVED: &str = "task.unserved";
+    pub const TASK_UNSERVED: &str = EventType::TaskUnserved.wire_name();
 }
 
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);

@@ -20,6 +20,7 @@ pub mod config;
 pub mod connect;
 pub mod credentials;
 pub mod error;
+pub mod event_type;
 pub mod events;
 pub mod health;
 pub mod ids;

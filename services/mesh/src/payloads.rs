@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use noetl_wire::Event;
 
+use crate::event_type::EventType;
 use crate::MeshError;
 
 /// `loop.iteration.started`, written by the loop-supervisor.
@@ -418,6 +419,78 @@ pub struct BoundaryView {
     /// `loop.done`: the counters.
     #[serde(default)]
     pub counts: Option<LoopCounts>,
+}
+
+/// `step.started` (scheduler): a step-run began. Nothing to say beyond the
+/// envelope (execution, step, step-run id), but a type of its own all the
+/// same, so every event is written from one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepStarted {}
+
+/// A payload struct and the event types it is the payload of (Restate's
+/// commands bound to a `KIND` are the model). Services write payloads with
+/// [`typed_value`] and read them with [`decode_typed`], which refuses an
+/// event of another type.
+pub trait EventPayload: Serialize + DeserializeOwned {
+    /// The event types whose payload this is.
+    const KINDS: &'static [EventType];
+}
+
+macro_rules! payload_of {
+    ($($t:ty => [$($k:ident),+]),+ $(,)?) => {
+        $(impl EventPayload for $t {
+            const KINDS: &'static [EventType] = &[$(EventType::$k),+];
+        })+
+    };
+}
+
+payload_of! {
+    IterationStarted => [LoopIterationStarted],
+    StepEnded => [StepDone, StepFailed],
+    IterationEnded => [LoopIterationDone, LoopIterationFailed],
+    ClaimEnded => [LoopClaimed],
+    LoopDone => [LoopDone],
+    DeadLettered => [MessageDeadLettered],
+    CancelRequested => [ExecutionCancelRequested],
+    ExecutionEnded => [ExecutionCompleted, ExecutionFailed, ExecutionCancelled],
+    TokenCreated => [TokenCreated],
+    NextSelected => [NextSelected],
+    LoopStarted => [LoopStarted],
+    TaskStarted => [TaskStarted],
+    TaskDone => [TaskDone],
+    PlaybookInitialized => [PlaybookInitialized],
+    WorkflowInitialized => [WorkflowInitialized],
+    DeadlineSet => [ExecutionDeadline, StepDeadline],
+    StepScheduled => [StepScheduled],
+    StepSkipped => [StepSkipped],
+    StepStarted => [StepStarted],
+    crate::served::TaskUnserved => [TaskUnserved],
+}
+
+/// `payload` as JSON for an event of type `kind`, which must be one of its
+/// struct's ([`EventPayload::KINDS`]; checked in debug builds).
+pub fn typed_value<T: EventPayload>(kind: EventType, payload: &T) -> Value {
+    debug_assert!(
+        T::KINDS.contains(&kind),
+        "{} is not a payload of {kind}",
+        std::any::type_name::<T>()
+    );
+    to_value(payload)
+}
+
+/// Decode `event`'s payload as `T`, which must be its type's payload
+/// struct: another type is [`MeshError::Invalid`], naming both.
+pub fn decode_typed<T: EventPayload>(event: &Event) -> Result<T, MeshError> {
+    match EventType::of(event) {
+        Some(kind) if T::KINDS.contains(&kind) => decode(event),
+        _ => Err(MeshError::Invalid(format!(
+            "{} of execution {} (step {:?}) is not an event {} is the payload of",
+            event.event_type,
+            event.execution_id,
+            event.step,
+            std::any::type_name::<T>()
+        ))),
+    }
 }
 
 /// A payload as JSON for an [`crate::events::EventDraft`].

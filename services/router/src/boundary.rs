@@ -6,6 +6,7 @@ use async_nats::jetstream::Message;
 use noetl_core::{routing, template::Scope, Step};
 use noetl_mesh::{
     codec,
+    event_type::EventType,
     events::{self, now_ms, now_rfc3339, types, EventDraft},
     ids::derive_id,
     keys::Keys,
@@ -21,7 +22,7 @@ use noetl_mesh::{
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{Event, Token};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// Handles `step.done`, `step.failed`, `step.skipped` and boundary `loop.done`.
 pub struct BoundaryHandler {
@@ -96,6 +97,8 @@ struct Boundary<'a> {
     failure: Option<&'a str>,
     /// The time, RFC 3339.
     now: &'a str,
+    /// The status the step's record takes.
+    status: StepStatus,
 }
 
 /// The header after boundary `b`, or `None` when its token is no longer
@@ -148,7 +151,10 @@ async fn arc_scope(
         .filter(|r| plan.step(r).is_some())
         .collect();
     let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
-    let args = view.args.clone().unwrap_or_else(|| json!({}));
+    let args = view
+        .args
+        .clone()
+        .unwrap_or_else(|| Value::Object(Map::new()));
     let mut sc = Scope::new()
         .workload(plan.workload.clone())
         .ctx(loaded.ctx)
@@ -169,18 +175,54 @@ fn event_scope(ev: &Event, payload: &Value) -> Value {
         Value::Object(m) => m.clone(),
         _ => Map::new(),
     };
-    event.insert("name".into(), json!(ev.event_type));
-    event.insert("step".into(), json!(ev.step));
-    event.insert("step_run_id".into(), json!(ev.step_run_id));
+    event.insert("name".into(), Value::String(ev.event_type.clone()));
+    event.insert("step".into(), Value::String(ev.step.clone()));
+    event.insert("step_run_id".into(), Value::String(ev.step_run_id.clone()));
     Value::Object(event)
 }
 
-/// The status a boundary event gives its step's record.
-fn step_status(event_type: &str) -> StepStatus {
-    match event_type {
-        types::STEP_FAILED => StepStatus::Failed,
-        types::STEP_SKIPPED => StepStatus::Skipped,
-        _ => StepStatus::Done,
+/// What the router's boundary consumer does with an event of type `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handling {
+    /// A step-run ended: route it, its record taking this status.
+    Ended(StepStatus),
+    /// A message of the execution was dead-lettered: fail the execution.
+    DeadLetter,
+    /// A client asked to cancel.
+    Cancel,
+    /// Not an event this consumer subscribes to.
+    Foreign,
+}
+
+/// How the boundary consumer handles `kind` (every type named: a new one
+/// does not compile until it is placed).
+fn handling_of(kind: EventType) -> Handling {
+    use EventType as T;
+    match kind {
+        T::StepDone | T::LoopDone => Handling::Ended(StepStatus::Done),
+        T::StepFailed => Handling::Ended(StepStatus::Failed),
+        T::StepSkipped => Handling::Ended(StepStatus::Skipped),
+        T::MessageDeadLettered => Handling::DeadLetter,
+        T::ExecutionCancelRequested => Handling::Cancel,
+        T::PlaybookInitialized
+        | T::WorkflowInitialized
+        | T::TokenCreated
+        | T::StepScheduled
+        | T::StepStarted
+        | T::TaskStarted
+        | T::TaskDone
+        | T::NextSelected
+        | T::LoopStarted
+        | T::LoopIterationStarted
+        | T::LoopIterationDone
+        | T::LoopIterationFailed
+        | T::LoopClaimed
+        | T::ExecutionCompleted
+        | T::ExecutionFailed
+        | T::ExecutionCancelled
+        | T::ExecutionDeadline
+        | T::StepDeadline
+        | T::TaskUnserved => Handling::Foreign,
     }
 }
 
@@ -195,15 +237,22 @@ struct Decision {
 
 async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), BoundaryError> {
     let headers = caches.headers.as_ref();
-    if ev.event_type == types::MESSAGE_DEAD_LETTERED {
-        return on_dead_letter(mesh, headers, &ev).await;
-    }
-    if ev.event_type == types::EXECUTION_CANCEL_REQUESTED {
-        return on_cancel(mesh, headers, &ev).await;
-    }
+    let kind = EventType::of(&ev);
+    let status = match kind.map(handling_of) {
+        Some(Handling::DeadLetter) => return on_dead_letter(mesh, headers, &ev).await,
+        Some(Handling::Cancel) => return on_cancel(mesh, headers, &ev).await,
+        Some(Handling::Ended(status)) => status,
+        Some(Handling::Foreign) | None => {
+            return Err(BoundaryError::Refused(format!(
+                "{} of execution {} is not a boundary event",
+                ev.event_type, ev.execution_id
+            )))
+        }
+    };
+    let loop_done = kind == Some(EventType::LoopDone);
     let payload = events::payload(&ev);
     let view: BoundaryView = payloads::decode(&ev)?;
-    if ev.event_type == types::LOOP_DONE && view.boundary != Some(true) {
+    if loop_done && view.boundary != Some(true) {
         return Ok(()); // informational: the failing loop's boundary is step.failed
     }
     let eid = ev.execution_id.as_str();
@@ -238,6 +287,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
         tokens: &decision.tokens,
         failure: failure.as_deref(),
         now: &now,
+        status,
     };
     let (header, applied) = record_and_apply(mesh, caches, &ev, &view, &boundary).await?;
 
@@ -297,7 +347,7 @@ async fn record_and_apply(
             mesh,
             caches,
             ev,
-            record: step_record(ev, view),
+            record: step_record(ev, view, boundary.status),
             boundary,
         })
         .await?;
@@ -322,7 +372,7 @@ async fn record_and_apply(
         return Ok((done.header, done.applied));
     }
     let (written, first) = tokio::join!(
-        write_step_record(mesh, caches, ev, step_record(ev, view)),
+        write_step_record(mesh, caches, ev, step_record(ev, view, boundary.status)),
         apply_boundary(mesh, headers, ev, boundary, Ending::HeldBack)
     );
     written?;
@@ -403,13 +453,13 @@ async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, Bounda
 }
 
 /// The step's record after boundary `ev`.
-fn step_record(ev: &Event, view: &BoundaryView) -> StepRecord {
+fn step_record(ev: &Event, view: &BoundaryView, status: StepStatus) -> StepRecord {
     StepRecord {
-        status: step_status(&ev.event_type),
+        status,
         last_step_run_id: ev.step_run_id.clone(),
         loop_counts: view
             .counts
-            .filter(|_| ev.event_type == types::LOOP_DONE)
+            .filter(|_| EventType::of(ev) == Some(EventType::LoopDone))
             .map(|c| payloads::to_value(&c)),
         error: view.error.as_ref().map(error_text),
     }
@@ -551,7 +601,7 @@ async fn publish_fired(f: Fired<'_>) -> Result<(), MeshError> {
             .await?,
         );
     }
-    if (applied || !fired.is_empty()) && ev.event_type != types::STEP_SKIPPED {
+    if (applied || !fired.is_empty()) && EventType::of(ev) != Some(EventType::StepSkipped) {
         let arcs: Vec<SelectedArc> = fired
             .iter()
             .map(|t| SelectedArc {
@@ -773,7 +823,7 @@ async fn decide(
         error: None,
         set_ctx: None,
     };
-    if ev.event_type == types::STEP_SKIPPED {
+    if EventType::of(ev) == Some(EventType::StepSkipped) {
         return Ok(record);
     }
     let next = step.next.as_ref();
@@ -833,7 +883,7 @@ async fn decide(
                 });
             }
             record.unhandled_failure =
-                ev.event_type == types::STEP_FAILED && record.tokens.is_empty();
+                EventType::of(ev) == Some(EventType::StepFailed) && record.tokens.is_empty();
         }
         Err(message) => {
             tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
@@ -910,6 +960,7 @@ fn failure_message(ev: &Event, error: Option<&Value>, routing_error: Option<&str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn token(id: &str, parent: &str) -> TokenRecord {
         TokenRecord {
@@ -941,6 +992,7 @@ mod tests {
             tokens,
             failure,
             now: "t1",
+            status: StepStatus::Done,
         }
     }
 
@@ -1065,9 +1117,30 @@ mod tests {
 
     #[test]
     fn boundary_events_give_their_step_status() {
-        assert_eq!(step_status(types::STEP_FAILED), StepStatus::Failed);
-        assert_eq!(step_status(types::STEP_SKIPPED), StepStatus::Skipped);
-        assert_eq!(step_status(types::STEP_DONE), StepStatus::Done);
-        assert_eq!(step_status(types::LOOP_DONE), StepStatus::Done);
+        let status = |t| handling_of(t);
+        assert_eq!(
+            status(EventType::StepFailed),
+            Handling::Ended(StepStatus::Failed)
+        );
+        assert_eq!(
+            status(EventType::StepSkipped),
+            Handling::Ended(StepStatus::Skipped)
+        );
+        assert_eq!(
+            status(EventType::StepDone),
+            Handling::Ended(StepStatus::Done)
+        );
+        assert_eq!(
+            status(EventType::LoopDone),
+            Handling::Ended(StepStatus::Done)
+        );
+        assert_eq!(status(EventType::MessageDeadLettered), Handling::DeadLetter);
+        assert_eq!(
+            status(EventType::ExecutionCancelRequested),
+            Handling::Cancel
+        );
+        // Nothing else is a boundary: an event the consumer should never
+        // get is refused, not recorded as a finished step.
+        assert_eq!(status(EventType::TaskDone), Handling::Foreign);
     }
 }

@@ -173,7 +173,7 @@ fn bound_by_parent(playbook: &mut noetl_core::model::Playbook, timeout_s: f64) {
     if !limits.is_object() {
         *limits = Value::Object(Default::default());
     }
-    limits["timeout_s"] = serde_json::json!(timeout_s);
+    limits["timeout_s"] = Value::from(timeout_s);
 }
 
 /// The trace a request asks for: its `trace_id`, else the trace of the

@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
+    event_type::EventType,
     events::{now_ms, types, EventDraft},
     kv::RevisionCache,
     payloads::{self, DeadlineSet, StepEnded},
@@ -38,7 +39,7 @@ use noetl_mesh::{
     Mesh, MeshError,
 };
 use noetl_wire::Event;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// How long after its deadline a timer acts.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -56,10 +57,54 @@ pub enum TimerAction {
     FailStepRun(Value),
 }
 
+/// The timers the router acts on, one per timer event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// `execution.deadline`.
+    Execution,
+    /// `step.deadline`.
+    Step,
+    /// `task.unserved`.
+    Unserved,
+}
+
+/// The timer an event of type `kind` is, if any (every type named: a new
+/// one does not compile until it is placed).
+pub fn timer_of(kind: EventType) -> Option<Timer> {
+    use EventType as T;
+    match kind {
+        T::ExecutionDeadline => Some(Timer::Execution),
+        T::StepDeadline => Some(Timer::Step),
+        T::TaskUnserved => Some(Timer::Unserved),
+        T::MessageDeadLettered
+        | T::PlaybookInitialized
+        | T::WorkflowInitialized
+        | T::TokenCreated
+        | T::StepScheduled
+        | T::StepStarted
+        | T::StepSkipped
+        | T::TaskStarted
+        | T::TaskDone
+        | T::StepDone
+        | T::StepFailed
+        | T::NextSelected
+        | T::LoopStarted
+        | T::LoopIterationStarted
+        | T::LoopIterationDone
+        | T::LoopIterationFailed
+        | T::LoopDone
+        | T::LoopClaimed
+        | T::ExecutionCompleted
+        | T::ExecutionFailed
+        | T::ExecutionCancelRequested
+        | T::ExecutionCancelled => None,
+    }
+}
+
 /// What [`decide`] reads.
 pub struct TimerInput<'a> {
-    /// `execution.deadline` or `step.deadline`.
-    pub event_type: &'a str,
+    /// The deadline's timer: [`Timer::Execution`] or [`Timer::Step`].
+    pub timer: Timer,
     /// The deadline the timer carries.
     pub deadline: &'a Deadline,
     /// The step (step timers).
@@ -81,12 +126,16 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
     let Some(h) = i.header.filter(|h| h.status == ExecStatus::Running) else {
         return TimerAction::Nothing;
     };
-    if i.event_type == types::EXECUTION_DEADLINE {
-        TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline))
-    } else if h.is_live(i.step_run_id) {
-        TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None).to_value())
-    } else {
-        TimerAction::Nothing
+    match i.timer {
+        Timer::Execution => {
+            TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline))
+        }
+        Timer::Step if h.is_live(i.step_run_id) => {
+            TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None).to_value())
+        }
+        Timer::Step => TimerAction::Nothing,
+        // Decided by `on_unserved`, which asks whether the kind is served.
+        Timer::Unserved => TimerAction::Nothing,
     }
 }
 
@@ -126,7 +175,17 @@ impl Handler for TimerHandler {
                 Ok(e) => e,
                 Err(e) => return runtime::disposition(Err(e)),
             };
-            if ev.event_type == types::TASK_UNSERVED {
+            let timer = match EventType::of(&ev).and_then(timer_of) {
+                Some(t) => t,
+                None => {
+                    return runtime::disposition(Err(MeshError::Invalid(format!(
+                        "{} of execution {} is not a timer",
+                        ev.event_type, ev.execution_id
+                    ))
+                    .into()))
+                }
+            };
+            if timer == Timer::Unserved {
                 let t: TaskUnserved = match payloads::decode(&ev) {
                     Ok(t) => t,
                     Err(e) => return runtime::disposition(Err(e.into())),
@@ -145,7 +204,7 @@ impl Handler for TimerHandler {
                 at_ms: set.at_ms,
                 what: set.what,
             };
-            match on_timer(&mesh, &headers, &ev, &deadline, set.args).await {
+            match on_timer(&mesh, &headers, &ev, (timer, &deadline), set.args).await {
                 Ok(Some(wait)) => Disposition::Retry(Some(wait)),
                 Ok(None) => Disposition::Ack,
                 Err(e) => retry_on(&e),
@@ -161,13 +220,13 @@ async fn on_timer(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     ev: &Event,
-    deadline: &Deadline,
+    (timer, deadline): (Timer, &Deadline),
     args: Option<Value>,
 ) -> Result<Option<Duration>, MeshError> {
     let eid = ev.execution_id.as_str();
     // Not due: no read at all.
     let early = decide(&TimerInput {
-        event_type: &ev.event_type,
+        timer,
         deadline,
         step: &ev.step,
         step_run_id: &ev.step_run_id,
@@ -179,7 +238,7 @@ async fn on_timer(
     }
     let header = mesh.exec_header(eid).await?;
     let action = decide(&TimerInput {
-        event_type: &ev.event_type,
+        timer,
         deadline,
         step: &ev.step,
         step_run_id: &ev.step_run_id,
@@ -237,7 +296,7 @@ async fn on_timer(
                 discriminator: "deadline",
                 payload: payloads::to_value(&StepEnded::failed(
                     error,
-                    args.unwrap_or_else(|| json!({})),
+                    args.unwrap_or_else(|| Value::Object(Default::default())),
                 )),
                 ..Default::default()
             }
@@ -325,7 +384,9 @@ async fn on_unserved(
         discriminator: "unserved",
         payload: payloads::to_value(&StepEnded::failed(
             error,
-            t.args.clone().unwrap_or_else(|| json!({})),
+            t.args
+                .clone()
+                .unwrap_or_else(|| Value::Object(Default::default())),
         )),
         ..Default::default()
     }
@@ -338,6 +399,7 @@ async fn on_unserved(
 mod tests {
     use super::*;
     use noetl_mesh::state::TokenRecord;
+    use serde_json::json;
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {
@@ -356,8 +418,8 @@ mod tests {
             what: "step \"s\" lifecycle.timeout_s: 1".into(),
         };
         let running = header(ExecStatus::Running, &["sr1"]);
-        let input = |event_type, now_ms, header| TimerInput {
-            event_type,
+        let input = |timer, now_ms, header| TimerInput {
+            timer,
             deadline: &d,
             step: "s",
             step_run_id: "sr1",
@@ -366,10 +428,10 @@ mod tests {
         };
         // Before deadline + grace: wait the rest.
         assert_eq!(
-            decide(&input(types::STEP_DEADLINE, 9_000, Some(&running))),
+            decide(&input(Timer::Step, 9_000, Some(&running))),
             TimerAction::Wait(Duration::from_millis(3_000))
         );
-        match decide(&input(types::STEP_DEADLINE, 12_000, Some(&running))) {
+        match decide(&input(Timer::Step, 12_000, Some(&running))) {
             TimerAction::FailStepRun(e) => {
                 assert_eq!(e["kind"], "timeout");
                 assert!(e["message"]
@@ -382,20 +444,20 @@ mod tests {
         // The step-run already ended: nothing.
         let moved_on = header(ExecStatus::Running, &["sr2"]);
         assert_eq!(
-            decide(&input(types::STEP_DEADLINE, 12_000, Some(&moved_on))),
+            decide(&input(Timer::Step, 12_000, Some(&moved_on))),
             TimerAction::Nothing
         );
         // The execution ended: nothing, for either timer.
         let done = header(ExecStatus::Completed, &[]);
         assert_eq!(
-            decide(&input(types::EXECUTION_DEADLINE, 12_000, Some(&done))),
+            decide(&input(Timer::Execution, 12_000, Some(&done))),
             TimerAction::Nothing
         );
         assert_eq!(
-            decide(&input(types::STEP_DEADLINE, 12_000, None)),
+            decide(&input(Timer::Step, 12_000, None)),
             TimerAction::Nothing
         );
-        match decide(&input(types::EXECUTION_DEADLINE, 12_000, Some(&running))) {
+        match decide(&input(Timer::Execution, 12_000, Some(&running))) {
             TimerAction::FailExecution(m) => assert!(m.starts_with("timeout: "), "{m}"),
             other => panic!("{other:?}"),
         }

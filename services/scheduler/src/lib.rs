@@ -18,6 +18,7 @@ use noetl_core::{routing, template::Scope, Step};
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
+    event_type::EventType,
     events::{now_ms, types, EventDraft},
     ids::derive_id,
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
@@ -28,7 +29,7 @@ use noetl_mesh::{
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{LoopCommand, Token};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Run the scheduler until `params.shutdown` is cancelled, then drain.
 pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
@@ -364,7 +365,7 @@ async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
             .await?,
         );
     } else if let Some(first) = step.tool.first() {
-        batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
+        batch.push(mesh.emit(&ev(types::STEP_STARTED, step_started())).await?);
         let cmd = commands::first_task(FirstTask {
             execution_id: eid,
             step: &step.step,
@@ -378,7 +379,7 @@ async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
         batch.push(mesh.publish_task(plan, first, &cmd).await?);
     } else {
         // Routing-only step: nothing to run.
-        batch.push(mesh.emit(&ev(types::STEP_STARTED, json!({}))).await?);
+        batch.push(mesh.emit(&ev(types::STEP_STARTED, step_started())).await?);
         batch.push(
             mesh.emit(&ev(
                 types::STEP_DONE,
@@ -389,4 +390,8 @@ async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
     }
     batch.wait().await?;
     Ok(())
+}
+/// The payload of `step.started`.
+fn step_started() -> Value {
+    payloads::typed_value(EventType::StepStarted, &payloads::StepStarted {})
 }

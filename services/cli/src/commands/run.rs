@@ -15,6 +15,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use noetl_mesh::{
     codec,
+    event_type::EventType,
     events::{self, types},
     ids::new_execution_id,
     server::NatsServerProcess,
@@ -301,7 +302,7 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
         };
         let terminal = progress.observe(&ev);
         if let Some(b) = w.bar {
-            if ev.event_type == types::STEP_FAILED {
+            if EventType::of(&ev) == Some(EventType::StepFailed) {
                 let p = events::payload(&ev);
                 b.println(format!(
                     "  step {} failed: {}",
@@ -332,7 +333,7 @@ impl Progress {
         match ev.event_type.as_str() {
             types::STEP_STARTED | types::LOOP_STARTED => {
                 self.running.insert(ev.step.clone());
-                if ev.event_type == types::LOOP_STARTED {
+                if EventType::of(ev) == Some(EventType::LoopStarted) {
                     // Progress only: an unreadable count shows as 0.
                     let total =
                         noetl_mesh::payloads::decode::<noetl_mesh::payloads::LoopStarted>(ev)
@@ -346,7 +347,7 @@ impl Progress {
                 }
             }
             types::STEP_DONE | types::LOOP_DONE | types::STEP_SKIPPED => {
-                if self.running.remove(&ev.step) || ev.event_type != types::LOOP_DONE {
+                if self.running.remove(&ev.step) || EventType::of(ev) != Some(EventType::LoopDone) {
                     self.done += 1;
                 }
                 self.loops.remove(&ev.step);

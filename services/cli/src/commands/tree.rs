@@ -1,6 +1,7 @@
 //! `noetl exec show`: an execution as a tree of steps, their runs, loop
 //! counts and tasks, built from its events alone (a plain function).
 
+use noetl_mesh::event_type::EventType;
 use noetl_mesh::events::{self, types};
 use noetl_wire::Event;
 use serde::Serialize;
@@ -194,7 +195,7 @@ fn apply(run: &mut RunNode, ev: &Event, p: &Value) {
                 }
             };
             task.attempt = task.attempt.max(num("attempt"));
-            if ev.event_type == types::TASK_STARTED {
+            if EventType::of(ev) == Some(EventType::TaskStarted) {
                 task.running += 1;
             } else {
                 task.running = task.running.saturating_sub(1);

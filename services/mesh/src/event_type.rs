@@ -1,0 +1,155 @@
+//! The event types of the mesh (seeds 001 §9, 002 §8; docs/dsl.md
+//! "Events"): one variant each, its wire name written once, in
+//! [`EventType::wire_name`]. Services route on events with an exhaustive
+//! `match` over [`EventType`], so a new type is a compile error wherever it
+//! must be handled, and payload structs say which types they belong to
+//! ([`crate::payloads::EventPayload`]).
+
+/// One event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventType {
+    /// A message of this execution could not be handled and went to the
+    /// dead-letter stream; the router fails the execution on it.
+    MessageDeadLettered,
+    /// Execution accepted, playbook loaded.
+    PlaybookInitialized,
+    /// Workflow layer started.
+    WorkflowInitialized,
+    /// A token was created.
+    TokenCreated,
+    /// A step was admitted and dispatched.
+    StepScheduled,
+    /// A step-run started.
+    StepStarted,
+    /// Admission denied the token.
+    StepSkipped,
+    /// A task attempt started.
+    TaskStarted,
+    /// A task attempt produced its outcome.
+    TaskDone,
+    /// A step-run finished successfully.
+    StepDone,
+    /// A step-run failed.
+    StepFailed,
+    /// Arcs were selected.
+    NextSelected,
+    /// A loop run started.
+    LoopStarted,
+    /// An iteration was dispatched.
+    LoopIterationStarted,
+    /// An iteration finished.
+    LoopIterationDone,
+    /// An iteration failed.
+    LoopIterationFailed,
+    /// All iterations of a loop run finished.
+    LoopDone,
+    /// A cursor loop's claim ran: its rows, or why it failed.
+    LoopClaimed,
+    /// Terminal success.
+    ExecutionCompleted,
+    /// Terminal failure.
+    ExecutionFailed,
+    /// A client asked to cancel the execution (`noetl exec cancel`).
+    ExecutionCancelRequested,
+    /// The execution was cancelled: no new step starts.
+    ExecutionCancelled,
+    /// A timer: the execution's deadline (`executor.spec.limits.timeout_s`).
+    ExecutionDeadline,
+    /// A timer: a step-run's deadline (`lifecycle`, or the execution's).
+    StepDeadline,
+    /// A timer: a task command waits for a kind no executor serves.
+    TaskUnserved,
+}
+
+impl EventType {
+    /// Every event type, in the order of the docs.
+    pub const ALL: [EventType; 25] = [
+        Self::MessageDeadLettered,
+        Self::PlaybookInitialized,
+        Self::WorkflowInitialized,
+        Self::TokenCreated,
+        Self::StepScheduled,
+        Self::StepStarted,
+        Self::StepSkipped,
+        Self::TaskStarted,
+        Self::TaskDone,
+        Self::StepDone,
+        Self::StepFailed,
+        Self::NextSelected,
+        Self::LoopStarted,
+        Self::LoopIterationStarted,
+        Self::LoopIterationDone,
+        Self::LoopIterationFailed,
+        Self::LoopDone,
+        Self::LoopClaimed,
+        Self::ExecutionCompleted,
+        Self::ExecutionFailed,
+        Self::ExecutionCancelRequested,
+        Self::ExecutionCancelled,
+        Self::ExecutionDeadline,
+        Self::StepDeadline,
+        Self::TaskUnserved,
+    ];
+
+    /// The name on the wire and in subjects (`step.done`).
+    pub const fn wire_name(self) -> &'static str {
+        match self {
+            Self::MessageDeadLettered => "message.dead_lettered",
+            Self::PlaybookInitialized => "playbook.initialized",
+            Self::WorkflowInitialized => "workflow.initialized",
+            Self::TokenCreated => "token.created",
+            Self::StepScheduled => "step.scheduled",
+            Self::StepStarted => "step.started",
+            Self::StepSkipped => "step.skipped",
+            Self::TaskStarted => "task.started",
+            Self::TaskDone => "task.done",
+            Self::StepDone => "step.done",
+            Self::StepFailed => "step.failed",
+            Self::NextSelected => "next.selected",
+            Self::LoopStarted => "loop.started",
+            Self::LoopIterationStarted => "loop.iteration.started",
+            Self::LoopIterationDone => "loop.iteration.done",
+            Self::LoopIterationFailed => "loop.iteration.failed",
+            Self::LoopDone => "loop.done",
+            Self::LoopClaimed => "loop.claimed",
+            Self::ExecutionCompleted => "execution.completed",
+            Self::ExecutionFailed => "execution.failed",
+            Self::ExecutionCancelRequested => "execution.cancel_requested",
+            Self::ExecutionCancelled => "execution.cancelled",
+            Self::ExecutionDeadline => "execution.deadline",
+            Self::StepDeadline => "step.deadline",
+            Self::TaskUnserved => "task.unserved",
+        }
+    }
+
+    /// The type a wire name names (`None` for a name no service writes).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.wire_name() == name)
+    }
+
+    /// The type of an event (`None` for one no service writes).
+    pub fn of(event: &noetl_wire::Event) -> Option<Self> {
+        Self::parse(&event.event_type)
+    }
+}
+
+impl std::fmt::Display for EventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.wire_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips_through_its_wire_name_and_names_are_unique() {
+        let mut names = std::collections::BTreeSet::new();
+        for t in EventType::ALL {
+            assert_eq!(EventType::parse(t.wire_name()), Some(t));
+            assert!(names.insert(t.wire_name()), "{t} twice");
+        }
+        assert_eq!(EventType::parse("step.exploded"), None);
+    }
+}
