@@ -442,7 +442,7 @@ pub(crate) async fn item(
 /// once under compare-and-set, publish the iterations and claims it
 /// started, and finish the loop when nothing is left.
 pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopError> {
-    let report: ClaimEnded = payloads::decode(&ev)?;
+    let report: ClaimEnded = payloads::decode_typed(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = report.loop_run_id.as_str();
     let (plan, idx) = plan_and_step(mesh, eid, &ev.step).await?;

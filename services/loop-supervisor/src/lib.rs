@@ -913,7 +913,7 @@ async fn on_iteration(
     ev: Event,
     failed: bool,
 ) -> Result<(), LoopError> {
-    let report: IterationEnded = payloads::decode(&ev)?;
+    let report: IterationEnded = payloads::decode_typed(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
     let index = report.index;

@@ -540,6 +540,51 @@ mod tests {
     }
 
     #[test]
+    fn a_typed_decode_refuses_an_event_of_another_type() {
+        let claim = json!({"loop_run_id": "lr", "seq": 1, "status": "ok"});
+        let dl = json!({"consumer": "executor-python", "subject": "noetl.task.python", "reason": "boom"});
+        let e = decode_typed::<DeadLettered>(&event("loop.claimed", claim)).unwrap_err();
+        assert!(
+            matches!(&e, MeshError::Invalid(m) if m.contains("loop.claimed of execution e1")),
+            "{e}"
+        );
+        assert!(decode_typed::<DeadLettered>(&event("message.dead_lettered", dl)).is_ok());
+        // Every payload struct names at least one type, each type at most
+        // one struct.
+        let mut owner = std::collections::BTreeMap::new();
+        for kinds in [
+            IterationStarted::KINDS,
+            StepEnded::KINDS,
+            IterationEnded::KINDS,
+            ClaimEnded::KINDS,
+            LoopDone::KINDS,
+            DeadLettered::KINDS,
+            CancelRequested::KINDS,
+            ExecutionEnded::KINDS,
+            TokenCreated::KINDS,
+            NextSelected::KINDS,
+            LoopStarted::KINDS,
+            TaskStarted::KINDS,
+            TaskDone::KINDS,
+            PlaybookInitialized::KINDS,
+            WorkflowInitialized::KINDS,
+            DeadlineSet::KINDS,
+            StepScheduled::KINDS,
+            StepSkipped::KINDS,
+            StepStarted::KINDS,
+            crate::served::TaskUnserved::KINDS,
+        ] {
+            assert!(!kinds.is_empty());
+            for k in kinds {
+                assert!(
+                    owner.insert(*k, ()).is_none(),
+                    "{k} has two payload structs"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn execution_ends_and_tokens_keep_their_wire_shape() {
         let done = ExecutionEnded {
             status: crate::state::ExecStatus::Completed,

@@ -742,7 +742,7 @@ async fn on_dead_letter(
     ev: &Event,
 ) -> Result<(), BoundaryError> {
     let eid = ev.execution_id.as_str();
-    let dl: DeadLettered = payloads::decode(ev)?;
+    let dl: DeadLettered = payloads::decode_typed(ev)?;
     let error = format!(
         "internal: message on {} was dead-lettered by {}: {}",
         dl.subject, dl.consumer, dl.reason
@@ -791,7 +791,7 @@ async fn on_cancel(
     ev: &Event,
 ) -> Result<(), BoundaryError> {
     let eid = ev.execution_id.as_str();
-    let request: CancelRequested = payloads::decode(ev)?;
+    let request: CancelRequested = payloads::decode_typed(ev)?;
     let reason = request.reason.trim().to_string();
     let error = if reason.is_empty() {
         "cancelled".to_string()

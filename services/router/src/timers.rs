@@ -186,7 +186,7 @@ impl Handler for TimerHandler {
                 }
             };
             if timer == Timer::Unserved {
-                let t: TaskUnserved = match payloads::decode(&ev) {
+                let t: TaskUnserved = match payloads::decode_typed(&ev) {
                     Ok(t) => t,
                     Err(e) => return runtime::disposition(Err(e.into())),
                 };
@@ -196,7 +196,7 @@ impl Handler for TimerHandler {
                     Err(e) => retry_on(&e),
                 };
             }
-            let set: DeadlineSet = match payloads::decode(&ev) {
+            let set: DeadlineSet = match payloads::decode_typed(&ev) {
                 Ok(d) => d,
                 Err(e) => return runtime::disposition(Err(e.into())),
             };
