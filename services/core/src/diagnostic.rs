@@ -3,6 +3,7 @@
 //! line (`file:line:col: error[E022]: ...`) or as JSON for tools. Each code
 //! has a short page in `docs/errors.md`.
 
+use crate::codes::Code;
 use serde::Serialize;
 
 use crate::yaml::Span;
@@ -23,7 +24,7 @@ pub struct Diagnostic {
     /// Error or warning.
     pub severity: Severity,
     /// Stable code (`E022`, `W101`...).
-    pub code: &'static str,
+    pub code: Code,
     /// One line: what is wrong.
     pub message: String,
     /// One line: how to fix it.
@@ -38,7 +39,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// An error.
-    pub fn error(code: &'static str, span: Span, path: &str, message: impl Into<String>) -> Self {
+    pub fn error(code: Code, span: Span, path: &str, message: impl Into<String>) -> Self {
         Self {
             severity: Severity::Error,
             code,
@@ -50,7 +51,7 @@ impl Diagnostic {
     }
 
     /// A warning.
-    pub fn warning(code: &'static str, span: Span, path: &str, message: impl Into<String>) -> Self {
+    pub fn warning(code: Code, span: Span, path: &str, message: impl Into<String>) -> Self {
         Self {
             severity: Severity::Warning,
             ..Self::error(code, span, path, message)
@@ -176,8 +177,8 @@ impl Diagnostics {
     pub fn codes(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
         for d in &self.0 {
-            if !out.contains(&d.code) {
-                out.push(d.code);
+            if !out.contains(&d.code.as_str()) {
+                out.push(d.code.as_str());
             }
         }
         out
@@ -208,8 +209,7 @@ impl Diagnostics {
     }
     /// Sort by position, errors first on the same position; drop exact repeats.
     pub fn sort(&mut self) {
-        self.0
-            .sort_by(|a, b| (a.span, a.severity, a.code).cmp(&(b.span, b.severity, b.code)));
+        self.0.sort_by_key(|d| (d.span, d.severity, d.code));
         self.0.dedup();
     }
     /// One line each.
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn renders_short_human_and_json() {
         let d = Diagnostic::error(
-            "E022",
+            Code::E022,
             Span {
                 line: 2,
                 col: 5,
@@ -271,7 +271,7 @@ mod tests {
             col: 4,
             offset: 3,
         };
-        let d = Diagnostic::warning("W102", span, "/workflow/1", "unreachable");
+        let d = Diagnostic::warning(Code::W102, span, "/workflow/1", "unreachable");
         let plain = d.human_styled("p.yaml", "a: b\n", false);
         assert_eq!(plain, d.human("p.yaml", "a: b\n"));
         assert_eq!(
@@ -313,9 +313,9 @@ mod tests {
             offset: 0,
         };
         let mut ds = Diagnostics::default();
-        ds.push(Diagnostic::warning("W102", at(5), "", "b"));
-        ds.push(Diagnostic::error("E030", at(2), "", "a"));
-        ds.push(Diagnostic::error("E030", at(2), "", "a"));
+        ds.push(Diagnostic::warning(Code::W102, at(5), "", "b"));
+        ds.push(Diagnostic::error(Code::E030, at(2), "", "a"));
+        ds.push(Diagnostic::error(Code::E030, at(2), "", "a"));
         ds.sort();
         assert_eq!(ds.len(), 2);
         assert_eq!(ds.codes(), vec!["E030", "W102"]);

@@ -4,6 +4,7 @@
 //! (`validate`, `diagnostic`), templating (`template`) and the pure evaluation
 //! functions the services call (`merge`, `policy`, `routing`, `reduce`).
 
+pub mod codes;
 pub mod diagnostic;
 pub mod lifecycle;
 pub mod limits;

@@ -1,5 +1,6 @@
 //! The one entry point: YAML text → validated, normalised [`Playbook`].
 
+use crate::codes::Code;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -97,8 +98,8 @@ pub fn load_playbook(source: &str, name: &str) -> Result<LoadedPlaybook, LoadErr
         Err(e) => {
             let mut d = Diagnostics::default();
             let (message, help) = match e.code {
-                "E041" => (e.message, "flatten the document (docs/errors.md#e041)"),
-                "E042" => (
+                Code::E041 => (e.message, "flatten the document (docs/errors.md#e041)"),
+                Code::E042 => (
                     e.message,
                     "use fewer or smaller aliases (docs/errors.md#e042)",
                 ),
@@ -127,7 +128,7 @@ pub fn load_playbook(source: &str, name: &str) -> Result<LoadedPlaybook, LoadErr
             let at = if pointer.is_empty() { "/" } else { &pointer };
             diags.push(
                 Diagnostic::error(
-                    "E004",
+                    Code::E004,
                     span,
                     &pointer,
                     format!("wrong shape at `{at}`: {}", e.inner()),
@@ -152,7 +153,7 @@ fn too_large(name: &str, size: u64) -> LoadError {
     let mut d = Diagnostics::default();
     d.push(
         Diagnostic::error(
-            "E040",
+            Code::E040,
             Span {
                 line: 1,
                 col: 1,
@@ -203,7 +204,7 @@ pub fn load_file(path: &Path) -> Result<LoadedPlaybook, LoadError> {
         Err(e) => {
             let mut d = Diagnostics::default();
             d.push(Diagnostic::error(
-                "E001",
+                Code::E001,
                 Span {
                     line: 1,
                     col: 1,

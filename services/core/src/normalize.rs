@@ -16,6 +16,7 @@
 //!
 //! Normalising a normalised tree changes nothing.
 
+use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::yaml::{Key, Node, NodeKind, Span};
 
@@ -337,7 +338,7 @@ fn normalize_set(then: &mut Node, path: &str, diags: &mut Diagnostics) {
     }
     diags.push(
         Diagnostic::warning(
-            "W101",
+            Code::W101,
             set_key.span,
             &format!("{path}/set"),
             format!("`then.set` with `ctx.`/`iter.` keys is an alias of `{canonical}`"),
@@ -392,7 +393,7 @@ mod tests {
         assert_eq!(rule["then"]["set_ctx"], json!({"a": 1}));
         assert_eq!(rule["then"]["set_iter"], json!({"b": 2}));
         assert!(rule["then"].get("set").is_none());
-        assert_eq!(d.0[0].code, "W101");
+        assert_eq!(d.0[0].code, Code::W101);
         assert_eq!(d.0[0].span.unwrap().line, 10);
     }
 }

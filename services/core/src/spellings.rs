@@ -13,6 +13,7 @@
 //! changes nothing: a moved value is gone from where it was written, and a
 //! conflicting pair is left as written.
 
+use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::yaml::{escape, Key, Node, NodeKind};
 
@@ -115,7 +116,7 @@ fn lift(spec: &mut Node, at: &At<'_>, l: &Lift<'_>, diags: &mut Diagnostics) {
                 .collect();
             diags.push(
                 Diagnostic::error(
-                    "E004",
+                    Code::E004,
                     key.span,
                     &format!("{}{pointer}", at.path),
                     format!(

@@ -2,6 +2,7 @@
 //! position of the offending node, a one-line reason and a help line; all
 //! findings are returned at once. Codes are documented in `docs/errors.md`.
 
+use crate::codes::Code;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::diagnostic::{Diagnostic, Diagnostics};
@@ -68,7 +69,7 @@ impl Validator {
         if steps.len() > MAX_STEPS {
             self.d.push(
                 Diagnostic::error(
-                    "E043",
+                    Code::E043,
                     steps[MAX_STEPS].span,
                     &format!("/workflow/{MAX_STEPS}"),
                     format!(
@@ -93,7 +94,7 @@ impl Validator {
             if arcs > MAX_ARCS {
                 self.d.push(
                     Diagnostic::error(
-                        "E044",
+                        Code::E044,
                         list.span,
                         &format!("/workflow/{i}/next/arcs"),
                         format!(
@@ -230,7 +231,7 @@ fn is_unconditional(arc: &Node) -> bool {
 impl Validator {
     fn err(
         &mut self,
-        code: &'static str,
+        code: Code,
         node_span: crate::yaml::Span,
         path: &str,
         msg: String,
@@ -242,7 +243,7 @@ impl Validator {
 
     fn warn(
         &mut self,
-        code: &'static str,
+        code: Code,
         node_span: crate::yaml::Span,
         path: &str,
         msg: String,
@@ -258,7 +259,7 @@ impl Validator {
             Ok(_) => true,
             Err(why) => {
                 self.err(
-                    "E004",
+                    Code::E004,
                     n.span,
                     path,
                     format!("{what} {why}"),
@@ -289,7 +290,7 @@ impl Validator {
             return true;
         }
         self.err(
-            "E004",
+            Code::E004,
             n.span,
             path,
             format!("{what} must be a mapping, found {}", n.type_name()),
@@ -314,7 +315,7 @@ impl Validator {
                 None => format!("allowed here: {}", allowed_list(allowed)),
             };
             self.err(
-                "E005",
+                Code::E005,
                 k.span,
                 &format!("{path}/{}", escape(&k.name)),
                 format!("unknown field `{}` in {what}", k.name),
@@ -330,14 +331,14 @@ impl Validator {
             let kp = format!("{path}/{}", escape(&k.name));
             match k.name.as_str() {
                 "expr" => self.err(
-                    "E012",
+                    Code::E012,
                     k.span,
                     &kp,
                     format!("`expr` in {what} is not a condition keyword in v10"),
                     "use `when` (`noetl migrate` renames it)",
                 ),
                 "eval" => self.err(
-                    "E011",
+                    Code::E011,
                     k.span,
                     &kp,
                     format!("legacy `eval` in {what} is rejected"),
@@ -385,7 +386,7 @@ impl Validator {
                 if let Some(w) = r.get("when") {
                     let then = r.get("then").map(flow).unwrap_or(default_then.into());
                     self.err(
-                        "E004",
+                        Code::E004,
                         ek.span,
                         &ep,
                         format!("{what} has both `when` and `else`; an `else` is a rule of its own"),
@@ -397,7 +398,7 @@ impl Validator {
                 }
             }
             NodeKind::Bool(false) => self.err(
-                "E004",
+                Code::E004,
                 ev.span,
                 &ep,
                 format!("`else: false` in {what} is not a rule (an `else` rule always matches)"),
@@ -417,7 +418,7 @@ impl Validator {
                     None => flow(ev),
                 };
                 self.err(
-                    "E004",
+                    Code::E004,
                     ev.span,
                     &ep,
                     format!(
@@ -433,7 +434,7 @@ impl Validator {
                     _ => default_then.to_string(),
                 };
                 self.err(
-                    "E004",
+                    Code::E004,
                     ev.span,
                     &ep,
                     format!("`else` in {what} is a list; it takes a mapping with `then`"),
@@ -441,7 +442,7 @@ impl Validator {
                 );
             }
             _ => self.err(
-                "E004",
+                Code::E004,
                 ev.span,
                 &ep,
                 format!(
@@ -458,7 +459,7 @@ impl Validator {
         if let Some(w) = n.get("when") {
             if w.as_str().is_none() {
                 self.err(
-                    "E004",
+                    Code::E004,
                     w.span,
                     &format!("{path}/when"),
                     format!("`when` must be a template string, found {}", w.type_name()),
@@ -472,7 +473,7 @@ impl Validator {
         match n.get(key) {
             None => {
                 self.err(
-                    "E003",
+                    Code::E003,
                     n.span,
                     path,
                     format!("{what} has no `{key}`"),
@@ -484,7 +485,7 @@ impl Validator {
                 NodeKind::Str(s) if !s.is_empty() => Some(s.clone()),
                 _ => {
                     self.err(
-                        "E004",
+                        Code::E004,
                         v.span,
                         &format!("{path}/{key}"),
                         format!(
@@ -513,7 +514,7 @@ impl Validator {
             let path = format!("/{}", escape(&k.name));
             if k.name == "vars" {
                 self.err(
-                    "E002",
+                    Code::E002,
                     k.span,
                     &path,
                     "root-level `vars` is not part of the v10 DSL".into(),
@@ -528,7 +529,7 @@ impl Validator {
                     None => format!("root sections: {}", allowed_list(ROOT_KEYS)),
                 };
                 self.err(
-                    "E002",
+                    Code::E002,
                     k.span,
                     &path,
                     format!("unknown root section `{}`", k.name),
@@ -541,7 +542,7 @@ impl Validator {
         }
         match root.get("metadata") {
             None => self.err(
-                "E003",
+                Code::E003,
                 root.span,
                 "",
                 "the playbook has no `metadata`".into(),
@@ -580,7 +581,7 @@ impl Validator {
         if let Some(kc) = root.get("keychain") {
             if !kc.is_seq() && !kc.is_null() {
                 self.err(
-                    "E004",
+                    Code::E004,
                     kc.span,
                     "/keychain",
                     format!("`keychain` must be a list, found {}", kc.type_name()),
@@ -598,7 +599,7 @@ impl Validator {
         }
         let Some(workflow) = root.get("workflow") else {
             self.err(
-                "E003",
+                Code::E003,
                 root.span,
                 "",
                 "the playbook has no `workflow`".into(),
@@ -608,7 +609,7 @@ impl Validator {
         };
         if !workflow.is_seq() {
             self.err(
-                "E004",
+                Code::E004,
                 workflow.span,
                 "/workflow",
                 format!(
@@ -622,7 +623,7 @@ impl Validator {
         let steps = workflow.items();
         if steps.is_empty() {
             self.err(
-                "E031",
+                Code::E031,
                 workflow.span,
                 "/workflow",
                 "`workflow` has no steps, so there is no entry step".into(),
@@ -636,7 +637,7 @@ impl Validator {
                 if let Some(first) = names.get(name) {
                     let first_line = steps[*first].span.line;
                     self.err(
-                        "E035",
+                        Code::E035,
                         s.get("step").map(|n| n.span).unwrap_or(s.span),
                         &format!("/workflow/{i}/step"),
                         format!("duplicate step name `{name}` (first at line {first_line})"),
@@ -665,13 +666,13 @@ impl Validator {
         for (k, _) in s.entries() {
             let kp = format!("{path}/{}", escape(&k.name));
             let legacy = match k.name.as_str() {
-                "when" => Some(("E010", "`step.when` is not part of the v10 DSL", "gate the step with `spec.policy.admit.rules` (`- when: ... then: {allow: true}`); `noetl migrate` rewrites it")),
-                "case" => Some(("E013", "step-level `case` is not part of the v10 DSL", "use task policy (`tool[].spec.policy.rules`) for outcomes and `next.arcs` for routing")),
-                "pipe" => Some(("E014", "`pipe` is not part of the v10 DSL", "`step.tool` is always the ordered pipeline: list the tasks under `tool`")),
-                "vars" => Some(("E017", "step-level `vars` is not part of the v10 DSL", "write execution state with `set_ctx` and iteration state with `set_iter` in a task policy")),
-                "sink" => Some(("E016", "`sink` is not a special block in v10", "storage is just a tool task that writes and returns a reference")),
-                "eval" => Some(("E011", "legacy `eval` is rejected", "use `task.spec.policy.rules` (`- when: ... then: {do: ...}`)")),
-                "expr" => Some(("E012", "`expr` is not a condition keyword in v10", "use `when`")),
+                "when" => Some((Code::E010, "`step.when` is not part of the v10 DSL", "gate the step with `spec.policy.admit.rules` (`- when: ... then: {allow: true}`); `noetl migrate` rewrites it")),
+                "case" => Some((Code::E013, "step-level `case` is not part of the v10 DSL", "use task policy (`tool[].spec.policy.rules`) for outcomes and `next.arcs` for routing")),
+                "pipe" => Some((Code::E014, "`pipe` is not part of the v10 DSL", "`step.tool` is always the ordered pipeline: list the tasks under `tool`")),
+                "vars" => Some((Code::E017, "step-level `vars` is not part of the v10 DSL", "write execution state with `set_ctx` and iteration state with `set_iter` in a task policy")),
+                "sink" => Some((Code::E016, "`sink` is not a special block in v10", "storage is just a tool task that writes and returns a reference")),
+                "eval" => Some((Code::E011, "legacy `eval` is rejected", "use `task.spec.policy.rules` (`- when: ... then: {do: ...}`)")),
+                "expr" => Some((Code::E012, "`expr` is not a condition keyword in v10", "use `when`")),
                 _ => None,
             };
             if let Some((code, msg, help)) = legacy {
@@ -682,7 +683,7 @@ impl Validator {
                     None => format!("allowed: {}", allowed_list(STEP_KEYS)),
                 };
                 self.err(
-                    "E005",
+                    Code::E005,
                     k.span,
                     &kp,
                     format!("unknown field `{}` in step `{name}`", k.name),
@@ -730,7 +731,7 @@ impl Validator {
                     if let Some(mode) = failure.get("mode") {
                         if !matches!(mode.as_str(), Some("fail_fast" | "best_effort")) {
                             self.err(
-                                "E004",
+                                Code::E004,
                                 mode.span,
                                 &format!("{fp}/mode"),
                                 "`failure.mode` must be `fail_fast` or `best_effort`".into(),
@@ -791,7 +792,7 @@ impl Validator {
                 what
             };
             self.err(
-                "E021",
+                Code::E021,
                 span,
                 &p,
                 format!("control action (`do:`) in {place}"),
@@ -808,7 +809,7 @@ impl Validator {
             return;
         };
         if !rules.is_seq() {
-            self.err("E004", rules.span, &format!("{path}/rules"), format!("`admit.rules` must be a list, found {}", rules.type_name()), "write `rules: [ {when: ..., then: {allow: true}}, {else: {then: {allow: false}}} ]`");
+            self.err(Code::E004, rules.span, &format!("{path}/rules"), format!("`admit.rules` must be a list, found {}", rules.type_name()), "write `rules: [ {when: ..., then: {allow: true}}, {else: {then: {allow: false}}} ]`");
             return;
         }
         for (i, r) in rules.items().iter().enumerate() {
@@ -823,7 +824,7 @@ impl Validator {
                 && r.get("eval").is_none()
             {
                 self.err(
-                    "E003",
+                    Code::E003,
                     r.span,
                     &rp,
                     format!("admission rule {i} has neither `when` nor `else`"),
@@ -833,7 +834,7 @@ impl Validator {
             match r.get("then") {
                 None if misshapen_else(r) => {} // E004 shows the whole form
                 None => self.err(
-                    "E003",
+                    Code::E003,
                     r.span,
                     &rp,
                     "admission rule has no `then`".into(),
@@ -844,10 +845,10 @@ impl Validator {
                         for (k, _) in t.entries() {
                             let kp = format!("{rp}/then/{}", escape(&k.name));
                             if ACTIONS.contains(&k.name.as_str()) {
-                                self.err("E021", k.span, &kp, format!("control action `{}` in an admission rule", k.name), "admission only allows or refuses (`then: { allow: true }`); retry/jump/break/continue/fail live in `tool[].spec.policy.rules`");
+                                self.err(Code::E021, k.span, &kp, format!("control action `{}` in an admission rule", k.name), "admission only allows or refuses (`then: { allow: true }`); retry/jump/break/continue/fail live in `tool[].spec.policy.rules`");
                             } else if !matches!(k.name.as_str(), "allow" | "do") {
                                 self.err(
-                                    "E005",
+                                    Code::E005,
                                     k.span,
                                     &kp,
                                     format!("unknown field `{}` in an admission `then`", k.name),
@@ -858,14 +859,14 @@ impl Validator {
                         match t.get("allow") {
                             Some(a) if matches!(a.kind, NodeKind::Bool(_)) => {}
                             Some(a) => self.err(
-                                "E004",
+                                Code::E004,
                                 a.span,
                                 &format!("{rp}/then/allow"),
                                 "`allow` must be true or false".into(),
                                 "write `allow: true`",
                             ),
                             None if t.get("do").is_none() => self.err(
-                                "E003",
+                                Code::E003,
                                 t.span,
                                 &format!("{rp}/then"),
                                 "admission `then` has no `allow`".into(),
@@ -901,7 +902,7 @@ impl Validator {
         );
         if l.get("in").is_none() && l.get("cursor").is_none() {
             self.err(
-                "E032",
+                Code::E032,
                 l.span,
                 path,
                 format!("loop of step `{step}` has no `in`"),
@@ -910,14 +911,14 @@ impl Validator {
         }
         match l.get("iterator") {
             None => self.err(
-                "E033",
+                Code::E033,
                 l.span,
                 path,
                 format!("loop of step `{step}` has no `iterator`"),
                 "add `iterator: item` (the name bound in `iter`)",
             ),
             Some(it) if it.as_str().map(|s| s.is_empty()).unwrap_or(true) => self.err(
-                "E004",
+                Code::E004,
                 it.span,
                 &format!("{path}/iterator"),
                 "`iterator` must be a name".into(),
@@ -930,7 +931,7 @@ impl Validator {
                 if let Some(mode) = spec.get("mode") {
                     if !matches!(mode.as_str(), Some("sequential" | "parallel" | "cursor")) {
                         self.err(
-                            "E004",
+                            Code::E004,
                             mode.span,
                             &format!("{path}/spec/mode"),
                             "`loop.spec.mode` must be `sequential`, `parallel` or `cursor`".into(),
@@ -950,7 +951,7 @@ impl Validator {
             NodeKind::Seq(t) => t,
             NodeKind::Null => {
                 self.err(
-                    "E037",
+                    Code::E037,
                     tool.span,
                     path,
                     format!("step `{step}` has an empty `tool`"),
@@ -959,13 +960,13 @@ impl Validator {
                 return;
             }
             _ => {
-                self.err("E004", tool.span, path, format!("`tool` of step `{step}` must be a list of tasks or one task with `kind`, found {}", tool.type_name()), "write `tool: [ {name: t, kind: noop} ]`");
+                self.err(Code::E004, tool.span, path, format!("`tool` of step `{step}` must be a list of tasks or one task with `kind`, found {}", tool.type_name()), "write `tool: [ {name: t, kind: noop} ]`");
                 return;
             }
         };
         if tasks.is_empty() {
             self.err(
-                "E037",
+                Code::E037,
                 tool.span,
                 path,
                 format!("step `{step}` has an empty `tool` list"),
@@ -979,7 +980,7 @@ impl Validator {
                 if let Some(first) = names.get(n) {
                     let line = tasks[*first].span.line;
                     self.err(
-                        "E034",
+                        Code::E034,
                         t.get("name").map(|x| x.span).unwrap_or(t.span),
                         &format!("{path}/{i}/name"),
                         format!(
@@ -1030,40 +1031,40 @@ impl Validator {
         let tname = t.get("name").and_then(Node::as_str).unwrap_or(name);
         let workbook_task = labels.is_none();
         match t.get("kind") {
-            None => self.err("E003", t.span, tp, format!("{whose} has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
+            None => self.err(Code::E003, t.span, tp, format!("{whose} has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
             Some(k) => match k.as_str() {
-                Some("sink") => self.err("E016", k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
-                Some("workbook") if workbook_task => self.err("E004", k.span, &format!("{tp}/kind"), format!("{whose} has kind `workbook`: a workbook task cannot call another"), "give it the tool kind that does the work, e.g. `kind: python`"),
+                Some("sink") => self.err(Code::E016, k.span, &format!("{tp}/kind"), "`sink` is not a tool kind in v10".into(), "storage is just a tool (postgres, http...) that writes and returns a reference"),
+                Some("workbook") if workbook_task => self.err(Code::E004, k.span, &format!("{tp}/kind"), format!("{whose} has kind `workbook`: a workbook task cannot call another"), "give it the tool kind that does the work, e.g. `kind: python`"),
                 Some(s) if !s.is_empty() => self.tool_kind(s, k.span, &format!("{tp}/kind"), whose),
-                _ => self.err("E004", k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
+                _ => self.err(Code::E004, k.span, &format!("{tp}/kind"), "`kind` must be a tool kind name".into(), "e.g. `kind: python`"),
             },
         }
         for (k, _) in t.entries() {
             let kp = format!("{tp}/{}", escape(&k.name));
             match k.name.as_str() {
                 "eval" => self.err(
-                    "E011",
+                    Code::E011,
                     k.span,
                     &kp,
                     format!("legacy `eval` in {whose}"),
                     "use `spec.policy.rules` (`- when: ... then: {do: ...}`)",
                 ),
                 "expr" => self.err(
-                    "E012",
+                    Code::E012,
                     k.span,
                     &kp,
                     format!("`expr` in {whose}"),
                     "use `when` inside `spec.policy.rules`",
                 ),
                 "sink" => self.err(
-                    "E016",
+                    Code::E016,
                     k.span,
                     &kp,
                     format!("`sink` in {whose} is not a special block in v10"),
                     "add a storage tool task that writes and returns a reference",
                 ),
                 "case" => self.err(
-                    "E013",
+                    Code::E013,
                     k.span,
                     &kp,
                     format!("`case` in {whose}"),
@@ -1107,7 +1108,7 @@ impl Validator {
         }
         if let Some(u) = crate::tool::unavailable(kind) {
             self.err(
-                "E007",
+                Code::E007,
                 span,
                 path,
                 format!(
@@ -1125,7 +1126,7 @@ impl Validator {
             None => format!("tool kinds: {kinds} (docs/tools.md)"),
         };
         self.err(
-            "E006",
+            Code::E006,
             span,
             path,
             format!("unknown tool kind `{kind}` in {whose}"),
@@ -1149,8 +1150,8 @@ impl Validator {
             if name == "auth" && value.is_map() {
                 let service = seeds::cloud_auth(&value.to_json());
                 let (code, message, help) = match service {
-                    Some(service) => ("E007", format!("`auth` of {whose} resolves from {service}, which this engine does not reach"), "store the credential with `noetl credential put NAME` and name it: `auth: NAME` (declared in `keychain`)"),
-                    None => ("E004", format!("`auth` of {whose} must be the name of a keychain entry, found a mapping"), "declare the credential in the root `keychain` and name it: `auth: NAME`"),
+                    Some(service) => (Code::E007, format!("`auth` of {whose} resolves from {service}, which this engine does not reach"), "store the credential with `noetl credential put NAME` and name it: `auth: NAME` (declared in `keychain`)"),
+                    None => (Code::E004, format!("`auth` of {whose} must be the name of a keychain entry, found a mapping"), "declare the credential in the root `keychain` and name it: `auth: NAME`"),
                 };
                 self.err(code, value.span, &kp, message, help);
                 continue;
@@ -1159,7 +1160,7 @@ impl Validator {
                 let v = value.to_json();
                 if !v.is_null() && !fits(f.ty, &v) {
                     self.err(
-                        "E004",
+                        Code::E004,
                         value.span,
                         &kp,
                         format!(
@@ -1194,7 +1195,7 @@ impl Validator {
                 (_, None) => format!("fields of a {} task: {fields} (docs/tools.md)", k.name),
             };
             self.err(
-                "E005",
+                Code::E005,
                 key.span,
                 &kp,
                 format!("unknown field `{name}` in {whose} (a {} task)", k.name),
@@ -1206,7 +1207,7 @@ impl Validator {
             self.task_script(script, &format!("{tp}/script"), whose, k.name);
             if let Some(field) = target.filter(|f| t.get(f).is_some()) {
                 self.err(
-                    "E004",
+                    Code::E004,
                     sk.span,
                     &format!("{tp}/script"),
                     format!("{whose} has both `{field}` and `script`"),
@@ -1218,7 +1219,7 @@ impl Validator {
             let by_script = target == Some(f.name) && t.get("script").is_some();
             if t.get(f.name).is_none() && !by_script {
                 self.err(
-                    "E003",
+                    Code::E003,
                     t.span,
                     tp,
                     format!("{whose} (a {} task) has no `{}`", k.name, f.name),
@@ -1235,8 +1236,8 @@ impl Validator {
             return;
         };
         let code = match e {
-            crate::script::ScriptError::Cloud { .. } => "E007",
-            crate::script::ScriptError::Shape(_) => "E004",
+            crate::script::ScriptError::Cloud { .. } => Code::E007,
+            crate::script::ScriptError::Shape(_) => Code::E004,
         };
         self.err(
             code,
@@ -1260,7 +1261,7 @@ impl Validator {
         let rules = match (&policy.kind, policy.get("rules")) {
             (NodeKind::Map(_), Some(r)) if r.is_seq() => r,
             _ => {
-                self.err("E020", policy.span, path, format!("`spec.policy` of task `{task}` must be a mapping with a `rules` list"), "write `policy: { rules: [ {when: ..., then: {do: ...}}, {else: {then: {do: continue}}} ] }`");
+                self.err(Code::E020, policy.span, path, format!("`spec.policy` of task `{task}` must be a mapping with a `rules` list"), "write `policy: { rules: [ {when: ..., then: {do: ...}}, {else: {then: {do: continue}}} ] }`");
                 return;
             }
         };
@@ -1277,7 +1278,7 @@ impl Validator {
                 && r.get("eval").is_none()
             {
                 self.err(
-                    "E003",
+                    Code::E003,
                     r.span,
                     &rp,
                     format!("rule {i} of task `{task}` has neither `when` nor `else`"),
@@ -1289,7 +1290,7 @@ impl Validator {
                     continue; // E004 shows the whole form
                 }
                 self.err(
-                    "E003",
+                    Code::E003,
                     r.span,
                     &rp,
                     format!("rule {i} of task `{task}` has no `then`"),
@@ -1318,7 +1319,7 @@ impl Validator {
                             None => format!("actions: {}", allowed_list(ACTIONS)),
                         };
                         self.err(
-                            "E025",
+                            Code::E025,
                             a.span,
                             &format!("{tp}/do"),
                             format!("unknown action `{shown}` in task `{task}`"),
@@ -1330,7 +1331,7 @@ impl Validator {
             if action.and_then(Node::as_str) == Some("jump") {
                 match then.get("to") {
                     None => self.err(
-                        "E026",
+                        Code::E026,
                         then.span,
                         &tp,
                         format!("`jump` in task `{task}` has no `to`"),
@@ -1349,7 +1350,7 @@ impl Validator {
                                 None => format!("tasks of this pipeline: {}", allowed_list(labels)),
                             };
                             self.err(
-                                "E022",
+                                Code::E022,
                                 to.span,
                                 &format!("{tp}/to"),
                                 format!(
@@ -1366,7 +1367,7 @@ impl Validator {
                 match att.kind {
                     NodeKind::Int(n) if n >= 1 && n <= i64::from(u32::MAX) => {}
                     _ => self.err(
-                        "E023",
+                        Code::E023,
                         att.span,
                         &format!("{tp}/attempts"),
                         "`attempts` must be an integer >= 1 (total attempts, the first included)"
@@ -1378,7 +1379,7 @@ impl Validator {
             if let Some(b) = then.get("backoff") {
                 if !b.as_str().map(|s| BACKOFFS.contains(&s)).unwrap_or(false) {
                     self.err(
-                        "E024",
+                        Code::E024,
                         b.span,
                         &format!("{tp}/backoff"),
                         format!("`backoff` must be one of {}", allowed_list(BACKOFFS)),
@@ -1390,7 +1391,7 @@ impl Validator {
                 if let Some(s) = then.get(key) {
                     if !s.is_map() {
                         self.err(
-                            "E004",
+                            Code::E004,
                             s.span,
                             &format!("{tp}/{key}"),
                             format!("`{key}` must be a mapping, found {}", s.type_name()),
@@ -1402,7 +1403,7 @@ impl Validator {
             if let (Some(reduced), Some(set)) = (parallel, then.get("set_ctx")) {
                 for (k, _) in set.entries() {
                     if !reduced.contains(&k.name) {
-                        self.warn("W104", k.span, &format!("{tp}/set_ctx/{}", k.name), format!("`set_ctx.{}` in task `{task}` of a parallel loop", k.name), "each ctx key may be written once (a different second write fails the iteration with ctx.conflict); prefer `set_iter`, or declare a reducer in `loop.spec.policy.reducers`");
+                        self.warn(Code::W104, k.span, &format!("{tp}/set_ctx/{}", k.name), format!("`set_ctx.{}` in task `{task}` of a parallel loop", k.name), "each ctx key may be written once (a different second write fails the iteration with ctx.conflict); prefer `set_iter`, or declare a reducer in `loop.spec.policy.reducers`");
                     }
                 }
             }
@@ -1422,7 +1423,7 @@ impl Validator {
         match &next.kind {
             NodeKind::Seq(_) | NodeKind::Str(_) => {
                 self.err(
-                    "E015",
+                    Code::E015,
                     next.span,
                     path,
                     format!(
@@ -1443,7 +1444,7 @@ impl Validator {
         for (k, _) in next.entries() {
             if matches!(k.name.as_str(), "when" | "then" | "else") {
                 legacy = true;
-                self.err("E015", k.span, &format!("{path}/{}", k.name), format!("`next.{}` is the legacy conditional form", k.name), "put each condition on an arc: `next: { arcs: [ {step: x, when: \"{{ ... }}\"} ] }`");
+                self.err(Code::E015, k.span, &format!("{path}/{}", k.name), format!("`next.{}` is the legacy conditional form", k.name), "put each condition on an arc: `next: { arcs: [ {step: x, when: \"{{ ... }}\"} ] }`");
             }
         }
         if !legacy {
@@ -1455,7 +1456,7 @@ impl Validator {
                 if let Some(mode) = spec.get("mode") {
                     if !matches!(mode.as_str(), Some("exclusive" | "inclusive")) {
                         self.err(
-                            "E004",
+                            Code::E004,
                             mode.span,
                             &format!("{path}/spec/mode"),
                             "`next.spec.mode` must be `exclusive` or `inclusive`".into(),
@@ -1473,7 +1474,7 @@ impl Validator {
         let Some(arcs) = next.get("arcs") else { return };
         if !arcs.is_seq() {
             self.err(
-                "E004",
+                Code::E004,
                 arcs.span,
                 &format!("{path}/arcs"),
                 format!("`next.arcs` must be a list, found {}", arcs.type_name()),
@@ -1495,14 +1496,14 @@ impl Validator {
                 let kp = format!("{ap}/{}", escape(&k.name));
                 match k.name.as_str() {
                     "expr" => self.err(
-                        "E012",
+                        Code::E012,
                         k.span,
                         &kp,
                         format!("`expr` on an arc of step `{step}` is not a condition keyword in v10"),
                         "rename it to `when`: `- step: target` / `when: \"{{ ... }}\"` (`noetl migrate` renames it)",
                     ),
                     "eval" => self.err(
-                        "E011",
+                        Code::E011,
                         k.span,
                         &kp,
                         format!("legacy `eval` on an arc of step `{step}` is rejected"),
@@ -1534,7 +1535,7 @@ impl Validator {
                         None => format!("steps: {}", allowed_list(&step_names)),
                     };
                     self.err(
-                        "E030",
+                        Code::E030,
                         a.get("step").map(|n| n.span).unwrap_or(a.span),
                         &format!("{ap}/step"),
                         format!("arc of step `{step}` targets `{target}`, which is not a step"),
@@ -1545,7 +1546,7 @@ impl Validator {
             for field in ["args", "set_ctx"] {
                 if let Some(v) = a.get(field).filter(|v| !v.is_map()) {
                     self.err(
-                        "E004",
+                        Code::E004,
                         v.span,
                         &format!("{ap}/{field}"),
                         format!("arc `{field}` must be a mapping"),
@@ -1560,14 +1561,14 @@ impl Validator {
             }
             if !inclusive {
                 if let Some(first) = unconditional_seen {
-                    self.warn("W103", a.span, &ap, format!("arc {i} of step `{step}` can never fire: arc {first} before it has no condition (exclusive mode)"), "reorder the arcs, add a `when` to the earlier one, or use `spec.mode: inclusive`");
+                    self.warn(Code::W103, a.span, &ap, format!("arc {i} of step `{step}` can never fire: arc {first} before it has no condition (exclusive mode)"), "reorder the arcs, add a `when` to the earlier one, or use `spec.mode: inclusive`");
                 } else if is_unconditional(a) {
                     unconditional_seen = Some(i);
                 }
             }
         }
         if is_loop && !arcs.items().is_empty() && !tests_loop_done {
-            self.warn("W105", arcs.span, &format!("{path}/arcs"), format!("loop step `{step}` has arcs but none tests `loop.done`"), "a loop's boundary event is `loop.done` (or `step.failed`): guard arcs with `event.name == 'loop.done'`");
+            self.warn(Code::W105, arcs.span, &format!("{path}/arcs"), format!("loop step `{step}` has arcs but none tests `loop.done`"), "a loop's boundary event is `loop.done` (or `step.failed`): guard arcs with `event.name == 'loop.done'`");
         }
     }
 
@@ -1585,7 +1586,7 @@ impl Validator {
                 match wb.get("tasks") {
                     None => {
                         self.err(
-                            "E003",
+                            Code::E003,
                             wb.span,
                             "/workbook",
                             "`workbook` has no `tasks`".into(),
@@ -1615,7 +1616,7 @@ impl Validator {
                     if let Some((_, first)) = defined.iter().find(|(n, _)| *n == name) {
                         let line = first.span.line;
                         self.err(
-                            "E034",
+                            Code::E034,
                             t.get("name").map(|x| x.span).unwrap_or(t.span),
                             &format!("{tp}/name"),
                             format!("duplicate workbook task name `{name}` (first at line {line})"),
@@ -1628,7 +1629,7 @@ impl Validator {
             }
             _ => {
                 self.err(
-                    "E004",
+                    Code::E004,
                     list.span,
                     base,
                     format!(
@@ -1695,7 +1696,7 @@ impl Validator {
                 };
                 match t.get("task") {
                     None => self.err(
-                        "E038",
+                        Code::E038,
                         t.span,
                         &path,
                         format!("task `{label}` has kind `workbook` but no `task`"),
@@ -1714,7 +1715,7 @@ impl Validator {
                                     None => known.clone(),
                                 };
                                 self.err(
-                                    "E038",
+                                    Code::E038,
                                     n.span,
                                     &format!("{path}/task"),
                                     format!("task `{label}` calls workbook task `{name}`, which is not defined"),
@@ -1723,7 +1724,7 @@ impl Validator {
                             }
                         },
                         None => self.err(
-                            "E038",
+                            Code::E038,
                             n.span,
                             &format!("{path}/task"),
                             format!("`task` of workbook call `{label}` must be a string"),
@@ -1761,7 +1762,7 @@ impl Validator {
                 continue;
             }
             self.err(
-                "E022",
+                Code::E022,
                 call.span,
                 &format!("{path}/task"),
                 format!("workbook task `{name}` jumps to `{to}`, which is not a task of the pipeline of step `{step}` that calls it"),
@@ -1801,7 +1802,7 @@ impl Validator {
                     .and_then(Node::as_str)
                     .unwrap_or("?");
                 self.warn(
-                    "W102",
+                    Code::W102,
                     s.get("step").map(|n| n.span).unwrap_or(s.span),
                     &format!("/workflow/{i}"),
                     format!("step `{name}` cannot be reached from the entry step `{entry_name}`"),
@@ -1827,7 +1828,7 @@ impl Validator {
         for (span, path, msg) in bad {
             let one_line: String = msg.lines().next().unwrap_or("").to_string();
             self.err(
-                "E036",
+                Code::E036,
                 span,
                 &path,
                 format!("template does not parse: {one_line}"),
@@ -1900,7 +1901,7 @@ impl Validator {
                     "the result of a later task"
                 };
                 self.warn(
-                    "W108",
+                    Code::W108,
                     span,
                     &path,
                     format!("task `{reader}` of step `{}` reads `{name}`, {what}: no task of the pipeline jumps, so it has not run yet and is undefined (null)", p.step),
@@ -1912,7 +1913,7 @@ impl Validator {
                 // It resolves (workload keys are readable bare, lowest
                 // precedence), but the canonical spelling says where from.
                 self.warn(
-                    "W107",
+                    Code::W107,
                     span,
                     &path,
                     format!("template reads the workload value `{name}` bare"),
@@ -1927,7 +1928,7 @@ impl Validator {
                 (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
             };
             self.warn(
-                "W106",
+                Code::W106,
                 span,
                 &path,
                 format!("template reads `{name}`, which is not a runtime variable, step or task"),

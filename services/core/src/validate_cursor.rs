@@ -2,6 +2,7 @@
 //! `loop.spec.frame`, checked where the rest of the loop is.
 
 use super::{escape, Node, NodeKind, Validator};
+use crate::codes::Code;
 
 const CURSOR_KEYS: &[&str] = &["kind", "auth", "claim"];
 /// `max_rows`, `row_concurrency` and `process` take effect; the others are
@@ -38,7 +39,7 @@ impl Validator {
             (Some(c), _) if !cursor_mode => {
                 let m = mode.and_then(Node::as_str).unwrap_or("sequential");
                 self.err(
-                    "E039",
+                    Code::E039,
                     c.span,
                     &format!("{path}/cursor"),
                     format!("loop of step `{step}` has a `cursor` but its `spec.mode` is `{m}`"),
@@ -46,7 +47,7 @@ impl Validator {
                 );
             }
             (None, Some(m)) if cursor_mode => self.err(
-                "E039",
+                Code::E039,
                 m.span,
                 &format!("{path}/spec/mode"),
                 format!("`loop.spec.mode: cursor` of step `{step}` needs a `loop.cursor` with a `claim`"),
@@ -56,7 +57,7 @@ impl Validator {
         }
         if let (Some(_), Some(i)) = (cursor, l.get("in")) {
             self.err(
-                "E039",
+                Code::E039,
                 i.span,
                 &format!("{path}/in"),
                 format!("loop of step `{step}` has both `in` and `cursor`"),
@@ -70,7 +71,7 @@ impl Validator {
             let fp = format!("{path}/spec/frame");
             if !cursor_mode {
                 self.err(
-                    "E039",
+                    Code::E039,
                     f.span,
                     &fp,
                     format!("`loop.spec.frame` of step `{step}` belongs to a cursor loop"),
@@ -88,7 +89,7 @@ impl Validator {
         for (k, _) in c.entries() {
             if k.name == "options" {
                 self.err(
-                    "E005",
+                    Code::E005,
                     k.span,
                     &format!("{path}/options"),
                     "unknown field `options` in `loop.cursor`".into(),
@@ -115,7 +116,7 @@ impl Validator {
             if k.as_str() != Some("postgres") {
                 let what = k.as_str().unwrap_or("?");
                 self.err(
-                    "E039",
+                    Code::E039,
                     k.span,
                     &format!("{path}/kind"),
                     format!("cursor loop of step `{step}` claims with `kind: {what}`, which is not available"),
@@ -125,14 +126,14 @@ impl Validator {
         }
         match c.get("claim") {
             None => self.err(
-                "E003",
+                Code::E003,
                 c.span,
                 path,
                 format!("`loop.cursor` of step `{step}` has no `claim`"),
                 "`claim:` one SQL statement that claims rows and returns them (`UPDATE ... RETURNING ...`)",
             ),
             Some(n) if n.as_str().is_none_or(|s| s.trim().is_empty()) => self.err(
-                "E004",
+                Code::E004,
                 n.span,
                 &format!("{path}/claim"),
                 format!("`loop.cursor.claim` of step `{step}` must be SQL text"),
@@ -143,7 +144,7 @@ impl Validator {
         if let Some(a) = c.get("auth") {
             if a.as_str().is_none() {
                 self.err(
-                    "E004",
+                    Code::E004,
                     a.span,
                     &format!("{path}/auth"),
                     "`loop.cursor.auth` must name a keychain entry".into(),
@@ -161,21 +162,21 @@ impl Validator {
             let kp = format!("{path}/{}", escape(&k.name));
             match k.name.as_str() {
                 "max_rows" | "row_concurrency" if !positive_or_template(v) => self.err(
-                    "E004",
+                    Code::E004,
                     v.span,
                     &kp,
                     format!("`frame.{}` must be an integer >= 1 (or a template)", k.name),
                     "e.g. `max_rows: 50`",
                 ),
                 "process" if !matches!(v.as_str(), Some("row" | "frame")) => self.err(
-                    "E004",
+                    Code::E004,
                     v.span,
                     &kp,
                     "`frame.process` must be `row` or `frame`".into(),
                     "row (default): one iteration per claimed row; frame: one per claim, over its rows",
                 ),
                 name if FRAME_RECOVERY.contains(&name) => self.err(
-                    "E005",
+                    Code::E005,
                     k.span,
                     &kp,
                     format!("unknown field `{name}` in `loop.spec.frame`"),

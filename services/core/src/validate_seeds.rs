@@ -4,6 +4,7 @@
 //! silently ignored: each either takes effect or is refused with the reason.
 
 use super::{allowed_list, closest, Validator};
+use crate::codes::Code;
 use crate::yaml::{escape, Node};
 
 /// Credential kinds the keychain resolves (`noetl credential put --kind`).
@@ -126,7 +127,7 @@ impl Validator {
                 },
             ),
         };
-        self.err("E004", k.span, &format!("{path}/kind"), message, &help);
+        self.err(Code::E004, k.span, &format!("{path}/kind"), message, &help);
     }
 
     /// `executor.spec.limits` names known limits; `executor.spec.policy`
@@ -146,7 +147,7 @@ impl Validator {
                     if let Some(n) = limits.get(key) {
                         if !matches!(n.to_json().as_u64(), Some(v) if v >= 1) {
                             self.err(
-                                "E004",
+                                Code::E004,
                                 n.span,
                                 &format!("/executor/spec/limits/{key}"),
                                 format!("`executor.spec.limits.{key}` must be an integer >= 1, found {}", n.type_name()),
@@ -188,7 +189,7 @@ impl Validator {
                         )
                     };
                     self.err(
-                        "E005",
+                        Code::E005,
                         k.span,
                         &format!("{pp}/defaults/{}", escape(&k.name)),
                         message,
@@ -205,7 +206,7 @@ impl Validator {
                 if let Some(v) = r.get("reference_first") {
                     if v.to_json() != serde_json::Value::Bool(true) {
                         self.err(
-                            "E004",
+                            Code::E004,
                             v.span,
                             &format!("{rp}/reference_first"),
                             "`results.reference_first` must be `true`: results above `executor.spec.limits.max_payload_bytes` always travel by reference".into(),
@@ -224,7 +225,7 @@ impl Validator {
         };
         if !exec.as_str().is_some_and(|s| LOOP_EXEC.contains(&s)) {
             self.err(
-                "E004",
+                Code::E004,
                 exec.span,
                 &format!("{path}/spec/policy/exec"),
                 format!(
@@ -248,7 +249,7 @@ impl Validator {
                 .map(str::to_string)
                 .unwrap_or_else(|| v.type_name().to_string());
             self.err(
-                "E004",
+                Code::E004,
                 v.span,
                 &format!("{path}/on_unmatched"),
                 format!(

@@ -4,6 +4,7 @@
 //! (`<<`) resolve, with alias expansion bounded; scalars follow the YAML 1.2
 //! core schema (quoted scalars and `!!str` are strings).
 
+use crate::codes::Code;
 use std::collections::HashMap;
 
 use granit_parser::{Event, Parser, ScalarStyle};
@@ -65,7 +66,7 @@ pub struct Node {
 pub struct YamlError {
     /// Diagnostic code: `E001` (syntax), `E041` (nesting too deep) or
     /// `E042` (aliases expand too much).
-    pub code: &'static str,
+    pub code: Code,
     /// What is wrong.
     pub message: String,
     /// Where.
@@ -146,13 +147,13 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
     let mut expanded = Size::default();
     let mut root: Option<Node> = None;
     let err = |message: String, span: Span| YamlError {
-        code: "E001",
+        code: Code::E001,
         message,
         span,
     };
     let too_deep = |span: Span| {
         YamlError {
-        code: "E041",
+        code: Code::E041,
         message: format!(
             "the YAML nests sequences and mappings more than {MAX_YAML_DEPTH} levels deep (limit `max_yaml_depth`)"
         ),
@@ -176,7 +177,7 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
                     expanded.bytes = expanded.bytes.saturating_add(size.bytes);
                     if expanded.nodes > MAX_ALIAS_NODES || expanded.bytes > MAX_ALIAS_BYTES {
                         return Err(YamlError {
-                            code: "E042",
+                            code: Code::E042,
                             message: format!(
                                 "aliases expand the document by {} nodes and {} bytes so far, above the limit `max_alias_expansion` of {MAX_ALIAS_NODES} nodes or {MAX_ALIAS_BYTES} bytes (\"billion laughs\")",
                                 expanded.nodes, expanded.bytes
@@ -649,7 +650,7 @@ mod tests {
             ));
         }
         let e = parse(&src).unwrap_err();
-        assert_eq!(e.code, "E042");
+        assert_eq!(e.code, Code::E042);
         assert!(e.message.contains("aliases expand"), "{e}");
         assert!(e.message.contains("max_alias_expansion"), "{e}");
         assert!(e.span.line > 1);
@@ -663,7 +664,7 @@ mod tests {
             src.push_str("  - *big\n");
         }
         let e = parse(&src).unwrap_err();
-        assert_eq!(e.code, "E042");
+        assert_eq!(e.code, Code::E042);
         assert!(e.message.contains("bytes"), "{e}");
         // Within the limit, aliases resolve.
         let ok = parse("a: &a {x: 1}\nb: *a\n").unwrap();
@@ -680,7 +681,7 @@ mod tests {
         assert!(parse(&ok).is_ok());
         let deep = format!("{}1{}", "[".repeat(depth + 1), "]".repeat(depth + 1));
         let e = parse(&deep).unwrap_err();
-        assert_eq!(e.code, "E041");
+        assert_eq!(e.code, Code::E041);
         assert!(e.message.contains("max_yaml_depth"), "{e}");
         assert_eq!(e.span.line, 1);
         // A hundred thousand levels: refused, no stack overflow.
@@ -695,6 +696,6 @@ mod tests {
             "[".repeat(half),
             "]".repeat(half)
         );
-        assert_eq!(parse(&src).unwrap_err().code, "E041");
+        assert_eq!(parse(&src).unwrap_err().code, Code::E041);
     }
 }

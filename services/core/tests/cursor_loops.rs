@@ -23,7 +23,7 @@ fn found(src: &str) -> Vec<(&'static str, usize, usize, String)> {
         .into_iter()
         .map(|d| {
             let s = d.span.expect("positioned");
-            (d.code, s.line, s.col, d.message)
+            (d.code.as_str(), s.line, s.col, d.message)
         })
         .collect()
 }

@@ -18,7 +18,7 @@ fn diags(src: &str) -> Vec<(&'static str, usize, usize, String)> {
     all.into_iter()
         .map(|d| {
             let s = d.span.expect("positioned");
-            (d.code, s.line, s.col, d.message)
+            (d.code.as_str(), s.line, s.col, d.message)
         })
         .collect()
 }

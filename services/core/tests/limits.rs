@@ -18,7 +18,7 @@ fn refused(src: &str) -> LoadError {
 }
 
 fn codes(e: &LoadError) -> Vec<&'static str> {
-    e.diagnostics.errors().map(|d| d.code).collect()
+    e.diagnostics.errors().map(|d| d.code.as_str()).collect()
 }
 
 /// A chain of `n` noop steps, each with `arcs` arcs to the next.

@@ -24,7 +24,7 @@ fn diags(src: &str) -> Vec<Diagnostic> {
 }
 
 fn codes(src: &str) -> Vec<&'static str> {
-    diags(src).iter().map(|d| d.code).collect()
+    diags(src).iter().map(|d| d.code.as_str()).collect()
 }
 
 /// `(line, col)` of the first diagnostic with `code`; panics with the list.
@@ -790,7 +790,7 @@ fn all_errors_are_reported_at_once_in_source_order() {
     let got: Vec<(&str, usize)> = err
         .diagnostics
         .iter()
-        .map(|d| (d.code, d.span.unwrap().line))
+        .map(|d| (d.code.as_str(), d.span.unwrap().line))
         .collect();
     assert_eq!(
         got,
@@ -963,7 +963,7 @@ fn a_kind_that_is_not_built_in_is_refused_once_not_field_by_field() {
 fn w107_a_workload_key_read_bare_is_a_gentle_warning_with_the_canonical_spelling() {
     let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\nworkload:\n  numbers: [1, 2]\nworkflow:\n  - step: a\n    tool:\n      - name: t\n        kind: noop\n        result: \"{{ numbers }}\"\n        spec:\n          policy:\n            rules:\n              - when: \"{{ output.status == 'ok' and _index is none }}\"\n                then: { do: continue }\n      - name: u\n        kind: noop\n        result: \"{{ nmbers }}\"\n";
     let loaded = assert_ok(src);
-    let codes: Vec<&str> = loaded.warnings.0.iter().map(|d| d.code).collect();
+    let codes: Vec<&str> = loaded.warnings.0.iter().map(|d| d.code.as_str()).collect();
     assert_eq!(codes, ["W107", "W106"], "{:#?}", loaded.warnings);
     let w = &loaded.warnings.0[0];
     assert_eq!(w.span.map(|s| (s.line, s.col)), Some((12, 17)));

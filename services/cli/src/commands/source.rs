@@ -94,7 +94,7 @@ pub fn read(r: Read<'_>) -> Result<Source, NotLoaded> {
 
 /// The one-line summary of a load error: its distinct error codes.
 fn not_loaded(e: &noetl_core::load::LoadError) -> NotLoaded {
-    let mut codes: Vec<&str> = e.diagnostics.errors().map(|d| d.code).collect();
+    let mut codes: Vec<&str> = e.diagnostics.errors().map(|d| d.code.as_str()).collect();
     codes.sort_unstable();
     codes.dedup();
     NotLoaded {
