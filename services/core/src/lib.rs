@@ -12,6 +12,7 @@ pub mod load;
 pub mod merge;
 pub mod migrate;
 pub mod model;
+mod names;
 pub mod normalize;
 pub mod outcome;
 pub mod policy;

@@ -607,7 +607,7 @@ fn templates(root: &Node, e: &mut Edits) {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    crate::validate::collect_names(root, &mut shadowing);
+    crate::names::collect_names(root, &mut shadowing);
     let names = Names {
         iterator: None,
         workload: root

@@ -1,6 +1,6 @@
 //! Typed model of a *normalised* canonical v10 playbook.
 //!
-//! The loader (`crate::load`) reads YAML into a positioned tree, validates it,
+//! The loader (`load`) reads YAML into a positioned tree, validates it,
 //! normalises every accepted shape (task-list forms, `else` rules, `set`
 //! aliases) into the canonical JSON form, and only then deserialises into
 //! these types. Services never see any other shape.

@@ -1857,7 +1857,7 @@ impl Validator {
         let pipelines: Vec<Pipeline> = steps.iter().map(Pipeline::of).collect();
         // A workbook task runs inside whichever pipeline calls it.
         let mut everywhere = known.clone();
-        collect_names(root, &mut everywhere);
+        crate::names::collect_names(root, &mut everywhere);
         let mut unknown = Vec::new();
         collect_templates(root, "", &mut |path, node, s| {
             for name in crate::template::referenced_roots(s) {
@@ -1989,35 +1989,6 @@ fn pipeline_position(path: &str) -> Option<(usize, usize, bool)> {
     let ti = parts.next()?.parse().ok()?;
     let in_policy = parts.next() == Some("spec") && parts.next() == Some("policy");
     Some((si, ti, in_policy))
-}
-
-/// Every step and task name in the document (values of `step:` and
-/// `name:` keys, and the keys of label-keyed tasks), for [`Validator::unknown_roots`].
-pub(crate) fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
-    match &n.kind {
-        NodeKind::Seq(items) => {
-            for x in items {
-                // `- fetch: { kind: http }`: the label names the task.
-                if let NodeKind::Map(entries) = &x.kind {
-                    if entries.len() == 1 && matches!(entries[0].1.kind, NodeKind::Map(_)) {
-                        out.insert(entries[0].0.name.clone());
-                    }
-                }
-                collect_names(x, out);
-            }
-        }
-        NodeKind::Map(entries) => {
-            for (k, v) in entries {
-                if k.name == "step" || k.name == "name" {
-                    if let Some(s) = v.as_str() {
-                        out.insert(s.to_string());
-                    }
-                }
-                collect_names(v, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// True when `key` of the mapping `n` is a raw field of the task `n` is

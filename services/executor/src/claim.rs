@@ -6,7 +6,10 @@
 //! failed, in one `loop.claimed` event. The loop-supervisor turns the rows
 //! into iterations: it runs no SQL itself.
 
-use noetl_core::tool::ToolCall;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use noetl_core::tool::{Objects, Tool, ToolCall};
 use noetl_core::{template::Scope, LoopCursor, Outcome, Step, Task};
 use noetl_mesh::{
     events::{now_ms, types, EventDraft},
@@ -18,14 +21,22 @@ use noetl_mesh::{
 use noetl_wire::{ClaimRef, TaskCommand};
 use serde_json::{json, Map, Value};
 
-use crate::pipeline::{call_tool, call_tool_within, render_config, CommandError, Executor};
+use crate::call::{call_tool, call_tool_within, render_config};
+use noetl_mesh::runtime::HandlerError as CommandError;
 
 /// The variable a claim reads for its batch size.
 pub const FRAME_MAX_ROWS: &str = "__frame_max_rows";
 
+/// What of the executor a claim uses.
+pub(crate) struct Env<'a> {
+    pub mesh: &'a noetl_mesh::Mesh,
+    pub tools: &'a HashMap<String, Arc<dyn Tool>>,
+    pub objects: &'a Arc<dyn Objects>,
+}
+
 /// One claim command, with what it runs in.
 pub(crate) struct ClaimRun<'a> {
-    pub exec: &'a Executor,
+    pub exec: Env<'a>,
     pub plan: &'a PlanRecord,
     pub step: &'a Step,
     pub cmd: &'a TaskCommand,

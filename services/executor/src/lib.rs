@@ -15,6 +15,7 @@
 //! a long pipeline is not redelivered to another replica.
 
 mod analysis;
+mod call;
 mod child;
 mod claim;
 mod pipeline;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use noetl_core::limits::compact;
 use noetl_core::policy::{self, Decision, PolicyInput};
-use noetl_core::template::{render_value, Scope};
+use noetl_core::template::Scope;
 use noetl_core::tool::{Tool, ToolCall, ToolReturn};
 use noetl_core::{Outcome, OutcomeMeta, Step, StepError, Task};
 use noetl_mesh::{
@@ -37,6 +37,7 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use crate::analysis::{NeedsCache, StepNeeds};
+pub(crate) use crate::call::{call_tool, call_tool_within, render_config};
 use crate::task::{SettleInput, Who};
 
 /// Task runs allowed in one step-run (retries and jumps included) before the
@@ -126,7 +127,11 @@ impl Executor {
         );
         if let Some(claim) = &cmd.claim {
             let c = crate::claim::ClaimRun {
-                exec: self,
+                exec: crate::claim::Env {
+                    mesh: &self.mesh,
+                    tools: &self.tools,
+                    objects: &self.objects,
+                },
                 plan: &plan,
                 step,
                 cmd: &cmd,
@@ -1472,63 +1477,6 @@ impl StepRun<'_> {
                 codec::encode(cmd),
             )
             .await
-    }
-}
-
-/// Render a task's config, leaving the tool's raw fields as written.
-pub(crate) fn render_config(
-    task: &Task,
-    raw: &[&str],
-    scope: &Scope,
-) -> Result<Map<String, Value>, String> {
-    let mut out = Map::with_capacity(task.config.len());
-    for (k, v) in &task.config {
-        let v = if raw.contains(&k.as_str()) {
-            v.clone()
-        } else {
-            render_value(v, scope).map_err(|e| format!("field `{k}`: {e}"))?
-        };
-        out.insert(k.clone(), v);
-    }
-    Ok(out)
-}
-
-/// Call a tool on its own task so a panicking tool fails its task, not the
-/// replica.
-pub(crate) async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
-    let kind = call.kind.clone();
-    // On the task's span: a tool's own spans and propagated trace context
-    // (the http tool's `traceparent`) belong to the task.
-    match tokio::spawn(tool.call(call).in_current_span()).await {
-        Ok(r) => r,
-        Err(e) => ToolReturn::from(Outcome::error(
-            "tool.panic",
-            format!("the {kind} tool panicked: {e}"),
-            false,
-        )),
-    }
-}
-
-/// [`call_tool`] bounded by `left`: `None` when the time ran out, and the
-/// call is then aborted (a python interpreter is killed with it).
-pub(crate) async fn call_tool_within(
-    tool: &Arc<dyn Tool>,
-    call: ToolCall,
-    left: Duration,
-) -> Option<ToolReturn> {
-    let kind = call.kind.clone();
-    let mut handle = tokio::spawn(tool.call(call).in_current_span());
-    match tokio::time::timeout(left, &mut handle).await {
-        Ok(Ok(r)) => Some(r),
-        Ok(Err(e)) => Some(ToolReturn::from(Outcome::error(
-            "tool.panic",
-            format!("the {kind} tool panicked: {e}"),
-            false,
-        ))),
-        Err(_) => {
-            handle.abort();
-            None
-        }
     }
 }
 

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::kv::key_part;
+use crate::keys::key_part;
 use crate::MeshConfig;
 
 /// Credential kinds `noetl credential put --kind` accepts, with the fields

@@ -7,8 +7,27 @@
 
 use crate::credentials::CredentialError;
 use crate::objects::ObjectError;
-use crate::runtime::Disposition;
 use crate::MeshError;
+use std::time::Duration;
+
+/// What to do with a message once handled.
+#[derive(Debug)]
+pub enum Disposition {
+    /// Done; remove it.
+    Ack,
+    /// Redeliver later (after the delay, if given): a command whose time has
+    /// not come.
+    Retry(Option<Duration>),
+    /// A transient failure: redeliver after a delay that grows with each
+    /// delivery of this message.
+    Backoff,
+    /// The message can never be handled: log it, copy it to the dead-letter
+    /// subject with the reason, and ack it.
+    DeadLetter(String),
+    /// Test mode only ([`crate::MeshConfig::deliver_twice`]): handled, but
+    /// handed back to be delivered once more after the delay.
+    HandBack(Duration),
+}
 
 /// The kind of a failure, which decides whether trying again can help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

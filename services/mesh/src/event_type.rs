@@ -3,7 +3,7 @@
 //! [`EventType::wire_name`]. Services route on events with an exhaustive
 //! `match` over [`EventType`], so a new type is a compile error wherever it
 //! must be handled, and payload structs say which types they belong to
-//! ([`crate::payloads::EventPayload`]).
+//! (`payloads::EventPayload`).
 
 /// One event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

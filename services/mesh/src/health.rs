@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::runtime::Disposition;
+use crate::error::Disposition;
 
 /// The `Content-Type` of [`Health::render_metrics`]' output.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -293,7 +293,7 @@ pub struct BucketLabels {
     pub bucket: String,
 }
 
-/// Compare-and-set conflicts by bucket, counted by [`crate::kv`] for the
+/// Compare-and-set conflicts by bucket, counted by `kv` for the
 /// whole process (a KV write does not know its mesh) and registered into
 /// every [`Metrics`].
 pub fn kv_cas_conflicts() -> &'static Family<BucketLabels, Counter> {

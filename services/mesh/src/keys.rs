@@ -3,8 +3,6 @@
 //! buckets"). Step names and step-run ids are encoded with
 //! [`key_part`], so any name makes a valid, distinct key.
 
-use crate::kv::key_part;
-
 /// Builds and parses every KV key. Keys of one execution all start with
 /// `<eid>.` (or are `<eid>` itself), so purging an execution is one
 /// prefix.
@@ -88,6 +86,21 @@ impl Keys {
     /// of a parallel loop run.
     pub fn owners(eid: &str, loop_run_id: &str) -> String {
         format!("{eid}.owners.{}", key_part(loop_run_id))
+    }
+}
+
+/// Encode an arbitrary name (step names may contain any character) as a KV
+/// key segment: kept as is when safe, else `x-` + hex.
+pub fn key_part(name: &str) -> String {
+    let safe = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with("x-");
+    if safe {
+        name.to_string()
+    } else {
+        format!("x-{}", hex::encode(name.as_bytes()))
     }
 }
 

@@ -329,20 +329,7 @@ where
     Err(conflict(store, key))
 }
 
-/// Encode an arbitrary name (step names may contain any character) as a KV
-/// key segment: kept as is when safe, else `x-` + hex.
-pub fn key_part(name: &str) -> String {
-    let safe = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !name.starts_with("x-");
-    if safe {
-        name.to_string()
-    } else {
-        format!("x-{}", hex::encode(name.as_bytes()))
-    }
-}
+pub use crate::keys::key_part;
 
 #[cfg(test)]
 mod tests {

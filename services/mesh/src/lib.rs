@@ -34,6 +34,7 @@ pub mod scope;
 pub mod served;
 pub mod server;
 pub mod state;
+pub mod status;
 pub mod subjects;
 pub mod topology;
 

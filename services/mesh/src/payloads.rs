@@ -200,7 +200,7 @@ pub struct CancelRequested {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionEnded {
     /// `completed`, `failed` or `cancelled`.
-    pub status: crate::state::ExecStatus,
+    pub status: crate::status::ExecStatus,
     /// Why it failed or was cancelled.
     #[serde(default)]
     pub error: Option<String>,
@@ -464,7 +464,6 @@ payload_of! {
     StepScheduled => [StepScheduled],
     StepSkipped => [StepSkipped],
     StepStarted => [StepStarted],
-    crate::served::TaskUnserved => [TaskUnserved],
 }
 
 /// `payload` as JSON for an event of type `kind`, which must be one of its
@@ -587,7 +586,7 @@ mod tests {
     #[test]
     fn execution_ends_and_tokens_keep_their_wire_shape() {
         let done = ExecutionEnded {
-            status: crate::state::ExecStatus::Completed,
+            status: crate::status::ExecStatus::Completed,
             error: None,
             source: None,
         };
@@ -596,7 +595,7 @@ mod tests {
             json!({"status": "completed", "error": null})
         );
         let refused = ExecutionEnded {
-            status: crate::state::ExecStatus::Failed,
+            status: crate::status::ExecStatus::Failed,
             error: Some("E010".into()),
             source: Some("bad.yaml".into()),
         };

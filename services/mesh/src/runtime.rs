@@ -19,24 +19,7 @@ use crate::{Mesh, MeshError};
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What to do with a message once handled.
-#[derive(Debug)]
-pub enum Disposition {
-    /// Done; remove it.
-    Ack,
-    /// Redeliver later (after the delay, if given): a command whose time has
-    /// not come.
-    Retry(Option<Duration>),
-    /// A transient failure: redeliver after a delay that grows with each
-    /// delivery of this message.
-    Backoff,
-    /// The message can never be handled: log it, copy it to the dead-letter
-    /// subject with the reason, and ack it.
-    DeadLetter(String),
-    /// Test mode only ([`crate::MeshConfig::deliver_twice`]): handled, but
-    /// handed back to be delivered once more after the delay.
-    HandBack(Duration),
-}
+pub use crate::error::Disposition;
 
 /// In deliver-twice mode, a message's first delivery that its handler
 /// finished (would ack) is handed back instead, after `twice`'s delay, so

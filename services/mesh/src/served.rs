@@ -194,6 +194,11 @@ impl Mesh {
     }
 }
 
+impl crate::payloads::EventPayload for TaskUnserved {
+    const KINDS: &'static [crate::event_type::EventType] =
+        &[crate::event_type::EventType::TaskUnserved];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,26 +18,7 @@ use crate::keys::Keys;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Status of an execution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecStatus {
-    /// Tokens are live.
-    Running,
-    /// Finished with no unhandled failure.
-    Completed,
-    /// A step failed and no arc handled it, or the request was invalid.
-    Failed,
-    /// Cancelled on request (or because its parent was).
-    Cancelled,
-}
-
-impl ExecStatus {
-    /// True for completed, failed and cancelled.
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, ExecStatus::Running)
-    }
-}
+pub use crate::status::ExecStatus;
 
 /// The compact header of one execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -269,7 +269,8 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
     let mut decision = decide(mesh, &plan, step, &ev, (&payload, &view)).await?;
     // Past the execution's deadline no arc fires: the execution fails,
     // naming the deadline (its timer would end it a moment later).
-    if let Some(error) = crate::timers::stops_routing(&plan, !decision.tokens.is_empty(), now_ms())
+    if let Some(error) =
+        crate::deadline::stops_routing(&plan, !decision.tokens.is_empty(), now_ms())
     {
         decision.tokens.clear();
         decision.unhandled_failure = true;

@@ -20,6 +20,7 @@
 
 mod boundary;
 mod children;
+mod deadline;
 mod request;
 pub mod timers;
 

@@ -32,7 +32,6 @@ use noetl_mesh::{
     events::{now_ms, types, EventDraft},
     kv::RevisionCache,
     payloads::{self, DeadlineSet, StepEnded},
-    plan::PlanRecord,
     runtime::{self, retry_on, BoxFuture, Disposition, Handler},
     served::TaskUnserved,
     state::{ExecHeader, ExecStatus},
@@ -136,19 +135,6 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
         Timer::Step => TimerAction::Nothing,
         // Decided by `on_unserved`, which asks whether the kind is served.
         Timer::Unserved => TimerAction::Nothing,
-    }
-}
-
-/// The error that stops routing when the execution is past its deadline
-/// and arcs would start more steps (checked on every boundary event).
-pub fn stops_routing(plan: &PlanRecord, fires: bool, now_ms: u64) -> Option<String> {
-    if !fires || plan.started_ms == 0 {
-        return None;
-    }
-    let d = lifecycle::execution_deadline(&plan.playbook, plan.started_ms)?;
-    match lifecycle::due(d.at_ms, now_ms) {
-        Due::Now => Some(lifecycle::execution_timeout_message(&d)),
-        Due::In(_) => None,
     }
 }
 
@@ -399,7 +385,6 @@ async fn on_unserved(
 mod tests {
     use super::*;
     use noetl_mesh::state::TokenRecord;
-    use serde_json::json;
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {
@@ -461,45 +446,6 @@ mod tests {
             TimerAction::FailExecution(m) => assert!(m.starts_with("timeout: "), "{m}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    fn plan(timeout_s: Option<u64>, started_ms: u64) -> PlanRecord {
-        let mut playbook = json!({
-            "apiVersion": "noetl.io/v2",
-            "kind": "Playbook",
-            "metadata": {"name": "t"},
-            "workflow": [{"step": "start"}],
-        });
-        if let Some(s) = timeout_s {
-            playbook["executor"] = json!({"spec": {"limits": {"timeout_s": s}}});
-        }
-        let mut p = PlanRecord::new(
-            "e1".into(),
-            "t.yaml".into(),
-            serde_json::from_value(playbook).unwrap(),
-            json!({}),
-        );
-        p.started_ms = started_ms;
-        p
-    }
-
-    #[test]
-    fn past_the_execution_deadline_no_arc_fires() {
-        let p = plan(Some(2), 1_000);
-        let stop = stops_routing(&p, true, 3_000).expect("past the deadline");
-        assert!(stop.contains("executor.spec.limits.timeout_s: 2"), "{stop}");
-        assert_eq!(stops_routing(&p, true, 2_999), None, "before it");
-    }
-
-    #[test]
-    fn routing_goes_on_without_a_deadline_or_without_tokens_to_fire() {
-        assert_eq!(stops_routing(&plan(None, 1_000), true, u64::MAX), None);
-        assert_eq!(stops_routing(&plan(Some(2), 1_000), false, 9_000), None);
-        assert_eq!(
-            stops_routing(&plan(Some(2), 0), true, 9_000),
-            None,
-            "not started"
-        );
     }
 
     #[test]
