@@ -22,7 +22,7 @@ use noetl_wire::{ClaimRef, TaskCommand};
 use serde_json::{json, Map, Value};
 
 use crate::call::{call_tool, call_tool_within, render_config};
-use noetl_mesh::runtime::HandlerError as CommandError;
+use noetl_mesh::runtime::HandlerError;
 
 /// The variable a claim reads for its batch size.
 pub const FRAME_MAX_ROWS: &str = "__frame_max_rows";
@@ -45,10 +45,10 @@ pub(crate) struct ClaimRun<'a> {
 
 impl ClaimRun<'_> {
     /// Run the claim and publish its `loop.claimed` event.
-    pub(crate) async fn run(&self) -> Result<(), CommandError> {
+    pub(crate) async fn run(&self) -> Result<(), HandlerError> {
         let eid = self.cmd.execution_id.as_str();
         let Some(cursor) = self.step.loop_.as_ref().and_then(|l| l.cursor.as_ref()) else {
-            return Err(CommandError::Refused(format!(
+            return Err(HandlerError::Refused(format!(
                 "claim command of execution {eid} names step {:?}, which is no cursor loop",
                 self.step.step
             )));
@@ -115,7 +115,7 @@ impl ClaimRun<'_> {
 
     /// The rows the claim returned, or the error that fails the loop step
     /// (`{kind, message}`). `Err` of the outer result: retry the command.
-    async fn rows(&self, cursor: &LoopCursor) -> Result<Result<Vec<Value>, Value>, CommandError> {
+    async fn rows(&self, cursor: &LoopCursor) -> Result<Result<Vec<Value>, Value>, HandlerError> {
         let mesh = &self.exec.mesh;
         let eid = self.cmd.execution_id.as_str();
         let step = &self.step.step;
@@ -151,7 +151,7 @@ impl ClaimRun<'_> {
             .collect();
         let loaded = scope::load(mesh, eid, &roots, &names).await?;
         let args = noetl_mesh::codec::args(&self.cmd.args_json).map_err(|e| {
-            CommandError::Refused(format!("claim command of execution {eid}: args: {e}"))
+            HandlerError::Refused(format!("claim command of execution {eid}: args: {e}"))
         })?;
         let args = scope::hydrate_args(mesh, &args).await?;
         let mut sc = Scope::new()
@@ -178,7 +178,7 @@ impl ClaimRun<'_> {
                     }
                     credentials = r;
                 }
-                Err(e) if e.kind().is_retryable() => return Err(CommandError::Mesh(e.into())),
+                Err(e) if e.kind().is_retryable() => return Err(HandlerError::Mesh(e.into())),
                 Err(e) => return fail("keychain", e.to_string()),
             }
         }

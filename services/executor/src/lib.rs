@@ -38,7 +38,7 @@ use noetl_mesh::{
 use noetl_wire::TaskCommand;
 
 pub use child::PlaybookTool;
-pub use pipeline::{CommandError, Executor, MAX_TASK_RUNS};
+pub use pipeline::{Executor, HandlerError, MAX_TASK_RUNS};
 
 /// What an executor replica needs: the service parameters and the tools it
 /// serves (it consumes only `<prefix>.task.<kind>` of those kinds).

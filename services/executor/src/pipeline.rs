@@ -48,7 +48,7 @@ pub const MAX_TASK_RUNS: u64 = 100_000;
 const FLUSH_EVERY: usize = 1024;
 
 /// Why a command was not handled (the mesh's one handler error).
-pub use noetl_mesh::runtime::HandlerError as CommandError;
+pub use noetl_mesh::runtime::HandlerError;
 
 /// The state one executor replica shares between its consumers.
 pub struct Executor {
@@ -98,7 +98,7 @@ impl Executor {
     }
 
     /// Run one task command.
-    pub async fn execute(&self, cmd: TaskCommand) -> Result<(), CommandError> {
+    pub async fn execute(&self, cmd: TaskCommand) -> Result<(), HandlerError> {
         let eid = cmd.execution_id.as_str();
         let plan = self
             .mesh
@@ -106,14 +106,14 @@ impl Executor {
             .get(&self.mesh, eid)
             .await
             .map_err(|e| match e {
-                MeshError::NoPlan { .. } => CommandError::Refused(format!(
+                MeshError::NoPlan { .. } => HandlerError::Refused(format!(
                     "task command for unknown execution {eid} (step {:?})",
                     cmd.step
                 )),
-                e => CommandError::Mesh(e),
+                e => HandlerError::Mesh(e),
             })?;
         let Some(step) = plan.step(&cmd.step) else {
-            return Err(CommandError::Refused(format!(
+            return Err(HandlerError::Refused(format!(
                 "task command of execution {eid} names unknown step {:?}",
                 cmd.step
             )));
@@ -147,7 +147,7 @@ impl Executor {
         plan: &PlanRecord,
         step: &Step,
         cmd: &TaskCommand,
-    ) -> Result<(), CommandError> {
+    ) -> Result<(), HandlerError> {
         let eid = cmd.execution_id.as_str();
         let d = decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
@@ -169,7 +169,7 @@ impl Executor {
                 }
                 // A KV outage is retried (the whole command, later); a
                 // missing or undecryptable credential fails the step.
-                Err(e) if e.kind().is_retryable() => return Err(CommandError::Mesh(e.into())),
+                Err(e) if e.kind().is_retryable() => return Err(HandlerError::Mesh(e.into())),
                 Err(e) => keychain_error = Some(e.to_string()),
             }
         }
@@ -281,10 +281,10 @@ struct DecodedCommand {
 
 /// Decode a task command's JSON fields; a field that is not the JSON it
 /// should be refuses the command, naming the field, step and execution.
-fn decode_command(cmd: &TaskCommand, step: &str) -> Result<DecodedCommand, CommandError> {
+fn decode_command(cmd: &TaskCommand, step: &str) -> Result<DecodedCommand, HandlerError> {
     let eid = cmd.execution_id.as_str();
     let refuse = |what: &str, e: &dyn std::fmt::Display| {
-        CommandError::Refused(format!(
+        HandlerError::Refused(format!(
             "task command of execution {eid} step {step:?}: {what}: {e}"
         ))
     };
@@ -472,7 +472,7 @@ impl StepRun<'_> {
         &self.cmd.execution_id
     }
 
-    async fn drive(&self, mut cur: Cursor) -> Result<(), CommandError> {
+    async fn drive(&self, mut cur: Cursor) -> Result<(), HandlerError> {
         self.resume(&mut cur).await?;
         let mut pending = Pending::default();
         let end = match self.hydrate_prev(&mut cur).await? {
@@ -487,7 +487,7 @@ impl StepRun<'_> {
     /// `_prev` and task results handed over by reference are read back
     /// once, here. `Some` (the step-run fails; its arcs may handle that)
     /// when one is gone for good.
-    async fn hydrate_prev(&self, cur: &mut Cursor) -> Result<Option<End>, CommandError> {
+    async fn hydrate_prev(&self, cur: &mut Cursor) -> Result<Option<End>, HandlerError> {
         let names: Vec<String> = cur.results.keys().cloned().collect();
         for name in std::iter::once(None).chain(names.into_iter().map(Some)) {
             let slot = match &name {
@@ -516,7 +516,7 @@ impl StepRun<'_> {
         &self,
         cur: &mut Cursor,
         pending: &mut Pending,
-    ) -> Result<End, CommandError> {
+    ) -> Result<End, HandlerError> {
         let tasks = &self.needs.tasks;
         loop {
             if cur.pc >= tasks.len() {
@@ -598,7 +598,7 @@ impl StepRun<'_> {
         task: &Task,
         run: TaskRun,
         pending: &mut Pending,
-    ) -> Result<Option<End>, CommandError> {
+    ) -> Result<Option<End>, HandlerError> {
         match run.decision {
             Decision::Continue => {
                 cur.prev = run.outcome.result;
@@ -666,7 +666,7 @@ impl StepRun<'_> {
         task: &Task,
         tool: &Arc<dyn Tool>,
         pending: &mut Pending,
-    ) -> Result<Option<TaskRun>, CommandError> {
+    ) -> Result<Option<TaskRun>, HandlerError> {
         let t = TaskAt {
             task,
             run_id: derive_id(&[
@@ -764,7 +764,7 @@ impl StepRun<'_> {
         tool: &Arc<dyn Tool>,
         scope: &Scope,
         pending: &mut Pending,
-    ) -> Result<Option<Called>, CommandError> {
+    ) -> Result<Option<Called>, HandlerError> {
         let task = t.task;
         let who = self.who(task);
         let failed = |outcome| {
@@ -824,7 +824,7 @@ impl StepRun<'_> {
         scope: Scope,
         called: Called,
         pending: &mut Pending,
-    ) -> Result<TaskRun, CommandError> {
+    ) -> Result<TaskRun, HandlerError> {
         let task = t.task;
         let mut outcome = called.outcome;
         self.mesh().health().metrics().task_ended(
@@ -1030,7 +1030,7 @@ impl StepRun<'_> {
         config: &Map<String, Value>,
         task_run_id: &str,
         pending: &mut Pending,
-    ) -> Result<Result<(), String>, CommandError> {
+    ) -> Result<Result<(), String>, HandlerError> {
         self.spill_prev(cur).await?;
         let child_id = derive_id(&["child", task_run_id]);
         let req = match crate::child::request(crate::child::ChildParams {
@@ -1182,7 +1182,7 @@ impl StepRun<'_> {
         cur: &Cursor,
         end: End,
         pending: &mut Pending,
-    ) -> Result<(), CommandError> {
+    ) -> Result<(), HandlerError> {
         let (event_type, payload, discriminator) = match (&self.loop_run, end) {
             (_, End::Handoff) => return Ok(()),
             (None, End::Done(result)) => {
@@ -1548,7 +1548,7 @@ mod tests {
     #[test]
     fn a_command_with_bad_json_is_refused_naming_the_field() {
         let refused = |cmd: &TaskCommand| match decode_command(cmd, "s") {
-            Err(CommandError::Refused(m)) => m,
+            Err(HandlerError::Refused(m)) => m,
             other => panic!("expected a refusal, got {other:?}"),
         };
         let mut cmd = command(None);

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use super::{
     dispatch, fail_loop, finish, loop_scope, max_in_flight, new_run, plan_and_step, redispatch,
-    resume, ChunkCache, ItemError, Local, LoopError, LoopRun, Window,
+    resume, ChunkCache, HandlerError, ItemError, Local, LoopRun, Window,
 };
 
 /// The cursor part of a loop run's record.
@@ -267,11 +267,15 @@ fn frame_number<E: std::fmt::Display>(
 
 /// Start a cursor loop run: its bounds rendered, its first claims
 /// issued; then [`resume`] publishes them.
-pub(crate) async fn start(w: &Window<'_>, cmd: &LoopCommand, lp: &Loop) -> Result<(), LoopError> {
+pub(crate) async fn start(
+    w: &Window<'_>,
+    cmd: &LoopCommand,
+    lp: &Loop,
+) -> Result<(), HandlerError> {
     let mesh = w.mesh;
     let step = w.step;
     let args = codec::args(&cmd.args_json).map_err(|e| {
-        LoopError::Refused(format!(
+        HandlerError::Refused(format!(
             "loop command of execution {} step {:?}: {e}",
             cmd.execution_id, cmd.step
         ))
@@ -317,7 +321,7 @@ pub(crate) async fn publish_claims(
     w: &Window<'_>,
     run: &LoopRun,
     seqs: &[u64],
-) -> Result<(), LoopError> {
+) -> Result<(), HandlerError> {
     let eid = w.plan.execution_id.as_str();
     let (Some(c), Some(cursor)) = (
         run.cursor.as_ref(),
@@ -370,7 +374,7 @@ fn claim_command(w: &Window<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> Task
 
 /// Every claim of `run` in flight, published again (a redelivery whose
 /// state was written before a crash).
-pub(crate) async fn republish(w: &Window<'_>, run: &LoopRun) -> Result<(), LoopError> {
+pub(crate) async fn republish(w: &Window<'_>, run: &LoopRun) -> Result<(), HandlerError> {
     let seqs: Vec<u64> = run
         .cursor
         .as_ref()
@@ -441,7 +445,7 @@ pub(crate) async fn item(
 /// A `loop.claimed` event: store the rows (create-only), apply the claim
 /// once under compare-and-set, publish the iterations and claims it
 /// started, and finish the loop when nothing is left.
-pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), LoopError> {
+pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), HandlerError> {
     let report: ClaimEnded = payloads::decode_typed(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = report.loop_run_id.as_str();
@@ -449,7 +453,7 @@ pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<
     let step: &Step = &plan.playbook.workflow[idx];
     let skey = Keys::loop_run(eid, srid);
     let unknown = || {
-        LoopError::Refused(format!(
+        HandlerError::Refused(format!(
             "loop.claimed for unknown loop run {srid} of execution {eid}"
         ))
     };

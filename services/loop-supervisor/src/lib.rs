@@ -367,7 +367,7 @@ impl LoopHandler {
 }
 
 /// Why a loop message was not handled.
-use noetl_mesh::runtime::HandlerError as LoopError;
+use noetl_mesh::runtime::HandlerError;
 
 impl Handler for LoopHandler {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
@@ -398,7 +398,7 @@ impl Handler for LoopHandler {
                                     .instrument(span)
                                     .await
                             }
-                            None => Err(LoopError::Refused(format!(
+                            None => Err(HandlerError::Refused(format!(
                                 "{} of execution {} is not an iteration report",
                                 ev.event_type, ev.execution_id
                             ))),
@@ -430,31 +430,31 @@ async fn plan_and_step(
     mesh: &Mesh,
     eid: &str,
     step: &str,
-) -> Result<(Arc<PlanRecord>, usize), LoopError> {
+) -> Result<(Arc<PlanRecord>, usize), HandlerError> {
     let plan = mesh.plans().get(mesh, eid).await.map_err(|e| match e {
         MeshError::NoPlan { .. } => {
-            LoopError::Refused(format!("loop message for unknown execution {eid}"))
+            HandlerError::Refused(format!("loop message for unknown execution {eid}"))
         }
-        e => LoopError::Mesh(e),
+        e => HandlerError::Mesh(e),
     })?;
     let idx = plan
         .playbook
         .workflow
         .iter()
         .position(|s| s.step == step)
-        .ok_or_else(|| LoopError::Refused(format!("execution {eid} has no step {step:?}")))?;
+        .ok_or_else(|| HandlerError::Refused(format!("execution {eid} has no step {step:?}")))?;
     Ok((plan, idx))
 }
 
 // Over 80 lines on purpose: read, decide, write for a loop command; its decisions (collection,
 // max_in_flight, new_run) are functions with tests.
-async fn on_start(mesh: &Mesh, chunks: &ChunkCache, cmd: LoopCommand) -> Result<(), LoopError> {
+async fn on_start(mesh: &Mesh, chunks: &ChunkCache, cmd: LoopCommand) -> Result<(), HandlerError> {
     let eid = cmd.execution_id.as_str();
     let srid = cmd.step_run_id.as_str();
     let (plan, idx) = plan_and_step(mesh, eid, &cmd.step).await?;
     let step = &plan.playbook.workflow[idx];
     let Some(lp) = step.loop_.as_ref() else {
-        return Err(LoopError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "step {:?} of execution {eid} has no loop",
             step.step
         )));
@@ -476,7 +476,7 @@ async fn on_start(mesh: &Mesh, chunks: &ChunkCache, cmd: LoopCommand) -> Result<
         return cursor::start(&window, &cmd, lp).await;
     }
     let args = codec::args(&cmd.args_json).map_err(|e| {
-        LoopError::Refused(format!(
+        HandlerError::Refused(format!(
             "loop command of execution {eid} step {:?}: {e}",
             cmd.step
         ))
@@ -661,7 +661,7 @@ fn new_run(cmd: &LoopCommand, step: &str, total: u64, max_in_flight: u64, args: 
 /// Publish everything a stored loop run implies (idempotent: every id is
 /// deterministic): `loop.started`, the in-flight window, and `loop.done`
 /// once it is finished. Used by a first start and by every redelivery.
-async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), LoopError> {
+async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), HandlerError> {
     let Window {
         mesh,
         plan,
@@ -697,7 +697,7 @@ async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), LoopError> {
 
 /// Publish the task commands of every in-flight iteration (idempotent);
 /// returns the run as now stored.
-async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, LoopError> {
+async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, HandlerError> {
     let indices = run.in_flight.clone();
     let run = dispatch(w, run, &indices).await?;
     cursor::republish(w, &run).await?;
@@ -720,7 +720,7 @@ struct Window<'a> {
 /// Publish the iterations `indices` of `run` (idempotent); returns the run
 /// as now stored. An iteration whose element cannot be read (its chunk is
 /// gone) is counted as failed and fails the loop step, naming the chunk.
-async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopRun, LoopError> {
+async fn dispatch(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopRun, HandlerError> {
     let Window {
         mesh,
         chunks,
@@ -912,7 +912,7 @@ async fn on_iteration(
     local: &Local,
     ev: Event,
     failed: bool,
-) -> Result<(), LoopError> {
+) -> Result<(), HandlerError> {
     let report: IterationEnded = payloads::decode_typed(&ev)?;
     let eid = ev.execution_id.as_str();
     let srid = ev.step_run_id.as_str();
@@ -940,7 +940,7 @@ async fn on_iteration(
     // reads the run itself: the common path reads it once).
     if reducers.iter().any(|(_, op)| grows(*op)) {
         let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
-            return Err(LoopError::Refused(format!(
+            return Err(HandlerError::Refused(format!(
                 "{} for unknown loop run {srid} of execution {eid}",
                 ev.event_type
             )));
@@ -972,7 +972,7 @@ async fn on_iteration(
         claims,
     }) = local.counter.count(mesh, &shared, index, &claim).await?
     else {
-        return Err(LoopError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "{} for unknown loop run {srid} of execution {eid}",
             ev.event_type
         )));
@@ -1154,7 +1154,7 @@ async fn apply_reducers(
     step: &Step,
     srid: &str,
     run: &LoopRun,
-) -> Result<Option<Value>, LoopError> {
+) -> Result<Option<Value>, HandlerError> {
     let reducers = step
         .loop_
         .as_ref()
@@ -1260,7 +1260,7 @@ async fn finish(
     step: &Step,
     srid: &str,
     run: &LoopRun,
-) -> Result<(), LoopError> {
+) -> Result<(), HandlerError> {
     let eid = plan.execution_id.as_str();
     let skey = Keys::loop_run(eid, srid);
     let mut run = run.clone();
@@ -1341,7 +1341,7 @@ async fn final_error(
     step: &Step,
     srid: &str,
     run: &LoopRun,
-) -> Result<Option<Value>, LoopError> {
+) -> Result<Option<Value>, HandlerError> {
     let eid = plan.execution_id.as_str();
     let error = match apply_reducers(mesh, eid, step, srid, run).await? {
         Some(e) => Some(e),
@@ -1389,7 +1389,7 @@ async fn prune(mesh: &Mesh, eid: &str, step: &Step, srid: &str) -> Result<(), Me
 }
 
 /// The loop could not even start: fail the step-run.
-async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<(), LoopError> {
+async fn fail_loop(mesh: &Mesh, cmd: &LoopCommand, message: String) -> Result<(), HandlerError> {
     tracing::warn!(execution_id = %cmd.execution_id, step = %cmd.step, %message, "loop failed to start");
     // Only reached after the start decoded them (`on_start` refuses bad ones).
     let args = codec::args(&cmd.args_json).unwrap_or_default();

@@ -84,7 +84,7 @@ impl Handler for BoundaryHandler {
     }
 }
 
-pub(crate) use noetl_mesh::runtime::HandlerError as BoundaryError;
+pub(crate) use noetl_mesh::runtime::HandlerError;
 
 /// A step-run's boundary, as [`transition`] applies it to the header.
 struct Boundary<'a> {
@@ -235,7 +235,7 @@ struct Decision {
     set_ctx: Option<Map<String, Value>>,
 }
 
-async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), BoundaryError> {
+async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), HandlerError> {
     let headers = caches.headers.as_ref();
     let kind = EventType::of(&ev);
     let status = match kind.map(handling_of) {
@@ -243,7 +243,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
         Some(Handling::Cancel) => return on_cancel(mesh, headers, &ev).await,
         Some(Handling::Ended(status)) => status,
         Some(Handling::Foreign) | None => {
-            return Err(BoundaryError::Refused(format!(
+            return Err(HandlerError::Refused(format!(
                 "{} of execution {} is not a boundary event",
                 ev.event_type, ev.execution_id
             )))
@@ -259,7 +259,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
     let srid = ev.step_run_id.as_str();
     let plan = boundary_plan(mesh, &ev).await?;
     let Some(step) = plan.step(&ev.step) else {
-        return Err(BoundaryError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "{} names step {:?} which execution {eid} does not have",
             ev.event_type, ev.step
         )));
@@ -312,10 +312,10 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Boun
 
 /// The plan of the execution a boundary event belongs to; an event of an
 /// execution without a plan is refused.
-async fn boundary_plan(mesh: &Mesh, ev: &Event) -> Result<Arc<PlanRecord>, BoundaryError> {
+async fn boundary_plan(mesh: &Mesh, ev: &Event) -> Result<Arc<PlanRecord>, HandlerError> {
     match mesh.plans().get(mesh, &ev.execution_id).await {
         Ok(p) => Ok(p),
-        Err(MeshError::NoPlan { .. }) => Err(BoundaryError::Refused(format!(
+        Err(MeshError::NoPlan { .. }) => Err(HandlerError::Refused(format!(
             "{} for unknown execution {} (step {})",
             ev.event_type, ev.execution_id, ev.step
         ))),
@@ -342,7 +342,7 @@ async fn record_and_apply(
     ev: &Event,
     view: &BoundaryView,
     boundary: &Boundary<'_>,
-) -> Result<(ExecHeader, bool), BoundaryError> {
+) -> Result<(ExecHeader, bool), HandlerError> {
     if !view.join {
         let from_cache = apply_from_cache(FromCache {
             mesh,
@@ -409,7 +409,7 @@ struct FromCache<'a> {
 /// replica ended (cancelled, failed, timed out) may write the record of a
 /// step that did end before the header write is refused: the record is
 /// then true, but later than the end.
-async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, BoundaryError> {
+async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, HandlerError> {
     let FromCache {
         mesh,
         caches,
@@ -507,7 +507,7 @@ async fn apply_boundary(
     ev: &Event,
     boundary: &Boundary<'_>,
     ending: Ending,
-) -> Result<Applied, BoundaryError> {
+) -> Result<Applied, HandlerError> {
     let mut applied = false;
     let mut held_back = false;
     let header = kv::update_cached(
@@ -537,7 +537,7 @@ async fn apply_boundary(
             applied,
             held_back,
         }),
-        None => Err(BoundaryError::Refused(format!(
+        None => Err(HandlerError::Refused(format!(
             "{} for execution {} which has no header",
             ev.event_type, ev.execution_id
         ))),
@@ -659,7 +659,7 @@ pub(crate) async fn emit_terminal(
     headers: &RevisionCache<ExecHeader>,
     header: &ExecHeader,
     trace_id: &str,
-) -> Result<(), BoundaryError> {
+) -> Result<(), HandlerError> {
     if !header.status.is_terminal() || header.terminal_emitted {
         return Ok(());
     }
@@ -741,7 +741,7 @@ async fn on_dead_letter(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     ev: &Event,
-) -> Result<(), BoundaryError> {
+) -> Result<(), HandlerError> {
     let eid = ev.execution_id.as_str();
     let dl: DeadLettered = payloads::decode_typed(ev)?;
     let error = format!(
@@ -790,7 +790,7 @@ async fn on_cancel(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     ev: &Event,
-) -> Result<(), BoundaryError> {
+) -> Result<(), HandlerError> {
     let eid = ev.execution_id.as_str();
     let request: CancelRequested = payloads::decode_typed(ev)?;
     let reason = request.reason.trim().to_string();

@@ -52,7 +52,7 @@ impl Handler for RequestHandler {
     }
 }
 
-use noetl_mesh::runtime::HandlerError as StartError;
+use noetl_mesh::runtime::HandlerError;
 
 /// The span a request is started in. A request published with a
 /// `traceparent` continues that trace (the consume span is its parent);
@@ -188,14 +188,14 @@ fn requested_trace(req: &ExecutionRequest) -> String {
 
 /// The execution id a request gets: its own, else `e<stream sequence>` (the
 /// publisher reads the sequence from its JetStream ack).
-fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, StartError> {
+fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, HandlerError> {
     if req.execution_id.is_empty() {
         return Ok(format!("e{seq}"));
     }
     if is_valid_execution_id(&req.execution_id) {
         Ok(req.execution_id.clone())
     } else {
-        Err(StartError::Refused(format!(
+        Err(HandlerError::Refused(format!(
             "execution_id {:?} is not usable: use 1-128 characters of [A-Za-z0-9_-]",
             req.execution_id
         )))
@@ -209,7 +209,7 @@ async fn start(
     headers: &kv::RevisionCache<ExecHeader>,
     req: ExecutionRequest,
     seq: u64,
-) -> Result<(), StartError> {
+) -> Result<(), HandlerError> {
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
@@ -402,7 +402,7 @@ async fn fail_early(
     source: &str,
     req: &ExecutionRequest,
     reason: String,
-) -> Result<(), StartError> {
+) -> Result<(), HandlerError> {
     tracing::warn!(execution_id = %eid, source, %reason, "execution refused");
     end_early(EarlyEnd {
         mesh,
@@ -432,7 +432,7 @@ struct EarlyEnd<'a> {
 
 /// Record the terminal header and emit the terminal event of an execution
 /// that never started.
-async fn end_early(e: EarlyEnd<'_>) -> Result<(), StartError> {
+async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
     let now = now_rfc3339();
     let header = ExecHeader {
         execution_id: e.eid.to_string(),
@@ -632,7 +632,7 @@ mod tests {
     fn an_unusable_execution_id_is_refused_naming_it() {
         for bad in ["a.b", "a b", "x>", &"x".repeat(129)] {
             match execution_id(&request(bad), 1) {
-                Err(StartError::Refused(r)) => assert!(r.contains("is not usable"), "{r}"),
+                Err(HandlerError::Refused(r)) => assert!(r.contains("is not usable"), "{r}"),
                 other => panic!("{bad:?}: {other:?}"),
             }
         }

@@ -244,8 +244,8 @@ async fn on_timer(
                     crate::boundary::emit_terminal(mesh, headers, &h, &ev.trace_id)
                         .await
                         .map_err(|e| match e {
-                            crate::boundary::BoundaryError::Mesh(m) => m,
-                            crate::boundary::BoundaryError::Refused(r) => MeshError::Invalid(r),
+                            noetl_mesh::runtime::HandlerError::Mesh(m) => m,
+                            noetl_mesh::runtime::HandlerError::Refused(r) => MeshError::Invalid(r),
                         })?;
                     crate::children::cancel_children_where(
                         mesh,

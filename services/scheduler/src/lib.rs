@@ -86,22 +86,22 @@ impl Handler for TokenHandler {
     }
 }
 
-use noetl_mesh::runtime::HandlerError as SchedError;
+use noetl_mesh::runtime::HandlerError;
 
 // Over 80 lines on purpose: read, decide, write for one token; join, admission and start are
 // functions of their own.
-async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
+async fn schedule(mesh: &Mesh, token: Token) -> Result<(), HandlerError> {
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
     let plan = token_plan(mesh, &token).await?;
     let Some(step) = plan.step(&token.step) else {
-        return Err(SchedError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "token {srid} of execution {eid} names unknown step {:?}",
             token.step
         )));
     };
     let mut args = codec::args(&token.args_json).map_err(|e| {
-        SchedError::Refused(format!(
+        HandlerError::Refused(format!(
             "token {srid} of execution {eid} step {:?}: {e}",
             token.step
         ))
@@ -180,16 +180,16 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), SchedError> {
 
 /// The plan of a token's execution; a token of an execution without a
 /// plan is refused.
-async fn token_plan(mesh: &Mesh, token: &Token) -> Result<Arc<PlanRecord>, SchedError> {
+async fn token_plan(mesh: &Mesh, token: &Token) -> Result<Arc<PlanRecord>, HandlerError> {
     mesh.plans()
         .get(mesh, &token.execution_id)
         .await
         .map_err(|e| match e {
-            MeshError::NoPlan { .. } => SchedError::Refused(format!(
+            MeshError::NoPlan { .. } => HandlerError::Refused(format!(
                 "token for unknown execution {} (step {:?})",
                 token.execution_id, token.step
             )),
-            e => SchedError::Mesh(e),
+            e => HandlerError::Mesh(e),
         })
 }
 
@@ -202,7 +202,7 @@ async fn join_arrival(
     token: &Token,
     step: &Step,
     args: &Value,
-) -> Result<Option<Value>, SchedError> {
+) -> Result<Option<Value>, HandlerError> {
     let Some(inputs) = join::inputs(&plan.playbook, step) else {
         return Ok(Some(args.clone()));
     };
@@ -305,7 +305,7 @@ struct StartStep<'a, F: Fn(&'static str, Value) -> noetl_wire::Event> {
 /// its first task command, or (a step without tasks) its `step.done`.
 async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
     s: StartStep<'_, F>,
-) -> Result<(), SchedError> {
+) -> Result<(), HandlerError> {
     let StartStep {
         mesh,
         plan,
