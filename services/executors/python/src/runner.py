@@ -139,6 +139,23 @@ def _import_libs(libs, g):
     return []
 
 
+def _as_function(code):
+    """NoETL's python tasks may `return` their result from the top level:
+    such code runs as the body of a function whose return value is the
+    result (falling through, its local `result`). Built from the syntax
+    tree, so line numbers and string literals stay as written."""
+    import ast
+
+    tree = ast.parse(code, TASK_FILE, "exec")
+    fn = ast.parse("def __noetl_body__():\n    pass\n").body[0]
+    tail = ast.parse("return locals().get('result')").body
+    fn.body = (tree.body or [ast.Pass()]) + tail
+    module = ast.parse("")
+    module.body = [fn]
+    ast.fix_missing_locations(module)
+    return compile(module, TASK_FILE, "exec")
+
+
 def _handle(req):
     out, err = _Capture(), _Capture()
     saved = sys.stdout, sys.stderr
@@ -158,6 +175,8 @@ def _handle(req):
                 if isinstance(k, str) and k.isidentifier() and not k.startswith("__") and k not in RESERVED:
                     g[k] = v
         g["args"] = args
+        # NoETL's name of the inputs, unless an input is called so.
+        g.setdefault("input_data", args)
         g["_prev"] = req.get("_prev")
         g["iter"] = req.get("iter")
         g["ctx"] = req.get("ctx")
@@ -166,8 +185,16 @@ def _handle(req):
         if missing:
             raise _MissingLibs(missing)
         linecache.cache[TASK_FILE] = (len(code), None, code.splitlines(True), TASK_FILE)
-        exec(compile(code, TASK_FILE, "exec"), g)
-        if "result" in g:
+        try:
+            compiled, body = compile(code, TASK_FILE, "exec"), None
+        except SyntaxError as e:
+            if "'return' outside function" not in str(e):
+                raise
+            compiled, body = _as_function(code), "__noetl_body__"
+        exec(compiled, g)
+        if body is not None:
+            value = g[body]()
+        elif "result" in g:
             value = g["result"]
         elif callable(g.get("main")):
             value = _call_main(g["main"], args)

@@ -48,6 +48,32 @@ async fn global_result_sees_every_input() {
     );
 }
 
+/// NoETL's python tasks read their inputs as `input_data` and may return
+/// their result from the top level.
+#[tokio::test]
+async fn noetl_s_input_data_and_a_top_level_return_work() {
+    let o = run(json!({
+        "code": "x = input_data.get('a', 0)\nif x > 1:\n    return {'big': x, 'label': \"\"\"a\n  b\"\"\"}\nreturn {'small': x}",
+        "args": {"a": 5},
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(o.result, json!({"big": 5, "label": "a\n  b"}));
+    // Falling through, its `result` is the result.
+    let o = run(json!({
+        "code": "def twice(v):\n    return 2 * v\nresult = twice(input_data['a'])\nif False:\n    return 0",
+        "args": {"a": 4},
+    }))
+    .await;
+    assert_eq!(o.result, json!(8), "{o:?}");
+    // An input called `input_data` is that input.
+    let o = run(json!({"code": "result = input_data", "args": {"input_data": 3}})).await;
+    assert_eq!(o.result, json!(3));
+    // Other syntax errors are still errors.
+    let o = run(json!({"code": "x = (\nreturn 1"})).await;
+    assert_eq!(err_kind(&o), "python.exception");
+}
+
 #[tokio::test]
 async fn main_is_called_with_or_without_args() {
     let o = run(json!({"code": "def main():\n    return [1, 'two', None]\n"})).await;
