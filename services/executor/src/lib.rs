@@ -24,11 +24,10 @@ pub mod secrets;
 mod task;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::Message;
 use noetl_core::tool::Tool;
 use noetl_mesh::{
     runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
@@ -151,7 +150,7 @@ impl Handler for TaskHandler {
                 }
             }
             let period = executor.mesh().config().ack_wait / 2;
-            runtime::disposition(in_progress(&msg, period, executor.execute(cmd)).await)
+            runtime::disposition(runtime::heartbeat(&msg, period, executor.execute(cmd)).await)
         })
     }
 }
@@ -167,22 +166,4 @@ fn redelivered_or_waited(msg: &Message, wait: Duration) -> bool {
         .duration_since(published)
         .is_ok_and(|age| age > wait);
     info.delivered > 1 || waited
-}
-
-/// Drive `work` while telling JetStream every `period` that the message is
-/// still being worked on (so it is not redelivered mid-pipeline).
-async fn in_progress<T>(msg: &Message, period: Duration, work: impl Future<Output = T>) -> T {
-    let period = period.max(Duration::from_millis(50));
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tokio::pin!(work);
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            _ = tick.tick() => {
-                if let Err(e) = msg.ack_with(AckKind::Progress).await {
-                    tracing::debug!(error = %e, "in-progress ack failed");
-                }
-            }
-        }
-    }
 }

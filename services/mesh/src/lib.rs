@@ -10,6 +10,7 @@
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
+pub mod backoff;
 pub mod cache;
 pub mod cancel;
 pub mod catalog;

@@ -217,17 +217,35 @@ async fn wait_for_slot(
     permits: &Arc<Semaphore>,
     msg: &Message,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let period = (mesh.config().ack_wait / 2).max(Duration::from_millis(50));
+    let period = mesh.config().ack_wait / 2;
+    let slot = async {
+        tokio::select! {
+            p = permits.clone().acquire_owned() => Some(p.expect("semaphore is never closed")),
+            _ = cl.shutdown.cancelled() => None,
+        }
+    };
+    let permit = heartbeat(msg, period, slot).await;
+    if permit.is_none() {
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
+    }
+    permit
+}
+
+/// Drive `work` while telling JetStream every `period` (at least 50 ms)
+/// that `msg` is still being worked on, so it is not redelivered
+/// elsewhere meanwhile: the one in-progress ack of the mesh (a message
+/// waiting for a handler slot, a pipeline running).
+pub async fn heartbeat<T>(msg: &Message, period: Duration, work: impl Future<Output = T>) -> T {
+    let period = period.max(Duration::from_millis(50));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tokio::pin!(work);
     loop {
         tokio::select! {
-            p = permits.clone().acquire_owned() => return Some(p.expect("semaphore is never closed")),
+            out = &mut work => return out,
             _ = tick.tick() => {
-                let _ = msg.ack_with(AckKind::Progress).await;
-            }
-            _ = cl.shutdown.cancelled() => {
-                let _ = msg.ack_with(AckKind::Nak(None)).await;
-                return None;
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    tracing::debug!(error = %e, "in-progress ack failed");
+                }
             }
         }
     }
@@ -237,8 +255,7 @@ async fn wait_for_slot(
 /// doubling, at most 30 s. Ten deliveries thus ride out about two minutes of
 /// outage before a message is dead-lettered.
 fn backoff(n: u32) -> Duration {
-    let ms = 250u64.saturating_mul(1u64 << n.saturating_sub(1).min(16));
-    Duration::from_millis(ms.min(30_000))
+    crate::backoff::Backoff::MESSAGE.delay(n)
 }
 
 async fn dispatch(

@@ -31,7 +31,11 @@ pub fn delay(attempt: u32, now: Instant, deadline: Instant) -> Option<Duration> 
     let left = deadline
         .checked_duration_since(now)
         .filter(|d| !d.is_zero())?;
-    let backoff = Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2));
+    let backoff = noetl_mesh::backoff::Backoff {
+        first: Duration::from_millis(100),
+        max: Duration::from_secs(2),
+    }
+    .delay(attempt.saturating_add(1));
     Some(backoff.min(left))
 }
 

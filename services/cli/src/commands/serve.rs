@@ -175,7 +175,11 @@ async fn join_waiting(
 
 /// Delay before the next attempt to join: 250 ms doubling to 5 s.
 fn join_backoff(attempt: u32) -> Duration {
-    Duration::from_millis(250u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(5))
+    noetl_mesh::backoff::Backoff {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(5),
+    }
+    .delay(attempt.saturating_add(1))
 }
 
 async fn wait_for_signal() {
