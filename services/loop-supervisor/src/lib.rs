@@ -565,23 +565,7 @@ async fn loop_scope(
     }
     let frame = cursor::frame_templates(lp);
     all.extend(frame.iter().map(String::as_str));
-    let roots = scope::roots(all);
-    // The steps whose results a template reads (not every step's name).
-    let names: Vec<&str> = roots
-        .iter()
-        .map(String::as_str)
-        .filter(|r| plan.step(r).is_some())
-        .collect();
-    let loaded = scope::load(mesh, &plan.execution_id, &roots, &names).await?;
-    let mut sc = Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(scope::hydrate_args(mesh, args).await?)
-        .execution_id(plan.execution_id.clone());
-    sc = sc.declare_all(plan.step_name_set());
-    for (name, result) in loaded.steps {
-        sc = sc.step_result(name, result);
-    }
+    let mut sc = plan.template_scope(mesh, all, args).await?;
     if !plan.parent_iter.is_null() {
         sc = sc.iter(json!({"parent": plan.parent_iter}));
     }

@@ -139,6 +139,38 @@ impl PlanRecord {
             })
             .contains(step)
     }
+
+    /// The render scope of templates the services evaluate themselves (an
+    /// arc's `when` and `args`, a loop's `in` and window): the workload,
+    /// `ctx`, the token's `args` (results by reference read back), the
+    /// execution id, and the results of the steps `templates` read, every
+    /// step name declared. Arcs add their `event`, loops the parent's
+    /// `iter`.
+    pub async fn template_scope<'t>(
+        &self,
+        mesh: &Mesh,
+        templates: impl IntoIterator<Item = &'t str>,
+        args: &Value,
+    ) -> Result<noetl_core::template::Scope, MeshError> {
+        let roots = crate::scope::roots(templates);
+        // The steps whose results a template reads (not every step's name).
+        let names: Vec<&str> = roots
+            .iter()
+            .map(String::as_str)
+            .filter(|r| self.step(r).is_some())
+            .collect();
+        let loaded = crate::scope::load(mesh, &self.execution_id, &roots, &names).await?;
+        let mut sc = noetl_core::template::Scope::new()
+            .workload(self.workload.clone())
+            .ctx(loaded.ctx)
+            .args(crate::scope::hydrate_args(mesh, args).await?)
+            .execution_id(self.execution_id.clone())
+            .declare_all(self.step_name_set());
+        for (name, result) in loaded.steps {
+            sc = sc.step_result(name, result);
+        }
+        Ok(sc)
+    }
 }
 
 /// A bounded cache of plans by execution id.

@@ -143,29 +143,14 @@ async fn arc_scope(
     (payload, view): (&Value, &BoundaryView),
     templates: &[&str],
 ) -> Result<Scope, MeshError> {
-    let roots = scope::roots(templates.iter().copied());
-    // The steps whose results a template reads (not every step's name).
-    let names: Vec<&str> = roots
-        .iter()
-        .map(String::as_str)
-        .filter(|r| plan.step(r).is_some())
-        .collect();
-    let loaded = scope::load(mesh, &ev.execution_id, &roots, &names).await?;
     let args = view
         .args
         .clone()
         .unwrap_or_else(|| Value::Object(Map::new()));
-    let mut sc = Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(scope::hydrate_args(mesh, &args).await?)
-        .event(event_scope(ev, payload))
-        .execution_id(ev.execution_id.clone());
-    sc = sc.declare_all(plan.step_name_set());
-    for (name, result) in loaded.steps {
-        sc = sc.step_result(name, result);
-    }
-    Ok(sc)
+    let sc = plan
+        .template_scope(mesh, templates.iter().copied(), &args)
+        .await?;
+    Ok(sc.event(event_scope(ev, payload)))
 }
 
 /// The `event` arcs' conditions see: the boundary event's payload plus its
