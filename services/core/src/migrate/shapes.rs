@@ -79,23 +79,32 @@ pub(super) fn unwrap(root: &Node, e: &mut Edits) {
             e.refuse(line, format!("workbook task `{name}`: both the task and its `tool:` have `{}`: keep one, then move the `tool:` fields onto the task", dup.name));
             continue;
         }
-        let key_indent = k.span.offset - line_start(text, k.span.offset);
-        let from = next_line(text, k.span.offset);
-        let to = entry_end(text, k.span.offset);
-        let child_indent = tool.span.offset - line_start(text, tool.span.offset);
         let kind = tool.get("kind").and_then(Node::as_str).unwrap_or("?");
-        let with = reindent(&text[from..to], child_indent, key_indent);
         let summary =
             format!("workbook task `{name}`: its `tool:` fields → the task's own (`kind: {kind}`)");
-        let start = line_start(text, k.span.offset);
-        let count = text[start..to].matches('\n').count();
-        let order = LineOrder {
-            first: line,
-            count,
-            order: (line + 1..line + count).collect(),
-        };
-        e.replace_lines((start, to), with, Change { line, summary }, order);
+        lift_children(e, k, tool, summary);
     }
+}
+
+/// Replace the block entry `k: value` by `value`'s lines one level up: the
+/// key line goes, its children take the key's indentation (said to the
+/// line map, [`LineOrder`]).
+fn lift_children(e: &mut Edits, k: &Key, value: &Node, summary: String) {
+    let text = e.text;
+    let line = k.span.line;
+    let key_indent = k.span.offset - line_start(text, k.span.offset);
+    let child_indent = value.span.offset - line_start(text, value.span.offset);
+    let start = line_start(text, k.span.offset);
+    let from = next_line(text, k.span.offset);
+    let to = entry_end(text, k.span.offset);
+    let count = text[start..to].matches('\n').count();
+    let order = LineOrder {
+        first: line,
+        count,
+        order: (line + 1..line + count).collect(),
+    };
+    let with = reindent(&text[from..to], child_indent, key_indent);
+    e.replace_lines((start, to), with, Change { line, summary }, order);
 }
 
 /// Task fields NoETL accepts under a task's `spec` (besides the kind's own
@@ -246,20 +255,8 @@ fn artifact_input(root: &Node, e: &mut Edits) {
             );
             continue;
         }
-        let key_indent = k.span.offset - line_start(text, k.span.offset);
-        let child_indent = entries[0].0.span.offset - line_start(text, entries[0].0.span.offset);
-        let start = line_start(text, k.span.offset);
-        let from = next_line(text, k.span.offset);
-        let to = entry_end(text, k.span.offset);
-        let count = text[start..to].matches('\n').count();
-        let order = LineOrder {
-            first: line,
-            count,
-            order: (line + 1..line + count).collect(),
-        };
         let summary = format!("task `{name}`: artifact `input` fields → the task's own");
-        let with = reindent(&text[from..to], child_indent, key_indent);
-        e.replace_lines((start, to), with, Change { line, summary }, order);
+        lift_children(e, k, input, summary);
     }
 }
 
