@@ -64,6 +64,16 @@ pub fn task_timeouts(spec: &Value, defaults: TaskTimeouts) -> Result<TaskTimeout
     }
 }
 
+/// The operation timeout of a kind without a connect phase (python, shell,
+/// duckdb): `read` of [`task_timeouts`] with `default` for both parts.
+pub fn read_timeout(spec: &Value, default: Duration) -> Result<Duration, TimeoutError> {
+    let defaults = TaskTimeouts {
+        connect: default,
+        read: default,
+    };
+    Ok(task_timeouts(spec, defaults)?.read)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@
 #[cfg(feature = "engine")]
 mod engine;
 
-use noetl_core::timeout::{task_timeouts, TaskTimeouts};
+use noetl_core::timeout::read_timeout;
 use std::time::Duration;
 
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
@@ -95,11 +95,7 @@ pub fn job(config: &Map<String, Value>, spec: &Value) -> Result<Job, ConfigError
             ));
         }
     }
-    let defaults = TaskTimeouts {
-        connect: DEFAULT_TIMEOUT,
-        read: DEFAULT_TIMEOUT,
-    };
-    let timeout = task_timeouts(spec, defaults)?.read;
+    let timeout = read_timeout(spec, DEFAULT_TIMEOUT)?;
     Ok(Job {
         statements,
         params,

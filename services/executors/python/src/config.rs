@@ -1,7 +1,7 @@
 //! Configuration of the python tool: the replica-wide settings
 //! ([`PythonConfig`]) and the fields of one task ([`PythonTask`]).
 
-use noetl_core::timeout::{task_timeouts, TaskTimeouts};
+use noetl_core::timeout::read_timeout;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -193,11 +193,7 @@ impl PythonTask {
 /// The timeout of a task from its effective spec (`timeout: N`, or
 /// `{read: N}`; docs/tools.md), `default` when absent.
 pub fn timeout_of(spec: &Value, default: Duration) -> Result<Duration, ConfigError> {
-    let defaults = TaskTimeouts {
-        connect: default,
-        read: default,
-    };
-    Ok(task_timeouts(spec, defaults)?.read)
+    Ok(read_timeout(spec, default)?)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The fields of one `kind: shell` task ([`ShellTask`]) and its timeout,
 //! read from the rendered task config: plain functions, unit-tested.
 
-use noetl_core::timeout::{task_timeouts, TaskTimeouts};
+use noetl_core::timeout::read_timeout;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -184,11 +184,7 @@ fn env_of(m: &Map<String, Value>) -> Result<Vec<(String, String)>, ConfigError> 
 /// The timeout of a task from its effective spec (`timeout: N`, or
 /// `{read: N}`; docs/tools.md), `default` when absent.
 pub fn timeout_of(spec: &Value, default: Duration) -> Result<Duration, ConfigError> {
-    let defaults = TaskTimeouts {
-        connect: default,
-        read: default,
-    };
-    Ok(task_timeouts(spec, defaults)?.read)
+    Ok(read_timeout(spec, default)?)
 }
 
 #[cfg(test)]
