@@ -12,7 +12,7 @@ use noetl_integration::repo_root;
 /// Every crate of the workspace: its `src` folder.
 fn crate_sources(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for parent in ["services", "services/executors"] {
+    for parent in ["crates", "services", "services/executors"] {
         for e in std::fs::read_dir(root.join(parent)).unwrap().flatten() {
             let src = e.path().join("src");
             if src.is_dir() {

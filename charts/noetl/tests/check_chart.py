@@ -63,12 +63,12 @@ def rust_source(rel: str) -> str:
 
 
 def known_kinds() -> list[str]:
-    """The built-in tool kinds: `name`s of `KINDS` in services/core/src/tool.rs."""
-    src = rust_source("services/core/src/tool.rs")
+    """The built-in tool kinds: `name`s of `KINDS` in crates/core/src/tool.rs."""
+    src = rust_source("crates/core/src/tool.rs")
     m = re.search(r"pub const KINDS: &\[Kind\] = &\[(.*?)\n\];", src, re.S)
     kinds = re.findall(r'name: "([^"]+)"', m.group(1)) if m else []
     if not kinds:
-        sys.exit("check_chart: KINDS not found in services/core/src/tool.rs")
+        sys.exit("check_chart: KINDS not found in crates/core/src/tool.rs")
     return kinds
 
 
@@ -95,7 +95,7 @@ def task_timeouts() -> dict[str, int]:
 
 
 def work_stream(prefix: str) -> str:
-    # services/mesh/src/subjects.rs: Subjects::work_stream
+    # crates/mesh/src/subjects.rs: Subjects::work_stream
     return prefix.upper().replace("-", "_") + "_WORK"
 
 
@@ -379,11 +379,11 @@ def check_static(c: Checks, kinds: list[str]) -> None:
         grace = values["executors"][kind]["terminationGracePeriodSeconds"]
         c.ok(grace > timeout, f"values.yaml: executors.{kind}.terminationGracePeriodSeconds {grace} <= task timeout {timeout}")
     # The names KEDA and docs/deploy.md use are spelled this way in the code.
-    c.ok('format!("{}_WORK", self.upper())' in rust_source("services/mesh/src/subjects.rs"),
+    c.ok('format!("{}_WORK", self.upper())' in rust_source("crates/mesh/src/subjects.rs"),
          "subjects.rs: the work stream is no longer <PREFIX>_WORK")
     c.ok('format!("executor-{kind}")' in rust_source("services/executor/src/lib.rs"),
          "executor: the durable is no longer executor-<kind>")
-    c.ok('format!("{}-{}", s.prefix(), spec.durable)' in rust_source("services/mesh/src/topology.rs"),
+    c.ok('format!("{}-{}", s.prefix(), spec.durable)' in rust_source("crates/mesh/src/topology.rs"),
          "topology.rs: durables are no longer <prefix>-<name>")
 
 

@@ -5,7 +5,7 @@ use std::process::Command;
 
 fn fixture(rel: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../core/tests/fixtures")
+        .join("../../crates/core/tests/fixtures")
         .join(rel)
         .display()
         .to_string()

@@ -1,6 +1,6 @@
 //! The typed records services keep in KV round-trip exactly through the
 //! JSON bytes they are stored as: decode(encode(x)) == x (proptest, in the
-//! normal test run). Wire messages: `services/wire/tests/properties.rs`.
+//! normal test run). Wire messages: `crates/wire/tests/properties.rs`.
 
 use noetl_mesh::catalog::Entry;
 use noetl_mesh::state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord};
