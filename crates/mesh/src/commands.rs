@@ -80,15 +80,25 @@ impl Mesh {
         cmd: &TaskCommand,
     ) -> Result<PendingAck, MeshError> {
         let kind = noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), task);
+        self.publish_task_of_kind(&kind, &task.name, cmd).await
+    }
+
+    /// [`Mesh::publish_task`] for a task whose kind is already resolved.
+    pub async fn publish_task_of_kind(
+        &self,
+        kind: &str,
+        task: &str,
+        cmd: &TaskCommand,
+    ) -> Result<PendingAck, MeshError> {
         let ack = self
             .publish_for_execution(
-                self.subjects().task(&kind),
+                self.subjects().task(kind),
                 &cmd.command_id,
                 &cmd.execution_id,
                 codec::encode(cmd),
             )
             .await?;
-        if let Some(timer) = self.watch_dispatch(&kind, &task.name, cmd).await? {
+        if let Some(timer) = self.watch_dispatch(kind, task, cmd).await? {
             timer.wait().await?;
         }
         Ok(ack)

@@ -97,8 +97,13 @@ impl PlanRecord {
 
     /// The step named `name` (the first, as [`noetl_core::Playbook::step`]).
     pub fn step(&self, name: &str) -> Option<&noetl_core::Step> {
-        let i = *self.step_index().position.get(name)?;
-        self.playbook.workflow.get(i)
+        self.playbook.workflow.get(self.step_position(name)?)
+    }
+
+    /// Where the step named `name` is in the workflow (the first of that
+    /// name).
+    pub fn step_position(&self, name: &str) -> Option<usize> {
+        self.step_index().position.get(name).copied()
     }
 
     /// Every step name, as one set templates can declare at once

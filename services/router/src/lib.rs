@@ -21,6 +21,7 @@
 mod boundary;
 mod children;
 mod deadline;
+mod ending;
 mod request;
 pub mod timers;
 
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 use noetl_mesh::{
     events::types,
+    handler::Typed,
     runtime::{self, ConsumerLoop, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
     MeshError,
@@ -92,7 +94,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "router-timers".into(),
             consumer: timers,
             concurrency: params.concurrency,
-            handler: Arc::new(timers::TimerHandler::new(mesh.clone(), headers.clone())),
+            handler: Arc::new(Typed::new(timers::TimerHandler::new(
+                mesh.clone(),
+                headers.clone(),
+            ))),
             shutdown: params.shutdown.clone(),
         },
     );
@@ -102,10 +107,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "router-requests".into(),
             consumer: requests,
             concurrency: params.concurrency,
-            handler: Arc::new(RequestHandler {
+            handler: Arc::new(Typed::new(RequestHandler {
                 mesh: mesh.clone(),
                 headers: headers.clone(),
-            }),
+            })),
             shutdown: params.shutdown.clone(),
         },
     );
@@ -115,7 +120,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "router-events".into(),
             consumer: boundaries,
             concurrency: params.concurrency,
-            handler: Arc::new(BoundaryHandler::sharing(mesh.clone(), headers)),
+            handler: Arc::new(Typed::new(BoundaryHandler::sharing(mesh.clone(), headers))),
             shutdown: params.shutdown.clone(),
         },
     );

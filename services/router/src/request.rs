@@ -7,6 +7,7 @@ use noetl_core::merge::deep_merge;
 use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339, types, EventDraft},
+    handler::{Handle, Handled, Job},
     ids::{derive_id, is_valid_execution_id},
     keys::Keys,
     kv,
@@ -14,13 +15,12 @@ use noetl_mesh::{
         self, DeadlineSet, ExecutionEnded, PlaybookInitialized, TokenCreated, WorkflowInitialized,
     },
     plan::PlanRecord,
-    runtime::{self, BoxFuture, Disposition, Handler},
+    runtime::{self, BoxFuture, HandlerError},
     state::{ExecHeader, ExecStatus, TokenRecord},
     Batch, Mesh, MeshError,
 };
 use noetl_wire::{ExecutionRequest, Token};
 use serde_json::Value;
-use tracing::Instrument;
 
 /// Handles `<p>.exec.request`.
 pub struct RequestHandler {
@@ -31,28 +31,37 @@ pub struct RequestHandler {
     pub headers: Arc<kv::RevisionCache<ExecHeader>>,
 }
 
-impl Handler for RequestHandler {
-    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
-        let mesh = self.mesh.clone();
-        let headers = self.headers.clone();
+impl Handle for RequestHandler {
+    type In = ExecutionRequest;
+    /// The request makes the plan.
+    type Plan = ();
+    const NAME: &'static str = "execution.request";
+
+    fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    fn span(&self, msg: &Message, req: &ExecutionRequest) -> tracing::Span {
+        request_span(msg, req, sequence(msg))
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        job: Job<ExecutionRequest, ()>,
+    ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let req = match codec::decode_execution_request(&msg.payload) {
-                Ok(r) => r,
-                Err(e) => {
-                    return Disposition::DeadLetter(format!(
-                        "{e} (subject {}; send JSON like {{\"playbook\": \"<yaml>\", \"workload\": {{}}}})",
-                        msg.subject
-                    ))
-                }
-            };
-            let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-            let span = request_span(&msg, &req, seq);
-            runtime::disposition(start(&mesh, &headers, req, seq).instrument(span).await)
+            let seq = sequence(&job.msg);
+            start(&self.mesh, &self.headers, job.input, seq).await?;
+            Ok(Handled::Done)
         })
     }
 }
 
-use noetl_mesh::runtime::HandlerError;
+/// The request's stream sequence: the execution id of a request that
+/// names none (`e<seq>`).
+fn sequence(msg: &Message) -> u64 {
+    msg.info().map(|i| i.stream_sequence).unwrap_or(0)
+}
 
 /// The span a request is started in. A request published with a
 /// `traceparent` continues that trace (the consume span is its parent);

@@ -25,14 +25,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::Message;
 use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
     event_type::EventType,
     events::{now_ms, types, EventDraft},
+    handler::{Handle, Handled, Job},
     kv::RevisionCache,
     payloads::{self, DeadlineSet, StepEnded},
-    runtime::{self, retry_on, BoxFuture, Disposition, Handler},
+    runtime::{BoxFuture, HandlerError},
     served::TaskUnserved,
     state::{ExecHeader, ExecStatus},
     Mesh, MeshError,
@@ -152,49 +152,40 @@ impl TimerHandler {
     }
 }
 
-impl Handler for TimerHandler {
-    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
-        let mesh = self.mesh.clone();
-        let headers = self.headers.clone();
+impl Handle for TimerHandler {
+    type In = Event;
+    type Plan = ();
+    const NAME: &'static str = "timer";
+
+    fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        job: Job<Event, ()>,
+    ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let ev: Event = match runtime::decode_event(&msg) {
-                Ok(e) => e,
-                Err(e) => return runtime::disposition(Err(e)),
+            let ev = job.input;
+            let Some(timer) = EventType::of(&ev).and_then(timer_of) else {
+                return Err(MeshError::Invalid(format!(
+                    "{} of execution {} is not a timer",
+                    ev.event_type, ev.execution_id
+                ))
+                .into());
             };
-            let timer = match EventType::of(&ev).and_then(timer_of) {
-                Some(t) => t,
-                None => {
-                    return runtime::disposition(Err(MeshError::Invalid(format!(
-                        "{} of execution {} is not a timer",
-                        ev.event_type, ev.execution_id
-                    ))
-                    .into()))
-                }
-            };
-            if timer == Timer::Unserved {
-                let t: TaskUnserved = match payloads::decode_typed(&ev) {
-                    Ok(t) => t,
-                    Err(e) => return runtime::disposition(Err(e.into())),
+            let wait = if timer == Timer::Unserved {
+                let t: TaskUnserved = payloads::decode_typed(&ev)?;
+                on_unserved(&self.mesh, &ev, &t).await?
+            } else {
+                let set: DeadlineSet = payloads::decode_typed(&ev)?;
+                let deadline = Deadline {
+                    at_ms: set.at_ms,
+                    what: set.what,
                 };
-                return match on_unserved(&mesh, &ev, &t).await {
-                    Ok(Some(wait)) => Disposition::Retry(Some(wait)),
-                    Ok(None) => Disposition::Ack,
-                    Err(e) => retry_on(&e),
-                };
-            }
-            let set: DeadlineSet = match payloads::decode_typed(&ev) {
-                Ok(d) => d,
-                Err(e) => return runtime::disposition(Err(e.into())),
+                on_timer(&self.mesh, &self.headers, &ev, (timer, &deadline), set.args).await?
             };
-            let deadline = Deadline {
-                at_ms: set.at_ms,
-                what: set.what,
-            };
-            match on_timer(&mesh, &headers, &ev, (timer, &deadline), set.args).await {
-                Ok(Some(wait)) => Disposition::Retry(Some(wait)),
-                Ok(None) => Disposition::Ack,
-                Err(e) => retry_on(&e),
-            }
+            Ok(wait.map_or(Handled::Done, Handled::NotYet))
         })
     }
 }
@@ -237,16 +228,10 @@ async fn on_timer(
         TimerAction::FailExecution(error) => {
             tracing::info!(execution_id = %eid, %error, "execution deadline passed");
             let ended =
-                crate::boundary::end_running(mesh, headers, eid, ExecStatus::Failed, &error)
-                    .await?;
+                crate::ending::end_running(mesh, headers, eid, ExecStatus::Failed, &error).await?;
             if let Some(h) = ended {
                 if h.status.is_terminal() {
-                    crate::boundary::emit_terminal(mesh, headers, &h, &ev.trace_id)
-                        .await
-                        .map_err(|e| match e {
-                            noetl_mesh::runtime::HandlerError::Mesh(m) => m,
-                            noetl_mesh::runtime::HandlerError::Refused(r) => MeshError::Invalid(r),
-                        })?;
+                    crate::ending::emit_terminal(mesh, headers, &h, &ev.trace_id).await?;
                     crate::children::cancel_children_where(
                         mesh,
                         eid,

@@ -13,20 +13,21 @@ mod join;
 
 use std::sync::Arc;
 
-use async_nats::jetstream::Message;
 use noetl_core::{routing, template::Scope, Step};
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
+    effects::{self, Effect},
     event_type::EventType,
     events::{now_ms, types, EventDraft},
+    handler::{Handle, Handled, Job, StepOf, Typed, WhenStopped},
     ids::derive_id,
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
     plan::PlanRecord,
-    runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
     scope,
     topology::{ConsumerSpec, StreamKind},
-    Batch, Mesh, MeshError,
+    Mesh, MeshError,
 };
 use noetl_wire::{LoopCommand, Token};
 use serde_json::Value;
@@ -48,7 +49,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             name: "scheduler".into(),
             consumer,
             concurrency: params.concurrency,
-            handler: Arc::new(TokenHandler { mesh }),
+            handler: Arc::new(Typed::new(TokenHandler { mesh })),
             shutdown: params.shutdown,
         },
     )
@@ -61,45 +62,34 @@ pub struct TokenHandler {
     pub mesh: Mesh,
 }
 
-impl Handler for TokenHandler {
-    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
-        let mesh = self.mesh.clone();
+impl Handle for TokenHandler {
+    type In = Token;
+    type Plan = StepOf;
+    const NAME: &'static str = "schedule";
+    /// A cancelled execution starts no step.
+    const WHEN_STOPPED: WhenStopped = WhenStopped::Ack;
+
+    fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        job: Job<Token, StepOf>,
+    ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let token: Token = match runtime::decode("token", &msg) {
-                Ok(t) => t,
-                Err(e) => return runtime::disposition(Err(e)),
-            };
-            if mesh.cancellations().is_stopped(&token.execution_id) {
-                return Disposition::Ack; // a cancelled execution starts no step
-            }
-            let span = tracing::debug_span!(
-                "schedule",
-                execution_id = %token.execution_id,
-                step = %token.step,
-                step_run_id = %token.token_id,
-                trace_id = %token.trace_id,
-            );
-            runtime::disposition(
-                tracing::Instrument::instrument(schedule(&mesh, token), span).await,
-            )
+            schedule(&self.mesh, job.input, &job.plan).await?;
+            Ok(Handled::Done)
         })
     }
 }
 
-use noetl_mesh::runtime::HandlerError;
-
-// Over 80 lines on purpose: read, decide, write for one token; join, admission and start are
-// functions of their own.
-async fn schedule(mesh: &Mesh, token: Token) -> Result<(), HandlerError> {
+/// Read, decide, write for one token: the join and the admission policy
+/// are read, [`decide`] says what to publish.
+async fn schedule(mesh: &Mesh, token: Token, at: &StepOf) -> Result<(), HandlerError> {
+    let (plan, step) = (&at.plan, at.step());
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
-    let plan = token_plan(mesh, &token).await?;
-    let Some(step) = plan.step(&token.step) else {
-        return Err(HandlerError::Refused(format!(
-            "token {srid} of execution {eid} names unknown step {:?}",
-            token.step
-        )));
-    };
     let mut args = codec::args(&token.args_json).map_err(|e| {
         HandlerError::Refused(format!(
             "token {srid} of execution {eid} step {:?}: {e}",
@@ -108,89 +98,22 @@ async fn schedule(mesh: &Mesh, token: Token) -> Result<(), HandlerError> {
     })?;
 
     // Join: absorb tokens until every input has arrived.
-    match join_arrival(mesh, &plan, &token, step, &args).await? {
+    match join_arrival(mesh, plan, &token, step, &args).await? {
         Some(merged) => args = merged,
         None => return Ok(()),
     }
 
-    let admission = admission(mesh, &plan, step, &args, srid).await?;
-    let ev = |t: &'static str, payload: Value| {
-        EventDraft {
-            event_type: t,
-            execution_id: eid,
-            step_run_id: srid,
-            step: &step.step,
-            trace_id: &token.trace_id,
-            parent_id: &token.parent_step_run_id,
-            payload,
-            ..Default::default()
-        }
-        .build()
-    };
-    let admission = match admission {
-        Ok(a) => a,
-        Err(e) => {
-            // A broken admission template fails the step-run (the router
-            // decides whether an arc handles it).
-            let message = format!(
-                "admission of step {:?} failed in {}: {e}",
-                step.step, plan.source_name
-            );
-            let failed = StepEnded::failed(payloads::error_body("admission", message), args);
-            let failed = ev(types::STEP_FAILED, payloads::to_value(&failed));
-            mesh.emit(&failed).await?.wait().await?;
-            return Ok(());
-        }
-    };
-    if !admission.allowed {
-        let skipped = StepSkipped {
-            reason: "admission denied".into(),
-            rule: admission.rule,
-            args: Some(args),
-            arrived: None,
-            inputs: None,
-            join: false,
-        };
-        let skipped = ev(types::STEP_SKIPPED, payloads::to_value(&skipped));
-        mesh.emit(&skipped).await?.wait().await?;
-        return Ok(());
-    }
-    let mut batch = Batch::new();
-    batch.push(
-        mesh.emit(&ev(
-            types::STEP_SCHEDULED,
-            payloads::to_value(&StepScheduled {
-                rule: admission.rule,
-                is_loop: step.loop_.is_some(),
-            }),
-        ))
-        .await?,
-    );
-    start_step(StartStep {
-        mesh,
-        plan: &plan,
+    let admission = admission(mesh, plan, step, &args, srid).await?;
+    let effects = decide(&Decide {
+        plan,
         step,
         token: &token,
         args,
-        batch,
-        ev: &ev,
-    })
-    .await
-}
-
-/// The plan of a token's execution; a token of an execution without a
-/// plan is refused.
-async fn token_plan(mesh: &Mesh, token: &Token) -> Result<Arc<PlanRecord>, HandlerError> {
-    mesh.plans()
-        .get(mesh, &token.execution_id)
-        .await
-        .map_err(|e| match e {
-            MeshError::NoPlan { .. } => HandlerError::Refused(format!(
-                "token for unknown execution {} (step {:?})",
-                token.execution_id, token.step
-            )),
-            e => HandlerError::Mesh(e),
-        })
+        admission,
+        now_ms: now_ms(),
+    });
+    effects::apply(mesh, effects).await?;
+    Ok(())
 }
 
 /// A token arriving at a join step: `None` while the join waits for its
@@ -288,41 +211,88 @@ struct TokenView<'a> {
     token_id: &'a str,
 }
 
-/// What [`start_step`] needs.
-struct StartStep<'a, F: Fn(&'static str, Value) -> noetl_wire::Event> {
-    mesh: &'a Mesh,
+/// What [`decide`] needs: the token, its step and args, and what its
+/// admission policy said.
+struct Decide<'a> {
     plan: &'a PlanRecord,
     step: &'a Step,
     token: &'a Token,
     args: Value,
-    batch: Batch,
-    ev: &'a F,
+    /// The admission (its inner error: a template of the policy failed).
+    admission: Result<routing::Admission, noetl_core::routing::RoutingError>,
+    /// The time, epoch ms.
+    now_ms: u64,
 }
 
-// Over 80 lines on purpose: one branch per way a step starts (loop, tasks, routing only), each
-// publishing its own messages.
+/// What a token's step-run publishes: a failed admission fails it, a
+/// denied one skips it; an admitted one is scheduled and started
+/// ([`start`]).
+fn decide(d: &Decide<'_>) -> Vec<Effect> {
+    let (step, token) = (d.step, d.token);
+    let ev = |t: &'static str, payload: Value| {
+        Effect::Emit(
+            EventDraft {
+                event_type: t,
+                execution_id: &token.execution_id,
+                step_run_id: &token.token_id,
+                step: &step.step,
+                trace_id: &token.trace_id,
+                parent_id: &token.parent_step_run_id,
+                payload,
+                ..Default::default()
+            }
+            .build(),
+        )
+    };
+    let admission = match &d.admission {
+        Ok(a) => a,
+        Err(e) => {
+            // A broken admission template fails the step-run (the router
+            // decides whether an arc handles it).
+            let message = format!(
+                "admission of step {:?} failed in {}: {e}",
+                step.step, d.plan.source_name
+            );
+            let failed =
+                StepEnded::failed(payloads::error_body("admission", message), d.args.clone());
+            return vec![ev(types::STEP_FAILED, payloads::to_value(&failed))];
+        }
+    };
+    if !admission.allowed {
+        let skipped = StepSkipped {
+            reason: "admission denied".into(),
+            rule: admission.rule,
+            args: Some(d.args.clone()),
+            arrived: None,
+            inputs: None,
+            join: false,
+        };
+        return vec![ev(types::STEP_SKIPPED, payloads::to_value(&skipped))];
+    }
+    let mut effects = vec![ev(
+        types::STEP_SCHEDULED,
+        payloads::to_value(&StepScheduled {
+            rule: admission.rule,
+            is_loop: step.loop_.is_some(),
+        }),
+    )];
+    effects.extend(start(d, &ev));
+    effects
+}
+
 /// Start an admitted step-run: its deadline timer, then its loop command,
 /// its first task command, or (a step without tasks) its `step.done`.
-async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
-    s: StartStep<'_, F>,
-) -> Result<(), HandlerError> {
-    let StartStep {
-        mesh,
-        plan,
-        step,
-        token,
-        args,
-        mut batch,
-        ev,
-    } = s;
+fn start(d: &Decide<'_>, ev: &dyn Fn(&'static str, Value) -> Effect) -> Vec<Effect> {
+    let (plan, step, token, args) = (d.plan, d.step, d.token, &d.args);
     let (eid, srid) = (token.execution_id.as_str(), token.token_id.as_str());
+    let mut effects = Vec::new();
     // The step-run's deadline, decided once here and carried by every
     // command of it; a timer backs it up for work that waits in a queue.
     let deadline = if step.loop_.is_some() || !step.tool.is_empty() {
         noetl_core::lifecycle::step_deadline(&noetl_core::lifecycle::StepDeadlineInput {
             playbook: &plan.playbook,
             step,
-            now_ms: now_ms(),
+            now_ms: d.now_ms,
             execution_started_ms: plan.started_ms,
         })
     } else {
@@ -333,65 +303,188 @@ async fn start_step<F: Fn(&'static str, Value) -> noetl_wire::Event>(
         .map(|d| (d.at_ms, d.what.clone()))
         .unwrap_or_default();
     if let Some(d) = &deadline {
-        batch.push(
-            mesh.emit(&ev(
-                types::STEP_DEADLINE,
-                payloads::to_value(&DeadlineSet {
-                    at_ms: d.at_ms,
-                    what: d.what.clone(),
-                    args: Some(args.clone()),
-                }),
-            ))
-            .await?,
-        );
+        effects.push(ev(
+            types::STEP_DEADLINE,
+            payloads::to_value(&DeadlineSet {
+                at_ms: d.at_ms,
+                what: d.what.clone(),
+                args: Some(args.clone()),
+            }),
+        ));
     }
     if step.loop_.is_some() {
-        let cmd = LoopCommand {
+        effects.push(Effect::Loop(LoopCommand {
             command_id: derive_id(&[srid, "loop"]),
             execution_id: eid.to_string(),
             step: step.step.clone(),
             step_run_id: srid.to_string(),
-            args_json: codec::json_bytes(&args),
+            args_json: codec::json_bytes(args),
             trace_id: token.trace_id.clone(),
             deadline_ms,
-            deadline_of: deadline_of.clone(),
-        };
-        batch.push(
-            mesh.publish(
-                mesh.subjects().loop_cmd(eid),
-                &cmd.command_id,
-                codec::encode(&cmd),
-            )
-            .await?,
-        );
+            deadline_of,
+        }));
     } else if let Some(first) = step.tool.first() {
-        batch.push(mesh.emit(&ev(types::STEP_STARTED, step_started())).await?);
+        effects.push(ev(types::STEP_STARTED, step_started()));
         let cmd = commands::first_task(FirstTask {
             execution_id: eid,
             step: &step.step,
             step_run_id: srid,
-            args: &args,
+            args,
             trace_id: &token.trace_id,
             deadline: (deadline_ms, &deadline_of),
             iteration: None,
             total: 0,
         });
-        batch.push(mesh.publish_task(plan, first, &cmd).await?);
+        effects.push(Effect::Task {
+            kind: noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), first),
+            task: first.name.clone(),
+            cmd,
+        });
     } else {
         // Routing-only step: nothing to run.
-        batch.push(mesh.emit(&ev(types::STEP_STARTED, step_started())).await?);
-        batch.push(
-            mesh.emit(&ev(
-                types::STEP_DONE,
-                payloads::to_value(&StepEnded::done(Value::Null, args)),
-            ))
-            .await?,
-        );
+        effects.push(ev(types::STEP_STARTED, step_started()));
+        effects.push(ev(
+            types::STEP_DONE,
+            payloads::to_value(&StepEnded::done(Value::Null, args.clone())),
+        ));
     }
-    batch.wait().await?;
-    Ok(())
+    effects
 }
+
 /// The payload of `step.started`.
 fn step_started() -> Value {
     payloads::typed_value(EventType::StepStarted, &payloads::StepStarted {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(step: Value) -> PlanRecord {
+        let playbook = json!({
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "t"},
+            "workflow": [step],
+        });
+        PlanRecord::new(
+            "e1".into(),
+            "t.yaml".into(),
+            serde_json::from_value(playbook).unwrap(),
+            json!({}),
+        )
+    }
+
+    fn token() -> Token {
+        Token {
+            token_id: "t1".into(),
+            execution_id: "e1".into(),
+            step: "s".into(),
+            ..Default::default()
+        }
+    }
+
+    fn allowed() -> Result<routing::Admission, routing::RoutingError> {
+        Ok(routing::Admission {
+            allowed: true,
+            rule: None,
+        })
+    }
+
+    /// The event types and other effects, in publish order.
+    fn kinds(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::Emit(ev) => ev.event_type.clone(),
+                Effect::Task { kind, .. } => format!("task:{kind}"),
+                Effect::Loop(_) => "loop".into(),
+                Effect::Token(_) => "token".into(),
+            })
+            .collect()
+    }
+
+    fn decided(
+        plan: &PlanRecord,
+        admission: Result<routing::Admission, routing::RoutingError>,
+    ) -> Vec<Effect> {
+        decide(&Decide {
+            plan,
+            step: &plan.playbook.workflow[0],
+            token: &token(),
+            args: json!({"a": 1}),
+            admission,
+            now_ms: 1_000,
+        })
+    }
+
+    #[test]
+    fn an_admitted_tool_step_is_scheduled_started_and_its_first_task_sent() {
+        let p =
+            plan(json!({"step": "s", "tool": [{"name": "t", "kind": "python", "code": "x = 1"}]}));
+        let effects = decided(&p, allowed());
+        assert_eq!(
+            kinds(&effects),
+            ["step.scheduled", "step.started", "task:python"]
+        );
+        let Effect::Task { cmd, task, .. } = &effects[2] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (task.as_str(), cmd.step_run_id.as_str(), cmd.pc, cmd.attempt),
+            ("t", "t1", 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_routing_only_step_is_done_at_once_and_a_loop_goes_to_the_supervisor() {
+        let p = plan(json!({"step": "s"}));
+        assert_eq!(
+            kinds(&decided(&p, allowed())),
+            ["step.scheduled", "step.started", "step.done"]
+        );
+        let p = plan(
+            json!({"step": "s", "loop": {"in": "{{ [1, 2] }}", "iterator": "x"},
+                            "tool": [{"name": "t", "kind": "noop"}]}),
+        );
+        assert_eq!(kinds(&decided(&p, allowed())), ["step.scheduled", "loop"]);
+    }
+
+    #[test]
+    fn a_denied_admission_skips_and_a_broken_one_fails_the_step_run() {
+        let p = plan(json!({"step": "s"}));
+        let denied = Ok(routing::Admission {
+            allowed: false,
+            rule: Some(0),
+        });
+        assert_eq!(kinds(&decided(&p, denied)), ["step.skipped"]);
+        let broken = Err(routing::RoutingError::AdmitCondition {
+            rule: 0,
+            source: noetl_core::template::TemplateError::Syntax {
+                template: "{{ x".into(),
+                message: "unexpected end".into(),
+            },
+        });
+        let effects = decided(&p, broken);
+        assert_eq!(kinds(&effects), ["step.failed"]);
+    }
+
+    #[test]
+    fn a_step_with_a_timeout_sets_its_deadline_timer_first() {
+        let p = plan(
+            json!({"step": "s", "spec": {"policy": {"lifecycle": {"timeout_s": 5}}},
+                            "tool": [{"name": "t", "kind": "noop"}]}),
+        );
+        let effects = decided(&p, allowed());
+        assert_eq!(
+            kinds(&effects),
+            [
+                "step.scheduled",
+                "step.deadline",
+                "step.started",
+                "task:noop"
+            ]
+        );
+    }
 }

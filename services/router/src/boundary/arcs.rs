@@ -1,0 +1,209 @@
+//! Which arcs a boundary fires: their scope (the event, `ctx`, workload,
+//! args, results), the selection, and the `ctx` writes of the fired arcs.
+
+use noetl_core::{routing, template::Scope, Step};
+use noetl_mesh::{
+    event_type::EventType,
+    ids::derive_id,
+    kv::{self, Cas},
+    payloads::BoundaryView,
+    plan::PlanRecord,
+    scope,
+    state::TokenRecord,
+    Mesh, MeshError,
+};
+use noetl_wire::Event;
+use serde_json::{Map, Value};
+
+/// What the arcs decided for one boundary event.
+pub(super) struct Decision {
+    pub(super) tokens: Vec<TokenRecord>,
+    pub(super) unhandled_failure: bool,
+    pub(super) error: Option<String>,
+    /// The `ctx` writes of the fired arcs, already applied.
+    pub(super) set_ctx: Option<Map<String, Value>>,
+}
+
+/// The scope arc conditions and args render in: workload, `ctx`, the step's
+/// args, `event`, and the step results `templates` read.
+pub(super) async fn arc_scope(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    ev: &Event,
+    (payload, view): (&Value, &BoundaryView),
+    templates: &[&str],
+) -> Result<Scope, MeshError> {
+    let args = view
+        .args
+        .clone()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let sc = plan
+        .template_scope(mesh, templates.iter().copied(), &args)
+        .await?;
+    Ok(sc.event(event_scope(ev, payload)))
+}
+
+/// The `event` arcs' conditions see: the boundary event's payload plus its
+/// `name`, `step` and `step_run_id`.
+pub(super) fn event_scope(ev: &Event, payload: &Value) -> Value {
+    let mut event = match payload {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    event.insert("name".into(), Value::String(ev.event_type.clone()));
+    event.insert("step".into(), Value::String(ev.step.clone()));
+    event.insert("step_run_id".into(), Value::String(ev.step_run_id.clone()));
+    Value::Object(event)
+}
+
+/// Evaluate the step's arcs for this boundary event.
+pub(super) async fn decide(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    (ev, kind): (&Event, Option<EventType>),
+    (payload, view): (&Value, &BoundaryView),
+) -> Result<Decision, MeshError> {
+    let mut record = Decision {
+        tokens: Vec::new(),
+        unhandled_failure: false,
+        error: None,
+        set_ctx: None,
+    };
+    if kind == Some(EventType::StepSkipped) {
+        return Ok(record);
+    }
+    let next = step.next.as_ref();
+    let templates: Vec<&str> = next
+        .map(|n| {
+            n.arcs
+                .iter()
+                .flat_map(|a| {
+                    let mut v: Vec<&str> = a.when.as_deref().into_iter().collect();
+                    for x in a.args.iter().chain(&a.set_ctx).flat_map(|m| m.values()) {
+                        v.extend(scope::strings(x));
+                    }
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
+        Ok(Vec::new())
+    } else {
+        let sc = arc_scope(mesh, plan, ev, (payload, view), &templates).await?;
+        routing::select_arcs(next, &sc).map_err(|e| {
+            format!(
+                "routing of step {:?} failed in {}: {e}",
+                ev.step, plan.source_name
+            )
+        })
+    };
+    match selected {
+        Ok(arcs) => {
+            let patch = arc_ctx_patch(&arcs);
+            if !patch.is_empty() {
+                apply_arc_ctx(mesh, &ev.execution_id, &ev.step_run_id, &patch).await?;
+                record.set_ctx = Some(patch);
+            }
+            let limit = plan.max_payload_bytes(mesh.config().inline_limit);
+            for a in arcs {
+                let token_id = derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]);
+                // Large arguments travel by reference, like large results.
+                let args = scope::offload_args(
+                    mesh,
+                    scope::OffloadArgs {
+                        execution_id: &ev.execution_id,
+                        step: &a.step,
+                        token_id: &token_id,
+                        args: &Value::Object(a.args),
+                    },
+                    limit,
+                )
+                .await?;
+                record.tokens.push(TokenRecord {
+                    token_id,
+                    step: a.step,
+                    args,
+                    arc: a.index,
+                    parent: ev.step_run_id.clone(),
+                });
+            }
+            record.unhandled_failure =
+                kind == Some(EventType::StepFailed) && record.tokens.is_empty();
+        }
+        Err(message) => {
+            tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
+            record.error = Some(message);
+            record.unhandled_failure = true;
+        }
+    }
+    Ok(record)
+}
+
+/// The `ctx` writes of the arcs that fire, in arc order (a later arc's
+/// value for a key wins, as if applied one after the other).
+pub(super) fn arc_ctx_patch(arcs: &[routing::SelectedArc]) -> Map<String, Value> {
+    let mut patch = Map::new();
+    for a in arcs {
+        patch.extend(a.set_ctx.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    patch
+}
+
+/// Merge the arcs' `ctx` writes of step-run `step_run_id` into the
+/// execution's `ctx` (compare-and-set), before their tokens are placed. The
+/// write is recorded under the step-run's id in the same compare-and-set,
+/// so a redelivered boundary event (whose patch may render differently,
+/// e.g. `ctx.n + 1`) does not apply it again.
+pub(super) async fn apply_arc_ctx(
+    mesh: &Mesh,
+    eid: &str,
+    step_run_id: &str,
+    patch: &Map<String, Value>,
+) -> Result<(), MeshError> {
+    use noetl_mesh::state::{ctx_applied, mark_ctx_applied};
+    let id = format!("arcs:{step_run_id}");
+    kv::update(mesh.ctx_kv(), eid, |current: Option<&Value>| {
+        let mut obj = match current {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        if ctx_applied(&obj, &id) {
+            return Cas::Keep;
+        }
+        obj.extend(patch.iter().map(|(k, v)| (k.clone(), v.clone())));
+        mark_ctx_applied(&mut obj, &id);
+        Cas::Write(Value::Object(obj))
+    })
+    .await?;
+    Ok(())
+}
+
+pub(super) fn error_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(m) => match (m.get("kind"), m.get("message")) {
+            (Some(k), Some(Value::String(msg))) => {
+                format!("{}: {msg}", k.as_str().unwrap_or("error"))
+            }
+            (_, Some(Value::String(msg))) => msg.clone(),
+            _ => v.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn failure_message(
+    ev: &Event,
+    error: Option<&Value>,
+    routing_error: Option<&str>,
+) -> String {
+    if let Some(e) = routing_error {
+        return e.to_string();
+    }
+    match error {
+        Some(e) => format!("step {:?} failed: {}", ev.step, error_text(e)),
+        None => format!("step {:?} failed", ev.step),
+    }
+}

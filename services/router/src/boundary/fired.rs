@@ -1,0 +1,214 @@
+//! What a boundary publishes once its header write is stored: the tokens
+//! it fired that are still live, their `token.created`, and
+//! `next.selected`, as effects (deterministic ids: a redelivery
+//! republishes the same messages, JetStream drops the copies).
+
+use noetl_core::Step;
+use noetl_mesh::{
+    codec,
+    effects::Effect,
+    event_type::EventType,
+    events::{types, EventDraft},
+    payloads::{self, NextSelected, SelectedArc, TokenCreated},
+    state::{ExecHeader, TokenRecord},
+};
+use noetl_wire::{Event, Token};
+use serde_json::{Map, Value};
+
+/// What [`fired`] needs.
+pub(super) struct Fired<'a> {
+    pub(super) ev: &'a Event,
+    /// The boundary event's kind.
+    pub(super) kind: Option<EventType>,
+    pub(super) step: &'a Step,
+    pub(super) header: &'a ExecHeader,
+    /// This delivery applied the boundary (a redelivery did not).
+    pub(super) applied: bool,
+    /// Why routing failed, if it did.
+    pub(super) error: Option<String>,
+    /// The `ctx` writes of the fired arcs.
+    pub(super) set_ctx: Option<Map<String, Value>>,
+}
+
+/// What the step-run's boundary publishes: the tokens it fired that are
+/// still live in `header`, each with its `token.created`, and
+/// `next.selected` (not for a skipped step-run, nor for a redelivery that
+/// finds nothing of its own left).
+pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
+    let (ev, srid) = (f.ev, f.ev.step_run_id.as_str());
+    let fired: Vec<&TokenRecord> = f.header.live.iter().filter(|t| t.parent == srid).collect();
+    // The events first, then the tokens: a token's step can only start after
+    // its `token.created` and this boundary's `next.selected` are in the
+    // stream, so the stream keeps cause before effect across services.
+    let mut effects: Vec<Effect> = fired.iter().map(|t| token_created(ev, t)).collect();
+    if (f.applied || !fired.is_empty()) && f.kind != Some(EventType::StepSkipped) {
+        let arcs: Vec<SelectedArc> = fired
+            .iter()
+            .map(|t| SelectedArc {
+                arc: t.arc,
+                step: t.step.clone(),
+            })
+            .collect();
+        let mode = f
+            .step
+            .next
+            .as_ref()
+            .map(|n| n.spec.mode)
+            .unwrap_or_default();
+        effects.push(Effect::Emit(
+            EventDraft {
+                event_type: types::NEXT_SELECTED,
+                execution_id: &ev.execution_id,
+                step_run_id: srid,
+                step: &ev.step,
+                trace_id: &ev.trace_id,
+                parent_id: &ev.event_id,
+                payload: payloads::to_value(&NextSelected {
+                    on: ev.event_type.clone(),
+                    mode,
+                    arcs,
+                    error: f.error,
+                    set_ctx: f.set_ctx,
+                }),
+                ..Default::default()
+            }
+            .build(),
+        ));
+    }
+    effects.extend(fired.iter().map(|t| {
+        Effect::Token(Token {
+            token_id: t.token_id.clone(),
+            execution_id: ev.execution_id.clone(),
+            step: t.step.clone(),
+            args_json: codec::json_bytes(&t.args),
+            trace_id: ev.trace_id.clone(),
+            parent_step_run_id: srid.to_string(),
+            parent_step: ev.step.clone(),
+        })
+    }));
+    effects
+}
+
+/// `token.created` for token `t` fired by boundary `ev`.
+fn token_created(ev: &Event, t: &TokenRecord) -> Effect {
+    Effect::Emit(
+        EventDraft {
+            event_type: types::TOKEN_CREATED,
+            execution_id: &ev.execution_id,
+            step_run_id: &ev.step_run_id,
+            step: &t.step,
+            trace_id: &ev.trace_id,
+            parent_id: &ev.event_id,
+            discriminator: &t.token_id,
+            payload: payloads::to_value(&TokenCreated {
+                token_id: t.token_id.clone(),
+                step: t.step.clone(),
+                arc: Some(t.arc),
+            }),
+            ..Default::default()
+        }
+        .build(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_mesh::state::ExecStatus;
+    use serde_json::json;
+
+    fn step() -> Step {
+        serde_json::from_value(json!({"step": "a"})).unwrap()
+    }
+
+    fn ev(event_type: &str) -> Event {
+        Event {
+            event_id: "ev1".into(),
+            event_type: event_type.into(),
+            execution_id: "e1".into(),
+            step: "a".into(),
+            step_run_id: "r1".into(),
+            ..Default::default()
+        }
+    }
+
+    fn header(live: Vec<TokenRecord>) -> ExecHeader {
+        ExecHeader {
+            status: ExecStatus::Running,
+            ..ExecHeader::running("e1", live)
+        }
+    }
+
+    fn fired_token(id: &str, parent: &str) -> TokenRecord {
+        TokenRecord {
+            token_id: id.into(),
+            step: format!("to-{id}"),
+            args: json!({"x": 1}),
+            arc: 0,
+            parent: parent.into(),
+        }
+    }
+
+    fn names(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::Emit(ev) => ev.event_type.clone(),
+                Effect::Token(t) => format!("token:{}", t.token_id),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_go_before_the_tokens_they_announce() {
+        let (e, s) = (ev("step.done"), step());
+        let h = header(vec![fired_token("t1", "r1"), fired_token("other", "r0")]);
+        let effects = fired(Fired {
+            ev: &e,
+            kind: EventType::of(&e),
+            step: &s,
+            header: &h,
+            applied: true,
+            error: None,
+            set_ctx: None,
+        });
+        assert_eq!(
+            names(&effects),
+            ["token.created", "next.selected", "token:t1"]
+        );
+        let Effect::Token(t) = &effects[2] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (t.parent_step_run_id.as_str(), t.parent_step.as_str()),
+            ("r1", "a")
+        );
+    }
+
+    #[test]
+    fn a_redelivery_with_nothing_left_and_a_skip_select_nothing() {
+        let (done, skipped, s) = (ev("step.done"), ev("step.skipped"), step());
+        let h = header(vec![]);
+        let again = fired(Fired {
+            ev: &done,
+            kind: EventType::of(&done),
+            step: &s,
+            header: &h,
+            applied: false,
+            error: None,
+            set_ctx: None,
+        });
+        assert!(again.is_empty(), "{:?}", names(&again));
+        let skip = fired(Fired {
+            ev: &skipped,
+            kind: EventType::of(&skipped),
+            step: &s,
+            header: &h,
+            applied: true,
+            error: None,
+            set_ctx: None,
+        });
+        assert!(skip.is_empty(), "{:?}", names(&skip));
+    }
+}

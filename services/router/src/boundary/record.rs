@@ -1,0 +1,295 @@
+//! The step's record and the header's compare-and-set for one boundary:
+//! [`transition`] decides the header after a boundary (pure), the rest
+//! writes it, from this process's cached copy when it can decide.
+
+use noetl_mesh::{
+    event_type::EventType,
+    keys::Keys,
+    kv::{self, Cas, RevisionCache},
+    payloads::{self, BoundaryView},
+    runtime::HandlerError,
+    state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
+    Mesh, MeshError,
+};
+use noetl_wire::Event;
+
+use super::arcs::error_text;
+use super::Caches;
+
+/// A step-run's boundary, as [`transition`] applies it to the header.
+pub(super) struct Boundary<'a> {
+    /// The step-run whose token ends.
+    pub(super) step_run_id: &'a str,
+    /// The tokens its arcs fired.
+    pub(super) tokens: &'a [TokenRecord],
+    /// Set when it failed and nothing handled the failure: the execution
+    /// fails with this message.
+    pub(super) failure: Option<&'a str>,
+    /// The time, RFC 3339.
+    pub(super) now: &'a str,
+    /// The status the step's record takes.
+    pub(super) status: StepStatus,
+}
+
+/// The header after boundary `b`, or `None` when its token is no longer
+/// live (a redelivered boundary changes nothing). The step-run's token
+/// ends; while the execution runs, an unhandled failure fails it (no token
+/// stays live) and otherwise the fired tokens become live; with none live
+/// left the execution is completed. A terminal execution only loses the
+/// token.
+pub(super) fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader> {
+    if !h.is_live(b.step_run_id) {
+        return None;
+    }
+    let mut h = h.clone();
+    h.live.retain(|t| t.token_id != b.step_run_id);
+    if h.status != ExecStatus::Running {
+        return Some(h);
+    }
+    match b.failure {
+        Some(message) => {
+            h.status = ExecStatus::Failed;
+            h.error = Some(message.to_string());
+            h.live.clear();
+            h.ended_at = Some(b.now.to_string());
+        }
+        None => {
+            h.live.extend(b.tokens.iter().cloned());
+            if h.live.is_empty() {
+                h.status = ExecStatus::Completed;
+                h.ended_at = Some(b.now.to_string());
+            }
+        }
+    }
+    Some(h)
+}
+/// The step's record (its status, last step-run, loop counts, error) and
+/// the header's compare-and-set. The record is written only while this
+/// step-run's token is live (a redelivery after the header moved on must
+/// not overwrite a later run's record; a token absorbed by a join says
+/// nothing about the step's status), and before the header can turn
+/// terminal, so whoever sees the execution end also sees how its last step
+/// ended: the two writes go out together, and a transition that would end
+/// the execution is held back until the record is written. A crash between
+/// them repeats both, with the same content. Returns the header now stored
+/// and whether this event changed it.
+///
+/// The usual boundary needs no read ([`apply_from_cache`]); the header is
+/// read first only when this process's copy cannot decide.
+pub(super) async fn record_and_apply(
+    mesh: &Mesh,
+    caches: &Caches,
+    (ev, kind): (&Event, Option<EventType>),
+    view: &BoundaryView,
+    boundary: &Boundary<'_>,
+) -> Result<(ExecHeader, bool), HandlerError> {
+    if !view.join {
+        let from_cache = apply_from_cache(FromCache {
+            mesh,
+            caches,
+            ev,
+            record: step_record(ev, kind, view, boundary.status),
+            boundary,
+        })
+        .await?;
+        if let Some(header) = from_cache {
+            return Ok((header, true));
+        }
+    }
+    let headers = caches.headers.as_ref();
+    let key = Keys::header(&ev.execution_id);
+    match kv::read::<ExecHeader>(mesh.exec_kv(), &key).await? {
+        // Not live (a redelivery after the header moved on): the header
+        // just read is the answer; `transition` would change nothing.
+        Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((h, false)),
+        Some((h, rev)) => headers.remember(&key, h, rev),
+        // No header: nothing to record; refused, naming the event.
+        None => {
+            apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
+        }
+    }
+    if view.join {
+        let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
+        return Ok((done.header, done.applied));
+    }
+    let (written, first) = tokio::join!(
+        write_step_record(
+            mesh,
+            caches,
+            ev,
+            step_record(ev, kind, view, boundary.status)
+        ),
+        apply_boundary(mesh, headers, ev, boundary, Ending::HeldBack)
+    );
+    written?;
+    let first = first?;
+    if !first.held_back {
+        return Ok((first.header, first.applied));
+    }
+    let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
+    Ok((done.header, done.applied))
+}
+
+/// What [`apply_from_cache`] needs.
+pub(super) struct FromCache<'a> {
+    mesh: &'a Mesh,
+    caches: &'a Caches,
+    ev: &'a Event,
+    /// The step's record after this boundary.
+    record: StepRecord,
+    boundary: &'a Boundary<'a>,
+}
+
+/// A boundary applied without reading the header first: when this process
+/// holds the header as it last wrote or read it, with the step-run's token
+/// live, and the boundary does not end the execution, the step's record
+/// and the header are written together, each only if still at the
+/// revision this process saw last. Returns the header now stored, or
+/// `None` (the header not written) when the copy cannot decide or the
+/// header had moved on: the caller then reads it and decides again.
+///
+/// Within one router process the copy is never stale (every header write
+/// of the process goes through it), so the outcome is the read's. With
+/// several router replicas, a copy made stale by an execution another
+/// replica ended (cancelled, failed, timed out) may write the record of a
+/// step that did end before the header write is refused: the record is
+/// then true, but later than the end.
+pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, HandlerError> {
+    let FromCache {
+        mesh,
+        caches,
+        ev,
+        record,
+        boundary,
+    } = c;
+    let header_key = Keys::header(&ev.execution_id);
+    let Some((cached, revision)) = caches.headers.cached(&header_key) else {
+        return Ok(None);
+    };
+    let Some(next) = transition(&cached, boundary).filter(|h| !h.status.is_terminal()) else {
+        return Ok(None); // not live here, or the end: read, then hold the end back
+    };
+    let record_key = Keys::step(&ev.execution_id, &ev.step);
+    let record_revision = caches.records.cached(&record_key).map(|(_, r)| r);
+    let store = mesh.exec_kv();
+    let (recorded, applied) = tokio::join!(
+        kv::write_at(store, &record_key, &record, record_revision),
+        kv::write_at(store, &header_key, &next, Some(revision)),
+    );
+    let recorded = recorded?;
+    let Some(header_revision) = applied? else {
+        caches.headers.forget(&header_key);
+        match recorded {
+            Some(r) => caches.records.remember(&record_key, record, r),
+            None => caches.records.forget(&record_key),
+        }
+        return Ok(None);
+    };
+    caches
+        .headers
+        .remember(&header_key, next.clone(), header_revision);
+    match recorded {
+        Some(r) => caches.records.remember(&record_key, record, r),
+        // The record moved on (written by an earlier run this process does
+        // not remember): the token was live, so this boundary's is the
+        // step's latest record.
+        None => write_step_record(mesh, caches, ev, record).await?,
+    }
+    Ok(Some(next))
+}
+
+/// The step's record after boundary `ev`.
+pub(super) fn step_record(
+    ev: &Event,
+    kind: Option<EventType>,
+    view: &BoundaryView,
+    status: StepStatus,
+) -> StepRecord {
+    StepRecord {
+        status,
+        last_step_run_id: ev.step_run_id.clone(),
+        loop_counts: view
+            .counts
+            .filter(|_| kind == Some(EventType::LoopDone))
+            .map(|c| payloads::to_value(&c)),
+        error: view.error.as_ref().map(error_text),
+    }
+}
+
+/// Write the step's record for `ev`, whatever its revision.
+pub(super) async fn write_step_record(
+    mesh: &Mesh,
+    caches: &Caches,
+    ev: &Event,
+    record: StepRecord,
+) -> Result<(), MeshError> {
+    let key = Keys::step(&ev.execution_id, &ev.step);
+    let revision = kv::put(mesh.exec_kv(), &key, &record).await?;
+    caches.records.remember(&key, record, revision);
+    Ok(())
+}
+
+/// Whether a header write may end the execution.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    Allowed,
+    /// Not yet (the step's record is being written): keep the header and
+    /// say so.
+    HeldBack,
+}
+
+/// What [`apply_boundary`] did.
+pub(super) struct Applied {
+    /// The header now stored.
+    pub(super) header: ExecHeader,
+    /// This event changed it.
+    pub(super) applied: bool,
+    /// It would have ended the execution, and was held back.
+    pub(super) held_back: bool,
+}
+
+/// The header compare-and-set of a boundary: applied only while the
+/// step-run's token is live ([`transition`]), so a redelivered event
+/// changes nothing the second time.
+pub(super) async fn apply_boundary(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    ev: &Event,
+    boundary: &Boundary<'_>,
+    ending: Ending,
+) -> Result<Applied, HandlerError> {
+    let mut applied = false;
+    let mut held_back = false;
+    let header = kv::update_cached(
+        mesh.exec_kv(),
+        &Keys::header(&ev.execution_id),
+        headers,
+        |h: Option<&ExecHeader>| {
+            applied = false;
+            held_back = false;
+            match h.and_then(|h| transition(h, boundary)) {
+                Some(next) if ending == Ending::HeldBack && next.status.is_terminal() => {
+                    held_back = true;
+                    Cas::Keep
+                }
+                Some(next) => {
+                    applied = true;
+                    Cas::Write(next)
+                }
+                None => Cas::Keep,
+            }
+        },
+    )
+    .await?;
+    match header {
+        Some(header) => Ok(Applied {
+            header,
+            applied,
+            held_back,
+        }),
+        None => Err(HandlerError::Refused(format!(
+            "{} for execution {} which has no header",
+            ev.event_type, ev.execution_id
+        ))),
+    }
+}

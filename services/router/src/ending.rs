@@ -1,0 +1,125 @@
+//! Ending an execution: the one compare-and-set that ends a running
+//! execution, and its terminal event, emitted exactly once. Boundary
+//! events, cancellations, dead letters and timers all end executions
+//! through here.
+
+use noetl_mesh::{
+    events::{now_rfc3339, types, EventDraft},
+    keys::Keys,
+    kv::{self, Cas, RevisionCache},
+    payloads::{self, ExecutionEnded},
+    state::{ExecHeader, ExecStatus},
+    Mesh, MeshError,
+};
+
+/// Emit `execution.completed` / `execution.failed` once the header is
+/// terminal, exactly once (the flag is set after publishing; the event id is
+/// deterministic, so a crash between the two only republishes a duplicate
+/// that JetStream drops).
+pub(crate) async fn emit_terminal(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    header: &ExecHeader,
+    trace_id: &str,
+) -> Result<(), MeshError> {
+    if !header.status.is_terminal() || header.terminal_emitted {
+        return Ok(());
+    }
+    let eid = header.execution_id.as_str();
+    let (t, status) = match header.status {
+        ExecStatus::Completed => (types::EXECUTION_COMPLETED, ExecStatus::Completed),
+        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
+        _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
+    };
+    mesh.emit(
+        &EventDraft {
+            event_type: t,
+            execution_id: eid,
+            trace_id,
+            payload: payloads::to_value(&ExecutionEnded {
+                status,
+                error: header.error.clone(),
+                source: None,
+            }),
+            ..Default::default()
+        }
+        .build(),
+    )
+    .await?
+    .wait()
+    .await?;
+    // Before marking the end emitted: a crash here repeats both.
+    crate::children::resume_parent(mesh, eid).await?;
+    kv::update_cached(
+        mesh.exec_kv(),
+        &Keys::header(eid),
+        headers,
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if !h.terminal_emitted => {
+                let mut h = h.clone();
+                h.terminal_emitted = true;
+                Cas::Write(h)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await?;
+    headers.forget(&Keys::header(eid));
+    let ended = match status {
+        ExecStatus::Completed => "completed",
+        ExecStatus::Cancelled => "cancelled",
+        _ => "failed",
+    };
+    mesh.health().metrics().execution(ended);
+    if root_span_is_ours(header, trace_id) {
+        let now = std::time::SystemTime::now();
+        let started = noetl_mesh::events::parse_rfc3339(&header.started_at).unwrap_or(now);
+        noetl_telemetry::root::export(&noetl_telemetry::root::ExecutionSpan {
+            execution_id: eid,
+            trace_id,
+            playbook: &header.playbook,
+            status: ended,
+            error: header.error.as_deref(),
+            started,
+            ended: now,
+        });
+    }
+    tracing::info!(execution_id = %eid, status = ?status, "execution finished");
+    Ok(())
+}
+
+/// Whether the router exports the execution's root span: when the trace is
+/// the execution's own (no parent execution, and its request carried no
+/// trace, so every service parented its first hop to the derived root).
+fn root_span_is_ours(header: &ExecHeader, trace_id: &str) -> bool {
+    header.parent_execution_id.is_empty()
+        && trace_id == noetl_mesh::ids::trace_id_for("", &header.execution_id)
+}
+
+/// End a running execution with `status` and `error` (one CAS: an ended
+/// execution is left as it is). Returns the header as it now is.
+pub(crate) async fn end_running(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    eid: &str,
+    status: ExecStatus,
+    error: &str,
+) -> Result<Option<ExecHeader>, MeshError> {
+    kv::update_cached(
+        mesh.exec_kv(),
+        &Keys::header(eid),
+        headers,
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if h.status == ExecStatus::Running => {
+                let mut h = h.clone();
+                h.status = status;
+                h.error = Some(error.to_string());
+                h.live.clear();
+                h.ended_at = Some(now_rfc3339());
+                Cas::Write(h)
+            }
+            _ => Cas::Keep,
+        },
+    )
+    .await
+}
