@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use noetl_core::tool::{Objects, Tool, ToolCall};
+use noetl_core::tool::{AuthCredential, Objects, Tool, ToolCall};
 use noetl_core::{template::Scope, LoopCursor, Outcome, Step, Task};
 use noetl_mesh::{
     events::{now_ms, types, EventDraft},
@@ -116,8 +116,6 @@ impl ClaimRun<'_> {
     /// The rows the claim returned, or the error that fails the loop step
     /// (`{kind, message}`). `Err` of the outer result: retry the command.
     async fn rows(&self, cursor: &LoopCursor) -> Result<Result<Vec<Value>, Value>, HandlerError> {
-        let mesh = &self.exec.mesh;
-        let eid = self.cmd.execution_id.as_str();
         let step = &self.step.step;
         let fail = |kind: &str, message: String| {
             Ok(Err(payloads::error_body(
@@ -131,18 +129,43 @@ impl ClaimRun<'_> {
                 format!("this executor does not serve kind {:?}", cursor.kind),
             );
         };
-        let mut config = Map::new();
-        config.insert("command".into(), Value::String(cursor.claim.clone()));
-        if let Some(auth) = &cursor.auth {
-            config.insert("auth".into(), auth.clone());
-        }
-        let task = Task {
-            name: "claim".into(),
-            kind: cursor.kind.clone(),
-            spec: Default::default(),
-            config,
+        let task = claim_task(cursor);
+        let read = match self.read(cursor, &task).await? {
+            Ok(read) => read,
+            Err((kind, message)) => return fail(kind, message),
         };
-        let task_json = serde_json::to_value(&task).unwrap_or_default();
+        let config = match render_config(&task, tool.raw_fields(), &read.scope) {
+            Ok(c) => c,
+            Err(message) => return fail("template", message),
+        };
+        let auth = match crate::task::auth(&config, &read.credentials) {
+            Ok(a) => a,
+            Err(why) => return fail("auth", why),
+        };
+        let secrets = read.credentials.secrets.clone();
+        let call = self.tool_call(&task, config, auth, read);
+        let mut outcome = match self.call(tool, call).await {
+            Ok(outcome) => outcome,
+            Err(timeout) => return Ok(Err(timeout)),
+        };
+        crate::secrets::redact_outcome(&mut outcome, &secrets);
+        Ok(claimed_rows(outcome).map_err(|(kind, message)| {
+            payloads::error_body(&kind, format!("claim of cursor loop {step:?}: {message}"))
+        }))
+    }
+
+    /// What the claim's templates read: `ctx`, the results of the steps
+    /// they name, the step's args, and the keychain when they read it or
+    /// the cursor has `auth`. `Err` inside: a credential cannot be used
+    /// (`(kind, message)`); outside: retry the command.
+    async fn read(
+        &self,
+        cursor: &LoopCursor,
+        task: &Task,
+    ) -> Result<Result<Read, (&'static str, String)>, HandlerError> {
+        let mesh = &self.exec.mesh;
+        let eid = self.cmd.execution_id.as_str();
+        let task_json = serde_json::to_value(task).unwrap_or_default();
         let roots = scope::roots(scope::strings(&task_json));
         let names: Vec<&str> = roots
             .iter()
@@ -179,61 +202,97 @@ impl ClaimRun<'_> {
                     credentials = r;
                 }
                 Err(e) if e.kind().is_retryable() => return Err(HandlerError::Mesh(e.into())),
-                Err(e) => return fail("keychain", e.to_string()),
+                Err(e) => return Ok(Err(("keychain", e.to_string()))),
             }
         }
-        let config = match render_config(&task, tool.raw_fields(), &sc) {
-            Ok(c) => c,
-            Err(message) => return fail("template", message),
-        };
-        let auth = match crate::task::auth(&config, &credentials) {
-            Ok(a) => a,
-            Err(why) => return fail("auth", why),
-        };
+        Ok(Ok(Read {
+            scope: sc,
+            ctx: loaded.ctx,
+            args,
+            credentials,
+        }))
+    }
+
+    /// The claim's tool call, its config rendered.
+    fn tool_call(
+        &self,
+        task: &Task,
+        config: Map<String, Value>,
+        auth: Option<AuthCredential>,
+        read: Read,
+    ) -> ToolCall {
         let no_defaults = Value::Object(Map::new());
-        let call = ToolCall {
-            execution_id: eid.to_string(),
-            step: step.clone(),
+        ToolCall {
+            execution_id: self.cmd.execution_id.clone(),
+            step: self.step.step.clone(),
             task: task.name.clone(),
             kind: task.kind.clone(),
             spec: noetl_core::merge::effective_task_spec(
                 &no_defaults,
                 &self.plan.playbook,
                 self.step,
-                &task,
+                task,
             ),
             config,
-            args,
+            args: read.args,
             prev: Value::Null,
             iter: None,
-            ctx: loaded.ctx,
+            ctx: read.ctx,
             workload: self.plan.workload.clone(),
             attempt: 1,
             auth,
             nested_auth: Default::default(),
             objects: Some(self.exec.objects.clone()),
+        }
+    }
+
+    /// Call the claim's tool, within the step-run's deadline if it has
+    /// one; `Err` is the timeout error when the deadline cut it short.
+    async fn call(&self, tool: &Arc<dyn Tool>, call: ToolCall) -> Result<Outcome, Value> {
+        let at = match self.cmd.deadline_ms {
+            0 => return Ok(call_tool(tool, call).await.outcome),
+            at => at,
         };
-        let mut outcome = match self.cmd.deadline_ms {
-            0 => call_tool(tool, call).await.outcome,
-            at => {
-                let left = std::time::Duration::from_millis(at.saturating_sub(now_ms()));
-                match call_tool_within(tool, call, left).await {
-                    Some(r) => r.outcome,
-                    None => {
-                        let d = noetl_core::lifecycle::Deadline {
-                            at_ms: at,
-                            what: self.cmd.deadline_of.clone(),
-                        };
-                        let e = noetl_core::lifecycle::timeout_error(&d, step, Some("claim"));
-                        return Ok(Err(e.to_value()));
-                    }
-                }
+        let left = std::time::Duration::from_millis(at.saturating_sub(now_ms()));
+        match call_tool_within(tool, call, left).await {
+            Some(r) => Ok(r.outcome),
+            None => {
+                let d = noetl_core::lifecycle::Deadline {
+                    at_ms: at,
+                    what: self.cmd.deadline_of.clone(),
+                };
+                let e = noetl_core::lifecycle::timeout_error(&d, &self.step.step, Some("claim"));
+                Err(e.to_value())
             }
-        };
-        crate::secrets::redact_outcome(&mut outcome, &credentials.secrets);
-        Ok(claimed_rows(outcome).map_err(|(kind, message)| {
-            payloads::error_body(&kind, format!("claim of cursor loop {step:?}: {message}"))
-        }))
+        }
+    }
+}
+
+/// What a claim's templates read ([`ClaimRun::read`]).
+struct Read {
+    /// Their scope.
+    scope: Scope,
+    /// `ctx`, for the tool call.
+    ctx: Value,
+    /// The step's args, hydrated.
+    args: Value,
+    /// Credentials, for `auth` (empty unless read).
+    credentials: crate::secrets::Resolved,
+}
+
+/// The claim as a task of its step: the cursor's `claim` statement as the
+/// `command` of its kind, with its `auth`.
+fn claim_task(cursor: &LoopCursor) -> Task {
+    let mut config = Map::new();
+    config.insert("command".into(), Value::String(cursor.claim.clone()));
+    if let Some(auth) = &cursor.auth {
+        config.insert("auth".into(), auth.clone());
+    }
+    Task {
+        name: "claim".into(),
+        kind: cursor.kind.clone(),
+        spec: Default::default(),
+        config,
     }
 }
 

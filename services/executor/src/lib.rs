@@ -30,9 +30,10 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use noetl_core::tool::Tool;
 use noetl_mesh::{
-    runtime::{self, retry_on, BoxFuture, ConsumerLoop, Disposition, Handler, ServiceParams},
+    handler::{Handle, Handled, Job, StepOf, Typed, WhenStopped},
+    runtime::{self, BoxFuture, ConsumerLoop, Handler, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
-    MeshError,
+    Mesh, MeshError,
 };
 use noetl_wire::TaskCommand;
 
@@ -81,7 +82,7 @@ pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
     let mut kinds: Vec<String> = by_kind.keys().cloned().collect();
     kinds.sort();
     let executor = Arc::new(Executor::new(mesh.clone(), by_kind));
-    let handler: Arc<dyn Handler> = Arc::new(TaskHandler { executor });
+    let handler: Arc<dyn Handler> = Arc::new(Typed::new(TaskHandler { executor }));
     let mut loops = Vec::with_capacity(kinds.len());
     // `--concurrency` bounds the replica, whatever number of kinds it serves.
     let slots = Arc::new(tokio::sync::Semaphore::new(service.concurrency.max(1)));
@@ -117,40 +118,45 @@ pub struct TaskHandler {
     pub executor: Arc<Executor>,
 }
 
-impl Handler for TaskHandler {
-    fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
-        let executor = self.executor.clone();
+impl Handle for TaskHandler {
+    type In = TaskCommand;
+    type Plan = StepOf;
+    const NAME: &'static str = "execute";
+    /// Cancelled: run nothing more.
+    const WHEN_STOPPED: WhenStopped = WhenStopped::Ack;
+    /// Pipelines run longer than the ack-wait.
+    const HEARTBEAT: bool = true;
+
+    fn mesh(&self) -> &Mesh {
+        self.executor.mesh()
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        job: Job<TaskCommand, StepOf>,
+    ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let cmd: TaskCommand = match runtime::decode("task command", &msg) {
-                Ok(c) => c,
-                Err(e) => return runtime::disposition(Err(e)),
-            };
-            if executor
-                .mesh()
-                .cancellations()
-                .is_stopped(&cmd.execution_id)
-            {
-                return Disposition::Ack; // cancelled: run nothing more
-            }
+            let Job {
+                msg,
+                input: cmd,
+                plan,
+            } = job;
             if let Some(wait) = pipeline::remaining(cmd.not_before_ms) {
-                return Disposition::Retry(Some(wait));
+                return Ok(Handled::NotYet(wait));
             }
             // A copy that comes after its work was reported runs nothing;
             // so does a command that waited in the queue past the executor
             // wait (a `task.unserved` timer may have failed its step-run).
+            let executor = &self.executor;
             if redelivered_or_waited(&msg, executor.mesh().config().executor_wait) {
-                match executor.ended(&cmd).await {
-                    Ok(Some(why)) => {
-                        tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
-                            command_id = %cmd.command_id, %why, "stale task command acked without running");
-                        return Disposition::Ack;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return retry_on(&e),
+                if let Some(why) = executor.ended(&cmd).await? {
+                    tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
+                        command_id = %cmd.command_id, %why, "stale task command acked without running");
+                    return Ok(Handled::Done);
                 }
             }
-            let period = executor.mesh().config().ack_wait / 2;
-            runtime::disposition(runtime::heartbeat(&msg, period, executor.execute(cmd)).await)
+            executor.execute(cmd, &plan).await?;
+            Ok(Handled::Done)
         })
     }
 }

@@ -1,0 +1,228 @@
+//! The task command, in and out: its JSON fields decoded, whether a late
+//! copy's work is already over, and the command that continues the
+//! step-run elsewhere.
+
+use noetl_core::Outcome;
+use noetl_mesh::{
+    codec,
+    ids::derive_id,
+    keys::Keys,
+    kv,
+    state::{ExecHeader, LoopProgress},
+    MeshError, PendingAck,
+};
+use noetl_wire::{IterationRef, TaskCommand};
+use serde_json::{Map, Value};
+
+use super::next::At;
+use super::{Cursor, Executor, HandlerError, StepRun};
+
+impl Executor {
+    /// Whether a redelivered command's work is already over (see
+    /// [`command_ended`]): reads the header and, for an iteration, its loop
+    /// run. First deliveries skip this read.
+    pub async fn ended(&self, cmd: &TaskCommand) -> Result<Option<String>, MeshError> {
+        let eid = cmd.execution_id.as_str();
+        let header = self.mesh.exec_header(eid).await?;
+        let loop_run = match (&cmd.claim, &cmd.iteration) {
+            (Some(c), _) => Some(&c.loop_run_id),
+            (None, Some(it)) if !it.loop_run_id.is_empty() => Some(&it.loop_run_id),
+            _ => None,
+        };
+        let progress = match loop_run {
+            Some(run) => {
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &Keys::loop_run(eid, run)).await?
+            }
+            None => None,
+        };
+        Ok(command_ended(cmd, header.as_ref(), progress.as_ref()))
+    }
+}
+
+/// The JSON fields of a task command, decoded.
+#[derive(Debug)]
+pub(super) struct DecodedCommand {
+    /// The step's args as the command carries them (large ones are
+    /// references).
+    pub args: Value,
+    pub prev: Value,
+    /// Loop run id and iteration index, for an iteration's command.
+    pub loop_run: Option<(String, u64)>,
+    /// Items of the loop's collection (0: unknown or not a loop).
+    pub loop_total: u64,
+    pub iter: Map<String, Value>,
+    /// Results of the tasks read by name that ran so far (large ones by
+    /// reference).
+    pub results: Map<String, Value>,
+    pub reduce: Map<String, Value>,
+    /// The outcome of the child execution this command resumes after.
+    pub resume: Option<Outcome>,
+}
+
+/// Decode a task command's JSON fields; a field that is not the JSON it
+/// should be refuses the command, naming the field, step and execution.
+pub(super) fn decode_command(
+    cmd: &TaskCommand,
+    step: &str,
+) -> Result<DecodedCommand, HandlerError> {
+    let eid = cmd.execution_id.as_str();
+    let refuse = |what: &str, e: &dyn std::fmt::Display| {
+        HandlerError::Refused(format!(
+            "task command of execution {eid} step {step:?}: {what}: {e}"
+        ))
+    };
+    let args = codec::args(&cmd.args_json).map_err(|e| refuse("args", &e))?;
+    let prev = codec::json_value(&cmd.prev_json).map_err(|e| refuse("_prev", &e))?;
+    let (loop_run, iter, reduce) = match &cmd.iteration {
+        None => (None, Map::new(), Map::new()),
+        Some(it) => {
+            let iter = codec::json_object(&it.iter_json).map_err(|e| refuse("iter", &e))?;
+            let reduce = codec::json_object(&it.reduce_json).map_err(|e| refuse("reduce", &e))?;
+            let lr = (!it.loop_run_id.is_empty()).then(|| (it.loop_run_id.clone(), it.index));
+            (lr, iter, reduce)
+        }
+    };
+    let loop_total = cmd.iteration.as_ref().map(|it| it.total).unwrap_or(0);
+    let results = codec::json_object(&cmd.results_json).map_err(|e| refuse("task results", &e))?;
+    let resume = if cmd.resume_outcome_json.is_empty() {
+        None
+    } else {
+        let v = codec::json_value(&cmd.resume_outcome_json)
+            .map_err(|e| refuse("resume outcome", &e))?;
+        Some(serde_json::from_value(v).map_err(|e| refuse("resume outcome", &e))?)
+    };
+    Ok(DecodedCommand {
+        args,
+        prev,
+        loop_run,
+        loop_total,
+        iter,
+        results,
+        reduce,
+        resume,
+    })
+}
+
+/// Why a command's work is already over, or `None` while it may run: the
+/// execution has ended, the step-run's token is no longer
+/// live (the router applied its boundary, e.g. a timeout or an earlier
+/// copy of this command), or the loop iteration was already counted. A
+/// late copy of such a command (a redelivery after its work was reported)
+/// is acked without running: running it again would repeat its tool calls
+/// and rewrite a checkpoint that nothing will read.
+pub fn command_ended(
+    cmd: &TaskCommand,
+    header: Option<&ExecHeader>,
+    progress: Option<&LoopProgress>,
+) -> Option<String> {
+    // No header: nothing says the work is over (an executor driven without
+    // a router, or a header not yet readable); the plan read decides.
+    let h = header?;
+    if h.status.is_terminal() {
+        return Some(format!("its execution is {:?}", h.status));
+    }
+    if !h.is_live(&cmd.step_run_id) {
+        return Some(format!("step-run {} has ended", cmd.step_run_id));
+    }
+    if let Some(c) = &cmd.claim {
+        return match progress {
+            None => Some(format!("loop run {} has no record", c.loop_run_id)),
+            Some(p) if p.claim_applied(c.seq) => Some(format!(
+                "claim {} of loop run {} was applied",
+                c.seq, c.loop_run_id
+            )),
+            Some(_) => None,
+        };
+    }
+    match (&cmd.iteration, progress) {
+        (Some(it), _) if it.loop_run_id.is_empty() => None,
+        (Some(it), None) => Some(format!("loop run {} has no record", it.loop_run_id)),
+        (Some(it), Some(p)) if p.counted(it.index) => Some(format!(
+            "iteration {} of loop run {} was counted",
+            it.index, it.loop_run_id
+        )),
+        _ => None,
+    }
+}
+
+impl StepRun<'_> {
+    /// The command that continues this step-run at task `at`, not before
+    /// `not_before_ms` (0: at once), carrying the cursor.
+    pub(super) fn command(&self, cur: &Cursor, at: At, not_before_ms: u64) -> TaskCommand {
+        let command_id = derive_id(&[
+            "task",
+            &self.cmd.step_run_id,
+            &self.index,
+            &at.pc.to_string(),
+            &at.attempt.to_string(),
+            &cur.steps_taken.to_string(),
+        ]);
+        TaskCommand {
+            command_id,
+            execution_id: self.cmd.execution_id.clone(),
+            step: self.step.step.clone(),
+            step_run_id: self.cmd.step_run_id.clone(),
+            pc: at.pc as u32,
+            attempt: at.attempt,
+            args_json: self.cmd.args_json.clone(),
+            prev_json: codec::json_bytes(&cur.prev),
+            iteration: self.iteration_ref(cur),
+            not_before_ms,
+            trace_id: self.cmd.trace_id.clone(),
+            steps_taken: cur.steps_taken,
+            resume_outcome_json: Vec::new(),
+            deadline_ms: self.cmd.deadline_ms,
+            deadline_of: self.cmd.deadline_of.clone(),
+            results_json: if cur.results.is_empty() {
+                Vec::new()
+            } else {
+                codec::json_bytes(&Value::Object(cur.results.clone()))
+            },
+            claim: None,
+        }
+    }
+
+    /// The iteration a continuing command carries: the loop's, or outside
+    /// loops `iter` as pipeline-local scratch space (with an empty
+    /// `loop_run_id`), when it holds anything.
+    fn iteration_ref(&self, cur: &Cursor) -> Option<IterationRef> {
+        let iter_json = || codec::json_bytes(&Value::Object(cur.iter.clone()));
+        match &self.loop_run {
+            Some((loop_run_id, index)) => Some(IterationRef {
+                loop_run_id: loop_run_id.clone(),
+                index: *index,
+                iter_json: iter_json(),
+                reduce_json: if cur.reduce.is_empty() {
+                    Vec::new()
+                } else {
+                    codec::json_bytes(&Value::Object(cur.reduce.clone()))
+                },
+                total: self.loop_total,
+            }),
+            None if !cur.iter.is_empty() => Some(IterationRef {
+                loop_run_id: String::new(),
+                index: 0,
+                iter_json: iter_json(),
+                reduce_json: Vec::new(),
+                total: 0,
+            }),
+            None => None,
+        }
+    }
+
+    /// Publish `cmd` on `kind`'s task subject.
+    pub(super) async fn publish(
+        &self,
+        kind: &str,
+        cmd: &TaskCommand,
+    ) -> Result<PendingAck, MeshError> {
+        self.mesh()
+            .publish_for_execution(
+                self.mesh().subjects().task(kind),
+                &cmd.command_id,
+                self.eid(),
+                codec::encode(cmd),
+            )
+            .await
+    }
+}

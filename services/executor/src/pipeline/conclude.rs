@@ -1,0 +1,143 @@
+//! After a task's call: its policy decides, its `set_ctx` / `set_iter`
+//! are applied, and `task.done` reports it.
+
+use noetl_core::policy::{self, Decision, PolicyInput};
+use noetl_core::template::Scope;
+use noetl_core::Task;
+use noetl_mesh::events::{types, EventDraft};
+use serde_json::Value;
+
+use super::invoke::{Called, TaskAt};
+use super::{next, Cursor, HandlerError, Pending, StepRun, TaskRun};
+use crate::task::{SettleInput, Settled, Who};
+
+impl StepRun<'_> {
+    /// After the call: the task's policy decides, its `set_ctx`/`set_iter`
+    /// are applied, and `task.done` reports it.
+    pub(super) async fn conclude(
+        &self,
+        cur: &mut Cursor,
+        t: &TaskAt<'_>,
+        scope: Scope,
+        called: Called,
+        pending: &mut Pending,
+    ) -> Result<TaskRun, HandlerError> {
+        let task = t.task;
+        let mut outcome = called.outcome;
+        self.mesh().health().metrics().task_ended(
+            &task.kind,
+            outcome.is_ok(),
+            outcome.meta.duration_ms,
+        );
+        // The task has run: later tasks (and its own policy) read its
+        // result by its name.
+        if self.needs.task_results.contains(&task.name) {
+            cur.results
+                .insert(task.name.clone(), outcome.result.clone());
+        }
+        let policy_scope = match &task.spec.policy {
+            Some(_) => {
+                let scope = match cur.results.get(&task.name) {
+                    Some(r) => scope.step_result(task.name.clone(), r.clone()),
+                    None => scope,
+                };
+                scope.outcome(&outcome)
+            }
+            None => scope, // no rules: nothing reads the scope
+        };
+        let decided = policy::decide(&PolicyInput {
+            policy: task.spec.policy.as_ref(),
+            outcome: &outcome,
+            attempt: cur.attempt,
+            scope: &policy_scope,
+            retry_after: called.retry_after,
+        });
+        let mut settled = crate::task::settle(SettleInput {
+            decided,
+            out_of_time: called.out_of_time.as_deref(),
+            who: self.who(task),
+            source: &self.plan.source_name,
+        });
+        self.redact_settled(&mut settled);
+        if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
+            if let Some((kind, message)) = self.write_ctx(cur, task, &patch, &t.run_id).await? {
+                crate::task::fail_on_ctx_error(&mut outcome, &mut settled, kind, message);
+            }
+        }
+        if let Some(patch) = &settled.set_iter {
+            for (k, v) in patch {
+                cur.iter.insert(k.clone(), v.clone());
+            }
+        }
+        t.span.in_scope(|| {
+            tracing::debug!(
+                status = ?outcome.status,
+                action = crate::task::action_name(&settled.decision),
+                duration_ms = outcome.meta.duration_ms,
+                "task finished"
+            )
+        });
+        let payload = crate::task::done_payload(&outcome, cur.attempt, &settled);
+        let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
+        pending.push(self.mesh().emit(&ev).await?);
+        Ok(TaskRun {
+            iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
+            ran: next::Ran {
+                outcome,
+                decision: settled.decision,
+                policy_error: settled.policy_error,
+            },
+        })
+    }
+
+    /// Names for a task's messages.
+    pub(super) fn who<'t>(&'t self, task: &'t Task) -> Who<'t> {
+        Who {
+            task: &task.name,
+            step: &self.step.step,
+        }
+    }
+
+    /// No resolved secret reaches an event or KV through a decision: a
+    /// fail reason, a policy error (it quotes rendered values) or a patch
+    /// that rendered `keychain` directly.
+    fn redact_settled(&self, s: &mut Settled) {
+        if let Decision::Fail { reason } = &mut s.decision {
+            crate::secrets::redact_str(reason, &self.secrets);
+        }
+        if let Some(message) = &mut s.policy_error {
+            crate::secrets::redact_str(message, &self.secrets);
+        }
+        for patch in [s.set_iter.as_mut(), s.set_ctx.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            patch
+                .values_mut()
+                .for_each(|v| crate::secrets::redact_value(v, &self.secrets));
+        }
+    }
+
+    /// An event about task run `task_run_id` of `task`.
+    pub(super) fn task_event(
+        &self,
+        event_type: &'static str,
+        task_run_id: &str,
+        task: &Task,
+        payload: Value,
+    ) -> noetl_wire::Event {
+        EventDraft {
+            event_type,
+            execution_id: self.eid(),
+            step_run_id: &self.cmd.step_run_id,
+            task_run_id,
+            step: &self.step.step,
+            task: &task.name,
+            trace_id: &self.cmd.trace_id,
+            parent_id: &self.cmd.command_id,
+            payload,
+            ..Default::default()
+        }
+        .build()
+    }
+}

@@ -1,0 +1,158 @@
+//! A task's `set_ctx` patch written: reducer contributions stay in the
+//! iteration, the rest is claimed (parallel loops) and merged into the
+//! execution's `ctx` once per task run.
+
+use noetl_core::Task;
+use noetl_mesh::{
+    ids::derive_id,
+    keys::Keys,
+    kv::{self, Cas},
+    state::{claim_ctx_keys, CtxClaim, CtxOwners},
+    MeshError,
+};
+use serde_json::{Map, Value};
+
+use super::{Cursor, StepRun};
+
+/// Why a patch was not written: the error kind and message.
+type CtxError = (&'static str, String);
+
+impl StepRun<'_> {
+    /// Write a task's `set_ctx` patch: reducer contributions stay in the
+    /// iteration, the rest is claimed (parallel loops) and merged. Returns
+    /// the error kind and message when a key conflicts or a reducer fails.
+    pub(super) async fn write_ctx(
+        &self,
+        cur: &mut Cursor,
+        task: &Task,
+        patch: &Map<String, Value>,
+        task_run_id: &str,
+    ) -> Result<Option<CtxError>, MeshError> {
+        let rest = match self.split_ctx_patch(patch, &mut cur.reduce) {
+            Err(e) => return Ok(Some(e)),
+            Ok(rest) if rest.is_empty() => return Ok(None),
+            Ok(rest) => rest,
+        };
+        let writer = format!(
+            "step {:?} iteration {} task {:?}",
+            self.step.step, self.index, task.name
+        );
+        match self.claim_ctx_keys(&rest, &writer, task_run_id).await? {
+            Err(e) => Ok(Some(e)),
+            Ok(()) => {
+                cur.ctx = self.apply_ctx(&rest, task_run_id).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Inside a loop iteration, take the keys that have a declared reducer
+    /// out of `patch` and fold them into the iteration's contributions;
+    /// return the rest.
+    fn split_ctx_patch(
+        &self,
+        patch: &Map<String, Value>,
+        contributions: &mut Map<String, Value>,
+    ) -> Result<Map<String, Value>, CtxError> {
+        let Some(lp) = self.step.loop_.as_ref().filter(|_| self.loop_run.is_some()) else {
+            return Ok(patch.clone());
+        };
+        let reducers = noetl_core::reduce::declared(lp.spec.policy.as_ref())
+            .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
+        let mut rest = Map::new();
+        for (k, v) in patch {
+            match reducers.iter().find(|(name, _)| name == k) {
+                Some((_, op)) => {
+                    let folded = noetl_core::reduce::fold(*op, k, contributions.get(k), v)
+                        .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
+                    contributions.insert(k.clone(), folded);
+                }
+                None => {
+                    rest.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Ok(rest)
+    }
+
+    /// In a parallel loop, `ctx` keys are write-once per loop run
+    /// ([`noetl_mesh::state::claim_ctx_keys`]); the claims live under
+    /// `<eid>.owners.<loop_run>`, so the same loop step entered again (e.g.
+    /// through a back-arc) starts with none.
+    async fn claim_ctx_keys(
+        &self,
+        patch: &Map<String, Value>,
+        writer: &str,
+        task_run_id: &str,
+    ) -> Result<Result<(), CtxError>, MeshError> {
+        let parallel = self
+            .step
+            .loop_
+            .as_ref()
+            .map(|l| l.spec.mode == noetl_core::LoopMode::Parallel)
+            .unwrap_or(false);
+        let Some((loop_run_id, _)) = self.loop_run.as_ref().filter(|_| parallel) else {
+            return Ok(Ok(()));
+        };
+        let hashes: Vec<(String, String)> = patch
+            .iter()
+            .map(|(k, v)| (k.clone(), derive_id(&[&v.to_string()])))
+            .collect();
+        let mut conflict = None;
+        kv::update(
+            self.mesh().ctx_kv(),
+            &Keys::owners(self.eid(), loop_run_id),
+            |cur: Option<&CtxOwners>| {
+                conflict = None;
+                match claim_ctx_keys(cur, &hashes, writer, task_run_id) {
+                    CtxClaim::Held => Cas::Keep,
+                    CtxClaim::Write(owners) => Cas::Write(owners),
+                    CtxClaim::Conflict(m) => {
+                        conflict = Some(m);
+                        Cas::Keep
+                    }
+                }
+            },
+        )
+        .await?;
+        Ok(match conflict {
+            Some(m) => Err(("ctx.conflict", m)),
+            None => Ok(()),
+        })
+    }
+
+    /// Merge the `set_ctx` patch of task run `task_run_id` into the
+    /// execution's `ctx` (compare-and-set) and return the `ctx` now stored,
+    /// as users see it. The task run's id is recorded in the same write, so
+    /// a redelivered command (whose patch may render differently, e.g.
+    /// `ctx.n + 1`) does not apply it again.
+    async fn apply_ctx(
+        &self,
+        patch: &Map<String, Value>,
+        task_run_id: &str,
+    ) -> Result<Value, MeshError> {
+        use noetl_mesh::state::{ctx_applied, mark_ctx_applied, user_ctx};
+        let stored = kv::update(
+            self.mesh().ctx_kv(),
+            self.eid(),
+            |current: Option<&Value>| {
+                let mut obj = match current {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => Map::new(),
+                };
+                if ctx_applied(&obj, task_run_id) {
+                    return Cas::Keep; // already applied (redelivery)
+                }
+                for (k, v) in patch {
+                    obj.insert(k.clone(), v.clone());
+                }
+                mark_ctx_applied(&mut obj, task_run_id);
+                Cas::Write(Value::Object(obj))
+            },
+        )
+        .await?;
+        Ok(user_ctx(
+            stored.unwrap_or_else(|| Value::Object(patch.clone())),
+        ))
+    }
+}

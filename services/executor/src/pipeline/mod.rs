@@ -1,0 +1,421 @@
+//! Running one task command: the pipeline of a step-run from task `pc`
+//! (docs/dsl.md "The pipeline"), with task policy applied after every task.
+//!
+//! Tasks whose kind this replica serves run in place, one after another;
+//! the first task of another kind, or a retry with a delay, ends the
+//! command by publishing the next command. At the end of the pipeline the
+//! step-run's boundary event is emitted (`step.done` / `step.failed`, or
+//! `loop.iteration.done` / `loop.iteration.failed` inside a loop).
+//!
+//! Every id is deterministic (step-run, iteration, pc, attempt, task runs so
+//! far), so a redelivered command republishes the same ids and JetStream
+//! drops the duplicates.
+//!
+//! The driver here reads and applies; what follows a task is decided in
+//! [`next`] (pure). Around it: the command in and out ([`command`]), the
+//! template scopes ([`scope`]), a task's run ([`invoke`], [`conclude`]),
+//! its `ctx` patches ([`context`]), what travels by reference
+//! ([`reference`]), an iteration's checkpoint ([`checkpoint`]) and the
+//! step-run's end ([`ending`]).
+
+mod checkpoint;
+mod command;
+mod conclude;
+mod context;
+mod ending;
+mod invoke;
+mod next;
+mod reference;
+mod scope;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use noetl_core::lifecycle::Deadline;
+use noetl_core::template::Scope;
+use noetl_core::tool::Tool;
+use noetl_core::{Outcome, Step};
+use noetl_mesh::{
+    effects::{self, Effect},
+    events::now_ms,
+    handler::StepOf,
+    payloads,
+    plan::PlanRecord,
+    Batch, Mesh, MeshError, PendingAck,
+};
+use noetl_wire::TaskCommand;
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use crate::analysis::{NeedsCache, StepNeeds};
+use next::{End, Handoff, Moved, NextInput, Then};
+
+/// Task runs allowed in one step-run (retries and jumps included) before the
+/// step-run fails: a jump loop without an exit.
+pub const MAX_TASK_RUNS: u64 = 100_000;
+
+/// Publishes awaited together before the batch is flushed mid-pipeline.
+const FLUSH_EVERY: usize = 1024;
+
+/// Why a command was not handled (the mesh's one handler error).
+pub use noetl_mesh::runtime::HandlerError;
+
+/// The state one executor replica shares between its consumers.
+pub struct Executor {
+    pub(crate) mesh: Mesh,
+    pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
+    needs: NeedsCache,
+    /// The mesh's object store, as every tool call gets it.
+    pub(crate) objects: Arc<dyn noetl_core::tool::Objects>,
+}
+
+impl Executor {
+    /// An executor serving `tools` (by kind) on `mesh`.
+    pub fn new(mesh: Mesh, tools: HashMap<String, Arc<dyn Tool>>) -> Self {
+        let objects = Arc::new(mesh.results().clone());
+        Self {
+            mesh,
+            tools,
+            needs: NeedsCache::default(),
+            objects,
+        }
+    }
+
+    /// The mesh.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// Run one task command (its `not_before_ms` has passed) of the step
+    /// `at` names, in the `step_run` span.
+    pub async fn execute(&self, cmd: TaskCommand, at: &StepOf) -> Result<(), HandlerError> {
+        let (plan, step) = (&at.plan, at.step());
+        let span = tracing::info_span!(
+            "step_run",
+            execution_id = %cmd.execution_id,
+            step = %step.step,
+            step_run_id = %cmd.step_run_id,
+            trace_id = %cmd.trace_id,
+        );
+        if let Some(claim) = &cmd.claim {
+            let c = crate::claim::ClaimRun {
+                exec: crate::claim::Env {
+                    mesh: &self.mesh,
+                    tools: &self.tools,
+                    objects: &self.objects,
+                },
+                plan,
+                step,
+                cmd: &cmd,
+                claim,
+            };
+            return c.run().instrument(span).await;
+        }
+        self.run(plan, step, &cmd).instrument(span).await
+    }
+
+    /// Read what the step-run needs (args, scope, credentials), then drive
+    /// its pipeline; a credential that cannot be used fails it at once.
+    async fn run(
+        &self,
+        plan: &PlanRecord,
+        step: &Step,
+        cmd: &TaskCommand,
+    ) -> Result<(), HandlerError> {
+        let eid = cmd.execution_id.as_str();
+        let d = command::decode_command(cmd, &step.step)?;
+        // Arguments larger than the payload limit came by reference: tools
+        // and templates read them whole, events keep the references.
+        let args = noetl_mesh::scope::hydrate_args(&self.mesh, &d.args).await?;
+        let needs = self.needs.get(plan, step);
+        let (mut base, ctx) = self.base_scope(plan, &needs, eid, &args).await?;
+        // Credentials are decrypted here, where they are used, and only when
+        // a template of the step reads `keychain` or a task has `auth`.
+        let mut credentials = crate::secrets::Resolved::default();
+        let mut keychain_error = None;
+        if needs.reads("keychain") || needs.uses_auth {
+            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
+                Ok(r) => {
+                    if needs.reads("keychain") {
+                        base = base.keychain(Value::Object(r.scope.clone()));
+                    }
+                    credentials = r;
+                }
+                // A KV outage is retried (the whole command, later); a
+                // missing or undecryptable credential fails the step.
+                Err(e) if e.kind().is_retryable() => return Err(HandlerError::Mesh(e.into())),
+                Err(e) => keychain_error = Some(e.to_string()),
+            }
+        }
+        let index = d
+            .loop_run
+            .as_ref()
+            .map(|(_, i)| i.to_string())
+            .unwrap_or_default();
+        let sr = StepRun {
+            exec: self,
+            plan,
+            step,
+            needs: &needs,
+            cmd,
+            args,
+            event_args: d.args,
+            base,
+            loop_run: d.loop_run,
+            loop_total: d.loop_total,
+            index,
+            deadline: (cmd.deadline_ms > 0).then(|| Deadline {
+                at_ms: cmd.deadline_ms,
+                what: cmd.deadline_of.clone(),
+            }),
+            secrets: credentials.secrets.clone(),
+            credentials,
+        };
+        let cur = Cursor {
+            pc: cmd.pc as usize,
+            attempt: cmd.attempt.max(1),
+            prev: d.prev,
+            iter: d.iter,
+            ctx,
+            steps_taken: cmd.steps_taken,
+            reduce: d.reduce,
+            resume: d.resume,
+            results: d.results,
+        };
+        if let Some(message) = keychain_error {
+            let error = payloads::error_body("keychain", message);
+            return sr.finish(&cur, End::Failed(error)).await;
+        }
+        sr.drive(cur).await
+    }
+}
+
+/// Where the pipeline is.
+struct Cursor {
+    pc: usize,
+    attempt: u32,
+    prev: Value,
+    iter: Map<String, Value>,
+    ctx: Value,
+    steps_taken: u64,
+    /// Reducer contributions of this iteration so far.
+    reduce: Map<String, Value>,
+    /// The known outcome of task `pc` (a child execution ended): used
+    /// instead of invoking the task, once.
+    resume: Option<Outcome>,
+    /// Results of this pipeline's tasks read by name, once they ran
+    /// ([`StepNeeds::task_results`]).
+    results: Map<String, Value>,
+}
+
+impl Cursor {
+    /// Move where the task's policy says.
+    fn advance(&mut self, moved: Moved) {
+        self.pc = moved.at.pc;
+        self.attempt = moved.at.attempt;
+        if let Some(prev) = moved.prev {
+            self.prev = prev;
+        }
+    }
+}
+
+/// Publishes in flight, awaited together.
+#[derive(Default)]
+struct Pending {
+    batch: Batch,
+    n: usize,
+}
+
+impl Pending {
+    fn push(&mut self, ack: PendingAck) {
+        self.batch.push(ack);
+        self.n += 1;
+    }
+
+    async fn flush_if_full(&mut self) -> Result<(), MeshError> {
+        if self.n >= FLUSH_EVERY {
+            std::mem::take(&mut self.batch).wait().await?;
+            self.n = 0;
+        }
+        Ok(())
+    }
+}
+
+/// One command's view of its step-run.
+struct StepRun<'a> {
+    exec: &'a Executor,
+    plan: &'a PlanRecord,
+    step: &'a Step,
+    needs: &'a StepNeeds,
+    cmd: &'a TaskCommand,
+    args: Value,
+    /// `args` as they came on the wire (large values by reference), for events.
+    event_args: Value,
+    /// `execution_id`, plus `workload`, `args` and earlier step results
+    /// when the step reads them.
+    base: Scope,
+    /// `(loop_run_id, index)` for a loop iteration.
+    loop_run: Option<(String, u64)>,
+    /// Items of the loop's collection, for `loop.length` (0: unknown).
+    loop_total: u64,
+    /// The iteration index as text (`""` outside loops), for ids.
+    index: String,
+    /// The step-run's deadline, if it has one.
+    deadline: Option<Deadline>,
+    /// Resolved secret values to redact from everything this step emits.
+    secrets: Vec<String>,
+    /// Credentials for tasks' `auth` fields (empty unless some task has one).
+    credentials: crate::secrets::Resolved,
+}
+
+impl StepRun<'_> {
+    fn mesh(&self) -> &Mesh {
+        &self.exec.mesh
+    }
+
+    fn eid(&self) -> &str {
+        &self.cmd.execution_id
+    }
+
+    /// Resume, read back what came by reference, run the pipeline, and
+    /// publish the step-run's end when it ends in this command.
+    async fn drive(&self, mut cur: Cursor) -> Result<(), HandlerError> {
+        self.resume(&mut cur).await?;
+        let mut pending = Pending::default();
+        let end = match self.hydrate_prev(&mut cur).await? {
+            Some(failed) => Some(failed),
+            None => self.run_pipeline(&mut cur, &mut pending).await?,
+        };
+        if let Some(end) = end {
+            self.finish(&cur, end).await?;
+        }
+        pending.batch.wait().await?;
+        Ok(())
+    }
+
+    /// Run the tasks of this kind from `cur.pc` until the step-run ends
+    /// (`Some`) or continues elsewhere (`None`: another command, a child
+    /// execution, or nowhere when the execution was stopped): after each
+    /// task, [`next::decide`] says what follows, and it is applied here.
+    async fn run_pipeline(
+        &self,
+        cur: &mut Cursor,
+        pending: &mut Pending,
+    ) -> Result<Option<End>, HandlerError> {
+        let serves = |kind: &str| self.exec.tools.contains_key(kind);
+        let mut ran: Option<TaskRun> = None;
+        loop {
+            let iter_changed = ran.as_ref().is_some_and(|r| r.iter_changed);
+            let next = next::decide(NextInput {
+                step: self.step,
+                tasks: &self.needs.tasks,
+                task_errors: &self.needs.task_errors,
+                serves: &serves,
+                at: next::At {
+                    pc: cur.pc,
+                    attempt: cur.attempt,
+                },
+                steps_taken: cur.steps_taken,
+                ran: ran.take().map(|r| r.ran),
+                deadline: self.deadline.as_ref(),
+                now_ms: now_ms(),
+                stopped: self.mesh().cancellations().is_stopped(self.eid()),
+            });
+            if let Some(moved) = next.moved {
+                cur.advance(moved);
+                if iter_changed && self.loop_run.is_some() {
+                    // Events first, then the cursor: a crash after this
+                    // point resumes here, not from the iteration's first
+                    // task.
+                    std::mem::take(pending).batch.wait().await?;
+                    self.checkpoint(cur).await?;
+                }
+                pending.flush_if_full().await?;
+            }
+            match next.then {
+                Then::Run => match self.run_next(cur, pending).await? {
+                    Some(run) => ran = Some(run),
+                    // A child execution runs; the router continues this
+                    // pipeline when it ends.
+                    None => return Ok(None),
+                },
+                Then::Command(handoff) => {
+                    self.hand_off(cur, handoff).await?;
+                    return Ok(None);
+                }
+                Then::Finished => return Ok(Some(End::Done(std::mem::take(&mut cur.prev)))),
+                Then::End(end) => return Ok(Some(end)),
+                // Cancelled or failed mid-pipeline: stop between tasks,
+                // report nothing.
+                Then::Stop => return Ok(None),
+            }
+        }
+    }
+
+    /// Run task `cur.pc`, whose kind this replica serves; `None` when it
+    /// started a child execution and the step-run waits.
+    async fn run_next(
+        &self,
+        cur: &mut Cursor,
+        pending: &mut Pending,
+    ) -> Result<Option<TaskRun>, HandlerError> {
+        let task = &self.needs.tasks[cur.pc];
+        let tool = self
+            .exec
+            .tools
+            .get(&task.kind)
+            .expect("next::decide runs here only tasks of served kinds");
+        let run = self.run_task(cur, task, tool, pending).await?;
+        if run.is_some() {
+            cur.steps_taken += 1;
+        }
+        Ok(run)
+    }
+
+    /// Publish the command that continues the step-run: on another kind's
+    /// subject (its executors continue the pipeline or, when none serves
+    /// it, a timer fails the step-run), or a delayed retry on this kind's.
+    async fn hand_off(&self, cur: &mut Cursor, h: Handoff) -> Result<(), HandlerError> {
+        self.spill_prev(cur).await?;
+        let cmd = self.command(cur, h.at, h.not_before_ms);
+        tracing::debug!(
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            kind = %h.kind,
+            pc = cmd.pc,
+            attempt = cmd.attempt,
+            not_before_ms = cmd.not_before_ms,
+            "task command handed off"
+        );
+        if h.retry {
+            // This replica serves the kind: no `task.unserved` timer.
+            self.publish(&h.kind, &cmd).await?.wait().await?;
+            return Ok(());
+        }
+        let task = Effect::Task {
+            kind: h.kind,
+            task: h.task,
+            cmd,
+        };
+        effects::apply(self.mesh(), vec![task]).await?;
+        Ok(())
+    }
+}
+
+/// What one task run gave.
+struct TaskRun {
+    /// What [`next::decide`] reads of it.
+    ran: next::Ran,
+    /// The policy wrote `iter`.
+    iter_changed: bool,
+}
+
+/// The delay still to wait before `not_before_ms`, if it is in the future.
+pub fn remaining(not_before_ms: u64) -> Option<Duration> {
+    let now = now_ms();
+    (not_before_ms > now).then(|| Duration::from_millis(not_before_ms - now))
+}
+
+#[cfg(test)]
+mod tests;

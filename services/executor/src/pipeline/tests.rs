@@ -1,0 +1,155 @@
+use super::command::{command_ended, decode_command};
+use super::*;
+use crate::call::render_config;
+use noetl_core::Task;
+use noetl_mesh::state::{ExecHeader, LoopProgress};
+use noetl_mesh::state::{ExecStatus, TokenRecord};
+use noetl_wire::IterationRef;
+use serde_json::json;
+
+fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
+    ExecHeader {
+        status,
+        ..ExecHeader::running(
+            "e1",
+            live.iter().map(|t| TokenRecord::new(*t, "s")).collect(),
+        )
+    }
+}
+
+fn command(iteration: Option<u64>) -> TaskCommand {
+    TaskCommand {
+        execution_id: "e1".into(),
+        step: "s".into(),
+        step_run_id: "sr1".into(),
+        iteration: iteration.map(|index| IterationRef {
+            loop_run_id: "sr1".into(),
+            index,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn progress(next: u64, in_flight: &[u64]) -> LoopProgress {
+    LoopProgress {
+        next,
+        in_flight: in_flight.to_vec(),
+        cursor: None,
+    }
+}
+
+#[test]
+fn a_command_decodes_its_json_fields() {
+    let mut cmd = command(Some(3));
+    cmd.args_json = br#"{"n": 1}"#.to_vec();
+    cmd.prev_json = b"7".to_vec();
+    let it = cmd.iteration.as_mut().unwrap();
+    it.iter_json = br#"{"row": {"id": 2}}"#.to_vec();
+    it.reduce_json = br#"{"total": 5}"#.to_vec();
+    cmd.resume_outcome_json = br#"{"status": "ok", "result": 4}"#.to_vec();
+    let d = decode_command(&cmd, "s").unwrap();
+    assert_eq!(d.args, json!({"n": 1}));
+    assert_eq!(d.prev, json!(7));
+    assert_eq!(d.loop_run, Some(("sr1".to_string(), 3)));
+    assert_eq!(d.iter["row"], json!({"id": 2}));
+    assert_eq!(d.reduce["total"], json!(5));
+    assert_eq!(d.resume.unwrap().result, json!(4));
+    let plain = decode_command(&command(None), "s").unwrap();
+    assert_eq!(plain.args, json!({}));
+    assert!(plain.loop_run.is_none() && plain.resume.is_none());
+}
+
+#[test]
+fn a_command_with_bad_json_is_refused_naming_the_field() {
+    let refused = |cmd: &TaskCommand| match decode_command(cmd, "s") {
+        Err(HandlerError::Refused(m)) => m,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let mut cmd = command(None);
+    cmd.args_json = b"{not json".to_vec();
+    let m = refused(&cmd);
+    assert!(m.contains("execution e1") && m.contains("\"s\"") && m.contains("args"));
+    let mut cmd = command(Some(0));
+    cmd.iteration.as_mut().unwrap().iter_json = b"[1]".to_vec();
+    assert!(refused(&cmd).contains("iter"));
+    let mut cmd = command(None);
+    cmd.resume_outcome_json = br#"{"status": "maybe"}"#.to_vec();
+    assert!(refused(&cmd).contains("resume outcome"));
+}
+
+#[test]
+fn raw_fields_pass_unrendered_and_other_fields_render() {
+    let task: Task = serde_json::from_value(json!({
+        "name": "t", "kind": "python",
+        "code": "x = {{ not rendered }}",
+        "args": {"n": "{{ workload.n }}"},
+    }))
+    .unwrap();
+    let scope = Scope::new().workload(json!({"n": 3}));
+    let out = render_config(&task, &["code"], &scope).unwrap();
+    assert_eq!(out["code"], "x = {{ not rendered }}");
+    assert_eq!(out["args"], json!({"n": 3}));
+}
+
+#[test]
+fn a_field_that_does_not_render_is_named() {
+    let task: Task = serde_json::from_value(json!({
+        "name": "t", "kind": "noop", "result": "{{ nonesuch }}",
+    }))
+    .unwrap();
+    let e = render_config(&task, &[], &Scope::new().workload(json!({}))).unwrap_err();
+    assert!(e.starts_with("field `result`: "), "{e}");
+}
+
+#[test]
+fn a_command_due_later_waits_the_rest() {
+    assert_eq!(remaining(0), None);
+    let later = remaining(now_ms() + 60_000).expect("in the future");
+    assert!(later > Duration::from_secs(50) && later <= Duration::from_secs(60));
+}
+
+#[test]
+fn a_command_of_a_live_step_run_may_run() {
+    let h = header(ExecStatus::Running, &["sr1"]);
+    assert_eq!(command_ended(&command(None), Some(&h), None), None);
+}
+
+#[test]
+fn a_command_whose_step_run_or_execution_ended_is_stale() {
+    let gone = header(ExecStatus::Running, &["sr2"]);
+    let why = command_ended(&command(None), Some(&gone), None).unwrap();
+    assert!(why.contains("step-run sr1 has ended"), "{why}");
+    for status in [
+        ExecStatus::Completed,
+        ExecStatus::Failed,
+        ExecStatus::Cancelled,
+    ] {
+        let h = header(status, &["sr1"]);
+        assert!(command_ended(&command(None), Some(&h), None).is_some());
+    }
+}
+
+#[test]
+fn a_command_without_a_header_may_run() {
+    // Nothing says its work is over: running it is the safe side.
+    assert_eq!(command_ended(&command(None), None, None), None);
+}
+
+#[test]
+fn an_iteration_runs_until_it_is_counted() {
+    let h = header(ExecStatus::Running, &["sr1"]);
+    let cmd = command(Some(3));
+    assert_eq!(
+        command_ended(&cmd, Some(&h), Some(&progress(5, &[3, 4]))),
+        None
+    );
+    // Not dispatched yet by the record's view (a record behind): runs.
+    assert_eq!(command_ended(&cmd, Some(&h), Some(&progress(3, &[]))), None);
+    let why = command_ended(&cmd, Some(&h), Some(&progress(5, &[4]))).unwrap();
+    assert!(
+        why.contains("iteration 3 of loop run sr1 was counted"),
+        "{why}"
+    );
+    assert!(command_ended(&cmd, Some(&h), None).is_some());
+}
