@@ -24,6 +24,15 @@ pub enum Effect {
         /// The command.
         cmd: TaskCommand,
     },
+    /// Publish a task command for a kind known to be served (a delayed
+    /// retry the executor of that kind hands back to its own stream): no
+    /// `task.unserved` timer.
+    Retry {
+        /// The tool kind that runs it.
+        kind: String,
+        /// The command.
+        cmd: TaskCommand,
+    },
     /// Publish a loop command for the loop-supervisor.
     Loop(LoopCommand),
     /// Publish a token for the scheduler.
@@ -35,7 +44,7 @@ impl Effect {
     pub fn id(&self) -> &str {
         match self {
             Effect::Emit(e) => &e.event_id,
-            Effect::Task { cmd, .. } => &cmd.command_id,
+            Effect::Task { cmd, .. } | Effect::Retry { cmd, .. } => &cmd.command_id,
             Effect::Loop(c) => &c.command_id,
             Effect::Token(t) => &t.token_id,
         }
@@ -45,12 +54,28 @@ impl Effect {
 /// Publish `effects` in order, then wait for every ack (the first error
 /// wins; the handler's message is then retried and publishes them again).
 pub async fn apply(mesh: &Mesh, effects: Vec<Effect>) -> Result<(), MeshError> {
+    publish(mesh, effects).await?.wait().await
+}
+
+/// Publish `effects` in order without waiting for their acks: the caller
+/// waits for the returned batch (with later publishes, or before it acks
+/// its message).
+pub async fn publish(mesh: &Mesh, effects: Vec<Effect>) -> Result<Batch, MeshError> {
     let mut batch = Batch::new();
     for effect in effects {
         batch.push(match effect {
             Effect::Emit(ev) => mesh.emit(&ev).await?,
             Effect::Task { kind, task, cmd } => {
                 mesh.publish_task_of_kind(&kind, &task, &cmd).await?
+            }
+            Effect::Retry { kind, cmd } => {
+                mesh.publish_for_execution(
+                    mesh.subjects().task(&kind),
+                    &cmd.command_id,
+                    &cmd.execution_id,
+                    codec::encode(&cmd),
+                )
+                .await?
             }
             Effect::Loop(cmd) => {
                 mesh.publish(
@@ -63,7 +88,7 @@ pub async fn apply(mesh: &Mesh, effects: Vec<Effect>) -> Result<(), MeshError> {
             Effect::Token(token) => mesh.publish_token(&token).await?,
         });
     }
-    batch.wait().await
+    Ok(batch)
 }
 
 #[cfg(test)]

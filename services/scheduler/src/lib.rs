@@ -400,7 +400,7 @@ mod tests {
                 Effect::Emit(ev) => ev.event_type.clone(),
                 Effect::Task { kind, .. } => format!("task:{kind}"),
                 Effect::Loop(_) => "loop".into(),
-                Effect::Token(_) => "token".into(),
+                other => format!("{other:?}"),
             })
             .collect()
     }

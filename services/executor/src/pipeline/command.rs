@@ -9,7 +9,7 @@ use noetl_mesh::{
     keys::Keys,
     kv,
     state::{ExecHeader, LoopProgress},
-    MeshError, PendingAck,
+    MeshError,
 };
 use noetl_wire::{IterationRef, TaskCommand};
 use serde_json::{Map, Value};
@@ -208,21 +208,5 @@ impl StepRun<'_> {
             }),
             None => None,
         }
-    }
-
-    /// Publish `cmd` on `kind`'s task subject.
-    pub(super) async fn publish(
-        &self,
-        kind: &str,
-        cmd: &TaskCommand,
-    ) -> Result<PendingAck, MeshError> {
-        self.mesh()
-            .publish_for_execution(
-                self.mesh().subjects().task(kind),
-                &cmd.command_id,
-                self.eid(),
-                codec::encode(cmd),
-            )
-            .await
     }
 }

@@ -388,17 +388,17 @@ impl StepRun<'_> {
             not_before_ms = cmd.not_before_ms,
             "task command handed off"
         );
-        if h.retry {
+        let effect = if h.retry {
             // This replica serves the kind: no `task.unserved` timer.
-            self.publish(&h.kind, &cmd).await?.wait().await?;
-            return Ok(());
-        }
-        let task = Effect::Task {
-            kind: h.kind,
-            task: h.task,
-            cmd,
+            Effect::Retry { kind: h.kind, cmd }
+        } else {
+            Effect::Task {
+                kind: h.kind,
+                task: h.task,
+                cmd,
+            }
         };
-        effects::apply(self.mesh(), vec![task]).await?;
+        effects::apply(self.mesh(), vec![effect]).await?;
         Ok(())
     }
 }
