@@ -66,9 +66,24 @@ fn kind_fields(k: &crate::tool::Kind) -> Value {
     })
 }
 
-// Over 80 lines on purpose: data: the JSON Schema of a playbook, written out as one document.
 /// The schema as JSON (draft-07).
 pub fn playbook_schema() -> Value {
+    let mut v = generated_schema();
+    v["title"] = json!("NoETL playbook (canonical v10)");
+    widen_step_tool(&mut v);
+    task_shapes(&mut v);
+    task_then(&mut v);
+    // Arc guards: a template string or a boolean.
+    if let Some(when) = v.pointer_mut("/definitions/Arc/properties/when") {
+        when["type"] = json!(["string", "boolean", "null"]);
+    }
+    rule_forms(&mut v);
+    v
+}
+
+/// The schema the model types generate, with readable names for the two
+/// rule instantiations.
+fn generated_schema() -> Value {
     let schema = schemars::generate::SchemaSettings::draft07()
         .into_generator()
         .into_root_schema_for::<crate::model::Playbook>();
@@ -85,8 +100,11 @@ pub fn playbook_schema() -> Value {
             }
         }
     }
-    v["title"] = json!("NoETL playbook (canonical v10)");
-    // `tool`: canonical list, label-keyed list items, or one task object.
+    v
+}
+
+/// `tool`: canonical list, label-keyed list items, or one task object.
+fn widen_step_tool(v: &mut Value) {
     if let Some(step) = v.pointer_mut("/definitions/Step/properties/tool") {
         *step = json!({
             "description": "The ordered pipeline: a list of tasks ({name, kind, ...} or {label: {kind, ...}}) or one task object. Omit it for a routing-only step.",
@@ -100,6 +118,11 @@ pub fn playbook_schema() -> Value {
             ]
         });
     }
+}
+
+/// A task: its name optional, the fields of each built-in kind, the kinds
+/// this engine runs.
+fn task_shapes(v: &mut Value) {
     // Task names are synthesised when missing.
     if let Some(req) = v.pointer_mut("/definitions/Task/required") {
         if let Some(a) = req.as_array_mut() {
@@ -115,6 +138,10 @@ pub fn playbook_schema() -> Value {
     if let Some(kind) = v.pointer_mut("/definitions/Task/properties/kind") {
         kind["enum"] = json!(crate::tool::task_kinds().collect::<Vec<_>>());
     }
+}
+
+/// A task rule's `then`: `attempts` at least 1, and the `set` alias.
+fn task_then(v: &mut Value) {
     // `attempts` counts all attempts: at least 1.
     if let Some(att) = v.pointer_mut("/definitions/TaskThen/properties/attempts") {
         att["minimum"] = json!(1);
@@ -132,54 +159,58 @@ pub fn playbook_schema() -> Value {
             }),
         );
     }
-    // Arc guards: a template string or a boolean.
-    if let Some(when) = v.pointer_mut("/definitions/Arc/properties/when") {
-        when["type"] = json!(["string", "boolean", "null"]);
-    }
-    // Rules: `else: {then: ...}`, `else: null` + `then`, `else: true` + `then`.
-    if let Some(defs) = v.pointer_mut("/definitions").and_then(Value::as_object_mut) {
-        for name in ["AdmitRule", "TaskRule"] {
-            let Some(def) = defs.get_mut(name) else {
-                continue;
-            };
-            let then_ref = def
-                .pointer("/properties/then")
-                .and_then(ref_of)
-                .cloned()
-                .unwrap_or(json!("#/definitions/TaskThen"));
-            if let Some(props) = def
-                .pointer_mut("/properties")
-                .and_then(Value::as_object_mut)
-            {
-                props.insert(
-                    "else".into(),
-                    json!({
-                        "description": "Fallback rule: `else: {then: ...}`, or `else: true` (or empty) next to `then`. `else: false` is not a rule.",
-                        "anyOf": [
-                            {"const": true},
-                            {"type": "null"},
-                            {"type": "object", "properties": {"then": {"$ref": then_ref}},
-                             "additionalProperties": false}
-                        ]
-                    }),
-                );
-                if let Some(when) = props.get_mut("when") {
-                    when["type"] = json!(["string", "boolean", "null"]);
-                }
-            }
-            def["additionalProperties"] = json!(false);
-            def["anyOf"] = json!([{"required": ["when"]}, {"required": ["else"]}]);
-            if let Some(a) = def.get_mut("required").and_then(Value::as_array_mut) {
-                a.retain(|x| x != "then");
-            }
-            if def["required"].as_array().is_some_and(Vec::is_empty) {
-                if let Some(o) = def.as_object_mut() {
-                    o.remove("required");
-                }
-            }
+}
+
+/// Rules: `else: {then: ...}`, `else: null` + `then`, `else: true` + `then`.
+fn rule_forms(v: &mut Value) {
+    let Some(defs) = v.pointer_mut("/definitions").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for name in ["AdmitRule", "TaskRule"] {
+        if let Some(def) = defs.get_mut(name) {
+            rule_form(def);
         }
     }
-    v
+}
+
+/// One rule definition: its `else` forms, a `when` or an `else` required,
+/// `then` optional (an `else: {then: ...}` holds it), no other field.
+fn rule_form(def: &mut Value) {
+    let then_ref = def
+        .pointer("/properties/then")
+        .and_then(ref_of)
+        .cloned()
+        .unwrap_or(json!("#/definitions/TaskThen"));
+    if let Some(props) = def
+        .pointer_mut("/properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.insert(
+            "else".into(),
+            json!({
+                "description": "Fallback rule: `else: {then: ...}`, or `else: true` (or empty) next to `then`. `else: false` is not a rule.",
+                "anyOf": [
+                    {"const": true},
+                    {"type": "null"},
+                    {"type": "object", "properties": {"then": {"$ref": then_ref}},
+                     "additionalProperties": false}
+                ]
+            }),
+        );
+        if let Some(when) = props.get_mut("when") {
+            when["type"] = json!(["string", "boolean", "null"]);
+        }
+    }
+    def["additionalProperties"] = json!(false);
+    def["anyOf"] = json!([{"required": ["when"]}, {"required": ["else"]}]);
+    if let Some(a) = def.get_mut("required").and_then(Value::as_array_mut) {
+        a.retain(|x| x != "then");
+    }
+    if def["required"].as_array().is_some_and(Vec::is_empty) {
+        if let Some(o) = def.as_object_mut() {
+            o.remove("required");
+        }
+    }
 }
 
 #[cfg(test)]

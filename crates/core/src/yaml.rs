@@ -128,76 +128,84 @@ fn scalar(value: &str, style: ScalarStyle) -> NodeKind {
     NodeKind::Str(value.to_string())
 }
 
+/// An open sequence or mapping (a mapping with the key awaiting its value).
 enum Frame {
     Seq(Vec<Node>, Span),
     Map(Vec<(Key, Node)>, Span, Option<Key>),
 }
 
-// Over 80 lines on purpose: one event loop over the YAML parser's events, with the depth and
-// alias budgets (E041/E042) kept in its locals.
-/// Parse one YAML document into a positioned tree (an empty document is
-/// `Null`). Only the first document of a stream is read.
-pub fn parse(src: &str) -> Result<Node, YamlError> {
-    let mut parser = Parser::new_from_str(src);
-    let mut stack: Vec<(Frame, usize)> = Vec::new();
-    // Anchored nodes with their size (nodes, scalar bytes); aliases may not
-    // add more than MAX_ALIAS_NODES nodes or MAX_ALIAS_BYTES bytes of text
-    // to the document (a guard against "billion laughs" inputs).
-    let mut anchors: HashMap<usize, (Node, Size)> = HashMap::new();
-    let mut expanded = Size::default();
-    let mut root: Option<Node> = None;
-    let err = |message: String, span: Span| YamlError {
+/// An E001 syntax error.
+fn syntax_error(message: String, span: Span) -> YamlError {
+    YamlError {
         code: Code::E001,
         message,
         span,
-    };
-    let too_deep = |span: Span| {
-        YamlError {
+    }
+}
+
+/// E041: sequences and mappings nest deeper than `max_yaml_depth`.
+fn too_deep(span: Span) -> YamlError {
+    YamlError {
         code: Code::E041,
         message: format!(
             "the YAML nests sequences and mappings more than {MAX_YAML_DEPTH} levels deep (limit `max_yaml_depth`)"
         ),
         span,
     }
-    };
+}
+
+/// Parse one YAML document into a positioned tree (an empty document is
+/// `Null`). Only the first document of a stream is read.
+pub fn parse(src: &str) -> Result<Node, YamlError> {
+    let mut parser = Parser::new_from_str(src);
+    let mut tree = TreeBuilder::default();
     while let Some(ev) = parser.next_event() {
-        let (event, sp) = ev.map_err(|e| err(e.info().to_string(), span_of(e.marker())))?;
+        let (event, sp) =
+            ev.map_err(|e| syntax_error(e.info().to_string(), span_of(e.marker())))?;
         let span = span_of(&sp.start);
-        let finished: Option<(Node, usize)> = match event {
-            Event::StreamStart | Event::DocumentStart(..) => None,
-            Event::StreamEnd | Event::DocumentEnd => {
-                if root.is_some() || matches!(event, Event::StreamEnd) {
-                    break;
-                }
-                None
+        if matches!(event, Event::StreamEnd | Event::DocumentEnd) {
+            if tree.root.is_some() || matches!(event, Event::StreamEnd) {
+                break;
             }
-            Event::Alias(id) => match anchors.get(&id) {
-                Some((n, size)) => {
-                    expanded.nodes = expanded.nodes.saturating_add(size.nodes);
-                    expanded.bytes = expanded.bytes.saturating_add(size.bytes);
-                    if expanded.nodes > MAX_ALIAS_NODES || expanded.bytes > MAX_ALIAS_BYTES {
-                        return Err(YamlError {
-                            code: Code::E042,
-                            message: format!(
-                                "aliases expand the document by {} nodes and {} bytes so far, above the limit `max_alias_expansion` of {MAX_ALIAS_NODES} nodes or {MAX_ALIAS_BYTES} bytes (\"billion laughs\")",
-                                expanded.nodes, expanded.bytes
-                            ),
-                            span,
-                        });
-                    }
-                    if stack.len() + size.depth > MAX_YAML_DEPTH {
-                        return Err(too_deep(span));
-                    }
-                    Some((
-                        Node {
-                            kind: n.kind.clone(),
-                            span,
-                        },
-                        0,
-                    ))
-                }
-                None => return Err(err("alias refers to an unknown anchor".into(), span)),
-            },
+            continue;
+        }
+        if let Some((node, anchor)) = tree.event(event, span)? {
+            tree.place(node, anchor)?;
+        }
+    }
+    Ok(tree.root.unwrap_or(Node {
+        kind: NodeKind::Null,
+        span: Span {
+            line: 1,
+            col: 1,
+            offset: 0,
+        },
+    }))
+}
+
+/// The tree [`parse`] builds from the parser's events, with the depth and
+/// alias budgets (E041/E042) it keeps.
+#[derive(Default)]
+struct TreeBuilder {
+    /// The open sequences and mappings, innermost last, each with its
+    /// anchor id (0 for none).
+    stack: Vec<(Frame, usize)>,
+    /// Anchored nodes with their size (nodes, scalar bytes); aliases may not
+    /// add more than MAX_ALIAS_NODES nodes or MAX_ALIAS_BYTES bytes of text
+    /// to the document (a guard against "billion laughs" inputs).
+    anchors: HashMap<usize, (Node, Size)>,
+    /// What aliases have added so far.
+    expanded: Size,
+    /// The document's node, once complete.
+    root: Option<Node>,
+}
+
+impl TreeBuilder {
+    /// The node an event completes, with its anchor id (0 for none);
+    /// `None` when the event opens a collection or completes nothing.
+    fn event(&mut self, event: Event<'_>, span: Span) -> Result<Option<(Node, usize)>, YamlError> {
+        Ok(match event {
+            Event::Alias(id) => Some((self.alias(id, span)?, 0)),
             Event::Scalar(value, style, anchor, tag) => {
                 // An explicit `!!str` keeps the text; other tags resolve as usual.
                 let is_str = tag.as_deref().and_then(|t| t.core_suffix()) == Some("str");
@@ -209,89 +217,130 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
                 Some((Node { kind, span }, anchor))
             }
             Event::SequenceStart(_, anchor, _) => {
-                if stack.len() >= MAX_YAML_DEPTH {
-                    return Err(too_deep(span));
-                }
-                stack.push((Frame::Seq(Vec::new(), span), anchor));
+                self.open(Frame::Seq(Vec::new(), span), anchor, span)?;
                 None
             }
             Event::MappingStart(_, anchor, _) => {
-                if stack.len() >= MAX_YAML_DEPTH {
-                    return Err(too_deep(span));
-                }
-                stack.push((Frame::Map(Vec::new(), span, None), anchor));
+                self.open(Frame::Map(Vec::new(), span, None), anchor, span)?;
                 None
             }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (frame, anchor) = stack.pop().expect("balanced events");
-                Some(match frame {
-                    Frame::Seq(items, span) => (
-                        Node {
-                            kind: NodeKind::Seq(items),
-                            span,
-                        },
-                        anchor,
-                    ),
-                    Frame::Map(entries, span, _) => (
-                        Node {
-                            kind: NodeKind::Map(merge_keys(entries)),
-                            span,
-                        },
-                        anchor,
-                    ),
-                })
-            }
-            #[allow(unreachable_patterns)]
+            Event::SequenceEnd | Event::MappingEnd => Some(self.close()),
             _ => None,
+        })
+    }
+
+    /// An alias: a copy of the anchored node at the alias's position,
+    /// within the expansion (E042) and depth (E041) budgets.
+    fn alias(&mut self, id: usize, span: Span) -> Result<Node, YamlError> {
+        let Some((n, size)) = self.anchors.get(&id) else {
+            return Err(syntax_error(
+                "alias refers to an unknown anchor".into(),
+                span,
+            ));
         };
-        let Some((node, anchor)) = finished else {
-            continue;
-        };
+        let expanded = &mut self.expanded;
+        expanded.nodes = expanded.nodes.saturating_add(size.nodes);
+        expanded.bytes = expanded.bytes.saturating_add(size.bytes);
+        if expanded.nodes > MAX_ALIAS_NODES || expanded.bytes > MAX_ALIAS_BYTES {
+            return Err(YamlError {
+                code: Code::E042,
+                message: format!(
+                    "aliases expand the document by {} nodes and {} bytes so far, above the limit `max_alias_expansion` of {MAX_ALIAS_NODES} nodes or {MAX_ALIAS_BYTES} bytes (\"billion laughs\")",
+                    expanded.nodes, expanded.bytes
+                ),
+                span,
+            });
+        }
+        if self.stack.len() + size.depth > MAX_YAML_DEPTH {
+            return Err(too_deep(span));
+        }
+        Ok(Node {
+            kind: n.kind.clone(),
+            span,
+        })
+    }
+
+    /// Opens a sequence or a mapping, within the depth budget (E041).
+    fn open(&mut self, frame: Frame, anchor: usize, span: Span) -> Result<(), YamlError> {
+        if self.stack.len() >= MAX_YAML_DEPTH {
+            return Err(too_deep(span));
+        }
+        self.stack.push((frame, anchor));
+        Ok(())
+    }
+
+    /// Closes the innermost sequence or mapping: its node and anchor id.
+    fn close(&mut self) -> (Node, usize) {
+        let (frame, anchor) = self.stack.pop().expect("balanced events");
+        match frame {
+            Frame::Seq(items, span) => (
+                Node {
+                    kind: NodeKind::Seq(items),
+                    span,
+                },
+                anchor,
+            ),
+            Frame::Map(entries, span, _) => (
+                Node {
+                    kind: NodeKind::Map(merge_keys(entries)),
+                    span,
+                },
+                anchor,
+            ),
+        }
+    }
+
+    /// Records a completed node under its anchor, then places it: as the
+    /// document, an item of the open sequence, or a key or value of the
+    /// open mapping.
+    fn place(&mut self, node: Node, anchor: usize) -> Result<(), YamlError> {
         if anchor != 0 {
             let size = size_of(&node);
-            anchors.insert(anchor, (node.clone(), size));
+            self.anchors.insert(anchor, (node.clone(), size));
         }
-        match stack.last_mut() {
+        match self.stack.last_mut() {
             None => {
-                root = Some(node);
+                self.root = Some(node);
             }
             Some((Frame::Seq(items, _), _)) => items.push(node),
             Some((Frame::Map(entries, _, pending), _)) => match pending.take() {
-                None => {
-                    let name = match &node.kind {
-                        NodeKind::Str(s) => s.clone(),
-                        NodeKind::Null => "null".into(),
-                        NodeKind::Bool(b) => b.to_string(),
-                        NodeKind::Int(i) => i.to_string(),
-                        NodeKind::Float(f) => f.to_string(),
-                        _ => return Err(err("mapping keys must be scalars".into(), node.span)),
-                    };
-                    if let Some((first, _)) = entries.iter().find(|(k, _)| k.name == name) {
-                        return Err(err(
-                            format!(
-                                "duplicate key `{name}` (first defined at line {})",
-                                first.span.line
-                            ),
-                            node.span,
-                        ));
-                    }
-                    *pending = Some(Key {
-                        name,
-                        span: node.span,
-                    });
-                }
+                None => *pending = Some(map_key(entries, node)?),
                 Some(key) => entries.push((key, node)),
             },
         }
+        Ok(())
     }
-    Ok(root.unwrap_or(Node {
-        kind: NodeKind::Null,
-        span: Span {
-            line: 1,
-            col: 1,
-            offset: 0,
-        },
-    }))
+}
+
+/// A node read as a mapping key: a scalar, stringified, that is not a key
+/// of `entries` already (E001 otherwise).
+fn map_key(entries: &[(Key, Node)], node: Node) -> Result<Key, YamlError> {
+    let name = match &node.kind {
+        NodeKind::Str(s) => s.clone(),
+        NodeKind::Null => "null".into(),
+        NodeKind::Bool(b) => b.to_string(),
+        NodeKind::Int(i) => i.to_string(),
+        NodeKind::Float(f) => f.to_string(),
+        _ => {
+            return Err(syntax_error(
+                "mapping keys must be scalars".into(),
+                node.span,
+            ))
+        }
+    };
+    if let Some((first, _)) = entries.iter().find(|(k, _)| k.name == name) {
+        return Err(syntax_error(
+            format!(
+                "duplicate key `{name}` (first defined at line {})",
+                first.span.line
+            ),
+            node.span,
+        ));
+    }
+    Ok(Key {
+        name,
+        span: node.span,
+    })
 }
 
 /// What an anchored node adds each time an alias repeats it.

@@ -60,100 +60,12 @@ fn auth_name<'a>(auth: &'a Node, workload: Option<&'a Node>) -> Result<Option<&'
 /// Declare in `keychain` each credential a task names by `auth` and the
 /// playbook does not declare.
 pub(super) fn declarations(root: &Node, e: &mut Edits) {
-    let declared: Vec<&str> = root
-        .get("keychain")
-        .map(Node::items)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|k| k.get("name").and_then(Node::as_str))
-        .collect();
-    let workload = root.get("workload");
-    let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
-    let mut want = |e: &mut Edits, auth: &Node, kind: &'static str, who: String| {
-        match auth_name(auth, workload) {
-            Ok(Some(name)) if !declared.contains(&name) => match wanted.get(name) {
-                Some(w) if w.kind != kind => e.refuse(
-                    auth.span.line,
-                    format!("{who}: `auth: {name}` is read as a {kind} here and as a {} by {}: declare `{name}` in `keychain` yourself", w.kind, w.who),
-                ),
-                Some(_) => {}
-                None => {
-                    wanted.insert(
-                        name.to_string(),
-                        Wanted {
-                            kind,
-                            line: auth.span.line,
-                            who,
-                        },
-                    );
-                }
-            },
-            Ok(_) => {}
-            Err(()) => e.refuse(
-                auth.span.line,
-                format!("{who}: its `auth` names the credential at run time: declare that credential in `keychain` (`- {{name: NAME, kind: {kind}}}`)"),
-            ),
-        }
-    };
-    for (t, name) in tasks(root) {
-        let tool = t.get("kind").and_then(Node::as_str).unwrap_or_default();
-        if let (Some(kind), Some(auth)) = (credential_kind(tool), t.get("auth")) {
-            want(e, auth, kind, format!("task `{name}`"));
-        }
-        if tool == "transfer" {
-            for side in ["source", "target"] {
-                let Some(s) = t.get(side) else { continue };
-                let side_tool = s.get("tool").and_then(Node::as_str).unwrap_or_default();
-                if let (Some(kind), Some(auth)) = (credential_kind(side_tool), s.get("auth")) {
-                    want(e, auth, kind, format!("task `{name}` ({side})"));
-                }
-            }
-        }
-    }
-    for (s, name) in steps(root) {
-        if let Some(auth) = s
-            .get("loop")
-            .and_then(|l| l.get("cursor"))
-            .and_then(|c| c.get("auth"))
-        {
-            want(
-                e,
-                auth,
-                "postgres_credential",
-                format!("the cursor loop of step `{name}`"),
-            );
-        }
-    }
+    let wanted = undeclared(root, e);
     if wanted.is_empty() {
         return;
     }
-    let text = e.text;
-    // Append to a block `keychain:` list, or add one before `workflow:`.
-    let (at, header, indent) = match root.entry("keychain") {
-        Some((k, v)) if v.is_seq() && !v.items().is_empty() => {
-            let first = &v.items()[0];
-            let dash = line_start(text, first.span.offset);
-            let indent = text[dash..].len() - text[dash..].trim_start_matches(' ').len();
-            if !text[dash..].trim_start_matches(' ').starts_with("- ") {
-                e.refuse(k.span.line, "`keychain` is a flow list: add the entries `noetl migrate` would declare yourself".into());
-                return;
-            }
-            (entry_end(text, k.span.offset), String::new(), indent)
-        }
-        Some((k, _)) => {
-            e.refuse(k.span.line, "`keychain` is empty or not a list: declare the credentials the tasks name by `auth` there".into());
-            return;
-        }
-        None => {
-            let Some((w, _)) = root.entry("workflow") else {
-                return;
-            };
-            (
-                line_start(text, w.span.offset),
-                "keychain:\n".to_string(),
-                2,
-            )
-        }
+    let Some((at, header, indent)) = insertion_point(root, e) else {
+        return;
     };
     let pad = " ".repeat(indent);
     for (i, (name, w)) in wanted.iter().enumerate() {
@@ -172,6 +84,130 @@ pub(super) fn declarations(root: &Node, e: &mut Edits) {
                 w.who, w.kind
             ),
         );
+    }
+}
+
+/// The credentials the playbook's tasks and cursor loops name by `auth`
+/// and `keychain` does not declare, by name. A name read as two kinds, or
+/// one computed at run time, is refused instead.
+fn undeclared(root: &Node, e: &mut Edits) -> BTreeMap<String, Wanted> {
+    let mut collector = Collector::new(root);
+    for (t, name) in tasks(root) {
+        let tool = t.get("kind").and_then(Node::as_str).unwrap_or_default();
+        if let (Some(kind), Some(auth)) = (credential_kind(tool), t.get("auth")) {
+            collector.want(e, auth, kind, format!("task `{name}`"));
+        }
+        if tool == "transfer" {
+            for side in ["source", "target"] {
+                let Some(s) = t.get(side) else { continue };
+                let side_tool = s.get("tool").and_then(Node::as_str).unwrap_or_default();
+                if let (Some(kind), Some(auth)) = (credential_kind(side_tool), s.get("auth")) {
+                    collector.want(e, auth, kind, format!("task `{name}` ({side})"));
+                }
+            }
+        }
+    }
+    for (s, name) in steps(root) {
+        if let Some(auth) = s
+            .get("loop")
+            .and_then(|l| l.get("cursor"))
+            .and_then(|c| c.get("auth"))
+        {
+            collector.want(
+                e,
+                auth,
+                "postgres_credential",
+                format!("the cursor loop of step `{name}`"),
+            );
+        }
+    }
+    collector.wanted
+}
+
+/// The credentials to declare, as the tasks naming them are read.
+struct Collector<'a> {
+    /// The names `keychain` declares.
+    declared: Vec<&'a str>,
+    /// The root `workload` (defaults an `auth` template may read).
+    workload: Option<&'a Node>,
+    /// By name, the credentials to declare so far.
+    wanted: BTreeMap<String, Wanted>,
+}
+
+impl<'a> Collector<'a> {
+    fn new(root: &'a Node) -> Self {
+        let declared: Vec<&str> = root
+            .get("keychain")
+            .map(Node::items)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|k| k.get("name").and_then(Node::as_str))
+            .collect();
+        Self {
+            declared,
+            workload: root.get("workload"),
+            wanted: BTreeMap::new(),
+        }
+    }
+
+    /// The credential `auth` names, read as a `kind` by `who`.
+    fn want(&mut self, e: &mut Edits, auth: &Node, kind: &'static str, who: String) {
+        match auth_name(auth, self.workload) {
+            Ok(Some(name)) if !self.declared.contains(&name) => match self.wanted.get(name) {
+                Some(w) if w.kind != kind => e.refuse(
+                    auth.span.line,
+                    format!("{who}: `auth: {name}` is read as a {kind} here and as a {} by {}: declare `{name}` in `keychain` yourself", w.kind, w.who),
+                ),
+                Some(_) => {}
+                None => {
+                    self.wanted.insert(
+                        name.to_string(),
+                        Wanted {
+                            kind,
+                            line: auth.span.line,
+                            who,
+                        },
+                    );
+                }
+            },
+            Ok(_) => {}
+            Err(()) => e.refuse(
+                auth.span.line,
+                format!("{who}: its `auth` names the credential at run time: declare that credential in `keychain` (`- {{name: NAME, kind: {kind}}}`)"),
+            ),
+        }
+    }
+}
+
+/// Where the new entries go: `(offset, text before the first entry,
+/// indent of an entry's dash)`. Appended to a block `keychain:` list, or a
+/// list added before `workflow:`; `None` (refused, or no `workflow`) when
+/// neither is possible.
+fn insertion_point(root: &Node, e: &mut Edits) -> Option<(usize, String, usize)> {
+    let text = e.text;
+    match root.entry("keychain") {
+        Some((k, v)) if v.is_seq() && !v.items().is_empty() => {
+            let first = &v.items()[0];
+            let dash = line_start(text, first.span.offset);
+            let indent = text[dash..].len() - text[dash..].trim_start_matches(' ').len();
+            if !text[dash..].trim_start_matches(' ').starts_with("- ") {
+                e.refuse(k.span.line, "`keychain` is a flow list: add the entries `noetl migrate` would declare yourself".into());
+                return None;
+            }
+            Some((entry_end(text, k.span.offset), String::new(), indent))
+        }
+        Some((k, _)) => {
+            e.refuse(k.span.line, "`keychain` is empty or not a list: declare the credentials the tasks name by `auth` there".into());
+            None
+        }
+        None => {
+            let (w, _) = root.entry("workflow")?;
+            Some((
+                line_start(text, w.span.offset),
+                "keychain:\n".to_string(),
+                2,
+            ))
+        }
     }
 }
 

@@ -1,0 +1,220 @@
+//! The templates of the document: each parses (E036) and reads names
+//! that exist where it renders (W106, W107, W108).
+
+use std::collections::BTreeSet;
+
+use super::{allowed_list, closest, Validator};
+use crate::codes::Code;
+use crate::template::RUNTIME_VARIABLES;
+use crate::yaml::{escape, Node, NodeKind};
+
+impl Validator {
+    /// Every string with `{{`, `{%` or `{#` must parse (a python task's own
+    /// `code` excepted: it is not rendered, see `is_raw_field`).
+    pub(super) fn templates(&mut self, root: &Node) {
+        let mut bad = Vec::new();
+        collect_templates(root, "", &mut |path, node, s| {
+            if let Err(e) = crate::template::check_syntax(s) {
+                let msg = match e {
+                    crate::template::TemplateError::Syntax { message, .. } => message,
+                    other => other.to_string(),
+                };
+                bad.push((node.span, path.to_string(), msg));
+            }
+        });
+        for (span, path, msg) in bad {
+            let one_line: String = msg.lines().next().unwrap_or("").to_string();
+            self.err(
+                Code::E036,
+                span,
+                &path,
+                format!("template does not parse: {one_line}"),
+                "check the `{{ }}` / `{% %}` / `{# #}` syntax (Jinja)",
+            );
+        }
+        self.unknown_roots(root);
+    }
+
+    /// W106: a template reads a top-level name that is neither a runtime
+    /// variable nor the name of a step, nor, inside a step's pipeline, of
+    /// one of its tasks (`{{ api_url }}` for `{{ workload.api_url }}`). At
+    /// run time a value template fails on it and a condition reads it as
+    /// undefined (false), so say so now. W108: a task reads the result of
+    /// a task that cannot have run before it (docs/dsl.md "Runtime
+    /// variables").
+    fn unknown_roots(&mut self, root: &Node) {
+        let mut known: BTreeSet<String> = RUNTIME_VARIABLES.iter().map(|v| v.to_string()).collect();
+        let steps: &[Node] = root.get("workflow").map(Node::items).unwrap_or_default();
+        known.extend(
+            steps
+                .iter()
+                .filter_map(|s| s.get("step").and_then(Node::as_str))
+                .map(str::to_string),
+        );
+        let pipelines: Vec<Pipeline> = steps.iter().map(Pipeline::of).collect();
+        // A workbook task runs inside whichever pipeline calls it.
+        let mut everywhere = known.clone();
+        crate::names::collect_names(root, &mut everywhere);
+        let mut unknown = Vec::new();
+        collect_templates(root, "", &mut |path, node, s| {
+            for name in crate::template::referenced_roots(s) {
+                let at = pipeline_position(path);
+                if let Some((si, ti, in_policy)) = at {
+                    if let Some(p) = pipelines.get(si) {
+                        if let Some(k) = p.tasks.iter().position(|t| *t == name) {
+                            // Itself in its own policy: the outcome just
+                            // produced; an earlier task, or any task when a
+                            // jump may run it first: a result that may be set.
+                            if !(k < ti || (k == ti && in_policy) || p.jumps) {
+                                unknown.push((node.span, path.to_string(), name, Some(ti)));
+                            }
+                            continue;
+                        }
+                    }
+                }
+                let seen = if path.starts_with("/workbook") {
+                    &everywhere
+                } else {
+                    &known
+                };
+                if !seen.contains(&name) && !super::cursor::binds(path, &name) {
+                    unknown.push((node.span, path.to_string(), name, None));
+                }
+            }
+        });
+        let options: Vec<&str> = known.iter().map(String::as_str).collect();
+        let workload: BTreeSet<&str> = root
+            .get("workload")
+            .map(|w| w.entries().iter().map(|(k, _)| k.name.as_str()).collect())
+            .unwrap_or_default();
+        for (span, path, name, reader) in unknown {
+            if let Some(ti) = reader {
+                let (si, _, _) = pipeline_position(&path).unwrap_or_default();
+                let p = &pipelines[si];
+                let reader = p.tasks.get(ti).map(String::as_str).unwrap_or("?");
+                let what = if reader == name {
+                    "its own result"
+                } else {
+                    "the result of a later task"
+                };
+                self.warn(
+                    Code::W108,
+                    span,
+                    &path,
+                    format!("task `{reader}` of step `{}` reads `{name}`, {what}: no task of the pipeline jumps, so it has not run yet and is undefined (null)", p.step),
+                    "read an earlier task of the pipeline by name, `_prev` for the previous one, or `outcome.result` in the task's own policy",
+                );
+                continue;
+            }
+            if workload.contains(name.as_str()) {
+                // It resolves (workload keys are readable bare, lowest
+                // precedence), but the canonical spelling says where from.
+                self.warn(
+                    Code::W107,
+                    span,
+                    &path,
+                    format!("template reads the workload value `{name}` bare"),
+                    &format!("write `workload.{name}`: a step, task or runtime variable of that name would shadow it (`noetl migrate` rewrites it)"),
+                );
+                continue;
+            }
+            let owner = pipelines.iter().find(|p| p.tasks.contains(&name));
+            let help = match (owner, closest(&name, &options)) {
+                (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
+                (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
+                (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
+            };
+            self.warn(
+                Code::W106,
+                span,
+                &path,
+                format!("template reads `{name}`, which is not a runtime variable, step or task"),
+                &help,
+            );
+        }
+    }
+}
+
+/// One step's pipeline as the name checks see it.
+struct Pipeline {
+    step: String,
+    /// Task names, in pipeline order.
+    tasks: Vec<String>,
+    /// Some task policy of the pipeline jumps (a task may then run again,
+    /// or after a later one).
+    jumps: bool,
+}
+
+impl Pipeline {
+    fn of(step: &Node) -> Self {
+        let tasks: &[Node] = step.get("tool").map(Node::items).unwrap_or_default();
+        let jumps = tasks.iter().any(|t| {
+            t.pointer("/spec/policy/rules")
+                .map(Node::items)
+                .unwrap_or_default()
+                .iter()
+                .any(|r| r.pointer("/then/do").and_then(Node::as_str) == Some("jump"))
+        });
+        Self {
+            step: step
+                .get("step")
+                .and_then(Node::as_str)
+                .unwrap_or("?")
+                .to_string(),
+            tasks: tasks
+                .iter()
+                .map(|t| {
+                    t.get("name")
+                        .and_then(Node::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect(),
+            jumps,
+        }
+    }
+}
+
+/// `(step index, task index, inside the task's spec.policy)` of a JSON
+/// pointer inside a pipeline task (`/workflow/<i>/tool/<j>/...`).
+fn pipeline_position(path: &str) -> Option<(usize, usize, bool)> {
+    let mut parts = path.strip_prefix("/workflow/")?.split('/');
+    let si = parts.next()?.parse().ok()?;
+    if parts.next()? != "tool" {
+        return None;
+    }
+    let ti = parts.next()?.parse().ok()?;
+    let in_policy = parts.next() == Some("spec") && parts.next() == Some("policy");
+    Some((si, ti, in_policy))
+}
+
+/// True when `key` of the mapping `n` is a raw field of the task `n` is
+/// ([`crate::tool::KINDS`]: python `code`, an inline child `playbook`):
+/// its text is passed on unrendered, so braces in it are not templates of
+/// this playbook. Every other string with `{{`, `{%` or `{#` is.
+fn is_raw_field(n: &Node, key: &str) -> bool {
+    let Some(kind) = n.get("kind").and_then(Node::as_str) else {
+        return false;
+    };
+    crate::tool::raw_fields(kind).contains(&key)
+}
+
+fn collect_templates<'a>(n: &'a Node, path: &str, f: &mut dyn FnMut(&str, &'a Node, &str)) {
+    match &n.kind {
+        NodeKind::Str(s) if crate::template::is_template(s) => f(path, n, s),
+        NodeKind::Seq(items) => {
+            for (i, x) in items.iter().enumerate() {
+                collect_templates(x, &format!("{path}/{i}"), f);
+            }
+        }
+        NodeKind::Map(entries) => {
+            for (k, v) in entries {
+                if is_raw_field(n, &k.name) {
+                    continue;
+                }
+                collect_templates(v, &format!("{path}/{}", escape(&k.name)), f);
+            }
+        }
+        _ => {}
+    }
+}
