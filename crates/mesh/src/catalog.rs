@@ -8,7 +8,8 @@ use async_nats::jetstream::kv::Store;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::kv::{self, key_part, Cas};
+use crate::keys::Keys;
+use crate::kv::{self, Cas};
 use crate::MeshError;
 
 /// One registered version.
@@ -62,15 +63,7 @@ pub struct Catalog {
 }
 
 fn path_key(path: &str) -> Result<String, CatalogError> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    if segs.iter().any(|s| s.is_empty()) {
-        return Err(CatalogError::BadPath { path: path.into() });
-    }
-    Ok(segs
-        .iter()
-        .map(|s| key_part(s))
-        .collect::<Vec<_>>()
-        .join("."))
+    Keys::catalog_path(path).ok_or_else(|| CatalogError::BadPath { path: path.into() })
 }
 
 impl Catalog {
@@ -89,7 +82,7 @@ impl Catalog {
         let key = path_key(path)?;
         let latest = kv::update(
             &self.store,
-            &format!("{key}.latest"),
+            &Keys::catalog_latest(&key),
             |cur: Option<&Latest>| {
                 Cas::Write(Latest {
                     path: path.to_string(),
@@ -106,7 +99,12 @@ impl Catalog {
             yaml: yaml.to_string(),
             registered_at: crate::events::now_rfc3339(),
         };
-        kv::put(&self.store, &format!("{key}.v{}", entry.version), &entry).await?;
+        kv::put(
+            &self.store,
+            &Keys::catalog_version(&key, entry.version),
+            &entry,
+        )
+        .await?;
         Ok(entry)
     }
 
@@ -120,13 +118,13 @@ impl Catalog {
         let v = match version {
             Some(v) => v,
             None => {
-                kv::get::<Latest>(&self.store, &format!("{key}.latest"))
+                kv::get::<Latest>(&self.store, &Keys::catalog_latest(&key))
                     .await?
                     .ok_or_else(not_found)?
                     .version
             }
         };
-        kv::get::<Entry>(&self.store, &format!("{key}.v{v}"))
+        kv::get::<Entry>(&self.store, &Keys::catalog_version(&key, v))
             .await?
             .ok_or_else(not_found)
     }
@@ -141,10 +139,11 @@ impl Catalog {
         let mut out = Vec::new();
         while let Some(k) = keys.next().await {
             let Ok(k) = k else { continue };
-            if let Some(l) = k.strip_suffix(".latest") {
+            if let Some(l) = Keys::catalog_latest_of(&k) {
                 if let Some(latest) = kv::get::<Latest>(&self.store, &k).await? {
                     if let Some(e) =
-                        kv::get::<Entry>(&self.store, &format!("{l}.v{}", latest.version)).await?
+                        kv::get::<Entry>(&self.store, &Keys::catalog_version(l, latest.version))
+                            .await?
                     {
                         out.push(e);
                     }

@@ -24,10 +24,10 @@ pub enum Effect {
         /// The command.
         cmd: TaskCommand,
     },
-    /// Publish a task command for a kind known to be served (a delayed
-    /// retry the executor of that kind hands back to its own stream): no
-    /// `task.unserved` timer.
-    Retry {
+    /// Publish a task command on its kind's subject without a
+    /// `task.unserved` timer: a delayed retry an executor hands back to
+    /// its own kind, a cursor loop's claim.
+    Command {
         /// The tool kind that runs it.
         kind: String,
         /// The command.
@@ -44,7 +44,7 @@ impl Effect {
     pub fn id(&self) -> &str {
         match self {
             Effect::Emit(e) => &e.event_id,
-            Effect::Task { cmd, .. } | Effect::Retry { cmd, .. } => &cmd.command_id,
+            Effect::Task { cmd, .. } | Effect::Command { cmd, .. } => &cmd.command_id,
             Effect::Loop(c) => &c.command_id,
             Effect::Token(t) => &t.token_id,
         }
@@ -68,7 +68,7 @@ pub async fn publish(mesh: &Mesh, effects: Vec<Effect>) -> Result<Batch, MeshErr
             Effect::Task { kind, task, cmd } => {
                 mesh.publish_task_of_kind(&kind, &task, &cmd).await?
             }
-            Effect::Retry { kind, cmd } => {
+            Effect::Command { kind, cmd } => {
                 mesh.publish_for_execution(
                     mesh.subjects().task(&kind),
                     &cmd.command_id,

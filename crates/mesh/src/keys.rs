@@ -87,6 +87,51 @@ impl Keys {
     pub fn owners(eid: &str, loop_run_id: &str) -> String {
         format!("{eid}.owners.{}", key_part(loop_run_id))
     }
+    /// `<path>` as key tokens (bucket catalog): each `/`-separated segment
+    /// of a catalog path encoded with [`key_part`]; `None` for a path with
+    /// an empty segment.
+    pub fn catalog_path(path: &str) -> Option<String> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if segs.iter().any(|s| s.is_empty()) {
+            return None;
+        }
+        Some(
+            segs.iter()
+                .map(|s| key_part(s))
+                .collect::<Vec<_>>()
+                .join("."),
+        )
+    }
+    /// `<path>.latest` (bucket catalog): a path's version counter, for a
+    /// path already made a key ([`Keys::catalog_path`]).
+    pub fn catalog_latest(path_key: &str) -> String {
+        format!("{path_key}.latest")
+    }
+    /// The path key of a [`Keys::catalog_latest`] key.
+    pub fn catalog_latest_of(key: &str) -> Option<&str> {
+        key.strip_suffix(".latest")
+    }
+    /// `<path>.v<N>` (bucket catalog): one registered version.
+    pub fn catalog_version(path_key: &str, version: u32) -> String {
+        format!("{path_key}.v{version}")
+    }
+
+    /// The object id (below its execution and step in the object store,
+    /// `mesh::objects`) of argument `index` of token `token_id`, when it
+    /// travels by reference.
+    pub fn args_object(token_id: &str, index: usize) -> String {
+        format!("{token_id}.args.{index}")
+    }
+    /// The object id of chunk `chunk` of a loop run's collection, when it
+    /// is stored by reference.
+    pub fn items_object(loop_run_id: &str, chunk: usize) -> String {
+        format!("{}.items.{chunk}", key_part(loop_run_id))
+    }
+    /// The object id of the rows claim `seq` of a cursor loop run
+    /// returned, when they are stored by reference.
+    pub fn frame_object(loop_run_id: &str, seq: u64) -> String {
+        format!("{loop_run_id}.frame.{seq}")
+    }
 }
 
 /// Encode an arbitrary name (step names may contain any character) as a KV
@@ -137,6 +182,19 @@ mod tests {
         let k = Keys::step("e1", "a.b c");
         assert_eq!(k.matches('.').count(), 2, "{k}");
         assert_ne!(Keys::step("e1", "a.b"), Keys::step("e1", "a_b"));
+    }
+
+    #[test]
+    fn catalog_keys_and_object_ids_have_their_documented_shapes() {
+        let path = Keys::catalog_path("/examples/hello world/").unwrap();
+        assert_eq!(path, format!("examples.{}", super::key_part("hello world")));
+        assert_eq!(Keys::catalog_path("a//b"), None);
+        assert_eq!(Keys::catalog_latest("a.b"), "a.b.latest");
+        assert_eq!(Keys::catalog_latest_of("a.b.latest"), Some("a.b"));
+        assert_eq!(Keys::catalog_version("a.b", 3), "a.b.v3");
+        assert_eq!(Keys::args_object("t1", 2), "t1.args.2");
+        assert_eq!(Keys::items_object("r1", 0), "r1.items.0");
+        assert_eq!(Keys::frame_object("r1", 7), "r1.frame.7");
     }
 
     #[test]

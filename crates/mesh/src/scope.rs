@@ -69,7 +69,7 @@ pub async fn offload_args(
     let mut out = Map::with_capacity(m.len());
     for (i, (k, v)) in m.iter().enumerate() {
         // By position: two names that sanitise alike never share a key.
-        let id = format!("{}.args.{i}", p.token_id);
+        let id = crate::keys::Keys::args_object(p.token_id, i);
         let v = mesh
             .results()
             .offload(

@@ -13,6 +13,7 @@ use noetl_core::tool::{AuthCredential, Objects, Tool, ToolCall};
 use noetl_core::{template::Scope, LoopCursor, Outcome, Step, Task};
 use noetl_mesh::{
     events::{now_ms, types, EventDraft},
+    keys::Keys,
     objects::PutParams,
     payloads::{self, ClaimEnded, Status},
     plan::PlanRecord,
@@ -57,7 +58,7 @@ impl ClaimRun<'_> {
             Ok(rows) => {
                 let count = rows.len() as u64;
                 let rows = Value::Array(rows);
-                let id = format!("{}.frame.{}", self.claim.loop_run_id, self.claim.seq);
+                let id = Keys::frame_object(&self.claim.loop_run_id, self.claim.seq);
                 let limit = self
                     .plan
                     .max_payload_bytes(self.exec.mesh.config().inline_limit);

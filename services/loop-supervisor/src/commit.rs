@@ -20,7 +20,7 @@ use noetl_mesh::{
 };
 use tokio::sync::oneshot;
 
-use super::{count_batch, Arrival, Claim, Counted, LoopRun};
+use crate::state::{count_batch, Arrival, Claim, Counted, LoopRun};
 
 /// Rounds a leader writes for others before it hands the rest back.
 const MAX_ROUNDS: usize = 8;
@@ -61,7 +61,8 @@ impl Run<'_> {
     }
 }
 
-/// The reports waiting per loop run (one per handler, so per mesh).
+/// The reports waiting per loop run (one per process and mesh, shared by
+/// the handlers).
 #[derive(Default)]
 pub(crate) struct Counter {
     runs: Mutex<HashMap<String, Queue>>,

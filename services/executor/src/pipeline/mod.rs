@@ -390,7 +390,7 @@ impl StepRun<'_> {
         );
         let effect = if h.retry {
             // This replica serves the kind: no `task.unserved` timer.
-            Effect::Retry { kind: h.kind, cmd }
+            Effect::Command { kind: h.kind, cmd }
         } else {
             Effect::Task {
                 kind: h.kind,

@@ -1,8 +1,8 @@
 //! Cursor loops (docs/dsl.md, "Cursor loops"): the iterations are the rows
 //! `loop.cursor.claim` returns. The loop-supervisor runs no SQL: it asks
-//! for a claim with a task command (a [`ClaimRef`]) on the claim's kind,
-//! the executor there runs it and reports the rows in a `loop.claimed`
-//! event, and the rows become iterations.
+//! for a claim with a task command (a [`noetl_wire::ClaimRef`]) on the
+//! claim's kind, the executor there runs it and reports the rows in a
+//! `loop.claimed` event, and the rows become iterations.
 //!
 //! The window (`max_in_flight × frame.row_concurrency` iterations) is kept
 //! full: a claim is issued while the iterations running, the rows waiting
@@ -15,25 +15,18 @@
 //! ran or waited and no iteration ended since (so no row an iteration put
 //! back can be missed); otherwise no claim is issued until an iteration
 //! ends, or at once when nothing is left running.
+//!
+//! This module is the cursor part of a loop run's record and its pure
+//! transitions; the claims are published with the window
+//! (`crate::dispatch`) and applied by the `loop.claimed` report
+//! (`crate::reports`).
 
-use noetl_core::{FrameProcess, Loop, Step};
-use noetl_mesh::{
-    codec,
-    ids::derive_id,
-    keys::Keys,
-    kv::{self, Cas},
-    payloads::{self, ClaimEnded, Status},
-    scope, Batch, Mesh, MeshError,
-};
-use noetl_wire::{ClaimRef, Event, LoopCommand, TaskCommand};
+use noetl_core::Loop;
+use noetl_mesh::scope;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::Arc;
 
-use super::{
-    dispatch, fail_loop, finish, loop_scope, max_in_flight, new_run, plan_and_step, redispatch,
-    resume, ChunkCache, HandlerError, ItemError, Local, LoopRun, Window,
-};
+use super::LoopRun;
 
 /// The cursor part of a loop run's record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -129,7 +122,7 @@ pub fn refill_claims(run: &mut LoopRun) -> Vec<u64> {
 
 /// Fill the window with claimed rows waiting for a slot; returns the
 /// indices dispatched.
-fn fill_window(r: &mut LoopRun) -> Vec<u64> {
+pub(crate) fn fill_window(r: &mut LoopRun) -> Vec<u64> {
     let mut newly = Vec::new();
     while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
         r.in_flight.push(r.next);
@@ -234,7 +227,7 @@ pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied
 }
 
 /// The first claim(s) of a new cursor loop run.
-fn start_run(mut run: LoopRun, max_rows: u64, per_frame: bool) -> LoopRun {
+pub(crate) fn start_run(mut run: LoopRun, max_rows: u64, per_frame: bool) -> LoopRun {
     run.cursor = Some(CursorRun {
         max_rows,
         per_frame,
@@ -245,7 +238,7 @@ fn start_run(mut run: LoopRun, max_rows: u64, per_frame: bool) -> LoopRun {
 }
 
 /// A frame setting that must be an integer >= 1 (default 1), rendered.
-fn frame_number<E: std::fmt::Display>(
+pub(crate) fn frame_number<E: std::fmt::Display>(
     rendered: Option<Result<Value, E>>,
     what: &str,
     step: &str,
@@ -265,267 +258,6 @@ fn frame_number<E: std::fmt::Display>(
     }
 }
 
-/// Start a cursor loop run: its bounds rendered, its first claims
-/// issued; then [`resume`] publishes them.
-pub(crate) async fn start(
-    w: &Window<'_>,
-    cmd: &LoopCommand,
-    lp: &Loop,
-) -> Result<(), HandlerError> {
-    let mesh = w.mesh;
-    let step = w.step;
-    let args = codec::args(&cmd.args_json).map_err(|e| {
-        HandlerError::Refused(format!(
-            "loop command of execution {} step {:?}: {e}",
-            cmd.execution_id, cmd.step
-        ))
-    })?;
-    let sc = loop_scope(mesh, w.plan, lp, &args).await?;
-    let render = |v: &Option<Value>| {
-        v.as_ref()
-            .map(|v| noetl_core::template::render_value(v, &sc))
-    };
-    let frame = lp.spec.frame.clone().unwrap_or_default();
-    let bounds =
-        max_in_flight(lp.spec.mode, render(&lp.spec.max_in_flight), &step.step).and_then(|m| {
-            let rc = frame_number(
-                render(&frame.row_concurrency),
-                "row_concurrency",
-                &step.step,
-            )?;
-            let rows = frame_number(render(&frame.max_rows), "max_rows", &step.step)?;
-            Ok((m.saturating_mul(rc), rows))
-        });
-    let (window, max_rows) = match bounds {
-        Ok(b) => b,
-        Err(message) => return fail_loop(mesh, cmd, message).await,
-    };
-    if let Err(e) = noetl_core::reduce::declared(lp.spec.policy.as_ref()) {
-        let message = format!("loop.spec.policy.reducers of step {:?}: {e}", step.step);
-        return fail_loop(mesh, cmd, message).await;
-    }
-    let run = new_run(cmd, &step.step, 0, window, args);
-    let run = start_run(run, max_rows, frame.process == FrameProcess::Frame);
-    let skey = Keys::loop_run(&cmd.execution_id, &cmd.step_run_id);
-    let run = if kv::create(mesh.loop_kv(), &skey, &run).await? {
-        run
-    } else {
-        kv::get(mesh.loop_kv(), &skey).await?.unwrap_or(run)
-    };
-    resume(w, run).await
-}
-
-/// Publish the commands of claims `seqs` of `run` (idempotent: their ids
-/// are derived from the loop run and the sequence number).
-pub(crate) async fn publish_claims(
-    w: &Window<'_>,
-    run: &LoopRun,
-    seqs: &[u64],
-) -> Result<(), HandlerError> {
-    let eid = w.plan.execution_id.as_str();
-    let (Some(c), Some(cursor)) = (
-        run.cursor.as_ref(),
-        w.step.loop_.as_ref().and_then(|l| l.cursor.as_ref()),
-    ) else {
-        return Ok(());
-    };
-    if seqs.is_empty() || w.mesh.cancellations().is_stopped(eid) {
-        return Ok(());
-    }
-    let mut batch = Batch::new();
-    for &seq in seqs {
-        let cmd = claim_command(w, run, seq, c.max_rows);
-        let subject = w.mesh.subjects().task(&cursor.kind);
-        let ack = w
-            .mesh
-            .publish_for_execution(subject, &cmd.command_id, eid, codec::encode(&cmd))
-            .await?;
-        batch.push(ack);
-    }
-    batch.wait().await?;
-    Ok(())
-}
-
-fn claim_command(w: &Window<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskCommand {
-    TaskCommand {
-        command_id: derive_id(&[w.srid, "claim", &seq.to_string()]),
-        execution_id: w.plan.execution_id.clone(),
-        step: w.step.step.clone(),
-        step_run_id: w.srid.to_string(),
-        pc: 0,
-        attempt: 1,
-        args_json: codec::json_bytes(&run.args),
-        prev_json: Vec::new(),
-        iteration: None,
-        not_before_ms: 0,
-        trace_id: run.trace_id.clone(),
-        steps_taken: 0,
-        resume_outcome_json: Vec::new(),
-        deadline_ms: run.deadline_ms,
-        deadline_of: run.deadline_of.clone(),
-        results_json: Vec::new(),
-        claim: Some(ClaimRef {
-            loop_run_id: w.srid.to_string(),
-            seq,
-            max_rows,
-        }),
-    }
-}
-
-/// Every claim of `run` in flight, published again (a redelivery whose
-/// state was written before a crash).
-pub(crate) async fn republish(w: &Window<'_>, run: &LoopRun) -> Result<(), HandlerError> {
-    let seqs: Vec<u64> = run
-        .cursor
-        .as_ref()
-        .map(|c| c.claims.iter().map(|s| s.seq).collect())
-        .unwrap_or_default();
-    publish_claims(w, run, &seqs).await
-}
-
-/// The element of iteration `index` of a cursor loop run: its row (or,
-/// with `process: frame`, its claim's rows), read from the frame record.
-pub(crate) async fn item(
-    mesh: &Mesh,
-    chunks: &ChunkCache,
-    eid: &str,
-    srid: &str,
-    c: &CursorRun,
-    index: u64,
-) -> Result<Value, ItemError> {
-    let Some(f) = c
-        .frames
-        .iter()
-        .find(|f| (f.base..f.base + f.len).contains(&index))
-    else {
-        return Err(ItemError::Gone(format!(
-            "no claim of loop run {srid} holds iteration {index}"
-        )));
-    };
-    let key = Keys::frame(eid, srid, f.seq);
-    let cached = format!("{}/{key}", mesh.loop_kv().name);
-    let rows = match chunks.inner.get(&cached) {
-        Some(v) => v,
-        None => {
-            let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &key).await? else {
-                return Err(ItemError::Gone(format!(
-                    "the rows of claim {} ({key}) are missing from the loop bucket",
-                    f.seq
-                )));
-            };
-            let rows = match mesh.results().hydrate(stored).await {
-                Ok(Value::Array(a)) => a,
-                Ok(other) => {
-                    return Err(ItemError::Gone(format!(
-                        "{key} holds {}, not rows",
-                        codec::json_type(&other)
-                    )))
-                }
-                Err(e) if e.is_permanent() => return Err(ItemError::Gone(format!("{key}: {e}"))),
-                Err(e) => return Err(MeshError::from(e).into()),
-            };
-            let rows = Arc::new(rows);
-            chunks.inner.insert(cached, rows.clone());
-            rows
-        }
-    };
-    if c.per_frame {
-        return Ok(Value::Array(rows.as_ref().clone()));
-    }
-    rows.get((index - f.base) as usize).cloned().ok_or_else(|| {
-        ItemError::Gone(format!(
-            "{key} has {} rows, iteration {index} is not there",
-            rows.len()
-        ))
-    })
-}
-
-// Over 80 lines on purpose: read, decide, write for one claim report; the decision
-// (apply_claim) is a function with tests.
-/// A `loop.claimed` event: store the rows (create-only), apply the claim
-/// once under compare-and-set, publish the iterations and claims it
-/// started, and finish the loop when nothing is left.
-pub(crate) async fn on_claimed(mesh: &Mesh, local: &Local, ev: Event) -> Result<(), HandlerError> {
-    let report: ClaimEnded = payloads::decode_typed(&ev)?;
-    let eid = ev.execution_id.as_str();
-    let srid = report.loop_run_id.as_str();
-    let (plan, idx) = plan_and_step(mesh, eid, &ev.step).await?;
-    let step: &Step = &plan.playbook.workflow[idx];
-    let skey = Keys::loop_run(eid, srid);
-    let unknown = || {
-        HandlerError::Refused(format!(
-            "loop.claimed for unknown loop run {srid} of execution {eid}"
-        ))
-    };
-    let Some(current) = kv::get::<LoopRun>(mesh.loop_kv(), &skey).await? else {
-        return Err(unknown());
-    };
-    let window = Window {
-        mesh,
-        chunks: &local.chunks,
-        plan: &plan,
-        step,
-        srid,
-    };
-    if current.done_emitted {
-        return Ok(());
-    }
-    let in_flight = current
-        .cursor
-        .as_ref()
-        .is_some_and(|c| c.claims.iter().any(|s| s.seq == report.seq));
-    let mut claimed = match report.status {
-        Status::Ok => Claimed::Rows(report.count),
-        Status::Error => Claimed::Failed(if report.error.is_null() {
-            payloads::error_body("loop.cursor", "the claim failed")
-        } else {
-            report.error.clone()
-        }),
-    };
-    if in_flight && report.count > 0 && report.status == Status::Ok {
-        // The first stored rows of a claim stand (a second run of the same
-        // claim cannot change rows already given indices).
-        let fkey = Keys::frame(eid, srid, report.seq);
-        if !kv::create(mesh.loop_kv(), &fkey, &report.rows).await? {
-            if let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &fkey).await? {
-                if let Ok(Value::Array(rows)) = mesh.results().hydrate(stored).await {
-                    claimed = Claimed::Rows(rows.len() as u64);
-                }
-            }
-        }
-    }
-    let mut applied: Option<Applied> = None;
-    let stored = kv::update(mesh.loop_kv(), &skey, |r: Option<&LoopRun>| {
-        applied = None;
-        let Some(r) = r else { return Cas::Keep };
-        match apply_claim(r, report.seq, &claimed) {
-            Some(a) => {
-                let next = a.run.clone();
-                applied = Some(a);
-                Cas::Write(next)
-            }
-            None => Cas::Keep,
-        }
-    })
-    .await?;
-    let Some(stored) = stored else {
-        return Err(unknown());
-    };
-    let run = match applied {
-        Some(a) => {
-            let run = dispatch(&window, a.run, &a.newly).await?;
-            publish_claims(&window, &run, &a.claims).await?;
-            run
-        }
-        // Applied before: what followed may not have gone out.
-        None => redispatch(&window, stored).await?,
-    };
-    if run.finished() && !run.done_emitted {
-        finish(mesh, &plan, step, srid, &run).await?;
-    }
-    Ok(())
-}
-
 /// The scope values of a cursor loop's frame settings, for the loop scope.
 pub(crate) fn frame_templates(lp: &Loop) -> Vec<String> {
     let Some(f) = &lp.spec.frame else {
@@ -540,7 +272,9 @@ pub(crate) fn frame_templates(lp: &Loop) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::new_run;
     use super::*;
+    use noetl_wire::LoopCommand;
     use serde_json::json;
 
     /// A cursor run with `window` slots and `max_rows` per claim, started.

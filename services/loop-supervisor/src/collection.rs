@@ -1,0 +1,212 @@
+//! A loop's elements: the collection of a loop over `in`, stored in chunks
+//! of [`CHUNK`] elements when the loop starts, and the rows of a cursor
+//! loop's claims; both read back, through a small cache, when an
+//! iteration is dispatched.
+
+use std::sync::Arc;
+
+use noetl_mesh::{codec, keys::Keys, kv, Mesh, MeshError};
+use serde_json::Value;
+
+use crate::state::cursor::CursorRun;
+
+/// Elements per stored chunk of a loop collection: state stays small and a
+/// dispatch reads one chunk, whatever the collection's size.
+pub const CHUNK: usize = 1000;
+
+/// A loop collection to store.
+pub(crate) struct Collection<'a> {
+    pub eid: &'a str,
+    pub srid: &'a str,
+    pub step: &'a str,
+    pub items: &'a [Value],
+    /// Chunks whose JSON is larger go to object storage; KV keeps the
+    /// reference.
+    pub limit: usize,
+}
+
+/// Store the collection in chunks of [`CHUNK`] elements: small chunks in
+/// KV, large ones in object storage (KV holds their reference).
+pub(crate) async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
+    let mut batch = Vec::new();
+    for (n, chunk) in c.items.chunks(CHUNK).enumerate() {
+        let value = Value::Array(chunk.to_vec());
+        let id = Keys::items_object(c.srid, n);
+        let value = mesh
+            .results()
+            .offload(
+                noetl_mesh::objects::PutParams {
+                    execution_id: c.eid,
+                    step: c.step,
+                    id: &id,
+                    value: &value,
+                },
+                c.limit,
+            )
+            .await?;
+        batch.push((Keys::items(c.eid, c.srid, n), value));
+    }
+    let puts = batch.iter().map(|(k, v)| kv::put(mesh.loop_kv(), k, v));
+    for r in futures::future::join_all(puts).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// An element of a stored collection could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ItemError {
+    /// Transient: retry the message.
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+    /// The chunk is gone or corrupt: the loop cannot go on.
+    #[error("{0}")]
+    Gone(String),
+}
+
+/// Why a stored list cannot be read (worded by its reader).
+enum Unreadable {
+    /// No record under its key.
+    Missing,
+    /// It holds something else than a list: the JSON type it holds.
+    Holds(&'static str),
+    /// Its object is gone or corrupt.
+    Broken(String),
+}
+
+/// Which loop run's elements are read.
+#[derive(Clone, Copy)]
+pub(crate) struct Elements<'a> {
+    pub mesh: &'a Mesh,
+    pub eid: &'a str,
+    /// The loop run id.
+    pub srid: &'a str,
+}
+
+/// A small cache of collection chunks (a loop dispatches from the same chunk
+/// CHUNK times in a row). One per process and mesh, shared by the handlers;
+/// keyed by bucket and key all the same.
+pub(crate) struct ChunkCache {
+    inner: noetl_mesh::cache::Bounded<String, Arc<Vec<Value>>>,
+}
+
+impl Default for ChunkCache {
+    fn default() -> Self {
+        Self {
+            inner: noetl_mesh::cache::Bounded::new(64),
+        }
+    }
+}
+
+impl ChunkCache {
+    /// The element of iteration `index`: an element of the collection, or
+    /// for a cursor loop (`cursor`) its claimed row.
+    pub(crate) async fn element(
+        &self,
+        at: Elements<'_>,
+        cursor: Option<&CursorRun>,
+        index: u64,
+    ) -> Result<Value, ItemError> {
+        match cursor {
+            Some(c) => self.row(at, c, index).await,
+            None => self.item(at, index).await,
+        }
+    }
+
+    /// Element `index` of the stored collection.
+    async fn item(&self, at: Elements<'_>, index: u64) -> Result<Value, ItemError> {
+        let chunk = index as usize / CHUNK;
+        let key = Keys::items(at.eid, at.srid, chunk);
+        let items = self
+            .list(at.mesh, &key, |reference, why| {
+                let named = match &reference {
+                    Some(r) => format!("collection chunk {key} ({r})"),
+                    None => format!("collection chunk {key}"),
+                };
+                match why {
+                    Unreadable::Missing => format!(
+                        "collection chunk {key} (items {}..) is missing from the loop bucket",
+                        chunk * CHUNK
+                    ),
+                    Unreadable::Holds(t) => format!("{named} holds {t}, not a list"),
+                    Unreadable::Broken(e) => format!("{named}: {e}"),
+                }
+            })
+            .await?;
+        items.get(index as usize % CHUNK).cloned().ok_or_else(|| {
+            ItemError::Gone(format!(
+                "collection chunk {key} has {} items, item {index} is not there",
+                items.len()
+            ))
+        })
+    }
+
+    /// The element of iteration `index` of a cursor loop run: its row (or,
+    /// with `process: frame`, its claim's rows), read from the frame record.
+    async fn row(&self, at: Elements<'_>, c: &CursorRun, index: u64) -> Result<Value, ItemError> {
+        let Some(f) = c
+            .frames
+            .iter()
+            .find(|f| (f.base..f.base + f.len).contains(&index))
+        else {
+            return Err(ItemError::Gone(format!(
+                "no claim of loop run {} holds iteration {index}",
+                at.srid
+            )));
+        };
+        let key = Keys::frame(at.eid, at.srid, f.seq);
+        let rows = self
+            .list(at.mesh, &key, |_, why| match why {
+                Unreadable::Missing => format!(
+                    "the rows of claim {} ({key}) are missing from the loop bucket",
+                    f.seq
+                ),
+                Unreadable::Holds(t) => format!("{key} holds {t}, not rows"),
+                Unreadable::Broken(e) => format!("{key}: {e}"),
+            })
+            .await?;
+        if c.per_frame {
+            return Ok(Value::Array(rows.as_ref().clone()));
+        }
+        rows.get((index - f.base) as usize).cloned().ok_or_else(|| {
+            ItemError::Gone(format!(
+                "{key} has {} rows, iteration {index} is not there",
+                rows.len()
+            ))
+        })
+    }
+
+    /// The list stored under `key` in the loop bucket (hydrated from object
+    /// storage when offloaded), cached; `words` says why it cannot be read,
+    /// given its object reference.
+    async fn list(
+        &self,
+        mesh: &Mesh,
+        key: &str,
+        words: impl FnOnce(Option<String>, Unreadable) -> String,
+    ) -> Result<Arc<Vec<Value>>, ItemError> {
+        let cached = format!("{}/{key}", mesh.loop_kv().name);
+        if let Some(v) = self.inner.get(&cached) {
+            return Ok(v);
+        }
+        let Some(stored) = kv::get::<Value>(mesh.loop_kv(), key).await? else {
+            return Err(ItemError::Gone(words(None, Unreadable::Missing)));
+        };
+        let reference = noetl_mesh::objects::Reference::of(&stored).map(|r| r.reference);
+        let list = match mesh.results().hydrate(stored).await {
+            Ok(Value::Array(a)) => a,
+            Ok(other) => {
+                let why = Unreadable::Holds(codec::json_type(&other));
+                return Err(ItemError::Gone(words(reference, why)));
+            }
+            Err(e) if e.is_permanent() => {
+                let why = Unreadable::Broken(e.to_string());
+                return Err(ItemError::Gone(words(reference, why)));
+            }
+            Err(e) => return Err(MeshError::from(e).into()),
+        };
+        let list = Arc::new(list);
+        self.inner.insert(cached, list.clone());
+        Ok(list)
+    }
+}

@@ -1,0 +1,169 @@
+//! The window of a loop run's iterations in flight: publishing the
+//! iterations a write put in flight (and, for a cursor loop, its claims),
+//! and publishing again everything a stored run implies when its message
+//! is redelivered.
+
+use noetl_mesh::{
+    effects::{self, Effect},
+    kv::{self, Cas},
+    payloads,
+    runtime::HandlerError,
+    Mesh,
+};
+use serde_json::Value;
+
+use crate::collection::{ChunkCache, Elements, ItemError};
+use crate::finish;
+use crate::messages;
+use crate::state::{items_gone, LoopRun, RunAt};
+
+/// The loop run whose iterations are published, and what publishing
+/// needs.
+#[derive(Clone, Copy)]
+pub(crate) struct Window<'a> {
+    pub mesh: &'a Mesh,
+    /// Collection chunks read lately.
+    pub chunks: &'a ChunkCache,
+    /// The loop run.
+    pub at: RunAt<'a>,
+}
+
+/// Publish everything a stored loop run implies (idempotent: every id is
+/// deterministic): `loop.started`, the in-flight window, and `loop.done`
+/// once it is finished. Used by a first start and by every redelivery.
+pub(crate) async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), HandlerError> {
+    if run.done_emitted {
+        return Ok(());
+    }
+    effects::apply(w.mesh, vec![messages::loop_started(w.at, &run)]).await?;
+    let run = redispatch(w, run).await?;
+    finish::settle(w.mesh, w.at, &run).await
+}
+
+/// Publish the task commands of every in-flight iteration and the
+/// commands of every claim in flight (idempotent); returns the run as now
+/// stored.
+pub(crate) async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, HandlerError> {
+    let indices = run.in_flight.clone();
+    let run = dispatch(w, run, &indices).await?;
+    let seqs: Vec<u64> = run
+        .cursor
+        .as_ref()
+        .map(|c| c.claims.iter().map(|s| s.seq).collect())
+        .unwrap_or_default();
+    publish_claims(w, &run, &seqs).await?;
+    Ok(run)
+}
+
+/// Publish the iterations `indices` of `run` (idempotent); returns the run
+/// as now stored. An iteration whose element cannot be read (its chunk is
+/// gone) is counted as failed and fails the loop step, naming the chunk.
+pub(crate) async fn dispatch(
+    w: &Window<'_>,
+    run: LoopRun,
+    indices: &[u64],
+) -> Result<LoopRun, HandlerError> {
+    // A cancelled execution starts no more iterations.
+    if indices.is_empty() || w.mesh.cancellations().is_stopped(w.at.eid()) {
+        return Ok(run);
+    }
+    let Read { items, gone } = read(w, &run, indices).await?;
+    effects::apply(w.mesh, messages::iterations(w.at, &run, &items)).await?;
+    for _ in &items {
+        w.mesh.health().metrics().iteration("started");
+    }
+    if gone.is_empty() {
+        return Ok(run);
+    }
+    let message = gone_message(&w.at.step.step, &gone);
+    tracing::warn!(execution_id = %w.at.eid(), step = %w.at.step.step, %message, "loop collection unavailable");
+    let error = payloads::error_body("loop.items", message);
+    let gone: Vec<u64> = gone.into_iter().map(|(i, _)| i).collect();
+    let stored = kv::update(w.mesh.loop_kv(), &w.at.key(), |r: Option<&LoopRun>| match r
+        .and_then(|r| items_gone(r, &gone, &error))
+    {
+        Some(next) => Cas::Write(next),
+        None => Cas::Keep,
+    })
+    .await?;
+    Ok(stored.unwrap_or(run))
+}
+
+/// The elements of the iterations a dispatch publishes.
+struct Read {
+    /// Index and element of each iteration whose element was read.
+    items: Vec<(u64, Value)>,
+    /// Index of each whose element cannot be read, and why.
+    gone: Vec<(u64, String)>,
+}
+
+/// Read the elements of iterations `indices` (an element that cannot be
+/// read is `gone`; a transient error fails the whole read).
+async fn read(w: &Window<'_>, run: &LoopRun, indices: &[u64]) -> Result<Read, HandlerError> {
+    let at = Elements {
+        mesh: w.mesh,
+        eid: w.at.eid(),
+        srid: w.at.srid,
+    };
+    let mut read = Read {
+        items: Vec::with_capacity(indices.len()),
+        gone: Vec::new(),
+    };
+    for &i in indices {
+        match w.chunks.element(at, run.cursor.as_ref(), i).await {
+            Ok(item) => read.items.push((i, item)),
+            Err(ItemError::Mesh(e)) => return Err(e.into()),
+            Err(ItemError::Gone(why)) => read.gone.push((i, why)),
+        }
+    }
+    Ok(read)
+}
+
+/// Why a loop step whose elements are `gone` (index, why; not empty)
+/// fails: it names the first.
+fn gone_message(step: &str, gone: &[(u64, String)]) -> String {
+    format!(
+        "loop.in of step {step:?}: item {} cannot be read: {}",
+        gone[0].0, gone[0].1
+    )
+}
+
+/// Publish the commands of claims `seqs` of `run` (idempotent: their ids
+/// are derived from the loop run and the sequence number). Not as
+/// [`noetl_mesh::effects::Effect::Task`]s: a claim's kind has no `task.unserved` timer.
+pub(crate) async fn publish_claims(
+    w: &Window<'_>,
+    run: &LoopRun,
+    seqs: &[u64],
+) -> Result<(), HandlerError> {
+    let eid = w.at.eid();
+    if seqs.is_empty() || w.mesh.cancellations().is_stopped(eid) {
+        return Ok(());
+    }
+    let Some((kind, cmds)) = messages::claims(w.at, run, seqs) else {
+        return Ok(());
+    };
+    let claims = cmds
+        .into_iter()
+        .map(|cmd| Effect::Command {
+            kind: kind.to_string(),
+            cmd,
+        })
+        .collect();
+    effects::apply(w.mesh, claims).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_of_unreadable_items_names_the_first() {
+        let gone = [(5, "chunk gone".to_string()), (6, "chunk gone".to_string())];
+        assert_eq!(
+            gone_message("lp", &gone),
+            r#"loop.in of step "lp": item 5 cannot be read: chunk gone"#
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! Applying a finished loop's reducers to `ctx`: the aggregates are
+//! assembled from the run (`sum` / `min` / `max`, folded as iterations
+//! were counted) and from the iterations' claims (`append` / `extend` /
+//! `merge`, which grow with the loop), then folded into `ctx` once.
+
+use noetl_core::reduce::{self, ReducerOp};
+use noetl_mesh::{
+    keys::Keys,
+    kv::{self, Cas},
+    runtime::HandlerError,
+    state::{ctx_applied, mark_ctx_applied},
+    Mesh, MeshError,
+};
+use serde_json::Value;
+
+use crate::state::{grows, reducer_error, reducers_of, Claim, LoopRun, RunAt};
+
+/// Largest `ctx` object (JSON bytes) reducers may leave behind: a KV value
+/// must fit in one NATS message (1 MiB by default). A loop whose reducer
+/// results would make `ctx` larger fails, naming the reducer and key.
+pub const MAX_CTX_BYTES: usize = 1_000_000;
+
+/// One reducer's aggregate over the loop: ctx key, operation, value.
+type Aggregate = (String, ReducerOp, Value);
+
+/// Every iteration claim of a loop run, by index.
+async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Claim)>, MeshError> {
+    let claims = Keys::claims(eid, srid);
+    let found =
+        noetl_mesh::kv::values_matching::<Claim>(mesh.loop_kv(), &format!("{claims}.>")).await?;
+    let mut out = Vec::with_capacity(found.len());
+    for (key, claim) in found {
+        // A claim that does not decode is corrupt (dead-lettered naming its
+        // key), not a KV outage to retry.
+        let claim = claim?;
+        if let Some(index) = Keys::claim_index(&claims, &key) {
+            out.push((index, claim));
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out)
+}
+
+/// Fold the loop run's reducer aggregates into `ctx`, once: the loop run
+/// is recorded as applied in the same compare-and-set, so a repeated
+/// `finish` changes nothing, and the aggregate lands on the key's current
+/// value (a concurrent write to the key is never lost). Returns the error
+/// that fails the step, if a reducer cannot fold or `ctx` would grow past
+/// [`MAX_CTX_BYTES`].
+pub(crate) async fn apply_reducers(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+    run: &LoopRun,
+) -> Result<Option<Value>, HandlerError> {
+    let (eid, step) = (at.eid(), &at.step.step);
+    let reducers = reducers_of(at.step);
+    // Growing contributions are only in the claims of successful
+    // iterations.
+    let claims = if run.done > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
+        read_claims(mesh, eid, at.srid).await?
+    } else {
+        Vec::new()
+    };
+    let aggregates = match aggregates(&reducers, run, &claims, step) {
+        Ok(a) if a.is_empty() => return Ok(None),
+        Ok(a) => a,
+        Err(e) => return Ok(Some(e)),
+    };
+    let marker = format!("loop:{}", at.srid);
+    let mut failure: Option<String> = None;
+    kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
+        failure = None;
+        match fold_ctx(cur, &aggregates, &marker) {
+            CtxFold::Applied => Cas::Keep,
+            CtxFold::Write(ctx) => Cas::Write(ctx),
+            CtxFold::Fail(why) => {
+                failure = Some(why);
+                Cas::Keep
+            }
+        }
+    })
+    .await?;
+    Ok(failure.map(|why| reducer_error(step, &why)))
+}
+
+/// The loop's aggregates, in the order of its reducers (non-growing ones
+/// first, from the run; then growing ones, assembled from the `claims`
+/// of successful iterations in index order); the step's error when a
+/// growing reducer cannot combine two contributions.
+fn aggregates(
+    reducers: &[(String, ReducerOp)],
+    run: &LoopRun,
+    claims: &[(u64, Claim)],
+    step: &str,
+) -> Result<Vec<Aggregate>, Value> {
+    let mut out: Vec<Aggregate> = Vec::new();
+    for (k, op) in reducers.iter().filter(|(_, op)| !grows(*op)) {
+        if let Some(v) = run.reduced.get(k) {
+            out.push((k.clone(), *op, v.clone()));
+        }
+    }
+    for (k, op) in reducers.iter().filter(|(_, op)| grows(*op)) {
+        let mut acc: Option<Value> = None;
+        for (_, c) in claims.iter().filter(|(_, c)| !c.failed) {
+            if let Some(part) = c.reduce.get(k) {
+                match reduce::combine(*op, k, acc.as_ref(), part) {
+                    Ok(v) => acc = Some(v),
+                    Err(e) => return Err(reducer_error(step, &e.to_string())),
+                }
+            }
+        }
+        if let Some(acc) = acc {
+            out.push((k.clone(), *op, acc));
+        }
+    }
+    Ok(out)
+}
+
+/// What folding a loop's aggregates into `ctx` gives.
+#[derive(Debug, PartialEq)]
+enum CtxFold {
+    /// Applied before (a repeated finish): nothing to write.
+    Applied,
+    /// The new `ctx`, marked as applied.
+    Write(Value),
+    /// Why it cannot be folded: a reducer cannot combine with the key's
+    /// current value, or `ctx` would grow past [`MAX_CTX_BYTES`].
+    Fail(String),
+}
+
+/// `ctx` (`cur`) with every aggregate folded into its key and the loop run
+/// (`marker`) recorded as applied.
+fn fold_ctx(cur: Option<&Value>, aggregates: &[Aggregate], marker: &str) -> CtxFold {
+    let mut obj = match cur {
+        Some(Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if ctx_applied(&obj, marker) {
+        return CtxFold::Applied;
+    }
+    for (k, op, acc) in aggregates {
+        match reduce::combine(*op, k, obj.get(k), acc) {
+            Ok(v) => {
+                obj.insert(k.clone(), v);
+            }
+            Err(e) => return CtxFold::Fail(e.to_string()),
+        }
+    }
+    mark_ctx_applied(&mut obj, marker);
+    let size = serde_json::to_vec(&obj).map(|b| b.len()).unwrap_or(0);
+    if size > MAX_CTX_BYTES {
+        let (k, op, bytes) = aggregates
+            .iter()
+            .map(|(k, op, _)| {
+                (
+                    k,
+                    op,
+                    serde_json::to_vec(&obj[k]).map(|b| b.len()).unwrap_or(0),
+                )
+            })
+            .max_by_key(|(_, _, n)| *n)
+            .expect("aggregates is not empty");
+        return CtxFold::Fail(format!(
+            "reducer `{}` of ctx key `{k}` gives {bytes} bytes, and ctx would be {size} bytes, above the limit of {MAX_CTX_BYTES} (keep large aggregates in step results or storage)",
+            op.name()
+        ));
+    }
+    CtxFold::Write(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(reduced: Value, done: u64) -> LoopRun {
+        let cmd = noetl_wire::LoopCommand::default();
+        let mut r = crate::state::new_run(&cmd, "lp", 3, 3, json!({}));
+        r.in_flight.clear();
+        r.done = done;
+        r.reduced = reduced.as_object().cloned().unwrap_or_default();
+        r
+    }
+
+    fn claim(failed: bool, reduce: Value) -> Claim {
+        Claim {
+            failed,
+            reduce: reduce.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn aggregates_come_from_the_run_and_the_claims_of_successful_iterations() {
+        let reducers = vec![
+            ("rows".to_string(), ReducerOp::Append),
+            ("total".to_string(), ReducerOp::Sum),
+        ];
+        let claims = vec![
+            (0, claim(false, json!({"rows": [1]}))),
+            (1, claim(true, json!({"rows": [99]}))),
+            (2, claim(false, json!({"rows": [3]}))),
+        ];
+        let a = aggregates(&reducers, &run(json!({"total": 7}), 2), &claims, "lp").unwrap();
+        assert_eq!(
+            a,
+            vec![
+                ("total".to_string(), ReducerOp::Sum, json!(7)),
+                ("rows".to_string(), ReducerOp::Append, json!([1, 3])),
+            ]
+        );
+        // No contribution, no aggregate.
+        assert!(aggregates(&reducers, &run(json!({}), 0), &[], "lp")
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn aggregates_fold_into_ctx_once() {
+        let a = vec![("total".to_string(), ReducerOp::Sum, json!(7))];
+        let CtxFold::Write(ctx) = fold_ctx(Some(&json!({"total": 1, "x": 2})), &a, "loop:r1")
+        else {
+            panic!("written")
+        };
+        assert_eq!((&ctx["total"], &ctx["x"]), (&json!(8), &json!(2)));
+        assert_eq!(fold_ctx(Some(&ctx), &a, "loop:r1"), CtxFold::Applied);
+        // Another loop run folds again.
+        assert!(matches!(
+            fold_ctx(Some(&ctx), &a, "loop:r2"),
+            CtxFold::Write(_)
+        ));
+    }
+
+    #[test]
+    fn a_ctx_past_its_limit_or_a_bad_fold_fails() {
+        let big = "x".repeat(MAX_CTX_BYTES);
+        let a = vec![("rows".to_string(), ReducerOp::Append, json!([big]))];
+        let CtxFold::Fail(why) = fold_ctx(None, &a, "loop:r1") else {
+            panic!("too large")
+        };
+        assert!(
+            why.starts_with("reducer `append` of ctx key `rows` gives"),
+            "{why}"
+        );
+        let a = vec![("total".to_string(), ReducerOp::Sum, json!(1))];
+        assert!(matches!(
+            fold_ctx(Some(&json!({"total": "many"})), &a, "loop:r1"),
+            CtxFold::Fail(_)
+        ));
+    }
+}

@@ -1,0 +1,262 @@
+//! What the executors report about a loop run: an iteration ended
+//! (`loop.iteration.done` / `.failed`: count it once, dispatch the next
+//! ones) or a cursor loop's claim ran (`loop.claimed`: apply it once, run
+//! its rows). Either way the state change is written first, then the
+//! messages it implies are published, then the loop finishes when nothing
+//! is left.
+
+use noetl_core::FailureMode;
+use noetl_mesh::{
+    handler::StepOf,
+    keys::Keys,
+    kv::{self, Cas},
+    payloads::{self, ClaimEnded, IterationEnded, Status},
+    runtime::HandlerError,
+    Mesh,
+};
+use noetl_wire::Event;
+use serde_json::Value;
+
+use crate::collection::ChunkCache;
+use crate::commit::{self, Counter};
+use crate::dispatch::{dispatch, publish_claims, redispatch, Window};
+use crate::finish::settle;
+use crate::state::{
+    cursor::{apply_claim, Applied, Claimed},
+    grows, reducers_of, Claim, Counted, LoopRun, RunAt,
+};
+
+/// A report being handled, and what its handler shares.
+pub(crate) struct Reported<'a> {
+    pub mesh: &'a Mesh,
+    /// Collection chunks read lately.
+    pub chunks: &'a ChunkCache,
+    /// Iteration reports waiting for their loop run's write.
+    pub counter: &'a Counter,
+    /// The execution's plan and the report's step.
+    pub at: &'a StepOf,
+    /// The report.
+    pub ev: &'a Event,
+}
+
+impl<'a> Reported<'a> {
+    /// The window of loop run `srid`.
+    fn window(&self, srid: &'a str) -> Window<'a> {
+        Window {
+            mesh: self.mesh,
+            chunks: self.chunks,
+            at: RunAt {
+                plan: &self.at.plan,
+                step: self.at.step(),
+                srid,
+            },
+        }
+    }
+
+    fn unknown_run(&self, srid: &str) -> HandlerError {
+        HandlerError::Refused(format!(
+            "{} for unknown loop run {srid} of execution {}",
+            self.ev.event_type, self.ev.execution_id
+        ))
+    }
+}
+
+/// An iteration ended: count it once (in one write with the other reports
+/// of its run handled now), publish the iterations and claims its count
+/// started, and finish the loop when nothing is left.
+pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), HandlerError> {
+    let report: IterationEnded = payloads::decode_typed(r.ev)?;
+    let srid = r.ev.step_run_id.as_str();
+    let step = r.at.step();
+    let reducers = reducers_of(step);
+    let claim = Claim {
+        failed,
+        reduce: if failed {
+            serde_json::Map::new()
+        } else {
+            report.reduce
+        },
+    };
+    // Only loops with growing reducers look before the update (the update
+    // reads the run itself: the common path reads it once).
+    let claim = if reducers.iter().any(|(_, op)| grows(*op)) {
+        first_claim(r, report.index, claim).await?
+    } else {
+        claim
+    };
+    // Counted in one write with the other reports of this run handled
+    // now (unknown run: `None`; counted already, a redelivery: `counted`
+    // is false).
+    let key = Keys::loop_run(&r.ev.execution_id, srid);
+    let shared = commit::Run {
+        key: &key,
+        fail_fast: step.failure_mode() == FailureMode::FailFast,
+        reducers: &reducers,
+        step: &step.step,
+    };
+    let Some(Counted {
+        run,
+        counted,
+        newly,
+        claims,
+    }) = r
+        .counter
+        .count(r.mesh, &shared, report.index, &claim)
+        .await?
+    else {
+        return Err(r.unknown_run(srid));
+    };
+    let window = r.window(srid);
+    let run = if counted {
+        let event = if failed { "failed" } else { "done" };
+        r.mesh.health().metrics().iteration(event);
+        let run = dispatch(&window, run, &newly).await?;
+        publish_claims(&window, &run, &claims).await?;
+        run
+    } else {
+        // Already counted: the write that counted it may have been followed
+        // by a crash or a failed publish before its iterations went out.
+        // Send the whole window again (deterministic ids: JetStream drops
+        // the commands that did go out).
+        redispatch(&window, run).await?
+    };
+    settle(r.mesh, window.at, &run).await
+}
+
+/// How iteration `index` counts for a loop with growing reducers: the
+/// first report of an index decides how it counts and what it contributes
+/// (stored create-only; the contributions are read back at the end).
+async fn first_claim(r: &Reported<'_>, index: u64, claim: Claim) -> Result<Claim, HandlerError> {
+    let (eid, srid) = (r.ev.execution_id.as_str(), r.ev.step_run_id.as_str());
+    let loop_kv = r.mesh.loop_kv();
+    let Some(current) = kv::get::<LoopRun>(loop_kv, &Keys::loop_run(eid, srid)).await? else {
+        return Err(r.unknown_run(srid));
+    };
+    if !current.in_flight.contains(&index) {
+        return Ok(claim);
+    }
+    let ckey = Keys::claim(eid, srid, index);
+    if kv::create(loop_kv, &ckey, &claim).await? {
+        return Ok(claim);
+    }
+    Ok(kv::get::<Claim>(loop_kv, &ckey).await?.unwrap_or(claim))
+}
+
+/// A `loop.claimed` event: store the rows (create-only), apply the claim
+/// once under compare-and-set, publish the iterations and claims it
+/// started, and finish the loop when nothing is left.
+pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
+    let report: ClaimEnded = payloads::decode_typed(r.ev)?;
+    let srid = report.loop_run_id.as_str();
+    let window = r.window(srid);
+    let key = window.at.key();
+    let Some(current) = kv::get::<LoopRun>(r.mesh.loop_kv(), &key).await? else {
+        return Err(r.unknown_run(srid));
+    };
+    if current.done_emitted {
+        return Ok(());
+    }
+    let claimed = claimed(&window, &current, &report).await?;
+    let mut applied: Option<Applied> = None;
+    let stored = kv::update(r.mesh.loop_kv(), &key, |run: Option<&LoopRun>| {
+        applied = None;
+        let Some(run) = run else { return Cas::Keep };
+        match apply_claim(run, report.seq, &claimed) {
+            Some(a) => {
+                let next = a.run.clone();
+                applied = Some(a);
+                Cas::Write(next)
+            }
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    let Some(stored) = stored else {
+        return Err(r.unknown_run(srid));
+    };
+    let run = match applied {
+        Some(a) => {
+            let run = dispatch(&window, a.run, &a.newly).await?;
+            publish_claims(&window, &run, &a.claims).await?;
+            run
+        }
+        // Applied before: what followed may not have gone out.
+        None => redispatch(&window, stored).await?,
+    };
+    settle(r.mesh, window.at, &run).await
+}
+
+/// What claim `report` gave. Rows of a claim still in flight are stored
+/// first (create-only): the first stored rows of a claim stand (a second
+/// run of the same claim cannot change rows already given indices).
+async fn claimed(
+    w: &Window<'_>,
+    current: &LoopRun,
+    report: &ClaimEnded,
+) -> Result<Claimed, HandlerError> {
+    let mesh = w.mesh;
+    let claimed = claimed_of(report);
+    let in_flight = current
+        .cursor
+        .as_ref()
+        .is_some_and(|c| c.claims.iter().any(|s| s.seq == report.seq));
+    if !(in_flight && report.count > 0 && report.status == Status::Ok) {
+        return Ok(claimed);
+    }
+    let fkey = Keys::frame(w.at.eid(), w.at.srid, report.seq);
+    if kv::create(mesh.loop_kv(), &fkey, &report.rows).await? {
+        return Ok(claimed);
+    }
+    if let Some(stored) = kv::get::<Value>(mesh.loop_kv(), &fkey).await? {
+        if let Ok(Value::Array(rows)) = mesh.results().hydrate(stored).await {
+            return Ok(Claimed::Rows(rows.len() as u64));
+        }
+    }
+    Ok(claimed)
+}
+
+/// What a claim report says the claim gave.
+fn claimed_of(report: &ClaimEnded) -> Claimed {
+    match report.status {
+        Status::Ok => Claimed::Rows(report.count),
+        Status::Error => Claimed::Failed(if report.error.is_null() {
+            payloads::error_body("loop.cursor", "the claim failed")
+        } else {
+            report.error.clone()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_claim_gives_its_rows_or_fails_with_its_error() {
+        let ok = ClaimEnded {
+            loop_run_id: "r1".into(),
+            seq: 0,
+            status: Status::Ok,
+            count: 3,
+            rows: json!([1, 2, 3]),
+            error: Value::Null,
+        };
+        assert_eq!(claimed_of(&ok), Claimed::Rows(3));
+        let failed = ClaimEnded {
+            status: Status::Error,
+            count: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            claimed_of(&failed),
+            Claimed::Failed(json!({"kind": "loop.cursor", "message": "the claim failed"}))
+        );
+        let error = json!({"kind": "postgres.sql", "message": "boom"});
+        let said = ClaimEnded {
+            error: error.clone(),
+            ..failed
+        };
+        assert_eq!(claimed_of(&said), Claimed::Failed(error));
+    }
+}

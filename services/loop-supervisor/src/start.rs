@@ -1,0 +1,263 @@
+//! Starting a loop run from its loop command: its settings rendered and
+//! checked (a bad one fails the step-run), its collection stored (a loop
+//! over `in`) or its first claims issued (a cursor loop), its run record
+//! created (create-only), and what it implies published.
+
+use noetl_core::{
+    reduce,
+    template::{render_value, Scope},
+    FrameProcess, Loop, LoopMode, Step,
+};
+use noetl_mesh::{codec, kv, plan::PlanRecord, runtime::HandlerError, scope, Mesh, MeshError};
+use noetl_wire::LoopCommand;
+use serde_json::{json, Value};
+
+use crate::collection::{store_items, Collection};
+use crate::dispatch::{resume, Window};
+use crate::finish::fail_loop;
+use crate::state::{
+    cursor::{frame_number, frame_templates, start_run},
+    new_run, LoopRun,
+};
+
+/// Default bound of a parallel loop without `max_in_flight`.
+pub const DEFAULT_MAX_IN_FLIGHT: u64 = 16;
+
+/// Start the loop run of `cmd` (its loop run is `w.at`): read, decide,
+/// write. A redelivered start whose run exists publishes again what the
+/// run implies.
+pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), HandlerError> {
+    let (mesh, plan, step) = (w.mesh, w.at.plan, w.at.step);
+    let eid = plan.execution_id.as_str();
+    let Some(lp) = step.loop_.as_ref() else {
+        return Err(HandlerError::Refused(format!(
+            "step {:?} of execution {eid} has no loop",
+            step.step
+        )));
+    };
+    let key = w.at.key();
+    if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &key).await? {
+        // Redelivered start: the run was created, but what followed may not
+        // have gone out (a crash, a failed publish): send it again.
+        return resume(w, run).await;
+    }
+    let args = codec::args(&cmd.args_json).map_err(|e| {
+        HandlerError::Refused(format!(
+            "loop command of execution {eid} step {:?}: {e}",
+            cmd.step
+        ))
+    })?;
+    let s = Starting {
+        cmd,
+        plan,
+        step,
+        lp,
+        sc: loop_scope(mesh, plan, lp, &args).await?,
+        args,
+    };
+    let run = if lp.cursor.is_some() {
+        cursor_run(&s)
+    } else {
+        start_in(mesh, &s).await?
+    };
+    let run = match run {
+        Ok(run) => run,
+        Err(message) => return fail_loop(mesh, cmd, message).await,
+    };
+    let run = create(mesh, &key, run).await?;
+    resume(w, run).await
+}
+
+/// A loop command being started, its loop's settings to render.
+struct Starting<'a> {
+    cmd: &'a LoopCommand,
+    plan: &'a PlanRecord,
+    step: &'a Step,
+    lp: &'a Loop,
+    /// The scope the settings render in ([`loop_scope`]).
+    sc: Scope,
+    /// The step's args.
+    args: Value,
+}
+
+impl Starting<'_> {
+    fn render(
+        &self,
+        v: &Option<Value>,
+    ) -> Option<Result<Value, noetl_core::template::TemplateError>> {
+        v.as_ref().map(|v| render_value(v, &self.sc))
+    }
+}
+
+/// The run of a new loop over `in`, its collection stored; or why the loop
+/// fails (its collection or its settings are bad).
+async fn start_in(mesh: &Mesh, s: &Starting<'_>) -> Result<Result<LoopRun, String>, MeshError> {
+    let step = &s.step.step;
+    // `loop.in` may give a result reference: its collection is read from
+    // object storage.
+    let rendered = match render_value(&s.lp.in_, &s.sc) {
+        Ok(v) if noetl_mesh::objects::is_ref(&v) => match mesh.results().hydrate(v).await {
+            Ok(v) => Ok(v),
+            Err(e) => return Ok(Err(format!("loop.in of step {step:?}: {e}"))),
+        },
+        other => other,
+    };
+    let items = match collection(rendered, step, &s.plan.source_name) {
+        Ok(items) => items,
+        Err(message) => return Ok(Err(message)),
+    };
+    let max_in_flight = match in_bounds(s, items.len()) {
+        Ok(n) => n,
+        Err(message) => return Ok(Err(message)),
+    };
+    store_items(
+        mesh,
+        Collection {
+            eid: &s.plan.execution_id,
+            srid: &s.cmd.step_run_id,
+            step,
+            items: &items,
+            limit: s.plan.max_payload_bytes(mesh.config().inline_limit),
+        },
+    )
+    .await?;
+    let total = items.len() as u64;
+    Ok(Ok(new_run(
+        s.cmd,
+        step,
+        total,
+        max_in_flight,
+        s.args.clone(),
+    )))
+}
+
+/// The bound of a loop over `items` elements in flight, or why the loop
+/// fails: too many items for the executor's limits, a bad
+/// `max_in_flight`, bad reducers.
+fn in_bounds(s: &Starting<'_>, items: usize) -> Result<u64, String> {
+    let step = &s.step.step;
+    let limits = noetl_core::limits::Limits::from_spec_limits(
+        s.plan
+            .playbook
+            .executor
+            .as_ref()
+            .and_then(|e| e.spec.get("limits")),
+    );
+    let place = format!(
+        "loop.in of step {step:?} in {}, execution {}",
+        s.plan.source_name, s.plan.execution_id
+    );
+    limits
+        .check_loop_items(items, &place)
+        .map_err(|e| e.to_string())?;
+    let rendered_max = s.render(&s.lp.spec.max_in_flight);
+    let max_in_flight = max_in_flight(s.lp.spec.mode, rendered_max, step)?;
+    reducers_declared(s)?;
+    Ok(max_in_flight)
+}
+
+/// The run of a new cursor loop with its first claims issued, or why the
+/// loop fails (bad frame settings or reducers). Its window is
+/// `max_in_flight × frame.row_concurrency` iterations.
+fn cursor_run(s: &Starting<'_>) -> Result<LoopRun, String> {
+    let (lp, step) = (s.lp, &s.step.step);
+    let frame = lp.spec.frame.clone().unwrap_or_default();
+    let m = max_in_flight(lp.spec.mode, s.render(&lp.spec.max_in_flight), step)?;
+    let rc = frame_number(s.render(&frame.row_concurrency), "row_concurrency", step)?;
+    let max_rows = frame_number(s.render(&frame.max_rows), "max_rows", step)?;
+    reducers_declared(s)?;
+    let run = new_run(s.cmd, step, 0, m.saturating_mul(rc), s.args.clone());
+    Ok(start_run(
+        run,
+        max_rows,
+        frame.process == FrameProcess::Frame,
+    ))
+}
+
+/// The loop's reducers are declared right, or why not.
+fn reducers_declared(s: &Starting<'_>) -> Result<(), String> {
+    reduce::declared(s.lp.spec.policy.as_ref())
+        .map(|_| ())
+        .map_err(|e| format!("loop.spec.policy.reducers of step {:?}: {e}", s.step.step))
+}
+
+/// Create the run under `key` (create-only); a run created meanwhile (a
+/// concurrent redelivery) stands.
+async fn create(mesh: &Mesh, key: &str, run: LoopRun) -> Result<LoopRun, MeshError> {
+    if kv::create(mesh.loop_kv(), key, &run).await? {
+        return Ok(run);
+    }
+    Ok(kv::get(mesh.loop_kv(), key).await?.unwrap_or(run))
+}
+
+/// The scope `loop.in` and `max_in_flight` render in: workload, `ctx`, the
+/// step's args, the step results they read, and in a child playbook the
+/// parent's iteration as `iter.parent`.
+async fn loop_scope(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    lp: &Loop,
+    args: &Value,
+) -> Result<Scope, MeshError> {
+    let mut all = scope::strings(&lp.in_);
+    if let Some(m) = &lp.spec.max_in_flight {
+        all.extend(scope::strings(m));
+    }
+    let frame = frame_templates(lp);
+    all.extend(frame.iter().map(String::as_str));
+    let mut sc = plan.template_scope(mesh, all, args).await?;
+    if !plan.parent_iter.is_null() {
+        sc = sc.iter(json!({"parent": plan.parent_iter}));
+    }
+    Ok(sc)
+}
+
+/// The loop's collection from its rendered `loop.in`, or why the loop
+/// fails (not a list; the template failed).
+fn collection<E: std::fmt::Display>(
+    rendered: Result<Value, E>,
+    step: &str,
+    source: &str,
+) -> Result<Vec<Value>, String> {
+    match rendered {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(other) => Err(format!(
+            "loop.in of step {step:?} must give a list, it gave {}",
+            codec::json_type(&other)
+        )),
+        Err(e) => Err(format!("loop.in of step {step:?} failed in {source}: {e}")),
+    }
+}
+
+/// Iterations in flight at most: 1 for a sequential loop; for a parallel
+/// one its rendered `max_in_flight` (an integer >= 1, or such a string),
+/// else [`DEFAULT_MAX_IN_FLIGHT`].
+fn max_in_flight<E: std::fmt::Display>(
+    mode: LoopMode,
+    rendered: Option<Result<Value, E>>,
+    step: &str,
+) -> Result<u64, String> {
+    match (mode, rendered) {
+        (LoopMode::Sequential, _) => Ok(1),
+        (LoopMode::Parallel, None) => Ok(DEFAULT_MAX_IN_FLIGHT),
+        // NoETL's default: one claim worker.
+        (LoopMode::Cursor, None) => Ok(1),
+        (LoopMode::Parallel | LoopMode::Cursor, Some(Err(e))) => {
+            Err(format!("loop.spec.max_in_flight of step {step:?}: {e}"))
+        }
+        (LoopMode::Parallel | LoopMode::Cursor, Some(Ok(v))) => {
+            match v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            {
+                Some(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "loop.spec.max_in_flight of step {step:?} must be an integer >= 1, got {v}"
+                )),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

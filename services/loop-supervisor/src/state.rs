@@ -1,0 +1,355 @@
+//! A loop run's record and its pure transitions: a new run, counting an
+//! iteration (and a batch of them), folding reducer contributions, items
+//! that are gone, and how a finished run ends. No I/O here: the handlers
+//! read the record, call these, and write what they return under
+//! compare-and-set.
+
+pub mod cursor;
+
+use noetl_core::reduce::{self, ReducerOp};
+use noetl_core::Step;
+use noetl_mesh::{
+    keys::Keys,
+    payloads::{self, LoopCounts, LoopStatus},
+    plan::PlanRecord,
+};
+use noetl_wire::LoopCommand;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Which loop run a message is about: its execution's plan, its step, and
+/// the loop run's (step-run's) id.
+#[derive(Clone, Copy)]
+pub(crate) struct RunAt<'a> {
+    /// The execution's plan.
+    pub plan: &'a PlanRecord,
+    /// The loop step.
+    pub step: &'a Step,
+    /// The loop run (its step-run) id.
+    pub srid: &'a str,
+}
+
+impl RunAt<'_> {
+    /// The execution id.
+    pub fn eid(&self) -> &str {
+        &self.plan.execution_id
+    }
+
+    /// The run's key in the loop bucket.
+    pub fn key(&self) -> String {
+        Keys::loop_run(self.eid(), self.srid)
+    }
+}
+
+/// The state of one loop run, in the loop bucket under `<eid>.<step_run_id>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoopRun {
+    /// Step name.
+    pub step: String,
+    /// Number of elements.
+    pub total: u64,
+    /// Bound of iterations in flight.
+    pub max_in_flight: u64,
+    /// Next index to dispatch.
+    pub next: u64,
+    /// Indices dispatched and not yet finished.
+    pub in_flight: Vec<u64>,
+    /// Finished successfully.
+    pub done: u64,
+    /// Failed.
+    pub failed: u64,
+    /// No more dispatching (fail_fast after a failure).
+    pub stopped: bool,
+    /// Step args (token inscription), carried to every iteration.
+    pub args: Value,
+    /// Trace id.
+    pub trace_id: String,
+    /// `loop.done` was published (stragglers do not publish it again).
+    #[serde(default)]
+    pub done_emitted: bool,
+    /// Aggregates of the `sum` / `min` / `max` reducers so far (ctx key ->
+    /// value), folded exactly once per iteration in the same
+    /// compare-and-set that counts it. `append` / `extend` / `merge`
+    /// contributions grow with the loop: they stay in per-iteration records
+    /// (`<run>.it.<index>`) and are assembled at the end.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub reduced: serde_json::Map<String, Value>,
+    /// Why the loop step fails whatever its failure mode (`{kind,
+    /// message}`): a reducer that could not fold, or a collection chunk
+    /// that is gone. Set once; no iteration is dispatched after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// The step-run's deadline (epoch ms; 0: none) and the setting that set
+    /// it, from the loop command: every iteration carries them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deadline_ms: u64,
+    /// See `deadline_ms`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub deadline_of: String,
+    /// A cursor loop's claims and claimed rows (`None` for a loop over
+    /// `in`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<cursor::CursorRun>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl LoopRun {
+    /// Nothing is in flight and nothing is left to dispatch or claim.
+    pub(crate) fn finished(&self) -> bool {
+        self.in_flight.is_empty()
+            && (self.stopped || self.next >= self.total)
+            && self
+                .cursor
+                .as_ref()
+                .is_none_or(|c| c.claims.is_empty() && (self.stopped || c.drained))
+    }
+
+    /// The run's counts, as `loop.done` reports them.
+    pub(crate) fn counts(&self) -> LoopCounts {
+        LoopCounts {
+            total: self.total,
+            done: self.done,
+            failed: self.failed,
+        }
+    }
+}
+
+/// The `timeout` error of a loop run that ends past its step-run's
+/// deadline with failed iterations (the executor cut them at the
+/// deadline): the step fails with it, whatever its failure mode. It is
+/// stored in the run the first time, so a repeated finish says the same.
+pub fn timed_out(run: &LoopRun, now_ms: u64) -> Option<Value> {
+    if run.deadline_ms == 0 || run.failed == 0 || now_ms < run.deadline_ms {
+        return None;
+    }
+    let d = noetl_core::lifecycle::Deadline {
+        at_ms: run.deadline_ms,
+        what: run.deadline_of.clone(),
+    };
+    let mut e = noetl_core::lifecycle::timeout_error(&d, &run.step, None);
+    e.message = format!(
+        "{} ({} of {} iterations done, {} failed)",
+        e.message, run.done, run.total, run.failed
+    );
+    Some(e.to_value())
+}
+
+/// How one iteration counted, decided by its first report (in the loop
+/// bucket under `<run>.it.<index>`, create-only), for loops with growing
+/// reducers: the contributions are read back from here at the end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Claim {
+    /// The iteration failed (it contributes nothing).
+    pub failed: bool,
+    /// Its reducer contributions (ctx key -> partial aggregate).
+    #[serde(default)]
+    pub reduce: serde_json::Map<String, Value>,
+}
+
+/// Reducers whose aggregate grows with the number of iterations.
+pub(crate) fn grows(op: ReducerOp) -> bool {
+    matches!(op, ReducerOp::Append | ReducerOp::Extend | ReducerOp::Merge)
+}
+
+/// The reducers `step`'s loop declares (ctx key, operation); none when it
+/// has no loop or its declaration is bad (checked when the loop started:
+/// it fails there).
+pub(crate) fn reducers_of(step: &Step) -> Vec<(String, ReducerOp)> {
+    step.loop_
+        .as_ref()
+        .and_then(|l| reduce::declared(l.spec.policy.as_ref()).ok())
+        .unwrap_or_default()
+}
+
+/// The error of a loop step whose reducer failed.
+pub(crate) fn reducer_error(step: &str, why: &str) -> Value {
+    payloads::error_body("reducer", format!("loop step {step:?}: {why}"))
+}
+
+/// A new loop run of `total` items with its first window in flight.
+pub(crate) fn new_run(
+    cmd: &LoopCommand,
+    step: &str,
+    total: u64,
+    max_in_flight: u64,
+    args: Value,
+) -> LoopRun {
+    let first = total.min(max_in_flight);
+    LoopRun {
+        step: step.to_string(),
+        total,
+        max_in_flight,
+        next: first,
+        in_flight: (0..first).collect(),
+        done: 0,
+        failed: 0,
+        stopped: false,
+        args,
+        trace_id: cmd.trace_id.clone(),
+        done_emitted: false,
+        reduced: Default::default(),
+        error: None,
+        deadline_ms: cmd.deadline_ms,
+        deadline_of: cmd.deadline_of.clone(),
+        cursor: None,
+    }
+}
+
+/// Iterations whose items cannot be read (`gone`) fail the loop run: they
+/// leave `in_flight` counted as failed, the run stops dispatching and
+/// keeps the first `error`. `None` when that is already recorded.
+pub fn items_gone(run: &LoopRun, gone: &[u64], error: &Value) -> Option<LoopRun> {
+    let mut r = run.clone();
+    let before = r.in_flight.len();
+    r.in_flight.retain(|i| !gone.contains(i));
+    if r.in_flight.len() == before && r.error.is_some() {
+        return None;
+    }
+    r.failed += (before - r.in_flight.len()) as u64;
+    r.stopped = true;
+    r.error.get_or_insert_with(|| error.clone());
+    Some(r)
+}
+
+/// One iteration's report, as [`count_iteration`] needs it.
+pub(crate) struct Arrival<'a> {
+    /// The iteration's index.
+    pub index: u64,
+    /// How it counts (the first report of the index decides).
+    pub claim: &'a Claim,
+    /// `fail_fast`: a failure stops dispatching.
+    pub fail_fast: bool,
+    /// The loop's reducers (ctx key, operation).
+    pub reducers: &'a [(String, ReducerOp)],
+    /// Step name, for a reducer's error.
+    pub step: &'a str,
+}
+
+/// The loop run after iteration `a.index` is counted, and the indices the
+/// window now dispatches; `None` when that index is not in flight (counted
+/// already: a redelivered report changes nothing). A failure stops
+/// dispatching under `fail_fast`; `sum`/`min`/`max` contributions are
+/// folded here, growing ones are left in the claim; a reducer that cannot
+/// fold records the step's error and stops the loop. The window refills up
+/// to `max_in_flight` while not stopped.
+pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)> {
+    if !run.in_flight.contains(&a.index) {
+        return None;
+    }
+    let mut r = run.clone();
+    r.in_flight.retain(|i| *i != a.index);
+    if a.claim.failed {
+        r.failed += 1;
+        r.stopped |= a.fail_fast;
+    } else {
+        r.done += 1;
+        if r.error.is_none() {
+            fold(&mut r, a);
+        }
+    }
+    let newly = cursor::fill_window(&mut r);
+    cursor::after_count(&mut r);
+    Some((r, newly))
+}
+
+/// What counting one report did, seen by its handler.
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    /// The run as stored after this report was applied.
+    pub run: LoopRun,
+    /// The report counted its index (false: counted already).
+    pub counted: bool,
+    /// The indices its count dispatched.
+    pub newly: Vec<u64>,
+    /// The claims its count issued (cursor loops).
+    pub claims: Vec<u64>,
+}
+
+/// [`count_iteration`] for several reports of one run, in their order:
+/// for each, the run right after it (what its handler would have seen had
+/// it written alone) and what it did; `Some` of the final run when any
+/// counted (that is the one write).
+pub(crate) fn count_batch(
+    run: &LoopRun,
+    arrivals: &[Arrival<'_>],
+) -> (Option<LoopRun>, Vec<Counted>) {
+    let mut cur = run.clone();
+    let mut changed = false;
+    let mut out = Vec::with_capacity(arrivals.len());
+    for a in arrivals {
+        match count_iteration(&cur, a) {
+            Some((next, newly)) => {
+                let claims = cursor::issued(&cur, &next);
+                cur = next;
+                changed = true;
+                out.push(Counted {
+                    run: cur.clone(),
+                    counted: true,
+                    newly,
+                    claims,
+                });
+            }
+            None => out.push(Counted {
+                run: cur.clone(),
+                counted: false,
+                newly: Vec::new(),
+                claims: Vec::new(),
+            }),
+        }
+    }
+    (changed.then_some(cur), out)
+}
+
+/// Fold a successful iteration's non-growing reducer contributions into
+/// the run's aggregates.
+fn fold(r: &mut LoopRun, a: &Arrival<'_>) {
+    for (k, part) in &a.claim.reduce {
+        let Some((_, op)) = a.reducers.iter().find(|(name, _)| name == k) else {
+            continue;
+        };
+        if grows(*op) {
+            continue; // kept in the claim, assembled at the end
+        }
+        match reduce::combine(*op, k, r.reduced.get(k), part) {
+            Ok(v) => {
+                r.reduced.insert(k.clone(), v);
+            }
+            Err(e) => {
+                r.error = Some(reducer_error(a.step, &e.to_string()));
+                r.stopped = true;
+                return;
+            }
+        }
+    }
+}
+
+/// How a finished loop ended, and the error that fails its step (then its
+/// `loop.done` is not the boundary; the `step.failed` is): a recorded
+/// error (reducer, collection, deadline) whatever the failure mode, or a
+/// failed iteration under `fail_fast`. Otherwise `ok`, or `partial` when
+/// some iterations failed under `best_effort`.
+pub(crate) fn loop_end(run: &LoopRun, fail_fast: bool) -> (LoopStatus, Option<Value>) {
+    if let Some(e) = &run.error {
+        return (LoopStatus::Failed, Some(e.clone()));
+    }
+    match (run.failed, fail_fast) {
+        (0, _) => (LoopStatus::Ok, None),
+        (_, true) => (
+            LoopStatus::Failed,
+            Some(payloads::error_body(
+                "loop.failed",
+                format!(
+                    "{} of {} iterations failed (fail_fast)",
+                    run.failed, run.total
+                ),
+            )),
+        ),
+        (_, false) => (LoopStatus::Partial, None),
+    }
+}
+
+#[cfg(test)]
+mod tests;

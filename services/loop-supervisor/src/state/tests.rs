@@ -1,0 +1,294 @@
+use super::*;
+use serde_json::json;
+
+fn run(failed: u64, deadline_ms: u64) -> LoopRun {
+    LoopRun {
+        step: "lp".into(),
+        total: 4,
+        max_in_flight: 4,
+        next: 4,
+        in_flight: vec![],
+        done: 4 - failed,
+        failed,
+        stopped: false,
+        args: json!({}),
+        trace_id: String::new(),
+        done_emitted: false,
+        reduced: Default::default(),
+        error: None,
+        deadline_ms,
+        deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
+        cursor: None,
+    }
+}
+
+/// A run of `total` items, `window` at a time, with `first` dispatched.
+fn window(total: u64, window: u64) -> LoopRun {
+    let first: Vec<u64> = (0..total.min(window)).collect();
+    LoopRun {
+        total,
+        max_in_flight: window,
+        next: first.len() as u64,
+        in_flight: first,
+        done: 0,
+        failed: 0,
+        ..run(0, 0)
+    }
+}
+
+fn ok(reduce: Value) -> Claim {
+    Claim {
+        failed: false,
+        reduce: reduce.as_object().cloned().unwrap_or_default(),
+    }
+}
+
+fn failed() -> Claim {
+    Claim {
+        failed: true,
+        reduce: Default::default(),
+    }
+}
+
+#[test]
+fn unreadable_items_fail_their_iterations_once() {
+    let mut r = window(10, 4);
+    r.in_flight = vec![4, 5, 6];
+    let error = json!({"kind": "loop.items", "message": "gone"});
+    let next = items_gone(&r, &[5, 6], &error).expect("recorded");
+    assert_eq!(next.in_flight, vec![4]);
+    assert_eq!(next.failed, 2);
+    assert!(next.stopped);
+    assert_eq!(next.error, Some(error.clone()));
+    // The same report again changes nothing.
+    assert!(items_gone(&next, &[5, 6], &error).is_none());
+    // A later error keeps the first.
+    let other = json!({"kind": "loop.items", "message": "other"});
+    let again = items_gone(&next, &[4], &other).expect("recorded");
+    assert_eq!(again.error, Some(error));
+    assert_eq!(again.failed, 3);
+}
+
+fn arrive(r: &LoopRun, index: u64, claim: &Claim, fail_fast: bool) -> Option<(LoopRun, Vec<u64>)> {
+    let reducers = vec![
+        ("total".to_string(), ReducerOp::Sum),
+        ("rows".to_string(), ReducerOp::Append),
+    ];
+    count_iteration(
+        r,
+        &Arrival {
+            index,
+            claim,
+            fail_fast,
+            reducers: &reducers,
+            step: "lp",
+        },
+    )
+}
+
+#[test]
+fn a_batch_counts_as_its_reports_would_one_by_one() {
+    let reducers = vec![("total".to_string(), ReducerOp::Sum)];
+    let claims = [
+        (0, ok(json!({"total": 2}))),
+        (1, failed()),
+        (0, ok(json!({"total": 9}))), // a redelivery of 0
+        (2, ok(json!({"total": 5}))),
+        (7, ok(json!({"total": 1}))), // not in flight
+    ];
+    let arrivals: Vec<Arrival<'_>> = claims
+        .iter()
+        .map(|(index, claim)| Arrival {
+            index: *index,
+            claim,
+            fail_fast: false,
+            reducers: &reducers,
+            step: "lp",
+        })
+        .collect();
+    let start = window(6, 3);
+    let (last, each) = count_batch(&start, &arrivals);
+    let mut cur = start.clone();
+    for (a, c) in arrivals.iter().zip(&each) {
+        match count_iteration(&cur, a) {
+            Some((next, newly)) => {
+                assert!(c.counted, "index {} counts", a.index);
+                assert_eq!(c.newly, newly);
+                cur = next;
+            }
+            None => assert!(!c.counted && c.newly.is_empty(), "index {}", a.index),
+        }
+        assert_eq!(c.run.in_flight, cur.in_flight);
+        assert_eq!((c.run.done, c.run.failed), (cur.done, cur.failed));
+    }
+    let last = last.expect("some counted: one write");
+    assert_eq!((last.done, last.failed), (2, 1));
+    assert_eq!(last.reduced.get("total"), Some(&json!(7)));
+    assert_eq!(last.in_flight, vec![3, 4, 5]);
+    // Only redeliveries: nothing to write.
+    let again = [Arrival {
+        index: 0,
+        claim: &claims[0].1,
+        fail_fast: false,
+        reducers: &reducers,
+        step: "lp",
+    }];
+    assert!(count_batch(&last, &again).0.is_none());
+}
+
+#[test]
+fn a_counted_iteration_frees_its_slot_for_the_next_index() {
+    let r = window(5, 2);
+    let (r, newly) = arrive(&r, 0, &ok(json!({})), false).unwrap();
+    assert_eq!((r.done, r.failed), (1, 0));
+    assert_eq!(newly, vec![2]);
+    assert_eq!(r.in_flight, vec![1, 2]);
+    assert_eq!(r.next, 3);
+}
+
+#[test]
+fn a_redelivered_report_counts_nothing() {
+    let r = window(5, 2);
+    let (r, _) = arrive(&r, 0, &ok(json!({})), false).unwrap();
+    assert!(arrive(&r, 0, &ok(json!({})), false).is_none());
+    // An index never dispatched is not counted either.
+    assert!(arrive(&r, 4, &ok(json!({})), false).is_none());
+}
+
+#[test]
+fn the_window_never_exceeds_max_in_flight_and_the_loop_finishes() {
+    let mut r = window(7, 3);
+    let mut dispatched: Vec<u64> = r.in_flight.clone();
+    while let Some(&i) = r.in_flight.first() {
+        let (next, newly) = arrive(&r, i, &ok(json!({})), false).unwrap();
+        assert!(next.in_flight.len() as u64 <= next.max_in_flight);
+        dispatched.extend(newly);
+        r = next;
+    }
+    assert_eq!(dispatched, (0..7).collect::<Vec<_>>());
+    assert_eq!((r.done, r.next), (7, 7));
+    assert!(r.finished());
+}
+
+#[test]
+fn a_failure_stops_dispatching_under_fail_fast_only() {
+    let r = window(5, 2);
+    let (stopped, newly) = arrive(&r, 0, &failed(), true).unwrap();
+    assert!(stopped.stopped && newly.is_empty());
+    assert_eq!((stopped.failed, stopped.in_flight.clone()), (1, vec![1]));
+    // The one in flight still counts; then the loop is finished.
+    let (end, newly) = arrive(&stopped, 1, &ok(json!({})), true).unwrap();
+    assert!(newly.is_empty() && end.finished());
+    assert_eq!((end.done, end.failed, end.next), (1, 1, 2));
+    // best_effort goes on.
+    let (on, newly) = arrive(&r, 0, &failed(), false).unwrap();
+    assert!(!on.stopped);
+    assert_eq!(newly, vec![2]);
+}
+
+#[test]
+fn sums_fold_once_per_iteration_and_growing_reducers_wait_for_the_end() {
+    let r = window(3, 3);
+    let (r, _) = arrive(&r, 0, &ok(json!({"total": 2, "rows": [1]})), false).unwrap();
+    let (r, _) = arrive(&r, 2, &ok(json!({"total": 5, "rows": [3]})), false).unwrap();
+    assert_eq!(r.reduced.get("total"), Some(&json!(7)));
+    assert_eq!(r.reduced.get("rows"), None, "append stays in the claims");
+    // A failed iteration contributes nothing.
+    let (r, _) = arrive(&r, 1, &failed(), false).unwrap();
+    assert_eq!(r.reduced.get("total"), Some(&json!(7)));
+    // Undeclared keys are ignored.
+    let r2 = window(1, 1);
+    let (r2, _) = arrive(&r2, 0, &ok(json!({"other": 1})), false).unwrap();
+    assert!(r2.reduced.is_empty());
+}
+
+#[test]
+fn a_reducer_that_cannot_fold_fails_the_loop_and_stops_it() {
+    let r = window(4, 1);
+    let (r, newly) = arrive(&r, 0, &ok(json!({"total": "three"})), false).unwrap();
+    assert!(r.stopped && newly.is_empty());
+    let e = r.error.clone().expect("reducer error");
+    assert_eq!(e["kind"], "reducer");
+    assert!(e["message"].as_str().unwrap().contains("\"lp\""), "{e}");
+    assert!(r.finished(), "nothing in flight, stopped");
+}
+
+#[test]
+fn a_new_run_puts_its_first_window_in_flight() {
+    let cmd = LoopCommand {
+        trace_id: "t".into(),
+        deadline_ms: 9,
+        deadline_of: "d".into(),
+        ..Default::default()
+    };
+    let r = new_run(&cmd, "lp", 5, 2, json!({"a": 1}));
+    assert_eq!((r.next, r.in_flight.clone()), (2, vec![0, 1]));
+    assert_eq!((r.deadline_ms, r.trace_id.as_str()), (9, "t"));
+    let small = new_run(&cmd, "lp", 1, 16, json!({}));
+    assert_eq!((small.next, small.in_flight), (1, vec![0]));
+    let empty = new_run(&cmd, "lp", 0, 16, json!({}));
+    assert!(empty.finished());
+}
+
+#[test]
+fn only_append_extend_and_merge_grow_with_the_loop() {
+    use ReducerOp::*;
+    for (op, grows_) in [
+        (Append, true),
+        (Extend, true),
+        (Merge, true),
+        (Sum, false),
+        (Min, false),
+        (Max, false),
+    ] {
+        assert_eq!(grows(op), grows_, "{op:?}");
+    }
+}
+
+#[test]
+fn a_finished_loop_is_ok_partial_or_failed() {
+    assert_eq!(loop_end(&run(0, 0), true), (LoopStatus::Ok, None));
+    assert_eq!(loop_end(&run(1, 0), false), (LoopStatus::Partial, None));
+    let (status, error) = loop_end(&run(1, 0), true);
+    assert_eq!(status, LoopStatus::Failed);
+    assert_eq!(
+        error,
+        Some(json!({"kind": "loop.failed", "message": "1 of 4 iterations failed (fail_fast)"}))
+    );
+}
+
+#[test]
+fn a_recorded_error_fails_the_loop_whatever_its_failure_mode() {
+    let mut r = run(0, 0);
+    r.error = Some(json!({"kind": "reducer", "message": "bad"}));
+    for fail_fast in [true, false] {
+        assert_eq!(
+            loop_end(&r, fail_fast),
+            (LoopStatus::Failed, r.error.clone())
+        );
+    }
+}
+
+#[test]
+fn a_loop_is_finished_when_nothing_is_in_flight_and_nothing_is_left() {
+    let mut r = window(3, 2);
+    assert!(!r.finished());
+    r.in_flight.clear();
+    assert!(!r.finished(), "index 2 is still to dispatch");
+    r.stopped = true;
+    assert!(r.finished(), "stopped: nothing more is dispatched");
+    assert!(run(0, 0).finished());
+}
+
+#[test]
+fn a_loop_past_its_deadline_with_failures_times_out() {
+    let e = timed_out(&run(2, 1_000), 1_000).expect("timed out");
+    assert_eq!(e["kind"], "timeout");
+    let m = e["message"].as_str().unwrap();
+    assert!(m.contains("lifecycle.timeout_s: 1"), "{m}");
+    assert!(m.contains("2 of 4 iterations done, 2 failed"), "{m}");
+    // Before the deadline, without failures, or without a deadline: no.
+    assert_eq!(timed_out(&run(2, 1_000), 999), None);
+    assert_eq!(timed_out(&run(0, 1_000), 5_000), None);
+    assert_eq!(timed_out(&run(2, 0), 5_000), None);
+}
