@@ -2,7 +2,8 @@
 //!
 //! Splitting a command into its SQL statements at top-level `;`, outside
 //! quotes ('…', "…", E'…' escapes), dollar quotes ($$…$$, $tag$…$tag$) and
-//! comments (`--` to end of line, nested `/* */`).
+//! comments (`--` to end of line, nested `/* */`); and the shape of a
+//! command's result ([`StatementResult`], [`combine`]).
 
 use serde_json::{Map, Value};
 
@@ -159,9 +160,97 @@ fn is_only_comments(s: &str) -> bool {
         .all(|l| l.is_empty() || l.starts_with("--"))
 }
 
+/// What one SQL statement gave: the rows of a query, or the count of a
+/// statement that returns none. Both SQL tool kinds answer in this shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatementResult {
+    /// A statement that returns rows: `{rows, row_count, columns}`.
+    Rows {
+        /// Column names, in the statement's order.
+        columns: Vec<String>,
+        /// One object per row, keyed by column name.
+        rows: Vec<Map<String, Value>>,
+    },
+    /// A statement that returns no rows: `{rows: [], row_count, command}`.
+    Count {
+        /// The statement's first word, upper-case (`INSERT`, `CREATE`...).
+        command: String,
+        /// Rows the statement affected.
+        count: u64,
+    },
+}
+
+impl StatementResult {
+    /// The result of a query: its columns and rows.
+    pub fn rows(columns: Vec<String>, rows: Vec<Map<String, Value>>) -> Self {
+        Self::Rows { columns, rows }
+    }
+
+    /// The result of `sql`, which returned no rows and affected `count`.
+    pub fn count(sql: &str, count: u64) -> Self {
+        let command = sql
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        Self::Count { command, count }
+    }
+
+    /// The result as JSON.
+    pub fn to_value(&self) -> Value {
+        self.clone().into_value()
+    }
+
+    /// The result as JSON, consuming it.
+    pub fn into_value(self) -> Value {
+        Value::Object(self.into_map())
+    }
+
+    fn into_map(self) -> Map<String, Value> {
+        let mut m = Map::new();
+        match self {
+            Self::Rows { columns, rows } => {
+                let n = rows.len();
+                m.insert("rows".into(), rows.into_iter().map(Value::Object).collect());
+                m.insert("row_count".into(), n.into());
+                m.insert("columns".into(), columns.into());
+            }
+            Self::Count { command, count } => {
+                m.insert("rows".into(), Value::Array(Vec::new()));
+                m.insert("row_count".into(), count.into());
+                m.insert("command".into(), command.into());
+            }
+        }
+        m
+    }
+}
+
+/// A command's result: one statement's own result, or for several the last
+/// one's fields at the top plus `statements: [...each...]`.
+pub fn combine(mut results: Vec<StatementResult>) -> Value {
+    if results.len() == 1 {
+        return results.pop().expect("one").into_value();
+    }
+    let mut top = match results.last() {
+        Some(last) => last.clone().into_map(),
+        None => Map::new(),
+    };
+    top.insert(
+        "statements".into(),
+        Value::Array(
+            results
+                .into_iter()
+                .map(StatementResult::into_value)
+                .collect(),
+        ),
+    );
+    Value::Object(top)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::statements;
+    use super::*;
+    use serde_json::json;
 
     #[test]
     fn splits_at_top_level_semicolons_only() {
@@ -191,5 +280,73 @@ mod tests {
             vec!["select $$a;b$$", "-- c;d\nselect /* e; /* f; */ g; */ 3"]
         );
         assert!(statements("  ;; -- only a comment\n").is_empty());
+    }
+
+    fn row(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().expect("an object")
+    }
+
+    #[test]
+    fn a_query_gives_rows_count_and_columns_in_that_order() {
+        let r = StatementResult::rows(
+            vec!["id".into(), "name".into()],
+            vec![
+                row(json!({"id": 1, "name": "a"})),
+                row(json!({"id": 2, "name": null})),
+            ],
+        );
+        assert_eq!(
+            serde_json::to_string(&r.to_value()).unwrap(),
+            r#"{"rows":[{"id":1,"name":"a"},{"id":2,"name":null}],"row_count":2,"columns":["id","name"]}"#
+        );
+        let empty = StatementResult::rows(Vec::new(), Vec::new());
+        assert_eq!(
+            serde_json::to_string(&empty.into_value()).unwrap(),
+            r#"{"rows":[],"row_count":0,"columns":[]}"#
+        );
+    }
+
+    #[test]
+    fn a_write_gives_its_count_and_command_word() {
+        let w = StatementResult::count("  insert into t\nvalues (1)", 3);
+        assert_eq!(
+            w,
+            StatementResult::Count {
+                command: "INSERT".into(),
+                count: 3
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&w.to_value()).unwrap(),
+            r#"{"rows":[],"row_count":3,"command":"INSERT"}"#
+        );
+        assert_eq!(
+            StatementResult::count("", 0).to_value(),
+            json!({"rows": [], "row_count": 0, "command": ""})
+        );
+    }
+
+    #[test]
+    fn one_statement_is_its_own_result_several_are_listed_under_the_last() {
+        let create = StatementResult::count("create table t (a int)", 0);
+        let query = StatementResult::rows(vec!["a".into()], vec![row(json!({"a": 1}))]);
+        assert_eq!(combine(vec![query.clone()]), query.to_value());
+        assert_eq!(
+            serde_json::to_string(&combine(vec![create.clone(), query.clone()])).unwrap(),
+            concat!(
+                r#"{"rows":[{"a":1}],"row_count":1,"columns":["a"],"#,
+                r#""statements":[{"rows":[],"row_count":0,"command":"CREATE"},"#,
+                r#"{"rows":[{"a":1}],"row_count":1,"columns":["a"]}]}"#
+            )
+        );
+        assert_eq!(
+            serde_json::to_string(&combine(vec![query, create])).unwrap(),
+            concat!(
+                r#"{"rows":[],"row_count":0,"command":"CREATE","#,
+                r#""statements":[{"rows":[{"a":1}],"row_count":1,"columns":["a"]},"#,
+                r#"{"rows":[],"row_count":0,"command":"CREATE"}]}"#
+            )
+        );
+        assert_eq!(combine(Vec::new()), json!({"statements": []}));
     }
 }

@@ -92,10 +92,8 @@ impl From<Sync> for noetl_mesh::server::SyncPolicy {
     }
 }
 
-// Over 80 lines on purpose: the command's steps in order (read, connect or start a private
-// server, start the services, publish, watch, report); each is a few lines and shares the
-// guards that must outlive the run.
-/// Run the playbook.
+/// Run the playbook: read it, join (or start) the mesh and the services,
+/// start the execution, watch it and report.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // One process runs every service: its spans report as `noetl`.
     let _spans = init_tracing(false, "warn", "noetl")?;
@@ -103,107 +101,42 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // between starting an execution and watching it.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("listening for Ctrl-C")?;
-    let name = args.file.display().to_string();
-    // A file is sent inline; anything else is a catalog path the router
-    // resolves (the local store keeps what `noetl playbook register` put).
-    let by_path = !args.file.is_file() && !looks_like_file(&args.file);
-    if by_path && args.migrate {
-        return Ok(migrate_needs_a_file(&name));
-    }
-    let yaml = if by_path {
-        String::new()
-    } else {
-        match source::read(source::Read {
-            path: &args.file,
-            migrate: args.migrate,
-            warnings: !args.json,
-        }) {
-            Ok(s) => s.text,
-            Err(_) => return Ok(Exit::Usage.into()),
-        }
+    let playbook = match what_to_run(&args) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
     };
     let workload = args.workload.build()?;
-
-    let mut config = MeshConfig {
-        prefix: args.prefix.clone(),
-        ..MeshConfig::from_env()
-    };
-    args.auth.apply(&mut config);
-    // Declared before the server so the store outlives it on drop.
-    let mut _store: Option<local::StoreGuard> = None;
-    let mut _server: Option<NatsServerProcess> = None;
-    match &args.nats {
-        Some(url) => config.nats_url = url.clone(),
-        None => {
-            let (server, store) = local::start_private_server(local::PrivateServer {
-                config: &config,
-                fallback: local::Fallback::Temporary,
-                sync: args.sync.into(),
-            })?;
-            config.nats_url = server.url();
-            // A private single server: no credentials, one replica,
-            // whatever the shell has set up for a cluster.
-            config.auth = Default::default();
-            config.replicas = 1;
-            _server = Some(server);
-            _store = Some(store);
-        }
-    }
-    // With the services elsewhere, the mesh must already be there: this
-    // command then only starts and watches an execution.
-    let joined = if args.external_services {
-        Mesh::attach(config.clone()).await
-    } else {
-        Mesh::connect(config.clone()).await
-    };
-    let mesh = joined.with_context(|| {
-        format!(
-            "joining the mesh at {}",
-            noetl_mesh::connect::display_urls(&config.nats_url)
-        )
-    })?;
+    let joined = join(&args).await?;
+    let mesh = &joined.mesh;
     let services = if !args.external_services {
         let opts = noetl_inprocess::Options {
             concurrency: args.concurrency,
             ..Default::default()
         };
-        Some(InProcess::start(&config, &opts).await?)
+        Some(InProcess::start(&joined.config, &opts).await?)
     } else {
         None
     };
 
     let eid = new_execution_id();
-    // Follow the execution's events from its first one.
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
-        .await?;
-    let mut follow = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: mesh.subjects().events_of(&eid),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await?
-        .messages()
-        .await?;
     let req = ExecutionRequest {
         execution_id: eid.clone(),
-        playbook_yaml: yaml,
-        path: if by_path { name.clone() } else { String::new() },
+        playbook_yaml: playbook.yaml,
+        path: if playbook.by_path {
+            playbook.name.clone()
+        } else {
+            String::new()
+        },
         version: args.version.unwrap_or(0),
         workload_json: codec::json_bytes(&workload),
-        source_name: name.clone(),
+        source_name: playbook.name,
         ..Default::default()
     };
-    mesh.publish(mesh.subjects().exec_request(), &eid, codec::encode(&req))
-        .await?
-        .wait()
-        .await?;
+    let mut follow = start(mesh, &req).await?;
 
     let bar = (!args.json).then(|| spinner(&eid));
     let timed_out = watch(Watch {
-        mesh: &mesh,
+        mesh,
         eid: &eid,
         follow: &mut follow,
         interrupt: &mut interrupt,
@@ -221,16 +154,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         Exit::Timeout.into()
     } else {
-        let summary = mesh
-            .exec_summary(&eid)
-            .await?
-            .with_context(|| format!("execution {eid} has no state"))?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&summary)?);
-        } else {
-            print_summary(&summary);
-        }
-        exit_code(summary.status)
+        report(mesh, &eid, args.json).await?
     };
     if let Some(s) = services {
         if let Err(e) = s.stop().await {
@@ -238,6 +162,146 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(code)
+}
+
+/// What `noetl run` sends: a file's text, or a catalog path.
+struct Playbook {
+    /// The argument as given.
+    name: String,
+    /// A catalog path the router resolves (the text is then empty).
+    by_path: bool,
+    /// The file's text.
+    yaml: String,
+}
+
+/// The playbook to run, or the exit code when it cannot be read.
+fn what_to_run(args: &Args) -> Result<Playbook, ExitCode> {
+    let name = args.file.display().to_string();
+    // A file is sent inline; anything else is a catalog path the router
+    // resolves (the local store keeps what `noetl playbook register` put).
+    let by_path = !args.file.is_file() && !looks_like_file(&args.file);
+    if by_path && args.migrate {
+        return Err(migrate_needs_a_file(&name));
+    }
+    let yaml = if by_path {
+        String::new()
+    } else {
+        match source::read(source::Read {
+            path: &args.file,
+            migrate: args.migrate,
+            warnings: !args.json,
+        }) {
+            Ok(s) => s.text,
+            Err(_) => return Err(Exit::Usage.into()),
+        }
+    };
+    Ok(Playbook {
+        name,
+        by_path,
+        yaml,
+    })
+}
+
+/// The mesh a run joined, and the private server (if any) that must
+/// outlive it.
+struct Joined {
+    /// The mesh.
+    mesh: Mesh,
+    /// Its configuration, for the in-process services.
+    config: MeshConfig,
+    // Field order matters: the connection closes, then the server stops,
+    // then the store is released.
+    _server: Option<NatsServerProcess>,
+    _store: Option<local::StoreGuard>,
+}
+
+/// Join the mesh at `--nats`, or start a private server and join it.
+async fn join(args: &Args) -> anyhow::Result<Joined> {
+    let mut config = MeshConfig {
+        prefix: args.prefix.clone(),
+        ..MeshConfig::from_env()
+    };
+    args.auth.apply(&mut config);
+    // Declared before the server so the store outlives it on drop.
+    let mut store: Option<local::StoreGuard> = None;
+    let mut server: Option<NatsServerProcess> = None;
+    match &args.nats {
+        Some(url) => config.nats_url = url.clone(),
+        None => {
+            let (s, st) = local::start_private_server(local::PrivateServer {
+                config: &config,
+                fallback: local::Fallback::Temporary,
+                sync: args.sync.into(),
+            })?;
+            config.nats_url = s.url();
+            // A private single server: no credentials, one replica,
+            // whatever the shell has set up for a cluster.
+            config.auth = Default::default();
+            config.replicas = 1;
+            server = Some(s);
+            store = Some(st);
+        }
+    }
+    // With the services elsewhere, the mesh must already be there: this
+    // command then only starts and watches an execution.
+    let joined = if args.external_services {
+        Mesh::attach(config.clone()).await
+    } else {
+        Mesh::connect(config.clone()).await
+    };
+    let mesh = joined.with_context(|| {
+        format!(
+            "joining the mesh at {}",
+            noetl_mesh::connect::display_urls(&config.nats_url)
+        )
+    })?;
+    Ok(Joined {
+        mesh,
+        config,
+        _server: server,
+        _store: store,
+    })
+}
+
+/// Follow the execution's events from its first one, then publish its
+/// request; the events to watch.
+async fn start(
+    mesh: &Mesh,
+    req: &ExecutionRequest,
+) -> anyhow::Result<async_nats::jetstream::consumer::pull::Ordered> {
+    let eid = &req.execution_id;
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await?;
+    let follow = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: mesh.subjects().events_of(eid),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await?
+        .messages()
+        .await?;
+    mesh.publish(mesh.subjects().exec_request(), eid, codec::encode(req))
+        .await?
+        .wait()
+        .await?;
+    Ok(follow)
+}
+
+/// Print an ended execution's summary (JSON with `--json`); its exit code.
+async fn report(mesh: &Mesh, eid: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let summary = mesh
+        .exec_summary(eid)
+        .await?
+        .with_context(|| format!("execution {eid} has no state"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(exit_code(summary.status))
 }
 
 /// `--migrate` with a catalog path: the catalog holds what was registered

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use duckdb::types::{TimeUnit, Value as Db};
 use duckdb::{Connection, InterruptHandle};
+use noetl_core::sql::{combine, StatementResult};
 use serde_json::{json, Map, Value};
 
 use crate::Job;
@@ -32,18 +33,7 @@ pub fn run(job: &Job, on_open: impl FnOnce(Arc<InterruptHandle>)) -> Result<Valu
         let r = statement(&conn, sql, &job.params).map_err(|e| format!("{at}{e}"))?;
         results.push(r);
     }
-    if results.len() == 1 {
-        return Ok(results.pop().expect("one"));
-    }
-    let last = results.last().cloned().unwrap_or_default();
-    let mut top = Map::new();
-    for k in ["rows", "row_count", "columns", "command"] {
-        if let Some(v) = last.get(k) {
-            top.insert(k.into(), v.clone());
-        }
-    }
-    top.insert("statements".into(), Value::Array(results));
-    Ok(Value::Object(top))
+    Ok(combine(results))
 }
 
 fn is_query(sql: &str) -> bool {
@@ -75,19 +65,14 @@ fn to_db(v: &Value) -> Db {
     }
 }
 
-fn statement(conn: &Connection, sql: &str, params: &[Value]) -> Result<Value, String> {
+fn statement(conn: &Connection, sql: &str, params: &[Value]) -> Result<StatementResult, String> {
     let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
     let values: Vec<Db> = params.iter().map(to_db).collect();
     if !is_query(sql) {
         let n = stmt
             .execute(duckdb::params_from_iter(values.iter()))
             .map_err(|e| e.to_string())?;
-        let command = sql
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_uppercase();
-        return Ok(json!({"rows": [], "row_count": n, "command": command}));
+        return Ok(StatementResult::count(sql, n as u64));
     }
     let mut rows = stmt
         .query(duckdb::params_from_iter(values.iter()))
@@ -103,10 +88,9 @@ fn statement(conn: &Connection, sql: &str, params: &[Value]) -> Result<Value, St
             let v: Db = row.get(i).map_err(|e| e.to_string())?;
             obj.insert(name.clone(), to_json(v));
         }
-        out.push(Value::Object(obj));
+        out.push(obj);
     }
-    let n = out.len();
-    Ok(json!({"rows": out, "row_count": n, "columns": columns}))
+    Ok(StatementResult::rows(columns, out))
 }
 
 fn micros(unit: TimeUnit, v: i64) -> i128 {

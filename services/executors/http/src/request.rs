@@ -196,19 +196,40 @@ fn auth_of(c: &AuthCredential) -> Result<Auth, ConfigError> {
     }
 }
 
-// Over 80 lines on purpose: one block per field of the task (method, url, headers, params,
-// body forms, timeout, auth, limits), each with its own error.
 /// Check a task's fields.
 pub fn parse(
     config: &Map<String, Value>,
     spec: &Value,
     auth: Option<&AuthCredential>,
 ) -> Result<Spec, ConfigError> {
+    let mut url = url(config)?;
+    let method = method(config)?;
+    add_params(&mut url, config.get("params"))?;
+    let headers = headers(config)?;
+    let body = body(config)?;
+    let follow_redirects = flag(config, "follow_redirects")?;
+    let verify_tls = flag(config, "verify_ssl")?;
+    let (connect, read) = timeouts(spec)?;
+    Ok(Spec {
+        method,
+        url,
+        headers,
+        body,
+        follow_redirects,
+        verify_tls,
+        connect,
+        read,
+        auth: auth.map(auth_of).transpose()?,
+    })
+}
+
+/// `url`: required, an http(s) URL.
+fn url(config: &Map<String, Value>) -> Result<reqwest::Url, ConfigError> {
     let raw = config
         .get("url")
         .and_then(Value::as_str)
         .ok_or(ConfigError::NoUrl)?;
-    let mut url = reqwest::Url::parse(raw).map_err(|e| ConfigError::BadUrl {
+    let url = reqwest::Url::parse(raw).map_err(|e| ConfigError::BadUrl {
         url: raw.split('?').next().unwrap_or_default().to_string(),
         reason: e.to_string(),
     })?;
@@ -218,18 +239,26 @@ pub fn parse(
             reason: format!("scheme {:?} is not http or https", url.scheme()),
         });
     }
-    let method = match config.get("method") {
-        None | Some(Value::Null) => reqwest::Method::GET,
+    Ok(url)
+}
+
+/// `method` (default GET), any case.
+fn method(config: &Map<String, Value>) -> Result<reqwest::Method, ConfigError> {
+    match config.get("method") {
+        None | Some(Value::Null) => Ok(reqwest::Method::GET),
         Some(Value::String(m)) => reqwest::Method::from_bytes(m.trim().to_uppercase().as_bytes())
-            .map_err(|_| ConfigError::BadMethod(m.clone()))?,
-        Some(_) => {
-            return Err(ConfigError::Shape {
-                field: "method",
-                expected: "a string",
-            })
-        }
-    };
-    match config.get("params") {
+            .map_err(|_| ConfigError::BadMethod(m.clone())),
+        Some(_) => Err(ConfigError::Shape {
+            field: "method",
+            expected: "a string",
+        }),
+    }
+}
+
+/// Append `params` to the URL's query: a list repeats the key, `null` is
+/// left out.
+fn add_params(url: &mut reqwest::Url, params: Option<&Value>) -> Result<(), ConfigError> {
+    match params {
         None | Some(Value::Null) => {}
         Some(Value::Object(params)) => {
             let mut q = url.query_pairs_mut();
@@ -254,16 +283,23 @@ pub fn parse(
             })
         }
     }
-    let headers = match config.get("headers") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Object(h)) => h.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
-        Some(_) => {
-            return Err(ConfigError::Shape {
-                field: "headers",
-                expected: "an object of header values",
-            })
-        }
-    };
+    Ok(())
+}
+
+/// `headers`: an object of header values.
+fn headers(config: &Map<String, Value>) -> Result<Vec<(String, String)>, ConfigError> {
+    match config.get("headers") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(h)) => Ok(h.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
+        Some(_) => Err(ConfigError::Shape {
+            field: "headers",
+            expected: "an object of header values",
+        }),
+    }
+}
+
+/// The body: at most one of `json`, `body` and `form`.
+fn body(config: &Map<String, Value>) -> Result<Body, ConfigError> {
     let present: Vec<&str> = ["json", "body", "form"]
         .into_iter()
         .filter(|k| !matches!(config.get(*k), None | Some(Value::Null)))
@@ -271,7 +307,7 @@ pub fn parse(
     if present.len() > 1 {
         return Err(ConfigError::SeveralBodies(present.join(", ")));
     }
-    let body = match present.first().copied() {
+    Ok(match present.first().copied() {
         None => Body::None,
         Some("json") => Body::Json(config["json"].clone()),
         Some("body") => Body::Text(match &config["body"] {
@@ -287,39 +323,19 @@ pub fn parse(
                 })
             }
         },
-    };
-    let follow_redirects = match config.get("follow_redirects") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(ConfigError::Shape {
-                field: "follow_redirects",
-                expected: "true or false",
-            })
-        }
-    };
-    let verify_tls = match config.get("verify_ssl") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(ConfigError::Shape {
-                field: "verify_ssl",
-                expected: "true or false",
-            })
-        }
-    };
-    let (connect, read) = timeouts(spec)?;
-    Ok(Spec {
-        method,
-        url,
-        headers,
-        body,
-        follow_redirects,
-        verify_tls,
-        connect,
-        read,
-        auth: auth.map(auth_of).transpose()?,
     })
+}
+
+/// A true/false field, true when absent.
+fn flag(config: &Map<String, Value>, field: &'static str) -> Result<bool, ConfigError> {
+    match config.get(field) {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ConfigError::Shape {
+            field,
+            expected: "true or false",
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -23,19 +23,17 @@
 //! (retryable), `timeout` (retryable), `nats.error` (the server refused).
 
 pub mod config;
+mod ops;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream;
-use async_nats::{ConnectOptions, HeaderMap};
-use futures::StreamExt;
+use async_nats::ConnectOptions;
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
 use noetl_core::Outcome;
 use noetl_mesh::connect::{display_urls, server_list, NatsAuth};
-use serde_json::{json, Value};
-use tokio::io::AsyncReadExt;
+use serde_json::Value;
 
 pub use config::{ConfigError, CredAuth, Encoding, Op, Protected};
 
@@ -293,7 +291,12 @@ impl NatsTool {
         } else {
             1
         };
-        match tokio::time::timeout(read, execute(&client, op, read, replicas)).await {
+        let session = ops::Session {
+            client: &client,
+            read,
+            replicas,
+        };
+        match tokio::time::timeout(read, session.execute(op)).await {
             Ok(Ok(result)) => ToolReturn::from(Outcome::ok(result)),
             Ok(Err(f)) => fail(Failure {
                 message: format!("{name} on {}: {}", display_urls(&target.urls), f.message),
@@ -304,284 +307,6 @@ impl NatsTool {
                 format!("{name} did not finish within {}s", read.as_secs_f64()),
                 true,
             )),
-        }
-    }
-}
-
-fn header_map(headers: &[(String, String)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in headers {
-        h.insert(k.as_str(), v.as_str());
-    }
-    h
-}
-
-fn headers_json(h: Option<&HeaderMap>) -> Value {
-    let mut out = serde_json::Map::new();
-    if let Some(h) = h {
-        for (k, vs) in h.iter() {
-            let v: Vec<String> = vs.iter().map(|v| v.to_string()).collect();
-            out.insert(k.to_string(), Value::String(v.join(", ")));
-        }
-    }
-    Value::Object(out)
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> Value {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .map(Value::String)
-        .unwrap_or(Value::Null)
-}
-
-fn server_error(e: &dyn std::error::Error) -> Failure {
-    let text = chain(e);
-    if text.contains("timed out") {
-        return failure("timeout", text, true);
-    }
-    failure("nats.error", text, false)
-}
-
-async fn kv_store(
-    js: &jetstream::Context,
-    bucket: &str,
-    create: Option<usize>,
-) -> Result<jetstream::kv::Store, Failure> {
-    use jetstream::context::KeyValueErrorKind;
-    match js.get_key_value(bucket).await {
-        Ok(s) => Ok(s),
-        Err(e) if e.kind() == KeyValueErrorKind::GetBucket => match create {
-            Some(replicas) => js
-                .create_key_value(jetstream::kv::Config {
-                    bucket: bucket.to_string(),
-                    history: 1,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| server_error(&e)),
-            None => Err(failure(
-                "nats.not_found",
-                format!("KV bucket {bucket:?} does not exist"),
-                false,
-            )),
-        },
-        Err(e) => Err(server_error(&e)),
-    }
-}
-
-async fn object_store(
-    js: &jetstream::Context,
-    bucket: &str,
-    create: Option<usize>,
-) -> Result<jetstream::object_store::ObjectStore, Failure> {
-    use jetstream::context::ObjectStoreErrorKind;
-    match js.get_object_store(bucket).await {
-        Ok(s) => Ok(s),
-        Err(e) if e.kind() == ObjectStoreErrorKind::GetStore => match create {
-            Some(replicas) => js
-                .create_object_store(jetstream::object_store::Config {
-                    bucket: bucket.to_string(),
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| server_error(&e)),
-            None => Err(failure(
-                "nats.not_found",
-                format!("object store {bucket:?} does not exist"),
-                false,
-            )),
-        },
-        Err(e) => Err(server_error(&e)),
-    }
-}
-
-// Over 80 lines on purpose: one arm per operation, each a few calls of the
-// client and the shape of its result.
-async fn execute(
-    client: &async_nats::Client,
-    op: Op,
-    read: Duration,
-    replicas: usize,
-) -> Result<Value, Failure> {
-    let js = || jetstream::new(client.clone());
-    match op {
-        Op::Publish {
-            subject,
-            payload,
-            headers,
-        } => {
-            let n = payload.len();
-            let sent = if headers.is_empty() {
-                client.publish(subject.clone(), payload).await
-            } else {
-                client
-                    .publish_with_headers(subject.clone(), header_map(&headers), payload)
-                    .await
-            };
-            sent.map_err(|e| server_error(&e))?;
-            client.flush().await.map_err(|e| server_error(&e))?;
-            Ok(json!({"subject": subject, "bytes": n}))
-        }
-        Op::JsPublish {
-            subject,
-            payload,
-            headers,
-            stream,
-        } => {
-            let mut h = header_map(&headers);
-            if let Some(s) = &stream {
-                h.insert("Nats-Expected-Stream", s.as_str());
-            }
-            let ack = js()
-                .publish_with_headers(subject.clone(), h, payload)
-                .await
-                .map_err(|e| server_error(&e))?
-                .await
-                .map_err(|e| server_error(&e))?;
-            Ok(json!({
-                "subject": subject,
-                "stream": ack.stream,
-                "seq": ack.sequence,
-                "duplicate": ack.duplicate,
-            }))
-        }
-        Op::Request {
-            subject,
-            payload,
-            headers,
-        } => {
-            use async_nats::RequestErrorKind;
-            let mut req = async_nats::Request::new()
-                .payload(payload)
-                .timeout(Some(read));
-            if !headers.is_empty() {
-                req = req.headers(header_map(&headers));
-            }
-            let reply = client
-                .send_request(subject.clone(), req)
-                .await
-                .map_err(|e| match e.kind() {
-                    RequestErrorKind::NoResponders => failure(
-                        "nats.no_responders",
-                        format!("no one answers on {subject:?}"),
-                        true,
-                    ),
-                    RequestErrorKind::TimedOut => failure(
-                        "timeout",
-                        format!("no reply on {subject:?} within {}s", read.as_secs_f64()),
-                        true,
-                    ),
-                    _ => server_error(&e),
-                })?;
-            Ok(json!({
-                "subject": subject,
-                "data": config::from_bytes(&reply.payload),
-                "headers": headers_json(reply.headers.as_ref()),
-            }))
-        }
-        Op::KvGet { bucket, key } => {
-            let kv = kv_store(&js(), &bucket, None).await?;
-            let entry = kv.entry(key.clone()).await.map_err(|e| server_error(&e))?;
-            // A deleted or purged key reads as a marker entry: not found.
-            let entry = entry.filter(|e| e.operation == jetstream::kv::Operation::Put);
-            Ok(match entry {
-                Some(e) => json!({
-                    "bucket": bucket, "key": key, "found": true,
-                    "value": config::from_bytes(&e.value),
-                    "revision": e.revision, "created": rfc3339(e.created),
-                }),
-                None => json!({
-                    "bucket": bucket, "key": key, "found": false, "value": null,
-                    "revision": null, "created": null,
-                }),
-            })
-        }
-        Op::KvPut { bucket, key, value } => {
-            let kv = kv_store(&js(), &bucket, Some(replicas)).await?;
-            let revision = kv.put(&key, value).await.map_err(|e| server_error(&e))?;
-            Ok(json!({"bucket": bucket, "key": key, "revision": revision}))
-        }
-        Op::KvDelete { bucket, key } => {
-            let kv = kv_store(&js(), &bucket, None).await?;
-            kv.delete(&key).await.map_err(|e| server_error(&e))?;
-            Ok(json!({"bucket": bucket, "key": key}))
-        }
-        Op::KvKeys { bucket } => {
-            let kv = kv_store(&js(), &bucket, None).await?;
-            let mut keys = kv.keys().await.map_err(|e| server_error(&e))?;
-            let mut out = Vec::new();
-            while let Some(k) = keys.next().await {
-                out.push(Value::String(k.map_err(|e| server_error(&e))?));
-            }
-            let n = out.len();
-            Ok(json!({"bucket": bucket, "keys": out, "count": n}))
-        }
-        Op::ObjectGet {
-            bucket,
-            name,
-            encoding,
-        } => {
-            use jetstream::object_store::GetErrorKind;
-            let store = object_store(&js(), &bucket, None).await?;
-            let mut obj = store.get(&name).await.map_err(|e| match e.kind() {
-                GetErrorKind::NotFound => failure(
-                    "nats.not_found",
-                    format!("object {name:?} is not in {bucket:?}"),
-                    false,
-                ),
-                _ => server_error(&e),
-            })?;
-            let mut bytes = Vec::new();
-            obj.read_to_end(&mut bytes)
-                .await
-                .map_err(|e| server_error(&e))?;
-            let data = match encoding {
-                Encoding::Base64 => {
-                    use base64::Engine as _;
-                    Value::String(base64::engine::general_purpose::STANDARD.encode(&bytes))
-                }
-                Encoding::Text => match String::from_utf8(bytes.clone()) {
-                    Ok(s) => Value::String(s),
-                    Err(_) => {
-                        return Err(failure(
-                            "nats.error",
-                            format!(
-                            "object {name:?} is not UTF-8 text; read it with `encoding: base64`"
-                        ),
-                            false,
-                        ))
-                    }
-                },
-            };
-            Ok(json!({
-                "bucket": bucket, "name": name, "data": data, "size": bytes.len(),
-                "digest": obj.info().digest,
-            }))
-        }
-        Op::ObjectPut {
-            bucket,
-            name,
-            data,
-            description,
-        } => {
-            let store = object_store(&js(), &bucket, Some(replicas)).await?;
-            let meta = jetstream::object_store::ObjectMetadata {
-                name: name.clone(),
-                description,
-                ..Default::default()
-            };
-            let mut reader: &[u8] = data.as_ref();
-            let info = store
-                .put(meta, &mut reader)
-                .await
-                .map_err(|e| server_error(&e))?;
-            Ok(json!({"bucket": bucket, "name": name, "size": info.size, "digest": info.digest}))
-        }
-        Op::ObjectDelete { bucket, name } => {
-            let store = object_store(&js(), &bucket, None).await?;
-            store.delete(&name).await.map_err(|e| server_error(&e))?;
-            Ok(json!({"bucket": bucket, "name": name}))
         }
     }
 }

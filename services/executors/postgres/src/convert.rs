@@ -43,119 +43,33 @@ fn int(v: &Value) -> Option<i64> {
 }
 
 impl ToSql for Param {
-    // Over 80 lines on purpose: a table: one arm per PostgreSQL type a JSON parameter can be
-    // bound as.
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
         let v = &self.0;
         if v.is_null() {
             return Ok(IsNull::Yes);
         }
-        if let Kind::Array(elem) = ty.kind() {
-            let Value::Array(items) = v else {
-                return Err(format!(
-                    "cannot send {} as {}[] (send a list)",
-                    kind_of(v),
-                    elem.name()
-                )
-                .into());
-            };
-            let params: Vec<Param> = items.iter().cloned().map(Param).collect();
-            return params.to_sql(ty, out);
-        }
-        if let Kind::Domain(base) = ty.kind() {
-            return self.to_sql(base, out);
-        }
-        if let Kind::Enum(_) = ty.kind() {
-            let Value::String(s) = v else {
-                return Err(err(v, ty));
-            };
-            out.put_slice(s.as_bytes());
-            return Ok(IsNull::No);
-        }
-        match *ty {
-            Type::BOOL => match v {
-                Value::Bool(b) => b.to_sql(ty, out),
-                Value::String(s) if s == "true" || s == "false" => (s == "true").to_sql(ty, out),
-                _ => Err(err(v, ty)),
-            },
-            Type::INT2 => {
-                let n = int(v).ok_or_else(|| err(v, ty))?;
-                i16::try_from(n)?.to_sql(ty, out)
-            }
-            Type::INT4 => {
-                let n = int(v).ok_or_else(|| err(v, ty))?;
-                i32::try_from(n)?.to_sql(ty, out)
-            }
-            Type::INT8 => int(v).ok_or_else(|| err(v, ty))?.to_sql(ty, out),
-            Type::OID => {
-                let n = int(v).ok_or_else(|| err(v, ty))?;
-                u32::try_from(n)?.to_sql(ty, out)
-            }
-            Type::FLOAT4 | Type::FLOAT8 => {
-                let f = v
-                    .as_f64()
-                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                    .ok_or_else(|| err(v, ty))?;
-                if *ty == Type::FLOAT4 {
-                    (f as f32).to_sql(ty, out)
-                } else {
-                    f.to_sql(ty, out)
-                }
-            }
-            Type::NUMERIC => {
-                let text = match v {
-                    Value::Number(n) => n.to_string(),
-                    Value::String(s) => s.clone(),
-                    _ => return Err(err(v, ty)),
+        match ty.kind() {
+            Kind::Array(elem) => {
+                let Value::Array(items) = v else {
+                    return Err(format!(
+                        "cannot send {} as {}[] (send a list)",
+                        kind_of(v),
+                        elem.name()
+                    )
+                    .into());
                 };
-                numeric_to_sql(&text, out)?;
-                Ok(IsNull::No)
+                let params: Vec<Param> = items.iter().cloned().map(Param).collect();
+                params.to_sql(ty, out)
             }
-            Type::JSON | Type::JSONB => v.to_sql(ty, out),
-            Type::UUID => {
-                let s = v.as_str().ok_or_else(|| err(v, ty))?;
-                uuid::Uuid::parse_str(s)?.to_sql(ty, out)
-            }
-            Type::TIMESTAMPTZ => {
-                let s = v.as_str().ok_or_else(|| err(v, ty))?;
-                let t =
-                    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)?;
-                t.to_sql(ty, out)
-            }
-            Type::TIMESTAMP => {
-                let s = v.as_str().ok_or_else(|| err(v, ty))?;
-                let t = parse_timestamp(s).ok_or_else(|| err(v, ty))?;
-                t.to_sql(ty, out)
-            }
-            Type::DATE => {
-                let s = v.as_str().ok_or_else(|| err(v, ty))?;
-                let fmt = time::macros::format_description!("[year]-[month]-[day]");
-                time::Date::parse(s, &fmt)?.to_sql(ty, out)
-            }
-            Type::BYTEA => {
-                let s = v.as_str().ok_or_else(|| err(v, ty))?;
-                match s.strip_prefix("\\x") {
-                    Some(h) => out.put_slice(&hex::decode(h)?),
-                    None => out.put_slice(s.as_bytes()),
-                }
-                Ok(IsNull::No)
-            }
-            _ => {
-                // Text-like types (text, varchar, bpchar, name, unknown,
-                // citext...): the binary form is the UTF-8 text.
-                let text_like = matches!(
-                    *ty,
-                    Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN
-                ) || ty.name() == "citext";
-                if !text_like {
+            Kind::Domain(base) => self.to_sql(base, out),
+            Kind::Enum(_) => {
+                let Value::String(s) = v else {
                     return Err(err(v, ty));
-                }
-                match v {
-                    Value::String(s) => out.put_slice(s.as_bytes()),
-                    other => out.put_slice(other.to_string().as_bytes()),
-                }
+                };
+                out.put_slice(s.as_bytes());
                 Ok(IsNull::No)
             }
+            _ => scalar_to_sql(v, ty, out),
         }
     }
 
@@ -164,6 +78,117 @@ impl ToSql for Param {
     }
 
     to_sql_checked!();
+}
+
+/// A non-null JSON value bound to a parameter of a base type: one arm per
+/// family of PostgreSQL types.
+fn scalar_to_sql(v: &Value, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    match *ty {
+        Type::BOOL
+        | Type::INT2
+        | Type::INT4
+        | Type::INT8
+        | Type::OID
+        | Type::FLOAT4
+        | Type::FLOAT8
+        | Type::NUMERIC => number_to_sql(v, ty, out),
+        Type::TIMESTAMPTZ | Type::TIMESTAMP | Type::DATE => time_to_sql(v, ty, out),
+        Type::JSON | Type::JSONB => v.to_sql(ty, out),
+        Type::UUID => {
+            let s = v.as_str().ok_or_else(|| err(v, ty))?;
+            uuid::Uuid::parse_str(s)?.to_sql(ty, out)
+        }
+        Type::BYTEA => {
+            let s = v.as_str().ok_or_else(|| err(v, ty))?;
+            match s.strip_prefix("\\x") {
+                Some(h) => out.put_slice(&hex::decode(h)?),
+                None => out.put_slice(s.as_bytes()),
+            }
+            Ok(IsNull::No)
+        }
+        _ => text_to_sql(v, ty, out),
+    }
+}
+
+/// Booleans and numbers (a string holding one is taken too).
+fn number_to_sql(v: &Value, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    match *ty {
+        Type::BOOL => match v {
+            Value::Bool(b) => b.to_sql(ty, out),
+            Value::String(s) if s == "true" || s == "false" => (s == "true").to_sql(ty, out),
+            _ => Err(err(v, ty)),
+        },
+        Type::INT2 => {
+            let n = int(v).ok_or_else(|| err(v, ty))?;
+            i16::try_from(n)?.to_sql(ty, out)
+        }
+        Type::INT4 => {
+            let n = int(v).ok_or_else(|| err(v, ty))?;
+            i32::try_from(n)?.to_sql(ty, out)
+        }
+        Type::INT8 => int(v).ok_or_else(|| err(v, ty))?.to_sql(ty, out),
+        Type::OID => {
+            let n = int(v).ok_or_else(|| err(v, ty))?;
+            u32::try_from(n)?.to_sql(ty, out)
+        }
+        Type::FLOAT4 | Type::FLOAT8 => {
+            let f = v
+                .as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                .ok_or_else(|| err(v, ty))?;
+            if *ty == Type::FLOAT4 {
+                (f as f32).to_sql(ty, out)
+            } else {
+                f.to_sql(ty, out)
+            }
+        }
+        _ => {
+            let text = match v {
+                Value::Number(n) => n.to_string(),
+                Value::String(s) => s.clone(),
+                _ => return Err(err(v, ty)),
+            };
+            numeric_to_sql(&text, out)?;
+            Ok(IsNull::No)
+        }
+    }
+}
+
+/// Timestamps (RFC 3339 with a zone; without one for `timestamp`) and
+/// dates, from text.
+fn time_to_sql(v: &Value, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    let s = v.as_str().ok_or_else(|| err(v, ty))?;
+    match *ty {
+        Type::TIMESTAMPTZ => {
+            let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)?;
+            t.to_sql(ty, out)
+        }
+        Type::TIMESTAMP => {
+            let t = parse_timestamp(s).ok_or_else(|| err(v, ty))?;
+            t.to_sql(ty, out)
+        }
+        _ => {
+            let fmt = time::macros::format_description!("[year]-[month]-[day]");
+            time::Date::parse(s, &fmt)?.to_sql(ty, out)
+        }
+    }
+}
+
+/// Text-like types (text, varchar, bpchar, name, unknown, citext...): the
+/// binary form is the UTF-8 text; any other type cannot be sent.
+fn text_to_sql(v: &Value, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    let text_like = matches!(
+        *ty,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN
+    ) || ty.name() == "citext";
+    if !text_like {
+        return Err(err(v, ty));
+    }
+    match v {
+        Value::String(s) => out.put_slice(s.as_bytes()),
+        other => out.put_slice(other.to_string().as_bytes()),
+    }
+    Ok(IsNull::No)
 }
 
 fn parse_timestamp(s: &str) -> Option<time::PrimitiveDateTime> {

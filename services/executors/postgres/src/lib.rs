@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use noetl_core::sql::StatementResult;
 use noetl_core::tool::{Tool, ToolCall, ToolFuture, ToolReturn};
 use noetl_core::Outcome;
 use serde_json::{json, Map, Value};
@@ -147,11 +148,6 @@ impl Tool for PostgresTool {
     }
 }
 
-/// What one statement gave.
-struct StatementResult {
-    value: Value,
-}
-
 /// Retryable SQLSTATEs.
 pub fn retryable(code: &str) -> bool {
     matches!(code, "40001" | "40P01" | "57P01" | "53300") || code.starts_with("08")
@@ -221,7 +217,7 @@ impl PostgresTool {
         let cancel = client.cancel_token();
         let work = run_statements(&client, &statements, &params, transaction);
         match tokio::time::timeout(read, work).await {
-            Ok(Ok(results)) => ToolReturn::from(Outcome::ok(shape(results))),
+            Ok(Ok(results)) => ToolReturn::from(Outcome::ok(noetl_core::sql::combine(results))),
             Ok(Err((index, e))) => {
                 if transaction {
                     let _ = client.batch_execute("ROLLBACK").await;
@@ -266,14 +262,7 @@ async fn run_statements(
             .collect();
         if stmt.columns().is_empty() {
             let n = client.execute(&stmt, &refs).await.map_err(|e| (i, e))?;
-            let command = sql
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_ascii_uppercase();
-            out.push(StatementResult {
-                value: json!({"rows": [], "row_count": n, "command": command}),
-            });
+            out.push(StatementResult::count(sql, n));
         } else {
             let rows = client.query(&stmt, &refs).await.map_err(|e| (i, e))?;
             let columns: Vec<String> = stmt
@@ -288,11 +277,9 @@ async fn run_statements(
                     let cell: convert::Cell = row.try_get(ci).map_err(|e| (i, e))?;
                     obj.insert(name.clone(), cell.0);
                 }
-                list.push(Value::Object(obj));
+                list.push(obj);
             }
-            out.push(StatementResult {
-                value: json!({"rows": list, "row_count": rows.len(), "columns": columns}),
-            });
+            out.push(StatementResult::rows(columns, list));
         }
     }
     if transaction {
@@ -302,24 +289,6 @@ async fn run_statements(
             .map_err(|e| (statements.len().saturating_sub(1), e))?;
     }
     Ok(out)
-}
-
-fn shape(mut results: Vec<StatementResult>) -> Value {
-    if results.len() == 1 {
-        return results.pop().expect("one").value;
-    }
-    let last = results.last().map(|r| r.value.clone()).unwrap_or_default();
-    let mut top = Map::new();
-    for k in ["rows", "row_count", "columns", "command"] {
-        if let Some(v) = last.get(k) {
-            top.insert(k.into(), v.clone());
-        }
-    }
-    top.insert(
-        "statements".into(),
-        Value::Array(results.into_iter().map(|r| r.value).collect()),
-    );
-    Value::Object(top)
 }
 
 fn describe(e: &tokio_postgres::Error) -> String {

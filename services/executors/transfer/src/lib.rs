@@ -116,8 +116,6 @@ impl TransferTool {
         self.tool(kind).call(sub).await.outcome
     }
 
-    // Over 80 lines on purpose: read, map, then write batch after batch,
-    // each step turning a side's failure into the task's outcome.
     async fn run(&self, call: ToolCall) -> ToolReturn {
         let who = format!("transfer task {:?} of step {:?}", call.task, call.step);
         let plan = match plan::plan(&call.config) {
@@ -130,126 +128,144 @@ impl TransferTool {
                 ))
             }
         };
-        let mut progress = Progress::default();
-        // A side's failure keeps its own kind; the message says which side.
-        let side_failed = |mut o: Outcome, stage: &str, p: Progress| {
-            if let Some(e) = o.error.as_mut() {
-                e.message = format!("{who}: {stage} {}: {}", side_name(&plan, stage), e.message);
-            }
-            ToolReturn::from(o.with_helper("transfer", p.helper(stage)))
+        let mut run = Run {
+            tool: self,
+            call: &call,
+            plan: &plan,
+            who,
+            progress: Progress::default(),
         };
-        let fail = |kind: &str, message: String, stage: &str, p: Progress| {
-            ToolReturn::from(
-                Outcome::error(kind, format!("{who}: {message}"), false)
-                    .with_helper("transfer", p.helper(stage)),
-            )
-        };
-        // Read.
+        match run.transfer().await {
+            Ok(columns) => ToolReturn::from(Outcome::ok(run.result(&columns))),
+            Err(stop) => run.stopped(stop),
+        }
+    }
+}
+
+/// Why a transfer stopped, before it becomes the task's outcome.
+enum Stop {
+    /// A side's tool failed: its own outcome.
+    Side {
+        outcome: Box<Outcome>,
+        stage: &'static str,
+    },
+    /// The transfer itself failed.
+    Own {
+        kind: &'static str,
+        message: String,
+        stage: &'static str,
+    },
+}
+
+/// One transfer task under way: read, map, then write batch after batch.
+struct Run<'a> {
+    tool: &'a TransferTool,
+    call: &'a ToolCall,
+    plan: &'a Plan,
+    who: String,
+    progress: Progress,
+}
+
+impl Run<'_> {
+    /// The whole transfer; the columns written.
+    async fn transfer(&mut self) -> Result<Vec<String>, Stop> {
+        let (rows, source_columns) = self.read().await?;
+        self.progress.rows_read = rows.len();
+        let layout = plan::layout(self.plan, &source_columns).map_err(|e| Stop::Own {
+            kind: "transfer.config",
+            message: e.to_string(),
+            stage: "target",
+        })?;
+        if self.plan.mode == Mode::Replace {
+            self.empty_target().await?;
+        }
+        if !layout.columns.is_empty() {
+            self.write(&rows, &layout).await?;
+        }
+        Ok(layout.columns)
+    }
+
+    /// Call the source's tool and take the rows from its result.
+    async fn read(&self) -> Result<(plan::Rows, Vec<String>), Stop> {
+        let plan = self.plan;
         let read = self
+            .tool
             .side(
-                &call,
+                self.call,
                 plan.source.name(),
                 plan.source_config.clone(),
-                call.nested_auth.get("source"),
+                self.call.nested_auth.get("source"),
             )
             .await;
         if !read.is_ok() {
-            return side_failed(read, "source", progress);
+            return Err(Stop::Side {
+                outcome: Box::new(read),
+                stage: "source",
+            });
         }
-        let (rows, source_columns) =
-            match plan::rows_of(plan.source, &read.result, plan.data_path.as_deref()) {
-                Ok(r) => r,
-                Err(e) => {
-                    return fail(
-                        "transfer.source",
-                        format!("source: {e}"),
-                        "source",
-                        progress,
-                    )
-                }
-            };
-        progress.rows_read = rows.len();
-        let mapping: Vec<(String, String)> = if plan.mapping.is_empty() {
-            source_columns
-                .iter()
-                .map(|c| (c.clone(), c.clone()))
-                .collect()
-        } else {
-            plan.mapping.clone()
+        plan::rows_of(plan.source, &read.result, plan.data_path.as_deref()).map_err(|e| Stop::Own {
+            kind: "transfer.source",
+            message: format!("source: {e}"),
+            stage: "source",
+        })
+    }
+
+    /// Call the target's tool with these fields.
+    async fn target(&self, config: Map<String, Value>) -> Result<Outcome, Stop> {
+        let o = self
+            .tool
+            .side(
+                self.call,
+                self.plan.target.name(),
+                config,
+                self.call.nested_auth.get("target"),
+            )
+            .await;
+        if !o.is_ok() {
+            return Err(Stop::Side {
+                outcome: Box::new(o),
+                stage: "target",
+            });
+        }
+        Ok(o)
+    }
+
+    /// `mode: replace`: empty the table before the first batch.
+    async fn empty_target(&self) -> Result<(), Stop> {
+        let plan = self.plan;
+        let empty = match plan.target {
+            TargetKind::Postgres => format!("TRUNCATE TABLE {}", plan.table),
+            TargetKind::Duckdb => format!("DELETE FROM {}", plan.table),
         };
-        let columns: Vec<String> = mapping.iter().map(|(c, _)| c.clone()).collect();
-        let key: Vec<String> = if plan.key.is_empty() {
-            columns.iter().take(1).cloned().collect()
-        } else {
-            plan.key.clone()
-        };
-        let key_index: Vec<usize> = key
-            .iter()
-            .filter_map(|k| columns.iter().position(|c| c == k))
-            .collect();
-        if plan.mode == Mode::Upsert && key_index.len() != key.len() {
-            return fail(
-                "transfer.config",
-                format!("`target.key` {key:?} must be among the columns written {columns:?}"),
-                "target",
-                progress,
-            );
+        let mut config = plan.target_config.clone();
+        config.insert("command".into(), Value::String(empty));
+        self.target(config).await.map(|_| ())
+    }
+
+    /// Write the rows, one `INSERT` per batch.
+    async fn write(
+        &mut self,
+        rows: &[Map<String, Value>],
+        layout: &plan::Layout,
+    ) -> Result<(), Stop> {
+        let plan = self.plan;
+        let per_batch = plan::rows_per_batch(plan.target, plan.chunk_size, layout.columns.len());
+        for chunk in rows.chunks(per_batch) {
+            let o = self.target(plan::batch_config(plan, layout, chunk)).await?;
+            self.progress.batches += 1;
+            self.progress.rows_written += o
+                .result
+                .get("row_count")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
         }
-        let target_auth = call.nested_auth.get("target");
-        // Write.
-        if plan.mode == Mode::Replace {
-            let empty = match plan.target {
-                TargetKind::Postgres => format!("TRUNCATE TABLE {}", plan.table),
-                TargetKind::Duckdb => format!("DELETE FROM {}", plan.table),
-            };
-            let mut config = plan.target_config.clone();
-            config.insert("command".into(), Value::String(empty));
-            let o = self
-                .side(&call, plan.target.name(), config, target_auth)
-                .await;
-            if !o.is_ok() {
-                return side_failed(o, "target", progress);
-            }
-        }
-        if !columns.is_empty() {
-            let per_batch = plan::rows_per_batch(plan.target, plan.chunk_size, columns.len());
-            for chunk in rows.chunks(per_batch) {
-                let mut values: Vec<Vec<Value>> = chunk
-                    .iter()
-                    .map(|r| mapping.iter().map(|(_, src)| plan::pick(r, src)).collect())
-                    .collect();
-                if plan.mode == Mode::Upsert {
-                    values = plan::last_per_key(values, &key_index);
-                }
-                let sql = plan::insert_sql(&plan::BatchSql {
-                    target: plan.target,
-                    table: &plan.table,
-                    columns: &columns,
-                    rows: values.len(),
-                    mode: plan.mode,
-                    key: &key,
-                });
-                let mut config = plan.target_config.clone();
-                config.insert("command".into(), Value::String(sql));
-                config.insert(
-                    "params".into(),
-                    Value::Array(values.into_iter().flatten().collect()),
-                );
-                let o = self
-                    .side(&call, plan.target.name(), config, target_auth)
-                    .await;
-                if !o.is_ok() {
-                    return side_failed(o, "target", progress);
-                }
-                progress.batches += 1;
-                progress.rows_written += o
-                    .result
-                    .get("row_count")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-            }
-        }
-        ToolReturn::from(Outcome::ok(json!({
+        Ok(())
+    }
+
+    /// The task's result once every batch is written.
+    fn result(&self, columns: &[String]) -> Value {
+        let (plan, progress) = (self.plan, self.progress);
+        json!({
             "rows_read": progress.rows_read,
             "rows_written": progress.rows_written,
             "batches": progress.batches,
@@ -261,7 +277,34 @@ impl TransferTool {
             "direction": format!("{}_to_{}", plan.source.name(), plan.target.name()),
             "target_table": plan.table,
             "mode": plan.mode.name(),
-        })))
+        })
+    }
+
+    /// The task's outcome when the transfer stopped, saying how far it got.
+    fn stopped(&self, stop: Stop) -> ToolReturn {
+        let who = &self.who;
+        match stop {
+            // A side's failure keeps its own kind; the message says which side.
+            Stop::Side { outcome, stage } => {
+                let mut o = *outcome;
+                if let Some(e) = o.error.as_mut() {
+                    e.message = format!(
+                        "{who}: {stage} {}: {}",
+                        side_name(self.plan, stage),
+                        e.message
+                    );
+                }
+                ToolReturn::from(o.with_helper("transfer", self.progress.helper(stage)))
+            }
+            Stop::Own {
+                kind,
+                message,
+                stage,
+            } => ToolReturn::from(
+                Outcome::error(kind, format!("{who}: {message}"), false)
+                    .with_helper("transfer", self.progress.helper(stage)),
+            ),
+        }
     }
 }
 

@@ -192,8 +192,6 @@ fn mapping(v: Option<&Value>) -> Result<Vec<(String, String)>, ConfigError> {
     }
 }
 
-// Over 80 lines on purpose: one block per field of the task, each with its
-// own error.
 /// Check a transfer task's fields.
 pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
     let side = |name: &'static str| match config.get(name) {
@@ -202,29 +200,72 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
     };
     let src = side("source")?;
     let tgt = side("target")?;
-    let source = match tool_of(src).as_str() {
-        "postgres" => SourceKind::Postgres,
-        "duckdb" => SourceKind::Duckdb,
-        "http" => SourceKind::Http,
-        other => {
-            return Err(ConfigError::Tool {
-                side: "source",
-                allowed: "postgres, duckdb, http",
-                got: format!("{other:?}"),
+    let source = source_kind(src)?;
+    let target = target_kind(tgt)?;
+    let (source_config, data_path) = source_fields(source, src)?;
+    let table = target_table(tgt)?;
+    let target_config = target_fields(target, tgt)?;
+    let mapping = match (config.get("mapping"), tgt.get("mapping")) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Field {
+                field: "mapping",
+                problem: "is given twice (task and target); keep one".into(),
             })
         }
+        (m, None) | (None, m) => mapping(m)?,
     };
-    let target = match tool_of(tgt).as_str() {
-        "postgres" => TargetKind::Postgres,
-        "duckdb" => TargetKind::Duckdb,
-        other => {
-            return Err(ConfigError::Tool {
-                side: "target",
-                allowed: "postgres, duckdb",
-                got: format!("{other:?}"),
-            })
-        }
+    let chunk_size = chunk_size(config.get("chunk_size"))?;
+    let mode = mode(config.get("mode"))?;
+    let key = match tgt.get("key").or_else(|| config.get("key")) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => str_list(v, "target.key")?,
     };
+    Ok(Plan {
+        source,
+        source_config,
+        data_path,
+        target,
+        target_config,
+        table,
+        mapping,
+        key,
+        chunk_size,
+        mode,
+    })
+}
+
+/// `source.tool`.
+fn source_kind(src: &Map<String, Value>) -> Result<SourceKind, ConfigError> {
+    match tool_of(src).as_str() {
+        "postgres" => Ok(SourceKind::Postgres),
+        "duckdb" => Ok(SourceKind::Duckdb),
+        "http" => Ok(SourceKind::Http),
+        other => Err(ConfigError::Tool {
+            side: "source",
+            allowed: "postgres, duckdb, http",
+            got: format!("{other:?}"),
+        }),
+    }
+}
+
+/// `target.tool`.
+fn target_kind(tgt: &Map<String, Value>) -> Result<TargetKind, ConfigError> {
+    match tool_of(tgt).as_str() {
+        "postgres" => Ok(TargetKind::Postgres),
+        "duckdb" => Ok(TargetKind::Duckdb),
+        other => Err(ConfigError::Tool {
+            side: "target",
+            allowed: "postgres, duckdb",
+            got: format!("{other:?}"),
+        }),
+    }
+}
+
+/// The fields handed to the source tool, and an HTTP source's `data_path`.
+fn source_fields(
+    source: SourceKind,
+    src: &Map<String, Value>,
+) -> Result<(Map<String, Value>, Option<String>), ConfigError> {
     let mut source_config = Map::new();
     let mut data_path = None;
     match source {
@@ -255,6 +296,11 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
             }
         }
     }
+    Ok((source_config, data_path))
+}
+
+/// `target.table`, checked.
+fn target_table(tgt: &Map<String, Value>) -> Result<String, ConfigError> {
     let table = tgt
         .get("table")
         .and_then(Value::as_str)
@@ -267,6 +313,14 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
             problem: format!("{table:?} must be a table name (`name` or `schema.name`)"),
         });
     }
+    Ok(table)
+}
+
+/// The fields handed to the target tool besides `command` / `params`.
+fn target_fields(
+    target: TargetKind,
+    tgt: &Map<String, Value>,
+) -> Result<Map<String, Value>, ConfigError> {
     let mut target_config = Map::new();
     for k in ["connection", "database"] {
         if let Some(v) = tgt.get(k) {
@@ -276,17 +330,13 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
     if target == TargetKind::Duckdb && !target_config.contains_key("database") {
         return Err(ConfigError::Missing("target.database"));
     }
-    let mapping = match (config.get("mapping"), tgt.get("mapping")) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::Field {
-                field: "mapping",
-                problem: "is given twice (task and target); keep one".into(),
-            })
-        }
-        (m, None) | (None, m) => mapping(m)?,
-    };
-    let chunk_size = match config.get("chunk_size") {
-        None | Some(Value::Null) => DEFAULT_CHUNK,
+    Ok(target_config)
+}
+
+/// `chunk_size`: a positive number of rows (default [`DEFAULT_CHUNK`]).
+fn chunk_size(v: Option<&Value>) -> Result<usize, ConfigError> {
+    match v {
+        None | Some(Value::Null) => Ok(DEFAULT_CHUNK),
         Some(v) => v
             .as_u64()
             .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
@@ -295,35 +345,100 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
             .ok_or_else(|| ConfigError::Field {
                 field: "chunk_size",
                 problem: format!("must be a positive number of rows, got {v}"),
-            })?,
+            }),
+    }
+}
+
+/// `mode`, NoETL's names included (default insert).
+fn mode(v: Option<&Value>) -> Result<Mode, ConfigError> {
+    match v.and_then(Value::as_str).map(str::trim) {
+        None | Some("insert" | "append") => Ok(Mode::Insert),
+        Some("upsert") => Ok(Mode::Upsert),
+        Some("replace" | "overwrite") => Ok(Mode::Replace),
+        Some(other) => Err(ConfigError::Field {
+            field: "mode",
+            problem: format!("must be insert (append), upsert or replace, got {other:?}"),
+        }),
+    }
+}
+
+/// What each batch writes, once the source's columns are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Target column → source field (dotted).
+    pub mapping: Vec<(String, String)>,
+    /// Target columns, in order.
+    pub columns: Vec<String>,
+    /// Conflict columns of an upsert (default: the first column).
+    pub key: Vec<String>,
+    /// Positions of `key` among `columns`.
+    pub key_index: Vec<usize>,
+}
+
+/// The columns a transfer writes: the plan's mapping, else every source
+/// column under its own name. An upsert's key must be among them.
+pub fn layout(plan: &Plan, source_columns: &[String]) -> Result<Layout, ConfigError> {
+    let mapping: Vec<(String, String)> = if plan.mapping.is_empty() {
+        source_columns
+            .iter()
+            .map(|c| (c.clone(), c.clone()))
+            .collect()
+    } else {
+        plan.mapping.clone()
     };
-    let mode = match config.get("mode").and_then(Value::as_str).map(str::trim) {
-        None | Some("insert" | "append") => Mode::Insert,
-        Some("upsert") => Mode::Upsert,
-        Some("replace" | "overwrite") => Mode::Replace,
-        Some(other) => {
-            return Err(ConfigError::Field {
-                field: "mode",
-                problem: format!("must be insert (append), upsert or replace, got {other:?}"),
-            })
-        }
+    let columns: Vec<String> = mapping.iter().map(|(c, _)| c.clone()).collect();
+    let key: Vec<String> = if plan.key.is_empty() {
+        columns.iter().take(1).cloned().collect()
+    } else {
+        plan.key.clone()
     };
-    let key = match tgt.get("key").or_else(|| config.get("key")) {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => str_list(v, "target.key")?,
-    };
-    Ok(Plan {
-        source,
-        source_config,
-        data_path,
-        target,
-        target_config,
-        table,
+    let key_index: Vec<usize> = key
+        .iter()
+        .filter_map(|k| columns.iter().position(|c| c == k))
+        .collect();
+    if plan.mode == Mode::Upsert && key_index.len() != key.len() {
+        return Err(ConfigError::Field {
+            field: "target.key",
+            problem: format!("{key:?} must be among the columns written {columns:?}"),
+        });
+    }
+    Ok(Layout {
         mapping,
+        columns,
         key,
-        chunk_size,
-        mode,
+        key_index,
     })
+}
+
+/// The target tool's fields for one batch of rows: the plan's target fields
+/// plus the batch's `INSERT` as `command` and its values as `params`.
+pub fn batch_config(
+    plan: &Plan,
+    layout: &Layout,
+    chunk: &[Map<String, Value>],
+) -> Map<String, Value> {
+    let mut values: Vec<Vec<Value>> = chunk
+        .iter()
+        .map(|r| layout.mapping.iter().map(|(_, src)| pick(r, src)).collect())
+        .collect();
+    if plan.mode == Mode::Upsert {
+        values = last_per_key(values, &layout.key_index);
+    }
+    let sql = insert_sql(&BatchSql {
+        target: plan.target,
+        table: &plan.table,
+        columns: &layout.columns,
+        rows: values.len(),
+        mode: plan.mode,
+        key: &layout.key,
+    });
+    let mut config = plan.target_config.clone();
+    config.insert("command".into(), Value::String(sql));
+    config.insert(
+        "params".into(),
+        Value::Array(values.into_iter().flatten().collect()),
+    );
+    config
 }
 
 /// Rows read from a source, as objects.
@@ -610,6 +725,60 @@ mod tests {
         assert_eq!(
             last_per_key(rows, &[0]),
             vec![vec![json!(2), json!("b")], vec![json!(1), json!("c")]]
+        );
+    }
+
+    fn object(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn the_layout_maps_columns_and_checks_an_upserts_key() {
+        let pl = p(json!({"source": {"tool": "http", "url": "u"},
+                          "target": {"tool": "postgres", "table": "t"}, "mode": "upsert"}))
+        .unwrap();
+        let cols = vec!["id".to_string(), "name".to_string()];
+        let l = layout(&pl, &cols).unwrap();
+        assert_eq!(l.columns, cols);
+        assert_eq!(l.mapping[1], ("name".into(), "name".into()));
+        assert_eq!((l.key, l.key_index), (vec!["id".to_string()], vec![0]));
+        let pl = p(json!({"source": {"tool": "http", "url": "u"},
+                          "target": {"tool": "postgres", "table": "t", "key": "nope",
+                                     "mapping": {"a": "x.y"}},
+                          "mode": "upsert"}))
+        .unwrap();
+        let e = layout(&pl, &cols).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"`target.key` ["nope"] must be among the columns written ["a"]"#
+        );
+        let pl = Plan {
+            mode: Mode::Insert,
+            ..pl
+        };
+        assert_eq!(layout(&pl, &cols).unwrap().columns, ["a"]);
+    }
+
+    #[test]
+    fn a_batch_is_the_target_fields_with_its_insert_and_values() {
+        let pl = p(json!({"source": {"tool": "http", "url": "u"},
+                          "target": {"tool": "postgres", "table": "t", "connection": "c",
+                                     "mapping": {"id": "id", "n": "user.name"}},
+                          "mode": "upsert"}))
+        .unwrap();
+        let l = layout(&pl, &[]).unwrap();
+        let rows = [
+            object(json!({"id": 1, "user": {"name": "a"}})),
+            object(json!({"id": 1, "user": {"name": "b"}})),
+        ];
+        let c = batch_config(&pl, &l, &rows);
+        assert_eq!(
+            Value::Object(c),
+            json!({
+                "connection": "c",
+                "command": r#"INSERT INTO t ("id", "n") VALUES ($1, $2) ON CONFLICT ("id") DO UPDATE SET "n" = EXCLUDED."n""#,
+                "params": [1, "b"],
+            })
         );
     }
 }
