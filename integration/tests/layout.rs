@@ -1,8 +1,9 @@
 //! The layout stays readable: no crate's modules import each other in a
 //! cycle (a pure item that two I/O modules share lives in a leaf module of
-//! its own). Read from the sources: `crate::<module>` paths (and
-//! `use crate::{...}` groups) in each module's code before its tests,
-//! comments aside.
+//! its own), no production function is over 100 lines, and no source file
+//! of a service is over 800 lines (tests aside). Read from the sources:
+//! `crate::<module>` paths (and `use crate::{...}` groups) in each
+//! module's code before its tests, comments aside.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -153,4 +154,205 @@ fn the_cycle_finder_finds_one() {
         find_cycle(&graph),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
+}
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The production code of a source file: its lines before `#[cfg(test)]`
+/// (a file that is itself a test module — `tests.rs` — has none).
+fn production_lines(path: &Path) -> Vec<String> {
+    if path.file_name().is_some_and(|n| n == "tests.rs") {
+        return Vec::new();
+    }
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The functions of `lines` longer than `limit` lines (from the `fn` line
+/// to its closing brace): name, first line (1-based), length. Braces in
+/// strings, chars and comments are ignored.
+fn long_functions(lines: &[String], limit: usize) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(name) = fn_name(&lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let (mut depth, mut opened, mut j) = (0i64, false, i);
+        while j < lines.len() {
+            let code = code_part(&lines[j]);
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if (opened && depth <= 0) || (!opened && code.trim_end().ends_with(';')) {
+                break;
+            }
+            j += 1;
+        }
+        let len = j - i + 1;
+        if opened && len > limit {
+            out.push((name, i + 1, len));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The name of the function a line declares, if it declares one.
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "async ",
+        "const ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        rest = rest.strip_prefix("async ").unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// A line without its comment and the contents of its string and char
+/// literals.
+fn code_part(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '/' if chars.peek() == Some(&'/') => break,
+            '\'' => {
+                // A char literal ('{', '\n'); a lifetime has no closing quote.
+                let ahead: Vec<char> = chars.clone().take(3).collect();
+                match ahead.as_slice() {
+                    ['\\', _, '\''] => {
+                        chars.nth(2);
+                    }
+                    [_, '\'', ..] => {
+                        chars.nth(1);
+                    }
+                    _ => out.push(c),
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn no_production_function_is_over_100_lines() {
+    let root = repo_root();
+    let mut long = Vec::new();
+    // Production code: the libraries and services (test support and the
+    // benchmark in `integration/` aside).
+    let production = crate_sources(&root)
+        .into_iter()
+        .filter(|src| !src.starts_with(root.join("integration")));
+    for src in production {
+        for file in rust_files(&src) {
+            for (name, line, len) in long_functions(&production_lines(&file), 100) {
+                let at = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                long.push(format!("{at}:{line} fn {name}: {len} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 100 lines:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn no_service_source_file_is_over_800_lines() {
+    let root = repo_root();
+    let mut big = Vec::new();
+    for file in rust_files(&root.join("services")) {
+        if file.components().any(|c| c.as_os_str() == "tests") {
+            continue; // integration tests of a crate
+        }
+        let n = production_lines(&file).len();
+        if n > 800 {
+            let at = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            big.push(format!("{at}: {n} lines"));
+        }
+    }
+    assert!(
+        big.is_empty(),
+        "service source files over 800 lines (tests aside):\n{}",
+        big.join("\n")
+    );
+}
+
+#[test]
+fn the_length_checks_see_a_long_function_and_braces_in_strings() {
+    let mut lines = vec!["pub async fn big(x: u8) -> u8 {".to_string()];
+    lines.extend((0..100).map(|i| format!("    let s{i} = \"}}\"; // }}")));
+    lines.push("}".into());
+    lines.push("fn small() { let c = '{'; }".into());
+    assert_eq!(
+        long_functions(&lines, 100),
+        vec![("big".to_string(), 1, 102)]
+    );
+    assert!(long_functions(&lines, 102).is_empty());
+    assert_eq!(
+        fn_name("    pub(crate) async fn go<'a>(x: &'a str)"),
+        Some("go".into())
+    );
+    assert_eq!(fn_name("let f = fn_ptr;"), None);
 }
