@@ -34,9 +34,10 @@ app.kubernetes.io/part-of: noetl
 {{- end -}}
 
 {{/*
-The components: the three services, then every enabled executor kind, as
-a YAML list of {name, component, group, key, kind}. `group`/`key` locate
-the component's values (`.Values.<group>.<key>`).
+The components: the three services, the api when services.api.enabled,
+then every enabled executor kind, as a YAML list of {name, component,
+group, key, kind}. `group`/`key` locate the component's values
+(`.Values.<group>.<key>`).
 */}}
 {{- define "noetl.components" -}}
 {{- range list (list "router" "router") (list "scheduler" "scheduler") (list "loop-supervisor" "loopSupervisor") }}
@@ -45,6 +46,15 @@ the component's values (`.Values.<group>.<key>`).
   group: services
   key: {{ index . 1 }}
   kind: ""
+{{- end }}
+{{- with .Values.services.api }}
+{{- if .enabled }}
+- name: api
+  component: api
+  group: services
+  key: api
+  kind: ""
+{{- end }}
 {{- end }}
 {{- range $kind, $ex := .Values.executors }}
 {{- if and $ex (or (not (hasKey $ex "enabled")) $ex.enabled) }}
@@ -236,6 +246,15 @@ topologySpreadConstraints:
       name: {{ $v.secretKey.existingSecret }}
       key: {{ $v.secretKey.key }}
 {{- end }}
+{{- if eq .c.component "api" }}
+{{- with include "noetl.api.tokenSecret" .root }}
+- name: NOETL_API_BOOTSTRAP_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $cfg.auth.key }}
+{{- end }}
+{{- end }}
 {{- with $v.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -315,6 +334,57 @@ topologySpreadConstraints:
 {{- end -}}
 
 {{/*
+The port a component serves on (`--http-addr`, probes, metrics): the api's
+own `services.api.port`, else `httpPort`. (dict "root" $ "c" $component).
+*/}}
+{{- define "noetl.port" -}}
+{{- if eq .c.component "api" -}}
+{{- .root.Values.services.api.port -}}
+{{- else -}}
+{{- .root.Values.httpPort -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the component serves TLS itself (the api with tls.existingSecret). */}}
+{{- define "noetl.tls" -}}
+{{- if and (eq .c.component "api") .root.Values.services.api.tls.existingSecret -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Secret holding the api's bootstrap token: auth.existingSecret, else
+the chart's `<fullname>-api-token`; empty with auth.insecureNoAuth.
+*/}}
+{{- define "noetl.api.tokenSecret" -}}
+{{- with .Values.services.api.auth -}}
+{{- if .existingSecret -}}
+{{- .existingSecret -}}
+{{- else if not .insecureNoAuth -}}
+{{- include "noetl.fullname" $ }}-api-token
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Arguments of `noetl serve api` after `serve api`. */}}
+{{- define "noetl.api.args" -}}
+{{- $api := .Values.services.api -}}
+- --http-addr
+- {{ printf "0.0.0.0:%v" $api.port | quote }}
+- --log-format
+- {{ .Values.logFormat | quote }}
+{{- if $api.auth.insecureNoAuth }}
+- --insecure-no-auth
+{{- end }}
+{{- if $api.tls.existingSecret }}
+- --tls-cert
+- /etc/noetl/api-tls/tls.crt
+- --tls-key
+- /etc/noetl/api-tls/tls.key
+{{- end }}
+{{- end -}}
+
+{{/*
 Refuse values that cannot work, naming what to set. Included by
 templates/validate.yaml, so `helm template` / `install` fail at once.
 */}}
@@ -363,6 +433,16 @@ templates/validate.yaml, so `helm template` / `install` fail at once.
 {{- end }}
 {{- if gt (len $auth) 1 }}
 {{- fail (printf "noetl: NATS authentication takes one method; %s are all set: keep one" (join ", " $auth)) }}
+{{- end }}
+{{- with $v.services.api }}
+{{- if .enabled }}
+{{- if and .auth.insecureNoAuth .auth.existingSecret }}
+{{- fail (printf "noetl: services.api.auth: insecureNoAuth (--insecure-no-auth) and existingSecret (%s, the bootstrap token) are both set: keep one" .auth.existingSecret) }}
+{{- end }}
+{{- if and .ingress.enabled (empty .ingress.hosts) }}
+{{- fail "noetl: services.api.ingress.enabled needs at least one entry in services.api.ingress.hosts (host: \"\" for any host)" }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- with $v.nats.tls }}
 {{- if .existingSecret }}

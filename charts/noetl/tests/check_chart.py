@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks of the Helm chart charts/noetl, offline (run by `make check-deploy`).
 
-- lints the chart (Helm 4 SDK, helm-python-sdk) with its default values and
-  with every ci/*-values.yaml;
+- lints the chart (Helm 4 SDK, helm-python-sdk) with its default values,
+  with every ci/*-values.yaml and with the api variants (API_VARIANTS);
 - renders it for each of them and validates every manifest against the
   Kubernetes schemas (kubernetes-validate, strict: unknown fields fail).
   ServiceMonitor and ScaledObject are CRDs without a built-in schema: they
@@ -12,6 +12,9 @@
   the release instance label in every selector, probes, security context,
   grace periods above the kinds' task timeouts (read from the Rust sources),
   the stream and durable consumer names KEDA watches, the NATS settings;
+- asserts the api component (services.api): its args, port, probes, TLS
+  files, the bootstrap token from a Secret (never a literal), its Service,
+  Ingress and token Secret, and that turning it on changes no other object;
 - asserts that unsafe values fail to render with a message naming what to
   set (tests/unsafe-multi-replica-values.yaml and a few inline cases).
 
@@ -20,6 +23,7 @@ Prints one line per check group and a summary; exits 1 on any problem.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -41,6 +45,7 @@ K8S_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
 CRD_KINDS = {"ServiceMonitor", "ScaledObject"}
 SERVICES = {"router": "router", "scheduler": "scheduler", "loop-supervisor": "loopSupervisor"}
 DATA_DIR = "/var/lib/noetl"
+API_TLS_DIR = "/etc/noetl/api-tls"
 UNSAFE = CHART / "tests" / "unsafe-multi-replica-values.yaml"
 
 
@@ -156,6 +161,8 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
     enabled = [k for k, ex in v["executors"].items() if ex and ex.get("enabled", True)]
     c.ok(set(v["executors"]) <= set(kinds), f"{name}: executors {sorted(v['executors'])} not all in {kinds}")
     expected = {f"{RELEASE}-{s}": (s, None) for s in SERVICES}
+    if (v["services"].get("api") or {}).get("enabled"):
+        expected[f"{RELEASE}-api"] = ("api", None)
     expected.update({f"{RELEASE}-executor-{k}": ("executor", k) for k in enabled})
     c.ok(
         set(deployments) == set(expected),
@@ -173,8 +180,13 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
         dep = deployments.get(dname)
         if dep is None:
             continue
-        cfg = v["executors"][kind] if kind else v["services"][SERVICES[component]]
+        is_api = component == "api"
+        cfg = v["executors"][kind] if kind else v["services"][SERVICES.get(component, component)]
         where = f"{name}: Deployment {dname}"
+        # The api serves on its own port, named https when it serves TLS.
+        port = cfg["port"] if is_api else v["httpPort"]
+        tls = bool(is_api and cfg["tls"]["existingSecret"])
+        port_name = "https" if tls else "http"
         sel = dep["spec"]["selector"]["matchLabels"]
         pod = dep["spec"]["template"]
         c.ok(sel.get("app.kubernetes.io/instance") == RELEASE, f"{where}: selector lacks the instance label")
@@ -205,21 +217,28 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
              f"{where}: a topology spread constraint has no labelSelector")
         if v["metrics"]["podAnnotations"]:
             ann = pod["metadata"].get("annotations", {})
-            c.ok(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(v["httpPort"]),
+            c.ok(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(port)
+                 and ann.get("prometheus.io/scheme") == ("https" if tls else None),
                  f"{where}: Prometheus annotations {ann}")
         (ctr,) = spec["containers"]
         args = ctr["args"]
         if kind:
             c.ok(args[:4] == ["serve", "executor", "--kind", kind], f"{where}: args {args}")
+        elif is_api:
+            c.ok(args[:4] == ["serve", "api", "--http-addr", f"0.0.0.0:{port}"], f"{where}: args {args}")
         else:
             c.ok(args[:2] == ["serve", component], f"{where}: args {args}")
-        c.ok(f"--concurrency {cfg['concurrency']}" in " ".join(args), f"{where}: --concurrency")
-        c.ok(f"--http-addr 0.0.0.0:{v['httpPort']}" in " ".join(args), f"{where}: --http-addr")
-        c.ok(ctr["ports"] == [{"name": "http", "containerPort": v["httpPort"], "protocol": "TCP"}],
+        if is_api:
+            c.ok("--concurrency" not in args, f"{where}: the api takes no --concurrency: {args}")
+        else:
+            c.ok(f"--concurrency {cfg['concurrency']}" in " ".join(args), f"{where}: --concurrency")
+        c.ok(f"--http-addr 0.0.0.0:{port}" in " ".join(args), f"{where}: --http-addr")
+        c.ok(ctr["ports"] == [{"name": port_name, "containerPort": port, "protocol": "TCP"}],
              f"{where}: ports {ctr['ports']}")
         for probe, path in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")]:
             got = ctr.get(probe, {}).get("httpGet", {})
-            c.ok(got == {"path": path, "port": "http"}, f"{where}: {probe} {got}")
+            want = {"path": path, "port": port_name, **({"scheme": "HTTPS"} if tls else {})}
+            c.ok(got == want, f"{where}: {probe} {got} != {want}")
         csc = ctr.get("securityContext", {})
         c.ok(csc.get("readOnlyRootFilesystem") is True and csc.get("allowPrivilegeEscalation") is False
              and csc.get("capabilities", {}).get("drop") == ["ALL"] and csc.get("runAsNonRoot") is True,
@@ -255,11 +274,14 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
                  f"{where}: NOETL_PYTHON_WARM != {warm} (one warm interpreter per slot)")
         c.ok(all("value" not in e for n, e in env.items() if re.search("SECRET|PASSWORD|TOKEN", n)),
              f"{where}: a secret is set as a plain value")
-        # The Service of the component (metrics port).
+        # The Service of the component (metrics port; the api's also carries
+        # its traffic, see check_api).
         svc = by_kind.get("Service", {}).get(dname)
         c.ok(svc is not None and svc["spec"]["selector"] == sel
-             and [p["name"] for p in svc["spec"]["ports"]] == ["http"],
-             f"{where}: no Service with its selector and port http")
+             and [p["name"] for p in svc["spec"]["ports"]] == [port_name],
+             f"{where}: no Service with its selector and port {port_name}")
+        if svc is not None and not is_api:
+            c.ok(svc["spec"].get("clusterIP") == "None", f"{where}: its metrics Service is not headless")
         # Its PodDisruptionBudget.
         budget = by_kind.get("PodDisruptionBudget", {}).get(dname)
         want_pdb = {**pdb, **(cfg.get("podDisruptionBudget") or {})}.get("enabled")
@@ -292,6 +314,128 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
     for m in sm.values():
         c.ok(m["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/instance") == RELEASE
              and m["spec"]["endpoints"][0]["port"] == "http", f"{name}: ServiceMonitor selector/port")
+    check_api(c, name, by_kind, v)
+
+
+def check_api(c: Checks, name: str, by_kind: dict[str, dict[str, dict]], v: dict) -> None:
+    """The api component (services.api): Deployment, Service, Ingress, token Secret."""
+    api = v["services"]["api"]
+    dname = f"{RELEASE}-api"
+    chart_secret = f"{RELEASE}-api-token"
+    where = f"{name}: api"
+    api_objects = sorted(f"{k}/{n}" for k, objs in by_kind.items() for n, d in objs.items()
+                         if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "api")
+    if not api["enabled"]:
+        c.ok(not api_objects, f"{where}: disabled, yet rendered {api_objects}")
+        return
+    auth, tls_secret, svc_cfg, ing_cfg = api["auth"], api["tls"]["existingSecret"], api["service"], api["ingress"]
+    insecure = bool(auth["insecureNoAuth"])
+    port_name = "https" if tls_secret else "http"
+    want_objects = {f"Deployment/{dname}", f"Service/{dname}"}
+    if {**v["podDisruptionBudget"], **(api.get("podDisruptionBudget") or {})}.get("enabled"):
+        want_objects.add(f"PodDisruptionBudget/{dname}")
+    if ing_cfg["enabled"]:
+        want_objects.add(f"Ingress/{dname}")
+    if not insecure and not auth["existingSecret"]:
+        want_objects.add(f"Secret/{chart_secret}")
+    c.ok(set(api_objects) == want_objects, f"{where}: objects {api_objects} != {sorted(want_objects)}")
+    dep = by_kind.get("Deployment", {}).get(dname)
+    if not c.ok(dep is not None, f"{where}: no Deployment {dname}"):
+        return
+    spec = dep["spec"]["template"]["spec"]
+    (ctr,) = spec["containers"]
+    want_args = ["serve", "api", "--http-addr", f"0.0.0.0:{api['port']}", "--log-format", v["logFormat"]]
+    if insecure:
+        want_args.append("--insecure-no-auth")
+    if tls_secret:
+        want_args += ["--tls-cert", f"{API_TLS_DIR}/tls.crt", "--tls-key", f"{API_TLS_DIR}/tls.key"]
+    c.ok(ctr["args"] == want_args, f"{where}: args {ctr['args']} != {want_args}")
+    # The bootstrap token: from a Secret, never a literal; none without auth.
+    env = env_of(ctr)
+    token = env.get("NOETL_API_BOOTSTRAP_TOKEN")
+    secrets = by_kind.get("Secret", {})
+    if insecure:
+        c.ok(token is None, f"{where}: insecureNoAuth, yet NOETL_API_BOOTSTRAP_TOKEN is set")
+    else:
+        ref = {"name": auth["existingSecret"] or chart_secret, "key": auth["key"]}
+        c.ok(token == {"name": "NOETL_API_BOOTSTRAP_TOKEN", "valueFrom": {"secretKeyRef": ref}},
+             f"{where}: NOETL_API_BOOTSTRAP_TOKEN {token} is not the secretKeyRef {ref}")
+        c.ok("--insecure-no-auth" not in ctr["args"], f"{where}: --insecure-no-auth with a token")
+    made = secrets.get(chart_secret)
+    if made is not None:
+        data = made.get("data") or {}
+        c.ok(list(data) == [auth["key"]] and not made.get("stringData"), f"{where}: token Secret keys {list(data)}")
+        raw = base64.b64decode(data.get(auth["key"], "")).decode()
+        c.ok(re.fullmatch(r"[A-Za-z0-9]{48}", raw) is not None, f"{where}: the token is not 48 random alphanumerics")
+        c.ok(made["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",
+             f"{where}: token Secret not kept (helm.sh/resource-policy: keep)")
+        c.ok(made.get("type") == "Opaque", f"{where}: token Secret type {made.get('type')}")
+    # TLS files mounted from the Secret, read-only.
+    mounts = {m["name"]: m for m in ctr.get("volumeMounts", [])}
+    vols = {x["name"]: x for x in spec.get("volumes", [])}
+    if tls_secret:
+        c.ok(mounts.get("api-tls") == {"name": "api-tls", "mountPath": API_TLS_DIR, "readOnly": True},
+             f"{where}: TLS mount {mounts.get('api-tls')}")
+        sec = vols.get("api-tls", {}).get("secret", {})
+        c.ok(sec.get("secretName") == tls_secret
+             and [i["key"] for i in sec.get("items", [])] == ["tls.crt", "tls.key"]
+             and [i["path"] for i in sec.get("items", [])] == ["tls.crt", "tls.key"],
+             f"{where}: TLS volume {sec}")
+    else:
+        c.ok("api-tls" not in mounts and "api-tls" not in vols, f"{where}: a TLS volume without tls.existingSecret")
+    # The Service: a regular one (traffic), the api port under its name.
+    svc = by_kind.get("Service", {}).get(dname)
+    if c.ok(svc is not None, f"{where}: no Service {dname}"):
+        sspec = svc["spec"]
+        c.ok("clusterIP" not in sspec and sspec.get("type") == svc_cfg["type"],
+             f"{where}: Service type {sspec.get('type')} clusterIP {sspec.get('clusterIP')}")
+        want_port = {"name": port_name, "port": svc_cfg["port"], "targetPort": port_name,
+                     "protocol": "TCP", "appProtocol": port_name}
+        c.ok(sspec["ports"] == [want_port], f"{where}: Service ports {sspec['ports']} != [{want_port}]")
+        c.ok(sspec["selector"] == dep["spec"]["selector"]["matchLabels"], f"{where}: Service selector")
+        c.ok(svc["metadata"].get("annotations", {}) == (svc_cfg["annotations"] or {}), f"{where}: Service annotations")
+    # The Ingress: every host and path to that Service port.
+    ing = by_kind.get("Ingress", {}).get(dname)
+    if ing_cfg["enabled"] and c.ok(ing is not None, f"{where}: no Ingress {dname}"):
+        c.ok(ing["apiVersion"] == "networking.k8s.io/v1", f"{where}: Ingress {ing['apiVersion']}")
+        c.ok(ing["spec"].get("ingressClassName") == (ing_cfg["className"] or None), f"{where}: ingressClassName")
+        c.ok(ing["metadata"].get("annotations", {}) == (ing_cfg["annotations"] or {}), f"{where}: Ingress annotations")
+        c.ok(ing["spec"].get("tls", []) == (ing_cfg["tls"] or []), f"{where}: Ingress tls {ing['spec'].get('tls')}")
+        backend = {"service": {"name": dname, "port": {"name": port_name}}}
+        rules = []
+        for h in ing_cfg["hosts"]:
+            paths = [{"path": p["path"], "pathType": p.get("pathType") or "Prefix", "backend": backend}
+                     for p in (h.get("paths") or [{"path": "/"}])]
+            rules.append({"http": {"paths": paths}, **({"host": h["host"]} if h.get("host") else {})})
+        c.ok(ing["spec"]["rules"] == rules, f"{where}: Ingress rules {ing['spec']['rules']} != {rules}")
+    # The ServiceMonitor scrapes the api's port (https with TLS).
+    for m in by_kind.get("ServiceMonitor", {}).values():
+        eps = {e["port"]: e for e in m["spec"]["endpoints"]}
+        c.ok(port_name in eps and eps[port_name].get("path") == "/metrics", f"{where}: ServiceMonitor lacks port {port_name}")
+        if tls_secret:
+            c.ok(eps.get("https", {}).get("scheme") == "https", f"{where}: ServiceMonitor scrapes the TLS port over http")
+
+
+def check_api_is_additive(c: Checks, chart: helm.Chart, name: str, values: dict) -> None:
+    """Turning services.api on adds its objects and changes no other one."""
+    def with_api(on: bool) -> list[dict]:
+        v = copy.deepcopy(values)
+        v.setdefault("services", {}).setdefault("api", {})["enabled"] = on
+        return render(chart, v)
+
+    def key(d: dict) -> str:
+        return f"{d['kind']}/{d['metadata']['name']}"
+
+    def is_api(d: dict) -> bool:
+        return d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "api"
+
+    off = {key(d): d for d in with_api(False)}
+    on = {key(d): d for d in with_api(True)}
+    c.ok(not any(is_api(d) for d in off.values()), f"{name}: api objects rendered with services.api.enabled=false")
+    rest = {k: d for k, d in on.items() if not is_api(d)}
+    changed = sorted(k for k in set(off) | set(rest) if off.get(k) != rest.get(k))
+    c.ok(not changed, f"{name}: turning the api on changes {changed}")
+    c.ok(any(is_api(d) for d in on.values()), f"{name}: services.api.enabled=true renders no api object")
 
 
 def check_cluster_specifics(c: Checks, docs: list[dict]) -> None:
@@ -312,8 +456,10 @@ def check_cluster_specifics(c: Checks, docs: list[dict]) -> None:
              f"{where}: creds volume")
         c.ok(d["spec"]["template"]["spec"].get("imagePullSecrets") == [{"name": "regcred"}], f"{where}: imagePullSecrets")
     kinds = {d["kind"] for d in docs}
-    c.ok({"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"} <= kinds,
+    c.ok({"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "Ingress", "Secret"} <= kinds,
          f"cluster-values: kinds {sorted(kinds)}")
+    api = next((d for d in deps if d["metadata"]["name"] == f"{RELEASE}-api"), None)
+    c.ok(api is not None and api["spec"].get("replicas") == 2, "cluster-values: the api runs 2 replicas")
     pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     c.ok(len(pdbs) == len(deps), f"cluster-values: {len(pdbs)} PDBs for {len(deps)} Deployments")
     sched = next(d for d in pdbs if d["metadata"]["name"] == f"{RELEASE}-scheduler")
@@ -352,6 +498,23 @@ def check_failures(c: Checks, chart: helm.Chart) -> list[str]:
          ["invalid propertyName 'pyhton'"]),
         ("typo at the top level (schema)", {"objectstore": {"url": "s3://b"}}, ["'objectstore' not allowed"]),
         ("NOETL_REPLICAS above 5 (schema)", {"nats": {"replicas": 7}}, ["/nats/replicas"]),
+        ("typo in an api key (schema)", {"services": {"api": {"enabled": True, "replica": 2}}},
+         ["/services/api", "'replica' not allowed"]),
+        ("typo under services.api.auth (schema)", {"services": {"api": {"auth": {"insecureNoauth": True}}}},
+         ["/services/api/auth", "'insecureNoauth' not allowed"]),
+        ("typo under services.api.ingress (schema)", {"services": {"api": {"ingress": {"host": "x"}}}},
+         ["/services/api/ingress", "'host' not allowed"]),
+        ("concurrency on the api (schema)", {"services": {"api": {"concurrency": 8}}},
+         ["/services/api", "'concurrency' not allowed"]),
+        ("api Service type (schema)", {"services": {"api": {"service": {"type": "Headless"}}}},
+         ["/services/api/service/type"]),
+        ("api insecureNoAuth with a token Secret", {"services": {"api": {
+            "enabled": True, "auth": {"existingSecret": "t", "insecureNoAuth": True}}}},
+         ["services.api.auth", "insecureNoAuth", "existingSecret (t", "keep one"]),
+        ("api Ingress without hosts", {"services": {"api": {"enabled": True, "ingress": {"enabled": True, "hosts": []}}}},
+         ["services.api.ingress.hosts"]),
+        ("two api replicas without shared state", {"services": {"api": {"enabled": True, "replicas": 2}}},
+         ["services.api.replicas=2", "objectStore.url=s3://", "secretKey.existingSecret="]),
     ]
     lines = []
     for what, values, needles in cases:
@@ -371,6 +534,10 @@ def check_static(c: Checks, kinds: list[str]) -> None:
     """values.yaml and values.schema.json name every kind the binary serves."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     schema = json.loads((CHART / "values.schema.json").read_text())
+    api = values["services"]["api"]
+    c.ok(api["enabled"] is False and api["port"] == api["service"]["port"] == 8082,
+         f"values.yaml: services.api is off by default on port 8082: {api['enabled']}, {api['port']}")
+    c.ok("api" in schema["properties"]["services"]["properties"], "values.schema.json: no services.api")
     c.ok(sorted(values["executors"]) == sorted(kinds),
          f"values.yaml executors {sorted(values['executors'])} != KINDS {sorted(kinds)}")
     enum = schema["properties"]["executors"]["propertyNames"]["enum"]
@@ -385,6 +552,28 @@ def check_static(c: Checks, kinds: list[str]) -> None:
          "executor: the durable is no longer executor-<kind>")
     c.ok('format!("{}-{}", s.prefix(), spec.durable)' in rust_source("crates/mesh/src/topology.rs"),
          "topology.rs: durables are no longer <prefix>-<name>")
+
+
+def api_variants(ci: dict[str, dict]) -> list[tuple[str, dict]]:
+    """Renders with services.api on, beyond ci/cluster-values.yaml's."""
+    single = copy.deepcopy(ci.get("single-values.yaml", {}))
+    single["metrics"] = {"serviceMonitor": {"enabled": True}}
+    single["services"] = {"api": {
+        "enabled": True, "port": 8443,
+        "auth": {"existingSecret": "noetl-api-bootstrap", "key": "bootstrap-token"},
+        "tls": {"existingSecret": "noetl-api-tls"},
+        "service": {"type": "NodePort", "port": 443, "annotations": {"example.com/team": "data"}},
+        "ingress": {"enabled": True,
+                    "annotations": {"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"},
+                    "hosts": [{"host": ""},
+                              {"host": "api.example.com",
+                               "paths": [{"path": "/api", "pathType": "Exact"}, {"path": "/console"}]}]},
+    }}
+    return [
+        ("default values + api", {"services": {"api": {"enabled": True}}}),
+        ("default values + api, insecureNoAuth", {"services": {"api": {"enabled": True, "auth": {"insecureNoAuth": True}}}}),
+        ("single-values.yaml + api (TLS, own token Secret, NodePort, Ingress, ServiceMonitor)", single),
+    ]
 
 
 def strict_validation_works(c: Checks, docs: list[dict]) -> None:
@@ -406,9 +595,8 @@ def main() -> int:
           f"schemas {', '.join(K8S_VERSIONS)}; kinds {', '.join(kinds)})")
     check_static(c, kinds)
     chart = helm.Chart.load(str(CHART))
-    inputs = [("default values", {})] + [
-        (p.name, yaml.safe_load(p.read_text()) or {}) for p in sorted((CHART / "ci").glob("*-values.yaml"))
-    ]
+    ci = {p.name: yaml.safe_load(p.read_text()) or {} for p in sorted((CHART / "ci").glob("*-values.yaml"))}
+    inputs = [("default values", {})] + list(ci.items()) + api_variants(ci)
     skipped_all: set[str] = set()
     for name, values in inputs:
         before = len(c.failures)
@@ -427,6 +615,8 @@ def main() -> int:
             check_cluster_specifics(c, docs)
         if name == "default values":
             strict_validation_works(c, docs)
+        if name in ("default values", "cluster-values.yaml"):
+            check_api_is_additive(c, chart, name, values)
         kinds_count: dict[str, int] = {}
         for d in docs:
             kinds_count[d["kind"]] = kinds_count.get(d["kind"], 0) + 1
