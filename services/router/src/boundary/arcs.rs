@@ -56,7 +56,9 @@ pub(super) fn event_scope(ev: &Event, payload: &Value) -> Value {
     Value::Object(event)
 }
 
-/// Evaluate the step's arcs for this boundary event.
+/// Evaluate the step's arcs for this boundary event, in one pass: read the
+/// scope their templates name, decide ([`route`]), then write the fired
+/// arcs' `ctx` and their large arguments ([`place`]).
 pub(super) async fn decide(
     mesh: &Mesh,
     plan: &PlanRecord,
@@ -64,17 +66,32 @@ pub(super) async fn decide(
     (ev, kind): (&Event, Option<EventType>),
     (payload, view): (&Value, &BoundaryView),
 ) -> Result<Decision, MeshError> {
-    let mut record = Decision {
-        tokens: Vec::new(),
-        unhandled_failure: false,
-        error: None,
-        set_ctx: None,
-    };
     if kind == Some(EventType::StepSkipped) {
-        return Ok(record);
+        return Ok(route(ev, kind, Ok(Vec::new())));
     }
     let next = step.next.as_ref();
-    let templates: Vec<&str> = next
+    let templates = arc_templates(step);
+    let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
+        Ok(Vec::new())
+    } else {
+        let sc = arc_scope(mesh, plan, ev, (payload, view), &templates).await?;
+        routing::select_arcs(next, &sc).map_err(|e| {
+            format!(
+                "routing of step {:?} failed in {}: {e}",
+                ev.step, plan.source_name
+            )
+        })
+    };
+    if let Err(message) = &selected {
+        tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
+    }
+    place(mesh, plan, ev, route(ev, kind, selected)).await
+}
+
+/// Every template of the step's arcs (conditions, args, `set_ctx`).
+fn arc_templates(step: &Step) -> Vec<&str> {
+    step.next
+        .as_ref()
         .map(|n| {
             n.arcs
                 .iter()
@@ -87,58 +104,73 @@ pub(super) async fn decide(
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
-        Ok(Vec::new())
-    } else {
-        let sc = arc_scope(mesh, plan, ev, (payload, view), &templates).await?;
-        routing::select_arcs(next, &sc).map_err(|e| {
-            format!(
-                "routing of step {:?} failed in {}: {e}",
-                ev.step, plan.source_name
-            )
-        })
-    };
+        .unwrap_or_default()
+}
+
+/// What the selected arcs decide, before anything is written: the tokens
+/// they fire (ids derived from the step-run and the arc, args still
+/// inline), their `ctx` writes, and whether the step-run's failure is left
+/// unhandled (it failed and no arc fired, or routing itself failed).
+pub(super) fn route(
+    ev: &Event,
+    kind: Option<EventType>,
+    selected: Result<Vec<routing::SelectedArc>, String>,
+) -> Decision {
     match selected {
         Ok(arcs) => {
             let patch = arc_ctx_patch(&arcs);
-            if !patch.is_empty() {
-                apply_arc_ctx(mesh, &ev.execution_id, &ev.step_run_id, &patch).await?;
-                record.set_ctx = Some(patch);
-            }
-            let limit = plan.max_payload_bytes(mesh.config().inline_limit);
-            for a in arcs {
-                let token_id = derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]);
-                // Large arguments travel by reference, like large results.
-                let args = scope::offload_args(
-                    mesh,
-                    scope::OffloadArgs {
-                        execution_id: &ev.execution_id,
-                        step: &a.step,
-                        token_id: &token_id,
-                        args: &Value::Object(a.args),
-                    },
-                    limit,
-                )
-                .await?;
-                record.tokens.push(TokenRecord {
-                    token_id,
+            let tokens: Vec<TokenRecord> = arcs
+                .into_iter()
+                .map(|a| TokenRecord {
+                    token_id: derive_id(&[&ev.step_run_id, "arc", &a.index.to_string()]),
                     step: a.step,
-                    args,
+                    args: Value::Object(a.args),
                     arc: a.index,
                     parent: ev.step_run_id.clone(),
-                });
+                })
+                .collect();
+            Decision {
+                unhandled_failure: kind == Some(EventType::StepFailed) && tokens.is_empty(),
+                tokens,
+                error: None,
+                set_ctx: (!patch.is_empty()).then_some(patch),
             }
-            record.unhandled_failure =
-                kind == Some(EventType::StepFailed) && record.tokens.is_empty();
         }
-        Err(message) => {
-            tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
-            record.error = Some(message);
-            record.unhandled_failure = true;
-        }
+        Err(message) => Decision {
+            tokens: Vec::new(),
+            unhandled_failure: true,
+            error: Some(message),
+            set_ctx: None,
+        },
     }
-    Ok(record)
+}
+
+/// Write what [`route`] decided: the arcs' `ctx` writes, then each token's
+/// arguments, by reference when they are large (like large results).
+async fn place(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    ev: &Event,
+    mut decision: Decision,
+) -> Result<Decision, MeshError> {
+    if let Some(patch) = &decision.set_ctx {
+        apply_arc_ctx(mesh, &ev.execution_id, &ev.step_run_id, patch).await?;
+    }
+    let limit = plan.max_payload_bytes(mesh.config().inline_limit);
+    for t in &mut decision.tokens {
+        t.args = scope::offload_args(
+            mesh,
+            scope::OffloadArgs {
+                execution_id: &ev.execution_id,
+                step: &t.step,
+                token_id: &t.token_id,
+                args: &t.args,
+            },
+            limit,
+        )
+        .await?;
+    }
+    Ok(decision)
 }
 
 /// The `ctx` writes of the arcs that fire, in arc order (a later arc's

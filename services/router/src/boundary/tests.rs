@@ -1,5 +1,7 @@
 use super::*;
+use noetl_core::routing;
 use noetl_mesh::events::types;
+use noetl_mesh::ids::derive_id;
 use noetl_mesh::state::TokenRecord;
 use serde_json::json;
 use serde_json::Value;
@@ -184,4 +186,61 @@ fn boundary_events_give_their_step_status() {
     // Nothing else is a boundary: an event the consumer should never
     // get is refused, not recorded as a finished step.
     assert_eq!(status(EventType::TaskDone), Handling::Foreign);
+}
+
+fn selected(index: usize, step: &str, set_ctx: serde_json::Value) -> routing::SelectedArc {
+    routing::SelectedArc {
+        index,
+        step: step.into(),
+        args: json!({"n": index}).as_object().unwrap().clone(),
+        set_ctx: set_ctx.as_object().unwrap().clone(),
+    }
+}
+
+#[test]
+fn fired_arcs_become_tokens_with_ids_of_the_step_run_and_arc() {
+    let ev = event(types::STEP_DONE);
+    let arcs = vec![
+        selected(0, "a", json!({"k": 1})),
+        selected(2, "b", json!({"k": 2, "j": 3})),
+    ];
+    let d = route(&ev, EventType::of(&ev), Ok(arcs));
+    let ids: Vec<&str> = d.tokens.iter().map(|t| t.token_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            derive_id(&[&ev.step_run_id, "arc", "0"]),
+            derive_id(&[&ev.step_run_id, "arc", "2"])
+        ]
+    );
+    assert_eq!(d.tokens[1].args, json!({"n": 2}));
+    assert_eq!(d.tokens[1].parent, ev.step_run_id);
+    // A later arc's ctx write wins.
+    assert_eq!(Value::Object(d.set_ctx.unwrap()), json!({"k": 2, "j": 3}));
+    assert!(!d.unhandled_failure);
+}
+
+#[test]
+fn a_failure_no_arc_handles_or_a_routing_error_is_left_unhandled() {
+    let failed = event(types::STEP_FAILED);
+    assert!(route(&failed, EventType::of(&failed), Ok(vec![])).unhandled_failure);
+    let handled = route(
+        &failed,
+        EventType::of(&failed),
+        Ok(vec![selected(0, "x", json!({}))]),
+    );
+    assert!(!handled.unhandled_failure);
+    assert_eq!(handled.set_ctx, None);
+    let done = event(types::STEP_DONE);
+    assert!(!route(&done, EventType::of(&done), Ok(vec![])).unhandled_failure);
+    let broken = route(
+        &done,
+        EventType::of(&done),
+        Err("routing of step \"s\" failed".into()),
+    );
+    assert!(broken.unhandled_failure && broken.tokens.is_empty());
+    assert_eq!(
+        broken.error.as_deref(),
+        Some("routing of step \"s\" failed")
+    );
 }
