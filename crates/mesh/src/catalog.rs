@@ -1,8 +1,10 @@
 //! The playbook catalog: playbooks registered by `metadata.path`, each
 //! registration a new immutable version, in the `<p>_catalog` KV bucket.
 //!
-//! Keys: `<path>.latest` (the version counter, advanced by compare-and-set)
-//! and `<path>.v<N>` (the document). Path segments (`/`) map to key tokens.
+//! Keys: `<path>.latest` (the version counter, advanced by compare-and-set,
+//! and the version "latest" means) and `<path>.v<N>` (the document). Path
+//! segments (`/`) map to key tokens. A deleted version is gone for good:
+//! the counter stays, so a later registration never reuses its number.
 
 use async_nats::jetstream::kv::Store;
 use futures::StreamExt;
@@ -31,7 +33,29 @@ pub struct Entry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Latest {
     path: String,
+    /// The last version number given out.
     version: u32,
+    /// The version "latest" resolves to once versions were deleted: the
+    /// highest still stored, 0 for none; absent = `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    live: Option<u32>,
+}
+
+impl Latest {
+    /// The version "latest" resolves to (0: every version was deleted).
+    fn current(&self) -> u32 {
+        self.live.unwrap_or(self.version)
+    }
+}
+
+/// Which versions a delete of `version` (`None`: every one) looks for
+/// under a counter at `counter`: highest first.
+pub fn versions_to_delete(counter: u32, version: Option<u32>) -> Vec<u32> {
+    match version {
+        Some(v) if (1..=counter).contains(&v) => vec![v],
+        Some(_) => Vec::new(),
+        None => (1..=counter).rev().collect(),
+    }
 }
 
 /// Catalog errors.
@@ -87,6 +111,7 @@ impl Catalog {
                 Cas::Write(Latest {
                     path: path.to_string(),
                     version: cur.map(|l| l.version).unwrap_or(0) + 1,
+                    live: None,
                 })
             },
         )
@@ -117,12 +142,11 @@ impl Catalog {
         };
         let v = match version {
             Some(v) => v,
-            None => {
-                kv::get::<Latest>(&self.store, &Keys::catalog_latest(&key))
-                    .await?
-                    .ok_or_else(not_found)?
-                    .version
-            }
+            None => kv::get::<Latest>(&self.store, &Keys::catalog_latest(&key))
+                .await?
+                .map(|l| l.current())
+                .filter(|v| *v > 0)
+                .ok_or_else(not_found)?,
         };
         kv::get::<Entry>(&self.store, &Keys::catalog_version(&key, v))
             .await?
@@ -140,17 +164,105 @@ impl Catalog {
         while let Some(k) = keys.next().await {
             let Ok(k) = k else { continue };
             if let Some(l) = Keys::catalog_latest_of(&k) {
-                if let Some(latest) = kv::get::<Latest>(&self.store, &k).await? {
-                    if let Some(e) =
-                        kv::get::<Entry>(&self.store, &Keys::catalog_version(l, latest.version))
-                            .await?
-                    {
-                        out.push(e);
-                    }
+                let Some(latest) = kv::get::<Latest>(&self.store, &k).await? else {
+                    continue;
+                };
+                if latest.current() == 0 {
+                    continue;
+                }
+                if let Some(e) =
+                    kv::get::<Entry>(&self.store, &Keys::catalog_version(l, latest.current()))
+                        .await?
+                {
+                    out.push(e);
                 }
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
+    }
+
+    /// Delete `version` of `path`, or every version (`None`); returns the
+    /// versions removed, highest first (empty when none was stored). The
+    /// counter stays, so a later registration takes a new number; "latest"
+    /// then means the highest version still stored.
+    pub async fn delete(&self, path: &str, version: Option<u32>) -> Result<Vec<u32>, CatalogError> {
+        let key = path_key(path)?;
+        let latest_key = Keys::catalog_latest(&key);
+        let Some(latest) = kv::get::<Latest>(&self.store, &latest_key).await? else {
+            return Ok(Vec::new());
+        };
+        let mut removed = Vec::new();
+        for v in versions_to_delete(latest.version, version) {
+            let k = Keys::catalog_version(&key, v);
+            if self.stored(&k).await? {
+                self.store
+                    .purge(&k)
+                    .await
+                    .map_err(|e| kv_err(&self.store, &k, e))?;
+                removed.push(v);
+            }
+        }
+        if removed.is_empty() {
+            return Ok(removed);
+        }
+        let mut live = latest.current();
+        while live > 0 && !self.stored(&Keys::catalog_version(&key, live)).await? {
+            live -= 1;
+        }
+        kv::update(&self.store, &latest_key, |cur: Option<&Latest>| match cur {
+            // A registration in between points "latest" at itself.
+            Some(l) if l.version == latest.version => Cas::Write(Latest {
+                live: Some(live),
+                ..l.clone()
+            }),
+            _ => Cas::Keep,
+        })
+        .await?;
+        Ok(removed)
+    }
+
+    async fn stored(&self, key: &str) -> Result<bool, CatalogError> {
+        let found = self
+            .store
+            .get(key)
+            .await
+            .map_err(|e| kv_err(&self.store, key, e))?;
+        Ok(found.is_some())
+    }
+}
+
+fn kv_err(store: &Store, key: &str, e: impl std::fmt::Display) -> MeshError {
+    MeshError::Kv {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delete_looks_for_one_stored_version_or_all_highest_first() {
+        assert_eq!(versions_to_delete(3, Some(2)), [2]);
+        assert_eq!(versions_to_delete(3, None), [3, 2, 1]);
+        assert!(versions_to_delete(3, Some(4)).is_empty());
+        assert!(versions_to_delete(3, Some(0)).is_empty());
+        assert!(versions_to_delete(0, None).is_empty());
+    }
+
+    #[test]
+    fn latest_is_the_highest_live_version_and_reads_old_records() {
+        let old: Latest = serde_json::from_str(r#"{"path":"a","version":3}"#).unwrap();
+        assert_eq!(old.current(), 3);
+        let deleted = Latest {
+            live: Some(0),
+            ..old.clone()
+        };
+        assert_eq!(deleted.current(), 0);
+        let text = serde_json::to_string(&old).unwrap();
+        assert!(!text.contains("live"), "{text}");
     }
 }

@@ -116,6 +116,12 @@ impl Keys {
         format!("{path_key}.v{version}")
     }
 
+    /// `<sha256 hex>` (bucket tokens): an API token's record, under the
+    /// SHA-256 of the token (the token itself is never stored).
+    pub fn token(sha256_hex: &str) -> String {
+        sha256_hex.to_string()
+    }
+
     /// The object id (below its execution and step in the object store,
     /// `mesh::objects`) of argument `index` of token `token_id`, when it
     /// travels by reference.

@@ -314,6 +314,10 @@ impl Mesh {
     pub fn catalog(&self) -> catalog::Catalog {
         catalog::Catalog::new(self.inner.buckets.catalog.clone())
     }
+    /// The API tokens bucket (`noetl_tokens`: token hashes, names, roles).
+    pub fn tokens_kv(&self) -> &Store {
+        &self.inner.buckets.tokens
+    }
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {
         credentials::Vault::new(self.inner.buckets.credentials.clone(), &self.inner.config)

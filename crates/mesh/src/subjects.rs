@@ -180,6 +180,11 @@ impl Subjects {
     pub fn credentials_bucket(&self) -> String {
         format!("{}_credentials", self.prefix)
     }
+    /// API tokens bucket (`noetl_tokens`): the SHA-256 of each token of
+    /// `noetl serve api`, its name and role (never the token).
+    pub fn tokens_bucket(&self) -> String {
+        format!("{}_tokens", self.prefix)
+    }
 }
 
 #[cfg(test)]

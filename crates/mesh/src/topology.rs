@@ -26,6 +26,8 @@ pub struct Buckets {
     pub credentials: kv::Store,
     /// Registered playbooks (`noetl_catalog`).
     pub catalog: kv::Store,
+    /// API tokens, hashed (`noetl_tokens`).
+    pub tokens: kv::Store,
 }
 
 fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
@@ -178,7 +180,8 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
     let (loops, r3) = bucket(&p, &s.loop_bucket()).await?;
     let (credentials, r4) = bucket(&p, &s.credentials_bucket()).await?;
     let (catalog, r5) = bucket(&p, &s.catalog_bucket()).await?;
-    report.extend([r1, r2, r3, r4, r5]);
+    let (tokens, r6) = bucket(&p, &s.tokens_bucket()).await?;
+    report.extend([r1, r2, r3, r4, r5, r6]);
     Ok(Ensured {
         buckets: Buckets {
             exec,
@@ -186,6 +189,7 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
             loops,
             credentials,
             catalog,
+            tokens,
         },
         report,
     })

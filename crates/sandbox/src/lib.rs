@@ -44,9 +44,10 @@ pub const ALLOWED_PREFIXES: &[&str] = &["LC_"];
 /// `NOETL_PYTHON_ENV`: the credentials' secret key and its file
 /// (`NOETL_SECRET_KEY*`), NATS settings and credentials (`NOETL_NATS_*`,
 /// `NATS_*`), object-store settings and cloud credentials (`NOETL_S3_*`,
-/// `AWS_*`).
+/// `AWS_*`), and the API's bootstrap token (`NOETL_API_*`).
 pub const NEVER_PREFIXES: &[&str] = &[
     "NOETL_SECRET_KEY",
+    "NOETL_API_",
     "NOETL_NATS_",
     "NATS_",
     "NOETL_S3_",
@@ -388,6 +389,13 @@ mod tests {
                 "aws_secret_access_key"
             ]
         );
+    }
+
+    #[test]
+    fn the_api_bootstrap_token_never_passes() {
+        assert!(is_never_passed("NOETL_API_BOOTSTRAP_TOKEN"));
+        assert!(is_never_passed("noetl_api_anything"));
+        assert!(!is_never_passed("NOETL_PYTHON_ENV"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ enum Command {
     /// Register, list and show playbooks in the catalog.
     #[command(subcommand)]
     Playbook(commands::playbook::Command),
-    /// Operate a mesh: create its streams and buckets.
+    /// Operate a mesh: create its streams and buckets; API tokens.
     #[command(subcommand)]
     Admin(commands::admin::Command),
     /// Print a shell completion script (`noetl completions bash > /etc/bash_completion.d/noetl`).

@@ -22,6 +22,9 @@ pub enum Command {
     /// NOETL_REPLICAS (or --replicas) replicas; existing ones are scaled
     /// to that count where JetStream allows.
     Init(InitArgs),
+    /// Bearer tokens of `noetl serve api` (docs/api.md).
+    #[command(subcommand)]
+    Token(super::admin_token::Command),
 }
 
 /// Arguments of `noetl admin init`.
@@ -41,6 +44,7 @@ pub struct InitArgs {
 pub async fn run(c: Command) -> anyhow::Result<ExitCode> {
     match c {
         Command::Init(a) => init(a).await,
+        Command::Token(c) => super::admin_token::run(c).await,
     }
 }
 

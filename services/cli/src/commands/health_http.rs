@@ -34,14 +34,20 @@ pub struct HealthServer {
     addr: SocketAddr,
 }
 
-/// Serve the endpoints for `mesh` on `listener` until [`HealthServer::stop`].
-pub fn spawn(listener: TcpListener, mesh: Mesh) -> anyhow::Result<HealthServer> {
-    let addr = listener.local_addr().context("health server address")?;
-    let app = Router::new()
+/// `/healthz`, `/readyz` and `/metrics` of `mesh`, as routes (served by
+/// [`spawn`], and by `noetl serve api` beside its own).
+pub fn routes(mesh: Mesh) -> Router {
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(mesh);
+        .with_state(mesh)
+}
+
+/// Serve the endpoints for `mesh` on `listener` until [`HealthServer::stop`].
+pub fn spawn(listener: TcpListener, mesh: Mesh) -> anyhow::Result<HealthServer> {
+    let addr = listener.local_addr().context("health server address")?;
+    let app = routes(mesh);
     let stop = CancellationToken::new();
     let stopped = stop.clone();
     let task = tokio::spawn(async move {

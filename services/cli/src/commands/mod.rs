@@ -1,12 +1,14 @@
 //! One module per subcommand.
 
 pub mod admin;
+pub mod admin_token;
 pub mod common;
 pub mod credential;
 pub mod events;
 pub mod exec;
 pub mod exit;
 pub mod health_http;
+pub mod join;
 pub mod local;
 pub mod migrate;
 pub mod playbook;
@@ -14,6 +16,7 @@ pub mod retry;
 pub mod run;
 pub mod schema;
 pub mod serve;
+pub mod serve_api;
 pub mod source;
 pub mod tail_filter;
 pub mod tree;

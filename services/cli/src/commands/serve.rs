@@ -1,18 +1,19 @@
 //! `noetl serve SERVICE`: run one service against a shared NATS until
 //! SIGINT/SIGTERM, then drain in-flight messages and exit. With
-//! `--http-addr` it also serves `/healthz`, `/readyz` and `/metrics`.
+//! `--http-addr` it also serves `/healthz`, `/readyz` and `/metrics`
+//! (`noetl serve api` serves its REST API there too: `serve_api`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::bail;
 use noetl_core::tool::Tool;
-use noetl_mesh::{connect::display_urls, runtime::ServiceParams, Mesh};
-use tokio_util::sync::CancellationToken;
+use noetl_mesh::{connect::display_urls, runtime::ServiceParams};
 
 use super::common::{all_tools, init_tracing, known_kinds, tool, MeshArgs};
+use super::join::{join_waiting, on_signal};
+use super::serve_api::{ApiArgs, ApiRun};
 
 /// Which service.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -25,6 +26,8 @@ pub enum Service {
     LoopSupervisor,
     /// Tool executors (`--kind` selects the kinds; default all).
     Executor,
+    /// NoETL's REST API over the mesh (docs/api.md).
+    Api,
 }
 
 impl Service {
@@ -35,6 +38,7 @@ impl Service {
             Self::Scheduler => "noetl-scheduler",
             Self::LoopSupervisor => "noetl-loop-supervisor",
             Self::Executor => "noetl-executor",
+            Self::Api => "noetl-api",
         }
     }
 }
@@ -64,9 +68,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// Serve `/healthz`, `/readyz` and `/metrics` on this address
-    /// (e.g. `0.0.0.0:9090`); off unless given.
+    /// (e.g. `0.0.0.0:9090`); off unless given. `api`: where it serves
+    /// (default 127.0.0.1:8082).
     #[arg(long, env = "NOETL_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub api: ApiArgs,
     #[command(flatten)]
     pub mesh: MeshArgs,
 }
@@ -78,6 +85,17 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "info",
         args.service.otel_name(),
     )?;
+    if let Service::Api = args.service {
+        return super::serve_api::run(ApiRun {
+            http_addr: args.http_addr,
+            api: args.api,
+            mesh: args.mesh,
+        })
+        .await;
+    }
+    if let Some(flag) = args.api.given() {
+        bail!("{flag} is an option of `noetl serve api` only");
+    }
     for k in &args.kinds {
         if !known_kinds().any(|known| known == k) {
             bail!(
@@ -98,13 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(addr) => Some(super::health_http::bind(addr).await?),
         None => None,
     };
-    let shutdown = CancellationToken::new();
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("signal received: draining");
-        signal.cancel();
-    });
+    let shutdown = on_signal();
     let Some(mesh) = join_waiting(&args.mesh, &shutdown).await? else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -131,6 +143,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .await
         }
+        Service::Api => unreachable!("served above"),
     };
     // Drained (or failed): only now stop answering probes.
     if let Some(h) = health {
@@ -138,73 +151,4 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     served?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Join the mesh, waiting for NATS: a service started before its server,
-/// or while it restarts, retries with backoff (logging each failure)
-/// instead of exiting; a configuration error ends it at once. `None`
-/// when a signal came first.
-async fn join_waiting(
-    args: &MeshArgs,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Mesh>> {
-    let config = args.config();
-    let url = display_urls(&config.nats_url);
-    let mut attempt = 0u32;
-    loop {
-        match Mesh::connect(config.clone()).await {
-            Ok(mesh) => return Ok(Some(mesh)),
-            // Only what trying again can mend is retried (a credentials
-            // outage, NATS restarting): a configuration error ends it.
-            Err(e) if e.kind() == noetl_mesh::error::ErrorKind::Config => {
-                return Err(anyhow::Error::new(e).context(format!("joining the mesh at {url}")))
-            }
-            Err(e) => {
-                let wait = join_backoff(attempt);
-                tracing::warn!(nats = %url, attempt = attempt + 1, retry_in_ms = wait.as_millis() as u64,
-                    error = %e, "cannot join the mesh yet; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(None),
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                attempt = attempt.saturating_add(1);
-            }
-        }
-    }
-}
-
-/// Delay before the next attempt to join: 250 ms doubling to 5 s.
-fn join_backoff(attempt: u32) -> Duration {
-    noetl_mesh::backoff::Backoff {
-        first: Duration::from_millis(250),
-        max: Duration::from_secs(5),
-    }
-    .delay(attempt.saturating_add(1))
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn joining_backs_off_from_a_quarter_second_to_five_seconds() {
-        let waits: Vec<u64> = (0..8).map(|a| join_backoff(a).as_millis() as u64).collect();
-        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
-        assert_eq!(join_backoff(u32::MAX), Duration::from_secs(5));
-    }
 }

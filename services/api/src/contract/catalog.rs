@@ -1,0 +1,137 @@
+//! `/api/catalog/*`: register, list, read and delete playbooks.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::VersionSpec;
+
+fn playbook() -> String {
+    "Playbook".into()
+}
+
+/// `POST /api/catalog/register`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogRegisterRequest {
+    /// The playbook YAML, as text or base64 of it.
+    pub content: String,
+    /// `Playbook` (the only kind this catalog holds).
+    #[serde(default = "playbook")]
+    pub resource_type: String,
+    /// Rewrite a legacy NoETL playbook with the `noetl migrate` rewrite
+    /// first; the catalog stores the migrated text (this engine's addition).
+    #[serde(default)]
+    pub migrate: bool,
+}
+
+/// What `POST /api/catalog/register` stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogRegisterResponse {
+    /// `success`.
+    pub status: String,
+    /// `Resource '<path>' version '<N>' registered.`
+    pub message: String,
+    /// The catalog path (`metadata.path`, else `metadata.name`).
+    pub path: String,
+    /// The version this registration got (1, 2, ...).
+    pub version: u32,
+    /// `<path>@v<version>`: names this version (`POST /api/execute`).
+    pub catalog_id: String,
+    /// `playbook`.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The loader's warnings, one line each (the playbook runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// `POST /api/catalog/list`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogEntriesRequest {
+    /// Only entries of this kind (`Playbook`; any other lists nothing).
+    #[serde(default)]
+    pub resource_type: Option<String>,
+    /// Accepted for NoETL's clients; this catalog keeps no archived entries.
+    #[serde(default)]
+    pub include_archived: bool,
+}
+
+/// The latest version of every registered path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogEntries {
+    /// Sorted by path.
+    pub entries: Vec<CatalogEntryResponse>,
+}
+
+/// One registered version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogEntryResponse {
+    /// `<path>@v<version>`.
+    pub catalog_id: String,
+    /// Catalog path.
+    pub path: String,
+    /// `playbook`.
+    pub kind: String,
+    /// Version.
+    pub version: u32,
+    /// The YAML text as registered.
+    pub content: Option<String>,
+    /// The normalised `workflow` as JSON (`null` if it no longer loads).
+    pub layout: Option<Value>,
+    /// The `workload` as JSON.
+    pub payload: Option<Value>,
+    /// The `metadata` as JSON.
+    pub meta: Option<Value>,
+    /// When it was registered (RFC 3339).
+    pub created_at: String,
+}
+
+/// `POST /api/catalog/resource`: one version, by id or by path.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogEntryRequest {
+    /// `<path>@v<version>`.
+    #[serde(default)]
+    pub catalog_id: Option<String>,
+    /// Catalog path.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A version number, or `latest` (the default).
+    #[serde(default)]
+    pub version: Option<VersionSpec>,
+}
+
+/// `POST /api/catalog/delete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogDeleteRequest {
+    /// Catalog path.
+    pub path: String,
+    /// Only this version; absent: every version of the path.
+    #[serde(default)]
+    pub version: Option<u32>,
+}
+
+/// One version a delete removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedCatalogEntry {
+    /// `<path>@v<version>`.
+    pub catalog_id: String,
+    /// The version.
+    pub version: u32,
+}
+
+/// What `POST /api/catalog/delete` removed (idempotent: nothing is 200
+/// with `count: 0`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogDeleteResponse {
+    /// `success`.
+    pub status: String,
+    /// What was removed, in one line.
+    pub message: String,
+    /// Catalog path.
+    pub path: String,
+    /// Each version removed, highest first.
+    pub deleted: Vec<DeletedCatalogEntry>,
+    /// How many.
+    pub count: usize,
+}

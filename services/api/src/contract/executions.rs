@@ -1,0 +1,167 @@
+//! `/api/executions/*`: list, read, cancel; a step's result.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// `GET /api/executions` filters and paging.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListExecutionsQuery {
+    /// Only executions of this catalog version (`<path>@v<N>`).
+    pub catalog_id: Option<String>,
+    /// Only executions whose catalog path contains this (any case).
+    pub path: Option<String>,
+    /// Only this status: `RUNNING`, `COMPLETED`, `FAILED`, `CANCELLED`.
+    pub status: Option<String>,
+    /// At most this many (default 50, at most 100).
+    pub limit: Option<u32>,
+    /// Skip this many of the newest first.
+    pub offset: Option<u32>,
+}
+
+/// One line of `GET /api/executions`, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionSummary {
+    /// Execution id.
+    pub execution_id: String,
+    /// `<path>@v<N>` when started from the catalog.
+    pub catalog_id: Option<String>,
+    /// Catalog path, when started from the catalog.
+    pub path: Option<String>,
+    /// `RUNNING`, `COMPLETED`, `FAILED` or `CANCELLED`.
+    pub status: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339, once ended.
+    pub completed_at: Option<String>,
+    /// `metadata.name` of the playbook.
+    pub playbook: String,
+    /// The parent execution of a child playbook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_execution_id: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One event of an execution, as NoETL's execution view shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionEvent {
+    /// The event's id.
+    pub event_id: String,
+    /// Its stream sequence (what `Last-Event-ID` and `after` take).
+    pub seq: u64,
+    /// e.g. `step.done`.
+    pub event_type: String,
+    /// The step it is about.
+    pub node_name: Option<String>,
+    /// `RUNNING`, `COMPLETED`, `FAILED`, `CANCELLED`, `SKIPPED`, `PARTIAL`
+    /// or `INFO`, from its type and payload.
+    pub status: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// The payload's `result`, if any.
+    pub result: Option<Value>,
+    /// The payload's `error`, as text.
+    pub error: Option<String>,
+}
+
+/// `GET /api/executions/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionDetail {
+    /// Execution id.
+    pub execution_id: String,
+    /// `<path>@v<N>` when started from the catalog.
+    pub catalog_id: Option<String>,
+    /// Catalog path, when started from the catalog.
+    pub path: Option<String>,
+    /// `RUNNING`, `COMPLETED`, `FAILED` or `CANCELLED`.
+    pub status: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339, once ended.
+    pub completed_at: Option<String>,
+    /// The parent execution of a child playbook.
+    pub parent_execution_id: Option<String>,
+    /// The merged workload.
+    pub workload: Option<Value>,
+    /// `ctx` now (or at its end).
+    pub ctx: Value,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Events stored for it.
+    pub event_count: usize,
+    /// Its last 2,000 events, oldest first.
+    pub events: Vec<ExecutionEvent>,
+}
+
+/// Step counts of `GET /api/executions/{id}/status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionProgress {
+    /// Steps of the workflow.
+    pub total_steps: u32,
+    /// Steps whose latest run is done.
+    pub completed_steps: u32,
+    /// Steps with a live token.
+    pub running_steps: u32,
+    /// Steps whose latest run failed.
+    pub failed_steps: u32,
+}
+
+/// `GET /api/executions/{id}/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionStatus {
+    /// Execution id.
+    pub execution_id: String,
+    /// `RUNNING`, `COMPLETED`, `FAILED` or `CANCELLED`.
+    pub status: String,
+    /// A step with a live token, if any.
+    pub current_step: Option<String>,
+    /// Step counts.
+    pub progress: ExecutionProgress,
+    /// True once cancelled.
+    pub is_cancelled: bool,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Each step: `done`, `failed`, `skipped` or `not_run`.
+    pub steps: BTreeMap<String, String>,
+}
+
+/// `POST /api/executions/{id}/cancel` (the body is optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CancelRequest {
+    /// Why (recorded as the execution's error: `cancelled: <reason>`).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// What `POST /api/executions/{id}/cancel` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CancelResponse {
+    /// Execution id.
+    pub execution_id: String,
+    /// `cancelled` (as NoETL answers: the cancellation was requested).
+    pub status: String,
+    /// `Execution cancellation requested`.
+    pub message: String,
+}
+
+/// `GET /api/executions/{id}/results/{step}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StepResultResponse {
+    /// Execution id.
+    pub execution_id: String,
+    /// Step name.
+    pub step: String,
+    /// The step's last result (read from the object store when it was
+    /// stored by reference).
+    pub result: Value,
+    /// True when it was stored by reference (above the inline limit).
+    pub by_reference: bool,
+    /// True when only a preview of it was kept (`result` is then
+    /// `{truncated, size, preview}`).
+    pub truncated: bool,
+}

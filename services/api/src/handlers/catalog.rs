@@ -1,0 +1,182 @@
+//! `POST /api/catalog/register|list|resource|delete`.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+
+use crate::auth::Principal;
+use crate::contract::catalog::{
+    CatalogDeleteRequest, CatalogDeleteResponse, CatalogEntries, CatalogEntriesRequest,
+    CatalogEntryRequest, CatalogEntryResponse, CatalogRegisterRequest, CatalogRegisterResponse,
+    DeletedCatalogEntry,
+};
+use crate::contract::ErrorBody;
+use crate::error::ApiError;
+use crate::extract::{Body, OptionalBody};
+use crate::handlers::audited;
+use crate::shape::catalog::{
+    catalog_id, entry_response, parse_catalog_id, registration, version_of, RegisterInput,
+};
+use crate::state::AppState;
+
+/// Validate a playbook and store it as the next version of its path.
+#[utoipa::path(post, path = "/api/catalog/register", tag = "catalog",
+    request_body = CatalogRegisterRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Stored", body = CatalogRegisterResponse),
+        (status = 400, description = "Not JSON", body = ErrorBody),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "Not admin", body = ErrorBody),
+        (status = 422, description = "The playbook does not load (with `diagnostics`)", body = ErrorBody)))]
+pub async fn register(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Body(req): Body<CatalogRegisterRequest>,
+) -> Result<Json<CatalogRegisterResponse>, ApiError> {
+    let reg = registration(RegisterInput {
+        content: &req.content,
+        resource_type: &req.resource_type,
+        migrate: req.migrate,
+    });
+    let reg = match reg {
+        Ok(r) => r,
+        Err(e) => return audited(&principal, "catalog.register", "<request>", Err(e)),
+    };
+    let stored = state
+        .mesh
+        .catalog()
+        .register(&reg.path, &reg.name, &reg.text)
+        .await
+        .map_err(ApiError::from);
+    let target = stored
+        .as_ref()
+        .map(|e| catalog_id(&e.path, e.version))
+        .unwrap_or_else(|_| reg.path.clone());
+    let entry = audited(&principal, "catalog.register", &target, stored)?;
+    Ok(Json(CatalogRegisterResponse {
+        status: "success".into(),
+        message: format!(
+            "Resource '{}' version '{}' registered.",
+            entry.path, entry.version
+        ),
+        catalog_id: catalog_id(&entry.path, entry.version),
+        path: entry.path,
+        version: entry.version,
+        kind: "playbook".into(),
+        name: entry.name,
+        warnings: reg.warnings,
+    }))
+}
+
+/// The latest version of every path (the body is optional).
+#[utoipa::path(post, path = "/api/catalog/list", tag = "catalog",
+    request_body(content = CatalogEntriesRequest, description = "Optional"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Sorted by path", body = CatalogEntries),
+        (status = 401, description = "No token", body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    OptionalBody(req): OptionalBody<CatalogEntriesRequest>,
+) -> Result<Json<CatalogEntries>, ApiError> {
+    let wanted = req
+        .resource_type
+        .as_deref()
+        .is_none_or(|t| t.eq_ignore_ascii_case("playbook"));
+    let entries = if wanted {
+        state.mesh.catalog().list().await?
+    } else {
+        Vec::new()
+    };
+    Ok(Json(CatalogEntries {
+        entries: entries.iter().map(entry_response).collect(),
+    }))
+}
+
+/// One version: by `catalog_id`, or by `path` and `version` (default
+/// latest).
+#[utoipa::path(post, path = "/api/catalog/resource", tag = "catalog",
+    request_body = CatalogEntryRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The version", body = CatalogEntryResponse),
+        (status = 404, description = "Not registered", body = ErrorBody),
+        (status = 422, description = "Neither `catalog_id` nor `path`, or a bad one", body = ErrorBody)))]
+pub async fn resource(
+    State(state): State<AppState>,
+    Body(req): Body<CatalogEntryRequest>,
+) -> Result<Json<CatalogEntryResponse>, ApiError> {
+    let (path, version) = match (&req.catalog_id, &req.path) {
+        (Some(id), _) => {
+            let (p, v) = parse_catalog_id(id.trim()).ok_or_else(|| {
+                ApiError::invalid(format!("Invalid catalog_id {id:?}: use `<path>@v<N>`"))
+            })?;
+            (p, Some(v))
+        }
+        (None, Some(p)) => (p.trim().to_string(), version_of(req.version.as_ref())?),
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "Either 'catalog_id' or 'path' must be provided",
+            ))
+        }
+    };
+    let entry = state.mesh.catalog().get(&path, version).await?;
+    Ok(Json(entry_response(&entry)))
+}
+
+/// Delete one version of a path, or all (idempotent: nothing matched is
+/// 200 with `count: 0`). "Latest" is then the highest version left.
+#[utoipa::path(post, path = "/api/catalog/delete", tag = "catalog",
+    request_body = CatalogDeleteRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What was removed", body = CatalogDeleteResponse),
+        (status = 403, description = "Not admin", body = ErrorBody),
+        (status = 422, description = "No path, or version 0", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Body(req): Body<CatalogDeleteRequest>,
+) -> Result<Json<CatalogDeleteResponse>, ApiError> {
+    let path = req.path.trim().to_string();
+    let target = match req.version {
+        Some(v) => catalog_id(&path, v),
+        None => path.clone(),
+    };
+    let removed = if path.is_empty() {
+        Err(ApiError::invalid(
+            "catalog delete requires a non-empty 'path'",
+        ))
+    } else if req.version == Some(0) {
+        Err(ApiError::invalid(
+            "version 0 is not a version: versions start at 1",
+        ))
+    } else {
+        state
+            .mesh
+            .catalog()
+            .delete(&path, req.version)
+            .await
+            .map_err(ApiError::from)
+    };
+    let removed = audited(&principal, "catalog.delete", &target, removed)?;
+    let message = match (removed.len(), req.version) {
+        (0, Some(v)) => format!("No catalog entry '{path}' version {v}; nothing removed."),
+        (0, None) => format!("No catalog entries for '{path}'; nothing removed."),
+        (_, Some(v)) => format!("Removed catalog entry '{path}' version {v}."),
+        (n, None) => format!("Removed {n} version(s) of catalog entry '{path}'."),
+    };
+    Ok(Json(CatalogDeleteResponse {
+        status: "success".into(),
+        message,
+        deleted: removed
+            .iter()
+            .map(|v| DeletedCatalogEntry {
+                catalog_id: catalog_id(&path, *v),
+                version: *v,
+            })
+            .collect(),
+        count: removed.len(),
+        path,
+    }))
+}

@@ -1,0 +1,123 @@
+//! `POST /api/credentials`, `GET /api/credentials[/{name}]`,
+//! `DELETE /api/credentials/{name}`: data goes in (encrypted in the
+//! vault) and never comes out.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+
+use crate::auth::Principal;
+use crate::contract::credentials::{
+    CredentialCreateRequest, CredentialDeleteResponse, CredentialFilter, CredentialListResponse,
+    CredentialResponse, GetCredentialQuery,
+};
+use crate::contract::ErrorBody;
+use crate::error::ApiError;
+use crate::extract::{Body, Params, Segments};
+use crate::handlers::audited;
+use crate::shape::credentials::{select, to_store, view};
+use crate::state::AppState;
+
+/// Encrypt and store a credential (replacing one of the same name).
+#[utoipa::path(post, path = "/api/credentials", tag = "credentials",
+    request_body = CredentialCreateRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Stored (name and kind only)", body = CredentialResponse),
+        (status = 403, description = "Not admin", body = ErrorBody),
+        (status = 422, description = "No name, an unknown type, or data without the kind's fields", body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Body(req): Body<CredentialCreateRequest>,
+) -> Result<Json<CredentialResponse>, ApiError> {
+    let name = req.name.trim().to_string();
+    let done = async {
+        let cred = to_store(req)?;
+        state.mesh.vault().put(&cred).await?;
+        Ok(cred.kind)
+    }
+    .await;
+    let kind = audited(&principal, "credential.put", &name, done)?;
+    let now = noetl_mesh::events::now_rfc3339();
+    Ok(Json(CredentialResponse {
+        id: name.clone(),
+        name,
+        credential_type: kind,
+        created_at: now.clone(),
+        updated_at: now,
+    }))
+}
+
+/// Names and kinds (filtered by `type` and `q`).
+#[utoipa::path(get, path = "/api/credentials", tag = "credentials",
+    params(CredentialFilter),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Names and kinds, never data", body = CredentialListResponse)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Params(f): Params<CredentialFilter>,
+) -> Result<Json<CredentialListResponse>, ApiError> {
+    let all = state.mesh.vault().list().await?;
+    let items = select(&all, &f);
+    let filtered = f.credential_type.is_some() || f.q.is_some();
+    Ok(Json(CredentialListResponse {
+        items,
+        filter: filtered.then_some(f),
+    }))
+}
+
+/// One credential's name and kind (`include_data=true` is refused).
+#[utoipa::path(get, path = "/api/credentials/{name}", tag = "credentials",
+    params(("name" = String, Path, description = "Credential name"), GetCredentialQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Name and kind", body = CredentialResponse),
+        (status = 403, description = "`include_data=true`: data never leaves the vault", body = ErrorBody),
+        (status = 404, description = "Not stored", body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Segments(name): Segments<String>,
+    Params(q): Params<GetCredentialQuery>,
+) -> Result<Json<CredentialResponse>, ApiError> {
+    if q.include_data {
+        return Err(ApiError::Forbidden(
+            "include_data: this API never returns credential data; executors decrypt what their playbooks declare"
+                .into(),
+        ));
+    }
+    let all = state.mesh.vault().list().await?;
+    all.iter()
+        .find(|c| c.name == name)
+        .map(|c| Json(view(c)))
+        .ok_or_else(|| ApiError::NotFound(format!("credential `{name}` is not stored")))
+}
+
+/// Delete a credential.
+#[utoipa::path(delete, path = "/api/credentials/{name}", tag = "credentials",
+    params(("name" = String, Path, description = "Credential name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Deleted", body = CredentialDeleteResponse),
+        (status = 403, description = "Not admin", body = ErrorBody),
+        (status = 404, description = "Not stored", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Segments(name): Segments<String>,
+) -> Result<Json<CredentialDeleteResponse>, ApiError> {
+    let done = async {
+        if state.mesh.vault().delete(&name).await? {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound(format!(
+                "credential `{name}` is not stored"
+            )))
+        }
+    }
+    .await;
+    audited(&principal, "credential.delete", &name, done)?;
+    Ok(Json(CredentialDeleteResponse {
+        message: "Credential deleted successfully".into(),
+        id: name,
+    }))
+}

@@ -1,0 +1,219 @@
+//! `GET /api/executions`, `GET /api/executions/{id}`, `.../status`,
+//! `POST .../cancel`, `GET .../results/{step}`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use noetl_mesh::keys::Keys;
+use noetl_mesh::objects::is_ref;
+use noetl_mesh::state::{StepRecord, StepStatus};
+use noetl_mesh::{kv, Mesh};
+use serde_json::Value;
+
+use crate::auth::Principal;
+use crate::contract::executions::{
+    CancelRequest, CancelResponse, ExecutionDetail, ExecutionStatus, ExecutionSummary,
+    ListExecutionsQuery, StepResultResponse,
+};
+use crate::contract::ErrorBody;
+use crate::error::ApiError;
+use crate::extract::{OptionalBody, Params, Segments};
+use crate::handlers::{audited, header};
+use crate::read::{step_result, stored, Stored};
+use crate::shape::events::execution_event;
+use crate::shape::executions::{catalog_source, filter, select};
+use crate::shape::status::{progress, status_name, step_name};
+use crate::state::AppState;
+
+/// Events `GET /api/executions/{id}` returns at most (the last ones).
+pub const MAX_EVENTS: usize = 2000;
+
+/// Recent executions, newest first.
+#[utoipa::path(get, path = "/api/executions", tag = "executions",
+    params(ListExecutionsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of executions", body = Vec<ExecutionSummary>),
+        (status = 422, description = "A status that is not one", body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Params(q): Params<ListExecutionsQuery>,
+) -> Result<Json<Vec<ExecutionSummary>>, ApiError> {
+    let f = filter(&q)?;
+    let mut headers = Vec::new();
+    for (key, h) in state.mesh.executions().await? {
+        match h {
+            Ok(h) => headers.push(h),
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e, "skipping an execution header that does not decode")
+            }
+        }
+    }
+    Ok(Json(select(&headers, &f)))
+}
+
+/// One execution: status, workload, `ctx` and its last 2,000 events.
+#[utoipa::path(get, path = "/api/executions/{id}", tag = "executions",
+    params(("id" = String, Path, description = "Execution id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The execution", body = ExecutionDetail),
+        (status = 404, description = "No such execution", body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Segments(id): Segments<String>,
+) -> Result<Json<ExecutionDetail>, ApiError> {
+    let mesh = &state.mesh;
+    let h = header(mesh, &id).await?;
+    let workload = mesh
+        .plans()
+        .get(mesh, &id)
+        .await
+        .ok()
+        .map(|p| p.workload.clone());
+    let (event_count, events) = stored(
+        mesh,
+        Stored {
+            filter: mesh.subjects().events_of(&id),
+            after: 0,
+            keep_last: MAX_EVENTS,
+        },
+    )
+    .await?;
+    let (catalog_id, path) = catalog_source(&h.source);
+    Ok(Json(ExecutionDetail {
+        execution_id: h.execution_id.clone(),
+        catalog_id,
+        path,
+        status: status_name(h.status).into(),
+        started_at: h.started_at.clone(),
+        completed_at: h.ended_at.clone(),
+        parent_execution_id: Some(h.parent_execution_id.clone()).filter(|p| !p.is_empty()),
+        workload,
+        ctx: mesh.exec_ctx(&id).await?,
+        error: h.error.clone(),
+        event_count,
+        events: events.iter().map(execution_event).collect(),
+    }))
+}
+
+/// Each step of the execution's plan with its latest status (none before
+/// the router stored the plan).
+async fn step_statuses(
+    mesh: &Mesh,
+    id: &str,
+) -> Result<BTreeMap<String, Option<StepStatus>>, ApiError> {
+    let mut out = BTreeMap::new();
+    if let Ok(plan) = mesh.plans().get(mesh, id).await {
+        for step in &plan.playbook.workflow {
+            let rec: Option<StepRecord> =
+                kv::get(mesh.exec_kv(), &Keys::step(id, &step.step)).await?;
+            out.insert(step.step.clone(), rec.map(|r| r.status));
+        }
+    }
+    Ok(out)
+}
+
+/// An execution's status and step counts (what NoETL's clients poll).
+#[utoipa::path(get, path = "/api/executions/{id}/status", tag = "executions",
+    params(("id" = String, Path, description = "Execution id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Its status", body = ExecutionStatus),
+        (status = 404, description = "No such execution", body = ErrorBody)))]
+pub async fn status(
+    State(state): State<AppState>,
+    Segments(id): Segments<String>,
+) -> Result<Json<ExecutionStatus>, ApiError> {
+    let h = header(&state.mesh, &id).await?;
+    let steps = step_statuses(&state.mesh, &id).await?;
+    let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
+    Ok(Json(ExecutionStatus {
+        execution_id: h.execution_id.clone(),
+        status: status_name(h.status).into(),
+        current_step: live.last().cloned(),
+        progress: progress(&steps, &live),
+        is_cancelled: h.status == noetl_mesh::state::ExecStatus::Cancelled,
+        error: h.error.clone(),
+        steps: steps
+            .iter()
+            .map(|(k, v)| (k.clone(), step_name(*v).to_string()))
+            .collect(),
+    }))
+}
+
+/// Ask the router to cancel a running execution and its children (the
+/// body, with a `reason`, is optional).
+#[utoipa::path(post, path = "/api/executions/{id}/cancel", tag = "executions",
+    params(("id" = String, Path, description = "Execution id")),
+    request_body(content = CancelRequest, description = "Optional"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Cancellation requested", body = CancelResponse),
+        (status = 403, description = "Viewer", body = ErrorBody),
+        (status = 404, description = "No such execution", body = ErrorBody),
+        (status = 422, description = "It has ended already", body = ErrorBody)))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Segments(id): Segments<String>,
+    OptionalBody(req): OptionalBody<CancelRequest>,
+) -> Result<Json<CancelResponse>, ApiError> {
+    let done = async {
+        let h = header(&state.mesh, &id).await?;
+        if h.status.is_terminal() {
+            return Err(ApiError::invalid(format!(
+                "Cannot cancel execution in {} state",
+                status_name(h.status)
+            )));
+        }
+        Ok(state.mesh.request_cancel(&id, &req.reason).await?)
+    }
+    .await;
+    audited(&principal, "execution.cancel", &id, done)?;
+    Ok(Json(CancelResponse {
+        execution_id: id,
+        status: "cancelled".into(),
+        message: "Execution cancellation requested".into(),
+    }))
+}
+
+/// A step's last result; one stored by reference is read from the object
+/// store (its checksum verified).
+#[utoipa::path(get, path = "/api/executions/{id}/results/{step}", tag = "executions",
+    params(("id" = String, Path, description = "Execution id"),
+           ("step" = String, Path, description = "Step name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The result", body = StepResultResponse),
+        (status = 404, description = "No such execution or step, no result yet, or its object is gone", body = ErrorBody)))]
+pub async fn result(
+    State(state): State<AppState>,
+    Segments((id, step)): Segments<(String, String)>,
+) -> Result<Json<StepResultResponse>, ApiError> {
+    let mesh = &state.mesh;
+    header(mesh, &id).await?;
+    if let Ok(plan) = mesh.plans().get(mesh, &id).await {
+        if !plan.playbook.workflow.iter().any(|s| s.step == step) {
+            return Err(ApiError::NotFound(format!(
+                "execution {id} has no step `{step}`"
+            )));
+        }
+    }
+    let stored = step_result(mesh, &id, &step).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "step `{step}` of execution {id} has no result (not run, not done yet, or it ended without one)"
+        ))
+    })?;
+    let by_reference = is_ref(&stored);
+    let truncated = !by_reference && stored.get("truncated") == Some(&Value::Bool(true));
+    let result = mesh.results().hydrate(stored).await?;
+    Ok(Json(StepResultResponse {
+        execution_id: id,
+        step,
+        result,
+        by_reference,
+        truncated,
+    }))
+}

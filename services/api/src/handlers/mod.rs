@@ -1,0 +1,52 @@
+//! The route handlers, one module per resource. Each reads (KV, the event
+//! stream, the catalog), calls a pure function of `shape`, and answers;
+//! each change is audited ([`crate::audit`]).
+
+pub mod catalog;
+pub mod credentials;
+pub mod events;
+pub mod execute;
+pub mod executions;
+pub mod health;
+
+use noetl_mesh::state::ExecHeader;
+use noetl_mesh::Mesh;
+
+use crate::audit::{record, Audit};
+use crate::auth::Principal;
+use crate::error::ApiError;
+
+/// The header of execution `id`: 400 for what cannot be an execution id
+/// (it would name another key, or a subject wildcard), 404 when there is
+/// none.
+pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
+    if !noetl_mesh::ids::is_valid_execution_id(id) {
+        return Err(ApiError::BadRequest(format!(
+            "{id:?} is not an execution id: 1-128 characters of [A-Za-z0-9_-]"
+        )));
+    }
+    mesh.exec_header(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
+}
+
+/// Audit a change `action` on `target` by `principal` with its outcome,
+/// and pass the result on.
+pub fn audited<T>(
+    principal: &Principal,
+    action: &'static str,
+    target: &str,
+    result: Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let outcome = match &result {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("refused ({}): {e}", e.status().as_u16()),
+    };
+    record(Audit {
+        principal,
+        action,
+        target,
+        outcome: &outcome,
+    });
+    result
+}

@@ -1,0 +1,125 @@
+//! What the API reads from the mesh beyond one KV get: stored events with
+//! their stream sequences, and a step's last result.
+
+use async_nats::jetstream::consumer::{pull::OrderedConfig, Consumer, DeliverPolicy};
+use futures::StreamExt;
+use noetl_mesh::keys::Keys;
+use noetl_mesh::{codec, events::types, kv, Mesh, MeshError};
+use serde_json::Value;
+
+use crate::shape::events::Seen;
+
+/// Where an ordered consumer of the event stream starts.
+pub fn start_after(after: u64) -> DeliverPolicy {
+    if after == 0 {
+        DeliverPolicy::All
+    } else {
+        DeliverPolicy::ByStartSequence {
+            start_sequence: after.saturating_add(1),
+        }
+    }
+}
+
+/// An ordered consumer on the event stream: `filter`, starting at
+/// `policy` (the server drops it a few seconds after its last pull).
+pub async fn consumer(
+    mesh: &Mesh,
+    filter: String,
+    policy: DeliverPolicy,
+) -> Result<Consumer<OrderedConfig>, MeshError> {
+    let stream_name = mesh.subjects().events_stream();
+    let setup = |e: &dyn std::fmt::Display| MeshError::Setup {
+        what: format!("an ordered consumer on stream {stream_name}"),
+        message: e.to_string(),
+    };
+    let stream = mesh
+        .js()
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| setup(&e))?;
+    stream
+        .create_consumer(OrderedConfig {
+            filter_subject: filter,
+            deliver_policy: policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| setup(&e))
+}
+
+/// What [`stored`] reads.
+pub struct Stored {
+    /// Subject filter (`<p>.evt.<eid>.>`...).
+    pub filter: String,
+    /// Only events after this sequence (0: from the first).
+    pub after: u64,
+    /// Keep the last this many (the count is of all read).
+    pub keep_last: usize,
+}
+
+/// The events stored under `s.filter` after `s.after`, in stream order:
+/// how many there are, and the last `s.keep_last` of them. A message that
+/// does not decode is skipped (and logged).
+pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshError> {
+    let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
+        consumer: format!("reader of {}", s.filter),
+        message: e.to_string(),
+    };
+    let mut consumer = consumer(mesh, s.filter.clone(), start_after(s.after)).await?;
+    let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
+    let name = consumer.cached_info().name.clone();
+    let mut out = std::collections::VecDeque::new();
+    let mut count = 0;
+    if pending > 0 {
+        let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
+        while let Some(m) = messages.next().await {
+            let m = m.map_err(|e| failed(&e))?;
+            let info = m.info().map_err(|e| failed(&e))?;
+            let (seq, last) = (info.stream_sequence, info.pending == 0);
+            match codec::decode_event(&m.payload) {
+                Ok(event) => {
+                    count += 1;
+                    out.push_back(Seen { seq, event });
+                    if out.len() > s.keep_last {
+                        out.pop_front();
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(subject = %m.subject, seq, error = %e, "skipping an event that does not decode")
+                }
+            }
+            if last {
+                break;
+            }
+        }
+    }
+    // Gone now rather than after its inactivity threshold.
+    if let Ok(stream) = mesh.js().get_stream(mesh.subjects().events_stream()).await {
+        let _ = stream.delete_consumer(&name).await;
+    }
+    Ok((count, out.into()))
+}
+
+/// A step's last result: the one kept in the execution's KV (a step other
+/// steps read by name, a loop's counts), else the `result` of the step's
+/// last `step.done` event. `None` when it has none (not run, or not done).
+pub async fn step_result(mesh: &Mesh, eid: &str, step: &str) -> Result<Option<Value>, MeshError> {
+    if let Some(v) = kv::get::<Value>(mesh.exec_kv(), &Keys::result(eid, step)).await? {
+        return Ok(Some(v));
+    }
+    let (_, done) = stored(
+        mesh,
+        Stored {
+            filter: mesh.subjects().event(eid, types::STEP_DONE),
+            after: 0,
+            keep_last: usize::MAX,
+        },
+    )
+    .await?;
+    Ok(done
+        .iter()
+        .rev()
+        .find(|s| s.event.step == step)
+        .map(|s| noetl_mesh::events::payload(&s.event))
+        .and_then(|p| p.get("result").cloned()))
+}

@@ -1,0 +1,153 @@
+//! Statuses as NoETL spells them, and an execution's progress.
+
+use std::collections::BTreeMap;
+
+use noetl_mesh::state::{ExecStatus, StepStatus};
+use serde_json::Value;
+
+use crate::contract::executions::ExecutionProgress;
+
+/// NoETL's spelling of an execution status.
+pub fn status_name(s: ExecStatus) -> &'static str {
+    match s {
+        ExecStatus::Running => "RUNNING",
+        ExecStatus::Completed => "COMPLETED",
+        ExecStatus::Failed => "FAILED",
+        ExecStatus::Cancelled => "CANCELLED",
+    }
+}
+
+/// A status filter, in any case: the status, or the message saying which
+/// ones there are.
+pub fn parse_status(s: &str) -> Result<ExecStatus, String> {
+    match s.to_ascii_uppercase().as_str() {
+        "RUNNING" => Ok(ExecStatus::Running),
+        "COMPLETED" => Ok(ExecStatus::Completed),
+        "FAILED" => Ok(ExecStatus::Failed),
+        "CANCELLED" => Ok(ExecStatus::Cancelled),
+        _ => Err(format!(
+            "status {s:?} is not one of RUNNING, COMPLETED, FAILED, CANCELLED"
+        )),
+    }
+}
+
+/// The status of one event, as NoETL's execution view shows it: from its
+/// type, and for an event that ends something from its payload's `status`
+/// (`ok` → `COMPLETED`, `error`/`failed` → `FAILED`, `partial` → `PARTIAL`).
+pub fn event_status(event_type: &str, payload: &Value) -> &'static str {
+    let last = event_type.rsplit('.').next().unwrap_or(event_type);
+    match last {
+        "failed" => "FAILED",
+        "cancelled" => "CANCELLED",
+        "skipped" => "SKIPPED",
+        "started" | "scheduled" | "initialized" => "RUNNING",
+        "done" | "completed" | "claimed" => match payload.get("status").and_then(Value::as_str) {
+            Some("error") | Some("failed") => "FAILED",
+            Some("partial") => "PARTIAL",
+            _ => "COMPLETED",
+        },
+        _ => "INFO",
+    }
+}
+
+/// A step's status as `noetl exec status` shows it.
+pub fn step_name(s: Option<StepStatus>) -> &'static str {
+    match s {
+        Some(StepStatus::Done) => "done",
+        Some(StepStatus::Failed) => "failed",
+        Some(StepStatus::Skipped) => "skipped",
+        None => "not_run",
+    }
+}
+
+/// Step counts: `steps` with their latest status, `live` the steps of the
+/// live tokens.
+pub fn progress(
+    steps: &BTreeMap<String, Option<StepStatus>>,
+    live: &[String],
+) -> ExecutionProgress {
+    let count = |want: StepStatus| steps.values().filter(|s| **s == Some(want)).count() as u32;
+    let mut running: Vec<&String> = live.iter().collect();
+    running.sort();
+    running.dedup();
+    ExecutionProgress {
+        total_steps: steps.len() as u32,
+        completed_steps: count(StepStatus::Done),
+        running_steps: running.len() as u32,
+        failed_steps: count(StepStatus::Failed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn statuses_are_spelled_as_noetl_does_and_parse_in_any_case() {
+        for s in [
+            ExecStatus::Running,
+            ExecStatus::Completed,
+            ExecStatus::Failed,
+            ExecStatus::Cancelled,
+        ] {
+            assert_eq!(parse_status(status_name(s)), Ok(s));
+            assert_eq!(parse_status(&status_name(s).to_lowercase()), Ok(s));
+        }
+        let e = parse_status("done").unwrap_err();
+        assert!(e.contains("RUNNING, COMPLETED"), "{e}");
+    }
+
+    #[test]
+    fn an_events_status_comes_from_its_type_and_payload() {
+        let none = json!({});
+        let table = [
+            (
+                "execution.completed",
+                json!({"status": "completed"}),
+                "COMPLETED",
+            ),
+            ("execution.failed", none.clone(), "FAILED"),
+            ("execution.cancelled", none.clone(), "CANCELLED"),
+            ("step.done", json!({"status": "ok"}), "COMPLETED"),
+            ("step.failed", json!({"status": "error"}), "FAILED"),
+            ("task.done", json!({"status": "error"}), "FAILED"),
+            ("loop.done", json!({"status": "partial"}), "PARTIAL"),
+            ("loop.iteration.done", json!({"status": "ok"}), "COMPLETED"),
+            ("step.skipped", none.clone(), "SKIPPED"),
+            ("task.started", none.clone(), "RUNNING"),
+            ("playbook.initialized", none.clone(), "RUNNING"),
+            ("token.created", none.clone(), "INFO"),
+            ("execution.cancel_requested", none.clone(), "INFO"),
+        ];
+        for (t, p, want) in table {
+            assert_eq!(event_status(t, &p), want, "{t} {p}");
+        }
+    }
+
+    #[test]
+    fn progress_counts_steps_by_their_latest_status_and_live_tokens() {
+        let steps: BTreeMap<String, Option<StepStatus>> = [
+            ("a", Some(StepStatus::Done)),
+            ("b", Some(StepStatus::Failed)),
+            ("c", Some(StepStatus::Skipped)),
+            ("d", None),
+            ("e", Some(StepStatus::Done)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let live = vec!["d".to_string(), "d".to_string(), "a".to_string()];
+        let p = progress(&steps, &live);
+        assert_eq!(
+            p,
+            ExecutionProgress {
+                total_steps: 5,
+                completed_steps: 2,
+                running_steps: 2,
+                failed_steps: 1,
+            }
+        );
+        assert_eq!(step_name(None), "not_run");
+    }
+}

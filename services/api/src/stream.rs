@@ -1,0 +1,172 @@
+//! Server-Sent Events over the event stream: each event's `id:` is its
+//! stream sequence, so a client that reconnects with `Last-Event-ID`
+//! resumes after it. A reader task pulls from an ordered consumer and
+//! hands the events to the response; it ends when the client goes, when
+//! the API drains, or when there is nothing more to send.
+
+use std::convert::Infallible;
+
+use async_nats::jetstream::consumer::DeliverPolicy;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use noetl_mesh::{codec, events::types, Mesh};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::shape::events::{streamed, type_matches, Seen};
+
+/// Events buffered between the reader and a slow client.
+const BUFFER: usize = 64;
+
+/// What one stream sends.
+pub struct Follow {
+    /// Subject filter.
+    pub filter: String,
+    /// Where it starts.
+    pub start: DeliverPolicy,
+    /// The sequence it starts after (0: none), for an execution's stream.
+    pub after: u64,
+    /// Keep waiting for new events once the stored ones are sent.
+    pub follow: bool,
+    /// An execution's stream: it ends after that execution's terminal event
+    /// (or, following, once caught up with an execution already ended).
+    pub execution: Option<String>,
+    /// Send only event types matching this pattern (an execution's stream
+    /// reads all its events, so it sees its terminal event whatever the
+    /// filter; the mesh's stream filters by subject instead).
+    pub only: Option<String>,
+    /// Stop after this many events.
+    pub limit: Option<u64>,
+    /// Ends the stream when the API drains.
+    pub draining: CancellationToken,
+}
+
+/// The response: the events as Server-Sent Events, with keep-alive
+/// comments while it waits.
+pub fn sse(mesh: Mesh, f: Follow) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tokio::spawn(async move {
+        if let Err(why) = pump(&mesh, f, &tx).await {
+            tracing::warn!(error = %why, "event stream ended early");
+            let _ = tx.send(SseEvent::default().event("error").data(why)).await;
+        }
+    });
+    let events =
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
+        );
+    Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+fn is_terminal(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        types::EXECUTION_COMPLETED | types::EXECUTION_FAILED | types::EXECUTION_CANCELLED
+    )
+}
+
+/// The SSE event of `seen`.
+fn sse_event(seen: &Seen) -> SseEvent {
+    let data = serde_json::to_string(&streamed(seen)).unwrap_or_default();
+    SseEvent::default()
+        .id(seen.seq.to_string())
+        .event(seen.event.event_type.clone())
+        .data(data)
+}
+
+/// The stream sequence of execution `eid`'s terminal event, if stored.
+async fn terminal_seq(mesh: &Mesh, eid: &str) -> Option<u64> {
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await
+        .ok()?;
+    for t in [
+        types::EXECUTION_COMPLETED,
+        types::EXECUTION_FAILED,
+        types::EXECUTION_CANCELLED,
+    ] {
+        let subject = mesh.subjects().event(eid, t);
+        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
+            return Some(m.sequence);
+        }
+    }
+    None
+}
+
+/// True when a following stream of execution `eid` that has sent
+/// everything up to `position` has nothing more to wait for: its
+/// terminal event is at or before `position` (sent, or resumed past), or
+/// it ended and its terminal event is no longer stored.
+async fn finished(mesh: &Mesh, eid: &str, position: u64) -> bool {
+    match terminal_seq(mesh, eid).await {
+        Some(seq) => seq <= position,
+        None => matches!(mesh.exec_header(eid).await,
+            Ok(Some(h)) if h.status.is_terminal() && h.terminal_emitted),
+    }
+}
+
+/// Pull events into `tx` until there is nothing more to send; the error
+/// (sent to the client as an `error` event) when the stream fails.
+async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(), String> {
+    let mut consumer = crate::read::consumer(mesh, f.filter.clone(), f.start)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .num_pending;
+    if pending == 0 {
+        let over = match &f.execution {
+            _ if !f.follow => true,
+            Some(eid) => finished(mesh, eid, f.after).await,
+            None => false,
+        };
+        if over {
+            return Ok(());
+        }
+    }
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let mut sent = 0u64;
+    loop {
+        let next = tokio::select! {
+            _ = f.draining.cancelled() => return Ok(()),
+            _ = tx.closed() => return Ok(()),
+            next = messages.next() => next,
+        };
+        let Some(m) = next else { return Ok(()) };
+        let m = m.map_err(|e| e.to_string())?;
+        let info = m.info().map_err(|e| e.to_string())?;
+        let (seq, caught_up) = (info.stream_sequence, info.pending == 0);
+        let mut terminal = false;
+        match codec::decode_event(&m.payload) {
+            Ok(event) => {
+                terminal = f.execution.is_some() && is_terminal(&event.event_type);
+                if f.only
+                    .as_deref()
+                    .is_none_or(|p| type_matches(p, &event.event_type))
+                {
+                    if tx.send(sse_event(&Seen { seq, event })).await.is_err() {
+                        return Ok(());
+                    }
+                    sent += 1;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(subject = %m.subject, seq, error = %e, "skipping an event that does not decode");
+            }
+        }
+        if terminal || f.limit.is_some_and(|n| sent >= n) || (caught_up && !f.follow) {
+            return Ok(());
+        }
+        if caught_up {
+            if let Some(eid) = &f.execution {
+                if finished(mesh, eid, seq).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,778 @@
+//! The API over a real mesh (a private nats-server, every service in
+//! process) and real HTTP: a NoETL client's flow, every route, the roles,
+//! bad input, and credentials that never come back out.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+mod support;
+use support::{assert_error, Api, FLOW, SLOW};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() {
+    let (api, keys) = Api::start().await;
+    let (admin, operator, viewer) = (
+        Some(keys.admin.as_str()),
+        Some(keys.operator.as_str()),
+        Some(keys.viewer.as_str()),
+    );
+    // Register: NoETL's answer, with this engine's catalog id.
+    let reg = api.register(admin, FLOW).await;
+    assert_eq!(reg["status"], "success");
+    assert_eq!(reg["path"], "tests/api_flow");
+    assert_eq!(reg["version"], 1);
+    assert_eq!(reg["catalog_id"], "tests/api_flow@v1");
+    assert_eq!(reg["kind"], "playbook");
+    assert_eq!(
+        reg["message"],
+        "Resource 'tests/api_flow' version '1' registered."
+    );
+
+    // Execute by path, with a payload over the workload.
+    let started = api
+        .post(
+            "/api/execute",
+            operator,
+            &json!({"path": "tests/api_flow", "payload": {"n": 5}}),
+        )
+        .await;
+    assert_eq!(started.status, 200, "{}", started.text);
+    assert_eq!(started.json["status"], "started");
+    assert_eq!(started.json["catalog_id"], "tests/api_flow@v1");
+    let id = started.json["execution_id"].as_str().unwrap().to_string();
+
+    // Poll the status until COMPLETED, as NoETL's CLI does.
+    let status = api.wait_status(&id, viewer, "COMPLETED").await;
+    assert_eq!(status["execution_id"], id.as_str());
+    assert_eq!(status["is_cancelled"], false);
+    assert_eq!(status["current_step"], Value::Null);
+    assert_eq!(
+        status["progress"],
+        json!({"total_steps": 2, "completed_steps": 2, "running_steps": 0, "failed_steps": 0})
+    );
+    assert_eq!(status["steps"], json!({"finish": "done", "start": "done"}));
+
+    // The execution with its events, oldest first, ending completed.
+    let detail = api.get(&format!("/api/executions/{id}"), viewer).await;
+    assert_eq!(detail.status, 200, "{}", detail.text);
+    let d = &detail.json;
+    assert_eq!(d["status"], "COMPLETED");
+    assert_eq!(d["catalog_id"], "tests/api_flow@v1");
+    assert_eq!(d["path"], "tests/api_flow");
+    assert_eq!(d["workload"]["n"], 5);
+    assert!(d["completed_at"].is_string());
+    let events = d["events"].as_array().unwrap();
+    assert_eq!(d["event_count"], events.len());
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types.first(), Some(&"playbook.initialized"), "{types:?}");
+    assert!(types.contains(&"step.done"), "{types:?}");
+    let last = events
+        .iter()
+        .find(|e| e["event_type"] == "execution.completed")
+        .unwrap();
+    assert_eq!(last["status"], "COMPLETED");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "in stream order: {seqs:?}"
+    );
+    let finish = events
+        .iter()
+        .find(|e| e["event_type"] == "step.done" && e["node_name"] == "finish")
+        .unwrap();
+    assert_eq!(finish["result"], "n=5");
+
+    // A step's result: inline, and one stored by reference, read back
+    // from the object store whole.
+    let inline = api
+        .get(&format!("/api/executions/{id}/results/finish"), viewer)
+        .await;
+    assert_eq!(inline.status, 200, "{}", inline.text);
+    assert_eq!(inline.json["result"], "n=5");
+    assert_eq!(inline.json["by_reference"], false);
+    let big = api
+        .get(&format!("/api/executions/{id}/results/start"), viewer)
+        .await;
+    assert_eq!(big.status, 200, "{}", big.text);
+    assert_eq!(big.json["by_reference"], true);
+    assert_eq!(big.json["result"]["rows"].as_array().unwrap().len(), 9);
+    assert_eq!(big.json["result"]["rows"][8], "india");
+
+    // The list: newest first, with NoETL's fields and filters.
+    let listed = api
+        .get("/api/executions?status=completed&path=API_FLOW", viewer)
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let rows = listed.json.as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["execution_id"], id.as_str());
+    assert_eq!(rows[0]["status"], "COMPLETED");
+    assert_eq!(rows[0]["playbook"], "api_flow");
+    let none = api.get("/api/executions?status=RUNNING", viewer).await;
+    assert_eq!(none.json, json!([]));
+    let page = api.get("/api/executions?limit=1&offset=1", viewer).await;
+    assert_eq!(page.json, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_catalog_lists_reads_and_deletes_versions() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    api.register(admin, FLOW).await;
+    let v2 = api.register(admin, &FLOW.replace("n: 3", "n: 4")).await;
+    assert_eq!(v2["version"], 2);
+    api.register(admin, SLOW).await;
+
+    // The list: the latest version of each path, NoETL's entry shape.
+    let list = api.post("/api/catalog/list", viewer, &json!({})).await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    let entries = list.json["entries"].as_array().unwrap();
+    let paths: Vec<(&str, u64)> = entries
+        .iter()
+        .map(|e| (e["path"].as_str().unwrap(), e["version"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(paths, [("tests/api_flow", 2), ("tests/api_slow", 1)]);
+    let flow = &entries[0];
+    assert_eq!(flow["catalog_id"], "tests/api_flow@v2");
+    assert_eq!(flow["payload"], json!({"n": 4}));
+    assert_eq!(flow["layout"][0]["step"], "start");
+    assert!(flow["content"].as_str().unwrap().contains("n: 4"));
+    let tools = api
+        .post(
+            "/api/catalog/list",
+            viewer,
+            &json!({"resource_type": "Tool"}),
+        )
+        .await;
+    assert_eq!(tools.json["entries"], json!([]));
+    let no_body = api
+        .call(Method::POST, "/api/catalog/list", viewer, None)
+        .await;
+    assert_eq!(no_body.json["entries"].as_array().unwrap().len(), 2);
+
+    // One version: by path (latest, a number, "latest"), by catalog id.
+    let api = &api;
+    let resource =
+        |body: Value| async move { api.post("/api/catalog/resource", viewer, &body).await };
+    assert_eq!(
+        resource(json!({"path": "tests/api_flow"})).await.json["version"],
+        2
+    );
+    assert_eq!(
+        resource(json!({"path": "tests/api_flow", "version": 1}))
+            .await
+            .json["version"],
+        1
+    );
+    assert_eq!(
+        resource(json!({"path": "tests/api_flow", "version": "latest"}))
+            .await
+            .json["version"],
+        2
+    );
+    let by_id = resource(json!({"catalog_id": "tests/api_flow@v1"})).await;
+    assert_eq!(by_id.json["payload"], json!({"n": 3}));
+    assert_error(
+        &resource(json!({"path": "tests/nope"})).await,
+        404,
+        "tests/nope",
+    );
+
+    // Delete the latest version: "latest" is the one before.
+    let del = api
+        .post(
+            "/api/catalog/delete",
+            admin,
+            &json!({"path": "tests/api_flow", "version": 2}),
+        )
+        .await;
+    assert_eq!(del.status, 200, "{}", del.text);
+    assert_eq!(del.json["count"], 1);
+    assert_eq!(
+        del.json["deleted"],
+        json!([{"catalog_id": "tests/api_flow@v2", "version": 2}])
+    );
+    assert_eq!(
+        resource(json!({"path": "tests/api_flow"})).await.json["version"],
+        1
+    );
+    assert_error(
+        &resource(json!({"path": "tests/api_flow", "version": 2})).await,
+        404,
+        "version 2",
+    );
+    // Delete every version: gone, idempotent, and a new registration
+    // never reuses a number.
+    let all = api
+        .post(
+            "/api/catalog/delete",
+            admin,
+            &json!({"path": "tests/api_flow"}),
+        )
+        .await;
+    assert_eq!(all.json["count"], 1);
+    assert_error(
+        &resource(json!({"path": "tests/api_flow"})).await,
+        404,
+        "tests/api_flow",
+    );
+    let again = api
+        .post(
+            "/api/catalog/delete",
+            admin,
+            &json!({"path": "tests/api_flow"}),
+        )
+        .await;
+    assert_eq!((again.status, again.json["count"].as_u64()), (200, Some(0)));
+    let paths = api.post("/api/catalog/list", viewer, &json!({})).await;
+    assert_eq!(paths.json["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(api.register(admin, FLOW).await["version"], 3);
+    // Executing a deleted version is a 404 naming it.
+    let gone = api
+        .post(
+            "/api/execute",
+            admin,
+            &json!({"catalog_id": "tests/api_flow@v2"}),
+        )
+        .await;
+    assert_error(&gone, 404, "version 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_role_may_do_what_it_includes_and_no_more() {
+    let (api, keys) = Api::start().await;
+    let (admin, operator, viewer) = (
+        Some(keys.admin.as_str()),
+        Some(keys.operator.as_str()),
+        Some(keys.viewer.as_str()),
+    );
+    // Probes and the document need no token.
+    for path in ["/health", "/api/health", "/api/openapi.json"] {
+        assert_eq!(api.get(path, None).await.status, 200, "{path}");
+    }
+    // No token, or an unknown one: 401 asking for a bearer token.
+    let none = api.get("/api/executions", None).await;
+    assert_error(&none, 401, "Bearer");
+    let r = api
+        .http
+        .get(format!("{}/api/executions", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    assert_error(
+        &api.get("/api/executions", Some("noetl_forged")).await,
+        401,
+        "not known",
+    );
+    let basic = api
+        .http
+        .get(format!("{}/api/executions", api.base))
+        .basic_auth("u", Some("p"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status().as_u16(), 401);
+
+    // A viewer reads, and may neither register, start nor cancel.
+    assert_eq!(api.get("/api/executions", viewer).await.status, 200);
+    assert_eq!(api.get("/api/credentials", viewer).await.status, 200);
+    let reg = api
+        .post("/api/catalog/register", viewer, &json!({"content": FLOW}))
+        .await;
+    assert_error(&reg, 403, "needs admin");
+    assert_eq!(api.register(admin, SLOW).await["version"], 1);
+    let start = api
+        .post("/api/execute", viewer, &json!({"path": "tests/api_slow"}))
+        .await;
+    assert_error(&start, 403, "needs operator");
+
+    // An operator starts and cancels, and may not change the catalog or
+    // the credentials.
+    let id = api
+        .execute(operator, "tests/api_slow", json!({"seconds": 20}))
+        .await;
+    let cancel = api
+        .post(&format!("/api/executions/{id}/cancel"), viewer, &json!({}))
+        .await;
+    assert_error(&cancel, 403, "has role viewer");
+    let cancel = api
+        .post(
+            &format!("/api/executions/{id}/cancel"),
+            operator,
+            &json!({"reason": "test"}),
+        )
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    assert_eq!(
+        cancel.json,
+        json!({"execution_id": id, "status": "cancelled", "message": "Execution cancellation requested"})
+    );
+    let status = api.wait_status(&id, viewer, "CANCELLED").await;
+    assert_eq!(status["is_cancelled"], true);
+    assert!(
+        status["error"].as_str().unwrap().contains("test"),
+        "{status}"
+    );
+    let again = api
+        .post(
+            &format!("/api/executions/{id}/cancel"),
+            operator,
+            &json!({}),
+        )
+        .await;
+    assert_error(&again, 422, "Cannot cancel execution in CANCELLED state");
+    let reg = api
+        .post("/api/catalog/register", operator, &json!({"content": FLOW}))
+        .await;
+    assert_error(&reg, 403, "needs admin");
+    let put = api
+        .post(
+            "/api/credentials",
+            operator,
+            &json!({"name": "x", "type": "bearer", "data": {"token": "abcdefgh"}}),
+        )
+        .await;
+    assert_error(&put, 403, "needs admin");
+
+    // An admin registers and stores credentials.
+    let put = api
+        .post(
+            "/api/credentials",
+            admin,
+            &json!({"name": "x", "type": "bearer", "data": {"token": "abcdefgh"}}),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let del = api
+        .call(Method::DELETE, "/api/credentials/x", operator, None)
+        .await;
+    assert_error(&del, 403, "needs admin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_is_a_4xx_naming_what_is_wrong() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    assert_error(
+        &api.post_raw("/api/catalog/register", admin, "{content: ")
+            .await,
+        400,
+        "not JSON",
+    );
+    assert_error(
+        &api.post_raw("/api/catalog/register", admin, "").await,
+        400,
+        "JSON request body",
+    );
+    assert_error(
+        &api.post("/api/catalog/register", admin, &json!({})).await,
+        422,
+        "missing field `content`",
+    );
+    // `curl -d` sends no JSON content type: the body is read all the same.
+    let curl = api
+        .post_raw(
+            "/api/catalog/register",
+            admin,
+            &json!({"content": FLOW}).to_string(),
+        )
+        .await;
+    assert_eq!(curl.status, 200, "{}", curl.text);
+
+    // A playbook that does not load: 422 with the loader's diagnostics.
+    let bad = api
+        .post(
+            "/api/catalog/register",
+            admin,
+            &json!({"content": FLOW.replace("kind: noop", "kind: pyhton")}),
+        )
+        .await;
+    assert_error(&bad, 422, "E006");
+    assert_eq!(bad.json["diagnostics"][0]["code"], "E006");
+    let tool = api
+        .post(
+            "/api/catalog/register",
+            admin,
+            &json!({"content": FLOW, "resource_type": "Tool"}),
+        )
+        .await;
+    assert_error(&tool, 422, "playbooks only");
+
+    // Execute: what it names must be one thing, and exist.
+    let both = api
+        .post(
+            "/api/execute",
+            admin,
+            &json!({"path": "tests/api_flow", "catalog_id": "tests/api_flow@v1"}),
+        )
+        .await;
+    assert_error(&both, 422, "not both");
+    assert_error(
+        &api.post("/api/execute", admin, &json!({})).await,
+        422,
+        "'path' or 'catalog_id'",
+    );
+    let numeric = api
+        .post("/api/execute", admin, &json!({"catalog_id": 123}))
+        .await;
+    assert_error(&numeric, 422, "<path>@v<N>");
+    let missing = api
+        .post("/api/execute", admin, &json!({"path": "tests/none"}))
+        .await;
+    assert_error(&missing, 404, "tests/none");
+    let bad_id = api
+        .post(
+            "/api/execute",
+            admin,
+            &json!({"path": "tests/api_flow", "execution_id": "a b"}),
+        )
+        .await;
+    assert_error(&bad_id, 422, "execution_id");
+    let bad_version = api
+        .post(
+            "/api/execute",
+            admin,
+            &json!({"path": "tests/api_flow", "version": "v1"}),
+        )
+        .await;
+    assert_error(&bad_version, 422, "not a version");
+    let payload = api
+        .post(
+            "/api/execute",
+            admin,
+            &json!({"path": "tests/api_flow", "payload": [1]}),
+        )
+        .await;
+    assert_error(&payload, 422, "payload");
+    let empty = api
+        .post("/api/execute/batch", admin, &json!({"executions": []}))
+        .await;
+    assert_error(&empty, 422, "1-1000");
+
+    // Executions: unknown ids and steps, filters that are not ones.
+    assert_error(
+        &api.get("/api/executions/nope", viewer).await,
+        404,
+        "Execution not found: nope",
+    );
+    assert_error(
+        &api.get("/api/executions/nope/status", viewer).await,
+        404,
+        "nope",
+    );
+    assert_error(
+        &api.get("/api/executions/nope/events", viewer).await,
+        404,
+        "nope",
+    );
+    assert_error(
+        &api.get("/api/executions/nope/results/start", viewer).await,
+        404,
+        "nope",
+    );
+    assert_error(
+        &api.get("/api/executions?status=done", viewer).await,
+        422,
+        "RUNNING, COMPLETED",
+    );
+    assert_error(
+        &api.get("/api/executions?limit=-1", viewer).await,
+        400,
+        "limit",
+    );
+    let id = api.execute(admin, "tests/api_flow", json!({})).await;
+    api.wait_status(&id, viewer, "COMPLETED").await;
+    let step = api
+        .get(&format!("/api/executions/{id}/results/nostep"), viewer)
+        .await;
+    assert_error(&step, 404, "no step `nostep`");
+    let done = api
+        .post(&format!("/api/executions/{id}/cancel"), admin, &json!({}))
+        .await;
+    assert_error(&done, 422, "COMPLETED state");
+    let r = api
+        .http
+        .get(format!("{}/api/executions/{id}/events", api.base))
+        .bearer_auth(&keys.viewer)
+        .header("Last-Event-ID", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_error(
+        &api.get("/api/events?type=step.d*", viewer).await,
+        400,
+        "type",
+    );
+
+    // Routes and methods that are not there.
+    assert_error(
+        &api.get("/api/nothing", viewer).await,
+        404,
+        "no route GET /api/nothing",
+    );
+    assert_error(
+        &api.call(Method::PUT, "/api/execute", admin, None).await,
+        405,
+        "does not take PUT",
+    );
+
+    // Catalog requests that name nothing.
+    assert_error(
+        &api.post("/api/catalog/resource", viewer, &json!({})).await,
+        422,
+        "'catalog_id' or 'path'",
+    );
+    assert_error(
+        &api.post("/api/catalog/resource", viewer, &json!({"catalog_id": "x"}))
+            .await,
+        422,
+        "Invalid catalog_id",
+    );
+    assert_error(
+        &api.post("/api/catalog/delete", admin, &json!({"path": " "}))
+            .await,
+        422,
+        "non-empty 'path'",
+    );
+    assert_error(
+        &api.post(
+            "/api/catalog/delete",
+            admin,
+            &json!({"path": "a", "version": 0}),
+        )
+        .await,
+        422,
+        "version 0",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_credentials_secret_goes_in_and_never_comes_out() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    let secret = "tok-9f3a7c2e51d04b8a";
+    let put = api
+        .post(
+            "/api/credentials",
+            admin,
+            &json!({"name": "api_token", "type": "bearer", "data": {"token": secret}, "description": "d"}),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    assert_eq!(put.json["id"], "api_token");
+    assert_eq!(put.json["type"], "bearer");
+    assert!(put.json.get("data").is_none());
+    api.post(
+        "/api/credentials",
+        admin,
+        &json!({"name": "pg", "type": "postgres_credential", "data": {"user": "u", "password": secret}}),
+    )
+    .await;
+
+    let list = api.get("/api/credentials", viewer).await;
+    assert_eq!(list.status, 200);
+    let names: Vec<&str> = list.json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["api_token", "pg"]);
+    let bearer = api.get("/api/credentials?type=bearer", viewer).await;
+    assert_eq!(bearer.json["items"].as_array().unwrap().len(), 1);
+    assert_eq!(bearer.json["filter"]["type"], "bearer");
+    let one = api.get("/api/credentials/api_token", viewer).await;
+    assert_eq!(
+        (one.status, one.json["type"].as_str()),
+        (200, Some("bearer"))
+    );
+    assert_error(
+        &api.get("/api/credentials/api_token?include_data=true", admin)
+            .await,
+        403,
+        "never returns credential data",
+    );
+    assert_error(&api.get("/api/credentials/nope", viewer).await, 404, "nope");
+    // Refusals do not echo the data either.
+    let bad = api
+        .post(
+            "/api/credentials",
+            admin,
+            &json!({"name": "b", "type": "bearer", "data": {"tok": secret}}),
+        )
+        .await;
+    assert_error(&bad, 422, "token");
+    let bad = api
+        .post(
+            "/api/credentials",
+            admin,
+            &json!({"name": "b", "type": "oauth", "data": {"token": secret}}),
+        )
+        .await;
+    assert_error(&bad, 422, "oauth");
+
+    // The vault holds ciphertext only.
+    let raw = api
+        .cluster
+        .mesh
+        .js()
+        .get_key_value("noetl_credentials")
+        .await
+        .unwrap()
+        .get("api_token")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&raw).contains(secret));
+
+    let del = api
+        .call(Method::DELETE, "/api/credentials/api_token", admin, None)
+        .await;
+    assert_eq!(
+        del.json,
+        json!({"message": "Credential deleted successfully", "id": "api_token"})
+    );
+    assert_error(
+        &api.call(Method::DELETE, "/api/credentials/api_token", admin, None)
+            .await,
+        404,
+        "not stored",
+    );
+
+    let seen = api.seen.lock().unwrap();
+    assert!(seen.len() >= 9);
+    for body in seen.iter() {
+        assert!(
+            !body.contains(secret),
+            "a response holds the secret: {body}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_and_dedup_keys_start_each_execution_once() {
+    let (api, keys) = Api::start().await;
+    let (admin, operator) = (Some(keys.admin.as_str()), Some(keys.operator.as_str()));
+    api.register(admin, FLOW).await;
+    let batch = api
+        .post(
+            "/api/execute/batch",
+            operator,
+            &json!({"executions": [
+                {"path": "tests/api_flow"},
+                {"path": "tests/missing"},
+                {"catalog_id": "tests/api_flow@v1", "payload": {"n": 9}},
+            ]}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{}", batch.text);
+    let b = &batch.json;
+    assert_eq!(
+        (
+            b["count"].as_u64(),
+            b["started"].as_u64(),
+            b["failed"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1))
+    );
+    assert_eq!(b["results"][1]["status"], "error");
+    assert!(b["results"][1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("tests/missing"));
+    let third = b["results"][2]["execution_id"].as_str().unwrap();
+    api.wait_status(third, operator, "COMPLETED").await;
+    let n = api
+        .get(&format!("/api/executions/{third}/results/finish"), operator)
+        .await;
+    assert_eq!(n.json["result"], "n=9");
+
+    // The same dedup key: one execution, the second request a duplicate.
+    let body = json!({"path": "tests/api_flow", "dedup": {"key": "order-42", "window_secs": 60}});
+    let first = api.post("/api/execute", operator, &body).await;
+    let second = api.post("/api/execute", operator, &body).await;
+    assert_eq!(first.json["status"], "started", "{}", first.text);
+    assert_eq!(second.json["status"], "duplicate", "{}", second.text);
+    assert_eq!(first.json["execution_id"], second.json["execution_id"]);
+    // A caller's own execution id, likewise.
+    let own = json!({"path": "tests/api_flow", "execution_id": "my-run-1"});
+    assert_eq!(
+        api.post("/api/execute", operator, &own).await.json["execution_id"],
+        "my-run-1"
+    );
+    assert_eq!(
+        api.post("/api/execute", operator, &own).await.json["status"],
+        "duplicate"
+    );
+    let rows = api.get("/api/executions?path=api_flow", operator).await;
+    assert_eq!(rows.json.as_array().unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_openapi_document_describes_every_route() {
+    let (api, _keys) = Api::start().await;
+    let doc = api.get("/api/openapi.json", None).await;
+    assert_eq!(doc.status, 200);
+    let d = &doc.json;
+    assert!(
+        d["openapi"].as_str().unwrap().starts_with("3."),
+        "{}",
+        d["openapi"]
+    );
+    let want = [
+        ("/health", "get"),
+        ("/api/health", "get"),
+        ("/api/catalog/register", "post"),
+        ("/api/catalog/list", "post"),
+        ("/api/catalog/resource", "post"),
+        ("/api/catalog/delete", "post"),
+        ("/api/execute", "post"),
+        ("/api/execute/batch", "post"),
+        ("/api/executions", "get"),
+        ("/api/executions/{id}", "get"),
+        ("/api/executions/{id}/status", "get"),
+        ("/api/executions/{id}/cancel", "post"),
+        ("/api/executions/{id}/events", "get"),
+        ("/api/executions/{id}/results/{step}", "get"),
+        ("/api/events", "get"),
+        ("/api/credentials", "get"),
+        ("/api/credentials", "post"),
+        ("/api/credentials/{name}", "get"),
+        ("/api/credentials/{name}", "delete"),
+    ];
+    for (path, method) in want {
+        assert!(
+            d["paths"][path][method].is_object(),
+            "{method} {path} missing"
+        );
+    }
+    let paths = d["paths"].as_object().unwrap();
+    let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(
+        operations,
+        want.len(),
+        "no undocumented extra: {:?}",
+        paths.keys()
+    );
+    assert_eq!(
+        d["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for schema in [
+        "ExecuteRequest",
+        "ExecutionStatus",
+        "CatalogRegisterResponse",
+        "ErrorBody",
+        "StreamedEvent",
+    ] {
+        assert!(d["components"]["schemas"][schema].is_object(), "{schema}");
+    }
+    // Credential data is write-only: no response schema has a `data` field.
+    let cred = &d["components"]["schemas"]["CredentialResponse"]["properties"];
+    assert!(cred["data"].is_null() && cred["name"].is_object(), "{cred}");
+}

@@ -1,0 +1,183 @@
+//! Server-Sent Events over real HTTP: an execution's follow stream ends
+//! with `execution.completed`, a reconnect with `Last-Event-ID` resumes
+//! after that sequence, a stream without `follow` ends with what is
+//! stored, and the whole mesh's stream sees new executions.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+mod support;
+use support::{read_sse, Api, FLOW, SLOW};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_stream_ends_with_completion_and_resumes_after_the_last_event_id() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), keys.viewer.as_str());
+    api.register(admin, SLOW).await;
+    let id = api
+        .execute(admin, "tests/api_slow", json!({"seconds": 1}))
+        .await;
+
+    // Following from the start: every event up to the terminal one, then
+    // the stream ends by itself.
+    let url = format!("{}/api/executions/{id}/events?follow=true", api.base);
+    let r = api.http.get(&url).bearer_auth(viewer).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let all = read_sse(r, Duration::from_secs(30)).await;
+    let last = all.last().expect("events");
+    assert_eq!(last.event, "execution.completed", "{all:?}");
+    assert_eq!(last.data["execution_id"], id.as_str());
+    assert_eq!(last.data["seq"], last.id);
+    assert_eq!(all[0].event, "playbook.initialized");
+    let ids: Vec<u64> = all.iter().map(|e| e.id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert!(all.iter().all(|e| e.data["execution_id"] == id.as_str()));
+
+    // Reconnecting after the third event: exactly the ones after it.
+    let resume_at = all[2].id;
+    let r = api
+        .http
+        .get(&url)
+        .bearer_auth(viewer)
+        .header("Last-Event-ID", resume_at.to_string())
+        .send()
+        .await
+        .unwrap();
+    let rest = read_sse(r, Duration::from_secs(10)).await;
+    let rest_ids: Vec<u64> = rest.iter().map(|e| e.id).collect();
+    assert_eq!(rest_ids, ids[3..], "resumed after {resume_at}");
+    // After the terminal event of an execution that ended: nothing, and
+    // the stream ends instead of waiting.
+    let r = api
+        .http
+        .get(&url)
+        .bearer_auth(viewer)
+        .header("Last-Event-ID", last.id.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(read_sse(r, Duration::from_secs(10)).await.is_empty());
+
+    // Without follow: what is stored, then the end; `after` and `type`
+    // narrow it.
+    let r = api
+        .http
+        .get(format!(
+            "{}/api/executions/{id}/events?type=step.*",
+            api.base
+        ))
+        .bearer_auth(viewer)
+        .send()
+        .await
+        .unwrap();
+    let steps = read_sse(r, Duration::from_secs(10)).await;
+    let kinds: Vec<&str> = steps.iter().map(|e| e.event.as_str()).collect();
+    assert!(
+        !kinds.is_empty() && kinds.iter().all(|k| k.starts_with("step.")),
+        "{kinds:?}"
+    );
+    // Following with a type filter: those types only, and it still ends
+    // once the execution has.
+    let r = api
+        .http
+        .get(format!(
+            "{}/api/executions/{id}/events?type=step.*&follow=true",
+            api.base
+        ))
+        .bearer_auth(viewer)
+        .send()
+        .await
+        .unwrap();
+    let followed = read_sse(r, Duration::from_secs(10)).await;
+    let followed: Vec<u64> = followed.iter().map(|e| e.id).collect();
+    assert_eq!(followed, steps.iter().map(|e| e.id).collect::<Vec<_>>());
+    let r = api
+        .http
+        .get(format!(
+            "{}/api/executions/{id}/events?after={}",
+            api.base,
+            ids[ids.len() - 2]
+        ))
+        .bearer_auth(viewer)
+        .send()
+        .await
+        .unwrap();
+    let tail = read_sse(r, Duration::from_secs(10)).await;
+    assert_eq!(tail.iter().map(|e| e.id).collect::<Vec<_>>(), [last.id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mesh_stream_follows_new_executions_and_pages_stored_ones() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), keys.viewer.as_str());
+    api.register(admin, FLOW).await;
+    let first = api.execute(admin, "tests/api_flow", json!({})).await;
+    api.wait_status(&first, admin, "COMPLETED").await;
+
+    // Following the whole mesh from now on: the next execution's events
+    // (and none of the first one's) as they come.
+    let r = api
+        .http
+        .get(format!(
+            "{}/api/events?follow=true&type=execution.*&limit=1",
+            api.base
+        ))
+        .bearer_auth(viewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let reader = tokio::spawn(read_sse(r, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = api.execute(admin, "tests/api_flow", json!({})).await;
+    let seen = reader.await.unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].event, "execution.completed");
+    assert_eq!(seen[0].data["execution_id"], second.as_str());
+
+    // Without follow: the stored events in pages of `limit`, resumed
+    // with `after`.
+    let page = |after: u64| {
+        let url = format!("{}/api/events?limit=5&after={after}", api.base);
+        let req = api.http.get(url).bearer_auth(viewer);
+        async move { read_sse(req.send().await.unwrap(), Duration::from_secs(10)).await }
+    };
+    let p1 = page(0).await;
+    assert_eq!(p1.len(), 5);
+    let p2 = page(p1[4].id).await;
+    assert!(p2[0].id > p1[4].id);
+    let executions: std::collections::BTreeSet<String> = page(0)
+        .await
+        .iter()
+        .map(|e| e.data["execution_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(executions.contains(&first));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_ends_open_streams_and_stops_the_api() {
+    let (api, keys) = Api::start().await;
+    let viewer = keys.viewer.as_str();
+    let r = api
+        .http
+        .get(format!("{}/api/events?follow=true", api.base))
+        .bearer_auth(viewer)
+        .send()
+        .await
+        .unwrap();
+    let reader = tokio::spawn(read_sse(r, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    api.shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), api.served)
+        .await
+        .expect("the API drains within its grace")
+        .unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(reader.await.unwrap().is_empty());
+    assert!(
+        reqwest::get(format!("{}/health", api.base)).await.is_err(),
+        "nothing listens after the drain"
+    );
+}

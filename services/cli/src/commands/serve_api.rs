@@ -1,0 +1,94 @@
+//! `noetl serve api`: NoETL's REST API over the mesh (`noetl-api`,
+//! docs/api.md), with the mesh's `/healthz`, `/readyz` and `/metrics` on
+//! the same address. It listens before it joins the mesh (a bad address
+//! or certificate stops it at once), and drains on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use noetl_api::{ApiParams, TlsFiles};
+
+use super::common::MeshArgs;
+use super::join::{join_waiting, on_signal};
+
+/// Where the API listens without `--http-addr` / `NOETL_HTTP_ADDR`.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8082";
+
+/// The environment variable of the bootstrap token (never a flag: a
+/// command line is readable by every user of the host).
+pub const BOOTSTRAP_ENV: &str = "NOETL_API_BOOTSTRAP_TOKEN";
+
+/// Options of `noetl serve api` only.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ApiArgs {
+    /// `api`: serve HTTPS with this certificate chain (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// `api`: the certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// `api`: serve without tokens on an address others can reach (only
+    /// when no token is configured; never in production).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+impl ApiArgs {
+    /// The first `api`-only flag given, if any (other services refuse it).
+    pub fn given(&self) -> Option<&'static str> {
+        if self.tls_cert.is_some() {
+            Some("--tls-cert")
+        } else if self.tls_key.is_some() {
+            Some("--tls-key")
+        } else if self.insecure_no_auth {
+            Some("--insecure-no-auth")
+        } else {
+            None
+        }
+    }
+}
+
+/// What `noetl serve api` was given.
+pub struct ApiRun {
+    /// `--http-addr` / `NOETL_HTTP_ADDR` (default [`DEFAULT_ADDR`]).
+    pub http_addr: Option<SocketAddr>,
+    /// The `api`-only options.
+    pub api: ApiArgs,
+    /// The mesh to join.
+    pub mesh: MeshArgs,
+}
+
+/// Serve the API until a signal, then drain.
+pub async fn run(args: ApiRun) -> anyhow::Result<ExitCode> {
+    let addr: SocketAddr = match args.http_addr {
+        Some(a) => a,
+        None => DEFAULT_ADDR.parse().expect("a valid default address"),
+    };
+    let tls = match (&args.api.tls_cert, &args.api.tls_key) {
+        (Some(cert), Some(key)) => Some(noetl_api::load_tls(&TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })?),
+        _ => None,
+    };
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen on --http-addr / NOETL_HTTP_ADDR {addr}"))?;
+    let shutdown = on_signal();
+    let Some(mesh) = join_waiting(&args.mesh, &shutdown).await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    tracing::info!(nats = %noetl_mesh::connect::display_urls(&mesh.config().nats_url), "joined the mesh");
+    noetl_api::serve(ApiParams {
+        extra: super::health_http::routes(mesh.clone()),
+        mesh,
+        listener,
+        tls,
+        bootstrap_token: std::env::var(BOOTSTRAP_ENV).ok(),
+        insecure_no_auth: args.api.insecure_no_auth,
+        shutdown,
+    })
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
