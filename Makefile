@@ -26,12 +26,22 @@ IMAGE ?= noetl/noetl:0.1.0
 # for 2-core machines.
 TEST_THREADS ?= 4
 
-.PHONY: setup setup-run build test test-heavy lint fmt run bench clean
+.PHONY: setup setup-run setup-chromium build test test-heavy lint fmt run bench clean
 .PHONY: check-deploy image fuzz test-chaos
 
-setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS)
+setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+# Headless Chromium and its WebDriver, from Debian: the web console's
+# browser tests (services/api/tests/console_browser.rs).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+setup-chromium:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+		echo ">> setup: chromium and chromium-driver from Debian (the web console's browser tests)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@chromedriver --version >/dev/null || { echo "chromium-driver did not install correctly"; exit 1; }
 
 $(VENV)/.nats-server-$(NATS_SERVER_VERSION):
 	@echo ">> setup: nats-server $(NATS_SERVER_VERSION) into $(VENV)"

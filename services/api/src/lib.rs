@@ -15,6 +15,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod contract;
 pub mod error;
 pub mod extract;

@@ -125,6 +125,7 @@ pub fn router(state: AppState, extra: Router) -> Router {
         .merge(needing(&state, Role::Viewer, viewer_routes()))
         .merge(needing(&state, Role::Operator, operator_routes()))
         .merge(needing(&state, Role::Admin, admin_routes()))
+        .merge(crate::console::routes(&state))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -72,6 +72,12 @@ pub struct Args {
     /// Messages handled at once by each in-process service.
     #[arg(long, default_value_t = super::common::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
+    /// Serve the HTTP API and web console for this run on loopback
+    /// (http://127.0.0.1:8082/, or a free port when that is taken), print
+    /// its URL, and keep serving after the execution ends until Ctrl-C
+    /// (docs/api.md, docs/console.md).
+    #[arg(long)]
+    pub ui: bool,
 }
 
 /// `--sync`: the private server's JetStream `sync_interval`.
@@ -118,6 +124,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         None
     };
 
+    let console = match args.ui {
+        true => Some(super::serve_api::LocalConsole::start(mesh.clone())?),
+        false => None,
+    };
+    if let Some(c) = &console {
+        eprintln!("console: {}", c.url);
+    }
+
     let eid = new_execution_id();
     let req = ExecutionRequest {
         execution_id: eid.clone(),
@@ -156,6 +170,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         report(mesh, &eid, args.json).await?
     };
+    if let Some(c) = console {
+        eprintln!(
+            "the console stays at {}#/executions/{eid} until Ctrl-C",
+            c.url
+        );
+        let _ = interrupt.recv().await;
+        c.stop().await;
+    }
     if let Some(s) = services {
         if let Err(e) = s.stop().await {
             tracing::warn!(error = %e, "services did not stop cleanly");

@@ -92,3 +92,48 @@ pub async fn run(args: ApiRun) -> anyhow::Result<ExitCode> {
     .await?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// The API (and the web console at `/`) that `noetl run --ui` serves for
+/// its embedded mesh: on loopback, port 8082 or any free one when that is
+/// taken, without tokens (the API runs open only on loopback).
+pub struct LocalConsole {
+    /// Where it answers, e.g. `http://127.0.0.1:8082/`.
+    pub url: String,
+    shutdown: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), noetl_api::ServeError>>,
+}
+
+impl LocalConsole {
+    /// Serve the API for `mesh` on loopback.
+    pub fn start(mesh: noetl_mesh::Mesh) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind(DEFAULT_ADDR)
+            .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .context("cannot listen on loopback for the console")?;
+        let addr = listener.local_addr().context("the console's address")?;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(noetl_api::serve(ApiParams {
+            extra: super::health_http::routes(mesh.clone()),
+            mesh,
+            listener,
+            tls: None,
+            bootstrap_token: None,
+            insecure_no_auth: false,
+            shutdown: shutdown.clone(),
+        }));
+        Ok(Self {
+            url: format!("http://{addr}/"),
+            shutdown,
+            task,
+        })
+    }
+
+    /// Drain and stop.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        match self.task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the console did not stop cleanly"),
+            Err(e) => tracing::warn!(error = %e, "the console task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+}

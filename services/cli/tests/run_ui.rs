@@ -1,0 +1,82 @@
+//! `noetl run --ui` as a user runs it: the embedded mesh's HTTP API and web
+//! console on loopback, its URL printed, the execution readable through
+//! the API, and the console kept up after the run until Ctrl-C.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod support;
+use support::{noetl, wait_until, Procs};
+
+/// The line of `stderr` that starts with `prefix`, read until it comes.
+fn line_starting(lines: &mut impl Iterator<Item = String>, prefix: &str) -> String {
+    for line in lines.by_ref() {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return rest.trim().to_string();
+        }
+    }
+    panic!("noetl run --ui never printed a line starting {prefix:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_ui_serves_the_console_and_the_api_until_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let playbook = noetl_integration::repo_root().join("playbooks/hello.yaml");
+    let mut child = noetl(&dir.path().join("home"))
+        .args(["run", "--ui"])
+        .arg(&playbook)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let pid = child.id();
+    let mut procs = Procs(vec![child]);
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+
+    let url = line_starting(&mut lines, "console: ");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    // After the run, the console stays and names the execution.
+    let stays = line_starting(&mut lines, "the console stays at ");
+    let eid = stays
+        .split("#/executions/")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the execution's page")
+        .to_string();
+
+    let http = reqwest::Client::new();
+    let status: Value = http
+        .get(format!("{url}api/executions/{eid}/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "COMPLETED", "{status}");
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
+
+    // Ctrl-C stops it, cleanly.
+    let sent = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let run = &mut procs.0[0];
+    let mut status = None;
+    wait_until("noetl run --ui to exit", Duration::from_secs(30), || {
+        status = run.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success(), "exit after Ctrl-C: {status:?}");
+    assert!(
+        http.get(&url).send().await.is_err(),
+        "the console still answers after the run stopped"
+    );
+}
