@@ -3,7 +3,8 @@
 //! printed once and stored hashed; the bootstrap token from the
 //! environment is an admin token; the API answers the mesh's probes on its
 //! own address, logs each request with its principal and audits changes;
-//! it refuses a public address without tokens, and drains on SIGTERM.
+//! it refuses a public address without tokens, and drains on SIGTERM. A
+//! NoETL client's flow runs on a mesh of separate `noetl serve` processes.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use noetl_testkit::TestServer;
 use serde_json::{json, Value};
 
 mod support;
-use support::{admin_init, free_port, noetl, wait_until, Procs};
+use support::{admin_init, free_port, noetl, serve, wait_until, Procs};
 
 const BOOTSTRAP: &str = "bootstrap-secret-4c1d9e7a22f0b6";
 
@@ -232,4 +233,98 @@ fn serve_api_refuses_a_public_address_without_tokens_and_other_services_refuse_i
         err.contains("--tls-cert is an option of `noetl serve api` only"),
         "{err}"
     );
+}
+
+/// NoETL's client flow against a mesh of separate processes, as deployed:
+/// `noetl serve router`, `scheduler`, `loop-supervisor`, `executor` and
+/// `api` on one nats-server. Register → execute by path → poll the status
+/// until `COMPLETED` → the events and a step's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noetl_client_runs_a_playbook_on_a_mesh_of_separate_processes() {
+    let nats = TestServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    admin_init(noetl(&home), &url);
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{port}");
+    let procs = Procs(vec![
+        serve(noetl(&home), &url, &["router"]),
+        serve(noetl(&home), &url, &["scheduler"]),
+        serve(noetl(&home), &url, &["loop-supervisor"]),
+        serve(
+            noetl(&home),
+            &url,
+            &["executor", "--kind", "python", "--kind", "noop"],
+        ),
+        serve(noetl(&home), &url, &["api", "--http-addr", &addr]),
+    ]);
+    let http = reqwest::Client::new();
+    wait_ready(&http, &base).await;
+
+    let playbook = std::fs::read_to_string("tests/fixtures/hello.yaml").unwrap();
+    let reg: Value = http
+        .post(format!("{base}/api/catalog/register"))
+        .json(&json!({"content": playbook}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (reg["path"].as_str(), reg["version"].as_u64()),
+        (Some("hello"), Some(1)),
+        "{reg}"
+    );
+    let started = http
+        .post(format!("{base}/api/execute"))
+        .json(&json!({"path": "hello", "payload": {"name": "Ada"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status().as_u16(), 200);
+    let started: Value = started.json().await.unwrap();
+    let eid = started["execution_id"]
+        .as_str()
+        .expect("an execution id")
+        .to_string();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let s: Value = http
+            .get(format!("{base}/api/executions/{eid}/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["status"] != "RUNNING" {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "still running: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status["status"], "COMPLETED", "{status}");
+    let detail = http
+        .get(format!("{base}/api/executions/{eid}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(detail.contains("execution.completed"), "{detail}");
+    let result = http
+        .get(format!("{base}/api/executions/{eid}/results/start"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(result.contains("Hello, Ada!"), "{result}");
+    drop(procs);
 }
