@@ -148,6 +148,7 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         mode,
         started: Instant::now(),
         draining: CancellationToken::new(),
+        step_statuses: crate::state::StepStatusCache::new(4096),
     });
     let app = crate::routes::router(state.clone(), p.extra);
     let handle: Handle<SocketAddr> = Handle::new();

@@ -26,7 +26,21 @@ pub struct Shared {
     pub started: Instant,
     /// Cancelled when the API drains: open event streams end.
     pub draining: CancellationToken,
+    /// The step statuses of an execution as of one revision of its header:
+    /// a status read of an execution whose header has not moved reads only
+    /// the header. The router writes a step's record with, or before, the
+    /// header change that ends the step; should a record land just after
+    /// a running execution's header moved, the cached status is corrected
+    /// by the header's next change, and always by the execution's end
+    /// (an ending is held back until the record is written).
+    pub step_statuses: StepStatusCache,
 }
+
+/// Step statuses by (execution id, header revision).
+pub type StepStatusCache = noetl_mesh::cache::Bounded<
+    (String, u64),
+    std::sync::Arc<std::collections::BTreeMap<String, Option<noetl_mesh::state::StepStatus>>>,
+>;
 
 impl AppState {
     /// A state over `shared`.

@@ -99,11 +99,17 @@ async fn terminal_seq(mesh: &Mesh, eid: &str) -> Option<u64> {
 /// everything up to `position` has nothing more to wait for: its
 /// terminal event is at or before `position` (sent, or resumed past), or
 /// it ended and its terminal event is no longer stored.
+///
+/// The header is read first: the router marks the end emitted only after
+/// publishing the terminal event, so when the mark is seen the event is
+/// already stored and the look-up below finds it (read the other way
+/// round, an event published between the two reads would be skipped).
 async fn finished(mesh: &Mesh, eid: &str, position: u64) -> bool {
+    let emitted = matches!(mesh.exec_header(eid).await,
+        Ok(Some(h)) if h.status.is_terminal() && h.terminal_emitted);
     match terminal_seq(mesh, eid).await {
         Some(seq) => seq <= position,
-        None => matches!(mesh.exec_header(eid).await,
-            Ok(Some(h)) if h.status.is_terminal() && h.terminal_emitted),
+        None => emitted,
     }
 }
 

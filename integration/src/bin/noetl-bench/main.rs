@@ -2,7 +2,8 @@
 //! one run. It starts its own nats-server, warms the mesh up, then runs each
 //! scenario (sequential chain, pipeline, parallel noop and python loops,
 //! 40 python steps, an http chain, 1,000 executions at once, a 20 MiB
-//! result), and the bare JetStream hops one step needs as the floor. It
+//! result, the HTTP API's status reads and event stream), and the bare
+//! JetStream operations each needs as the floor. It
 //! prints a table (median, p99, min–max over the repeats, and the ratio to
 //! the floor where one applies) and writes `target/bench/results.json`.
 //!
@@ -12,6 +13,9 @@
 //! times, and `--profile-loop` only the 10,000-item noop loop, five times,
 //! for a profiler to watch (docs/performance.md).
 
+mod api;
+mod api_sse;
+mod api_status;
 mod ends;
 mod report;
 mod scenarios;
@@ -39,6 +43,10 @@ struct Plan {
     http_steps: usize,
     executions: usize,
     big_mib: usize,
+    /// Status reads through the API while `executions` run.
+    api_reads: usize,
+    /// Marker events timed through the API's event stream.
+    sse_events: usize,
     /// Also measure the loop with 1, 2 and 4 executor replicas.
     replicas: bool,
 }
@@ -56,6 +64,8 @@ impl Plan {
             http_steps: 100,
             executions: 1000,
             big_mib: 20,
+            api_reads: 20_000,
+            sse_events: 1000,
             replicas: true,
         }
     }
@@ -69,6 +79,8 @@ impl Plan {
             http_steps: 50,
             executions: 100,
             big_mib: 5,
+            api_reads: 2000,
+            sse_events: 200,
             replicas: false,
             ..Self::full()
         }
@@ -302,6 +314,11 @@ async fn main() {
     let py_rate = plan.python_items as f64 / d.as_secs_f64();
     eprintln!("{} executions at once", plan.executions);
     let (exec_rate, latencies) = sc::concurrent(&cluster, &ends, plan.executions, 5).await;
+    eprintln!("HTTP API");
+    let api = api::Api::serve(&cluster.mesh).await;
+    let reads = api_status::run(&cluster, &ends, &api, plan.executions, plan.api_reads).await;
+    let sse = api_sse::run(&cluster.mesh, &api, plan.sse_events).await;
+    drop(api);
     cluster.stop().await;
 
     let floor_ms = report::stats(&floor).median;
@@ -382,13 +399,75 @@ async fn main() {
             samples: big,
             floor: None,
         },
+        Figure {
+            key: "api_status_reads_per_s",
+            label: format!(
+                "API status reads, {} clients, {} execs running",
+                api_status::CLIENTS,
+                plan.executions
+            ),
+            unit: "reads/s",
+            samples: vec![reads.api_per_s],
+            floor: Some(reads.floor_per_s),
+        },
+        Figure {
+            key: "api_status_floor_per_s",
+            label: "  floor: raw KV gets of the headers".into(),
+            unit: "gets/s",
+            samples: vec![reads.floor_per_s],
+            floor: None,
+        },
+        Figure {
+            key: "api_sse_latency_ms",
+            label: format!(
+                "API SSE delivery, publish to client ({} events)",
+                plan.sse_events
+            ),
+            unit: "ms",
+            samples: sse.api_ms.clone(),
+            floor: Some(report::stats(&sse.floor_ms).median),
+        },
+        Figure {
+            key: "api_sse_floor_latency_ms",
+            label: "  floor: JetStream ordered consumer".into(),
+            unit: "ms",
+            samples: sse.floor_ms.clone(),
+            floor: None,
+        },
     ];
     report::print(&figures);
+    let (sse_p99, sse_floor_p99) = (
+        report::stats(&sse.api_ms).p99,
+        report::stats(&sse.floor_ms).p99,
+    );
+    println!(
+        "\nAPI status reads: {:.0}/s ({:.2}x of the floor's {:.0} gets/s; goal >= 2,000/s: {}); answered RUNNING {}, COMPLETED {}, 404 not yet accepted {}; {} batches of {} executions",
+        reads.api_per_s,
+        reads.api_per_s / reads.floor_per_s,
+        reads.floor_per_s,
+        if reads.api_per_s >= 2000.0 { "met" } else { "NOT met" },
+        reads.running,
+        reads.completed,
+        reads.missing,
+        reads.batches,
+        plan.executions
+    );
+    println!(
+        "API SSE delivery p99: {sse_p99:.2} ms ({:.2}x of the floor's {sse_floor_p99:.2} ms; goal <= 50 ms: {})",
+        sse_p99 / sse_floor_p99,
+        if sse_p99 <= 50.0 { "met" } else { "NOT met" }
+    );
     let seq_ratio = report::stats(&figures[1].samples).median / floor_ms;
     let exec_p99 = report::stats(&latencies).p99;
     let mut extra = vec![
         ("seq_step_ratio_to_floor", seq_ratio),
         ("exec_p99_ms", exec_p99),
+        (
+            "api_status_ratio_to_floor",
+            reads.api_per_s / reads.floor_per_s,
+        ),
+        ("api_sse_p99_ms", sse_p99),
+        ("api_sse_floor_p99_ms", sse_floor_p99),
         ("quick", if plan.replicas { 0.0 } else { 1.0 }),
     ];
     if plan.replicas {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use noetl_integration::Cluster;
-use noetl_mesh::codec;
+use noetl_mesh::{codec, Mesh};
 use noetl_wire::ExecutionRequest;
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::ends::Ends;
 const HEAD: &str = "apiVersion: noetl.io/v2\nkind: Playbook\n";
 
 /// How long any one bench execution may take.
-const TIMEOUT: Duration = Duration::from_secs(600);
+pub const TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Submit `yaml` and time it from the request to its `execution.completed`.
 pub async fn time_one(cluster: &Cluster, ends: &Ends, yaml: &str, workload: Value) -> Duration {
@@ -143,21 +143,16 @@ workflow:
     )
 }
 
-/// `n` executions of a `steps`-step noop chain started at once: the
-/// executions per second of the whole batch and each one's latency from
-/// its request to its end, in ms.
-pub async fn concurrent(cluster: &Cluster, ends: &Ends, n: usize, steps: usize) -> (f64, Vec<f64>) {
-    let yaml = chain("bench_five", steps, NOOP);
-    let mesh = &cluster.mesh;
-    let t0 = Instant::now();
-    // Published back to back, acks awaited after: all start at once.
+/// Publish `n` requests of `yaml` back to back, then await their acks:
+/// all start at once. Each execution's id and when it was requested.
+pub async fn publish_batch(mesh: &Mesh, yaml: &str, n: usize) -> Vec<(String, Instant)> {
     let mut started = Vec::with_capacity(n);
     let mut acks = Vec::with_capacity(n);
     for _ in 0..n {
         let eid = noetl_mesh::ids::new_execution_id();
         let req = ExecutionRequest {
             execution_id: eid.clone(),
-            playbook_yaml: yaml.clone(),
+            playbook_yaml: yaml.to_string(),
             source_name: "bench_five.yaml".into(),
             ..Default::default()
         };
@@ -170,6 +165,16 @@ pub async fn concurrent(cluster: &Cluster, ends: &Ends, n: usize, steps: usize) 
     for ack in acks {
         ack.wait().await.expect("request acked");
     }
+    started
+}
+
+/// `n` executions of a `steps`-step noop chain started at once: the
+/// executions per second of the whole batch and each one's latency from
+/// its request to its end, in ms.
+pub async fn concurrent(cluster: &Cluster, ends: &Ends, n: usize, steps: usize) -> (f64, Vec<f64>) {
+    let yaml = chain("bench_five", steps, NOOP);
+    let t0 = Instant::now();
+    let started = publish_batch(&cluster.mesh, &yaml, n).await;
     let mut latencies = Vec::with_capacity(n);
     let mut last = t0;
     for (eid, at) in &started {

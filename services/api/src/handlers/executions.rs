@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use noetl_mesh::keys::Keys;
 use noetl_mesh::objects::is_ref;
-use noetl_mesh::state::{StepRecord, StepStatus};
+use noetl_mesh::state::{ExecHeader, StepRecord, StepStatus};
 use noetl_mesh::{kv, Mesh};
 use serde_json::Value;
 
@@ -99,20 +99,33 @@ pub async fn get(
 }
 
 /// Each step of the execution's plan with its latest status (none before
-/// the router stored the plan).
+/// the router stored the plan). The plan is cached per process; the step
+/// records are read at once, not one after the other.
 async fn step_statuses(
     mesh: &Mesh,
     id: &str,
 ) -> Result<BTreeMap<String, Option<StepStatus>>, ApiError> {
+    let Ok(plan) = mesh.plans().get(mesh, id).await else {
+        return Ok(BTreeMap::new());
+    };
+    let reads = plan.playbook.workflow.iter().map(|step| async move {
+        let rec: Option<StepRecord> = kv::get(mesh.exec_kv(), &Keys::step(id, &step.step)).await?;
+        Ok::<_, noetl_mesh::MeshError>((step.step.clone(), rec.map(|r| r.status)))
+    });
     let mut out = BTreeMap::new();
-    if let Ok(plan) = mesh.plans().get(mesh, id).await {
-        for step in &plan.playbook.workflow {
-            let rec: Option<StepRecord> =
-                kv::get(mesh.exec_kv(), &Keys::step(id, &step.step)).await?;
-            out.insert(step.step.clone(), rec.map(|r| r.status));
-        }
+    for read in futures::future::join_all(reads).await {
+        let (step, status) = read?;
+        out.insert(step, status);
     }
     Ok(out)
+}
+
+/// An execution's header and its revision.
+async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError> {
+    crate::handlers::valid_id(id)?;
+    kv::read::<ExecHeader>(mesh.exec_kv(), &Keys::header(id))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
 }
 
 /// An execution's status and step counts (what NoETL's clients poll).
@@ -126,8 +139,16 @@ pub async fn status(
     State(state): State<AppState>,
     Segments(id): Segments<String>,
 ) -> Result<Json<ExecutionStatus>, ApiError> {
-    let h = header(&state.mesh, &id).await?;
-    let steps = step_statuses(&state.mesh, &id).await?;
+    let (h, revision) = header_at(&state.mesh, &id).await?;
+    let key = (id.clone(), revision);
+    let steps = match state.step_statuses.get(&key) {
+        Some(steps) => steps,
+        None => {
+            let steps = std::sync::Arc::new(step_statuses(&state.mesh, &id).await?);
+            state.step_statuses.insert(key, steps.clone());
+            steps
+        }
+    };
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
     Ok(Json(ExecutionStatus {
         execution_id: h.execution_id.clone(),

@@ -20,14 +20,22 @@ use crate::error::ApiError;
 /// (it would name another key, or a subject wildcard), 404 when there is
 /// none.
 pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
-    if !noetl_mesh::ids::is_valid_execution_id(id) {
-        return Err(ApiError::BadRequest(format!(
-            "{id:?} is not an execution id: 1-128 characters of [A-Za-z0-9_-]"
-        )));
-    }
+    valid_id(id)?;
     mesh.exec_header(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
+}
+
+/// Refuse what is not an execution id (it could otherwise name another KV
+/// key, or be a wildcard).
+pub fn valid_id(id: &str) -> Result<(), ApiError> {
+    if noetl_mesh::ids::is_valid_execution_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{id:?} is not an execution id: 1-128 characters of [A-Za-z0-9_-]"
+        )))
+    }
 }
 
 /// Audit a change `action` on `target` by `principal` with its outcome,

@@ -1,0 +1,55 @@
+//! The HTTP API (`noetl-api`) served over the bench's mesh on a loopback
+//! port, without tokens (the API's no-auth mode on loopback), as the
+//! API's own tests start it.
+
+use std::time::{Duration, Instant};
+
+use noetl_api::ApiParams;
+use noetl_mesh::Mesh;
+use tokio_util::sync::CancellationToken;
+
+/// The API, serving until dropped.
+pub struct Api {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    shutdown: CancellationToken,
+}
+
+impl Api {
+    /// Serve the API over `mesh` and wait until `/health` answers.
+    pub async fn serve(mesh: &Mesh) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(noetl_api::serve(ApiParams {
+            mesh: mesh.clone(),
+            listener,
+            tls: None,
+            bootstrap_token: None,
+            insecure_no_auth: false,
+            extra: axum::Router::new(),
+            shutdown: shutdown.clone(),
+        }));
+        let api = Self {
+            base: format!("http://127.0.0.1:{port}"),
+            shutdown,
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(r) = http.get(format!("{}/health", api.base)).send().await {
+                if r.status().is_success() {
+                    return api;
+                }
+            }
+            assert!(Instant::now() < deadline, "the API did not come up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
