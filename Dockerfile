@@ -52,7 +52,8 @@ ENV NOETL_HOME=/var/lib/noetl \
     NOETL_PYTHON=python3
 WORKDIR /var/lib/noetl
 USER 10001:10001
-# /healthz, /readyz and /metrics when started with --http-addr 0.0.0.0:9090.
-EXPOSE 9090
+# /healthz, /readyz and /metrics when started with --http-addr 0.0.0.0:9090;
+# `noetl serve api` serves the HTTP API and console (and those) on 8082.
+EXPOSE 9090 8082
 ENTRYPOINT ["/usr/bin/tini", "--", "noetl"]
 CMD ["--help"]
