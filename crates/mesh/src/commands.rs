@@ -90,18 +90,28 @@ impl Mesh {
         task: &str,
         cmd: &TaskCommand,
     ) -> Result<PendingAck, MeshError> {
-        let ack = self
-            .publish_for_execution(
-                self.subjects().task(kind),
-                &cmd.command_id,
-                &cmd.execution_id,
-                codec::encode(cmd),
-            )
-            .await?;
+        let ack = self.publish_command(kind, cmd).await?;
         if let Some(timer) = self.watch_dispatch(kind, task, cmd).await? {
             timer.wait().await?;
         }
         Ok(ack)
+    }
+
+    /// Publish `cmd` on `kind`'s task subject, naming the execution in a
+    /// header, without a `task.unserved` timer (a delayed retry, a cursor
+    /// loop's claim; [`Mesh::publish_task_of_kind`] adds the timer).
+    pub async fn publish_command(
+        &self,
+        kind: &str,
+        cmd: &TaskCommand,
+    ) -> Result<PendingAck, MeshError> {
+        self.publish_for_execution(
+            self.subjects().task(kind),
+            &cmd.command_id,
+            &cmd.execution_id,
+            codec::encode(cmd),
+        )
+        .await
     }
 
     /// Publish a token on its execution's token subject (its id is the

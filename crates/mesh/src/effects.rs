@@ -68,15 +68,7 @@ pub async fn publish(mesh: &Mesh, effects: Vec<Effect>) -> Result<Batch, MeshErr
             Effect::Task { kind, task, cmd } => {
                 mesh.publish_task_of_kind(&kind, &task, &cmd).await?
             }
-            Effect::Command { kind, cmd } => {
-                mesh.publish_for_execution(
-                    mesh.subjects().task(&kind),
-                    &cmd.command_id,
-                    &cmd.execution_id,
-                    codec::encode(&cmd),
-                )
-                .await?
-            }
+            Effect::Command { kind, cmd } => mesh.publish_command(&kind, &cmd).await?,
             Effect::Loop(cmd) => {
                 mesh.publish(
                     mesh.subjects().loop_cmd(&cmd.execution_id),
