@@ -6,14 +6,14 @@
 //! it refuses a public address without tokens, and drains on SIGTERM. A
 //! NoETL client's flow runs on a mesh of separate `noetl serve` processes.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use noetl_testkit::TestServer;
 use serde_json::{json, Value};
 
 mod support;
-use support::{admin_init, free_port, noetl, serve, wait_until, Procs};
+use support::{admin_init, free_port, noetl, serve, signal_and_wait, Procs};
 
 const BOOTSTRAP: &str = "bootstrap-secret-4c1d9e7a22f0b6";
 
@@ -97,7 +97,6 @@ async fn serve_api_takes_tokens_logs_principals_audits_changes_and_drains_on_sig
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let pid = child.id();
     let mut procs = Procs(vec![child]);
     let http = reqwest::Client::new();
     wait_ready(&http, &base).await;
@@ -149,19 +148,9 @@ async fn serve_api_takes_tokens_logs_principals_audits_changes_and_drains_on_sig
     assert_eq!(reg["path"], "hello");
 
     // SIGTERM: it drains and exits 0; nothing listens afterwards.
-    let term = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let api = &mut procs.0[0];
-    let mut status = None;
-    wait_until("the API to exit", Duration::from_secs(30), || {
-        status = api.try_wait().unwrap();
-        status.is_some()
-    });
+    let status = signal_and_wait(&mut procs.0[0], "TERM", "the API to exit");
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(status.unwrap().success(), "exit {status:?}; log:\n{text}");
+    assert!(status.success(), "exit {status:?}; log:\n{text}");
     assert!(http.get(format!("{base}/health")).send().await.is_err());
 
     // The log: each request with its principal, the change audited,

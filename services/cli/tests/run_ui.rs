@@ -3,13 +3,12 @@
 //! the API, and the console kept up after the run until Ctrl-C.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use serde_json::Value;
 
 mod support;
-use support::{noetl, wait_until, Procs};
+use support::{noetl, signal_and_wait, Procs};
 
 /// The line of `stderr` that starts with `prefix`, read until it comes.
 fn line_starting(lines: &mut impl Iterator<Item = String>, prefix: &str) -> String {
@@ -33,7 +32,6 @@ async fn run_ui_serves_the_console_and_the_api_until_ctrl_c() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let pid = child.id();
     let mut procs = Procs(vec![child]);
     let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
 
@@ -63,18 +61,8 @@ async fn run_ui_serves_the_console_and_the_api_until_ctrl_c() {
     assert!(page.text().await.unwrap().contains("<html"));
 
     // Ctrl-C stops it, cleanly.
-    let sent = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let run = &mut procs.0[0];
-    let mut status = None;
-    wait_until("noetl run --ui to exit", Duration::from_secs(30), || {
-        status = run.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.unwrap().success(), "exit after Ctrl-C: {status:?}");
+    let status = signal_and_wait(&mut procs.0[0], "INT", "noetl run --ui to exit");
+    assert!(status.success(), "exit after Ctrl-C: {status:?}");
     assert!(
         http.get(&url).send().await.is_err(),
         "the console still answers after the run stopped"

@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `noetl` binary with `NOETL_HOME` set to `home` and no inherited
@@ -114,4 +114,21 @@ pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Send `signal` (`TERM`, `INT`, …) to `child` as `kill -SIGNAL` does and
+/// wait up to 30 s for it to exit, failing naming `what`: its status.
+pub fn signal_and_wait(child: &mut Child, signal: &str, what: &str) -> ExitStatus {
+    let sent = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {what}");
+    let mut status = None;
+    wait_until(what, Duration::from_secs(30), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.expect("exited")
 }
