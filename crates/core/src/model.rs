@@ -97,7 +97,9 @@ pub struct Step {
     #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none")]
     pub loop_: Option<Loop>,
     /// The ordered pipeline, normalised (never empty for runnable steps).
-    #[serde(default)]
+    /// An empty one is left out when written, as a step without `tool`
+    /// is written, so a normalised playbook loads again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool: Vec<Task>,
     /// The router.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -291,6 +291,27 @@ pub const KINDS: &[Kind] = &[
         ],
     },
     Kind {
+        name: "wait",
+        raw_fields: &["schema"],
+        fields: &[
+            required(
+                "signal",
+                Str,
+                "the signal's name (`noetl exec signal ID NAME --data JSON`): [A-Za-z0-9_-]",
+            ),
+            field(
+                "timeout_s",
+                Scalar,
+                "seconds: without a signal by then the task fails with kind `timeout`",
+            ),
+            field(
+                "schema",
+                Object,
+                "a JSON Schema the signal's data must fit (docs/operations.md, \"Waiting for a signal\")",
+            ),
+        ],
+    },
+    Kind {
         name: "nats",
         raw_fields: &[],
         fields: &[
