@@ -48,6 +48,13 @@ impl Latest {
     }
 }
 
+/// The path and version a catalog id names (`<path>@v<N>`, N from 1).
+pub fn parse_catalog_id(id: &str) -> Option<(String, u32)> {
+    let (path, version) = id.rsplit_once("@v")?;
+    let version: u32 = version.parse().ok()?;
+    (!path.is_empty() && version > 0).then(|| (path.to_string(), version))
+}
+
 /// Which versions a delete of `version` (`None`: every one) looks for
 /// under a counter at `counter`: highest first.
 pub fn versions_to_delete(counter: u32, version: Option<u32>) -> Vec<u32> {

@@ -59,11 +59,21 @@ pub enum EventType {
     StepDeadline,
     /// A timer: a task command waits for a kind no executor serves.
     TaskUnserved,
+    /// Who started, cancelled or changed what ([`crate::audit`]).
+    Audit,
+    /// The execution was paused: no new step or iteration starts.
+    ExecutionPaused,
+    /// The execution was unpaused: what its pause held goes on.
+    ExecutionUnpaused,
+    /// A timer: a `wait` task's timeout ([`crate::signal`]).
+    WaitTimeout,
+    /// A signal continued a `wait` task.
+    SignalReceived,
 }
 
 impl EventType {
     /// Every event type, in the order of the docs.
-    pub const ALL: [EventType; 25] = [
+    pub const ALL: [EventType; 30] = [
         Self::MessageDeadLettered,
         Self::PlaybookInitialized,
         Self::WorkflowInitialized,
@@ -89,6 +99,11 @@ impl EventType {
         Self::ExecutionDeadline,
         Self::StepDeadline,
         Self::TaskUnserved,
+        Self::Audit,
+        Self::ExecutionPaused,
+        Self::ExecutionUnpaused,
+        Self::WaitTimeout,
+        Self::SignalReceived,
     ];
 
     /// The name on the wire and in subjects (`step.done`).
@@ -119,6 +134,11 @@ impl EventType {
             Self::ExecutionDeadline => "execution.deadline",
             Self::StepDeadline => "step.deadline",
             Self::TaskUnserved => "task.unserved",
+            Self::Audit => "audit",
+            Self::ExecutionPaused => "execution.paused",
+            Self::ExecutionUnpaused => "execution.unpaused",
+            Self::WaitTimeout => "wait.timeout",
+            Self::SignalReceived => "signal.received",
         }
     }
 

@@ -68,6 +68,16 @@ pub mod types {
     /// fails the step-run (`executor.unavailable`) if the kind is still
     /// unserved and the step-run live when it is due.
     pub const TASK_UNSERVED: &str = EventType::TaskUnserved.wire_name();
+    /// Who started, cancelled or changed what.
+    pub const AUDIT: &str = EventType::Audit.wire_name();
+    /// The execution was paused.
+    pub const EXECUTION_PAUSED: &str = EventType::ExecutionPaused.wire_name();
+    /// The execution was unpaused.
+    pub const EXECUTION_UNPAUSED: &str = EventType::ExecutionUnpaused.wire_name();
+    /// A timer: a `wait` task's timeout.
+    pub const WAIT_TIMEOUT: &str = EventType::WaitTimeout.wire_name();
+    /// A signal continued a `wait` task.
+    pub const SIGNAL_RECEIVED: &str = EventType::SignalReceived.wire_name();
 }
 
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);
@@ -80,11 +90,21 @@ pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
 
 /// Current time, RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
+    format_rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// An instant in Unix epoch milliseconds as [`now_rfc3339`] writes times.
+pub fn rfc3339_of_ms(ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map(format_rfc3339)
+        .unwrap_or_else(|_| format!("{ms} ms after the epoch"))
+}
+
+fn format_rfc3339(t: time::OffsetDateTime) -> String {
     let f = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
     );
-    now.format(&f).unwrap_or_default()
+    t.format(&f).unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch.

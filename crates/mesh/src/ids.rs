@@ -44,9 +44,15 @@ pub fn new_execution_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 
-/// True when `id` can be used inside subjects and KV keys.
+/// The scope of audit events that belong to no execution
+/// ([`crate::audit`]): never an execution id.
+pub const MESH_SCOPE: &str = "_mesh";
+
+/// True when `id` can be used inside subjects and KV keys (and is not
+/// [`MESH_SCOPE`]).
 pub fn is_valid_execution_id(id: &str) -> bool {
     !id.is_empty()
+        && id != MESH_SCOPE
         && id.len() <= 128
         && id
             .chars()

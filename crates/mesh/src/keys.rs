@@ -21,6 +21,11 @@ impl Keys {
     pub fn step(eid: &str, step: &str) -> String {
         format!("{eid}.step.{}", key_part(step))
     }
+    /// `<eid>.step.>` (bucket exec): the pattern of every step record of
+    /// an execution.
+    pub fn steps_of(eid: &str) -> String {
+        format!("{eid}.step.>")
+    }
     /// `<eid>.result.<step>` (bucket exec): a step's last result.
     pub fn result(eid: &str, step: &str) -> String {
         format!("{eid}.result.{}", key_part(step))
@@ -28,6 +33,34 @@ impl Keys {
     /// `<eid>.join.<step>` (bucket exec): arrivals at a join step.
     pub fn join(eid: &str, step: &str) -> String {
         format!("{eid}.join.{}", key_part(step))
+    }
+    /// `<eid>.paused` (bucket exec): the execution is paused
+    /// ([`crate::pause`]).
+    pub fn paused(eid: &str) -> String {
+        format!("{eid}.paused")
+    }
+    /// `<eid>.wait.<signal>` (bucket exec): a step-run waiting for a
+    /// signal ([`crate::signal`]).
+    pub fn wait(eid: &str, signal: &str) -> String {
+        format!("{eid}.wait.{}", key_part(signal))
+    }
+    /// `<eid>.wait`: the prefix under which [`Keys::wait`] keys live.
+    pub fn waits(eid: &str) -> String {
+        format!("{eid}.wait")
+    }
+    /// `<eid>.held`: the prefix under which a paused execution's held
+    /// messages wait.
+    pub fn held_all(eid: &str) -> String {
+        format!("{eid}.held")
+    }
+    /// `<eid>.held.token.<token_id>` (bucket exec): a token held by a pause.
+    pub fn held_token(eid: &str, token_id: &str) -> String {
+        format!("{eid}.held.token.{}", key_part(token_id))
+    }
+    /// `<eid>.held.loop.<step_run_id>` (bucket exec): a loop run's window
+    /// held by a pause.
+    pub fn held_loop(eid: &str, step_run_id: &str) -> String {
+        format!("{eid}.held.loop.{}", key_part(step_run_id))
     }
     /// `<eid>.resume` (bucket exec): how a child execution continues its
     /// parent.
@@ -120,6 +153,14 @@ impl Keys {
     /// SHA-256 of the token (the token itself is never stored).
     pub fn token(sha256_hex: &str) -> String {
         sha256_hex.to_string()
+    }
+
+    /// `<name>` (bucket schedules): a cron schedule's record (settings and
+    /// firing state). Schedule names are `[A-Za-z0-9_-]`, so the key is
+    /// one token (listed with the pattern `*`): the name, hex-encoded by
+    /// [`key_part`] only when it starts with `x-`.
+    pub fn schedule(name: &str) -> String {
+        key_part(name)
     }
 
     /// The object id (below its execution and step in the object store,

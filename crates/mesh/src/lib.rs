@@ -10,6 +10,7 @@
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
+pub mod audit;
 pub mod backoff;
 pub mod cache;
 pub mod cancel;
@@ -29,13 +30,16 @@ pub mod health;
 pub mod ids;
 pub mod keys;
 pub mod kv;
+pub mod kv_batch;
 pub mod objects;
+pub mod pause;
 pub mod payloads;
 pub mod plan;
 pub mod runtime;
 pub mod scope;
 pub mod served;
 pub mod server;
+pub mod signal;
 pub mod state;
 pub mod status;
 pub mod subjects;
@@ -167,6 +171,8 @@ struct Inner {
     plans: plan::PlanCache,
     results: objects::ResultStore,
     cancelled: Arc<cancel::Cancellations>,
+    /// Paused executions, followed from first use ([`Mesh::pauses`]).
+    paused: tokio::sync::OnceCell<Arc<pause::Pauses>>,
     health: Arc<health::Health>,
     served: served::ServedCache,
 }
@@ -272,6 +278,7 @@ impl Mesh {
                 plans: plan::PlanCache::new(256),
                 results,
                 cancelled,
+                paused: tokio::sync::OnceCell::new(),
                 health: Default::default(),
                 served: Default::default(),
             }),
@@ -317,6 +324,11 @@ impl Mesh {
     /// The API tokens bucket (`noetl_tokens`: token hashes, names, roles).
     pub fn tokens_kv(&self) -> &Store {
         &self.inner.buckets.tokens
+    }
+    /// The cron schedules bucket (`noetl_schedules`: `noetl schedule`,
+    /// `noetl serve timer`).
+    pub fn schedules_kv(&self) -> &Store {
+        &self.inner.buckets.schedules
     }
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {

@@ -572,6 +572,10 @@ mod tests {
             StepSkipped::KINDS,
             StepStarted::KINDS,
             crate::served::TaskUnserved::KINDS,
+            crate::audit::Audit::KINDS,
+            crate::pause::PauseChanged::KINDS,
+            crate::signal::WaitTimeout::KINDS,
+            crate::signal::SignalReceived::KINDS,
         ] {
             assert!(!kinds.is_empty());
             for k in kinds {

@@ -34,7 +34,7 @@ pub const SERVED_TTL: Duration = Duration::from_secs(10);
 pub const EXECUTOR_UNAVAILABLE: &str = "executor.unavailable";
 
 /// What the work consumer of a kind shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct ConsumerCounts {
     /// Pull requests waiting (idle executors).
     pub waiting: usize,
@@ -42,7 +42,17 @@ pub struct ConsumerCounts {
     pub ack_pending: usize,
     /// How long ago the consumer was created, last delivered a message or
     /// last saw one acknowledged, whichever is latest.
+    #[serde(rename = "idle_for_ms", serialize_with = "millis")]
     pub idle_for: Duration,
+}
+
+/// A kind's work queue: its consumer, and the commands waiting in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct QueueCounts {
+    /// What the consumer shows.
+    pub consumer: ConsumerCounts,
+    /// Commands not yet delivered to any executor.
+    pub pending: u64,
 }
 
 /// True when an executor serves the kind whose consumer shows `counts`
@@ -52,6 +62,10 @@ pub struct ConsumerCounts {
 /// still starting, is not mistaken for none).
 pub fn serves(counts: Option<ConsumerCounts>, recent: Duration) -> bool {
     counts.is_some_and(|c| c.waiting > 0 || c.ack_pending > 0 || c.idle_for <= recent)
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The `task.unserved` timer: a task command of `kind` was published while
@@ -120,6 +134,17 @@ impl Mesh {
         if cached && self.served_cache().fresh(kind) {
             return Ok(true);
         }
+        let counts = self.queue_of(kind).await?.map(|q| q.consumer);
+        let served = serves(counts, self.config().executor_wait);
+        if served {
+            self.served_cache().remember(kind);
+        }
+        Ok(served)
+    }
+
+    /// The work queue of `kind`: its consumer's counts and the commands
+    /// waiting (`None` when no executor of the kind ever created it).
+    pub async fn queue_of(&self, kind: &str) -> Result<Option<QueueCounts>, MeshError> {
         let stream = self.subjects().work_stream();
         let what = format!("consumer executor-{kind} on {stream}");
         let setup = |message: String| MeshError::Setup {
@@ -132,27 +157,25 @@ impl Mesh {
             .await
             .map_err(|e| setup(e.to_string()))?;
         let name = format!("{}-executor-{kind}", self.subjects().prefix());
-        let counts = match s.consumer_info(&name).await {
+        match s.consumer_info(&name).await {
             Ok(info) => {
                 let latest = [info.delivered.last_active, info.ack_floor.last_active]
                     .into_iter()
                     .flatten()
                     .fold(info.created, |a, b| a.max(b));
                 let idle_for = time::OffsetDateTime::now_utc() - latest;
-                Some(ConsumerCounts {
-                    waiting: info.num_waiting,
-                    ack_pending: info.num_ack_pending,
-                    idle_for: idle_for.try_into().unwrap_or(Duration::ZERO),
-                })
+                Ok(Some(QueueCounts {
+                    consumer: ConsumerCounts {
+                        waiting: info.num_waiting,
+                        ack_pending: info.num_ack_pending,
+                        idle_for: idle_for.try_into().unwrap_or(Duration::ZERO),
+                    },
+                    pending: info.num_pending,
+                }))
             }
-            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
-            Err(e) => return Err(setup(e.to_string())),
-        };
-        let served = serves(counts, self.config().executor_wait);
-        if served {
-            self.served_cache().remember(kind);
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+            Err(e) => Err(setup(e.to_string())),
         }
-        Ok(served)
     }
 
     /// After publishing `cmd` for `task` on `kind`'s subject: when no

@@ -185,6 +185,12 @@ impl Subjects {
     pub fn tokens_bucket(&self) -> String {
         format!("{}_tokens", self.prefix)
     }
+    /// Cron schedules bucket (`noetl_schedules`): one record per schedule
+    /// (its settings and firing state), written by `noetl schedule` and
+    /// `noetl serve timer`.
+    pub fn schedules_bucket(&self) -> String {
+        format!("{}_schedules", self.prefix)
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub struct Buckets {
     pub catalog: kv::Store,
     /// API tokens, hashed (`noetl_tokens`).
     pub tokens: kv::Store,
+    /// Cron schedules and their firing state (`noetl_schedules`).
+    pub schedules: kv::Store,
 }
 
 fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
@@ -181,7 +183,8 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
     let (credentials, r4) = bucket(&p, &s.credentials_bucket()).await?;
     let (catalog, r5) = bucket(&p, &s.catalog_bucket()).await?;
     let (tokens, r6) = bucket(&p, &s.tokens_bucket()).await?;
-    report.extend([r1, r2, r3, r4, r5, r6]);
+    let (schedules, r7) = bucket(&p, &s.schedules_bucket()).await?;
+    report.extend([r1, r2, r3, r4, r5, r6, r7]);
     Ok(Ensured {
         buckets: Buckets {
             exec,
@@ -190,6 +193,7 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
             credentials,
             catalog,
             tokens,
+            schedules,
         },
         report,
     })

@@ -1,0 +1,303 @@
+//! Pausing an execution (`noetl exec pause`): no new step starts and no
+//! new loop iteration is dispatched until it is unpaused; what is in
+//! flight finishes. docs/operations.md, "Pause and unpause".
+//!
+//! The pause is a record, `<eid>.paused` (bucket exec). Every process
+//! that dispatches follows those records with one KV watch (the set in
+//! [`Pauses`]), so a token costs no read. A token that reaches the
+//! scheduler of a paused execution, and a loop run whose next iterations
+//! would go out, are *held*: the message that will carry on is stored
+//! under `<eid>.held.…` and acknowledged. Unpausing removes the record,
+//! then publishes each held message again, each removed with its
+//! revision first, so exactly one publisher sends it. A process that
+//! holds a message reads the record once more afterwards and, should the
+//! pause have ended meanwhile, publishes it itself: nothing stays held
+//! behind an unpause.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use async_nats::jetstream::kv::{Operation, Store};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::events::{now_rfc3339, EventDraft};
+use crate::keys::Keys;
+use crate::{kv, Mesh, MeshError};
+
+/// The record of a pause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    /// Who paused it.
+    pub by: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// The payload of `execution.paused` and `execution.unpaused`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseChanged {
+    /// Who.
+    pub by: String,
+    /// Why (pause).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Messages released (unpause).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<u64>,
+}
+
+impl crate::payloads::EventPayload for PauseChanged {
+    const KINDS: &'static [crate::event_type::EventType] = &[
+        crate::event_type::EventType::ExecutionPaused,
+        crate::event_type::EventType::ExecutionUnpaused,
+    ];
+}
+
+/// The paused executions this process knows of.
+#[derive(Debug, Default)]
+pub struct Pauses {
+    paused: RwLock<HashSet<String>>,
+}
+
+impl Pauses {
+    /// True when `eid` is paused: hold what would start.
+    pub fn is_paused(&self, eid: &str) -> bool {
+        self.paused
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(eid)
+    }
+
+    fn set(&self, eid: &str, paused: bool) {
+        let mut set = self.paused.write().unwrap_or_else(|p| p.into_inner());
+        if paused {
+            set.insert(eid.to_string());
+        } else {
+            set.remove(eid);
+        }
+    }
+}
+
+/// The execution a `<eid>.paused` key names.
+fn paused_eid(key: &str) -> Option<&str> {
+    key.strip_suffix(".paused").filter(|e| !e.contains('.'))
+}
+
+/// Follow the pause records of `store`: the watch starts first, then the
+/// records already there are read, so no change falls in between.
+pub(crate) async fn follow(store: &Store) -> Result<Arc<Pauses>, MeshError> {
+    let failed = |e: &dyn std::fmt::Display| MeshError::Kv {
+        bucket: store.name.clone(),
+        key: "*.paused".into(),
+        message: e.to_string(),
+    };
+    let mut watch = store.watch("*.paused").await.map_err(|e| failed(&e))?;
+    let set = Arc::new(Pauses::default());
+    for (key, _) in kv::values_matching::<serde_json::Value>(store, "*.paused").await? {
+        if let Some(eid) = paused_eid(&key) {
+            set.set(eid, true);
+        }
+    }
+    let s = set.clone();
+    tokio::spawn(async move {
+        while let Some(entry) = watch.next().await {
+            let Ok(entry) = entry else { continue };
+            if let Some(eid) = paused_eid(&entry.key) {
+                s.set(eid, entry.operation == Operation::Put);
+            }
+        }
+    });
+    Ok(set)
+}
+
+/// What a held message is: the key it waits under and the subject it
+/// goes to when released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held<'a> {
+    /// A token for the scheduler (`<eid>.held.token.<token_id>`).
+    Token {
+        /// The token.
+        token_id: &'a str,
+    },
+    /// A loop run's window (`<eid>.held.loop.<step_run_id>`): its loop
+    /// command again, which dispatches the run's iterations in flight.
+    Loop {
+        /// The loop step's run.
+        step_run_id: &'a str,
+    },
+}
+
+impl Mesh {
+    /// The executions paused, as this process follows them (the watch
+    /// starts on first use).
+    pub async fn pauses(&self) -> Result<&Pauses, MeshError> {
+        let set = self
+            .inner
+            .paused
+            .get_or_try_init(|| follow(self.exec_kv()))
+            .await?;
+        Ok(set)
+    }
+
+    /// Pause `eid`: `false` when it was paused already.
+    pub async fn pause(&self, eid: &str, by: &str, reason: &str) -> Result<bool, MeshError> {
+        let record = PauseRecord {
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at: now_rfc3339(),
+        };
+        if !kv::create(self.exec_kv(), &Keys::paused(eid), &record).await? {
+            return Ok(false);
+        }
+        let changed = PauseChanged {
+            by: by.to_string(),
+            reason: reason.to_string(),
+            released: None,
+        };
+        self.emit_pause(eid, crate::event_type::EventType::ExecutionPaused, &changed)
+            .await?;
+        Ok(true)
+    }
+
+    /// The pause record of `eid`, read now (not from the followed set).
+    pub async fn pause_record(&self, eid: &str) -> Result<Option<PauseRecord>, MeshError> {
+        kv::get(self.exec_kv(), &Keys::paused(eid)).await
+    }
+
+    /// Unpause `eid` and release what it held; returns how many messages
+    /// were released. Idempotent: run again, it releases what a crash
+    /// left held.
+    pub async fn unpause(&self, eid: &str, by: &str) -> Result<u64, MeshError> {
+        let was_paused = self.pause_record(eid).await?.is_some();
+        if was_paused {
+            self.exec_kv()
+                .delete(Keys::paused(eid))
+                .await
+                .map_err(|e| MeshError::Kv {
+                    bucket: self.exec_kv().name.clone(),
+                    key: Keys::paused(eid),
+                    message: e.to_string(),
+                })?;
+        }
+        let mut released = 0;
+        for key in kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await? {
+            if self.release(eid, &key).await? {
+                released += 1;
+            }
+        }
+        if was_paused || released > 0 {
+            let changed = PauseChanged {
+                by: by.to_string(),
+                reason: String::new(),
+                released: Some(released),
+            };
+            self.emit_pause(
+                eid,
+                crate::event_type::EventType::ExecutionUnpaused,
+                &changed,
+            )
+            .await?;
+        }
+        Ok(released)
+    }
+
+    /// Hold `payload` (what would go to `held`'s subject) while `eid` is
+    /// paused; should the pause have ended meanwhile, release it at once.
+    pub async fn hold(
+        &self,
+        eid: &str,
+        held: Held<'_>,
+        payload: bytes::Bytes,
+    ) -> Result<(), MeshError> {
+        let key = match held {
+            Held::Token { token_id } => Keys::held_token(eid, token_id),
+            Held::Loop { step_run_id } => Keys::held_loop(eid, step_run_id),
+        };
+        let store = self.exec_kv();
+        store.put(&key, payload).await.map_err(|e| MeshError::Kv {
+            bucket: store.name.clone(),
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        tracing::info!(execution_id = %eid, %key, "held while the execution is paused");
+        if self.pause_record(eid).await?.is_none() {
+            self.release(eid, &key).await?;
+        }
+        Ok(())
+    }
+
+    /// Publish the held message under `key` again and remove it; `false`
+    /// when another publisher removed it first.
+    async fn release(&self, eid: &str, key: &str) -> Result<bool, MeshError> {
+        let store = self.exec_kv();
+        let kv_err = |e: &dyn std::fmt::Display| MeshError::Kv {
+            bucket: store.name.clone(),
+            key: key.to_string(),
+            message: e.to_string(),
+        };
+        let Some(entry) = store.entry(key).await.map_err(|e| kv_err(&e))? else {
+            return Ok(false);
+        };
+        if entry.operation != Operation::Put {
+            return Ok(false);
+        }
+        let subject = if key.contains(".held.loop.") {
+            self.subjects().loop_cmd(eid)
+        } else {
+            self.subjects().token(eid)
+        };
+        if store
+            .delete_expect_revision(key, Some(entry.revision))
+            .await
+            .is_err()
+        {
+            // Removed (or held again) by someone else: theirs to send.
+            return Ok(false);
+        }
+        let msg_id = format!("{key}@{}", entry.revision);
+        self.publish(subject, &msg_id, entry.value)
+            .await?
+            .wait()
+            .await?;
+        Ok(true)
+    }
+
+    async fn emit_pause(
+        &self,
+        eid: &str,
+        kind: crate::event_type::EventType,
+        changed: &PauseChanged,
+    ) -> Result<(), MeshError> {
+        let discriminator = uuid::Uuid::now_v7().to_string();
+        let event = EventDraft {
+            event_type: kind.wire_name(),
+            execution_id: eid,
+            discriminator: &discriminator,
+            payload: crate::payloads::typed_value(kind, changed),
+            ..EventDraft::default()
+        }
+        .build();
+        self.emit(&event).await?.wait().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pause_key_names_a_paused_execution() {
+        assert_eq!(paused_eid("e1.paused"), Some("e1"));
+        assert_eq!(paused_eid("e1.step.paused"), None);
+        assert_eq!(paused_eid("e1"), None);
+        let p = Pauses::default();
+        p.set("e1", true);
+        assert!(p.is_paused("e1") && !p.is_paused("e2"));
+        p.set("e1", false);
+        assert!(!p.is_paused("e1"));
+    }
+}

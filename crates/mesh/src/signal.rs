@@ -1,0 +1,292 @@
+//! Waiting for a signal (docs/operations.md, "Waiting for a signal"): a
+//! `wait` task stores a *waiter* under `<eid>.wait.<signal>` (bucket
+//! exec) holding the task command that continues its step-run, and ends
+//! its attempt without a result; the step-run stays live. A signal
+//! (`noetl exec signal`, the API) whose data fits the waiter's schema
+//! removes the waiter with its revision and publishes that command with
+//! the data as the task's outcome; so does the `wait.timeout` timer, with
+//! a `timeout` error, when it is due first. Whichever removes the waiter
+//! continues the step-run: a signal is consumed once, and a late signal
+//! or timer finds no waiter.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use noetl_core::Outcome;
+use noetl_wire::TaskCommand;
+
+use crate::event_type::EventType;
+use crate::events::{types, EventDraft};
+use crate::ids::derive_id;
+use crate::keys::Keys;
+use crate::{codec, kv, payloads, Mesh, MeshError};
+
+/// The `wait` tool kind.
+pub const WAIT_KIND: &str = "wait";
+
+/// A step-run waiting for a signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiter {
+    /// The signal's name.
+    pub signal: String,
+    /// The step.
+    pub step: String,
+    /// The step-run.
+    pub step_run_id: String,
+    /// The `wait` task.
+    pub task: String,
+    /// Its task-run.
+    pub task_run_id: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// When it times out (epoch ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+    /// The JSON Schema the data must fit, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// The task command that continues the step-run (protobuf, base64).
+    pub command: String,
+}
+
+/// The `wait.timeout` timer: the router acts on it when due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitTimeout {
+    /// When (epoch ms).
+    pub at_ms: u64,
+    /// The signal waited for.
+    pub signal: String,
+    /// The `wait` task-run it is for (a later wait for the same signal is
+    /// not timed out by an earlier timer).
+    pub task_run_id: String,
+}
+
+/// The payload of `signal.received`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalReceived {
+    /// The signal.
+    pub signal: String,
+    /// Who sent it.
+    pub by: String,
+    /// The `wait` task-run it continued.
+    pub task_run_id: String,
+}
+
+impl payloads::EventPayload for WaitTimeout {
+    const KINDS: &'static [EventType] = &[EventType::WaitTimeout];
+}
+
+impl payloads::EventPayload for SignalReceived {
+    const KINDS: &'static [EventType] = &[EventType::SignalReceived];
+}
+
+/// Why a signal was not delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    /// No step of the execution waits for this signal now.
+    #[error("no step of execution {execution_id} waits for signal `{signal}` now")]
+    NoWaiter {
+        /// The execution.
+        execution_id: String,
+        /// The signal.
+        signal: String,
+    },
+    /// The data does not fit the waiter's schema.
+    #[error("signal `{signal}` of execution {execution_id}: the data does not fit the schema of step `{step}`: {mismatch}")]
+    Invalid {
+        /// The execution.
+        execution_id: String,
+        /// The signal.
+        signal: String,
+        /// The waiting step.
+        step: String,
+        /// Where and what.
+        mismatch: noetl_core::data_schema::Mismatch,
+    },
+    /// Reading or writing the mesh failed.
+    #[error(transparent)]
+    Mesh(#[from] MeshError),
+}
+
+/// Whether a signal name can be a key part and a subject token.
+pub fn valid_signal(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The task command a waiter holds.
+pub fn encode_command(cmd: &TaskCommand) -> String {
+    base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd))
+}
+
+impl Mesh {
+    /// Store `waiter` for execution `eid`, and its timeout timer if it has
+    /// one.
+    pub async fn wait_for(&self, eid: &str, waiter: &Waiter) -> Result<(), MeshError> {
+        kv::put(self.exec_kv(), &Keys::wait(eid, &waiter.signal), waiter).await?;
+        if let Some(at_ms) = waiter.timeout_at_ms {
+            let timer = WaitTimeout {
+                at_ms,
+                signal: waiter.signal.clone(),
+                task_run_id: waiter.task_run_id.clone(),
+            };
+            let ev = EventDraft {
+                event_type: types::WAIT_TIMEOUT,
+                execution_id: eid,
+                step_run_id: &waiter.step_run_id,
+                task_run_id: &waiter.task_run_id,
+                step: &waiter.step,
+                task: &waiter.task,
+                payload: payloads::typed_value(EventType::WaitTimeout, &timer),
+                ..EventDraft::default()
+            }
+            .build();
+            self.emit(&ev).await?.wait().await?;
+        }
+        Ok(())
+    }
+
+    /// The waiters of `eid` now.
+    pub async fn waiters(&self, eid: &str) -> Result<Vec<Waiter>, MeshError> {
+        let found =
+            kv::values_matching::<Waiter>(self.exec_kv(), &format!("{}.*", Keys::waits(eid)))
+                .await?;
+        found.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// Deliver signal `signal` with `data` to the step of `eid` waiting for
+    /// it: its `wait` task's result is `data`. Returns the waiter it
+    /// continued.
+    pub async fn signal(
+        &self,
+        eid: &str,
+        signal: &str,
+        data: Value,
+        by: &str,
+    ) -> Result<Waiter, SignalError> {
+        let none = || SignalError::NoWaiter {
+            execution_id: eid.to_string(),
+            signal: signal.to_string(),
+        };
+        if !valid_signal(signal) {
+            return Err(none());
+        }
+        let Some((waiter, revision)) =
+            kv::read::<Waiter>(self.exec_kv(), &Keys::wait(eid, signal)).await?
+        else {
+            return Err(none());
+        };
+        if let Some(schema) = &waiter.schema {
+            if let Err(mismatch) = noetl_core::data_schema::check(schema, &data) {
+                return Err(SignalError::Invalid {
+                    execution_id: eid.to_string(),
+                    signal: signal.to_string(),
+                    step: waiter.step.clone(),
+                    mismatch,
+                });
+            }
+        }
+        if !self
+            .continue_waiter(eid, &waiter, revision, Outcome::ok(data))
+            .await?
+        {
+            return Err(none());
+        }
+        let received = SignalReceived {
+            signal: signal.to_string(),
+            by: by.to_string(),
+            task_run_id: waiter.task_run_id.clone(),
+        };
+        let ev = EventDraft {
+            event_type: types::SIGNAL_RECEIVED,
+            execution_id: eid,
+            step_run_id: &waiter.step_run_id,
+            task_run_id: &waiter.task_run_id,
+            step: &waiter.step,
+            task: &waiter.task,
+            payload: payloads::typed_value(EventType::SignalReceived, &received),
+            ..EventDraft::default()
+        }
+        .build();
+        self.emit(&ev).await?.wait().await?;
+        Ok(waiter)
+    }
+
+    /// A due `wait.timeout` timer: the waiter it is for, if still there,
+    /// continues with a `timeout` error. `false` when it was gone.
+    pub async fn expire_wait(&self, eid: &str, t: &WaitTimeout) -> Result<bool, MeshError> {
+        let Some((waiter, revision)) =
+            kv::read::<Waiter>(self.exec_kv(), &Keys::wait(eid, &t.signal)).await?
+        else {
+            return Ok(false);
+        };
+        if waiter.task_run_id != t.task_run_id {
+            return Ok(false);
+        }
+        let message = format!(
+            "no signal `{}` arrived within the wait's timeout_s (since {})",
+            t.signal, waiter.since
+        );
+        let outcome = Outcome::error(noetl_core::lifecycle::TIMEOUT, message, false);
+        self.continue_waiter(eid, &waiter, revision, outcome).await
+    }
+
+    /// Remove `waiter` at `revision` and publish its command with
+    /// `outcome`; `false` when someone else removed it first.
+    async fn continue_waiter(
+        &self,
+        eid: &str,
+        waiter: &Waiter,
+        revision: u64,
+        outcome: Outcome,
+    ) -> Result<bool, MeshError> {
+        let key = Keys::wait(eid, &waiter.signal);
+        let store = self.exec_kv();
+        if store
+            .delete_expect_revision(&key, Some(revision))
+            .await
+            .is_err()
+        {
+            return Ok(false);
+        }
+        let corrupt = |message: String| MeshError::Corrupt {
+            bucket: store.name.clone(),
+            key: key.clone(),
+            message,
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(waiter.command.as_bytes())
+            .map_err(|e| corrupt(format!("the waiter's command is not base64: {e}")))?;
+        let mut cmd: TaskCommand = codec::decode("waiter command", &bytes)?;
+        cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&outcome));
+        cmd.command_id = derive_id(&["signal", &waiter.task_run_id]);
+        self.publish_for_execution(
+            self.subjects().task(WAIT_KIND),
+            &cmd.command_id,
+            eid,
+            codec::encode(&cmd),
+        )
+        .await?
+        .wait()
+        .await?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_are_key_parts() {
+        assert!(valid_signal("approval"));
+        assert!(valid_signal("go-ahead_2"));
+        assert!(!valid_signal(""));
+        assert!(!valid_signal("a.b"));
+        assert!(!valid_signal("*"));
+    }
+}
