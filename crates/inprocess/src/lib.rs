@@ -35,6 +35,7 @@ pub fn tool(kind: &str, mesh: &MeshConfig) -> Option<Arc<dyn Tool>> {
         "noop" => Arc::new(noetl_tool_noop::NoopTool),
         "python" => Arc::new(noetl_tool_python::PythonTool::new()),
         "playbook" => Arc::new(noetl_executor::PlaybookTool),
+        "wait" => Arc::new(noetl_executor::WaitTool),
         "http" => Arc::new(noetl_tool_http::HttpTool::new()),
         "postgres" => Arc::new(noetl_tool_postgres::PostgresTool::new()),
         // Always served: without the engine its tasks fail with a clear

@@ -22,6 +22,7 @@ mod pipeline;
 mod script;
 pub mod secrets;
 mod task;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ use noetl_wire::TaskCommand;
 
 pub use child::PlaybookTool;
 pub use pipeline::{Executor, HandlerError, MAX_TASK_RUNS};
+pub use wait::WaitTool;
 
 /// What an executor replica needs: the service parameters and the tools it
 /// serves (it consumes only `<prefix>.task.<kind>` of those kinds).

@@ -4,12 +4,15 @@
 //! is redelivered.
 
 use noetl_mesh::{
+    codec,
     effects::{self, Effect},
     kv::{self, Cas},
+    pause::Held,
     payloads,
     runtime::HandlerError,
     Mesh,
 };
+use noetl_wire::LoopCommand;
 use serde_json::Value;
 
 use crate::collection::{ChunkCache, Elements, ItemError};
@@ -67,6 +70,9 @@ pub(crate) async fn dispatch(
     if indices.is_empty() || w.mesh.cancellations().is_stopped(w.at.eid()) {
         return Ok(run);
     }
+    if w.mesh.pauses().await?.is_paused(w.at.eid()) {
+        return hold(w, run, indices).await;
+    }
     let Read { items, gone } = read(w, &run, indices).await?;
     effects::apply(w.mesh, messages::iterations(w.at, &run, &items)).await?;
     for _ in &items {
@@ -87,6 +93,72 @@ pub(crate) async fn dispatch(
     })
     .await?;
     Ok(stored.unwrap_or(run))
+}
+
+/// The command id of a loop command a pause held: its release dispatches
+/// the run's held iterations ([`release_held`]).
+pub(crate) fn unpause_command_id(srid: &str) -> String {
+    format!("{srid}-unpaused")
+}
+
+/// The execution is paused: remember `indices` as held in the run (they
+/// are in flight, not published), and hold the run's loop command until
+/// the unpause, whose release publishes them ([`release_held`]). Claims of
+/// a cursor loop go on: a pause stops iterations only.
+async fn hold(w: &Window<'_>, run: LoopRun, indices: &[u64]) -> Result<LoopRun, HandlerError> {
+    let stored = kv::update(w.mesh.loop_kv(), &w.at.key(), |r: Option<&LoopRun>| match r
+        .and_then(|r| with_held(r, indices))
+    {
+        Some(next) => Cas::Write(next),
+        None => Cas::Keep,
+    })
+    .await?;
+    let again = LoopCommand {
+        command_id: unpause_command_id(w.at.srid),
+        execution_id: w.at.eid().to_string(),
+        step: w.at.step.step.clone(),
+        step_run_id: w.at.srid.to_string(),
+        trace_id: run.trace_id.clone(),
+        ..Default::default()
+    };
+    let held = Held::Loop {
+        step_run_id: w.at.srid,
+    };
+    w.mesh.hold(w.at.eid(), held, codec::encode(&again)).await?;
+    Ok(stored.unwrap_or(run))
+}
+
+/// `run` with `indices` added to its held iterations (`None`: all there).
+fn with_held(run: &LoopRun, indices: &[u64]) -> Option<LoopRun> {
+    let mut next = run.clone();
+    for i in indices {
+        if !next.held.contains(i) {
+            next.held.push(*i);
+        }
+    }
+    (next.held.len() != run.held.len()).then_some(next)
+}
+
+/// The unpause released the run's loop command: publish the iterations
+/// the pause held (a pause since then holds them again) and forget them.
+pub(crate) async fn release_held(w: &Window<'_>, run: LoopRun) -> Result<(), HandlerError> {
+    let held = run.held.clone();
+    if held.is_empty() || w.mesh.pauses().await?.is_paused(w.at.eid()) {
+        return Ok(());
+    }
+    let run = dispatch(w, run, &held).await?;
+    kv::update(w.mesh.loop_kv(), &w.at.key(), |r: Option<&LoopRun>| match r
+        .filter(|r| !r.held.is_empty())
+    {
+        Some(r) => {
+            let mut next = r.clone();
+            next.held.retain(|i| !held.contains(i));
+            Cas::Write(next)
+        }
+        None => Cas::Keep,
+    })
+    .await?;
+    finish::settle(w.mesh, w.at, &run).await
 }
 
 /// The elements of the iterations a dispatch publishes.
@@ -165,5 +237,16 @@ mod tests {
             gone_message("lp", &gone),
             r#"loop.in of step "lp": item 5 cannot be read: chunk gone"#
         );
+    }
+
+    #[test]
+    fn held_iterations_are_added_once_and_nothing_new_writes_nothing() {
+        let cmd = LoopCommand::default();
+        let mut run = crate::state::new_run(&cmd, "each", 10, 3, serde_json::Value::Null);
+        run.held = vec![1];
+        let next = with_held(&run, &[1, 2, 2]).expect("2 is new");
+        assert_eq!(next.held, [1, 2]);
+        assert!(with_held(&next, &[2, 1]).is_none());
+        assert_eq!(unpause_command_id("sr1"), "sr1-unpaused");
     }
 }

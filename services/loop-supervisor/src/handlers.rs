@@ -164,7 +164,12 @@ fn report_of(kind: EventType) -> Option<Report> {
         | T::ExecutionCancelled
         | T::ExecutionDeadline
         | T::StepDeadline
-        | T::TaskUnserved => None,
+        | T::TaskUnserved
+        | T::Audit
+        | T::ExecutionPaused
+        | T::ExecutionUnpaused
+        | T::WaitTimeout
+        | T::SignalReceived => None,
     }
 }
 

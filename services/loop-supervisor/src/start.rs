@@ -13,7 +13,7 @@ use noetl_wire::LoopCommand;
 use serde_json::{json, Value};
 
 use crate::collection::{store_items, Collection};
-use crate::dispatch::{resume, Window};
+use crate::dispatch::{release_held, resume, unpause_command_id, Window};
 use crate::finish::fail_loop;
 use crate::state::{
     cursor::{frame_number, frame_templates, start_run},
@@ -37,6 +37,9 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
     };
     let key = w.at.key();
     if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &key).await? {
+        if cmd.command_id == unpause_command_id(w.at.srid) {
+            return release_held(w, run).await;
+        }
         // Redelivered start: the run was created, but what followed may not
         // have gone out (a crash, a failed publish): send it again.
         return resume(w, run).await;

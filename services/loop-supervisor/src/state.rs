@@ -86,6 +86,10 @@ pub struct LoopRun {
     /// See `deadline_ms`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub deadline_of: String,
+    /// Iterations in flight that a pause kept from being published
+    /// (`dispatch::release_held` publishes them after the unpause).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<u64>,
     /// A cursor loop's claims and claimed rows (`None` for a loop over
     /// `in`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,6 +198,7 @@ pub(crate) fn new_run(
         error: None,
         deadline_ms: cmd.deadline_ms,
         deadline_of: cmd.deadline_of.clone(),
+        held: Vec::new(),
         cursor: None,
     }
 }

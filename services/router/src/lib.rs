@@ -78,6 +78,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
                 types::EXECUTION_DEADLINE,
                 types::STEP_DEADLINE,
                 types::TASK_UNSERVED,
+                types::WAIT_TIMEOUT,
             ]
             .iter()
             .map(|t| s.events_of_type(t))

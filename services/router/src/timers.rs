@@ -34,6 +34,7 @@ use noetl_mesh::{
     payloads::{self, DeadlineSet, StepEnded},
     runtime::{BoxFuture, HandlerError},
     served::TaskUnserved,
+    signal::WaitTimeout,
     state::{ExecHeader, ExecStatus},
     Mesh, MeshError,
 };
@@ -65,6 +66,8 @@ pub enum Timer {
     Step,
     /// `task.unserved`.
     Unserved,
+    /// `wait.timeout`.
+    Wait,
 }
 
 /// The timer an event of type `kind` is, if any (every type named: a new
@@ -75,6 +78,7 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
         T::ExecutionDeadline => Some(Timer::Execution),
         T::StepDeadline => Some(Timer::Step),
         T::TaskUnserved => Some(Timer::Unserved),
+        T::WaitTimeout => Some(Timer::Wait),
         T::MessageDeadLettered
         | T::PlaybookInitialized
         | T::WorkflowInitialized
@@ -96,7 +100,11 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
         | T::ExecutionCompleted
         | T::ExecutionFailed
         | T::ExecutionCancelRequested
-        | T::ExecutionCancelled => None,
+        | T::ExecutionCancelled
+        | T::Audit
+        | T::ExecutionPaused
+        | T::SignalReceived
+        | T::ExecutionUnpaused => None,
     }
 }
 
@@ -133,8 +141,8 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
             TimerAction::FailStepRun(lifecycle::timeout_error(i.deadline, i.step, None).to_value())
         }
         Timer::Step => TimerAction::Nothing,
-        // Decided by `on_unserved`, which asks whether the kind is served.
-        Timer::Unserved => TimerAction::Nothing,
+        // Decided by `on_unserved` and `on_wait`.
+        Timer::Unserved | Timer::Wait => TimerAction::Nothing,
     }
 }
 
@@ -177,6 +185,9 @@ impl Handle for TimerHandler {
             let wait = if timer == Timer::Unserved {
                 let t: TaskUnserved = payloads::decode_typed(&ev)?;
                 on_unserved(&self.mesh, &ev, &t).await?
+            } else if timer == Timer::Wait {
+                let t: WaitTimeout = payloads::decode_typed(&ev)?;
+                on_wait(&self.mesh, &ev, &t).await?
             } else {
                 let set: DeadlineSet = payloads::decode_typed(&ev)?;
                 let deadline = Deadline {
@@ -274,6 +285,18 @@ async fn on_timer(
             .build();
             mesh.emit(&failed).await?.wait().await?;
         }
+    }
+    Ok(None)
+}
+
+/// A `wait` task's timeout: when due, the waiter it is for (if a signal
+/// has not continued it first) continues with a `timeout` error.
+async fn on_wait(mesh: &Mesh, ev: &Event, t: &WaitTimeout) -> Result<Option<Duration>, MeshError> {
+    if let Due::In(left) = lifecycle::due(t.at_ms, now_ms()) {
+        return Ok(Some(left));
+    }
+    if mesh.expire_wait(&ev.execution_id, t).await? {
+        tracing::info!(execution_id = %ev.execution_id, signal = %t.signal, "wait timed out");
     }
     Ok(None)
 }

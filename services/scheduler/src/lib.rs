@@ -22,6 +22,7 @@ use noetl_mesh::{
     events::{now_ms, types, EventDraft},
     handler::{Handle, Handled, Job, StepOf, Typed, WhenStopped},
     ids::derive_id,
+    pause::Held,
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
@@ -90,6 +91,12 @@ async fn schedule(mesh: &Mesh, token: Token, at: &StepOf) -> Result<(), HandlerE
     let (plan, step) = (&at.plan, at.step());
     let eid = token.execution_id.as_str();
     let srid = token.token_id.as_str();
+    // A paused execution starts no step: the token waits for the unpause.
+    if mesh.pauses().await?.is_paused(eid) {
+        let held = Held::Token { token_id: srid };
+        mesh.hold(eid, held, codec::encode(&token)).await?;
+        return Ok(());
+    }
     let mut args = codec::args(&token.args_json).map_err(|e| {
         HandlerError::Refused(format!(
             "token {srid} of execution {eid} step {:?}: {e}",

@@ -145,6 +145,12 @@ impl StepRun<'_> {
                 Err(message) => failed(who.error("playbook.config", &message)),
             };
         }
+        if task.kind == noetl_mesh::signal::WAIT_KIND {
+            return match self.start_wait(cur, t, &config).await? {
+                Ok(()) => Ok(None),
+                Err(message) => failed(who.error("wait.config", &message)),
+            };
+        }
         if task.kind == "artifact" {
             // What an artifact stores, any execution sharing the store reads.
             if let Err(message) = crate::child::no_keychain(&task.config, &config, &self.secrets) {
@@ -273,6 +279,48 @@ impl StepRun<'_> {
                 )
                 .await?,
         );
+        Ok(Ok(()))
+    }
+
+    /// Store the waiter of a `wait` task; the step-run waits until a
+    /// signal or the timeout continues it at this task. `Err` names a
+    /// field problem.
+    async fn start_wait(
+        &self,
+        cur: &mut Cursor,
+        t: &TaskAt<'_>,
+        config: &Map<String, Value>,
+    ) -> Result<Result<(), String>, HandlerError> {
+        let wait = match crate::wait::config(config) {
+            Ok(w) => w,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.spill_prev(cur).await?;
+        let here = super::next::At {
+            pc: cur.pc,
+            attempt: cur.attempt,
+        };
+        let now = noetl_mesh::events::now_ms();
+        let waiter = noetl_mesh::signal::Waiter {
+            signal: wait.signal,
+            step: self.step.step.clone(),
+            step_run_id: self.cmd.step_run_id.clone(),
+            task: t.task.name.clone(),
+            task_run_id: t.run_id.clone(),
+            since: now_rfc3339(),
+            timeout_at_ms: wait
+                .timeout_s
+                .map(|s| now.saturating_add((s * 1000.0) as u64)),
+            schema: wait.schema,
+            command: noetl_mesh::signal::encode_command(&self.command(cur, here, 0)),
+        };
+        tracing::info!(
+            execution_id = %self.eid(),
+            step = %self.step.step,
+            signal = %waiter.signal,
+            "waiting for a signal"
+        );
+        self.mesh().wait_for(self.eid(), &waiter).await?;
         Ok(Ok(()))
     }
 }

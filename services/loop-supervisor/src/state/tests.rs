@@ -18,6 +18,7 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         error: None,
         deadline_ms,
         deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
+        held: Vec::new(),
         cursor: None,
     }
 }

@@ -127,7 +127,12 @@ fn handling_of(kind: EventType) -> Handling {
         | T::ExecutionCancelled
         | T::ExecutionDeadline
         | T::StepDeadline
-        | T::TaskUnserved => Handling::Foreign,
+        | T::TaskUnserved
+        | T::Audit
+        | T::ExecutionPaused
+        | T::ExecutionUnpaused
+        | T::WaitTimeout
+        | T::SignalReceived => Handling::Foreign,
     }
 }
 

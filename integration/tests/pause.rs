@@ -1,0 +1,181 @@
+//! Pause and unpause on a real mesh: a paused execution starts no new
+//! step and dispatches no new loop iteration while what runs finishes;
+//! unpausing releases what the pause held, and the execution ends as a
+//! clean run does, every iteration counted once.
+
+use std::time::Duration;
+
+use noetl_integration::{types, Cluster, ClusterOptions};
+use noetl_mesh::events::types as et;
+use noetl_mesh::keys::Keys;
+use noetl_mesh::kv;
+use noetl_mesh::state::ExecStatus;
+use noetl_wire::Event;
+use serde_json::json;
+
+const CHAIN: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: pause_chain }
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(1.0)
+          result = 'rested'
+    next:
+      arcs:
+        - step: second
+  - step: second
+    tool:
+      - { name: n, kind: noop }
+"#;
+
+const LOOP: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: pause_loop }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(30) | list }}"
+      iterator: i
+      spec: { mode: parallel, max_in_flight: 3 }
+    tool:
+      - name: work
+        kind: python
+        args: { i: "{{ iter.i }}" }
+        code: |
+          import time
+          time.sleep(0.1)
+          result = i
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+fn count(events: &[Event], kind: &str) -> usize {
+    events.iter().filter(|e| e.event_type == kind).count()
+}
+
+fn position(events: &[Event], kind: &str, step: &str) -> Option<usize> {
+    events
+        .iter()
+        .position(|e| e.event_type == kind && (step.is_empty() || e.step == step))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_execution_starts_no_step_until_unpaused() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
+            e.event_type == et::TASK_STARTED
+        })
+        .await;
+    assert!(mesh.pause(&eid, "test", "maintenance").await.unwrap());
+    assert!(
+        !mesh.pause(&eid, "test", "again").await.unwrap(),
+        "paused once"
+    );
+
+    // What runs finishes; the next step's token is held, not started.
+    cluster
+        .wait_for_event(&eid, "the nap to end", Duration::from_secs(30), |e| {
+            e.event_type == et::STEP_DONE && e.step == "start"
+        })
+        .await;
+    let store = mesh.exec_kv();
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap();
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held.len(), 1, "the token of `second` is held: {held:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = cluster.events(&eid).await;
+    assert_eq!(
+        position(&events, et::STEP_STARTED, "second"),
+        None,
+        "{:?}",
+        types(&events)
+    );
+    let header = mesh.exec_header(&eid).await.unwrap().unwrap();
+    assert_eq!(header.status, ExecStatus::Running);
+
+    // Unpause: the token goes on, the execution completes.
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
+    let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(done.status, ExecStatus::Completed);
+    assert!(kv::keys_under(store, &Keys::held_all(&eid))
+        .await
+        .unwrap()
+        .is_empty());
+    let events = cluster.settled_events(&eid).await;
+    let paused = position(&events, et::EXECUTION_PAUSED, "").expect("execution.paused");
+    let unpaused = position(&events, et::EXECUTION_UNPAUSED, "").expect("execution.unpaused");
+    let second = position(&events, et::STEP_STARTED, "second").expect("second started");
+    assert!(
+        paused < unpaused && unpaused < second,
+        "{:?}",
+        types(&events)
+    );
+    assert_eq!(count(&events, et::EXECUTION_PAUSED), 1);
+    // Unpausing again finds nothing to release and says nothing.
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 0);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_once() {
+    let cluster = Cluster::start_with(ClusterOptions {
+        concurrency: 8,
+        ..Default::default()
+    })
+    .await;
+    let mesh = cluster.mesh.clone();
+    let eid = cluster.submit(LOOP, "pause_loop.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "an iteration to end", Duration::from_secs(30), |e| {
+            e.event_type == et::LOOP_ITERATION_DONE
+        })
+        .await;
+    mesh.pause(&eid, "test", "").await.unwrap();
+    // The iterations in flight finish; then nothing more starts.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = count(&cluster.events(&eid).await, et::LOOP_ITERATION_STARTED);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let events = cluster.events(&eid).await;
+    let after = count(&events, et::LOOP_ITERATION_STARTED);
+    assert_eq!(before, after, "no iteration dispatched while paused");
+    assert!(after < 30, "the loop was paused before its end: {after}");
+    assert_eq!(count(&events, et::LOOP_DONE), 0);
+
+    assert!(mesh.unpause(&eid, "test").await.unwrap() >= 1);
+    let done = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(done.status, ExecStatus::Completed);
+    let events = cluster.settled_events(&eid).await;
+    let mut finished: Vec<u64> = events
+        .iter()
+        .filter(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .map(|e| noetl_mesh::events::payload(e)["index"].as_u64().unwrap())
+        .collect();
+    finished.sort_unstable();
+    finished.dedup();
+    assert_eq!(
+        finished,
+        (0..30).collect::<Vec<u64>>(),
+        "every iteration done"
+    );
+    assert_eq!(count(&events, et::LOOP_DONE), 1);
+    cluster.stop().await;
+}
