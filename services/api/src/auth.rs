@@ -186,6 +186,56 @@ pub fn startup_mode(
     }
 }
 
+/// The mode while the API runs, once tokens come or go: any token makes
+/// tokens required (a token made after the start needs no restart);
+/// without tokens the start's rule holds, except that an address others
+/// can reach, allowed at the start only because tokens existed, now lets
+/// nobody in rather than everybody.
+pub fn live_mode(addr: SocketAddr, has_tokens: bool, insecure_no_auth: bool) -> AuthMode {
+    startup_mode(addr, has_tokens, insecure_no_auth).unwrap_or(AuthMode::Required)
+}
+
+/// The auth mode of a running API, changed by [`live_mode`] as tokens are
+/// made and revoked.
+#[derive(Debug)]
+pub struct ModeCell {
+    addr: SocketAddr,
+    insecure_no_auth: bool,
+    required: std::sync::atomic::AtomicBool,
+}
+
+impl ModeCell {
+    /// The mode on `addr` with tokens present or not.
+    pub fn new(addr: SocketAddr, has_tokens: bool, insecure_no_auth: bool) -> Self {
+        let cell = Self {
+            addr,
+            insecure_no_auth,
+            required: std::sync::atomic::AtomicBool::new(true),
+        };
+        cell.tokens_present(has_tokens);
+        cell
+    }
+
+    /// The mode now.
+    pub fn current(&self) -> AuthMode {
+        if self.required.load(std::sync::atomic::Ordering::Acquire) {
+            AuthMode::Required
+        } else {
+            AuthMode::Open
+        }
+    }
+
+    /// Tokens are present or not; returns the mode when it changed.
+    pub fn tokens_present(&self, has_tokens: bool) -> Option<AuthMode> {
+        let mode = live_mode(self.addr, has_tokens, self.insecure_no_auth);
+        let required = mode == AuthMode::Required;
+        let before = self
+            .required
+            .swap(required, std::sync::atomic::Ordering::AcqRel);
+        (before != required).then_some(mode)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +321,24 @@ mod tests {
         assert_eq!(startup_mode(any, false, true), Ok(AuthMode::Open));
         let e = startup_mode(any, false, false).unwrap_err();
         assert!(e.to_string().contains("--insecure-no-auth"), "{e}");
+    }
+
+    #[test]
+    fn a_token_made_while_running_requires_tokens_and_revoking_all_reopens_only_loopback() {
+        let local: SocketAddr = "127.0.0.1:8082".parse().unwrap();
+        let cell = ModeCell::new(local, false, false);
+        assert_eq!(cell.current(), AuthMode::Open);
+        assert_eq!(cell.tokens_present(true), Some(AuthMode::Required));
+        assert_eq!(cell.current(), AuthMode::Required);
+        assert_eq!(cell.tokens_present(true), None, "no change");
+        assert_eq!(cell.tokens_present(false), Some(AuthMode::Open));
+
+        let public: SocketAddr = "0.0.0.0:8082".parse().unwrap();
+        let cell = ModeCell::new(public, true, false);
+        assert_eq!(cell.tokens_present(false), None);
+        assert_eq!(cell.current(), AuthMode::Required, "never open to others");
+        let insecure = ModeCell::new(public, false, true);
+        assert_eq!(insecure.current(), AuthMode::Open);
+        assert_eq!(insecure.tokens_present(true), Some(AuthMode::Required));
     }
 }

@@ -53,7 +53,7 @@ async fn whoami(
     Json(WhoAmI {
         name: principal.name,
         role: principal.role,
-        auth_required: state.mode == AuthMode::Required,
+        auth_required: state.mode.current() == AuthMode::Required,
     })
 }
 

@@ -98,7 +98,7 @@ pub async fn require(State(needs): State<Needs>, mut req: Request, next: Next) -
         .get::<Caller>()
         .cloned()
         .unwrap_or(Caller::Nobody);
-    match authorize(needs.state.mode, &caller, needs.role) {
+    match authorize(needs.state.mode.current(), &caller, needs.role) {
         Ok(principal) => {
             req.extensions_mut().insert(principal);
             next.run(req).await

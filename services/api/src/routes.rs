@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::handlers::{catalog, credentials, events, execute, executions, health};
+use crate::handlers::{catalog, credentials, events, execute, executions, health, operate};
 use crate::middleware::{identify, require, Needs};
 use crate::state::AppState;
 
@@ -27,6 +27,7 @@ pub const MAX_BODY: usize = 6 * 1024 * 1024;
         catalog::register, catalog::list, catalog::resource, catalog::delete,
         execute::execute, execute::execute_batch,
         executions::list, executions::get, executions::status, executions::cancel, executions::result,
+        operate::pause, operate::unpause, operate::signal,
         events::execution_events, events::all_events,
         credentials::create, credentials::list, credentials::get, credentials::delete,
     ),
@@ -34,7 +35,7 @@ pub const MAX_BODY: usize = 6 * 1024 * 1024;
     tags(
         (name = "health", description = "Probes (no token)"),
         (name = "catalog", description = "Registered playbooks"),
-        (name = "executions", description = "Start, watch and cancel executions"),
+        (name = "executions", description = "Start, watch, pause and cancel executions"),
         (name = "events", description = "Server-Sent Events of the event stream"),
         (name = "credentials", description = "The encrypted keychain: names and kinds out, never data"),
     )
@@ -90,6 +91,9 @@ fn operator_routes() -> Router<AppState> {
         .route("/api/execute", post(execute::execute))
         .route("/api/execute/batch", post(execute::execute_batch))
         .route("/api/executions/{id}/cancel", post(executions::cancel))
+        .route("/api/executions/{id}/pause", post(operate::pause))
+        .route("/api/executions/{id}/unpause", post(operate::unpause))
+        .route("/api/executions/{id}/signals/{name}", post(operate::signal))
 }
 
 fn admin_routes() -> Router<AppState> {

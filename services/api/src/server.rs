@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum_server::tls_rustls::RustlsConfig;
 use axum_server::Handle;
+use futures::StreamExt;
 use noetl_mesh::Mesh;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{startup_mode, AuthMode, Unprotected};
+use crate::auth::{startup_mode, AuthMode, ModeCell, Unprotected};
 use crate::state::{AppState, Shared};
 use crate::tokens::{TokenError, Tokens};
 
@@ -111,14 +112,15 @@ pub struct ApiParams {
     pub shutdown: CancellationToken,
 }
 
-/// Set up the tokens and decide the auth mode for `addr`.
-async fn auth_mode(p: &ApiParams, addr: SocketAddr) -> Result<AuthMode, ServeError> {
+/// Set up the tokens and decide the auth mode for `addr` at the start.
+async fn auth_mode(p: &ApiParams, addr: SocketAddr) -> Result<ModeCell, ServeError> {
     let tokens = Tokens::new(p.mesh.tokens_kv().clone());
     if let Some(t) = p.bootstrap_token.as_deref().filter(|t| !t.is_empty()) {
         tokens.install_bootstrap(t).await?;
         tracing::info!("NOETL_API_BOOTSTRAP_TOKEN stored (hashed) as the admin token `bootstrap`");
     }
-    let mode = startup_mode(addr, tokens.any().await?, p.insecure_no_auth)?;
+    let has_tokens = tokens.any().await?;
+    let mode = startup_mode(addr, has_tokens, p.insecure_no_auth)?;
     match mode {
         AuthMode::Required => tracing::info!(%addr, "API requests need a bearer token"),
         AuthMode::Open if addr.ip().is_loopback() => tracing::warn!(
@@ -130,7 +132,54 @@ async fn auth_mode(p: &ApiParams, addr: SocketAddr) -> Result<AuthMode, ServeErr
             "--insecure-no-auth: the API runs WITHOUT AUTHENTICATION on an address others can reach"
         ),
     }
-    Ok(mode)
+    Ok(ModeCell::new(addr, has_tokens, p.insecure_no_auth))
+}
+
+/// Follow the tokens bucket while the API runs: a token made (or the last
+/// one revoked) changes the auth mode at once, without a restart.
+fn follow_tokens(state: AppState, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            let watched = state.mesh.tokens_kv().watch_all().await;
+            // Read after the watch starts: no change falls in between.
+            if let Ok(any) = state.tokens.any().await {
+                changed(&state, any);
+            }
+            match watched {
+                Ok(mut updates) => loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        next = updates.next() => match next {
+                            Some(Ok(_)) => {
+                                if let Ok(any) = state.tokens.any().await {
+                                    changed(&state, any);
+                                }
+                            }
+                            _ => break,
+                        },
+                    }
+                },
+                Err(e) => tracing::warn!(error = %e, "cannot follow the API tokens; retrying"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    });
+}
+
+/// Log a change of the auth mode.
+fn changed(state: &AppState, has_tokens: bool) {
+    match state.mode.tokens_present(has_tokens) {
+        Some(AuthMode::Required) => {
+            tracing::warn!("an API token exists now: requests need a bearer token")
+        }
+        Some(AuthMode::Open) => {
+            tracing::warn!("the last API token was revoked: the API runs WITHOUT AUTHENTICATION")
+        }
+        None => {}
+    }
 }
 
 /// Serve the API until `p.shutdown`, then drain: `/readyz` says
@@ -150,6 +199,7 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         draining: CancellationToken::new(),
         step_statuses: crate::state::StepStatusCache::new(4096),
     });
+    follow_tokens(state.clone(), p.shutdown.clone());
     let app = crate::routes::router(state.clone(), p.extra);
     let handle: Handle<SocketAddr> = Handle::new();
     let drain = handle.clone();

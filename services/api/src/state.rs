@@ -7,7 +7,7 @@ use std::time::Instant;
 use noetl_mesh::Mesh;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::AuthMode;
+use crate::auth::ModeCell;
 use crate::tokens::Tokens;
 
 /// The handlers' state (cheap to clone).
@@ -20,8 +20,9 @@ pub struct Shared {
     pub mesh: Mesh,
     /// Its tokens.
     pub tokens: Tokens,
-    /// Whether requests need a token.
-    pub mode: AuthMode,
+    /// Whether requests need a token (changes as tokens are made and
+    /// revoked: `server::follow_tokens`).
+    pub mode: ModeCell,
     /// When the API started (`uptime_seconds`).
     pub started: Instant,
     /// Cancelled when the API drains: open event streams end.

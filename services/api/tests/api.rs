@@ -2,11 +2,13 @@
 //! process) and real HTTP: a NoETL client's flow, every route, the roles,
 //! bad input, and credentials that never come back out.
 
+use std::time::Duration;
+
 use reqwest::Method;
 use serde_json::{json, Value};
 
 mod support;
-use support::{assert_error, Api, FLOW, SLOW};
+use support::{assert_error, read_sse, Api, FLOW, SLOW};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() {
@@ -67,7 +69,15 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
         .iter()
         .map(|e| e["event_type"].as_str().unwrap())
         .collect();
-    assert_eq!(types.first(), Some(&"playbook.initialized"), "{types:?}");
+    // The start's audit event is filed under the execution, before or
+    // after the router's first event.
+    assert_eq!(
+        types.iter().filter(|t| **t == "audit").count(),
+        1,
+        "{types:?}"
+    );
+    let engine: Vec<&&str> = types.iter().filter(|t| **t != "audit").collect();
+    assert_eq!(engine.first(), Some(&&"playbook.initialized"), "{types:?}");
     assert!(types.contains(&"step.done"), "{types:?}");
     let last = events
         .iter()
@@ -111,6 +121,15 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
     assert_eq!(rows[0]["execution_id"], id.as_str());
     assert_eq!(rows[0]["status"], "COMPLETED");
     assert_eq!(rows[0]["playbook"], "api_flow");
+    let by_name = api.get("/api/executions?playbook=Api_Fl", viewer).await;
+    assert_eq!(
+        by_name.json.as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        by_name.text
+    );
+    let other = api.get("/api/executions?playbook=nightly", viewer).await;
+    assert_eq!(other.json, json!([]));
     let none = api.get("/api/executions?status=RUNNING", viewer).await;
     assert_eq!(none.json, json!([]));
     let page = api.get("/api/executions?limit=1&offset=1", viewer).await;
@@ -295,6 +314,51 @@ async fn each_role_may_do_what_it_includes_and_no_more() {
     let id = api
         .execute(operator, "tests/api_slow", json!({"seconds": 20}))
         .await;
+    // Pause and unpause: an operator may, a viewer may not; the status
+    // says it is paused.
+    let pause = api
+        .post(&format!("/api/executions/{id}/pause"), viewer, &json!({}))
+        .await;
+    assert_error(&pause, 403, "has role viewer");
+    let pause = api
+        .post(
+            &format!("/api/executions/{id}/pause"),
+            operator,
+            &json!({"reason": "look first"}),
+        )
+        .await;
+    assert_eq!(
+        pause.json,
+        json!({"execution_id": id, "paused": true, "changed": true}),
+        "{}",
+        pause.text
+    );
+    let mut paused = json!(null);
+    for _ in 0..100 {
+        paused = api
+            .get(&format!("/api/executions/{id}/status"), viewer)
+            .await
+            .json;
+        if paused["is_paused"] == true {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(paused["is_paused"], true, "{paused}");
+    let unpause = api
+        .post(
+            &format!("/api/executions/{id}/unpause"),
+            operator,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(unpause.json["paused"], false, "{}", unpause.text);
+    assert_error(
+        &api.post("/api/executions/nope/pause", operator, &json!({}))
+            .await,
+        404,
+        "nope",
+    );
     let cancel = api
         .post(&format!("/api/executions/{id}/cancel"), viewer, &json!({}))
         .await;
@@ -351,6 +415,61 @@ async fn each_role_may_do_what_it_includes_and_no_more() {
         .call(Method::DELETE, "/api/credentials/x", operator, None)
         .await;
     assert_error(&del, 403, "needs admin");
+
+    // Each change is an `audit` event naming who did what, filed under
+    // the execution it acted on (or `_mesh`), never with a secret; a
+    // request refused for its role changed nothing and is not one.
+    let url = format!("{}/api/events?type=audit&limit=100", api.base);
+    let r = api.http.get(url).bearer_auth(keys.viewer.as_str());
+    let audits = read_sse(r.send().await.unwrap(), Duration::from_secs(10)).await;
+    let seen: Vec<(String, String, String, String)> = audits
+        .iter()
+        .map(|e| {
+            let p = &e.data["payload"];
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e.data["execution_id"]),
+                s(&p["principal"]),
+                s(&p["action"]),
+                s(&p["outcome"]),
+            )
+        })
+        .collect();
+    let row = |scope: &str, who: &str, action: &str, outcome: &str| {
+        (
+            scope.to_string(),
+            who.to_string(),
+            action.to_string(),
+            outcome.to_string(),
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            row("_mesh", "alice", "catalog.register", "ok"),
+            row(&id, "ops-bot", "execution.start", "ok"),
+            row(&id, "ops-bot", "execution.pause", "ok"),
+            row(&id, "ops-bot", "execution.unpause", "ok"),
+            row(
+                "nope",
+                "ops-bot",
+                "execution.pause",
+                "refused (404): Execution not found: nope"
+            ),
+            row(&id, "ops-bot", "execution.cancel", "ok"),
+            row(
+                &id,
+                "ops-bot",
+                "execution.cancel",
+                "refused (422): Cannot cancel execution in CANCELLED state"
+            ),
+            row("_mesh", "alice", "credential.put", "ok"),
+        ]
+    );
+    assert!(audits
+        .iter()
+        .all(|e| !e.data.to_string().contains("abcdefgh")));
+    assert_eq!(audits[0].data["payload"]["role"], "admin");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -737,6 +856,9 @@ async fn the_openapi_document_describes_every_route() {
         ("/api/executions/{id}", "get"),
         ("/api/executions/{id}/status", "get"),
         ("/api/executions/{id}/cancel", "post"),
+        ("/api/executions/{id}/pause", "post"),
+        ("/api/executions/{id}/unpause", "post"),
+        ("/api/executions/{id}/signals/{name}", "post"),
         ("/api/executions/{id}/events", "get"),
         ("/api/executions/{id}/results/{step}", "get"),
         ("/api/events", "get"),
@@ -775,4 +897,58 @@ async fn the_openapi_document_describes_every_route() {
     // Credential data is write-only: no response schema has a `data` field.
     let cred = &d["components"]["schemas"]["CredentialResponse"]["properties"];
     assert!(cred["data"].is_null() && cred["name"].is_object(), "{cred}");
+}
+
+const WAIT: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: api_wait, path: tests/api_wait }
+workflow:
+  - step: start
+    tool:
+      - name: approve
+        kind: wait
+        signal: approval
+        schema: { type: object, required: [approved], properties: { approved: { type: boolean } } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signal_continues_a_wait_once_and_data_that_does_not_fit_is_422() {
+    let (api, keys) = Api::start().await;
+    let (admin, operator, viewer) = (
+        Some(keys.admin.as_str()),
+        Some(keys.operator.as_str()),
+        Some(keys.viewer.as_str()),
+    );
+    api.register(admin, WAIT).await;
+    let id = api.execute(operator, "tests/api_wait", json!({})).await;
+    let url = format!("/api/executions/{id}/signals/approval");
+    let mut answer = api.post(&url, operator, &json!({"approved": "yes"})).await;
+    // Until the waiter is stored, no step waits: 404.
+    for _ in 0..200 {
+        if answer.status != 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answer = api.post(&url, operator, &json!({"approved": "yes"})).await;
+    }
+    assert_error(&answer, 422, "$.approved: expected boolean");
+    assert_error(
+        &api.post(&url, viewer, &json!({"approved": true})).await,
+        403,
+        "has role viewer",
+    );
+    let ok = api.post(&url, operator, &json!({"approved": true})).await;
+    assert_eq!(
+        ok.json,
+        json!({"execution_id": id, "signal": "approval", "step": "start", "task": "approve"}),
+        "{}",
+        ok.text
+    );
+    assert_error(
+        &api.post(&url, operator, &json!({"approved": true})).await,
+        404,
+        "waits for signal `approval`",
+    );
+    api.wait_status(&id, viewer, "COMPLETED").await;
 }

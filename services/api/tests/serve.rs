@@ -48,6 +48,31 @@ async fn without_tokens_the_api_is_open_on_loopback_and_refuses_a_public_address
         401,
         "not known",
     );
+
+    // A token made while the API runs (`noetl admin token create`) makes
+    // tokens required at once, without a restart; revoking the last one
+    // opens loopback again.
+    let tokens = Tokens::new(api.cluster.mesh.tokens_kv().clone());
+    let viewer = tokens.create("late", Role::Viewer).await.unwrap();
+    let refused = poll_status(&api, None, 401).await;
+    assert_error(&refused, 401, "needs a bearer token");
+    assert_eq!(api.get("/api/executions", Some(&viewer)).await.status, 200);
+    assert_eq!(tokens.revoke("late").await.unwrap(), 1);
+    poll_status(&api, None, 200).await;
+}
+
+/// `GET /api/executions` until it answers `want` (the API follows the
+/// tokens bucket; a change lands within milliseconds).
+async fn poll_status(api: &Api, token: Option<&str>, want: u16) -> support::Answer {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = api.get("/api/executions", token).await;
+        if a.status == want || std::time::Instant::now() > deadline {
+            assert_eq!(a.status, want, "{}", a.text);
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -15,13 +15,6 @@ export function badge(status) {
   return h('span', { class: `badge badge-${s.toLowerCase()}`, dataset: { status: s }, text: s });
 }
 
-// Keep only `rows` whose playbook name or catalog path contains `text`.
-export function matching(rows, text) {
-  const t = (text || '').trim().toLowerCase();
-  if (!t) return rows;
-  return rows.filter((r) => `${r.playbook || ''} ${r.path || ''}`.toLowerCase().includes(t));
-}
-
 function row(e) {
   const link = `#/executions/${encodeURIComponent(e.execution_id)}`;
   return h('tr', { class: 'execution-row', dataset: { executionId: e.execution_id, status: e.status } },
@@ -81,11 +74,10 @@ export function executionsPage(main, params, ctx) {
   }
 
   function draw() {
-    const shown = matching(rows, state.playbook);
-    replace(tbody, shown.map(row));
-    if (!shown.length) {
-      replace(tbody, h('tr', {}, h('td', { colspan: 5, class: 'dim', text: rows.length
-        ? 'No execution on this page matches the playbook filter.' : 'No executions.' })));
+    replace(tbody, rows.map(row));
+    if (!rows.length) {
+      replace(tbody, h('tr', {}, h('td', { colspan: 5, class: 'dim', text: state.playbook || state.status
+        ? 'No execution matches the filters.' : 'No executions.' })));
     }
     newer.disabled = state.offset === 0;
     older.disabled = rows.length < PAGE;
@@ -95,6 +87,7 @@ export function executionsPage(main, params, ctx) {
     if (stopped) return;
     const q = new URLSearchParams({ limit: String(PAGE), offset: String(state.offset) });
     if (state.status) q.set('status', state.status);
+    if (state.playbook.trim()) q.set('playbook', state.playbook.trim());
     try {
       rows = await get(`/api/executions?${q}`);
       replace(message);
@@ -113,7 +106,15 @@ export function executionsPage(main, params, ctx) {
   }
 
   statusSelect.addEventListener('change', () => { state.status = statusSelect.value; state.offset = 0; refresh(); });
-  playbookInput.addEventListener('input', () => { state.playbook = playbookInput.value; remember(); draw(); });
+  // The list is filtered by the API (every execution, not one page); a
+  // pause in typing sends the query.
+  let typing = null;
+  playbookInput.addEventListener('input', () => {
+    state.playbook = playbookInput.value;
+    state.offset = 0;
+    clearTimeout(typing);
+    typing = setTimeout(refresh, 250);
+  });
   newer.addEventListener('click', () => { state.offset = Math.max(0, state.offset - PAGE); refresh(); });
   older.addEventListener('click', () => { state.offset += PAGE; refresh(); });
   searchForm.addEventListener('submit', (e) => {
@@ -130,6 +131,7 @@ export function executionsPage(main, params, ctx) {
   return () => {
     stopped = true;
     clearTimeout(timer);
+    clearTimeout(typing);
     clearInterval(ticker);
   };
 }

@@ -14,6 +14,9 @@ pub struct ListExecutionsQuery {
     pub catalog_id: Option<String>,
     /// Only executions whose catalog path contains this (any case).
     pub path: Option<String>,
+    /// Only executions whose playbook name (`metadata.name`) or catalog
+    /// path contains this (any case): the console's playbook filter.
+    pub playbook: Option<String>,
     /// Only this status: `RUNNING`, `COMPLETED`, `FAILED`, `CANCELLED`.
     pub status: Option<String>,
     /// At most this many (default 50, at most 100).
@@ -124,6 +127,9 @@ pub struct ExecutionStatus {
     pub progress: ExecutionProgress,
     /// True once cancelled.
     pub is_cancelled: bool,
+    /// Paused (`POST .../pause`): no new step or iteration starts.
+    #[serde(default)]
+    pub is_paused: bool,
     /// Why it failed.
     pub error: Option<String>,
     /// Each step: `done`, `failed`, `skipped` or `not_run`.
@@ -147,6 +153,42 @@ pub struct CancelResponse {
     pub status: String,
     /// `Execution cancellation requested`.
     pub message: String,
+}
+
+/// Body of `POST /api/executions/{id}/pause` (optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PauseRequest {
+    /// Why (recorded in the pause and its `execution.paused` event).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// What `POST /api/executions/{id}/pause` or `.../unpause` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PauseResponse {
+    /// Execution id.
+    pub execution_id: String,
+    /// Whether it is paused now.
+    pub paused: bool,
+    /// Pause: false when it was paused already.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<bool>,
+    /// Unpause: messages the pause held, now released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub released: Option<u64>,
+}
+
+/// What `POST /api/executions/{id}/signals/{name}` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SignalResponse {
+    /// Execution id.
+    pub execution_id: String,
+    /// The signal.
+    pub signal: String,
+    /// The step it continued.
+    pub step: String,
+    /// The `wait` task whose result the data is.
+    pub task: String,
 }
 
 /// `GET /api/executions/{id}/results/{step}`.

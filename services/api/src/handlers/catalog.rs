@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 
+use crate::audit::{audited, Change};
 use crate::auth::Principal;
 use crate::contract::catalog::{
     CatalogDeleteRequest, CatalogDeleteResponse, CatalogEntries, CatalogEntriesRequest,
@@ -12,7 +13,6 @@ use crate::contract::catalog::{
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{Body, OptionalBody};
-use crate::handlers::audited;
 use crate::shape::catalog::{
     catalog_id, entry_response, parse_catalog_id, registration, version_of, RegisterInput,
 };
@@ -40,7 +40,14 @@ pub async fn register(
     });
     let reg = match reg {
         Ok(r) => r,
-        Err(e) => return audited(&principal, "catalog.register", "<request>", Err(e)),
+        Err(e) => {
+            let change = Change {
+                principal: &principal,
+                action: "catalog.register",
+                target: "<request>",
+            };
+            return audited(&state, change, Err(e)).await;
+        }
     };
     let stored = state
         .mesh
@@ -52,7 +59,12 @@ pub async fn register(
         .as_ref()
         .map(|e| catalog_id(&e.path, e.version))
         .unwrap_or_else(|_| reg.path.clone());
-    let entry = audited(&principal, "catalog.register", &target, stored)?;
+    let change = Change {
+        principal: &principal,
+        action: "catalog.register",
+        target: &target,
+    };
+    let entry = audited(&state, change, stored).await?;
     Ok(Json(CatalogRegisterResponse {
         status: "success".into(),
         message: format!(
@@ -159,7 +171,12 @@ pub async fn delete(
             .await
             .map_err(ApiError::from)
     };
-    let removed = audited(&principal, "catalog.delete", &target, removed)?;
+    let change = Change {
+        principal: &principal,
+        action: "catalog.delete",
+        target: &target,
+    };
+    let removed = audited(&state, change, removed).await?;
     let message = match (removed.len(), req.version) {
         (0, Some(v)) => format!("No catalog entry '{path}' version {v}; nothing removed."),
         (0, None) => format!("No catalog entries for '{path}'; nothing removed."),

@@ -5,6 +5,7 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 
+use crate::audit::{audited, Change};
 use crate::auth::Principal;
 use crate::contract::credentials::{
     CredentialCreateRequest, CredentialDeleteResponse, CredentialFilter, CredentialListResponse,
@@ -13,7 +14,6 @@ use crate::contract::credentials::{
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{Body, Params, Segments};
-use crate::handlers::audited;
 use crate::shape::credentials::{select, to_store, view};
 use crate::state::AppState;
 
@@ -37,7 +37,12 @@ pub async fn create(
         Ok(cred.kind)
     }
     .await;
-    let kind = audited(&principal, "credential.put", &name, done)?;
+    let change = Change {
+        principal: &principal,
+        action: "credential.put",
+        target: &name,
+    };
+    let kind = audited(&state, change, done).await?;
     let now = noetl_mesh::events::now_rfc3339();
     Ok(Json(CredentialResponse {
         id: name.clone(),
@@ -115,7 +120,12 @@ pub async fn delete(
         }
     }
     .await;
-    audited(&principal, "credential.delete", &name, done)?;
+    let change = Change {
+        principal: &principal,
+        action: "credential.delete",
+        target: &name,
+    };
+    audited(&state, change, done).await?;
     Ok(Json(CredentialDeleteResponse {
         message: "Credential deleted successfully".into(),
         id: name,

@@ -12,6 +12,7 @@ use noetl_mesh::{codec, Mesh};
 use noetl_wire::ExecutionRequest;
 use serde_json::Value;
 
+use crate::audit::{audited, Change};
 use crate::auth::Principal;
 use crate::contract::execute::{
     BatchExecuteRequest, BatchExecuteResponse, BatchItemResult, ExecuteRequest, ExecuteResponse,
@@ -19,7 +20,6 @@ use crate::contract::execute::{
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::Body;
-use crate::handlers::audited;
 use crate::shape::catalog::{catalog_id, execution_id, target};
 use crate::state::AppState;
 
@@ -128,7 +128,13 @@ pub async fn execute(
     Body(req): Body<ExecuteRequest>,
 ) -> Result<Json<ExecuteResponse>, ApiError> {
     let done = request(&state.mesh, &req).await;
-    let r = audited(&principal, "execution.start", &target_of(&done), done)?;
+    let target = target_of(&done);
+    let start = Change {
+        principal: &principal,
+        action: "execution.start",
+        target: &target,
+    };
+    let r = audited(&state, start, done).await?;
     let taken = accepted(&state.mesh, &[&r.execution_id]).await;
     Ok(Json(ExecuteResponse {
         status: status_of(&r, &taken).into(),
@@ -160,12 +166,13 @@ pub async fn execute_batch(
     let mut outcomes = Vec::with_capacity(n);
     for req in &batch.executions {
         let done = request(&state.mesh, req).await;
-        outcomes.push(audited(
-            &principal,
-            "execution.start",
-            &target_of(&done),
-            done,
-        ));
+        let target = target_of(&done);
+        let start = Change {
+            principal: &principal,
+            action: "execution.start",
+            target: &target,
+        };
+        outcomes.push(audited(&state, start, done).await);
     }
     let ids: Vec<&str> = outcomes
         .iter()

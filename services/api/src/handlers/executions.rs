@@ -8,9 +8,10 @@ use axum::{Extension, Json};
 use noetl_mesh::keys::Keys;
 use noetl_mesh::objects::is_ref;
 use noetl_mesh::state::{ExecHeader, StepRecord, StepStatus};
-use noetl_mesh::{kv, Mesh};
+use noetl_mesh::{kv, kv_batch, Mesh};
 use serde_json::Value;
 
+use crate::audit::{audited, Change};
 use crate::auth::Principal;
 use crate::contract::executions::{
     CancelRequest, CancelResponse, ExecutionDetail, ExecutionStatus, ExecutionSummary,
@@ -19,7 +20,7 @@ use crate::contract::executions::{
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{OptionalBody, Params, Segments};
-use crate::handlers::{audited, header};
+use crate::handlers::header;
 use crate::read::{step_result, stored, Stored};
 use crate::shape::events::execution_event;
 use crate::shape::executions::{catalog_source, filter, select};
@@ -98,9 +99,74 @@ pub async fn get(
     }))
 }
 
+/// The step statuses of one execution: each step of its plan with its
+/// latest status (none before the router stored the plan).
+type Steps = std::sync::Arc<BTreeMap<String, Option<StepStatus>>>;
+
+/// An execution's header and step statuses. Where the bucket allows direct
+/// gets this is one batched request for the header and every step record
+/// (the plan, which names the steps, is cached per process); otherwise the
+/// header, then the step records at once, reused per header revision.
+async fn snapshot(state: &AppState, id: &str) -> Result<(ExecHeader, Steps), ApiError> {
+    crate::handlers::valid_id(id)?;
+    let mesh = &state.mesh;
+    let patterns = [Keys::header(id), Keys::steps_of(id)];
+    if let Some(values) = kv_batch::last_values(mesh.client(), mesh.exec_kv(), &patterns).await? {
+        let mut by_key: BTreeMap<String, bytes::Bytes> =
+            values.into_iter().map(|kv| (kv.key, kv.value)).collect();
+        let header_key = Keys::header(id);
+        let h: ExecHeader = match by_key.remove(&header_key) {
+            Some(bytes) => decode(mesh, &header_key, &bytes)?,
+            None => return Err(not_found(id)),
+        };
+        let mut steps = BTreeMap::new();
+        if let Ok(plan) = mesh.plans().get(mesh, id).await {
+            for step in &plan.playbook.workflow {
+                let key = Keys::step(id, &step.step);
+                let status = match by_key.get(&key) {
+                    Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
+                    None => None,
+                };
+                steps.insert(step.step.clone(), status);
+            }
+        }
+        return Ok((h, std::sync::Arc::new(steps)));
+    }
+    let (h, revision) = header_at(mesh, id).await?;
+    let key = (id.to_string(), revision);
+    let steps = match state.step_statuses.get(&key) {
+        Some(steps) => steps,
+        None => {
+            let steps = std::sync::Arc::new(step_statuses(mesh, id).await?);
+            state.step_statuses.insert(key, steps.clone());
+            steps
+        }
+    };
+    Ok((h, steps))
+}
+
+/// A KV value of the exec bucket, decoded.
+fn decode<T: serde::de::DeserializeOwned>(
+    mesh: &Mesh,
+    key: &str,
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        noetl_mesh::MeshError::Corrupt {
+            bucket: mesh.exec_kv().name.clone(),
+            key: key.to_string(),
+            message: e.to_string(),
+        }
+        .into()
+    })
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("Execution not found: {id}"))
+}
+
 /// Each step of the execution's plan with its latest status (none before
-/// the router stored the plan). The plan is cached per process; the step
-/// records are read at once, not one after the other.
+/// the router stored the plan), read key by key: the step records at once.
 async fn step_statuses(
     mesh: &Mesh,
     id: &str,
@@ -122,10 +188,9 @@ async fn step_statuses(
 
 /// An execution's header and its revision.
 async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError> {
-    crate::handlers::valid_id(id)?;
     kv::read::<ExecHeader>(mesh.exec_kv(), &Keys::header(id))
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
+        .ok_or_else(|| not_found(id))
 }
 
 /// An execution's status and step counts (what NoETL's clients poll).
@@ -139,16 +204,7 @@ pub async fn status(
     State(state): State<AppState>,
     Segments(id): Segments<String>,
 ) -> Result<Json<ExecutionStatus>, ApiError> {
-    let (h, revision) = header_at(&state.mesh, &id).await?;
-    let key = (id.clone(), revision);
-    let steps = match state.step_statuses.get(&key) {
-        Some(steps) => steps,
-        None => {
-            let steps = std::sync::Arc::new(step_statuses(&state.mesh, &id).await?);
-            state.step_statuses.insert(key, steps.clone());
-            steps
-        }
-    };
+    let (h, steps) = snapshot(&state, &id).await?;
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
     Ok(Json(ExecutionStatus {
         execution_id: h.execution_id.clone(),
@@ -156,6 +212,7 @@ pub async fn status(
         current_step: live.last().cloned(),
         progress: progress(&steps, &live),
         is_cancelled: h.status == noetl_mesh::state::ExecStatus::Cancelled,
+        is_paused: state.mesh.pauses().await?.is_paused(&id),
         error: h.error.clone(),
         steps: steps
             .iter()
@@ -192,7 +249,12 @@ pub async fn cancel(
         Ok(state.mesh.request_cancel(&id, &req.reason).await?)
     }
     .await;
-    audited(&principal, "execution.cancel", &id, done)?;
+    let change = Change {
+        principal: &principal,
+        action: "execution.cancel",
+        target: &id,
+    };
+    audited(&state, change, done).await?;
     Ok(Json(CancelResponse {
         execution_id: id,
         status: "cancelled".into(),

@@ -8,12 +8,11 @@ pub mod events;
 pub mod execute;
 pub mod executions;
 pub mod health;
+pub mod operate;
 
 use noetl_mesh::state::ExecHeader;
 use noetl_mesh::Mesh;
 
-use crate::audit::{record, Audit};
-use crate::auth::Principal;
 use crate::error::ApiError;
 
 /// The header of execution `id`: 400 for what cannot be an execution id
@@ -36,25 +35,4 @@ pub fn valid_id(id: &str) -> Result<(), ApiError> {
             "{id:?} is not an execution id: 1-128 characters of [A-Za-z0-9_-]"
         )))
     }
-}
-
-/// Audit a change `action` on `target` by `principal` with its outcome,
-/// and pass the result on.
-pub fn audited<T>(
-    principal: &Principal,
-    action: &'static str,
-    target: &str,
-    result: Result<T, ApiError>,
-) -> Result<T, ApiError> {
-    let outcome = match &result {
-        Ok(_) => "ok".to_string(),
-        Err(e) => format!("refused ({}): {e}", e.status().as_u16()),
-    };
-    record(Audit {
-        principal,
-        action,
-        target,
-        outcome: &outcome,
-    });
-    result
 }

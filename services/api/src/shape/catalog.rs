@@ -18,12 +18,7 @@ pub fn catalog_id(path: &str, version: u32) -> String {
     format!("{path}@v{version}")
 }
 
-/// The path and version a catalog id names (`None` if it is not one).
-pub fn parse_catalog_id(id: &str) -> Option<(String, u32)> {
-    let (path, version) = id.rsplit_once("@v")?;
-    let version: u32 = version.parse().ok()?;
-    (!path.is_empty() && version > 0).then(|| (path.to_string(), version))
-}
+pub use noetl_mesh::catalog::parse_catalog_id;
 
 /// A version as a client gave it: `None` for the latest.
 pub fn version_of(spec: Option<&VersionSpec>) -> Result<Option<u32>, ApiError> {

@@ -47,6 +47,8 @@ pub struct Filter {
     pub path: Option<String>,
     /// Only this catalog id.
     pub catalog_id: Option<String>,
+    /// Only playbook names or paths containing this (lower case).
+    pub playbook: Option<String>,
     /// Page size (1..=[`MAX_LIMIT`]; 0 is an empty page).
     pub limit: usize,
     /// Skipped first.
@@ -65,15 +67,37 @@ pub fn filter(q: &ListExecutionsQuery) -> Result<Filter, ApiError> {
         .map_err(ApiError::invalid)?;
     Ok(Filter {
         status,
-        path: q
-            .path
-            .as_ref()
-            .map(|p| p.to_lowercase())
-            .filter(|p| !p.is_empty()),
+        path: lower(q.path.as_ref()),
         catalog_id: q.catalog_id.clone().filter(|c| !c.is_empty()),
+        playbook: lower(q.playbook.as_ref()),
         limit: q.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT) as usize,
         offset: q.offset.unwrap_or(0) as usize,
     })
+}
+
+/// A text filter in lower case (`None` when empty).
+fn lower(text: Option<&String>) -> Option<String> {
+    text.map(|t| t.trim().to_lowercase())
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `h` passes the text filters of `f`.
+fn matches_text(h: &ExecHeader, f: &Filter) -> bool {
+    let (id, path) = catalog_source(&h.source);
+    let path = path.map(|p| p.to_lowercase());
+    let path_ok = f
+        .path
+        .as_ref()
+        .is_none_or(|want| path.as_ref().is_some_and(|p| p.contains(want.as_str())));
+    let playbook_ok = f.playbook.as_ref().is_none_or(|want| {
+        h.playbook.to_lowercase().contains(want.as_str())
+            || path.as_ref().is_some_and(|p| p.contains(want.as_str()))
+    });
+    path_ok
+        && playbook_ok
+        && f.catalog_id
+            .as_ref()
+            .is_none_or(|want| id.as_ref() == Some(want))
 }
 
 /// The page `f` selects of `headers`: filtered, newest first, offset, limit.
@@ -81,17 +105,7 @@ pub fn select(headers: &[ExecHeader], f: &Filter) -> Vec<ExecutionSummary> {
     let mut kept: Vec<&ExecHeader> = headers
         .iter()
         .filter(|h| f.status.is_none_or(|s| h.status == s))
-        .filter(|h| {
-            let (id, path) = catalog_source(&h.source);
-            let path_ok = f.path.as_ref().is_none_or(|want| {
-                path.as_ref()
-                    .is_some_and(|p| p.to_lowercase().contains(want.as_str()))
-            });
-            path_ok
-                && f.catalog_id
-                    .as_ref()
-                    .is_none_or(|want| id.as_ref() == Some(want))
-        })
+        .filter(|h| matches_text(h, f))
         .collect();
     // Newest first (RFC 3339 times in UTC sort as text); ties by id.
     kept.sort_by(|a, b| {
@@ -192,6 +206,18 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e.status().as_u16(), 422);
+    }
+
+    #[test]
+    fn the_playbook_filter_matches_the_name_or_the_path_in_any_case() {
+        let mut headers = all();
+        headers[3].playbook = "Nightly-Load".into();
+        let by_name = select(&headers, &query(|q| q.playbook = Some("nightly".into())));
+        assert_eq!(ids(&by_name), ["d"]);
+        let by_path = select(&headers, &query(|q| q.playbook = Some(" Other/ ".into())));
+        assert_eq!(ids(&by_path), ["c"]);
+        let none = select(&headers, &query(|q| q.playbook = Some("absent".into())));
+        assert!(none.is_empty());
     }
 
     #[test]
