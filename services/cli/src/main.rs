@@ -38,6 +38,9 @@ enum Command {
     /// Register, list and show playbooks in the catalog.
     #[command(subcommand)]
     Playbook(commands::playbook::Command),
+    /// Cron schedules of catalog playbooks, fired by `noetl serve timer`.
+    #[command(subcommand)]
+    Schedule(commands::schedule::Command),
     /// Operate a mesh: create its streams and buckets; API tokens.
     #[command(subcommand)]
     Admin(commands::admin::Command),
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
                     Command::Credential(c) => commands::credential::run(c).await,
                     Command::Playbook(c) => commands::playbook::run(c).await,
                     Command::Admin(c) => commands::admin::run(c).await,
+                    Command::Schedule(c) => commands::schedule::run(c).await,
                     Command::Validate(_)
                     | Command::Schema(_)
                     | Command::Migrate(_)

@@ -27,6 +27,16 @@ pub enum Command {
     /// One execution as a tree: steps, their runs, loop counts, tasks with
     /// attempts and durations.
     Show(ShowArgs),
+    /// What each open token of a running execution waits for, in words.
+    Why(super::why::WhyArgs),
+    /// Start a new execution of the same playbook with the same workload.
+    Retry(super::exec_retry::RetryArgs),
+    /// Hold new steps and loop iterations (what runs finishes).
+    Pause(super::exec_pause::PauseArgs),
+    /// Go on after a pause: release what it held.
+    Unpause(super::exec_pause::UnpauseArgs),
+    /// Send a signal to the `wait` task waiting for it.
+    Signal(super::exec_pause::SignalArgs),
 }
 
 /// Arguments of `noetl exec list`.
@@ -131,6 +141,11 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Cancel(a) => cancel(a).await,
         Command::List(a) => list(a).await,
         Command::Show(a) => show(a).await,
+        Command::Why(a) => super::why::run(a).await,
+        Command::Retry(a) => super::exec_retry::run(a).await,
+        Command::Pause(a) => super::exec_pause::pause(a).await,
+        Command::Unpause(a) => super::exec_pause::unpause(a).await,
+        Command::Signal(a) => super::exec_pause::signal(a).await,
     }
 }
 
@@ -222,27 +237,39 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         req.version = a.version.unwrap_or(0);
     }
     let mesh = a.mesh.attach().await?;
-    // Published under the execution id (de-duplicated by JetStream): a
-    // request tried again after a failover starts it once.
+    publish_request(&mesh, &req).await?;
+    print_started(&req.execution_id, a.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Publish an execution request under its execution id (de-duplicated
+/// by JetStream: a request tried again after a failover starts it once).
+pub(crate) async fn publish_request(
+    mesh: &noetl_mesh::Mesh,
+    req: &ExecutionRequest,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + super::retry::DEFAULT_BUDGET;
     ride_out(deadline, "requesting the execution", || async {
         mesh.publish(
             mesh.subjects().exec_request(),
             &req.execution_id,
-            codec::encode(&req),
+            codec::encode(req),
         )
         .await?
         .wait()
         .await?;
         Ok(())
     })
-    .await?;
-    if a.json {
-        println!("{}", serde_json::json!({"execution_id": req.execution_id}));
+    .await
+}
+
+/// Print a started execution's id (`{"execution_id"}` with `json`).
+pub(crate) fn print_started(id: &str, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({"execution_id": id}));
     } else {
-        println!("{}", req.execution_id);
+        println!("{id}");
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -314,7 +341,7 @@ struct Listed {
     error: Option<String>,
 }
 
-fn status_name(s: ExecStatus) -> &'static str {
+pub(crate) fn status_name(s: ExecStatus) -> &'static str {
     match s {
         ExecStatus::Running => "running",
         ExecStatus::Completed => "completed",
@@ -428,7 +455,7 @@ async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Say that `id` is not an execution of this mesh; exit code 3.
-fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
+pub(crate) fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
     eprintln!(
         "error: no execution {id:?} at {}",
         display_urls(&mesh.config().nats_url)

@@ -28,6 +28,8 @@ pub enum Service {
     Executor,
     /// NoETL's REST API over the mesh (docs/api.md).
     Api,
+    /// Cron schedules: starts each tick's execution once (docs/operations.md).
+    Timer,
 }
 
 impl Service {
@@ -39,6 +41,7 @@ impl Service {
             Self::LoopSupervisor => "noetl-loop-supervisor",
             Self::Executor => "noetl-executor",
             Self::Api => "noetl-api",
+            Self::Timer => "noetl-timer",
         }
     }
 }
@@ -135,6 +138,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Service::Router => noetl_router::serve(params).await,
         Service::Scheduler => noetl_scheduler::serve(params).await,
         Service::LoopSupervisor => noetl_loop_supervisor::serve(params).await,
+        Service::Timer => noetl_timer::serve(params).await,
         Service::Executor => {
             let tools = tools(params.mesh.config());
             noetl_executor::serve(noetl_executor::ExecutorParams {
