@@ -47,6 +47,15 @@ group, key, kind}. `group`/`key` locate the component's values
   key: {{ index . 1 }}
   kind: ""
 {{- end }}
+{{- with .Values.services.timer }}
+{{- if .enabled }}
+- name: timer
+  component: timer
+  group: services
+  key: timer
+  kind: ""
+{{- end }}
+{{- end }}
 {{- with .Values.services.api }}
 {{- if .enabled }}
 - name: api

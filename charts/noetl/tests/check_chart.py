@@ -161,6 +161,8 @@ def check_manifests(c: Checks, name: str, docs: list[dict], v: dict, kinds: list
     enabled = [k for k, ex in v["executors"].items() if ex and ex.get("enabled", True)]
     c.ok(set(v["executors"]) <= set(kinds), f"{name}: executors {sorted(v['executors'])} not all in {kinds}")
     expected = {f"{RELEASE}-{s}": (s, None) for s in SERVICES}
+    if (v["services"].get("timer") or {}).get("enabled"):
+        expected[f"{RELEASE}-timer"] = ("timer", None)
     if (v["services"].get("api") or {}).get("enabled"):
         expected[f"{RELEASE}-api"] = ("api", None)
     expected.update({f"{RELEASE}-executor-{k}": ("executor", k) for k in enabled})
