@@ -190,14 +190,16 @@ async fn main() {
     // A chain to run alone under a profiler: (name, task, steps).
     let mut profile: Option<(&str, &str, usize)> = None;
     let mut profile_loop = false;
+    let mut profile_api = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => plan = Plan::quick(),
             "--profile-seq" => profile = Some(("noop", sc::NOOP, 1000)),
             "--profile-http" => profile = Some(("http", sc::HTTP, 300)),
             "--profile-loop" => profile_loop = true,
+            "--profile-api" => profile_api = true,
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop]");
+                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api]");
                 std::process::exit(2);
             }
         }
@@ -229,6 +231,23 @@ async fn main() {
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
+    if profile_api {
+        // The status reads of the quick plan, five times.
+        let quick = Plan::quick();
+        let api = api::Api::serve(&cluster.mesh).await;
+        for _ in 0..5 {
+            let r = api_status::run(&cluster, &ends, &api, quick.executions, quick.api_reads).await;
+            eprintln!(
+                "status reads: {:.0}/s, floor {:.0}/s ({:.2}x)",
+                r.api_per_s,
+                r.floor_per_s,
+                r.api_per_s / r.floor_per_s
+            );
+        }
+        drop(api);
+        cluster.stop().await;
+        return;
+    }
     if profile_loop {
         let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
         for _ in 0..5 {
