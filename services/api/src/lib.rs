@@ -11,7 +11,8 @@
 //! schemas), [`shape`] (the decisions, as plain functions), [`handlers`]
 //! (read, decide, answer), [`auth`] and [`tokens`] (who may do what),
 //! [`routes`] (which role each route needs; the OpenAPI document),
-//! [`server`] (TLS, the auth mode, the drain).
+//! [`server`] (TLS, the auth mode, the drain), [`view`] (the status of
+//! executions, followed: a status poll costs no round trip).
 
 pub mod audit;
 pub mod auth;
@@ -28,5 +29,6 @@ pub mod shape;
 pub mod state;
 pub mod stream;
 pub mod tokens;
+pub mod view;
 
 pub use server::{load_tls, serve, ApiParams, ServeError, TlsFiles};

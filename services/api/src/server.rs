@@ -198,7 +198,9 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         started: Instant::now(),
         draining: CancellationToken::new(),
         step_statuses: crate::state::StepStatusCache::new(4096),
+        view: Default::default(),
     });
+    crate::view::follow(p.mesh.clone(), state.view.clone(), p.shutdown.clone());
     follow_tokens(state.clone(), p.shutdown.clone());
     let app = crate::routes::router(state.clone(), p.extra);
     let handle: Handle<SocketAddr> = Handle::new();

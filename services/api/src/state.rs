@@ -35,6 +35,10 @@ pub struct Shared {
     /// by the header's next change, and always by the execution's end
     /// (an ending is held back until the record is written).
     pub step_statuses: StepStatusCache,
+    /// The executions' status as this replica follows it
+    /// ([`crate::view`]): a status read of one it holds costs no round
+    /// trip.
+    pub view: std::sync::Arc<crate::view::StatusView>,
 }
 
 /// Step statuses by (execution id, header revision).

@@ -1,6 +1,6 @@
 //! The HTTP API (`noetl-api`) served over the bench's mesh on a loopback
-//! port, without tokens (the API's no-auth mode on loopback), as the
-//! API's own tests start it.
+//! port, without tokens (the API's no-auth mode on loopback), on its own
+//! runtime and NATS connection, as its own process would.
 
 use std::time::{Duration, Instant};
 
@@ -16,20 +16,37 @@ pub struct Api {
 }
 
 impl Api {
-    /// Serve the API over `mesh` and wait until `/health` answers.
+    /// Serve the API over the mesh `mesh` runs on and wait until `/health`
+    /// answers. As `noetl serve api` is its own process in a deployment,
+    /// it runs here on its own runtime (its own threads) and its own NATS
+    /// connection, not on the runtime of the in-process mesh it reads.
     pub async fn serve(mesh: &Mesh) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let port = listener.local_addr().expect("its address").port();
         let shutdown = CancellationToken::new();
-        tokio::spawn(noetl_api::serve(ApiParams {
-            mesh: mesh.clone(),
-            listener,
-            tls: None,
-            bootstrap_token: None,
-            insecure_no_auth: false,
-            extra: axum::Router::new(),
-            shutdown: shutdown.clone(),
-        }));
+        let config = mesh.config().clone();
+        let stop = shutdown.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("api")
+                .build()
+                .expect("the API's runtime");
+            rt.block_on(async move {
+                let mesh = Mesh::connect(config).await.expect("the API connects");
+                noetl_api::serve(ApiParams {
+                    mesh,
+                    listener,
+                    tls: None,
+                    bootstrap_token: None,
+                    insecure_no_auth: false,
+                    extra: axum::Router::new(),
+                    shutdown: stop,
+                })
+                .await
+                .expect("the API serves");
+            });
+        });
         let api = Self {
             base: format!("http://127.0.0.1:{port}"),
             shutdown,

@@ -106,6 +106,16 @@ async fn measure(
     reads: usize,
 ) -> StatusReads {
     let clients: Vec<reqwest::Client> = (0..CLIENTS).map(|_| reqwest::Client::new()).collect();
+    // The readers are callers from outside the mesh (a dashboard, a
+    // script): they run on a runtime of their own, the API's clients and
+    // the floor's tasks alike, not among the in-process mesh's tasks.
+    let readers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("readers")
+        .enable_all()
+        .build()
+        .expect("the readers' runtime");
+    let rt = readers.handle();
     let per = (reads / SLICES / CLIENTS).max(1);
     let (mut api_took, mut floor_took) = (Duration::ZERO, Duration::ZERO);
     let mut out = StatusReads::default();
@@ -113,17 +123,18 @@ async fn measure(
         let seed = slice as u64 * 7919 + 1;
         let ids = running.read().expect("ids lock").clone();
         if slice % 2 == 0 {
-            floor_took += floor_slice(cluster, &ids, per, seed).await;
+            floor_took += floor_slice(rt, cluster, &ids, per, seed).await;
         }
-        let (took, tally) = api_slice(&clients, &api.base, &ids, per, seed).await;
+        let (took, tally) = api_slice(rt, &clients, &api.base, &ids, per, seed).await;
         api_took += took;
         out.running += tally[0];
         out.completed += tally[1];
         out.missing += tally[2];
         if slice % 2 == 1 {
-            floor_took += floor_slice(cluster, &ids, per, seed).await;
+            floor_took += floor_slice(rt, cluster, &ids, per, seed).await;
         }
     }
+    readers.shutdown_background();
     let total = (per * CLIENTS * SLICES) as f64;
     out.api_per_s = total / api_took.as_secs_f64();
     out.floor_per_s = total / floor_took.as_secs_f64();
@@ -133,6 +144,7 @@ async fn measure(
 /// `per` reads by each client: how long they took, and the answers
 /// counted as `[RUNNING, COMPLETED, 404]`.
 async fn api_slice(
+    rt: &tokio::runtime::Handle,
     clients: &[reqwest::Client],
     base: &str,
     ids: &Arc<Vec<String>>,
@@ -143,7 +155,7 @@ async fn api_slice(
     let mut tasks = Vec::new();
     for (c, http) in clients.iter().enumerate() {
         let (http, ids, base) = (http.clone(), ids.clone(), base.to_string());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(rt.spawn(async move {
             let mut rng = Rng(seed * 31 + c as u64 + 1);
             let mut tally = [0usize; 3];
             for _ in 0..per {
@@ -178,12 +190,18 @@ async fn api_slice(
 }
 
 /// `per` raw KV gets of random headers by each of [`CLIENTS`] tasks.
-async fn floor_slice(cluster: &Cluster, ids: &Arc<Vec<String>>, per: usize, seed: u64) -> Duration {
+async fn floor_slice(
+    rt: &tokio::runtime::Handle,
+    cluster: &Cluster,
+    ids: &Arc<Vec<String>>,
+    per: usize,
+    seed: u64,
+) -> Duration {
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let (kv, ids) = (cluster.mesh.exec_kv().clone(), ids.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(rt.spawn(async move {
             let mut rng = Rng(seed * 31 + c as u64 + 1);
             for _ in 0..per {
                 let eid = &ids[rng.below(ids.len())];

@@ -103,34 +103,31 @@ pub async fn get(
 /// latest status (none before the router stored the plan).
 type Steps = std::sync::Arc<BTreeMap<String, Option<StepStatus>>>;
 
-/// An execution's header and step statuses. Where the bucket allows direct
-/// gets this is one batched request for the header and every step record
-/// (the plan, which names the steps, is cached per process); otherwise the
-/// header, then the step records at once, reused per header revision.
+/// An execution's header and step statuses: from this replica's view
+/// when it holds the execution ([`crate::view`]); else where the bucket
+/// allows direct gets, one batched request for the header and every step
+/// record (which completes the view); else the header, then the step
+/// records at once, reused per header revision. The plan, which names the
+/// steps, is cached per process.
 async fn snapshot(state: &AppState, id: &str) -> Result<(ExecHeader, Steps), ApiError> {
     crate::handlers::valid_id(id)?;
     let mesh = &state.mesh;
+    if let Some(keys) = state.view.read(id) {
+        let by_key = keys.into_iter().map(|(k, (v, _))| (k, v)).collect();
+        return statuses_of(mesh, id, by_key).await;
+    }
+    let generation = state.view.generation();
     let patterns = [Keys::header(id), Keys::steps_of(id)];
     if let Some(values) = kv_batch::last_values(mesh.client(), mesh.exec_kv(), &patterns).await? {
-        let mut by_key: BTreeMap<String, bytes::Bytes> =
-            values.into_iter().map(|kv| (kv.key, kv.value)).collect();
-        let header_key = Keys::header(id);
-        let h: ExecHeader = match by_key.remove(&header_key) {
-            Some(bytes) => decode(mesh, &header_key, &bytes)?,
-            None => return Err(not_found(id)),
-        };
-        let mut steps = BTreeMap::new();
-        if let Ok(plan) = mesh.plans().get(mesh, id).await {
-            for step in &plan.playbook.workflow {
-                let key = Keys::step(id, &step.step);
-                let status = match by_key.get(&key) {
-                    Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
-                    None => None,
-                };
-                steps.insert(step.step.clone(), status);
-            }
+        let values: Vec<(String, bytes::Bytes, u64)> = values
+            .into_iter()
+            .map(|kv| (kv.key, kv.value, kv.revision))
+            .collect();
+        if let Some(g) = generation {
+            state.view.complete(id, g, &values);
         }
-        return Ok((h, std::sync::Arc::new(steps)));
+        let by_key = values.into_iter().map(|(k, v, _)| (k, v)).collect();
+        return statuses_of(mesh, id, by_key).await;
     }
     let (h, revision) = header_at(mesh, id).await?;
     let key = (id.to_string(), revision);
@@ -143,6 +140,32 @@ async fn snapshot(state: &AppState, id: &str) -> Result<(ExecHeader, Steps), Api
         }
     };
     Ok((h, steps))
+}
+
+/// The header and step statuses of execution `id` from its keys' values
+/// (404 without a header).
+async fn statuses_of(
+    mesh: &Mesh,
+    id: &str,
+    mut by_key: std::collections::HashMap<String, bytes::Bytes>,
+) -> Result<(ExecHeader, Steps), ApiError> {
+    let header_key = Keys::header(id);
+    let h: ExecHeader = match by_key.remove(&header_key) {
+        Some(bytes) => decode(mesh, &header_key, &bytes)?,
+        None => return Err(not_found(id)),
+    };
+    let mut steps = BTreeMap::new();
+    if let Ok(plan) = mesh.plans().get(mesh, id).await {
+        for step in &plan.playbook.workflow {
+            let key = Keys::step(id, &step.step);
+            let status = match by_key.get(&key) {
+                Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
+                None => None,
+            };
+            steps.insert(step.step.clone(), status);
+        }
+    }
+    Ok((h, std::sync::Arc::new(steps)))
 }
 
 /// A KV value of the exec bucket, decoded.
