@@ -3,11 +3,13 @@
 //! exec) holding the task command that continues its step-run, and ends
 //! its attempt without a result; the step-run stays live. A signal
 //! (`noetl exec signal`, the API) whose data fits the waiter's schema
-//! removes the waiter with its revision and publishes that command with
-//! the data as the task's outcome; so does the `wait.timeout` timer, with
-//! a `timeout` error, when it is due first. Whichever removes the waiter
-//! continues the step-run: a signal is consumed once, and a late signal
-//! or timer finds no waiter.
+//! records its data in the waiter as the task's outcome (compare-and-set
+//! at the revision it read), publishes that command with it, then removes
+//! the waiter; so does the `wait.timeout` timer, with a `timeout` error,
+//! when it is due first. Whichever records its outcome first continues the
+//! step-run: a signal is consumed once. A waiter left with an outcome (its
+//! publisher died before removing it) is published again, under the same
+//! message id, by the next signal or timer that finds it.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -48,6 +50,11 @@ pub struct Waiter {
     pub schema: Option<Value>,
     /// The task command that continues the step-run (protobuf, base64).
     pub command: String,
+    /// The outcome a signal or the timeout gave it, once one did (the
+    /// waiter is removed once its continuation is published; one left
+    /// with an outcome is published again by the next signal or timer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<Value>,
 }
 
 /// The `wait.timeout` timer: the router acts on it when due.
@@ -180,6 +187,11 @@ impl Mesh {
         else {
             return Err(none());
         };
+        if waiter.delivered.is_some() {
+            // Consumed already; its continuation may not have gone out.
+            self.republish(eid, &waiter).await?;
+            return Err(none());
+        }
         if let Some(schema) = &waiter.schema {
             if let Err(mismatch) = noetl_core::data_schema::check(schema, &data) {
                 return Err(SignalError::Invalid {
@@ -227,6 +239,10 @@ impl Mesh {
         if waiter.task_run_id != t.task_run_id {
             return Ok(false);
         }
+        if waiter.delivered.is_some() {
+            self.republish(eid, &waiter).await?;
+            return Ok(false);
+        }
         let message = format!(
             "no signal `{}` arrived within the wait's timeout_s (since {})",
             t.signal, waiter.since
@@ -235,8 +251,9 @@ impl Mesh {
         self.continue_waiter(eid, &waiter, revision, outcome).await
     }
 
-    /// Remove `waiter` at `revision` and publish its command with
-    /// `outcome`; `false` when someone else removed it first.
+    /// Record `outcome` in `waiter` at `revision` (compare-and-set: of
+    /// two deliveries one wins), publish its command with it, then remove
+    /// the waiter; `false` when another delivery won.
     async fn continue_waiter(
         &self,
         eid: &str,
@@ -246,13 +263,27 @@ impl Mesh {
     ) -> Result<bool, MeshError> {
         let key = Keys::wait(eid, &waiter.signal);
         let store = self.exec_kv();
-        if store
-            .delete_expect_revision(&key, Some(revision))
-            .await
-            .is_err()
-        {
+        let delivered = Waiter {
+            delivered: Some(payloads::to_value(&outcome)),
+            ..waiter.clone()
+        };
+        let bytes = serde_json::to_vec(&delivered).map_err(|e| MeshError::Kv {
+            bucket: store.name.clone(),
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        if store.update(&key, bytes.into(), revision).await.is_err() {
             return Ok(false);
         }
+        self.republish(eid, &delivered).await?;
+        Ok(true)
+    }
+
+    /// Publish a delivered waiter's continuation (the same message id
+    /// each time: JetStream keeps one) and remove the waiter.
+    async fn republish(&self, eid: &str, waiter: &Waiter) -> Result<(), MeshError> {
+        let key = Keys::wait(eid, &waiter.signal);
+        let store = self.exec_kv();
         let corrupt = |message: String| MeshError::Corrupt {
             bucket: store.name.clone(),
             key: key.clone(),
@@ -262,7 +293,8 @@ impl Mesh {
             .decode(waiter.command.as_bytes())
             .map_err(|e| corrupt(format!("the waiter's command is not base64: {e}")))?;
         let mut cmd: TaskCommand = codec::decode("waiter command", &bytes)?;
-        cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&outcome));
+        let outcome = waiter.delivered.clone().unwrap_or(Value::Null);
+        cmd.resume_outcome_json = codec::json_bytes(&outcome);
         cmd.command_id = derive_id(&["signal", &waiter.task_run_id]);
         self.publish_for_execution(
             self.subjects().task(WAIT_KIND),
@@ -273,7 +305,9 @@ impl Mesh {
         .await?
         .wait()
         .await?;
-        Ok(true)
+        // Gone already (another publisher removed it): nothing to do.
+        let _ = store.delete(&key).await;
+        Ok(())
     }
 }
 

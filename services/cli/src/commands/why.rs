@@ -681,6 +681,7 @@ workflow:
             timeout_at_ms: Some(0),
             schema: None,
             command: String::new(),
+            delivered: None,
         };
         let w = explain(&Situation {
             header: &h,

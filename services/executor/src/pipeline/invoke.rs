@@ -313,6 +313,7 @@ impl StepRun<'_> {
                 .map(|s| now.saturating_add((s * 1000.0) as u64)),
             schema: wait.schema,
             command: noetl_mesh::signal::encode_command(&self.command(cur, here, 0)),
+            delivered: None,
         };
         tracing::info!(
             execution_id = %self.eid(),
