@@ -73,11 +73,10 @@ impl MeshError {
     /// The kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Connect { .. }
-            | Self::Setup { .. }
-            | Self::Publish { .. }
-            | Self::Kv { .. }
-            | Self::Consume { .. } => ErrorKind::Transient,
+            Self::Connect { source, .. } => connect_kind(source.kind()),
+            Self::Setup { .. } | Self::Publish { .. } | Self::Kv { .. } | Self::Consume { .. } => {
+                ErrorKind::Transient
+            }
             Self::Conflict { .. } => ErrorKind::Conflict,
             Self::Missing { .. } | Self::NoPlan { .. } => ErrorKind::NotFound,
             Self::Corrupt { .. } => ErrorKind::Corrupt,
@@ -86,6 +85,20 @@ impl MeshError {
             Self::Object(o) => o.kind(),
             Self::Credential(c) => c.kind(),
         }
+    }
+}
+
+/// What a failed connection is: refused credentials, a bad server
+/// address or a TLS setup that does not match are the configuration's
+/// (trying again changes nothing); the rest may pass (a server
+/// restarting, a network blip).
+pub fn connect_kind(kind: async_nats::ConnectErrorKind) -> ErrorKind {
+    use async_nats::ConnectErrorKind as K;
+    match kind {
+        K::Authentication | K::AuthorizationViolation | K::Tls | K::ServerParse => {
+            ErrorKind::Config
+        }
+        K::Dns | K::TimedOut | K::Io | K::MaxReconnects => ErrorKind::Transient,
     }
 }
 
@@ -116,6 +129,23 @@ impl CredentialError {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn refused_credentials_are_configuration_and_an_unreachable_server_passes() {
+        use async_nats::ConnectErrorKind as K;
+        for k in [
+            K::Authentication,
+            K::AuthorizationViolation,
+            K::Tls,
+            K::ServerParse,
+        ] {
+            assert_eq!(connect_kind(k), ErrorKind::Config, "{k}");
+        }
+        for k in [K::Io, K::TimedOut, K::Dns, K::MaxReconnects] {
+            assert_eq!(connect_kind(k), ErrorKind::Transient, "{k}");
+        }
+    }
+
     use super::*;
 
     #[test]

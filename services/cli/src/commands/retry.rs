@@ -14,13 +14,16 @@ use noetl_mesh::MeshError;
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
 
 /// Whether trying again can mend `e`: a mesh error of kind `Transient`
-/// anywhere in its chain, or NATS not reachable.
+/// anywhere in its chain, or NATS not reachable (refused credentials are
+/// not: the command fails at once).
 pub fn transient(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause
             .downcast_ref::<MeshError>()
             .is_some_and(|m| m.kind() == ErrorKind::Transient)
-            || cause.downcast_ref::<async_nats::ConnectError>().is_some()
+            || cause
+                .downcast_ref::<async_nats::ConnectError>()
+                .is_some_and(|c| noetl_mesh::error::connect_kind(c.kind()) == ErrorKind::Transient)
     })
 }
 
