@@ -74,6 +74,15 @@ pub enum Reason {
         /// The kind's queue, when its consumer exists.
         queue: Option<QueueCounts>,
     },
+    /// A task failed and its policy retries it after a delay.
+    Retry {
+        /// The task.
+        task: String,
+        /// The next attempt.
+        attempt: u32,
+        /// When it is sent again (RFC 3339).
+        at: String,
+    },
     /// A task runs on an executor.
     Running {
         /// The task.
@@ -121,6 +130,8 @@ pub struct Situation<'a> {
     pub paused: Option<&'a PauseRecord>,
     /// The `wait` tasks waiting for a signal.
     pub waiters: &'a [Waiter],
+    /// Now (Unix epoch ms): a retry's delay may still run.
+    pub now_ms: u64,
 }
 
 /// The tool kinds whose queues [`explain`] may name: those of every
@@ -218,6 +229,9 @@ fn reason_of_run(s: &Situation<'_>, step: &str, run: &RunNode) -> Reason {
             attempt: t.attempt.max(1),
         };
     }
+    if let Some(retry) = retry_pending(s, run) {
+        return retry;
+    }
     // The next task: the one after the last reported, or (a failed last
     // attempt) the same one again; the first before any report.
     let last = run.tasks.last();
@@ -237,6 +251,35 @@ fn reason_of_run(s: &Situation<'_>, step: &str, run: &RunNode) -> Reason {
         },
         None => Reason::Scheduler,
     }
+}
+
+/// The step-run's last `task.done`, when it scheduled a delayed retry
+/// that is not due yet.
+fn retry_pending(s: &Situation<'_>, run: &RunNode) -> Option<Reason> {
+    let last = s
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.event_type == types::TASK_DONE && e.step_run_id == run.step_run_id)?;
+    let p = events::payload(last);
+    if p.get("action").and_then(Value::as_str) != Some("retry") {
+        return None;
+    }
+    let delay = p.pointer("/retry/delay_ms").and_then(Value::as_u64)?;
+    let attempt = p
+        .pointer("/retry/next_attempt")
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as u32;
+    let done_ms = events::parse_rfc3339(&last.ts)?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as u64;
+    let at = done_ms.saturating_add(delay);
+    (at > s.now_ms).then(|| Reason::Retry {
+        task: last.task.clone(),
+        attempt,
+        at: events::rfc3339_of_ms(at),
+    })
 }
 
 /// Joins whose last arrival (`step.skipped`, reason `join.waiting`) was
@@ -275,6 +318,9 @@ pub fn words(step: &str, reason: &Reason) -> String {
         Reason::Join { arrived, inputs } => format!(
             "step `{step}`: a join waiting for {} more arc(s) ({arrived} of {inputs} arrived)",
             inputs.saturating_sub(*arrived)
+        ),
+        Reason::Retry { task, attempt, at } => format!(
+            "step `{step}`: task `{task}` failed and is retried (attempt {attempt}) at {at}"
         ),
         Reason::Running {
             task,
@@ -402,6 +448,7 @@ pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
             queues: &queues,
             paused: paused.as_ref(),
             waiters: &waiters,
+            now_ms: events::now_ms(),
         })
     } else {
         Vec::new()
@@ -503,6 +550,7 @@ workflow:
             queues,
             paused: None,
             waiters: &[],
+            now_ms: 0,
         })
     }
 
@@ -544,6 +592,7 @@ workflow:
             queues: &BTreeMap::new(),
             paused: Some(&pause),
             waiters: &[],
+            now_ms: 0,
         });
         assert!(matches!(&w[0].reason, Reason::Paused { by, .. } if by == "cli:ann"));
         assert!(w[0].text.contains("held by a pause"), "{}", w[0].text);
@@ -691,11 +740,39 @@ workflow:
             queues: &BTreeMap::new(),
             paused: None,
             waiters: std::slice::from_ref(&waiter),
+            now_ms: 0,
         });
         assert!(matches!(&w[0].reason, Reason::Signal { signal, .. } if signal == "approval"));
         assert!(
             w[0].text.contains("waits for signal `approval`")
                 && w[0].text.contains("times out at 1970-01-01"),
+            "{}",
+            w[0].text
+        );
+    }
+
+    #[test]
+    fn a_delayed_retry_says_when_until_it_is_due() {
+        let started = ev(types::STEP_STARTED, "start", "t1", json!({}));
+        let failed = ev(
+            types::TASK_DONE,
+            "start",
+            "t1",
+            json!({"task": "fetch", "status": "error", "attempt": 1, "action": "retry",
+                   "retry": {"delay_ms": 60_000, "next_attempt": 2}}),
+        );
+        let w = explain_of(
+            &[("t1", "start")],
+            &[started.clone(), failed.clone()],
+            &BTreeMap::new(),
+        );
+        assert!(
+            matches!(&w[0].reason, Reason::Retry { task, attempt: 2, .. } if task == "fetch"),
+            "{:?}",
+            w[0]
+        );
+        assert!(
+            w[0].text.contains("retried (attempt 2) at"),
             "{}",
             w[0].text
         );
