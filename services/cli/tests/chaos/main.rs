@@ -5,6 +5,10 @@
 //! the nats-server itself (same port, same store). Every execution must
 //! then end as if nothing had happened ([`check`]); a table of runs, kills
 //! and anomalies is printed, with the seed that replays a failing run.
+//! Beside the mix ([`extras`]): a schedule firing every second, served by
+//! two timer replicas killed like the rest (each tick must run exactly
+//! once), and a `wait` step signalled while the kills go on (the signal
+//! consumed once).
 //!
 //! - `make test` runs [`chaos_short`]: 5 runs.
 //! - `make test-chaos` runs [`chaos_campaign`]: 100 runs
@@ -14,6 +18,7 @@
 //! What is checked, and what at-least-once means for tool calls, is in
 //! docs/reliability.md ("The chaos suite").
 
+mod extras;
 mod plan;
 mod procs;
 
@@ -149,6 +154,20 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
     })
     .await;
     let cases = mix::mix();
+    extras::add_schedule(&mesh).await;
+    let wait_eid = noetl_mesh::ids::new_execution_id();
+    extras::submit_wait(&mesh, &wait_eid).await;
+    let wait_n = seed % 1000;
+    let signalled = {
+        let (mesh, eid) = (mesh.clone(), wait_eid.clone());
+        tokio::spawn(async move {
+            // Mid-run: while services and the server are being killed.
+            tokio::time::sleep(Duration::from_millis(WINDOW_MS / 3)).await;
+            extras::signaller(mesh, eid, wait_n)
+                .await
+                .expect("the signaller")
+        })
+    };
     let mut started = Vec::new();
     let mut kills: BTreeMap<&'static str, usize> = BTreeMap::new();
 
@@ -226,8 +245,12 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         w.await.expect("the second wave's submissions");
     }
 
+    extras::pause_schedule(&mesh).await;
     let deadline = Instant::now() + SETTLE;
     let mut anomalies = Vec::new();
+    let delivered = signalled.await.expect("the signaller's task");
+    anomalies.extend(extras::check_wait(&mesh, &wait_eid, wait_n, delivered, deadline).await);
+    anomalies.extend(extras::check_schedule(&mesh, deadline).await);
     let mut repeated_calls = 0;
     for s in &started {
         let case = &cases[s.case];
@@ -296,22 +319,24 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
 
 /// Print the campaign's table; panic naming the seeds of failing runs.
 fn report(base: u64, reports: &[RunReport]) {
-    const KINDS: [&str; 5] = [
+    const KINDS: [&str; 6] = [
         "router",
         "scheduler",
         "loop-supervisor",
         "executor",
+        "timer",
         "nats-server",
     ];
     println!("\nchaos: {} runs from base seed {base:#x}", reports.len());
     println!(
-        "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}",
+        "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}",
         "run",
         "seed",
         "router",
         "sched",
         "loop",
         "exec",
+        "timer",
         "nats",
         "execs",
         "anomalies",
@@ -322,13 +347,14 @@ fn report(base: u64, reports: &[RunReport]) {
     for (i, r) in reports.iter().enumerate() {
         let k = |s: &str| r.kills.get(s).copied().unwrap_or(0);
         println!(
-            "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}",
+            "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}",
             i + 1,
             format!("{:#x}", r.seed),
             k("router"),
             k("scheduler"),
             k("loop-supervisor"),
             k("executor"),
+            k("timer"),
             k("nats-server"),
             r.executions,
             r.anomalies.len(),

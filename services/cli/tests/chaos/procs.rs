@@ -15,10 +15,17 @@ use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 pub const ACK_WAIT_MS: u64 = 2000;
 
 /// The `noetl serve` processes of a run: two replicas of router,
-/// scheduler and loop-supervisor, and two executors serving every kind.
+/// scheduler, loop-supervisor and timer, and two executors serving every
+/// kind.
 pub fn service_names() -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    for service in ["router", "scheduler", "loop-supervisor", "executor"] {
+    for service in [
+        "router",
+        "scheduler",
+        "loop-supervisor",
+        "executor",
+        "timer",
+    ] {
         for replica in 1..=2 {
             out.push((service, format!("{service}-{replica}")));
         }
