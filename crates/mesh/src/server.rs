@@ -242,6 +242,12 @@ impl NatsServerProcess {
         self.port
     }
 
+    /// The server's process id, while it runs (its CPU time is read from
+    /// `/proc` by the bench).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The last lines of the server log.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();

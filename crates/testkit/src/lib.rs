@@ -49,6 +49,11 @@ impl TestServer {
         self.process.url()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
     /// The store directory (removed on drop).
     pub fn store_dir(&self) -> &std::path::Path {
         self._store.path()

@@ -16,6 +16,7 @@
 mod api;
 mod api_sse;
 mod api_status;
+mod cpu;
 mod ends;
 mod report;
 mod scenarios;
@@ -184,6 +185,15 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
     t0.elapsed()
 }
 
+/// The samples of `cpu_us_per_step`.
+fn figures_cpu_step(figures: &[Figure]) -> Vec<f64> {
+    figures
+        .iter()
+        .find(|f| f.key == "cpu_us_per_step")
+        .map(|f| f.samples.clone())
+        .unwrap_or_default()
+}
+
 #[tokio::main]
 async fn main() {
     let mut plan = Plan::full();
@@ -286,6 +296,10 @@ async fn main() {
     let mut py40 = Vec::new();
     let mut http_step = Vec::new();
     let mut big = Vec::new();
+    let mut cpu_step = Vec::new();
+    let mut cpu_step_nats = Duration::ZERO;
+    let mut cpu_step_all = Duration::ZERO;
+    let nats_pid = cluster.server.pid();
     let chain = sc::chain("bench_chain", plan.steps, sc::NOOP);
     let pipeline = sc::pipeline(plan.pipeline_tasks);
     let python = sc::chain("bench_python40", plan.python_steps, sc::FIBO);
@@ -297,10 +311,15 @@ async fn main() {
             raw_hops(cluster.mesh.client().clone(), plan.steps).await,
             plan.steps,
         ));
+        let before = cpu::Cpu::now(nats_pid);
         seq.push(per(
             sc::time_one(&cluster, &ends, &chain, json!({})).await,
             plan.steps,
         ));
+        let spent = cpu::Cpu::now(nats_pid).since(before);
+        cpu_step.push(spent.total().as_secs_f64() * 1e6 / plan.steps as f64);
+        cpu_step_nats += spent.nats;
+        cpu_step_all += spent.total();
         let d = sc::time_one(&cluster, &ends, &pipeline, json!({})).await;
         pipe.push(per(d, plan.pipeline_tasks));
         py40.push(
@@ -320,12 +339,20 @@ async fn main() {
     }
     eprintln!("loops");
     let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
+    let (bytes_before, events_before) = cpu::event_bytes(&cluster.mesh).await;
+    let before = cpu::Cpu::now(nats_pid);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
+    let loop_cpu = cpu::Cpu::now(nats_pid).since(before);
+    let (bytes_after, events_after) = cpu::event_bytes(&cluster.mesh).await;
     assert_eq!(
         ctx["total"], plan.loop_items,
         "every noop iteration counted once"
     );
     let loop_rate = plan.loop_items as f64 / d.as_secs_f64();
+    let items = plan.loop_items as f64;
+    let cpu_iteration = loop_cpu.total().as_secs_f64() * 1e6 / items;
+    let event_bytes_iteration = bytes_after.saturating_sub(bytes_before) as f64 / items;
+    let events_iteration = events_after.saturating_sub(events_before) as f64 / items;
     let py_loop = sc::parallel_loop(plan.python_items, plan.loop_mif, sc::LOOP_PYTHON);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
     let squares: u64 = (0..plan.python_items as u64).map(|i| i * i).sum();
@@ -374,6 +401,27 @@ async fn main() {
             ),
             unit: "tasks/s",
             samples: vec![loop_rate],
+            floor: None,
+        },
+        Figure {
+            key: "cpu_us_per_step",
+            label: "CPU per sequential noop step, engine + nats-server".into(),
+            unit: "µs",
+            samples: cpu_step,
+            floor: None,
+        },
+        Figure {
+            key: "cpu_us_per_iteration",
+            label: "CPU per noop loop iteration, engine + nats-server".into(),
+            unit: "µs",
+            samples: vec![cpu_iteration],
+            floor: None,
+        },
+        Figure {
+            key: "event_bytes_per_iteration",
+            label: "events stored per noop loop iteration".into(),
+            unit: "bytes",
+            samples: vec![event_bytes_iteration],
             floor: None,
         },
         Figure {
@@ -455,6 +503,18 @@ async fn main() {
         },
     ];
     report::print(&figures);
+    let share = |part: Duration, all: Duration| {
+        100.0 * part.as_secs_f64() / all.as_secs_f64().max(f64::MIN_POSITIVE)
+    };
+    println!(
+        "\nCPU: a sequential step {:.0} µs (nats-server {:.0} %, the engine's services {:.0} %; goal none); a loop iteration {cpu_iteration:.0} µs (nats-server {:.0} %; goal <= 150 µs: {}); {events_iteration:.1} events, {event_bytes_iteration:.0} bytes stored per iteration (goal <= 1,000 bytes: {})",
+        report::stats(&figures_cpu_step(&figures)).median,
+        share(cpu_step_nats, cpu_step_all),
+        100.0 - share(cpu_step_nats, cpu_step_all),
+        share(loop_cpu.nats, loop_cpu.total()),
+        if cpu_iteration <= 150.0 { "met" } else { "NOT met" },
+        if event_bytes_iteration <= 1000.0 { "met" } else { "NOT met" },
+    );
     let (sse_p99, sse_floor_p99) = (
         report::stats(&sse.api_ms).p99,
         report::stats(&sse.floor_ms).p99,
