@@ -173,6 +173,23 @@ impl Mesh {
     /// left held.
     pub async fn unpause(&self, eid: &str, by: &str) -> Result<u64, MeshError> {
         let was_paused = self.pause_record(eid).await?.is_some();
+        let held = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
+        if !was_paused && held.is_empty() {
+            return Ok(0);
+        }
+        // The event first: it precedes in the stream every step the
+        // release starts.
+        let changed = PauseChanged {
+            by: by.to_string(),
+            reason: String::new(),
+            released: Some(held.len() as u64),
+        };
+        self.emit_pause(
+            eid,
+            crate::event_type::EventType::ExecutionUnpaused,
+            &changed,
+        )
+        .await?;
         if was_paused {
             self.exec_kv()
                 .delete(Keys::paused(eid))
@@ -184,23 +201,13 @@ impl Mesh {
                 })?;
         }
         let mut released = 0;
+        // Listed after the record is gone: a message held before is
+        // released here, one held after by its holder (which reads the
+        // record again after holding).
         for key in kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await? {
             if self.release(eid, &key).await? {
                 released += 1;
             }
-        }
-        if was_paused || released > 0 {
-            let changed = PauseChanged {
-                by: by.to_string(),
-                reason: String::new(),
-                released: Some(released),
-            };
-            self.emit_pause(
-                eid,
-                crate::event_type::EventType::ExecutionUnpaused,
-                &changed,
-            )
-            .await?;
         }
         Ok(released)
     }
