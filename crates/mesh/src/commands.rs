@@ -67,7 +67,54 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
     }
 }
 
+/// A task command set aside in KV until its task can go on (a child
+/// execution's continuation of its parent task, a `wait` task's waiter):
+/// its protobuf, base64.
+pub fn park_command(cmd: &TaskCommand) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd))
+}
+
+/// The command [`park_command`] set aside under `key` (bucket exec, for
+/// the error): `Corrupt` when it does not decode.
+pub fn unpark_command(mesh: &Mesh, key: &str, parked: &str) -> Result<TaskCommand, MeshError> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(parked.as_bytes())
+        .map_err(|e| MeshError::Corrupt {
+            bucket: mesh.exec_kv().name.clone(),
+            key: key.to_string(),
+            message: format!("the parked task command is not base64: {e}"),
+        })?;
+    Ok(codec::decode("parked task command", &bytes)?)
+}
+
+/// A parked task command to continue with its task's outcome.
+pub struct Continue<'a> {
+    /// The parked command ([`park_command`]).
+    pub parked: &'a str,
+    /// The key it was parked under (bucket exec), for errors.
+    pub key: &'a str,
+    /// The kind whose executors continue the pipeline (`playbook`,
+    /// `wait`).
+    pub kind: &'a str,
+    /// The task's outcome.
+    pub outcome: serde_json::Value,
+    /// The continuation's command (and message) id: the same for every
+    /// publish of one continuation, so JetStream keeps one.
+    pub command_id: String,
+}
+
 impl Mesh {
+    /// Publish a parked command again with its task's outcome: the
+    /// executors of `c.kind` continue its pipeline at that task.
+    pub async fn continue_parked(&self, c: Continue<'_>) -> Result<(), MeshError> {
+        let mut cmd = unpark_command(self, c.key, c.parked)?;
+        cmd.resume_outcome_json = codec::json_bytes(&c.outcome);
+        cmd.command_id = c.command_id;
+        self.publish_command(c.kind, &cmd).await?.wait().await
+    }
+
     /// Publish `cmd` for `task` of `plan` on its kind's subject (the
     /// workbook may give the kind), naming the execution in a header so a
     /// dead-lettered command still fails it. When no executor serves the

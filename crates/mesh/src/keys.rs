@@ -44,9 +44,10 @@ impl Keys {
     pub fn wait(eid: &str, signal: &str) -> String {
         format!("{eid}.wait.{}", key_part(signal))
     }
-    /// `<eid>.wait`: the prefix under which [`Keys::wait`] keys live.
-    pub fn waits(eid: &str) -> String {
-        format!("{eid}.wait")
+    /// `<eid>.wait.*`: the pattern of every [`Keys::wait`] key of an
+    /// execution.
+    pub fn waits_of(eid: &str) -> String {
+        format!("{eid}.wait.*")
     }
     /// `<eid>.held`: the prefix under which a paused execution's held
     /// messages wait.

@@ -11,18 +11,17 @@
 //! publisher died before removing it) is published again, under the same
 //! message id, by the next signal or timer that finds it.
 
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use noetl_core::Outcome;
-use noetl_wire::TaskCommand;
 
+use crate::commands::Continue;
 use crate::event_type::EventType;
 use crate::events::{types, EventDraft};
 use crate::ids::derive_id;
 use crate::keys::Keys;
-use crate::{codec, kv, payloads, Mesh, MeshError};
+use crate::{kv, payloads, Mesh, MeshError};
 
 /// The `wait` tool kind.
 pub const WAIT_KIND: &str = "wait";
@@ -48,7 +47,8 @@ pub struct Waiter {
     /// The JSON Schema the data must fit, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
-    /// The task command that continues the step-run (protobuf, base64).
+    /// The task command that continues the step-run
+    /// ([`crate::commands::park_command`]).
     pub command: String,
     /// The outcome a signal or the timeout gave it, once one did (the
     /// waiter is removed once its continuation is published; one left
@@ -125,11 +125,6 @@ pub fn valid_signal(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// The task command a waiter holds.
-pub fn encode_command(cmd: &TaskCommand) -> String {
-    base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd))
-}
-
 impl Mesh {
     /// Store `waiter` for execution `eid`, and its timeout timer if it has
     /// one.
@@ -159,9 +154,7 @@ impl Mesh {
 
     /// The waiters of `eid` now.
     pub async fn waiters(&self, eid: &str) -> Result<Vec<Waiter>, MeshError> {
-        let found =
-            kv::values_matching::<Waiter>(self.exec_kv(), &format!("{}.*", Keys::waits(eid)))
-                .await?;
+        let found = kv::values_matching::<Waiter>(self.exec_kv(), &Keys::waits_of(eid)).await?;
         found.into_iter().map(|(_, w)| w).collect()
     }
 
@@ -283,30 +276,16 @@ impl Mesh {
     /// each time: JetStream keeps one) and remove the waiter.
     async fn republish(&self, eid: &str, waiter: &Waiter) -> Result<(), MeshError> {
         let key = Keys::wait(eid, &waiter.signal);
-        let store = self.exec_kv();
-        let corrupt = |message: String| MeshError::Corrupt {
-            bucket: store.name.clone(),
-            key: key.clone(),
-            message,
-        };
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(waiter.command.as_bytes())
-            .map_err(|e| corrupt(format!("the waiter's command is not base64: {e}")))?;
-        let mut cmd: TaskCommand = codec::decode("waiter command", &bytes)?;
-        let outcome = waiter.delivered.clone().unwrap_or(Value::Null);
-        cmd.resume_outcome_json = codec::json_bytes(&outcome);
-        cmd.command_id = derive_id(&["signal", &waiter.task_run_id]);
-        self.publish_for_execution(
-            self.subjects().task(WAIT_KIND),
-            &cmd.command_id,
-            eid,
-            codec::encode(&cmd),
-        )
-        .await?
-        .wait()
+        self.continue_parked(Continue {
+            parked: &waiter.command,
+            key: &key,
+            kind: WAIT_KIND,
+            outcome: waiter.delivered.clone().unwrap_or(Value::Null),
+            command_id: derive_id(&["signal", &waiter.task_run_id]),
+        })
         .await?;
         // Gone already (another publisher removed it): nothing to do.
-        let _ = store.delete(&key).await;
+        let _ = self.exec_kv().delete(&key).await;
         Ok(())
     }
 }

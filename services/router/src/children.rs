@@ -8,17 +8,16 @@
 //! has a deterministic message id, so doing it again after a crash is
 //! harmless.
 
-use base64::Engine as _;
 use noetl_core::Outcome;
 use noetl_mesh::{
-    codec,
+    commands::{park_command, unpark_command, Continue},
     ids::derive_id,
     keys::Keys,
     kv, payloads,
     state::{ExecStatus, ExecSummary},
     Mesh, MeshError,
 };
-use noetl_wire::{ExecutionRequest, TaskCommand};
+use noetl_wire::ExecutionRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -26,7 +25,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ResumeRecord {
     parent_execution_id: String,
-    /// The parent's continuation (protobuf `TaskCommand`, base64).
+    /// The parent's continuation ([`park_command`]).
     command: String,
     /// The parent task's `return_step`: the step whose last result answers
     /// it (empty: the child's final `ctx` does).
@@ -49,7 +48,7 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
     };
     let rec = ResumeRecord {
         parent_execution_id: req.parent_execution_id.clone(),
-        command: base64::engine::general_purpose::STANDARD.encode(codec::encode(cmd)),
+        command: park_command(cmd),
         return_step: req.return_step.clone(),
     };
     kv::put(mesh.exec_kv(), &Keys::resume(eid), &rec).await?;
@@ -94,10 +93,8 @@ pub async fn cancel_children_where(
             else {
                 continue;
             };
-            let started_by = base64::engine::general_purpose::STANDARD
-                .decode(rec.command.as_bytes())
+            let started_by = unpark_command(mesh, &Keys::resume(child), &rec.command)
                 .ok()
-                .and_then(|b| codec::decode::<TaskCommand>("parent continuation", &b).ok())
                 .map(|c| c.step_run_id);
             if started_by.as_deref() != Some(srid) {
                 continue;
@@ -121,14 +118,6 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     if !summary.status.is_terminal() {
         return Ok(());
     }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(rec.command.as_bytes())
-        .map_err(|e| MeshError::Corrupt {
-            bucket: mesh.exec_kv().name.clone(),
-            key: Keys::resume(eid),
-            message: format!("continuation is not base64: {e}"),
-        })?;
-    let mut cmd: TaskCommand = codec::decode("parent continuation", &bytes)?;
     // The step's last result, as stored (a large one stays a reference);
     // null when the step never ran or has no result (a routing step).
     let returned = match rec.return_step.as_str() {
@@ -140,18 +129,15 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
         ),
     };
     let outcome = child_outcome(eid, &summary, returned);
-    cmd.resume_outcome_json = codec::json_bytes(&payloads::to_value(&outcome));
-    cmd.command_id = derive_id(&["resume", eid]);
     // The task's kind is `playbook` (or a workbook call resolving to it);
     // executors serving `playbook` continue the pipeline.
-    mesh.publish_for_execution(
-        mesh.subjects().task("playbook"),
-        &cmd.command_id,
-        &rec.parent_execution_id,
-        codec::encode(&cmd),
-    )
-    .await?
-    .wait()
+    mesh.continue_parked(Continue {
+        parked: &rec.command,
+        key: &Keys::resume(eid),
+        kind: "playbook",
+        outcome: payloads::to_value(&outcome),
+        command_id: derive_id(&["resume", eid]),
+    })
     .await?;
     tracing::info!(execution_id = %rec.parent_execution_id, child = %eid, "parent resumed");
     Ok(())

@@ -312,7 +312,7 @@ impl StepRun<'_> {
                 .timeout_s
                 .map(|s| now.saturating_add((s * 1000.0) as u64)),
             schema: wait.schema,
-            command: noetl_mesh::signal::encode_command(&self.command(cur, here, 0)),
+            command: noetl_mesh::commands::park_command(&self.command(cur, here, 0)),
             delivered: None,
         };
         tracing::info!(
