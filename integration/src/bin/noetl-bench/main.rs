@@ -185,15 +185,6 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
     t0.elapsed()
 }
 
-/// The samples of `cpu_us_per_step`.
-fn figures_cpu_step(figures: &[Figure]) -> Vec<f64> {
-    figures
-        .iter()
-        .find(|f| f.key == "cpu_us_per_step")
-        .map(|f| f.samples.clone())
-        .unwrap_or_default()
-}
-
 #[tokio::main]
 async fn main() {
     let mut plan = Plan::full();
@@ -368,6 +359,7 @@ async fn main() {
     cluster.stop().await;
 
     let floor_ms = report::stats(&floor).median;
+    let cpu_step_median = report::stats(&cpu_step).median;
     let figures = vec![
         Figure {
             key: "floor_step_ms",
@@ -508,7 +500,7 @@ async fn main() {
     };
     println!(
         "\nCPU: a sequential step {:.0} µs (nats-server {:.0} %, the engine's services {:.0} %; goal none); a loop iteration {cpu_iteration:.0} µs (nats-server {:.0} %; goal <= 150 µs: {}); {events_iteration:.1} events, {event_bytes_iteration:.0} bytes stored per iteration (goal <= 1,000 bytes: {})",
-        report::stats(&figures_cpu_step(&figures)).median,
+        cpu_step_median,
         share(cpu_step_nats, cpu_step_all),
         100.0 - share(cpu_step_nats, cpu_step_all),
         share(loop_cpu.nats, loop_cpu.total()),

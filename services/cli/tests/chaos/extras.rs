@@ -16,6 +16,8 @@ use noetl_timer::{ScheduleRecord, Schedules};
 use noetl_wire::ExecutionRequest;
 use serde_json::json;
 
+use crate::patiently;
+
 /// The schedule of every run.
 pub const SCHEDULE: &str = "chaos_tick";
 
@@ -47,13 +49,6 @@ workflow:
               - else:
                   then: { do: continue, set_ctx: { got: "{{ outcome.result.n }}" } }
 "#;
-
-async fn patiently<T, E: std::fmt::Display, F>(what: &str, f: impl FnMut() -> F) -> T
-where
-    F: std::future::Future<Output = Result<T, E>>,
-{
-    crate::patiently(what, f).await
-}
 
 /// Register the tick playbook and add the schedule (every second, every
 /// missed tick caught up, runs may overlap).
