@@ -211,6 +211,9 @@ mod tests {
             ended_at: None,
             error: None,
             parent_execution_id: String::new(),
+            stopped: Vec::new(),
+            resumes: 0,
+            resumed_at_ms: 0,
         };
         let summary = ExecSummary {
             execution_id: "e".into(),

@@ -5,6 +5,7 @@
 //! functions the services call (`merge`, `policy`, `routing`, `reduce`).
 
 pub mod codes;
+pub mod concurrency;
 pub mod data_schema;
 pub mod diagnostic;
 pub mod lifecycle;

@@ -76,9 +76,125 @@ pub struct Executor {
     /// e.g. `distributed` or `local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Outermost spec layer (`limits.max_payload_bytes`, `policy.results`...).
+    /// Outermost spec layer (`limits.max_payload_bytes`, `policy.results`,
+    /// `policy.concurrency`...); kept as an object, its documented shape
+    /// is [`ExecutorSpecShape`].
     #[serde(default)]
+    #[schemars(with = "ExecutorSpecShape")]
     pub spec: Object,
+}
+
+impl Executor {
+    /// `spec.policy.concurrency`: how many executions may run at once per
+    /// key (`None` when absent or not of its shape; validation refuses a
+    /// bad shape before a playbook runs).
+    pub fn concurrency(&self) -> Option<ExecutionConcurrency> {
+        let v = self.spec.get("policy")?.get("concurrency")?;
+        serde_json::from_value(v.clone()).ok()
+    }
+}
+
+/// The documented shape of `executor.spec` (what `noetl schema` shows; at
+/// run time the section is kept as an object).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct ExecutorSpecShape {
+    /// Per-execution limits: `max_payload_bytes`, `max_loop_items`, `timeout_s`.
+    #[serde(default)]
+    limits: Option<Object>,
+    /// The default task timeout (seconds, or `{connect, read}`).
+    #[serde(default)]
+    timeout: Option<Value>,
+    /// Global, non-control policy.
+    #[serde(default)]
+    policy: Option<ExecutorPolicyShape>,
+    /// Other knobs, inherited by every task (spec layering).
+    #[serde(flatten)]
+    extra: Object,
+}
+
+/// The documented shape of `executor.spec.policy`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+#[serde(deny_unknown_fields)]
+struct ExecutorPolicyShape {
+    /// How many executions of this playbook run at once per key.
+    #[serde(default)]
+    concurrency: Option<ExecutionConcurrency>,
+    /// The same knobs as `executor.spec.limits` (moved there when loading).
+    #[serde(default)]
+    limits: Option<Object>,
+    /// `timeouts`: the default task timeout (moved to `executor.spec.timeout`).
+    #[serde(default)]
+    defaults: Option<Object>,
+    /// `reference_first: true` (what the engine always does).
+    #[serde(default)]
+    results: Option<Object>,
+}
+
+/// `executor.spec.policy.concurrency`: at most `limit` executions of the
+/// playbook run at once per rendered `key` (docs/dsl.md, "Concurrency and
+/// rate limits").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionConcurrency {
+    /// A template over `workload` (e.g. `{{ workload.customer }}`);
+    /// absent: the playbook's path (or name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Executions that may run at once per key (>= 1).
+    #[schemars(range(min = 1))]
+    pub limit: u32,
+    /// What a new execution does when the key is at its limit.
+    #[serde(default)]
+    pub on_limit: OnLimit,
+}
+
+/// What an execution does when its concurrency key is at its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnLimit {
+    /// Wait in line; start, in request order, when a slot frees.
+    #[default]
+    Queue,
+    /// Fail at once, naming the key, the limit and the executions holding it.
+    Reject,
+    /// Cancel the oldest running execution of the key, then wait in line.
+    CancelOldest,
+}
+
+/// `step.spec.policy.concurrency`: at most `limit` task calls of the step
+/// run at once per rendered `key`, across every execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    /// A template over the task's scope (`workload`, `ctx`, `iter`,
+    /// `args`); absent: the playbook's path and the step's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Task calls that may run at once per key (>= 1).
+    #[schemars(range(min = 1))]
+    pub limit: u32,
+}
+
+/// `step.spec.policy.rate`: at most `per_second` task calls of the step
+/// start per second per rendered `key` (a token bucket holding `burst`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// As [`Concurrency::key`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Task calls started per second (> 0; may be a fraction).
+    pub per_second: f64,
+    /// Calls that may start at once after a quiet time (>= 1; default 1).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub burst: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One workflow step: admission policy + tool pipeline + router.
@@ -135,6 +251,12 @@ pub struct StepPolicy {
     /// Failure handling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// At most `limit` task calls of the step at once per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+    /// At most `per_second` task calls of the step start per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
     /// Other non-control placeholders (tracing, quotas...).
     #[serde(flatten)]
     pub extra: Object,

@@ -17,6 +17,7 @@ use crate::limits::{MAX_ARCS, MAX_STEPS};
 use crate::yaml::{escape, Node, NodeKind};
 
 mod cursor;
+mod gates;
 mod next;
 mod root;
 mod rules;
@@ -27,6 +28,7 @@ mod task_policy;
 mod templates;
 mod workbook;
 
+pub use gates::ON_LIMIT;
 pub use seeds::{CREDENTIAL_KINDS, ON_UNMATCHED};
 
 /// The control actions of a task policy rule (`then.do`).

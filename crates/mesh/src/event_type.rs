@@ -69,11 +69,21 @@ pub enum EventType {
     WaitTimeout,
     /// A signal continued a `wait` task.
     SignalReceived,
+    /// A client asked to resume a failed or cancelled execution
+    /// (`noetl exec resume`); the router carries it out.
+    ExecutionResumeRequested,
+    /// The execution runs again from where it stopped (or from a step).
+    ExecutionResumed,
+    /// A resume from an earlier step supersedes this step's last run.
+    StepSuperseded,
+    /// An execution waits for a slot of its concurrency key
+    /// (`executor.spec.policy.concurrency`) before its entry step starts.
+    ExecutionQueued,
 }
 
 impl EventType {
     /// Every event type, in the order of the docs.
-    pub const ALL: [EventType; 30] = [
+    pub const ALL: [EventType; 34] = [
         Self::MessageDeadLettered,
         Self::PlaybookInitialized,
         Self::WorkflowInitialized,
@@ -104,6 +114,10 @@ impl EventType {
         Self::ExecutionUnpaused,
         Self::WaitTimeout,
         Self::SignalReceived,
+        Self::ExecutionResumeRequested,
+        Self::ExecutionResumed,
+        Self::StepSuperseded,
+        Self::ExecutionQueued,
     ];
 
     /// The name on the wire and in subjects (`step.done`).
@@ -139,6 +153,10 @@ impl EventType {
             Self::ExecutionUnpaused => "execution.unpaused",
             Self::WaitTimeout => "wait.timeout",
             Self::SignalReceived => "signal.received",
+            Self::ExecutionResumeRequested => "execution.resume_requested",
+            Self::ExecutionResumed => "execution.resumed",
+            Self::StepSuperseded => "step.superseded",
+            Self::ExecutionQueued => "execution.queued",
         }
     }
 

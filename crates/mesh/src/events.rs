@@ -78,6 +78,14 @@ pub mod types {
     pub const WAIT_TIMEOUT: &str = EventType::WaitTimeout.wire_name();
     /// A signal continued a `wait` task.
     pub const SIGNAL_RECEIVED: &str = EventType::SignalReceived.wire_name();
+    /// A client asked to resume the execution.
+    pub const EXECUTION_RESUME_REQUESTED: &str = EventType::ExecutionResumeRequested.wire_name();
+    /// The execution runs again.
+    pub const EXECUTION_RESUMED: &str = EventType::ExecutionResumed.wire_name();
+    /// A step's last run is superseded by a resume from an earlier step.
+    pub const STEP_SUPERSEDED: &str = EventType::StepSuperseded.wire_name();
+    /// An execution waits for a slot of its concurrency key.
+    pub const EXECUTION_QUEUED: &str = EventType::ExecutionQueued.wire_name();
 }
 
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);

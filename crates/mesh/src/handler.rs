@@ -300,9 +300,7 @@ impl<H: Handle> Handler for Typed<H> {
 async fn run<H: Handle>(handler: Arc<H>, msg: Arc<Message>) -> Result<Handled, HandlerError> {
     let input = H::In::decode(&msg)?;
     let mesh = handler.mesh().clone();
-    if H::WHEN_STOPPED == WhenStopped::Ack
-        && mesh.cancellations().is_stopped(input.meta().execution_id)
-    {
+    if H::WHEN_STOPPED == WhenStopped::Ack && mesh.still_stopped(input.meta().execution_id).await? {
         return Ok(Handled::Done);
     }
     let span = handler.span(&msg, &input);

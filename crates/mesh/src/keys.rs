@@ -87,6 +87,12 @@ impl Keys {
     pub fn loop_run(eid: &str, loop_run_id: &str) -> String {
         format!("{eid}.{}", key_part(loop_run_id))
     }
+    /// `<eid>.<loop_run>.carry` (bucket loop): the run of the same loop step
+    /// that a resumed execution's new run continues (written by the router
+    /// when it resumes; pruned with the run).
+    pub fn loop_carry(eid: &str, loop_run_id: &str) -> String {
+        format!("{}.carry", Self::loop_run(eid, loop_run_id))
+    }
     /// `<eid>.<loop_run>.items.<chunk>` (bucket loop): one chunk of a loop
     /// run's collection.
     pub fn items(eid: &str, loop_run_id: &str, chunk: usize) -> String {
@@ -162,6 +168,23 @@ impl Keys {
     /// [`key_part`] only when it starts with `x-`.
     pub fn schedule(name: &str) -> String {
         key_part(name)
+    }
+
+    /// `exec.<hash>` (bucket gates): the concurrency record of the
+    /// executions of a playbook key (`executor.spec.policy.concurrency`);
+    /// the hash is of the rendered key, which the record keeps readable.
+    pub fn gate_execution(key: &str) -> String {
+        format!("exec.{}", crate::ids::derive_id(&["gate", key]))
+    }
+    /// `conc.<hash>` (bucket gates): the concurrency record of a step key's
+    /// task calls (`step.spec.policy.concurrency`).
+    pub fn gate_task(key: &str) -> String {
+        format!("conc.{}", crate::ids::derive_id(&["gate", key]))
+    }
+    /// `rate.<hash>` (bucket gates): the token bucket of a step key's task
+    /// calls (`step.spec.policy.rate`).
+    pub fn gate_rate(key: &str) -> String {
+        format!("rate.{}", crate::ids::derive_id(&["gate", key]))
     }
 
     /// The object id (below its execution and step in the object store,

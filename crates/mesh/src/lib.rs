@@ -25,6 +25,8 @@ pub mod effects;
 pub mod error;
 pub mod event_type;
 pub mod events;
+pub mod gate;
+pub mod gates;
 pub mod handler;
 pub mod health;
 pub mod ids;
@@ -35,6 +37,7 @@ pub mod objects;
 pub mod pause;
 pub mod payloads;
 pub mod plan;
+pub mod resume;
 pub mod runtime;
 pub mod scope;
 pub mod served;
@@ -168,7 +171,7 @@ struct Inner {
     subjects: Subjects,
     config: MeshConfig,
     buckets: topology::Buckets,
-    plans: plan::PlanCache,
+    plans: Arc<plan::PlanCache>,
     results: objects::ResultStore,
     cancelled: Arc<cancel::Cancellations>,
     /// Paused executions, followed from first use ([`Mesh::pauses`]).
@@ -259,13 +262,18 @@ impl Mesh {
             }
         }
         let results = objects::ResultStore::open(location)?;
+        let plans = Arc::new(plan::PlanCache::new(256));
         let cancelled = cancel::watch(
             &client,
             &subjects,
-            vec![
-                subjects.events_of_type(events::types::EXECUTION_CANCELLED),
-                subjects.events_of_type(events::types::EXECUTION_FAILED),
-            ],
+            cancel::Watched {
+                stopped: vec![
+                    subjects.events_of_type(events::types::EXECUTION_CANCELLED),
+                    subjects.events_of_type(events::types::EXECUTION_FAILED),
+                ],
+                resumed: subjects.events_of_type(events::types::EXECUTION_RESUMED),
+                plans: plans.clone(),
+            },
         )
         .await?;
         Ok(Self {
@@ -275,7 +283,7 @@ impl Mesh {
                 subjects,
                 config,
                 buckets,
-                plans: plan::PlanCache::new(256),
+                plans,
                 results,
                 cancelled,
                 paused: tokio::sync::OnceCell::new(),
@@ -329,6 +337,10 @@ impl Mesh {
     /// `noetl serve timer`).
     pub fn schedules_kv(&self) -> &Store {
         &self.inner.buckets.schedules
+    }
+    /// The concurrency and rate limits bucket (`noetl_gates`, [`gate`]).
+    pub fn gates_kv(&self) -> &Store {
+        &self.inner.buckets.gates
     }
     /// The credential vault (encrypted `noetl_credentials` bucket).
     pub fn vault(&self) -> credentials::Vault {

@@ -576,6 +576,7 @@ mod tests {
             crate::pause::PauseChanged::KINDS,
             crate::signal::WaitTimeout::KINDS,
             crate::signal::SignalReceived::KINDS,
+            crate::gate::ExecutionQueued::KINDS,
         ] {
             assert!(!kinds.is_empty());
             for k in kinds {

@@ -1,6 +1,8 @@
-//! The immutable plan of one execution (normalised playbook + merged
-//! workload), stored once in KV by the router and cached by every service so
-//! no message re-parses the playbook.
+//! The plan of one execution (normalised playbook + merged workload),
+//! stored in KV by the router and cached by every service so no message
+//! re-parses the playbook. Only a resume (`noetl exec resume --set`,
+//! `--playbook-version`) writes it again; every process then drops its
+//! copy ([`crate::cancel`]).
 
 use std::sync::Arc;
 
@@ -194,6 +196,11 @@ impl PlanCache {
     /// Insert a plan (the router does this when it stores one).
     pub fn insert(&self, plan: Arc<PlanRecord>) {
         self.inner.insert(plan.execution_id.clone(), plan);
+    }
+
+    /// Forget the plan of `eid` (a resume may have changed it).
+    pub fn forget(&self, eid: &str) {
+        self.inner.remove(eid);
     }
 
     /// The plan of `eid`, from the cache or KV.

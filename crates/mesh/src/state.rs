@@ -50,6 +50,26 @@ pub struct ExecHeader {
     /// The parent execution, for child playbooks.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub parent_execution_id: String,
+    /// The tokens that were live when the execution failed or was
+    /// cancelled (the failing step-run's among them): what a resume runs
+    /// again (`noetl exec resume`, docs/operations.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<TokenRecord>,
+    /// How many times it was resumed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resumes: u32,
+    /// When it was last resumed (Unix epoch ms; 0: never): timers set
+    /// before then belong to the run that stopped.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub resumed_at_ms: u64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_ms(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Status of a step (its latest run).
@@ -126,7 +146,19 @@ impl ExecHeader {
             ended_at: None,
             error: None,
             parent_execution_id: String::new(),
+            stopped: Vec::new(),
+            resumes: 0,
+            resumed_at_ms: 0,
         }
+    }
+
+    /// End a running execution with `status` and `error` at `now`: its
+    /// live tokens are kept as [`Self::stopped`], for a resume.
+    pub fn end(&mut self, status: ExecStatus, error: &str, now: &str) {
+        self.status = status;
+        self.error = Some(error.to_string());
+        self.stopped = std::mem::take(&mut self.live);
+        self.ended_at = Some(now.to_string());
     }
 
     /// True while `token_id` is live.

@@ -191,6 +191,12 @@ impl Subjects {
     pub fn schedules_bucket(&self) -> String {
         format!("{}_schedules", self.prefix)
     }
+    /// Concurrency and rate limits bucket (`noetl_gates`): one record per
+    /// key, its holders, waiting list or token bucket
+    /// ([`crate::gate`]).
+    pub fn gates_bucket(&self) -> String {
+        format!("{}_gates", self.prefix)
+    }
 }
 
 #[cfg(test)]

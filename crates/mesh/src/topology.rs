@@ -30,6 +30,8 @@ pub struct Buckets {
     pub tokens: kv::Store,
     /// Cron schedules and their firing state (`noetl_schedules`).
     pub schedules: kv::Store,
+    /// Concurrency and rate limits by key (`noetl_gates`).
+    pub gates: kv::Store,
 }
 
 fn setup_err(what: impl Into<String>, e: impl std::fmt::Display) -> MeshError {
@@ -184,7 +186,8 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
     let (catalog, r5) = bucket(&p, &s.catalog_bucket()).await?;
     let (tokens, r6) = bucket(&p, &s.tokens_bucket()).await?;
     let (schedules, r7) = bucket(&p, &s.schedules_bucket()).await?;
-    report.extend([r1, r2, r3, r4, r5, r6, r7]);
+    let (gates, r8) = bucket(&p, &s.gates_bucket()).await?;
+    report.extend([r1, r2, r3, r4, r5, r6, r7, r8]);
     Ok(Ensured {
         buckets: Buckets {
             exec,
@@ -194,6 +197,7 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
             catalog,
             tokens,
             schedules,
+            gates,
         },
         report,
     })

@@ -78,6 +78,9 @@ fn header() -> impl Strategy<Value = ExecHeader> {
                 ended_at,
                 error,
                 parent_execution_id,
+                stopped: Vec::new(),
+                resumes: 0,
+                resumed_at_ms: 0,
             },
         )
 }

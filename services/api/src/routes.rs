@@ -27,7 +27,7 @@ pub const MAX_BODY: usize = 6 * 1024 * 1024;
         catalog::register, catalog::list, catalog::resource, catalog::delete,
         execute::execute, execute::execute_batch,
         executions::list, executions::get, executions::status, executions::cancel, executions::result,
-        operate::pause, operate::unpause, operate::signal,
+        operate::pause, operate::unpause, operate::signal, operate::resume,
         events::execution_events, events::all_events,
         credentials::create, credentials::list, credentials::get, credentials::delete,
     ),
@@ -93,6 +93,7 @@ fn operator_routes() -> Router<AppState> {
         .route("/api/executions/{id}/cancel", post(executions::cancel))
         .route("/api/executions/{id}/pause", post(operate::pause))
         .route("/api/executions/{id}/unpause", post(operate::unpause))
+        .route("/api/executions/{id}/resume", post(operate::resume))
         .route("/api/executions/{id}/signals/{name}", post(operate::signal))
 }
 

@@ -858,6 +858,7 @@ async fn the_openapi_document_describes_every_route() {
         ("/api/executions/{id}/cancel", "post"),
         ("/api/executions/{id}/pause", "post"),
         ("/api/executions/{id}/unpause", "post"),
+        ("/api/executions/{id}/resume", "post"),
         ("/api/executions/{id}/signals/{name}", "post"),
         ("/api/executions/{id}/events", "get"),
         ("/api/executions/{id}/results/{step}", "get"),
@@ -951,4 +952,67 @@ async fn a_signal_continues_a_wait_once_and_data_that_does_not_fit_is_422() {
         "waits for signal `approval`",
     );
     api.wait_status(&id, viewer, "COMPLETED").await;
+}
+
+const FLAKY: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: api_resume, path: tests/api_resume }
+workload: { fixed: false }
+workflow:
+  - step: start
+    tool:
+      - name: check
+        kind: noop
+        result: "{{ workload.fixed }}"
+        spec:
+          policy:
+            rules:
+              - when: "{{ not outcome.result }}"
+                then: { do: fail }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_execution_resumes_through_the_api_and_a_refusal_is_422() {
+    let (api, keys) = Api::start().await;
+    let (admin, operator, viewer) = (
+        Some(keys.admin.as_str()),
+        Some(keys.operator.as_str()),
+        Some(keys.viewer.as_str()),
+    );
+    api.register(admin, FLAKY).await;
+    let id = api.execute(operator, "tests/api_resume", json!({})).await;
+    api.wait_status(&id, viewer, "FAILED").await;
+    let url = format!("/api/executions/{id}/resume");
+    assert_error(
+        &api.post(&url, viewer, &json!({})).await,
+        403,
+        "has role viewer",
+    );
+    assert_error(
+        &api.post(&url, operator, &json!({"from": "nope"})).await,
+        422,
+        "`--from nope` names no step",
+    );
+    let ok = api
+        .post(&url, operator, &json!({"set": {"fixed": true}}))
+        .await;
+    assert_eq!(
+        ok.json,
+        json!({"execution_id": id, "resumes": 1, "steps": ["start"], "superseded": []}),
+        "{}",
+        ok.text
+    );
+    api.wait_status(&id, viewer, "COMPLETED").await;
+    assert_error(
+        &api.post(&url, operator, &json!({})).await,
+        422,
+        "only a failed or cancelled execution can be resumed",
+    );
+    assert_error(
+        &api.post("/api/executions/nope/resume", operator, &json!({}))
+            .await,
+        404,
+        "nope",
+    );
 }

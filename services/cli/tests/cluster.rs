@@ -400,7 +400,7 @@ fn final_status(env: &Env, id: &str, timeout: Duration) -> Value {
 }
 
 /// Streams and KV buckets of the mesh, as JetStream names them.
-const TOPOLOGY: [&str; 10] = [
+const TOPOLOGY: [&str; 11] = [
     "NOETL_WORK",
     "NOETL_EVENTS",
     "NOETL_DLQ",
@@ -411,6 +411,7 @@ const TOPOLOGY: [&str; 10] = [
     "KV_noetl_credentials",
     "KV_noetl_tokens",
     "KV_noetl_schedules",
+    "KV_noetl_gates",
 ];
 
 /// Every stream and bucket is R3: three replicas configured, a leader and

@@ -141,7 +141,7 @@ fn read_only_commands_never_create_the_mesh_and_admin_init_does() {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 10, "{}", text(&out));
+        assert_eq!(lines.len(), 11, "{}", text(&out));
         for l in &lines {
             assert_eq!(l["action"], expect, "{l}");
             assert_eq!(l["replicas"], 1, "{l}");
@@ -156,6 +156,7 @@ fn read_only_commands_never_create_the_mesh_and_admin_init_does() {
             "KV_noetl_credentials",
             "KV_noetl_ctx",
             "KV_noetl_exec",
+            "KV_noetl_gates",
             "KV_noetl_loop",
             "KV_noetl_schedules",
             "KV_noetl_tokens",
@@ -430,5 +431,5 @@ tls {{
     assert!(!out.status.success(), "{}", text(&out));
     let out = init(true);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 10);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 11);
 }

@@ -170,16 +170,24 @@ fn is_builtin(name: &str) -> bool {
     )
 }
 
-/// A bounded cache of [`StepNeeds`] by execution and step.
+/// A bounded cache of [`StepNeeds`] by execution, step and plan (a
+/// resume may store another plan: its start time differs).
 #[derive(Default)]
 pub struct NeedsCache {
-    inner: Mutex<HashMap<(String, String), Arc<StepNeeds>>>,
+    inner: Mutex<HashMap<NeedsKey, Arc<StepNeeds>>>,
 }
+
+/// Execution id, step name, the plan's `started_ms`.
+type NeedsKey = (String, String, u64);
 
 impl NeedsCache {
     /// The needs of `step` in `plan`, computed on first use.
     pub fn get(&self, plan: &PlanRecord, step: &Step) -> Arc<StepNeeds> {
-        let key = (plan.execution_id.clone(), step.step.clone());
+        let key = (
+            plan.execution_id.clone(),
+            step.step.clone(),
+            plan.started_ms,
+        );
         if let Some(n) = self.lock().get(&key) {
             return n.clone();
         }
@@ -192,7 +200,7 @@ impl NeedsCache {
         needs
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<StepNeeds>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NeedsKey, Arc<StepNeeds>>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

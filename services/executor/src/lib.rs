@@ -18,6 +18,7 @@ mod analysis;
 mod call;
 mod child;
 mod claim;
+mod gate;
 mod pipeline;
 mod script;
 pub mod secrets;
@@ -157,10 +158,45 @@ impl Handle for TaskHandler {
                     return Ok(Handled::Done);
                 }
             }
-            executor.execute(cmd, &plan).await?;
-            Ok(Handled::Done)
+            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+            let max = executor.mesh().config().max_deliveries;
+            // Near the delivery limit, a command that waits for a slot or
+            // a token goes back as a fresh copy instead of being NAKed.
+            let copy = (delivered + 2 >= max).then(|| cmd.clone());
+            match (executor.execute(cmd, &plan).await?, copy) {
+                (Handled::NotYet(wait), Some(copy)) => {
+                    requeue(executor.mesh(), &msg, copy, wait).await?;
+                    Ok(Handled::Done)
+                }
+                (handled, _) => Ok(handled),
+            }
         })
     }
+}
+
+/// Publish `cmd` again on its subject, due after `wait`, under a message
+/// id made of its command id and this message's stream sequence (a
+/// redelivery of this message publishes the same copy). The command id is
+/// kept, so the copy keeps its place in line or its reserved token.
+async fn requeue(
+    mesh: &Mesh,
+    msg: &Message,
+    mut cmd: TaskCommand,
+    wait: Duration,
+) -> Result<(), MeshError> {
+    let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+    let msg_id = format!("{}.wait.{seq}", cmd.command_id);
+    cmd.not_before_ms = noetl_mesh::events::now_ms() + wait.as_millis() as u64;
+    tracing::debug!(execution_id = %cmd.execution_id, step = %cmd.step, ?wait, "waiting task command requeued");
+    mesh.publish_for_execution(
+        msg.subject.to_string(),
+        &msg_id,
+        &cmd.execution_id.clone(),
+        noetl_mesh::codec::encode(&cmd),
+    )
+    .await?
+    .wait()
+    .await
 }
 
 /// True when `msg` is a redelivery, or waited in the stream longer than

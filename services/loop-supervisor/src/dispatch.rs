@@ -67,7 +67,7 @@ pub(crate) async fn dispatch(
     indices: &[u64],
 ) -> Result<LoopRun, HandlerError> {
     // A cancelled execution starts no more iterations.
-    if indices.is_empty() || w.mesh.cancellations().is_stopped(w.at.eid()) {
+    if indices.is_empty() || w.mesh.still_stopped(w.at.eid()).await? {
         return Ok(run);
     }
     if w.mesh.pauses().await?.is_paused(w.at.eid()) {
@@ -209,7 +209,7 @@ pub(crate) async fn publish_claims(
     seqs: &[u64],
 ) -> Result<(), HandlerError> {
     let eid = w.at.eid();
-    if seqs.is_empty() || w.mesh.cancellations().is_stopped(eid) {
+    if seqs.is_empty() || w.mesh.still_stopped(eid).await? {
         return Ok(());
     }
     let Some((kind, cmds)) = messages::claims(w.at, run, seqs) else {

@@ -169,7 +169,11 @@ fn report_of(kind: EventType) -> Option<Report> {
         | T::ExecutionPaused
         | T::ExecutionUnpaused
         | T::WaitTimeout
-        | T::SignalReceived => None,
+        | T::SignalReceived
+        | T::ExecutionQueued
+        | T::ExecutionResumeRequested
+        | T::ExecutionResumed
+        | T::StepSuperseded => None,
     }
 }
 

@@ -8,7 +8,9 @@ use noetl_core::{
     template::{render_value, Scope},
     FrameProcess, Loop, LoopMode, Step,
 };
-use noetl_mesh::{codec, kv, plan::PlanRecord, runtime::HandlerError, scope, Mesh, MeshError};
+use noetl_mesh::{
+    codec, keys::Keys, kv, plan::PlanRecord, runtime::HandlerError, scope, Mesh, MeshError,
+};
 use noetl_wire::LoopCommand;
 use serde_json::{json, Value};
 
@@ -17,7 +19,7 @@ use crate::dispatch::{release_held, resume, unpause_command_id, Window};
 use crate::finish::fail_loop;
 use crate::state::{
     cursor::{frame_number, frame_templates, start_run},
-    new_run, LoopRun,
+    new_run, resumed, Carry, LoopRun,
 };
 
 /// Default bound of a parallel loop without `max_in_flight`.
@@ -64,11 +66,25 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
         start_in(mesh, &s).await?
     };
     let run = match run {
-        Ok(run) => run,
+        Ok(run) => carried(mesh, w, run).await?,
         Err(message) => return fail_loop(mesh, cmd, message).await,
     };
     let run = create(mesh, &key, run).await?;
     resume(w, run).await
+}
+
+/// The new run as it continues the run a resume names for it
+/// ([`Keys::loop_carry`], [`resumed`]); `run` itself when there is none.
+async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, MeshError> {
+    let eid = w.at.eid();
+    let Some(carry) = kv::get::<Carry>(mesh.loop_kv(), &Keys::loop_carry(eid, w.at.srid)).await?
+    else {
+        return Ok(run);
+    };
+    match kv::get::<LoopRun>(mesh.loop_kv(), &Keys::loop_run(eid, &carry.from)).await? {
+        Some(old) => Ok(resumed(run, &old)),
+        None => Ok(run),
+    }
 }
 
 /// A loop command being started, its loop's settings to render.

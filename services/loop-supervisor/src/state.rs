@@ -94,6 +94,23 @@ pub struct LoopRun {
     /// `in`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<cursor::CursorRun>,
+    /// The indices of the iterations that failed (a resume runs them
+    /// again, [`resumed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_at: Vec<u64>,
+    /// Indices below `next` still to dispatch, first: the iterations a
+    /// resumed run takes again from the run that stopped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redo: Vec<u64>,
+}
+
+/// Under [`noetl_mesh::keys::Keys::loop_carry`]: the loop run a resumed
+/// execution's new run of the same step continues (written by the router
+/// when it resumes, read when the new run starts).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Carry {
+    /// The step-run id of the run that stopped.
+    pub from: String,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -104,7 +121,7 @@ impl LoopRun {
     /// Nothing is in flight and nothing is left to dispatch or claim.
     pub(crate) fn finished(&self) -> bool {
         self.in_flight.is_empty()
-            && (self.stopped || self.next >= self.total)
+            && (self.stopped || (self.next >= self.total && self.redo.is_empty()))
             && self
                 .cursor
                 .as_ref()
@@ -200,7 +217,43 @@ pub(crate) fn new_run(
         deadline_of: cmd.deadline_of.clone(),
         held: Vec::new(),
         cursor: None,
+        failed_at: Vec::new(),
+        redo: Vec::new(),
     }
+}
+
+/// The run of a resumed execution's loop step that continues `old` (its
+/// run that stopped, over as many items): the iterations that finished
+/// successfully there are not run again (counted as done; their `sum` /
+/// `min` / `max` contributions were folded into `ctx` when `old` ended, or
+/// are carried here when it never ended); the ones that failed or never
+/// finished are dispatched first, then the ones never started. `fresh`
+/// unchanged when `old` cannot say which iterations finished (a cursor
+/// loop, another item count, a run recorded before failures were kept by
+/// index): every iteration runs again.
+pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun) -> LoopRun {
+    let known = old.failed_at.len() as u64 == old.failed;
+    if old.cursor.is_some() || fresh.cursor.is_some() || old.total != fresh.total || !known {
+        return fresh;
+    }
+    let mut redo: Vec<u64> = (old.failed_at.iter())
+        .chain(&old.in_flight)
+        .chain(&old.held)
+        .copied()
+        .filter(|i| *i < old.next)
+        .collect();
+    redo.sort_unstable();
+    redo.dedup();
+    let mut r = fresh;
+    r.in_flight.clear();
+    r.next = old.next;
+    r.done = old.done;
+    r.redo = redo;
+    if !old.done_emitted {
+        r.reduced = old.reduced.clone();
+    }
+    cursor::fill_window(&mut r);
+    r
 }
 
 /// Iterations whose items cannot be read (`gone`) fail the loop run: they
@@ -214,6 +267,8 @@ pub fn items_gone(run: &LoopRun, gone: &[u64], error: &Value) -> Option<LoopRun>
         return None;
     }
     r.failed += (before - r.in_flight.len()) as u64;
+    r.failed_at
+        .extend(gone.iter().filter(|i| run.in_flight.contains(i)));
     r.stopped = true;
     r.error.get_or_insert_with(|| error.clone());
     Some(r)
@@ -248,6 +303,7 @@ pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun
     r.in_flight.retain(|i| *i != a.index);
     if a.claim.failed {
         r.failed += 1;
+        r.failed_at.push(a.index);
         r.stopped |= a.fail_fast;
     } else {
         r.done += 1;

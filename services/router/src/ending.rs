@@ -31,11 +31,18 @@ pub(crate) async fn emit_terminal(
         ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
         _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
     };
+    // A resumed execution ends again: its n-th end is another event.
+    let nth = if header.resumes > 0 {
+        header.resumes.to_string()
+    } else {
+        String::new()
+    };
     mesh.emit(
         &EventDraft {
             event_type: t,
             execution_id: eid,
             trace_id,
+            discriminator: &nth,
             payload: payloads::to_value(&ExecutionEnded {
                 status,
                 error: header.error.clone(),
@@ -50,6 +57,7 @@ pub(crate) async fn emit_terminal(
     .await?;
     // Before marking the end emitted: a crash here repeats both.
     crate::children::resume_parent(mesh, eid).await?;
+    crate::gates::release(mesh, eid).await?;
     kv::update_cached(
         mesh.exec_kv(),
         &Keys::header(eid),
@@ -112,10 +120,7 @@ pub(crate) async fn end_running(
         |h: Option<&ExecHeader>| match h {
             Some(h) if h.status == ExecStatus::Running => {
                 let mut h = h.clone();
-                h.status = status;
-                h.error = Some(error.to_string());
-                h.live.clear();
-                h.ended_at = Some(now_rfc3339());
+                h.end(status, error, &now_rfc3339());
                 Cas::Write(h)
             }
             _ => Cas::Keep,

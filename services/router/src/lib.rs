@@ -12,6 +12,9 @@
 //! - `router-timers` on `execution.deadline` and `step.deadline`: fails what
 //!   is still running when its deadline is due (see [`timers`]).
 //!
+//! A background sweep (every 5 s, [`gates`]) keeps executions queued behind
+//! a concurrency key moving after a crash.
+//!
 //! Exactly-once effect under redelivery: the header's live set (which holds
 //! each live token with its args and the step-run that fired it) changes
 //! only while the step-run's own token is in it, in one compare-and-set;
@@ -22,7 +25,10 @@ mod boundary;
 mod children;
 mod deadline;
 mod ending;
+mod entry;
+pub mod gates;
 mod request;
+mod resume;
 pub mod timers;
 
 use std::sync::Arc;
@@ -61,6 +67,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
                 types::LOOP_DONE,
                 types::MESSAGE_DEAD_LETTERED,
                 types::EXECUTION_CANCEL_REQUESTED,
+                types::EXECUTION_RESUME_REQUESTED,
             ]
             .iter()
             .map(|t| s.events_of_type(t))
@@ -125,6 +132,9 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             shutdown: params.shutdown.clone(),
         },
     );
-    let (ra, rb, rc) = tokio::join!(a, b, c);
-    ra.and(rb).and(rc)
+    // Executions queued behind a concurrency key that a crash left
+    // waiting (their slot's holder ended without releasing it).
+    let d = gates::sweep_loop(mesh.clone(), params.shutdown.clone());
+    let (ra, rb, rc, rd) = tokio::join!(a, b, c, d);
+    ra.and(rb).and(rc).and(rd)
 }

@@ -8,18 +8,16 @@ use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339, types, EventDraft},
     handler::{Handle, Handled, Job},
-    ids::{derive_id, is_valid_execution_id},
+    ids::is_valid_execution_id,
     keys::Keys,
     kv,
-    payloads::{
-        self, DeadlineSet, ExecutionEnded, PlaybookInitialized, TokenCreated, WorkflowInitialized,
-    },
+    payloads::{self, ExecutionEnded},
     plan::PlanRecord,
     runtime::{self, BoxFuture, HandlerError},
     state::{ExecHeader, ExecStatus, TokenRecord},
-    Batch, Mesh, MeshError,
+    Mesh, MeshError,
 };
-use noetl_wire::{ExecutionRequest, Token};
+use noetl_wire::ExecutionRequest;
 use serde_json::Value;
 
 /// Handles `<p>.exec.request`.
@@ -227,7 +225,7 @@ async fn start(
     if let Some(header) = mesh.exec_header(&eid).await? {
         if header.status == ExecStatus::Running {
             if let Ok(plan) = mesh.plans().get(mesh, &eid).await {
-                publish_entry(mesh, &plan).await?;
+                enter(mesh, headers, &plan).await?;
             }
         } else {
             // A child refused before a crash may not have resumed its parent.
@@ -281,7 +279,7 @@ async fn start(
         now_ms: now_ms(),
     });
     kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
-    let entry_token = entry_token_id(&eid);
+    let entry_token = crate::entry::entry_token_id(&eid);
     let entry_step = plan
         .playbook
         .entry_step()
@@ -309,97 +307,34 @@ async fn start(
             .await?;
         return Ok(());
     }
-    publish_entry(mesh, &plan).await?;
+    enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
 }
 
-fn entry_token_id(eid: &str) -> String {
-    derive_id(&[eid, "entry"])
-}
-
-// Over 80 lines on purpose: the start events and entry token of an execution, each idempotent,
-// in the order readers rely on.
-/// Emit the start events and publish the entry token (all idempotent).
-async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
-    let eid = plan.execution_id.as_str();
-    let entry = plan
-        .playbook
-        .entry_step()
-        .map(|s| s.step.clone())
-        .unwrap_or_default();
-    let token = Token {
-        token_id: entry_token_id(eid),
-        execution_id: eid.to_string(),
-        step: entry.clone(),
-        args_json: Vec::new(),
-        trace_id: plan.trace_id.clone(),
-        parent_step_run_id: String::new(),
-        parent_step: String::new(),
-    };
-    let mut batch = Batch::new();
-    let ev = |t: &'static str, payload: Value| {
-        EventDraft {
-            event_type: t,
-            execution_id: eid,
-            trace_id: &plan.trace_id,
-            payload,
-            ..Default::default()
+/// Start a running execution within its playbook's concurrency limit
+/// ([`crate::gates`]): publish its entry when a slot is its, leave it
+/// queued (its entry token live, not published), or fail it naming the
+/// key, the limit and the executions holding it.
+async fn enter(
+    mesh: &Mesh,
+    headers: &kv::RevisionCache<ExecHeader>,
+    plan: &PlanRecord,
+) -> Result<(), HandlerError> {
+    match crate::gates::admit(mesh, plan).await? {
+        crate::gates::Admitted::Go => crate::entry::publish_entry(mesh, plan).await?,
+        crate::gates::Admitted::Queued => {}
+        crate::gates::Admitted::Refused(reason) => {
+            let eid = plan.execution_id.as_str();
+            tracing::warn!(execution_id = %eid, %reason, "execution refused by its concurrency limit");
+            let ended =
+                crate::ending::end_running(mesh, headers, eid, ExecStatus::Failed, &reason).await?;
+            if let Some(h) = ended {
+                crate::ending::emit_terminal(mesh, headers, &h, &plan.trace_id).await?;
+            }
         }
-        .build()
-    };
-    batch.push(
-        mesh.emit(&ev(
-            types::PLAYBOOK_INITIALIZED,
-            payloads::to_value(&PlaybookInitialized {
-                playbook: plan.playbook.metadata.name.clone(),
-                path: plan.playbook.metadata.path.clone(),
-                source: plan.source_name.clone(),
-                parent_execution_id: plan.parent_execution_id.clone(),
-            }),
-        ))
-        .await?,
-    );
-    batch.push(
-        mesh.emit(&ev(
-            types::WORKFLOW_INITIALIZED,
-            payloads::to_value(&WorkflowInitialized {
-                entry_step: entry.clone(),
-                steps: plan.playbook.workflow.len(),
-            }),
-        ))
-        .await?,
-    );
-    let mut created = ev(
-        types::TOKEN_CREATED,
-        payloads::to_value(&TokenCreated {
-            token_id: token.token_id.clone(),
-            step: entry.clone(),
-            arc: None,
-        }),
-    );
-    created.step = entry.clone();
-    batch.push(mesh.emit(&created).await?);
-    batch.push(mesh.publish_token(&token).await?);
-    // The execution's deadline is a timer the router itself handles when
-    // due (`crate::timers`), so work waiting in a queue cannot outlive it.
-    let deadline = (plan.started_ms > 0)
-        .then(|| noetl_core::lifecycle::execution_deadline(&plan.playbook, plan.started_ms))
-        .flatten();
-    if let Some(d) = deadline {
-        batch.push(
-            mesh.emit(&ev(
-                types::EXECUTION_DEADLINE,
-                payloads::to_value(&DeadlineSet {
-                    at_ms: d.at_ms,
-                    what: d.what.clone(),
-                    args: None,
-                }),
-            ))
-            .await?,
-        );
     }
-    batch.wait().await
+    Ok(())
 }
 
 /// The request cannot run: record a failed execution with the reason, emit
@@ -454,6 +389,9 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
         ended_at: Some(now),
         error: Some(e.reason.clone()),
         parent_execution_id: e.req.parent_execution_id.clone(),
+        stopped: Vec::new(),
+        resumes: 0,
+        resumed_at_ms: 0,
     };
     let first = kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
     let (event_type, status) = match e.status {

@@ -104,7 +104,11 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
         | T::Audit
         | T::ExecutionPaused
         | T::SignalReceived
-        | T::ExecutionUnpaused => None,
+        | T::ExecutionQueued
+        | T::ExecutionUnpaused
+        | T::ExecutionResumeRequested
+        | T::ExecutionResumed
+        | T::StepSuperseded => None,
     }
 }
 
@@ -120,6 +124,10 @@ pub struct TimerInput<'a> {
     pub step_run_id: &'a str,
     /// The execution's header now (`None`: unknown execution).
     pub header: Option<&'a ExecHeader>,
+    /// The execution's deadline as its plan now sets it, for a resumed
+    /// execution (`None`: never resumed, or no deadline): an execution
+    /// timer set before the resume is older and does nothing.
+    pub current_deadline_ms: Option<u64>,
     /// Now (epoch ms).
     pub now_ms: u64,
 }
@@ -134,6 +142,9 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
         return TimerAction::Nothing;
     };
     match i.timer {
+        Timer::Execution if i.current_deadline_ms.is_some_and(|c| i.deadline.at_ms < c) => {
+            TimerAction::Nothing
+        }
         Timer::Execution => {
             TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline))
         }
@@ -219,18 +230,27 @@ async fn on_timer(
         step: &ev.step,
         step_run_id: &ev.step_run_id,
         header: None,
+        current_deadline_ms: None,
         now_ms: now_ms(),
     });
     if let TimerAction::Wait(left) = early {
         return Ok(Some(left));
     }
     let header = mesh.exec_header(eid).await?;
+    let current_deadline_ms = match &header {
+        Some(h) if h.resumes > 0 && timer == Timer::Execution => {
+            let plan = mesh.plans().get(mesh, eid).await?;
+            lifecycle::execution_deadline(&plan.playbook, plan.started_ms).map(|d| d.at_ms)
+        }
+        _ => None,
+    };
     let action = decide(&TimerInput {
         timer,
         deadline,
         step: &ev.step,
         step_run_id: &ev.step_run_id,
         header: header.as_ref(),
+        current_deadline_ms,
         now_ms: now_ms(),
     });
     match action {
@@ -417,6 +437,7 @@ mod tests {
             step: "s",
             step_run_id: "sr1",
             header,
+            current_deadline_ms: None,
             now_ms,
         };
         // Before deadline + grace: wait the rest.
@@ -454,6 +475,12 @@ mod tests {
             TimerAction::FailExecution(m) => assert!(m.starts_with("timeout: "), "{m}"),
             other => panic!("{other:?}"),
         }
+        // Set before a resume that moved the deadline on: nothing.
+        let resumed = TimerInput {
+            current_deadline_ms: Some(20_000),
+            ..input(Timer::Execution, 12_000, Some(&running))
+        };
+        assert_eq!(decide(&resumed), TimerAction::Nothing);
     }
 
     #[test]

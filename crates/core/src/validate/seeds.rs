@@ -41,7 +41,7 @@ const LIMIT_KEYS: &[&str] = &["max_payload_bytes", "max_loop_items", "timeout_s"
 
 /// `executor.spec.policy` keys that remain after normalisation moved
 /// `limits.*` and `defaults.timeouts` to their plain spelling.
-const EXECUTOR_POLICY_KEYS: &[&str] = &["limits", "defaults", "results"];
+const EXECUTOR_POLICY_KEYS: &[&str] = &["limits", "defaults", "results", "concurrency"];
 
 /// `loop.spec.policy.exec` values: an intent only.
 const LOOP_EXEC: &[&str] = &["distributed", "local"];
@@ -166,6 +166,10 @@ impl Validator {
             return;
         }
         self.unknown_keys(policy, pp, "`executor.spec.policy`", EXECUTOR_POLICY_KEYS);
+        if let Some(c) = policy.get("concurrency") {
+            let cp = format!("{pp}/concurrency");
+            self.concurrency(c, &cp, super::gates::Level::Execution);
+        }
         if let Some(l) = policy.get("limits") {
             // Normalisation moved every limit; what is left is the wrong shape.
             self.expect_map(l, &format!("{pp}/limits"), "`executor.spec.policy.limits`");

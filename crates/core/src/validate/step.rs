@@ -104,6 +104,13 @@ impl Validator {
         if let Some(admit) = spec.get("policy").and_then(|p| p.get("admit")) {
             self.admit(admit, &format!("{path}/spec/policy/admit"));
         }
+        if let Some(c) = spec.get("policy").and_then(|p| p.get("concurrency")) {
+            let cp = format!("{path}/spec/policy/concurrency");
+            self.concurrency(c, &cp, super::gates::Level::Step);
+        }
+        if let Some(r) = spec.get("policy").and_then(|p| p.get("rate")) {
+            self.rate(r, &format!("{path}/spec/policy/rate"));
+        }
         self.lifecycles(spec, path);
         if let Some(t) = spec.get("timeout") {
             self.task_timeout(t, &format!("{path}/spec/timeout"));

@@ -178,6 +178,34 @@ pub struct PauseResponse {
     pub released: Option<u64>,
 }
 
+/// Body of `POST /api/executions/{id}/resume` (optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResumeRequest {
+    /// Restart at this step instead of where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Workload values to change first.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub set: serde_json::Map<String, serde_json::Value>,
+    /// Resume under this catalog version of the playbook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub playbook_version: Option<u32>,
+}
+
+/// What `POST /api/executions/{id}/resume` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResumeResponse {
+    /// Execution id.
+    pub execution_id: String,
+    /// This is its n-th resume.
+    pub resumes: u32,
+    /// The steps that run again.
+    pub steps: Vec<String>,
+    /// The steps a `from` superseded.
+    pub superseded: Vec<String>,
+}
+
 /// What `POST /api/executions/{id}/signals/{name}` did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SignalResponse {

@@ -1,14 +1,18 @@
 //! `POST /api/executions/{id}/pause` and `.../unpause`: hold new steps and
 //! loop iterations of a running execution, and go on
 //! ([`noetl_mesh::pause`]); `POST /api/executions/{id}/signals/{name}`:
-//! continue a `wait` task ([`noetl_mesh::signal`]).
+//! continue a `wait` task ([`noetl_mesh::signal`]); `POST
+//! /api/executions/{id}/resume`: a failed or cancelled execution goes on
+//! where it stopped ([`noetl_mesh::resume`]).
 
 use axum::extract::State;
 use axum::{Extension, Json};
 
 use crate::audit::{audited, Change};
 use crate::auth::Principal;
-use crate::contract::executions::{PauseRequest, PauseResponse, SignalResponse};
+use crate::contract::executions::{
+    PauseRequest, PauseResponse, ResumeRequest, ResumeResponse, SignalResponse,
+};
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{OptionalBody, Segments};
@@ -138,5 +142,58 @@ pub async fn signal(
         signal: name,
         step: w.step,
         task: w.task,
+    }))
+}
+
+/// Resume a failed or cancelled execution where it stopped (docs/operations.md
+/// "Resume where it stopped"); answers once a router has recorded it.
+#[utoipa::path(post, path = "/api/executions/{id}/resume", tag = "executions",
+    params(("id" = String, Path, description = "Execution id")),
+    request_body(content = ResumeRequest, description = "Optional"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Resumed", body = ResumeResponse),
+        (status = 403, description = "Viewer", body = ErrorBody),
+        (status = 404, description = "No such execution", body = ErrorBody),
+        (status = 422, description = "It cannot be resumed (the reason)", body = ErrorBody),
+        (status = 503, description = "No router recorded it in time", body = ErrorBody)))]
+pub async fn resume(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Segments(id): Segments<String>,
+    OptionalBody(req): OptionalBody<ResumeRequest>,
+) -> Result<Json<ResumeResponse>, ApiError> {
+    use noetl_mesh::resume::{ResumeError, ResumeRequested};
+    let done = async {
+        let h = header(&state.mesh, &id).await?;
+        let ask = ResumeRequested {
+            expect_resumes: h.resumes,
+            from: req.from,
+            set: req.set,
+            playbook_version: req.playbook_version,
+            by: principal.name.clone(),
+        };
+        let within = std::time::Duration::from_secs(30);
+        let prepared = state.mesh.resume(&id, &ask, within).await;
+        let p = prepared.map_err(|e| match e {
+            ResumeError::Mesh(m) => m.into(),
+            ResumeError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            ResumeError::NotRecorded { .. } => ApiError::Unavailable(e.to_string()),
+            other => ApiError::invalid(other.to_string()),
+        })?;
+        Ok((h.resumes + 1, p.decision))
+    }
+    .await;
+    let change = Change {
+        principal: &principal,
+        action: "execution.resume",
+        target: &id,
+    };
+    let (resumes, d) = audited(&state, change, done).await?;
+    Ok(Json(ResumeResponse {
+        execution_id: id,
+        resumes,
+        steps: d.tokens.into_iter().map(|t| t.step).collect(),
+        superseded: d.superseded.into_iter().map(|(s, _)| s).collect(),
     }))
 }

@@ -40,7 +40,7 @@ pub fn event_status(event_type: &str, payload: &Value) -> &'static str {
         "failed" => "FAILED",
         "cancelled" => "CANCELLED",
         "skipped" => "SKIPPED",
-        "started" | "scheduled" | "initialized" => "RUNNING",
+        "started" | "scheduled" | "initialized" | "resumed" => "RUNNING",
         "done" | "completed" | "claimed" => match payload.get("status").and_then(Value::as_str) {
             Some("error") | Some("failed") => "FAILED",
             Some("partial") => "PARTIAL",
@@ -119,6 +119,9 @@ mod tests {
             ("playbook.initialized", none.clone(), "RUNNING"),
             ("token.created", none.clone(), "INFO"),
             ("execution.cancel_requested", none.clone(), "INFO"),
+            ("execution.resumed", none.clone(), "RUNNING"),
+            // Waiting for a slot of its concurrency key: not started yet.
+            ("execution.queued", none.clone(), "INFO"),
         ];
         for (t, p, want) in table {
             assert_eq!(event_status(t, &p), want, "{t} {p}");

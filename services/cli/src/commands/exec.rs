@@ -31,6 +31,8 @@ pub enum Command {
     Why(super::why::WhyArgs),
     /// Start a new execution of the same playbook with the same workload.
     Retry(super::exec_retry::RetryArgs),
+    /// Go on with a failed or cancelled execution where it stopped.
+    Resume(super::exec_resume::ResumeArgs),
     /// Hold new steps and loop iterations (what runs finishes).
     Pause(super::exec_pause::PauseArgs),
     /// Go on after a pause: release what it held.
@@ -143,6 +145,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Show(a) => show(a).await,
         Command::Why(a) => super::why::run(a).await,
         Command::Retry(a) => super::exec_retry::run(a).await,
+        Command::Resume(a) => super::exec_resume::run(a).await,
         Command::Pause(a) => super::exec_pause::pause(a).await,
         Command::Unpause(a) => super::exec_pause::unpause(a).await,
         Command::Signal(a) => super::exec_pause::signal(a).await,

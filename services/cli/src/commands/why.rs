@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::common::MeshArgs;
 use super::tree::{RunNode, Tree};
+use super::why_gates::GateWait;
 
 /// Arguments of `noetl exec why`.
 #[derive(clap::Args)]
@@ -58,6 +59,39 @@ pub enum Reason {
     },
     /// The scheduler has not taken the token yet.
     Scheduler,
+    /// The execution waits in line behind its playbook's concurrency key
+    /// (`executor.spec.policy.concurrency`): its entry step starts when a
+    /// slot frees.
+    ConcurrencyQueue {
+        /// The key.
+        key: String,
+        /// Its limit.
+        limit: u32,
+        /// The executions holding its slots.
+        held_by: Vec<String>,
+        /// 1-based place in line.
+        position: usize,
+    },
+    /// A task waits for a slot of its step's concurrency key.
+    Concurrency {
+        /// The task.
+        task: String,
+        /// The key.
+        key: String,
+        /// Its limit.
+        limit: u32,
+        /// Who holds its slots.
+        held_by: Vec<String>,
+    },
+    /// A task waits for its step's rate limit.
+    Rate {
+        /// The task.
+        task: String,
+        /// The key.
+        key: String,
+        /// When its token is due (RFC 3339).
+        until: String,
+    },
     /// A join waits for more of its inputs.
     Join {
         /// Inputs arrived so far.
@@ -130,6 +164,8 @@ pub struct Situation<'a> {
     pub paused: Option<&'a PauseRecord>,
     /// The `wait` tasks waiting for a signal.
     pub waiters: &'a [Waiter],
+    /// The places it waits in behind concurrency keys and rate limits.
+    pub gates: &'a [GateWait],
     /// Now (Unix epoch ms): a retry's delay may still run.
     pub now_ms: u64,
 }
@@ -172,7 +208,7 @@ pub fn explain(s: &Situation<'_>) -> Vec<Wait> {
                     by: p.by.clone(),
                     since: p.at.clone(),
                 },
-                (None, None) => Reason::Scheduler,
+                (None, None) => queued_execution(s.gates).unwrap_or(Reason::Scheduler),
                 (Some(run), _) => reason_of_run(s, &t.step, run),
             };
             wait(&t.step, &t.token_id, reason)
@@ -244,13 +280,60 @@ fn reason_of_run(s: &Situation<'_>, step: &str, run: &RunNode) -> Reason {
             .and_then(|i| tasks.get(i + 1)),
     };
     match next {
-        Some(task) => Reason::Queued {
-            task: task.name.clone(),
-            tool: task.kind.clone(),
-            queue: s.queues.get(&task.kind).copied().flatten(),
-        },
+        Some(task) => {
+            gated_task(s.gates, &run.step_run_id, &task.name).unwrap_or_else(|| Reason::Queued {
+                task: task.name.clone(),
+                tool: task.kind.clone(),
+                queue: s.queues.get(&task.kind).copied().flatten(),
+            })
+        }
         None => Reason::Scheduler,
     }
+}
+
+/// The execution's place behind its concurrency key, if it is queued.
+fn queued_execution(gates: &[GateWait]) -> Option<Reason> {
+    gates.iter().find_map(|g| match g {
+        GateWait::Execution {
+            key,
+            limit,
+            held_by,
+            position,
+        } => Some(Reason::ConcurrencyQueue {
+            key: key.clone(),
+            limit: *limit,
+            held_by: held_by.clone(),
+            position: *position,
+        }),
+        _ => None,
+    })
+}
+
+/// The step-run's task waiting for a concurrency slot or a rate token.
+fn gated_task(gates: &[GateWait], step_run_id: &str, task: &str) -> Option<Reason> {
+    gates.iter().find_map(|g| match g {
+        GateWait::Task {
+            step_run_id: r,
+            key,
+            limit,
+            held_by,
+        } if r == step_run_id => Some(Reason::Concurrency {
+            task: task.to_string(),
+            key: key.clone(),
+            limit: *limit,
+            held_by: held_by.clone(),
+        }),
+        GateWait::Rate {
+            step_run_id: r,
+            key,
+            due_ms,
+        } if r == step_run_id => Some(Reason::Rate {
+            task: task.to_string(),
+            key: key.clone(),
+            until: events::rfc3339_of_ms(*due_ms),
+        }),
+        _ => None,
+    })
 }
 
 /// The step-run's last `task.done`, when it scheduled a delayed retry
@@ -314,6 +397,27 @@ pub fn words(step: &str, reason: &Reason) -> String {
         ),
         Reason::Scheduler => {
             format!("step `{step}`: its token waits for the scheduler to admit and start it")
+        }
+        Reason::ConcurrencyQueue {
+            key,
+            limit,
+            held_by,
+            position,
+        } => format!(
+            "step `{step}`: the execution is queued behind concurrency key `{key}` (limit {limit}) held by executions {}; position {position}",
+            held_by.join(", ")
+        ),
+        Reason::Concurrency {
+            task,
+            key,
+            limit,
+            held_by,
+        } => format!(
+            "step `{step}`: task `{task}` waits: concurrency key `{key}` (limit {limit}) held by {}",
+            held_by.join(", ")
+        ),
+        Reason::Rate { task, key, until } => {
+            format!("step `{step}`: task `{task}` waits: rate limit `{key}` until {until}")
         }
         Reason::Join { arrived, inputs } => format!(
             "step `{step}`: a join waiting for {} more arc(s) ({arrived} of {inputs} arrived)",
@@ -433,7 +537,9 @@ pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
     let paused = mesh.pause_record(&a.id).await?;
     let waiters = mesh.waiters(&a.id).await?;
     let mut queues = BTreeMap::new();
+    let mut gates = Vec::new();
     if header.status == ExecStatus::Running {
+        gates = super::why_gates::read(&mesh, &a.id, events::now_ms()).await?;
         for kind in kinds_involved(&header, playbook) {
             let q = mesh.queue_of(&kind).await?;
             queues.insert(kind, q);
@@ -448,6 +554,7 @@ pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
             queues: &queues,
             paused: paused.as_ref(),
             waiters: &waiters,
+            gates: &gates,
             now_ms: events::now_ms(),
         })
     } else {
@@ -550,6 +657,7 @@ workflow:
             queues,
             paused: None,
             waiters: &[],
+            gates: &[],
             now_ms: 0,
         })
     }
@@ -592,6 +700,7 @@ workflow:
             queues: &BTreeMap::new(),
             paused: Some(&pause),
             waiters: &[],
+            gates: &[],
             now_ms: 0,
         });
         assert!(matches!(&w[0].reason, Reason::Paused { by, .. } if by == "cli:ann"));
@@ -740,6 +849,7 @@ workflow:
             queues: &BTreeMap::new(),
             paused: None,
             waiters: std::slice::from_ref(&waiter),
+            gates: &[],
             now_ms: 0,
         });
         assert!(matches!(&w[0].reason, Reason::Signal { signal, .. } if signal == "approval"));
@@ -801,5 +911,76 @@ workflow:
         );
         let fired = ev(types::STEP_SCHEDULED, "merge", "t4", json!({}));
         assert!(explain_of(&[], &[arrival, fired], &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_queued_execution_and_a_task_behind_a_key_or_a_rate_say_so() {
+        let pb = noetl_core::load::load_playbook(PLAYBOOK, "why.yaml")
+            .expect("the playbook loads")
+            .playbook;
+        let queued = [GateWait::Execution {
+            key: "cust-a".into(),
+            limit: 2,
+            held_by: vec!["e7".into(), "e8".into()],
+            position: 3,
+        }];
+        let h = header(&[("t1", "start")]);
+        let tree = Tree::from_events("e1", &[]);
+        let queues = BTreeMap::new();
+        let situation = |gates| Situation {
+            header: &h,
+            tree: &tree,
+            events: &[],
+            playbook: Some(&pb),
+            queues: &queues,
+            paused: None,
+            waiters: &[],
+            gates,
+            now_ms: 0,
+        };
+        let w = explain(&situation(&queued));
+        assert!(matches!(
+            &w[0].reason,
+            Reason::ConcurrencyQueue { position: 3, .. }
+        ));
+        assert_eq!(
+            w[0].text,
+            "step `start`: the execution is queued behind concurrency key `cust-a` (limit 2) held by executions e7, e8; position 3"
+        );
+        let json = serde_json::to_value(&w[0]).unwrap();
+        assert_eq!(json["reason"]["kind"], "concurrency_queue");
+        assert_eq!(json["reason"]["held_by"], json!(["e7", "e8"]));
+
+        let events = [
+            ev("step.scheduled", "start", "t1", json!({})),
+            ev("step.started", "start", "t1", json!({})),
+        ];
+        let tree = Tree::from_events("e1", &events);
+        let gates = [GateWait::Task {
+            step_run_id: "t1".into(),
+            key: "api".into(),
+            limit: 1,
+            held_by: vec!["e9 (step start)".into()],
+        }];
+        let mut s = situation(&gates);
+        s.tree = &tree;
+        s.events = &events;
+        let w = explain(&s);
+        assert_eq!(
+            w[0].text,
+            "step `start`: task `fetch` waits: concurrency key `api` (limit 1) held by e9 (step start)"
+        );
+        let gates = [GateWait::Rate {
+            step_run_id: "t1".into(),
+            key: "api".into(),
+            due_ms: 1_000,
+        }];
+        s.gates = &gates;
+        let w = explain(&s);
+        assert!(matches!(&w[0].reason, Reason::Rate { .. }));
+        assert_eq!(
+            w[0].text,
+            "step `start`: task `fetch` waits: rate limit `api` until 1970-01-01T00:00:01.000Z"
+        );
     }
 }

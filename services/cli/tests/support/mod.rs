@@ -49,6 +49,19 @@ pub fn serve(mut noetl: Command, url: &str, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// The router, scheduler and loop-supervisor, and one executor of each of
+/// `kinds`, served against `url` by the `noetl` of `home`.
+pub fn mesh_services(home: &Path, url: &str, kinds: &[&str]) -> Procs {
+    let mut children: Vec<Child> = ["router", "scheduler", "loop-supervisor"]
+        .iter()
+        .map(|s| serve(noetl(home), url, &[s]))
+        .collect();
+    for kind in kinds {
+        children.push(serve(noetl(home), url, &["executor", "--kind", kind]));
+    }
+    Procs(children)
+}
+
 /// `noetl exec start ARGS --json --nats URL` run by `noetl`, asserting it
 /// succeeds: the execution id.
 pub fn exec_start<S: AsRef<std::ffi::OsStr>>(mut noetl: Command, url: &str, args: &[S]) -> String {

@@ -39,7 +39,7 @@ use noetl_core::{Outcome, Step};
 use noetl_mesh::{
     effects::{self, Effect},
     events::now_ms,
-    handler::StepOf,
+    handler::{Handled, StepOf},
     payloads,
     plan::PlanRecord,
     Batch, Mesh, MeshError, PendingAck,
@@ -88,8 +88,9 @@ impl Executor {
     }
 
     /// Run one task command (its `not_before_ms` has passed) of the step
-    /// `at` names, in the `step_run` span.
-    pub async fn execute(&self, cmd: TaskCommand, at: &StepOf) -> Result<(), HandlerError> {
+    /// `at` names, in the `step_run` span; not yet when the step's
+    /// concurrency or rate limit makes it wait.
+    pub async fn execute(&self, cmd: TaskCommand, at: &StepOf) -> Result<Handled, HandlerError> {
         let (plan, step) = (&at.plan, at.step());
         let span = tracing::info_span!(
             "step_run",
@@ -110,7 +111,8 @@ impl Executor {
                 cmd: &cmd,
                 claim,
             };
-            return c.run().instrument(span).await;
+            c.run().instrument(span).await?;
+            return Ok(Handled::Done);
         }
         self.run(plan, step, &cmd).instrument(span).await
     }
@@ -122,7 +124,7 @@ impl Executor {
         plan: &PlanRecord,
         step: &Step,
         cmd: &TaskCommand,
-    ) -> Result<(), HandlerError> {
+    ) -> Result<Handled, HandlerError> {
         let eid = cmd.execution_id.as_str();
         let d = command::decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
@@ -185,9 +187,10 @@ impl Executor {
         };
         if let Some(message) = keychain_error {
             let error = payloads::error_body("keychain", message);
-            return sr.finish(&cur, End::Failed(error)).await;
+            sr.finish(&cur, End::Failed(error)).await?;
+            return Ok(Handled::Done);
         }
-        sr.drive(cur).await
+        sr.admit_and_drive(cur).await
     }
 }
 
@@ -278,6 +281,42 @@ impl StepRun<'_> {
         &self.cmd.execution_id
     }
 
+    /// Drive the pipeline within the step's concurrency and rate limits
+    /// ([`crate::gate`]): when a slot and a token are free, holding the
+    /// slot until the command ends; else not yet. A command that continues
+    /// a child's known outcome runs no tool and is not held back.
+    async fn admit_and_drive(&self, cur: Cursor) -> Result<Handled, HandlerError> {
+        use crate::gate::{self, Admission};
+        let Some(task) = self.needs.tasks.get(cur.pc) else {
+            self.drive(cur).await?;
+            return Ok(Handled::Done);
+        };
+        if cur.resume.is_some() || !gate::gated(self.step) {
+            self.drive(cur).await?;
+            return Ok(Handled::Done);
+        }
+        let scope = self.task_scope(&cur, task);
+        let entering = gate::Entering {
+            mesh: self.mesh(),
+            plan: self.plan,
+            step: self.step,
+            cmd: self.cmd,
+            scope: &scope,
+        };
+        match gate::enter(entering).await? {
+            Admission::Wait(wait) => Ok(Handled::NotYet(wait)),
+            Admission::Broken(message) => {
+                let error = payloads::error_body("concurrency", message);
+                self.finish(&cur, End::Failed(error)).await?;
+                Ok(Handled::Done)
+            }
+            Admission::Go(held) => {
+                gate::hold(self.mesh(), held, self.drive(cur)).await?;
+                Ok(Handled::Done)
+            }
+        }
+    }
+
     /// Resume, read back what came by reference, run the pipeline, and
     /// publish the step-run's end when it ends in this command.
     async fn drive(&self, mut cur: Cursor) -> Result<(), HandlerError> {
@@ -307,6 +346,7 @@ impl StepRun<'_> {
         let mut ran: Option<TaskRun> = None;
         loop {
             let iter_changed = ran.as_ref().is_some_and(|r| r.iter_changed);
+            let stopped = self.mesh().still_stopped(self.eid()).await?;
             let next = next::decide(NextInput {
                 step: self.step,
                 tasks: &self.needs.tasks,
@@ -320,7 +360,7 @@ impl StepRun<'_> {
                 ran: ran.take().map(|r| r.ran),
                 deadline: self.deadline.as_ref(),
                 now_ms: now_ms(),
-                stopped: self.mesh().cancellations().is_stopped(self.eid()),
+                stopped,
             });
             if let Some(moved) = next.moved {
                 cur.advance(moved);

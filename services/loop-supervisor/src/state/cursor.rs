@@ -124,10 +124,17 @@ pub fn refill_claims(run: &mut LoopRun) -> Vec<u64> {
 /// indices dispatched.
 pub(crate) fn fill_window(r: &mut LoopRun) -> Vec<u64> {
     let mut newly = Vec::new();
-    while !r.stopped && r.next < r.total && (r.in_flight.len() as u64) < r.max_in_flight {
-        r.in_flight.push(r.next);
-        newly.push(r.next);
-        r.next += 1;
+    while !r.stopped && (r.in_flight.len() as u64) < r.max_in_flight {
+        let index = if !r.redo.is_empty() {
+            r.redo.remove(0)
+        } else if r.next < r.total {
+            r.next += 1;
+            r.next - 1
+        } else {
+            break;
+        };
+        r.in_flight.push(index);
+        newly.push(index);
     }
     newly
 }

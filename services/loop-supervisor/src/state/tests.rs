@@ -20,6 +20,8 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
         held: Vec::new(),
         cursor: None,
+        failed_at: Vec::new(),
+        redo: Vec::new(),
     }
 }
 
@@ -292,4 +294,72 @@ fn a_loop_past_its_deadline_with_failures_times_out() {
     assert_eq!(timed_out(&run(2, 1_000), 999), None);
     assert_eq!(timed_out(&run(0, 1_000), 5_000), None);
     assert_eq!(timed_out(&run(2, 0), 5_000), None);
+}
+
+#[test]
+fn failures_are_kept_by_index() {
+    let r = window(10, 4);
+    let (r, _) = arrive(&r, 1, &failed(), false).unwrap();
+    let (r, _) = arrive(&r, 0, &ok(json!({"total": 2})), false).unwrap();
+    assert_eq!((r.failed, r.failed_at.clone()), (1, vec![1]));
+    let gone = items_gone(&r, &[2], &json!({"kind": "loop.items"})).unwrap();
+    assert_eq!((gone.failed, gone.failed_at), (2, vec![1, 2]));
+}
+
+#[test]
+fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
+    // 10 items, 4 at a time, best effort: 1 and 6 failed, 9 never ran back
+    // (the execution stopped), the rest finished.
+    let mut old = window(10, 4);
+    for (i, claim) in [
+        (0, ok(json!({}))),
+        (1, failed()),
+        (2, ok(json!({}))),
+        (3, ok(json!({}))),
+    ] {
+        old = arrive(&old, i, &claim, false).unwrap().0;
+    }
+    for (i, claim) in [
+        (4, ok(json!({}))),
+        (5, ok(json!({}))),
+        (6, failed()),
+        (7, ok(json!({}))),
+        (8, ok(json!({}))),
+    ] {
+        old = arrive(&old, i, &claim, false).unwrap().0;
+    }
+    assert_eq!((old.next, old.in_flight.clone()), (10, vec![9]));
+    old.reduced.insert("total".into(), json!(7));
+    let r = resumed(window(10, 2), &old);
+    assert_eq!(r.in_flight, vec![1, 6], "the failures first, window of 2");
+    assert_eq!((r.redo.clone(), r.next, r.done), (vec![9], 10, 7));
+    assert_eq!(
+        r.reduced.get("total"),
+        Some(&json!(7)),
+        "not folded yet: carried"
+    );
+    // The three run, and the run is finished with every item done.
+    let mut r = r;
+    for i in [1, 6, 9] {
+        r = arrive(&r, i, &ok(json!({})), false).unwrap().0;
+    }
+    assert!(r.finished());
+    assert_eq!((r.done, r.failed), (10, 0));
+    // A run that ended folded its aggregates already: nothing carried.
+    old.done_emitted = true;
+    assert!(resumed(window(10, 2), &old).reduced.is_empty());
+}
+
+#[test]
+fn a_run_that_cannot_say_what_finished_runs_everything_again() {
+    let mut old = window(4, 4);
+    old = arrive(&old, 0, &failed(), false).unwrap().0;
+    old.failed_at.clear(); // recorded before failures were kept by index
+    let fresh = window(4, 4);
+    assert_eq!(resumed(fresh.clone(), &old).in_flight, fresh.in_flight);
+    let other_size = window(5, 4);
+    assert_eq!(
+        resumed(other_size.clone(), &window(4, 4)).next,
+        other_size.next
+    );
 }

@@ -95,6 +95,8 @@ enum Handling {
     DeadLetter,
     /// A client asked to cancel.
     Cancel,
+    /// A client asked to resume a failed or cancelled execution.
+    Resume,
     /// Not an event this consumer subscribes to.
     Foreign,
 }
@@ -109,6 +111,7 @@ fn handling_of(kind: EventType) -> Handling {
         T::StepSkipped => Handling::Ended(StepStatus::Skipped),
         T::MessageDeadLettered => Handling::DeadLetter,
         T::ExecutionCancelRequested => Handling::Cancel,
+        T::ExecutionResumeRequested => Handling::Resume,
         T::PlaybookInitialized
         | T::WorkflowInitialized
         | T::TokenCreated
@@ -132,7 +135,10 @@ fn handling_of(kind: EventType) -> Handling {
         | T::ExecutionPaused
         | T::ExecutionUnpaused
         | T::WaitTimeout
-        | T::SignalReceived => Handling::Foreign,
+        | T::SignalReceived
+        | T::ExecutionQueued
+        | T::ExecutionResumed
+        | T::StepSuperseded => Handling::Foreign,
     }
 }
 
@@ -142,6 +148,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
     let status = match kind.map(handling_of) {
         Some(Handling::DeadLetter) => return on_dead_letter(mesh, headers, &ev).await,
         Some(Handling::Cancel) => return on_cancel(mesh, headers, &ev).await,
+        Some(Handling::Resume) => return crate::resume::on_resume(mesh, headers, &ev).await,
         Some(Handling::Ended(status)) => status,
         Some(Handling::Foreign) | None => {
             return Err(HandlerError::Refused(format!(

@@ -42,18 +42,16 @@ pub(super) fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader>
         return None;
     }
     let mut h = h.clone();
-    h.live.retain(|t| t.token_id != b.step_run_id);
     if h.status != ExecStatus::Running {
+        h.live.retain(|t| t.token_id != b.step_run_id);
         return Some(h);
     }
     match b.failure {
-        Some(message) => {
-            h.status = ExecStatus::Failed;
-            h.error = Some(message.to_string());
-            h.live.clear();
-            h.ended_at = Some(b.now.to_string());
-        }
+        // The failing step-run's token stays with the others in
+        // `stopped`: a resume runs them again.
+        Some(message) => h.end(ExecStatus::Failed, message, b.now),
         None => {
+            h.live.retain(|t| t.token_id != b.step_run_id);
             h.live.extend(b.tokens.iter().cloned());
             if h.live.is_empty() {
                 h.status = ExecStatus::Completed;

@@ -77,6 +77,9 @@ fn an_unhandled_failure_fails_the_execution_and_ends_every_token() {
     assert_eq!(h.error.as_deref(), Some("step s failed: boom"));
     assert!(h.live.is_empty());
     assert_eq!(h.ended_at.as_deref(), Some("t1"));
+    // What a resume runs again: the failing step-run and the other branch.
+    let stopped: Vec<&str> = h.stopped.iter().map(|t| t.token_id.as_str()).collect();
+    assert_eq!(stopped, ["s1", "s2"]);
 }
 
 #[test]

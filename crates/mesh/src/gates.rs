@@ -1,0 +1,225 @@
+//! The gates bucket (`<p>_gates`): reading and writing the records of
+//! [`crate::gate`] under compare-and-set. Each function reads the record,
+//! runs the pure decision inside [`update`] (again when another writer
+//! wrote first) and returns what was decided.
+//!
+//! Many task commands ask one key at the same moment (a parallel loop's
+//! iterations): a writer that lost waits a random moment, growing with its
+//! losses, before it reads again, so the herd spreads out instead of
+//! re-colliding.
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use async_nats::jetstream::kv::Store;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::gate::{self, Ask, ConcRecord, Decision, Entry, RateAsk, RateRecord, Released, Verdict};
+use crate::kv::{self, Cas};
+use crate::MeshError;
+
+/// One gate record, as listed by [`list`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// An execution key's (`exec.<hash>`).
+    Execution(ConcRecord),
+    /// A step key's concurrency (`conc.<hash>`).
+    Task(ConcRecord),
+    /// A step key's rate (`rate.<hash>`).
+    Rate(RateRecord),
+}
+
+/// Ask for a slot of the concurrency record under `kv_key`.
+pub async fn acquire(store: &Store, kv_key: &str, ask: &Ask<'_>) -> Result<Decision, MeshError> {
+    let mut decided: Option<Decision> = None;
+    update(store, kv_key, |cur: Option<&ConcRecord>| {
+        let d = gate::acquire(cur, ask);
+        let write = d.record.clone();
+        decided = Some(d);
+        Cas::Write(write)
+    })
+    .await?;
+    decided.ok_or_else(|| MeshError::Invalid(format!("gate {kv_key}: no decision was made")))
+}
+
+/// Release `id`'s slot or place (`""`: none, a sweep) under `kv_key`,
+/// dropping `gone`; returns the waiters promoted (nothing when there is no
+/// record).
+pub async fn release(
+    store: &Store,
+    kv_key: &str,
+    id: &str,
+    now_ms: u64,
+    gone: &[String],
+) -> Result<Vec<Entry>, MeshError> {
+    let mut promoted = Vec::new();
+    update(store, kv_key, |cur: Option<&ConcRecord>| {
+        promoted.clear();
+        let Some(cur) = cur else {
+            return Cas::Keep;
+        };
+        let Released {
+            record,
+            promoted: p,
+            changed,
+        } = gate::release(cur, id, now_ms, gone);
+        if !changed {
+            return Cas::Keep;
+        }
+        promoted = p;
+        Cas::Write(record)
+    })
+    .await?;
+    Ok(promoted)
+}
+
+/// Extend `id`'s lease under `kv_key`; false when it holds none any more.
+pub async fn renew(store: &Store, kv_key: &str, id: &str, now_ms: u64) -> Result<bool, MeshError> {
+    let mut held = false;
+    update(store, kv_key, |cur: Option<&ConcRecord>| {
+        match cur.and_then(|c| gate::renew(c, id, now_ms)) {
+            Some(r) => {
+                held = true;
+                Cas::Write(r)
+            }
+            None => {
+                held = false;
+                Cas::Keep
+            }
+        }
+    })
+    .await?;
+    Ok(held)
+}
+
+/// Record that the entries of `ids` were started (their entry published).
+pub async fn mark_started(store: &Store, kv_key: &str, ids: &[String]) -> Result<(), MeshError> {
+    update(store, kv_key, |cur: Option<&ConcRecord>| {
+        match cur.and_then(|c| gate::mark_started(c, ids)) {
+            Some(r) => Cas::Write(r),
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Ask for a token of the rate record under `kv_key`.
+pub async fn take(store: &Store, kv_key: &str, ask: &RateAsk<'_>) -> Result<Verdict, MeshError> {
+    let mut verdict = None;
+    update(store, kv_key, |cur: Option<&RateRecord>| {
+        // Now, not when the ask was made: a lost write waited meanwhile.
+        let fresh = RateAsk {
+            now_ms: crate::events::now_ms().max(ask.now_ms),
+            ..*ask
+        };
+        let (r, v) = gate::take(cur, &fresh);
+        verdict = Some(v);
+        Cas::Write(r)
+    })
+    .await?;
+    verdict.ok_or_else(|| MeshError::Invalid(format!("gate {kv_key}: no decision was made")))
+}
+
+/// Attempts of one compare-and-set before [`MeshError::Conflict`].
+const TRIES: u32 = 200;
+
+/// [`kv::update`] with a random pause after each lost write (up to 2^n ms,
+/// at most 32 ms).
+async fn update<T, F>(store: &Store, key: &str, mut f: F) -> Result<Option<T>, MeshError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnMut(Option<&T>) -> Cas<T>,
+{
+    for n in 0..TRIES {
+        let (value, revision) = match kv::read::<T>(store, key).await? {
+            Some((v, r)) => (Some(v), Some(r)),
+            None => (None, None),
+        };
+        let new = match f(value.as_ref()) {
+            Cas::Keep => return Ok(value),
+            Cas::Write(new) => new,
+        };
+        if kv::write_at(store, key, &new, revision).await?.is_some() {
+            return Ok(Some(new));
+        }
+        let ceiling = 1u64 << n.min(5);
+        let pause = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+            % (ceiling * 1000);
+        tokio::time::sleep(Duration::from_micros(pause)).await;
+    }
+    Err(MeshError::Conflict {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        tries: TRIES,
+    })
+}
+
+/// Read the concurrency record under `kv_key`.
+pub async fn read(store: &Store, kv_key: &str) -> Result<Option<ConcRecord>, MeshError> {
+    kv::get(store, kv_key).await
+}
+
+/// Every gate record with its KV key (the bucket is small: one record per
+/// key in use). A record that does not decode is its error.
+pub async fn list(store: &Store) -> Result<Vec<(String, Result<Record, MeshError>)>, MeshError> {
+    let mut out = Vec::new();
+    for (k, v) in kv::values_matching::<ConcRecord>(store, "exec.*").await? {
+        out.push((k, v.map(Record::Execution)));
+    }
+    for (k, v) in kv::values_matching::<ConcRecord>(store, "conc.*").await? {
+        out.push((k, v.map(Record::Task)));
+    }
+    for (k, v) in kv::values_matching::<RateRecord>(store, "rate.*").await? {
+        out.push((k, v.map(Record::Rate)));
+    }
+    Ok(out)
+}
+
+/// The execution gate records only (what the router's sweep reads).
+pub async fn executions(store: &Store) -> Result<Vec<(String, ConcRecord)>, MeshError> {
+    let mut out = Vec::new();
+    for (k, v) in kv::values_matching::<ConcRecord>(store, "exec.*").await? {
+        match v {
+            Ok(r) => out.push((k, r)),
+            Err(e) => tracing::warn!(key = %k, error = %e, "gate record skipped"),
+        }
+    }
+    Ok(out)
+}
+
+/// An execution's concurrency (`executor.spec.policy.concurrency`), its
+/// key rendered with the execution's workload.
+pub struct ExecutionGate {
+    /// The policy.
+    pub concurrency: noetl_core::model::ExecutionConcurrency,
+    /// The key as rendered.
+    pub key: String,
+    /// Its record's KV key.
+    pub kv_key: String,
+}
+
+/// The execution gate of `plan`: `None` when its playbook has no execution
+/// concurrency, `Err` when its key does not render.
+pub fn execution_gate(plan: &crate::plan::PlanRecord) -> Option<Result<ExecutionGate, String>> {
+    use noetl_core::concurrency::{default_execution_key, render_key};
+    let concurrency = plan.playbook.executor.as_ref()?.concurrency()?;
+    let scope = noetl_core::template::Scope::new()
+        .workload(plan.workload.clone())
+        .execution_id(plan.execution_id.clone());
+    let default = || default_execution_key(&plan.playbook);
+    Some(
+        match render_key(concurrency.key.as_deref(), default, &scope) {
+            Ok(key) => Ok(ExecutionGate {
+                kv_key: crate::keys::Keys::gate_execution(&key),
+                key,
+                concurrency,
+            }),
+            Err(e) => Err(format!(
+                "`executor.spec.policy.concurrency.key` does not render: {e}"
+            )),
+        },
+    )
+}

@@ -1,0 +1,298 @@
+//! `noetl exec resume` against separate services: a failed execution goes
+//! on where it stopped, and its events prove that no finished step or loop
+//! iteration ran again and that it ends as a clean run does; `--from`
+//! restarts at an earlier step, superseding what followed; a catalog
+//! version is accepted when it still has the steps left to run and refused
+//! otherwise.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+mod support;
+use support::Procs;
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The mesh the tests share: a server, its services, and the CLI.
+struct Mesh {
+    home: tempfile::TempDir,
+    url: String,
+    _services: Procs,
+    _server: noetl_testkit::TestServer,
+}
+
+impl Mesh {
+    fn up() -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let server = noetl_testkit::TestServer::start();
+        let url = server.url();
+        support::admin_init(support::noetl(home.path()), &url);
+        let services = support::mesh_services(home.path(), &url, &["noop", "python", "wait"]);
+        Self {
+            home,
+            url,
+            _services: services,
+            _server: server,
+        }
+    }
+
+    fn noetl(&self) -> Command {
+        support::noetl(self.home.path())
+    }
+
+    /// `noetl ARGS --nats URL`: its output and its stdout as JSON.
+    fn run(&self, args: &[&str]) -> (Output, Value) {
+        let out = self
+            .noetl()
+            .args(args)
+            .args(["--nats", &self.url])
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out, json)
+    }
+
+    fn start(&self, args: &[&str]) -> String {
+        support::exec_start(self.noetl(), &self.url, args)
+    }
+
+    /// The summary once the execution ended, whatever its status.
+    fn ended(&self, id: &str) -> Value {
+        let (out, json) = self.run(&["exec", "status", id, "--wait", "--json", "--timeout", "90"]);
+        assert!(json.is_object(), "{}", String::from_utf8_lossy(&out.stderr));
+        json
+    }
+
+    fn resume(&self, id: &str, extra: &[&str]) -> (Output, Value) {
+        let mut args = vec!["exec", "resume", id, "--json"];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// Every stored event of the execution.
+    fn events(&self, id: &str) -> Vec<Value> {
+        let (out, _) = self.run(&[
+            "events",
+            "tail",
+            "--execution",
+            id,
+            "--from-start",
+            "--json",
+            "--no-follow",
+        ]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How many events of `event_type` each step (or, with `by_index`, each
+/// loop index) has.
+fn count(events: &[Value], event_type: &str, by_index: bool) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for e in events.iter().filter(|e| e["event_type"] == event_type) {
+        let key = if by_index {
+            e["payload"]["index"].to_string()
+        } else {
+            e["step"].as_str().unwrap_or_default().to_string()
+        };
+        *out.entry(key).or_insert(0) += 1;
+    }
+    out
+}
+
+fn steps(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[test]
+fn a_failed_execution_resumes_where_it_stopped_and_ends_as_a_clean_run() {
+    let m = Mesh::up();
+    let clean = m.start(&[&fixture("resume_third.yaml"), "--set", "fixed=true"]);
+    let clean = m.ended(&clean);
+    assert_eq!(clean["status"], "completed", "{clean}");
+
+    // Fails at its third step.
+    let id = m.start(&[&fixture("resume_third.yaml")]);
+    let failed = m.ended(&id);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    // Not resumable while running or unknown; nor from a step it lacks.
+    let (out, _) = m.resume("no-such-execution", &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let (out, _) = m.resume(&id, &["--from", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`--from nope` names no step"));
+
+    // The cause fixed, it resumes: the third step runs again, then the fourth.
+    let (out, json) = m.resume(&id, &["--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(json["resumes"], 1);
+    assert_eq!(json["steps"], serde_json::json!(["third"]));
+    let resumed = m.ended(&id);
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["ctx"], clean["ctx"], "the end state of a clean run");
+    let events = m.events(&id);
+    assert_eq!(
+        count(&events, "step.started", false),
+        steps(&[("fourth", 1), ("second", 1), ("start", 1), ("third", 2)]),
+        "no finished step ran again"
+    );
+    let ev = events
+        .iter()
+        .find(|e| e["event_type"] == "execution.resumed")
+        .expect("execution.resumed");
+    assert_eq!(ev["payload"]["set"], serde_json::json!(["fixed"]));
+    assert_eq!(ev["payload"]["steps"], serde_json::json!(["third"]));
+    // Completed: nothing to resume.
+    let (out, _) = m.resume(&id, &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_failed_parallel_loop_runs_only_the_iterations_that_did_not_finish() {
+    let m = Mesh::up();
+    let clean = m.start(&[&fixture("resume_loop.yaml"), "--set", "fixed=true"]);
+    let clean = m.ended(&clean);
+    assert_eq!(clean["status"], "completed", "{clean}");
+    assert_eq!(clean["ctx"]["total"], 1225);
+
+    let id = m.start(&[&fixture("resume_loop.yaml")]);
+    let failed = m.ended(&id);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let before = m.events(&id);
+    let failed_at = count(&before, "loop.iteration.failed", true);
+    assert_eq!(failed_at.len(), 3, "items 2, 5 and 8 fail: {failed_at:?}");
+    let done_before = count(&before, "loop.iteration.done", true);
+
+    let (out, json) = m.resume(&id, &["--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(json["steps"], serde_json::json!(["items"]));
+    let resumed = m.ended(&id);
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["ctx"]["total"], clean["ctx"]["total"]);
+    assert_eq!(resumed["ctx"]["count"], 50);
+    let events = m.events(&id);
+    let started = count(&events, "loop.iteration.started", true);
+    assert_eq!(started.len(), 50, "every item ran");
+    for (index, n) in &started {
+        let want = if failed_at.contains_key(index) { 2 } else { 1 };
+        assert_eq!(*n, want, "item {index}: finished ones never run again");
+    }
+    let done = count(&events, "loop.iteration.done", true);
+    assert_eq!(done.len(), 50);
+    assert!(done.values().all(|n| *n == 1), "{done:?}");
+    assert!(done_before.len() < 50 - 3, "the failure stopped dispatch");
+    let ev = events
+        .iter()
+        .find(|e| e["event_type"] == "execution.resumed")
+        .unwrap();
+    assert_eq!(
+        ev["payload"]["continued_loops"],
+        serde_json::json!(["items"])
+    );
+}
+
+#[test]
+fn from_an_earlier_step_supersedes_what_followed() {
+    let m = Mesh::up();
+    let id = m.start(&[&fixture("resume_third.yaml")]);
+    assert_eq!(m.ended(&id)["status"], "failed");
+    let (out, json) = m.resume(&id, &["--from", "second", "--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(json["steps"], serde_json::json!(["second"]));
+    assert_eq!(json["superseded"], serde_json::json!(["second", "third"]));
+    assert_eq!(m.ended(&id)["status"], "completed");
+    let events = m.events(&id);
+    assert_eq!(
+        count(&events, "step.started", false),
+        steps(&[("fourth", 1), ("second", 2), ("start", 1), ("third", 2)])
+    );
+    assert_eq!(
+        count(&events, "step.superseded", false),
+        steps(&[("second", 1), ("third", 1)])
+    );
+}
+
+/// Register `text` in the catalog; its version.
+fn register(m: &Mesh, dir: &Path, name: &str, text: &str) -> u64 {
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    let (out, json) = m.run(&["playbook", "register", "--json", file.to_str().unwrap()]);
+    ok(&out);
+    json["version"].as_u64().unwrap()
+}
+
+#[test]
+fn a_version_is_accepted_when_it_has_the_steps_left_and_refused_otherwise() {
+    let m = Mesh::up();
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = std::fs::read_to_string(fixture("resume_third.yaml")).unwrap();
+    assert_eq!(register(&m, dir.path(), "v1.yaml", &v1), 1);
+    let id = m.start(&["tests/resume_third"]);
+    assert_eq!(m.ended(&id)["status"], "failed");
+    // Version 2 drops the failed step: refused, naming it.
+    let (head, _) = v1.split_once("  - step: third").unwrap();
+    let v2 = format!(
+        "{}  - step: fourth\n",
+        head.replace("step: third", "step: fourth")
+    );
+    assert_eq!(register(&m, dir.path(), "v2.yaml", &v2), 2);
+    let (out, _) = m.resume(&id, &["--playbook-version", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tests/resume_third@v2") && err.contains("\"third\""),
+        "{err}"
+    );
+    // Version 3 fixes the cause in the playbook itself: accepted.
+    let v3 = v1.replace("raise RuntimeError('the cause is not fixed yet')", "pass");
+    assert_ne!(v3, v1);
+    assert_eq!(register(&m, dir.path(), "v3.yaml", &v3), 3);
+    let (out, _) = m.resume(&id, &["--playbook-version", "3"]);
+    ok(&out);
+    let s = m.ended(&id);
+    assert_eq!(s["status"], "completed", "{s}");
+    assert_eq!(s["ctx"]["three"], 3);
+}
+
+#[test]
+fn a_resume_takes_a_slot_of_its_concurrency_key_or_is_refused_until_one_is_free() {
+    let m = Mesh::up();
+    let gated = fixture("resume_gated.yaml");
+    let failed = m.start(&[&gated]);
+    assert_eq!(m.ended(&failed)["status"], "failed");
+    // Another execution holds the only slot (it waits for a signal).
+    let holder = m.start(&[&gated, "--set", "hold=true"]);
+    let (out, _) = m.resume(&failed, &["--set", "fixed=true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot resume now: concurrency key `one-at-a-time` is at its limit of 1")
+            && err.contains(&holder),
+        "{err}"
+    );
+    support::wait_until(
+        "the holder takes the signal",
+        std::time::Duration::from_secs(30),
+        || m.run(&["exec", "signal", &holder, "go"]).0.status.success(),
+    );
+    assert_eq!(m.ended(&holder)["status"], "completed");
+    let (out, _) = m.resume(&failed, &["--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(m.ended(&failed)["status"], "completed");
+}

@@ -1,0 +1,352 @@
+//! Concurrency of whole executions (`executor.spec.policy.concurrency`;
+//! docs/operations.md, "Concurrency and rate limits"). An execution whose
+//! playbook has it asks its key for a slot (in its own name, held until it
+//! ends) after its plan and header are stored: acquired, its entry token
+//! goes out; else it waits in line (its entry token live, not published,
+//! `execution.queued` emitted), is refused (`reject`), or asks the oldest
+//! holder to cancel and waits (`cancel-oldest`). Its end releases the slot
+//! and starts the head of the line; a sweep every few seconds drops
+//! holders that ended without releasing and starts promoted executions a
+//! crash left unstarted. The decisions are [`noetl_mesh::gate`]'s.
+
+use std::time::Duration;
+
+use noetl_core::model::OnLimit;
+use noetl_mesh::{
+    event_type::EventType,
+    events::{now_ms, EventDraft},
+    gate::{self, Ask, Entry, ExecutionQueued, Owner, Verdict},
+    gates, payloads,
+    plan::PlanRecord,
+    Mesh, MeshError,
+};
+use tokio_util::sync::CancellationToken;
+
+/// How often the sweep looks at the execution gates.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// What became of an execution that asked for its slot.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Admitted {
+    /// Start it (no limit, or a slot is its).
+    Go,
+    /// It waits in line.
+    Queued,
+    /// It must fail with this reason.
+    Refused(String),
+}
+
+/// The execution's concurrency, its key rendered with its workload.
+type Keyed = gates::ExecutionGate;
+
+/// `None`: the playbook has no execution concurrency. `Err`: its key does
+/// not render.
+fn keyed(plan: &PlanRecord) -> Option<Result<Keyed, String>> {
+    gates::execution_gate(plan)
+}
+
+/// Ask for the execution's slot (again, on a redelivered request: the same
+/// id keeps its slot or its place).
+pub(crate) async fn admit(mesh: &Mesh, plan: &PlanRecord) -> Result<Admitted, MeshError> {
+    admit_as(mesh, plan, Asking::Start).await
+}
+
+/// Take a slot for a resumed execution (docs/operations.md, "Resume"):
+/// it never waits in line (a promotion publishes an entry token, and a
+/// resumed execution's tokens are others), so a full key refuses it.
+pub(crate) async fn admit_resumed(mesh: &Mesh, plan: &PlanRecord) -> Result<Admitted, MeshError> {
+    admit_as(mesh, plan, Asking::Resume).await
+}
+
+/// Who asks for a slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Asking {
+    /// A new execution, before its entry.
+    Start,
+    /// A resumed one.
+    Resume,
+}
+
+async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admitted, MeshError> {
+    let k = match keyed(plan) {
+        None => return Ok(Admitted::Go),
+        Some(Err(why)) => return Ok(Admitted::Refused(why)),
+        Some(Ok(k)) => k,
+    };
+    let eid = plan.execution_id.as_str();
+    let store = mesh.gates_kv();
+    let now = now_ms();
+    let holders = gates::read(store, &k.kv_key)
+        .await?
+        .map(|r| r.holders)
+        .unwrap_or_default();
+    let gone = ended(mesh, &holders, eid, now).await?;
+    let owner = Owner {
+        execution_id: eid.to_string(),
+        ..Default::default()
+    };
+    let limit = k.concurrency.limit;
+    let d = gates::acquire(
+        store,
+        &k.kv_key,
+        &Ask {
+            key: &k.key,
+            id: eid,
+            owner: &owner,
+            limit,
+            now_ms: now,
+            lease_ms: 0,
+            wait_ttl_ms: 0,
+            queue: asking == Asking::Start && k.concurrency.on_limit != OnLimit::Reject,
+            gone: &gone,
+        },
+    )
+    .await?;
+    start_promoted(mesh, &k.kv_key, &d.promoted).await?;
+    match d.verdict {
+        Verdict::Acquired => Ok(Admitted::Go),
+        Verdict::Rejected { held_by } => Ok(Admitted::Refused(format!(
+            "concurrency key `{}` is at its limit of {limit}: held by executions {} ({})",
+            k.key,
+            labels(&held_by),
+            match asking {
+                Asking::Start => "executor.spec.policy.concurrency, on_limit: reject",
+                Asking::Resume =>
+                    "a resumed execution does not wait in line: resume it when a slot is free",
+            }
+        ))),
+        Verdict::Wait {
+            position, held_by, ..
+        } => {
+            queue(mesh, plan, &k, position, &held_by).await?;
+            Ok(Admitted::Queued)
+        }
+    }
+}
+
+/// Record that the execution waits: `execution.queued` (once per place),
+/// and with `cancel-oldest` the cancellation of a holder, the oldest for
+/// the first in line, the next oldest for the second...
+async fn queue(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    k: &Keyed,
+    position: usize,
+    held_by: &[Entry],
+) -> Result<(), MeshError> {
+    let eid = plan.execution_id.as_str();
+    let mut oldest: Vec<&Entry> = held_by.iter().collect();
+    oldest.sort_by_key(|h| h.since_ms);
+    let cancelling = match k.concurrency.on_limit {
+        OnLimit::CancelOldest if !oldest.is_empty() => {
+            Some(oldest[(position - 1) % oldest.len()].id.clone())
+        }
+        _ => None,
+    };
+    let on_limit = match k.concurrency.on_limit {
+        OnLimit::CancelOldest => "cancel-oldest",
+        _ => "queue",
+    };
+    let queued = ExecutionQueued {
+        key: k.key.clone(),
+        limit: k.concurrency.limit,
+        holders: held_by.iter().map(|h| h.id.clone()).collect(),
+        position,
+        on_limit: on_limit.to_string(),
+        cancelling: cancelling.clone(),
+    };
+    let place = position.to_string();
+    let ev = EventDraft {
+        event_type: EventType::ExecutionQueued.wire_name(),
+        execution_id: eid,
+        trace_id: &plan.trace_id,
+        discriminator: &place,
+        payload: payloads::typed_value(EventType::ExecutionQueued, &queued),
+        ..Default::default()
+    }
+    .build();
+    mesh.emit(&ev).await?.wait().await?;
+    tracing::info!(execution_id = %eid, key = %k.key, limit = k.concurrency.limit, position, "execution queued behind its concurrency key");
+    if let Some(victim) = cancelling {
+        let reason = format!(
+            "cancelled to make room under concurrency key `{}` (limit {}) for execution {eid} (on_limit: cancel-oldest)",
+            k.key, k.concurrency.limit
+        );
+        mesh.request_cancel(&victim, &reason).await?;
+    }
+    Ok(())
+}
+
+/// Release the slot (or place in line) of an ended execution and start
+/// the head of the line. Idempotent: the end is handled again after a
+/// crash, and a slot released twice changes nothing.
+pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
+    let plan = match mesh.plans().get(mesh, eid).await {
+        Ok(p) => p,
+        Err(MeshError::NoPlan { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(Ok(k)) = keyed(&plan) else {
+        return Ok(());
+    };
+    let store = mesh.gates_kv();
+    let Some(rec) = gates::read(store, &k.kv_key).await? else {
+        return Ok(());
+    };
+    let now = now_ms();
+    let gone = ended(mesh, &rec.holders, eid, now).await?;
+    let promoted = gates::release(store, &k.kv_key, eid, now, &gone).await?;
+    start_promoted(mesh, &k.kv_key, &promoted).await
+}
+
+/// The holders (other than `skip`) whose execution ended, or whose header
+/// is missing for longer than [`gate::MISSING_GRACE_MS`].
+async fn ended(
+    mesh: &Mesh,
+    holders: &[Entry],
+    skip: &str,
+    now: u64,
+) -> Result<Vec<String>, MeshError> {
+    let mut gone = Vec::new();
+    for h in holders.iter().filter(|h| h.id != skip) {
+        let over = match mesh.exec_header(&h.id).await? {
+            Some(header) => header.status.is_terminal(),
+            None => now.saturating_sub(h.since_ms) > gate::MISSING_GRACE_MS,
+        };
+        if over {
+            gone.push(h.id.clone());
+        }
+    }
+    Ok(gone)
+}
+
+/// Publish the entry of promoted executions still running with only their
+/// entry token live (idempotent), then record them started.
+async fn start_promoted(mesh: &Mesh, kv_key: &str, promoted: &[Entry]) -> Result<(), MeshError> {
+    if promoted.is_empty() {
+        return Ok(());
+    }
+    let mut started = Vec::new();
+    for e in promoted {
+        let entry = crate::entry::entry_token_id(&e.id);
+        let waiting = mesh.exec_header(&e.id).await?.is_some_and(|h| {
+            !h.status.is_terminal() && h.live.len() == 1 && h.live[0].token_id == entry
+        });
+        if waiting {
+            match mesh.plans().get(mesh, &e.id).await {
+                Ok(plan) => {
+                    crate::entry::publish_entry(mesh, &plan).await?;
+                    tracing::info!(execution_id = %e.id, "queued execution started");
+                }
+                Err(MeshError::NoPlan { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        started.push(e.id.clone());
+    }
+    gates::mark_started(mesh.gates_kv(), kv_key, &started).await
+}
+
+/// One pass over the execution gates: drop holders that ended without
+/// releasing (a crash), give their slots to the line, and start promoted
+/// executions not yet started. Reads one header per holder.
+pub async fn sweep(mesh: &Mesh) -> Result<(), MeshError> {
+    let store = mesh.gates_kv();
+    for (kv_key, rec) in gates::executions(store).await? {
+        if rec.holders.is_empty() && rec.waiting.is_empty() {
+            continue;
+        }
+        let now = now_ms();
+        let gone = ended(mesh, &rec.holders, "", now).await?;
+        let room = rec.holders.len() < rec.limit as usize && !rec.waiting.is_empty();
+        let mut pending: Vec<Entry> = rec
+            .holders
+            .iter()
+            .filter(|h| h.pending_start && !gone.contains(&h.id))
+            .cloned()
+            .collect();
+        if !gone.is_empty() || room {
+            pending.extend(gates::release(store, &kv_key, "", now, &gone).await?);
+        }
+        start_promoted(mesh, &kv_key, &pending).await?;
+    }
+    Ok(())
+}
+
+/// Sweep every [`SWEEP_EVERY`] until `shutdown`; a failed pass is logged
+/// and the next one tries again.
+pub async fn sweep_loop(mesh: Mesh, shutdown: CancellationToken) -> Result<(), MeshError> {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        if let Err(e) = sweep(&mesh).await {
+            tracing::warn!(error = %e, "execution gates sweep failed; trying again");
+        }
+    }
+}
+
+/// The ids of `entries`, comma-separated.
+fn labels(entries: &[Entry]) -> String {
+    entries
+        .iter()
+        .map(Entry::label)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(executor: serde_json::Value, workload: serde_json::Value) -> PlanRecord {
+        let playbook: noetl_core::Playbook = serde_json::from_value(json!({
+            "apiVersion": "noetl.io/v2", "kind": "Playbook",
+            "metadata": {"name": "p", "path": "t/p"},
+            "executor": executor,
+            "workflow": [{"step": "start"}],
+        }))
+        .unwrap();
+        PlanRecord::new("e1".into(), "p.yaml".into(), playbook, workload)
+    }
+
+    #[test]
+    fn an_execution_key_renders_from_the_workload_or_defaults_to_the_path() {
+        let p = plan(
+            json!({"spec": {"policy": {"concurrency": {"key": "c-{{ workload.customer }}", "limit": 2}}}}),
+            json!({"customer": "a"}),
+        );
+        let k = keyed(&p).unwrap().unwrap();
+        assert_eq!(k.key, "c-a");
+        assert_eq!(k.kv_key, noetl_mesh::keys::Keys::gate_execution("c-a"));
+        assert_eq!(k.concurrency.on_limit, OnLimit::Queue);
+        let p = plan(
+            json!({"spec": {"policy": {"concurrency": {"limit": 1, "on_limit": "reject"}}}}),
+            json!({}),
+        );
+        let k = keyed(&p).unwrap().unwrap();
+        assert_eq!(k.key, "t/p");
+        assert_eq!(k.concurrency.on_limit, OnLimit::Reject);
+        assert!(keyed(&plan(json!({"spec": {}}), json!({}))).is_none());
+        let p = plan(
+            json!({"spec": {"policy": {"concurrency": {"key": "{{ workload. }}", "limit": 1}}}}),
+            json!({}),
+        );
+        assert!(keyed(&p).unwrap().is_err());
+    }
+
+    #[test]
+    fn holders_are_named_in_order() {
+        let e = |id: &str| Entry {
+            id: id.into(),
+            owner: Owner {
+                execution_id: id.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(labels(&[e("e1"), e("e2")]), "e1, e2");
+    }
+}
