@@ -73,6 +73,26 @@ pub struct ServerOptions {
     pub binary: Option<PathBuf>,
 }
 
+/// The Go runtime's soft memory limit of a private server (`noetl run`'s),
+/// unless `NOETL_NATS_MEMORY_LIMIT` sets another (Go's syntax, `512MiB`;
+/// `off`: none). Without it the server's heap grows with the write rate
+/// long after what it holds is garbage (docs/performance.md, "Memory").
+pub const DEFAULT_MEMORY_LIMIT: &str = "192MiB";
+
+/// The `GOMEMLIMIT` a private server gets, if any.
+fn memory_limit() -> Option<String> {
+    memory_limit_of(std::env::var("NOETL_NATS_MEMORY_LIMIT").ok().as_deref())
+}
+
+/// [`memory_limit`] for a `NOETL_NATS_MEMORY_LIMIT` of `setting`.
+fn memory_limit_of(setting: Option<&str>) -> Option<String> {
+    match setting.map(str::trim) {
+        Some(v) if v.eq_ignore_ascii_case("off") => None,
+        Some(v) if !v.is_empty() => Some(v.to_string()),
+        _ => Some(DEFAULT_MEMORY_LIMIT.to_string()),
+    }
+}
+
 /// How often JetStream writes its file store to disk (`sync_interval`).
 ///
 /// The guarantee of each is in `docs/reliability.md`.
@@ -168,9 +188,12 @@ impl NatsServerProcess {
                     cmd.pre_exec(move || noetl_sandbox::die_with_parent(parent));
                 }
             }
+            cmd.env_clear()
+                .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"));
+            if let Some(limit) = owned.then(memory_limit).flatten() {
+                cmd.env("GOMEMLIMIT", limit);
+            }
             let child = cmd
-                .env_clear()
-                .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"))
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
                 .arg(&opts.store_dir)
                 .arg("-l")
@@ -405,6 +428,48 @@ pub fn check_version(binary: &Path) -> Result<(), ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_server_gets_a_go_memory_limit_unless_turned_off() {
+        assert_eq!(memory_limit_of(None).as_deref(), Some(DEFAULT_MEMORY_LIMIT));
+        assert_eq!(
+            memory_limit_of(Some(" ")).as_deref(),
+            Some(DEFAULT_MEMORY_LIMIT)
+        );
+        assert_eq!(memory_limit_of(Some("512MiB")).as_deref(), Some("512MiB"));
+        assert_eq!(memory_limit_of(Some("OFF")), None);
+    }
+
+    #[test]
+    fn the_limit_reaches_the_private_servers_environment_and_nothing_else_does() {
+        if std::env::var_os("NOETL_NATS_MEMORY_LIMIT").is_some() {
+            return; // set by whoever runs the tests: the default is not in use
+        }
+        let store = tempfile::tempdir().unwrap();
+        let opts = ServerOptions {
+            store_dir: store.path().to_path_buf(),
+            port: None,
+            binary: None,
+        };
+        let server = NatsServerProcess::start_owned(opts, SyncPolicy::default()).unwrap();
+        let pid = server.pid().unwrap();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let vars: Vec<String> = environ
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        assert!(
+            vars.contains(&format!("GOMEMLIMIT={DEFAULT_MEMORY_LIMIT}")),
+            "{vars:?}"
+        );
+        assert!(
+            vars.iter().all(|v| ["PATH=", "TZ=", "GOMEMLIMIT="]
+                .iter()
+                .any(|p| v.starts_with(p))),
+            "{vars:?}"
+        );
+    }
 
     #[test]
     fn a_missing_server_names_make_setup_and_where_it_looked() {
