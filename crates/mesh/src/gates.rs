@@ -4,12 +4,8 @@
 //! wrote first) and returns what was decided.
 //!
 //! Many task commands ask one key at the same moment (a parallel loop's
-//! iterations): a writer that lost waits a random moment, growing with its
-//! losses, before it reads again, so the herd spreads out instead of
-//! re-colliding.
-
-use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
+//! iterations): the compare-and-set is [`kv::Contention::Herd`]'s, whose
+//! losers wait a random moment before they read again.
 
 use async_nats::jetstream::kv::Store;
 use serde::{de::DeserializeOwned, Serialize};
@@ -121,40 +117,14 @@ pub async fn take(store: &Store, kv_key: &str, ask: &RateAsk<'_>) -> Result<Verd
     verdict.ok_or_else(|| MeshError::Invalid(format!("gate {kv_key}: no decision was made")))
 }
 
-/// Attempts of one compare-and-set before [`MeshError::Conflict`].
-const TRIES: u32 = 200;
-
-/// [`kv::update`] with a random pause after each lost write (up to 2^n ms,
-/// at most 32 ms).
-async fn update<T, F>(store: &Store, key: &str, mut f: F) -> Result<Option<T>, MeshError>
+/// The gates' compare-and-set: many task commands ask one key at the
+/// same moment ([`kv::Contention::Herd`]).
+async fn update<T, F>(store: &Store, key: &str, f: F) -> Result<Option<T>, MeshError>
 where
     T: Serialize + DeserializeOwned,
     F: FnMut(Option<&T>) -> Cas<T>,
 {
-    for n in 0..TRIES {
-        let (value, revision) = match kv::read::<T>(store, key).await? {
-            Some((v, r)) => (Some(v), Some(r)),
-            None => (None, None),
-        };
-        let new = match f(value.as_ref()) {
-            Cas::Keep => return Ok(value),
-            Cas::Write(new) => new,
-        };
-        if kv::write_at(store, key, &new, revision).await?.is_some() {
-            return Ok(Some(new));
-        }
-        let ceiling = 1u64 << n.min(5);
-        let pause = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish()
-            % (ceiling * 1000);
-        tokio::time::sleep(Duration::from_micros(pause)).await;
-    }
-    Err(MeshError::Conflict {
-        bucket: store.name.clone(),
-        key: key.to_string(),
-        tries: TRIES,
-    })
+    kv::update_under(store, key, kv::Contention::Herd, f).await
 }
 
 /// Read the concurrency record under `kv_key`.

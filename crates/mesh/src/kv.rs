@@ -183,12 +183,43 @@ fn count_conflict(store: &Store) {
 /// Compare-and-set loop. `f` sees the current value (or `None`) and decides;
 /// it may run several times when other writers race, so it must be pure.
 /// Returns the value that is now stored (`None` if absent and kept).
-pub async fn update<T, F>(store: &Store, key: &str, mut f: F) -> Result<Option<T>, MeshError>
+pub async fn update<T, F>(store: &Store, key: &str, f: F) -> Result<Option<T>, MeshError>
 where
     T: Serialize + DeserializeOwned,
     F: FnMut(Option<&T>) -> Cas<T>,
 {
-    for _ in 0..CAS_TRIES {
+    update_under(store, key, Contention::Light, f).await
+}
+
+/// How many writers a key's compare-and-set loop expects at one moment,
+/// which says what a writer does after losing a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contention {
+    /// A few: yield and read again at once, up to [`CAS_TRIES`] times.
+    Light,
+    /// A herd asking at the same moment (a parallel loop's task calls at
+    /// one gate): wait a random moment growing with the losses (up to
+    /// 2^n ms, at most 32 ms), so the herd spreads out instead of
+    /// colliding again; up to [`HERD_TRIES`] times.
+    Herd,
+}
+
+/// [`update`] for a key with the given [`Contention`].
+pub async fn update_under<T, F>(
+    store: &Store,
+    key: &str,
+    contention: Contention,
+    mut f: F,
+) -> Result<Option<T>, MeshError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnMut(Option<&T>) -> Cas<T>,
+{
+    let tries = match contention {
+        Contention::Light => CAS_TRIES,
+        Contention::Herd => HERD_TRIES,
+    };
+    for n in 0..tries {
         let current = read::<T>(store, key).await?;
         let (value, revision) = match current {
             Some((v, r)) => (Some(v), Some(r)),
@@ -202,19 +233,36 @@ where
             return Ok(Some(new));
         }
         count_conflict(store);
-        tokio::task::yield_now().await;
+        match contention {
+            Contention::Light => tokio::task::yield_now().await,
+            Contention::Herd => tokio::time::sleep(herd_pause(n)).await,
+        }
     }
-    Err(conflict(store, key))
+    Err(conflict(store, key, tries))
+}
+
+/// A random pause after the `n`-th lost write of a herd (below 2^n ms,
+/// at most 32 ms).
+fn herd_pause(n: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling_us = (1u64 << n.min(5)) * 1000;
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    std::time::Duration::from_micros(random % ceiling_us)
 }
 
 /// Compare-and-set attempts before giving up with [`MeshError::Conflict`].
-const CAS_TRIES: u32 = 1000;
+pub const CAS_TRIES: u32 = 1000;
 
-fn conflict(store: &Store, key: &str) -> MeshError {
+/// Attempts of a [`Contention::Herd`] loop (its pauses add up to seconds).
+pub const HERD_TRIES: u32 = 200;
+
+fn conflict(store: &Store, key: &str, tries: u32) -> MeshError {
     MeshError::Conflict {
         bucket: store.name.clone(),
         key: key.to_string(),
-        tries: CAS_TRIES,
+        tries,
     }
 }
 
@@ -326,7 +374,7 @@ where
             }
         }
     }
-    Err(conflict(store, key))
+    Err(conflict(store, key, CAS_TRIES))
 }
 
 pub use crate::keys::key_part;
