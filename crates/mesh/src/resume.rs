@@ -83,6 +83,15 @@ pub struct Superseded {
     pub from: String,
 }
 
+/// Under [`Keys::loop_carry`] (bucket loop): the run of the same loop step
+/// that a resumed execution's new run continues (written by the router
+/// when it resumes, read by the loop-supervisor when the new run starts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopCarry {
+    /// The step-run id of the run that stopped.
+    pub from: String,
+}
+
 impl crate::payloads::EventPayload for ResumeRequested {
     const KINDS: &'static [EventType] = &[EventType::ExecutionResumeRequested];
 }
@@ -447,12 +456,6 @@ pub async fn prepare(
         from: req.from.as_deref(),
     })?;
     let plan = resumed_plan(&old, playbook, &req.set, crate::events::now_ms());
-    if let Some(why) = busy(mesh, &plan).await? {
-        return Err(ResumeError::Busy {
-            eid: eid.to_string(),
-            why,
-        });
-    }
     Ok(Prepared {
         header,
         plan,
@@ -461,22 +464,33 @@ pub async fn prepare(
 }
 
 impl Mesh {
-    /// Resume `eid` as `req` asks: checked ([`prepare`], a refusal is an
-    /// error naming the reason), asked of the router with
-    /// `execution.resume_requested`, and waited for until a router has
-    /// recorded it (at most `within`). Returns what the resume does.
+    /// Resume `eid` as `req` asks: checked ([`prepare`], and a free slot of
+    /// its concurrency key; a refusal is an error naming the reason), asked
+    /// of the router with `execution.resume_requested`, and waited for until
+    /// a router has recorded it (at most `within`). The request expects the
+    /// resume count of the header read here (`req.expect_resumes` is set).
+    /// Returns what the resume does; it is the header's resume number
+    /// `prepared.header.resumes + 1`.
     pub async fn resume(
         &self,
         eid: &str,
-        req: &ResumeRequested,
+        mut req: ResumeRequested,
         within: std::time::Duration,
     ) -> Result<Prepared, ResumeError> {
-        let prepared = prepare(self, eid, req).await?;
+        let prepared = prepare(self, eid, &req).await?;
+        req.expect_resumes = prepared.header.resumes;
+        // Here only: the router takes the slot itself, under compare-and-set.
+        if let Some(why) = busy(self, &prepared.plan).await? {
+            return Err(ResumeError::Busy {
+                eid: eid.to_string(),
+                why,
+            });
+        }
         let ev = crate::events::EventDraft {
             event_type: crate::events::types::EXECUTION_RESUME_REQUESTED,
             execution_id: eid,
             discriminator: &req.expect_resumes.to_string(),
-            payload: crate::payloads::to_value(req),
+            payload: crate::payloads::to_value(&req),
             ..Default::default()
         }
         .build();

@@ -9,7 +9,8 @@ use noetl_core::{
     FrameProcess, Loop, LoopMode, Step,
 };
 use noetl_mesh::{
-    codec, keys::Keys, kv, plan::PlanRecord, runtime::HandlerError, scope, Mesh, MeshError,
+    codec, keys::Keys, kv, plan::PlanRecord, resume::LoopCarry, runtime::HandlerError, scope, Mesh,
+    MeshError,
 };
 use noetl_wire::LoopCommand;
 use serde_json::{json, Value};
@@ -19,7 +20,7 @@ use crate::dispatch::{release_held, resume, unpause_command_id, Window};
 use crate::finish::fail_loop;
 use crate::state::{
     cursor::{frame_number, frame_templates, start_run},
-    new_run, resumed, Carry, LoopRun,
+    new_run, resumed, LoopRun,
 };
 
 /// Default bound of a parallel loop without `max_in_flight`.
@@ -77,8 +78,8 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
 /// ([`Keys::loop_carry`], [`resumed`]); `run` itself when there is none.
 async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, MeshError> {
     let eid = w.at.eid();
-    let Some(carry) = kv::get::<Carry>(mesh.loop_kv(), &Keys::loop_carry(eid, w.at.srid)).await?
-    else {
+    let key = Keys::loop_carry(eid, w.at.srid);
+    let Some(carry) = kv::get::<LoopCarry>(mesh.loop_kv(), &key).await? else {
         return Ok(run);
     };
     match kv::get::<LoopRun>(mesh.loop_kv(), &Keys::loop_run(eid, &carry.from)).await? {

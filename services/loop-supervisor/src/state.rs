@@ -104,15 +104,6 @@ pub struct LoopRun {
     pub redo: Vec<u64>,
 }
 
-/// Under [`noetl_mesh::keys::Keys::loop_carry`]: the loop run a resumed
-/// execution's new run of the same step continues (written by the router
-/// when it resumes, read when the new run starts).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Carry {
-    /// The step-run id of the run that stopped.
-    pub from: String,
-}
-
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

@@ -134,7 +134,7 @@ async fn write_ahead(a: Ahead<'_>) -> Result<(), MeshError> {
     kv::put(mesh.exec_kv(), &Keys::plan(eid), plan.as_ref()).await?;
     mesh.plans().insert(plan.clone());
     for (new, old) in &a.decision.continues {
-        let carry = serde_json::json!({ "from": old });
+        let carry = resume::LoopCarry { from: old.clone() };
         kv::put(mesh.loop_kv(), &Keys::loop_carry(eid, new), &carry).await?;
     }
     for (step, new, old) in &a.decision.refires {

@@ -165,23 +165,23 @@ pub async fn resume(
 ) -> Result<Json<ResumeResponse>, ApiError> {
     use noetl_mesh::resume::{ResumeError, ResumeRequested};
     let done = async {
-        let h = header(&state.mesh, &id).await?;
         let ask = ResumeRequested {
-            expect_resumes: h.resumes,
+            expect_resumes: 0, // set from the header `resume` reads
             from: req.from,
             set: req.set,
             playbook_version: req.playbook_version,
             by: principal.name.clone(),
         };
         let within = std::time::Duration::from_secs(30);
-        let prepared = state.mesh.resume(&id, &ask, within).await;
+        let prepared = state.mesh.resume(&id, ask, within).await;
         let p = prepared.map_err(|e| match e {
             ResumeError::Mesh(m) => m.into(),
-            ResumeError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            // As every route words an unknown execution.
+            ResumeError::NotFound(_) => ApiError::NotFound(format!("Execution not found: {id}")),
             ResumeError::NotRecorded { .. } => ApiError::Unavailable(e.to_string()),
             other => ApiError::invalid(other.to_string()),
         })?;
-        Ok((h.resumes + 1, p.decision))
+        Ok((p.header.resumes + 1, p.decision))
     }
     .await;
     let change = Change {

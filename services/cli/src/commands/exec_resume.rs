@@ -42,34 +42,31 @@ const RECORDED_WITHIN: Duration = Duration::from_secs(30);
 /// `noetl exec resume`.
 pub async fn run(a: ResumeArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
-    let Some(header) = mesh.exec_header(&a.id).await? else {
-        return Ok(no_execution(&mesh, &a.id));
-    };
     let set = match a.workload.build()? {
         serde_json::Value::Object(m) => m,
         _ => Default::default(),
     };
     let req = ResumeRequested {
-        expect_resumes: header.resumes,
+        expect_resumes: 0, // set from the header `resume` reads
         from: a.from.clone(),
         set,
         playbook_version: a.playbook_version,
         by: local_user(),
     };
-    let prepared = match mesh.resume(&a.id, &req, RECORDED_WITHIN).await {
+    let prepared = match mesh.resume(&a.id, req, RECORDED_WITHIN).await {
         Ok(p) => p,
         Err(ResumeError::Mesh(e)) => return Err(e.into()),
+        Err(ResumeError::NotFound(_)) => return Ok(no_execution(&mesh, &a.id)),
         Err(why) => {
             eprintln!("error: {why}");
             let exit = match why {
-                ResumeError::NotFound(_) => Exit::NotFound,
                 ResumeError::NotRecorded { .. } => Exit::Timeout,
                 _ => Exit::Usage,
             };
             return Ok(exit.into());
         }
     };
-    let wanted = req.expect_resumes + 1;
+    let wanted = prepared.header.resumes + 1;
     let d = &prepared.decision;
     let steps: Vec<&str> = d.tokens.iter().map(|t| t.step.as_str()).collect();
     let superseded: Vec<&str> = d.superseded.iter().map(|(s, _)| s.as_str()).collect();
