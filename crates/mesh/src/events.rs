@@ -98,21 +98,12 @@ pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
 
 /// Current time, RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
-    format_rfc3339(time::OffsetDateTime::now_utc())
+    rfc3339_of_ms(now_ms())
 }
 
 /// An instant in Unix epoch milliseconds as [`now_rfc3339`] writes times.
 pub fn rfc3339_of_ms(ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .map(format_rfc3339)
-        .unwrap_or_else(|_| format!("{ms} ms after the epoch"))
-}
-
-fn format_rfc3339(t: time::OffsetDateTime) -> String {
-    let f = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    t.format(&f).unwrap_or_default()
+    crate::codec::rfc3339_of_ms(ms)
 }
 
 /// Milliseconds since the Unix epoch.
@@ -161,7 +152,9 @@ impl EventDraft<'_> {
         Event {
             event_id,
             event_type: self.event_type.to_string(),
-            ts: now_rfc3339(),
+            // Readers write it as RFC 3339 (`codec::event_time`).
+            ts: String::new(),
+            ts_ms: now_ms(),
             execution_id: self.execution_id.to_string(),
             step_run_id: self.step_run_id.to_string(),
             task_run_id: self.task_run_id.to_string(),
@@ -176,6 +169,63 @@ impl EventDraft<'_> {
             )),
         }
     }
+}
+
+/// The form an event is stored in as protobuf (docs/architecture.md
+/// "Events as stored"): without its `event_type` and `execution_id`,
+/// which its subject names, and its `event_id`, which its `Nats-Msg-Id`
+/// header is; [`decode_message`] restores them.
+pub fn stored_form(ev: &Event) -> Event {
+    Event {
+        event_id: String::new(),
+        event_type: String::new(),
+        execution_id: String::new(),
+        ts: if ev.ts_ms == 0 {
+            ev.ts.clone()
+        } else {
+            String::new()
+        },
+        ..ev.clone()
+    }
+}
+
+/// Decode an event message of the events stream (JSON or protobuf, whole
+/// or in its [`stored_form`]): the fields the stored form leaves out come
+/// from its `subject` (`<p>.evt.<execution_id>.<event_type>`) and its
+/// `Nats-Msg-Id` header. A field the payload carries is kept as it is.
+pub fn decode_message(
+    subject: &str,
+    headers: Option<&async_nats::HeaderMap>,
+    payload: &[u8],
+) -> Result<Event, crate::codec::DecodeError> {
+    let mut ev = crate::codec::decode_event(payload)?;
+    if ev.event_type.is_empty() || ev.execution_id.is_empty() {
+        if let Some((eid, event_type)) = crate::subjects::event_parts(subject) {
+            if ev.execution_id.is_empty() {
+                ev.execution_id = eid.to_string();
+            }
+            if ev.event_type.is_empty() {
+                ev.event_type = event_type.to_string();
+            }
+        }
+    }
+    if ev.event_id.is_empty() {
+        if let Some(id) = headers.and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)) {
+            ev.event_id = id.as_str().to_string();
+        }
+    }
+    if ev.event_type.is_empty() {
+        return Err(crate::codec::DecodeError {
+            what: "event",
+            reason: format!("no event type in its payload or its subject {subject:?}"),
+        });
+    }
+    Ok(ev)
+}
+
+/// [`decode_message`] of a received message.
+pub fn decode(msg: &async_nats::Message) -> Result<Event, crate::codec::DecodeError> {
+    decode_message(msg.subject.as_str(), msg.headers.as_ref(), &msg.payload)
 }
 
 impl crate::Mesh {
@@ -213,7 +263,7 @@ impl crate::Mesh {
             let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
             while let Some(m) = messages.next().await {
                 let m = m.map_err(|e| failed(&e))?;
-                out.push(crate::codec::decode_event(&m.payload));
+                out.push(decode(&m));
                 if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
                     break;
                 }
@@ -248,6 +298,41 @@ mod tests {
         let mut other = d();
         other.discriminator = "1";
         assert_ne!(other.build().event_id, d().build().event_id);
-        assert!(d().build().ts.ends_with('Z'));
+        assert!(d().build().ts_ms > 0);
+    }
+
+    #[test]
+    fn the_stored_form_leaves_out_what_the_message_carries_and_reads_back_whole() {
+        let ev = EventDraft {
+            event_type: types::LOOP_ITERATION_DONE,
+            execution_id: "e1",
+            step_run_id: "r1",
+            step: "lp",
+            payload: serde_json::json!({"index": 3}),
+            ..Default::default()
+        }
+        .build();
+        let whole = crate::codec::encode(&ev);
+        let stored = crate::codec::encode(&stored_form(&ev));
+        assert!(
+            stored.len() + 40 < whole.len(),
+            "{} bytes stored, {} whole",
+            stored.len(),
+            whole.len()
+        );
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, ev.event_id.as_str());
+        let subject = "noetl.evt.e1.loop.iteration.done";
+        let back = decode_message(subject, Some(&headers), &stored).unwrap();
+        let mut want = ev.clone();
+        want.ts = crate::codec::event_time(&ev);
+        assert_eq!(back, want);
+        // A whole event (as older versions stored them) reads as it is.
+        let old = decode_message("noetl.evt.other.step.done", None, &whole).unwrap();
+        assert_eq!(old.execution_id, "e1");
+        assert_eq!(old.event_type, types::LOOP_ITERATION_DONE);
+        // Without a type anywhere, the event is refused, naming the subject.
+        let e = decode_message("noetl.task.noop", None, &stored).unwrap_err();
+        assert!(e.to_string().contains("noetl.task.noop"), "{e}");
     }
 }

@@ -435,7 +435,7 @@ impl Mesh {
             .subjects
             .event(&event.execution_id, &event.event_type);
         let bytes = match self.inner.config.event_encoding {
-            config::EventEncoding::Protobuf => codec::encode(event),
+            config::EventEncoding::Protobuf => codec::encode(&events::stored_form(event)),
             config::EventEncoding::Json => codec::event_json(event)
                 .map_err(|e| MeshError::Invalid(format!("event {}: {e}", event.event_id)))?
                 .into(),

@@ -507,7 +507,7 @@ pub fn decode<M: prost::Message + Default>(
 /// ([`crate::codec::decode_event`]); refused, naming the subject, when it
 /// is neither.
 pub fn decode_event(msg: &Message) -> Result<noetl_wire::Event, HandlerError> {
-    crate::codec::decode_event(&msg.payload)
+    crate::events::decode(msg)
         .map_err(|e| HandlerError::Refused(format!("{e} (subject {})", msg.subject)))
 }
 

@@ -44,6 +44,16 @@ impl<'a> Parsed<'a> {
     }
 }
 
+/// The execution id and event type an event subject
+/// (`<p>.evt.<eid>.<event_type>`) names, whatever its prefix (one token:
+/// the configuration allows no dot in it); `None` for any other subject.
+pub fn event_parts(subject: &str) -> Option<(&str, &str)> {
+    let (_, rest) = subject.split_once('.')?;
+    let rest = rest.strip_prefix("evt.")?;
+    let (eid, event_type) = rest.split_once('.')?;
+    (!eid.is_empty() && !event_type.is_empty()).then_some((eid, event_type))
+}
+
 impl Subjects {
     /// Names under `prefix`.
     pub fn new(prefix: &str) -> Self {
@@ -201,7 +211,7 @@ impl Subjects {
 
 #[cfg(test)]
 mod tests {
-    use super::{Parsed, Subjects};
+    use super::{event_parts, Parsed, Subjects};
 
     #[test]
     fn subjects_parse_back_to_what_built_them() {
@@ -242,5 +252,20 @@ mod tests {
         }
         // Another prefix's subjects are not ours.
         assert_eq!(Subjects::new("noetl2").parse("noetl.token.e1"), None);
+    }
+
+    #[test]
+    fn event_parts_read_any_prefix() {
+        let s = Subjects::new("team-a");
+        let subject = s.event("e1", "loop.iteration.done");
+        assert_eq!(event_parts(&subject), Some(("e1", "loop.iteration.done")));
+        for bad in [
+            "noetl.evt.e1",
+            "noetl.evt..x",
+            "noetl.token.e1.x",
+            "evt.e1.x",
+        ] {
+            assert_eq!(event_parts(bad), None, "{bad}");
+        }
     }
 }

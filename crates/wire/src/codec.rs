@@ -175,6 +175,28 @@ struct EventJson {
     payload: Value,
 }
 
+/// An event's time as RFC 3339 text with milliseconds, UTC: its `ts`, or
+/// its `ts_ms` written so (events are stored with `ts_ms` only); empty
+/// when it has neither.
+pub fn event_time(ev: &Event) -> String {
+    if !ev.ts.is_empty() || ev.ts_ms == 0 {
+        return ev.ts.clone();
+    }
+    rfc3339_of_ms(ev.ts_ms)
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 text with milliseconds,
+/// UTC (`2026-11-26T08:00:00.000Z`).
+pub fn rfc3339_of_ms(ms: u64) -> String {
+    let f = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&f).ok())
+        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
+}
+
 /// An event as JSON text: what `nats sub` prints when the mesh publishes
 /// events as JSON, and what `noetl events decode` prints.
 pub fn event_json(ev: &Event) -> Result<Vec<u8>, DecodeError> {
@@ -185,7 +207,7 @@ pub fn event_json(ev: &Event) -> Result<Vec<u8>, DecodeError> {
     let j = EventJson {
         event_id: ev.event_id.clone(),
         event_type: ev.event_type.clone(),
-        ts: ev.ts.clone(),
+        ts: event_time(ev),
         execution_id: ev.execution_id.clone(),
         step_run_id: ev.step_run_id.clone(),
         task_run_id: ev.task_run_id.clone(),
@@ -204,7 +226,11 @@ pub fn event_json(ev: &Event) -> Result<Vec<u8>, DecodeError> {
 /// encodings while it runs.
 pub fn decode_event(data: &[u8]) -> Result<Event, DecodeError> {
     if data.first() != Some(&b'{') {
-        return decode("event", data);
+        let mut ev: Event = decode("event", data)?;
+        if ev.ts.is_empty() {
+            ev.ts = event_time(&ev);
+        }
+        return Ok(ev);
     }
     let j: EventJson = match serde_json::from_slice(data) {
         Ok(j) => j,
@@ -227,6 +253,7 @@ pub fn decode_event(data: &[u8]) -> Result<Event, DecodeError> {
         step: j.step,
         task: j.task,
         payload_json: json_bytes(&j.payload),
+        ts_ms: 0,
     })
 }
 
@@ -281,6 +308,24 @@ mod tests {
         assert_eq!(decode_event(&encode(&odd)).unwrap(), odd);
         let e = decode_event(br#"{"event_id": "x"}"#).unwrap_err();
         assert!(e.to_string().contains("event_type"), "{e}");
+    }
+
+    #[test]
+    fn an_event_stored_with_ts_ms_reads_with_its_rfc3339_time() {
+        let ev = Event {
+            event_type: "step.done".into(),
+            ts_ms: 1_795_600_000_123,
+            ..Default::default()
+        };
+        let back = decode_event(&encode(&ev)).unwrap();
+        assert_eq!(back.ts, "2026-11-25T09:46:40.123Z");
+        let v: Value = serde_json::from_slice(&event_json(&ev).unwrap()).unwrap();
+        assert_eq!(v["ts"], "2026-11-25T09:46:40.123Z");
+        assert_eq!(
+            event_time(&Event::default()),
+            "",
+            "no time at all stays empty"
+        );
     }
 
     #[test]

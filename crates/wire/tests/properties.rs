@@ -149,12 +149,12 @@ fn loop_command() -> impl Strategy<Value = LoopCommand> {
 fn event() -> impl Strategy<Value = Event> {
     (
         (text(), text(), text(), text(), text(), text()),
-        (text(), text(), text(), text(), bytes()),
+        (text(), text(), text(), text(), bytes(), any::<u64>()),
     )
         .prop_map(
             |(
                 (event_id, event_type, ts, execution_id, step_run_id, task_run_id),
-                (trace_id, parent_id, step, task, payload_json),
+                (trace_id, parent_id, step, task, payload_json, ts_ms),
             )| Event {
                 event_id,
                 event_type,
@@ -167,6 +167,7 @@ fn event() -> impl Strategy<Value = Event> {
                 step,
                 task,
                 payload_json,
+                ts_ms,
             },
         )
 }

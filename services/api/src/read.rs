@@ -4,7 +4,7 @@
 use async_nats::jetstream::consumer::{pull::OrderedConfig, Consumer, DeliverPolicy};
 use futures::StreamExt;
 use noetl_mesh::keys::Keys;
-use noetl_mesh::{codec, events::types, kv, Mesh, MeshError};
+use noetl_mesh::{events::types, kv, Mesh, MeshError};
 use serde_json::Value;
 
 use crate::shape::events::Seen;
@@ -76,7 +76,7 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
             let m = m.map_err(|e| failed(&e))?;
             let info = m.info().map_err(|e| failed(&e))?;
             let (seq, last) = (info.stream_sequence, info.pending == 0);
-            match codec::decode_event(&m.payload) {
+            match noetl_mesh::events::decode(&m) {
                 Ok(event) => {
                     count += 1;
                     out.push_back(Seen { seq, event });

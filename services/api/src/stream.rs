@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use noetl_mesh::{codec, events::types, Mesh};
+use noetl_mesh::{events::types, Mesh};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -147,7 +147,7 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         let info = m.info().map_err(|e| e.to_string())?;
         let (seq, caught_up) = (info.stream_sequence, info.pending == 0);
         let mut terminal = false;
-        match codec::decode_event(&m.payload) {
+        match noetl_mesh::events::decode(&m) {
             Ok(event) => {
                 terminal = f.execution.is_some() && is_terminal(&event.event_type);
                 if f.only

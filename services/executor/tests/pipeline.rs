@@ -610,7 +610,7 @@ async fn a_redelivered_command_emits_no_duplicate_events() {
         .await
         .unwrap()
         .unwrap();
-    let ids = |m: &async_nats::Message| codec::decode_event(&m.payload).unwrap().event_id;
+    let ids = |m: &async_nats::Message| noetl_mesh::events::decode(m).unwrap().event_id;
     assert_eq!(
         ids(&first),
         ids(&second),

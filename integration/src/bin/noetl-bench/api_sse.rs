@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{self, DeliverPolicy};
 use futures::StreamExt;
-use noetl_mesh::{codec, Mesh};
+use noetl_mesh::Mesh;
 use noetl_wire::Event;
 use tokio::sync::mpsc;
 
@@ -141,7 +141,7 @@ async fn follow_js(mesh: Mesh, tx: mpsc::UnboundedSender<(String, Instant)>) {
     let mut messages = c.messages().await.expect("its messages");
     while let Some(Ok(m)) = messages.next().await {
         let at = Instant::now();
-        let ev = codec::decode_event(&m.payload).expect("a marker event");
+        let ev = noetl_mesh::events::decode(&m).expect("a marker event");
         let _ = tx.send((ev.event_id, at));
     }
 }

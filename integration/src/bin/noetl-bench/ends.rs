@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use noetl_mesh::{codec, events::types, Mesh};
+use noetl_mesh::{events::types, Mesh};
 use tokio::sync::Notify;
 
 /// Terminal events seen so far, by execution.
@@ -35,7 +35,7 @@ impl Ends {
         tokio::spawn(async move {
             while let Some(m) = sub.next().await {
                 let at = Instant::now();
-                let Ok(ev) = codec::decode_event(&m.payload) else {
+                let Ok(ev) = noetl_mesh::events::decode(&m) else {
                     continue;
                 };
                 let terminal = [

@@ -25,7 +25,7 @@ pub fn streamed(seen: &Seen) -> StreamedEvent {
         seq: seen.seq,
         event_id: ev.event_id.clone(),
         event_type: ev.event_type.clone(),
-        ts: ev.ts.clone(),
+        ts: noetl_wire::codec::event_time(ev),
         execution_id: ev.execution_id.clone(),
         step: ev.step.clone(),
         task: ev.task.clone(),
@@ -59,7 +59,7 @@ pub fn execution_event(seen: &Seen) -> ExecutionEvent {
         event_type: ev.event_type.clone(),
         node_name: Some(ev.step.clone()).filter(|s| !s.is_empty()),
         status: event_status(&ev.event_type, &p).to_string(),
-        created_at: ev.ts.clone(),
+        created_at: noetl_wire::codec::event_time(ev),
         result: p.get("result").filter(|r| !r.is_null()).cloned(),
         error,
     }

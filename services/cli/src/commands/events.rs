@@ -35,6 +35,11 @@ pub struct DecodeArgs {
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
+    /// The message's subject: a protobuf event is stored without its
+    /// execution id and type, which its subject names (docs/architecture.md
+    /// "Events as stored").
+    #[arg(long)]
+    pub subject: Option<String>,
 }
 
 /// Arguments of `noetl events tail`.
@@ -127,7 +132,7 @@ fn decode_stdin(a: &DecodeArgs) -> anyhow::Result<ExitCode> {
     use std::io::Read;
     let mut data = Vec::new();
     std::io::stdin().read_to_end(&mut data)?;
-    let (events, errors) = decode_messages(&data);
+    let (events, errors) = decode_messages(&data, a.subject.as_deref().unwrap_or(""));
     for e in &errors {
         eprintln!("{e}");
     }
@@ -141,11 +146,12 @@ fn decode_stdin(a: &DecodeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The events in `data`: the whole of it as one message, else one JSON
-/// event per line; each line that is not an event is an error naming it.
-fn decode_messages(data: &[u8]) -> (Vec<Event>, Vec<String>) {
+/// The events in `data`: the whole of it as one message (published on
+/// `subject`, when known), else one JSON event per line; each line that is
+/// not an event is an error naming it.
+fn decode_messages(data: &[u8], subject: &str) -> (Vec<Event>, Vec<String>) {
     let trimmed = data.strip_suffix(b"\n").unwrap_or(data);
-    if let Ok(ev) = codec::decode_event(trimmed) {
+    if let Ok(ev) = noetl_mesh::events::decode_message(subject, None, trimmed) {
         return (vec![ev], Vec::new());
     }
     let mut events = Vec::new();
@@ -246,7 +252,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| consume(&e))?;
         let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
-        let ev: Event = match codec::decode_event(&m.payload) {
+        let ev: Event = match noetl_mesh::events::decode(&m) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("skipping undecodable message on {}: {e}", m.subject);
@@ -278,18 +284,19 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
 /// sequence (`seq`, what `--from-seq` takes).
 fn print_event(ev: &Event, seq: u64, json: bool) {
     let payload = events::payload(ev);
+    let ts = codec::event_time(ev);
     if json {
         println!(
             "{}",
             json!({
-                "seq": seq, "event_id": ev.event_id, "event_type": ev.event_type, "ts": ev.ts,
+                "seq": seq, "event_id": ev.event_id, "event_type": ev.event_type, "ts": ts,
                 "execution_id": ev.execution_id, "step": ev.step, "task": ev.task,
                 "step_run_id": ev.step_run_id, "task_run_id": ev.task_run_id,
                 "trace_id": ev.trace_id, "parent_id": ev.parent_id, "payload": payload,
             })
         );
     } else {
-        let time = ev.ts.get(11..23).unwrap_or(&ev.ts);
+        let time = ts.get(11..23).unwrap_or(&ts);
         let short: String = ev.execution_id.chars().take(12).collect();
         let place = if ev.task.is_empty() {
             ev.step.clone()
@@ -322,17 +329,25 @@ mod tests {
 
     #[test]
     fn stdin_holds_one_raw_message_or_json_lines() {
-        let (evs, errors) = decode_messages(&codec::encode(&event("a")));
+        let (evs, errors) = decode_messages(&codec::encode(&event("a")), "");
         assert_eq!((evs.len(), errors.len()), (1, 0));
         let mut lines = codec::event_json(&event("a")).unwrap();
         lines.push(b'\n');
         lines.extend(codec::event_json(&event("b")).unwrap());
         lines.extend(b"\nnot an event\n");
-        let (evs, errors) = decode_messages(&lines);
+        let (evs, errors) = decode_messages(&lines, "");
         let ids: Vec<&str> = evs.iter().map(|e| e.event_id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(errors.len(), 1);
         assert!(errors[0].starts_with("stdin line 3:"), "{}", errors[0]);
+        // An event as stored: its type and execution come from --subject.
+        let stored = codec::encode(&noetl_mesh::events::stored_form(&event("c")));
+        let (evs, _) = decode_messages(&stored, "noetl.evt.e1.step.done");
+        assert_eq!(evs.len(), 1);
+        assert_eq!(
+            (evs[0].event_type.as_str(), evs[0].execution_id.as_str()),
+            ("step.done", "e1")
+        );
     }
 
     #[test]

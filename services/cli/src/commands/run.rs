@@ -383,7 +383,7 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
                 continue;
             }
         };
-        let Ok(ev) = codec::decode_event(&next.payload) else {
+        let Ok(ev) = noetl_mesh::events::decode(&next) else {
             continue;
         };
         let terminal = progress.observe(&ev);

@@ -353,10 +353,13 @@ fn retry_pending(s: &Situation<'_>, run: &RunNode) -> Option<Reason> {
         .pointer("/retry/next_attempt")
         .and_then(Value::as_u64)
         .unwrap_or(0) as u32;
-    let done_ms = events::parse_rfc3339(&last.ts)?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_millis() as u64;
+    let done_ms = match last.ts_ms {
+        0 => events::parse_rfc3339(&last.ts)?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis() as u64,
+        ms => ms,
+    };
     let at = done_ms.saturating_add(delay);
     (at > s.now_ms).then(|| Reason::Retry {
         task: last.task.clone(),
@@ -512,7 +515,7 @@ pub fn notes(header: &ExecHeader, events: &[Event], paused: Option<&PauseRecord>
             types::EXECUTION_CANCEL_REQUESTED if header.status == ExecStatus::Running => {
                 out.push(format!(
                     "a cancellation was requested at {}; the router has not recorded it yet",
-                    ev.ts
+                    noetl_mesh::codec::event_time(ev)
                 ));
             }
             _ => {}

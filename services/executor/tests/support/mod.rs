@@ -198,7 +198,7 @@ impl EventLog {
     async fn next(&mut self, timeout: Duration) -> Option<Event> {
         match tokio::time::timeout(timeout, self.messages.next()).await {
             Ok(Some(Ok(m))) => {
-                let ev: Event = codec::decode_event(&m.payload).expect("an event");
+                let ev: Event = noetl_mesh::events::decode(&m).expect("an event");
                 self.seen.push(ev.clone());
                 Some(ev)
             }
