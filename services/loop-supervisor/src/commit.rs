@@ -63,10 +63,25 @@ impl Run<'_> {
 
 /// The reports waiting per loop run (one per process and mesh, shared by
 /// the handlers).
-#[derive(Default)]
 pub(crate) struct Counter {
     runs: Mutex<HashMap<String, Queue>>,
+    /// Each run's record as this process last wrote it: a leader writes
+    /// at that revision without reading first, and reads only when
+    /// another writer moved the record since (the write then fails).
+    written: kv::RevisionCache<LoopRun>,
 }
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self {
+            runs: Mutex::default(),
+            written: kv::RevisionCache::new(RUNS_REMEMBERED),
+        }
+    }
+}
+
+/// Loop runs whose last written record a loop-supervisor remembers.
+const RUNS_REMEMBERED: usize = 1024;
 
 impl Counter {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
@@ -103,7 +118,7 @@ impl Counter {
         match answer.await {
             Ok(Some(counted)) => Ok(Some(counted)),
             // The shared write failed (or its leader is gone): alone.
-            _ => write_alone(mesh, run, index, claim).await,
+            _ => write_alone(mesh, &self.written, run, index, claim).await,
         }
     }
 }
@@ -126,7 +141,7 @@ impl Leader<'_> {
                 }
             };
             let reports: Vec<(u64, &Claim)> = batch.iter().map(|w| (w.index, &w.claim)).collect();
-            match write_batch(mesh, run, &reports).await {
+            match write_batch(mesh, &self.counter.written, run, &reports).await {
                 Ok(Some(results)) => {
                     for (w, c) in batch.into_iter().zip(results) {
                         let _ = w.reply.send(Some(c));
@@ -155,14 +170,16 @@ impl Drop for Leader<'_> {
 }
 
 /// One compare-and-set counting every report of `batch` (index and
-/// claim), in order; `None` when the run is unknown.
+/// claim), in order, from the record as `written` last (read only when
+/// that is stale); `None` when the run is unknown.
 async fn write_batch(
     mesh: &Mesh,
+    written: &kv::RevisionCache<LoopRun>,
     run: &Run<'_>,
     batch: &[(u64, &Claim)],
 ) -> Result<Option<Vec<Counted>>, MeshError> {
     let mut results = Vec::new();
-    let stored = kv::update(mesh.loop_kv(), run.key, |r: Option<&LoopRun>| {
+    let stored = kv::update_cached(mesh.loop_kv(), run.key, written, |r: Option<&LoopRun>| {
         results.clear();
         let Some(r) = r else { return Cas::Keep };
         let arrivals: Vec<Arrival<'_>> = batch
@@ -183,10 +200,11 @@ async fn write_batch(
 /// The report counted by a write of its own.
 async fn write_alone(
     mesh: &Mesh,
+    written: &kv::RevisionCache<LoopRun>,
     run: &Run<'_>,
     index: u64,
     claim: &Claim,
 ) -> Result<Option<Counted>, MeshError> {
-    let counted = write_batch(mesh, run, &[(index, claim)]).await?;
+    let counted = write_batch(mesh, written, run, &[(index, claim)]).await?;
     Ok(counted.and_then(|mut each| each.pop()))
 }
