@@ -39,6 +39,11 @@ impl Cpu {
     }
 }
 
+/// User + system CPU time of process `pid` so far.
+pub fn process(pid: u32) -> Duration {
+    of(&pid.to_string())
+}
+
 /// User + system time of `/proc/<pid>/stat` (fields 14 and 15, clock
 /// ticks); zero where `/proc` cannot be read.
 fn of(pid: &str) -> Duration {

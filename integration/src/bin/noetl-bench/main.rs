@@ -16,9 +16,12 @@
 mod api;
 mod api_sse;
 mod api_status;
+mod bytes;
 mod cpu;
 mod ends;
+mod procs;
 mod report;
+mod scale;
 mod scenarios;
 
 use std::time::{Duration, Instant};
@@ -48,8 +51,11 @@ struct Plan {
     api_reads: usize,
     /// Marker events timed through the API's event stream.
     sse_events: usize,
-    /// Also measure the loop with 1, 2 and 4 executor replicas.
+    /// Also measure the loops with 1, 2 and 4 executor replicas, and two
+    /// of each other service.
     replicas: bool,
+    /// Items of the latency-bound http loop of the scale-out figures.
+    http_loop_items: usize,
 }
 
 impl Plan {
@@ -68,6 +74,7 @@ impl Plan {
             api_reads: 20_000,
             sse_events: 1000,
             replicas: true,
+            http_loop_items: 2000,
         }
     }
 
@@ -86,39 +93,6 @@ impl Plan {
             ..Self::full()
         }
     }
-}
-
-/// Iterations per second of an `n`-item parallel noop loop on a fresh
-/// server with `executors` executor replicas (after a short warm-up loop).
-async fn loop_throughput(n: usize, executors: usize) -> f64 {
-    let cluster = Cluster::start_with(ClusterOptions {
-        executors: false,
-        ..ClusterOptions::default()
-    })
-    .await;
-    let mut handles = Vec::new();
-    for _ in 0..executors {
-        handles.push(cluster.spawn_executor_for(&["noop"], 16).await);
-    }
-    let mut took = Duration::ZERO;
-    for (items, name) in [(50, "warm-up"), (n, "bench")] {
-        let t0 = Instant::now();
-        let yaml = sc::parallel_loop(items, 64, sc::LOOP_NOOP);
-        let eid = cluster.submit(&yaml, "bench_loop.yaml", json!({})).await;
-        let s = cluster.wait(&eid, Duration::from_secs(600)).await;
-        took = t0.elapsed();
-        assert_eq!(
-            s.ctx["total"], items,
-            "{name} loop with {executors} executors: every item counted once ({:?}: {:?})",
-            s.status, s.error
-        );
-    }
-    // Nothing is in flight once the loop is done.
-    for h in handles {
-        h.abort();
-    }
-    cluster.stop().await;
-    n as f64 / took.as_secs_f64()
 }
 
 async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
@@ -344,6 +318,7 @@ async fn main() {
     let cpu_iteration = loop_cpu.total().as_secs_f64() * 1e6 / items;
     let event_bytes_iteration = bytes_after.saturating_sub(bytes_before) as f64 / items;
     let events_iteration = events_after.saturating_sub(events_before) as f64 / items;
+    bytes::breakdown(&cluster, &ends).await;
     let py_loop = sc::parallel_loop(plan.python_items, plan.loop_mif, sc::LOOP_PYTHON);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
     let squares: u64 = (0..plan.python_items as u64).map(|i| i * i).sum();
@@ -530,7 +505,7 @@ async fn main() {
     );
     let seq_ratio = report::stats(&figures[1].samples).median / floor_ms;
     let exec_p99 = report::stats(&latencies).p99;
-    let mut extra = vec![
+    let mut extra: Vec<(String, f64)> = [
         ("seq_step_ratio_to_floor", seq_ratio),
         ("exec_p99_ms", exec_p99),
         (
@@ -540,29 +515,22 @@ async fn main() {
         ("api_sse_p99_ms", sse_p99),
         ("api_sse_floor_p99_ms", sse_floor_p99),
         ("quick", if plan.replicas { 0.0 } else { 1.0 }),
-    ];
-    if plan.replicas {
-        println!(
-            "\nparallel noop loop, {} items, fresh server per run, by executor replicas:",
-            plan.loop_items / 5
-        );
-        let mut one = 0.0;
-        for executors in [1, 2, 4] {
-            let rate = loop_throughput(plan.loop_items / 5, executors).await;
-            if executors == 1 {
-                one = rate;
-            }
-            println!(
-                "  executors {executors}: {rate:>8.0} iterations/s  ({:.2}x of 1 executor)",
-                rate / one
-            );
-            let key = match executors {
-                1 => "loop_1_executor_per_s",
-                2 => "loop_2_executors_per_s",
-                _ => "loop_4_executors_per_s",
-            };
-            extra.push((key, rate));
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    match procs::noetl_binary() {
+        Some(bin) => {
+            let rows = procs::per_service(&bin, plan.steps, plan.loop_items).await;
+            extra.extend(procs::report(&rows));
         }
+        None => println!(
+            "\nCPU per service: skipped (no `noetl` beside the bench; `make bench` builds it, or set NOETL_BIN)"
+        ),
+    }
+    if plan.replicas {
+        let rates = scale::figures(plan.loop_items / 5, plan.http_loop_items).await;
+        extra.extend(rates.into_iter().map(|(k, v)| (k.to_string(), v)));
     }
     let path = noetl_integration::repo_root().join("target/bench/results.json");
     report::write_json(&path, &figures, &extra);

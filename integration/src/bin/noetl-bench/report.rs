@@ -81,13 +81,13 @@ fn fmt(v: f64) -> String {
 
 /// Every figure's median under its key, plus `extra` (ratios, latencies
 /// measured inside one run), as pretty JSON in `path`.
-pub fn write_json(path: &Path, figures: &[Figure], extra: &[(&str, f64)]) {
+pub fn write_json(path: &Path, figures: &[Figure], extra: &[(String, f64)]) {
     let mut out = BTreeMap::new();
     for f in figures {
         out.insert(f.key.to_string(), stats(&f.samples).median);
     }
     for (k, v) in extra {
-        out.insert(k.to_string(), *v);
+        out.insert(k.clone(), *v);
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).expect("create the results directory");
