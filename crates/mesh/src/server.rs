@@ -79,17 +79,22 @@ pub struct ServerOptions {
 /// long after what it holds is garbage (docs/performance.md, "Memory").
 pub const DEFAULT_MEMORY_LIMIT: &str = "192MiB";
 
-/// The `GOMEMLIMIT` a private server gets, if any.
-fn memory_limit() -> Option<String> {
-    memory_limit_of(std::env::var("NOETL_NATS_MEMORY_LIMIT").ok().as_deref())
+/// The `GOMEMLIMIT` a server gets, if any: a private one (`owned`) the
+/// default unless `NOETL_NATS_MEMORY_LIMIT` says otherwise; any other
+/// (a test's) only the one `NOETL_NATS_MEMORY_LIMIT` sets explicitly.
+fn memory_limit(owned: bool) -> Option<String> {
+    memory_limit_of(
+        std::env::var("NOETL_NATS_MEMORY_LIMIT").ok().as_deref(),
+        owned,
+    )
 }
 
 /// [`memory_limit`] for a `NOETL_NATS_MEMORY_LIMIT` of `setting`.
-fn memory_limit_of(setting: Option<&str>) -> Option<String> {
+fn memory_limit_of(setting: Option<&str>, owned: bool) -> Option<String> {
     match setting.map(str::trim) {
         Some(v) if v.eq_ignore_ascii_case("off") => None,
         Some(v) if !v.is_empty() => Some(v.to_string()),
-        _ => Some(DEFAULT_MEMORY_LIMIT.to_string()),
+        _ => owned.then(|| DEFAULT_MEMORY_LIMIT.to_string()),
     }
 }
 
@@ -190,7 +195,7 @@ impl NatsServerProcess {
             }
             cmd.env_clear()
                 .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "TZ"));
-            if let Some(limit) = owned.then(memory_limit).flatten() {
+            if let Some(limit) = memory_limit(owned) {
                 cmd.env("GOMEMLIMIT", limit);
             }
             let child = cmd
@@ -431,13 +436,26 @@ mod tests {
 
     #[test]
     fn a_private_server_gets_a_go_memory_limit_unless_turned_off() {
-        assert_eq!(memory_limit_of(None).as_deref(), Some(DEFAULT_MEMORY_LIMIT));
         assert_eq!(
-            memory_limit_of(Some(" ")).as_deref(),
+            memory_limit_of(None, true).as_deref(),
             Some(DEFAULT_MEMORY_LIMIT)
         );
-        assert_eq!(memory_limit_of(Some("512MiB")).as_deref(), Some("512MiB"));
-        assert_eq!(memory_limit_of(Some("OFF")), None);
+        assert_eq!(
+            memory_limit_of(Some(" "), true).as_deref(),
+            Some(DEFAULT_MEMORY_LIMIT)
+        );
+        assert_eq!(
+            memory_limit_of(Some("512MiB"), true).as_deref(),
+            Some("512MiB")
+        );
+        assert_eq!(memory_limit_of(Some("OFF"), true), None);
+        // A test's server: only an explicit setting.
+        assert_eq!(memory_limit_of(None, false), None);
+        assert_eq!(
+            memory_limit_of(Some("192MiB"), false).as_deref(),
+            Some("192MiB")
+        );
+        assert_eq!(memory_limit_of(Some("off"), false), None);
     }
 
     #[test]
