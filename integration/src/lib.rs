@@ -20,6 +20,7 @@ pub mod check;
 pub mod echo;
 pub mod gauge;
 pub mod mix;
+pub mod procstat;
 pub mod sink;
 pub use gauge::Gauge;
 

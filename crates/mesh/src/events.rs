@@ -102,9 +102,7 @@ pub fn now_rfc3339() -> String {
 }
 
 /// An instant in Unix epoch milliseconds as [`now_rfc3339`] writes times.
-pub fn rfc3339_of_ms(ms: u64) -> String {
-    crate::codec::rfc3339_of_ms(ms)
-}
+pub use crate::codec::rfc3339_of_ms;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

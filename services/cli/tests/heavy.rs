@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use noetl_integration::procstat::{cpu_time, peak_rss_kib};
+
 mod support;
 
 /// Items of the loop.
@@ -30,21 +32,27 @@ fn noetl(home: &Path) -> Command {
     c
 }
 
-/// Run `sql` with `psql` against the machine's PostgreSQL (database
-/// `test`); its output.
+/// `psql` running `sql` against the machine's PostgreSQL (database
+/// `test`), unquoted and unaligned.
+fn psql_command(sql: &str) -> Command {
+    let mut c = Command::new("psql");
+    c.args([
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
+        "-d",
+        "test",
+        "-qAt",
+        "-c",
+        sql,
+    ]);
+    c
+}
+
+/// Run `sql` with [`psql_command`]; its output.
 fn psql(sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-qAt",
-            "-c",
-            sql,
-        ])
+    let out = psql_command(sql)
         .output()
         .expect("psql (the machine's PostgreSQL client)");
     assert!(
@@ -53,28 +61,6 @@ fn psql(sql: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// User + system CPU seconds of process `pid` so far (fields 14 and 15 of
-/// `/proc/<pid>/stat`, at the usual 100 ticks per second).
-fn cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
 }
 
 /// The processes and the schema a run made; stopped and dropped however
@@ -90,10 +76,9 @@ impl Drop for Run {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc"])
-            .arg(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
-            .output();
+        // Best effort: a drop cannot fail the test it ends.
+        let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        let _ = psql_command(&drop).output();
     }
 }
 
@@ -233,7 +218,7 @@ fn a_million_item_loop_completes_exact_in_bounded_memory() {
         .chain(server.pid().map(|p| ("nats-server", p)));
     for (name, pid) in pids {
         let kib = peak_rss_kib(pid);
-        let cpu = cpu_s(pid);
+        let cpu = cpu_time(pid).as_secs_f64();
         let note = if name == "nats-server" {
             format!("   (GOMEMLIMIT {limit})")
         } else {

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use noetl_integration::procstat;
 use noetl_mesh::{config::MeshConfig, Mesh};
 use noetl_testkit::TestServer;
 
-use crate::cpu;
 use crate::ends::Ends;
 use crate::scenarios as sc;
 
@@ -119,7 +119,7 @@ pub async fn per_service(bin: &Path, steps: usize, items: usize) -> Vec<ServiceC
         .map(|(n, c)| (*n, c.id()))
         .chain(server.pid().map(|p| ("nats-server", p)))
         .collect();
-    let sample = || -> Vec<Duration> { pids.iter().map(|(_, p)| cpu::process(*p)).collect() };
+    let sample = || -> Vec<Duration> { pids.iter().map(|(_, p)| procstat::cpu_time(*p)).collect() };
     let spent = |before: &[Duration], after: &[Duration]| -> Vec<Duration> {
         after
             .iter()

@@ -63,7 +63,11 @@ pub async fn loop_rate(run: LoopRun) -> Rate {
         );
     }
     let (gauge, url) = Gauge::serve(HTTP_HOLD).await;
-    let body = if run.http { LOOP_HTTP } else { sc::LOOP_NOOP };
+    let body = if run.http {
+        sc::LOOP_HTTP
+    } else {
+        sc::LOOP_NOOP
+    };
     let mut took = Duration::ZERO;
     let mut spent = Duration::ZERO;
     for (items, name) in [(50, "warm-up"), (run.items, "bench")] {
@@ -95,17 +99,6 @@ pub async fn loop_rate(run: LoopRun) -> Rate {
         busy: spent.as_secs_f64() / (took.as_secs_f64() * cores as f64),
     }
 }
-
-/// An http loop body counting 1 per iteration.
-const LOOP_HTTP: &str = r#"      - name: call
-        kind: http
-        url: "{{ workload.url }}"
-        spec:
-          policy:
-            rules:
-              - else:
-                  then: { set_ctx: { total: 1 } }
-"#;
 
 /// The scale-out figures, each with its `results.json` key.
 pub async fn figures(noop_items: usize, http_items: usize) -> Vec<(&'static str, f64)> {

@@ -103,6 +103,17 @@ pub const LOOP_NOOP: &str = r#"      - name: touch
                   then: { set_ctx: { total: 1 } }
 "#;
 
+/// An http loop body calling `workload.url`, counting 1 per iteration.
+pub const LOOP_HTTP: &str = r#"      - name: call
+        kind: http
+        url: "{{ workload.url }}"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { total: 1 } }
+"#;
+
 /// A python loop body: `result = i * i`, summed.
 pub const LOOP_PYTHON: &str = r#"      - name: square
         kind: python
