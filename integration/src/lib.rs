@@ -238,6 +238,33 @@ impl Cluster {
         (summary, events)
     }
 
+    /// Fold the execution's events and compare them with its stored
+    /// records (`noetl exec replay`).
+    pub async fn replay(&self, eid: &str) -> noetl_mesh::replay::Report {
+        noetl_mesh::replay::check(&self.mesh, eid)
+            .await
+            .unwrap_or_else(|e| panic!("replay of {eid}: {e}"))
+    }
+
+    /// Assert that a finished execution's events give every record stored
+    /// for it (`noetl exec replay` reports equal), giving its last writes
+    /// (the terminal event's flag, stragglers) up to 5 s to land.
+    pub async fn assert_replays(&self, eid: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let report = self.replay(eid).await;
+            if report.equal {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "execution {eid}: its events and its records differ: {}",
+                serde_json::to_string_pretty(&report.differences).unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Every event of an execution currently in the stream, in order.
     pub async fn events(&self, eid: &str) -> Vec<Event> {
         events_of(&self.mesh, &self.mesh.subjects().events_of(eid)).await

@@ -99,6 +99,7 @@ async fn nested_loops_through_child_playbooks_see_iter_parent() {
         .unwrap();
     let eid = cluster.submit(CITIES, "cities.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     let mut rooms: Vec<String> = serde_json::from_value(s.ctx["rooms"].clone()).unwrap();
     rooms.sort();
@@ -176,6 +177,7 @@ workflow:
 "#;
     let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     assert_eq!(s.ctx["kind"], "playbook.failed");
     let message = s.ctx["message"].as_str().unwrap();
@@ -617,6 +619,7 @@ workflow:
 "#;
     let eid = cluster.submit(parent, "parent.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(90)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     assert_eq!(s.ctx["score"], json!({"profile_score": 40}));
     assert_eq!(s.ctx["whole"], json!({"seen": true}), "no return_step: ctx");

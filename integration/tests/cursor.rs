@@ -142,6 +142,7 @@ async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue
     let yaml = playbook(&schema, window, max_rows, requeue);
     let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(120)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     let events = cluster.settled_events(&eid).await;
 

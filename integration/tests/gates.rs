@@ -69,6 +69,7 @@ async fn executions_per_key_never_exceed_the_limit_and_start_in_request_order() 
     for (eid, _) in &submitted {
         let s = c.wait(eid, Duration::from_secs(60)).await;
         assert_eq!(s.status, ExecStatus::Completed, "{eid}: {:?}", s.error);
+        c.assert_replays(eid).await;
     }
     assert_eq!(gauge_a.total() + gauge_b.total(), 20, "every call was made");
     assert_eq!(
@@ -269,6 +270,7 @@ async fn a_step_s_concurrency_bounds_its_task_calls_across_a_parallel_loop() {
     let yaml = gated_loop(12, "{ concurrency: { limit: 2 } }", &url);
     let eid = c.submit(&yaml, "gated_loop.yaml", json!({})).await;
     let s = c.wait(&eid, Duration::from_secs(60)).await;
+    c.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{:?}", s.error);
     assert_eq!(gauge.total(), 12);
     assert_eq!(gauge.max(), 2, "at most (and up to) 2 calls at once");

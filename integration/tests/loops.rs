@@ -173,6 +173,7 @@ async fn fail_fast_stops_dispatching_and_best_effort_runs_everything() {
         .submit(&failing_loop("fail_fast"), "ff.yaml", json!({}))
         .await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
     assert_eq!(s.steps["start"], "failed");
     assert_eq!(s.steps["cleanup"], "done");
@@ -265,6 +266,7 @@ async fn reducers_are_exact_and_survive_redelivery() {
     .await;
     let eid = cluster.submit(REDUCERS, "reducers.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(
         serde_json::to_value(s.status).unwrap(),
         "completed",
@@ -354,6 +356,7 @@ workflow:
 "#;
     let eid = cluster.submit(yaml, "conflict.yaml", json!({})).await;
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
     assert_eq!(s.ctx["winner"], 1, "the first write stands");
     let events = cluster.settled_events(&eid).await;
@@ -479,6 +482,7 @@ workflow:
     // A new replica picks the commands up when they are redelivered.
     let _second = cluster.spawn_executor().await;
     let s = cluster.wait(&eid, Duration::from_secs(90)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(
         serde_json::to_value(s.status).unwrap(),
         "completed",

@@ -115,6 +115,7 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     // Unpause: the token goes on, the execution completes.
     assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
     let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(done.status, ExecStatus::Completed);
     assert!(kv::keys_under(store, &Keys::held_all(&eid))
         .await
@@ -162,6 +163,7 @@ async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_on
 
     assert!(mesh.unpause(&eid, "test").await.unwrap() >= 1);
     let done = cluster.wait(&eid, Duration::from_secs(60)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(done.status, ExecStatus::Completed);
     let events = cluster.settled_events(&eid).await;
     let mut finished: Vec<u64> = events

@@ -113,6 +113,7 @@ async fn a_signal_that_fits_continues_the_wait_once_with_its_data() {
     );
 
     let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(done.status, ExecStatus::Completed, "{done:?}");
     assert_eq!(done.ctx["approved"], true);
     assert_eq!(done.ctx["by"], "ann");
@@ -130,6 +131,7 @@ async fn without_a_signal_the_timeout_fails_the_task_with_kind_timeout() {
     let cluster = Cluster::start().await;
     let eid = cluster.submit(TIMED, "timed_wait.yaml", json!({})).await;
     let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    cluster.assert_replays(&eid).await;
     assert_eq!(done.status, ExecStatus::Completed, "{done:?}");
     assert_eq!(done.steps["timed_out"], "done", "{done:?}");
     assert!(cluster.mesh.waiters(&eid).await.unwrap().is_empty());

@@ -38,7 +38,7 @@ pub const DEFAULT_MAX_LOOP_ITEMS: usize = 1_000_000;
 pub const MAX_EVENT_PAYLOAD_BYTES: usize = 64 * 1024;
 /// A field of an oversized event payload above this many bytes of JSON
 /// becomes a preview.
-const EVENT_FIELD_BYTES: usize = 4 * 1024;
+pub const EVENT_FIELD_BYTES: usize = 4 * 1024;
 /// Bytes of JSON text kept in a preview.
 const PREVIEW_BYTES: usize = 1024;
 

@@ -11,8 +11,9 @@
 
 use serde_json::{Map, Value};
 
-/// A reducer operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A reducer operation (its name on the wire: `append`, `sum`...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ReducerOp {
     /// Collect contributions in a list.
     Append,

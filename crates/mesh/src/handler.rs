@@ -183,16 +183,21 @@ impl PlanNeed for StepOf {
 /// The plan of the execution `meta` belongs to; a message of an execution
 /// without a plan is refused, in one wording for every service.
 pub async fn plan_of(mesh: &Mesh, meta: Meta<'_>) -> Result<Arc<PlanRecord>, HandlerError> {
-    mesh.plans()
-        .get(mesh, meta.execution_id)
-        .await
-        .map_err(|e| match e {
-            MeshError::NoPlan { .. } => HandlerError::Refused(format!(
-                "{} for unknown execution {} (step {:?})",
-                meta.what, meta.execution_id, meta.step
-            )),
-            e => HandlerError::Mesh(e),
-        })
+    match mesh.plans().get(mesh, meta.execution_id).await {
+        Ok(plan) => Ok(plan),
+        Err(MeshError::NoPlan { .. }) => {
+            // Lost from KV (a purge, a storage fault) while the execution
+            // runs: its events name it, so it is written back from them.
+            match crate::rebuild::restore_plan(mesh, meta.execution_id).await? {
+                Some(plan) => Ok(plan),
+                None => Err(HandlerError::Refused(format!(
+                    "{} for unknown execution {} (step {:?})",
+                    meta.what, meta.execution_id, meta.step
+                ))),
+            }
+        }
+        Err(e) => Err(HandlerError::Mesh(e)),
+    }
 }
 
 /// Where `meta`'s step is in `plan`; a message naming a step the

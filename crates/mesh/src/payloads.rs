@@ -174,6 +174,27 @@ pub struct LoopDone {
     /// Why the loop failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// The reducer results this loop folded into `ctx`, in the order they
+    /// were applied (docs/architecture.md "The event log"): each combines
+    /// with the key's value at that point, as the loop-supervisor did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reduce: Vec<Reduced>,
+    /// [`Self::reduce`] stored whole in the object store, when it is too
+    /// large to ride in the event (a reference; `reduce` is then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_ref: Option<Value>,
+}
+
+/// One reducer result of a loop: `ctx.<key>` becomes
+/// `combine(op, ctx.<key>, value)` (`noetl_core::reduce::combine`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reduced {
+    /// The `ctx` key.
+    pub key: String,
+    /// The reducer (`sum`, `append`...).
+    pub op: noetl_core::reduce::ReducerOp,
+    /// The loop's aggregate.
+    pub value: Value,
 }
 
 /// `message.dead_lettered`, written by any consumer, read by the router.
@@ -208,6 +229,10 @@ pub struct ExecutionEnded {
     /// started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The tokens that were live when it failed or was cancelled (the
+    /// header's `stopped`: what a resume runs again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<crate::state::TokenRecord>,
 }
 
 /// `token.created`, written by the router.
@@ -220,6 +245,13 @@ pub struct TokenCreated {
     /// The arc that fired it (absent for the entry token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arc: Option<usize>,
+    /// Its args as the header records them (large values by reference).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub args: Value,
+    /// The step-run that fired it, when that is not the event's own
+    /// step-run (a resumed execution's tokens).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent: String,
 }
 
 /// One arc a `next.selected` names.
@@ -247,6 +279,11 @@ pub struct NextSelected {
     /// order), applied before their tokens were placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_ctx: Option<Map<String, Value>>,
+    /// The same writes stored whole in the object store, when they are too
+    /// large to ride in the event ([`crate::patches`]; `set_ctx` is then
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_ctx_ref: Option<Value>,
 }
 
 /// `loop.started`, written by the loop-supervisor, read by `noetl run`'s
@@ -307,6 +344,18 @@ pub struct TaskDone {
     /// A delayed retry's schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryAt>,
+    /// The `set_ctx` patch stored whole in the object store, when it is
+    /// too large to ride in the event ([`crate::patches`]; `set_ctx` is
+    /// then absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_ctx_ref: Option<Value>,
+    /// Keys of `set_ctx` that went to the loop's reducers (they reach
+    /// `ctx` with the loop's `loop.done`), not into `ctx`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reduced: Vec<String>,
+    /// `set_ctx` was refused (`ctx.conflict`): nothing was written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ctx_refused: bool,
 }
 
 /// `playbook.initialized`, the first event of an execution (router).
@@ -322,6 +371,45 @@ pub struct PlaybookInitialized {
     /// The parent execution of a child playbook (empty otherwise).
     #[serde(default)]
     pub parent_execution_id: String,
+    /// The plan's identity: the normalised playbook's digest, where it is
+    /// stored, and the catalog entry it came from (absent in events
+    /// written before the log was complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanIdentity>,
+    /// The merged workload the execution runs with.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub workload: Value,
+    /// The workload stored whole in the object store, when it is too large
+    /// to ride in the event ([`crate::patches`]; `workload` is then absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_ref: Option<Value>,
+}
+
+/// Which plan an execution runs (`playbook.initialized`): enough to read
+/// it back whole, whatever was registered since.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanIdentity {
+    /// `sha256:<hex>` of the normalised playbook's JSON.
+    pub digest: String,
+    /// The normalised playbook in the object store (content-addressed by
+    /// its digest), as a reference.
+    pub playbook_ref: Value,
+    /// The catalog path, when it came from the catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_path: Option<String>,
+    /// The catalog version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_version: Option<u32>,
+    /// When the execution started (Unix epoch ms): limits counted from the
+    /// start use it.
+    #[serde(default)]
+    pub started_ms: u64,
+    /// The parent task's `iter` (child playbooks).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub parent_iter: Value,
+    /// The step whose last result answers the parent task.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub return_step: String,
 }
 
 /// `workflow.initialized` (router).
@@ -421,6 +509,36 @@ pub struct BoundaryView {
     pub counts: Option<LoopCounts>,
 }
 
+/// `execution.resumed`: what the router did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// This is the execution's n-th resume.
+    pub resumes: u32,
+    /// The steps that run again (one per token), in token order.
+    pub steps: Vec<String>,
+    /// The loop steps among them that continue their stopped run (only
+    /// the iterations that did not finish run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued_loops: Vec<String>,
+    /// The step it restarted at (`--from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The workload keys `--set` changed (names only: values may be
+    /// secrets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set: Vec<String>,
+    /// The catalog version it runs under from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub playbook_version: Option<u32>,
+    /// Who asked.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+    /// When the header was resumed (Unix epoch ms; the header's
+    /// `resumed_at_ms`).
+    #[serde(default)]
+    pub resumed_at_ms: u64,
+}
+
 /// `step.started` (scheduler): a step-run began. Nothing to say beyond the
 /// envelope (execution, step, step-run id), but a type of its own all the
 /// same, so every event is written from one.
@@ -464,6 +582,7 @@ payload_of! {
     StepScheduled => [StepScheduled],
     StepSkipped => [StepSkipped],
     StepStarted => [StepStarted],
+    Resumed => [ExecutionResumed],
 }
 
 /// `payload` as JSON for an event of type `kind`, which must be one of its
@@ -594,6 +713,7 @@ mod tests {
             status: crate::status::ExecStatus::Completed,
             error: None,
             source: None,
+            stopped: Vec::new(),
         };
         assert_eq!(
             to_value(&done),
@@ -603,6 +723,7 @@ mod tests {
             status: crate::status::ExecStatus::Failed,
             error: Some("E010".into()),
             source: Some("bad.yaml".into()),
+            stopped: Vec::new(),
         };
         assert_eq!(
             to_value(&refused),
@@ -612,6 +733,8 @@ mod tests {
             token_id: "t0".into(),
             step: "start".into(),
             arc: None,
+            args: Value::Null,
+            parent: String::new(),
         };
         assert_eq!(to_value(&entry), json!({"token_id": "t0", "step": "start"}));
         let task_done = TaskDone {
@@ -625,6 +748,9 @@ mod tests {
             set_ctx: None,
             set_iter: None,
             retry: None,
+            set_ctx_ref: None,
+            reduced: Vec::new(),
+            ctx_refused: false,
         };
         assert_eq!(
             to_value(&task_done),
@@ -715,7 +841,17 @@ mod tests {
             },
             args: json!({"a": 1}),
             error: None,
+            reduce: vec![Reduced {
+                key: "total".into(),
+                op: noetl_core::reduce::ReducerOp::Sum,
+                value: json!(6),
+            }],
+            reduce_ref: None,
         };
+        assert_eq!(
+            to_value(&done)["reduce"],
+            json!([{"key": "total", "op": "sum", "value": 6}])
+        );
         let ev = event("loop.done", to_value(&done));
         assert_eq!(decode::<LoopDone>(&ev).unwrap(), done);
         let view = decode::<BoundaryView>(&ev).unwrap();

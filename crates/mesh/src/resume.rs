@@ -22,7 +22,9 @@ use serde_json::{Map, Value};
 use crate::event_type::EventType;
 use crate::ids::derive_id;
 use crate::keys::Keys;
+pub use crate::payloads::Resumed;
 use crate::plan::PlanRecord;
+pub use crate::state::resumed_header;
 use crate::state::{ExecHeader, ExecStatus, StepRecord, TokenRecord};
 use crate::{kv, Mesh, MeshError};
 
@@ -40,32 +42,6 @@ pub struct ResumeRequested {
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub set: Map<String, Value>,
     /// Resume under this catalog version of the playbook.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub playbook_version: Option<u32>,
-    /// Who asked.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub by: String,
-}
-
-/// `execution.resumed`: what the router did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Resumed {
-    /// This is the execution's n-th resume.
-    pub resumes: u32,
-    /// The steps that run again (one per token), in token order.
-    pub steps: Vec<String>,
-    /// The loop steps among them that continue their stopped run (only
-    /// the iterations that did not finish run).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub continued_loops: Vec<String>,
-    /// The step it restarted at (`--from`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<String>,
-    /// The workload keys `--set` changed (names only: values may be
-    /// secrets).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub set: Vec<String>,
-    /// The catalog version it runs under from now on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub playbook_version: Option<u32>,
     /// Who asked.
@@ -94,9 +70,6 @@ pub struct LoopCarry {
 
 impl crate::payloads::EventPayload for ResumeRequested {
     const KINDS: &'static [EventType] = &[EventType::ExecutionResumeRequested];
-}
-impl crate::payloads::EventPayload for Resumed {
-    const KINDS: &'static [EventType] = &[EventType::ExecutionResumed];
 }
 impl crate::payloads::EventPayload for Superseded {
     const KINDS: &'static [EventType] = &[EventType::StepSuperseded];
@@ -323,22 +296,6 @@ fn reachable<'p>(playbook: &'p Playbook, from: &'p str) -> BTreeSet<&'p str> {
         }
     }
     seen
-}
-
-/// The header of the resumed execution: running again with `tokens` live,
-/// its error, end and stopped tokens cleared, its resume counted.
-pub fn resumed_header(h: &ExecHeader, tokens: Vec<TokenRecord>, now_ms: u64) -> ExecHeader {
-    ExecHeader {
-        status: ExecStatus::Running,
-        live: tokens,
-        stopped: Vec::new(),
-        terminal_emitted: false,
-        ended_at: None,
-        error: None,
-        resumes: h.resumes + 1,
-        resumed_at_ms: now_ms,
-        ..h.clone()
-    }
 }
 
 /// The join record of a step after its stopped firing token `old` is

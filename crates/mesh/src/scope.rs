@@ -115,7 +115,13 @@ pub async fn load(
     step_names: &[&str],
 ) -> Result<Loaded, MeshError> {
     let ctx = if roots.contains("ctx") {
-        mesh.exec_ctx(eid).await?
+        let mut stored = kv::get::<Value>(mesh.ctx_kv(), eid).await?;
+        // Lost from KV while the execution runs: written back from its
+        // events first (nothing is written for one that is not running).
+        if stored.is_none() && crate::ctx_record::restore(mesh, eid).await? {
+            stored = kv::get::<Value>(mesh.ctx_kv(), eid).await?;
+        }
+        crate::state::user_ctx(stored.unwrap_or_else(|| Value::Object(Map::new())))
     } else {
         Value::Object(Map::new())
     };

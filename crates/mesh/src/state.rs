@@ -167,6 +167,22 @@ impl ExecHeader {
     }
 }
 
+/// The header of the resumed execution: running again with `tokens` live,
+/// its error, end and stopped tokens cleared, its resume counted.
+pub fn resumed_header(h: &ExecHeader, tokens: Vec<TokenRecord>, now_ms: u64) -> ExecHeader {
+    ExecHeader {
+        status: ExecStatus::Running,
+        live: tokens,
+        stopped: Vec::new(),
+        terminal_emitted: false,
+        ended_at: None,
+        error: None,
+        resumes: h.resumes + 1,
+        resumed_at_ms: now_ms,
+        ..h.clone()
+    }
+}
+
 /// Reserved key inside the stored `ctx` object: the ids of the writes
 /// already applied to it (task runs' `set_ctx` patches, loop runs' reducer
 /// results), recorded in the same compare-and-set as the write, so a

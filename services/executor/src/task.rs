@@ -162,8 +162,20 @@ pub(crate) fn fail_on_ctx_error(
     s.policy_error = Some(message);
 }
 
+/// What a task's `task.done` says of its `set_ctx` beyond the patch
+/// (docs/architecture.md "The event log").
+#[derive(Debug, Default)]
+pub(crate) struct CtxLog {
+    /// The patch stored whole, when it is too large to ride in the event.
+    pub(crate) set_ctx_ref: Option<Value>,
+    /// Keys that went to the loop's reducers, not into `ctx`.
+    pub(crate) reduced: Vec<String>,
+    /// Nothing was written (`ctx.conflict`, a reducer error).
+    pub(crate) refused: bool,
+}
+
 /// The `task.done` payload.
-pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled) -> Value {
+pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: CtxLog) -> Value {
     let retry = match &s.decision {
         Decision::Retry {
             delay,
@@ -182,9 +194,12 @@ pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled) -> Valu
         error: outcome.error.clone(),
         action: action_name(&s.decision).to_string(),
         rule: s.rule,
-        set_ctx: s.set_ctx.clone(),
+        set_ctx: s.set_ctx.clone().filter(|_| ctx.set_ctx_ref.is_none()),
         set_iter: s.set_iter.clone(),
         retry,
+        set_ctx_ref: ctx.set_ctx_ref,
+        reduced: ctx.reduced,
+        ctx_refused: ctx.refused,
     })
 }
 
@@ -397,7 +412,7 @@ mod tests {
             who: WHO,
             source: "p.yaml",
         });
-        let p = done_payload(&outcome, 1, &s);
+        let p = done_payload(&outcome, 1, &s, CtxLog::default());
         assert_eq!(p["action"], "retry");
         assert_eq!(p["retry"], json!({"delay_ms": 1500, "next_attempt": 2}));
         assert_eq!(
@@ -414,10 +429,33 @@ mod tests {
                 who: WHO,
                 source: "p.yaml",
             }),
+            CtxLog::default(),
         );
         assert_eq!(ok["action"], "continue");
         assert!(ok.get("retry").is_none());
         assert_eq!(ok["set_ctx"], json!({"n": 1}));
+        assert!(ok.get("set_ctx_ref").is_none() && ok.get("reduced").is_none());
+        // A large patch rides by reference, and the log says which keys
+        // went to reducers and that nothing was written on a refusal.
+        let by_ref = done_payload(
+            &Outcome::ok(json!("x")),
+            1,
+            &settle(SettleInput {
+                decided: Ok(directive(Decision::Continue)),
+                out_of_time: None,
+                who: WHO,
+                source: "p.yaml",
+            }),
+            CtxLog {
+                set_ctx_ref: Some(json!({"ref": "noetl://execution/e/log/t", "key": "k"})),
+                reduced: vec!["total".into()],
+                refused: true,
+            },
+        );
+        assert!(by_ref.get("set_ctx").is_none_or(Value::is_null), "{by_ref}");
+        assert_eq!(by_ref["set_ctx_ref"]["key"], "k");
+        assert_eq!(by_ref["reduced"], json!(["total"]));
+        assert_eq!(by_ref["ctx_refused"], json!(true));
     }
 
     #[test]

@@ -7,6 +7,8 @@ use noetl_mesh::{
     events::now_ms,
     keys::Keys,
     kv::{self, Cas},
+    patches,
+    payloads::Reduced,
     runtime::HandlerError,
     Mesh, MeshError,
 };
@@ -32,16 +34,21 @@ pub(crate) async fn settle(mesh: &Mesh, at: RunAt<'_>, run: &LoopRun) -> Result<
 async fn finish(mesh: &Mesh, at: RunAt<'_>, run: &LoopRun) -> Result<(), HandlerError> {
     let eid = at.eid();
     let mut run = run.clone();
+    let mut reduced = Vec::new();
     if run.error.is_none() {
-        run.error = final_error(mesh, at, &run).await?;
+        (run.error, reduced) = final_error(mesh, at, &run).await?;
     }
+    // The reducer results ride whole in `loop.done` (by reference when
+    // large): the log's `ctx` patch of this loop.
+    let reduced =
+        patches::carry(mesh.results(), eid, &format!("loop-{}", at.srid), reduced).await?;
     kv::put(
         mesh.exec_kv(),
         &Keys::result(eid, &at.step.step),
         &run.counts(),
     )
     .await?;
-    effects::apply(mesh, messages::loop_done(at, &run)).await?;
+    effects::apply(mesh, messages::loop_done(at, &run, reduced)).await?;
     kv::update(mesh.loop_kv(), &at.key(), |r: Option<&LoopRun>| match r {
         Some(r) if !r.done_emitted => {
             let mut r = r.clone();
@@ -57,18 +64,19 @@ async fn finish(mesh: &Mesh, at: RunAt<'_>, run: &LoopRun) -> Result<(), Handler
 
 /// The error a loop ends with when it has none recorded yet: a reducer
 /// that cannot fold into `ctx`, or the step-run's deadline. Recorded in
-/// the run the first time, so a repeated finish reports the same.
+/// the run the first time, so a repeated finish reports the same. Also
+/// the reducer results folded into `ctx`, if they were.
 async fn final_error(
     mesh: &Mesh,
     at: RunAt<'_>,
     run: &LoopRun,
-) -> Result<Option<Value>, HandlerError> {
-    let error = match apply_reducers(mesh, at, run).await? {
-        Some(e) => Some(e),
-        None => timed_out(run, now_ms()),
+) -> Result<(Option<Value>, Vec<Reduced>), HandlerError> {
+    let (error, reduced) = match apply_reducers(mesh, at, run).await? {
+        Err(e) => (Some(e), Vec::new()),
+        Ok(reduced) => (timed_out(run, now_ms()), reduced),
     };
     let Some(error) = error else {
-        return Ok(None);
+        return Ok((None, reduced));
     };
     // The first recorded error stands (a repeated finish reports it).
     let stored = kv::update(mesh.loop_kv(), &at.key(), |r: Option<&LoopRun>| match r {
@@ -80,7 +88,7 @@ async fn final_error(
         _ => Cas::Keep,
     })
     .await?;
-    Ok(stored.and_then(|r| r.error).or(Some(error)))
+    Ok((stored.and_then(|r| r.error).or(Some(error)), reduced))
 }
 
 /// Drop what a finished loop needs no more, so state does not grow with

@@ -13,7 +13,10 @@ use noetl_mesh::{
     effects::Effect,
     events::{types, EventDraft},
     ids::derive_id,
-    payloads::{self, IterationEnded, IterationStarted, LoopDone, LoopStarted, Status, StepEnded},
+    patches::Carried,
+    payloads::{
+        self, IterationEnded, IterationStarted, LoopDone, LoopStarted, Reduced, Status, StepEnded,
+    },
 };
 use noetl_wire::{ClaimRef, LoopCommand, TaskCommand};
 use serde_json::{json, Value};
@@ -165,7 +168,11 @@ fn claim_command(at: RunAt<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskC
 /// The terminal events of a finished `run` (its error, if any, already
 /// recorded): `loop.done`, and `step.failed` when the loop fails its step
 /// (then `loop.done` is not the step-run's boundary; [`loop_end`]).
-pub(crate) fn loop_done(at: RunAt<'_>, run: &LoopRun) -> Vec<Effect> {
+pub(crate) fn loop_done(
+    at: RunAt<'_>,
+    run: &LoopRun,
+    reduced: Carried<Vec<Reduced>>,
+) -> Vec<Effect> {
     let fail_fast = at.step.failure_mode() == FailureMode::FailFast;
     let (status, failure) = loop_end(run, fail_fast);
     let ev = |event_type: &'static str, payload: Value| {
@@ -189,6 +196,8 @@ pub(crate) fn loop_done(at: RunAt<'_>, run: &LoopRun) -> Vec<Effect> {
         result: run.counts(),
         args: run.args.clone(),
         error: run.error.clone(),
+        reduce_ref: reduced.reference(),
+        reduce: reduced.inline().unwrap_or_default(),
     };
     let mut out = vec![ev(types::LOOP_DONE, payloads::to_value(&done))];
     if let Some(error) = failure {

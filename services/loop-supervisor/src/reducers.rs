@@ -6,7 +6,8 @@
 use noetl_core::reduce::{self, ReducerOp};
 use noetl_mesh::{
     keys::Keys,
-    kv::{self, Cas},
+    kv::Cas,
+    payloads::Reduced,
     runtime::HandlerError,
     state::{ctx_applied, mark_ctx_applied},
     Mesh, MeshError,
@@ -44,14 +45,15 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
 /// Fold the loop run's reducer aggregates into `ctx`, once: the loop run
 /// is recorded as applied in the same compare-and-set, so a repeated
 /// `finish` changes nothing, and the aggregate lands on the key's current
-/// value (a concurrent write to the key is never lost). Returns the error
-/// that fails the step, if a reducer cannot fold or `ctx` would grow past
-/// [`MAX_CTX_BYTES`].
+/// value (a concurrent write to the key is never lost). Returns the
+/// aggregates applied (a repeated finish returns the same ones, for its
+/// `loop.done`), or the error that fails the step, if a reducer cannot fold
+/// or `ctx` would grow past [`MAX_CTX_BYTES`].
 pub(crate) async fn apply_reducers(
     mesh: &Mesh,
     at: RunAt<'_>,
     run: &LoopRun,
-) -> Result<Option<Value>, HandlerError> {
+) -> Result<Result<Vec<Reduced>, Value>, HandlerError> {
     let (eid, step) = (at.eid(), &at.step.step);
     let reducers = reducers_of(at.step);
     // Growing contributions are only in the claims of successful
@@ -62,13 +64,13 @@ pub(crate) async fn apply_reducers(
         Vec::new()
     };
     let aggregates = match aggregates(&reducers, run, &claims, step) {
-        Ok(a) if a.is_empty() => return Ok(None),
+        Ok(a) if a.is_empty() => return Ok(Ok(Vec::new())),
         Ok(a) => a,
-        Err(e) => return Ok(Some(e)),
+        Err(e) => return Ok(Err(e)),
     };
     let marker = format!("loop:{}", at.srid);
     let mut failure: Option<String> = None;
-    kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
+    noetl_mesh::ctx_record::update(mesh, eid, |cur: Option<&Value>| {
         failure = None;
         match fold_ctx(cur, &aggregates, &marker) {
             CtxFold::Applied => Cas::Keep,
@@ -80,7 +82,13 @@ pub(crate) async fn apply_reducers(
         }
     })
     .await?;
-    Ok(failure.map(|why| reducer_error(step, &why)))
+    Ok(match failure {
+        Some(why) => Err(reducer_error(step, &why)),
+        None => Ok(aggregates
+            .into_iter()
+            .map(|(key, op, value)| Reduced { key, op, value })
+            .collect()),
+    })
 }
 
 /// The loop's aggregates, in the order of its reducers (non-growing ones

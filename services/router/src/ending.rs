@@ -47,6 +47,7 @@ pub(crate) async fn emit_terminal(
                 status,
                 error: header.error.clone(),
                 source: None,
+                stopped: header.stopped.clone(),
             }),
             ..Default::default()
         }

@@ -7,12 +7,55 @@
 use noetl_mesh::{
     events::{types, EventDraft},
     ids::derive_id,
-    payloads::{self, DeadlineSet, PlaybookInitialized, TokenCreated, WorkflowInitialized},
+    patches,
+    payloads::{
+        self, DeadlineSet, PlanIdentity, PlaybookInitialized, TokenCreated, WorkflowInitialized,
+    },
     plan::PlanRecord,
     Batch, Mesh, MeshError,
 };
 use noetl_wire::Token;
 use serde_json::Value;
+
+/// `playbook.initialized` of `plan`: what a fold of the log needs to know
+/// the plan whole (docs/architecture.md "The event log"): the normalised
+/// playbook stored content-addressed, its digest, the catalog entry it came
+/// from, the merged workload (by reference when large) and the plan's
+/// other fields.
+async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitialized, MeshError> {
+    let eid = plan.execution_id.as_str();
+    let (digest, playbook_ref) = patches::store_playbook(mesh.results(), &plan.playbook).await?;
+    let workload = patches::carry(mesh.results(), eid, "workload", plan.workload.clone()).await?;
+    let (catalog_path, catalog_version) = match catalog_entry(&plan.source_name) {
+        Some((path, version)) => (Some(path.to_string()), Some(version)),
+        None => (None, None),
+    };
+    Ok(PlaybookInitialized {
+        playbook: plan.playbook.metadata.name.clone(),
+        path: plan.playbook.metadata.path.clone(),
+        source: plan.source_name.clone(),
+        parent_execution_id: plan.parent_execution_id.clone(),
+        plan: Some(PlanIdentity {
+            digest,
+            playbook_ref,
+            catalog_path,
+            catalog_version,
+            started_ms: plan.started_ms,
+            parent_iter: plan.parent_iter.clone(),
+            return_step: plan.return_step.clone(),
+        }),
+        workload_ref: workload.reference(),
+        workload: workload.inline().unwrap_or(Value::Null),
+    })
+}
+
+/// The catalog path and version a source name `path@v<N>` names (the
+/// router names a catalog playbook so), else `None`.
+pub(crate) fn catalog_entry(source: &str) -> Option<(&str, u32)> {
+    let (path, version) = source.rsplit_once("@v")?;
+    let version: u32 = version.parse().ok()?;
+    (!path.is_empty()).then_some((path, version))
+}
 
 /// The id of an execution's entry token.
 pub(crate) fn entry_token_id(eid: &str) -> String {
@@ -49,15 +92,11 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
         }
         .build()
     };
+    let initialized = initialized(mesh, plan).await?;
     batch.push(
         mesh.emit(&ev(
             types::PLAYBOOK_INITIALIZED,
-            payloads::to_value(&PlaybookInitialized {
-                playbook: plan.playbook.metadata.name.clone(),
-                path: plan.playbook.metadata.path.clone(),
-                source: plan.source_name.clone(),
-                parent_execution_id: plan.parent_execution_id.clone(),
-            }),
+            payloads::to_value(&initialized),
         ))
         .await?,
     );
@@ -77,6 +116,8 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
             token_id: token.token_id.clone(),
             step: entry.clone(),
             arc: None,
+            args: Value::Null,
+            parent: String::new(),
         }),
     );
     created.step = entry.clone();
@@ -101,4 +142,18 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
         );
     }
     batch.wait().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::catalog_entry;
+
+    #[test]
+    fn a_catalog_source_names_its_path_and_version_and_a_file_does_not() {
+        assert_eq!(catalog_entry("etl/load@v3"), Some(("etl/load", 3)));
+        assert_eq!(catalog_entry("a@v1@v12"), Some(("a@v1", 12)));
+        assert_eq!(catalog_entry("playbooks/hello.yaml"), None);
+        assert_eq!(catalog_entry("x@vnext.yaml"), None);
+        assert_eq!(catalog_entry("@v2"), None);
+    }
 }

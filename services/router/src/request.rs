@@ -278,7 +278,7 @@ async fn start(
         req: &req,
         now_ms: now_ms(),
     });
-    kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
+    store_plan(mesh, &plan).await?;
     let entry_token = crate::entry::entry_token_id(&eid);
     let entry_step = plan
         .playbook
@@ -309,6 +309,16 @@ async fn start(
     }
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
+    Ok(())
+}
+
+/// Store the plan of a new execution, and its empty `ctx`: `ctx` exists
+/// from the start, so one missing later was lost (and is written back from
+/// the events: docs/architecture.md "The event log").
+async fn store_plan(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
+    let eid = plan.execution_id.as_str();
+    kv::put(mesh.exec_kv(), &Keys::plan(eid), plan).await?;
+    kv::create(mesh.ctx_kv(), eid, &Value::Object(Default::default())).await?;
     Ok(())
 }
 
@@ -414,6 +424,7 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
             status,
             error: Some(e.reason.clone()),
             source: Some(e.source.to_string()),
+            stopped: Vec::new(),
         }),
         ..Default::default()
     }

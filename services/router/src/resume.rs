@@ -110,6 +110,7 @@ pub(crate) async fn on_resume(
         tokens: &decision.tokens,
         continued,
         cause: &ev.event_id,
+        resumed_at_ms: header.resumed_at_ms,
     })
     .await?;
     Ok(())
@@ -195,6 +196,7 @@ async fn again_or_refused(
         tokens: &h.live,
         continued,
         cause: &ev.event_id,
+        resumed_at_ms: h.resumed_at_ms,
     })
     .await?;
     Ok(())
@@ -231,6 +233,8 @@ struct Publish<'a> {
     continued: Vec<String>,
     /// The request event's id.
     cause: &'a str,
+    /// When the header was resumed.
+    resumed_at_ms: u64,
 }
 
 /// `execution.resumed`, each token's `token.created` and the token, and
@@ -258,6 +262,7 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
                 set,
                 playbook_version: p.req.playbook_version,
                 by: p.req.by.clone(),
+                resumed_at_ms: p.resumed_at_ms,
             }),
             ..Default::default()
         }
@@ -275,6 +280,8 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
                 token_id: t.token_id.clone(),
                 step: t.step.clone(),
                 arc: None,
+                args: t.args.clone(),
+                parent: t.parent.clone(),
             }),
             ..Default::default()
         }

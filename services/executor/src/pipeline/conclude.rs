@@ -59,10 +59,20 @@ impl StepRun<'_> {
             source: &self.plan.source_name,
         });
         self.redact_settled(&mut settled);
+        let mut ctx_log = crate::task::CtxLog::default();
         if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
-            if let Some((kind, message)) = self.write_ctx(cur, task, &patch, &t.run_id).await? {
+            let written = self.write_ctx(cur, task, &patch, &t.run_id).await?;
+            ctx_log.reduced = written.reduced;
+            if let Some((kind, message)) = written.error {
+                ctx_log.refused = true;
                 crate::task::fail_on_ctx_error(&mut outcome, &mut settled, kind, message);
             }
+            // The log carries the patch whole: by reference when large.
+            let id = format!("task-{}", t.run_id);
+            ctx_log.set_ctx_ref =
+                noetl_mesh::patches::carry(self.mesh().results(), self.eid(), &id, patch)
+                    .await?
+                    .reference();
         }
         if let Some(patch) = &settled.set_iter {
             for (k, v) in patch {
@@ -77,7 +87,7 @@ impl StepRun<'_> {
                 "task finished"
             )
         });
-        let payload = crate::task::done_payload(&outcome, cur.attempt, &settled);
+        let payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
         let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
         pending.push(self.mesh().emit(&ev).await?);
         Ok(TaskRun {

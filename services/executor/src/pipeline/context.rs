@@ -17,31 +17,57 @@ use super::{Cursor, StepRun};
 /// Why a patch was not written: the error kind and message.
 type CtxError = (&'static str, String);
 
+/// What writing a task's `set_ctx` patch did, as its `task.done` records it.
+pub(super) struct CtxWritten {
+    /// Why nothing was written (a key conflict, a reducer that cannot fold).
+    pub(super) error: Option<CtxError>,
+    /// Keys that went to the loop's reducers instead of `ctx`.
+    pub(super) reduced: Vec<String>,
+}
+
 impl StepRun<'_> {
     /// Write a task's `set_ctx` patch: reducer contributions stay in the
     /// iteration, the rest is claimed (parallel loops) and merged. Returns
-    /// the error kind and message when a key conflicts or a reducer fails.
+    /// the keys that went to reducers, and the error kind and message when
+    /// a key conflicts or a reducer fails (then nothing is written).
     pub(super) async fn write_ctx(
         &self,
         cur: &mut Cursor,
         task: &Task,
         patch: &Map<String, Value>,
         task_run_id: &str,
-    ) -> Result<Option<CtxError>, MeshError> {
+    ) -> Result<CtxWritten, MeshError> {
+        let refused = |e: CtxError| CtxWritten {
+            error: Some(e),
+            reduced: Vec::new(),
+        };
         let rest = match self.split_ctx_patch(patch, &mut cur.reduce) {
-            Err(e) => return Ok(Some(e)),
-            Ok(rest) if rest.is_empty() => return Ok(None),
+            Err(e) => return Ok(refused(e)),
             Ok(rest) => rest,
         };
+        let reduced: Vec<String> = patch
+            .keys()
+            .filter(|k| !rest.contains_key(*k))
+            .cloned()
+            .collect();
+        if rest.is_empty() {
+            return Ok(CtxWritten {
+                error: None,
+                reduced,
+            });
+        }
         let writer = format!(
             "step {:?} iteration {} task {:?}",
             self.step.step, self.index, task.name
         );
         match self.claim_ctx_keys(&rest, &writer, task_run_id).await? {
-            Err(e) => Ok(Some(e)),
+            Err(e) => Ok(refused(e)),
             Ok(()) => {
                 cur.ctx = self.apply_ctx(&rest, task_run_id).await?;
-                Ok(None)
+                Ok(CtxWritten {
+                    error: None,
+                    reduced,
+                })
             }
         }
     }
@@ -132,10 +158,9 @@ impl StepRun<'_> {
         task_run_id: &str,
     ) -> Result<Value, MeshError> {
         use noetl_mesh::state::{ctx_applied, mark_ctx_applied, user_ctx};
-        let stored = kv::update(
-            self.mesh().ctx_kv(),
-            self.eid(),
-            |current: Option<&Value>| {
+        // A `ctx` lost from KV is written back from the events first.
+        let stored =
+            noetl_mesh::ctx_record::update(self.mesh(), self.eid(), |current: Option<&Value>| {
                 let mut obj = match current {
                     Some(Value::Object(m)) => m.clone(),
                     _ => Map::new(),
@@ -148,9 +173,8 @@ impl StepRun<'_> {
                 }
                 mark_ctx_applied(&mut obj, task_run_id);
                 Cas::Write(Value::Object(obj))
-            },
-        )
-        .await?;
+            })
+            .await?;
         Ok(user_ctx(
             stored.unwrap_or_else(|| Value::Object(patch.clone())),
         ))

@@ -131,18 +131,24 @@ fn a_finished_loop_is_done_and_fails_its_step_when_it_failed() {
     let mut r = run(2);
     r.in_flight.clear();
     r.done = 2;
-    let ok = loop_done(at(&p), &r);
+    let sum = vec![noetl_mesh::payloads::Reduced {
+        key: "total".into(),
+        op: noetl_core::reduce::ReducerOp::Sum,
+        value: json!(3),
+    }];
+    let ok = loop_done(at(&p), &r, Carried::Inline(sum.clone()));
     assert_eq!(kinds(&ok), ["loop.done"]);
     let Effect::Emit(ev) = &ok[0] else {
         unreachable!()
     };
     let body: LoopDone = payloads::decode_typed(ev).unwrap();
     assert!(body.boundary);
+    assert_eq!(body.reduce, sum, "the reducer results it folded into ctx");
     // A failure under fail_fast (the default): `loop.done` then the
     // `step.failed` that is the boundary.
     r.done = 1;
     r.failed = 1;
-    let failed = loop_done(at(&p), &r);
+    let failed = loop_done(at(&p), &r, Carried::Inline(Vec::new()));
     assert_eq!(kinds(&failed), ["loop.done", "step.failed"]);
     assert_eq!(failed[0].id(), ok[0].id(), "one loop.done per loop run");
     let Effect::Emit(ev) = &failed[0] else {
@@ -154,7 +160,10 @@ fn a_finished_loop_is_done_and_fails_its_step_when_it_failed() {
         json!({"step": "lp", "loop": {"in": "{{ [1] }}", "iterator": "x"},
                         "spec": {"failure": {"mode": "best_effort"}}}),
     );
-    assert_eq!(kinds(&loop_done(at(&p), &r)), ["loop.done"]);
+    assert_eq!(
+        kinds(&loop_done(at(&p), &r, Carried::Inline(Vec::new()))),
+        ["loop.done"]
+    );
 }
 
 #[test]

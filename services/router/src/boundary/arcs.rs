@@ -2,15 +2,10 @@
 //! args, results), the selection, and the `ctx` writes of the fired arcs.
 
 use noetl_core::{routing, template::Scope, Step};
+pub(super) use noetl_mesh::fold::error_text;
 use noetl_mesh::{
-    event_type::EventType,
-    ids::derive_id,
-    kv::{self, Cas},
-    payloads::BoundaryView,
-    plan::PlanRecord,
-    scope,
-    state::TokenRecord,
-    Mesh, MeshError,
+    event_type::EventType, ids::derive_id, kv::Cas, payloads::BoundaryView, plan::PlanRecord,
+    scope, state::TokenRecord, Mesh, MeshError,
 };
 use noetl_wire::Event;
 use serde_json::{Map, Value};
@@ -196,7 +191,7 @@ pub(super) async fn apply_arc_ctx(
 ) -> Result<(), MeshError> {
     use noetl_mesh::state::{ctx_applied, mark_ctx_applied};
     let id = format!("arcs:{step_run_id}");
-    kv::update(mesh.ctx_kv(), eid, |current: Option<&Value>| {
+    noetl_mesh::ctx_record::update(mesh, eid, |current: Option<&Value>| {
         let mut obj = match current {
             Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
@@ -210,20 +205,6 @@ pub(super) async fn apply_arc_ctx(
     })
     .await?;
     Ok(())
-}
-
-pub(super) fn error_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Object(m) => match (m.get("kind"), m.get("message")) {
-            (Some(k), Some(Value::String(msg))) => {
-                format!("{}: {msg}", k.as_str().unwrap_or("error"))
-            }
-            (_, Some(Value::String(msg))) => msg.clone(),
-            _ => v.to_string(),
-        },
-        other => other.to_string(),
-    }
 }
 
 pub(super) fn failure_message(

@@ -9,6 +9,7 @@ use noetl_mesh::{
     effects::Effect,
     event_type::EventType,
     events::{types, EventDraft},
+    patches::Carried,
     payloads::{self, NextSelected, SelectedArc, TokenCreated},
     state::{ExecHeader, TokenRecord},
 };
@@ -26,8 +27,8 @@ pub(super) struct Fired<'a> {
     pub(super) applied: bool,
     /// Why routing failed, if it did.
     pub(super) error: Option<String>,
-    /// The `ctx` writes of the fired arcs.
-    pub(super) set_ctx: Option<Map<String, Value>>,
+    /// The `ctx` writes of the fired arcs, inline or by reference.
+    pub(super) set_ctx: Option<Carried<Map<String, Value>>>,
 }
 
 /// What the step-run's boundary publishes: the tokens it fired that are
@@ -68,7 +69,8 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
                     mode,
                     arcs,
                     error: f.error,
-                    set_ctx: f.set_ctx,
+                    set_ctx_ref: f.set_ctx.as_ref().and_then(Carried::reference),
+                    set_ctx: f.set_ctx.and_then(Carried::inline),
                 }),
                 ..Default::default()
             }
@@ -104,6 +106,8 @@ fn token_created(ev: &Event, t: &TokenRecord) -> Effect {
                 token_id: t.token_id.clone(),
                 step: t.step.clone(),
                 arc: Some(t.arc),
+                args: t.args.clone(),
+                parent: String::new(),
             }),
             ..Default::default()
         }

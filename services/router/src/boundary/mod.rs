@@ -80,7 +80,8 @@ impl Handle for BoundaryHandler {
         job: Job<Event, ()>,
     ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            on_boundary(&self.mesh, &self.caches, job.input).await?;
+            let seq = job.msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            on_boundary(&self.mesh, &self.caches, job.input, seq).await?;
             Ok(Handled::Done)
         })
     }
@@ -142,7 +143,14 @@ fn handling_of(kind: EventType) -> Handling {
     }
 }
 
-async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), HandlerError> {
+/// Handle boundary event `ev`, stored at sequence `seq` of the events
+/// stream (0: unknown).
+async fn on_boundary(
+    mesh: &Mesh,
+    caches: &Caches,
+    ev: Event,
+    seq: u64,
+) -> Result<(), HandlerError> {
     let headers = caches.headers.as_ref();
     let kind = EventType::of(&ev);
     let status = match kind.map(handling_of) {
@@ -192,10 +200,24 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
         now: &now,
         status,
     };
-    let (header, applied) = record_and_apply(mesh, caches, (&ev, kind), &view, &boundary).await?;
+    let (header, applied) =
+        record_and_apply(mesh, caches, (&ev, kind, seq), &view, &boundary).await?;
 
     // 3. Publish the tokens this step-run fired that are still live (on a
-    //    redelivery: the same ones, same ids), and the events.
+    //    redelivery: the same ones, same ids), and the events; the arcs'
+    //    `ctx` writes ride whole (by reference when large).
+    let set_ctx = match decision.set_ctx.clone() {
+        Some(patch) => Some(
+            noetl_mesh::patches::carry(
+                mesh.results(),
+                &ev.execution_id,
+                &format!("arcs-{srid}"),
+                patch,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let effects = fired(Fired {
         ev: &ev,
         kind,
@@ -203,7 +225,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
         header: &header,
         applied,
         error: decision.error.clone(),
-        set_ctx: decision.set_ctx.clone(),
+        set_ctx,
     });
     effects::apply(mesh, effects).await?;
 

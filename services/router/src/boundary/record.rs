@@ -6,15 +6,15 @@ use noetl_mesh::{
     event_type::EventType,
     keys::Keys,
     kv::{self, Cas, RevisionCache},
-    payloads::{self, BoundaryView},
+    payloads::BoundaryView,
     runtime::HandlerError,
     state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord},
     Mesh, MeshError,
 };
 use noetl_wire::Event;
 
-use super::arcs::error_text;
 use super::Caches;
+use noetl_mesh::fold::step_record;
 
 /// A step-run's boundary, as [`transition`] applies it to the header.
 pub(super) struct Boundary<'a> {
@@ -77,7 +77,7 @@ pub(super) fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader>
 pub(super) async fn record_and_apply(
     mesh: &Mesh,
     caches: &Caches,
-    (ev, kind): (&Event, Option<EventType>),
+    (ev, kind, seq): (&Event, Option<EventType>, u64),
     view: &BoundaryView,
     boundary: &Boundary<'_>,
 ) -> Result<(ExecHeader, bool), HandlerError> {
@@ -96,7 +96,15 @@ pub(super) async fn record_and_apply(
     }
     let headers = caches.headers.as_ref();
     let key = Keys::header(&ev.execution_id);
-    match kv::read::<ExecHeader>(mesh.exec_kv(), &key).await? {
+    let mut read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
+    if read.is_none() && seq > 0 {
+        // The header is gone from KV while the execution's events go on:
+        // write it back from the events before this one, then apply this.
+        if noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id, seq).await? {
+            read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
+        }
+    }
+    match read {
         // Not live (a redelivery after the header moved on): the header
         // just read is the answer; `transition` would change nothing.
         Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((h, false)),
@@ -194,24 +202,6 @@ pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHead
         None => write_step_record(mesh, caches, ev, record).await?,
     }
     Ok(Some(next))
-}
-
-/// The step's record after boundary `ev`.
-pub(super) fn step_record(
-    ev: &Event,
-    kind: Option<EventType>,
-    view: &BoundaryView,
-    status: StepStatus,
-) -> StepRecord {
-    StepRecord {
-        status,
-        last_step_run_id: ev.step_run_id.clone(),
-        loop_counts: view
-            .counts
-            .filter(|_| kind == Some(EventType::LoopDone))
-            .map(|c| payloads::to_value(&c)),
-        error: view.error.as_ref().map(error_text),
-    }
 }
 
 /// Write the step's record for `ev`, whatever its revision.

@@ -1,0 +1,401 @@
+//! An execution's records as a fold of its events (docs/architecture.md
+//! "The event log"): the header, the step records and `ctx`, rebuilt from
+//! the event stream alone, plus the objects its events reference. [`apply`]
+//! takes one event at a time, in stream order; every event type is named
+//! in its `match`, so a new type does not compile until the fold places it.
+//!
+//! Values an event carries by reference (large `ctx` patches, reducer
+//! results, the workload) are read before the fold sees the event
+//! ([`crate::replay::hydrate`]): the fold itself is a plain function.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use noetl_wire::Event;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::event_type::EventType;
+use crate::payloads::{
+    self, BoundaryView, ExecutionEnded, LoopDone, NextSelected, PlanIdentity, PlaybookInitialized,
+    Resumed, TaskDone, TokenCreated,
+};
+use crate::state::{ExecHeader, ExecStatus, StepRecord, StepStatus, TokenRecord};
+use crate::MeshError;
+
+/// The event that last changed a record: what `noetl exec replay` names
+/// when the stored record differs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    /// Its sequence number in the events stream (0 when not read from it).
+    pub seq: u64,
+    /// Its type.
+    pub event_type: String,
+    /// Its id.
+    pub event_id: String,
+    /// Its step (empty for execution events).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub step: String,
+}
+
+impl Origin {
+    fn of(seq: u64, ev: &Event) -> Self {
+        Self {
+            seq,
+            event_type: ev.event_type.clone(),
+            event_id: ev.event_id.clone(),
+            step: ev.step.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (seq {}", self.event_type, self.seq)?;
+        if !self.step.is_empty() {
+            write!(f, ", step {:?}", self.step)?;
+        }
+        write!(f, ", id {})", self.event_id)
+    }
+}
+
+/// Which event last changed each record of a [`Folded`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Origins {
+    /// The header.
+    pub header: Option<Origin>,
+    /// Each step's record, by step name.
+    pub steps: BTreeMap<String, Origin>,
+    /// Each `ctx` key.
+    pub ctx: BTreeMap<String, Origin>,
+}
+
+/// The records an execution's events determine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Folded {
+    /// The execution's header (`None` until its first event that makes one).
+    pub header: Option<ExecHeader>,
+    /// Each step's record, by step name.
+    pub steps: BTreeMap<String, StepRecord>,
+    /// `ctx` as users see it.
+    pub ctx: Map<String, Value>,
+    /// The plan it runs (`playbook.initialized`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanIdentity>,
+    /// The merged workload it started with.
+    pub workload: Value,
+    /// Its trace id (of `playbook.initialized`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub trace_id: String,
+    /// A resume changed its plan (`--set`, `--playbook-version`), which
+    /// the events name only by key: the plan is not rebuilt from them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub plan_changed_by_resume: bool,
+    /// Events folded so far.
+    pub events: usize,
+    /// The sequence number of the last one.
+    pub last_seq: u64,
+    /// Which event last changed each record.
+    #[serde(skip)]
+    pub origins: Origins,
+    /// The writes already applied to `ctx` (task runs, arcs, loop runs):
+    /// a write is applied once, as the `ctx` bucket does.
+    #[serde(skip)]
+    applied: BTreeSet<String>,
+    /// The same, in the order they were applied.
+    #[serde(skip)]
+    applied_order: Vec<String>,
+}
+
+/// The status a boundary event gives its step's record, or `None` for an
+/// event that is not a step-run's boundary.
+pub fn boundary_status(kind: EventType) -> Option<StepStatus> {
+    match kind {
+        EventType::StepDone | EventType::LoopDone => Some(StepStatus::Done),
+        EventType::StepFailed => Some(StepStatus::Failed),
+        EventType::StepSkipped => Some(StepStatus::Skipped),
+        _ => None,
+    }
+}
+
+/// The step record a boundary event of type `kind` writes (the router's
+/// and the fold's, from the same code).
+pub fn step_record(
+    ev: &Event,
+    kind: Option<EventType>,
+    view: &BoundaryView,
+    status: StepStatus,
+) -> StepRecord {
+    StepRecord {
+        status,
+        last_step_run_id: ev.step_run_id.clone(),
+        loop_counts: view
+            .counts
+            .filter(|_| kind == Some(EventType::LoopDone))
+            .map(|c| payloads::to_value(&c)),
+        error: view.error.as_ref().map(error_text),
+    }
+}
+
+/// A step's error as the step record keeps it: `kind: message`, else the
+/// message, else its JSON.
+pub fn error_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(m) => match (m.get("kind"), m.get("message")) {
+            (Some(k), Some(Value::String(msg))) => {
+                format!("{}: {msg}", k.as_str().unwrap_or("error"))
+            }
+            (_, Some(Value::String(msg))) => msg.clone(),
+            _ => v.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+impl Folded {
+    /// Fold every event of `log` (stream order) into an empty state.
+    pub fn of<'a>(log: impl IntoIterator<Item = (u64, &'a Event)>) -> Result<Self, MeshError> {
+        let mut state = Self::default();
+        for (seq, ev) in log {
+            state.apply(seq, ev)?;
+        }
+        Ok(state)
+    }
+
+    /// Apply one event (`seq`: its stream sequence number). A payload that
+    /// does not decode is an error naming the event.
+    pub fn apply(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        self.events += 1;
+        self.last_seq = seq;
+        let Some(kind) = EventType::of(ev) else {
+            return Ok(()); // a type no service writes: nothing the fold keeps
+        };
+        use EventType as T;
+        match kind {
+            T::PlaybookInitialized => self.initialized(seq, ev)?,
+            T::TokenCreated => self.token_created(seq, ev)?,
+            T::StepDone | T::StepFailed | T::StepSkipped | T::LoopDone => {
+                self.boundary(seq, ev, kind)?
+            }
+            T::TaskDone => self.task_done(seq, ev)?,
+            T::NextSelected => {
+                let p: NextSelected = payloads::decode_typed(ev)?;
+                if let Some(patch) = p.set_ctx {
+                    self.write_ctx(seq, ev, &format!("arcs:{}", ev.step_run_id), patch);
+                }
+            }
+            T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled => {
+                self.ended(seq, ev)?
+            }
+            T::ExecutionResumed => self.resumed(seq, ev)?,
+            // What these change lives outside the records folded here
+            // (loop runs, joins, timers, pauses, gates) or nowhere.
+            T::MessageDeadLettered
+            | T::WorkflowInitialized
+            | T::StepScheduled
+            | T::StepStarted
+            | T::TaskStarted
+            | T::LoopStarted
+            | T::LoopIterationStarted
+            | T::LoopIterationDone
+            | T::LoopIterationFailed
+            | T::LoopClaimed
+            | T::ExecutionCancelRequested
+            | T::ExecutionDeadline
+            | T::StepDeadline
+            | T::TaskUnserved
+            | T::Audit
+            | T::ExecutionPaused
+            | T::ExecutionUnpaused
+            | T::WaitTimeout
+            | T::SignalReceived
+            | T::ExecutionResumeRequested
+            | T::StepSuperseded
+            | T::ExecutionQueued => {}
+        }
+        Ok(())
+    }
+
+    fn initialized(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        let p: PlaybookInitialized = payloads::decode_typed(ev)?;
+        let header = self.header.get_or_insert_with(|| ExecHeader {
+            started_at: crate::codec::event_time(ev),
+            ..ExecHeader::running(ev.execution_id.clone(), Vec::new())
+        });
+        header.playbook = p.playbook;
+        header.source = p.source;
+        header.parent_execution_id = p.parent_execution_id;
+        self.plan = p.plan;
+        self.workload = p.workload;
+        self.trace_id = ev.trace_id.clone();
+        self.origins.header = Some(Origin::of(seq, ev));
+        Ok(())
+    }
+
+    fn token_created(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        let p: TokenCreated = payloads::decode_typed(ev)?;
+        let Some(header) = self.header.as_mut() else {
+            return Ok(());
+        };
+        if header.is_live(&p.token_id) {
+            return Ok(());
+        }
+        let parent = if p.parent.is_empty() {
+            ev.step_run_id.clone()
+        } else {
+            p.parent
+        };
+        header.live.push(TokenRecord {
+            token_id: p.token_id,
+            step: p.step,
+            args: p.args,
+            arc: p.arc.unwrap_or(0),
+            parent,
+        });
+        self.origins.header = Some(Origin::of(seq, ev));
+        Ok(())
+    }
+
+    /// A step-run's boundary: while its token is live, the step's record
+    /// (not for a token a join absorbed) and the token's end; a loop's
+    /// reducer results go into `ctx` whatever the boundary.
+    fn boundary(&mut self, seq: u64, ev: &Event, kind: EventType) -> Result<(), MeshError> {
+        if kind == EventType::LoopDone {
+            let done: LoopDone = payloads::decode_typed(ev)?;
+            self.reduce(seq, ev, &done)?;
+            if !done.boundary {
+                return Ok(()); // the failing loop's boundary is its step.failed
+            }
+        }
+        let view: BoundaryView = payloads::decode(ev)?;
+        let Some(header) = self.header.as_mut() else {
+            return Ok(());
+        };
+        if !header.is_live(&ev.step_run_id) {
+            return Ok(()); // a redelivery, or after the execution ended
+        }
+        header.live.retain(|t| t.token_id != ev.step_run_id);
+        self.origins.header = Some(Origin::of(seq, ev));
+        if view.join {
+            return Ok(());
+        }
+        let status = boundary_status(kind).expect("a boundary kind");
+        self.steps
+            .insert(ev.step.clone(), step_record(ev, Some(kind), &view, status));
+        self.origins
+            .steps
+            .insert(ev.step.clone(), Origin::of(seq, ev));
+        Ok(())
+    }
+
+    fn reduce(&mut self, seq: u64, ev: &Event, done: &LoopDone) -> Result<(), MeshError> {
+        if done.reduce.is_empty() || !self.first_write(&format!("loop:{}", ev.step_run_id)) {
+            return Ok(());
+        }
+        for r in &done.reduce {
+            let v = noetl_core::reduce::combine(r.op, &r.key, self.ctx.get(&r.key), &r.value)
+                .map_err(|e| {
+                    MeshError::Invalid(format!(
+                        "loop.done of execution {} (step {:?}) names a reducer result that does not fold: {e}",
+                        ev.execution_id, ev.step
+                    ))
+                })?;
+            self.ctx.insert(r.key.clone(), v);
+            self.origins.ctx.insert(r.key.clone(), Origin::of(seq, ev));
+        }
+        Ok(())
+    }
+
+    fn task_done(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        let p: TaskDone = payloads::decode_typed(ev)?;
+        if p.ctx_refused {
+            return Ok(());
+        }
+        if let Some(mut patch) = p.set_ctx {
+            for k in &p.reduced {
+                patch.remove(k);
+            }
+            self.write_ctx(seq, ev, &ev.task_run_id, patch);
+        }
+        Ok(())
+    }
+
+    /// Merge `patch` into `ctx` once per write `id`.
+    fn write_ctx(&mut self, seq: u64, ev: &Event, id: &str, patch: Map<String, Value>) {
+        if patch.is_empty() || !self.first_write(id) {
+            return;
+        }
+        for (k, v) in patch {
+            self.origins.ctx.insert(k.clone(), Origin::of(seq, ev));
+            self.ctx.insert(k, v);
+        }
+    }
+
+    fn ended(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        let p: ExecutionEnded = payloads::decode_typed(ev)?;
+        let now = crate::codec::event_time(ev);
+        let header = self.header.get_or_insert_with(|| ExecHeader {
+            // Refused (or cancelled) before its first step: the terminal
+            // event is its only one.
+            source: p.source.clone().unwrap_or_default(),
+            started_at: now.clone(),
+            ..ExecHeader::running(ev.execution_id.clone(), Vec::new())
+        });
+        header.status = p.status;
+        header.error = p.error;
+        header.live.clear();
+        header.stopped = p.stopped;
+        header.ended_at = Some(now);
+        header.terminal_emitted = true;
+        self.origins.header = Some(Origin::of(seq, ev));
+        Ok(())
+    }
+
+    fn resumed(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        let p: Resumed = payloads::decode_typed(ev)?;
+        let Some(h) = self.header.as_ref() else {
+            return Ok(());
+        };
+        if !p.set.is_empty() || p.playbook_version.is_some() {
+            self.plan_changed_by_resume = true;
+        }
+        let mut next = crate::state::resumed_header(h, Vec::new(), p.resumed_at_ms);
+        next.resumes = p.resumes;
+        self.header = Some(next);
+        self.origins.header = Some(Origin::of(seq, ev));
+        Ok(())
+    }
+
+    /// Record write `id` as applied; false when it already was.
+    fn first_write(&mut self, id: &str) -> bool {
+        let first = self.applied.insert(id.to_string());
+        if first {
+            self.applied_order.push(id.to_string());
+        }
+        first
+    }
+
+    /// The ids of the writes applied to `ctx`, oldest first (what the
+    /// stored `ctx` remembers, so a redelivery does not apply one twice).
+    pub fn applied_writes(&self) -> &[String] {
+        &self.applied_order
+    }
+
+    /// True when the events folded say the execution runs.
+    pub fn is_running(&self) -> bool {
+        self.header
+            .as_ref()
+            .is_some_and(|h| h.status == ExecStatus::Running)
+    }
+
+    /// True when the execution has ended (as far as the events folded say).
+    pub fn ended_status(&self) -> Option<ExecStatus> {
+        self.header
+            .as_ref()
+            .map(|h| h.status)
+            .filter(|s| s.is_terminal())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,269 @@
+use super::*;
+use crate::events::EventDraft;
+use crate::payloads::{LoopCounts, LoopStatus, Reduced, StepEnded};
+use noetl_core::reduce::ReducerOp;
+use serde_json::json;
+
+/// An event of execution `e1` (`srid`: its step-run, `step`: its step).
+fn ev(kind: EventType, step: &str, srid: &str, payload: Value) -> Event {
+    EventDraft {
+        event_type: kind.wire_name(),
+        execution_id: "e1",
+        step_run_id: srid,
+        step,
+        payload,
+        ..Default::default()
+    }
+    .build()
+}
+
+/// A whole `task.done` payload with `fields` over the defaults.
+pub(crate) fn task_done_payload(fields: Value) -> Value {
+    let mut p = json!({"status": "ok", "attempt": 1, "duration_ms": 0, "result": null,
+                       "error": null, "action": "continue", "rule": null,
+                       "set_ctx": null, "set_iter": null});
+    for (k, v) in fields.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    p
+}
+
+fn task_done(srid: &str, run: &str, fields: Value) -> Event {
+    let mut e = ev(EventType::TaskDone, "s", srid, task_done_payload(fields));
+    e.task_run_id = run.into();
+    e
+}
+
+fn started() -> Event {
+    ev(
+        EventType::PlaybookInitialized,
+        "",
+        "",
+        json!({"playbook": "p", "source": "p.yaml", "parent_execution_id": "",
+               "workload": {"n": 3}}),
+    )
+}
+
+fn token(step: &str, id: &str, parent: &str) -> Event {
+    ev(
+        EventType::TokenCreated,
+        step,
+        parent,
+        json!({"token_id": id, "step": step}),
+    )
+}
+
+fn done(step: &str, srid: &str) -> Event {
+    ev(
+        EventType::StepDone,
+        step,
+        srid,
+        payloads::to_value(&StepEnded::done(json!(1), json!({}))),
+    )
+}
+
+fn fold(events: &[Event]) -> Folded {
+    Folded::of(events.iter().enumerate().map(|(i, e)| (i as u64 + 1, e))).unwrap()
+}
+
+#[test]
+fn a_completed_run_folds_to_its_header_steps_and_ctx() {
+    let f = fold(&[
+        started(),
+        token("a", "t1", ""),
+        task_done("t1", "tr1", json!({"status": "ok", "set_ctx": {"x": 1}})),
+        done("a", "t1"),
+        token("b", "t2", "t1"),
+        ev(
+            EventType::NextSelected,
+            "a",
+            "t1",
+            json!({"on": "step.done", "mode": "exclusive", "arcs": [], "set_ctx": {"y": 2}}),
+        ),
+        done("b", "t2"),
+        ev(
+            EventType::ExecutionCompleted,
+            "",
+            "",
+            json!({"status": "completed", "error": null}),
+        ),
+    ]);
+    let h = f.header.as_ref().unwrap();
+    assert_eq!(h.status, ExecStatus::Completed);
+    assert!(h.live.is_empty() && h.terminal_emitted);
+    assert_eq!((h.playbook.as_str(), h.source.as_str()), ("p", "p.yaml"));
+    assert_eq!(f.workload, json!({"n": 3}));
+    assert_eq!(f.steps["a"].status, StepStatus::Done);
+    assert_eq!(f.steps["b"].last_step_run_id, "t2");
+    assert_eq!(Value::Object(f.ctx.clone()), json!({"x": 1, "y": 2}));
+    assert_eq!(f.origins.ctx["y"].event_type, "next.selected");
+    assert_eq!(f.origins.steps["b"].seq, 7);
+    assert_eq!((f.events, f.last_seq), (8, 8));
+}
+
+#[test]
+fn a_patch_is_applied_once_per_task_run_and_reduced_or_refused_keys_are_not() {
+    let f = fold(&[
+        started(),
+        task_done("t1", "tr1", json!({"status": "ok", "set_ctx": {"n": 1}})),
+        // A copy of the same task run's event: applied already.
+        task_done("t1", "tr1", json!({"status": "ok", "set_ctx": {"n": 5}})),
+        task_done(
+            "t1",
+            "tr2",
+            json!({"status": "ok", "set_ctx": {"m": 1, "total": 4}, "reduced": ["total"]}),
+        ),
+        task_done(
+            "t1",
+            "tr3",
+            json!({"status": "error", "set_ctx": {"k": 1}, "ctx_refused": true}),
+        ),
+    ]);
+    assert_eq!(Value::Object(f.ctx), json!({"n": 1, "m": 1}));
+}
+
+#[test]
+fn a_loop_s_reducer_results_combine_with_ctx_once() {
+    let loop_done = |boundary: bool| {
+        ev(
+            EventType::LoopDone,
+            "lp",
+            "t1",
+            payloads::to_value(&LoopDone {
+                boundary,
+                status: LoopStatus::Ok,
+                counts: LoopCounts {
+                    total: 2,
+                    done: 2,
+                    failed: 0,
+                },
+                result: LoopCounts::default(),
+                args: json!({}),
+                error: None,
+                reduce: vec![Reduced {
+                    key: "total".into(),
+                    op: ReducerOp::Sum,
+                    value: json!(5),
+                }],
+                reduce_ref: None,
+            }),
+        )
+    };
+    let f = fold(&[
+        started(),
+        token("lp", "t1", ""),
+        task_done(
+            "t0",
+            "tr0",
+            json!({"status": "ok", "set_ctx": {"total": 10}}),
+        ),
+        loop_done(true),
+        loop_done(true),
+    ]);
+    assert_eq!(
+        f.ctx["total"],
+        json!(15),
+        "folded onto the value before, once"
+    );
+    let rec = &f.steps["lp"];
+    assert_eq!(rec.loop_counts.as_ref().unwrap()["done"], 2);
+    assert!(f.header.unwrap().live.is_empty());
+}
+
+#[test]
+fn a_failure_keeps_the_stopped_tokens_and_a_resume_runs_again() {
+    let failed = ev(
+        EventType::StepFailed,
+        "a",
+        "t1",
+        payloads::to_value(&StepEnded::failed(
+            json!({"kind": "python.exception", "message": "boom"}),
+            json!({}),
+        )),
+    );
+    let stopped = TokenRecord::new("t1", "a");
+    let mut f = fold(&[
+        started(),
+        token("a", "t1", ""),
+        failed,
+        ev(
+            EventType::ExecutionFailed,
+            "",
+            "",
+            json!({"status": "failed", "error": "step \"a\" failed", "stopped": [stopped]}),
+        ),
+    ]);
+    let h = f.header.clone().unwrap();
+    assert_eq!(h.status, ExecStatus::Failed);
+    assert_eq!(h.stopped, vec![stopped]);
+    assert_eq!(
+        f.steps["a"].error.as_deref(),
+        Some("python.exception: boom")
+    );
+    f.apply(
+        5,
+        &ev(
+            EventType::ExecutionResumed,
+            "",
+            "",
+            json!({"resumes": 1, "steps": ["a"], "resumed_at_ms": 42}),
+        ),
+    )
+    .unwrap();
+    f.apply(6, &token("a", "t1-r1", "")).unwrap();
+    let h = f.header.unwrap();
+    assert_eq!(h.status, ExecStatus::Running);
+    assert_eq!((h.resumes, h.resumed_at_ms), (1, 42));
+    assert!(h.stopped.is_empty() && h.error.is_none());
+    assert_eq!(h.live.len(), 1);
+}
+
+#[test]
+fn a_boundary_of_a_token_not_live_or_a_join_s_absorbed_token_writes_no_record() {
+    let f = fold(&[
+        started(),
+        token("j", "t1", ""),
+        token("j", "t2", ""),
+        done("x", "not-a-token"),
+        ev(
+            EventType::StepSkipped,
+            "j",
+            "t1",
+            json!({"reason": "join.waiting", "join": true}),
+        ),
+    ]);
+    assert!(f.steps.is_empty(), "{:?}", f.steps);
+    let live: Vec<&str> = f
+        .header
+        .as_ref()
+        .unwrap()
+        .live
+        .iter()
+        .map(|t| t.token_id.as_str())
+        .collect();
+    assert_eq!(live, ["t2"]);
+}
+
+#[test]
+fn a_request_refused_before_it_started_is_its_terminal_event_alone() {
+    let f = fold(&[ev(
+        EventType::ExecutionFailed,
+        "",
+        "",
+        json!({"status": "failed", "error": "invalid playbook", "source": "bad.yaml"}),
+    )]);
+    let h = f.header.unwrap();
+    assert_eq!(h.status, ExecStatus::Failed);
+    assert_eq!(h.source, "bad.yaml");
+    assert!(h.terminal_emitted && h.playbook.is_empty());
+}
+
+#[test]
+fn a_payload_that_does_not_decode_is_an_error_naming_the_event() {
+    let bad = ev(EventType::TokenCreated, "a", "", json!({"token_id": 7}));
+    let e = Folded::of([(1, &started()), (2, &bad)]).unwrap_err();
+    assert!(
+        e.to_string().contains("token.created of execution e1"),
+        "{e}"
+    );
+}

@@ -1,0 +1,167 @@
+//! What the event log carries whole (docs/architecture.md "The event
+//! log"): `ctx` patches, reducer results, the merged workload and the
+//! plan. A value small enough rides inline in its event; a larger one is
+//! written once to the object store under a deterministic name (a
+//! redelivered write writes the same object) and its event carries the
+//! reference. Never a preview: folding the log must give back every
+//! value the engine stored.
+
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::objects::{ObjectError, ResultStore};
+use crate::MeshError;
+
+/// Largest JSON (bytes) of a value an event carries inline; above it the
+/// value goes by reference. Equal to the size above which an oversized
+/// event's fields become previews, so an inline value is never cut.
+pub const INLINE_BYTES: usize = noetl_core::limits::EVENT_FIELD_BYTES;
+
+/// A value as an event carries it: inline, or a reference to it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Carried<T> {
+    /// Small enough: the value itself.
+    Inline(T),
+    /// Stored whole in the object store: its reference.
+    Stored(Value),
+}
+
+impl<T> Carried<T> {
+    /// The inline value, if it is one.
+    pub fn inline(self) -> Option<T> {
+        match self {
+            Self::Inline(v) => Some(v),
+            Self::Stored(_) => None,
+        }
+    }
+
+    /// The reference, if the value is stored.
+    pub fn reference(&self) -> Option<Value> {
+        match self {
+            Self::Inline(_) => None,
+            Self::Stored(r) => Some(r.clone()),
+        }
+    }
+}
+
+/// True when `value`'s JSON fits inline in an event.
+pub fn fits_inline<T: Serialize>(value: &T) -> bool {
+    serde_json::to_value(value)
+        .map(|v| noetl_core::limits::json_size_within(&v, INLINE_BYTES).is_ok())
+        .unwrap_or(false)
+}
+
+/// `value` inline when it fits, else written to the object store under
+/// `execution/<eid>/log/<id>` (`id` deterministic: the task run, the
+/// step-run's arcs, the loop run) and carried by reference.
+pub async fn carry<T: Serialize>(
+    store: &ResultStore,
+    eid: &str,
+    id: &str,
+    value: T,
+) -> Result<Carried<T>, MeshError> {
+    if fits_inline(&value) {
+        return Ok(Carried::Inline(value));
+    }
+    let json = serde_json::to_value(&value).map_err(|e| ObjectError::Config(e.to_string()))?;
+    let reference = store
+        .put_named(&format!("execution/{eid}/log/{id}"), &json)
+        .await?;
+    Ok(Carried::Stored(reference))
+}
+
+/// The value a reference stands for, as `T` (checksum verified).
+pub async fn read<T: DeserializeOwned>(
+    store: &ResultStore,
+    reference: &Value,
+) -> Result<T, MeshError> {
+    let key = reference
+        .get("key")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let value = store.hydrate(reference.clone()).await?;
+    serde_json::from_value(value).map_err(|e| {
+        MeshError::Object(ObjectError::Corrupt {
+            store: store.location().label().to_string(),
+            key,
+            message: format!("it does not hold what its event names: {e}"),
+        })
+    })
+}
+
+/// `sha256:<hex>` of `value`'s JSON as a `serde_json::Value` writes it
+/// (one form whatever the type it came from): the identity of a plan.
+pub fn digest<T: Serialize>(value: &T) -> String {
+    let json = serde_json::to_value(value).expect("plans serialise to JSON");
+    let bytes = serde_json::to_vec(&json).expect("JSON serialises");
+    format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
+}
+
+/// Store a normalised playbook content-addressed (`plans/<digest>`: the
+/// same playbook is one object however many executions run it) and return
+/// its digest and reference.
+pub async fn store_playbook(
+    store: &ResultStore,
+    playbook: &noetl_core::Playbook,
+) -> Result<(String, Value), MeshError> {
+    // The same playbook is written once per process and store: every
+    // execution of it names the same object.
+    static STORED: std::sync::OnceLock<crate::cache::Bounded<String, Value>> =
+        std::sync::OnceLock::new();
+    let stored = STORED.get_or_init(|| crate::cache::Bounded::new(1024));
+    let json = serde_json::to_value(playbook).map_err(|e| ObjectError::Config(e.to_string()))?;
+    let digest = digest(&json);
+    let cache_key = format!("{:?} {digest}", store.location());
+    if let Some(reference) = stored.get(&cache_key) {
+        return Ok((digest, reference));
+    }
+    let name = format!("plans/{}", digest.trim_start_matches("sha256:"));
+    let reference = store.put_named(&name, &json).await?;
+    stored.insert(cache_key, reference.clone());
+    Ok((digest, reference))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store() -> (tempfile::TempDir, ResultStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = crate::objects::StoreLocation::parse(dir.path().to_str().unwrap()).unwrap();
+        (dir, ResultStore::open(loc).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_small_value_rides_inline_and_a_large_one_by_reference_read_back_whole() {
+        let (_dir, store) = store();
+        let small = json!({"n": 1});
+        assert_eq!(
+            carry(&store, "e1", "t1", small.clone()).await.unwrap(),
+            Carried::Inline(small)
+        );
+        let big = json!({"rows": "x".repeat(INLINE_BYTES + 1)});
+        let carried = carry(&store, "e1", "t2", big.clone()).await.unwrap();
+        let reference = carried.reference().expect("stored");
+        assert!(crate::objects::is_ref(&reference), "{reference}");
+        let back: Value = read(&store, &reference).await.unwrap();
+        assert_eq!(back, big);
+    }
+
+    #[tokio::test]
+    async fn a_playbook_is_stored_once_under_its_digest() {
+        let (_dir, store) = store();
+        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p}\nworkflow:\n  - step: start\n    tool: {kind: noop}\n";
+        let pb = noetl_core::load::load_playbook(yaml, "p.yaml")
+            .unwrap()
+            .playbook;
+        let (d1, r1) = store_playbook(&store, &pb).await.unwrap();
+        let (d2, r2) = store_playbook(&store, &pb).await.unwrap();
+        assert_eq!((d1.clone(), r1.clone()), (d2, r2));
+        assert!(d1.starts_with("sha256:") && d1.len() == 71, "{d1}");
+        let back: noetl_core::Playbook = read(&store, &r1).await.unwrap();
+        assert_eq!(back, pb);
+    }
+}

@@ -1,0 +1,243 @@
+//! Writing an execution's records back from its events (`noetl admin
+//! rebuild`, docs/operations.md "Rebuild"): the header, the step records,
+//! `ctx` (with the writes it holds, so a redelivered write is not applied
+//! twice) and the plan, each as the fold of the log gives it
+//! ([`crate::fold`]).
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::fold::Folded;
+use crate::keys::Keys;
+use crate::plan::PlanRecord;
+use crate::replay::{fold_log, Until};
+use crate::{kv, Mesh, MeshError};
+
+/// Which records to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Only records that are missing (what the services and `--running`
+    /// do: a record that is there is the engine's, newer than any fold).
+    Missing,
+    /// Every record, over what is stored (`--force`).
+    All,
+}
+
+/// What a rebuild wrote.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Rebuilt {
+    /// The execution.
+    pub execution_id: String,
+    /// Events folded.
+    pub events: usize,
+    /// The header was written.
+    pub header: bool,
+    /// The plan was written.
+    pub plan: bool,
+    /// Step records written.
+    pub steps: usize,
+    /// `ctx` was written.
+    pub ctx: bool,
+    /// Why a record could not be rebuilt, if one could not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The plan the log names, read back: the playbook from the object store
+/// (by its reference, checksum verified), the workload and the rest from
+/// `playbook.initialized`. `None` when the log does not name one (written
+/// before the log was complete) or a resume changed it (`--set`,
+/// `--playbook-version`): the note says so.
+pub async fn plan_of(
+    mesh: &Mesh,
+    eid: &str,
+    folded: &Folded,
+) -> Result<Result<PlanRecord, String>, MeshError> {
+    let (Some(id), Some(h)) = (&folded.plan, &folded.header) else {
+        return Ok(Err(format!(
+            "the events of {eid} do not name its plan (no playbook.initialized with `plan`)"
+        )));
+    };
+    if folded.plan_changed_by_resume {
+        return Ok(Err(format!(
+            "a resume of {eid} changed its plan (--set or --playbook-version), which its events name only by key"
+        )));
+    }
+    let playbook = crate::patches::read(mesh.results(), &id.playbook_ref).await?;
+    let mut plan = PlanRecord::new(
+        eid.to_string(),
+        h.source.clone(),
+        playbook,
+        folded.workload.clone(),
+    );
+    plan.parent_execution_id = h.parent_execution_id.clone();
+    plan.trace_id = folded.trace_id.clone();
+    plan.started_ms = id.started_ms;
+    plan.parent_iter = id.parent_iter.clone();
+    plan.return_step = id.return_step.clone();
+    Ok(Ok(plan))
+}
+
+/// Rebuild the records of `eid` from its events. `None` when it has no
+/// events.
+pub async fn rebuild(mesh: &Mesh, eid: &str, mode: Mode) -> Result<Option<Rebuilt>, MeshError> {
+    let folded = fold_log(mesh, eid, Until::End).await?;
+    if folded.events == 0 {
+        return Ok(None);
+    }
+    write_records(mesh, eid, &folded, mode).await.map(Some)
+}
+
+/// Write the records `folded` gives.
+async fn write_records(
+    mesh: &Mesh,
+    eid: &str,
+    folded: &Folded,
+    mode: Mode,
+) -> Result<Rebuilt, MeshError> {
+    let mut out = Rebuilt {
+        execution_id: eid.to_string(),
+        events: folded.events,
+        ..Default::default()
+    };
+    let write = |key: String, value: Value, store: &async_nats::jetstream::kv::Store| {
+        let store = store.clone();
+        async move {
+            match mode {
+                Mode::All => kv::put(&store, &key, &value).await.map(|_| true),
+                Mode::Missing => kv::create(&store, &key, &value).await,
+            }
+        }
+    };
+    match plan_of(mesh, eid, folded).await? {
+        Ok(plan) => {
+            out.plan = write(
+                Keys::plan(eid),
+                crate::payloads::to_value(&plan),
+                mesh.exec_kv(),
+            )
+            .await?;
+            if out.plan {
+                mesh.plans().forget(eid);
+            }
+        }
+        Err(note) => out.notes.push(note),
+    }
+    for (step, record) in &folded.steps {
+        let key = Keys::step(eid, step);
+        if write(key, crate::payloads::to_value(record), mesh.exec_kv()).await? {
+            out.steps += 1;
+        }
+    }
+    if !folded.ctx.is_empty() || !folded.applied_writes().is_empty() {
+        out.ctx = write(
+            eid.to_string(),
+            crate::ctx_record::stored(folded),
+            mesh.ctx_kv(),
+        )
+        .await?;
+    }
+    // The header last: readers wait on it, and a header marks the
+    // execution as there.
+    if let Some(h) = &folded.header {
+        out.header = write(
+            Keys::header(eid),
+            crate::payloads::to_value(h),
+            mesh.exec_kv(),
+        )
+        .await?;
+    }
+    Ok(out)
+}
+
+/// The plan of a running execution whose plan record is missing, written
+/// back from its events (create-only: a plan written meanwhile wins) and
+/// cached; `None` when its events do not say it is running or do not name
+/// its plan.
+pub async fn restore_plan(
+    mesh: &Mesh,
+    eid: &str,
+) -> Result<Option<std::sync::Arc<PlanRecord>>, MeshError> {
+    let folded = fold_log(mesh, eid, Until::End).await?;
+    if !folded.is_running() {
+        return Ok(None);
+    }
+    let plan = match plan_of(mesh, eid, &folded).await? {
+        Ok(plan) => plan,
+        Err(why) => {
+            tracing::warn!(execution_id = %eid, %why, "plan missing and not rebuilt");
+            return Ok(None);
+        }
+    };
+    if kv::create(mesh.exec_kv(), &Keys::plan(eid), &plan).await? {
+        tracing::warn!(execution_id = %eid, "plan was missing: rebuilt from the events");
+    }
+    mesh.plans().forget(eid);
+    mesh.plans().get(mesh, eid).await.map(Some)
+}
+
+/// The header of a running execution whose header is missing, written
+/// back (with its other missing records) from its events stored before
+/// sequence `before` (the event being handled, which is not applied yet).
+/// Returns whether a header was written.
+pub async fn restore_header(mesh: &Mesh, eid: &str, before: u64) -> Result<bool, MeshError> {
+    let until = Until::Seq(before.saturating_sub(1));
+    let folded = fold_log(mesh, eid, until).await?;
+    if folded.header.is_none() {
+        return Ok(false);
+    }
+    let written = write_records(mesh, eid, &folded, Mode::Missing).await?;
+    if written.header {
+        tracing::warn!(execution_id = %eid, events = folded.events, "header was missing: rebuilt from the events");
+    }
+    Ok(written.header)
+}
+
+/// The executions whose events say they are running: started
+/// (`playbook.initialized`) and not ended more often than resumed.
+pub async fn running(mesh: &Mesh) -> Result<Vec<String>, MeshError> {
+    use std::collections::BTreeMap;
+    let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
+        consumer: "rebuild: the events stream's subjects".into(),
+        message: e.to_string(),
+    };
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await
+        .map_err(|e| failed(&e))?;
+    let prefix = mesh.subjects().events_of("*");
+    let prefix = prefix.trim_end_matches(".>");
+    // (started, ended, resumed) per execution.
+    let mut seen: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for filter in [
+        format!("{prefix}.playbook.initialized"),
+        format!("{prefix}.execution.>"),
+    ] {
+        let mut subjects = stream
+            .info_with_subjects(&filter)
+            .await
+            .map_err(|e| failed(&e))?;
+        while let Some(s) = subjects.next().await {
+            let (subject, count) = s.map_err(|e| failed(&e))?;
+            let Some((eid, kind)) = crate::subjects::event_parts(&subject) else {
+                continue;
+            };
+            let entry = seen.entry(eid.to_string()).or_default();
+            match kind {
+                "playbook.initialized" => entry.0 += count,
+                "execution.completed" | "execution.failed" | "execution.cancelled" => {
+                    entry.1 += count
+                }
+                "execution.resumed" => entry.2 += count,
+                _ => {}
+            }
+        }
+    }
+    Ok(seen
+        .into_iter()
+        .filter(|(_, (started, ended, resumed))| *started > 0 && ended <= resumed)
+        .map(|(eid, _)| eid)
+        .collect())
+}

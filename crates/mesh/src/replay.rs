@@ -1,0 +1,461 @@
+//! `noetl exec replay`: read an execution's events, fold them
+//! ([`crate::fold`]) and compare what they determine with the records the
+//! engine keeps in KV (docs/operations.md "Replay"). The comparison is a
+//! plain function ([`differences`]); reading is the only I/O.
+
+use std::collections::BTreeMap;
+
+use noetl_wire::Event;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::fold::{Folded, Origin};
+use crate::keys::Keys;
+use crate::state::{ExecHeader, StepRecord};
+use crate::{Mesh, MeshError};
+
+/// One event as read from the stream: its sequence number and the event.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    /// Its sequence number in the events stream.
+    pub seq: u64,
+    /// The event, whole ([`crate::events::decode`]).
+    pub event: Event,
+}
+
+/// Where to stop reading: every event, or those up to a sequence number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Until {
+    /// Every event stored.
+    #[default]
+    End,
+    /// Events with a sequence number up to this one.
+    Seq(u64),
+    /// Events at or before this time (Unix epoch ms).
+    TimeMs(u64),
+}
+
+impl Until {
+    /// True when `l` is at or before where this stops.
+    pub fn keeps(self, l: &Logged) -> bool {
+        match self {
+            Self::End => true,
+            Self::Seq(s) => l.seq <= s,
+            Self::TimeMs(t) => l.event.ts_ms <= t,
+        }
+    }
+}
+
+/// Every stored event of execution `eid`, in stream order, each decoded
+/// whole (an event that does not decode is an error naming its sequence).
+pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged>, MeshError> {
+    let filter = mesh.subjects().events_of(eid);
+    let logged = read_events(mesh, &filter, None).await?;
+    Ok(logged.into_iter().filter(|l| until.keeps(l)).collect())
+}
+
+/// Every stored event of every execution since `since_ms` (Unix epoch
+/// ms), in stream order (`noetl events export --since`).
+pub async fn read_since(mesh: &Mesh, since_ms: u64) -> Result<Vec<Logged>, MeshError> {
+    let filter = mesh.subjects().events_of("*");
+    read_events(mesh, &filter, Some(since_ms)).await
+}
+
+/// The events stored under `filter`, from the start or from `since_ms`.
+async fn read_events(
+    mesh: &Mesh,
+    filter: &str,
+    since_ms: Option<u64>,
+) -> Result<Vec<Logged>, MeshError> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt;
+    let filter = filter.to_string();
+    let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
+        consumer: format!("replay reader of {filter}"),
+        message: e.to_string(),
+    };
+    let stream = mesh
+        .js()
+        .get_stream(mesh.subjects().events_stream())
+        .await
+        .map_err(|e| failed(&e))?;
+    let deliver_policy = match since_ms {
+        None => DeliverPolicy::All,
+        Some(ms) => DeliverPolicy::ByStartTime {
+            start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+                .map_err(|e| failed(&e))?,
+        },
+    };
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: filter.clone(),
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| failed(&e))?;
+    let name = consumer.cached_info().name.clone();
+    let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
+    let mut out = Vec::new();
+    if pending > 0 {
+        let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
+        while let Some(m) = messages.next().await {
+            let m = m.map_err(|e| failed(&e))?;
+            let info = m.info().map_err(|e| failed(&e))?;
+            let (seq, left) = (info.stream_sequence, info.pending);
+            let event = crate::events::decode(&m).map_err(|e| {
+                MeshError::Invalid(format!("event seq {seq} on {}: {e}", m.subject))
+            })?;
+            out.push(Logged { seq, event });
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    let _ = stream.delete_consumer(&name).await;
+    Ok(out)
+}
+
+/// Put back what an event carries by reference (a large `set_ctx` patch,
+/// reducer results, the workload), read from the object store, so the
+/// fold sees every value whole.
+pub async fn hydrate(mesh: &Mesh, ev: &mut Event) -> Result<(), MeshError> {
+    hydrate_from(mesh.results(), ev).await
+}
+
+/// [`hydrate`] from the object store `store`.
+pub async fn hydrate_from(
+    store: &crate::objects::ResultStore,
+    ev: &mut Event,
+) -> Result<(), MeshError> {
+    const CARRIED: [(&str, &str); 3] = [
+        ("set_ctx_ref", "set_ctx"),
+        ("reduce_ref", "reduce"),
+        ("workload_ref", "workload"),
+    ];
+    let mut payload = crate::events::payload(ev);
+    let Value::Object(map) = &mut payload else {
+        return Ok(());
+    };
+    let mut changed = false;
+    for (reference, field) in CARRIED {
+        if let Some(r) = map.remove(reference).filter(|r| !r.is_null()) {
+            let value: Value = crate::patches::read(store, &r).await?;
+            map.insert(field.to_string(), value);
+            changed = true;
+        }
+    }
+    if changed {
+        ev.payload_json = crate::codec::json_bytes(&payload);
+    }
+    Ok(())
+}
+
+/// One exported event: a JSON line as `noetl events tail --json` prints
+/// it (`seq` and the event's fields, its payload inline).
+pub fn export_line(l: &Logged) -> Result<String, MeshError> {
+    let bytes = crate::codec::event_json(&l.event).map_err(MeshError::Decode)?;
+    let mut v: Value = serde_json::from_slice(&bytes).expect("event JSON is JSON");
+    v["seq"] = Value::from(l.seq);
+    Ok(v.to_string())
+}
+
+/// An exported event read back (`noetl exec replay --from FILE`); `line`
+/// is its line number, for errors.
+pub fn import_line(text: &str, line: usize) -> Result<Logged, MeshError> {
+    let bad = |why: String| MeshError::Invalid(format!("line {line}: {why}"));
+    let mut v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let seq = v
+        .as_object_mut()
+        .and_then(|m| m.remove("seq"))
+        .and_then(|s| s.as_u64())
+        .ok_or_else(|| bad("no `seq`".into()))?;
+    let mut event =
+        crate::codec::decode_event(v.to_string().as_bytes()).map_err(|e| bad(e.to_string()))?;
+    if event.ts_ms == 0 {
+        event.ts_ms = crate::events::parse_rfc3339(&event.ts)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+    }
+    Ok(Logged { seq, event })
+}
+
+/// Read, hydrate and fold the log of `eid` up to `until`.
+pub async fn fold_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Folded, MeshError> {
+    let mut log = read_log(mesh, eid, until).await?;
+    for l in &mut log {
+        hydrate(mesh, &mut l.event).await?;
+    }
+    Folded::of(log.iter().map(|l| (l.seq, &l.event)))
+}
+
+/// The records the engine keeps for one execution, as read from KV.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stored {
+    /// The header.
+    pub header: Option<ExecHeader>,
+    /// Step records by key (`<eid>.step.<step>`).
+    pub steps: BTreeMap<String, StepRecord>,
+    /// `ctx` as users see it.
+    pub ctx: Map<String, Value>,
+}
+
+/// Read the records of `eid` from KV.
+pub async fn read_stored(mesh: &Mesh, eid: &str) -> Result<Stored, MeshError> {
+    let header = crate::kv::get(mesh.exec_kv(), &Keys::header(eid)).await?;
+    let mut steps = BTreeMap::new();
+    for (key, record) in
+        crate::kv::values_matching::<StepRecord>(mesh.exec_kv(), &Keys::steps_of(eid)).await?
+    {
+        steps.insert(key, record?);
+    }
+    let ctx = match mesh.exec_ctx(eid).await? {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    Ok(Stored { header, steps, ctx })
+}
+
+/// A record the log and KV disagree on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Difference {
+    /// What: `header.status`, `step "fetch"`, `ctx.total`...
+    pub what: String,
+    /// What the events give (`null`: nothing).
+    pub from_events: Value,
+    /// What KV holds (`null`: nothing).
+    pub stored: Value,
+    /// The event that should have produced the stored value (the last
+    /// that changed the record), if any did.
+    pub event: Option<Origin>,
+}
+
+/// Header fields compared (times are the events' own and differ from the
+/// header's by the moment between them: not compared).
+fn header_fields(h: &ExecHeader) -> Map<String, Value> {
+    let Value::Object(mut m) = crate::payloads::to_value(h) else {
+        unreachable!("a header is an object")
+    };
+    m.remove("started_at");
+    m.remove("ended_at");
+    m.remove("execution_id");
+    // Fields left out when empty compare as present and empty.
+    for (k, empty) in [
+        ("stopped", Value::Array(Vec::new())),
+        ("resumes", Value::from(0)),
+        ("resumed_at_ms", Value::from(0)),
+        ("error", Value::Null),
+        ("parent_execution_id", Value::from("")),
+    ] {
+        m.entry(k).or_insert(empty);
+    }
+    m
+}
+
+/// Every record on which `folded` and `stored` disagree, header first,
+/// then steps by name, then `ctx` by key.
+pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Difference> {
+    let mut out = Vec::new();
+    let header_origin = folded.origins.header.clone();
+    match (&folded.header, &stored.header) {
+        (None, None) => {}
+        (Some(f), Some(s)) => {
+            let (f, s) = (header_fields(f), header_fields(s));
+            for (k, fv) in &f {
+                if s.get(k) != Some(fv) {
+                    out.push(Difference {
+                        what: format!("header.{k}"),
+                        from_events: fv.clone(),
+                        stored: s.get(k).cloned().unwrap_or(Value::Null),
+                        event: header_origin.clone(),
+                    });
+                }
+            }
+        }
+        (f, s) => out.push(Difference {
+            what: "header".into(),
+            from_events: crate::payloads::to_value(f),
+            stored: crate::payloads::to_value(s),
+            event: header_origin.clone(),
+        }),
+    }
+    let folded_steps: BTreeMap<String, (&String, &StepRecord)> = folded
+        .steps
+        .iter()
+        .map(|(name, r)| (Keys::step(eid, name), (name, r)))
+        .collect();
+    let keys: std::collections::BTreeSet<&String> =
+        folded_steps.keys().chain(stored.steps.keys()).collect();
+    for key in keys {
+        let f = folded_steps.get(key);
+        let s = stored.steps.get(key);
+        if f.map(|(_, r)| *r) == s {
+            continue;
+        }
+        let name = f.map(|(n, _)| (*n).clone()).unwrap_or_else(|| {
+            key.rsplit_once(".step.")
+                .map_or(key.clone(), |(_, n)| n.to_string())
+        });
+        out.push(Difference {
+            what: format!("step {name:?}"),
+            from_events: crate::payloads::to_value(&f.map(|(_, r)| r)),
+            stored: crate::payloads::to_value(&s),
+            event: folded.origins.steps.get(&name).cloned(),
+        });
+    }
+    let keys: std::collections::BTreeSet<&String> =
+        folded.ctx.keys().chain(stored.ctx.keys()).collect();
+    for key in keys {
+        let (f, s) = (folded.ctx.get(key), stored.ctx.get(key));
+        if same_json(f, s) {
+            continue;
+        }
+        out.push(Difference {
+            what: format!("ctx.{key}"),
+            from_events: f.cloned().unwrap_or(Value::Null),
+            stored: s.cloned().unwrap_or(Value::Null),
+            event: folded.origins.ctx.get(key).cloned(),
+        });
+    }
+    out
+}
+
+/// JSON equality with numbers compared by value (`2` and `2.0` are one).
+fn same_json(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Number(x)), Some(Value::Number(y))) => x.as_f64() == y.as_f64(),
+        (Some(Value::Array(x)), Some(Value::Array(y))) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(Some(p), Some(q)))
+        }
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| same_json(Some(v), y.get(k)))
+        }
+        (x, y) => x == y,
+    }
+}
+
+/// What `noetl exec replay` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The execution.
+    pub execution_id: String,
+    /// Events folded.
+    pub events: usize,
+    /// The last one's sequence number.
+    pub last_seq: u64,
+    /// True when every record the events determine equals the stored one.
+    pub equal: bool,
+    /// Where they differ (empty when equal).
+    pub differences: Vec<Difference>,
+}
+
+/// Fold the log of `eid` and compare it with KV.
+pub async fn check(mesh: &Mesh, eid: &str) -> Result<Report, MeshError> {
+    let folded = fold_log(mesh, eid, Until::End).await?;
+    let stored = read_stored(mesh, eid).await?;
+    let differences = differences(eid, &folded, &stored);
+    Ok(Report {
+        execution_id: eid.to_string(),
+        events: folded.events,
+        last_seq: folded.last_seq,
+        equal: differences.is_empty(),
+        differences,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ExecStatus, StepStatus};
+    use serde_json::json;
+
+    fn record(status: StepStatus, srid: &str) -> StepRecord {
+        StepRecord {
+            status,
+            last_step_run_id: srid.into(),
+            loop_counts: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn equal_records_have_no_difference_and_each_kind_of_difference_is_named() {
+        let mut folded = Folded::default();
+        folded.header = Some(ExecHeader {
+            status: ExecStatus::Completed,
+            ..ExecHeader::running("e1", Vec::new())
+        });
+        folded
+            .steps
+            .insert("start".into(), record(StepStatus::Done, "r1"));
+        folded.ctx.insert("n".into(), json!(2));
+        let mut stored = Stored {
+            header: folded.header.clone(),
+            steps: [(Keys::step("e1", "start"), record(StepStatus::Done, "r1"))].into(),
+            ctx: [("n".to_string(), json!(2.0))].into_iter().collect(),
+        };
+        assert_eq!(differences("e1", &folded, &stored), vec![]);
+
+        stored.header.as_mut().unwrap().status = ExecStatus::Failed;
+        stored
+            .steps
+            .insert(Keys::step("e1", "other"), record(StepStatus::Failed, "r9"));
+        stored.ctx.insert("n".into(), json!(3));
+        let what: Vec<String> = differences("e1", &folded, &stored)
+            .into_iter()
+            .map(|d| d.what)
+            .collect();
+        assert_eq!(what, ["header.status", "step \"other\"", "ctx.n"]);
+    }
+
+    #[test]
+    fn an_exported_line_reads_back_as_the_event_and_its_sequence() {
+        let ev = crate::events::EventDraft {
+            event_type: "task.done",
+            execution_id: "e1",
+            step_run_id: "r1",
+            step: "s",
+            payload: json!({"set_ctx": {"n": 1}}),
+            ..Default::default()
+        }
+        .build();
+        let line = export_line(&Logged {
+            seq: 7,
+            event: ev.clone(),
+        })
+        .unwrap();
+        let back = import_line(&line, 1).unwrap();
+        assert_eq!(back.seq, 7);
+        assert_eq!(back.event.ts_ms, ev.ts_ms);
+        assert_eq!(
+            (
+                back.event.event_type.as_str(),
+                back.event.step_run_id.as_str()
+            ),
+            ("task.done", "r1")
+        );
+        assert_eq!(
+            crate::events::payload(&back.event),
+            json!({"set_ctx": {"n": 1}})
+        );
+        let e = import_line("{\"event_type\": \"x\"}", 3).unwrap_err();
+        assert!(e.to_string().contains("line 3: no `seq`"), "{e}");
+    }
+
+    #[test]
+    fn until_keeps_events_up_to_a_sequence_or_a_time() {
+        let logged = |seq, ts_ms| Logged {
+            seq,
+            event: Event {
+                ts_ms,
+                ..Default::default()
+            },
+        };
+        assert!(Until::End.keeps(&logged(9, 9)));
+        assert!(Until::Seq(5).keeps(&logged(5, 100)));
+        assert!(!Until::Seq(5).keeps(&logged(6, 1)));
+        assert!(Until::TimeMs(100).keeps(&logged(6, 100)));
+        assert!(!Until::TimeMs(100).keeps(&logged(1, 101)));
+    }
+}

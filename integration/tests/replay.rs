@@ -1,0 +1,221 @@
+//! The event log is the truth: folding an execution's events gives every
+//! record the engine keeps for it (header, step records, `ctx`), large
+//! `ctx` values and reducer results included, and a record changed behind
+//! the engine's back is reported with the event that should have produced
+//! it (docs/architecture.md "The event log").
+
+use noetl_integration::Cluster;
+use noetl_mesh::{
+    event_type::EventType,
+    events,
+    keys::Keys,
+    kv,
+    payloads::{self, LoopDone, PlaybookInitialized, TaskDone},
+    state::StepRecord,
+};
+use serde_json::{json, Value};
+
+const FLOW: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: replayed }
+workload: { n: 4 }
+workflow:
+  - step: start
+    tool:
+      - name: big
+        kind: python
+        code: |
+          result = "x" * 6000
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { blob: "{{ outcome.result }}", small: 1 } }
+    next:
+      arcs:
+        - step: squares
+          set_ctx: { routed: "{{ workload.n }}" }
+  - step: squares
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 2
+        policy: { reducers: { total: sum, seen: append } }
+    tool:
+      - name: sq
+        kind: python
+        args: { i: "{{ iter.i }}" }
+        code: |
+          result = i * i
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { total: "{{ outcome.result }}", seen: "{{ iter.i }}" } }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_replays_equal_and_a_changed_record_is_named_with_its_event() {
+    let cluster = Cluster::start().await;
+    let (eid, summary) = cluster.completed(FLOW, Value::Null).await;
+    assert_eq!(summary.ctx["total"], json!(14));
+    assert_eq!(summary.ctx["blob"].as_str().map(str::len), Some(6000));
+    let events = cluster.settled_events(&eid).await;
+
+    // The log carries what it changes whole: the plan and workload in the
+    // first event, the large patch by reference (never a preview), the
+    // reducer results in `loop.done`.
+    let init = events
+        .iter()
+        .find(|e| e.event_type == EventType::PlaybookInitialized.wire_name())
+        .expect("playbook.initialized");
+    let init: PlaybookInitialized = payloads::decode_typed(init).unwrap();
+    assert_eq!(init.workload, json!({"n": 4}));
+    let plan = init.plan.expect("the plan's identity");
+    assert!(plan.digest.starts_with("sha256:"), "{}", plan.digest);
+    let stored_plan = cluster.mesh.plans().get(&cluster.mesh, &eid).await.unwrap();
+    assert_eq!(
+        plan.digest,
+        noetl_mesh::patches::digest(&stored_plan.playbook)
+    );
+    let big = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TaskDone.wire_name() && e.step == "start")
+        .map(|e| payloads::decode_typed::<TaskDone>(e).unwrap())
+        .next()
+        .expect("task.done of start");
+    assert!(big.set_ctx.is_none(), "a large patch is not inline");
+    let whole: Value =
+        noetl_mesh::patches::read(cluster.mesh.results(), big.set_ctx_ref.as_ref().unwrap())
+            .await
+            .unwrap();
+    assert_eq!(whole["blob"].as_str().map(str::len), Some(6000));
+    let done = events
+        .iter()
+        .find(|e| e.event_type == EventType::LoopDone.wire_name())
+        .expect("loop.done");
+    let done: LoopDone = payloads::decode_typed(done).unwrap();
+    let keys: Vec<&str> = done.reduce.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["total", "seen"]);
+    let sq_done = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TaskDone.wire_name() && e.step == "squares")
+        .map(|e| payloads::decode_typed::<TaskDone>(e).unwrap())
+        .next()
+        .unwrap();
+    assert_eq!(
+        sq_done.reduced.len(),
+        2,
+        "reducer keys are marked, not applied"
+    );
+
+    // Folded, the events give exactly what KV holds.
+    let report = cluster.replay(&eid).await;
+    assert!(report.equal, "{:?}", report.differences);
+    assert!(report.events >= events.len());
+
+    // A ctx value changed behind the engine's back is named, with the
+    // loop.done that gave it.
+    let mut ctx: Value = kv::get(cluster.mesh.ctx_kv(), &eid).await.unwrap().unwrap();
+    ctx["total"] = json!(15);
+    kv::put(cluster.mesh.ctx_kv(), &eid, &ctx).await.unwrap();
+    let report = cluster.replay(&eid).await;
+    assert_eq!(report.differences.len(), 1, "{:?}", report.differences);
+    let d = &report.differences[0];
+    assert_eq!(d.what, "ctx.total");
+    assert_eq!(
+        (d.from_events.clone(), d.stored.clone()),
+        (json!(14), json!(15))
+    );
+    let origin = d.event.as_ref().expect("the event that gave it");
+    assert_eq!(
+        (origin.event_type.as_str(), origin.step.as_str()),
+        ("loop.done", "squares")
+    );
+
+    // So is a step record, with its boundary event.
+    ctx["total"] = json!(14);
+    kv::put(cluster.mesh.ctx_kv(), &eid, &ctx).await.unwrap();
+    let key = Keys::step(&eid, "start");
+    let mut rec: StepRecord = kv::get(cluster.mesh.exec_kv(), &key)
+        .await
+        .unwrap()
+        .unwrap();
+    rec.last_step_run_id = "forged".into();
+    kv::put(cluster.mesh.exec_kv(), &key, &rec).await.unwrap();
+    let report = cluster.replay(&eid).await;
+    let what: Vec<&str> = report.differences.iter().map(|d| d.what.as_str()).collect();
+    assert_eq!(what, ["step \"start\""]);
+    let origin = report.differences[0].event.as_ref().unwrap();
+    assert_eq!(origin.event_type, events::types::STEP_DONE);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_replays_with_its_stopped_tokens_and_the_state_at_any_event() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: fails }
+workflow:
+  - step: start
+    tool:
+      - name: one
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { first: 1 } }
+    next:
+      arcs:
+        - step: boom
+  - step: boom
+    tool:
+      - name: raise
+        kind: python
+        code: |
+          raise ValueError("no")
+"#;
+    let eid = cluster.submit(yaml, "fails.yaml", Value::Null).await;
+    let summary = cluster.wait(&eid, std::time::Duration::from_secs(30)).await;
+    assert_eq!(summary.status, noetl_mesh::state::ExecStatus::Failed);
+    let report = cluster.replay(&eid).await;
+    assert!(report.equal, "{:?}", report.differences);
+    let header = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
+    assert_eq!(
+        header.stopped.len(),
+        1,
+        "the failing step-run stays stopped"
+    );
+
+    // As of the event that wrote `first`, only `start` has run.
+    let log = noetl_mesh::replay::read_log(&cluster.mesh, &eid, Default::default())
+        .await
+        .unwrap();
+    let at = log
+        .iter()
+        .find(|l| l.event.event_type == EventType::TaskDone.wire_name())
+        .unwrap()
+        .seq;
+    let then =
+        noetl_mesh::replay::fold_log(&cluster.mesh, &eid, noetl_mesh::replay::Until::Seq(at))
+            .await
+            .unwrap();
+    assert_eq!(Value::Object(then.ctx.clone()), json!({"first": 1}));
+    assert!(then.steps.is_empty(), "no step had ended yet");
+    assert_eq!(
+        then.header.unwrap().status,
+        noetl_mesh::state::ExecStatus::Running
+    );
+    cluster.stop().await;
+}
