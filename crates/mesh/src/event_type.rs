@@ -171,6 +171,122 @@ impl EventType {
     }
 }
 
+/// An event name of NoETL's spec that this engine emits under its own
+/// names (docs/dsl.md "Events", "The spec's names"): which of ours it is,
+/// and why it is not one of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecName {
+    /// The spec's name (`command.issued`).
+    pub name: &'static str,
+    /// Ours: what `noetl events tail --type <name>` follows (empty: none
+    /// is emitted).
+    pub ours: &'static [EventType],
+    /// Why the engine has no event of that name.
+    pub why: &'static str,
+}
+
+/// Every event name of the spec that is not one of ours.
+pub const SPEC_NAMES: &[SpecName] = {
+    use EventType as T;
+    &[
+        SpecName {
+            name: "token.enqueued",
+            ours: &[T::TokenCreated],
+            why: "a token is created and published in one pass of the router: token.created says both",
+        },
+        SpecName {
+            name: "token.claimed",
+            ours: &[T::StepScheduled, T::StepSkipped],
+            why: "the scheduler takes a token and decides its admission at once: step.scheduled or step.skipped",
+        },
+        SpecName {
+            name: "next.enqueued",
+            ours: &[T::TokenCreated],
+            why: "the tokens arcs fire are created after next.selected, each with token.created (its `arc` set)",
+        },
+        SpecName {
+            name: "command.issued",
+            ours: &[T::StepStarted, T::LoopIterationStarted],
+            why: "a step-run's first command follows step.started, an iteration's follows loop.iteration.started; commands are work-queue messages, not events",
+        },
+        SpecName {
+            name: "command.claimed",
+            ours: &[T::TaskStarted],
+            why: "an executor takes a command and starts its task at once",
+        },
+        SpecName {
+            name: "command.started",
+            ours: &[T::TaskStarted],
+            why: "task.started is one per task attempt",
+        },
+        SpecName {
+            name: "command.completed",
+            ours: &[T::TaskDone],
+            why: "task.done with status ok",
+        },
+        SpecName {
+            name: "command.failed",
+            ours: &[T::TaskDone],
+            why: "task.done with status error (its action says whether it is retried)",
+        },
+        SpecName {
+            name: "step.enter",
+            ours: &[T::StepStarted],
+            why: "the step-run starts when the scheduler admits it",
+        },
+        SpecName {
+            name: "step.exit",
+            ours: &[T::StepDone, T::StepFailed, T::StepSkipped],
+            why: "a step-run's end is its boundary event",
+        },
+        SpecName {
+            name: "call.done",
+            ours: &[T::StepDone],
+            why: "a step-run's successful end",
+        },
+        SpecName {
+            name: "call.error",
+            ours: &[T::StepFailed],
+            why: "a step-run's failed end",
+        },
+        SpecName {
+            name: "playbook.completed",
+            ours: &[T::ExecutionCompleted],
+            why: "an execution, not a playbook, ends",
+        },
+        SpecName {
+            name: "playbook.failed",
+            ours: &[T::ExecutionFailed],
+            why: "an execution, not a playbook, ends",
+        },
+        SpecName {
+            name: "batch.accepted",
+            ours: &[],
+            why: "loop windows are not sent in batches yet: no batch events are emitted",
+        },
+        SpecName {
+            name: "batch.processing",
+            ours: &[],
+            why: "loop windows are not sent in batches yet: no batch events are emitted",
+        },
+        SpecName {
+            name: "batch.completed",
+            ours: &[],
+            why: "loop windows are not sent in batches yet: no batch events are emitted",
+        },
+        SpecName {
+            name: "batch.failed",
+            ours: &[],
+            why: "loop windows are not sent in batches yet: no batch events are emitted",
+        },
+    ]
+};
+
+/// The spec's name `name`, when it is not one of ours.
+pub fn spec_name(name: &str) -> Option<&'static SpecName> {
+    SPEC_NAMES.iter().find(|s| s.name == name)
+}
+
 impl std::fmt::Display for EventType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.wire_name())
@@ -189,5 +305,19 @@ mod tests {
             assert!(names.insert(t.wire_name()), "{t} twice");
         }
         assert_eq!(EventType::parse("step.exploded"), None);
+    }
+
+    #[test]
+    fn every_spec_name_is_not_ours_and_maps_to_ours() {
+        for s in SPEC_NAMES {
+            assert_eq!(EventType::parse(s.name), None, "{} is ours", s.name);
+            assert!(!s.why.is_empty());
+        }
+        assert_eq!(
+            spec_name("command.completed").unwrap().ours,
+            &[EventType::TaskDone]
+        );
+        assert!(spec_name("batch.failed").unwrap().ours.is_empty());
+        assert_eq!(spec_name("step.done"), None);
     }
 }

@@ -74,6 +74,25 @@ impl Mesh {
         self.run(&args)
     }
 
+    /// Assert that `noetl exec replay` finds every stored record of the
+    /// execution equal to what its events give (its last writes get up to
+    /// 5 s to land).
+    fn replays(&self, id: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let (out, json) = self.run(&["exec", "replay", id, "--json"]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replay of {id}: {json} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Every stored event of the execution.
     fn events(&self, id: &str) -> Vec<Value> {
         let (out, _) = self.run(&[
@@ -131,6 +150,7 @@ fn a_failed_execution_resumes_where_it_stopped_and_ends_as_a_clean_run() {
     let id = m.start(&[&fixture("resume_third.yaml")]);
     let failed = m.ended(&id);
     assert_eq!(failed["status"], "failed", "{failed}");
+    m.replays(&id);
     // Not resumable while running or unknown; nor from a step it lacks.
     let (out, _) = m.resume("no-such-execution", &[]);
     assert_eq!(out.status.code(), Some(3));
@@ -146,6 +166,7 @@ fn a_failed_execution_resumes_where_it_stopped_and_ends_as_a_clean_run() {
     let resumed = m.ended(&id);
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert_eq!(resumed["ctx"], clean["ctx"], "the end state of a clean run");
+    m.replays(&id);
     let events = m.events(&id);
     assert_eq!(
         count(&events, "step.started", false),
@@ -185,6 +206,7 @@ fn a_failed_parallel_loop_runs_only_the_iterations_that_did_not_finish() {
     let resumed = m.ended(&id);
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert_eq!(resumed["ctx"]["total"], clean["ctx"]["total"]);
+    m.replays(&id);
     assert_eq!(resumed["ctx"]["count"], 50);
     let events = m.events(&id);
     let started = count(&events, "loop.iteration.started", true);
@@ -217,6 +239,7 @@ fn from_an_earlier_step_supersedes_what_followed() {
     assert_eq!(json["steps"], serde_json::json!(["second"]));
     assert_eq!(json["superseded"], serde_json::json!(["second", "third"]));
     assert_eq!(m.ended(&id)["status"], "completed");
+    m.replays(&id);
     let events = m.events(&id);
     assert_eq!(
         count(&events, "step.started", false),

@@ -25,6 +25,9 @@ pub enum Command {
     /// Bearer tokens of `noetl serve api` (docs/api.md).
     #[command(subcommand)]
     Token(super::admin_token::Command),
+    /// Write an execution's records (header, plan, step records, ctx) back
+    /// from its events: one execution, or every running one.
+    Rebuild(super::admin_rebuild::RebuildArgs),
 }
 
 /// Arguments of `noetl admin init`.
@@ -45,6 +48,7 @@ pub async fn run(c: Command) -> anyhow::Result<ExitCode> {
     match c {
         Command::Init(a) => init(a).await,
         Command::Token(c) => super::admin_token::run(c).await,
+        Command::Rebuild(a) => super::admin_rebuild::run(a).await,
     }
 }
 

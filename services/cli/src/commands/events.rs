@@ -27,6 +27,9 @@ pub enum Command {
     /// JSON, e.g. `nats stream get NOETL_EVENTS 42 --raw`), or JSON events
     /// one per line (`nats sub --raw` when events are published as JSON).
     Decode(DecodeArgs),
+    /// Write an execution's events (or every event since a time) as JSON
+    /// Lines, for `noetl exec replay --from FILE`.
+    Export(Box<super::events_export::ExportArgs>),
 }
 
 /// Arguments of `noetl events decode`.
@@ -85,7 +88,21 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Tail(a) => tail(*a).await,
         Command::Decode(a) => decode_stdin(&a),
+        Command::Export(a) => super::events_export::run(*a).await,
     }
+}
+
+/// A glob that matches none of our event types but a name of the spec's
+/// that is not emitted (`batch.*`): that name.
+fn names_nothing_of_ours(glob: &str) -> Option<&'static noetl_mesh::event_type::SpecName> {
+    use noetl_mesh::event_type::{EventType, SPEC_NAMES};
+    let m = type_pattern(glob).ok()?;
+    if EventType::ALL.iter().any(|t| m.is_match(t.wire_name())) {
+        return None;
+    }
+    SPEC_NAMES
+        .iter()
+        .find(|s| s.ours.is_empty() && m.is_match(s.name))
 }
 
 /// An `--type` pattern: `*` matches any run of characters (dots too).
@@ -210,11 +227,28 @@ fn terminal(ev: &Event) -> Option<ExecStatus> {
 }
 
 async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
+    // A name of the spec's that is not ours follows ours (docs/dsl.md
+    // "The spec's names"); the client picks them out.
+    let spec = a
+        .event_type
+        .as_deref()
+        .and_then(noetl_mesh::event_type::spec_name);
+    if let Some(s) = spec
+        .filter(|s| s.ours.is_empty())
+        .or(a.event_type.as_deref().and_then(names_nothing_of_ours))
+    {
+        eprintln!(
+            "error: --type {}: this engine emits no such event ({}; docs/dsl.md \"The spec's names\")",
+            a.event_type.as_deref().unwrap_or(s.name),
+            s.why
+        );
+        return Ok(super::exit::Exit::Usage.into());
+    }
     let mesh = a.mesh.attach().await?;
     // `--until-done` must see the terminal event whatever `--type` says:
     // then the client alone filters by type.
-    let types = match (&a.event_type, a.until_done) {
-        (Some(g), false) => type_filter(g),
+    let types = match (&a.event_type, a.until_done, spec) {
+        (Some(g), false, None) => type_filter(g),
         _ => type_filter("*"),
     };
     let filter = mesh
@@ -259,8 +293,9 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let wanted = match &pattern {
-            Some(g) if !types.exact || a.until_done => g.is_match(&ev.event_type),
+        let wanted = match (&pattern, spec) {
+            (_, Some(s)) => s.ours.iter().any(|t| t.wire_name() == ev.event_type),
+            (Some(g), None) if !types.exact || a.until_done => g.is_match(&ev.event_type),
             _ => true,
         };
         if wanted {
@@ -313,7 +348,7 @@ fn print_event(ev: &Event, seq: u64, json: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_messages, type_pattern};
+    use super::{decode_messages, names_nothing_of_ours, type_pattern};
     use noetl_mesh::codec;
     use noetl_wire::Event;
 
@@ -348,6 +383,16 @@ mod tests {
             (evs[0].event_type.as_str(), evs[0].execution_id.as_str()),
             ("step.done", "e1")
         );
+    }
+
+    #[test]
+    fn a_glob_of_only_spec_names_never_emitted_is_named() {
+        assert_eq!(
+            names_nothing_of_ours("batch.*").unwrap().name,
+            "batch.accepted"
+        );
+        assert!(names_nothing_of_ours("step.*").is_none());
+        assert!(names_nothing_of_ours("*").is_none());
     }
 
     #[test]

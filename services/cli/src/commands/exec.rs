@@ -39,6 +39,10 @@ pub enum Command {
     Unpause(super::exec_pause::UnpauseArgs),
     /// Send a signal to the `wait` task waiting for it.
     Signal(super::exec_pause::SignalArgs),
+    /// Fold the execution's events into the records they determine and
+    /// compare them with the stored ones (`--until`: the state as of an
+    /// event).
+    Replay(super::exec_replay::ReplayArgs),
 }
 
 /// Arguments of `noetl exec list`.
@@ -149,6 +153,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Pause(a) => super::exec_pause::pause(a).await,
         Command::Unpause(a) => super::exec_pause::unpause(a).await,
         Command::Signal(a) => super::exec_pause::signal(a).await,
+        Command::Replay(a) => super::exec_replay::run(a).await,
     }
 }
 

@@ -1,12 +1,15 @@
 //! One module per subcommand.
 
 pub mod admin;
+pub mod admin_rebuild;
 pub mod admin_token;
 pub mod common;
 pub mod credential;
 pub mod events;
+pub mod events_export;
 pub mod exec;
 pub mod exec_pause;
+pub mod exec_replay;
 pub mod exec_resume;
 pub mod exec_retry;
 pub mod exit;

@@ -1,0 +1,254 @@
+//! `noetl exec replay`, `noetl admin rebuild` and the spec's event names in
+//! `noetl events tail`, against separate services: a finished execution
+//! replays equal; its records purged from KV are reported, then written
+//! back from its events; a running execution whose header, plan and ctx
+//! are purged mid-run completes with the ctx of a clean run.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use noetl_mesh::{keys::Keys, Mesh, MeshConfig};
+use serde_json::{json, Value};
+
+mod support;
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> (Output, Value) {
+    let out = cmd.output().unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, json)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Purge `keys` of the exec bucket and the execution's ctx.
+fn purge(url: &str, home: &std::path::Path, eid: &str, keys: &[String]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mesh = Mesh::attach(MeshConfig {
+            nats_url: url.to_string(),
+            data_dir: home.to_path_buf(),
+            ..MeshConfig::default()
+        })
+        .await
+        .unwrap();
+        for k in keys {
+            mesh.exec_kv().purge(k).await.unwrap();
+        }
+        mesh.ctx_kv().purge(eid).await.unwrap();
+    });
+}
+
+#[test]
+fn replay_finds_a_purged_record_rebuild_writes_it_back_and_tail_takes_the_spec_s_names() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+
+    let id = support::exec_start(noetl(), &url, &[fixture("replayed.yaml")]);
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["total"], json!(5));
+
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(report["equal"], json!(true), "{report}");
+    let (out, _) = run(noetl().args(["exec", "replay", &id, "--nats", &url]));
+    assert!(text(&out).contains("equal"), "{}", text(&out));
+
+    // Time travel: as of the first task.done only `first` is in ctx.
+    let (out, _) = run(noetl().args([
+        "events",
+        "tail",
+        "--execution",
+        &id,
+        "--type",
+        "command.completed",
+        "--from-start",
+        "--no-follow",
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        5,
+        "the spec's command.completed is our task.done"
+    );
+    assert!(lines.iter().all(|l| l["event_type"] == "task.done"));
+    let first_seq = lines[0]["seq"].as_u64().unwrap();
+    let (out, state) = run(noetl().args([
+        "exec",
+        "replay",
+        &id,
+        "--until",
+        &first_seq.to_string(),
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(state["ctx"], json!({"first": "napped"}), "{state}");
+    assert_eq!(state["header"]["status"], "running");
+    // Exported, the events fold to the same state without the stream.
+    let file = home.path().join("export.jsonl");
+    let (out, _) = run(noetl().args([
+        "events",
+        "export",
+        &id,
+        "--out",
+        file.to_str().unwrap(),
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    let exported = std::fs::read_to_string(&file).unwrap();
+    assert!(exported.lines().count() > 20, "{exported}");
+    let (out, state) =
+        run(noetl().args(["exec", "replay", "--from", file.to_str().unwrap(), "--json"]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(state["header"]["status"], "completed", "{state}");
+    assert_eq!(state["ctx"]["total"], json!(5), "{state}");
+    let (out, state) = run(noetl().args([
+        "exec",
+        "replay",
+        "--from",
+        file.to_str().unwrap(),
+        "--until",
+        &first_seq.to_string(),
+        "--json",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(state["ctx"], json!({"first": "napped"}), "{state}");
+    let (out, _) = run(noetl().args(["events", "export", "--since", "1h", "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).lines().count() >= exported.lines().count(),
+        "every event since an hour ago"
+    );
+    let (out, _) = run(noetl().args([
+        "events",
+        "tail",
+        "--type",
+        "batch.*",
+        "--no-follow",
+        "--nats",
+        &url,
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no such event"), "{}", text(&out));
+
+    // Its records purged: replay names them; rebuild writes them back.
+    purge(
+        &url,
+        home.path(),
+        &id,
+        &[
+            Keys::header(&id),
+            Keys::plan(&id),
+            Keys::step(&id, "squares"),
+        ],
+    );
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let what: Vec<&str> = report["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["what"].as_str().unwrap())
+        .collect();
+    assert!(what.contains(&"header"), "{what:?}");
+    assert!(what.contains(&"step \"squares\""), "{what:?}");
+    assert!(what.contains(&"ctx.total"), "{what:?}");
+    let (out, rebuilt) = run(noetl().args([
+        "admin",
+        "rebuild",
+        "--execution",
+        &id,
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        (
+            rebuilt["header"].clone(),
+            rebuilt["plan"].clone(),
+            rebuilt["steps"].clone(),
+            rebuilt["ctx"].clone()
+        ),
+        (json!(true), json!(true), json!(1), json!(true)),
+        "{rebuilt}"
+    );
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+    let status = support::exec_wait(noetl(), &url, &id, 5);
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["ctx"]["total"], json!(5));
+    assert_eq!(status["steps"]["squares"], "done");
+    let (out, _) = run(noetl().args(["exec", "replay", "nope", "--nats", &url]));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}
+
+#[test]
+fn a_running_execution_whose_header_plan_and_ctx_are_purged_completes_as_a_clean_run() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+
+    let id = support::exec_start(
+        noetl(),
+        &url,
+        &[fixture("replayed.yaml"), "--set".into(), "nap2=3".into()],
+    );
+    // While `middle` naps, after `start` wrote `first`, the execution's
+    // header, plan and ctx are purged from KV.
+    support::wait_until("middle runs", Duration::from_secs(30), || {
+        let (_, state) = run(noetl().args([
+            "exec",
+            "replay",
+            &id,
+            "--json",
+            "--until",
+            "999999999",
+            "--nats",
+            &url,
+        ]));
+        state["ctx"]["first"] == "napped"
+            && state["header"]["live"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|t| t["step"] == "middle"))
+    });
+    purge(
+        &url,
+        home.path(),
+        &id,
+        &[Keys::header(&id), Keys::plan(&id)],
+    );
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["total"], json!(5), "{end}");
+    assert_eq!(end["ctx"]["first"], json!("napped"), "{end}");
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+}
