@@ -104,7 +104,7 @@ impl Default for MeshConfig {
             inline_limit: 64 * 1024,
             executor_wait: DEFAULT_EXECUTOR_WAIT,
             data_dir: default_data_dir(),
-            events_max_age: Duration::from_secs(7 * 24 * 3600),
+            events_max_age: Duration::from_secs(30 * 24 * 3600),
             object_store: None,
             s3_credential: None,
             deliver_twice: None,
