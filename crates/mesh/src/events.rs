@@ -235,6 +235,17 @@ impl crate::Mesh {
         &self,
         filter: &str,
     ) -> Result<Vec<Result<Event, crate::codec::DecodeError>>, crate::MeshError> {
+        let read = self.stored_events_from(filter, None).await?;
+        Ok(read.into_iter().map(|(_, ev)| ev).collect())
+    }
+
+    /// [`Self::stored_events`] from the start, or from `since_ms` (Unix
+    /// epoch ms), each with its stream sequence number.
+    pub async fn stored_events_from(
+        &self,
+        filter: &str,
+        since_ms: Option<u64>,
+    ) -> Result<StoredEvents, crate::MeshError> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
         use futures::StreamExt;
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
@@ -246,10 +257,17 @@ impl crate::Mesh {
             .get_stream(self.subjects().events_stream())
             .await
             .map_err(|e| failed(&e))?;
+        let deliver_policy = match since_ms {
+            None => DeliverPolicy::All,
+            Some(ms) => DeliverPolicy::ByStartTime {
+                start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+                    .map_err(|e| failed(&e))?,
+            },
+        };
         let mut consumer = stream
             .create_consumer(OrderedConfig {
                 filter_subject: filter.to_string(),
-                deliver_policy: DeliverPolicy::All,
+                deliver_policy,
                 ..Default::default()
             })
             .await
@@ -261,8 +279,10 @@ impl crate::Mesh {
             let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
             while let Some(m) = messages.next().await {
                 let m = m.map_err(|e| failed(&e))?;
-                out.push(decode(&m));
-                if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
+                let info = m.info().map_err(|e| failed(&e))?;
+                let (seq, left) = (info.stream_sequence, info.pending);
+                out.push((seq, decode(&m)));
+                if left == 0 {
                     break;
                 }
             }
@@ -271,6 +291,10 @@ impl crate::Mesh {
         Ok(out)
     }
 }
+
+/// Events as [`crate::Mesh::stored_events_from`] reads them: each with its
+/// stream sequence number, decoded or its decode error.
+pub type StoredEvents = Vec<(u64, Result<Event, crate::codec::DecodeError>)>;
 
 /// The payload of an event as JSON (`{}` when empty or invalid).
 pub fn payload(event: &Event) -> Value {

@@ -61,59 +61,20 @@ pub async fn read_since(mesh: &Mesh, since_ms: u64) -> Result<Vec<Logged>, MeshE
     read_events(mesh, &filter, Some(since_ms)).await
 }
 
-/// The events stored under `filter`, from the start or from `since_ms`.
+/// The events stored under `filter`, from the start or from `since_ms`;
+/// one that does not decode is an error naming its sequence number.
 async fn read_events(
     mesh: &Mesh,
     filter: &str,
     since_ms: Option<u64>,
 ) -> Result<Vec<Logged>, MeshError> {
-    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-    use futures::StreamExt;
-    let filter = filter.to_string();
-    let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
-        consumer: format!("replay reader of {filter}"),
-        message: e.to_string(),
-    };
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
-        .await
-        .map_err(|e| failed(&e))?;
-    let deliver_policy = match since_ms {
-        None => DeliverPolicy::All,
-        Some(ms) => DeliverPolicy::ByStartTime {
-            start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
-                .map_err(|e| failed(&e))?,
-        },
-    };
-    let mut consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: filter.clone(),
-            deliver_policy,
-            ..Default::default()
+    let read = mesh.stored_events_from(filter, since_ms).await?;
+    read.into_iter()
+        .map(|(seq, ev)| {
+            ev.map(|event| Logged { seq, event })
+                .map_err(|e| MeshError::Invalid(format!("event seq {seq} under {filter}: {e}")))
         })
-        .await
-        .map_err(|e| failed(&e))?;
-    let name = consumer.cached_info().name.clone();
-    let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
-    let mut out = Vec::new();
-    if pending > 0 {
-        let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
-        while let Some(m) = messages.next().await {
-            let m = m.map_err(|e| failed(&e))?;
-            let info = m.info().map_err(|e| failed(&e))?;
-            let (seq, left) = (info.stream_sequence, info.pending);
-            let event = crate::events::decode(&m).map_err(|e| {
-                MeshError::Invalid(format!("event seq {seq} on {}: {e}", m.subject))
-            })?;
-            out.push(Logged { seq, event });
-            if left == 0 {
-                break;
-            }
-        }
-    }
-    let _ = stream.delete_consumer(&name).await;
-    Ok(out)
+        .collect()
 }
 
 /// Put back what an event carries by reference (a large `set_ctx` patch,
