@@ -781,6 +781,7 @@ workflow:
         json!({"n": 1}),
         "incremented once, and no engine key shows"
     );
+    cluster.assert_replays(&eid).await;
     cluster.stop().await;
 }
 

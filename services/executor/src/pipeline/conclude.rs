@@ -63,6 +63,12 @@ impl StepRun<'_> {
         if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
             let written = self.write_ctx(cur, task, &patch, &t.run_id).await?;
             ctx_log.reduced = written.reduced;
+            // What `ctx` holds, when an earlier delivery applied it.
+            let mut patch = patch;
+            if let Some(before) = written.applied_before {
+                patch.extend(before);
+                settled.set_ctx = Some(patch.clone());
+            }
             if let Some((kind, message)) = written.error {
                 ctx_log.refused = true;
                 crate::task::fail_on_ctx_error(&mut outcome, &mut settled, kind, message);

@@ -23,6 +23,11 @@ pub(super) struct CtxWritten {
     pub(super) error: Option<CtxError>,
     /// Keys that went to the loop's reducers instead of `ctx`.
     pub(super) reduced: Vec<String>,
+    /// An earlier delivery of this command already applied the patch (its
+    /// `task.done` never went out): the values `ctx` holds for its keys,
+    /// which this delivery's `task.done` carries instead of its own
+    /// rendering (a template such as `ctx.n + 1` renders differently now).
+    pub(super) applied_before: Option<Map<String, Value>>,
 }
 
 impl StepRun<'_> {
@@ -40,6 +45,7 @@ impl StepRun<'_> {
         let refused = |e: CtxError| CtxWritten {
             error: Some(e),
             reduced: Vec::new(),
+            applied_before: None,
         };
         let rest = match self.split_ctx_patch(patch, &mut cur.reduce) {
             Err(e) => return Ok(refused(e)),
@@ -54,6 +60,7 @@ impl StepRun<'_> {
             return Ok(CtxWritten {
                 error: None,
                 reduced,
+                applied_before: None,
             });
         }
         let writer = format!(
@@ -63,10 +70,17 @@ impl StepRun<'_> {
         match self.claim_ctx_keys(&rest, &writer, task_run_id).await? {
             Err(e) => Ok(refused(e)),
             Ok(()) => {
-                cur.ctx = self.apply_ctx(&rest, task_run_id).await?;
+                let (ctx, again) = self.apply_ctx(&rest, task_run_id).await?;
+                let applied_before = again.then(|| {
+                    rest.keys()
+                        .filter_map(|k| ctx.get(k).map(|v| (k.clone(), v.clone())))
+                        .collect()
+                });
+                cur.ctx = ctx;
                 Ok(CtxWritten {
                     error: None,
                     reduced,
+                    applied_before,
                 })
             }
         }
@@ -149,23 +163,26 @@ impl StepRun<'_> {
 
     /// Merge the `set_ctx` patch of task run `task_run_id` into the
     /// execution's `ctx` (compare-and-set) and return the `ctx` now stored,
-    /// as users see it. The task run's id is recorded in the same write, so
-    /// a redelivered command (whose patch may render differently, e.g.
-    /// `ctx.n + 1`) does not apply it again.
+    /// as users see it, and whether an earlier delivery had applied it.
+    /// The task run's id is recorded in the same write, so a redelivered
+    /// command (whose patch may render differently, e.g. `ctx.n + 1`) does
+    /// not apply it again.
     async fn apply_ctx(
         &self,
         patch: &Map<String, Value>,
         task_run_id: &str,
-    ) -> Result<Value, MeshError> {
+    ) -> Result<(Value, bool), MeshError> {
         use noetl_mesh::state::{ctx_applied, mark_ctx_applied, user_ctx};
         // A `ctx` lost from KV is written back from the events first.
+        let mut again = false;
         let stored =
             noetl_mesh::ctx_record::update(self.mesh(), self.eid(), |current: Option<&Value>| {
                 let mut obj = match current {
                     Some(Value::Object(m)) => m.clone(),
                     _ => Map::new(),
                 };
-                if ctx_applied(&obj, task_run_id) {
+                again = ctx_applied(&obj, task_run_id);
+                if again {
                     return Cas::Keep; // already applied (redelivery)
                 }
                 for (k, v) in patch {
@@ -175,8 +192,7 @@ impl StepRun<'_> {
                 Cas::Write(Value::Object(obj))
             })
             .await?;
-        Ok(user_ctx(
-            stored.unwrap_or_else(|| Value::Object(patch.clone())),
-        ))
+        let ctx = user_ctx(stored.unwrap_or_else(|| Value::Object(patch.clone())));
+        Ok((ctx, again))
     }
 }
