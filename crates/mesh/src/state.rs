@@ -364,6 +364,22 @@ pub struct ExecSummary {
     /// End time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// The pause of a running execution (`noetl exec pause`): it runs
+    /// nothing new until unpaused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::pause::PauseRecord>,
+}
+
+impl ExecSummary {
+    /// The status as people read it: `paused` for a paused running
+    /// execution, else its status (`running`, `completed`, `failed`,
+    /// `cancelled`).
+    pub fn shown_status(&self) -> &'static str {
+        match (self.status, &self.paused) {
+            (ExecStatus::Running, Some(_)) => "paused",
+            (s, _) => s.as_str(),
+        }
+    }
 }
 
 impl crate::Mesh {
@@ -418,6 +434,10 @@ impl crate::Mesh {
             error: header.error.clone(),
             started_at: header.started_at.clone(),
             ended_at: header.ended_at.clone(),
+            paused: match header.status {
+                ExecStatus::Running => self.pause_record(eid).await?,
+                _ => None,
+            },
         }))
     }
 }
