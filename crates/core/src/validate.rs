@@ -30,7 +30,6 @@ mod workbook;
 
 pub use gates::ON_LIMIT;
 pub use seeds::{CREDENTIAL_KINDS, ON_UNMATCHED};
-pub(crate) use task_policy::reads_outcome_status;
 
 /// The control actions of a task policy rule (`then.do`).
 const ACTIONS: &[&str] = &["continue", "retry", "jump", "break", "fail"];

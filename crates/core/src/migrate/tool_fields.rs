@@ -418,7 +418,12 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
         let p = " ".repeat(dash);
         // Rules that do not tell errors apart get the error case first:
         // the new fallback rule is for a task that ended well.
-        let errors = match crate::validate::reads_outcome_status(rules.items()) {
+        let reads_status = rules.items().iter().any(|r| {
+            r.get("when")
+                .and_then(Node::as_str)
+                .is_some_and(crate::outcome::reads_status)
+        });
+        let errors = match reads_status {
             true => String::new(),
             false => format!("{p}{ERROR_FAILS}\n{p}  then: {{ do: fail }}\n"),
         };

@@ -255,20 +255,12 @@ pub(super) fn else_goes_on_over_errors(rules: &[Node], kind: Option<&str>) -> Op
     })
 }
 
-/// Whether some rule's `when` reads `outcome.status` or `outcome.error`
-/// (`output.` in the engine-internals spelling): the policy then tells
-/// errors apart, and its `else` rule is meant for what is left.
-pub(crate) fn reads_outcome_status(rules: &[Node]) -> bool {
+/// Whether some rule's `when` reads the outcome's status
+/// ([`crate::outcome::reads_status`]).
+fn reads_outcome_status(rules: &[Node]) -> bool {
     rules.iter().any(|r| {
-        r.get("when").and_then(Node::as_str).is_some_and(|w| {
-            [
-                "outcome.status",
-                "outcome.error",
-                "output.status",
-                "output.error",
-            ]
-            .iter()
-            .any(|n| w.contains(n))
-        })
+        r.get("when")
+            .and_then(Node::as_str)
+            .is_some_and(crate::outcome::reads_status)
     })
 }
