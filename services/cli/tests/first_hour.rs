@@ -81,6 +81,19 @@ fn a_python_error_a_catch_all_rule_went_on_after_is_shown_as_a_handled_error() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let file = playbook(dir.path(), "swallowed.yaml", SWALLOWED);
+    // `validate` warns of the trap, and says how to mean it.
+    let out = support::noetl(&home)
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stdout(&out).contains("warning[W109]"), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("outcome.status == 'error'"),
+        "{}",
+        text(&out)
+    );
     let out = support::noetl(&home)
         .args(["run", "--timeout", "120"])
         .arg(&file)
@@ -444,6 +457,15 @@ fn a_paused_execution_shows_as_paused_in_exec_status_and_exec_show() {
     let url = server.url();
     let slow = format!("{}/tests/fixtures/slow.yaml", env!("CARGO_MANIFEST_DIR"));
     let id = support::exec_start(support::noetl(&home), &url, &[slow]);
+    // Paused once the router has it (a pause of an unknown id is refused).
+    support::wait_until("the execution to start", Duration::from_secs(30), || {
+        support::noetl(&home)
+            .args(["exec", "status", &id, "--nats", &url])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    });
     let out = support::noetl(&home)
         .args([
             "exec",

@@ -143,10 +143,14 @@ impl Problems {
         });
     }
 
-    /// The problems for people, indented by two, one line each but the
-    /// traceback's; empty when there are none.
+    /// The problems for people under a `what went wrong:` line, indented
+    /// by two, one line each but the traceback's; empty when there are
+    /// none.
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        if self.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from("what went wrong:\n");
         for f in &self.failed {
             out.push_str(&format!("  failed: {}\n", place(f)));
             if let Some(tb) = &f.traceback {
@@ -277,10 +281,12 @@ mod tests {
         assert!(p.handled.is_empty(), "a failing error is not handled");
         assert_eq!(p.failed[0].task, "calc");
         let text = p.render();
+        assert!(text.starts_with("what went wrong:\n"), "{text}");
         assert!(
             text.contains("failed: compute.calc: python.exception: NameError"),
             "{text}"
         );
+        assert_eq!(Problems::default().render(), "", "nothing went wrong");
         assert!(text.contains("      NameError: name 'totl'"), "{text}");
     }
 
