@@ -224,6 +224,7 @@ mod tests {
             error: None,
             started_at: String::new(),
             ended_at: None,
+            paused: None,
         };
         let events = vec![
             event("task.done", "start", "r1", "flaky", json!({"attempt": 1})),

@@ -75,6 +75,7 @@ codes! {
     E042 => "aliases expand too much",
     E043 => "too many steps",
     E044 => "too many arcs",
+    E045 => "unknown reducer",
     W101 => "`then.set` alias",
     W102 => "unreachable step",
     W103 => "arc that can never fire",
@@ -83,6 +84,7 @@ codes! {
     W106 => "template reads an unknown variable",
     W107 => "a workload value read bare",
     W108 => "a task reads a task that has not run",
+    W109 => "an `else` rule continues on errors",
 }
 
 impl Code {

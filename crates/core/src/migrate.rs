@@ -1098,8 +1098,9 @@ fn step_as_task(s: &Node, name: &str, e: &mut Edits) {
 }
 
 /// A step-level `set:` / `set_ctx:` (applied when the step ends) → a
-/// fallback rule of its last task's policy, which runs when the step's
-/// last task ends well.
+/// fallback rule of its last task's policy, after the error case (an
+/// error fails the task, as before), so it runs when the step's last task
+/// ends well.
 fn step_set(s: &Node, name: &str, e: &mut Edits) {
     let Some((k, v)) = s.entry("set_ctx").or_else(|| s.entry("set")) else {
         return;
@@ -1194,7 +1195,7 @@ fn fallback_rule(
         format!(" {value}\n")
     };
     let with = format!(
-        "{pad}spec:\n{pad}  policy:\n{pad}    rules:\n{pad}      - else:\n{pad}          then:\n{pad}            do: continue\n{pad}            {field}:{value}"
+        "{pad}spec:\n{pad}  policy:\n{pad}    rules:\n{pad}      - when: \"{{{{ outcome.status == 'error' }}}}\"\n{pad}        then: {{ do: fail }}\n{pad}      - else:\n{pad}          then:\n{pad}            do: continue\n{pad}            {field}:{value}"
     );
     (field, with)
 }

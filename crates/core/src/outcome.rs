@@ -3,6 +3,22 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// Whether a policy rule's `when` reads the outcome's status or error
+/// (`outcome.status`, `outcome.error`; `output.` in the engine-internals
+/// spelling): a policy with such a rule tells errors apart, and its `else`
+/// rule is meant for what is left (W109; `noetl migrate` adds the error
+/// case before a fallback rule it writes otherwise).
+pub fn reads_status(when: &str) -> bool {
+    [
+        "outcome.status",
+        "outcome.error",
+        "output.status",
+        "output.error",
+    ]
+    .iter()
+    .any(|n| when.contains(n))
+}
+
 /// `outcome.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -126,5 +142,17 @@ impl Outcome {
     /// True when `status == ok`.
     pub fn is_ok(&self) -> bool {
         self.status == OutcomeStatus::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_when_reads_the_status_through_either_spelling() {
+        assert!(reads_status("{{ outcome.status == 'error' }}"));
+        assert!(reads_status("{{ output.error.retryable }}"));
+        assert!(!reads_status("{{ outcome.result > 3 }}"));
     }
 }

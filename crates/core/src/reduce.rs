@@ -11,6 +11,10 @@
 
 use serde_json::{Map, Value};
 
+/// The names of the reducer operations, as [`ReducerOp::parse`] reads
+/// them (`noetl validate` refuses any other, E045).
+pub const OPS: &[&str] = &["append", "extend", "sum", "min", "max", "merge"];
+
 /// A reducer operation (its name on the wire: `append`, `sum`...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

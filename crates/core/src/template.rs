@@ -380,6 +380,25 @@ pub fn referenced_roots(src: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The dotted names a template reads (`workload.threshold` for
+/// `{{ workload.threshold > 3 }}`; a root alone when nothing is read below
+/// it), sorted: what `noetl validate` holds against the keys a scope can
+/// have. Empty for a plain string or one that does not parse.
+pub fn referenced_paths(src: &str) -> Vec<String> {
+    if !is_template(src) {
+        return Vec::new();
+    }
+    let name = format!("{}{src}", Kind::Text.prefix());
+    let e = engine();
+    let mut paths: Vec<String> = e
+        .env
+        .get_template(&name)
+        .map(|t| t.undeclared_variables(true).into_iter().collect())
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
 /// Recursively renders every string in `value` (object keys are not
 /// rendered). See the module docs for exact-expression vs text rendering.
 pub fn render_value(value: &Value, scope: &Scope) -> Result<Value, TemplateError> {

@@ -1069,3 +1069,163 @@ fn verify_ssl_and_a_libs_mapping_are_tool_fields() {
     let src = one_task("python", &["code: \"result = 1\"", "libs: [math]"]);
     assert_eq!(at(&src, "E004"), (11, 15));
 }
+
+/// Issue 40: a name no scope can provide is said before the run, where a
+/// condition would read it as false.
+#[test]
+fn w106_a_workload_key_the_workload_does_not_have_is_a_warning_with_did_you_mean() {
+    let src = format!(
+        "{}workload:\n  threshold: 3\n  url: http://x\nworkflow:\n  - step: start\n    tool:\n      - name: t\n        kind: noop\n        result: \"{{{{ workload.url | default('y') }}}} {{{{ workload.missing | d('z') }}}}\"\n    next:\n      arcs:\n        - step: end\n          when: \"{{{{ workload.treshold > 2 }}}}\"\n  - step: end\n",
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\n"
+    );
+    let d = diags(&src);
+    let w: Vec<&Diagnostic> = d.iter().filter(|d| d.code == "W106").collect();
+    assert_eq!(
+        w.len(),
+        1,
+        "a key read with a default is meant to be missing: {d:#?}"
+    );
+    assert!(
+        w[0].message.contains("`workload.treshold`"),
+        "{}",
+        w[0].message
+    );
+    assert!(
+        w[0].help
+            .as_deref()
+            .unwrap_or("")
+            .contains("did you mean `workload.threshold`"),
+        "{:?}",
+        w[0]
+    );
+    assert_eq!(w[0].span.unwrap().line, 17);
+    // Without a declared workload every key comes from the request.
+    let open = pb("  - step: start\n    tool:\n      - name: t\n        kind: noop\n        result: \"{{ workload.anything }}\"\n");
+    assert!(!codes(&open).contains(&"W106"), "{:#?}", diags(&open));
+}
+
+/// Issue 40: an unknown reducer is refused by `validate` (and so by
+/// `run`), not by the loop-supervisor once the loop starts.
+#[test]
+fn e045_an_unknown_reducer_is_refused_with_did_you_mean() {
+    let src = pb(r#"  - step: start
+    loop:
+      in: "{{ workload.items }}"
+      iterator: n
+      spec:
+        mode: parallel
+        policy:
+          reducers:
+            total: summ
+            seen: { op: append }
+    tool:
+      - name: t
+        kind: noop
+"#);
+    assert_eq!(codes(&src), ["E045"], "{:#?}", diags(&src));
+    let e = message(&src, "E045");
+    assert!(
+        e.message
+            .contains("unknown reducer `summ` for ctx key `total`"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.help
+            .as_deref()
+            .unwrap_or("")
+            .contains("did you mean `sum`"),
+        "{e:?}"
+    );
+    assert_eq!(at(&src, "E045").0, 14);
+}
+
+/// Issue 40: the shapes the loop-supervisor refuses at run time are
+/// refused by `validate` first: a `loop.in` that cannot give a list, a
+/// `max_in_flight` below 1.
+#[test]
+fn e004_a_loop_collection_or_bound_the_loop_supervisor_would_refuse() {
+    let src = pb(r#"  - step: start
+    loop:
+      in: { a: 1 }
+      iterator: n
+      spec:
+        mode: parallel
+        max_in_flight: 0
+    tool:
+      - name: t
+        kind: noop
+"#);
+    let d = diags(&src);
+    let lines: Vec<usize> = d
+        .iter()
+        .filter(|d| d.code == "E004")
+        .map(|d| d.span.unwrap().line)
+        .collect();
+    assert_eq!(lines, [8, 12], "{d:#?}");
+    assert!(
+        d[0].message
+            .contains("`loop.in` of step `start` must be a list"),
+        "{d:#?}"
+    );
+    let ok = pb(r#"  - step: start
+    loop:
+      in: "{{ workload.items }}"
+      iterator: n
+      spec: { mode: parallel, max_in_flight: "{{ workload.n }}" }
+    tool:
+      - name: t
+        kind: noop
+"#);
+    assert!(!codes(&ok).contains(&"E004"), "{:#?}", diags(&ok));
+}
+
+/// Issue 40: the policy of the old `playbooks/hello.yaml` on a python task
+/// swallows its errors; a rule that reads `outcome.status` says the
+/// catch-all is meant.
+#[test]
+fn w109_an_else_rule_that_goes_on_over_errors_is_a_warning() {
+    let swallow = pb(r#"  - step: start
+    tool:
+      - name: calc
+        kind: python
+        code: "result = totl"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then:
+                    set_ctx: { total: "{{ outcome.result }}" }
+"#);
+    assert_eq!(at(&swallow, "W109"), (14, 17));
+    let w = message(&swallow, "W109");
+    assert!(w.message.contains("task `calc`"), "{}", w.message);
+    assert!(
+        w.help
+            .as_deref()
+            .unwrap_or("")
+            .contains("outcome.status == 'error'"),
+        "{w:?}"
+    );
+    let meant = pb(r#"  - step: start
+    tool:
+      - name: calc
+        kind: python
+        code: "result = totl"
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: continue }
+              - else:
+                  then:
+                    set_ctx: { total: "{{ outcome.result }}" }
+      - name: quiet
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else: { then: { set_ctx: { n: 1 } } }
+"#);
+    assert!(!codes(&meant).contains(&"W109"), "{:#?}", diags(&meant));
+}

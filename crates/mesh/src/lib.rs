@@ -51,6 +51,7 @@ pub mod signal;
 pub mod state;
 pub mod status;
 pub mod subjects;
+pub mod token;
 pub mod topology;
 
 use std::sync::Arc;

@@ -232,7 +232,7 @@ pub struct ExecutionEnded {
     /// The tokens that were live when it failed or was cancelled (the
     /// header's `stopped`: what a resume runs again).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stopped: Vec<crate::state::TokenRecord>,
+    pub stopped: Vec<crate::token::TokenRecord>,
 }
 
 /// `token.created`, written by the router.

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use crate::status::ExecStatus;
+pub use crate::token::TokenRecord;
 
 /// The compact header of one execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,38 +98,6 @@ pub struct StepRecord {
     /// Error of the latest run, if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-}
-
-/// A live token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenRecord {
-    /// Deterministic token id (also the next step-run id).
-    pub token_id: String,
-    /// Target step.
-    pub step: String,
-    /// Rendered inscription.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub args: Value,
-    /// Arc index in the parent step's `next.arcs`.
-    #[serde(default)]
-    pub arc: usize,
-    /// The step-run whose boundary fired it (empty for the entry token).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub parent: String,
-}
-
-impl TokenRecord {
-    /// A token `token_id` for `step`, without args, fired by no step-run
-    /// (the entry token; set `args`, `arc` and `parent` for others).
-    pub fn new(token_id: impl Into<String>, step: impl Into<String>) -> Self {
-        Self {
-            token_id: token_id.into(),
-            step: step.into(),
-            args: Value::Null,
-            arc: 0,
-            parent: String::new(),
-        }
-    }
 }
 
 impl ExecHeader {
@@ -380,6 +349,22 @@ pub struct ExecSummary {
     /// End time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// The pause of a running execution (`noetl exec pause`): it runs
+    /// nothing new until unpaused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::pause::PauseRecord>,
+}
+
+impl ExecSummary {
+    /// The status as people read it: `paused` for a paused running
+    /// execution, else its status (`running`, `completed`, `failed`,
+    /// `cancelled`).
+    pub fn shown_status(&self) -> &'static str {
+        match (self.status, &self.paused) {
+            (ExecStatus::Running, Some(_)) => "paused",
+            (s, _) => s.as_str(),
+        }
+    }
 }
 
 impl crate::Mesh {
@@ -434,6 +419,10 @@ impl crate::Mesh {
             error: header.error.clone(),
             started_at: header.started_at.clone(),
             ended_at: header.ended_at.clone(),
+            paused: match header.status {
+                ExecStatus::Running => self.pause_record(eid).await?,
+                _ => None,
+            },
         }))
     }
 }

@@ -18,6 +18,17 @@ pub enum ExecStatus {
 }
 
 impl ExecStatus {
+    /// The status as written (`running`, `completed`, `failed`,
+    /// `cancelled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// True for completed, failed and cancelled.
     pub fn is_terminal(self) -> bool {
         !matches!(self, ExecStatus::Running)

@@ -345,6 +345,10 @@ async fn each_role_may_do_what_it_includes_and_no_more() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(paused["is_paused"], true, "{paused}");
+    // The execution's detail (what the console draws) says so too.
+    let detail = api.get(&format!("/api/executions/{id}"), viewer).await.json;
+    assert_eq!(detail["status"], "RUNNING", "{detail}");
+    assert_eq!(detail["is_paused"], true, "{detail}");
     let unpause = api
         .post(
             &format!("/api/executions/{id}/unpause"),

@@ -2,7 +2,7 @@
 //! API on a real mesh (a private nats-server, every service in process):
 //! the token asked once and kept out of the URL, a playbook started from
 //! the catalog page whose graph turns completed while its loop's progress
-//! moves, a long execution cancelled from its page, a failed step's error
+//! moves, a long execution paused (shown PAUSED) and cancelled from its page, a failed step's error
 //! with its task and attempt, what a viewer is not offered, the
 //! executions list's filters, and credentials shown by name and kind only.
 //! A failing test leaves a screenshot in `$CARGO_TARGET_DIR/console-screenshots/`.
@@ -312,6 +312,17 @@ async fn an_operator_cancels_a_long_execution_and_a_viewer_is_not_offered_to() {
         b.click("#signout").await;
         sign_in(&b, &keys.operator, "operator").await;
         b.open(&format!("#/executions/{long}")).await;
+        // A pause shows as PAUSED (issue 40), and Cancel stays offered.
+        let paused = api
+            .post(&format!("/api/executions/{long}/pause"), admin, &json!({}))
+            .await;
+        assert_eq!(paused.json["paused"], true, "{}", paused.text);
+        b.wait_for_within(
+            "PAUSED",
+            Duration::from_secs(30),
+            "document.querySelector('#exec-status')?.dataset.status === 'PAUSED'",
+        )
+        .await;
         b.click("#cancel").await;
         b.click("#cancel-confirm").await;
         b.wait_for_within(

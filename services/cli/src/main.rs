@@ -51,6 +51,21 @@ enum Command {
     },
 }
 
+/// A command that only prints (`events tail | head`) ends quietly, as
+/// `cat` does, when what reads its output goes away: SIGPIPE gets its
+/// default action back (Rust ignores it, and `println!` then panics on the
+/// closed pipe). Not for `run` and `serve`: they write to their tasks'
+/// pipes, where a dead reader must be an error, not the end of the
+/// process. A private nats-server such a command started dies with it
+/// (`PR_SET_PDEATHSIG`).
+fn quiet_on_closed_pipe() {
+    // SAFETY: called once at start, before any thread exists; `signal`
+    // with SIG_DFL installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     // Every noetl process may hold NATS credentials, cloud credentials or
     // the credentials' secret key in its environment: wiped from the bytes
@@ -60,6 +75,9 @@ fn main() -> ExitCode {
     noetl_tool_python::env::scrub_environ();
     noetl_tool_python::env::seal_process();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_) | Command::Serve(_)) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Validate(a) => commands::validate::run(a),
         Command::Schema(a) => commands::schema::run(a),
@@ -90,10 +108,16 @@ fn main() -> ExitCode {
             Err(e) => Err(e.into()),
         },
     };
+    // The private server a `--local` client command started stops now,
+    // after every connection to it closed.
+    commands::local::release();
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match commands::exit::unreachable(&e) {
+                Some(line) => eprintln!("{line}"),
+                None => eprintln!("error: {e:#}"),
+            }
             commands::exit::of_error(&e).into()
         }
     }

@@ -27,13 +27,14 @@ async fn run_ui_serves_the_console_and_the_api_until_ctrl_c() {
     let mut child = noetl(&dir.path().join("home"))
         .args(["run", "--ui"])
         .arg(&playbook)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    // The URL is on stdout, apart from the logs (issue 40).
+    let stdout = child.stdout.take().unwrap();
     let mut procs = Procs(vec![child]);
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
 
     let url = line_starting(&mut lines, "console: ");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");

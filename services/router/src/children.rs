@@ -186,6 +186,7 @@ mod tests {
             error: (status != ExecStatus::Completed).then(|| "step only failed".into()),
             started_at: "t0".into(),
             ended_at: None,
+            paused: None,
         }
     }
 

@@ -307,9 +307,11 @@ fn block_child_indent(text: &str, k: &Key, v: &Node) -> Option<usize> {
 
 /// A task-level `set` beside a `spec`: its values join the task's policy
 /// as `set_ctx` (or `set`, for `ctx.`/`iter.` paths) of the fallback rule
-/// (`else`), which runs when no other rule matched, i.e. when the task
-/// ended well; a policy without a fallback rule gets one (`do:
-/// continue`). Called by `task_set` for tasks with a `spec`.
+/// (`else`), which runs when no other rule matched; a policy without a
+/// fallback rule gets one (`do: continue`), after the error case
+/// ([`ERROR_FAILS`]) unless its rules test `outcome.status` already, so
+/// that the values are set when the task ended well and an error still
+/// fails it, as before. Called by `task_set` for tasks with a `spec`.
 pub(super) fn set_beside_spec(t: &Node, whose: &str, (k, v): (&Key, &Node), e: &mut Edits) {
     let line = k.span.line;
     let text = e.text;
@@ -338,7 +340,7 @@ pub(super) fn set_beside_spec(t: &Node, whose: &str, (k, v): (&Key, &Node), e: &
             (
                 entry_end(text, sk.span.offset),
                 spec_indent + 10,
-                format!("{p}policy:\n{p}  rules:\n{p}    - else:\n{p}        then:\n{p}          do: continue\n"),
+                format!("{p}policy:\n{p}  rules:\n{p}    {ERROR_FAILS}\n{p}      then: {{ do: fail }}\n{p}    - else:\n{p}        then:\n{p}          do: continue\n"),
             )
         }
         Some((pk, policy)) => {
@@ -352,7 +354,7 @@ pub(super) fn set_beside_spec(t: &Node, whose: &str, (k, v): (&Key, &Node), e: &
                         entry_end(text, pk.span.offset),
                         policy_indent + 8,
                         format!(
-                            "{p}rules:\n{p}  - else:\n{p}      then:\n{p}        do: continue\n"
+                            "{p}rules:\n{p}  {ERROR_FAILS}\n{p}    then: {{ do: fail }}\n{p}  - else:\n{p}      then:\n{p}        do: continue\n"
                         ),
                     )
                 }
@@ -387,6 +389,12 @@ pub(super) fn set_beside_spec(t: &Node, whose: &str, (k, v): (&Key, &Node), e: &
     remove_entry(e, k.span.offset);
 }
 
+/// The first line of the rule a generated fallback rule follows: an error
+/// fails the task, as it did without a policy (`then: { do: fail }` on the
+/// next line). The fallback (`else`) rule matches every outcome, errors
+/// included, so without it the task's `set` would swallow its errors.
+pub(super) const ERROR_FAILS: &str = "- when: \"{{ outcome.status == 'error' }}\"";
+
 /// Where a task `set`'s values go.
 enum Insert {
     /// At this offset, as a `set_ctx:` key at this column, after this text.
@@ -408,10 +416,21 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
     let dash = indent_at(text, line_start(text, last.span.offset));
     let Some((ek, ev)) = last.entry("else") else {
         let p = " ".repeat(dash);
+        // Rules that do not tell errors apart get the error case first:
+        // the new fallback rule is for a task that ended well.
+        let reads_status = rules.items().iter().any(|r| {
+            r.get("when")
+                .and_then(Node::as_str)
+                .is_some_and(crate::outcome::reads_status)
+        });
+        let errors = match reads_status {
+            true => String::new(),
+            false => format!("{p}{ERROR_FAILS}\n{p}  then: {{ do: fail }}\n"),
+        };
         return Ok(Insert::Block(
             entry_end(text, rk.span.offset),
             dash + 6,
-            format!("{p}- else:\n{p}    then:\n{p}      do: continue\n"),
+            format!("{errors}{p}- else:\n{p}    then:\n{p}      do: continue\n"),
         ));
     };
     let Some(else_indent) = block_child_indent(text, ek, ev) else {
@@ -593,7 +612,12 @@ mod tests {
         assert!(t.ends_with("                then: { do: fail }\n              - else:\n                  then:\n                    do: continue\n                    set:\n                      ctx.got: 1\n"), "{t}");
         // A spec without a policy.
         let (t, _) = run("      - name: h\n        kind: noop\n        spec:\n          timeout: 3\n        set: { got: 1 }\n");
-        assert_eq!(t, "      - name: h\n        kind: noop\n        spec:\n          timeout: 3\n          policy:\n            rules:\n              - else:\n                  then:\n                    do: continue\n                    set_ctx: { got: 1 }\n");
+        // A new policy: the error case first, then the fallback rule.
+        assert_eq!(t, "      - name: h\n        kind: noop\n        spec:\n          timeout: 3\n          policy:\n            rules:\n              - when: \"{{ outcome.status == 'error' }}\"\n                then: { do: fail }\n              - else:\n                  then:\n                    do: continue\n                    set_ctx: { got: 1 }\n");
+        // Rules that do not test the status: the error case before the new
+        // fallback rule.
+        let (t, _) = run("      - name: h\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - when: \"{{ outcome.result == 1 }}\"\n                then: { do: break }\n        set: { got: 1 }\n");
+        assert!(t.ends_with("                then: { do: break }\n              - when: \"{{ outcome.status == 'error' }}\"\n                then: { do: fail }\n              - else:\n                  then:\n                    do: continue\n                    set_ctx: { got: 1 }\n"), "{t}");
         // A flow `then`: the values join it as a flow mapping.
         let (t, _) = run("      - name: h\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { do: continue }\n        set:\n          got: \"{{ outcome.result }}\"\n");
         assert!(t.ends_with("                  then: { do: continue, set_ctx: {\"got\":\"{{ outcome.result }}\"} }\n"), "{t}");

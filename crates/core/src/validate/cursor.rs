@@ -204,7 +204,7 @@ impl Validator {
 }
 
 /// An integer >= 1, or a template giving one at run time.
-fn positive_or_template(n: &Node) -> bool {
+pub(super) fn positive_or_template(n: &Node) -> bool {
     if let Some(s) = n.as_str() {
         return crate::template::is_template(s) || s.trim().parse::<u64>().is_ok_and(|v| v >= 1);
     }

@@ -7,6 +7,7 @@ use super::next::Route;
 use super::rules::misshapen_else;
 use super::{allowed_list, closest, Validator, ACTIONS};
 use crate::codes::Code;
+use crate::reduce::{ReducerOp, OPS as REDUCER_OPS};
 use crate::yaml::{escape, Node, NodeKind};
 
 const STEP_KEYS: &[&str] = &["step", "desc", "spec", "loop", "tool", "next"];
@@ -271,6 +272,18 @@ impl Validator {
             "`loop`",
             LOOP_KEYS,
         );
+        if let Some(i) = l.get("in").filter(|i| !collection_or_template(i)) {
+            self.err(
+                Code::E004,
+                i.span,
+                &format!("{path}/in"),
+                format!(
+                    "`loop.in` of step `{step}` must be a list, or a template giving one; found {}",
+                    i.type_name()
+                ),
+                "write `in: [1, 2, 3]` or `in: \"{{ workload.items }}\"`",
+            );
+        }
         if l.get("in").is_none() && l.get("cursor").is_none() {
             self.err(
                 Code::E032,
@@ -311,8 +324,66 @@ impl Validator {
                     }
                 }
                 self.loop_exec(spec, path);
+                self.reducers(spec, path, step);
+                if let Some(m) = spec.get("max_in_flight") {
+                    if !super::cursor::positive_or_template(m) {
+                        self.err(
+                            Code::E004,
+                            m.span,
+                            &format!("{path}/spec/max_in_flight"),
+                            format!("`max_in_flight` of the loop of step `{step}` must be an integer >= 1"),
+                            "e.g. `max_in_flight: 4`, or a template giving one",
+                        );
+                    }
+                }
             }
         }
         self.cursor_loop(l, path, step);
+    }
+
+    /// `loop.spec.policy.reducers`: each names an op the loop-supervisor
+    /// folds with (E045). The names are [`ReducerOp::parse`]'s, the same
+    /// function the loop-supervisor refuses a loop with at run time.
+    fn reducers(&mut self, spec: &Node, path: &str, step: &str) {
+        let Some(r) = spec.pointer("/policy/reducers") else {
+            return;
+        };
+        let rp = format!("{path}/spec/policy/reducers");
+        if !self.expect_map(r, &rp, "`loop.spec.policy.reducers`") {
+            return;
+        }
+        for (k, v) in r.entries() {
+            let op = v.as_str().or_else(|| v.get("op").and_then(Node::as_str));
+            if op.is_some_and(|o| ReducerOp::parse(o).is_ok()) {
+                continue;
+            }
+            let shown = op.unwrap_or("").to_string();
+            let help = match op.and_then(|o| closest(o, REDUCER_OPS)) {
+                Some(c) => format!(
+                    "did you mean `{c}`? reducers: {}",
+                    allowed_list(REDUCER_OPS)
+                ),
+                None => format!("reducers: {}", allowed_list(REDUCER_OPS)),
+            };
+            self.err(
+                Code::E045,
+                v.span,
+                &format!("{rp}/{}", escape(&k.name)),
+                format!(
+                    "unknown reducer `{shown}` for ctx key `{}` in the loop of step `{step}`",
+                    k.name
+                ),
+                &help,
+            );
+        }
+    }
+}
+
+/// A `loop.in` that can give a list: a list, or a template (what it gives
+/// is known only at run time, where the loop-supervisor checks it).
+fn collection_or_template(n: &Node) -> bool {
+    match n.as_str() {
+        Some(s) => crate::template::is_template(s),
+        None => n.is_seq(),
     }
 }

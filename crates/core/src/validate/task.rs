@@ -195,6 +195,7 @@ impl Validator {
                 if let Some(policy) = spec.get("policy") {
                     let scope = PolicyScope {
                         task: tname,
+                        kind: t.get("kind").and_then(Node::as_str),
                         labels,
                         parallel,
                     };

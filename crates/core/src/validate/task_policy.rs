@@ -15,6 +15,8 @@ const BACKOFFS: &[&str] = &["none", "linear", "exponential"];
 pub(super) struct PolicyScope<'a> {
     /// The task's name, for messages.
     pub(super) task: &'a str,
+    /// The task's tool kind, if written.
+    pub(super) kind: Option<&'a str>,
     /// The tasks a `jump` may target: `None` for a workbook task, whose
     /// targets are checked at each call site.
     pub(super) labels: Option<&'a [&'a str]>,
@@ -37,6 +39,16 @@ impl Validator {
         self.on_unmatched(policy, path, task);
         for (i, r) in rules.items().iter().enumerate() {
             self.policy_rule(r, i, &format!("{path}/rules/{i}"), scope);
+        }
+        if let Some(i) = else_goes_on_over_errors(rules.items(), scope.kind) {
+            let r = &rules.items()[i];
+            self.warn(
+                Code::W109,
+                r.span,
+                &format!("{path}/rules/{i}"),
+                format!("the `else` rule of task `{task}` goes on whatever the outcome, and no rule reads `outcome.status`: an error of the task is swallowed (the step is `done`, its `set_ctx` values null)"),
+                "add `- when: \"{{ outcome.status == 'error' }}\"` with `then: { do: fail }` before it; to go on after errors on purpose, say so with the same rule and `then: { do: continue }`",
+            );
         }
     }
 
@@ -217,4 +229,38 @@ impl Validator {
             }
         }
     }
+}
+
+/// W109: the index of an `else` rule that goes on (`continue`, `jump`,
+/// `break`, or no `do`) when no rule's `when` reads `outcome.status` or
+/// `outcome.error`: an error outcome then falls to it and is swallowed.
+/// A `noop` task never errs. Writing the error case as its own rule (even
+/// `then: { do: continue }`) says the catch-all is meant.
+pub(super) fn else_goes_on_over_errors(rules: &[Node], kind: Option<&str>) -> Option<usize> {
+    if kind == Some("noop") {
+        return None;
+    }
+    if reads_outcome_status(rules) {
+        return None;
+    }
+    rules.iter().position(|r| {
+        if r.get("else").is_none() {
+            return false;
+        }
+        let then = r
+            .get("then")
+            .or_else(|| r.get("else").and_then(|e| e.get("then")));
+        let action = then.and_then(|t| t.get("do")).and_then(Node::as_str);
+        !matches!(action, Some("fail" | "retry"))
+    })
+}
+
+/// Whether some rule's `when` reads the outcome's status
+/// ([`crate::outcome::reads_status`]).
+fn reads_outcome_status(rules: &[Node]) -> bool {
+    rules.iter().any(|r| {
+        r.get("when")
+            .and_then(Node::as_str)
+            .is_some_and(crate::outcome::reads_status)
+    })
 }

@@ -33,6 +33,49 @@ impl Validator {
             );
         }
         self.unknown_roots(root);
+        self.unknown_workload_keys(root);
+    }
+
+    /// W106: a template reads `workload.<key>` when the playbook declares
+    /// its workload and `<key>` is not in it (`workload.treshold` for
+    /// `threshold`): a condition reads it as undefined (false), silently.
+    /// A playbook without a `workload` takes every key from the request,
+    /// and is not checked.
+    fn unknown_workload_keys(&mut self, root: &Node) {
+        let Some(w) = root.get("workload").filter(|w| !w.entries().is_empty()) else {
+            return;
+        };
+        let keys: Vec<&str> = w.entries().iter().map(|(k, _)| k.name.as_str()).collect();
+        let mut found = Vec::new();
+        collect_templates(root, "", &mut |path, node, s| {
+            if path.starts_with("/workload") {
+                return;
+            }
+            for p in crate::template::referenced_paths(s) {
+                let Some(key) = p
+                    .strip_prefix("workload.")
+                    .map(|k| k.split('.').next().unwrap_or(k))
+                else {
+                    continue;
+                };
+                if !keys.contains(&key) && !guarded(s, key) {
+                    found.push((node.span, path.to_string(), key.to_string()));
+                }
+            }
+        });
+        for (span, path, key) in found {
+            let help = match closest(&key, &keys) {
+                Some(c) => format!("did you mean `workload.{c}`? workload keys: {}", allowed_list(&keys)),
+                None => format!("workload keys: {}; a value that only comes with the request (`--set {key}=...`): declare it in `workload` with a default", allowed_list(&keys)),
+            };
+            self.warn(
+                Code::W106,
+                span,
+                &path,
+                format!("template reads `workload.{key}`, and the playbook's `workload` has no key `{key}`: it is undefined (false in a condition) unless the request sets it"),
+                &help,
+            );
+        }
     }
 
     /// W106: a template reads a top-level name that is neither a runtime
@@ -133,6 +176,29 @@ impl Validator {
             );
         }
     }
+}
+
+/// True when every read of `workload.<key>` in `src` is meant to find it
+/// missing: `| default(...)`, `is defined`, `is not defined`.
+fn guarded(src: &str, key: &str) -> bool {
+    let name = format!("workload.{key}");
+    src.match_indices(&name).all(|(at, _)| {
+        let rest = &src[at + name.len()..];
+        let next = rest.chars().next();
+        if next.is_some_and(|c| c == '_' || c.is_ascii_alphanumeric()) {
+            return true; // a longer name, read on its own
+        }
+        let rest = rest.trim_start();
+        let filter = rest.strip_prefix('|').map(str::trim_start);
+        filter.is_some_and(|f| {
+            f.starts_with("default")
+                || f.starts_with("d(")
+                || f == "d"
+                || f.starts_with("d }")
+                || f.starts_with("d}")
+        }) || rest.starts_with("is defined")
+            || rest.starts_with("is not defined")
+    })
 }
 
 /// One step's pipeline as the name checks see it.

@@ -153,6 +153,7 @@ function onEvent(state, ev) {
   } else if (REDRAW_TYPES.test(ev.event_type)) {
     state.graphSoon();
   }
+  if (ev.event_type === 'execution.paused' || ev.event_type === 'execution.unpaused') loadDetail(state);
   state.redraw();
 }
 
@@ -210,8 +211,11 @@ function pollDetail(state) {
   tick();
 }
 
+// The status shown: PAUSED for a running execution that is paused
+// (the API keeps RUNNING with `is_paused`).
 function currentStatus(state) {
-  return (state.graph && state.graph.status) || (state.detail && state.detail.status) || '';
+  const s = (state.graph && state.graph.status) || (state.detail && state.detail.status) || '';
+  return s === 'RUNNING' && state.detail && state.detail.is_paused ? 'PAUSED' : s;
 }
 
 function drawFacts(state) {
@@ -237,7 +241,8 @@ function drawFacts(state) {
 
 function drawCancel(state, status) {
   const box = state.el.cancel;
-  const show = state.ctx.can('operator') && status === 'RUNNING';
+  // A paused execution runs still: it may be cancelled too.
+  const show = state.ctx.can('operator') && (status === 'RUNNING' || status === 'PAUSED');
   if (!show) {
     if (box.childElementCount) replace(box);
     state.confirming = false;

@@ -83,6 +83,10 @@ pub struct ExecutionDetail {
     pub path: Option<String>,
     /// `RUNNING`, `COMPLETED`, `FAILED` or `CANCELLED`.
     pub status: String,
+    /// Paused (`POST .../pause`): `RUNNING`, but no new step or iteration
+    /// starts until unpaused.
+    #[serde(default)]
+    pub is_paused: bool,
     /// RFC 3339.
     pub started_at: String,
     /// RFC 3339, once ended.

@@ -88,6 +88,7 @@ pub async fn get(
         catalog_id,
         path,
         status: status_name(h.status).into(),
+        is_paused: mesh.pauses().await?.is_paused(&id),
         started_at: h.started_at.clone(),
         completed_at: h.ended_at.clone(),
         parent_execution_id: Some(h.parent_execution_id.clone()).filter(|p| !p.is_empty()),

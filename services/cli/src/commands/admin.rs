@@ -53,7 +53,7 @@ pub async fn run(c: Command) -> anyhow::Result<ExitCode> {
 }
 
 async fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
-    let mut config = a.mesh.config();
+    let mut config = a.mesh.server_config()?;
     if let Some(r) = a.replicas {
         config.replicas = r;
     }

@@ -22,6 +22,11 @@ pub struct MeshArgs {
     /// [env: NOETL_NATS_URL, else NATS_URL; default nats://127.0.0.1:4222].
     #[arg(long, value_name = "URL[,URL...]")]
     pub nats: Option<String>,
+    /// Client commands: the local store of `noetl run` (`NOETL_HOME`)
+    /// instead of a NATS server, to look at what `noetl run` ran after it
+    /// ended (`exec show ID --local`).
+    #[arg(long, conflicts_with = "nats")]
+    pub local: bool,
     /// Subject / stream / bucket prefix.
     #[arg(long, env = "NOETL_PREFIX", default_value = noetl_mesh::config::DEFAULT_PREFIX)]
     pub prefix: String,
@@ -85,6 +90,15 @@ impl NatsAuthArgs {
 }
 
 impl MeshArgs {
+    /// A service's or `admin`'s mesh: `--local` is for client commands
+    /// only (the local store serves `noetl run`).
+    pub fn server_config(&self) -> anyhow::Result<MeshConfig> {
+        if self.local {
+            bail!("--local reads the local store of `noetl run` from a client command; services and `admin` take --nats URL");
+        }
+        Ok(self.config())
+    }
+
     /// The mesh configuration these flags select: the environment, then
     /// the flags.
     pub fn config(&self) -> MeshConfig {
@@ -98,8 +112,9 @@ impl MeshArgs {
     }
 
     /// Join an existing mesh; never creates streams or buckets (a missing
-    /// one is an error naming the prefix). What a failover interrupts is
-    /// tried again for [`retry::DEFAULT_BUDGET`](super::retry::DEFAULT_BUDGET).
+    /// one is an error naming the prefix). A server that cannot be reached
+    /// at all fails at once; what a failover interrupts is tried again for
+    /// [`retry::DEFAULT_BUDGET`](super::retry::DEFAULT_BUDGET).
     pub async fn attach(&self) -> anyhow::Result<Mesh> {
         self.attach_until(std::time::Instant::now() + super::retry::DEFAULT_BUDGET)
             .await
@@ -108,7 +123,17 @@ impl MeshArgs {
     /// [`attach`](Self::attach), trying again until `deadline`.
     pub async fn attach_until(&self, deadline: std::time::Instant) -> anyhow::Result<Mesh> {
         let config = self.config();
+        if self.local {
+            return super::local::attach_local(config).await;
+        }
         let url = display_urls(&config.nats_url);
+        // A server never reached is no failover to ride out: a wrong URL or
+        // a stopped nats-server is said at once (exit 5).
+        match Mesh::attach(config.clone()).await {
+            Ok(mesh) => return Ok(mesh),
+            Err(e @ noetl_mesh::MeshError::Connect { .. }) => return Err(e.into()),
+            Err(_) => {}
+        }
         super::retry::ride_out(deadline, "joining the mesh", || async {
             Mesh::attach(config.clone())
                 .await
@@ -175,19 +200,23 @@ impl WorkloadArgs {
 
 /// Print a summary for people.
 pub fn print_summary(s: &ExecSummary) {
-    let status = match s.status {
-        ExecStatus::Completed => "completed",
-        ExecStatus::Failed => "failed",
-        ExecStatus::Running => "running",
-        ExecStatus::Cancelled => "cancelled",
-    };
+    print_summary_in_order(s, &[]);
+}
+
+/// Print a summary for people, its steps in `order` (the order they ran;
+/// those not in it after, by name).
+pub fn print_summary_in_order(s: &ExecSummary, order: &[String]) {
+    let status = s.shown_status();
     println!("execution {}  {status}  ({})", s.execution_id, s.playbook);
+    if let Some(p) = &s.paused {
+        println!("{}", paused_line(&s.execution_id, p));
+    }
     if let Some(e) = &s.error {
         println!("error: {e}");
     }
     if !s.steps.is_empty() {
         println!("steps:");
-        for (name, st) in &s.steps {
+        for (name, st) in steps_in_order(s, order) {
             println!("  {st:<8} {name}");
         }
     }
@@ -195,6 +224,34 @@ pub fn print_summary(s: &ExecSummary) {
         "ctx: {}",
         serde_json::to_string_pretty(&s.ctx).unwrap_or_default()
     );
+}
+
+/// What a pause means, in one line: who, since when, why, and how to go on.
+pub fn paused_line(id: &str, p: &noetl_mesh::pause::PauseRecord) -> String {
+    let why = if p.reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", p.reason)
+    };
+    format!(
+        "paused by {} since {}{why}; no new step or iteration starts until `noetl exec unpause {id}`",
+        p.by, p.at
+    )
+}
+
+/// The summary's steps in `order`, then the others by name.
+pub fn steps_in_order<'a>(s: &'a ExecSummary, order: &[String]) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&str, &str)> = order
+        .iter()
+        .filter_map(|n| s.steps.get_key_value(n))
+        .map(|(n, st)| (n.as_str(), st.as_str()))
+        .collect();
+    for (n, st) in &s.steps {
+        if !order.contains(n) {
+            out.push((n.as_str(), st.as_str()));
+        }
+    }
+    out
 }
 
 /// Exit code for a final status: 0 completed, 1 failed or cancelled.

@@ -431,7 +431,14 @@ async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
             .stored_events(&mesh.subjects().events_of(&a.id))
             .await?;
         let events: Vec<_> = stored.into_iter().filter_map(Result::ok).collect();
-        let tree = Tree::from_events(&a.id, &events);
+        let mut tree = Tree::from_events(&a.id, &events);
+        let paused = match header.status {
+            ExecStatus::Running => mesh.pause_record(&a.id).await?,
+            _ => None,
+        };
+        if paused.is_some() {
+            tree.status = "paused".into();
+        }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&tree)?);
         } else {
@@ -439,6 +446,9 @@ async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
                 print!("\x1b[2J\x1b[H");
             }
             print!("{}", tree.render());
+            if let Some(p) = &paused {
+                println!("{}", super::common::paused_line(&a.id, p));
+            }
             if !header.live.is_empty() {
                 let live: Vec<String> = header
                     .live

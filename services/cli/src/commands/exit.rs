@@ -69,6 +69,31 @@ pub fn of_error(e: &anyhow::Error) -> Exit {
     Exit::Usage
 }
 
+/// The one line said when NATS could not be reached at all (refused, timed
+/// out, no such host): what failed, where, and what to check, with the
+/// innermost cause once (the error chain repeats it at every level).
+/// `None` for any other error.
+pub fn unreachable(e: &anyhow::Error) -> Option<String> {
+    let url = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<MeshError>() {
+            Some(MeshError::Connect { url, source })
+                if noetl_mesh::error::connect_kind(source.kind()) == ErrorKind::Transient =>
+            {
+                Some(url)
+            }
+            _ => None,
+        })?;
+    let cause = e
+        .chain()
+        .last()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    Some(format!(
+        "error: cannot reach NATS at {url} ({cause}): check that nats-server runs there with JetStream (`nats-server -js`), or point --nats (or NOETL_NATS_URL) at your mesh"
+    ))
+}
+
 /// The exit for a mesh error of `kind`.
 pub fn of_kind(kind: ErrorKind) -> Exit {
     match kind {
@@ -121,5 +146,35 @@ mod tests {
         let io = anyhow::Error::new(std::io::Error::other("no such file"))
             .context("reading --workload w.json");
         assert_eq!(of_error(&io), Exit::Usage);
+    }
+
+    #[test]
+    fn an_unreachable_server_is_one_line_naming_it_and_what_to_check() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = anyhow::Error::new(MeshError::Connect {
+            url: "nats://127.0.0.1:1".into(),
+            source: async_nats::ConnectError::with_source(
+                async_nats::ConnectErrorKind::Io,
+                refused,
+            ),
+        })
+        .context("joining the mesh at nats://127.0.0.1:1");
+        let line = unreachable(&e).expect("an unreachable server");
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("nats://127.0.0.1:1"), "{line}");
+        assert!(
+            line.contains("nats-server -js") && line.contains("--nats"),
+            "{line}"
+        );
+        assert_eq!(line.matches("refused").count(), 1, "{line}");
+        assert_eq!(of_error(&e), Exit::Infrastructure);
+        // Refused credentials are said as they are.
+        let auth = anyhow::Error::new(MeshError::Connect {
+            url: "nats://127.0.0.1:1".into(),
+            source: async_nats::ConnectError::new(
+                async_nats::ConnectErrorKind::AuthorizationViolation,
+            ),
+        });
+        assert_eq!(unreachable(&auth), None);
     }
 }

@@ -29,7 +29,7 @@ pub async fn join_waiting(
     args: &MeshArgs,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Mesh>> {
-    let config = args.config();
+    let config = args.server_config()?;
     let url = display_urls(&config.nats_url);
     let mut attempt = 0u32;
     loop {

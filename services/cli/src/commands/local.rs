@@ -10,8 +10,9 @@ use noetl_mesh::{Mesh, MeshConfig};
 /// Where a store command (`credential`, `playbook`) works.
 #[derive(ClapArgs, Debug, Clone)]
 pub struct Target {
-    /// NATS servers (comma-separated) of an existing mesh; without it, the
-    /// local store of `noetl run`.
+    /// NATS servers (comma-separated) of an existing mesh; without it, and
+    /// without `NOETL_NATS_URL` (read as this flag), the local store of
+    /// `noetl run`.
     #[arg(long, env = "NOETL_NATS_URL", value_name = "URL[,URL...]")]
     pub nats: Option<String>,
     /// Subject / stream / bucket prefix.
@@ -78,6 +79,49 @@ impl Target {
             _store: store,
         })
     }
+}
+
+/// The private servers (and their stores) that client commands started
+/// with `--local`, held until [`release`] (at the end of `main`), so the
+/// command's mesh outlives every use of it.
+static HELD: std::sync::Mutex<Vec<(NatsServerProcess, StoreGuard)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Join the mesh kept in the local store of `noetl run` (`NOETL_HOME`):
+/// what `--local` on a client command does, so an execution `noetl run`
+/// ran can be looked at (`exec show`, `why`, `resume`) after it ended.
+/// Creates nothing: a store where no run ever ran is an error naming it.
+pub async fn attach_local(mut config: MeshConfig) -> anyhow::Result<Mesh> {
+    let (server, store) = start_private_server(PrivateServer {
+        config: &config,
+        fallback: Fallback::Refuse,
+        sync: SyncPolicy::Interval,
+    })?;
+    let dir = config.data_dir.join("nats");
+    config.nats_url = server.url();
+    config.auth = Default::default();
+    config.replicas = 1;
+    let mesh = Mesh::attach(config).await.with_context(|| {
+        format!(
+            "joining the local store of noetl run ({}); has a run been made with this NOETL_HOME?",
+            dir.display()
+        )
+    });
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((server, store));
+    mesh
+}
+
+/// Stop what [`attach_local`] started (the connections closed first, by
+/// the commands that ended).
+pub fn release() {
+    let held = std::mem::take(
+        &mut *HELD
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    drop(held);
 }
 
 /// What to do when the persistent store is held by another process.

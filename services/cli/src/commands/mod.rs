@@ -18,6 +18,7 @@ pub mod join;
 pub mod local;
 pub mod migrate;
 pub mod playbook;
+pub mod problems;
 pub mod retry;
 pub mod run;
 pub mod schedule;

@@ -23,7 +23,8 @@ use noetl_mesh::{
 };
 use noetl_wire::{Event, ExecutionRequest};
 
-use super::common::{exit_code, init_tracing, print_summary, InProcess, WorkloadArgs};
+use super::common::{exit_code, init_tracing, print_summary_in_order, InProcess, WorkloadArgs};
+use super::problems::Problems;
 use super::{local, source};
 
 /// Arguments of `noetl run`.
@@ -129,7 +130,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         false => None,
     };
     if let Some(c) = &console {
-        eprintln!("console: {}", c.url);
+        say(args.json, format!("console: {}", c.url));
     }
 
     let eid = new_execution_id();
@@ -168,12 +169,21 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         Exit::Timeout.into()
     } else {
-        report(mesh, &eid, args.json).await?
+        report(Report {
+            mesh,
+            eid: &eid,
+            json: args.json,
+            look: &joined.look_again(&eid),
+        })
+        .await?
     };
     if let Some(c) = console {
-        eprintln!(
-            "the console stays at {}#/executions/{eid} until Ctrl-C",
-            c.url
+        say(
+            args.json,
+            format!(
+                "the console stays at {}#/executions/{eid} until Ctrl-C",
+                c.url
+            ),
         );
         let _ = interrupt.recv().await;
         c.stop().await;
@@ -184,6 +194,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(code)
+}
+
+/// Print a line the user came for (the console's URL): on stdout, apart
+/// from the logs on stderr; on stderr with `--json`, whose stdout is the
+/// summary alone.
+fn say(json: bool, line: String) {
+    match json {
+        true => eprintln!("{line}"),
+        false => println!("{line}"),
+    }
 }
 
 /// What `noetl run` sends: a file's text, or a catalog path.
@@ -235,6 +255,26 @@ struct Joined {
     // then the store is released.
     _server: Option<NatsServerProcess>,
     _store: Option<local::StoreGuard>,
+}
+
+impl Joined {
+    /// How to look at execution `eid` again after this run: on the local
+    /// store with `--local`, on a shared server with `--nats`; a
+    /// temporary store is gone with the run.
+    fn look_again(&self, eid: &str) -> String {
+        match &self._store {
+            Some(local::StoreGuard::Locked(_)) => format!(
+                "look at it again: noetl exec show {eid} --local  (and exec why {eid} --local: the local store of noetl run keeps it)"
+            ),
+            Some(local::StoreGuard::Temporary(_)) => format!(
+                "execution {eid} ran on a temporary store (another run held the local one) and is gone with this run: run it again when the other run has ended to keep it"
+            ),
+            None => format!(
+                "look at it again: noetl exec show {eid} --nats {}",
+                noetl_mesh::connect::display_urls(&self.config.nats_url)
+            ),
+        }
+    }
 }
 
 /// Join the mesh at `--nats`, or start a private server and join it.
@@ -312,18 +352,56 @@ async fn start(
     Ok(follow)
 }
 
-/// Print an ended execution's summary (JSON with `--json`); its exit code.
-async fn report(mesh: &Mesh, eid: &str, json: bool) -> anyhow::Result<ExitCode> {
+/// What [`report`] prints.
+struct Report<'a> {
+    mesh: &'a Mesh,
+    eid: &'a str,
+    /// `--json`.
+    json: bool,
+    /// How to look at the execution again once this run has ended.
+    look: &'a str,
+}
+
+/// Print an ended execution's summary (JSON with `--json`), what went
+/// wrong in it (the failing task's error, the first failed iterations,
+/// errors a policy rule handled) and, when it did not complete, how to
+/// look at it again; its exit code.
+async fn report(r: Report<'_>) -> anyhow::Result<ExitCode> {
+    let (mesh, eid) = (r.mesh, r.eid);
     let summary = mesh
         .exec_summary(eid)
         .await?
         .with_context(|| format!("execution {eid} has no state"))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+    let stored = mesh.stored_events(&mesh.subjects().events_of(eid)).await?;
+    let events: Vec<Event> = stored.into_iter().filter_map(Result::ok).collect();
+    let problems = Problems::from_events(&events);
+    let order = ran_order(&events);
+    if r.json {
+        let mut v = serde_json::to_value(&summary)?;
+        if !problems.is_empty() {
+            v["problems"] = serde_json::to_value(&problems)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_summary(&summary);
+        print_summary_in_order(&summary, &order);
+        print!("{}", problems.render());
+        if summary.status != noetl_mesh::state::ExecStatus::Completed {
+            println!("{}", r.look);
+        }
     }
     Ok(exit_code(summary.status))
+}
+
+/// The steps in the order they first ran (started, skipped or failed),
+/// from the execution's events.
+fn ran_order(events: &[Event]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for ev in events {
+        if !ev.step.is_empty() && !ev.step_run_id.is_empty() && !order.contains(&ev.step) {
+            order.push(ev.step.clone());
+        }
+    }
+    order
 }
 
 /// `--migrate` with a catalog path: the catalog holds what was registered

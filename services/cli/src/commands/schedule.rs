@@ -260,13 +260,47 @@ async fn show(a: NameArgs) -> Done {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
-    let v = describe(&r, Utc::now());
     if a.json {
-        println!("{v}");
+        println!("{}", describe(&r, Utc::now()));
     } else {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        print!("{}", show_text(&r, &next_ticks(&r, Utc::now(), 5)));
     }
     Ok(Ok(()))
+}
+
+/// `schedule show` for people: one line per setting, the firing state and
+/// the next ticks (`--json` has the record as stored).
+fn show_text(r: &ScheduleRecord, next: &[String]) -> String {
+    let state = if r.paused { "paused" } else { "active" };
+    let version = r
+        .version
+        .map(|v| format!("version {v}"))
+        .unwrap_or_else(|| "the latest version".into());
+    let mut out = format!("schedule {}  {state}\n", r.name);
+    out.push_str(&format!("  playbook   {} ({version})\n", r.playbook));
+    out.push_str(&format!("  cron       {}  ({})\n", r.cron, r.tz));
+    out.push_str(&format!("  overlap    {}\n", r.overlap));
+    out.push_str(&format!("  catch-up   {}\n", r.catch_up));
+    if !r.workload.is_empty() {
+        out.push_str(&format!(
+            "  workload   {}\n",
+            Value::Object(r.workload.clone())
+        ));
+    }
+    out.push_str(&format!("  created    {}\n", r.created_at));
+    let last = match (&r.state.last_tick, &r.state.last_execution_id) {
+        (Some(t), Some(id)) => format!("{t} (execution {id})"),
+        (Some(t), None) => t.clone(),
+        _ => "-".into(),
+    };
+    out.push_str(&format!("  last tick  {last}\n"));
+    let next = if next.is_empty() {
+        "-".to_string()
+    } else {
+        next.join(", ")
+    };
+    out.push_str(&format!("  next       {next}\n"));
+    out
 }
 
 async fn pause(a: NameArgs, paused: bool) -> Done {
@@ -349,4 +383,42 @@ async fn run_backfill(a: BackfillArgs) -> Done {
         );
     }
     Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_prints_settings_state_and_next_ticks_as_text_not_json() {
+        let r = ScheduleRecord {
+            name: "nightly".into(),
+            playbook: "etl/load".into(),
+            version: None,
+            cron: "0 2 * * *".into(),
+            tz: "Europe/Paris".into(),
+            workload: serde_json::Map::new(),
+            overlap: Overlap::default(),
+            catch_up: CatchUp::default(),
+            paused: true,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            resumed_at: None,
+            state: FiringState::default(),
+        };
+        let text = show_text(&r, &["2026-01-02T02:00:00+01:00".into()]);
+        assert!(text.starts_with("schedule nightly  paused\n"), "{text}");
+        assert!(
+            text.contains("  playbook   etl/load (the latest version)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  cron       0 2 * * *  (Europe/Paris)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  next       2026-01-02T02:00:00+01:00\n"),
+            "{text}"
+        );
+        assert!(!text.contains('{'), "no JSON: {text}");
+    }
 }

@@ -7,6 +7,8 @@ use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::problems::Problems;
+
 /// An execution as its events tell it.
 #[derive(Debug, Default, Serialize)]
 pub struct Tree {
@@ -15,6 +17,10 @@ pub struct Tree {
     pub status: String,
     /// The steps in the order they first appear.
     pub steps: Vec<StepNode>,
+    /// What went wrong: failures with their task errors, failed
+    /// iterations, errors a policy rule handled.
+    #[serde(skip_serializing_if = "Problems::is_empty")]
+    pub problems: Problems,
 }
 
 /// One step and its runs.
@@ -70,6 +76,7 @@ impl Tree {
             execution_id: execution_id.to_string(),
             status: "running".into(),
             steps: Vec::new(),
+            problems: Problems::from_events(events),
         };
         for ev in events {
             let p = events::payload(ev);
@@ -86,8 +93,22 @@ impl Tree {
             if ev.step.is_empty() || ev.step_run_id.is_empty() {
                 continue;
             }
-            let run = t.run(&ev.step, &ev.step_run_id);
+            // A token names the step it is for, but carries the run id of
+            // the step-run that fired it: its own id is the run it starts.
+            let srid = match ev.event_type.as_str() {
+                types::TOKEN_CREATED => p["token_id"].as_str().unwrap_or(&ev.step_run_id),
+                _ => ev.step_run_id.as_str(),
+            };
+            let run = t.run(&ev.step, srid);
             apply(run, ev, &p);
+        }
+        if t.status != "running" {
+            // Scheduled when the execution ended: it never started.
+            for r in t.steps.iter_mut().flat_map(|s| s.runs.iter_mut()) {
+                if r.status == "scheduled" {
+                    r.status = "not started".into();
+                }
+            }
         }
         t
     }
@@ -156,6 +177,7 @@ impl Tree {
                 }
             }
         }
+        out.push_str(&self.problems.render());
         out
     }
 }
@@ -312,5 +334,36 @@ mod tests {
             text.contains("task fetch  2 run(s), 1 failed, attempt 2, 12 ms"),
             "{text}"
         );
+        assert!(text.contains("failed: step other: x: boom"), "{text}");
+    }
+
+    #[test]
+    fn a_token_is_the_run_of_its_own_step_and_one_never_started_says_so() {
+        let events = vec![
+            ev("step.started", "start", "r1", "", json!({})),
+            ev(
+                "step.failed",
+                "start",
+                "r1",
+                "",
+                json!({"error": {"kind": "x", "message": "boom"}}),
+            ),
+            ev(
+                "token.created",
+                "cleanup",
+                "r1",
+                "",
+                json!({"token_id": "t9", "step": "cleanup"}),
+            ),
+            ev("execution.failed", "", "", "", json!({})),
+        ];
+        let t = Tree::from_events("e1", &events);
+        let cleanup = &t.steps[1];
+        assert_eq!(
+            cleanup.runs[0].step_run_id, "t9",
+            "not the run that fired it"
+        );
+        assert_eq!(cleanup.runs[0].status, "not started");
+        assert!(!t.render().contains("scheduled"), "{}", t.render());
     }
 }

@@ -524,6 +524,30 @@ pub fn notes(header: &ExecHeader, events: &[Event], paused: Option<&PauseRecord>
     out
 }
 
+/// What `why` says of an ended execution: its end, its error, and for a
+/// failed or cancelled one what `noetl exec resume` would run again.
+pub fn ended(header: &ExecHeader) -> String {
+    let id = &header.execution_id;
+    let status = super::exec::status_name(header.status);
+    let mut out = format!("execution {id} has ended ({status}): nothing waits");
+    if let Some(e) = header.error.as_deref().filter(|e| !e.is_empty()) {
+        out.push_str(&format!("\nerror: {e}"));
+    }
+    if matches!(header.status, ExecStatus::Failed | ExecStatus::Cancelled) {
+        let mut steps: Vec<&str> = header.stopped.iter().map(|t| t.step.as_str()).collect();
+        steps.dedup();
+        let again = if steps.is_empty() {
+            String::new()
+        } else {
+            format!(" (runs again: {})", steps.join(", "))
+        };
+        out.push_str(&format!(
+            "\nto go on where it stopped: noetl exec resume {id}{again}; `noetl exec show {id}` shows what failed"
+        ));
+    }
+    out
+}
+
 /// `noetl exec why`.
 pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
@@ -573,7 +597,7 @@ pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if header.status != ExecStatus::Running {
-        println!("execution {} has ended ({status}): nothing waits", a.id);
+        println!("{}", ended(&header));
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -681,6 +705,29 @@ workflow:
         let w = explain_of(&[("t1", "start")], &[], &BTreeMap::new());
         assert_eq!(w[0].reason, Reason::Scheduler);
         assert!(w[0].text.contains("scheduler"), "{}", w[0].text);
+    }
+
+    #[test]
+    fn a_failed_execution_names_its_error_and_exec_resume() {
+        let mut h = header(&[("t2", "total")]);
+        h.end(
+            ExecStatus::Failed,
+            "step total failed: boom",
+            "2026-11-28T00:00:00Z",
+        );
+        let text = ended(&h);
+        assert!(text.contains("has ended (failed)"), "{text}");
+        assert!(text.contains("error: step total failed: boom"), "{text}");
+        assert!(
+            text.contains("noetl exec resume e1 (runs again: total)"),
+            "{text}"
+        );
+        let mut done = header(&[]);
+        done.end(ExecStatus::Completed, "", "2026-11-28T00:00:00Z");
+        assert!(
+            !ended(&done).contains("resume"),
+            "a completed one has nothing to resume"
+        );
     }
 
     #[test]

@@ -183,5 +183,41 @@ fn outcome_of(out: RunOutput) -> Outcome {
     }
     let kind = r.kind.unwrap_or_else(|| "python.exception".into());
     let message = r.message.unwrap_or_else(|| kind.clone());
-    Outcome::error(kind, message, false).with_helper("py", Value::Object(py))
+    let mut outcome = Outcome::error(kind, message, false);
+    // The traceback's last lines travel with the error itself, so that
+    // `task.done`, `noetl run` and `noetl exec show` can show where it
+    // failed (the whole traceback stays in `outcome.py.traceback`).
+    if let (Some(e), Some(tb)) = (
+        outcome.error.as_mut(),
+        py.get("traceback").and_then(Value::as_str),
+    ) {
+        e.extra
+            .insert("traceback".into(), Value::String(traceback_tail(tb)));
+    }
+    outcome.with_helper("py", Value::Object(py))
+}
+
+/// Lines of a traceback kept with its error.
+pub const TRACEBACK_TAIL_LINES: usize = 6;
+
+/// The last [`TRACEBACK_TAIL_LINES`] lines of a traceback: the innermost
+/// frames and the exception.
+pub fn traceback_tail(tb: &str) -> String {
+    let lines: Vec<&str> = tb.trim_end().lines().collect();
+    let from = lines.len().saturating_sub(TRACEBACK_TAIL_LINES);
+    lines[from..].join("\n")
+}
+
+#[cfg(test)]
+mod tail_tests {
+    use super::*;
+
+    #[test]
+    fn a_traceback_keeps_its_last_lines() {
+        let tb = "Traceback (most recent call last):\n  a\n  b\n  c\n  d\n  e\n  f\nNameError: name 'totl' is not defined\n";
+        let tail = traceback_tail(tb);
+        assert_eq!(tail.lines().count(), TRACEBACK_TAIL_LINES);
+        assert!(tail.ends_with("NameError: name 'totl' is not defined"));
+        assert_eq!(traceback_tail("ValueError: x"), "ValueError: x");
+    }
 }

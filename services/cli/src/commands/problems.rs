@@ -1,0 +1,317 @@
+//! What went wrong in an execution, told from its events alone (a plain
+//! function): the task error that failed a step-run (with the python
+//! traceback's last lines), the first loop iterations that failed, and the
+//! task errors a policy rule handled (`continue`, `jump` or `break` on an
+//! error outcome): those leave their step `done`, and must not vanish.
+//! `noetl run` prints them under its summary, `noetl exec show` beside its
+//! tree.
+
+use noetl_mesh::events::{self, types};
+use noetl_wire::Event;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Failed loop iterations shown, the first by index.
+pub const ITERATIONS_SHOWN: usize = 3;
+
+/// One task error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TaskError {
+    /// Its step.
+    pub step: String,
+    /// Its task (empty when no one task is to blame).
+    pub task: String,
+    /// The error's kind (`python.exception`, `http.status`...).
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+    /// The python traceback's last lines, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+    /// What the task's policy did about it (`continue`, `jump`, `break`
+    /// for a handled error; `fail` otherwise).
+    pub action: String,
+    /// How many task runs ended with this same error (a loop's iterations).
+    pub times: u64,
+}
+
+/// One failed loop iteration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IterationError {
+    /// The loop step.
+    pub step: String,
+    /// The iteration's index.
+    pub index: u64,
+    /// The task that failed it.
+    pub task: String,
+    /// The error's kind.
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// What went wrong in one execution.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Problems {
+    /// Step-runs that failed, with the task error that failed them.
+    pub failed: Vec<TaskError>,
+    /// The first [`ITERATIONS_SHOWN`] failed iterations of each loop, by
+    /// index.
+    pub iterations: Vec<IterationError>,
+    /// Failed iterations in all.
+    pub iterations_failed: u64,
+    /// Task errors a policy rule handled.
+    pub handled: Vec<TaskError>,
+}
+
+impl Problems {
+    /// The problems `events` (one execution's, in order) tell of.
+    pub fn from_events(events: &[Event]) -> Self {
+        let mut p = Problems::default();
+        // The last task error of each step-run, for the traceback of the
+        // failure that follows it.
+        let mut last_error: Vec<(String, String, Value)> = Vec::new();
+        for ev in events {
+            let payload = events::payload(ev);
+            match ev.event_type.as_str() {
+                types::TASK_DONE if payload["status"] == "error" => {
+                    let action = payload["action"].as_str().unwrap_or("").to_string();
+                    let error = &payload["error"];
+                    if matches!(action.as_str(), "continue" | "jump" | "break") {
+                        p.handle(task_error(ev, error, &action));
+                    }
+                    last_error
+                        .retain(|(srid, task, _)| (srid, task) != (&ev.step_run_id, &ev.task));
+                    last_error.push((ev.step_run_id.clone(), ev.task.clone(), error.clone()));
+                }
+                types::STEP_FAILED => {
+                    let error = &payload["error"];
+                    let mut failed = task_error(ev, error, "fail");
+                    failed.task = error["task"].as_str().unwrap_or("").to_string();
+                    failed.traceback = last_error
+                        .iter()
+                        .rev()
+                        .find(|(srid, task, _)| srid == &ev.step_run_id && task == &failed.task)
+                        .and_then(|(_, _, e)| e["traceback"].as_str())
+                        .map(str::to_string);
+                    p.failed.push(failed);
+                }
+                types::LOOP_ITERATION_FAILED => p.iteration(ev, &payload),
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// Nothing went wrong.
+    pub fn is_empty(&self) -> bool {
+        self.failed.is_empty() && self.iterations.is_empty() && self.handled.is_empty()
+    }
+
+    /// A handled error: counted with the same one seen before.
+    fn handle(&mut self, e: TaskError) {
+        match self.handled.iter_mut().find(|h| {
+            (&h.step, &h.task, &h.kind, &h.message) == (&e.step, &e.task, &e.kind, &e.message)
+        }) {
+            Some(h) => h.times += 1,
+            None => self.handled.push(e),
+        }
+    }
+
+    /// A failed iteration: kept when among the first of its loop.
+    fn iteration(&mut self, ev: &Event, payload: &Value) {
+        self.iterations_failed += 1;
+        let error = &payload["error"];
+        let it = IterationError {
+            step: ev.step.clone(),
+            index: payload["index"].as_u64().unwrap_or(0),
+            task: error["task"].as_str().unwrap_or("").to_string(),
+            kind: error["kind"].as_str().unwrap_or("").to_string(),
+            message: error["message"].as_str().unwrap_or("").to_string(),
+        };
+        self.iterations.push(it);
+        self.iterations.sort_by_key(|i| (i.step.clone(), i.index));
+        let mut kept = 0usize;
+        let mut step = String::new();
+        self.iterations.retain(|i| {
+            if i.step != step {
+                step = i.step.clone();
+                kept = 0;
+            }
+            kept += 1;
+            kept <= ITERATIONS_SHOWN
+        });
+    }
+
+    /// The problems for people under a `what went wrong:` line, indented
+    /// by two, one line each but the traceback's; empty when there are
+    /// none.
+    pub fn render(&self) -> String {
+        if self.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from("what went wrong:\n");
+        for f in &self.failed {
+            out.push_str(&format!("  failed: {}\n", place(f)));
+            if let Some(tb) = &f.traceback {
+                for line in tb.lines() {
+                    out.push_str(&format!("      {line}\n"));
+                }
+            }
+        }
+        if !self.iterations.is_empty() {
+            out.push_str(&format!(
+                "  {} iteration(s) failed; the first:\n",
+                self.iterations_failed
+            ));
+            for i in &self.iterations {
+                out.push_str(&format!(
+                    "    {}[{}].{}: {}: {}\n",
+                    i.step, i.index, i.task, i.kind, i.message
+                ));
+            }
+        }
+        for h in &self.handled {
+            let times = if h.times > 1 {
+                format!(" ({} times)", h.times)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "  handled error{times}: {} (the policy's `{}` went on; test `outcome.status` in a rule to stop it)\n",
+                place(h),
+                h.action
+            ));
+        }
+        out
+    }
+}
+
+/// `step.task: kind: message`.
+fn place(e: &TaskError) -> String {
+    let at = if e.task.is_empty() {
+        format!("step {}", e.step)
+    } else {
+        format!("{}.{}", e.step, e.task)
+    };
+    if e.kind.is_empty() || e.message.starts_with(&e.kind) {
+        format!("{at}: {}", e.message)
+    } else {
+        format!("{at}: {}: {}", e.kind, e.message)
+    }
+}
+
+/// A task error of `ev` from its `error` object.
+fn task_error(ev: &Event, error: &Value, action: &str) -> TaskError {
+    TaskError {
+        step: ev.step.clone(),
+        task: ev.task.clone(),
+        kind: error["kind"].as_str().unwrap_or("").to_string(),
+        message: error["message"].as_str().unwrap_or("").to_string(),
+        traceback: error["traceback"].as_str().map(str::to_string),
+        action: action.to_string(),
+        times: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(t: &str, step: &str, srid: &str, task: &str, payload: Value) -> Event {
+        Event {
+            event_type: t.into(),
+            execution_id: "e1".into(),
+            step: step.into(),
+            step_run_id: srid.into(),
+            task: task.into(),
+            payload_json: serde_json::to_vec(&payload).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    fn name_error() -> Value {
+        json!({"kind": "python.exception", "message": "NameError: name 'totl' is not defined",
+               "traceback": "NameError: name 'totl' is not defined"})
+    }
+
+    #[test]
+    fn an_error_a_catch_all_rule_continued_on_is_a_handled_error() {
+        let events = vec![
+            ev(
+                "task.done",
+                "compute",
+                "r1",
+                "calc",
+                json!({"status": "error", "action": "continue", "error": name_error()}),
+            ),
+            ev("step.done", "compute", "r1", "", json!({"status": "ok"})),
+        ];
+        let p = Problems::from_events(&events);
+        assert!(p.failed.is_empty());
+        assert_eq!(p.handled.len(), 1);
+        assert_eq!(p.handled[0].action, "continue");
+        let text = p.render();
+        assert!(
+            text.contains("handled error: compute.calc: python.exception: NameError: name 'totl' is not defined"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_failed_step_shows_its_task_error_and_traceback() {
+        let events = vec![
+            ev(
+                "task.done",
+                "compute",
+                "r1",
+                "calc",
+                json!({"status": "error", "action": "fail", "error": name_error()}),
+            ),
+            ev(
+                "step.failed",
+                "compute",
+                "r1",
+                "",
+                json!({"error": {"kind": "python.exception", "message": "NameError: name 'totl' is not defined", "task": "calc"}}),
+            ),
+        ];
+        let p = Problems::from_events(&events);
+        assert!(p.handled.is_empty(), "a failing error is not handled");
+        assert_eq!(p.failed[0].task, "calc");
+        let text = p.render();
+        assert!(text.starts_with("what went wrong:\n"), "{text}");
+        assert!(
+            text.contains("failed: compute.calc: python.exception: NameError"),
+            "{text}"
+        );
+        assert_eq!(Problems::default().render(), "", "nothing went wrong");
+        assert!(text.contains("      NameError: name 'totl'"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_loop_shows_its_first_failed_iterations() {
+        let mut events = Vec::new();
+        for i in (0..5u64).rev() {
+            events.push(ev(
+                "loop.iteration.failed",
+                "each",
+                "r2",
+                "",
+                json!({"index": i, "status": "error",
+                       "error": {"kind": "python.exception", "message": format!("ValueError: item {i}"), "task": "work"}}),
+            ));
+        }
+        let p = Problems::from_events(&events);
+        assert_eq!(p.iterations_failed, 5);
+        let shown: Vec<u64> = p.iterations.iter().map(|i| i.index).collect();
+        assert_eq!(shown, [0, 1, 2]);
+        let text = p.render();
+        assert!(text.contains("5 iteration(s) failed; the first:"), "{text}");
+        assert!(
+            text.contains("each[0].work: python.exception: ValueError: item 0"),
+            "{text}"
+        );
+    }
+}
