@@ -16,6 +16,9 @@ use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// Largest request body: a playbook at the 4 MiB limit, base64-encoded.
+pub const MAX_BODY: usize = 6 * 1024 * 1024;
+
 /// Default [`Limits::max_connections`].
 pub const MAX_CONNECTIONS: usize = 512;
 

@@ -13,9 +13,8 @@ use axum::response::{IntoResponse, Response};
 use crate::auth::{authorize, bearer, Caller, Role};
 use crate::error::ApiError;
 use crate::extract::BodyTimeout;
-use crate::limits::body_too_large;
+use crate::limits::{body_too_large, MAX_BODY};
 use crate::logged::field;
-use crate::routes::MAX_BODY;
 use crate::state::AppState;
 
 /// Who the `Authorization` header names (none: [`Caller::Nobody`]).

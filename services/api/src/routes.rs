@@ -17,8 +17,7 @@ use crate::handlers::{
 use crate::middleware::{identify, require, Needs};
 use crate::state::AppState;
 
-/// Largest request body: a playbook at the 4 MiB limit, base64-encoded.
-pub const MAX_BODY: usize = 6 * 1024 * 1024;
+pub use crate::limits::MAX_BODY;
 
 /// The OpenAPI document of the API.
 #[derive(OpenApi)]
