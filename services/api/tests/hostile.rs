@@ -170,9 +170,11 @@ async fn catalog_paths_over_the_limit_are_refused_and_the_mesh_connection_holds(
         .await;
     assert_error(&types, 400, "at most 128");
 
-    // A step name of any length makes a bounded key: it runs.
+    // A step name of any length makes a bounded key and object name: it
+    // runs, its result stored by reference (FLOW keeps at most 64 bytes
+    // inline).
     let long_step = "s".repeat(3000);
-    let doc = FLOW.replace("step: finish", &format!("step: {long_step}"));
+    let doc = FLOW.replace("step: start", &format!("step: {long_step}"));
     api.register(admin, &doc).await;
     let id = api.execute(admin, "tests/api_flow", json!({})).await;
     let status = api.wait_status(&id, viewer, "COMPLETED").await;
