@@ -84,4 +84,6 @@ async fn the_api_holds_under_schemathesis_with_every_check() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "schemathesis found failures:\n{text}");
+    // What it covered, for the log (`--nocapture`).
+    println!("{text}");
 }
