@@ -44,7 +44,9 @@ impl Mesh {
     /// loop buckets (the header last, so a reader never sees step records
     /// without it). Its events stay in the event stream.
     pub async fn forget_execution(&self, eid: &str) -> Result<(), MeshError> {
-        for store in [self.loop_kv(), self.ctx_kv(), self.exec_kv()] {
+        crate::kv::purge_under(self.loop_kv(), eid).await?;
+        // The loop bucket has no `<eid>` key itself; the others do.
+        for store in [self.ctx_kv(), self.exec_kv()] {
             crate::kv::purge_under(store, eid).await?;
             let key = Keys::header(eid);
             store.purge(&key).await.map_err(|e| MeshError::Kv {
