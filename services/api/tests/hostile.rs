@@ -235,38 +235,64 @@ async fn read_answer(s: &mut TcpStream, within: Duration) -> String {
 async fn idle_slow_and_too_many_clients_are_cut_off_and_health_holds() {
     let limits = Limits {
         max_connections: 8,
-        header_timeout: Duration::from_secs(1),
+        header_timeout: Duration::from_secs(3),
         body_timeout: Duration::from_secs(1),
     };
     let (mut api, keys) = Api::start_with(limits).await;
-    // No pooled connection: the server closes idle ones within a second.
+    // No pooled connection: the server closes idle ones within seconds.
     api.http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
-    // 20 connections that send nothing: those over the limit are closed at
-    // once, the rest after the header timeout.
+    // 20 connections that send nothing: each past the limit takes the slot
+    // of the oldest silent one, which is closed; /api/health answers at
+    // once, well before the header timeout would free a slot.
     let mut idle = Vec::new();
     for _ in 0..20 {
         idle.push(connect(&api).await);
     }
     let t0 = Instant::now();
-    let mut at_once = 0;
-    for s in idle.iter_mut() {
-        if until_closed(s, Duration::from_millis(50)).await.is_some() {
-            at_once += 1;
-        }
-    }
-    assert!(at_once >= 12, "{at_once} of 20 closed at once");
-    for s in idle.iter_mut() {
-        let closed = until_closed(s, Duration::from_secs(4)).await;
-        assert!(closed.is_some(), "an idle connection stays open");
-    }
-    assert!(t0.elapsed() < Duration::from_secs(4));
     let health = api.get("/api/health", None).await;
     assert_eq!(health.status, 200, "{}", health.text);
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    let mut evicted = 0;
+    for s in idle.iter_mut().take(12) {
+        if until_closed(s, Duration::from_millis(100)).await.is_some() {
+            evicted += 1;
+        }
+    }
+    assert_eq!(evicted, 12, "the 12 oldest gave their slots");
+    for s in idle.iter_mut() {
+        let closed = until_closed(s, Duration::from_secs(5)).await;
+        assert!(closed.is_some(), "an idle connection stays open");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // Every slot held by a connection that has spoken: a new one is
+    // closed at once.
+    let mut talking = Vec::new();
+    for _ in 0..8 {
+        let mut s = connect(&api).await;
+        s.write_all(b"GET /api/health HTTP/1.1\r\nHost: api\r\n")
+            .await
+            .unwrap();
+        talking.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut refused = connect(&api).await;
+    assert!(
+        until_closed(&mut refused, Duration::from_millis(1500))
+            .await
+            .is_some(),
+        "a ninth connection is closed at once"
+    );
+    drop(talking);
+    tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A body declared over the limit: 413 at once, nothing read.
     let mut s = connect(&api).await;
@@ -300,12 +326,12 @@ async fn idle_slow_and_too_many_clients_are_cut_off_and_health_holds() {
     s.write_all(b"GET /api/health HTTP/1.1\r\nHost: api\r\n")
         .await
         .unwrap();
-    assert!(until_closed(&mut s, Duration::from_secs(4)).await.is_some());
+    assert!(until_closed(&mut s, Duration::from_secs(6)).await.is_some());
     let mut s = connect(&api).await;
     s.write_all(b"GET /health HTTP/1.1\r\nHost: api\r\n\r\n")
         .await
         .unwrap();
-    let kept = until_closed(&mut s, Duration::from_secs(4)).await;
+    let kept = until_closed(&mut s, Duration::from_secs(6)).await;
     let kept = kept.expect("a kept-alive connection left idle is closed");
     assert!(kept.starts_with("HTTP/1.1 200"), "{kept}");
     let health = api.get("/api/health", None).await;

@@ -33,8 +33,8 @@ pub struct ApiArgs {
     /// when no token is configured; never in production).
     #[arg(long)]
     pub insecure_no_auth: bool,
-    /// `api`: open connections at most (default 512); one more is closed
-    /// at once, so idle clients cannot use up the file descriptors.
+    /// `api`: open connections at most (default 512); one more takes the
+    /// slot of the oldest one that has sent nothing, or is closed at once.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 }
