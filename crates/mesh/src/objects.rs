@@ -549,7 +549,8 @@ pub fn is_small(v: &Value, limit: usize) -> bool {
 
 /// A path segment safe for every backend.
 fn segment(s: &str) -> String {
-    s.chars()
+    let safe: String = s
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
                 c
@@ -557,13 +558,30 @@ fn segment(s: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if safe.len() <= crate::keys::MAX_KEY_PART {
+        return safe;
+    }
+    // A name of any length (a step's) stays a bounded object name: the
+    // NATS object store puts it in a subject, S3 keys stop at 1,024 bytes.
+    format!("h-{}", hex::encode(Sha256::digest(s.as_bytes())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_object_name_segment_is_safe_and_bounded() {
+        assert_eq!(segment("fetch page/1"), "fetch_page_1");
+        let long = segment(&"s".repeat(3000));
+        assert!(
+            long.len() <= crate::keys::MAX_KEY_PART && long.starts_with("h-"),
+            "{long}"
+        );
+        assert_ne!(long, segment(&"s".repeat(3001)));
+    }
 
     #[tokio::test]
     async fn large_values_round_trip_by_reference_on_a_local_dir() {

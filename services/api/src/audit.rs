@@ -8,6 +8,7 @@ use noetl_mesh::ids::is_valid_execution_id;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::logged::field;
 use crate::state::AppState;
 
 /// One change a caller asked for.
@@ -54,15 +55,15 @@ pub async fn audited<T>(
     };
     tracing::info!(
         target: "audit",
-        principal = %record.principal,
+        principal = %field(&record.principal),
         role = %record.role,
         action = %record.action,
-        object = %record.object,
-        outcome = %record.outcome,
+        object = %field(&record.object),
+        outcome = %field(&record.outcome),
         "audit"
     );
     if let Err(e) = state.mesh.audit(scope_of(&change), &record).await {
-        tracing::error!(target: "audit", action = %record.action, object = %record.object, error = %e, "the audit event could not be stored");
+        tracing::error!(target: "audit", action = %record.action, object = %field(&record.object), error = %field(&e.to_string()), "the audit event could not be stored");
     }
     result
 }

@@ -100,7 +100,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         if status.is_server_error() {
-            tracing::error!(status = status.as_u16(), error = %self, "request failed");
+            let error = self.to_string();
+            tracing::error!(status = status.as_u16(), error = %crate::logged::field(&error), "request failed");
         }
         let unauthenticated = matches!(self, Self::Unauthenticated(_));
         let (error, diagnostics) = match self {
@@ -111,6 +112,7 @@ impl IntoResponse for ApiError {
             other => (other.to_string(), None),
         };
         let body = Json(ErrorBody {
+            message: error.clone(),
             error,
             status: status.as_u16(),
             diagnostics,

@@ -1,19 +1,50 @@
 //! Extractors whose failures are JSON errors naming what was wrong (axum's
 //! own answer in plain text): a JSON body (read whatever the content type,
-//! so `curl -d` works), an optional one, query parameters, path segments.
+//! so `curl -d` works, and within the body timeout), an optional one, query
+//! parameters, path segments, and the path parameters every route checks
+//! before it touches storage (an execution id, a step or signal name, a
+//! credential name).
+
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::shape::params;
+
+/// How long a request body may take to arrive when no [`BodyTimeout`] is
+/// set on the request.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long this request's body may take to arrive (a request extension
+/// the API's layers set from its limits).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub Duration);
+
+/// An execution id from the path (`{id}`), checked: 400 naming it
+/// otherwise.
+pub struct ExecutionId(pub String);
+
+/// An execution id and a name from the path (`{id}` and `{step}` or
+/// `{name}`), both checked.
+pub struct ExecutionAndName(pub String, pub String);
+
+/// A credential name from the path (`{name}`), checked.
+pub struct CredentialName(pub String);
 
 /// A JSON request body.
 pub struct Body<T>(pub T);
 
 /// A JSON request body that may be empty (then `T::default()`).
 pub struct OptionalBody<T>(pub T);
+
+/// A request body of any JSON value (an object, an array, a number...)
+/// that may be empty (then `null`).
+pub struct AnyJson(pub serde_json::Value);
 
 /// Query parameters.
 pub struct Params<T>(pub T);
@@ -43,13 +74,95 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// Parse a body that must be a JSON object (every body of this API but a
+/// signal's): an array or another value is 422, though serde would read an
+/// array as a struct's fields in order.
+pub fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        parse::<serde_json::Value>(bytes)?;
+        return Err(ApiError::invalid("request body: must be a JSON object"));
+    }
+    parse(bytes)
+}
+
 async fn bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state)
-        .await
-        .map_err(|e| ApiError::Http {
+    let within = req
+        .extensions()
+        .get::<BodyTimeout>()
+        .map_or(BODY_TIMEOUT, |t| t.0);
+    match tokio::time::timeout(within, Bytes::from_request(req, state)).await {
+        Ok(read) => read.map_err(|e| ApiError::Http {
             status: e.status(),
             message: e.body_text(),
-        })
+        }),
+        Err(_) => Err(ApiError::Http {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {} s",
+                within.as_secs_f64()
+            ),
+        }),
+    }
+}
+
+/// The path parameters of a request, in route order: 400 when they do not
+/// decode (e.g. percent-encoded bytes that are not UTF-8).
+async fn path_params<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<Vec<(String, String)>, ApiError> {
+    Path::<Vec<(String, String)>>::from_request_parts(parts, state)
+        .await
+        .map(|Path(v)| v)
+        .map_err(|e| ApiError::BadRequest(e.body_text()))
+}
+
+/// The value of the one path parameter `want`.
+fn param(found: &[(String, String)], want: &str) -> Result<String, ApiError> {
+    found
+        .iter()
+        .find(|(k, _)| k == want)
+        .map(|(_, v)| v.clone())
+        .ok_or_else(|| ApiError::Internal(format!("the route has no path parameter `{want}`")))
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutionId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let id = param(&path_params(parts, state).await?, "id")?;
+        params::execution_id(&id).map_err(ApiError::BadRequest)?;
+        Ok(Self(id))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutionAndName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let found = path_params(parts, state).await?;
+        let id = param(&found, "id")?;
+        params::execution_id(&id).map_err(ApiError::BadRequest)?;
+        let (key, value) = found
+            .iter()
+            .find(|(k, _)| k != "id")
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("the route has no name parameter".into()))?;
+        params::name(&key, &value, params::MAX_NAME).map_err(ApiError::BadRequest)?;
+        Ok(Self(id, value))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for CredentialName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let name = param(&path_params(parts, state).await?, "name")?;
+        params::name("name", &name, crate::shape::credentials::MAX_NAME)
+            .map_err(ApiError::BadRequest)?;
+        Ok(Self(name))
+    }
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
@@ -62,7 +175,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                 "this needs a JSON request body".into(),
             ));
         }
-        parse(&raw).map(Body)
+        parse_object(&raw).map(Body)
     }
 }
 
@@ -74,7 +187,19 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalB
         if raw.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalBody(T::default()));
         }
-        parse(&raw).map(OptionalBody)
+        parse_object(&raw).map(OptionalBody)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for AnyJson {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let raw = bytes(req, state).await?;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return Ok(AnyJson(serde_json::Value::Null));
+        }
+        parse(&raw).map(AnyJson)
     }
 }
 
@@ -122,5 +247,24 @@ mod tests {
         let e = parse::<Thing>(br#"{"n": 1} x"#).unwrap_err();
         assert_eq!(e.status().as_u16(), 400, "trailing bytes: {e}");
         assert!(parse::<Thing>(br#"{"n": 1}"#).is_ok());
+    }
+
+    #[test]
+    fn a_body_that_must_be_an_object_refuses_an_array_in_its_place() {
+        // serde alone reads `[1]` as the struct's fields in order.
+        assert!(parse::<Thing>(b"[1]").is_ok());
+        let e = parse_object::<Thing>(b" [1]").unwrap_err();
+        assert_eq!(e.status().as_u16(), 422);
+        assert!(e.to_string().contains("JSON object"), "{e}");
+        assert_eq!(
+            parse_object::<Thing>(b"[1").unwrap_err().status().as_u16(),
+            400
+        );
+        assert!(parse_object::<Thing>(br#" {"n": 1}"#).is_ok());
+        let batch = parse_object::<crate::contract::execute::BatchExecuteRequest>(
+            br#"{"executions": [[null, null]]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(batch.status().as_u16(), 422, "{batch}");
     }
 }

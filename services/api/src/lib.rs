@@ -21,7 +21,10 @@ pub mod contract;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+pub mod limits;
+pub mod logged;
 pub mod middleware;
+pub mod openapi;
 pub mod read;
 pub mod routes;
 pub mod server;
@@ -31,4 +34,5 @@ pub mod stream;
 pub mod tokens;
 pub mod view;
 
+pub use limits::Limits;
 pub use server::{load_tls, serve, ApiParams, ServeError, TlsFiles};

@@ -12,6 +12,9 @@ use axum::response::{IntoResponse, Response};
 
 use crate::auth::{authorize, bearer, Caller, Role};
 use crate::error::ApiError;
+use crate::extract::BodyTimeout;
+use crate::limits::{body_too_large, MAX_BODY};
+use crate::logged::field;
 use crate::state::AppState;
 
 /// Who the `Authorization` header names (none: [`Caller::Nobody`]).
@@ -37,7 +40,21 @@ pub async fn identify(State(state): State<AppState>, mut req: Request, next: Nex
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
-    let (response, principal) = match caller_of(&state, authorization).await {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    req.extensions_mut()
+        .insert(BodyTimeout(state.limits.body_timeout));
+    let checked = match body_too_large(declared, MAX_BODY) {
+        Some(why) => Err(ApiError::Http {
+            status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            message: why,
+        }),
+        None => caller_of(&state, authorization).await,
+    };
+    let (response, principal) = match checked {
         Ok(caller) => {
             let name = caller.log_name().to_string();
             req.extensions_mut().insert(caller);
@@ -71,8 +88,9 @@ struct Access<'a> {
 
 impl Access<'_> {
     fn log(&self) {
-        let (method, path, status, principal, ms) =
-            (self.method, self.path, self.status, self.principal, self.ms);
+        let (method, status, ms) = (self.method, self.status, self.ms);
+        let (path, principal) = (field(self.path), field(self.principal));
+        let path: &str = &path;
         if PROBES.contains(&path) && status < 400 {
             tracing::debug!(target: "noetl_api::access", method = %method, path = %path, status, principal = %principal, ms, "request");
         } else {

@@ -100,6 +100,21 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
     Ok((count, out.into()))
 }
 
+/// How many events are stored under `filter` (one consumer's pending
+/// count; no event is read).
+pub async fn count(mesh: &Mesh, filter: String) -> Result<u64, MeshError> {
+    let mut consumer = consumer(mesh, filter.clone(), DeliverPolicy::All).await?;
+    let info = consumer.info().await.map_err(|e| MeshError::Consume {
+        consumer: format!("counter of {filter}"),
+        message: e.to_string(),
+    })?;
+    let (pending, name) = (info.num_pending, info.name.clone());
+    if let Ok(stream) = mesh.js().get_stream(mesh.subjects().events_stream()).await {
+        let _ = stream.delete_consumer(&name).await;
+    }
+    Ok(pending)
+}
+
 /// A step's last result: the one kept in the execution's KV (a step other
 /// steps read by name, a loop's counts), else the `result` of the step's
 /// last `step.done` event. `None` when it has none (not run, or not done).

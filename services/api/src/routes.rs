@@ -11,12 +11,13 @@ use utoipa::{Modify, OpenApi};
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::handlers::{catalog, credentials, events, execute, executions, health, operate};
+use crate::handlers::{
+    catalog, credentials, ehdb, events, execute, executions, health, lifecycle, operate,
+};
 use crate::middleware::{identify, require, Needs};
 use crate::state::AppState;
 
-/// Largest request body: a playbook at the 4 MiB limit, base64-encoded.
-pub const MAX_BODY: usize = 6 * 1024 * 1024;
+pub use crate::limits::MAX_BODY;
 
 /// The OpenAPI document of the API.
 #[derive(OpenApi)]
@@ -24,11 +25,13 @@ pub const MAX_BODY: usize = 6 * 1024 * 1024;
     info(title = "NoETL mesh API", description = "NoETL's REST contract over the mesh (docs/api.md)."),
     paths(
         health::health, health::api_health,
-        catalog::register, catalog::list, catalog::resource, catalog::delete,
+        catalog::register, catalog::register_batch, catalog::list, catalog::resource, catalog::delete,
         execute::execute, execute::execute_batch,
         executions::list, executions::get, executions::status, executions::cancel, executions::result,
         operate::pause, operate::unpause, operate::signal, operate::resume,
+        lifecycle::rerun, lifecycle::cleanup,
         events::execution_events, events::all_events,
+        ehdb::executions, ehdb::execution, ehdb::events,
         credentials::create, credentials::list, credentials::get, credentials::delete,
     ),
     modifiers(&BearerAuth),
@@ -37,6 +40,7 @@ pub const MAX_BODY: usize = 6 * 1024 * 1024;
         (name = "catalog", description = "Registered playbooks"),
         (name = "executions", description = "Start, watch, pause and cancel executions"),
         (name = "events", description = "Server-Sent Events of the event stream"),
+        (name = "ehdb", description = "NoETL's read-only views of executions and their events"),
         (name = "credentials", description = "The encrypted keychain: names and kinds out, never data"),
     )
 )]
@@ -55,9 +59,20 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The document `GET /api/openapi.json` serves: generated, then
+/// conformed to what the server answers ([`crate::openapi::conform`]).
+pub fn openapi_document() -> serde_json::Value {
+    static DOC: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let generated = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
+        crate::openapi::conform(generated)
+    })
+    .clone()
+}
+
 /// `GET /api/openapi.json`.
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi() -> Json<serde_json::Value> {
+    Json(openapi_document())
 }
 
 /// `routes` behind a layer that needs `role`.
@@ -82,6 +97,9 @@ fn viewer_routes() -> Router<AppState> {
             get(executions::result),
         )
         .route("/api/events", get(events::all_events))
+        .route("/api/ehdb/executions", get(ehdb::executions))
+        .route("/api/ehdb/executions/{id}", get(ehdb::execution))
+        .route("/api/ehdb/executions/{id}/events", get(ehdb::events))
         .route("/api/credentials", get(credentials::list))
         .route("/api/credentials/{name}", get(credentials::get))
 }
@@ -94,12 +112,15 @@ fn operator_routes() -> Router<AppState> {
         .route("/api/executions/{id}/pause", post(operate::pause))
         .route("/api/executions/{id}/unpause", post(operate::unpause))
         .route("/api/executions/{id}/resume", post(operate::resume))
+        .route("/api/executions/{id}/rerun", post(lifecycle::rerun))
         .route("/api/executions/{id}/signals/{name}", post(operate::signal))
 }
 
 fn admin_routes() -> Router<AppState> {
     Router::new()
         .route("/api/catalog/register", post(catalog::register))
+        .route("/api/catalog/register/batch", post(catalog::register_batch))
+        .route("/api/executions/cleanup", post(lifecycle::cleanup))
         .route("/api/catalog/delete", post(catalog::delete))
         .route("/api/credentials", post(credentials::create))
         .route("/api/credentials/{name}", delete(credentials::delete))

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::accept::DefaultAcceptor;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use axum_server::Handle;
 use futures::StreamExt;
 use noetl_mesh::Mesh;
@@ -18,6 +19,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{startup_mode, AuthMode, ModeCell, Unprotected};
+use crate::limits::{Limits, Slots};
 use crate::state::{AppState, Shared};
 use crate::tokens::{TokenError, Tokens};
 
@@ -110,6 +112,8 @@ pub struct ApiParams {
     pub extra: Router,
     /// Cancelled to drain and stop.
     pub shutdown: CancellationToken,
+    /// Timeouts and the connection limit ([`crate::limits`]).
+    pub limits: Limits,
 }
 
 /// Set up the tokens and decide the auth mode for `addr` at the start.
@@ -199,6 +203,7 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         draining: CancellationToken::new(),
         step_statuses: crate::state::StepStatusCache::new(4096),
         view: Default::default(),
+        limits: p.limits,
     });
     crate::view::follow(p.mesh.clone(), state.view.clone(), p.shutdown.clone());
     follow_tokens(state.clone(), p.shutdown.clone());
@@ -220,21 +225,22 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         addr: addr.to_string(),
         source,
     };
+    let limits = p.limits;
+    let mut server = axum_server::from_tcp(p.listener)
+        .map_err(io)?
+        .handle(handle)
+        .first_request_timeout(limits.header_timeout);
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(limits.header_timeout);
+    let slots = Slots::new(DefaultAcceptor::new(), limits.max_connections);
     let served = match p.tls {
         Some(tls) => {
-            axum_server::from_tcp_rustls(p.listener, tls)
-                .map_err(io)?
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await
+            let tls = RustlsAcceptor::new(tls).acceptor(slots);
+            server.acceptor(tls).serve(app.into_make_service()).await
         }
-        None => {
-            axum_server::from_tcp(p.listener)
-                .map_err(io)?
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await
-        }
+        None => server.acceptor(slots).serve(app.into_make_service()).await,
     };
     drop(readiness);
     served.map_err(io)?;

@@ -39,6 +39,8 @@ pub struct Shared {
     /// ([`crate::view`]): a status read of one it holds costs no round
     /// trip.
     pub view: std::sync::Arc<crate::view::StatusView>,
+    /// Timeouts and the connection limit.
+    pub limits: crate::limits::Limits,
 }
 
 /// Step statuses by (execution id, header revision).

@@ -377,7 +377,8 @@ async fn each_role_may_do_what_it_includes_and_no_more() {
     assert_eq!(cancel.status, 200, "{}", cancel.text);
     assert_eq!(
         cancel.json,
-        json!({"execution_id": id, "status": "cancelled", "message": "Execution cancellation requested"})
+        json!({"execution_id": id, "status": "cancelled", "message": "Execution cancellation requested",
+               "cancelled_executions": [id]})
     );
     let status = api.wait_status(&id, viewer, "CANCELLED").await;
     assert_eq!(status["is_cancelled"], true);
@@ -714,12 +715,37 @@ async fn a_credentials_secret_goes_in_and_never_comes_out() {
         (one.status, one.json["type"].as_str()),
         (200, Some("bearer"))
     );
-    assert_error(
-        &api.get("/api/credentials/api_token?include_data=true", admin)
-            .await,
-        403,
-        "never returns credential data",
+    // NoETL's client always asks for the data: the name and kind, and why
+    // the data is not there.
+    let asked = api
+        .get("/api/credentials/api_token?include_data=true", admin)
+        .await;
+    assert_eq!(asked.status, 200, "{}", asked.text);
+    assert_eq!(asked.json["type"], "bearer");
+    assert!(asked.json["data"].is_null(), "{}", asked.text);
+    assert!(
+        asked.json["data_withheld"]
+            .as_str()
+            .unwrap()
+            .contains("never returns credential data"),
+        "{}",
+        asked.text
     );
+    // NoETL's `type: postgres` with `db_*` fields is ours, renamed.
+    let noetl_pg = api
+        .post(
+            "/api/credentials",
+            admin,
+            &json!({"name": "pg_noetl", "type": "postgres",
+                    "data": {"db_host": "127.0.0.1", "db_port": 5432, "db_user": "u",
+                             "db_password": secret, "db_name": "test"}}),
+        )
+        .await;
+    assert_eq!(noetl_pg.status, 200, "{}", noetl_pg.text);
+    assert_eq!(noetl_pg.json["type"], "postgres_credential");
+    let stored = api.cluster.mesh.vault().get("pg_noetl").await.unwrap();
+    assert_eq!(stored.data["user"], "u");
+    assert_eq!(stored.data["database"], "test");
     assert_error(&api.get("/api/credentials/nope", viewer).await, 404, "nope");
     // Refusals do not echo the data either.
     let bad = api
@@ -871,6 +897,12 @@ async fn the_openapi_document_describes_every_route() {
         ("/api/credentials", "post"),
         ("/api/credentials/{name}", "get"),
         ("/api/credentials/{name}", "delete"),
+        ("/api/catalog/register/batch", "post"),
+        ("/api/executions/{id}/rerun", "post"),
+        ("/api/executions/cleanup", "post"),
+        ("/api/ehdb/executions", "get"),
+        ("/api/ehdb/executions/{id}", "get"),
+        ("/api/ehdb/executions/{id}/events", "get"),
     ];
     for (path, method) in want {
         assert!(
@@ -899,6 +931,22 @@ async fn the_openapi_document_describes_every_route() {
     ] {
         assert!(d["components"]["schemas"][schema].is_object(), "{schema}");
     }
+    // The document says what the layers answer: ids by their pattern,
+    // optional bodies optional, 401/413/422 where they apply, streams as text.
+    let cancel = &d["paths"]["/api/executions/{id}/cancel"]["post"];
+    assert_eq!(
+        cancel["parameters"][0]["schema"]["pattern"],
+        "^[A-Za-z0-9_-]{1,128}$"
+    );
+    assert_eq!(cancel["requestBody"]["required"], false);
+    for status in ["400", "401", "413", "422", "503"] {
+        assert!(cancel["responses"][status].is_object(), "cancel {status}");
+    }
+    let register = &d["paths"]["/api/catalog/register"]["post"];
+    assert_ne!(register["requestBody"]["required"], false);
+    let stream = &d["paths"]["/api/events"]["get"]["responses"]["200"]["content"]
+        ["text/event-stream"]["schema"];
+    assert_eq!(stream["type"], "string", "{stream}");
     // Credential data is write-only: no response schema has a `data` field.
     let cred = &d["components"]["schemas"]["CredentialResponse"]["properties"];
     assert!(cred["data"].is_null() && cred["name"].is_object(), "{cred}");
@@ -1019,4 +1067,187 @@ async fn a_failed_execution_resumes_through_the_api_and_a_refusal_is_422() {
         404,
         "nope",
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn noetls_client_finds_its_fields_and_routes() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    // `catalog load`: one request, each item alone.
+    let b64 = base64_of(FLOW);
+    let batch = api
+        .post(
+            "/api/catalog/register/batch",
+            admin,
+            &json!({"items": [
+                {"content": b64, "resource_type": "Playbook"},
+                {"content": FLOW.replace("kind: noop", "kind: pyhton")},
+                {"content": SLOW},
+            ]}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{}", batch.text);
+    assert_eq!(batch.json["status"], "partial");
+    assert_eq!(
+        (
+            batch.json["registered"].as_u64(),
+            batch.json["failed"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+    assert_eq!(batch.json["results"][0]["catalog_id"], "tests/api_flow@v1");
+    assert_eq!(batch.json["results"][1]["diagnostics"][0]["code"], "E006");
+
+    // The status NoETL's `status` prints.
+    let id = api.execute(admin, "tests/api_flow", json!({"n": 5})).await;
+    let st = api.wait_status(&id, viewer, "COMPLETED").await;
+    assert_eq!(
+        (st["completed"].as_bool(), st["failed"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(st["completed_steps"], json!(["start", "finish"]));
+    assert!(st["variables"].is_object(), "{st}");
+    assert!(
+        st["start_time"].is_string() && st["end_time"].is_string(),
+        "{st}"
+    );
+    assert!(st["duration_seconds"].as_f64().unwrap() >= 0.0, "{st}");
+    assert!(
+        st["duration_human"].as_str().unwrap().ends_with('s'),
+        "{st}"
+    );
+
+    // `ehdb query executions | execution | events`.
+    let list = api
+        .get("/api/ehdb/executions?status=COMPLETED", viewer)
+        .await;
+    assert_eq!(
+        list.json["executions"][0]["execution_id"],
+        id.as_str(),
+        "{}",
+        list.text
+    );
+    let one = api.get(&format!("/api/ehdb/executions/{id}"), viewer).await;
+    assert_eq!(one.json["exists"], true, "{}", one.text);
+    assert_eq!(one.json["state"]["status"], "COMPLETED");
+    let count = one.json["state"]["event_count"].as_u64().unwrap();
+    assert!(count > 3, "{}", one.text);
+    let events = api
+        .get(&format!("/api/ehdb/executions/{id}/events?limit=3"), viewer)
+        .await;
+    let evs = events.json["events"].as_array().unwrap();
+    assert_eq!(evs.len(), 3, "{}", events.text);
+    assert!(
+        evs[0]["seq"].as_u64() > evs[1]["seq"].as_u64(),
+        "newest first"
+    );
+    let all = api
+        .get(
+            &format!("/api/ehdb/executions/{id}/events?limit=1000"),
+            viewer,
+        )
+        .await;
+    let all = all.json["events"].as_array().unwrap();
+    assert_eq!(all.len() as u64, count);
+    assert!(all.iter().any(|e| e["event_type"] == "execution.completed"));
+
+    // `execute rerun`: the same playbook and workload, the body's over it.
+    let again = api
+        .post(
+            &format!("/api/executions/{id}/rerun"),
+            admin,
+            &json!({"workload": {"n": 7}, "resource_kind": "playbook"}),
+        )
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    let new_id = again.json["execution_id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, id);
+    assert_eq!(again.json["source_execution_id"], id.as_str());
+    api.wait_status(&new_id, viewer, "COMPLETED").await;
+    let result = api
+        .get(&format!("/api/executions/{new_id}/results/finish"), viewer)
+        .await;
+    assert_eq!(result.json["result"], "n=7", "{}", result.text);
+
+    // `cancel`: the cancelled executions listed; errors carry `message`.
+    let slow = api
+        .execute(admin, "tests/api_slow", json!({"seconds": 30}))
+        .await;
+    let cancel = api
+        .post(
+            &format!("/api/executions/{slow}/cancel"),
+            admin,
+            &json!({"cascade": true}),
+        )
+        .await;
+    assert_eq!(
+        cancel.json["cancelled_executions"],
+        json!([slow]),
+        "{}",
+        cancel.text
+    );
+    api.wait_status(&slow, viewer, "CANCELLED").await;
+    let again = api
+        .post(&format!("/api/executions/{slow}/cancel"), admin, &json!({}))
+        .await;
+    assert_eq!(again.json["message"], again.json["error"], "{}", again.text);
+
+    // `cleanup`: a dry run removes nothing; then the KV state goes, the
+    // events stay.
+    let dry = api
+        .post(
+            "/api/executions/cleanup",
+            admin,
+            &json!({"older_than_minutes": 0, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(dry.status, 200, "{}", dry.text);
+    assert_eq!(
+        dry.json["execution_ids"].as_array().unwrap().len(),
+        3,
+        "{}",
+        dry.text
+    );
+    assert_eq!(
+        api.get(&format!("/api/executions/{id}/status"), viewer)
+            .await
+            .status,
+        200
+    );
+    let viewer_try = api
+        .post("/api/executions/cleanup", viewer, &json!({}))
+        .await;
+    assert_eq!(viewer_try.status, 403);
+    let done = api
+        .post(
+            "/api/executions/cleanup",
+            admin,
+            &json!({"older_than_minutes": 0}),
+        )
+        .await;
+    assert_eq!(done.json["cancelled_count"], 3, "{}", done.text);
+    assert_error(
+        &api.get(&format!("/api/executions/{id}/status"), viewer)
+            .await,
+        404,
+        &id,
+    );
+    let r = api
+        .http
+        .get(format!("{}/api/events?type=execution.completed", api.base))
+        .bearer_auth(&keys.viewer)
+        .send()
+        .await
+        .unwrap();
+    let kept = read_sse(r, Duration::from_secs(10)).await;
+    assert!(
+        kept.iter().any(|e| e.data["execution_id"] == id.as_str()),
+        "the events stay"
+    );
+}
+
+/// `text` as base64 (as NoETL's client sends a playbook).
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }

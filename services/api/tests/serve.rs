@@ -23,6 +23,7 @@ fn params(cluster: &Cluster, listener: std::net::TcpListener) -> ApiParams {
         insecure_no_auth: false,
         extra: axum::Router::new(),
         shutdown: CancellationToken::new(),
+        limits: Default::default(),
     }
 }
 

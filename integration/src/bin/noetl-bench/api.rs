@@ -42,6 +42,7 @@ impl Api {
                     insecure_no_auth: false,
                     extra: axum::Router::new(),
                     shutdown: stop,
+                    limits: Default::default(),
                 })
                 .await
                 .expect("the API serves");

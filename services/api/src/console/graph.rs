@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::layout::layout;
 use crate::error::ApiError;
-use crate::extract::Segments;
+use crate::extract::ExecutionId;
 use crate::handlers::header;
 use crate::shape::status::status_name;
 use crate::state::AppState;
@@ -312,7 +312,7 @@ async fn loop_runs(
 /// `GET /api/console/executions/{id}/graph`.
 pub async fn graph(
     State(state): State<AppState>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
 ) -> Result<Json<Graph>, ApiError> {
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::VersionSpec;
+use super::{ObjectOf, VersionSpec};
 
 fn playbook() -> String {
     "Playbook".into()
@@ -134,4 +134,54 @@ pub struct CatalogDeleteResponse {
     pub deleted: Vec<DeletedCatalogEntry>,
     /// How many.
     pub count: usize,
+}
+
+/// `POST /api/catalog/register/batch`: NoETL's `catalog load`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogBatchRequest {
+    /// 1 to 1,000 registrations, each as for `POST /api/catalog/register`.
+    #[schema(value_type = Vec<CatalogRegisterRequest>)]
+    pub items: Vec<ObjectOf<CatalogRegisterRequest>>,
+}
+
+/// The outcome of one registration of a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogBatchItem {
+    /// Its position in the request.
+    pub index: usize,
+    /// `success` or `error`.
+    pub status: String,
+    /// The catalog path it was stored under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The version it got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    /// `<path>@v<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_id: Option<String>,
+    /// The loader's warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A playbook that does not load: its findings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<Value>,
+}
+
+/// What `POST /api/catalog/register/batch` did (items fail one by one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogBatchResponse {
+    /// `success` (all stored), `partial` or `error` (none stored).
+    pub status: String,
+    /// Stored.
+    pub registered: usize,
+    /// Refused.
+    pub failed: usize,
+    /// Always 0 (NoETL's count of what it skipped).
+    pub skipped: usize,
+    /// One per item, in order.
+    pub results: Vec<CatalogBatchItem>,
 }

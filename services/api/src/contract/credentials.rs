@@ -9,7 +9,9 @@ use utoipa::{IntoParams, ToSchema};
 pub struct CredentialCreateRequest {
     /// Name, as playbooks' `keychain` declares it.
     pub name: String,
-    /// Kind: `postgres_credential`, `bearer`, `basic`, `api_key`, `secret`.
+    /// Kind: `postgres_credential`, `bearer`, `basic`, `api_key`, `secret`,
+    /// or one of NoETL's types (`postgres` with `db_*` fields, `generic`...)
+    /// stored as the kind it is an alias of.
     #[serde(rename = "type")]
     pub credential_type: String,
     /// The secret fields (a JSON object); encrypted, never returned.
@@ -39,6 +41,10 @@ pub struct CredentialResponse {
     pub created_at: String,
     /// The last write (RFC 3339).
     pub updated_at: String,
+    /// Asked for with `include_data=true`: why the data is not in the
+    /// answer (it never leaves the vault).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_withheld: Option<String>,
 }
 
 /// `GET /api/credentials` filters.
@@ -67,7 +73,8 @@ pub struct CredentialListResponse {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct GetCredentialQuery {
-    /// NoETL returns the data when true; this API never does (403).
+    /// NoETL returns the data when true; this API answers the name and
+    /// kind with `data_withheld` saying why the data is not there.
     #[serde(default)]
     pub include_data: bool,
 }

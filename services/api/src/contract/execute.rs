@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::VersionSpec;
+use super::{ObjectOf, VersionSpec};
 
 /// A catalog id as a client sends it: this engine's `<path>@v<N>` text,
 /// or NoETL's numeric id (refused with a message saying what to send).
@@ -46,7 +46,8 @@ pub struct ExecuteRequest {
     pub payload: Map<String, Value>,
     /// Start one execution per key.
     #[serde(default)]
-    pub dedup: Option<DedupSpec>,
+    #[schema(value_type = Option<DedupSpec>)]
+    pub dedup: Option<ObjectOf<DedupSpec>>,
     /// The execution id to use (1-128 characters of `[A-Za-z0-9_-]`;
     /// idempotent: the same id starts one execution).
     #[serde(default)]
@@ -73,7 +74,8 @@ pub struct ExecuteResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BatchExecuteRequest {
     /// The requests, each as for `POST /api/execute`.
-    pub executions: Vec<ExecuteRequest>,
+    #[schema(value_type = Vec<ExecuteRequest>)]
+    pub executions: Vec<ObjectOf<ExecuteRequest>>,
 }
 
 /// The result of one request of a batch.

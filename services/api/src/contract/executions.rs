@@ -138,6 +138,22 @@ pub struct ExecutionStatus {
     pub error: Option<String>,
     /// Each step: `done`, `failed`, `skipped` or `not_run`.
     pub steps: BTreeMap<String, String>,
+    /// NoETL's: true once it has ended (completed, failed or cancelled).
+    pub completed: bool,
+    /// NoETL's: true once it has failed or been cancelled.
+    pub failed: bool,
+    /// NoETL's: the steps whose latest run is done, in workflow order.
+    pub completed_steps: Vec<String>,
+    /// NoETL's: the execution's variables (`ctx`).
+    pub variables: Value,
+    /// NoETL's: when it started (RFC 3339).
+    pub start_time: String,
+    /// NoETL's: when it ended (RFC 3339), once it has.
+    pub end_time: Option<String>,
+    /// NoETL's: seconds from its start to its end (or to now, while it runs).
+    pub duration_seconds: Option<f64>,
+    /// NoETL's: the same, as `1h 2m 3s` (`0.25s` under a second).
+    pub duration_human: Option<String>,
 }
 
 /// `POST /api/executions/{id}/cancel` (the body is optional).
@@ -157,6 +173,9 @@ pub struct CancelResponse {
     pub status: String,
     /// `Execution cancellation requested`.
     pub message: String,
+    /// NoETL's: the execution and its child executions, which the router
+    /// cancels with it.
+    pub cancelled_executions: Vec<String>,
 }
 
 /// Body of `POST /api/executions/{id}/pause` (optional).
@@ -238,4 +257,72 @@ pub struct StepResultResponse {
     /// True when only a preview of it was kept (`result` is then
     /// `{truncated, size, preview}`).
     pub truncated: bool,
+}
+
+/// `POST /api/executions/{id}/rerun` (the body is optional): NoETL's
+/// `execute rerun`, this engine's `noetl exec retry`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RerunRequest {
+    /// Workload values merged over the first execution's.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub workload: serde_json::Map<String, Value>,
+    /// NoETL's resource kind (`playbook`); anything else is 422.
+    #[serde(default)]
+    pub resource_kind: Option<String>,
+}
+
+/// What `POST /api/executions/{id}/rerun` started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RerunResponse {
+    /// The new execution.
+    pub execution_id: String,
+    /// `started` (the router took it) or `queued`.
+    pub status: String,
+    /// The execution it reruns.
+    pub source_execution_id: String,
+    /// The catalog version it runs again, when it came from the catalog.
+    pub catalog_id: Option<String>,
+}
+
+/// `POST /api/executions/cleanup` (the body is optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CleanupRequest {
+    /// Only executions that ended at least this many minutes ago
+    /// (default 60).
+    #[serde(default = "sixty")]
+    pub older_than_minutes: u32,
+    /// Say what would be removed, and remove nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+fn sixty() -> u32 {
+    60
+}
+
+impl Default for CleanupRequest {
+    fn default() -> Self {
+        Self {
+            older_than_minutes: sixty(),
+            dry_run: false,
+        }
+    }
+}
+
+/// What `POST /api/executions/cleanup` removed (or would).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CleanupResponse {
+    /// `success`.
+    pub status: String,
+    /// Nothing was removed.
+    pub dry_run: bool,
+    /// As asked.
+    pub older_than_minutes: u32,
+    /// The executions whose KV state was removed (or would be).
+    pub execution_ids: Vec<String>,
+    /// How many (NoETL's client prints this count).
+    pub cancelled_count: usize,
+    /// What was done, in one line.
+    pub message: String,
 }

@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod credentials;
+pub mod ehdb;
 pub mod events;
 pub mod execute;
 pub mod executions;
@@ -14,17 +15,43 @@ pub mod health;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Every error answer: NoETL's `{"error": ..., "status": ...}`.
+/// Every error answer: NoETL's `{"error": ..., "status": ...}`, with the
+/// line also as `message` (NoETL's clients read either).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     /// What was wrong, in one line (never a secret).
     pub error: String,
+    /// The same line, where NoETL's clients read it.
+    pub message: String,
     /// The HTTP status code, repeated.
     pub status: u16,
     /// A playbook that does not load: one diagnostic per finding
     /// (`{file, line, column, severity, code, message, help, path}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<serde_json::Value>,
+}
+
+/// A JSON object read as `T` (a struct): an array in its place is refused,
+/// where serde alone would read it as the struct's fields in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ObjectOf<T>(pub T);
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for ObjectOf<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        T::deserialize(serde_json::Value::Object(map))
+            .map(ObjectOf)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl<T> std::ops::Deref for ObjectOf<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// A catalog version: a number, or `"latest"` (NoETL sends either).

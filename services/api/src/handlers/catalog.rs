@@ -6,9 +6,9 @@ use axum::{Extension, Json};
 use crate::audit::{audited, Change};
 use crate::auth::Principal;
 use crate::contract::catalog::{
-    CatalogDeleteRequest, CatalogDeleteResponse, CatalogEntries, CatalogEntriesRequest,
-    CatalogEntryRequest, CatalogEntryResponse, CatalogRegisterRequest, CatalogRegisterResponse,
-    DeletedCatalogEntry,
+    CatalogBatchItem, CatalogBatchRequest, CatalogBatchResponse, CatalogDeleteRequest,
+    CatalogDeleteResponse, CatalogEntries, CatalogEntriesRequest, CatalogEntryRequest,
+    CatalogEntryResponse, CatalogRegisterRequest, CatalogRegisterResponse, DeletedCatalogEntry,
 };
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
@@ -33,6 +33,15 @@ pub async fn register(
     Extension(principal): Extension<Principal>,
     Body(req): Body<CatalogRegisterRequest>,
 ) -> Result<Json<CatalogRegisterResponse>, ApiError> {
+    register_one(&state, &principal, &req).await.map(Json)
+}
+
+/// Validate and store one registration, audited.
+async fn register_one(
+    state: &AppState,
+    principal: &Principal,
+    req: &CatalogRegisterRequest,
+) -> Result<CatalogRegisterResponse, ApiError> {
     let reg = registration(RegisterInput {
         content: &req.content,
         resource_type: &req.resource_type,
@@ -42,11 +51,11 @@ pub async fn register(
         Ok(r) => r,
         Err(e) => {
             let change = Change {
-                principal: &principal,
+                principal,
                 action: "catalog.register",
                 target: "<request>",
             };
-            return audited(&state, change, Err(e)).await;
+            return audited(state, change, Err(e)).await;
         }
     };
     let stored = state
@@ -60,12 +69,12 @@ pub async fn register(
         .map(|e| catalog_id(&e.path, e.version))
         .unwrap_or_else(|_| reg.path.clone());
     let change = Change {
-        principal: &principal,
+        principal,
         action: "catalog.register",
         target: &target,
     };
-    let entry = audited(&state, change, stored).await?;
-    Ok(Json(CatalogRegisterResponse {
+    let entry = audited(state, change, stored).await?;
+    Ok(CatalogRegisterResponse {
         status: "success".into(),
         message: format!(
             "Resource '{}' version '{}' registered.",
@@ -77,7 +86,89 @@ pub async fn register(
         kind: "playbook".into(),
         name: entry.name,
         warnings: reg.warnings,
-    }))
+    })
+}
+
+/// Most registrations in one batch.
+pub const MAX_BATCH: usize = 1000;
+
+/// Register up to 1,000 playbooks (NoETL's `catalog load`); each succeeds
+/// or fails alone.
+#[utoipa::path(post, path = "/api/catalog/register/batch", tag = "catalog",
+    request_body = CatalogBatchRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One result per item", body = CatalogBatchResponse),
+        (status = 403, description = "Not admin", body = ErrorBody),
+        (status = 422, description = "Empty, or over 1,000 items", body = ErrorBody)))]
+pub async fn register_batch(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Body(batch): Body<CatalogBatchRequest>,
+) -> Result<Json<CatalogBatchResponse>, ApiError> {
+    let n = batch.items.len();
+    if n == 0 || n > MAX_BATCH {
+        return Err(ApiError::invalid(format!(
+            "a batch needs 1-{MAX_BATCH} registrations in 'items'; it has {n}"
+        )));
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    for req in &batch.items {
+        outcomes.push(register_one(&state, &principal, &req.0).await);
+    }
+    Ok(Json(batch_response(outcomes)))
+}
+
+/// The answer to a batch from each registration's outcome.
+fn batch_response(
+    outcomes: Vec<Result<CatalogRegisterResponse, ApiError>>,
+) -> CatalogBatchResponse {
+    let results: Vec<CatalogBatchItem> = outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(index, o)| match o {
+            Ok(r) => CatalogBatchItem {
+                index,
+                status: "success".into(),
+                path: Some(r.path),
+                version: Some(r.version),
+                catalog_id: Some(r.catalog_id),
+                warnings: r.warnings,
+                error: None,
+                diagnostics: None,
+            },
+            Err(e) => {
+                let diagnostics = match &e {
+                    ApiError::Validation { diagnostics, .. } => diagnostics.clone(),
+                    _ => None,
+                };
+                CatalogBatchItem {
+                    index,
+                    status: "error".into(),
+                    path: None,
+                    version: None,
+                    catalog_id: None,
+                    warnings: Vec::new(),
+                    error: Some(e.to_string()),
+                    diagnostics,
+                }
+            }
+        })
+        .collect();
+    let registered = results.iter().filter(|r| r.status == "success").count();
+    let failed = results.len() - registered;
+    let status = match (registered, failed) {
+        (_, 0) => "success",
+        (0, _) => "error",
+        _ => "partial",
+    };
+    CatalogBatchResponse {
+        status: status.into(),
+        registered,
+        failed,
+        skipped: 0,
+        results,
+    }
 }
 
 /// The latest version of every path (the body is optional).
@@ -196,4 +287,44 @@ pub async fn delete(
         count: removed.len(),
         path,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(path: &str) -> Result<CatalogRegisterResponse, ApiError> {
+        Ok(CatalogRegisterResponse {
+            status: "success".into(),
+            message: String::new(),
+            path: path.into(),
+            version: 1,
+            catalog_id: format!("{path}@v1"),
+            kind: "playbook".into(),
+            name: "n".into(),
+            warnings: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_batch_counts_each_registration_and_keeps_the_diagnostics() {
+        let refused = ApiError::Validation {
+            message: "E006".into(),
+            diagnostics: Some(serde_json::json!([{"code": "E006"}])),
+        };
+        let r = batch_response(vec![stored("a"), Err(refused), stored("b")]);
+        assert_eq!(
+            (r.status.as_str(), r.registered, r.failed),
+            ("partial", 2, 1)
+        );
+        assert_eq!(
+            r.results[1].diagnostics.as_ref().unwrap()[0]["code"],
+            "E006"
+        );
+        assert_eq!(r.results[2].catalog_id.as_deref(), Some("b@v1"));
+        let all = batch_response(vec![stored("a")]);
+        assert_eq!(all.status, "success");
+        let none = batch_response(vec![Err(ApiError::invalid("x"))]);
+        assert_eq!(none.status, "error");
+    }
 }

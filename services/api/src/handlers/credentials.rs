@@ -13,7 +13,7 @@ use crate::contract::credentials::{
 };
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
-use crate::extract::{Body, Params, Segments};
+use crate::extract::{Body, CredentialName, Params};
 use crate::shape::credentials::{select, to_store, view};
 use crate::state::AppState;
 
@@ -50,6 +50,7 @@ pub async fn create(
         credential_type: kind,
         created_at: now.clone(),
         updated_at: now,
+        data_withheld: None,
     }))
 }
 
@@ -71,30 +72,33 @@ pub async fn list(
     }))
 }
 
-/// One credential's name and kind (`include_data=true` is refused).
+/// What `include_data=true` is answered with, beside the name and kind.
+pub const WITHHELD: &str =
+    "this API never returns credential data; executors decrypt what their playbooks declare";
+
+/// One credential's name and kind (with `include_data=true`, a field
+/// saying the data is held back).
 #[utoipa::path(get, path = "/api/credentials/{name}", tag = "credentials",
     params(("name" = String, Path, description = "Credential name"), GetCredentialQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Name and kind", body = CredentialResponse),
-        (status = 403, description = "`include_data=true`: data never leaves the vault", body = ErrorBody),
         (status = 404, description = "Not stored", body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
-    Segments(name): Segments<String>,
+    CredentialName(name): CredentialName,
     Params(q): Params<GetCredentialQuery>,
 ) -> Result<Json<CredentialResponse>, ApiError> {
-    if q.include_data {
-        return Err(ApiError::Forbidden(
-            "include_data: this API never returns credential data; executors decrypt what their playbooks declare"
-                .into(),
-        ));
-    }
     let all = state.mesh.vault().list().await?;
-    all.iter()
+    let mut found = all
+        .iter()
         .find(|c| c.name == name)
-        .map(|c| Json(view(c)))
-        .ok_or_else(|| ApiError::NotFound(format!("credential `{name}` is not stored")))
+        .map(view)
+        .ok_or_else(|| ApiError::NotFound(format!("credential `{name}` is not stored")))?;
+    if q.include_data {
+        found.data_withheld = Some(WITHHELD.into());
+    }
+    Ok(Json(found))
 }
 
 /// Delete a credential.
@@ -108,7 +112,7 @@ pub async fn get(
 pub async fn delete(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments(name): Segments<String>,
+    CredentialName(name): CredentialName,
 ) -> Result<Json<CredentialDeleteResponse>, ApiError> {
     let done = async {
         if state.mesh.vault().delete(&name).await? {

@@ -12,7 +12,7 @@ use futures::Stream;
 use crate::contract::events::{EventsQuery, StreamedEvent};
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
-use crate::extract::{Params, Segments};
+use crate::extract::{ExecutionId, Params};
 use crate::handlers::header;
 use crate::read::start_after;
 use crate::shape::events::{resume_point, type_subject};
@@ -46,7 +46,7 @@ fn start(headers: &HeaderMap, q: &EventsQuery) -> Result<(u64, String), ApiError
         (status = 404, description = "No such execution", body = ErrorBody)))]
 pub async fn execution_events(
     State(state): State<AppState>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
     Params(q): Params<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {

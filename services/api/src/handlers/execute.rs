@@ -72,7 +72,7 @@ async fn request(mesh: &Mesh, req: &ExecuteRequest) -> Result<Requested, ApiErro
 
 /// Which of `ids` the router has taken (their header exists) within
 /// [`ACCEPT_WAIT`].
-async fn accepted(mesh: &Mesh, ids: &[&str]) -> HashSet<String> {
+pub(crate) async fn accepted(mesh: &Mesh, ids: &[&str]) -> HashSet<String> {
     let deadline = Instant::now() + ACCEPT_WAIT;
     let mut seen = HashSet::new();
     loop {
@@ -165,7 +165,7 @@ pub async fn execute_batch(
     }
     let mut outcomes = Vec::with_capacity(n);
     for req in &batch.executions {
-        let done = request(&state.mesh, req).await;
+        let done = request(&state.mesh, &req.0).await;
         let target = target_of(&done);
         let start = Change {
             principal: &principal,

@@ -19,12 +19,12 @@ use crate::contract::executions::{
 };
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
-use crate::extract::{OptionalBody, Params, Segments};
+use crate::extract::{ExecutionAndName, ExecutionId, OptionalBody, Params};
 use crate::handlers::header;
 use crate::read::{step_result, stored, Stored};
 use crate::shape::events::execution_event;
 use crate::shape::executions::{catalog_source, filter, select};
-use crate::shape::status::{progress, status_name, step_name};
+use crate::shape::status::{completed_steps, duration, progress, status_name, step_name};
 use crate::state::AppState;
 
 /// Events `GET /api/executions/{id}` returns at most (the last ones).
@@ -63,7 +63,7 @@ pub async fn list(
         (status = 404, description = "No such execution", body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
 ) -> Result<Json<ExecutionDetail>, ApiError> {
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;
@@ -226,11 +226,32 @@ async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError>
         (status = 404, description = "No such execution", body = ErrorBody)))]
 pub async fn status(
     State(state): State<AppState>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
 ) -> Result<Json<ExecutionStatus>, ApiError> {
     let (h, steps) = snapshot(&state, &id).await?;
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
+    let mesh = &state.mesh;
+    let order: Vec<String> = match mesh.plans().get(mesh, &id).await {
+        Ok(plan) => plan
+            .playbook
+            .workflow
+            .iter()
+            .map(|s| s.step.clone())
+            .collect(),
+        Err(_) => steps.keys().cloned().collect(),
+    };
+    let now_ms = noetl_mesh::events::now_ms();
+    let took = duration(&h.started_at, h.ended_at.as_deref(), now_ms);
+    use noetl_mesh::state::ExecStatus;
     Ok(Json(ExecutionStatus {
+        completed: h.status.is_terminal(),
+        failed: matches!(h.status, ExecStatus::Failed | ExecStatus::Cancelled),
+        completed_steps: completed_steps(&order, &steps),
+        variables: mesh.exec_ctx(&id).await?,
+        start_time: h.started_at.clone(),
+        end_time: h.ended_at.clone(),
+        duration_seconds: took.as_ref().map(|t| t.0),
+        duration_human: took.map(|t| t.1),
         execution_id: h.execution_id.clone(),
         status: status_name(h.status).into(),
         current_step: live.last().cloned(),
@@ -259,7 +280,7 @@ pub async fn status(
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
     OptionalBody(req): OptionalBody<CancelRequest>,
 ) -> Result<Json<CancelResponse>, ApiError> {
     let done = async {
@@ -270,7 +291,14 @@ pub async fn cancel(
                 status_name(h.status)
             )));
         }
-        Ok(state.mesh.request_cancel(&id, &req.reason).await?)
+        state.mesh.request_cancel(&id, &req.reason).await?;
+        let mut ids = vec![id.clone()];
+        for key in kv::keys_under(state.mesh.exec_kv(), &Keys::children(&id)).await? {
+            if let Some(child) = Keys::child_of(&id, &key) {
+                ids.push(child.to_string());
+            }
+        }
+        Ok(ids)
     }
     .await;
     let change = Change {
@@ -278,11 +306,12 @@ pub async fn cancel(
         action: "execution.cancel",
         target: &id,
     };
-    audited(&state, change, done).await?;
+    let cancelled_executions = audited(&state, change, done).await?;
     Ok(Json(CancelResponse {
         execution_id: id,
         status: "cancelled".into(),
         message: "Execution cancellation requested".into(),
+        cancelled_executions,
     }))
 }
 
@@ -297,7 +326,7 @@ pub async fn cancel(
         (status = 404, description = "No such execution or step, no result yet, or its object is gone", body = ErrorBody)))]
 pub async fn result(
     State(state): State<AppState>,
-    Segments((id, step)): Segments<(String, String)>,
+    ExecutionAndName(id, step): ExecutionAndName,
 ) -> Result<Json<StepResultResponse>, ApiError> {
     let mesh = &state.mesh;
     header(mesh, &id).await?;

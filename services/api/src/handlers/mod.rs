@@ -4,10 +4,12 @@
 
 pub mod catalog;
 pub mod credentials;
+pub mod ehdb;
 pub mod events;
 pub mod execute;
 pub mod executions;
 pub mod health;
+pub mod lifecycle;
 pub mod operate;
 
 use noetl_mesh::state::ExecHeader;
@@ -28,11 +30,5 @@ pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
 /// Refuse what is not an execution id (it could otherwise name another KV
 /// key, or be a wildcard).
 pub fn valid_id(id: &str) -> Result<(), ApiError> {
-    if noetl_mesh::ids::is_valid_execution_id(id) {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!(
-            "{id:?} is not an execution id: 1-128 characters of [A-Za-z0-9_-]"
-        )))
-    }
+    crate::shape::params::execution_id(id).map_err(ApiError::BadRequest)
 }

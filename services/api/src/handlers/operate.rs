@@ -15,7 +15,7 @@ use crate::contract::executions::{
 };
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
-use crate::extract::{OptionalBody, Segments};
+use crate::extract::{AnyJson, ExecutionAndName, ExecutionId, OptionalBody};
 use crate::handlers::header;
 use crate::shape::status::status_name;
 use crate::state::AppState;
@@ -34,7 +34,7 @@ use crate::state::AppState;
 pub async fn pause(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
     OptionalBody(req): OptionalBody<PauseRequest>,
 ) -> Result<Json<PauseResponse>, ApiError> {
     let done = async {
@@ -73,7 +73,7 @@ pub async fn pause(
 pub async fn unpause(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
 ) -> Result<Json<PauseResponse>, ApiError> {
     let done = async {
         header(&state.mesh, &id).await?;
@@ -109,8 +109,8 @@ pub async fn unpause(
 pub async fn signal(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments((id, name)): Segments<(String, String)>,
-    OptionalBody(data): OptionalBody<serde_json::Value>,
+    ExecutionAndName(id, name): ExecutionAndName,
+    AnyJson(data): AnyJson,
 ) -> Result<Json<SignalResponse>, ApiError> {
     use noetl_mesh::signal::SignalError;
     let data = if data.is_null() {
@@ -160,7 +160,7 @@ pub async fn signal(
 pub async fn resume(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    Segments(id): Segments<String>,
+    ExecutionId(id): ExecutionId,
     OptionalBody(req): OptionalBody<ResumeRequest>,
 ) -> Result<Json<ResumeResponse>, ApiError> {
     use noetl_mesh::resume::{ResumeError, ResumeRequested};

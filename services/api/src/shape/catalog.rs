@@ -316,10 +316,10 @@ mod tests {
     #[test]
     fn a_dedup_key_always_gives_the_same_execution_id() {
         let req = |key: &str| ExecuteRequest {
-            dedup: Some(DedupSpec {
+            dedup: Some(crate::contract::ObjectOf(DedupSpec {
                 key: key.into(),
                 window_secs: None,
-            }),
+            })),
             ..Default::default()
         };
         assert_eq!(

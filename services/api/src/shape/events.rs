@@ -65,6 +65,9 @@ pub fn execution_event(seen: &Seen) -> ExecutionEvent {
     }
 }
 
+/// Longest `type` query: event types are a few tokens.
+pub const MAX_TYPE: usize = 128;
+
 /// The subject tokens (after `<p>.evt.<eid>.`) of a `type` query: dotted
 /// tokens of `[A-Za-z0-9_-]`, where `*` is one token and a final `*` the
 /// rest (`step.*` → `step.>`); no query is every type (`>`).
@@ -72,6 +75,12 @@ pub fn type_subject(glob: Option<&str>) -> Result<String, String> {
     let Some(glob) = glob.map(str::trim).filter(|g| !g.is_empty()) else {
         return Ok(">".into());
     };
+    if glob.len() > MAX_TYPE {
+        return Err(format!(
+            "type: at most {MAX_TYPE} characters (it has {})",
+            glob.len()
+        ));
+    }
     let tokens: Vec<&str> = glob.split('.').collect();
     let last = tokens.len() - 1;
     let mut out = Vec::with_capacity(tokens.len());
@@ -181,6 +190,9 @@ mod tests {
         for bad in ["step.", "step.d*", "a b", "step.>"] {
             assert!(type_subject(Some(bad)).is_err(), "{bad}");
         }
+        let long = "a.".repeat(3000);
+        let e = type_subject(Some(&long)).unwrap_err();
+        assert!(e.contains("at most 128") && e.len() < 100, "{e}");
     }
 
     #[test]

@@ -7,4 +7,5 @@ pub mod catalog;
 pub mod credentials;
 pub mod events;
 pub mod executions;
+pub mod params;
 pub mod status;

@@ -78,6 +78,54 @@ pub fn progress(
     }
 }
 
+/// Seconds from `started` to `ended` (or to `now_ms`, the Unix epoch in
+/// milliseconds, when it has not ended), and the same for people:
+/// `1h 2m 3s`, `45s`, `0.25s`. `None` when a time does not parse.
+pub fn duration(started: &str, ended: Option<&str>, now_ms: u64) -> Option<(f64, String)> {
+    let ms_of = |t: &str| {
+        noetl_mesh::events::parse_rfc3339(t)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+    };
+    let start = ms_of(started)?;
+    let end = match ended {
+        Some(e) => ms_of(e)?,
+        None => now_ms,
+    };
+    let ms = end.saturating_sub(start);
+    let seconds = ms as f64 / 1000.0;
+    let human = if ms < 1000 {
+        format!("{seconds}s")
+    } else {
+        let total = ms / 1000;
+        let (h, m, s) = (total / 3600, total % 3600 / 60, total % 60);
+        let mut parts = Vec::new();
+        if h > 0 {
+            parts.push(format!("{h}h"));
+        }
+        if m > 0 {
+            parts.push(format!("{m}m"));
+        }
+        if s > 0 || parts.is_empty() {
+            parts.push(format!("{s}s"));
+        }
+        parts.join(" ")
+    };
+    Some((seconds, human))
+}
+
+/// The steps whose latest run is done, in the workflow's order (`order`).
+pub fn completed_steps(
+    order: &[String],
+    steps: &BTreeMap<String, Option<StepStatus>>,
+) -> Vec<String> {
+    order
+        .iter()
+        .filter(|s| steps.get(*s) == Some(&Some(StepStatus::Done)))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +174,36 @@ mod tests {
         for (t, p, want) in table {
             assert_eq!(event_status(t, &p), want, "{t} {p}");
         }
+    }
+
+    #[test]
+    fn a_duration_is_counted_to_the_end_or_to_now_and_spelled_for_people() {
+        let start = "2026-01-01T00:00:00.000Z";
+        let (s, h) = duration(start, Some("2026-01-01T01:02:03.000Z"), 0).unwrap();
+        assert_eq!((s, h.as_str()), (3723.0, "1h 2m 3s"));
+        let (s, h) = duration(start, Some("2026-01-01T00:00:00.250Z"), 0).unwrap();
+        assert_eq!((s, h.as_str()), (0.25, "0.25s"));
+        let now = 1_767_225_645_000; // 2026-01-01T00:00:45Z
+        assert_eq!(duration(start, None, now).unwrap().1, "45s");
+        assert_eq!(
+            duration(start, Some("2026-01-01T00:02:00Z"), 0).unwrap().1,
+            "2m"
+        );
+        assert!(duration("yesterday", None, now).is_none());
+    }
+
+    #[test]
+    fn completed_steps_keep_the_workflow_order() {
+        let steps: BTreeMap<String, Option<StepStatus>> = [
+            ("a", Some(StepStatus::Done)),
+            ("b", Some(StepStatus::Failed)),
+            ("z", Some(StepStatus::Done)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let order = ["z".to_string(), "a".into(), "b".into()];
+        assert_eq!(completed_steps(&order, &steps), ["z", "a"]);
     }
 
     #[test]

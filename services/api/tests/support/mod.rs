@@ -108,6 +108,11 @@ pub struct Answer {
 impl Api {
     /// A mesh, tokens of each role, and the API requiring them.
     pub async fn start() -> (Api, Keys) {
+        Self::start_with(noetl_api::Limits::default()).await
+    }
+
+    /// As [`Api::start`], with these timeouts and connection limit.
+    pub async fn start_with(limits: noetl_api::Limits) -> (Api, Keys) {
         let cluster = Cluster::start().await;
         let tokens = Tokens::new(cluster.mesh.tokens_kv().clone());
         let keys = Keys {
@@ -115,13 +120,22 @@ impl Api {
             operator: tokens.create("ops-bot", Role::Operator).await.unwrap(),
             viewer: tokens.create("dashboard", Role::Viewer).await.unwrap(),
         };
-        (Self::serve(cluster, None).await, keys)
+        (Self::serve_with(cluster, None, limits).await, keys)
     }
 
     /// The API over `cluster` on a free loopback port (TLS when given).
     pub async fn serve(
         cluster: Cluster,
         tls: Option<axum_server::tls_rustls::RustlsConfig>,
+    ) -> Api {
+        Self::serve_with(cluster, tls, noetl_api::Limits::default()).await
+    }
+
+    /// As [`Api::serve`], with these timeouts and connection limit.
+    pub async fn serve_with(
+        cluster: Cluster,
+        tls: Option<axum_server::tls_rustls::RustlsConfig>,
+        limits: noetl_api::Limits,
     ) -> Api {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -135,6 +149,7 @@ impl Api {
             insecure_no_auth: false,
             extra: axum::Router::new(),
             shutdown: shutdown.clone(),
+            limits,
         }));
         let api = Api {
             cluster,

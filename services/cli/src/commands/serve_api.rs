@@ -33,6 +33,10 @@ pub struct ApiArgs {
     /// when no token is configured; never in production).
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// `api`: open connections at most (default 512); one more takes the
+    /// slot of the oldest one that has sent nothing, or is closed at once.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
 }
 
 impl ApiArgs {
@@ -44,6 +48,8 @@ impl ApiArgs {
             Some("--tls-key")
         } else if self.insecure_no_auth {
             Some("--insecure-no-auth")
+        } else if self.max_connections.is_some() {
+            Some("--max-connections")
         } else {
             None
         }
@@ -88,6 +94,13 @@ pub async fn run(args: ApiRun) -> anyhow::Result<ExitCode> {
         bootstrap_token: std::env::var(BOOTSTRAP_ENV).ok(),
         insecure_no_auth: args.api.insecure_no_auth,
         shutdown,
+        limits: noetl_api::Limits {
+            max_connections: args
+                .api
+                .max_connections
+                .unwrap_or(noetl_api::limits::MAX_CONNECTIONS),
+            ..Default::default()
+        },
     })
     .await?;
     Ok(ExitCode::SUCCESS)
@@ -119,6 +132,7 @@ impl LocalConsole {
             bootstrap_token: None,
             insecure_no_auth: false,
             shutdown: shutdown.clone(),
+            limits: Default::default(),
         }));
         Ok(Self {
             url: format!("http://{addr}/"),
