@@ -278,7 +278,7 @@ async fn start(
         req: &req,
         now_ms: now_ms(),
     });
-    store_plan(mesh, &plan).await?;
+    kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
     let entry_token = crate::entry::entry_token_id(&eid);
     let entry_step = plan
         .playbook
@@ -312,12 +312,11 @@ async fn start(
     Ok(())
 }
 
-/// Store the plan of a new execution, and its empty `ctx`: `ctx` exists
-/// from the start, so one missing later was lost (and is written back from
-/// the events: docs/architecture.md "The event log").
-async fn store_plan(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
-    let eid = plan.execution_id.as_str();
-    kv::put(mesh.exec_kv(), &Keys::plan(eid), plan).await?;
+/// Create the empty `ctx` of a new execution, before its entry token
+/// goes out: `ctx` exists from the start, so one missing later was lost
+/// (and is written back from the events: docs/architecture.md "The event
+/// log").
+async fn create_ctx(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     kv::create(mesh.ctx_kv(), eid, &Value::Object(Default::default())).await?;
     Ok(())
 }
@@ -331,6 +330,7 @@ async fn enter(
     headers: &kv::RevisionCache<ExecHeader>,
     plan: &PlanRecord,
 ) -> Result<(), HandlerError> {
+    create_ctx(mesh, &plan.execution_id).await?;
     match crate::gates::admit(mesh, plan).await? {
         crate::gates::Admitted::Go => crate::entry::publish_entry(mesh, plan).await?,
         crate::gates::Admitted::Queued => {}
