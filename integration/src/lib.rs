@@ -246,23 +246,29 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("replay of {eid}: {e}"))
     }
 
-    /// Assert that a finished execution's events give every record stored
-    /// for it (`noetl exec replay` reports equal), giving its last writes
-    /// (the terminal event's flag, stragglers) up to 5 s to land.
-    pub async fn assert_replays(&self, eid: &str) {
+    /// [`Self::replay`] of a finished execution, given up to 5 s for its
+    /// last writes (the terminal event's flag, stragglers) to land: the
+    /// first report that is equal, else the last one.
+    pub async fn replay_settled(&self, eid: &str) -> noetl_mesh::replay::Report {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let report = self.replay(eid).await;
-            if report.equal {
-                return;
+            if report.equal || Instant::now() >= deadline {
+                return report;
             }
-            assert!(
-                Instant::now() < deadline,
-                "execution {eid}: its events and its records differ: {}",
-                serde_json::to_string_pretty(&report.differences).unwrap()
-            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Assert that a finished execution's events give every record stored
+    /// for it (`noetl exec replay` reports equal, [`Self::replay_settled`]).
+    pub async fn assert_replays(&self, eid: &str) {
+        let report = self.replay_settled(eid).await;
+        assert!(
+            report.equal,
+            "execution {eid}: its events and its records differ: {}",
+            serde_json::to_string_pretty(&report.differences).unwrap()
+        );
     }
 
     /// Every event of an execution currently in the stream, in order.

@@ -100,14 +100,7 @@ async fn every_runnable_example_behaves_as_expected() {
         let status = serde_json::to_value(summary.status).unwrap();
         let mut problems = Vec::new();
         // The log is the truth: its events give every stored record.
-        let mut replay = cluster.replay(&summary.execution_id).await;
-        for _ in 0..20 {
-            if replay.equal {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            replay = cluster.replay(&summary.execution_id).await;
-        }
+        let replay = cluster.replay_settled(&summary.execution_id).await;
         if !replay.equal {
             problems.push(format!(
                 "replay differs: {}",

@@ -77,23 +77,26 @@ async fn read_events(
         .collect()
 }
 
+/// The fields an event carries a value in by reference, and the field the
+/// value stands for once read back ([`crate::patches`]).
+const CARRIED: [(&str, &str); 3] = [
+    ("set_ctx_ref", "set_ctx"),
+    ("reduce_ref", "reduce"),
+    ("workload_ref", "workload"),
+];
+
+/// True when `ev` carries a value by reference ([`hydrate`] reads it).
+pub fn carries_reference(ev: &Event) -> bool {
+    let p = crate::events::payload(ev);
+    CARRIED
+        .iter()
+        .any(|(reference, _)| p.get(reference).is_some_and(|v| !v.is_null()))
+}
+
 /// Put back what an event carries by reference (a large `set_ctx` patch,
 /// reducer results, the workload), read from the object store, so the
 /// fold sees every value whole.
 pub async fn hydrate(mesh: &Mesh, ev: &mut Event) -> Result<(), MeshError> {
-    hydrate_from(mesh.results(), ev).await
-}
-
-/// [`hydrate`] from the object store `store`.
-pub async fn hydrate_from(
-    store: &crate::objects::ResultStore,
-    ev: &mut Event,
-) -> Result<(), MeshError> {
-    const CARRIED: [(&str, &str); 3] = [
-        ("set_ctx_ref", "set_ctx"),
-        ("reduce_ref", "reduce"),
-        ("workload_ref", "workload"),
-    ];
     let mut payload = crate::events::payload(ev);
     let Value::Object(map) = &mut payload else {
         return Ok(());
@@ -101,7 +104,7 @@ pub async fn hydrate_from(
     let mut changed = false;
     for (reference, field) in CARRIED {
         if let Some(r) = map.remove(reference).filter(|r| !r.is_null()) {
-            let value: Value = crate::patches::read(store, &r).await?;
+            let value: Value = crate::patches::read(mesh.results(), &r).await?;
             map.insert(field.to_string(), value);
             changed = true;
         }

@@ -148,13 +148,7 @@ async fn from_file(
         );
         return Ok(Exit::NotFound.into());
     }
-    let refs = logged.iter().any(|l| {
-        let p = noetl_mesh::events::payload(&l.event);
-        ["set_ctx_ref", "reduce_ref", "workload_ref"]
-            .iter()
-            .any(|k| p.get(k).is_some_and(|v| !v.is_null()))
-    });
-    if refs {
+    if logged.iter().any(|l| replay::carries_reference(&l.event)) {
         let mesh = a.mesh.attach().await?;
         for l in &mut logged {
             replay::hydrate(&mesh, &mut l.event).await?;
