@@ -319,6 +319,13 @@ impl StepRun<'_> {
 
     /// Resume, read back what came by reference, run the pipeline, and
     /// publish the step-run's end when it ends in this command.
+    ///
+    /// The tasks' events are stored before the end is published (and
+    /// before a hand-off, [`Self::run_pipeline`]): a redelivered copy of a
+    /// command whose end was stored is acked without running
+    /// ([`command::command_ended`]), so an event lost behind it (a
+    /// nats-server restart drops what was on the wire, and the client
+    /// sends the end after reconnecting) would be lost for good.
     async fn drive(&self, mut cur: Cursor) -> Result<(), HandlerError> {
         self.resume(&mut cur).await?;
         let mut pending = Pending::default();
@@ -326,10 +333,10 @@ impl StepRun<'_> {
             Some(failed) => Some(failed),
             None => self.run_pipeline(&mut cur, &mut pending).await?,
         };
+        pending.batch.wait().await?;
         if let Some(end) = end {
             self.finish(&cur, end).await?;
         }
-        pending.batch.wait().await?;
         Ok(())
     }
 
@@ -381,6 +388,9 @@ impl StepRun<'_> {
                     None => return Ok(None),
                 },
                 Then::Command(handoff) => {
+                    // Events first, then the command that continues the
+                    // step-run elsewhere (see [`Self::drive`]).
+                    std::mem::take(pending).batch.wait().await?;
                     self.hand_off(cur, handoff).await?;
                     return Ok(None);
                 }
