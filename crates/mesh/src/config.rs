@@ -31,8 +31,13 @@ pub struct MeshConfig {
     pub executor_wait: Duration,
     /// Local data directory (object store default root) (`NOETL_HOME`).
     pub data_dir: PathBuf,
-    /// How long events are kept in the event stream (`NOETL_EVENTS_MAX_AGE_S`).
+    /// How long a terminal execution's events (and KV state) are kept
+    /// after it ended (`NOETL_EVENTS_MAX_AGE_S`, default 30 days); a
+    /// running execution's are never dropped ([`crate::retention`]).
     pub events_max_age: Duration,
+    /// How often the router sweeps expired executions away
+    /// (`NOETL_RETENTION_SWEEP_S`, default 1 hour; 0: never).
+    pub retention_sweep: Duration,
     /// Where large results are stored (`NOETL_OBJECT_STORE`); `None` = the
     /// directory `objects` under `data_dir`.
     pub object_store: Option<crate::objects::StoreLocation>,
@@ -105,6 +110,7 @@ impl Default for MeshConfig {
             executor_wait: DEFAULT_EXECUTOR_WAIT,
             data_dir: default_data_dir(),
             events_max_age: Duration::from_secs(30 * 24 * 3600),
+            retention_sweep: Duration::from_secs(3600),
             object_store: None,
             s3_credential: None,
             deliver_twice: None,
@@ -180,6 +186,7 @@ impl MeshConfig {
         let ack_wait = number("NOETL_ACK_WAIT_MS");
         let inline_limit = number("NOETL_INLINE_LIMIT");
         let events_max_age = number("NOETL_EVENTS_MAX_AGE_S");
+        let retention_sweep = number("NOETL_RETENTION_SWEEP_S");
         let replicas = number("NOETL_REPLICAS");
         let twice_delay = number("NOETL_DELIVER_TWICE_DELAY_MS");
         let executor_wait = number("NOETL_EXECUTOR_WAIT_MS");
@@ -194,6 +201,9 @@ impl MeshConfig {
         }
         if let Some(v) = events_max_age {
             c.events_max_age = Duration::from_secs(v);
+        }
+        if let Some(v) = retention_sweep {
+            c.retention_sweep = Duration::from_secs(v);
         }
         if let Some(v) = replicas {
             c.replicas = usize::try_from(v).unwrap_or(usize::MAX);

@@ -36,6 +36,20 @@ pub enum Until {
 }
 
 impl Until {
+    /// A stream sequence number (`1234`) or an RFC 3339 time
+    /// (`2026-11-28T10:00:00Z`); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        if let Ok(seq) = s.parse::<u64>() {
+            return Some(Self::Seq(seq));
+        }
+        let t = crate::events::parse_rfc3339(s)?;
+        let ms = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Some(Self::TimeMs(ms))
+    }
+
     /// True when `l` is at or before where this stops.
     pub fn keeps(self, l: &Logged) -> bool {
         match self {
@@ -421,5 +435,16 @@ mod tests {
         assert!(!Until::Seq(5).keeps(&logged(6, 1)));
         assert!(Until::TimeMs(100).keeps(&logged(6, 100)));
         assert!(!Until::TimeMs(100).keeps(&logged(1, 101)));
+    }
+
+    #[test]
+    fn until_parses_a_sequence_number_or_a_time_and_nothing_else() {
+        assert_eq!(Until::parse("12"), Some(Until::Seq(12)));
+        assert_eq!(
+            Until::parse("1970-01-01T00:00:01Z"),
+            Some(Until::TimeMs(1000))
+        );
+        assert_eq!(Until::parse("yesterday"), None);
+        assert_eq!(Until::parse("-3"), None);
     }
 }

@@ -157,7 +157,10 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
                 retention: RetentionPolicy::Limits,
                 storage: StorageType::File,
                 duplicate_window: c.duplicate_window,
-                max_age: c.events_max_age,
+                // No age limit: a running execution's events are never
+                // dropped; the router removes expired executions whole
+                // (crate::retention).
+                max_age: std::time::Duration::ZERO,
                 num_replicas: c.replicas,
                 ..Default::default()
             },
@@ -225,7 +228,10 @@ async fn stream(p: &EnsureParams<'_>, want: stream::Config) -> Result<StreamRepo
     let name = want.name.clone();
     let what = || format!("stream {name}");
     match p.js.get_stream(&name).await {
-        Ok(found) => rescale(p, found.cached_info().config.clone(), want.num_replicas).await,
+        Ok(found) => {
+            let have = retain(p, found.cached_info().config.clone(), want.max_age).await;
+            rescale(p, have, want.num_replicas).await
+        }
         Err(e) if is_not_found(&e) => {
             if p.mode == Mode::Existing {
                 return Err(missing(p, what()));
@@ -256,6 +262,34 @@ fn replicas_hint(e: impl std::fmt::Display, replicas: usize) -> String {
         format!("{e} (NOETL_REPLICAS={replicas} needs a JetStream cluster of at least {replicas} servers)")
     } else {
         e.to_string()
+    }
+}
+
+/// Bring an existing stream's age limit to `max_age` (a mesh created
+/// before events were kept by execution had one on its event stream),
+/// when this process may change the mesh; what could not be changed is
+/// logged and kept.
+async fn retain(
+    p: &EnsureParams<'_>,
+    have: stream::Config,
+    max_age: std::time::Duration,
+) -> stream::Config {
+    if p.mode != Mode::Create || have.max_age == max_age {
+        return have;
+    }
+    let mut changed = have.clone();
+    changed.max_age = max_age;
+    match p.js.update_stream(&changed).await {
+        Ok(_) => {
+            tracing::info!(stream = %have.name, from_s = have.max_age.as_secs(),
+                to_s = max_age.as_secs(), "stream age limit changed (0: none)");
+            changed
+        }
+        Err(e) => {
+            tracing::warn!(stream = %have.name, error = %e,
+                "stream keeps its age limit; events may age out before their execution ends");
+            have
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use utoipa::{Modify, OpenApi};
 use crate::auth::Role;
 use crate::error::ApiError;
 use crate::handlers::{
-    catalog, credentials, ehdb, events, execute, executions, health, lifecycle, operate,
+    catalog, credentials, ehdb, events, execute, executions, health, history, lifecycle, operate,
 };
 use crate::middleware::{identify, require, Needs};
 use crate::state::AppState;
@@ -28,6 +28,7 @@ pub use crate::limits::MAX_BODY;
         catalog::register, catalog::register_batch, catalog::list, catalog::resource, catalog::delete,
         execute::execute, execute::execute_batch,
         executions::list, executions::get, executions::status, executions::cancel, executions::result,
+        history::state_at,
         operate::pause, operate::unpause, operate::signal, operate::resume,
         lifecycle::rerun, lifecycle::cleanup,
         events::execution_events, events::all_events,
@@ -92,6 +93,7 @@ fn viewer_routes() -> Router<AppState> {
         .route("/api/executions/{id}", get(executions::get))
         .route("/api/executions/{id}/status", get(executions::status))
         .route("/api/executions/{id}/events", get(events::execution_events))
+        .route("/api/executions/{id}/state", get(history::state_at))
         .route(
             "/api/executions/{id}/results/{step}",
             get(executions::result),

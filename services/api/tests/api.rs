@@ -526,6 +526,23 @@ async fn bad_input_is_a_4xx_naming_what_is_wrong() {
         .await;
     assert_error(&tool, 422, "playbooks only");
 
+    // Time travel: the id is checked first, then `at`; no event is 404.
+    assert_error(
+        &api.get("/api/executions/a.b/state", viewer).await,
+        400,
+        "execution id",
+    );
+    assert_error(
+        &api.get("/api/executions/nope/state?at=soon", viewer).await,
+        422,
+        "at \"soon\"",
+    );
+    assert_error(
+        &api.get("/api/executions/nope/state?at=3", viewer).await,
+        404,
+        "nope",
+    );
+
     // Execute: what it names must be one thing, and exist.
     let both = api
         .post(
@@ -892,6 +909,7 @@ async fn the_openapi_document_describes_every_route() {
         ("/api/executions/{id}/signals/{name}", "post"),
         ("/api/executions/{id}/events", "get"),
         ("/api/executions/{id}/results/{step}", "get"),
+        ("/api/executions/{id}/state", "get"),
         ("/api/events", "get"),
         ("/api/credentials", "get"),
         ("/api/credentials", "post"),

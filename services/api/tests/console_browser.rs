@@ -262,6 +262,66 @@ async fn a_playbook_started_from_the_catalog_turns_completed_while_its_loop_prog
             "document.querySelector(\".loaded-result[data-step='report']\")?.textContent.includes('squared 8 items')",
         )
         .await;
+
+        // Time travel: the scrubber at the first event shows the execution
+        // just started (no step done, no `squared` in ctx); back at the
+        // last, completed with every step done; the same as the API's
+        // `state?at=`.
+        b.wait_for(
+            "the scrubber over every event",
+            "Number(document.querySelector('#scrubber')?.max) >= 10 && document.querySelector('#history-status')?.dataset.status === 'COMPLETED'",
+        )
+        .await;
+        let scrub_to = |position: &str| {
+            format!(
+                "const s = document.querySelector('#scrubber'); s.value = {position}; s.dispatchEvent(new Event('input')); return Number(s.value);"
+            )
+        };
+        // Before its first event of the router's, not started; at
+        // `playbook.initialized`, running with nothing done.
+        b.js(&scrub_to("s.min")).await;
+        b.wait_for(
+            "the state before the router's first event",
+            "document.querySelector('#history-status')?.dataset.status === 'NOT STARTED' \
+             && document.querySelector('#history-steps').textContent.includes('no step yet')",
+        )
+        .await;
+        let whole = api
+            .get(&format!("/api/executions/{id}/state"), Some(&keys.viewer))
+            .await;
+        let started = whole.json["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|e| e["event_type"] == "playbook.initialized")
+            .expect("playbook.initialized in the timeline");
+        b.js(&scrub_to(&started.to_string())).await;
+        let first_seq = b
+            .wait_for(
+                "the state at playbook.initialized",
+                "(e => e && e.dataset.status === 'RUNNING' && Number(e.dataset.seq)) (document.querySelector('#history-status'))",
+            )
+            .await;
+        let ctx_then = b.js("return document.querySelector('#history-ctx').textContent;").await;
+        assert!(!ctx_then.as_str().unwrap().contains("squared"), "{ctx_then}");
+        let done_then = b
+            .js("return document.querySelectorAll(\"tr.history-step[data-status='done']\").length;")
+            .await;
+        assert_eq!(done_then, json!(0));
+        let at = api
+            .get(
+                &format!("/api/executions/{id}/state?at={first_seq}"),
+                Some(&keys.viewer),
+            )
+            .await;
+        assert_eq!(at.json["status"], "RUNNING", "{}", at.text);
+        assert_eq!(at.json["at_seq"], first_seq);
+        b.js(&scrub_to("s.max")).await;
+        b.wait_for(
+            "the state at the last event",
+            "document.querySelector('#history-status')?.dataset.status === 'COMPLETED' && document.querySelector('#history-ctx').textContent.includes('\"squared\": 8') && document.querySelectorAll(\"tr.history-step[data-status='done']\").length === 3",
+        )
+        .await;
         b.js("window.scrollTo(0, 0); return 1;").await;
         b.screenshot_to(&screenshot_dir().join("execution-completed.png")).await;
     })

@@ -135,6 +135,36 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
     // Executions queued behind a concurrency key that a crash left
     // waiting (their slot's holder ended without releasing it).
     let d = gates::sweep_loop(mesh.clone(), params.shutdown.clone());
-    let (ra, rb, rc, rd) = tokio::join!(a, b, c, d);
-    ra.and(rb).and(rc).and(rd)
+    // Terminal executions whose events outlived NOETL_EVENTS_MAX_AGE_S.
+    let e = retention_loop(mesh.clone(), params.shutdown.clone());
+    let (ra, rb, rc, rd, re) = tokio::join!(a, b, c, d, e);
+    ra.and(rb).and(rc).and(rd).and(re)
+}
+
+/// Sweep expired executions away ([`noetl_mesh::retention`]) every
+/// `NOETL_RETENTION_SWEEP_S` (never when 0) until `shutdown`; a failed
+/// sweep is logged and the next one tries again.
+async fn retention_loop(
+    mesh: noetl_mesh::Mesh,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), MeshError> {
+    let every = mesh.config().retention_sweep;
+    if every.is_zero() {
+        return Ok(());
+    }
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+        match mesh.sweep_retention(noetl_mesh::events::now_ms()).await {
+            Ok(s) if !s.executions.is_empty() => tracing::info!(
+                executions = s.executions.len(),
+                events = s.events,
+                "retention: removed executions that ended over NOETL_EVENTS_MAX_AGE_S ago"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "retention sweep failed; trying again"),
+        }
+    }
 }

@@ -10,6 +10,7 @@ import { clock, duration, elapsed, isReference, isTruncated, json, when } from '
 import { badge } from './executions.js';
 import { drawGraph } from './graph.js';
 import { addEvent, drawTimeline, newTimeline } from './timeline.js';
+import { historyCard } from './history.js';
 
 const GRAPH_POLL_MS = 1000;
 const DETAIL_POLL_MS = 10000;
@@ -30,7 +31,9 @@ export function jsonBlock(value, cls = 'json') {
 }
 
 function skeleton(id) {
+  const history = historyCard(id);
   const el = {
+    history,
     status: h('span', { id: 'exec-status' }),
     cancel: h('div', { id: 'cancel-box', class: 'cancel-box' }),
     facts: h('dl', { class: 'facts', id: 'exec-facts' }),
@@ -63,6 +66,7 @@ function skeleton(id) {
         el.steps)),
     h('section', { class: 'card' }, h('h2', { text: 'ctx' }), el.ctx,
       h('details', {}, h('summary', { text: 'workload' }), el.workload)),
+    history.card,
     h('section', { class: 'card', id: 'events-card' },
       h('div', { class: 'head' }, h('h2', {}, 'Events ', el.eventCount), h('span', { class: 'spacer' }), el.eventFilter),
       h('table', { class: 'grid events', id: 'events-table' },
@@ -98,6 +102,7 @@ export function executionPage(main, id, ctx) {
     retryMs: 500,
   });
   el.eventFilter.addEventListener('input', () => redrawEvents(state));
+  el.history.load();
   pollGraph(state);
   pollDetail(state);
   state.timers.push(setInterval(() => {
@@ -148,6 +153,7 @@ function onEvent(state, ev) {
   if (['execution.completed', 'execution.failed', 'execution.cancelled'].includes(ev.event_type)) {
     state.terminal = true;
     state.sawTerminal = true;
+    state.el.history.load();
     refreshGraph(state);
     loadDetail(state);
   } else if (REDRAW_TYPES.test(ev.event_type)) {

@@ -48,6 +48,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("js/execution.js", "text/javascript; charset=utf-8"),
     asset!("js/graph.js", "text/javascript; charset=utf-8"),
     asset!("js/timeline.js", "text/javascript; charset=utf-8"),
+    asset!("js/history.js", "text/javascript; charset=utf-8"),
     asset!("js/catalog.js", "text/javascript; charset=utf-8"),
     asset!("js/credentials.js", "text/javascript; charset=utf-8"),
 ];

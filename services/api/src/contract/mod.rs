@@ -11,6 +11,7 @@ pub mod events;
 pub mod execute;
 pub mod executions;
 pub mod health;
+pub mod history;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

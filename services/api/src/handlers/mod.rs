@@ -9,6 +9,7 @@ pub mod events;
 pub mod execute;
 pub mod executions;
 pub mod health;
+pub mod history;
 pub mod lifecycle;
 pub mod operate;
 

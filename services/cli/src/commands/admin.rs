@@ -28,6 +28,9 @@ pub enum Command {
     /// Write an execution's records (header, plan, step records, ctx) back
     /// from its events: one execution, or every running one.
     Rebuild(super::admin_rebuild::RebuildArgs),
+    /// Remove the KV state of executions that ended at least --older-than
+    /// ago; their events stay, and `exec show` still shows them.
+    Compact(super::admin_compact::CompactArgs),
 }
 
 /// Arguments of `noetl admin init`.
@@ -49,6 +52,7 @@ pub async fn run(c: Command) -> anyhow::Result<ExitCode> {
         Command::Init(a) => init(a).await,
         Command::Token(c) => super::admin_token::run(c).await,
         Command::Rebuild(a) => super::admin_rebuild::run(a).await,
+        Command::Compact(a) => super::admin_compact::run(a).await,
     }
 }
 

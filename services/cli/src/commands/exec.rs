@@ -26,7 +26,7 @@ pub enum Command {
     List(ListArgs),
     /// One execution as a tree: steps, their runs, loop counts, tasks with
     /// attempts and durations.
-    Show(ShowArgs),
+    Show(super::exec_show::ShowArgs),
     /// What each open token of a running execution waits for, in words.
     Why(super::why::WhyArgs),
     /// Start a new execution of the same playbook with the same workload.
@@ -57,21 +57,6 @@ pub struct ListArgs {
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub mesh: MeshArgs,
-}
-
-/// Arguments of `noetl exec show`.
-#[derive(clap::Args)]
-pub struct ShowArgs {
-    /// Execution id.
-    pub id: String,
-    /// Print the tree as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Redraw every second until the execution ends.
-    #[arg(long, conflicts_with = "json")]
-    pub watch: bool,
     #[command(flatten)]
     pub mesh: MeshArgs,
 }
@@ -146,7 +131,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status(a).await,
         Command::Cancel(a) => cancel(a).await,
         Command::List(a) => list(a).await,
-        Command::Show(a) => show(a).await,
+        Command::Show(a) => super::exec_show::run(a).await,
         Command::Why(a) => super::why::run(a).await,
         Command::Retry(a) => super::exec_retry::run(a).await,
         Command::Resume(a) => super::exec_resume::run(a).await,
@@ -417,59 +402,6 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
-    use super::tree::Tree;
-    let mesh = a.mesh.attach().await?;
-    let clear = a.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
-    loop {
-        let Some(header) = mesh.exec_header(&a.id).await? else {
-            return Ok(no_execution(&mesh, &a.id));
-        };
-        let stored = mesh
-            .stored_events(&mesh.subjects().events_of(&a.id))
-            .await?;
-        let events: Vec<_> = stored.into_iter().filter_map(Result::ok).collect();
-        let mut tree = Tree::from_events(&a.id, &events);
-        let paused = match header.status {
-            ExecStatus::Running => mesh.pause_record(&a.id).await?,
-            _ => None,
-        };
-        if paused.is_some() {
-            tree.status = "paused".into();
-        }
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&tree)?);
-        } else {
-            if clear {
-                print!("\x1b[2J\x1b[H");
-            }
-            print!("{}", tree.render());
-            if let Some(p) = &paused {
-                println!("{}", super::common::paused_line(&a.id, p));
-            }
-            if !header.live.is_empty() {
-                let live: Vec<String> = header
-                    .live
-                    .iter()
-                    .map(|t| format!("{} ({})", t.step, t.token_id))
-                    .collect();
-                println!("live tokens: {}", live.join(", "));
-            }
-        }
-        if !a.watch || header.status != ExecStatus::Running {
-            return Ok(if header.status == ExecStatus::Running {
-                ExitCode::SUCCESS
-            } else {
-                exit_code(header.status)
-            });
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if !clear {
-            println!();
-        }
-    }
 }
 
 /// Say that `id` is not an execution of this mesh; exit code 3.

@@ -1,0 +1,131 @@
+//! `GET /api/executions/{id}/state?at=SEQ|TIME`: time travel. The
+//! execution's events up to `at`, folded ([`noetl_mesh::fold`]) into the
+//! records they determine, with the timeline of every event for the
+//! console's scrubber. Works as well for an execution whose KV state was
+//! compacted: only the events are read.
+
+use axum::extract::State;
+use axum::Json;
+use noetl_mesh::fold::Folded;
+use noetl_mesh::replay::{self, Until};
+use serde_json::{Map, Value};
+
+use crate::contract::history::{ExecutionState, StateQuery, TimelineEntry};
+use crate::contract::ErrorBody;
+use crate::error::ApiError;
+use crate::extract::{ExecutionId, Params};
+use crate::shape::status::status_name;
+use crate::state::AppState;
+
+/// Timeline entries answered at most (the last ones).
+pub const MAX_TIMELINE: usize = 2000;
+
+/// An execution as of an event.
+#[utoipa::path(get, path = "/api/executions/{id}/state", tag = "executions",
+    params(("id" = String, Path, description = "Execution id"), StateQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The state its events up to `at` give, and its timeline", body = ExecutionState),
+        (status = 404, description = "No event of such an execution", body = ErrorBody),
+        (status = 422, description = "`at` is neither a sequence number nor an RFC 3339 time", body = ErrorBody)))]
+pub async fn state_at(
+    State(state): State<AppState>,
+    ExecutionId(id): ExecutionId,
+    Params(q): Params<StateQuery>,
+) -> Result<Json<ExecutionState>, ApiError> {
+    let at = match q.at.as_deref() {
+        None => Until::End,
+        Some(s) => Until::parse(s).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "at {}: give a sequence number (e.g. 1234) or an RFC 3339 time (e.g. 2026-11-28T10:00:00Z)",
+                crate::shape::params::shown(s)
+            ))
+        })?,
+    };
+    let mesh = &state.mesh;
+    let log = replay::read_log(mesh, &id, Until::End).await?;
+    if log.is_empty() {
+        return Err(ApiError::NotFound(format!("Execution not found: {id}")));
+    }
+    let timeline_truncated = log.len() > MAX_TIMELINE;
+    let timeline = log[log.len().saturating_sub(MAX_TIMELINE)..]
+        .iter()
+        .map(|l| TimelineEntry {
+            seq: l.seq,
+            event_type: l.event.event_type.clone(),
+            step: l.event.step.clone(),
+            ts: l.event.ts.clone(),
+        })
+        .collect();
+    let mut upto: Vec<_> = log.into_iter().filter(|l| at.keeps(l)).collect();
+    for l in &mut upto {
+        if replay::carries_reference(&l.event) {
+            replay::hydrate(mesh, &mut l.event).await?;
+        }
+    }
+    let folded = Folded::of(upto.iter().map(|l| (l.seq, &l.event)))?;
+    Ok(Json(answer(&id, folded, timeline, timeline_truncated)))
+}
+
+/// The answer for `folded` (a plain function).
+fn answer(
+    id: &str,
+    folded: Folded,
+    timeline: Vec<TimelineEntry>,
+    timeline_truncated: bool,
+) -> ExecutionState {
+    let steps: Map<String, Value> = folded
+        .steps
+        .iter()
+        .map(|(name, r)| (name.clone(), noetl_mesh::payloads::to_value(r)))
+        .collect();
+    let h = folded.header.as_ref();
+    ExecutionState {
+        execution_id: id.to_string(),
+        at_seq: folded.last_seq,
+        events: folded.events,
+        status: h.map(|h| status_name(h.status).to_string()),
+        error: h.and_then(|h| h.error.clone()),
+        live: h
+            .map(|h| h.live.iter().map(|t| t.step.clone()).collect())
+            .unwrap_or_default(),
+        steps,
+        ctx: folded.ctx,
+        timeline,
+        timeline_truncated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_mesh::state::{ExecHeader, ExecStatus, StepRecord, StepStatus};
+    use serde_json::json;
+
+    #[test]
+    fn the_answer_names_status_steps_ctx_and_live_steps() {
+        let mut folded = Folded::default();
+        folded.header = Some(ExecHeader {
+            status: ExecStatus::Running,
+            ..ExecHeader::running("e1", Vec::new())
+        });
+        folded.steps.insert(
+            "start".into(),
+            StepRecord {
+                status: StepStatus::Done,
+                last_step_run_id: "r1".into(),
+                loop_counts: None,
+                error: None,
+            },
+        );
+        folded.ctx.insert("n".into(), json!(1));
+        folded.last_seq = 9;
+        folded.events = 4;
+        let a = answer("e1", folded, Vec::new(), false);
+        assert_eq!(a.status.as_deref(), Some("RUNNING"));
+        assert_eq!(a.at_seq, 9);
+        assert_eq!(a.steps["start"]["status"], json!("done"));
+        assert_eq!(a.ctx["n"], json!(1));
+        assert!(a.live.is_empty());
+    }
+}

@@ -1,0 +1,124 @@
+//! `noetl exec show ID [--at SEQ|TIME]`: an execution as a tree of steps,
+//! their runs, loop counts and tasks, built from its events
+//! ([`super::tree`]). With `--at`, as it stood at that event (the header
+//! folded from the events up to it); an execution whose KV state was
+//! compacted (`noetl admin compact`) is shown from its events alone.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use noetl_mesh::{fold::Folded, replay, state::ExecStatus};
+
+use super::common::{exit_code, MeshArgs};
+use super::exec::no_execution;
+use super::exec_replay::parse_until;
+use super::exit::Exit;
+use super::tree::Tree;
+
+/// Arguments of `noetl exec show`.
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// Execution id.
+    pub id: String,
+    /// Print the tree as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Redraw every second until the execution ends.
+    #[arg(long, conflicts_with_all = ["json", "at"])]
+    pub watch: bool,
+    /// Show the execution as it stood at this event: a stream sequence
+    /// number (`seq` of `events tail --json`) or an RFC 3339 time.
+    #[arg(long, value_name = "SEQ|TIME")]
+    pub at: Option<String>,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// `noetl exec show`.
+pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
+    let at = match a.at.as_deref().map(parse_until).transpose() {
+        Ok(at) => at,
+        Err(e) => {
+            eprintln!("error: {}", e.to_string().replacen("--until", "--at", 1));
+            return Ok(Exit::Usage.into());
+        }
+    };
+    let mesh = a.mesh.attach().await?;
+    let clear = a.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        let log = replay::read_log(&mesh, &a.id, at.unwrap_or_default()).await?;
+        let stored = match at {
+            Some(_) => None,
+            None => mesh.exec_header(&a.id).await?,
+        };
+        // The header as KV keeps it; as of `--at`, or once compacted, as
+        // the events give it.
+        let (header, from_log) = match stored {
+            Some(h) => (h, None),
+            None => {
+                let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+                match folded.header {
+                    Some(h) => (h, Some((folded.last_seq, folded.events))),
+                    None => return Ok(no_execution(&mesh, &a.id)),
+                }
+            }
+        };
+        let events: Vec<_> = log.into_iter().map(|l| l.event).collect();
+        let mut tree = Tree::from_events(&a.id, &events);
+        let paused = match (header.status, from_log) {
+            (ExecStatus::Running, None) => mesh.pause_record(&a.id).await?,
+            _ => None,
+        };
+        if paused.is_some() {
+            tree.status = "paused".into();
+        }
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&tree)?);
+        } else {
+            if clear {
+                print!("\x1b[2J\x1b[H");
+            }
+            if let Some((seq, n)) = from_log {
+                match at {
+                    Some(_) => println!("as of seq {seq} ({n} events)"),
+                    None => println!(
+                        "from its {n} events (its KV state was compacted; up to seq {seq})"
+                    ),
+                }
+            }
+            print!("{}", tree.render());
+            if let Some(p) = &paused {
+                println!("{}", super::common::paused_line(&a.id, p));
+            }
+            if !header.live.is_empty() {
+                let live: Vec<String> = header
+                    .live
+                    .iter()
+                    .map(|t| format!("{} ({})", t.step, t.token_id))
+                    .collect();
+                println!("live tokens: {}", live.join(", "));
+            }
+        }
+        if !a.watch || header.status != ExecStatus::Running {
+            return Ok(if header.status == ExecStatus::Running || at.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                exit_code(header.status)
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !clear {
+            println!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn at_takes_what_replay_until_takes() {
+        use noetl_mesh::replay::Until;
+        assert_eq!(super::parse_until("3").unwrap(), Until::Seq(3));
+        assert!(super::parse_until("soon").is_err());
+    }
+}
