@@ -44,6 +44,7 @@ pub mod plan;
 pub mod rebuild;
 pub mod replay;
 pub mod resume;
+pub mod retention;
 pub mod runtime;
 pub mod scope;
 pub mod served;

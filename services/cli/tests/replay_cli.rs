@@ -252,3 +252,160 @@ fn a_running_execution_whose_header_plan_and_ctx_are_purged_completes_as_a_clean
     let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
     assert!(out.status.success(), "{}: {report}", text(&out));
 }
+
+/// Attach to the mesh at `url` (for what no command does: reading the
+/// stream's config, a retention sweep at a chosen time).
+fn attached(url: &str, home: &std::path::Path) -> (tokio::runtime::Runtime, Mesh) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mesh = rt
+        .block_on(Mesh::attach(MeshConfig {
+            nats_url: url.to_string(),
+            data_dir: home.to_path_buf(),
+            ..MeshConfig::default()
+        }))
+        .unwrap();
+    (rt, mesh)
+}
+
+#[test]
+fn show_at_an_event_compact_keeps_the_log_and_retention_drops_only_ended_executions() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+    let id = support::exec_start(noetl(), &url, &[fixture("replayed.yaml")]);
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    // One that keeps running (its `middle` naps a minute).
+    let running = support::exec_start(
+        noetl(),
+        &url,
+        &[fixture("replayed.yaml"), "--set".into(), "nap2=60".into()],
+    );
+
+    // `exec show --at`: the tree as of the first task.done.
+    let (out, _) = run(noetl().args([
+        "events",
+        "tail",
+        "--execution",
+        &id,
+        "--type",
+        "task.done",
+        "--from-start",
+        "--no-follow",
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    let first_seq = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .next()
+        .expect("a task.done");
+    let at = first_seq.to_string();
+    let (out, tree) =
+        run(noetl().args(["exec", "show", &id, "--at", &at, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(tree["status"], "running", "{tree}");
+    let steps: Vec<&str> = tree["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert!(
+        !steps.contains(&"squares"),
+        "not reached at seq {at}: {steps:?}"
+    );
+    let (out, _) = run(noetl().args(["exec", "show", &id, "--at", &at, "--nats", &url]));
+    assert!(
+        text(&out).contains(&format!("as of seq {at}")),
+        "{}",
+        text(&out)
+    );
+    let (out, _) = run(noetl().args(["exec", "show", &id, "--at", "soon", "--nats", &url]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--at \"soon\""), "{}", text(&out));
+
+    // Compact: nothing ended an hour ago; with 0s the ended one goes,
+    // the running one stays, and the ended one is still shown from its log.
+    let (out, c) = run(noetl().args([
+        "admin",
+        "compact",
+        "--older-than",
+        "1h",
+        "--dry-run",
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(c["executions"], json!([]), "{c}");
+    let (out, c) = run(noetl().args([
+        "admin",
+        "compact",
+        "--older-than",
+        "0s",
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(c["executions"], json!([id.clone()]), "{c}");
+    let (out, _) = run(noetl().args(["exec", "status", &id, "--json", "--nats", &url]));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "its KV state is gone: {}",
+        text(&out)
+    );
+    let (out, _) = run(noetl().args(["exec", "show", &id, "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("compacted"), "{}", text(&out));
+    let (_, tree) = run(noetl().args(["exec", "show", &id, "--json", "--nats", &url]));
+    assert_eq!(tree["status"], "completed", "{tree}");
+    let (out, state) = run(noetl().args([
+        "exec",
+        "replay",
+        &id,
+        "--until",
+        "999999999",
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(state["ctx"]["total"], json!(5), "{state}");
+    let (out, _) = run(noetl().args(["admin", "compact", "--older-than", "later", "--nats", &url]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // Retention: the event stream has no age limit; a sweep 31 days on
+    // removes the ended execution's events, never the running one's.
+    let (rt, mesh) = attached(&url, home.path());
+    let max_age = rt.block_on(async {
+        let mut s = mesh
+            .js()
+            .get_stream(mesh.subjects().events_stream())
+            .await
+            .unwrap();
+        s.info().await.unwrap().config.max_age
+    });
+    assert_eq!(max_age, Duration::ZERO);
+    let later = noetl_mesh::events::now_ms() + 31 * 86_400_000;
+    let swept = rt.block_on(mesh.sweep_retention(later)).unwrap();
+    assert_eq!(swept.executions, vec![id.clone()], "{swept:?}");
+    assert!(swept.events > 20, "{swept:?}");
+    let (out, _) = run(noetl().args(["exec", "show", &id, "--nats", &url]));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let (out, tree) = run(noetl().args(["exec", "show", &running, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(tree["status"], "running", "{tree}");
+    let (out, _) = run(noetl().args(["exec", "cancel", &running, "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -39,17 +39,8 @@ pub struct ReplayArgs {
 
 /// `--until` as a sequence number or a time.
 pub fn parse_until(s: &str) -> anyhow::Result<Until> {
-    if let Ok(seq) = s.parse::<u64>() {
-        return Ok(Until::Seq(seq));
-    }
-    match noetl_mesh::events::parse_rfc3339(s) {
-        Some(t) => {
-            let ms = t
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            Ok(Until::TimeMs(ms))
-        }
+    match Until::parse(s) {
+        Some(u) => Ok(u),
         None => bail!(
             "--until {s:?}: give a sequence number (e.g. 1234) or an RFC 3339 time (e.g. 2026-11-28T10:00:00Z)"
         ),

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod admin;
+pub mod admin_compact;
 pub mod admin_rebuild;
 pub mod admin_token;
 pub mod common;
@@ -12,6 +13,7 @@ pub mod exec_pause;
 pub mod exec_replay;
 pub mod exec_resume;
 pub mod exec_retry;
+pub mod exec_show;
 pub mod exit;
 pub mod health_http;
 pub mod join;
