@@ -38,7 +38,7 @@ pub struct Origin {
 }
 
 impl Origin {
-    fn of(seq: u64, ev: &Event) -> Self {
+    pub(crate) fn of(seq: u64, ev: &Event) -> Self {
         Self {
             seq,
             event_type: ev.event_type.clone(),
@@ -97,6 +97,11 @@ pub struct Folded {
     /// Which event last changed each record.
     #[serde(skip)]
     pub origins: Origins,
+    /// Each step's last result as its boundary event carries it (a
+    /// reference when large; a loop's counts): what templates read by the
+    /// step's name.
+    #[serde(skip)]
+    pub results: BTreeMap<String, Value>,
     /// The writes already applied to `ctx` (task runs, arcs, loop runs):
     /// a write is applied once, as the `ctx` bucket does.
     #[serde(skip)]
@@ -260,6 +265,16 @@ impl Folded {
     /// (not for a token a join absorbed) and the token's end; a loop's
     /// reducer results go into `ctx` whatever the boundary.
     fn boundary(&mut self, seq: u64, ev: &Event, kind: EventType) -> Result<(), MeshError> {
+        let p = crate::events::payload(ev);
+        match kind {
+            EventType::StepDone => {
+                self.results.insert(ev.step.clone(), p["result"].clone());
+            }
+            EventType::LoopDone if !p["counts"].is_null() => {
+                self.results.insert(ev.step.clone(), p["counts"].clone());
+            }
+            _ => {}
+        }
         if kind == EventType::LoopDone {
             let done: LoopDone = payloads::decode_typed(ev)?;
             self.reduce(seq, ev, &done)?;

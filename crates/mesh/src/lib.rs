@@ -42,6 +42,7 @@ pub mod pause;
 pub mod payloads;
 pub mod plan;
 pub mod rebuild;
+pub mod rejudge;
 pub mod replay;
 pub mod resume;
 pub mod retention;

@@ -153,9 +153,9 @@ impl PlanRecord {
     /// execution id, and the results of the steps `templates` read, every
     /// step name declared. Arcs add their `event`, loops the parent's
     /// `iter`.
-    pub async fn template_scope<'t>(
+    pub async fn template_scope<'t, S: crate::scope::StateSource>(
         &self,
-        mesh: &Mesh,
+        source: &S,
         templates: impl IntoIterator<Item = &'t str>,
         args: &Value,
     ) -> Result<noetl_core::template::Scope, MeshError> {
@@ -166,11 +166,11 @@ impl PlanRecord {
             .map(String::as_str)
             .filter(|r| self.step(r).is_some())
             .collect();
-        let loaded = crate::scope::load(mesh, &self.execution_id, &roots, &names).await?;
+        let loaded = crate::scope::load_from(source, &self.execution_id, &roots, &names).await?;
         let mut sc = noetl_core::template::Scope::new()
             .workload(self.workload.clone())
             .ctx(loaded.ctx)
-            .args(crate::scope::hydrate_args(mesh, args).await?)
+            .args(source.args(args).await?)
             .execution_id(self.execution_id.clone())
             .declare_all(self.step_name_set());
         for (name, result) in loaded.steps {

@@ -3,9 +3,13 @@
 //! that (`ctx` and step results cost a KV read each).
 
 use std::collections::BTreeSet;
+use std::future::Future;
 
+use noetl_core::template::Scope;
+use noetl_core::Step;
 use serde_json::{Map, Value};
 
+use crate::plan::PlanRecord;
 use crate::{keys::Keys, kv, Mesh, MeshError};
 
 /// Top-level names a set of templates reads.
@@ -107,34 +111,191 @@ pub struct Loaded {
     pub steps: Map<String, Value>,
 }
 
-/// Load `ctx` and the results of referenced steps of execution `eid`.
+/// Where a server-side scope reads the records it needs: KV, live
+/// ([`Mesh`]), or the fold of an execution's events as of one of them
+/// (`noetl exec replay --playbook`, [`crate::rejudge`]). The decisions
+/// build their scopes through it ([`load_from`], [`arc_scope`],
+/// [`admission_scope`], [`loop_scope`]), so a replay runs the code that
+/// ran live.
+pub trait StateSource: Sync {
+    /// `ctx` of execution `eid` as templates see it (`{}` when none).
+    fn ctx(&self, eid: &str) -> impl Future<Output = Result<Value, MeshError>> + Send;
+    /// The stored result of step `name` of `eid`, read back when it was
+    /// stored by reference.
+    fn step_result(
+        &self,
+        eid: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Value>, MeshError>> + Send;
+    /// Step arguments as templates see them ([`hydrate_args`]).
+    fn args(&self, args: &Value) -> impl Future<Output = Result<Value, MeshError>> + Send;
+}
+
+impl StateSource for Mesh {
+    async fn ctx(&self, eid: &str) -> Result<Value, MeshError> {
+        let mut stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
+        // Lost from KV while the execution runs: written back from its
+        // events first (nothing is written for one that is not running).
+        if stored.is_none() && crate::ctx_record::restore(self, eid).await? {
+            stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
+        }
+        Ok(crate::state::user_ctx(
+            stored.unwrap_or_else(|| Value::Object(Map::new())),
+        ))
+    }
+
+    async fn step_result(&self, eid: &str, name: &str) -> Result<Option<Value>, MeshError> {
+        match kv::get::<Value>(self.exec_kv(), &Keys::result(eid, name)).await? {
+            // A result stored by reference is read back where a template
+            // reads into it.
+            Some(v) => Ok(Some(self.results().hydrate(v).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn args(&self, args: &Value) -> Result<Value, MeshError> {
+        hydrate_args(self, args).await
+    }
+}
+
+/// Load `ctx` and the results of referenced steps of execution `eid`
+/// from KV ([`load_from`] the mesh).
 pub async fn load(
     mesh: &Mesh,
     eid: &str,
     roots: &BTreeSet<String>,
     step_names: &[&str],
 ) -> Result<Loaded, MeshError> {
+    load_from(mesh, eid, roots, step_names).await
+}
+
+/// Load `ctx` (when `roots` reads it) and the results of the steps among
+/// `step_names` that `roots` reads, from `source`.
+pub async fn load_from<S: StateSource>(
+    source: &S,
+    eid: &str,
+    roots: &BTreeSet<String>,
+    step_names: &[&str],
+) -> Result<Loaded, MeshError> {
     let ctx = if roots.contains("ctx") {
-        let mut stored = kv::get::<Value>(mesh.ctx_kv(), eid).await?;
-        // Lost from KV while the execution runs: written back from its
-        // events first (nothing is written for one that is not running).
-        if stored.is_none() && crate::ctx_record::restore(mesh, eid).await? {
-            stored = kv::get::<Value>(mesh.ctx_kv(), eid).await?;
-        }
-        crate::state::user_ctx(stored.unwrap_or_else(|| Value::Object(Map::new())))
+        source.ctx(eid).await?
     } else {
         Value::Object(Map::new())
     };
     let mut steps = Map::new();
     for name in step_names {
         if roots.contains(*name) {
-            if let Some(v) = kv::get::<Value>(mesh.exec_kv(), &Keys::result(eid, name)).await? {
-                // A result stored by reference is read back where a
-                // template reads into it.
-                let v = mesh.results().hydrate(v).await?;
+            if let Some(v) = source.step_result(eid, name).await? {
                 steps.insert(name.to_string(), v);
             }
         }
     }
     Ok(Loaded { ctx, steps })
+}
+
+/// The `event` arcs' conditions see: the boundary event's payload plus its
+/// `name`, `step` and `step_run_id`.
+pub fn event_scope(ev: &noetl_wire::Event, payload: &Value) -> Value {
+    let mut event = match payload {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    event.insert("name".into(), Value::String(ev.event_type.clone()));
+    event.insert("step".into(), Value::String(ev.step.clone()));
+    event.insert("step_run_id".into(), Value::String(ev.step_run_id.clone()));
+    Value::Object(event)
+}
+
+/// Every template of a step's arcs (conditions, args, `set_ctx`).
+pub fn arc_templates(step: &Step) -> Vec<&str> {
+    step.next
+        .as_ref()
+        .map(|n| {
+            n.arcs
+                .iter()
+                .flat_map(|a| {
+                    let mut v: Vec<&str> = a.when.as_deref().into_iter().collect();
+                    for x in a.args.iter().chain(&a.set_ctx).flat_map(|m| m.values()) {
+                        v.extend(strings(x));
+                    }
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The scope a step's arcs render in at boundary event `ev`: workload,
+/// `ctx`, the step's `args`, `event` ([`event_scope`]), and the step
+/// results `templates` read.
+pub async fn arc_scope<S: StateSource>(
+    source: &S,
+    plan: &PlanRecord,
+    ev: &noetl_wire::Event,
+    (payload, args): (&Value, &Value),
+    templates: &[&str],
+) -> Result<Scope, MeshError> {
+    let sc = plan
+        .template_scope(source, templates.iter().copied(), args)
+        .await?;
+    Ok(sc.event(event_scope(ev, payload)))
+}
+
+/// `event` in an admission rule: the token asking to start the step.
+#[derive(serde::Serialize)]
+struct TokenView<'a> {
+    /// Always `token`.
+    name: &'static str,
+    step: &'a str,
+    args: &'a Value,
+    token_id: &'a str,
+}
+
+/// The scope a step's admission rules render in for the token `srid`
+/// with `args`: workload, `ctx`, `args`, `event` (the token) and the
+/// execution id.
+pub async fn admission_scope<S: StateSource>(
+    source: &S,
+    plan: &PlanRecord,
+    (step, admit): (&Step, &noetl_core::model::Admit),
+    args: &Value,
+    srid: &str,
+) -> Result<Scope, MeshError> {
+    let eid = plan.execution_id.as_str();
+    let roots = roots(admit.rules.iter().filter_map(|r| r.when.as_deref()));
+    let loaded = load_from(source, eid, &roots, &[]).await?;
+    Ok(Scope::new()
+        .workload(plan.workload.clone())
+        .ctx(loaded.ctx)
+        .args(source.args(args).await?)
+        .event(crate::payloads::to_value(&TokenView {
+            name: "token",
+            step: &step.step,
+            args,
+            token_id: srid,
+        }))
+        .execution_id(eid.to_string()))
+}
+
+/// The scope a loop's `in` and `max_in_flight` render in (with the
+/// loop-supervisor's own `more` templates): workload, `ctx`, the step's
+/// args, the step results they read, and in a child playbook the
+/// parent's iteration as `iter.parent`.
+pub async fn loop_scope<S: StateSource>(
+    source: &S,
+    plan: &PlanRecord,
+    lp: &noetl_core::model::Loop,
+    args: &Value,
+    more: &[&str],
+) -> Result<Scope, MeshError> {
+    let mut all = strings(&lp.in_);
+    if let Some(m) = &lp.spec.max_in_flight {
+        all.extend(strings(m));
+    }
+    all.extend(more.iter().copied());
+    let mut sc = plan.template_scope(source, all, args).await?;
+    if !plan.parent_iter.is_null() {
+        sc = sc.iter(serde_json::json!({"parent": plan.parent_iter}));
+    }
+    Ok(sc)
 }

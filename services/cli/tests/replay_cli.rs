@@ -409,3 +409,158 @@ fn show_at_an_event_compact_keeps_the_log_and_retention_drops_only_ended_executi
     let (out, _) = run(noetl().args(["exec", "cancel", &running, "--nats", &url]));
     assert!(out.status.success(), "{}", text(&out));
 }
+
+#[test]
+fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop"]);
+    let original = std::fs::read_to_string(fixture("rejudged.yaml")).unwrap();
+    let id = support::exec_start(noetl(), &url, &[fixture("rejudged.yaml")]);
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["steps"]["gated"], "done", "{end}");
+
+    let changed = |name: &str, from: &str, to: &str| {
+        assert!(original.contains(from), "{from}");
+        let path = home.path().join(name);
+        std::fs::write(&path, original.replace(from, to)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let replay_with = |file: &str| {
+        run(noetl().args([
+            "exec",
+            "replay",
+            &id,
+            "--playbook",
+            file,
+            "--json",
+            "--nats",
+            &url,
+        ]))
+    };
+    // Cosmetic: a description and a comment. The same decisions.
+    let cosmetic = changed(
+        "cosmetic.yaml",
+        "desc: the first step",
+        "desc: renamed # and a comment",
+    );
+    let (out, r) = replay_with(&cosmetic);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    assert!(r["decisions"].as_u64().unwrap() >= 4, "{r}");
+    let (out, _) = run(noetl().args([
+        "exec",
+        "replay",
+        &id,
+        "--playbook",
+        &cosmetic,
+        "--nats",
+        &url,
+    ]));
+    assert!(text(&out).contains("the same"), "{}", text(&out));
+
+    // A changed arc: its args.
+    let arc = changed(
+        "arc.yaml",
+        "args: { value: \"{{ event.result }}\" }",
+        "args: { value: \"{{ event.result + 1 }}\" }",
+    );
+    let (out, r) = replay_with(&arc);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let d = &r["divergence"];
+    assert_eq!(
+        (d["decision"].as_str(), d["step"].as_str()),
+        (Some("arcs"), Some("start")),
+        "{r}"
+    );
+    assert_eq!(d["event"]["event_type"], "step.done", "{r}");
+    assert!(d["recorded"].to_string().contains("\"value\":7"), "{r}");
+    assert!(d["now"].to_string().contains("\"value\":8"), "{r}");
+    // A changed admission.
+    let admission = changed(
+        "admission.yaml",
+        "args.value > workload.threshold",
+        "args.value > 100",
+    );
+    let (out, r) = replay_with(&admission);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let d = &r["divergence"];
+    assert_eq!(
+        (d["decision"].as_str(), d["step"].as_str()),
+        (Some("admission"), Some("gated")),
+        "{r}"
+    );
+    assert_eq!(
+        (d["recorded"].as_str(), d["now"].as_str()),
+        (Some("admitted"), Some("denied")),
+        "{r}"
+    );
+    // A changed loop collection.
+    let collection = changed(
+        "collection.yaml",
+        "range(workload.n)",
+        "range(workload.n + 1)",
+    );
+    let (out, r) = replay_with(&collection);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let d = &r["divergence"];
+    assert_eq!(d["decision"], "loop collection", "{r}");
+    assert_eq!(
+        (d["recorded"].clone(), d["now"].clone()),
+        (json!(3), json!(4)),
+        "{r}"
+    );
+    let (out, _) = run(noetl().args([
+        "exec",
+        "replay",
+        &id,
+        "--playbook",
+        &collection,
+        "--nats",
+        &url,
+    ]));
+    assert!(
+        text(&out).contains("diverges at the loop collection of step \"squares\""),
+        "{}",
+        text(&out)
+    );
+    // Every recent execution of the playbook: one, diverging.
+    let (out, _) = run(noetl().args([
+        "exec",
+        "replay",
+        "--all",
+        "--since",
+        "1h",
+        "--playbook",
+        &collection,
+        "--nats",
+        &url,
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 execution(s) checked, 1 diverge"),
+        "{}",
+        text(&out)
+    );
+    let (out, _) = run(noetl().args([
+        "exec",
+        "replay",
+        "--all",
+        "--since",
+        "1h",
+        "--playbook",
+        &cosmetic,
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    // A playbook that does not load is refused before anything is read.
+    let broken = changed("broken.yaml", "kind: noop", "kind: nope");
+    let (out, _) = replay_with(&broken);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("nope"), "{}", text(&out));
+}

@@ -13,7 +13,7 @@ use noetl_mesh::{
     MeshError,
 };
 use noetl_wire::LoopCommand;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::collection::{store_items, Collection};
 use crate::dispatch::{release_held, resume, unpause_command_id, Window};
@@ -210,26 +210,17 @@ async fn create(mesh: &Mesh, key: &str, run: LoopRun) -> Result<LoopRun, MeshErr
     Ok(kv::get(mesh.loop_kv(), key).await?.unwrap_or(run))
 }
 
-/// The scope `loop.in` and `max_in_flight` render in: workload, `ctx`, the
-/// step's args, the step results they read, and in a child playbook the
-/// parent's iteration as `iter.parent`.
+/// The scope `loop.in`, `max_in_flight` and the frame templates render in
+/// ([`scope::loop_scope`], from KV).
 async fn loop_scope(
     mesh: &Mesh,
     plan: &PlanRecord,
     lp: &Loop,
     args: &Value,
 ) -> Result<Scope, MeshError> {
-    let mut all = scope::strings(&lp.in_);
-    if let Some(m) = &lp.spec.max_in_flight {
-        all.extend(scope::strings(m));
-    }
     let frame = frame_templates(lp);
-    all.extend(frame.iter().map(String::as_str));
-    let mut sc = plan.template_scope(mesh, all, args).await?;
-    if !plan.parent_iter.is_null() {
-        sc = sc.iter(json!({"parent": plan.parent_iter}));
-    }
-    Ok(sc)
+    let more: Vec<&str> = frame.iter().map(String::as_str).collect();
+    scope::loop_scope(mesh, plan, lp, args, &more).await
 }
 
 /// The loop's collection from its rendered `loop.in`, or why the loop

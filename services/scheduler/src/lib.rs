@@ -13,7 +13,7 @@ mod join;
 
 use std::sync::Arc;
 
-use noetl_core::{routing, template::Scope, Step};
+use noetl_core::{routing, Step};
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
@@ -185,37 +185,14 @@ async fn admission(
     args: &Value,
     srid: &str,
 ) -> Result<Result<routing::Admission, noetl_core::routing::RoutingError>, MeshError> {
-    let eid = plan.execution_id.as_str();
     let Some(a) = step.admit() else {
         return Ok(Ok(routing::Admission {
             allowed: true,
             rule: None,
         }));
     };
-    let roots = scope::roots(a.rules.iter().filter_map(|r| r.when.as_deref()));
-    let loaded = scope::load(mesh, eid, &roots, &[]).await?;
-    let sc = Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(scope::hydrate_args(mesh, args).await?)
-        .event(payloads::to_value(&TokenView {
-            name: "token",
-            step: &step.step,
-            args,
-            token_id: srid,
-        }))
-        .execution_id(eid.to_string());
+    let sc = scope::admission_scope(mesh, plan, (step, a), args, srid).await?;
     Ok(routing::admit(Some(a), &sc))
-}
-
-/// `event` in an admission rule: the token asking to start the step.
-#[derive(serde::Serialize)]
-struct TokenView<'a> {
-    /// Always `token`.
-    name: &'static str,
-    step: &'a str,
-    args: &'a Value,
-    token_id: &'a str,
 }
 
 /// What [`decide`] needs: the token, its step and args, and what its

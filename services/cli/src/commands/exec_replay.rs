@@ -20,8 +20,23 @@ use super::exit::Exit;
 pub struct ReplayArgs {
     /// Execution id (with `--from`: which of the file's executions; may be
     /// left out when the file holds one).
-    #[arg(required_unless_present = "from")]
+    #[arg(required_unless_present_any = ["from", "all"])]
     pub id: Option<String>,
+    /// Take the execution's decisions again with this playbook (admission,
+    /// arcs, loop collections) and report the first that differs (exit 2).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "until", "version"])]
+    pub playbook: Option<std::path::PathBuf>,
+    /// As --playbook, with this catalog version of the execution's
+    /// playbook.
+    #[arg(long, value_name = "N", conflicts_with_all = ["from", "until", "all"])]
+    pub version: Option<u32>,
+    /// With --playbook: every execution of that playbook (same catalog
+    /// path, else same name) started within --since.
+    #[arg(long, requires = "playbook", conflicts_with = "id")]
+    pub all: bool,
+    /// With --all: how far back (`7d`, `12h`) [default: 7d].
+    #[arg(long, value_name = "DUR", requires = "all")]
+    pub since: Option<String>,
     /// Fold the events of this export (`noetl events export`) instead of
     /// the stream, and show the state they give (nothing is compared).
     #[arg(long, value_name = "FILE")]
@@ -58,6 +73,9 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(file) = &a.from {
         return from_file(&a, file, until.unwrap_or_default()).await;
+    }
+    if a.playbook.is_some() || a.version.is_some() {
+        return super::exec_rejudge::run(&a).await;
     }
     let id = a.id.clone().expect("clap requires an id without --from");
     let mesh = a.mesh.attach().await?;

@@ -10,6 +10,7 @@ pub mod events;
 pub mod events_export;
 pub mod exec;
 pub mod exec_pause;
+pub mod exec_rejudge;
 pub mod exec_replay;
 pub mod exec_resume;
 pub mod exec_retry;

@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::json;
 
 fn plan(step: Value) -> PlanRecord {
     let playbook = json!({

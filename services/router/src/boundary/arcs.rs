@@ -19,8 +19,8 @@ pub(super) struct Decision {
     pub(super) set_ctx: Option<Map<String, Value>>,
 }
 
-/// The scope arc conditions and args render in: workload, `ctx`, the step's
-/// args, `event`, and the step results `templates` read.
+/// The scope arc conditions and args render in ([`scope::arc_scope`],
+/// from KV).
 pub(super) async fn arc_scope(
     mesh: &Mesh,
     plan: &PlanRecord,
@@ -32,23 +32,7 @@ pub(super) async fn arc_scope(
         .args
         .clone()
         .unwrap_or_else(|| Value::Object(Map::new()));
-    let sc = plan
-        .template_scope(mesh, templates.iter().copied(), &args)
-        .await?;
-    Ok(sc.event(event_scope(ev, payload)))
-}
-
-/// The `event` arcs' conditions see: the boundary event's payload plus its
-/// `name`, `step` and `step_run_id`.
-pub(super) fn event_scope(ev: &Event, payload: &Value) -> Value {
-    let mut event = match payload {
-        Value::Object(m) => m.clone(),
-        _ => Map::new(),
-    };
-    event.insert("name".into(), Value::String(ev.event_type.clone()));
-    event.insert("step".into(), Value::String(ev.step.clone()));
-    event.insert("step_run_id".into(), Value::String(ev.step_run_id.clone()));
-    Value::Object(event)
+    scope::arc_scope(mesh, plan, ev, (payload, &args), templates).await
 }
 
 /// Evaluate the step's arcs for this boundary event, in one pass: read the
@@ -65,7 +49,7 @@ pub(super) async fn decide(
         return Ok(route(ev, kind, Ok(Vec::new())));
     }
     let next = step.next.as_ref();
-    let templates = arc_templates(step);
+    let templates = scope::arc_templates(step);
     let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
         Ok(Vec::new())
     } else {
@@ -81,25 +65,6 @@ pub(super) async fn decide(
         tracing::warn!(execution_id = %ev.execution_id, step = %ev.step, %message, "routing failed");
     }
     place(mesh, plan, ev, route(ev, kind, selected)).await
-}
-
-/// Every template of the step's arcs (conditions, args, `set_ctx`).
-fn arc_templates(step: &Step) -> Vec<&str> {
-    step.next
-        .as_ref()
-        .map(|n| {
-            n.arcs
-                .iter()
-                .flat_map(|a| {
-                    let mut v: Vec<&str> = a.when.as_deref().into_iter().collect();
-                    for x in a.args.iter().chain(&a.set_ctx).flat_map(|m| m.values()) {
-                        v.extend(scope::strings(x));
-                    }
-                    v
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// What the selected arcs decide, before anything is written: the tokens

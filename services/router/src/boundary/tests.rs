@@ -121,7 +121,7 @@ fn event(event_type: &str) -> Event {
 
 #[test]
 fn arcs_see_the_payload_with_the_event_name_step_and_step_run() {
-    let e = event_scope(
+    let e = noetl_mesh::scope::event_scope(
         &event(types::STEP_FAILED),
         &json!({"status": "error", "name": "payload's own"}),
     );
@@ -130,7 +130,7 @@ fn arcs_see_the_payload_with_the_event_name_step_and_step_run() {
         json!({"status": "error", "name": "step.failed", "step": "fetch", "step_run_id": "sr1"})
     );
     assert_eq!(
-        event_scope(&event(types::STEP_DONE), &Value::Null)["name"],
+        noetl_mesh::scope::event_scope(&event(types::STEP_DONE), &Value::Null)["name"],
         "step.done"
     );
 }

@@ -1,0 +1,405 @@
+//! Replay against a changed playbook (`noetl exec replay ID --playbook
+//! FILE`, docs/operations.md "Replay against a changed playbook"): walk an
+//! execution's events, and at each decision the engine took, take it again
+//! with the new playbook against the state the events give at that point
+//! and the outcomes they record. The scopes are built by the functions the
+//! services use ([`crate::scope`], through [`StateSource`]) and the
+//! decisions are the core's ([`routing::admit`], [`routing::select_arcs`],
+//! a loop's `in`), so a replay runs the code that ran live.
+//!
+//! Re-taken: admission (`step.scheduled` / `step.skipped` "admission
+//! denied"), the arcs each step-run's boundary fired (targets and their
+//! args), and the length of each loop's collection (`loop.started`).
+//! Task policies are not re-taken yet (their scope — `iter`, `_prev`, the
+//! results of earlier tasks — is not all in the log); the report says so.
+
+use std::collections::BTreeMap;
+
+use noetl_core::{routing, template::render_value, Playbook};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::event_type::EventType;
+use crate::fold::{Folded, Origin};
+use crate::plan::PlanRecord;
+use crate::replay::{self, Until};
+use crate::scope::{self, StateSource};
+use crate::{Mesh, MeshError};
+
+/// The state a decision reads, as the events up to it give it.
+struct AsOf<'a> {
+    mesh: &'a Mesh,
+    folded: &'a Folded,
+}
+
+impl StateSource for AsOf<'_> {
+    async fn ctx(&self, _eid: &str) -> Result<Value, MeshError> {
+        Ok(Value::Object(self.folded.ctx.clone()))
+    }
+
+    async fn step_result(&self, _eid: &str, name: &str) -> Result<Option<Value>, MeshError> {
+        match self.folded.results.get(name) {
+            Some(v) => Ok(Some(self.mesh.results().hydrate(v.clone()).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn args(&self, args: &Value) -> Result<Value, MeshError> {
+        scope::hydrate_args(self.mesh, args).await
+    }
+}
+
+/// A decision the new playbook takes otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Divergence {
+    /// The step it is about.
+    pub step: String,
+    /// `admission`, `arcs`, `loop collection` or `step`.
+    pub decision: String,
+    /// The event that recorded the old decision.
+    pub event: Origin,
+    /// What the execution did.
+    pub recorded: Value,
+    /// What the new playbook decides.
+    pub now: Value,
+}
+
+/// What [`rejudge`] reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Rejudged {
+    /// The execution.
+    pub execution_id: String,
+    /// Events read.
+    pub events: usize,
+    /// Decisions taken again (up to the first divergence).
+    pub decisions: usize,
+    /// The first decision the new playbook takes otherwise.
+    pub divergence: Option<Divergence>,
+    /// What was not compared, and why.
+    pub notes: Vec<String>,
+}
+
+/// What an execution's events recorded of its decisions, gathered before
+/// the walk (a boundary's tokens come after it in the log).
+#[derive(Default)]
+struct Recorded {
+    /// Tokens by the step-run that fired them: `(step, args)`.
+    fired: BTreeMap<String, Vec<(String, Value)>>,
+    /// Each token's args, by token id (its step-run id).
+    args: BTreeMap<String, Value>,
+}
+
+fn recorded(log: &[replay::Logged]) -> Result<Recorded, MeshError> {
+    let mut r = Recorded::default();
+    for l in log {
+        if EventType::of(&l.event) != Some(EventType::TokenCreated) {
+            continue;
+        }
+        let p: crate::payloads::TokenCreated = crate::payloads::decode_typed(&l.event)?;
+        let parent = if p.parent.is_empty() {
+            l.event.step_run_id.clone()
+        } else {
+            p.parent.clone()
+        };
+        r.args.insert(p.token_id.clone(), p.args.clone());
+        if p.arc.is_some() {
+            r.fired.entry(parent).or_default().push((p.step, p.args));
+        }
+    }
+    Ok(r)
+}
+
+/// Walk the log of `eid` and take its decisions again with `playbook`;
+/// stop at the first that differs.
+pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Rejudged, MeshError> {
+    let mut log = replay::read_log(mesh, eid, Until::End).await?;
+    for l in &mut log {
+        if replay::carries_reference(&l.event) {
+            replay::hydrate(mesh, &mut l.event).await?;
+        }
+    }
+    let rec = recorded(&log)?;
+    let mut out = Rejudged {
+        execution_id: eid.to_string(),
+        events: log.len(),
+        notes: vec!["task policies are not taken again (their iter, _prev and earlier results are not all in the log)".into()],
+        ..Default::default()
+    };
+    let mut folded = Folded::default();
+    let mut plan: Option<PlanRecord> = None;
+    for l in &log {
+        let ev = &l.event;
+        let kind = EventType::of(ev);
+        let live = folded
+            .header
+            .as_ref()
+            .is_some_and(|h| h.is_live(&ev.step_run_id));
+        folded.apply(l.seq, ev)?;
+        if kind == Some(EventType::PlaybookInitialized) {
+            let mut p = PlanRecord::new(
+                eid.to_string(),
+                folded
+                    .header
+                    .as_ref()
+                    .map(|h| h.source.clone())
+                    .unwrap_or_default(),
+                playbook.clone(),
+                folded.workload.clone(),
+            );
+            p.trace_id = folded.trace_id.clone();
+            plan = Some(p);
+            continue;
+        }
+        let (Some(kind), Some(plan)) = (kind, plan.as_ref()) else {
+            continue;
+        };
+        let Some(found) = decide(
+            Decide {
+                mesh,
+                plan,
+                folded: &folded,
+                rec: &rec,
+                seq: l.seq,
+                ev,
+                live,
+            },
+            kind,
+        )
+        .await?
+        else {
+            continue;
+        };
+        out.decisions += 1;
+        if let Err(d) = found {
+            out.divergence = Some(d);
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// One event's decision to take again.
+struct Decide<'a> {
+    mesh: &'a Mesh,
+    plan: &'a PlanRecord,
+    folded: &'a Folded,
+    rec: &'a Recorded,
+    seq: u64,
+    ev: &'a noetl_wire::Event,
+    /// Its step-run's token was live before it (a boundary the router
+    /// routed, not a late copy).
+    live: bool,
+}
+
+/// `None`: no decision at this event; `Some(Ok)`: taken again, the same;
+/// `Some(Err)`: the new playbook decides otherwise.
+async fn decide(
+    d: Decide<'_>,
+    kind: EventType,
+) -> Result<Option<Result<(), Divergence>>, MeshError> {
+    let ev = d.ev;
+    let p = crate::events::payload(ev);
+    let is_decision = match kind {
+        EventType::StepScheduled => true,
+        EventType::StepSkipped => p["reason"] == "admission denied",
+        EventType::StepDone | EventType::StepFailed => d.live && p["join"] != true,
+        EventType::LoopDone => d.live && p["boundary"] != false && p["join"] != true,
+        EventType::LoopStarted => true,
+        _ => false,
+    };
+    if !is_decision {
+        return Ok(None);
+    }
+    let differ = |decision: &str, recorded: Value, now: Value| Divergence {
+        step: ev.step.clone(),
+        decision: decision.into(),
+        event: Origin::of(d.seq, ev),
+        recorded,
+        now,
+    };
+    let Some(step) = d.plan.step(&ev.step) else {
+        return Ok(Some(Err(differ(
+            "step",
+            Value::from(format!("step {:?} ran", ev.step)),
+            Value::from(format!("the playbook has no step {:?}", ev.step)),
+        ))));
+    };
+    let source = AsOf {
+        mesh: d.mesh,
+        folded: d.folded,
+    };
+    let args = d
+        .rec
+        .args
+        .get(&ev.step_run_id)
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    match kind {
+        EventType::StepScheduled | EventType::StepSkipped => {
+            let was = kind == EventType::StepScheduled;
+            let now = match step.admit() {
+                None => Ok(true),
+                Some(a) => {
+                    let sc =
+                        scope::admission_scope(&source, d.plan, (step, a), &args, &ev.step_run_id)
+                            .await?;
+                    routing::admit(Some(a), &sc)
+                        .map(|a| a.allowed)
+                        .map_err(|e| e.to_string())
+                }
+            };
+            let shown = |allowed: bool| Value::from(if allowed { "admitted" } else { "denied" });
+            Ok(Some(match now {
+                Ok(now) if now == was => Ok(()),
+                Ok(now) => Err(differ("admission", shown(was), shown(now))),
+                Err(e) => Err(differ(
+                    "admission",
+                    shown(was),
+                    Value::from(format!("fails: {e}")),
+                )),
+            }))
+        }
+        EventType::LoopStarted => {
+            let (Some(lp), false) = (step.loop_.as_ref(), p["mode"] == "cursor") else {
+                return Ok(Some(Ok(())));
+            };
+            let sc = scope::loop_scope(&source, d.plan, lp, &args, &[]).await?;
+            let was = p["total"].clone();
+            let now = match render_value(&lp.in_, &sc) {
+                Ok(Value::Array(items)) => Value::from(items.len()),
+                Ok(other) if crate::objects::is_ref(&other) => {
+                    match d.mesh.results().hydrate(other).await? {
+                        Value::Array(items) => Value::from(items.len()),
+                        other => {
+                            Value::from(format!("not a list: {}", noetl_core::json_type(&other)))
+                        }
+                    }
+                }
+                Ok(other) => Value::from(format!("not a list: {}", noetl_core::json_type(&other))),
+                Err(e) => Value::from(format!("fails: {e}")),
+            };
+            Ok(Some(if now == was {
+                Ok(())
+            } else {
+                Err(differ("loop collection", was, now))
+            }))
+        }
+        _ => {
+            let was = d
+                .rec
+                .fired
+                .get(&ev.step_run_id)
+                .cloned()
+                .unwrap_or_default();
+            let templates = scope::arc_templates(step);
+            let next = step.next.as_ref();
+            let now = if templates.is_empty() && next.is_none_or(|n| n.arcs.is_empty()) {
+                Ok(Vec::new())
+            } else {
+                let sc = scope::arc_scope(&source, d.plan, ev, (&p, &args), &templates).await?;
+                routing::select_arcs(next, &sc)
+                    .map(|arcs| {
+                        arcs.into_iter()
+                            .map(|a| (a.step, Value::Object(a.args)))
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|e| e.to_string())
+            };
+            Ok(Some(match now {
+                Ok(now) if same_arcs(&was, &now) => Ok(()),
+                Ok(now) => Err(differ("arcs", shown_arcs(&was), shown_arcs(&now))),
+                Err(e) => Err(differ(
+                    "arcs",
+                    shown_arcs(&was),
+                    Value::from(format!("routing fails: {e}")),
+                )),
+            }))
+        }
+    }
+}
+
+/// The same targets with the same args (an arg that travelled by
+/// reference is compared by name only).
+fn same_arcs(was: &[(String, Value)], now: &[(String, Value)]) -> bool {
+    let key = |arcs: &[(String, Value)]| {
+        let mut v: Vec<(String, Value)> = arcs
+            .iter()
+            .map(|(s, a)| (s.clone(), comparable(a)))
+            .collect();
+        v.sort_by(|x, y| {
+            x.0.cmp(&y.0)
+                .then_with(|| x.1.to_string().cmp(&y.1.to_string()))
+        });
+        v
+    };
+    let (a, b) = (key(was), key(now));
+    a.len() == b.len()
+        && a.iter()
+            .zip(&b)
+            .all(|((s1, a1), (s2, a2))| s1 == s2 && same_args(a1, a2))
+}
+
+/// Equal args, a value by reference on either side matching any value.
+fn same_args(a: &Value, b: &Value) -> bool {
+    let by_ref = |v: &Value| v.as_str() == Some(BY_REFERENCE);
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| v == w || by_ref(v) || by_ref(w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// What a value that travelled by reference is shown as.
+const BY_REFERENCE: &str = "<by reference>";
+
+/// Args as compared: values stored by reference stand for any value.
+fn comparable(args: &Value) -> Value {
+    match args {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let v = if crate::objects::is_ref(v) {
+                        Value::from(BY_REFERENCE)
+                    } else {
+                        v.clone()
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn shown_arcs(arcs: &[(String, Value)]) -> Value {
+    Value::Array(
+        arcs.iter()
+            .map(|(s, a)| serde_json::json!({"step": s, "args": comparable(a)}))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arcs_compare_by_target_and_args_in_any_order_a_reference_matching_any_value() {
+        let a = |s: &str, v: Value| (s.to_string(), v);
+        let was = vec![a("b", json!({"n": 1})), a("c", json!({}))];
+        let swapped = vec![a("c", json!({})), a("b", json!({"n": 1}))];
+        assert!(same_arcs(&was, &swapped));
+        assert!(!same_arcs(
+            &was,
+            &[a("b", json!({"n": 2})), a("c", json!({}))]
+        ));
+        assert!(!same_arcs(&was, &[a("b", json!({"n": 1}))]));
+        assert!(same_arcs(&[], &[]));
+        let shown = shown_arcs(&was);
+        assert_eq!(shown[0], json!({"step": "b", "args": {"n": 1}}));
+    }
+}
