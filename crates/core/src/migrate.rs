@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use crate::yaml::{Node, NodeKind};
 
 mod keychain;
+mod lines;
 mod shapes;
 mod tool_fields;
 pub(crate) use tool_fields::hint as tool_field_hint;
@@ -47,6 +48,9 @@ pub struct Migration {
     pub changes: Vec<Change>,
     /// What was left as written, in file order.
     pub refusals: Vec<Refusal>,
+    /// For each line of `text` (index `n - 1` for line `n`), its line in
+    /// the file as written.
+    lines: Vec<usize>,
 }
 
 impl Migration {
@@ -65,6 +69,16 @@ impl Migration {
             .collect();
         lines.sort_by_key(|(l, _)| *l);
         lines
+    }
+
+    /// The line of the file as written that line `line` of the migrated
+    /// text comes from (a line a rewrite wrote: the line it replaced), so
+    /// a diagnostic of the migrated text can name the line the user wrote.
+    pub fn original_line(&self, line: usize) -> usize {
+        self.lines
+            .get(line.wrapping_sub(1))
+            .copied()
+            .unwrap_or_else(|| line.min(self.lines.last().copied().unwrap_or(line)))
     }
 }
 
@@ -89,6 +103,7 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         text: src.to_string(),
         changes: Vec::new(),
         refusals: Vec::new(),
+        lines: (1..=src.lines().count()).collect(),
     };
     // Passes 0 and 1 (NoETL's nesting undone: workbook tasks' `tool:`,
     // then tool fields under `spec` and an artifact's `input`) delete and
@@ -112,7 +127,8 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
         let mut edits = Edits::new(&m.text);
         pass(&root, &mut edits);
         let lines = m.text.lines().count();
-        let (text, mut changes, mut refusals, orders) = edits.apply();
+        let (text, mut changes, mut refusals, orders, moved) = edits.apply();
+        m.lines = lines::compose(&m.lines, &moved);
         let to_original = |line: usize| match &origin {
             Some(o) => o.get(line - 1).copied().unwrap_or(line),
             None => line,
@@ -229,7 +245,17 @@ impl<'a> Edits<'a> {
     }
 
     /// The edited text; overlapping edits keep the first and are reported.
-    fn apply(mut self) -> (String, Vec<Change>, Vec<Refusal>, Vec<LineOrder>) {
+    /// Last, for each line of the edited text, its line before the edits.
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        mut self,
+    ) -> (
+        String,
+        Vec<Change>,
+        Vec<Refusal>,
+        Vec<LineOrder>,
+        Vec<usize>,
+    ) {
         let mut order: Vec<usize> = (0..self.edits.len()).collect();
         order.sort_by_key(|&i| (self.edits[i].0, self.edits[i].1));
         let mut kept: Vec<usize> = Vec::new();
@@ -259,11 +285,21 @@ impl<'a> Edits<'a> {
             .iter()
             .filter_map(|&i| self.changes[i].clone())
             .collect();
+        let replaced: Vec<lines::Replaced> = kept
+            .iter()
+            .map(|&i| lines::Replaced {
+                start: self.edits[i].0,
+                end: self.edits[i].1,
+                with: &self.edits[i].2,
+                order: self.orders[i].as_ref().map(|o| o.order.as_slice()),
+            })
+            .collect();
+        let moved = lines::origin(self.text, &replaced);
         let orders = kept
             .iter()
             .filter_map(|&i| self.orders[i].clone())
             .collect();
-        (out, changes, self.refusals, orders)
+        (out, changes, self.refusals, orders, moved)
     }
 }
 
@@ -949,6 +985,7 @@ fn structure(root: &Node, e: &mut Edits) {
         }
     }
     shapes::structure(root, e);
+    keychain::registered_credentials(root, e);
     keychain::declarations(root, e);
 }
 

@@ -23,10 +23,28 @@ pub struct Entry {
     pub version: u32,
     /// `metadata.name`.
     pub name: String,
-    /// The YAML text as registered.
+    /// The YAML text that runs (canonical: migrated when it was sent in
+    /// NoETL's dialect).
     pub yaml: String,
+    /// The text as it was sent, when the registration migrated it
+    /// (`yaml` is then what `noetl migrate` made of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
     /// RFC 3339.
     pub registered_at: String,
+}
+
+/// A version to store ([`Catalog::register_version`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewVersion<'a> {
+    /// Catalog path (`metadata.path`).
+    pub path: &'a str,
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// The text that runs.
+    pub yaml: &'a str,
+    /// The text as sent, when `yaml` is its migration.
+    pub original: Option<&'a str>,
 }
 
 /// The counter record.
@@ -121,6 +139,24 @@ impl Catalog {
         name: &str,
         yaml: &str,
     ) -> Result<Entry, CatalogError> {
+        self.register_version(NewVersion {
+            path,
+            name,
+            yaml,
+            original: None,
+        })
+        .await
+    }
+
+    /// Store a version, with the text it was migrated from if any, as the
+    /// next version of its path; returns the entry.
+    pub async fn register_version(&self, new: NewVersion<'_>) -> Result<Entry, CatalogError> {
+        let NewVersion {
+            path,
+            name,
+            yaml,
+            original,
+        } = new;
         let key = path_key(path)?;
         let latest = kv::update(
             &self.store,
@@ -140,6 +176,7 @@ impl Catalog {
             version: latest.version,
             name: name.to_string(),
             yaml: yaml.to_string(),
+            original: original.map(str::to_string),
             registered_at: crate::events::now_rfc3339(),
         };
         kv::put(

@@ -108,15 +108,24 @@ fn step_record() -> impl Strategy<Value = StepRecord> {
 }
 
 fn entry() -> impl Strategy<Value = Entry> {
-    (text(), any::<u32>(), text(), text(), text()).prop_map(
-        |(path, version, name, yaml, registered_at)| Entry {
-            path,
-            version,
-            name,
-            yaml,
-            registered_at,
-        },
+    (
+        text(),
+        any::<u32>(),
+        text(),
+        text(),
+        proptest::option::of(text()),
+        text(),
     )
+        .prop_map(
+            |(path, version, name, yaml, original, registered_at)| Entry {
+                path,
+                version,
+                name,
+                yaml,
+                original,
+                registered_at,
+            },
+        )
 }
 
 proptest! {

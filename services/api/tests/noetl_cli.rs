@@ -44,6 +44,10 @@ workflow:
         result: done
 "#;
 
+/// A playbook of our own in NoETL's dialect (`input`, a bare workload
+/// name, `next` as a list), which the server migrates.
+const NOETL_DIALECT: &str = include_str!("fixtures/noetl_dialect/sum.yaml");
+
 /// NoETL's client, pointed at one API as one principal.
 struct Cli {
     bin: PathBuf,
@@ -209,6 +213,22 @@ async fn noetls_cli_drives_the_api_end_to_end() {
         .ok(&["catalog", "get", "tests/noetl_style_greeting"])
         .await;
     assert!(out.contains("noetl_style_greeting"), "{out}");
+    // A playbook in NoETL's dialect registers as written: the server
+    // migrates it, says what it rewrote, and keeps the text sent.
+    let dialect = dir_of(&[("sum.yaml", NOETL_DIALECT)]);
+    let sum = dialect.path().join("sum.yaml").display().to_string();
+    let out = admin.ok(&["register", "playbook", "-f", &sum]).await;
+    assert!(
+        out.contains(r#""migrated":true"#) && out.contains("`input` → `args`"),
+        "{out}"
+    );
+    let out = admin
+        .ok(&["catalog", "get", "tests/noetl_dialect_sum"])
+        .await;
+    assert!(
+        out.contains("original_content") && out.contains("input:"),
+        "{out}"
+    );
 
     // run with a payload, then the human status until it shows the end.
     let started = admin

@@ -57,6 +57,62 @@ fn auth_name<'a>(auth: &'a Node, workload: Option<&'a Node>) -> Result<Option<&'
     }
 }
 
+/// NoETL's `kind: credential` entry (the credential registered on its
+/// server under the name `credential` gives) becomes an entry of this
+/// engine's store under the entry's own name: `postgres_credential` when a
+/// postgres task (a transfer's side, a cursor loop) reads it by `auth`,
+/// else `secret` (any fields: `{{ keychain.NAME.field }}` reads them as
+/// before). The report names the credential to store and the command.
+pub(super) fn registered_credentials(root: &Node, e: &mut Edits) {
+    let workload = root.get("workload");
+    for entry in root.get("keychain").map(Node::items).unwrap_or_default() {
+        let Some((_, kind)) = entry
+            .entry("kind")
+            .filter(|(_, v)| v.as_str() == Some("credential"))
+        else {
+            continue;
+        };
+        let Some(name) = entry.get("name").and_then(Node::as_str) else {
+            continue; // the validator says the entry has no name
+        };
+        let wanted = if read_as_postgres(root, name) {
+            "postgres_credential"
+        } else {
+            "secret"
+        };
+        let source = match entry.get("credential").map(|c| auth_name(c, workload)) {
+            Some(Ok(Some(c))) => format!(" `{c}`"),
+            _ => String::new(),
+        };
+        let quoted = e.text[kind.span.offset..].starts_with(['"', '\'']);
+        let end = kind.span.offset + "credential".len() + if quoted { 2 } else { 0 };
+        e.replace(
+            (kind.span.offset, end),
+            wanted.into(),
+            kind.span.line,
+            format!("keychain `{name}`: `kind: credential` (NoETL's registered credential{source}) → `kind: {wanted}`, read from the local store under the entry's name: store it with `noetl credential put {name} --kind {wanted}`"),
+        );
+    }
+}
+
+/// Whether a postgres task, a transfer's postgres side or a cursor loop
+/// names the credential `name` by `auth`.
+fn read_as_postgres(root: &Node, name: &str) -> bool {
+    let names = |n: &Node| n.get("auth").and_then(Node::as_str).map(str::trim) == Some(name);
+    let postgres = |n: &Node, field: &str| n.get(field).and_then(Node::as_str) == Some("postgres");
+    tasks(root).iter().any(|(t, _)| {
+        (postgres(t, "kind") && names(t))
+            || ["source", "target"]
+                .iter()
+                .filter_map(|side| t.get(side))
+                .any(|s| postgres(s, "tool") && names(s))
+    }) || steps(root).any(|(s, _)| {
+        s.get("loop")
+            .and_then(|l| l.get("cursor"))
+            .is_some_and(names)
+    })
+}
+
 /// Declare in `keychain` each credential a task names by `auth` and the
 /// playbook does not declare.
 pub(super) fn declarations(root: &Node, e: &mut Edits) {
@@ -249,6 +305,28 @@ mod tests {
         // A second run changes nothing.
         let again = migrate(&m.text).unwrap();
         assert_eq!(again.text, m.text);
+    }
+
+    #[test]
+    fn a_registered_credential_is_read_from_the_store_under_the_entry_s_name() {
+        let m = migrate(&playbook(
+            "workload:\n  which: auth0_client\nkeychain:\n  - name: auth0\n    kind: credential\n    credential: \"{{ which }}\"\n  - name: pg\n    kind: credential\n    credential: pg_main\nworkflow:\n  - step: start\n    tool:\n      - name: q\n        kind: postgres\n        auth: pg\n        command: select 1\n      - name: h\n        kind: http\n        url: \"https://x/{{ keychain.auth0.client_secret }}\"\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("  - name: auth0\n    kind: secret\n")
+                && m.text
+                    .contains("  - name: pg\n    kind: postgres_credential\n"),
+            "{}",
+            m.text
+        );
+        let report = m.report();
+        assert!(
+            report.contains(&(8, "keychain `auth0`: `kind: credential` (NoETL's registered credential `auth0_client`) → `kind: secret`, read from the local store under the entry's name: store it with `noetl credential put auth0 --kind secret`".into())),
+            "{report:?}"
+        );
+        assert!(crate::load::load_playbook(&m.text, "t").is_ok());
+        assert_eq!(migrate(&m.text).unwrap().text, m.text);
     }
 
     #[test]

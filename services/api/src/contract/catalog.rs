@@ -10,6 +10,10 @@ fn playbook() -> String {
     "Playbook".into()
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// `POST /api/catalog/register`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CatalogRegisterRequest {
@@ -18,9 +22,11 @@ pub struct CatalogRegisterRequest {
     /// `Playbook` (the only kind this catalog holds).
     #[serde(default = "playbook")]
     pub resource_type: String,
-    /// Rewrite a legacy NoETL playbook with the `noetl migrate` rewrite
-    /// first; the catalog stores the migrated text (this engine's addition).
-    #[serde(default)]
+    /// A playbook in NoETL's dialect is rewritten by `noetl migrate` and
+    /// stored canonical, with the text as sent beside it (the default);
+    /// `false` takes the text as written (this engine's addition).
+    #[serde(default = "yes")]
+    #[schema(default = true)]
     pub migrate: bool,
 }
 
@@ -41,9 +47,15 @@ pub struct CatalogRegisterResponse {
     pub kind: String,
     /// `metadata.name`.
     pub name: String,
-    /// The loader's warnings, one line each (the playbook runs).
+    /// What the migration rewrote (`<request>:<line>: migrated: ...`,
+    /// lines of the text as sent), then the loader's warnings, one line
+    /// each (the playbook runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// True when the text was in NoETL's dialect and what is stored is
+    /// its migration (the text as sent is kept beside it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub migrated: bool,
 }
 
 /// `POST /api/catalog/list`.
@@ -75,8 +87,12 @@ pub struct CatalogEntryResponse {
     pub kind: String,
     /// Version.
     pub version: u32,
-    /// The YAML text as registered.
+    /// The YAML text that runs (canonical: migrated when it was sent in
+    /// NoETL's dialect).
     pub content: Option<String>,
+    /// The text as it was sent, when the server migrated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_content: Option<String>,
     /// The normalised `workflow` as JSON (`null` if it no longer loads).
     pub layout: Option<Value>,
     /// The `workload` as JSON.
@@ -160,9 +176,12 @@ pub struct CatalogBatchItem {
     /// `<path>@v<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog_id: Option<String>,
-    /// The loader's warnings.
+    /// What the migration rewrote, then the loader's warnings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// True when what is stored is the migration of the text sent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub migrated: bool,
     /// Why it was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -17,8 +17,11 @@ use crate::shape::catalog::{
     catalog_id, entry_response, parse_catalog_id, registration, version_of, RegisterInput,
 };
 use crate::state::AppState;
+use noetl_mesh::catalog::NewVersion;
 
-/// Validate a playbook and store it as the next version of its path.
+/// Validate a playbook and store it as the next version of its path; one
+/// in NoETL's dialect is stored as `noetl migrate` rewrites it, with the
+/// text as sent beside it.
 #[utoipa::path(post, path = "/api/catalog/register", tag = "catalog",
     request_body = CatalogRegisterRequest,
     security(("bearer" = [])),
@@ -61,7 +64,12 @@ async fn register_one(
     let stored = state
         .mesh
         .catalog()
-        .register(&reg.path, &reg.name, &reg.text)
+        .register_version(NewVersion {
+            path: &reg.path,
+            name: &reg.name,
+            yaml: &reg.text,
+            original: reg.original.as_deref(),
+        })
         .await
         .map_err(ApiError::from);
     let target = stored
@@ -86,6 +94,7 @@ async fn register_one(
         kind: "playbook".into(),
         name: entry.name,
         warnings: reg.warnings,
+        migrated: reg.original.is_some(),
     })
 }
 
@@ -134,6 +143,7 @@ fn batch_response(
                 version: Some(r.version),
                 catalog_id: Some(r.catalog_id),
                 warnings: r.warnings,
+                migrated: r.migrated,
                 error: None,
                 diagnostics: None,
             },
@@ -149,6 +159,7 @@ fn batch_response(
                     version: None,
                     catalog_id: None,
                     warnings: Vec::new(),
+                    migrated: false,
                     error: Some(e.to_string()),
                     diagnostics,
                 }
@@ -303,6 +314,7 @@ mod tests {
             kind: "playbook".into(),
             name: "n".into(),
             warnings: Vec::new(),
+            migrated: false,
         })
     }
 

@@ -54,13 +54,17 @@ pub fn decode_content(content: &str) -> String {
 /// A playbook ready to store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Registration {
-    /// The text to store (migrated when asked).
+    /// The text to store: canonical (migrated when it was sent in NoETL's
+    /// dialect).
     pub text: String,
+    /// The text as sent, when `text` is its migration.
+    pub original: Option<String>,
     /// Its catalog path: `metadata.path`, else `metadata.name`.
     pub path: String,
     /// `metadata.name`.
     pub name: String,
-    /// The loader's warnings, one line each.
+    /// What the migration rewrote, then the loader's warnings, one line
+    /// each.
     pub warnings: Vec<String>,
 }
 
@@ -70,7 +74,8 @@ pub struct RegisterInput<'a> {
     pub content: &'a str,
     /// The request's `resource_type`.
     pub resource_type: &'a str,
-    /// Rewrite a legacy NoETL playbook first.
+    /// Rewrite a playbook in NoETL's dialect first (the request's
+    /// `migrate`, true unless it says false).
     pub migrate: bool,
 }
 
@@ -84,22 +89,14 @@ pub fn registration(input: RegisterInput<'_>) -> Result<Registration, ApiError> 
             input.resource_type
         )));
     }
-    let mut text = decode_content(input.content);
+    let text = decode_content(input.content);
     if text.trim().is_empty() {
         return Err(ApiError::invalid(
             "`content` is empty: send the playbook YAML",
         ));
     }
-    if input.migrate {
-        text = noetl_core::migrate::migrate(&text)
-            .map_err(|e| ApiError::invalid(format!("{NAME}: not YAML: {e}")))?
-            .text;
-    }
-    let loaded = load_playbook(&text, NAME).map_err(|e| ApiError::Validation {
-        message: e.to_string(),
-        diagnostics: Some(e.diagnostics.render_json(NAME)),
-    })?;
-    let meta = &loaded.playbook.metadata;
+    let prepared = super::dialect::prepare(&text, NAME, input.migrate)?;
+    let meta = &prepared.loaded.playbook.metadata;
     let path = meta
         .path
         .clone()
@@ -110,12 +107,12 @@ pub fn registration(input: RegisterInput<'_>) -> Result<Registration, ApiError> 
             "the playbook needs `metadata.path` (or `metadata.name`) to be registered",
         ));
     }
-    let warnings = loaded.warnings.iter().map(|d| d.short(NAME)).collect();
     Ok(Registration {
         name: meta.name.clone(),
         path,
-        text,
-        warnings,
+        text: prepared.text,
+        original: prepared.original,
+        warnings: prepared.warnings,
     })
 }
 
@@ -132,6 +129,7 @@ pub fn entry_response(e: &Entry) -> CatalogEntryResponse {
         kind: "playbook".into(),
         version: e.version,
         content: Some(e.yaml.clone()),
+        original_content: e.original.clone(),
         layout: part(&|p| serde_json::to_value(&p.workflow).ok()),
         payload: part(&|p| Some(Value::Object(p.workload.clone()))),
         meta: part(&|p| serde_json::to_value(&p.metadata).ok()),

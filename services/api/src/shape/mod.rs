@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod credentials;
+pub mod dialect;
 pub mod events;
 pub mod executions;
 pub mod params;
