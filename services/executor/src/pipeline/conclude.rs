@@ -5,6 +5,7 @@ use noetl_core::policy::{self, Decision, PolicyInput};
 use noetl_core::template::Scope;
 use noetl_core::Task;
 use noetl_mesh::events::{types, EventDraft};
+use noetl_mesh::handled::{self, HandledError};
 use serde_json::Value;
 
 use super::invoke::{Called, TaskAt};
@@ -93,6 +94,18 @@ impl StepRun<'_> {
                 "task finished"
             )
         });
+        let action = crate::task::action_name(&settled.decision);
+        if let Some(e) = outcome
+            .error
+            .as_ref()
+            .filter(|_| handled::is_handled(action))
+        {
+            // The step-run goes on after an error: kept for its boundary.
+            handled::note(
+                &mut cur.handled,
+                HandledError::new(&task.name, &e.kind, &e.message, action),
+            );
+        }
         let payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
         let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
         pending.push(self.mesh().emit(&ev).await?);
