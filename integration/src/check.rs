@@ -225,6 +225,7 @@ mod tests {
             started_at: String::new(),
             ended_at: None,
             paused: None,
+            queued: false,
         };
         let events = vec![
             event("task.done", "start", "r1", "flaky", json!({"attempt": 1})),

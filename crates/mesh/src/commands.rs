@@ -64,6 +64,7 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
         deadline_of: p.deadline.1.to_string(),
         results_json: Vec::new(),
         claim: None,
+        handled_json: Vec::new(),
     }
 }
 

@@ -138,6 +138,7 @@ pub fn step_record(
             .filter(|_| kind == Some(EventType::LoopDone))
             .map(|c| payloads::to_value(&c)),
         error: view.error.as_ref().map(error_text),
+        handled: view.handled.clone(),
     }
 }
 

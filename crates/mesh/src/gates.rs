@@ -160,6 +160,21 @@ pub async fn executions(store: &Store) -> Result<Vec<(String, ConcRecord)>, Mesh
     Ok(out)
 }
 
+impl crate::Mesh {
+    /// The executions waiting in line behind their playbook's concurrency
+    /// key now (one read of the execution gate records).
+    pub async fn queued_executions(&self) -> Result<std::collections::HashSet<String>, MeshError> {
+        let now = crate::events::now_ms();
+        Ok(executions(self.gates_kv())
+            .await?
+            .into_iter()
+            .flat_map(|(_, r)| r.waiting)
+            .filter(|w| w.until_ms == 0 || w.until_ms > now)
+            .map(|w| w.owner.execution_id)
+            .collect())
+    }
+}
+
 /// An execution's concurrency (`executor.spec.policy.concurrency`), its
 /// key rendered with the execution's workload.
 pub struct ExecutionGate {

@@ -30,6 +30,7 @@ pub mod events;
 pub mod fold;
 pub mod gate;
 pub mod gates;
+pub mod handled;
 pub mod handler;
 pub mod health;
 pub mod ids;

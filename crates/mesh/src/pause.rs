@@ -163,6 +163,18 @@ impl Mesh {
         Ok(true)
     }
 
+    /// The executions paused now (one read of the pause records, not the
+    /// followed set): what a client listing executions shows.
+    pub async fn paused_executions(&self) -> Result<HashSet<String>, MeshError> {
+        Ok(
+            kv::values_matching::<serde_json::Value>(self.exec_kv(), "*.paused")
+                .await?
+                .into_iter()
+                .filter_map(|(key, _)| paused_eid(&key).map(str::to_string))
+                .collect(),
+        )
+    }
+
     /// The pause record of `eid`, read now (not from the followed set).
     pub async fn pause_record(&self, eid: &str) -> Result<Option<PauseRecord>, MeshError> {
         kv::get(self.exec_kv(), &Keys::paused(eid)).await

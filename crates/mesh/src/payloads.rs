@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use noetl_wire::Event;
 
 use crate::event_type::EventType;
+use crate::handled::HandledError;
 use crate::MeshError;
 
 /// `loop.iteration.started`, written by the loop-supervisor.
@@ -54,6 +55,9 @@ pub struct StepEnded {
     /// Why it failed (`step.failed`: `{kind, message, ...}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// Task errors a policy rule handled in the step-run (it went on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<HandledError>,
 }
 
 impl StepEnded {
@@ -65,6 +69,7 @@ impl StepEnded {
             counts: None,
             args,
             error: None,
+            handled: Vec::new(),
         }
     }
     /// `step.failed` with `error`.
@@ -75,6 +80,7 @@ impl StepEnded {
             counts: None,
             args,
             error: Some(error),
+            handled: Vec::new(),
         }
     }
 }
@@ -103,6 +109,9 @@ pub struct IterationEnded {
     /// Why it failed (`null` when it did not).
     #[serde(default)]
     pub error: Value,
+    /// Task errors a policy rule handled in the iteration (it went on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<HandledError>,
 }
 
 fn ok() -> Status {
@@ -507,6 +516,9 @@ pub struct BoundaryView {
     /// `loop.done`: the counters.
     #[serde(default)]
     pub counts: Option<LoopCounts>,
+    /// Task errors a policy rule handled in the step-run.
+    #[serde(default)]
+    pub handled: Vec<HandledError>,
 }
 
 /// `execution.resumed`: what the router did.
@@ -792,6 +804,7 @@ mod tests {
             iter: json!({"page": 2}),
             reduce: Map::new(),
             error: json!({"kind": "python.exception"}),
+            handled: Vec::new(),
         };
         let v = to_value(&p);
         assert_eq!(

@@ -354,6 +354,7 @@ mod tests {
             last_step_run_id: srid.into(),
             loop_counts: None,
             error: None,
+            handled: Vec::new(),
         }
     }
 

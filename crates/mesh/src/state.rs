@@ -98,6 +98,10 @@ pub struct StepRecord {
     /// Error of the latest run, if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Task errors of the latest run a policy rule handled (it went on:
+    /// `continue`, `jump`, `break`), from its boundary event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<crate::handled::HandledError>,
 }
 
 impl ExecHeader {
@@ -215,6 +219,9 @@ pub struct Checkpoint {
     /// large ones by reference).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub results: serde_json::Map<String, Value>,
+    /// Task errors a policy rule handled so far in the iteration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<crate::handled::HandledError>,
 }
 
 /// Who first wrote one `ctx` key in a parallel loop run (bucket ctx,
@@ -353,17 +360,31 @@ pub struct ExecSummary {
     /// nothing new until unpaused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::pause::PauseRecord>,
+    /// A running execution waiting in line behind its playbook's
+    /// concurrency key (`executor.spec.policy.concurrency`): its entry step
+    /// starts when a slot frees.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 impl ExecSummary {
-    /// The status as people read it: `paused` for a paused running
-    /// execution, else its status (`running`, `completed`, `failed`,
-    /// `cancelled`).
+    /// The status as people read it ([`shown_status`]).
     pub fn shown_status(&self) -> &'static str {
-        match (self.status, &self.paused) {
-            (ExecStatus::Running, Some(_)) => "paused",
-            (s, _) => s.as_str(),
-        }
+        shown_status(self.status, self.paused.is_some(), self.queued)
+    }
+}
+
+/// The status of an execution as people read it (`noetl exec status`,
+/// `show`, `list`; the console): the execution-wide states `noetl exec
+/// why` knows of a running execution, `paused` (a pause record) before
+/// `queued` (waiting in line behind its concurrency key), else the
+/// header's status (`running`, `completed`, `failed`, `cancelled`). An
+/// ended execution is never shown paused or queued.
+pub fn shown_status(status: ExecStatus, paused: bool, queued: bool) -> &'static str {
+    match (status, paused, queued) {
+        (ExecStatus::Running, true, _) => "paused",
+        (ExecStatus::Running, false, true) => "queued",
+        (s, _, _) => s.as_str(),
     }
 }
 
@@ -423,6 +444,8 @@ impl crate::Mesh {
                 ExecStatus::Running => self.pause_record(eid).await?,
                 _ => None,
             },
+            queued: header.status == ExecStatus::Running
+                && self.queued_executions().await?.contains(eid),
         }))
     }
 }
@@ -431,6 +454,23 @@ impl crate::Mesh {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_running_execution_shows_paused_before_queued_and_an_ended_one_neither() {
+        use ExecStatus::*;
+        let shown = |s, p, q| shown_status(s, p, q);
+        assert_eq!(shown(Running, false, false), "running");
+        assert_eq!(shown(Running, true, false), "paused");
+        assert_eq!(shown(Running, false, true), "queued");
+        assert_eq!(
+            shown(Running, true, true),
+            "paused",
+            "a pause holds it first"
+        );
+        for s in [Completed, Failed, Cancelled] {
+            assert_eq!(shown(s, true, true), s.as_str());
+        }
+    }
 
     #[test]
     fn applied_ids_are_bounded_and_hidden_from_users() {

@@ -103,6 +103,7 @@ fn step_record() -> impl Strategy<Value = StepRecord> {
                 // `null` counts are stored as absent.
                 loop_counts: loop_counts.filter(|v| !v.is_null()),
                 error,
+                handled: Vec::new(),
             },
         )
 }

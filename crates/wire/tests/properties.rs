@@ -73,6 +73,7 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 deadline_of,
                 results_json,
                 claim: None,
+                handled_json: Vec::new(),
             },
         )
 }

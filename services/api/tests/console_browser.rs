@@ -2,8 +2,9 @@
 //! API on a real mesh (a private nats-server, every service in process):
 //! the token asked once and kept out of the URL, a playbook started from
 //! the catalog page whose graph turns completed while its loop's progress
-//! moves, a long execution paused (shown PAUSED) and cancelled from its page, a failed step's error
-//! with its task and attempt, what a viewer is not offered, the
+//! moves, a long execution paused (shown PAUSED, on its page and in the
+//! list) and cancelled from its page, a failed step's error with its task
+//! and attempt, a handled error beside its done step, what a viewer is not offered, the
 //! executions list's filters, and credentials shown by name and kind only.
 //! A failing test leaves a screenshot in `$CARGO_TARGET_DIR/console-screenshots/`.
 //! With `NOETL_CONSOLE_DOC_SCREENSHOT=docs/console-execution.png` the first
@@ -121,6 +122,31 @@ workflow:
             rules:
               - when: "{{ outcome.status == 'error' }}"
                 then: { do: retry, attempts: 2, backoff: none, delay: 0.01 }
+"#;
+
+/// A python task's error a catch-all rule continues after (issue 40): the
+/// step is done, and its error shows beside it.
+const HANDLED: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: console_handled
+  path: tests/console_handled
+workflow:
+  - step: compute
+    tool:
+      - name: calc
+        kind: python
+        code: |
+          result = [1, 2, totl]
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue }
+      - name: after
+        kind: noop
+        result: 7
 "#;
 
 /// Enter `token` in the token form and wait for the role it has.
@@ -335,6 +361,8 @@ async fn an_operator_cancels_a_long_execution_and_a_viewer_is_not_offered_to() {
     let admin = Some(keys.admin.as_str());
     api.register(admin, NAP).await;
     api.register(admin, FAILS).await;
+    api.register(admin, HANDLED).await;
+    let handled = api.execute(admin, "tests/console_handled", json!({})).await;
     let long = api
         .execute(admin, "tests/console_nap", json!({"seconds": 120}))
         .await;
@@ -368,6 +396,30 @@ async fn an_operator_cancels_a_long_execution_and_a_viewer_is_not_offered_to() {
             json!({"start": "done", "call_upstream": "failed"})
         );
 
+        // A handled error shows beside its done step (issue 40), as the
+        // graph API gives it from the step's record.
+        api.wait_status(&handled, admin, "COMPLETED").await;
+        let graph = api
+            .get(&format!("/api/console/executions/{handled}/graph"), admin)
+            .await
+            .json;
+        let step = &graph["steps"][0];
+        assert_eq!((&step["name"], &step["status"]), (&json!("compute"), &json!("done")), "{graph}");
+        assert_eq!(step["handled"][0]["task"], "calc", "{graph}");
+        assert_eq!(step["handled"][0]["action"], "continue", "{graph}");
+        b.open(&format!("#/executions/{handled}")).await;
+        let shown = b
+            .wait_for(
+                "the handled error",
+                "(e => e && [e.dataset.task, e.dataset.action, e.textContent])\
+                 (document.querySelector(\"tr.step-row[data-step='compute'] .handled-error\"))",
+            )
+            .await;
+        assert_eq!((shown[0].as_str(), shown[1].as_str()), (Some("calc"), Some("continue")), "{shown}");
+        let text = shown[2].as_str().unwrap();
+        assert!(text.contains("handled error in task calc"), "{text}");
+        assert!(text.contains("python.exception: NameError: name 'totl' is not defined"), "{text}");
+
         // Forget the viewer token; an operator cancels the long one.
         b.click("#signout").await;
         sign_in(&b, &keys.operator, "operator").await;
@@ -383,6 +435,26 @@ async fn an_operator_cancels_a_long_execution_and_a_viewer_is_not_offered_to() {
             "document.querySelector('#exec-status')?.dataset.status === 'PAUSED'",
         )
         .await;
+        // The list says so too: the API with `is_paused`, the page PAUSED.
+        let list = api.get("/api/executions?status=RUNNING", admin).await.json;
+        let row = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["execution_id"] == long.as_str())
+            .unwrap_or_else(|| panic!("{list}"))
+            .clone();
+        assert_eq!((&row["status"], &row["is_paused"]), (&json!("RUNNING"), &json!(true)), "{row}");
+        b.open("#/executions").await;
+        b.wait_for(
+            "the paused row",
+            &format!(
+                "document.querySelector(\"tr.execution-row[data-execution-id='{long}']\")?.dataset.status === 'PAUSED'"
+            ),
+        )
+        .await;
+        b.open(&format!("#/executions/{long}")).await;
+        b.wait_for("PAUSED again", "document.querySelector('#exec-status')?.dataset.status === 'PAUSED'").await;
         b.click("#cancel").await;
         b.click("#cancel-confirm").await;
         b.wait_for_within(

@@ -137,6 +137,97 @@ fn a_python_error_a_catch_all_rule_went_on_after_is_shown_as_a_handled_error() {
     );
 }
 
+/// A python task's error a catch-all rule continues after, then a `noop`
+/// task of the same step: the pipeline is handed to another executor
+/// between the error and the step's end.
+const HANDED_OFF: &str = r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: handed_off }
+workflow:
+  - step: compute
+    tool:
+      - name: calc
+        kind: python
+        code: |
+          result = [1, 2, totl]
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue }
+      - name: after
+        kind: noop
+        result: 7
+"#;
+
+/// The step record of `step` of execution `eid`, read from KV.
+fn step_record(url: &str, home: &Path, eid: &str, step: &str) -> Value {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mesh = noetl_mesh::Mesh::attach(noetl_mesh::MeshConfig {
+            nats_url: url.to_string(),
+            data_dir: home.to_path_buf(),
+            ..noetl_mesh::MeshConfig::default()
+        })
+        .await
+        .unwrap();
+        noetl_mesh::kv::get::<Value>(mesh.exec_kv(), &noetl_mesh::keys::Keys::step(eid, step))
+            .await
+            .unwrap()
+            .unwrap_or(Value::Null)
+    })
+}
+
+#[test]
+fn a_handled_error_is_in_the_step_record_after_a_hand_off_and_replays_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let (server, _procs) = mesh(&home);
+    let url = server.url();
+    let file = playbook(dir.path(), "handed_off.yaml", HANDED_OFF);
+    let id = support::exec_start(support::noetl(&home), &url, &[file]);
+    let end = support::exec_wait(support::noetl(&home), &url, &id, 120);
+    assert_eq!(end["status"], "completed", "{end}");
+    // The step went on, so it is done; its record keeps the error.
+    let record = step_record(&url, &home, &id, "compute");
+    assert_eq!(record["status"], "done", "{record}");
+    let handled = &record["handled"][0];
+    assert_eq!(
+        (&handled["task"], &handled["kind"], &handled["action"]),
+        (
+            &Value::from("calc"),
+            &Value::from("python.exception"),
+            &Value::from("continue")
+        ),
+        "{record}"
+    );
+    assert!(
+        handled["message"]
+            .as_str()
+            .unwrap()
+            .contains("NameError: name 'totl' is not defined"),
+        "{record}"
+    );
+    // The fold of the event log gives the same record.
+    let replay = support::noetl(&home)
+        .args(["exec", "replay", &id, "--json", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", text(&replay));
+    let report: Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(report["equal"], true, "{report}");
+    // `exec show` says it beside its tree.
+    let show = support::noetl(&home)
+        .args(["exec", "show", &id, "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&show).contains("handled error: compute.calc: python.exception: NameError"),
+        "{}",
+        text(&show)
+    );
+}
+
 const FAILING_LOOP: &str = r#"apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: failing_loop }
@@ -504,6 +595,35 @@ fn a_paused_execution_shows_as_paused_in_exec_status_and_exec_show() {
         shown.starts_with(&format!("execution {id}  paused")),
         "{shown}"
     );
+    // `exec list` says so too, and lists it under `paused` and `running`.
+    let list = |filter: &[&str]| {
+        let out = support::noetl(&home)
+            .args(["exec", "list", "--json", "--nats", &url])
+            .args(filter)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["execution_id"] == id.as_str())
+            .map(|v| v["status"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(list(&[]), ["paused"]);
+    assert_eq!(list(&["--status", "paused"]), ["paused"]);
+    assert_eq!(list(&["--status", "running"]), ["paused"]);
+    assert!(list(&["--status", "completed"]).is_empty());
+    let table = support::noetl(&home)
+        .args(["exec", "list", "--nats", &url])
+        .output()
+        .unwrap();
+    let row = stdout(&table)
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no row for {id}:\n{}", text(&table)));
+    assert_eq!(row.split_whitespace().nth(1), Some("paused"), "{row}");
 
     let out = support::noetl(&home)
         .args(["exec", "cancel", &id, "--wait", "--nats", &url])

@@ -1,6 +1,7 @@
 //! Concurrency and rate limits from the CLI: `exec why` names the key an
 //! execution is queued behind (with its limit, holders and place), and
-//! `validate` / `schema` know the policy fields.
+//! `exec status`, `show` and `list` show it queued, and `validate` /
+//! `schema` know the policy fields.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -65,6 +66,40 @@ fn why_names_the_concurrency_key_a_queued_execution_waits_behind() {
         )),
         "{text}"
     );
+    // `exec status`, `show` and `list` say queued too (issue 40), `--json`
+    // of `status` keeping `running` with `queued: true`.
+    let (out, _) = run(noetl().args(["exec", "status", &second, "--nats", &url]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("execution {second}  queued")),
+        "{said}"
+    );
+    assert!(said.contains(&format!("noetl exec why {second}")), "{said}");
+    let (_, json) = run(noetl().args(["exec", "status", &second, "--json", "--nats", &url]));
+    assert_eq!(
+        (&json["status"], &json["queued"]),
+        (&Value::from("running"), &Value::from(true)),
+        "{json}"
+    );
+    let (out, _) = run(noetl().args(["exec", "show", &second, "--nats", &url]));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.starts_with(&format!("execution {second}  queued")),
+        "{shown}"
+    );
+    let out = noetl()
+        .args([
+            "exec", "list", "--json", "--status", "queued", "--nats", &url,
+        ])
+        .output()
+        .unwrap();
+    let listed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["execution_id"], second.as_str());
+    assert_eq!(listed[0]["status"], "queued");
     // The first one's end starts the second.
     let (out, _) = run(noetl().args(["exec", "cancel", &first, "--wait", "--nats", &url]));
     assert!(

@@ -191,6 +191,15 @@ fn schedules_are_checked_listed_backfilled_fired_and_removed() {
     assert_eq!(listed["name"], "every_second", "{}", text(&out));
     let out = cli(&["schedule", "pause", "every_second"]);
     assert!(out.status.success(), "{}", text(&out));
+    // Without --json, `show` speaks text, not JSON (issue 40, point 10).
+    let out = cli(&["schedule", "show", "every_second"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.starts_with("schedule every_second  paused\n"),
+        "{shown}"
+    );
+    assert!(serde_json::from_str::<Value>(&shown).is_err(), "{shown}");
     let out = cli(&["schedule", "remove", "every_second"]);
     assert!(out.status.success(), "{}", text(&out));
     let out = cli(&["schedule", "show", "every_second"]);

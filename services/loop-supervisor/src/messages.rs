@@ -93,6 +93,7 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
                 iter: Value::Null,
                 reduce: Default::default(),
                 error: Value::Null,
+                handled: Vec::new(),
             };
             out.push(event(
                 i,
@@ -157,6 +158,7 @@ fn claim_command(at: RunAt<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskC
         deadline_ms: run.deadline_ms,
         deadline_of: run.deadline_of.clone(),
         results_json: Vec::new(),
+        handled_json: Vec::new(),
         claim: Some(ClaimRef {
             loop_run_id: at.srid.to_string(),
             seq,

@@ -187,6 +187,7 @@ mod tests {
             started_at: "t0".into(),
             ended_at: None,
             paused: None,
+            queued: false,
         }
     }
 

@@ -267,3 +267,59 @@ fn a_payload_that_does_not_decode_is_an_error_naming_the_event() {
         "{e}"
     );
 }
+
+#[test]
+fn a_handled_task_error_of_the_boundary_event_is_in_the_step_record_and_a_later_run_clears_it() {
+    let handled = crate::handled::HandledError::new(
+        "calc",
+        "python.exception",
+        "NameError: name 'totl' is not defined",
+        "continue",
+    );
+    let done_handling = |srid: &str| {
+        ev(
+            EventType::StepDone,
+            "compute",
+            srid,
+            payloads::to_value(&StepEnded {
+                handled: vec![handled.clone()],
+                ..StepEnded::done(json!(null), json!({}))
+            }),
+        )
+    };
+    let f = fold(&[
+        started(),
+        token("compute", "t1", ""),
+        task_done(
+            "t1",
+            "tr1",
+            json!({"status": "error", "action": "continue",
+                   "error": {"kind": "python.exception", "message": "NameError: name 'totl' is not defined"}}),
+        ),
+        done_handling("t1"),
+    ]);
+    let rec = &f.steps["compute"];
+    assert_eq!(rec.status, StepStatus::Done, "the step went on: done");
+    assert_eq!(rec.handled, vec![handled.clone()]);
+    // What the router writes for the same event is the same record.
+    let boundary = done_handling("t1");
+    let view: BoundaryView = payloads::decode(&boundary).unwrap();
+    assert_eq!(
+        &step_record(
+            &boundary,
+            Some(EventType::StepDone),
+            &view,
+            StepStatus::Done
+        ),
+        rec
+    );
+    // The next run of the step, without handled errors, clears them.
+    let f = fold(&[
+        started(),
+        token("compute", "t1", ""),
+        done_handling("t1"),
+        token("compute", "t2", "t1"),
+        done("compute", "t2"),
+    ]);
+    assert!(f.steps["compute"].handled.is_empty(), "{:?}", f.steps);
+}

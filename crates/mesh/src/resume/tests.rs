@@ -42,6 +42,7 @@ fn record(srid: &str) -> StepRecord {
         last_step_run_id: srid.into(),
         loop_counts: None,
         error: None,
+        handled: Vec::new(),
     }
 }
 

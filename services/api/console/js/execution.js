@@ -7,7 +7,7 @@
 import { h, replace, note } from './dom.js';
 import { get, post, follow } from './api.js';
 import { clock, duration, elapsed, isReference, isTruncated, json, when } from './format.js';
-import { badge } from './executions.js';
+import { badge, shownStatus } from './executions.js';
 import { drawGraph } from './graph.js';
 import { addEvent, drawTimeline, newTimeline } from './timeline.js';
 import { historyCard } from './history.js';
@@ -160,6 +160,8 @@ function onEvent(state, ev) {
     state.graphSoon();
   }
   if (ev.event_type === 'execution.paused' || ev.event_type === 'execution.unpaused') loadDetail(state);
+  // A queued execution leaves the line when its first step starts.
+  if (state.detail && state.detail.is_queued && ev.event_type === 'step.started') loadDetail(state);
   state.redraw();
 }
 
@@ -217,11 +219,11 @@ function pollDetail(state) {
   tick();
 }
 
-// The status shown: PAUSED for a running execution that is paused
-// (the API keeps RUNNING with `is_paused`).
+// The status shown: PAUSED or QUEUED for a running execution held back
+// (the API keeps RUNNING with `is_paused` / `is_queued`).
 function currentStatus(state) {
   const s = (state.graph && state.graph.status) || (state.detail && state.detail.status) || '';
-  return s === 'RUNNING' && state.detail && state.detail.is_paused ? 'PAUSED' : s;
+  return s === 'RUNNING' ? shownStatus({ ...(state.detail || {}), status: s }) : s;
 }
 
 function drawFacts(state) {
@@ -248,7 +250,7 @@ function drawFacts(state) {
 function drawCancel(state, status) {
   const box = state.el.cancel;
   // A paused execution runs still: it may be cancelled too.
-  const show = state.ctx.can('operator') && (status === 'RUNNING' || status === 'PAUSED');
+  const show = state.ctx.can('operator') && ['RUNNING', 'PAUSED', 'QUEUED'].includes(status);
   if (!show) {
     if (box.childElementCount) replace(box);
     state.confirming = false;
@@ -338,7 +340,26 @@ function drawLoops(state) {
   }));
 }
 
+// Task errors a policy rule handled in the step's latest run (its record's
+// `handled`): the run went on (`continue`, `jump`, `break`) and the step is
+// done, but the error is not hidden.
+export function handledErrors(step) {
+  const hs = step.handled || [];
+  if (!hs.length) return null;
+  return h('div', { class: 'handled-errors', dataset: { count: String(hs.length) } },
+    hs.map((e) => h('div', { class: 'handled-error', dataset: { task: e.task, action: e.action } },
+      h('div', { class: 'dim', text: `handled error in task ${e.task}: the policy's \`${e.action}\` went on` +
+        `${e.times > 1 ? ` (${e.times} times)` : ''}` }),
+      h('pre', { class: 'json handled-text', text: `${e.kind ? `${e.kind}: ` : ''}${e.message}` }))));
+}
+
 function resultCell(state, step) {
+  const handled = handledErrors(step);
+  const result = resultOf(state, step);
+  return handled ? h('div', {}, handled, result) : result;
+}
+
+function resultOf(state, step) {
   const failure = state.tl.failures.get(step.name);
   if (step.status === 'failed' || (failure && step.status !== 'done')) {
     const f = failure;

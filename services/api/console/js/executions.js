@@ -15,14 +15,23 @@ export function badge(status) {
   return h('span', { class: `badge badge-${s.toLowerCase()}`, dataset: { status: s }, text: s });
 }
 
+// The status shown: PAUSED or QUEUED for a running execution held back
+// (the API keeps RUNNING with `is_paused` / `is_queued`), else its status.
+export function shownStatus(e) {
+  if (!e || e.status !== 'RUNNING') return (e && e.status) || '';
+  if (e.is_paused) return 'PAUSED';
+  return e.is_queued ? 'QUEUED' : 'RUNNING';
+}
+
 function row(e) {
   const link = `#/executions/${encodeURIComponent(e.execution_id)}`;
-  return h('tr', { class: 'execution-row', dataset: { executionId: e.execution_id, status: e.status } },
+  const status = shownStatus(e);
+  return h('tr', { class: 'execution-row', dataset: { executionId: e.execution_id, status } },
     h('td', { class: 'mono' }, h('a', { href: link, text: e.execution_id })),
     h('td', {},
       h('div', { text: e.playbook || '—' }),
       e.path ? h('div', { class: 'dim mono', text: e.catalog_id || e.path }) : null),
-    h('td', {}, badge(e.status), e.error ? h('div', { class: 'dim clip', title: e.error, text: e.error }) : null),
+    h('td', {}, badge(status), e.error ? h('div', { class: 'dim clip', title: e.error, text: e.error }) : null),
     h('td', { text: when(e.started_at) }),
     h('td', { class: 'duration', dataset: { start: e.started_at, end: e.completed_at || '' },
       text: elapsed(e.started_at, e.completed_at) }));

@@ -69,6 +69,7 @@ function tooltip(st) {
     lines.push(`loop: ${p.done} done, ${p.failed} failed, ${p.in_flight} in flight, ${p.total} in all`);
   }
   if (st.error) lines.push(`error: ${st.error}`);
+  for (const e of st.handled || []) lines.push(`handled error: ${e.task}: ${e.kind ? `${e.kind}: ` : ''}${e.message}`);
   return lines.join('\n');
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::Json;
 use noetl_core::Playbook;
+use noetl_mesh::handled::HandledError;
 use noetl_mesh::keys::Keys;
 use noetl_mesh::payloads::LoopCounts;
 use noetl_mesh::state::{ExecHeader, StepRecord, StepStatus};
@@ -66,6 +67,10 @@ pub struct GraphStep {
     pub step_run_id: Option<String>,
     /// Why its latest run failed.
     pub error: Option<String>,
+    /// Task errors of its latest ended run that a policy rule handled (the
+    /// run went on: `continue`, `jump`, `break`), from its record.
+    #[serde(default)]
+    pub handled: Vec<HandledError>,
     /// A loop step's progress: of the running loop, else of its last run.
     pub loop_progress: Option<LoopProgress>,
 }
@@ -260,6 +265,7 @@ fn step_of(
         error: record
             .and_then(|r| r.error.clone())
             .filter(|_| status == "failed"),
+        handled: record.map(|r| r.handled.clone()).unwrap_or_default(),
         loop_progress: step.loop_.as_ref().and(running_loop.or(last_loop)),
     }
 }

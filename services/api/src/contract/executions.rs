@@ -36,6 +36,14 @@ pub struct ExecutionSummary {
     pub path: Option<String>,
     /// `RUNNING`, `COMPLETED`, `FAILED` or `CANCELLED`.
     pub status: String,
+    /// Paused (`POST .../pause`): `RUNNING`, but no new step or iteration
+    /// starts until unpaused.
+    #[serde(default)]
+    pub is_paused: bool,
+    /// Queued: `RUNNING`, waiting in line behind its playbook's
+    /// concurrency key; its first step starts when a slot frees.
+    #[serde(default)]
+    pub is_queued: bool,
     /// RFC 3339.
     pub started_at: String,
     /// RFC 3339, once ended.
@@ -87,6 +95,10 @@ pub struct ExecutionDetail {
     /// starts until unpaused.
     #[serde(default)]
     pub is_paused: bool,
+    /// Queued: `RUNNING`, waiting in line behind its playbook's
+    /// concurrency key; its first step starts when a slot frees.
+    #[serde(default)]
+    pub is_queued: bool,
     /// RFC 3339.
     pub started_at: String,
     /// RFC 3339, once ended.

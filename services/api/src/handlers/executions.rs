@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use noetl_mesh::keys::Keys;
 use noetl_mesh::objects::is_ref;
-use noetl_mesh::state::{ExecHeader, StepRecord, StepStatus};
+use noetl_mesh::state::{ExecHeader, ExecStatus, StepRecord, StepStatus};
 use noetl_mesh::{kv, kv_batch, Mesh};
 use serde_json::Value;
 
@@ -51,7 +51,17 @@ pub async fn list(
             }
         }
     }
-    Ok(Json(select(&headers, &f)))
+    let mut page = select(&headers, &f);
+    // What holds a running execution back, as `noetl exec why` says.
+    if page.iter().any(|e| e.status == "RUNNING") {
+        let paused = state.mesh.paused_executions().await?;
+        let queued = state.mesh.queued_executions().await?;
+        for e in page.iter_mut().filter(|e| e.status == "RUNNING") {
+            e.is_paused = paused.contains(&e.execution_id);
+            e.is_queued = queued.contains(&e.execution_id);
+        }
+    }
+    Ok(Json(page))
 }
 
 /// One execution: status, workload, `ctx` and its last 2,000 events.
@@ -89,6 +99,7 @@ pub async fn get(
         path,
         status: status_name(h.status).into(),
         is_paused: mesh.pauses().await?.is_paused(&id),
+        is_queued: h.status == ExecStatus::Running && mesh.queued_executions().await?.contains(&id),
         started_at: h.started_at.clone(),
         completed_at: h.ended_at.clone(),
         parent_execution_id: Some(h.parent_execution_id.clone()).filter(|p| !p.is_empty()),

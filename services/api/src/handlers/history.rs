@@ -116,6 +116,7 @@ mod tests {
                 last_step_run_id: "r1".into(),
                 loop_counts: None,
                 error: None,
+                handled: Vec::new(),
             },
         );
         folded.ctx.insert("n".into(), json!(1));

@@ -30,6 +30,8 @@ pub fn summary(h: &ExecHeader) -> ExecutionSummary {
         catalog_id,
         path,
         status: status_name(h.status).into(),
+        is_paused: false,
+        is_queued: false,
         started_at: h.started_at.clone(),
         completed_at: h.ended_at.clone(),
         playbook: h.playbook.clone(),

@@ -210,6 +210,8 @@ pub fn print_summary_in_order(s: &ExecSummary, order: &[String]) {
     println!("execution {}  {status}  ({})", s.execution_id, s.playbook);
     if let Some(p) = &s.paused {
         println!("{}", paused_line(&s.execution_id, p));
+    } else if s.queued {
+        println!("{}", queued_line(&s.execution_id));
     }
     if let Some(e) = &s.error {
         println!("error: {e}");
@@ -224,6 +226,13 @@ pub fn print_summary_in_order(s: &ExecSummary, order: &[String]) {
         "ctx: {}",
         serde_json::to_string_pretty(&s.ctx).unwrap_or_default()
     );
+}
+
+/// What waiting in line means, in one line, and where to read more.
+pub fn queued_line(id: &str) -> String {
+    format!(
+        "queued behind its playbook's concurrency key: its first step starts when a slot frees; `noetl exec why {id}` says who holds the slots and its place in line"
+    )
 }
 
 /// What a pause means, in one line: who, since when, why, and how to go on.

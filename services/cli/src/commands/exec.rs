@@ -7,7 +7,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use noetl_mesh::{codec, connect::display_urls, ids::new_execution_id, state::ExecStatus};
+use noetl_mesh::{
+    codec,
+    connect::display_urls,
+    ids::new_execution_id,
+    state::{shown_status, ExecStatus},
+};
 use noetl_wire::ExecutionRequest;
 
 use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
@@ -48,8 +53,9 @@ pub enum Command {
 /// Arguments of `noetl exec list`.
 #[derive(clap::Args)]
 pub struct ListArgs {
-    /// Only executions in this state.
-    #[arg(long, value_parser = ["running", "completed", "failed", "cancelled"])]
+    /// Only executions in this state (`running` includes the paused and
+    /// the queued ones, which are running executions held back).
+    #[arg(long, value_parser = ["running", "paused", "queued", "completed", "failed", "cancelled"])]
     pub status: Option<String>,
     /// The most recent this many.
     #[arg(long, default_value_t = 20)]
@@ -343,6 +349,13 @@ pub(crate) fn status_name(s: ExecStatus) -> &'static str {
     }
 }
 
+/// Whether an execution shown as `shown` is one `--status want` lists:
+/// `running` includes the paused and queued (running executions held
+/// back); any other state only itself.
+fn status_matches(want: &str, shown: &str) -> bool {
+    want == shown || (want == "running" && matches!(shown, "paused" | "queued"))
+}
+
 /// Milliseconds between two RFC 3339 times.
 fn millis_between(from: &str, to: &str) -> Option<i64> {
     let parse = |t: &str| async_nats::datetime::parse_rfc3339(t).ok();
@@ -358,10 +371,23 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
         Ok(mesh.executions().await?)
     })
     .await?;
+    // What holds running executions back, as `exec why` says: one read each.
+    let (paused, queued) = ride_out(budget, "reading pauses and queues", || async {
+        Ok((
+            mesh.paused_executions().await?,
+            mesh.queued_executions().await?,
+        ))
+    })
+    .await?;
     for (key, header) in executions {
         match header {
             Ok(h) => rows.push(Listed {
-                status: status_name(h.status).into(),
+                status: shown_status(
+                    h.status,
+                    paused.contains(&h.execution_id),
+                    queued.contains(&h.execution_id),
+                )
+                .into(),
                 duration_ms: h
                     .ended_at
                     .as_deref()
@@ -376,7 +402,7 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(want) = &a.status {
-        rows.retain(|r| &r.status == want);
+        rows.retain(|r| status_matches(want, &r.status));
     }
     // Newest first (RFC 3339 times in UTC sort as text).
     rows.sort_by(|x, y| y.started_at.cmp(&x.started_at));
@@ -411,4 +437,21 @@ pub(crate) fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
         display_urls(&mesh.config().nats_url)
     );
     Exit::NotFound.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_running_lists_the_paused_and_queued_and_each_state_lists_itself() {
+        for shown in ["running", "paused", "queued"] {
+            assert!(status_matches("running", shown), "{shown}");
+        }
+        assert!(!status_matches("running", "completed"));
+        assert!(status_matches("paused", "paused"));
+        assert!(!status_matches("paused", "running"));
+        assert!(!status_matches("queued", "paused"));
+        assert!(status_matches("failed", "failed"));
+    }
 }

@@ -7,7 +7,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use noetl_mesh::{fold::Folded, replay, state::ExecStatus};
+use noetl_mesh::{
+    fold::Folded,
+    replay,
+    state::{shown_status, ExecStatus},
+};
 
 use super::common::{exit_code, MeshArgs};
 use super::exec::no_execution;
@@ -65,12 +69,16 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
         };
         let events: Vec<_> = log.into_iter().map(|l| l.event).collect();
         let mut tree = Tree::from_events(&a.id, &events);
-        let paused = match (header.status, from_log) {
-            (ExecStatus::Running, None) => mesh.pause_record(&a.id).await?,
-            _ => None,
+        // What holds a running execution back, as `exec why` says (only
+        // for its present state: the log does not keep it).
+        let live = header.status == ExecStatus::Running && from_log.is_none();
+        let paused = match live {
+            true => mesh.pause_record(&a.id).await?,
+            false => None,
         };
-        if paused.is_some() {
-            tree.status = "paused".into();
+        let queued = live && mesh.queued_executions().await?.contains(&a.id);
+        if live {
+            tree.status = shown_status(header.status, paused.is_some(), queued).into();
         }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&tree)?);
@@ -89,6 +97,8 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
             print!("{}", tree.render());
             if let Some(p) = &paused {
                 println!("{}", super::common::paused_line(&a.id, p));
+            } else if queued {
+                println!("{}", super::common::queued_line(&a.id));
             }
             if !header.live.is_empty() {
                 let live: Vec<String> = header

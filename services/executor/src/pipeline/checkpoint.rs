@@ -22,6 +22,7 @@ impl StepRun<'_> {
             iter: cur.iter.clone(),
             reduce: cur.reduce.clone(),
             results: self.results_by_reference(cur).await?,
+            handled: cur.handled.clone(),
         };
         kv::put(self.mesh().loop_kv(), &self.checkpoint_key(), &ck).await?;
         Ok(())
@@ -58,6 +59,7 @@ impl StepRun<'_> {
         cur.iter = ck.iter;
         cur.reduce = ck.reduce;
         cur.results = ck.results;
+        cur.handled = ck.handled;
         Ok(())
     }
 }

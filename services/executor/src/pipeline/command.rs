@@ -5,6 +5,7 @@
 use noetl_core::Outcome;
 use noetl_mesh::{
     codec,
+    handled::HandledError,
     ids::derive_id,
     keys::Keys,
     kv,
@@ -57,6 +58,8 @@ pub(super) struct DecodedCommand {
     pub reduce: Map<String, Value>,
     /// The outcome of the child execution this command resumes after.
     pub resume: Option<Outcome>,
+    /// Task errors a policy rule handled so far in the step-run.
+    pub handled: Vec<HandledError>,
 }
 
 /// Decode a task command's JSON fields; a field that is not the JSON it
@@ -91,7 +94,13 @@ pub(super) fn decode_command(
             .map_err(|e| refuse("resume outcome", &e))?;
         Some(serde_json::from_value(v).map_err(|e| refuse("resume outcome", &e))?)
     };
+    let handled = if cmd.handled_json.is_empty() {
+        Vec::new()
+    } else {
+        serde_json::from_slice(&cmd.handled_json).map_err(|e| refuse("handled errors", &e))?
+    };
     Ok(DecodedCommand {
+        handled,
         args,
         prev,
         loop_run,
@@ -179,6 +188,11 @@ impl StepRun<'_> {
                 codec::json_bytes(&Value::Object(cur.results.clone()))
             },
             claim: None,
+            handled_json: if cur.handled.is_empty() {
+                Vec::new()
+            } else {
+                codec::json_bytes(&serde_json::to_value(&cur.handled).unwrap_or_default())
+            },
         }
     }
 

@@ -5,11 +5,28 @@ use noetl_core::policy::{self, Decision, PolicyInput};
 use noetl_core::template::Scope;
 use noetl_core::Task;
 use noetl_mesh::events::{types, EventDraft};
+use noetl_mesh::handled::{self, HandledError};
 use serde_json::Value;
 
 use super::invoke::{Called, TaskAt};
 use super::{next, Cursor, HandlerError, Pending, StepRun, TaskRun};
 use crate::task::{SettleInput, Settled, Who};
+
+/// An error outcome the step-run goes on after (`continue`, `jump`,
+/// `break`): kept in the cursor for the step-run's boundary event.
+fn note_handled(cur: &mut Cursor, task: &Task, outcome: &noetl_core::Outcome, decision: &Decision) {
+    let action = crate::task::action_name(decision);
+    if let Some(e) = outcome
+        .error
+        .as_ref()
+        .filter(|_| handled::is_handled(action))
+    {
+        handled::note(
+            &mut cur.handled,
+            HandledError::new(&task.name, &e.kind, &e.message, action),
+        );
+    }
+}
 
 impl StepRun<'_> {
     /// After the call: the task's policy decides, its `set_ctx`/`set_iter`
@@ -93,6 +110,7 @@ impl StepRun<'_> {
                 "task finished"
             )
         });
+        note_handled(cur, task, &outcome, &settled.decision);
         let payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
         let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
         pending.push(self.mesh().emit(&ev).await?);

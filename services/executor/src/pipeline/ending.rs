@@ -8,6 +8,7 @@ use noetl_core::limits::compact;
 use noetl_mesh::{
     effects::{self, Effect},
     events::{types, EventDraft},
+    handled::HandledError,
     keys::Keys,
     kv,
     payloads::{self, IterationEnded, Status, StepEnded},
@@ -41,6 +42,7 @@ impl StepRun<'_> {
             step: &self.step.step,
             end,
             args: &self.event_args,
+            handled: &cur.handled,
             iteration: self
                 .loop_run
                 .as_ref()
@@ -83,6 +85,8 @@ pub(super) struct Boundary<'a> {
     pub end: End,
     /// The step's args as they came on the wire, for a step's event.
     pub args: &'a Value,
+    /// Task errors a policy rule handled in the step-run (or iteration).
+    pub handled: &'a [HandledError],
     /// The loop iteration, when it is one.
     pub iteration: Option<Iteration<'a>>,
 }
@@ -108,12 +112,18 @@ pub(super) fn boundary(b: Boundary<'_>) -> Event {
     let (event_type, payload, discriminator) = match (b.iteration, b.end) {
         (None, End::Done(result)) => (
             types::STEP_DONE,
-            payloads::to_value(&StepEnded::done(result, b.args.clone())),
+            payloads::to_value(&StepEnded {
+                handled: b.handled.to_vec(),
+                ..StepEnded::done(result, b.args.clone())
+            }),
             String::new(),
         ),
         (None, End::Failed(error)) => (
             types::STEP_FAILED,
-            payloads::to_value(&StepEnded::failed(error, b.args.clone())),
+            payloads::to_value(&StepEnded {
+                handled: b.handled.to_vec(),
+                ..StepEnded::failed(error, b.args.clone())
+            }),
             String::new(),
         ),
         (Some(it), end) => {
@@ -129,6 +139,7 @@ pub(super) fn boundary(b: Boundary<'_>) -> Event {
                 iter: compact(&Value::Object(it.iter.clone()), it.limit),
                 reduce: it.reduce.clone(),
                 error,
+                handled: b.handled.to_vec(),
             };
             (t, payloads::to_value(&ended), it.index.to_string())
         }
@@ -173,6 +184,7 @@ mod tests {
             step: "s",
             end: End::Done(json!([1, 2])),
             args: &args,
+            handled: &[],
             iteration: None,
         });
         assert_eq!(done.event_type, types::STEP_DONE);
@@ -187,6 +199,7 @@ mod tests {
             step: "s",
             end: End::Failed(json!({"kind": "http", "message": "503"})),
             args: &args,
+            handled: &[],
             iteration: None,
         });
         assert_eq!(failed.event_type, types::STEP_FAILED);
@@ -205,6 +218,7 @@ mod tests {
                 step: "s",
                 end,
                 args: &Value::Null,
+                handled: &[],
                 iteration: Some(Iteration {
                     loop_run_id: "sr1",
                     index,

@@ -39,6 +39,7 @@ use noetl_core::{Outcome, Step};
 use noetl_mesh::{
     effects::{self, Effect},
     events::now_ms,
+    handled::HandledError,
     handler::{Handled, StepOf},
     payloads,
     plan::PlanRecord,
@@ -184,6 +185,7 @@ impl Executor {
             reduce: d.reduce,
             resume: d.resume,
             results: d.results,
+            handled: d.handled,
         };
         if let Some(message) = keychain_error {
             let error = payloads::error_body("keychain", message);
@@ -210,6 +212,8 @@ struct Cursor {
     /// Results of this pipeline's tasks read by name, once they ran
     /// ([`StepNeeds::task_results`]).
     results: Map<String, Value>,
+    /// Task errors a policy rule handled so far ([`noetl_mesh::handled`]).
+    handled: Vec<HandledError>,
 }
 
 impl Cursor {

@@ -171,6 +171,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         deadline_of: String::new(),
         results_json: Vec::new(),
         claim: None,
+        handled_json: Vec::new(),
     }
 }
 

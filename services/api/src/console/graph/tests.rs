@@ -52,6 +52,7 @@ fn record(status: StepStatus, srid: &str) -> StepRecord {
         last_step_run_id: srid.into(),
         loop_counts: None,
         error: None,
+        handled: Vec::new(),
     }
 }
 
