@@ -192,6 +192,10 @@ pub struct LoopDone {
     /// large to ride in the event (a reference; `reduce` is then empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ref: Option<Value>,
+    /// Task errors a policy rule handled in its iterations (they went on),
+    /// for the loop step's record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<HandledError>,
 }
 
 /// One reducer result of a loop: `ctx.<key>` becomes
@@ -860,6 +864,12 @@ mod tests {
                 value: json!(6),
             }],
             reduce_ref: None,
+            handled: vec![HandledError::new(
+                "risky",
+                "python.exception",
+                "ZeroDivisionError",
+                "continue",
+            )],
         };
         assert_eq!(
             to_value(&done)["reduce"],
@@ -872,6 +882,10 @@ mod tests {
         assert_eq!(view.counts, Some(done.counts));
         assert_eq!(view.args, Some(json!({"a": 1})));
         assert!(!view.join && view.error.is_none());
+        assert_eq!(
+            view.handled, done.handled,
+            "the loop step's record keeps them"
+        );
     }
 
     #[test]

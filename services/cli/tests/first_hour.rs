@@ -158,6 +158,24 @@ workflow:
       - name: after
         kind: noop
         result: 7
+    next:
+      arcs:
+        - step: each
+  - step: each
+    loop:
+      in: [1, 2, 3]
+      iterator: n
+    tool:
+      - name: risky
+        kind: python
+        args: { n: "{{ iter.n }}" }
+        code: |
+          result = n / (n - 2)
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue }
 "#;
 
 /// The step record of `step` of execution `eid`, read from KV.
@@ -208,7 +226,23 @@ fn a_handled_error_is_in_the_step_record_after_a_hand_off_and_replays_equal() {
             .contains("NameError: name 'totl' is not defined"),
         "{record}"
     );
-    // The fold of the event log gives the same record.
+    // A loop step's record keeps its iterations' handled errors.
+    let each = step_record(&url, &home, &id, "each");
+    assert_eq!(each["status"], "done", "{each}");
+    let handled = &each["handled"][0];
+    assert_eq!(
+        (&handled["task"], &handled["times"]),
+        (&Value::from("risky"), &Value::from(1)),
+        "{each}"
+    );
+    assert!(
+        handled["message"]
+            .as_str()
+            .unwrap()
+            .contains("ZeroDivisionError"),
+        "{each}"
+    );
+    // The fold of the event log gives the same records.
     let replay = support::noetl(&home)
         .args(["exec", "replay", &id, "--json", "--nats", &url])
         .output()

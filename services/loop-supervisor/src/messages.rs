@@ -200,6 +200,7 @@ pub(crate) fn loop_done(
         error: run.error.clone(),
         reduce_ref: reduced.reference(),
         reduce: reduced.inline().unwrap_or_default(),
+        handled: run.handled.clone(),
     };
     let mut out = vec![ev(types::LOOP_DONE, payloads::to_value(&done))];
     if let Some(error) = failure {

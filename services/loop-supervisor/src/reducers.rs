@@ -194,6 +194,7 @@ mod tests {
         Claim {
             failed,
             reduce: reduce.as_object().cloned().unwrap_or_default(),
+            handled: Vec::new(),
         }
     }
 

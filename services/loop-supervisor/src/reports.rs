@@ -76,6 +76,7 @@ pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), H
         } else {
             report.reduce
         },
+        handled: report.handled,
     };
     // Only loops with growing reducers look before the update (the update
     // reads the run itself: the common path reads it once).

@@ -9,6 +9,7 @@ pub mod cursor;
 use noetl_core::reduce::{self, ReducerOp};
 use noetl_core::Step;
 use noetl_mesh::{
+    handled::HandledError,
     keys::Keys,
     payloads::{self, LoopCounts, LoopStatus},
     plan::PlanRecord,
@@ -79,6 +80,11 @@ pub struct LoopRun {
     /// that is gone. Set once; no iteration is dispatched after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// Task errors a policy rule handled in its iterations (at most
+    /// [`noetl_mesh::handled::KEPT`] distinct ones, each counted), for the
+    /// loop step's record ([`noetl_mesh::handled::note`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<HandledError>,
     /// The step-run's deadline (epoch ms; 0: none) and the setting that set
     /// it, from the loop command: every iteration carries them.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -159,6 +165,9 @@ pub(crate) struct Claim {
     /// Its reducer contributions (ctx key -> partial aggregate).
     #[serde(default)]
     pub reduce: serde_json::Map<String, Value>,
+    /// Task errors a policy rule handled in the iteration (it went on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled: Vec<HandledError>,
 }
 
 /// Reducers whose aggregate grows with the number of iterations.
@@ -204,6 +213,7 @@ pub(crate) fn new_run(
         done_emitted: false,
         reduced: Default::default(),
         error: None,
+        handled: Vec::new(),
         deadline_ms: cmd.deadline_ms,
         deadline_of: cmd.deadline_of.clone(),
         held: Vec::new(),
@@ -292,6 +302,9 @@ pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun
     }
     let mut r = run.clone();
     r.in_flight.retain(|i| *i != a.index);
+    for e in &a.claim.handled {
+        noetl_mesh::handled::note(&mut r.handled, e.clone());
+    }
     if a.claim.failed {
         r.failed += 1;
         r.failed_at.push(a.index);

@@ -140,6 +140,7 @@ fn a_loop_s_reducer_results_combine_with_ctx_once() {
                 result: LoopCounts::default(),
                 args: json!({}),
                 error: None,
+                handled: Vec::new(),
                 reduce: vec![Reduced {
                     key: "total".into(),
                     op: ReducerOp::Sum,

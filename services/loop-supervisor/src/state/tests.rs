@@ -16,6 +16,7 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         done_emitted: false,
         reduced: Default::default(),
         error: None,
+        handled: Vec::new(),
         deadline_ms,
         deadline_of: "step \"lp\" lifecycle.timeout_s: 1".into(),
         held: Vec::new(),
@@ -43,6 +44,7 @@ fn ok(reduce: Value) -> Claim {
     Claim {
         failed: false,
         reduce: reduce.as_object().cloned().unwrap_or_default(),
+        handled: Vec::new(),
     }
 }
 
@@ -50,6 +52,7 @@ fn failed() -> Claim {
     Claim {
         failed: true,
         reduce: Default::default(),
+        handled: Vec::new(),
     }
 }
 
@@ -362,4 +365,30 @@ fn a_run_that_cannot_say_what_finished_runs_everything_again() {
         resumed(other_size.clone(), &window(4, 4)).next,
         other_size.next
     );
+}
+
+#[test]
+fn handled_errors_of_counted_iterations_are_kept_once_each_and_counted() {
+    use noetl_mesh::handled::HandledError;
+    let zero = HandledError::new("risky", "python.exception", "ZeroDivisionError", "continue");
+    let with = |e: &HandledError| Claim {
+        handled: vec![e.clone()],
+        ..ok(json!({}))
+    };
+    let r = window(5, 3);
+    let (r, _) = arrive(&r, 0, &with(&zero), false).unwrap();
+    let (r, _) = arrive(&r, 1, &ok(json!({})), false).unwrap();
+    let (r, _) = arrive(&r, 2, &with(&zero), false).unwrap();
+    assert_eq!(r.handled.len(), 1);
+    assert_eq!(r.handled[0].times, 2);
+    // A redelivered report adds nothing.
+    assert!(arrive(&r, 2, &with(&zero), false).is_none());
+    // A failed iteration's handled errors count too (it went on, then failed).
+    let other = HandledError::new("risky", "python.exception", "KeyError", "continue");
+    let failed_with = Claim {
+        handled: vec![other],
+        ..failed()
+    };
+    let (r, _) = arrive(&r, 3, &failed_with, false).unwrap();
+    assert_eq!(r.handled.len(), 2);
 }
