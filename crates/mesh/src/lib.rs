@@ -23,6 +23,7 @@ pub mod config;
 pub mod connect;
 pub mod credentials;
 pub mod ctx_record;
+pub mod decision_scope;
 pub mod effects;
 pub mod error;
 pub mod event_type;

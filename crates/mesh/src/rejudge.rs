@@ -19,6 +19,7 @@ use noetl_core::{routing, template::render_value, Playbook};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::decision_scope;
 use crate::event_type::EventType;
 use crate::fold::{Folded, Origin};
 use crate::plan::PlanRecord;
@@ -210,112 +211,150 @@ async fn decide(
     if !is_decision {
         return Ok(None);
     }
-    let differ = |decision: &str, recorded: Value, now: Value| Divergence {
-        step: ev.step.clone(),
-        decision: decision.into(),
-        event: Origin::of(d.seq, ev),
-        recorded,
-        now,
-    };
     let Some(step) = d.plan.step(&ev.step) else {
-        return Ok(Some(Err(differ(
+        return Ok(Some(Err(d.differ(
             "step",
             Value::from(format!("step {:?} ran", ev.step)),
             Value::from(format!("the playbook has no step {:?}", ev.step)),
         ))));
     };
-    let source = AsOf {
-        mesh: d.mesh,
-        folded: d.folded,
-    };
-    let args = d
-        .rec
-        .args
-        .get(&ev.step_run_id)
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Map::new()));
-    match kind {
+    let taken = match kind {
         EventType::StepScheduled | EventType::StepSkipped => {
-            let was = kind == EventType::StepScheduled;
-            let now = match step.admit() {
-                None => Ok(true),
-                Some(a) => {
-                    let sc =
-                        scope::admission_scope(&source, d.plan, (step, a), &args, &ev.step_run_id)
-                            .await?;
-                    routing::admit(Some(a), &sc)
-                        .map(|a| a.allowed)
-                        .map_err(|e| e.to_string())
-                }
-            };
-            let shown = |allowed: bool| Value::from(if allowed { "admitted" } else { "denied" });
-            Ok(Some(match now {
-                Ok(now) if now == was => Ok(()),
-                Ok(now) => Err(differ("admission", shown(was), shown(now))),
-                Err(e) => Err(differ(
-                    "admission",
-                    shown(was),
-                    Value::from(format!("fails: {e}")),
-                )),
-            }))
+            admission(&d, step, kind == EventType::StepScheduled).await?
         }
-        EventType::LoopStarted => {
-            let (Some(lp), false) = (step.loop_.as_ref(), p["mode"] == "cursor") else {
-                return Ok(Some(Ok(())));
-            };
-            let sc = scope::loop_scope(&source, d.plan, lp, &args, &[]).await?;
-            let was = p["total"].clone();
-            let now = match render_value(&lp.in_, &sc) {
-                Ok(Value::Array(items)) => Value::from(items.len()),
-                Ok(other) if crate::objects::is_ref(&other) => {
-                    match d.mesh.results().hydrate(other).await? {
-                        Value::Array(items) => Value::from(items.len()),
-                        other => {
-                            Value::from(format!("not a list: {}", noetl_core::json_type(&other)))
-                        }
-                    }
-                }
-                Ok(other) => Value::from(format!("not a list: {}", noetl_core::json_type(&other))),
-                Err(e) => Value::from(format!("fails: {e}")),
-            };
-            Ok(Some(if now == was {
-                Ok(())
-            } else {
-                Err(differ("loop collection", was, now))
-            }))
-        }
-        _ => {
-            let was = d
-                .rec
-                .fired
-                .get(&ev.step_run_id)
-                .cloned()
-                .unwrap_or_default();
-            let templates = scope::arc_templates(step);
-            let next = step.next.as_ref();
-            let now = if templates.is_empty() && next.is_none_or(|n| n.arcs.is_empty()) {
-                Ok(Vec::new())
-            } else {
-                let sc = scope::arc_scope(&source, d.plan, ev, (&p, &args), &templates).await?;
-                routing::select_arcs(next, &sc)
-                    .map(|arcs| {
-                        arcs.into_iter()
-                            .map(|a| (a.step, Value::Object(a.args)))
-                            .collect::<Vec<_>>()
-                    })
-                    .map_err(|e| e.to_string())
-            };
-            Ok(Some(match now {
-                Ok(now) if same_arcs(&was, &now) => Ok(()),
-                Ok(now) => Err(differ("arcs", shown_arcs(&was), shown_arcs(&now))),
-                Err(e) => Err(differ(
-                    "arcs",
-                    shown_arcs(&was),
-                    Value::from(format!("routing fails: {e}")),
-                )),
-            }))
+        EventType::LoopStarted => loop_collection(&d, step, &p).await?,
+        _ => arcs(&d, step, &p).await?,
+    };
+    Ok(Some(taken))
+}
+
+impl Decide<'_> {
+    /// The divergence of `decision` at this event.
+    fn differ(&self, decision: &str, recorded: Value, now: Value) -> Divergence {
+        Divergence {
+            step: self.ev.step.clone(),
+            decision: decision.into(),
+            event: Origin::of(self.seq, self.ev),
+            recorded,
+            now,
         }
     }
+
+    /// The state as of this event.
+    fn source(&self) -> AsOf<'_> {
+        AsOf {
+            mesh: self.mesh,
+            folded: self.folded,
+        }
+    }
+
+    /// The args of this event's step-run (its token's).
+    fn args(&self) -> Value {
+        self.rec
+            .args
+            .get(&self.ev.step_run_id)
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()))
+    }
+}
+
+/// A token's admission, taken again: `was` admitted or not.
+async fn admission(
+    d: &Decide<'_>,
+    step: &noetl_core::Step,
+    was: bool,
+) -> Result<Result<(), Divergence>, MeshError> {
+    let now = match step.admit() {
+        None => Ok(true),
+        Some(a) => {
+            let sc = decision_scope::admission_scope(
+                &d.source(),
+                d.plan,
+                (step, a),
+                &d.args(),
+                &d.ev.step_run_id,
+            )
+            .await?;
+            routing::admit(Some(a), &sc)
+                .map(|a| a.allowed)
+                .map_err(|e| e.to_string())
+        }
+    };
+    let shown = |allowed: bool| Value::from(if allowed { "admitted" } else { "denied" });
+    Ok(match now {
+        Ok(now) if now == was => Ok(()),
+        Ok(now) => Err(d.differ("admission", shown(was), shown(now))),
+        Err(e) => Err(d.differ("admission", shown(was), Value::from(format!("fails: {e}")))),
+    })
+}
+
+/// A loop's collection, taken again: its length against `loop.started`'s
+/// `total` (a cursor loop claims as it goes: not compared).
+async fn loop_collection(
+    d: &Decide<'_>,
+    step: &noetl_core::Step,
+    p: &Value,
+) -> Result<Result<(), Divergence>, MeshError> {
+    let (Some(lp), false) = (step.loop_.as_ref(), p["mode"] == "cursor") else {
+        return Ok(Ok(()));
+    };
+    let sc = decision_scope::loop_scope(&d.source(), d.plan, lp, &d.args(), &[]).await?;
+    let not_a_list = |v: &Value| Value::from(format!("not a list: {}", noetl_core::json_type(v)));
+    let now = match render_value(&lp.in_, &sc) {
+        Ok(Value::Array(items)) => Value::from(items.len()),
+        Ok(other) if crate::objects::is_ref(&other) => match d.mesh.results().hydrate(other).await?
+        {
+            Value::Array(items) => Value::from(items.len()),
+            other => not_a_list(&other),
+        },
+        Ok(other) => not_a_list(&other),
+        Err(e) => Value::from(format!("fails: {e}")),
+    };
+    let was = p["total"].clone();
+    Ok(if now == was {
+        Ok(())
+    } else {
+        Err(d.differ("loop collection", was, now))
+    })
+}
+
+/// A boundary's arcs, taken again: the targets and args of the tokens it
+/// fired.
+async fn arcs(
+    d: &Decide<'_>,
+    step: &noetl_core::Step,
+    p: &Value,
+) -> Result<Result<(), Divergence>, MeshError> {
+    let was = d
+        .rec
+        .fired
+        .get(&d.ev.step_run_id)
+        .cloned()
+        .unwrap_or_default();
+    let templates = scope::arc_templates(step);
+    let next = step.next.as_ref();
+    let now = if templates.is_empty() && next.is_none_or(|n| n.arcs.is_empty()) {
+        Ok(Vec::new())
+    } else {
+        let sc = decision_scope::arc_scope(&d.source(), d.plan, d.ev, (p, &d.args()), &templates)
+            .await?;
+        routing::select_arcs(next, &sc)
+            .map(|arcs| {
+                arcs.into_iter()
+                    .map(|a| (a.step, Value::Object(a.args)))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| e.to_string())
+    };
+    Ok(match now {
+        Ok(now) if same_arcs(&was, &now) => Ok(()),
+        Ok(now) => Err(d.differ("arcs", shown_arcs(&was), shown_arcs(&now))),
+        Err(e) => Err(d.differ(
+            "arcs",
+            shown_arcs(&was),
+            Value::from(format!("routing fails: {e}")),
+        )),
+    })
 }
 
 /// The same targets with the same args (an arg that travelled by

@@ -5,11 +5,9 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use noetl_core::template::Scope;
 use noetl_core::Step;
 use serde_json::{Map, Value};
 
-use crate::plan::PlanRecord;
 use crate::{keys::Keys, kv, Mesh, MeshError};
 
 /// Top-level names a set of templates reads.
@@ -114,9 +112,8 @@ pub struct Loaded {
 /// Where a server-side scope reads the records it needs: KV, live
 /// ([`Mesh`]), or the fold of an execution's events as of one of them
 /// (`noetl exec replay --playbook`, [`crate::rejudge`]). The decisions
-/// build their scopes through it ([`load_from`], [`arc_scope`],
-/// [`admission_scope`], [`loop_scope`]), so a replay runs the code that
-/// ran live.
+/// build their scopes through it ([`load_from`], [`crate::decision_scope`]),
+/// so a replay runs the code that ran live.
 pub trait StateSource: Sync {
     /// `ctx` of execution `eid` as templates see it (`{}` when none).
     fn ctx(&self, eid: &str) -> impl Future<Output = Result<Value, MeshError>> + Send;
@@ -223,79 +220,4 @@ pub fn arc_templates(step: &Step) -> Vec<&str> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The scope a step's arcs render in at boundary event `ev`: workload,
-/// `ctx`, the step's `args`, `event` ([`event_scope`]), and the step
-/// results `templates` read.
-pub async fn arc_scope<S: StateSource>(
-    source: &S,
-    plan: &PlanRecord,
-    ev: &noetl_wire::Event,
-    (payload, args): (&Value, &Value),
-    templates: &[&str],
-) -> Result<Scope, MeshError> {
-    let sc = plan
-        .template_scope(source, templates.iter().copied(), args)
-        .await?;
-    Ok(sc.event(event_scope(ev, payload)))
-}
-
-/// `event` in an admission rule: the token asking to start the step.
-#[derive(serde::Serialize)]
-struct TokenView<'a> {
-    /// Always `token`.
-    name: &'static str,
-    step: &'a str,
-    args: &'a Value,
-    token_id: &'a str,
-}
-
-/// The scope a step's admission rules render in for the token `srid`
-/// with `args`: workload, `ctx`, `args`, `event` (the token) and the
-/// execution id.
-pub async fn admission_scope<S: StateSource>(
-    source: &S,
-    plan: &PlanRecord,
-    (step, admit): (&Step, &noetl_core::model::Admit),
-    args: &Value,
-    srid: &str,
-) -> Result<Scope, MeshError> {
-    let eid = plan.execution_id.as_str();
-    let roots = roots(admit.rules.iter().filter_map(|r| r.when.as_deref()));
-    let loaded = load_from(source, eid, &roots, &[]).await?;
-    Ok(Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(source.args(args).await?)
-        .event(crate::payloads::to_value(&TokenView {
-            name: "token",
-            step: &step.step,
-            args,
-            token_id: srid,
-        }))
-        .execution_id(eid.to_string()))
-}
-
-/// The scope a loop's `in` and `max_in_flight` render in (with the
-/// loop-supervisor's own `more` templates): workload, `ctx`, the step's
-/// args, the step results they read, and in a child playbook the
-/// parent's iteration as `iter.parent`.
-pub async fn loop_scope<S: StateSource>(
-    source: &S,
-    plan: &PlanRecord,
-    lp: &noetl_core::model::Loop,
-    args: &Value,
-    more: &[&str],
-) -> Result<Scope, MeshError> {
-    let mut all = strings(&lp.in_);
-    if let Some(m) = &lp.spec.max_in_flight {
-        all.extend(strings(m));
-    }
-    all.extend(more.iter().copied());
-    let mut sc = plan.template_scope(source, all, args).await?;
-    if !plan.parent_iter.is_null() {
-        sc = sc.iter(serde_json::json!({"parent": plan.parent_iter}));
-    }
-    Ok(sc)
 }

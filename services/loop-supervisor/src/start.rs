@@ -9,7 +9,7 @@ use noetl_core::{
     FrameProcess, Loop, LoopMode, Step,
 };
 use noetl_mesh::{
-    codec, keys::Keys, kv, plan::PlanRecord, resume::LoopCarry, runtime::HandlerError, scope, Mesh,
+    codec, keys::Keys, kv, plan::PlanRecord, resume::LoopCarry, runtime::HandlerError, Mesh,
     MeshError,
 };
 use noetl_wire::LoopCommand;
@@ -211,7 +211,7 @@ async fn create(mesh: &Mesh, key: &str, run: LoopRun) -> Result<LoopRun, MeshErr
 }
 
 /// The scope `loop.in`, `max_in_flight` and the frame templates render in
-/// ([`scope::loop_scope`], from KV).
+/// ([`noetl_mesh::decision_scope::loop_scope`], from KV).
 async fn loop_scope(
     mesh: &Mesh,
     plan: &PlanRecord,
@@ -220,7 +220,7 @@ async fn loop_scope(
 ) -> Result<Scope, MeshError> {
     let frame = frame_templates(lp);
     let more: Vec<&str> = frame.iter().map(String::as_str).collect();
-    scope::loop_scope(mesh, plan, lp, args, &more).await
+    noetl_mesh::decision_scope::loop_scope(mesh, plan, lp, args, &more).await
 }
 
 /// The loop's collection from its rendered `loop.in`, or why the loop

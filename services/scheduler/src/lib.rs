@@ -26,7 +26,6 @@ use noetl_mesh::{
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
-    scope,
     topology::{ConsumerSpec, StreamKind},
     Mesh, MeshError,
 };
@@ -191,7 +190,7 @@ async fn admission(
             rule: None,
         }));
     };
-    let sc = scope::admission_scope(mesh, plan, (step, a), args, srid).await?;
+    let sc = noetl_mesh::decision_scope::admission_scope(mesh, plan, (step, a), args, srid).await?;
     Ok(routing::admit(Some(a), &sc))
 }
 

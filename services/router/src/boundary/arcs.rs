@@ -19,7 +19,7 @@ pub(super) struct Decision {
     pub(super) set_ctx: Option<Map<String, Value>>,
 }
 
-/// The scope arc conditions and args render in ([`scope::arc_scope`],
+/// The scope arc conditions and args render in ([`noetl_mesh::decision_scope::arc_scope`],
 /// from KV).
 pub(super) async fn arc_scope(
     mesh: &Mesh,
@@ -32,7 +32,7 @@ pub(super) async fn arc_scope(
         .args
         .clone()
         .unwrap_or_else(|| Value::Object(Map::new()));
-    scope::arc_scope(mesh, plan, ev, (payload, &args), templates).await
+    noetl_mesh::decision_scope::arc_scope(mesh, plan, ev, (payload, &args), templates).await
 }
 
 /// Evaluate the step's arcs for this boundary event, in one pass: read the
