@@ -317,6 +317,7 @@ pub fn redact_outcome(outcome: &mut Outcome, secrets: &[String]) {
         attempt: _,
         duration_ms: _,
         started_at,
+        trace_id: _,
     } = meta;
     redact_str(started_at, secrets);
     helpers.values_mut().for_each(|v| redact_value(v, secrets));

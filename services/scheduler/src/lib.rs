@@ -13,7 +13,7 @@ mod join;
 
 use std::sync::Arc;
 
-use noetl_core::{routing, template::Scope, Step};
+use noetl_core::{routing, Step};
 use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
@@ -26,7 +26,6 @@ use noetl_mesh::{
     payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
-    scope,
     topology::{ConsumerSpec, StreamKind},
     Mesh, MeshError,
 };
@@ -185,26 +184,23 @@ async fn admission(
     args: &Value,
     srid: &str,
 ) -> Result<Result<routing::Admission, noetl_core::routing::RoutingError>, MeshError> {
-    let eid = plan.execution_id.as_str();
     let Some(a) = step.admit() else {
         return Ok(Ok(routing::Admission {
             allowed: true,
             rule: None,
         }));
     };
-    let roots = scope::roots(a.rules.iter().filter_map(|r| r.when.as_deref()));
-    let loaded = scope::load(mesh, eid, &roots, &[]).await?;
-    let sc = Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(scope::hydrate_args(mesh, args).await?)
+    // The same scope arcs and `loop.in` render in: workload, ctx, args and
+    // the results of the steps the rules read by name.
+    let sc = plan
+        .template_scope(mesh, a.rules.iter().filter_map(|r| r.when.as_deref()), args)
+        .await?
         .event(payloads::to_value(&TokenView {
             name: "token",
             step: &step.step,
             args,
             token_id: srid,
-        }))
-        .execution_id(eid.to_string());
+        }));
     Ok(routing::admit(Some(a), &sc))
 }
 

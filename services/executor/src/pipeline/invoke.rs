@@ -106,6 +106,7 @@ impl StepRun<'_> {
             attempt: cur.attempt,
             duration_ms: clock.elapsed().as_millis() as u64,
             started_at,
+            trace_id: self.trace_id(),
         };
         crate::secrets::redact_outcome(&mut called.outcome, &self.secrets);
         self.conclude(cur, &t, scope, called, pending)

@@ -281,6 +281,12 @@ impl StepRun<'_> {
         &self.cmd.execution_id
     }
 
+    /// The execution's trace id (`outcome.meta.trace_id`): the command's,
+    /// as every service derives it ([`noetl_mesh::ids::trace_id_for`]).
+    fn trace_id(&self) -> String {
+        noetl_mesh::ids::trace_id_for(&self.cmd.trace_id, self.eid())
+    }
+
     /// Drive the pipeline within the step's concurrency and rate limits
     /// ([`crate::gate`]): when a slot and a token are free, holding the
     /// slot until the command ends; else not yet. A command that continues
