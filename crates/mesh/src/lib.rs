@@ -11,6 +11,7 @@
 //! `nats-server` launcher ([`server`]).
 
 pub mod audit;
+pub mod auth_cache;
 pub mod backoff;
 pub mod cache;
 pub mod cancel;

@@ -137,7 +137,7 @@ impl Executor {
         let mut credentials = crate::secrets::Resolved::default();
         let mut keychain_error = None;
         if needs.reads("keychain") || needs.uses_auth {
-            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
+            match crate::secrets::resolve(&self.mesh, plan).await {
                 Ok(r) => {
                     if needs.reads("keychain") {
                         base = base.keychain(Value::Object(r.scope.clone()));
