@@ -43,6 +43,7 @@ pub mod pause;
 pub mod payloads;
 pub mod plan;
 pub mod rebuild;
+pub mod remote;
 pub mod replay;
 pub mod resume;
 pub mod runtime;

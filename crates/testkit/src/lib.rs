@@ -7,6 +7,7 @@
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
 pub mod cluster;
+pub mod gcs;
 pub mod moto;
 pub mod s3;
 pub use cluster::TestCluster;

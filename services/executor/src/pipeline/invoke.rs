@@ -133,7 +133,7 @@ impl StepRun<'_> {
             Ok(config) => config,
             Err(message) => return failed(who.error("template", &message)),
         };
-        let config = match crate::script::load_into(&task.kind, config).await {
+        let config = match crate::script::load_into(&task.kind, config, &self.credentials).await {
             Ok(config) => config,
             Err(message) => return failed(who.error("script", &message)),
         };
