@@ -30,6 +30,13 @@ export NOETL_PY_CLI ?= $(NOETL_CLI_VENV)/bin/noetl
 # The API fuzzed from its OpenAPI document (services/api/tests/schemathesis.rs).
 SCHEMATHESIS_VERSION := 4.32.5
 export NOETL_SCHEMATHESIS ?= $(VENV)/bin/schemathesis
+# AWS Secrets Manager for the keychain's `secret_manager` tests
+# (integration/tests/keychain.rs): moto's server mode, from PyPI.
+MOTO_VERSION := 5.2.5
+export NOETL_MOTO_SERVER ?= $(VENV)/bin/moto_server
+# Google Cloud Storage for the `gs://` script tests: gcp-storage-emulator, from PyPI.
+GCS_EMULATOR_VERSION := 2026.7.19
+export NOETL_GCS_EMULATOR ?= $(VENV)/bin/gcp-storage-emulator
 IMAGE ?= noetl/noetl:0.1.0
 # Integration tests each start their own nats-server; keep parallelism sane
 # for 2-core machines.
@@ -39,7 +46,8 @@ TEST_THREADS ?= 4
 .PHONY: check-deploy image fuzz test-chaos
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium \
-	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION)
+	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION) \
+	$(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.gcs-emulator-$(GCS_EMULATOR_VERSION)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -85,6 +93,20 @@ $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION): | $(VENV)/.nats-server-$(NATS_SER
 	@$(VENV)/bin/pip install --quiet --disable-pip-version-check schemathesis==$(SCHEMATHESIS_VERSION)
 	@$(VENV)/bin/schemathesis --version | grep -q " $(SCHEMATHESIS_VERSION)" \
 		|| { echo "schemathesis $(SCHEMATHESIS_VERSION) did not install correctly"; exit 1; }
+	@touch $@
+
+$(VENV)/.moto-$(MOTO_VERSION): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@echo ">> setup: moto[server] $(MOTO_VERSION) into $(VENV) (AWS Secrets Manager for the keychain tests)"
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check "moto[server]==$(MOTO_VERSION)"
+	@$(VENV)/bin/python -c "import moto; assert moto.__version__ == '$(MOTO_VERSION)', moto.__version__" \
+		|| { echo "moto $(MOTO_VERSION) did not install correctly"; exit 1; }
+	@test -x $(VENV)/bin/moto_server || { echo "moto_server did not install"; exit 1; }
+	@touch $@
+
+$(VENV)/.gcs-emulator-$(GCS_EMULATOR_VERSION): | $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+	@echo ">> setup: gcp-storage-emulator $(GCS_EMULATOR_VERSION) into $(VENV) (Google Cloud Storage for the gs:// tests)"
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check gcp-storage-emulator==$(GCS_EMULATOR_VERSION)
+	@test -x $(VENV)/bin/gcp-storage-emulator || { echo "gcp-storage-emulator did not install"; exit 1; }
 	@touch $@
 
 $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):

@@ -1,7 +1,8 @@
 //! Seed rules end to end (docs/dsl.md): a task's result by its name in the
 //! same pipeline (across executors, large ones by reference), the seed
-//! spelling of a parallel loop, the `loop` variable, and a task of a kind
-//! no executor serves.
+//! spelling of a parallel loop, the `loop` variable, a task of a kind
+//! no executor serves, admission rules that read a step's result, and
+//! `outcome.meta.trace_id`.
 
 use std::time::Duration;
 
@@ -281,5 +282,84 @@ async fn a_served_kind_starts_no_timer() {
         let evs = cluster.settled_events(&eid).await;
         assert!(evs.iter().all(|e| e.event_type != "task.unserved"));
     }
+    cluster.stop().await;
+}
+
+/// `check` (python) returns `{ok: true}`, `bad` returns `{ok: false}`;
+/// `go` admits only when `check.ok`, `stop` only when `bad.ok`: the
+/// scheduler renders admission with the step results the rules read
+/// (docs/dsl.md "Admission"). Each task policy also keeps
+/// `outcome.meta.trace_id`.
+const ADMIT_READS_RESULT: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: admit_reads_result }
+workflow:
+  - step: start
+    tool:
+      - name: check
+        kind: python
+        code: |
+          result = {"ok": True}
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { trace: "{{ outcome.meta.trace_id }}" } }
+    next: { arcs: [ { step: bad } ] }
+  - step: bad
+    tool: { kind: noop, result: { ok: false } }
+    next:
+      spec: { mode: inclusive }
+      arcs: [ { step: go }, { step: stop } ]
+  - step: go
+    spec:
+      policy:
+        admit:
+          rules:
+            - when: "{{ start.ok and not bad.ok }}"
+              then: { allow: true }
+            - else:
+                then: { allow: false }
+    tool: { kind: noop, result: { ran: true } }
+  - step: stop
+    spec:
+      policy:
+        admit:
+          rules:
+            - when: "{{ bad.ok }}"
+              then: { allow: true }
+            - else:
+                then: { allow: false }
+    tool: { kind: noop, result: { ran: true } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_reads_step_results_and_policies_read_the_trace_id() {
+    let cluster = Cluster::start().await;
+    let (eid, s) = cluster.completed(ADMIT_READS_RESULT, json!({})).await;
+    assert_eq!(s.steps.get("go").map(String::as_str), Some("done"), "{s:?}");
+    assert_eq!(
+        s.steps.get("stop").map(String::as_str),
+        Some("skipped"),
+        "{s:?}"
+    );
+    let evs = cluster.settled_events(&eid).await;
+    let skipped: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.event_type == "step.skipped")
+        .collect();
+    assert_eq!(skipped.len(), 1, "only `stop` is refused");
+    assert_eq!(skipped[0].step, "stop");
+    // The trace id a policy reads is the execution's: every event's.
+    let trace = s.ctx["trace"].as_str().unwrap_or_default().to_string();
+    assert_eq!(trace.len(), 32, "a W3C trace id: {trace:?}");
+    let traced: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.event_type.starts_with("task.") || e.event_type.starts_with("step."))
+        .map(|e| e.trace_id.as_str())
+        .collect();
+    assert!(traced.len() >= 8, "{traced:?}");
+    assert!(traced.iter().all(|t| *t == trace), "{trace} vs {traced:?}");
     cluster.stop().await;
 }

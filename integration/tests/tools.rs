@@ -345,52 +345,6 @@ impl std::io::Write for LogSink {
     }
 }
 
-/// Every message of every stream of the server (events, KV buckets, work
-/// queue, dead letters, object store) as text.
-async fn every_stream(mesh: &noetl_mesh::Mesh) -> String {
-    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-    use futures::StreamExt;
-    let js = mesh.js();
-    let names: Vec<String> = js
-        .stream_names()
-        .map(|n| n.unwrap())
-        .collect::<Vec<_>>()
-        .await;
-    let mut out = String::new();
-    for name in names {
-        let mut stream = js.get_stream(&name).await.unwrap();
-        if stream.info().await.unwrap().state.messages == 0 {
-            continue;
-        }
-        // The work queue refuses a consumer overlapping its own: what it
-        // held was consumed (and so deleted) anyway.
-        let Ok(consumer) = stream
-            .create_consumer(OrderedConfig {
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-        else {
-            out.push_str(&format!("\n[{name}: not readable]"));
-            continue;
-        };
-        let cname = consumer.cached_info().name.clone();
-        let mut messages = consumer.messages().await.unwrap();
-        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await
-        {
-            let m = m.unwrap();
-            out.push_str(&format!("\n[{name} {}] ", m.subject));
-            out.push_str(&String::from_utf8_lossy(&m.payload));
-            if m.info().map(|i| i.pending).unwrap_or(0) == 0 {
-                break;
-            }
-        }
-        drop(messages);
-        let _ = stream.delete_consumer(&cname).await;
-    }
-    out
-}
-
 /// A server that shows what it received: `/echo` answers with the request's
 /// `Authorization` / `X-API-Key` headers and query string, `/hop` redirects
 /// there keeping the query, `/fail` is a 500 quoting the query.
@@ -623,7 +577,7 @@ workflow:
 
     cluster.settled_events(&eid).await;
     cluster.settled_events(&eid2).await;
-    let mut haystack = every_stream(&cluster.mesh).await;
+    let mut haystack = noetl_integration::every_stream(&cluster.mesh).await;
     haystack.push_str(&format!("{s:?}{s2:?}"));
     let stored = haystack.len();
     haystack.push_str(&String::from_utf8_lossy(&logs.lock().unwrap()));

@@ -76,6 +76,8 @@ codes! {
     E043 => "too many steps",
     E044 => "too many arcs",
     E045 => "unknown reducer",
+    E046 => "`loop` read where no loop runs",
+    E047 => "authoring sugar",
     W101 => "`then.set` alias",
     W102 => "unreachable step",
     W103 => "arc that can never fire",

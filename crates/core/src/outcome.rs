@@ -84,6 +84,10 @@ pub struct OutcomeMeta {
     pub duration_ms: u64,
     /// RFC 3339 start time.
     pub started_at: String,
+    /// The execution's trace id (W3C, 32 hex digits): the trace its spans
+    /// and events belong to (docs/observability.md).
+    #[serde(default)]
+    pub trace_id: String,
 }
 
 /// One final outcome of one tool invocation.

@@ -1,13 +1,15 @@
 //! A task's `script`: its source text (python `code`, postgres and duckdb
-//! `command`) loaded when the task runs, from the task itself, a file or
-//! an http(s) URL (docs/tools.md, "Scripts"). NoETL's `script` field.
+//! `command`) loaded when the task runs, from the task itself, a file, an
+//! http(s) URL, or an object of S3 (`s3://`) or Google Cloud Storage
+//! (`gs://`) (docs/tools.md, "Scripts"). NoETL's `script` field.
 //!
 //! ```yaml
 //! script:
 //!   uri: scripts/load.sql          # file: the path; http: the URL, or a label
 //!   source:
-//!     type: file                   # inline | file | http
+//!     type: file                   # inline | file | http | s3 | gcs
 //!     # inline: code: "..."; http: endpoint (the URL), method, headers, timeout
+//!     # s3, gcs: auth (a keychain entry), region, endpoint
 //! ```
 
 use std::time::Duration;
@@ -42,17 +44,34 @@ pub enum ScriptSource {
         /// Bound on the whole request.
         timeout: Duration,
     },
+    /// An object of S3 or Google Cloud Storage, read through object_store.
+    Object(ObjectSource),
+}
+
+/// An object to read: `s3://bucket/key` or `gs://bucket/key`, with the
+/// keychain entry holding its credentials and, for S3, where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectSource {
+    /// The object's URL (`s3://` or `gs://`).
+    pub url: String,
+    /// A keychain entry name: for S3 `access_key_id`, `secret_access_key`
+    /// (`session_token`, `region`, `endpoint`); for GCS
+    /// `service_account_json` (or a service-account key's own fields).
+    /// Without it, the executor's environment (`AWS_*`,
+    /// `GOOGLE_SERVICE_ACCOUNT`...).
+    pub auth: Option<String>,
+    /// S3 region (else the credential's, else `AWS_REGION`).
+    pub region: Option<String>,
+    /// S3-compatible endpoint (else the credential's, else AWS's).
+    pub endpoint: Option<String>,
 }
 
 /// Default bound on fetching a script over http.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Script source types that need a cloud service, and which.
-const CLOUD: &[(&str, &str)] = &[
-    ("gcs", "Google Cloud Storage"),
-    ("s3", "Amazon S3"),
-    ("azure", "Azure Blob Storage"),
-];
+/// Script source types that need a cloud service this engine does not
+/// reach, and which.
+const CLOUD: &[(&str, &str)] = &[("azure", "Azure Blob Storage")];
 
 /// A `script` this engine cannot load.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,8 +93,8 @@ impl ScriptError {
     /// What to do instead.
     pub fn hint(&self) -> &'static str {
         match self {
-            Self::Shape(_) => "write `script: {uri: PATH_OR_URL, source: {type: inline | file | http}}` (docs/tools.md, \"Scripts\")",
-            Self::Cloud { .. } => "copy the script where the executor can read it (`type: file`) or serve it over http (`type: http`), or inline it",
+            Self::Shape(_) => "write `script: {uri: PATH_OR_URL, source: {type: inline | file | http | s3 | gcs}}` (docs/tools.md, \"Scripts\")",
+            Self::Cloud { .. } => "copy the script to S3 or GCS (`s3://`, `gs://`), where the executor can read it (`type: file`), or serve it over http (`type: http`), or inline it",
         }
     }
 }
@@ -124,7 +143,7 @@ pub fn script_kind(script: &Value) -> Result<String, ScriptError> {
         (None, Some(_)) => "file".into(),
         (None, None) => {
             return Err(ScriptError::Shape(
-                "needs `source.type` (inline, file or http) and `uri`".into(),
+                "needs `source.type` (inline, file, http, s3 or gcs) and `uri`".into(),
             ))
         }
     };
@@ -135,9 +154,10 @@ pub fn script_kind(script: &Value) -> Result<String, ScriptError> {
         return Err(ScriptError::Cloud { kind, service });
     }
     match kind.as_str() {
-        "inline" | "file" | "http" | "https" => Ok(kind),
+        "inline" | "file" | "http" | "https" | "s3" | "gcs" => Ok(kind),
+        "gs" => Ok("gcs".into()),
         other => Err(ScriptError::Shape(format!(
-            "source type `{other}` is not one of inline, file, http"
+            "source type `{other}` is not one of inline, file, http, s3, gcs"
         ))),
     }
 }
@@ -155,6 +175,24 @@ pub fn script_source(script: &Value) -> Result<ScriptSource, ScriptError> {
                 .or(text(m, "code")?)
                 .ok_or_else(|| ScriptError::Shape("of type inline needs `source.code`".into()))?;
             Ok(ScriptSource::Inline(code.to_string()))
+        }
+        "s3" | "gcs" => {
+            let scheme = if kind == "s3" { "s3://" } else { "gs://" };
+            let url = uri
+                .or(text(source, "url")?)
+                .map(str::trim)
+                .filter(|u| u.starts_with(scheme) && u.len() > scheme.len())
+                .ok_or_else(|| {
+                    ScriptError::Shape(format!(
+                        "of type {kind} needs `uri`: a {scheme}bucket/key URL"
+                    ))
+                })?;
+            Ok(ScriptSource::Object(ObjectSource {
+                url: url.to_string(),
+                auth: text(source, "auth")?.map(str::to_string),
+                region: text(source, "region")?.map(str::to_string),
+                endpoint: text(source, "endpoint")?.map(str::to_string),
+            }))
         }
         "file" => {
             let path = uri
@@ -265,17 +303,37 @@ mod tests {
     }
 
     #[test]
-    fn cloud_sources_are_refused_naming_the_service() {
-        let e = script_kind(&json!({"uri": "gs://b/x.py", "source": {"type": "gcs", "auth": "g"}}))
-            .unwrap_err();
+    fn s3_and_gs_objects_are_read_with_their_keychain_entry() {
+        assert_eq!(script_kind(&json!({"uri": "s3://b/x.sql"})).unwrap(), "s3");
         assert_eq!(
-            e.to_string(),
-            "`script` source type `gcs` is not available in this engine: it needs Google Cloud Storage"
+            script_source(&json!({"uri": "gs://b/x.py", "source": {"type": "gcs", "auth": "g"}})),
+            Ok(ScriptSource::Object(ObjectSource {
+                url: "gs://b/x.py".into(),
+                auth: Some("g".into()),
+                region: None,
+                endpoint: None,
+            }))
+        );
+        assert_eq!(
+            script_source(
+                &json!({"uri": "s3://b/k/x.sql", "source": {"type": "s3", "region": "eu-west-1", "endpoint": "http://h:9000"}})
+            ),
+            Ok(ScriptSource::Object(ObjectSource {
+                url: "s3://b/k/x.sql".into(),
+                auth: None,
+                region: Some("eu-west-1".into()),
+                endpoint: Some("http://h:9000".into()),
+            }))
+        );
+        let e = script_source(&json!({"uri": "b/x.sql", "source": {"type": "s3"}})).unwrap_err();
+        assert!(
+            e.to_string().contains("needs `uri`: a s3://bucket/key URL"),
+            "{e}"
         );
         assert!(matches!(
-            script_kind(&json!({"uri": "s3://b/x.sql"})),
+            script_kind(&json!({"uri": "x", "source": {"type": "azure"}})),
             Err(ScriptError::Cloud {
-                service: "Amazon S3",
+                service: "Azure Blob Storage",
                 ..
             })
         ));
@@ -286,7 +344,7 @@ mod tests {
         let e = |v: Value| script_source(&v).unwrap_err().to_string();
         assert!(e(json!("x.py")).contains("must be a mapping"));
         assert!(e(json!({"source": {"type": "ftp"}, "uri": "x"}))
-            .contains("not one of inline, file, http"));
+            .contains("not one of inline, file, http, s3, gcs"));
         assert!(e(json!({"uri": "inline"})).contains("needs `source.code`"));
         assert!(e(json!({"source": {"type": "http"}, "uri": "x.py"})).contains("source.endpoint"));
         assert!(e(json!({"source": {"type": "file"}})).contains("needs `uri`"));

@@ -91,15 +91,19 @@ fn keychain_doc(kind: &str) -> String {
 
 #[test]
 fn a_keychain_kind_that_needs_a_cloud_service_is_refused_with_the_reason() {
-    let e = find(&keychain_doc("secret_manager"), "E004");
+    let e = find(&keychain_doc("google_id_token"), "E004");
     assert_eq!(e.span.unwrap().line, 7);
     assert!(
         e.message
-            .contains("keychain kind `secret_manager` is not available here"),
+            .contains("keychain kind `google_id_token` is not available here"),
         "{}",
         e.message
     );
-    assert!(e.message.contains("cloud secret manager"), "{}", e.message);
+    assert!(
+        e.message.contains("Google's identity service"),
+        "{}",
+        e.message
+    );
     let help = e.help.unwrap();
     assert!(
         help.contains("--kind secret") && help.contains("postgres_credential"),

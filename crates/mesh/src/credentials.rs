@@ -31,6 +31,10 @@ pub const KINDS: &[(&str, &[&str])] = &[
     ("secret", &[]),
 ];
 
+/// The key prefix of the auth cache's records in the bucket: a credential
+/// key never has a dot ([`key_part`]).
+pub const CACHE_KEY_PREFIX: &str = "_cache.";
+
 /// What can go wrong with credentials. No variant carries a secret value.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
@@ -77,6 +81,18 @@ pub enum CredentialError {
     Decrypt {
         /// Credential name.
         name: String,
+    },
+    /// A keychain entry resolved from a secret manager or a token endpoint
+    /// could not be resolved (the message names the service and its
+    /// answer's status or error code, never a value).
+    #[error("keychain `{name}` ({kind}): {message}")]
+    Provider {
+        /// Entry name.
+        name: String,
+        /// Entry kind (`secret_manager`, `oauth2`).
+        kind: String,
+        /// What went wrong.
+        message: String,
     },
     /// The bucket could not be read or written.
     #[error("credentials bucket, key {key}: {message}")]
@@ -146,7 +162,12 @@ impl Vault {
         Self { store, key_source }
     }
 
-    fn cipher(&self) -> Result<Aes256Gcm, CredentialError> {
+    /// The bucket (the auth cache keeps its records there too).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn cipher(&self) -> Result<Aes256Gcm, CredentialError> {
         let key = match &self.key_source {
             KeySource::Env(v) => parse_key(v).ok_or_else(|| CredentialError::BadKey {
                 source_name: "NOETL_SECRET_KEY".into(),
@@ -243,6 +264,10 @@ impl Vault {
         let mut out = Vec::new();
         while let Some(k) = keys.next().await {
             let k = k.map_err(|e| kv_err("*", e))?;
+            // The auth cache's records (`crate::auth_cache`) are no credentials.
+            if k.starts_with(CACHE_KEY_PREFIX) {
+                continue;
+            }
             if let Some(b) = self.store.get(&k).await.map_err(|e| kv_err(&k, e))? {
                 if let Ok(s) = serde_json::from_slice::<Sealed>(&b) {
                     out.push(Listed {

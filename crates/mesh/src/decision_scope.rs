@@ -9,7 +9,7 @@ use noetl_core::Step;
 use serde_json::Value;
 
 use crate::plan::PlanRecord;
-use crate::scope::{event_scope, load_from, roots, strings, StateSource};
+use crate::scope::{event_scope, strings, StateSource};
 use crate::MeshError;
 
 /// The scope a step's arcs render in at boundary event `ev`: workload,
@@ -39,8 +39,8 @@ struct TokenView<'a> {
 }
 
 /// The scope a step's admission rules render in for the token `srid`
-/// with `args`: workload, `ctx`, `args`, `event` (the token) and the
-/// execution id.
+/// with `args`: workload, `ctx`, `args`, the step results the rules read,
+/// `event` (the token) and the execution id.
 pub async fn admission_scope<S: StateSource>(
     source: &S,
     plan: &PlanRecord,
@@ -48,20 +48,21 @@ pub async fn admission_scope<S: StateSource>(
     args: &Value,
     srid: &str,
 ) -> Result<Scope, MeshError> {
-    let eid = plan.execution_id.as_str();
-    let roots = roots(admit.rules.iter().filter_map(|r| r.when.as_deref()));
-    let loaded = load_from(source, eid, &roots, &[]).await?;
-    Ok(Scope::new()
-        .workload(plan.workload.clone())
-        .ctx(loaded.ctx)
-        .args(source.args(args).await?)
-        .event(crate::payloads::to_value(&TokenView {
-            name: "token",
-            step: &step.step,
+    // The scope arcs and `loop.in` render in: workload, ctx, args and the
+    // results of the steps the rules read by name; `event` is the token.
+    let sc = plan
+        .template_scope(
+            source,
+            admit.rules.iter().filter_map(|r| r.when.as_deref()),
             args,
-            token_id: srid,
-        }))
-        .execution_id(eid.to_string()))
+        )
+        .await?;
+    Ok(sc.event(crate::payloads::to_value(&TokenView {
+        name: "token",
+        step: &step.step,
+        args,
+        token_id: srid,
+    })))
 }
 
 /// The scope a loop's `in` and `max_in_flight` render in (with the

@@ -121,7 +121,9 @@ impl CredentialError {
             Self::Kv { .. } => ErrorKind::Transient,
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::Decrypt { .. } => ErrorKind::Corrupt,
-            Self::BadKind { .. } | Self::BadData { .. } => ErrorKind::Invalid,
+            Self::BadKind { .. } | Self::BadData { .. } | Self::Provider { .. } => {
+                ErrorKind::Invalid
+            }
             Self::BadKey { .. } | Self::KeyFile { .. } => ErrorKind::Config,
         }
     }

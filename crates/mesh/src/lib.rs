@@ -11,6 +11,7 @@
 //! `nats-server` launcher ([`server`]).
 
 pub mod audit;
+pub mod auth_cache;
 pub mod backoff;
 pub mod cache;
 pub mod cancel;
@@ -45,6 +46,7 @@ pub mod payloads;
 pub mod plan;
 pub mod rebuild;
 pub mod rejudge;
+pub mod remote;
 pub mod replay;
 pub mod resume;
 pub mod retention;

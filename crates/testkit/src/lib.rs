@@ -7,6 +7,8 @@
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
 pub mod cluster;
+pub mod gcs;
+pub mod moto;
 pub mod s3;
 pub use cluster::TestCluster;
 pub use s3::S3Server;

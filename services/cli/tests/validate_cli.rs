@@ -187,3 +187,27 @@ fn migrate_says_what_it_refused_and_exits_1() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("add --write"));
 }
+
+/// The spec's smaller gaps (docs/errors.md E046, E047) are refused by
+/// `validate` and by `run` alike, with the file, line and column, before
+/// anything runs: both load through the same checks.
+#[test]
+fn validate_and_run_refuse_loop_done_loop_outside_a_loop_and_sugar_the_same_way() {
+    let bad = fixture("invalid/spec_gaps.yaml");
+    let lines = [
+        format!("{bad}:18:17: error[E046]: template reads `loop.done`, which is not a variable"),
+        format!("{bad}:23:23: error[E046]: template reads `loop.index` in a task of step `report`, which has no `loop`"),
+        format!("{bad}:24:9: error[E047]: task `task_1` of step `report` uses the authoring sugar `choose`"),
+    ];
+    let (code, out) = noetl(&["validate", &bad]);
+    assert_eq!(code, 1, "{out}");
+    for l in &lines {
+        assert!(out.contains(l.as_str()), "validate: no `{l}` in:\n{out}");
+    }
+    let run = run_noetl(&["run", &bad]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_ne!(run.status.code(), Some(0), "{err}");
+    for l in &lines {
+        assert!(err.contains(l.as_str()), "run: no `{l}` in:\n{err}");
+    }
+}

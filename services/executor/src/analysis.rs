@@ -126,14 +126,7 @@ impl StepNeeds {
                     .map(|m| !m.is_empty())
                     .unwrap_or(false)
             });
-        // `auth` of the task, or inside one of its mapping fields (a
-        // transfer's `source.auth`).
-        let uses_auth = step.tool.iter().any(|t| {
-            t.config.contains_key("auth")
-                || t.config
-                    .values()
-                    .any(|v| v.as_object().is_some_and(|m| m.contains_key("auth")))
-        });
+        let uses_auth = step.tool.iter().any(names_a_credential);
         Self {
             load_ctx,
             steps,
@@ -151,6 +144,19 @@ impl StepNeeds {
     pub fn reads(&self, name: &str) -> bool {
         self.roots.contains(name)
     }
+}
+
+/// `auth` of the task, or inside one of its mapping fields (a transfer's
+/// `source.auth`), or of its `script.source`: the keychain is resolved.
+fn names_a_credential(t: &Task) -> bool {
+    t.config.contains_key("auth")
+        || t.config
+            .values()
+            .any(|v| v.as_object().is_some_and(|m| m.contains_key("auth")))
+        || t.config
+            .get("script")
+            .and_then(|s| s.pointer("/source/auth"))
+            .is_some()
 }
 
 /// Names the pipeline scope defines itself (a step with such a name is

@@ -195,7 +195,7 @@ impl ClaimRun<'_> {
         }
         let mut credentials = crate::secrets::Resolved::default();
         if cursor.auth.is_some() || roots.contains("keychain") {
-            match crate::secrets::resolve(mesh, &self.plan.playbook).await {
+            match crate::secrets::resolve(mesh, self.plan).await {
                 Ok(r) => {
                     if roots.contains("keychain") {
                         sc = sc.keychain(Value::Object(r.scope.clone()));

@@ -19,6 +19,7 @@ mod call;
 mod child;
 mod claim;
 mod gate;
+pub mod keychain;
 mod pipeline;
 mod script;
 pub mod secrets;

@@ -1,6 +1,7 @@
 //! Loading a task's `script` (docs/tools.md, "Scripts"): the text of its
 //! python `code` or SQL `command`, from the task, a file where the executor
-//! runs, or an http(s) URL. Where it comes from is decided by
+//! runs, an http(s) URL, or an `s3://` / `gs://` object (read with the
+//! keychain entry its `source.auth` names). Where it comes from is decided by
 //! [`noetl_core::script::script_source`]; this module only reads.
 
 use noetl_core::script::ScriptSource;
@@ -15,6 +16,7 @@ pub(crate) const MAX_SCRIPT_BYTES: usize = 16 << 20;
 pub(crate) async fn load_into(
     kind: &str,
     mut config: Map<String, Value>,
+    credentials: &crate::secrets::Resolved,
 ) -> Result<Map<String, Value>, String> {
     let Some(field) = noetl_core::script::script_target(kind) else {
         return Ok(config);
@@ -23,14 +25,38 @@ pub(crate) async fn load_into(
         return Ok(config);
     };
     let source = noetl_core::script::script_source(&script).map_err(|e| e.to_string())?;
-    let text = load(&source).await?;
+    let text = load(&source, credentials).await?;
     config.insert(field.to_string(), Value::String(text));
     Ok(config)
 }
 
 /// The text `source` names.
-async fn load(source: &ScriptSource) -> Result<String, String> {
+async fn load(
+    source: &ScriptSource,
+    credentials: &crate::secrets::Resolved,
+) -> Result<String, String> {
     match source {
+        ScriptSource::Object(o) => {
+            let cred = match &o.auth {
+                Some(name) => Some(credentials.scope.get(name).ok_or_else(|| {
+                    format!(
+                        "script {}: `source.auth` names `{name}`, which the playbook's keychain does not declare",
+                        o.url
+                    )
+                })?),
+                None => None,
+            };
+            let bytes = noetl_mesh::remote::read_object(
+                &o.url,
+                cred,
+                o.region.as_deref(),
+                o.endpoint.as_deref(),
+                MAX_SCRIPT_BYTES,
+            )
+            .await
+            .map_err(|e| format!("script {e}"))?;
+            String::from_utf8(bytes).map_err(|_| format!("script {} is not UTF-8 text", o.url))
+        }
         ScriptSource::Inline(code) => Ok(code.clone()),
         ScriptSource::File(path) => {
             let meta = tokio::fs::metadata(path)

@@ -35,30 +35,60 @@ pub struct Resolved {
 
 impl Resolved {
     /// The credential named `name`, for a task's `auth` field.
+    /// An `oauth2` entry is used as a `bearer` of its `access_token`.
     pub fn credential(&self, name: &str) -> Option<noetl_core::tool::AuthCredential> {
+        let kind = self.kinds.get(name)?.clone();
+        let data = self.scope.get(name)?.clone();
+        let (kind, data) = match kind.as_str() {
+            "oauth2" => (
+                "bearer".to_string(),
+                serde_json::json!({ "token": data.get("access_token").cloned().unwrap_or(Value::Null) }),
+            ),
+            _ => (kind, data),
+        };
         Some(noetl_core::tool::AuthCredential {
             name: name.to_string(),
-            kind: self.kinds.get(name)?.clone(),
-            data: self.scope.get(name)?.clone(),
+            kind,
+            data,
         })
     }
 }
 
-/// Decrypt every credential the playbook declares. The error names the
-/// credential, never a value, and keeps its kind: a KV outage is
-/// transient (the command is retried), a missing credential is not.
+/// Resolve every entry the playbook's keychain declares, in order: a
+/// stored credential is decrypted; a `secret_manager` or `oauth2` entry
+/// comes from the execution's auth cache or its service
+/// ([`crate::keychain`]), its templates rendering over `workload` and the
+/// entries before it. The error names the entry, never a value, and keeps
+/// its kind: a KV outage is transient (the command is retried), a missing
+/// credential is not.
 pub async fn resolve(
     mesh: &Mesh,
-    playbook: &noetl_core::model::Playbook,
+    plan: &noetl_mesh::plan::PlanRecord,
 ) -> Result<Resolved, CredentialError> {
     let vault = mesh.vault();
     let mut out = Resolved::default();
     let mut values = Vec::new();
-    for entry in &playbook.keychain {
-        let cred = vault.get(&entry.name).await?;
-        collect_secret_fields(&cred.kind, &cred.data, &mut values);
-        out.kinds.insert(entry.name.clone(), cred.kind.clone());
-        out.scope.insert(entry.name.clone(), cred.data);
+    for entry in &plan.playbook.keychain {
+        let (kind, data) = if crate::keychain::SERVICE_KINDS.contains(&entry.kind.as_str()) {
+            let scope = noetl_core::template::Scope::new()
+                .workload(plan.workload.clone())
+                .keychain(Value::Object(out.scope.clone()))
+                .execution_id(plan.execution_id.clone());
+            let e = crate::keychain::Entry {
+                name: &entry.name,
+                kind: &entry.kind,
+                fields: &entry.extra,
+                scope: &scope,
+            };
+            let data = crate::keychain::resolve(mesh, &plan.execution_id, &e).await?;
+            (entry.kind.clone(), data)
+        } else {
+            let cred = vault.get(&entry.name).await?;
+            (cred.kind, cred.data)
+        };
+        collect_secret_fields(&kind, &data, &mut values);
+        out.kinds.insert(entry.name.clone(), kind);
+        out.scope.insert(entry.name.clone(), data);
     }
     out.secrets = redaction_set(&values);
     Ok(out)
@@ -222,8 +252,20 @@ fn percent_encode(s: &str, style: &PercentStyle) -> String {
 /// named `test`). Every other field is secret; a `secret` credential's
 /// fields all are.
 pub const NON_SECRET_FIELDS: &[&str] = &[
-    "host", "port", "user", "username", "database", "dbname", "db", "sslmode", "header", "name",
+    "host",
+    "port",
+    "user",
+    "username",
+    "database",
+    "dbname",
+    "db",
+    "sslmode",
+    "header",
+    "name",
     "in",
+    "token_type",
+    "expires_in",
+    "scope",
 ];
 
 fn collect_secret_fields(kind: &str, data: &Value, out: &mut Vec<String>) {
@@ -317,6 +359,7 @@ pub fn redact_outcome(outcome: &mut Outcome, secrets: &[String]) {
         attempt: _,
         duration_ms: _,
         started_at,
+        trace_id: _,
     } = meta;
     redact_str(started_at, secrets);
     helpers.values_mut().for_each(|v| redact_value(v, secrets));

@@ -16,12 +16,23 @@ pub const CREDENTIAL_KINDS: &[&str] = &[
     "secret",
 ];
 
+/// Keychain kinds resolved from a service when an execution uses them
+/// (docs/security.md "Keychain"): `secret_manager` with `provider: aws`
+/// (AWS Secrets Manager) and `oauth2` (a client-credentials token).
+pub const SERVICE_KEYCHAIN_KINDS: &[&str] = &["secret_manager", "oauth2"];
+
+/// The `provider`s of a `secret_manager` entry: the one reached (`aws`)
+/// and, for the others, the service each names (refused by name).
+const SECRET_PROVIDERS: &[(&str, &str)] = &[
+    ("gcp", "GCP Secret Manager"),
+    ("google", "GCP Secret Manager"),
+    ("azure", "Azure Key Vault"),
+    ("vault", "HashiCorp Vault"),
+    ("k8s", "Kubernetes secrets"),
+];
+
 /// Keychain kinds that resolve from a cloud service, with what they need.
 const CLOUD_KEYCHAIN_KINDS: &[(&str, &str)] = &[
-    (
-        "secret_manager",
-        "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
-    ),
     (
         "secrets",
         "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
@@ -29,10 +40,6 @@ const CLOUD_KEYCHAIN_KINDS: &[(&str, &str)] = &[
     (
         "google_id_token",
         "Google's identity service (a service account that mints ID tokens)",
-    ),
-    (
-        "oauth2",
-        "an OAuth2 authorisation server the engine would call for tokens",
     ),
 ];
 
@@ -113,6 +120,10 @@ impl Validator {
         if CREDENTIAL_KINDS.contains(&kind) {
             return;
         }
+        if SERVICE_KEYCHAIN_KINDS.contains(&kind) {
+            self.service_entry(entry, path, kind);
+            return;
+        }
         let kinds = allowed_list(CREDENTIAL_KINDS);
         let (message, help) = match CLOUD_KEYCHAIN_KINDS.iter().find(|(n, _)| *n == kind) {
             Some((_, needs)) => (
@@ -128,6 +139,60 @@ impl Validator {
             ),
         };
         self.err(Code::E004, k.span, &format!("{path}/kind"), message, &help);
+    }
+
+    /// A `secret_manager` entry names `provider: aws` (another provider
+    /// is refused naming its service) and a `map`; an `oauth2` entry an
+    /// `endpoint`. Other fields are accepted, as on every entry (NoETL's
+    /// `scope`, `auto_renew`... take no effect here).
+    fn service_entry(&mut self, entry: &Node, path: &str, kind: &str) {
+        let name = entry.get("name").and_then(Node::as_str).unwrap_or("?");
+        if kind == "oauth2" {
+            if entry.get("endpoint").is_none() {
+                self.err(Code::E003, entry.span, path, format!("keychain entry `{name}` (oauth2) has no `endpoint`"), "add `endpoint:` the token URL; `data:` holds the form (`grant_type: client_credentials`, `client_id`, `client_secret`, `scope`)");
+            }
+            for key in ["data", "headers"] {
+                if let Some(v) = entry.get(key).filter(|v| !v.is_map()) {
+                    self.err(Code::E004, v.span, &format!("{path}/{key}"), format!("`{key}` of keychain entry `{name}` must be a mapping, found {}", v.type_name()), "e.g. `data: { grant_type: client_credentials, client_id: ..., client_secret: ... }`");
+                }
+            }
+            return;
+        }
+        match entry.get("provider") {
+            None => self.err(
+                Code::E003,
+                entry.span,
+                path,
+                format!("keychain entry `{name}` (secret_manager) has no `provider`"),
+                "add `provider: aws` (AWS Secrets Manager, the one this engine reaches)",
+            ),
+            Some(p) => match p.as_str() {
+                Some("aws") => {}
+                Some(other) => {
+                    let service = SECRET_PROVIDERS
+                        .iter()
+                        .find(|(n, _)| *n == other)
+                        .map(|(_, s)| *s);
+                    let message = match service {
+                        Some(s) => format!("keychain entry `{name}`: provider `{other}` ({s}) is not available here: this engine reaches AWS Secrets Manager only"),
+                        None => format!("keychain entry `{name}`: unknown provider `{other}`"),
+                    };
+                    self.err(Code::E004, p.span, &format!("{path}/provider"), message, "use `provider: aws`, or store the value with `noetl credential put <name> --kind secret` and declare `kind: secret`");
+                }
+                None => self.err(
+                    Code::E004,
+                    p.span,
+                    &format!("{path}/provider"),
+                    format!("`provider` of keychain entry `{name}` must be a string"),
+                    "`provider: aws`",
+                ),
+            },
+        }
+        match entry.get("map") {
+            None => self.err(Code::E003, entry.span, path, format!("keychain entry `{name}` (secret_manager) has no `map`"), "add `map: { <field>: <secret id> }`: each field reads the SecretString of that secret"),
+            Some(m) if !m.is_map() || m.entries().is_empty() => self.err(Code::E004, m.span, &format!("{path}/map"), format!("`map` of keychain entry `{name}` must be a non-empty mapping of field → secret id"), "e.g. `map: { token: prod/openai }`"),
+            Some(_) => {}
+        }
     }
 
     /// `executor.spec.limits` names known limits; `executor.spec.policy`

@@ -79,6 +79,8 @@ impl Validator {
             let kp = format!("{path}/{}", escape(&k.name));
             if let Some((code, msg, help)) = legacy_step_key(k.name.as_str()) {
                 self.err(code, k.span, &kp, format!("{msg} (step `{name}`)"), help);
+            } else if let Some((what, help)) = super::task::sugar(&k.name) {
+                self.err(Code::E047, k.span, &kp, format!("step `{name}` uses the authoring sugar `{}` ({what}), which this engine does not compile: it belongs in `tool`, rewritten into canonical tasks", k.name), help);
             } else if !STEP_KEYS.contains(&k.name.as_str()) {
                 let help = match closest(&k.name, STEP_KEYS) {
                     Some(c) => format!("did you mean `{c}`? allowed: {}", allowed_list(STEP_KEYS)),

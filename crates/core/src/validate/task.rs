@@ -137,6 +137,13 @@ impl Validator {
         }
         let tname = t.get("name").and_then(Node::as_str).unwrap_or(name);
         let workbook_task = labels.is_none();
+        if t.get("kind").is_none() {
+            if let Some((k, _)) = t.entries().iter().find(|(k, _)| sugar(&k.name).is_some()) {
+                let (msg, help) = sugar(&k.name).unwrap_or_default();
+                self.err(Code::E047, k.span, &format!("{tp}/{}", escape(&k.name)), format!("{whose} uses the authoring sugar `{}` ({msg}), which this engine does not compile", k.name), help);
+                return;
+            }
+        }
         match t.get("kind") {
             None => self.err(Code::E003, t.span, tp, format!("{whose} has no `kind`"), "add `kind: noop` (or python, http, postgres...)"),
             Some(k) => match k.as_str() {
@@ -353,5 +360,16 @@ impl Validator {
             format!("{e} ({whose}, a {kind} task)"),
             e.hint(),
         );
+    }
+}
+
+/// The spec's authoring sugar (docs/errors.md#e047): what it is and the
+/// canonical form to write instead, or `None` for any other key.
+pub(super) fn sugar(key: &str) -> Option<(&'static str, &'static str)> {
+    match key {
+        "choose" => Some(("a when/then/else ladder", "write a `noop` task whose `spec.policy.rules` `jump` to each branch's first task, each branch ending with a `jump` to the task after the ladder (docs/errors.md#e047)")),
+        "while" => Some(("a pre-check loop", "write a `noop` check task whose rule `jump`s past the body when the condition is false, and end the body with a `jump` back to the check (docs/errors.md#e047)")),
+        "until" => Some(("a post-check loop", "end the body with a task whose rule `jump`s back to its first task until the condition holds, then `do: continue` (docs/errors.md#e047)")),
+        _ => None,
     }
 }

@@ -34,6 +34,7 @@ impl Validator {
         }
         self.unknown_roots(root);
         self.unknown_workload_keys(root);
+        self.loop_reads(root);
     }
 
     /// W106: a template reads `workload.<key>` when the playbook declares
@@ -265,7 +266,11 @@ fn is_raw_field(n: &Node, key: &str) -> bool {
     crate::tool::raw_fields(kind).contains(&key)
 }
 
-fn collect_templates<'a>(n: &'a Node, path: &str, f: &mut dyn FnMut(&str, &'a Node, &str)) {
+pub(super) fn collect_templates<'a>(
+    n: &'a Node,
+    path: &str,
+    f: &mut dyn FnMut(&str, &'a Node, &str),
+) {
     match &n.kind {
         NodeKind::Str(s) if crate::template::is_template(s) => f(path, n, s),
         NodeKind::Seq(items) => {

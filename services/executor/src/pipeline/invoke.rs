@@ -106,6 +106,7 @@ impl StepRun<'_> {
             attempt: cur.attempt,
             duration_ms: clock.elapsed().as_millis() as u64,
             started_at,
+            trace_id: self.trace_id(),
         };
         crate::secrets::redact_outcome(&mut called.outcome, &self.secrets);
         self.conclude(cur, &t, scope, called, pending)
@@ -132,7 +133,7 @@ impl StepRun<'_> {
             Ok(config) => config,
             Err(message) => return failed(who.error("template", &message)),
         };
-        let config = match crate::script::load_into(&task.kind, config).await {
+        let config = match crate::script::load_into(&task.kind, config, &self.credentials).await {
             Ok(config) => config,
             Err(message) => return failed(who.error("script", &message)),
         };

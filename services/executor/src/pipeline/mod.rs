@@ -138,7 +138,7 @@ impl Executor {
         let mut credentials = crate::secrets::Resolved::default();
         let mut keychain_error = None;
         if needs.reads("keychain") || needs.uses_auth {
-            match crate::secrets::resolve(&self.mesh, &plan.playbook).await {
+            match crate::secrets::resolve(&self.mesh, plan).await {
                 Ok(r) => {
                     if needs.reads("keychain") {
                         base = base.keychain(Value::Object(r.scope.clone()));
@@ -283,6 +283,12 @@ impl StepRun<'_> {
 
     fn eid(&self) -> &str {
         &self.cmd.execution_id
+    }
+
+    /// The execution's trace id (`outcome.meta.trace_id`): the command's,
+    /// as every service derives it ([`noetl_mesh::ids::trace_id_for`]).
+    fn trace_id(&self) -> String {
+        noetl_mesh::ids::trace_id_for(&self.cmd.trace_id, self.eid())
     }
 
     /// Drive the pipeline within the step's concurrency and rate limits
