@@ -8,13 +8,10 @@
 //! and name, with its expiry (`expires_at_ms`) beside it. An expired record
 //! reads as absent, so the entry is resolved again.
 
-use aes_gcm::aead::{Aead, AeadCore, OsRng, Payload};
-use aes_gcm::{Aes256Gcm, Nonce};
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::credentials::{CredentialError, Vault, CACHE_KEY_PREFIX};
+use crate::credentials::{kv_err, CredentialError, Vault, CACHE_KEY_PREFIX};
 use crate::keys::key_part;
 
 /// What the bucket holds per cached entry: never the plaintext.
@@ -59,22 +56,10 @@ impl Vault {
         if !fresh(rec.expires_at_ms, crate::events::now_ms()) {
             return Ok(None);
         }
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let nonce = b64.decode(&rec.nonce).map_err(|_| decrypt_err())?;
-        let ciphertext = b64.decode(&rec.ciphertext).map_err(|_| decrypt_err())?;
-        if nonce.len() != 12 {
-            return Err(decrypt_err());
-        }
+        let binding = aad(eid, name, &rec.cache_type, rec.expires_at_ms);
         let plain = self
-            .cipher()?
-            .decrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: &ciphertext,
-                    aad: aad(eid, name, &rec.cache_type, rec.expires_at_ms).as_bytes(),
-                },
-            )
-            .map_err(|_| decrypt_err())?;
+            .open(&rec.nonce, &rec.ciphertext, &binding)?
+            .ok_or_else(decrypt_err)?;
         serde_json::from_slice(&plain)
             .map(Some)
             .map_err(|_| decrypt_err())
@@ -90,24 +75,13 @@ impl Vault {
         data: &Value,
         expires_at_ms: u64,
     ) -> Result<(), CredentialError> {
-        let cipher: Aes256Gcm = self.cipher()?;
-        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let plain = serde_json::to_vec(data).expect("JSON values serialise");
-        let ciphertext = cipher
-            .encrypt(
-                &nonce,
-                Payload {
-                    msg: &plain,
-                    aad: aad(eid, name, cache_type, expires_at_ms).as_bytes(),
-                },
-            )
-            .expect("AES-GCM encryption of an in-memory buffer cannot fail");
-        let b64 = base64::engine::general_purpose::STANDARD;
+        let (nonce, ciphertext) = self.seal(&plain, &aad(eid, name, cache_type, expires_at_ms))?;
         let rec = CachedRecord {
             cache_type: cache_type.into(),
             expires_at_ms,
-            nonce: b64.encode(nonce),
-            ciphertext: b64.encode(ciphertext),
+            nonce,
+            ciphertext,
         };
         let key = cache_key(eid, name);
         let bytes = serde_json::to_vec(&rec).expect("record serialises");
@@ -116,13 +90,6 @@ impl Vault {
             .await
             .map_err(|e| kv_err(&key, e))?;
         Ok(())
-    }
-}
-
-fn kv_err(key: &str, e: impl std::fmt::Display) -> CredentialError {
-    CredentialError::Kv {
-        key: key.into(),
-        message: e.to_string(),
     }
 }
 

@@ -177,27 +177,61 @@ impl Vault {
         Ok(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&key)))
     }
 
-    /// Encrypt and store (replacing any credential of that name).
-    pub async fn put(&self, cred: &Credential) -> Result<(), CredentialError> {
-        check(cred)?;
-        let cipher = self.cipher()?;
+    /// `plain` encrypted under the vault key, bound to `aad`: its nonce and
+    /// ciphertext, base64 (what a credential and a cached entry store).
+    pub(crate) fn seal(
+        &self,
+        plain: &[u8],
+        aad: &str,
+    ) -> Result<(String, String), CredentialError> {
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
-        let plain = serde_json::to_vec(&cred.data).expect("JSON values serialise");
-        let ciphertext = cipher
+        let ciphertext = self
+            .cipher()?
             .encrypt(
                 &nonce,
                 Payload {
-                    msg: &plain,
-                    aad: aad(&cred.name, &cred.kind).as_bytes(),
+                    msg: plain,
+                    aad: aad.as_bytes(),
                 },
             )
             .expect("AES-GCM encryption of an in-memory buffer cannot fail");
         let b64 = base64::engine::general_purpose::STANDARD;
+        Ok((b64.encode(nonce), b64.encode(ciphertext)))
+    }
+
+    /// What [`Self::seal`] sealed with `aad`; `None` when it does not open
+    /// (altered, another key or another binding).
+    pub(crate) fn open(
+        &self,
+        nonce: &str,
+        ciphertext: &str,
+        aad: &str,
+    ) -> Result<Option<Vec<u8>>, CredentialError> {
+        let cipher = self.cipher()?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let (Ok(nonce), Ok(ciphertext)) = (b64.decode(nonce), b64.decode(ciphertext)) else {
+            return Ok(None);
+        };
+        if nonce.len() != 12 {
+            return Ok(None);
+        }
+        let payload = Payload {
+            msg: &ciphertext,
+            aad: aad.as_bytes(),
+        };
+        Ok(cipher.decrypt(Nonce::from_slice(&nonce), payload).ok())
+    }
+
+    /// Encrypt and store (replacing any credential of that name).
+    pub async fn put(&self, cred: &Credential) -> Result<(), CredentialError> {
+        check(cred)?;
+        let plain = serde_json::to_vec(&cred.data).expect("JSON values serialise");
+        let (nonce, ciphertext) = self.seal(&plain, &aad(&cred.name, &cred.kind))?;
         let sealed = Sealed {
             name: cred.name.clone(),
             kind: cred.kind.clone(),
-            nonce: b64.encode(nonce),
-            ciphertext: b64.encode(ciphertext),
+            nonce,
+            ciphertext,
             updated_at: crate::events::now_rfc3339(),
         };
         let key = key_part(&cred.name);
@@ -220,22 +254,13 @@ impl Vault {
         // A record that does not decode was altered: permanent, like a
         // failed decryption (never retried as if the bucket were down).
         let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|_| decrypt_err())?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let nonce = b64.decode(&sealed.nonce).map_err(|_| decrypt_err())?;
-        let ciphertext = b64.decode(&sealed.ciphertext).map_err(|_| decrypt_err())?;
-        if nonce.len() != 12 {
-            return Err(decrypt_err());
-        }
         let plain = self
-            .cipher()?
-            .decrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: &ciphertext,
-                    aad: aad(&sealed.name, &sealed.kind).as_bytes(),
-                },
-            )
-            .map_err(|_| decrypt_err())?;
+            .open(
+                &sealed.nonce,
+                &sealed.ciphertext,
+                &aad(&sealed.name, &sealed.kind),
+            )?
+            .ok_or_else(decrypt_err)?;
         let data = serde_json::from_slice(&plain).map_err(|_| decrypt_err())?;
         Ok(Credential {
             name: sealed.name,
@@ -299,7 +324,8 @@ impl Vault {
     }
 }
 
-fn kv_err(key: &str, e: impl std::fmt::Display) -> CredentialError {
+/// A KV failure on `key`.
+pub(crate) fn kv_err(key: &str, e: impl std::fmt::Display) -> CredentialError {
     CredentialError::Kv {
         key: key.into(),
         message: e.to_string(),
