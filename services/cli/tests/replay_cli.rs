@@ -32,15 +32,8 @@ fn text(out: &Output) -> String {
 
 /// Purge `keys` of the exec bucket and the execution's ctx.
 fn purge(url: &str, home: &std::path::Path, eid: &str, keys: &[String]) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rt, mesh) = attached(url, home);
     rt.block_on(async {
-        let mesh = Mesh::attach(MeshConfig {
-            nats_url: url.to_string(),
-            data_dir: home.to_path_buf(),
-            ..MeshConfig::default()
-        })
-        .await
-        .unwrap();
         for k in keys {
             mesh.exec_kv().purge(k).await.unwrap();
         }

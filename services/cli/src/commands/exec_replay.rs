@@ -54,10 +54,16 @@ pub struct ReplayArgs {
 
 /// `--until` as a sequence number or a time.
 pub fn parse_until(s: &str) -> anyhow::Result<Until> {
+    parse_event_position("--until", s)
+}
+
+/// Flag `flag`'s value as an event's sequence number or a time (`--until`,
+/// `exec show --at`); the error names the flag.
+pub fn parse_event_position(flag: &str, s: &str) -> anyhow::Result<Until> {
     match Until::parse(s) {
         Some(u) => Ok(u),
         None => bail!(
-            "--until {s:?}: give a sequence number (e.g. 1234) or an RFC 3339 time (e.g. 2026-11-28T10:00:00Z)"
+            "{flag} {s:?}: give a sequence number (e.g. 1234) or an RFC 3339 time (e.g. 2026-11-28T10:00:00Z)"
         ),
     }
 }

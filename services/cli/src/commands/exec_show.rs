@@ -15,7 +15,7 @@ use noetl_mesh::{
 
 use super::common::{exit_code, MeshArgs};
 use super::exec::no_execution;
-use super::exec_replay::parse_until;
+use super::exec_replay::parse_event_position;
 use super::exit::Exit;
 use super::tree::Tree;
 
@@ -40,10 +40,15 @@ pub struct ShowArgs {
 
 /// `noetl exec show`.
 pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
-    let at = match a.at.as_deref().map(parse_until).transpose() {
+    let at = match a
+        .at
+        .as_deref()
+        .map(|s| parse_event_position("--at", s))
+        .transpose()
+    {
         Ok(at) => at,
         Err(e) => {
-            eprintln!("error: {}", e.to_string().replacen("--until", "--at", 1));
+            eprintln!("error: {e}");
             return Ok(Exit::Usage.into());
         }
     };
@@ -128,7 +133,11 @@ mod tests {
     #[test]
     fn at_takes_what_replay_until_takes() {
         use noetl_mesh::replay::Until;
-        assert_eq!(super::parse_until("3").unwrap(), Until::Seq(3));
-        assert!(super::parse_until("soon").is_err());
+        assert_eq!(
+            super::parse_event_position("--at", "3").unwrap(),
+            Until::Seq(3)
+        );
+        let e = super::parse_event_position("--at", "soon").unwrap_err();
+        assert!(e.to_string().starts_with("--at \"soon\""), "{e}");
     }
 }
