@@ -198,6 +198,11 @@ impl Keys {
     pub fn items_object(loop_run_id: &str, chunk: usize) -> String {
         format!("{}.items.{chunk}", key_part(loop_run_id))
     }
+    /// The object id of the list of a loop run's stored chunks, when
+    /// `loop.started` carries it by reference.
+    pub fn collection_object(loop_run_id: &str) -> String {
+        format!("{}.collection", key_part(loop_run_id))
+    }
     /// The object id of the rows claim `seq` of a cursor loop run
     /// returned, when they are stored by reference.
     pub fn frame_object(loop_run_id: &str, seq: u64) -> String {

@@ -311,6 +311,24 @@ pub struct LoopStarted {
     /// claims: 0 at the start).
     #[serde(default)]
     pub mode: Option<noetl_core::LoopMode>,
+    /// The step-run's deadline (epoch ms; 0: none), which every iteration
+    /// carries.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deadline_ms: u64,
+    /// The setting that set `deadline_ms`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub deadline_of: String,
+    /// The collection of a loop over `in`, as its chunks are stored (each
+    /// a list of elements or an object-store reference to one), inline or,
+    /// when large, by reference: what rebuilds a loop run whose stored
+    /// chunks are gone. Null for a cursor loop (its rows are in its
+    /// `loop.claimed` events).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub collection: Value,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `task.started`, written by the executor.

@@ -5,7 +5,14 @@
 
 use std::sync::Arc;
 
-use noetl_mesh::{codec, keys::Keys, kv, Mesh, MeshError};
+use noetl_mesh::{
+    codec,
+    event_type::EventType,
+    keys::Keys,
+    kv,
+    payloads::{self, LoopStarted},
+    Mesh, MeshError,
+};
 use serde_json::Value;
 
 use crate::state::cursor::CursorRun;
@@ -25,9 +32,18 @@ pub(crate) struct Collection<'a> {
     pub limit: usize,
 }
 
-/// Store the collection in chunks of [`CHUNK`] elements: small chunks in
-/// KV, large ones in object storage (KV holds their reference).
-pub(crate) async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), MeshError> {
+/// Store the collection in chunks of [`CHUNK`] elements, and return the
+/// list of the chunks as stored, for `loop.started` (inline, or by
+/// reference when large): what rebuilds them if the loop bucket loses
+/// them ([`restore_chunk`]). A collection whose JSON is over the limit has
+/// every chunk in object storage (KV holds their references), so the
+/// list stays small; a small one has every chunk in KV.
+pub(crate) async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<Value, MeshError> {
+    let limit = if is_small(c.items, c.limit) {
+        c.limit
+    } else {
+        0
+    };
     let mut batch = Vec::new();
     for (n, chunk) in c.items.chunks(CHUNK).enumerate() {
         let value = Value::Array(chunk.to_vec());
@@ -41,7 +57,7 @@ pub(crate) async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), Me
                     id: &id,
                     value: &value,
                 },
-                c.limit,
+                limit,
             )
             .await?;
         batch.push((Keys::items(c.eid, c.srid, n), value));
@@ -50,7 +66,89 @@ pub(crate) async fn store_items(mesh: &Mesh, c: Collection<'_>) -> Result<(), Me
     for r in futures::future::join_all(puts).await {
         r?;
     }
-    Ok(())
+    let chunks = Value::Array(batch.into_iter().map(|(_, v)| v).collect());
+    logged_list(mesh, &c, chunks).await
+}
+
+/// The list of stored chunks as `loop.started` carries it: inline when
+/// small, else by reference.
+async fn logged_list(mesh: &Mesh, c: &Collection<'_>, chunks: Value) -> Result<Value, MeshError> {
+    let id = Keys::collection_object(c.srid);
+    let p = noetl_mesh::objects::PutParams {
+        execution_id: c.eid,
+        step: c.step,
+        id: &id,
+        value: &chunks,
+    };
+    Ok(mesh.results().offload(p, c.limit).await?)
+}
+
+/// True when `items` as JSON are at most `limit` bytes.
+fn is_small(items: &[Value], limit: usize) -> bool {
+    let mut len = 2usize;
+    for v in items {
+        len += serde_json::to_vec(v)
+            .map(|b| b.len())
+            .unwrap_or(usize::MAX / 2)
+            + 1;
+        if len > limit {
+            return false;
+        }
+    }
+    true
+}
+
+/// The chunks of loop run `srid` as stored in the loop bucket (`chunks`
+/// of them), as `loop.started` carries them: for a start redelivered
+/// after its first publish may have been lost. `Null` when one is gone.
+pub(crate) async fn stored_list(
+    mesh: &Mesh,
+    at: Elements<'_>,
+    chunks: usize,
+) -> Result<Value, MeshError> {
+    let mut out = Vec::with_capacity(chunks);
+    for n in 0..chunks {
+        match kv::get::<Value>(mesh.loop_kv(), &Keys::items(at.eid, at.srid, n)).await? {
+            Some(v) => out.push(v),
+            None => return Ok(Value::Null),
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// Chunk `chunk` of loop run `at` written back to the loop bucket from the
+/// collection its `loop.started` carries (create-only: a chunk stored
+/// meanwhile stands); `None` when the log does not have it (a run started
+/// before `loop.started` carried its collection, or a cursor loop).
+pub(crate) async fn restore_chunk(
+    at: Elements<'_>,
+    chunk: usize,
+) -> Result<Option<Value>, MeshError> {
+    let mesh = at.mesh;
+    let filter = mesh
+        .subjects()
+        .events_matching(Some(at.eid), EventType::LoopStarted.wire_name());
+    let mut list = Value::Null;
+    for (_, ev) in mesh.stored_events_from(&filter, None).await? {
+        let Ok(ev) = ev else { continue };
+        if ev.step_run_id != at.srid {
+            continue;
+        }
+        if let Ok(p) = payloads::decode::<LoopStarted>(&ev) {
+            list = p.collection;
+        }
+    }
+    if list.is_null() {
+        return Ok(None);
+    }
+    let list = mesh.results().hydrate(list).await?;
+    let Some(value) = list.get(chunk).cloned() else {
+        return Ok(None);
+    };
+    let key = Keys::items(at.eid, at.srid, chunk);
+    kv::create(mesh.loop_kv(), &key, &value).await?;
+    tracing::info!(execution_id = %at.eid, loop_run = %at.srid, chunk, "collection chunk rebuilt from loop.started");
+    Ok(Some(value))
 }
 
 /// An element of a stored collection could not be read.
@@ -113,26 +211,33 @@ impl ChunkCache {
         }
     }
 
-    /// Element `index` of the stored collection.
+    /// Element `index` of the stored collection. A chunk missing from the
+    /// loop bucket is written back from the loop's `loop.started` first
+    /// ([`restore_chunk`]).
     async fn item(&self, at: Elements<'_>, index: u64) -> Result<Value, ItemError> {
         let chunk = index as usize / CHUNK;
         let key = Keys::items(at.eid, at.srid, chunk);
-        let items = self
-            .list(at.mesh, &key, |reference, why| {
-                let named = match &reference {
-                    Some(r) => format!("collection chunk {key} ({r})"),
-                    None => format!("collection chunk {key}"),
-                };
-                match why {
-                    Unreadable::Missing => format!(
-                        "collection chunk {key} (items {}..) is missing from the loop bucket",
-                        chunk * CHUNK
-                    ),
-                    Unreadable::Holds(t) => format!("{named} holds {t}, not a list"),
-                    Unreadable::Broken(e) => format!("{named}: {e}"),
-                }
-            })
-            .await?;
+        let words = |reference: Option<String>, why| {
+            let named = match &reference {
+                Some(r) => format!("collection chunk {key} ({r})"),
+                None => format!("collection chunk {key}"),
+            };
+            match why {
+                Unreadable::Missing => format!(
+                    "collection chunk {key} (items {}..) is missing from the loop bucket and its loop.started does not carry it",
+                    chunk * CHUNK
+                ),
+                Unreadable::Holds(t) => format!("{named} holds {t}, not a list"),
+                Unreadable::Broken(e) => format!("{named}: {e}"),
+            }
+        };
+        let cached = format!("{}/{key}", at.mesh.loop_kv().name);
+        if self.inner.get(&cached).is_none()
+            && kv::get::<Value>(at.mesh.loop_kv(), &key).await?.is_none()
+        {
+            restore_chunk(at, chunk).await?;
+        }
+        let items = self.list(at.mesh, &key, words).await?;
         items.get(index as usize % CHUNK).cloned().ok_or_else(|| {
             ItemError::Gone(format!(
                 "collection chunk {key} has {} items, item {index} is not there",

@@ -32,13 +32,32 @@ pub(crate) struct Window<'a> {
 }
 
 /// Publish everything a stored loop run implies (idempotent: every id is
-/// deterministic): `loop.started`, the in-flight window, and `loop.done`
-/// once it is finished. Used by a first start and by every redelivery.
-pub(crate) async fn resume(w: &Window<'_>, run: LoopRun) -> Result<(), HandlerError> {
+/// deterministic): `loop.started` (with `collection`, the list of its
+/// stored chunks; `None`: read back from the loop bucket), the in-flight
+/// window, and `loop.done` once it is finished. Used by a first start and
+/// by every redelivery.
+pub(crate) async fn resume(
+    w: &Window<'_>,
+    run: LoopRun,
+    collection: Option<Value>,
+) -> Result<(), HandlerError> {
     if run.done_emitted {
         return Ok(());
     }
-    effects::apply(w.mesh, vec![messages::loop_started(w.at, &run)]).await?;
+    let collection = match collection {
+        Some(c) => c,
+        None if run.cursor.is_some() => Value::Null,
+        None => {
+            let at = Elements {
+                mesh: w.mesh,
+                eid: w.at.eid(),
+                srid: w.at.srid,
+            };
+            let chunks = (run.total as usize).div_ceil(crate::collection::CHUNK);
+            crate::collection::stored_list(w.mesh, at, chunks).await?
+        }
+    };
+    effects::apply(w.mesh, vec![messages::loop_started(w.at, &run, collection)]).await?;
     let run = redispatch(w, run).await?;
     finish::settle(w.mesh, w.at, &run).await
 }

@@ -42,6 +42,7 @@ mod dispatch;
 mod finish;
 mod handlers;
 mod messages;
+mod rebuild;
 mod reducers;
 mod reports;
 mod start;

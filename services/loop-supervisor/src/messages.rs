@@ -23,8 +23,9 @@ use serde_json::{json, Value};
 
 use crate::state::{loop_end, LoopRun, RunAt};
 
-/// `loop.started` of `run`.
-pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun) -> Effect {
+/// `loop.started` of `run`, with its `collection` (the list of its stored
+/// chunks, or a reference to it; null for a cursor loop).
+pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> Effect {
     let mode = at.step.loop_.as_ref().map(|l| l.spec.mode);
     Effect::Emit(
         EventDraft {
@@ -37,6 +38,9 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun) -> Effect {
                 total: run.total,
                 max_in_flight: run.max_in_flight,
                 mode,
+                deadline_ms: run.deadline_ms,
+                deadline_of: run.deadline_of.clone(),
+                collection,
             }),
             ..Default::default()
         }

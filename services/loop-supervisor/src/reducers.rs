@@ -42,6 +42,11 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
     Ok(out)
 }
 
+/// How many of `claims` are of successful iterations.
+fn successes(claims: &[(u64, Claim)]) -> u64 {
+    claims.iter().filter(|(_, c)| !c.failed).count() as u64
+}
+
 /// Fold the loop run's reducer aggregates into `ctx`, once: the loop run
 /// is recorded as applied in the same compare-and-set, so a repeated
 /// `finish` changes nothing, and the aggregate lands on the key's current
@@ -59,7 +64,14 @@ pub(crate) async fn apply_reducers(
     // Growing contributions are only in the claims of successful
     // iterations.
     let claims = if run.done > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
-        read_claims(mesh, eid, at.srid).await?
+        let claims = read_claims(mesh, eid, at.srid).await?;
+        if successes(&claims) < run.done {
+            // The loop bucket lost some: written back from the events.
+            crate::rebuild::restore_claims(mesh, at).await?;
+            read_claims(mesh, eid, at.srid).await?
+        } else {
+            claims
+        }
     } else {
         Vec::new()
     };

@@ -53,6 +53,18 @@ impl<'a> Reported<'a> {
         }
     }
 
+    /// Loop run `srid` as stored, or rebuilt from its events when the loop
+    /// bucket lost it ([`crate::rebuild::restore`]).
+    async fn run(&self, srid: &'a str) -> Result<LoopRun, HandlerError> {
+        let key = Keys::loop_run(&self.ev.execution_id, srid);
+        if let Some(run) = kv::get::<LoopRun>(self.mesh.loop_kv(), &key).await? {
+            return Ok(run);
+        }
+        crate::rebuild::restore(self.mesh, self.window(srid).at)
+            .await?
+            .ok_or_else(|| self.unknown_run(srid))
+    }
+
     fn unknown_run(&self, srid: &str) -> HandlerError {
         HandlerError::Refused(format!(
             "{} for unknown loop run {srid} of execution {}",
@@ -95,15 +107,30 @@ pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), H
         reducers: &reducers,
         step: &step.step,
     };
+    let counted = match r
+        .counter
+        .count(r.mesh, &shared, report.index, &claim)
+        .await?
+    {
+        Some(c) => Some(c),
+        // The loop bucket lost the run: rebuilt from its events (this
+        // report among them), the count finds it counted.
+        None if crate::rebuild::restore(r.mesh, r.window(srid).at)
+            .await?
+            .is_some() =>
+        {
+            r.counter
+                .count(r.mesh, &shared, report.index, &claim)
+                .await?
+        }
+        None => None,
+    };
     let Some(Counted {
         run,
         counted,
         newly,
         claims,
-    }) = r
-        .counter
-        .count(r.mesh, &shared, report.index, &claim)
-        .await?
+    }) = counted
     else {
         return Err(r.unknown_run(srid));
     };
@@ -130,9 +157,7 @@ pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), H
 async fn first_claim(r: &Reported<'_>, index: u64, claim: Claim) -> Result<Claim, HandlerError> {
     let (eid, srid) = (r.ev.execution_id.as_str(), r.ev.step_run_id.as_str());
     let loop_kv = r.mesh.loop_kv();
-    let Some(current) = kv::get::<LoopRun>(loop_kv, &Keys::loop_run(eid, srid)).await? else {
-        return Err(r.unknown_run(srid));
-    };
+    let current = r.run(srid).await?;
     if !current.in_flight.contains(&index) {
         return Ok(claim);
     }
@@ -151,9 +176,7 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     let srid = report.loop_run_id.as_str();
     let window = r.window(srid);
     let key = window.at.key();
-    let Some(current) = kv::get::<LoopRun>(r.mesh.loop_kv(), &key).await? else {
-        return Err(r.unknown_run(srid));
-    };
+    let current = r.run(srid).await?;
     if current.done_emitted {
         return Ok(());
     }

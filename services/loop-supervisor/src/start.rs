@@ -45,7 +45,12 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
         }
         // Redelivered start: the run was created, but what followed may not
         // have gone out (a crash, a failed publish): send it again.
-        return resume(w, run).await;
+        return resume(w, run, None).await;
+    }
+    // No record, but the loop started before: it was lost (a purge); its
+    // events rebuild it rather than a second start.
+    if let Some(run) = crate::rebuild::restore(mesh, w.at).await? {
+        return resume(w, run, None).await;
     }
     let args = codec::args(&cmd.args_json).map_err(|e| {
         HandlerError::Refused(format!(
@@ -62,16 +67,16 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
         args,
     };
     let run = if lp.cursor.is_some() {
-        cursor_run(&s)
+        cursor_run(&s).map(|run| (run, Value::Null))
     } else {
         start_in(mesh, &s).await?
     };
-    let run = match run {
-        Ok(run) => carried(mesh, w, run).await?,
+    let (run, collection) = match run {
+        Ok((run, collection)) => (carried(mesh, w, run).await?, collection),
         Err(message) => return fail_loop(mesh, cmd, message).await,
     };
     let run = create(mesh, &key, run).await?;
-    resume(w, run).await
+    resume(w, run, Some(collection)).await
 }
 
 /// The new run as it continues the run a resume names for it
@@ -109,9 +114,13 @@ impl Starting<'_> {
     }
 }
 
-/// The run of a new loop over `in`, its collection stored; or why the loop
-/// fails (its collection or its settings are bad).
-async fn start_in(mesh: &Mesh, s: &Starting<'_>) -> Result<Result<LoopRun, String>, MeshError> {
+/// The run of a new loop over `in`, its collection stored (with the list
+/// of its chunks, for `loop.started`); or why the loop fails (its
+/// collection or its settings are bad).
+async fn start_in(
+    mesh: &Mesh,
+    s: &Starting<'_>,
+) -> Result<Result<(LoopRun, Value), String>, MeshError> {
     let step = &s.step.step;
     // `loop.in` may give a result reference: its collection is read from
     // object storage.
@@ -130,7 +139,7 @@ async fn start_in(mesh: &Mesh, s: &Starting<'_>) -> Result<Result<LoopRun, Strin
         Ok(n) => n,
         Err(message) => return Ok(Err(message)),
     };
-    store_items(
+    let collection = store_items(
         mesh,
         Collection {
             eid: &s.plan.execution_id,
@@ -142,13 +151,8 @@ async fn start_in(mesh: &Mesh, s: &Starting<'_>) -> Result<Result<LoopRun, Strin
     )
     .await?;
     let total = items.len() as u64;
-    Ok(Ok(new_run(
-        s.cmd,
-        step,
-        total,
-        max_in_flight,
-        s.args.clone(),
-    )))
+    let run = new_run(s.cmd, step, total, max_in_flight, s.args.clone());
+    Ok(Ok((run, collection)))
 }
 
 /// The bound of a loop over `items` elements in flight, or why the loop

@@ -5,6 +5,7 @@
 //! compare-and-set.
 
 pub mod cursor;
+pub(crate) mod from_log;
 
 use noetl_core::reduce::{self, ReducerOp};
 use noetl_core::Step;

@@ -586,6 +586,9 @@ mod tests {
                 total: 3,
                 max_in_flight: 1,
                 mode: None,
+                deadline_ms: 0,
+                deadline_of: String::new(),
+                collection: serde_json::Value::Null,
             }),
         ));
         p.observe(&ev(types::LOOP_ITERATION_DONE, "each", none.clone()));

@@ -116,7 +116,7 @@ fn a_loop_without_tasks_has_its_iterations_done_at_once() {
 #[test]
 fn loop_started_tells_the_bounds_and_the_mode() {
     let p = tool_loop();
-    let Effect::Emit(ev) = loop_started(at(&p), &run(5)) else {
+    let Effect::Emit(ev) = loop_started(at(&p), &run(5), Value::Null) else {
         unreachable!()
     };
     assert_eq!(ev.event_type, "loop.started");

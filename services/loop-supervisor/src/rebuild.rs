@@ -1,0 +1,119 @@
+//! Loop runs the loop bucket lost (an operator's purge, a storage fault),
+//! written back from the event log: the run's record and its iterations'
+//! claims are folded from the execution's events
+//! ([`crate::state::from_log`]) and created (create-only: a record written
+//! meanwhile stands), then the report or command that found them missing
+//! goes on as if nothing had happened. The collection's chunks are written
+//! back when a dispatch reads one ([`crate::collection::restore_chunk`]).
+
+use noetl_mesh::{event_type::EventType, keys::Keys, kv, runtime::HandlerError, Mesh, MeshError};
+use noetl_wire::Event;
+
+use crate::state::{
+    from_log::{fold_run, FromLog, NotRebuilt},
+    Claim, LoopRun, RunAt,
+};
+
+/// The run `at` written back from its events when the loop bucket has no
+/// record of it; `None` when its loop never started (a first start goes
+/// on as usual). A run its events cannot rebuild is refused, naming why.
+pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun>, HandlerError> {
+    if !any_loop_started(mesh, at.eid()).await? {
+        return Ok(None);
+    }
+    let Some(rebuilt) = folded(mesh, at).await? else {
+        return Ok(None);
+    };
+    write_claims(mesh, at, &rebuilt.claims).await?;
+    let key = at.key();
+    let run = if kv::create(mesh.loop_kv(), &key, &rebuilt.run).await? {
+        tracing::warn!(
+            execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
+            done = rebuilt.run.done, failed = rebuilt.run.failed,
+            "loop run was missing from the loop bucket: rebuilt from its events"
+        );
+        rebuilt.run
+    } else {
+        kv::get(mesh.loop_kv(), &key).await?.unwrap_or(rebuilt.run)
+    };
+    Ok(Some(run))
+}
+
+/// Write back the claims of the run's counted iterations that the loop
+/// bucket lost (for a loop with growing reducers, whose contributions are
+/// read from them at the end): `run` counted more successful iterations
+/// than `found` claims say.
+pub(crate) async fn restore_claims(mesh: &Mesh, at: RunAt<'_>) -> Result<(), HandlerError> {
+    if let Some(rebuilt) = folded(mesh, at).await? {
+        write_claims(mesh, at, &rebuilt.claims).await?;
+        tracing::warn!(
+            execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
+            "iteration claims were missing from the loop bucket: rebuilt from the events"
+        );
+    }
+    Ok(())
+}
+
+/// The run as its events give it; `None` when it never started.
+async fn folded(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
+    let log = log_of(mesh, at.eid()).await?;
+    match fold_run(&log, at.srid, at.step) {
+        Ok(rebuilt) => Ok(Some(rebuilt)),
+        Err(NotRebuilt::NotStarted) => Ok(None),
+        Err(NotRebuilt::Cannot(why)) => Err(HandlerError::Refused(format!(
+            "loop run {} of execution {} (step {:?}) is missing from the loop bucket and cannot be rebuilt from its events: {why}",
+            at.srid,
+            at.eid(),
+            at.step.step
+        ))),
+    }
+}
+
+/// Create the claims the bucket does not hold.
+async fn write_claims(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+    claims: &[(u64, Claim)],
+) -> Result<(), MeshError> {
+    for (index, claim) in claims {
+        kv::create(
+            mesh.loop_kv(),
+            &Keys::claim(at.eid(), at.srid, *index),
+            claim,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The execution's events, in stream order (one that does not decode is
+/// skipped: no service wrote it).
+async fn log_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, MeshError> {
+    let stored = mesh.stored_events(&mesh.subjects().events_of(eid)).await?;
+    Ok(stored.into_iter().filter_map(Result::ok).collect())
+}
+
+/// True when some loop of `eid` has started (one direct read of the
+/// stream's last `loop.started` of the execution): the cheap test that
+/// keeps a first start from reading the log.
+async fn any_loop_started(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let name = mesh.subjects().events_stream();
+    let failed = |message: String| MeshError::Consume {
+        consumer: format!("last loop.started of execution {eid}"),
+        message,
+    };
+    let stream = mesh
+        .js()
+        .get_stream_no_info(&name)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let subject = mesh
+        .subjects()
+        .event(eid, EventType::LoopStarted.wire_name());
+    match stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) => Err(failed(e.to_string())),
+    }
+}

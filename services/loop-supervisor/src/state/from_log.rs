@@ -1,0 +1,271 @@
+//! A loop run's record folded from its events (docs/architecture.md "The
+//! event log"): when the loop bucket has lost it, the run is rebuilt from
+//! `loop.started` (its size, window, deadline and collection), the
+//! `token.created` of its step-run (its args) and its iterations' ends,
+//! counted in stream order by the same [`count_iteration`] that counted
+//! them live, so the rebuilt run is the one the live run wrote (plus any
+//! window the live run had not published yet, which the loop-supervisor
+//! then publishes, as after a crash). Pure: the caller reads the events
+//! and writes what this returns.
+
+use noetl_core::{FailureMode, Step};
+use noetl_mesh::{
+    event_type::EventType,
+    payloads::{self, IterationEnded, LoopDone, LoopStarted, TokenCreated},
+};
+use noetl_wire::{Event, LoopCommand};
+
+use super::{count_iteration, grows, new_run, reducers_of, Arrival, Claim, LoopRun};
+
+/// A loop run rebuilt from its events.
+#[derive(Debug, Clone)]
+pub(crate) struct FromLog {
+    /// The run's record.
+    pub run: LoopRun,
+    /// How each counted iteration counted (index, claim), for a loop with
+    /// growing reducers (their contributions are read from the claims at
+    /// the end); empty otherwise.
+    pub claims: Vec<(u64, Claim)>,
+}
+
+/// Why a loop run is not rebuilt from its events.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotRebuilt {
+    /// The log has no `loop.started` of the run: it never started (a first
+    /// start goes on as usual).
+    #[error("the log has no loop.started of it")]
+    NotStarted,
+    /// The log cannot say what the run was.
+    #[error("{0}")]
+    Cannot(String),
+}
+
+/// The run `srid` of loop step `step` as its events give it (`log`: the
+/// execution's events, in stream order).
+pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
+    let cannot = |why: &str| NotRebuilt::Cannot(why.to_string());
+    let Some(at) = log
+        .iter()
+        .position(|e| e.step_run_id == srid && kind(e) == Some(EventType::LoopStarted))
+    else {
+        return Err(NotRebuilt::NotStarted);
+    };
+    let started_ev = &log[at];
+    let started: LoopStarted = payloads::decode(started_ev).map_err(|e| cannot(&e.to_string()))?;
+    if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
+        return Err(cannot(
+            "a cursor loop's claims are not rebuilt from its events",
+        ));
+    }
+    if log[..at]
+        .iter()
+        .any(|e| kind(e) == Some(EventType::ExecutionResumed))
+    {
+        return Err(cannot(
+            "its execution was resumed before it started, and the run it continues is not rebuilt",
+        ));
+    }
+    let args = log
+        .iter()
+        .filter(|e| kind(e) == Some(EventType::TokenCreated))
+        .filter_map(|e| payloads::decode::<TokenCreated>(e).ok())
+        .find(|t| t.token_id == srid)
+        .map(|t| t.args)
+        .unwrap_or_default();
+    let cmd = LoopCommand {
+        trace_id: started_ev.trace_id.clone(),
+        deadline_ms: started.deadline_ms,
+        deadline_of: started.deadline_of.clone(),
+        ..Default::default()
+    };
+    let mut run = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
+    let reducers = reducers_of(step);
+    let keep_claims = reducers.iter().any(|(_, op)| grows(*op));
+    let fail_fast = step.failure_mode() == FailureMode::FailFast;
+    let mut claims = Vec::new();
+    for ev in log[at + 1..].iter().filter(|e| e.step_run_id == srid) {
+        match kind(ev) {
+            Some(k @ (EventType::LoopIterationDone | EventType::LoopIterationFailed)) => {
+                let report: IterationEnded =
+                    payloads::decode(ev).map_err(|e| cannot(&e.to_string()))?;
+                let failed = k == EventType::LoopIterationFailed;
+                let claim = Claim {
+                    failed,
+                    reduce: if failed {
+                        Default::default()
+                    } else {
+                        report.reduce
+                    },
+                    handled: report.handled,
+                };
+                let arrival = Arrival {
+                    index: report.index,
+                    claim: &claim,
+                    fail_fast,
+                    reducers: &reducers,
+                    step: &step.step,
+                };
+                if let Some((next, _)) = count_iteration(&run, &arrival) {
+                    run = next;
+                    if keep_claims {
+                        claims.push((report.index, claim));
+                    }
+                }
+            }
+            Some(EventType::LoopDone) => {
+                let done: LoopDone = payloads::decode(ev).map_err(|e| cannot(&e.to_string()))?;
+                run.done_emitted = true;
+                if run.error.is_none() {
+                    run.error = done.error;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(FromLog { run, claims })
+}
+
+fn kind(ev: &Event) -> Option<EventType> {
+    EventType::of(ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_mesh::payloads::Status;
+    use serde_json::{json, Value};
+
+    fn step() -> Step {
+        serde_json::from_value(json!({
+            "step": "each",
+            "loop": {
+                "in": "{{ [1, 2, 3, 4, 5] }}",
+                "iterator": "x",
+                "spec": {
+                    "mode": "parallel",
+                    "max_in_flight": 2,
+                    "policy": {"reducers": {"total": "sum", "seen": "append"}}
+                }
+            },
+            "tool": [{"name": "t", "kind": "noop"}]
+        }))
+        .expect("a step")
+    }
+
+    fn ev(kind: EventType, payload: Value) -> Event {
+        Event {
+            event_type: kind.wire_name().to_string(),
+            execution_id: "e1".into(),
+            step_run_id: "sr1".into(),
+            step: "each".into(),
+            trace_id: "tr".into(),
+            payload_json: serde_json::to_vec(&payload).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    fn started() -> Event {
+        ev(
+            EventType::LoopStarted,
+            json!({"total": 5, "max_in_flight": 2, "deadline_ms": 99, "deadline_of": "step.timeout"}),
+        )
+    }
+
+    fn ended(index: u64, ok: bool, n: i64) -> Event {
+        let (kind, status) = if ok {
+            (EventType::LoopIterationDone, Status::Ok)
+        } else {
+            (EventType::LoopIterationFailed, Status::Error)
+        };
+        let report = IterationEnded {
+            loop_run_id: "sr1".into(),
+            index,
+            status,
+            result: Value::Null,
+            iter: Value::Null,
+            reduce: json!({"total": n, "seen": [n]})
+                .as_object()
+                .unwrap()
+                .clone(),
+            error: Value::Null,
+            handled: Vec::new(),
+        };
+        ev(kind, payloads::to_value(&report))
+    }
+
+    fn token() -> Event {
+        let mut e = ev(
+            EventType::TokenCreated,
+            json!({"token_id": "sr1", "step": "each", "args": {"a": 1}}),
+        );
+        e.step_run_id = "parent".into();
+        e
+    }
+
+    #[test]
+    fn a_run_is_counted_from_its_ends_as_it_was_live() {
+        let log = vec![
+            token(),
+            started(),
+            ended(1, true, 10),
+            ended(0, false, 0),
+            ended(1, true, 10), // a redelivered end counts once
+            ended(2, true, 20),
+        ];
+        let got = fold_run(&log, "sr1", &step()).expect("rebuilt");
+        let r = &got.run;
+        assert_eq!((r.total, r.max_in_flight), (5, 2));
+        assert_eq!((r.done, r.failed), (2, 1));
+        assert_eq!(r.failed_at, vec![0]);
+        // The failure stopped the window (`fail_fast`, the default): 2 was
+        // in flight then, nothing after it.
+        assert!(r.stopped);
+        assert_eq!(r.next, 3);
+        assert!(r.in_flight.is_empty() && r.finished());
+        assert_eq!(r.reduced.get("total"), Some(&json!(30)));
+        assert_eq!(r.args, json!({"a": 1}));
+        assert_eq!(
+            (r.deadline_ms, r.deadline_of.as_str()),
+            (99, "step.timeout")
+        );
+        assert_eq!(r.trace_id, "tr");
+        assert!(!r.done_emitted);
+        let indices: Vec<u64> = got.claims.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indices, vec![1, 0, 2]);
+        assert!(got.claims[1].1.failed && got.claims[1].1.reduce.is_empty());
+    }
+
+    #[test]
+    fn a_run_not_yet_finished_keeps_its_window_in_flight() {
+        let log = vec![started(), ended(1, true, 1), ended(0, true, 1)];
+        let r = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
+        assert_eq!((r.done, r.next), (2, 4));
+        assert_eq!(r.in_flight, vec![2, 3]);
+        assert!(!r.finished());
+    }
+
+    #[test]
+    fn a_finished_run_is_marked_done_and_others_runs_are_ignored() {
+        let mut other = ended(3, true, 1);
+        other.step_run_id = "sr2".into();
+        let mut log = vec![started(), other];
+        for i in 0..5 {
+            log.push(ended(i, true, 1));
+        }
+        log.push(ev(EventType::LoopDone, json!({"boundary": true, "status": "ok", "counts": {"total": 5, "done": 5, "failed": 0}, "result": {"total": 5, "done": 5, "failed": 0}})));
+        let r = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
+        assert_eq!(r.done, 5);
+        assert!(r.in_flight.is_empty() && r.finished() && r.done_emitted);
+    }
+
+    #[test]
+    fn what_the_log_cannot_say_is_refused_by_name() {
+        assert_eq!(
+            fold_run(&[token()], "sr1", &step()).unwrap_err(),
+            NotRebuilt::NotStarted
+        );
+        let resumed = ev(EventType::ExecutionResumed, json!({}));
+        let err = fold_run(&[resumed, started()], "sr1", &step()).unwrap_err();
+        assert!(err.to_string().contains("resumed"), "{err}");
+    }
+}
