@@ -417,8 +417,22 @@ impl crate::Mesh {
         let Some(header) = self.exec_header(eid).await? else {
             return Ok(None);
         };
+        let mut plan = self.plans().get(self, eid).await;
+        if header.status.is_terminal()
+            && (plan.is_err() || crate::kv::get::<Value>(self.ctx_kv(), eid).await?.is_none())
+        {
+            // Lost after the services last needed them (a purge, a storage
+            // fault): written back from the events, as `noetl admin
+            // rebuild` does (docs/operations.md "Rebuild").
+            match crate::rebuild::rebuild(self, eid, crate::rebuild::Mode::Missing).await {
+                Ok(_) => plan = self.plans().get(self, eid).await,
+                Err(e) => {
+                    tracing::warn!(execution_id = %eid, error = %e, "records of an ended execution are missing and could not be rebuilt")
+                }
+            }
+        }
         let mut steps = BTreeMap::new();
-        if let Ok(plan) = self.plans().get(self, eid).await {
+        if let Ok(plan) = plan {
             for step in &plan.playbook.workflow {
                 let rec: Option<StepRecord> =
                     crate::kv::get(self.exec_kv(), &Keys::step(eid, &step.step)).await?;

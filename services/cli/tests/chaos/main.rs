@@ -8,7 +8,10 @@
 //! Beside the mix ([`extras`]): a schedule firing every second, served by
 //! two timer replicas killed like the rest (each tick must run exactly
 //! once), and a `wait` step signalled while the kills go on (the signal
-//! consumed once).
+//! consumed once). And while the kills go on, the records of running
+//! executions are purged from the `ctx`, execution-state and loop buckets
+//! ([`purge`]): each execution must still end as in a clean run, its
+//! records rebuilt from its events.
 //!
 //! - `make test` runs [`chaos_short`]: 5 runs.
 //! - `make test-chaos` runs [`chaos_campaign`]: 100 runs
@@ -21,6 +24,7 @@
 mod extras;
 mod plan;
 mod procs;
+mod purge;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,6 +70,8 @@ struct RunReport {
     anomalies: Vec<String>,
     repeated_calls: u32,
     unexpected_exits: Vec<String>,
+    /// Records purged, by bucket and scope.
+    purges: purge::Tally,
     secs: f64,
     /// Where its logs are, kept when something was wrong.
     kept: Option<std::path::PathBuf>,
@@ -124,8 +130,17 @@ async fn events_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, String> {
 async fn ended(mesh: &Mesh, eid: &str, deadline: Instant) -> bool {
     loop {
         let header: Option<ExecHeader> = mesh.exec_header(eid).await.ok().flatten();
-        if header.is_some_and(|h| h.status.is_terminal() && h.terminal_emitted) {
+        if header
+            .as_ref()
+            .is_some_and(|h| h.status.is_terminal() && h.terminal_emitted)
+        {
             return true;
+        }
+        if header.is_none() {
+            // Purged as it ended (the purger saw it running): written back
+            // from its events, as `noetl admin rebuild` does.
+            let _ =
+                noetl_mesh::rebuild::rebuild(mesh, eid, noetl_mesh::rebuild::Mode::Missing).await;
         }
         if Instant::now() > deadline {
             return false;
@@ -199,6 +214,15 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
     for s in &started {
         submit(&mesh, &s.eid, &cases[s.case], &sink.url).await;
     }
+    let targets: purge::Targets = std::sync::Arc::new(std::sync::Mutex::new(
+        started.iter().map(|s| s.eid.clone()).collect(),
+    ));
+    let purger = purge::spawn(
+        mesh.clone(),
+        targets.clone(),
+        purge::schedule(seed, WINDOW_MS),
+        t0,
+    );
     for (at, act) in acts {
         let due = t0 + Duration::from_millis(at);
         while Instant::now() < due {
@@ -227,6 +251,10 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
                 // its restart is a later action.
                 let from = started.len();
                 wave(&mut started);
+                targets
+                    .lock()
+                    .expect("targets")
+                    .extend(started[from..].iter().map(|s| s.eid.clone()));
                 let batch: Vec<(String, mix::Case)> = started[from..]
                     .iter()
                     .map(|s| (s.eid.clone(), cases[s.case].clone()))
@@ -241,6 +269,7 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         }
     }
     tokio::task::block_in_place(|| procs.heal());
+    let purges = purger.await.expect("the purger's task");
     if let Some(w) = second_wave {
         w.await.expect("the second wave's submissions");
     }
@@ -312,6 +341,7 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         anomalies,
         repeated_calls,
         unexpected_exits,
+        purges,
         secs: started_at.elapsed().as_secs_f64(),
         kept,
     }
@@ -329,7 +359,7 @@ fn report(base: u64, reports: &[RunReport]) {
     ];
     println!("\nchaos: {} runs from base seed {base:#x}", reports.len());
     println!(
-        "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}",
+        "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>6}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}",
         "run",
         "seed",
         "router",
@@ -338,6 +368,7 @@ fn report(base: u64, reports: &[RunReport]) {
         "exec",
         "timer",
         "nats",
+        "purged",
         "execs",
         "anomalies",
         "repeats",
@@ -347,7 +378,7 @@ fn report(base: u64, reports: &[RunReport]) {
     for (i, r) in reports.iter().enumerate() {
         let k = |s: &str| r.kills.get(s).copied().unwrap_or(0);
         println!(
-            "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}",
+            "{:>4}  {:<18}  {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}  {:>6}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}",
             i + 1,
             format!("{:#x}", r.seed),
             k("router"),
@@ -356,6 +387,7 @@ fn report(base: u64, reports: &[RunReport]) {
             k("executor"),
             k("timer"),
             k("nats-server"),
+            r.purges.values().sum::<usize>(),
             r.executions,
             r.anomalies.len(),
             r.repeated_calls,
@@ -377,6 +409,17 @@ fn report(base: u64, reports: &[RunReport]) {
         total(&|r| r.anomalies.len()),
         total(&|r| r.repeated_calls as usize),
         total(&|r| r.unexpected_exits.len()),
+    );
+    let mut purged = purge::Tally::new();
+    for r in reports {
+        for (k, n) in &r.purges {
+            *purged.entry(k.clone()).or_default() += n;
+        }
+    }
+    let purged: Vec<String> = purged.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!(
+        "records purged from running executions (bucket, whole or one key): {}",
+        purged.join(", ")
     );
     let failing: Vec<&RunReport> = reports.iter().filter(|r| !r.anomalies.is_empty()).collect();
     for r in &failing {
