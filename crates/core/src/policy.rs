@@ -76,6 +76,43 @@ pub enum Decision {
     },
 }
 
+impl Decision {
+    /// Its action as `task.done` names it: `continue`, `retry`, `jump`,
+    /// `break` or `fail`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Decision::Continue => "continue",
+            Decision::Retry { .. } => "retry",
+            Decision::Jump { .. } => "jump",
+            Decision::Break => "break",
+            Decision::Fail { .. } => "fail",
+        }
+    }
+}
+
+/// The templates of a task policy's rule: its `when`, `then.delay`,
+/// `then.set_iter` and `then.set_ctx`.
+pub fn rule_templates(rule: &Rule<TaskThen>) -> Vec<&str> {
+    use serde_json::Value;
+    fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) => out.push(s),
+            Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+            _ => {}
+        }
+    }
+    let mut out: Vec<&str> = rule.when.as_deref().into_iter().collect();
+    let then = &rule.then;
+    if let Some(d) = &then.delay {
+        strings(d, &mut out);
+    }
+    for patch in [&then.set_iter, &then.set_ctx].into_iter().flatten() {
+        patch.values().for_each(|v| strings(v, &mut out));
+    }
+    out
+}
+
 /// A decision plus the patches of the matched rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Directive {

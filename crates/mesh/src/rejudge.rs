@@ -9,9 +9,14 @@
 //!
 //! Re-taken: admission (`step.scheduled` / `step.skipped` "admission
 //! denied"), the arcs each step-run's boundary fired (targets and their
-//! args), and the length of each loop's collection (`loop.started`).
-//! Task policies are not re-taken yet (their scope — `iter`, `_prev`, the
-//! results of earlier tasks — is not all in the log); the report says so.
+//! args), the length of each loop's collection (`loop.started`), and each
+//! task's policy (`task.done`: the rule that matched, its action and its
+//! `set_ctx`) against the outcome the event records, in the scope the log
+//! gives: workload, `ctx` as of the event, the step's args, the results
+//! of the step-run's earlier tasks, the attempt. A policy whose templates
+//! read what the log does not keep (`iter`, `_prev`, `loop`, a tool's
+//! helpers such as `outcome.http`), or whose recorded result is a preview,
+//! is not taken again: the report counts them in its notes.
 
 use std::collections::BTreeMap;
 
@@ -55,7 +60,8 @@ impl StateSource for AsOf<'_> {
 pub struct Divergence {
     /// The step it is about.
     pub step: String,
-    /// `admission`, `arcs`, `loop collection` or `step`.
+    /// `admission`, `arcs`, `loop collection`, `task policy`, `task` or
+    /// `step`.
     pub decision: String,
     /// The event that recorded the old decision.
     pub event: Origin,
@@ -123,9 +129,9 @@ pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Reju
     let mut out = Rejudged {
         execution_id: eid.to_string(),
         events: log.len(),
-        notes: vec!["task policies are not taken again (their iter, _prev and earlier results are not all in the log)".into()],
         ..Default::default()
     };
+    let mut skipped = Skipped::default();
     let mut folded = Folded::default();
     let mut plan: Option<PlanRecord> = None;
     for l in &log {
@@ -154,20 +160,23 @@ pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Reju
         let (Some(kind), Some(plan)) = (kind, plan.as_ref()) else {
             continue;
         };
-        let Some(found) = decide(
-            Decide {
-                mesh,
-                plan,
-                folded: &folded,
-                rec: &rec,
-                seq: l.seq,
-                ev,
-                live,
-            },
-            kind,
-        )
-        .await?
-        else {
+        let d = Decide {
+            mesh,
+            plan,
+            folded: &folded,
+            rec: &rec,
+            seq: l.seq,
+            ev,
+            live,
+        };
+        let found = if kind == EventType::TaskDone {
+            let found = task_policy(&d, &mut skipped).await?;
+            skipped.remember(ev);
+            found
+        } else {
+            decide(d, kind).await?
+        };
+        let Some(found) = found else {
             continue;
         };
         out.decisions += 1;
@@ -176,7 +185,196 @@ pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Reju
             break;
         }
     }
+    out.notes = skipped.notes();
     Ok(out)
+}
+
+/// Task policies not taken again, and what earlier tasks of each step-run
+/// returned (their results are in the scope of later tasks' policies).
+#[derive(Default)]
+struct Skipped {
+    /// Policies whose templates read what the log does not keep.
+    unread: usize,
+    /// Outcomes whose result the event carries as a preview.
+    previews: usize,
+    /// Each step-run's tasks' last results, by task name.
+    results: BTreeMap<String, Map<String, Value>>,
+}
+
+impl Skipped {
+    fn remember(&mut self, ev: &noetl_wire::Event) {
+        let p = crate::events::payload(ev);
+        self.results
+            .entry(ev.step_run_id.clone())
+            .or_default()
+            .insert(ev.task.clone(), p["result"].clone());
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.unread > 0 {
+            out.push(format!(
+                "{} task policy decisions not taken again: their templates read iter, _prev, loop or a tool's helpers, which the log does not keep",
+                self.unread
+            ));
+        }
+        if self.previews > 0 {
+            out.push(format!(
+                "{} task policy decisions not taken again: the recorded result is a preview",
+                self.previews
+            ));
+        }
+        out
+    }
+}
+
+/// The roots of templates that the log cannot give a policy: `iter`,
+/// `_prev`, `loop`, and `outcome.<helper>` other than `status`, `result`,
+/// `error` and `meta`.
+fn reads_unlogged(templates: &[&str]) -> bool {
+    let roots = scope::roots(templates.iter().copied());
+    if ["iter", "_prev", "loop"].iter().any(|r| roots.contains(*r)) {
+        return true;
+    }
+    templates.iter().any(|t| {
+        t.match_indices("outcome.").any(|(i, m)| {
+            let rest = &t[i + m.len()..];
+            let field: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            !matches!(field.as_str(), "status" | "result" | "error" | "meta")
+        })
+    })
+}
+
+/// A task's policy, taken again against the outcome its `task.done`
+/// records: the rule that matches, its action and its `set_ctx`.
+async fn task_policy(
+    d: &Decide<'_>,
+    skipped: &mut Skipped,
+) -> Result<Option<Result<(), Divergence>>, MeshError> {
+    let ev = d.ev;
+    let done: crate::payloads::TaskDone = crate::payloads::decode_typed(ev)?;
+    let Some(step) = d.plan.step(&ev.step) else {
+        return Ok(Some(Err(d.differ(
+            "step",
+            Value::from(format!("step {:?} ran", ev.step)),
+            Value::from(format!("the playbook has no step {:?}", ev.step)),
+        ))));
+    };
+    let Some(task) = step.tool.iter().find(|t| t.name == ev.task) else {
+        return Ok(Some(Err(d.differ(
+            "task",
+            Value::from(format!("task {:?} ran", ev.task)),
+            Value::from(format!("step {:?} has no task {:?}", ev.step, ev.task)),
+        ))));
+    };
+    let templates: Vec<&str> = task
+        .spec
+        .policy
+        .as_ref()
+        .map(|p| {
+            p.rules
+                .iter()
+                .flat_map(noetl_core::policy::rule_templates)
+                .collect()
+        })
+        .unwrap_or_default();
+    if reads_unlogged(&templates) {
+        skipped.unread += 1;
+        return Ok(None);
+    }
+    if is_preview(&done.result) {
+        skipped.previews += 1;
+        return Ok(None);
+    }
+    let outcome = noetl_core::Outcome {
+        status: done.status,
+        result: done.result.clone(),
+        error: done.error.clone(),
+        meta: noetl_core::outcome::OutcomeMeta {
+            attempt: done.attempt,
+            duration_ms: done.duration_ms,
+            trace_id: ev.trace_id.clone(),
+            ..Default::default()
+        },
+        helpers: Map::new(),
+    };
+    let mut sc = d
+        .plan
+        .template_scope(&d.source(), templates.iter().copied(), &d.args())
+        .await?
+        .task(task.name.clone())
+        .attempt(done.attempt);
+    if let Some(earlier) = skipped.results.get(&ev.step_run_id) {
+        for (name, result) in earlier {
+            sc = sc.step_result(name.clone(), result.clone());
+        }
+    }
+    let sc = sc
+        .step_result(task.name.clone(), done.result.clone())
+        .outcome(&outcome);
+    let now = noetl_core::policy::decide(&noetl_core::policy::PolicyInput {
+        policy: task.spec.policy.as_ref(),
+        outcome: &outcome,
+        attempt: done.attempt,
+        scope: &sc,
+        retry_after: None,
+    });
+    let was = serde_json::json!({
+        "rule": done.rule,
+        "action": done.action,
+        "set_ctx": done.set_ctx.clone().map(Value::Object).unwrap_or(Value::Null),
+    });
+    let now = match now {
+        Ok(dir) => serde_json::json!({
+            "rule": dir.rule,
+            "action": dir.decision.action(),
+            "set_ctx": dir.set_ctx.map(Value::Object).unwrap_or(Value::Null),
+        }),
+        Err(e) => Value::from(format!("fails: {e}")),
+    };
+    Ok(Some(if same_policy(&was, &now) {
+        Ok(())
+    } else {
+        Err(d.differ("task policy", was, now))
+    }))
+}
+
+/// The same rule, action and `set_ctx` (numbers by value; a recorded value
+/// redacted or by reference matches any value).
+fn same_policy(was: &Value, now: &Value) -> bool {
+    if was["rule"] != now["rule"] || was["action"] != now["action"] {
+        return false;
+    }
+    match (was["set_ctx"].as_object(), now["set_ctx"].as_object()) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.iter().all(|(k, v)| {
+                    b.get(k).is_some_and(|w| {
+                        crate::replay::same_json(Some(v), Some(w))
+                            || crate::objects::is_ref(v)
+                            || v.as_str().is_some_and(|s| s.contains("REDACTED"))
+                    })
+                })
+        }
+        _ => false,
+    }
+}
+
+/// True when `v` holds a preview (`{truncated: true, preview, size}`) of
+/// a value too large for its event.
+fn is_preview(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            (m.get("truncated") == Some(&Value::Bool(true)) && m.contains_key("preview"))
+                || m.values().any(is_preview)
+        }
+        Value::Array(a) => a.iter().any(is_preview),
+        _ => false,
+    }
 }
 
 /// One event's decision to take again.

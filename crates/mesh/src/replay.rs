@@ -300,7 +300,7 @@ pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Differenc
 }
 
 /// JSON equality with numbers compared by value (`2` and `2.0` are one).
-fn same_json(a: Option<&Value>, b: Option<&Value>) -> bool {
+pub(crate) fn same_json(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {
         (Some(Value::Number(x)), Some(Value::Number(y))) => x.as_f64() == y.as_f64(),
         (Some(Value::Array(x)), Some(Value::Array(y))) => {

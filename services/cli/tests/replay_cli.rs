@@ -246,6 +246,69 @@ fn a_running_execution_whose_header_plan_and_ctx_are_purged_completes_as_a_clean
     assert!(out.status.success(), "{}: {report}", text(&out));
 }
 
+#[test]
+fn a_running_loop_whose_run_chunks_claims_and_ctx_are_purged_completes_as_a_clean_run() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+
+    let id = support::exec_start(noetl(), &url, &[fixture("purged_loop.yaml")]);
+    // A few iterations in (2 at a time, 0.3 s each), every record of the
+    // loop run is purged: its record, its collection, its iterations'
+    // claims (the `seen` contributions), and the execution's ctx.
+    support::wait_until("iterations end", Duration::from_secs(30), || {
+        let (out, _) = run(noetl().args([
+            "events",
+            "tail",
+            "--execution",
+            &id,
+            "--type",
+            "loop.iteration.done",
+            "--from-start",
+            "--no-follow",
+            "--nats",
+            &url,
+        ]));
+        String::from_utf8_lossy(&out.stdout).lines().count() >= 3
+    });
+    let (rt, mesh) = attached(&url, home.path());
+    let purged = rt.block_on(async {
+        let keys = noetl_mesh::kv::keys_under(mesh.loop_kv(), &id)
+            .await
+            .unwrap();
+        for k in &keys {
+            mesh.loop_kv().purge(k).await.unwrap();
+        }
+        mesh.ctx_kv().purge(&id).await.unwrap();
+        keys
+    });
+    drop(mesh);
+    drop(rt);
+    assert!(
+        purged.iter().any(|k| k.contains(".items.")) && purged.iter().any(|k| k.contains(".it.")),
+        "the run's chunks and claims were purged: {purged:?}"
+    );
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    let n = 12u64;
+    assert_eq!(
+        end["ctx"]["total"],
+        json!((0..n).map(|i| i * i).sum::<u64>()),
+        "{end}"
+    );
+    assert_eq!(
+        end["ctx"]["seen"],
+        json!((0..n).collect::<Vec<_>>()),
+        "{end}"
+    );
+    assert_eq!(end["ctx"]["done"], json!(n), "{end}");
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+}
+
 /// Attach to the mesh at `url` (for what no command does: reading the
 /// stream's config, a retention sweep at a chosen time).
 fn attached(url: &str, home: &std::path::Path) -> (tokio::runtime::Runtime, Mesh) {
@@ -473,6 +536,43 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
     assert_eq!(d["event"]["event_type"], "step.done", "{r}");
     assert!(d["recorded"].to_string().contains("\"value\":7"), "{r}");
     assert!(d["now"].to_string().contains("\"value\":8"), "{r}");
+    // A changed task rule: its action.
+    let rule = changed(
+        "rule.yaml",
+        "then: { do: continue, set_ctx: { seeded: true } }",
+        "then: { do: break, set_ctx: { seeded: true } }",
+    );
+    let (out, r) = replay_with(&rule);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let d = &r["divergence"];
+    assert_eq!(
+        (d["decision"].as_str(), d["step"].as_str()),
+        (Some("task policy"), Some("start")),
+        "{r}"
+    );
+    assert_eq!(d["event"]["event_type"], "task.done", "{r}");
+    assert_eq!(
+        (
+            d["recorded"]["action"].as_str(),
+            d["now"]["action"].as_str()
+        ),
+        (Some("continue"), Some("break")),
+        "{r}"
+    );
+    // A changed task rule: its `set_ctx`.
+    let patch = changed(
+        "patch.yaml",
+        "set_ctx: { seeded: true }",
+        "set_ctx: { seeded: 1 }",
+    );
+    let (out, r) = replay_with(&patch);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(r["divergence"]["decision"], "task policy", "{r}");
+    assert_eq!(
+        r["divergence"]["now"]["set_ctx"],
+        json!({"seeded": 1}),
+        "{r}"
+    );
     // A changed admission.
     let admission = changed(
         "admission.yaml",

@@ -233,13 +233,7 @@ pub(crate) fn failure(
 
 /// The `action` a `task.done` event names.
 pub(crate) fn action_name(d: &Decision) -> &'static str {
-    match d {
-        Decision::Continue => "continue",
-        Decision::Retry { .. } => "retry",
-        Decision::Jump { .. } => "jump",
-        Decision::Break => "break",
-        Decision::Fail { .. } => "fail",
-    }
+    d.action()
 }
 
 #[cfg(test)]
