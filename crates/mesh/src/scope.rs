@@ -133,7 +133,10 @@ impl StateSource for Mesh {
         let mut stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
         // Lost from KV while the execution runs: written back from its
         // events first (nothing is written for one that is not running).
-        if stored.is_none() && crate::ctx_record::restore(self, eid).await? {
+        // Read again whoever wrote it back (another service may have
+        // first, and then this restore writes nothing).
+        if stored.is_none() {
+            crate::ctx_record::restore(self, eid).await?;
             stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
         }
         Ok(crate::state::user_ctx(

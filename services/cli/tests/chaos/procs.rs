@@ -37,8 +37,8 @@ pub fn service_names() -> Vec<(&'static str, String)> {
 /// that would point it elsewhere. `NOETL_CHAOS_BIN` names another binary
 /// (a copy, so a long campaign is not changed under it by a rebuild).
 pub fn noetl(home: &Path) -> Command {
-    let bin = std::env::var_os("NOETL_CHAOS_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_noetl").into());
+    let bin =
+        std::env::var_os("NOETL_CHAOS_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_noetl").into());
     let mut c = Command::new(bin);
     c.env("NOETL_HOME", home)
         .env_remove("NOETL_NATS_URL")

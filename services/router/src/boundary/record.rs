@@ -100,9 +100,11 @@ pub(super) async fn record_and_apply(
     if read.is_none() && seq > 0 {
         // The header is gone from KV while the execution's events go on:
         // write it back from the events before this one, then apply this.
-        if noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id, seq).await? {
-            read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
-        }
+        // Read again whoever wrote it: another replica handling a boundary
+        // of the same execution may have written it back first (then this
+        // restore's create-only write finds it there).
+        noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id, seq).await?;
+        read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
     }
     match read {
         // Not live (a redelivery after the header moved on): the header
