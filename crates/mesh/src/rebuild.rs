@@ -179,11 +179,19 @@ pub async fn restore_plan(
 
 /// The header of a running execution whose header is missing, written
 /// back (with its other missing records) from its events stored before
-/// sequence `before` (the event being handled, which is not applied yet).
+/// sequence `before` (the event being handled, which is not applied yet);
+/// of one whose events say it has ended, from all of them.
 /// Returns whether a header was written.
 pub async fn restore_header(mesh: &Mesh, eid: &str, before: u64) -> Result<bool, MeshError> {
-    let until = Until::Seq(before.saturating_sub(1));
-    let folded = fold_log(mesh, eid, until).await?;
+    // An execution that has ended since (the event being handled is a late
+    // copy) gets its terminal header, not one from before its end that
+    // would say it still runs.
+    let whole = fold_log(mesh, eid, Until::End).await?;
+    let folded = if whole.ended_status().is_some() {
+        whole
+    } else {
+        fold_log(mesh, eid, Until::Seq(before.saturating_sub(1))).await?
+    };
     if folded.header.is_none() {
         return Ok(false);
     }

@@ -133,9 +133,12 @@ pub fn command_ended(
     if !h.is_live(&cmd.step_run_id) {
         return Some(format!("step-run {} has ended", cmd.step_run_id));
     }
+    // A loop run's record stays when the run finishes, so a missing one was
+    // lost (a purge): the command runs, and the loop-supervisor rebuilds
+    // the run from its events when the report comes.
     if let Some(c) = &cmd.claim {
         return match progress {
-            None => Some(format!("loop run {} has no record", c.loop_run_id)),
+            None => None,
             Some(p) if p.claim_applied(c.seq) => Some(format!(
                 "claim {} of loop run {} was applied",
                 c.seq, c.loop_run_id
@@ -145,7 +148,7 @@ pub fn command_ended(
     }
     match (&cmd.iteration, progress) {
         (Some(it), _) if it.loop_run_id.is_empty() => None,
-        (Some(it), None) => Some(format!("loop run {} has no record", it.loop_run_id)),
+        (Some(_), None) => None,
         (Some(it), Some(p)) if p.counted(it.index) => Some(format!(
             "iteration {} of loop run {} was counted",
             it.index, it.loop_run_id
