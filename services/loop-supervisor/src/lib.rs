@@ -18,7 +18,9 @@
 
 //!
 //! The modules, from the record up: `state` (the loop run's record and
-//! its pure transitions, with `state::cursor` for cursor loops),
+//! its pure transitions, with `state::cursor` for cursor loops and
+//! `state::from_log` for a run folded from its events), `rebuild` (a run
+//! the loop bucket lost, written back from the event log),
 //! `collection` (the stored elements and their cache), `reducers` (folding
 //! the aggregates into `ctx`), `messages` (what a loop run publishes, as
 //! effects), `commit` (the group commit of iteration reports), `finish`
