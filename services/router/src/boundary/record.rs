@@ -111,10 +111,9 @@ pub(super) async fn record_and_apply(
         // just read is the answer; `transition` would change nothing.
         Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((h, false)),
         Some((h, rev)) => headers.remember(&key, h, rev),
-        // No header: nothing to record; refused, naming the event.
-        None => {
-            apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
-        }
+        // No header, and its events do not make one: nothing to record;
+        // refused, naming the event.
+        None => return Err(no_header(ev)),
     }
     if view.join {
         let done = apply_boundary(mesh, headers, ev, boundary, Ending::Allowed).await?;
@@ -277,9 +276,23 @@ pub(super) async fn apply_boundary(
             applied,
             held_back,
         }),
-        None => Err(HandlerError::Refused(format!(
-            "{} for execution {} which has no header",
-            ev.event_type, ev.execution_id
-        ))),
+        // Gone since it was read (purged again): transient, so the
+        // redelivery writes it back from the events and applies this.
+        None => Err(HandlerError::Mesh(MeshError::Kv {
+            bucket: mesh.exec_kv().name.clone(),
+            key: Keys::header(&ev.execution_id),
+            message: format!(
+                "the header went missing while {} was applied; retried",
+                ev.event_type
+            ),
+        })),
     }
+}
+
+/// The refusal of a boundary of an execution that has no header.
+fn no_header(ev: &Event) -> HandlerError {
+    HandlerError::Refused(format!(
+        "{} for execution {} which has no header",
+        ev.event_type, ev.execution_id
+    ))
 }
