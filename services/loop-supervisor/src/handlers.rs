@@ -177,6 +177,14 @@ fn report_of(kind: EventType) -> Option<Report> {
     }
 }
 
+/// The event types `loop-events` subscribes to: exactly those
+/// [`report_of`] makes a report of, so a type handled is always heard.
+pub(crate) fn subscribed() -> impl Iterator<Item = EventType> {
+    EventType::ALL
+        .into_iter()
+        .filter(|k| report_of(*k).is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +201,17 @@ mod tests {
         );
         assert_eq!(report_of(EventType::LoopClaimed), Some(Report::Claimed));
         assert_eq!(report_of(EventType::StepDone), None);
+    }
+
+    #[test]
+    fn loop_events_subscribes_to_iteration_ends_and_claims_only() {
+        assert_eq!(
+            subscribed().collect::<Vec<_>>(),
+            [
+                EventType::LoopIterationDone,
+                EventType::LoopIterationFailed,
+                EventType::LoopClaimed
+            ]
+        );
     }
 }

@@ -31,7 +31,6 @@
 use std::sync::Arc;
 
 use noetl_mesh::{
-    events::types,
     handler::Typed,
     runtime::{self, ConsumerLoop, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
@@ -72,11 +71,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
         .consumer(&ConsumerSpec {
             durable: "loop-events".into(),
             stream: StreamKind::Events,
-            filter_subjects: vec![
-                s.events_of_type(types::LOOP_ITERATION_DONE),
-                s.events_of_type(types::LOOP_ITERATION_FAILED),
-                s.events_of_type(types::LOOP_CLAIMED),
-            ],
+            // Derived from the handler's own match (handlers::report_of).
+            filter_subjects: handlers::subscribed()
+                .map(|k| s.events_of_type(k.wire_name()))
+                .collect(),
             max_ack_pending: 10_000,
         })
         .await?;

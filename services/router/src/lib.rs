@@ -34,7 +34,6 @@ pub mod timers;
 use std::sync::Arc;
 
 use noetl_mesh::{
-    events::types,
     handler::Typed,
     runtime::{self, ConsumerLoop, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
@@ -60,18 +59,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
         .consumer(&ConsumerSpec {
             durable: "router-events".into(),
             stream: StreamKind::Events,
-            filter_subjects: [
-                types::STEP_DONE,
-                types::STEP_FAILED,
-                types::STEP_SKIPPED,
-                types::LOOP_DONE,
-                types::MESSAGE_DEAD_LETTERED,
-                types::EXECUTION_CANCEL_REQUESTED,
-                types::EXECUTION_RESUME_REQUESTED,
-            ]
-            .iter()
-            .map(|t| s.events_of_type(t))
-            .collect(),
+            // Derived from the handler's own match (boundary::handling_of).
+            filter_subjects: boundary::subscribed()
+                .map(|k| s.events_of_type(k.wire_name()))
+                .collect(),
             max_ack_pending: 10_000,
         })
         .await?;
@@ -81,15 +72,10 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
         .consumer(&ConsumerSpec {
             durable: "router-timers".into(),
             stream: StreamKind::Events,
-            filter_subjects: [
-                types::EXECUTION_DEADLINE,
-                types::STEP_DEADLINE,
-                types::TASK_UNSERVED,
-                types::WAIT_TIMEOUT,
-            ]
-            .iter()
-            .map(|t| s.events_of_type(t))
-            .collect(),
+            // Derived from the handler's own match (timers::timer_of).
+            filter_subjects: timers::subscribed()
+                .map(|k| s.events_of_type(k.wire_name()))
+                .collect(),
             max_ack_pending: 1_000_000,
         })
         .await?;

@@ -112,6 +112,14 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
     }
 }
 
+/// The event types `router-timers` subscribes to: exactly those
+/// [`timer_of`] makes a timer of, so a timer handled is always heard.
+pub fn subscribed() -> impl Iterator<Item = EventType> {
+    EventType::ALL
+        .into_iter()
+        .filter(|k| timer_of(*k).is_some())
+}
+
 /// What [`decide`] reads.
 pub struct TimerInput<'a> {
     /// The deadline's timer: [`Timer::Execution`] or [`Timer::Step`].
@@ -413,6 +421,20 @@ async fn on_unserved(
 mod tests {
     use super::*;
     use noetl_mesh::state::TokenRecord;
+
+    #[test]
+    fn router_timers_subscribes_to_the_four_timers_only() {
+        use EventType as T;
+        assert_eq!(
+            subscribed().collect::<Vec<_>>(),
+            [
+                T::ExecutionDeadline,
+                T::StepDeadline,
+                T::TaskUnserved,
+                T::WaitTimeout
+            ]
+        );
+    }
 
     fn header(status: ExecStatus, live: &[&str]) -> ExecHeader {
         ExecHeader {

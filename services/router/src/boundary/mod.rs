@@ -143,6 +143,14 @@ fn handling_of(kind: EventType) -> Handling {
     }
 }
 
+/// The event types `router-events` subscribes to: exactly those
+/// [`handling_of`] does not call foreign, so a type handled is always heard.
+pub(crate) fn subscribed() -> impl Iterator<Item = EventType> {
+    EventType::ALL
+        .into_iter()
+        .filter(|k| handling_of(*k) != Handling::Foreign)
+}
+
 /// Handle boundary event `ev`, stored at sequence `seq` of the events
 /// stream (0: unknown).
 async fn on_boundary(

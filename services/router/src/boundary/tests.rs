@@ -247,3 +247,20 @@ fn a_failure_no_arc_handles_or_a_routing_error_is_left_unhandled() {
         Some("routing of step \"s\" failed")
     );
 }
+
+#[test]
+fn router_events_subscribes_to_step_ends_dead_letters_cancel_and_resume_requests() {
+    use EventType as T;
+    assert_eq!(
+        subscribed().collect::<Vec<_>>(),
+        [
+            T::MessageDeadLettered,
+            T::StepSkipped,
+            T::StepDone,
+            T::StepFailed,
+            T::LoopDone,
+            T::ExecutionCancelRequested,
+            T::ExecutionResumeRequested,
+        ]
+    );
+}
