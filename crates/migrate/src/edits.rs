@@ -289,3 +289,17 @@ pub(crate) fn value_text<'t>(text: &'t str, key_offset: usize, value: &Node) -> 
         &text[key_line_end..entry_end(text, key_offset)]
     }
 }
+
+/// Rename the key at `key` (whose text is `from`) to `to`.
+pub(crate) fn rename(e: &mut Edits, key: &noetl_core::yaml::Key, to: &str, summary: String) {
+    let at = key.span.offset;
+    if e.text[at..].starts_with(key.name.as_str()) {
+        let line = key.span.line;
+        e.replace((at, at + key.name.len()), to.to_string(), line, summary);
+    } else {
+        e.refuse(
+            key.span.line,
+            format!("{summary}: the key is quoted; rename it by hand"),
+        );
+    }
+}

@@ -11,7 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{entry_end, line_start, steps, tasks, Edits};
+use crate::edits::{entry_end, line_start, Edits};
+use crate::walk::{steps, tasks};
 use noetl_core::yaml::Node;
 
 /// The keychain kind the tool `kind` reads its `auth` as, when it reads
@@ -128,7 +129,7 @@ pub(super) fn declarations(root: &Node, e: &mut Edits) {
         let entry = format!(
             "{}{pad}- name: {}\n{pad}  kind: {}\n",
             if i == 0 { header.as_str() } else { "" },
-            super::yaml_scalar(name),
+            crate::snippets::yaml_scalar(name),
             w.kind
         );
         e.replace(

@@ -19,16 +19,16 @@ mod lines;
 mod renames;
 mod shape_structure;
 mod shapes;
+mod snippets;
 mod structure;
 mod templates;
 mod tool_fields;
 mod walk;
 
-use edits::*;
-use renames::*;
-use structure::*;
-use templates::*;
-use walk::*;
+use edits::{Edits, LineOrder};
+use renames::renames;
+use structure::structure;
+use templates::templates;
 
 /// One rewrite, at its line of the original file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +170,8 @@ pub fn migrate(src: &str) -> Result<Migration, MigrateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edits::entry_end;
+    use crate::templates::{rewrite_expression, Names, Place};
 
     fn names(workload: &[&str], shadowing: &[&str]) -> Names {
         Names {

@@ -2,22 +2,8 @@
 
 use noetl_core::yaml::Node;
 
-use crate::edits::Edits;
+use crate::edits::{rename, Edits};
 use crate::walk::*;
-
-/// Rename the key at `key` (whose text is `from`) to `to`.
-pub(crate) fn rename(e: &mut Edits, key: &noetl_core::yaml::Key, to: &str, summary: String) {
-    let at = key.span.offset;
-    if e.text[at..].starts_with(key.name.as_str()) {
-        let line = key.span.line;
-        e.replace((at, at + key.name.len()), to.to_string(), line, summary);
-    } else {
-        e.refuse(
-            key.span.line,
-            format!("{summary}: the key is quoted; rename it by hand"),
-        );
-    }
-}
 
 pub(crate) fn renames(root: &Node, e: &mut Edits) {
     for (t, name) in tasks(root) {

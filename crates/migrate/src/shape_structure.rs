@@ -2,10 +2,9 @@
 //! cloud secrets, task retries, step inputs, `set` moved under `spec`.
 
 use super::shapes::ROOT_SECTIONS;
-use super::{
-    entry_end, fallback_rule, line_start, next_line, reindent, replace_entry, steps, tasks,
-    value_text, Edits,
-};
+use crate::edits::{entry_end, line_start, next_line, replace_entry, value_text, Edits};
+use crate::snippets::{fallback_rule, reindent};
+use crate::walk::{steps, tasks};
 use noetl_core::yaml::{Key, Node, NodeKind};
 
 /// The structural rewrites of NoETL shapes.
@@ -76,7 +75,7 @@ fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
         NodeKind::Seq(items) => items
             .iter()
             .enumerate()
-            .map(|(i, t)| (t, super::name_of(t, i)))
+            .map(|(i, t)| (t, crate::walk::name_of(t, i)))
             .collect(),
         NodeKind::Map(entries) => entries.iter().map(|(k, t)| (t, k.name.clone())).collect(),
         _ => Vec::new(),
@@ -363,7 +362,7 @@ fn step_input(s: &Node, name: &str, e: &mut Edits) {
         let summary =
             format!("step `{name}`: `input` → `args` of its task (rendered when the task runs)");
         replace_entry(e, ak.span.offset, with, line, summary);
-        super::remove_entry(e, k.span.offset);
+        crate::edits::remove_entry(e, k.span.offset);
         return;
     }
     let Some((last_key, _)) = task.entries().last() else {
@@ -379,7 +378,7 @@ fn step_input(s: &Node, name: &str, e: &mut Edits) {
     let summary =
         format!("step `{name}`: `input` → `args` of its task (rendered when the task runs)");
     e.replace((at, at), with, line, summary);
-    super::remove_entry(e, k.span.offset);
+    crate::edits::remove_entry(e, k.span.offset);
 }
 
 /// `args:` at column `indent` holding the value of the entry `(k, v)`

@@ -4,10 +4,10 @@
 //! the rest of the rewrite; what has no faithful canonical form is refused
 //! with what to write instead.
 
-use super::{
-    entry_end, line_start, next_line, reindent, rename, rules, steps, tasks, Change, Edits,
-    LineOrder,
-};
+use crate::edits::{entry_end, line_start, next_line, rename, Edits, LineOrder};
+use crate::snippets::reindent;
+use crate::walk::{rules, steps, tasks};
+use crate::Change;
 use noetl_core::yaml::{Key, Node, NodeKind};
 
 /// The root sections canonical v10 has (and `vars`, refused with its own
@@ -46,7 +46,7 @@ pub(super) fn unwrap(root: &Node, e: &mut Edits) {
         NodeKind::Seq(items) => items
             .iter()
             .enumerate()
-            .map(|(i, t)| (t, super::name_of(t, i)))
+            .map(|(i, t)| (t, crate::walk::name_of(t, i)))
             .collect(),
         NodeKind::Map(entries) => entries.iter().map(|(k, t)| (t, k.name.clone())).collect(),
         _ => Vec::new(),

@@ -4,10 +4,12 @@
 //! `spec` and removals in pass 3. Fields a tool implements itself
 //! (`verify_ssl`, python `libs`) are canonical and left alone.
 
-use super::{
-    entry_end, indent_at, line_start, next_line, reindent, remove_entry, rename, replace_entry,
-    tasks, value_text, Edits,
+use crate::edits::{
+    entry_end, indent_at, line_start, next_line, remove_entry, rename, replace_entry, value_text,
+    Edits,
 };
+use crate::snippets::reindent;
+use crate::walk::tasks;
 use noetl_core::yaml::{Key, Node, NodeKind};
 
 /// NoETL's other names of a SQL task's `command` (its tools read the first
@@ -464,7 +466,7 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
             }
             // A flow `then: { do: continue }` on the key's line.
             let close = (then.is_map() && then.span.offset < next_line(text, tk.span.offset))
-                .then(|| super::flow_end(text, then.span.offset))
+                .then(|| crate::edits::flow_end(text, then.span.offset))
                 .flatten()
                 .filter(|end| text[..*end].ends_with('}'));
             match close {
