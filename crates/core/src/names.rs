@@ -9,7 +9,7 @@ use crate::yaml::{Node, NodeKind};
 /// Every step and task name in the document (values of `step:` and
 /// `name:` keys, and the keys of label-keyed tasks): the validator's
 /// unknown-roots check (W106) and the template rewrite of `noetl migrate`.
-pub(crate) fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
+pub fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
     match &n.kind {
         NodeKind::Seq(items) => {
             for x in items {

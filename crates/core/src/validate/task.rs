@@ -293,8 +293,9 @@ impl Validator {
             }
             let fields = allowed_list(&known);
             let help = match (name, closest(name, &known)) {
-                _ if crate::migrate::tool_field_hint(k.name, name).is_some() => {
-                    let hint = crate::migrate::tool_field_hint(k.name, name).unwrap_or_default();
+                _ if crate::noetl_fields::tool_field_hint(k.name, name).is_some() => {
+                    let hint =
+                        crate::noetl_fields::tool_field_hint(k.name, name).unwrap_or_default();
                     format!("{hint}; fields of a {} task: {fields}", k.name)
                 }
                 ("input" | "inputs" | "with", _) if known.contains(&"args") => {

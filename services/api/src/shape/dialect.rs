@@ -1,12 +1,12 @@
 //! A registration written in NoETL's dialect: the server applies the
-//! `noetl migrate` rewrite (`noetl_core::migrate`, docs/migrate.md) and
+//! `noetl migrate` rewrite (`noetl_migrate`, docs/migrate.md) and
 //! stores what it makes, with the text as sent beside it; the rewrite's
 //! changes come back as warnings. A playbook the rewrite leaves unchanged
 //! is loaded as written.
 
 use noetl_core::diagnostic::Diagnostics;
 use noetl_core::load::{load_playbook, LoadError, LoadedPlaybook};
-use noetl_core::migrate::{migrate, Migration};
+use noetl_migrate::{migrate, Migration};
 
 use crate::error::ApiError;
 

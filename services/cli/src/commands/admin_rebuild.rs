@@ -49,7 +49,7 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
     }
     for id in ids {
         match rebuild::rebuild(&mesh, &id, mode).await? {
-            None => return Ok(super::exec::no_execution(&mesh, &id)),
+            None => return Ok(super::exec_shared::no_execution(&mesh, &id)),
             Some(r) => print(&r, a.json),
         }
     }

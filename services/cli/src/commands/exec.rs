@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use noetl_mesh::{
     codec,
-    connect::display_urls,
     ids::new_execution_id,
     state::{shown_status, ExecStatus},
 };
 use noetl_wire::ExecutionRequest;
 
 use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
+use super::exec_shared::{no_execution, print_started, publish_request, status_name};
 use super::retry::ride_out;
 
 /// `noetl exec ...`.
@@ -241,36 +241,6 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Publish an execution request under its execution id (de-duplicated
-/// by JetStream: a request tried again after a failover starts it once).
-pub(crate) async fn publish_request(
-    mesh: &noetl_mesh::Mesh,
-    req: &ExecutionRequest,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + super::retry::DEFAULT_BUDGET;
-    ride_out(deadline, "requesting the execution", || async {
-        mesh.publish(
-            mesh.subjects().exec_request(),
-            &req.execution_id,
-            codec::encode(req),
-        )
-        .await?
-        .wait()
-        .await?;
-        Ok(())
-    })
-    .await
-}
-
-/// Print a started execution's id (`{"execution_id"}` with `json`).
-pub(crate) fn print_started(id: &str, json: bool) {
-    if json {
-        println!("{}", serde_json::json!({"execution_id": id}));
-    } else {
-        println!("{id}");
-    }
-}
-
 async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     // A failover (a node dying, a stream electing a leader) is ridden out
@@ -338,15 +308,6 @@ struct Listed {
     duration_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
-}
-
-pub(crate) fn status_name(s: ExecStatus) -> &'static str {
-    match s {
-        ExecStatus::Running => "running",
-        ExecStatus::Completed => "completed",
-        ExecStatus::Failed => "failed",
-        ExecStatus::Cancelled => "cancelled",
-    }
 }
 
 /// Whether an execution shown as `shown` is one `--status want` lists:
@@ -428,15 +389,6 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Say that `id` is not an execution of this mesh; exit code 3.
-pub(crate) fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
-    eprintln!(
-        "error: no execution {id:?} at {}",
-        display_urls(&mesh.config().nats_url)
-    );
-    Exit::NotFound.into()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Instant;
 use noetl_mesh::state::ExecStatus;
 
 use super::common::MeshArgs;
-use super::exec::{no_execution, status_name};
+use super::exec_shared::{local_user, no_execution, status_name};
 use super::retry::{ride_out, DEFAULT_BUDGET};
 
 /// Arguments of `noetl exec pause`.
@@ -37,14 +37,6 @@ pub struct UnpauseArgs {
     pub json: bool,
     #[command(flatten)]
     pub mesh: MeshArgs,
-}
-
-/// Who a pause names when the CLI makes it.
-pub fn local_user() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("USERNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    format!("cli:{user}")
 }
 
 /// `noetl exec pause`.

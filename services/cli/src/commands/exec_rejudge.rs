@@ -16,8 +16,8 @@ use noetl_mesh::{
     Mesh,
 };
 
-use super::exec::no_execution;
-use super::exec_replay::ReplayArgs;
+use super::exec_replay_args::ReplayArgs;
+use super::exec_shared::no_execution;
 use super::exit::Exit;
 use super::source::{read, Read};
 use super::tail_filter::{parse_since, Since};

@@ -10,8 +10,7 @@ use std::time::Duration;
 use noetl_mesh::resume::{ResumeError, ResumeRequested};
 
 use super::common::{MeshArgs, WorkloadArgs};
-use super::exec::no_execution;
-use super::exec_pause::local_user;
+use super::exec_shared::{local_user, no_execution};
 use super::exit::Exit;
 
 /// Arguments of `noetl exec resume`.

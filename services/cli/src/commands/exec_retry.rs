@@ -10,7 +10,7 @@ use noetl_mesh::{catalog::parse_catalog_id, codec, ids::new_execution_id};
 use noetl_wire::ExecutionRequest;
 
 use super::common::MeshArgs;
-use super::exec::{no_execution, print_started, publish_request};
+use super::exec_shared::{no_execution, print_started, publish_request};
 
 /// Arguments of `noetl exec retry`.
 #[derive(clap::Args)]

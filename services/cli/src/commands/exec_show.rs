@@ -14,8 +14,8 @@ use noetl_mesh::{
 };
 
 use super::common::{exit_code, MeshArgs};
-use super::exec::no_execution;
 use super::exec_replay::parse_event_position;
+use super::exec_shared::no_execution;
 use super::exit::Exit;
 use super::tree::Tree;
 

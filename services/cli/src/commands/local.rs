@@ -19,7 +19,7 @@ pub struct Target {
     #[arg(long, env = "NOETL_PREFIX", default_value = noetl_mesh::config::DEFAULT_PREFIX)]
     pub prefix: String,
     #[command(flatten)]
-    pub auth: super::common::NatsAuthArgs,
+    pub auth: super::nats_auth::NatsAuthArgs,
 }
 
 /// A mesh joined for a store command, and the private server (if any)

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use noetl_core::load::load_playbook;
-use noetl_core::migrate::{migrate, Migration};
+use noetl_migrate::{migrate, Migration};
 
 use crate::commands::exit::Exit;
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use noetl_core::load::{load_file, load_playbook, LoadedPlaybook};
-use noetl_core::migrate::migrate;
+use noetl_migrate::migrate;
 
 use super::migrate::report;
 

@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{entry_end, line_start, steps, tasks, Edits};
-use crate::yaml::Node;
+use crate::edits::{entry_end, line_start, Edits};
+use crate::walk::{steps, tasks};
+use noetl_core::yaml::Node;
 
 /// The keychain kind the tool `kind` reads its `auth` as, when it reads
 /// one kind only.
@@ -128,7 +129,7 @@ pub(super) fn declarations(root: &Node, e: &mut Edits) {
         let entry = format!(
             "{}{pad}- name: {}\n{pad}  kind: {}\n",
             if i == 0 { header.as_str() } else { "" },
-            super::yaml_scalar(name),
+            crate::snippets::yaml_scalar(name),
             w.kind
         );
         e.replace(
@@ -269,7 +270,7 @@ fn insertion_point(root: &Node, e: &mut Edits) -> Option<(usize, String, usize)>
 
 #[cfg(test)]
 mod tests {
-    use super::super::migrate;
+    use crate::migrate;
 
     fn playbook(rest: &str) -> String {
         format!("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{ name: t }}\n{rest}")
@@ -325,7 +326,7 @@ mod tests {
             report.contains(&(8, "keychain `auth0`: `kind: credential` (NoETL's registered credential `auth0_client`) → `kind: secret`, read from the local store under the entry's name: store it with `noetl credential put auth0 --kind secret`".into())),
             "{report:?}"
         );
-        assert!(crate::load::load_playbook(&m.text, "t").is_ok());
+        assert!(noetl_core::load::load_playbook(&m.text, "t").is_ok());
         assert_eq!(migrate(&m.text).unwrap().text, m.text);
     }
 

@@ -86,9 +86,9 @@ impl super::Migration {
     /// when that line is unchanged, else at the line's first column.
     pub fn diagnostics_as_written(
         &self,
-        diagnostics: &crate::diagnostic::Diagnostics,
+        diagnostics: &noetl_core::diagnostic::Diagnostics,
         original: &str,
-    ) -> crate::diagnostic::Diagnostics {
+    ) -> noetl_core::diagnostic::Diagnostics {
         let migrated: Vec<&str> = self.text.lines().collect();
         let written: Vec<&str> = original.lines().collect();
         let mut out = diagnostics.clone();

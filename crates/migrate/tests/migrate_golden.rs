@@ -6,13 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use noetl_core::migrate::migrate;
+use noetl_migrate::migrate;
 
 fn legacy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../playbooks/legacy")
 }
 
-fn log_of(m: &noetl_core::migrate::Migration) -> String {
+fn log_of(m: &noetl_migrate::Migration) -> String {
     m.report()
         .into_iter()
         .map(|(line, text)| format!("{line}: {text}\n"))

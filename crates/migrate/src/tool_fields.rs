@@ -4,11 +4,13 @@
 //! `spec` and removals in pass 3. Fields a tool implements itself
 //! (`verify_ssl`, python `libs`) are canonical and left alone.
 
-use super::{
-    entry_end, indent_at, line_start, next_line, reindent, remove_entry, rename, replace_entry,
-    tasks, value_text, Edits,
+use crate::edits::{
+    entry_end, indent_at, line_start, next_line, remove_entry, rename, replace_entry, value_text,
+    Edits,
 };
-use crate::yaml::{Key, Node, NodeKind};
+use crate::snippets::reindent;
+use crate::walk::tasks;
+use noetl_core::yaml::{Key, Node, NodeKind};
 
 /// NoETL's other names of a SQL task's `command` (its tools read the first
 /// of them present).
@@ -421,7 +423,7 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
         let reads_status = rules.items().iter().any(|r| {
             r.get("when")
                 .and_then(Node::as_str)
-                .is_some_and(crate::outcome::reads_status)
+                .is_some_and(noetl_core::outcome::reads_status)
         });
         let errors = match reads_status {
             true => String::new(),
@@ -464,7 +466,7 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
             }
             // A flow `then: { do: continue }` on the key's line.
             let close = (then.is_map() && then.span.offset < next_line(text, tk.span.offset))
-                .then(|| super::flow_end(text, then.span.offset))
+                .then(|| crate::edits::flow_end(text, then.span.offset))
                 .flatten()
                 .filter(|end| text[..*end].ends_with('}'));
             match close {
@@ -477,34 +479,9 @@ fn fallback_place(text: &str, rk: &Key, rules: &Node) -> Result<Insert, &'static
     }
 }
 
-/// What a load error says about a NoETL tool field `noetl migrate`
-/// rewrites (E005's help), by kind and field.
-pub(crate) fn hint(kind: &str, field: &str) -> Option<&'static str> {
-    Some(match (kind, field) {
-        ("postgres" | "duckdb", "query" | "queries" | "commands" | "cmd" | "cmds") => {
-            "NoETL's name of `command`: `noetl migrate` renames it"
-        }
-        ("postgres", "credential") => "NoETL's name of `auth`: `noetl migrate` renames it",
-        ("postgres", "pool") => "connections are pooled per credential; `noetl migrate` removes it",
-        ("http", "endpoint") => "NoETL's name of `url`: `noetl migrate` renames it",
-        ("http", "verify") => "NoETL's name of `verify_ssl`: `noetl migrate` renames it",
-        ("http", "data") => {
-            "`params` for a GET or DELETE, `json` for other methods: `noetl migrate` rewrites it"
-        }
-        ("http", "payload") => "a JSON body: `noetl migrate` renames it to `json`",
-        ("http", "timeout" | "timeout_seconds") => {
-            "seconds go in `spec.timeout`: `noetl migrate` moves it"
-        }
-        (_, "output_select") => {
-            "a large result travels by reference already; `noetl migrate` removes it"
-        }
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::migrate::migrate;
+    use crate::migrate;
 
     const HEAD: &str = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\nworkflow:\n  - step: start\n    tool:\n";
 
