@@ -58,6 +58,7 @@ pub mod signal;
 pub mod state;
 pub mod status;
 pub mod subjects;
+mod summary;
 pub mod token;
 pub mod topology;
 
