@@ -3,6 +3,7 @@
 use noetl_wire::Event;
 use serde_json::Value;
 
+use crate::event_type::EventType;
 use crate::ids::derive_id;
 
 /// Event type names as text (seeds 001 §9, 002 §8), for subjects and
@@ -289,6 +290,34 @@ impl crate::Mesh {
         }
         let _ = stream.delete_consumer(&name).await;
         Ok(out)
+    }
+}
+
+impl crate::Mesh {
+    /// The stream sequence of the last stored event of type `kind` of
+    /// execution `eid` (one direct read of the stream), or `None` when it
+    /// has none.
+    pub async fn last_event_seq(
+        &self,
+        eid: &str,
+        kind: EventType,
+    ) -> Result<Option<u64>, crate::MeshError> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let failed = |message: String| crate::MeshError::Consume {
+            consumer: format!("last {} of execution {eid}", kind.wire_name()),
+            message,
+        };
+        let stream = self
+            .js()
+            .get_stream_no_info(self.subjects().events_stream())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let subject = self.subjects().event(eid, kind.wire_name());
+        match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => Ok(Some(m.sequence)),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(failed(e.to_string())),
+        }
     }
 }
 

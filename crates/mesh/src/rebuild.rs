@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::fold::Folded;
 use crate::keys::Keys;
 use crate::plan::PlanRecord;
-use crate::replay::{fold_log, Until};
+use crate::replay::{fold_log, hydrated_log, Until};
 use crate::{kv, Mesh, MeshError};
 
 /// Which records to write.
@@ -186,11 +186,16 @@ pub async fn restore_header(mesh: &Mesh, eid: &str, before: u64) -> Result<bool,
     // An execution that has ended since (the event being handled is a late
     // copy) gets its terminal header, not one from before its end that
     // would say it still runs.
-    let whole = fold_log(mesh, eid, Until::End).await?;
+    let log = hydrated_log(mesh, eid, Until::End).await?;
+    let whole = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
     let folded = if whole.ended_status().is_some() {
         whole
     } else {
-        fold_log(mesh, eid, Until::Seq(before.saturating_sub(1))).await?
+        Folded::of(
+            log.iter()
+                .filter(|l| l.seq < before)
+                .map(|l| (l.seq, &l.event)),
+        )?
     };
     if folded.header.is_none() {
         return Ok(false);

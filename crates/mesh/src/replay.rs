@@ -161,11 +161,18 @@ pub fn import_line(text: &str, line: usize) -> Result<Logged, MeshError> {
 
 /// Read, hydrate and fold the log of `eid` up to `until`.
 pub async fn fold_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Folded, MeshError> {
+    let log = hydrated_log(mesh, eid, until).await?;
+    Folded::of(log.iter().map(|l| (l.seq, &l.event)))
+}
+
+/// [`read_log`] with every value an event carries by reference read back
+/// ([`hydrate`]): what the fold takes.
+pub async fn hydrated_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged>, MeshError> {
     let mut log = read_log(mesh, eid, until).await?;
     for l in &mut log {
         hydrate(mesh, &mut l.event).await?;
     }
-    Folded::of(log.iter().map(|l| (l.seq, &l.event)))
+    Ok(log)
 }
 
 /// The records the engine keeps for one execution, as read from KV.

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use noetl_mesh::{events::types, Mesh};
+use noetl_mesh::{event_type::EventType, events::types, Mesh};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -77,19 +77,13 @@ fn sse_event(seen: &Seen) -> SseEvent {
 
 /// The stream sequence of execution `eid`'s terminal event, if stored.
 async fn terminal_seq(mesh: &Mesh, eid: &str) -> Option<u64> {
-    let stream = mesh
-        .js()
-        .get_stream(mesh.subjects().events_stream())
-        .await
-        .ok()?;
     for t in [
-        types::EXECUTION_COMPLETED,
-        types::EXECUTION_FAILED,
-        types::EXECUTION_CANCELLED,
+        EventType::ExecutionCompleted,
+        EventType::ExecutionFailed,
+        EventType::ExecutionCancelled,
     ] {
-        let subject = mesh.subjects().event(eid, t);
-        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
-            return Some(m.sequence);
+        if let Ok(Some(seq)) = mesh.last_event_seq(eid, t).await {
+            return Some(seq);
         }
     }
     None

@@ -211,9 +211,9 @@ impl ChunkCache {
         }
     }
 
-    /// Element `index` of the stored collection. A chunk missing from the
-    /// loop bucket is written back from the loop's `loop.started` first
-    /// ([`restore_chunk`]).
+    /// Element `index` of the stored collection. A chunk that cannot be
+    /// read is written back from the loop's `loop.started` when missing
+    /// ([`restore_chunk`]) and read again.
     async fn item(&self, at: Elements<'_>, index: u64) -> Result<Value, ItemError> {
         let chunk = index as usize / CHUNK;
         let key = Keys::items(at.eid, at.srid, chunk);
@@ -231,13 +231,14 @@ impl ChunkCache {
                 Unreadable::Broken(e) => format!("{named}: {e}"),
             }
         };
-        let cached = format!("{}/{key}", at.mesh.loop_kv().name);
-        if self.inner.get(&cached).is_none()
-            && kv::get::<Value>(at.mesh.loop_kv(), &key).await?.is_none()
-        {
-            restore_chunk(at, chunk).await?;
-        }
-        let items = self.list(at.mesh, &key, words).await?;
+        let items = match self.list(at.mesh, &key, words).await {
+            // Written back (create-only) from `loop.started`, then read
+            // again: a chunk that is there but unreadable stays so.
+            Err(ItemError::Gone(_)) if restore_chunk(at, chunk).await?.is_some() => {
+                self.list(at.mesh, &key, words).await?
+            }
+            read => read?,
+        };
         items.get(index as usize % CHUNK).cloned().ok_or_else(|| {
             ItemError::Gone(format!(
                 "collection chunk {key} has {} items, item {index} is not there",

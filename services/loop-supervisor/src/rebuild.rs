@@ -86,34 +86,19 @@ async fn write_claims(
     Ok(())
 }
 
-/// The execution's events, in stream order (one that does not decode is
-/// skipped: no service wrote it).
+/// The execution's events, in stream order (read as the fold reads them,
+/// [`noetl_mesh::replay::read_log`]).
 async fn log_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, MeshError> {
-    let stored = mesh.stored_events(&mesh.subjects().events_of(eid)).await?;
-    Ok(stored.into_iter().filter_map(Result::ok).collect())
+    let log = noetl_mesh::replay::read_log(mesh, eid, noetl_mesh::replay::Until::End).await?;
+    Ok(log.into_iter().map(|l| l.event).collect())
 }
 
 /// True when some loop of `eid` has started (one direct read of the
 /// stream's last `loop.started` of the execution): the cheap test that
 /// keeps a first start from reading the log.
 async fn any_loop_started(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    let name = mesh.subjects().events_stream();
-    let failed = |message: String| MeshError::Consume {
-        consumer: format!("last loop.started of execution {eid}"),
-        message,
-    };
-    let stream = mesh
-        .js()
-        .get_stream_no_info(&name)
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    let subject = mesh
-        .subjects()
-        .event(eid, EventType::LoopStarted.wire_name());
-    match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
-        Err(e) => Err(failed(e.to_string())),
-    }
+    Ok(mesh
+        .last_event_seq(eid, EventType::LoopStarted)
+        .await?
+        .is_some())
 }

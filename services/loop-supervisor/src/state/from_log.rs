@@ -46,7 +46,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     let cannot = |why: &str| NotRebuilt::Cannot(why.to_string());
     let Some(at) = log
         .iter()
-        .position(|e| e.step_run_id == srid && kind(e) == Some(EventType::LoopStarted))
+        .position(|e| e.step_run_id == srid && EventType::of(e) == Some(EventType::LoopStarted))
     else {
         return Err(NotRebuilt::NotStarted);
     };
@@ -59,7 +59,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     }
     if log[..at]
         .iter()
-        .any(|e| kind(e) == Some(EventType::ExecutionResumed))
+        .any(|e| EventType::of(e) == Some(EventType::ExecutionResumed))
     {
         return Err(cannot(
             "its execution was resumed before it started, and the run it continues is not rebuilt",
@@ -67,7 +67,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     }
     let args = log
         .iter()
-        .filter(|e| kind(e) == Some(EventType::TokenCreated))
+        .filter(|e| EventType::of(e) == Some(EventType::TokenCreated))
         .filter_map(|e| payloads::decode::<TokenCreated>(e).ok())
         .find(|t| t.token_id == srid)
         .map(|t| t.args)
@@ -84,7 +84,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     let fail_fast = step.failure_mode() == FailureMode::FailFast;
     let mut claims = Vec::new();
     for ev in log[at + 1..].iter().filter(|e| e.step_run_id == srid) {
-        match kind(ev) {
+        match EventType::of(ev) {
             Some(k @ (EventType::LoopIterationDone | EventType::LoopIterationFailed)) => {
                 let report: IterationEnded =
                     payloads::decode(ev).map_err(|e| cannot(&e.to_string()))?;
@@ -123,10 +123,6 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         }
     }
     Ok(FromLog { run, claims })
-}
-
-fn kind(ev: &Event) -> Option<EventType> {
-    EventType::of(ev)
 }
 
 #[cfg(test)]
