@@ -498,6 +498,12 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
             &url,
         ]))
     };
+    // The divergence a changed playbook gives (exit 2).
+    let divergence = |file: &str| {
+        let (out, r) = replay_with(file);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        r["divergence"].clone()
+    };
     // Cosmetic: a description and a comment. The same decisions.
     let cosmetic = changed(
         "cosmetic.yaml",
@@ -525,39 +531,35 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
         "args: { value: \"{{ event.result }}\" }",
         "args: { value: \"{{ event.result + 1 }}\" }",
     );
-    let (out, r) = replay_with(&arc);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let d = &r["divergence"];
+    let d = &divergence(&arc);
     assert_eq!(
         (d["decision"].as_str(), d["step"].as_str()),
         (Some("arcs"), Some("start")),
-        "{r}"
+        "{d}"
     );
-    assert_eq!(d["event"]["event_type"], "step.done", "{r}");
-    assert!(d["recorded"].to_string().contains("\"value\":7"), "{r}");
-    assert!(d["now"].to_string().contains("\"value\":8"), "{r}");
+    assert_eq!(d["event"]["event_type"], "step.done", "{d}");
+    assert!(d["recorded"].to_string().contains("\"value\":7"), "{d}");
+    assert!(d["now"].to_string().contains("\"value\":8"), "{d}");
     // A changed task rule: its action.
     let rule = changed(
         "rule.yaml",
         "then: { do: continue, set_ctx: { seeded: true } }",
         "then: { do: break, set_ctx: { seeded: true } }",
     );
-    let (out, r) = replay_with(&rule);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let d = &r["divergence"];
+    let d = &divergence(&rule);
     assert_eq!(
         (d["decision"].as_str(), d["step"].as_str()),
         (Some("task policy"), Some("start")),
-        "{r}"
+        "{d}"
     );
-    assert_eq!(d["event"]["event_type"], "task.done", "{r}");
+    assert_eq!(d["event"]["event_type"], "task.done", "{d}");
     assert_eq!(
         (
             d["recorded"]["action"].as_str(),
             d["now"]["action"].as_str()
         ),
         (Some("continue"), Some("break")),
-        "{r}"
+        "{d}"
     );
     // A changed task rule: its `set_ctx`.
     let patch = changed(
@@ -565,32 +567,25 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
         "set_ctx: { seeded: true }",
         "set_ctx: { seeded: 1 }",
     );
-    let (out, r) = replay_with(&patch);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert_eq!(r["divergence"]["decision"], "task policy", "{r}");
-    assert_eq!(
-        r["divergence"]["now"]["set_ctx"],
-        json!({"seeded": 1}),
-        "{r}"
-    );
+    let d = &divergence(&patch);
+    assert_eq!(d["decision"], "task policy", "{d}");
+    assert_eq!(d["now"]["set_ctx"], json!({"seeded": 1}), "{d}");
     // A changed admission.
     let admission = changed(
         "admission.yaml",
         "args.value > workload.threshold",
         "args.value > 100",
     );
-    let (out, r) = replay_with(&admission);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let d = &r["divergence"];
+    let d = &divergence(&admission);
     assert_eq!(
         (d["decision"].as_str(), d["step"].as_str()),
         (Some("admission"), Some("gated")),
-        "{r}"
+        "{d}"
     );
     assert_eq!(
         (d["recorded"].as_str(), d["now"].as_str()),
         (Some("admitted"), Some("denied")),
-        "{r}"
+        "{d}"
     );
     // A changed loop collection.
     let collection = changed(
@@ -598,14 +593,12 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
         "range(workload.n)",
         "range(workload.n + 1)",
     );
-    let (out, r) = replay_with(&collection);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let d = &r["divergence"];
-    assert_eq!(d["decision"], "loop collection", "{r}");
+    let d = &divergence(&collection);
+    assert_eq!(d["decision"], "loop collection", "{d}");
     assert_eq!(
         (d["recorded"].clone(), d["now"].clone()),
         (json!(3), json!(4)),
-        "{r}"
+        "{d}"
     );
     let (out, _) = run(noetl().args([
         "exec",
