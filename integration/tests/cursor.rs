@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use noetl_integration::{Cluster, ClusterOptions};
-use noetl_mesh::{credentials::Credential, events::types as et, state::ExecStatus};
+use noetl_mesh::{credentials::Credential, event_type::EventType, state::ExecStatus};
 use noetl_wire::Event;
 use serde_json::{json, Value};
 
@@ -119,12 +119,12 @@ fn payload(e: &Event) -> Value {
 fn max_in_flight(events: &[Event]) -> usize {
     let (mut open, mut max) = (0usize, 0usize);
     for e in events {
-        match e.event_type.as_str() {
-            et::LOOP_ITERATION_STARTED => {
+        match EventType::of(e) {
+            Some(EventType::LoopIterationStarted) => {
                 open += 1;
                 max = max.max(open);
             }
-            et::LOOP_ITERATION_DONE | et::LOOP_ITERATION_FAILED => open -= 1,
+            Some(EventType::LoopIterationDone) | Some(EventType::LoopIterationFailed) => open -= 1,
             _ => {}
         }
     }
@@ -191,19 +191,19 @@ async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue
     // the claims' rows adding up, the window respected.
     let done: Vec<&Event> = events
         .iter()
-        .filter(|e| e.event_type == et::LOOP_DONE)
+        .filter(|e| e.event_type == EventType::LoopDone.wire_name())
         .collect();
     assert_eq!(done.len(), 1, "exactly one loop.done");
     let counts = &payload(done[0])["counts"];
     assert_eq!(counts, &json!({"total": total, "done": total, "failed": 0}));
     let started = events
         .iter()
-        .filter(|e| e.event_type == et::LOOP_ITERATION_STARTED)
+        .filter(|e| e.event_type == EventType::LoopIterationStarted.wire_name())
         .count();
     assert_eq!(started as u64, total);
     let claims: Vec<Value> = events
         .iter()
-        .filter(|e| e.event_type == et::LOOP_CLAIMED)
+        .filter(|e| e.event_type == EventType::LoopClaimed.wire_name())
         .map(payload)
         .collect();
     let claimed: u64 = claims.iter().map(|c| c["count"].as_u64().unwrap()).sum();
@@ -289,7 +289,7 @@ workflow:
     let events = cluster.settled_events(&eid).await;
     let failed = events
         .iter()
-        .find(|e| e.event_type == et::STEP_FAILED)
+        .find(|e| e.event_type == EventType::StepFailed.wire_name())
         .expect("step.failed");
     let error = &payload(failed)["error"];
     assert_eq!(error["kind"], "postgres.sql", "{error}");

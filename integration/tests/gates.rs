@@ -7,7 +7,8 @@
 use std::time::{Duration, SystemTime};
 
 use noetl_integration::{events_of, Cluster, Gauge};
-use noetl_mesh::events::{self, types as et};
+use noetl_mesh::event_type::EventType;
+use noetl_mesh::events;
 use noetl_mesh::state::ExecStatus;
 use noetl_wire::Event;
 use serde_json::json;
@@ -85,8 +86,8 @@ async fn executions_per_key_never_exceed_the_limit_and_start_in_request_order() 
 
     // Each key's executions started (their entry went out) in the order
     // they were requested; 8 of each waited in line first.
-    let started = order_of(&c, et::PLAYBOOK_INITIALIZED).await;
-    let queued = order_of(&c, et::EXECUTION_QUEUED).await;
+    let started = order_of(&c, EventType::PlaybookInitialized.wire_name()).await;
+    let queued = order_of(&c, EventType::ExecutionQueued.wire_name()).await;
     for customer in ["a", "b"] {
         let requested: Vec<&String> = submitted
             .iter()
@@ -102,7 +103,7 @@ async fn executions_per_key_never_exceed_the_limit_and_start_in_request_order() 
     let ev = events_of(&c.mesh, &c.mesh.subjects().events_of(&submitted[4].0))
         .await
         .into_iter()
-        .find(|e| e.event_type == et::EXECUTION_QUEUED)
+        .find(|e| e.event_type == EventType::ExecutionQueued.wire_name())
         .expect("the fifth execution was queued");
     let p = events::payload(&ev);
     assert_eq!(p["key"], "cust-a");
@@ -121,7 +122,7 @@ async fn reject_fails_a_new_execution_naming_the_key_limit_and_holders() {
     c.submit_as("rej-first", &yaml, "p.yaml", workload.clone())
         .await;
     c.wait_for_event("rej-first", "its start", Duration::from_secs(20), |e| {
-        e.event_type == et::PLAYBOOK_INITIALIZED
+        e.event_type == EventType::PlaybookInitialized.wire_name()
     })
     .await;
     c.submit_as("rej-second", &yaml, "p.yaml", workload).await;
@@ -139,7 +140,8 @@ async fn reject_fails_a_new_execution_naming_the_key_limit_and_holders() {
     // The rejected execution ran nothing.
     let evs = c.events("rej-second").await;
     assert!(
-        !evs.iter().any(|e| e.event_type == et::STEP_STARTED),
+        !evs.iter()
+            .any(|e| e.event_type == EventType::StepStarted.wire_name()),
         "{:?}",
         noetl_integration::types(&evs)
     );
@@ -155,7 +157,7 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     let first = json!({"customer": "x", "url": slow_url});
     c.submit_as("old-first", &yaml, "p.yaml", first).await;
     c.wait_for_event("old-first", "its call", Duration::from_secs(20), |e| {
-        e.event_type == et::TASK_STARTED
+        e.event_type == EventType::TaskStarted.wire_name()
     })
     .await;
     let second = json!({"customer": "x", "url": fast_url});
@@ -171,8 +173,8 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     assert_eq!(s.status, ExecStatus::Completed, "{:?}", s.error);
     assert_eq!(fast.total(), 1);
     // The second started only once the first had ended.
-    let ended = order_of(&c, et::EXECUTION_CANCELLED).await;
-    let started = order_of(&c, et::PLAYBOOK_INITIALIZED).await;
+    let ended = order_of(&c, EventType::ExecutionCancelled.wire_name()).await;
+    let started = order_of(&c, EventType::PlaybookInitialized.wire_name()).await;
     assert!(ended.contains(&"old-first".to_string()));
     let all = events_of(&c.mesh, &c.mesh.subjects().events_all()).await;
     let at = |eid: &str, t: &str| {
@@ -181,7 +183,8 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
             .unwrap_or_else(|| panic!("{eid}: no {t}"))
     };
     assert!(
-        at("old-first", et::EXECUTION_CANCELLED) < at("old-second", et::PLAYBOOK_INITIALIZED),
+        at("old-first", EventType::ExecutionCancelled.wire_name())
+            < at("old-second", EventType::PlaybookInitialized.wire_name()),
         "{started:?}"
     );
     c.stop().await;
@@ -216,7 +219,7 @@ async fn a_holder_that_ended_without_releasing_is_swept_and_the_line_moves() {
     let workload = json!({"customer": "g", "url": url});
     c.submit_as("swept", &yaml, "p.yaml", workload).await;
     c.wait_for_event("swept", "its queueing", Duration::from_secs(20), |e| {
-        e.event_type == et::EXECUTION_QUEUED
+        e.event_type == EventType::ExecutionQueued.wire_name()
     })
     .await;
     // Then a router crashed after the holder ended and before it released
@@ -285,9 +288,9 @@ async fn a_step_s_concurrency_bounds_its_task_calls_across_a_parallel_loop() {
 fn max_overlap(evs: &[Event]) -> i32 {
     let (mut cur, mut max) = (0, 0);
     for e in evs {
-        match e.event_type.as_str() {
-            et::TASK_STARTED => cur += 1,
-            et::TASK_DONE => cur -= 1,
+        match EventType::of(e) {
+            Some(EventType::TaskStarted) => cur += 1,
+            Some(EventType::TaskDone) => cur -= 1,
             _ => {}
         }
         max = max.max(cur);
@@ -314,7 +317,7 @@ async fn a_step_s_rate_spaces_its_task_calls() {
     let evs = c.settled_events(&eid).await;
     let mut starts: Vec<f64> = evs
         .iter()
-        .filter(|e| e.event_type == et::TASK_STARTED)
+        .filter(|e| e.event_type == EventType::TaskStarted.wire_name())
         .map(|e| secs(&e.ts))
         .collect();
     starts.sort_by(|a, b| a.partial_cmp(b).unwrap());

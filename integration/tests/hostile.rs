@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES;
 use noetl_integration::{types, Cluster};
-use noetl_mesh::events::{self, types as et};
+use noetl_mesh::event_type::EventType;
+use noetl_mesh::events;
 use noetl_mesh::runtime::{self, BoxFuture, ConsumerLoop, Disposition, Handler};
 use noetl_mesh::state::ExecStatus;
 use serde_json::{json, Value};
@@ -55,10 +56,13 @@ workflow:
     assert_eq!(s.steps["start"], "failed", "{s:?}");
     assert_eq!(s.steps["cleanup"], "done", "{s:?}");
     let evs = cluster.settled_events(&eid).await;
-    assert!(!types(&evs).contains(&et::LOOP_STARTED), "no iteration ran");
+    assert!(
+        !types(&evs).contains(&EventType::LoopStarted.wire_name()),
+        "no iteration ran"
+    );
     let failed = evs
         .iter()
-        .find(|e| e.event_type == et::STEP_FAILED && e.step == "start")
+        .find(|e| e.event_type == EventType::StepFailed.wire_name() && e.step == "start")
         .expect("step.failed");
     let msg = events::payload(failed)["error"]["message"]
         .as_str()
@@ -147,7 +151,7 @@ workflow:
     // The token's argument was a reference, not 200 KB inline.
     let started = evs
         .iter()
-        .find(|e| e.event_type == et::STEP_DONE && e.step == "measure")
+        .find(|e| e.event_type == EventType::StepDone.wire_name() && e.step == "measure")
         .expect("measure is done");
     let args = &events::payload(started)["args"];
     assert!(noetl_mesh::objects::is_ref(&args["big"]), "{args}");
@@ -155,7 +159,7 @@ workflow:
     // The error is kept as a preview, with its size.
     let failed = evs
         .iter()
-        .find(|e| e.event_type == et::STEP_FAILED && e.step == "boom")
+        .find(|e| e.event_type == EventType::StepFailed.wire_name() && e.step == "boom")
         .expect("boom failed");
     let p = events::payload(failed);
     let text = p.to_string();
@@ -270,7 +274,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_and_fails_its_execution_s
     let evs = cluster.settled_events(&eid).await;
     let notice = evs
         .iter()
-        .find(|e| e.event_type == et::MESSAGE_DEAD_LETTERED)
+        .find(|e| e.event_type == EventType::MessageDeadLettered.wire_name())
         .expect("a dead-letter notice");
     assert_eq!(events::payload(notice)["reason"], Value::String(reason));
     shutdown.cancel();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use noetl_integration::{types, Cluster, ClusterOptions, Gauge};
-use noetl_mesh::events::types as et;
+use noetl_mesh::event_type::EventType;
 use serde_json::json;
 
 /// A loop whose python task records its own start/end times in a file, so
@@ -112,7 +112,7 @@ async fn parallel_loops_never_exceed_max_in_flight_and_sequential_keeps_order() 
     assert_eq!(
         types(&events)
             .iter()
-            .filter(|t| **t == et::LOOP_DONE)
+            .filter(|t| **t == EventType::LoopDone.wire_name())
             .count(),
         1
     );
@@ -182,16 +182,23 @@ async fn fail_fast_stops_dispatching_and_best_effort_runs_everything() {
     let t = types(&events);
     // Sequential: items 1 and 2 ran, 2 failed, nothing after it.
     assert_eq!(
-        t.iter().filter(|x| **x == et::LOOP_ITERATION_DONE).count(),
+        t.iter()
+            .filter(|x| **x == EventType::LoopIterationDone.wire_name())
+            .count(),
         1
     );
     assert_eq!(
         t.iter()
-            .filter(|x| **x == et::LOOP_ITERATION_FAILED)
+            .filter(|x| **x == EventType::LoopIterationFailed.wire_name())
             .count(),
         1
     );
-    assert_eq!(t.iter().filter(|x| **x == et::LOOP_DONE).count(), 1);
+    assert_eq!(
+        t.iter()
+            .filter(|x| **x == EventType::LoopDone.wire_name())
+            .count(),
+        1
+    );
 
     let eid = cluster
         .submit(&failing_loop("best_effort"), "be.yaml", json!({}))
@@ -203,7 +210,7 @@ async fn fail_fast_stops_dispatching_and_best_effort_runs_everything() {
     let events = cluster.settled_events(&eid).await;
     let done = events
         .iter()
-        .find(|e| e.event_type == et::LOOP_DONE)
+        .find(|e| e.event_type == EventType::LoopDone.wire_name())
         .unwrap();
     let p = noetl_mesh::events::payload(done);
     assert_eq!(p["counts"], json!({"total": 6, "done": 5, "failed": 1}));
@@ -297,13 +304,16 @@ async fn reducers_are_exact_and_survive_redelivery() {
     let events = cluster.settled_events(&eid).await;
     for (n, e) in events
         .iter()
-        .filter(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
         .enumerate()
     {
         cluster
             .mesh
             .publish(
-                cluster.mesh.subjects().event(&eid, et::LOOP_ITERATION_DONE),
+                cluster
+                    .mesh
+                    .subjects()
+                    .event(&eid, EventType::LoopIterationDone.wire_name()),
                 &format!("again-{n}"),
                 noetl_mesh::codec::encode(e),
             )
@@ -321,7 +331,10 @@ async fn reducers_are_exact_and_survive_redelivery() {
     );
     let evs = cluster.events(&eid).await;
     assert_eq!(
-        types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
+        types(&evs)
+            .iter()
+            .filter(|t| **t == EventType::LoopDone.wire_name())
+            .count(),
         1
     );
     cluster.stop().await;
@@ -362,7 +375,7 @@ workflow:
     let events = cluster.settled_events(&eid).await;
     let failed = events
         .iter()
-        .find(|e| e.event_type == et::LOOP_ITERATION_FAILED)
+        .find(|e| e.event_type == EventType::LoopIterationFailed.wire_name())
         .expect("an iteration fails");
     let msg = noetl_mesh::events::payload(failed)["error"]["message"]
         .as_str()
@@ -397,12 +410,12 @@ async fn a_join_waits_for_every_input_and_runs_once() {
         assert_eq!(s.ctx["merged"], "L+R");
         let merge_runs = events
             .iter()
-            .filter(|e| e.event_type == et::STEP_STARTED && e.step == "merge")
+            .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "merge")
             .count();
         assert_eq!(merge_runs, 1, "the join fires once");
         let absorbed = events
             .iter()
-            .filter(|e| e.event_type == et::STEP_SKIPPED && e.step == "merge")
+            .filter(|e| e.event_type == EventType::StepSkipped.wire_name() && e.step == "merge")
             .count();
         assert_eq!(absorbed, 1, "the first arrival waits");
     }
@@ -597,7 +610,7 @@ async fn loop_done_of(
             .events(eid)
             .await
             .into_iter()
-            .filter(|e| e.event_type == et::LOOP_DONE && e.step_run_id == srid)
+            .filter(|e| e.event_type == EventType::LoopDone.wire_name() && e.step_run_id == srid)
             .collect();
         if !done.is_empty() || std::time::Instant::now() > deadline {
             return done;
@@ -626,15 +639,22 @@ async fn a_redelivered_iteration_report_resends_a_window_that_never_went_out() {
         .unwrap();
     // The report of index 2 comes again (it was never acked).
     let ev = noetl_mesh::events::EventDraft {
-        event_type: et::LOOP_ITERATION_DONE,
         execution_id: &eid,
         step_run_id: srid,
         step: "lp",
         discriminator: "2",
-        payload: json!({"loop_run_id": srid, "index": 2, "status": "ok"}),
         ..Default::default()
     }
-    .build();
+    .build(&noetl_mesh::payloads::IterationEnded {
+        loop_run_id: srid.to_string(),
+        index: 2,
+        status: noetl_mesh::payloads::Status::Ok,
+        result: serde_json::Value::Null,
+        iter: serde_json::Value::Null,
+        reduce: Default::default(),
+        error: serde_json::Value::Null,
+        handled: Vec::new(),
+    });
     cluster.mesh.emit(&ev).await.unwrap().wait().await.unwrap();
     let done = loop_done_of(&cluster, &eid, srid, Duration::from_secs(10)).await;
     assert_eq!(done.len(), 1, "the loop must not hang");
@@ -656,7 +676,10 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
     let eid = cluster.completed(&empty, json!({})).await.0;
     let evs = cluster.settled_events(&eid).await;
     assert_eq!(
-        types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
+        types(&evs)
+            .iter()
+            .filter(|t| **t == EventType::LoopDone.wire_name())
+            .count(),
         1
     );
 
@@ -745,7 +768,7 @@ workflow:
         .events(&eid)
         .await
         .into_iter()
-        .find(|e| e.event_type == et::STEP_STARTED && e.step == "start")
+        .find(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "start")
         .unwrap();
     // The same command again (as after a crash before its ack), under a
     // new message id so JetStream does not drop it.
@@ -848,7 +871,7 @@ workflow:
     let evs = cluster.settled_events(&eid).await;
     let failed = evs
         .iter()
-        .find(|e| e.event_type == et::STEP_FAILED && e.step == "fan")
+        .find(|e| e.event_type == EventType::StepFailed.wire_name() && e.step == "fan")
         .expect("step.failed");
     let err = &noetl_mesh::events::payload(failed)["error"];
     assert_eq!(err["kind"], "reducer");
@@ -909,13 +932,16 @@ workflow:
     let evs = cluster.settled_events(&eid).await;
     for (n, e) in evs
         .iter()
-        .filter(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
         .enumerate()
     {
         cluster
             .mesh
             .publish(
-                cluster.mesh.subjects().event(&eid, et::LOOP_ITERATION_DONE),
+                cluster
+                    .mesh
+                    .subjects()
+                    .event(&eid, EventType::LoopIterationDone.wire_name()),
                 &format!("again-{n}"),
                 noetl_mesh::codec::encode(e),
             )
@@ -940,13 +966,13 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
     let step_of_run = |srid: &str| {
         events
             .iter()
-            .find(|e| e.step_run_id == srid && e.event_type == et::STEP_STARTED)
+            .find(|e| e.step_run_id == srid && e.event_type == EventType::StepStarted.wire_name())
             .map(|e| e.step.clone())
             .unwrap()
     };
     let tokens: Vec<noetl_wire::Token> = events
         .iter()
-        .filter(|e| e.event_type == et::TOKEN_CREATED && e.step == "merge")
+        .filter(|e| e.event_type == EventType::TokenCreated.wire_name() && e.step == "merge")
         .map(|e| {
             let from = step_of_run(&e.step_run_id);
             let args = if from == "left" {
@@ -1003,12 +1029,12 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
     let evs = cluster.events(&eid).await;
     let started = evs
         .iter()
-        .filter(|e| e.event_type == et::STEP_STARTED && e.step == "merge")
+        .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "merge")
         .count();
     assert_eq!(started, 1, "the join fired once");
-    let waiting = evs
-        .iter()
-        .find(|e| e.event_type == et::STEP_SKIPPED && e.step_run_id == "fresh-left");
+    let waiting = evs.iter().find(|e| {
+        e.event_type == EventType::StepSkipped.wire_name() && e.step_run_id == "fresh-left"
+    });
     assert!(waiting.is_some(), "the fresh token waits for `right`");
     cluster.stop().await;
 }
@@ -1054,7 +1080,10 @@ workflow:
     assert_eq!(ctx["round"], 2, "the second run wrote its own value");
     let evs = cluster.settled_events(&eid).await;
     assert_eq!(
-        types(&evs).iter().filter(|t| **t == et::LOOP_DONE).count(),
+        types(&evs)
+            .iter()
+            .filter(|t| **t == EventType::LoopDone.wire_name())
+            .count(),
         2
     );
     // The claims are pruned with each loop run.
@@ -1109,7 +1138,7 @@ workflow:
         .await;
     // Once the loop started, its chunks are stored: remove the second.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !types(&cluster.events(&eid).await).contains(&et::LOOP_STARTED) {
+    while !types(&cluster.events(&eid).await).contains(&EventType::LoopStarted.wire_name()) {
         assert!(std::time::Instant::now() < deadline, "no loop.started");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -1133,7 +1162,7 @@ workflow:
     let evs = cluster.settled_events(&eid).await;
     let failed = evs
         .iter()
-        .find(|e| e.event_type == et::STEP_FAILED && e.step == "start")
+        .find(|e| e.event_type == EventType::StepFailed.wire_name() && e.step == "start")
         .expect("step.failed");
     let err = &noetl_mesh::events::payload(failed)["error"];
     assert_eq!(err["kind"], "loop.items");
@@ -1195,7 +1224,7 @@ workflow:
     let t = types(&evs);
     let started = t
         .iter()
-        .filter(|x| **x == et::LOOP_ITERATION_STARTED)
+        .filter(|x| **x == EventType::LoopIterationStarted.wire_name())
         .count();
     // Index 3 fails at once, while 2 (window of 2) still runs: after
     // 0, 1, 2, 3 at most one more is dispatched, never the other 35.
@@ -1203,11 +1232,19 @@ workflow:
         started <= 5,
         "{started} iterations started after the failure"
     );
-    let done = evs.iter().find(|e| e.event_type == et::LOOP_DONE).unwrap();
+    let done = evs
+        .iter()
+        .find(|e| e.event_type == EventType::LoopDone.wire_name())
+        .unwrap();
     let p = noetl_mesh::events::payload(done);
     assert_eq!(p["counts"]["failed"], 1);
     assert_eq!(p["counts"]["total"], 40);
-    assert_eq!(t.iter().filter(|x| **x == et::LOOP_DONE).count(), 1);
+    assert_eq!(
+        t.iter()
+            .filter(|x| **x == EventType::LoopDone.wire_name())
+            .count(),
+        1
+    );
     cluster.stop().await;
 }
 
@@ -1406,18 +1443,18 @@ workflow:
     let evs = cluster.settled_events(&eid).await;
     let selected = evs
         .iter()
-        .filter(|e| e.event_type == et::NEXT_SELECTED && e.step == "start")
+        .filter(|e| e.event_type == EventType::NextSelected.wire_name() && e.step == "start")
         .count();
     assert_eq!(selected, 1, "arcs evaluated once");
     for target in ["a", "b"] {
         let tokens = evs
             .iter()
-            .filter(|e| e.event_type == et::TOKEN_CREATED && e.step == target)
+            .filter(|e| e.event_type == EventType::TokenCreated.wire_name() && e.step == target)
             .count();
         assert_eq!(tokens, 1, "one token for {target}");
         let runs = evs
             .iter()
-            .filter(|e| e.event_type == et::STEP_STARTED && e.step == target)
+            .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == target)
             .count();
         assert_eq!(runs, 1, "{target} runs once");
     }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use noetl_integration::{types, Cluster, ClusterOptions};
-use noetl_mesh::events::types as et;
+use noetl_mesh::event_type::EventType;
 use noetl_mesh::keys::Keys;
 use noetl_mesh::kv;
 use noetl_mesh::state::ExecStatus;
@@ -76,7 +76,7 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
     cluster
         .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
-            e.event_type == et::TASK_STARTED
+            e.event_type == EventType::TaskStarted.wire_name()
         })
         .await;
     assert!(mesh.pause(&eid, "test", "maintenance").await.unwrap());
@@ -88,7 +88,7 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     // What runs finishes; the next step's token is held, not started.
     cluster
         .wait_for_event(&eid, "the nap to end", Duration::from_secs(30), |e| {
-            e.event_type == et::STEP_DONE && e.step == "start"
+            e.event_type == EventType::StepDone.wire_name() && e.step == "start"
         })
         .await;
     let store = mesh.exec_kv();
@@ -104,7 +104,7 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let events = cluster.events(&eid).await;
     assert_eq!(
-        position(&events, et::STEP_STARTED, "second"),
+        position(&events, EventType::StepStarted.wire_name(), "second"),
         None,
         "{:?}",
         types(&events)
@@ -122,15 +122,18 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
         .unwrap()
         .is_empty());
     let events = cluster.settled_events(&eid).await;
-    let paused = position(&events, et::EXECUTION_PAUSED, "").expect("execution.paused");
-    let unpaused = position(&events, et::EXECUTION_UNPAUSED, "").expect("execution.unpaused");
-    let second = position(&events, et::STEP_STARTED, "second").expect("second started");
+    let paused =
+        position(&events, EventType::ExecutionPaused.wire_name(), "").expect("execution.paused");
+    let unpaused = position(&events, EventType::ExecutionUnpaused.wire_name(), "")
+        .expect("execution.unpaused");
+    let second =
+        position(&events, EventType::StepStarted.wire_name(), "second").expect("second started");
     assert!(
         paused < unpaused && unpaused < second,
         "{:?}",
         types(&events)
     );
-    assert_eq!(count(&events, et::EXECUTION_PAUSED), 1);
+    assert_eq!(count(&events, EventType::ExecutionPaused.wire_name()), 1);
     // Unpausing again finds nothing to release and says nothing.
     assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 0);
     cluster.stop().await;
@@ -147,19 +150,22 @@ async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_on
     let eid = cluster.submit(LOOP, "pause_loop.yaml", json!({})).await;
     cluster
         .wait_for_event(&eid, "an iteration to end", Duration::from_secs(30), |e| {
-            e.event_type == et::LOOP_ITERATION_DONE
+            e.event_type == EventType::LoopIterationDone.wire_name()
         })
         .await;
     mesh.pause(&eid, "test", "").await.unwrap();
     // The iterations in flight finish; then nothing more starts.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let before = count(&cluster.events(&eid).await, et::LOOP_ITERATION_STARTED);
+    let before = count(
+        &cluster.events(&eid).await,
+        EventType::LoopIterationStarted.wire_name(),
+    );
     tokio::time::sleep(Duration::from_millis(800)).await;
     let events = cluster.events(&eid).await;
-    let after = count(&events, et::LOOP_ITERATION_STARTED);
+    let after = count(&events, EventType::LoopIterationStarted.wire_name());
     assert_eq!(before, after, "no iteration dispatched while paused");
     assert!(after < 30, "the loop was paused before its end: {after}");
-    assert_eq!(count(&events, et::LOOP_DONE), 0);
+    assert_eq!(count(&events, EventType::LoopDone.wire_name()), 0);
 
     assert!(mesh.unpause(&eid, "test").await.unwrap() >= 1);
     let done = cluster.wait(&eid, Duration::from_secs(60)).await;
@@ -168,7 +174,7 @@ async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_on
     let events = cluster.settled_events(&eid).await;
     let mut finished: Vec<u64> = events
         .iter()
-        .filter(|e| e.event_type == et::LOOP_ITERATION_DONE)
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
         .map(|e| noetl_mesh::events::payload(e)["index"].as_u64().unwrap())
         .collect();
     finished.sort_unstable();
@@ -178,6 +184,6 @@ async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_on
         (0..30).collect::<Vec<u64>>(),
         "every iteration done"
     );
-    assert_eq!(count(&events, et::LOOP_DONE), 1);
+    assert_eq!(count(&events, EventType::LoopDone.wire_name()), 1);
     cluster.stop().await;
 }

@@ -7,7 +7,6 @@
 use noetl_integration::Cluster;
 use noetl_mesh::{
     event_type::EventType,
-    events,
     keys::Keys,
     kv,
     payloads::{self, LoopDone, PlaybookInitialized, TaskDone},
@@ -155,7 +154,7 @@ async fn a_run_replays_equal_and_a_changed_record_is_named_with_its_event() {
     let what: Vec<&str> = report.differences.iter().map(|d| d.what.as_str()).collect();
     assert_eq!(what, ["step \"start\""]);
     let origin = report.differences[0].event.as_ref().unwrap();
-    assert_eq!(origin.event_type, events::types::STEP_DONE);
+    assert_eq!(origin.event_type, EventType::StepDone.wire_name());
     cluster.stop().await;
 }
 

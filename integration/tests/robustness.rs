@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use noetl_integration::{events_of, types, Cluster, ClusterOptions, Gauge};
-use noetl_mesh::{codec, events::types as et};
+use noetl_mesh::{codec, event_type::EventType};
 use noetl_wire::Event;
 use serde_json::{json, Value};
 
@@ -132,11 +132,11 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
         assert_eq!(s2.ctx, s1.ctx);
         assert_eq!(s2.steps, s1.steps);
         for t in [
-            et::STEP_DONE,
-            et::LOOP_DONE,
-            et::LOOP_ITERATION_DONE,
-            et::TOKEN_CREATED,
-            et::EXECUTION_COMPLETED,
+            EventType::StepDone.wire_name(),
+            EventType::LoopDone.wire_name(),
+            EventType::LoopIterationDone.wire_name(),
+            EventType::TokenCreated.wire_name(),
+            EventType::ExecutionCompleted.wire_name(),
         ] {
             assert_eq!(
                 count(e2, t),
@@ -147,7 +147,7 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
         // No duplicate step.done for one step-run.
         let mut runs_done: Vec<&str> = e2
             .iter()
-            .filter(|e| e.event_type == et::STEP_DONE)
+            .filter(|e| e.event_type == EventType::StepDone.wire_name())
             .map(|e| e.step_run_id.as_str())
             .collect();
         let n = runs_done.len();
@@ -156,8 +156,12 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
         assert_eq!(runs_done.len(), n, "duplicate step.done for a step-run");
     }
     // tail is reached twice (once per incoming arc): two runs, both done.
-    assert_eq!(count(&e1, et::STEP_DONE), 4, "start, left, tail twice");
-    assert_eq!(count(&e1, et::LOOP_ITERATION_DONE), 5);
+    assert_eq!(
+        count(&e1, EventType::StepDone.wire_name()),
+        4,
+        "start, left, tail twice"
+    );
+    assert_eq!(count(&e1, EventType::LoopIterationDone.wire_name()), 5);
     assert_eq!(s1.ctx["left"], 10);
 }
 
@@ -175,15 +179,15 @@ async fn a_redelivered_boundary_event_has_no_duplicate_effect() {
         let evs = cluster.events(&eid).await;
         let done = evs
             .iter()
-            .find(|e| e.event_type == et::STEP_DONE && e.step == "start")
+            .find(|e| e.event_type == EventType::StepDone.wire_name() && e.step == "start")
             .cloned();
         let it = evs
             .iter()
-            .find(|e| e.event_type == et::LOOP_ITERATION_DONE)
+            .find(|e| e.event_type == EventType::LoopIterationDone.wire_name())
             .cloned();
         let left_running = evs
             .iter()
-            .any(|e| e.event_type == et::STEP_STARTED && e.step == "left");
+            .any(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "left");
         if let (Some(d), Some(i), true) = (done, it, left_running) {
             break (d, i);
         }
@@ -220,11 +224,17 @@ async fn a_redelivered_boundary_event_has_no_duplicate_effect() {
     let after = cluster.settled_events(&eid).await;
     let start_tokens = after
         .iter()
-        .filter(|e| e.event_type == et::TOKEN_CREATED && e.step_run_id == done.step_run_id)
+        .filter(|e| {
+            e.event_type == EventType::TokenCreated.wire_name() && e.step_run_id == done.step_run_id
+        })
         .count();
     assert_eq!(start_tokens, 2, "start fired left and right once each");
-    assert_eq!(count(&after, et::LOOP_DONE), 1, "exactly one loop.done");
-    assert_eq!(count(&after, et::EXECUTION_COMPLETED), 1);
+    assert_eq!(
+        count(&after, EventType::LoopDone.wire_name()),
+        1,
+        "exactly one loop.done"
+    );
+    assert_eq!(count(&after, EventType::ExecutionCompleted.wire_name()), 1);
     assert_eq!(effects(&log), expected_effects(), "each task ran once");
     let h = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
     assert!(h.live.is_empty());
@@ -337,7 +347,7 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     // Once the step is running, garbage on this execution's token subject:
     // the scheduler can never
     // handle it. Without the notice the execution would wait forever.
-    let started = |e: &Event| e.event_type == et::TASK_STARTED;
+    let started = |e: &Event| e.event_type == EventType::TaskStarted.wire_name();
     cluster
         .wait_for_event(&eid, "task.started", Duration::from_secs(20), started)
         .await;
@@ -363,7 +373,7 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
         "the error names the message: {err}"
     );
     // Let the sleeping task finish: what it reports late changes nothing.
-    let nap_done = |e: &Event| e.event_type == et::TASK_DONE && e.task == "nap";
+    let nap_done = |e: &Event| e.event_type == EventType::TaskDone.wire_name() && e.task == "nap";
     cluster
         .wait_for_event(&eid, "task.done of nap", Duration::from_secs(20), nap_done)
         .await;
@@ -371,7 +381,7 @@ async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     let t = types(&evs);
     assert_eq!(
         t.iter()
-            .filter(|t| **t == et::MESSAGE_DEAD_LETTERED)
+            .filter(|t| **t == EventType::MessageDeadLettered.wire_name())
             .count(),
         1,
         "{t:?}"
@@ -491,7 +501,8 @@ workflow:
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
     // Let `busy`'s first task finish and its pipeline decide.
-    let first_done = |e: &Event| e.event_type == et::TASK_DONE && e.task == "first";
+    let first_done =
+        |e: &Event| e.event_type == EventType::TaskDone.wire_name() && e.task == "first";
     cluster
         .wait_for_event(
             &eid,
@@ -506,7 +517,7 @@ workflow:
     assert!(
         !events
             .iter()
-            .any(|e| e.event_type == et::TASK_STARTED && e.task == "second"),
+            .any(|e| e.event_type == EventType::TaskStarted.wire_name() && e.task == "second"),
         "the second task started after the execution failed"
     );
 }

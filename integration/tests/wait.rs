@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use noetl_integration::Cluster;
-use noetl_mesh::events::types as et;
+use noetl_mesh::event_type::EventType;
 use noetl_mesh::signal::SignalError;
 use noetl_mesh::state::ExecStatus;
 use serde_json::json;
@@ -120,7 +120,7 @@ async fn a_signal_that_fits_continues_the_wait_once_with_its_data() {
     let events = cluster.settled_events(&eid).await;
     let received = events
         .iter()
-        .filter(|e| e.event_type == et::SIGNAL_RECEIVED)
+        .filter(|e| e.event_type == EventType::SignalReceived.wire_name())
         .count();
     assert_eq!(received, 1);
     cluster.stop().await;

@@ -30,9 +30,7 @@ pub struct Audit {
     pub outcome: String,
 }
 
-impl crate::payloads::EventPayload for Audit {
-    const KINDS: &'static [crate::event_type::EventType] = &[crate::event_type::EventType::Audit];
-}
+crate::payloads::payload_of! { Audit => Audit }
 
 impl Mesh {
     /// Publish an audit event under `execution` (or [`MESH_SCOPE`]) and
@@ -40,13 +38,11 @@ impl Mesh {
     pub async fn audit(&self, execution: Option<&str>, record: &Audit) -> Result<(), MeshError> {
         let discriminator = uuid::Uuid::now_v7().to_string();
         let event = EventDraft {
-            event_type: crate::events::types::AUDIT,
             execution_id: execution.unwrap_or(MESH_SCOPE),
             discriminator: &discriminator,
-            payload: crate::payloads::typed_value(crate::event_type::EventType::Audit, record),
             ..EventDraft::default()
         }
-        .build();
+        .build(record);
         self.emit(&event).await?.wait().await
     }
 }

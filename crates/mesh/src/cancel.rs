@@ -114,15 +114,13 @@ impl crate::Mesh {
             _ => String::new(),
         };
         let ev = crate::events::EventDraft {
-            event_type: crate::events::types::EXECUTION_CANCEL_REQUESTED,
             execution_id: eid,
             discriminator: &nth,
-            payload: crate::payloads::to_value(&crate::payloads::CancelRequested {
-                reason: reason.to_string(),
-            }),
             ..Default::default()
         }
-        .build();
+        .build(&crate::payloads::CancelRequested {
+            reason: reason.to_string(),
+        });
         self.emit(&ev).await?.wait().await
     }
 

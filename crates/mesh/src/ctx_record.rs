@@ -77,13 +77,14 @@ mod tests {
     fn stored_ctx_keeps_the_user_s_keys_and_the_last_writes_applied() {
         let ev = |run: &str, n: u64| {
             let mut e = EventDraft {
-                event_type: EventType::TaskDone.wire_name(),
                 execution_id: "e1",
                 step_run_id: "s",
-                payload: crate::fold::tests::task_done_payload(json!({"set_ctx": {"n": n}})),
                 ..Default::default()
             }
-            .build();
+            .build_raw(
+                EventType::TaskDone,
+                crate::fold::tests::task_done_payload(json!({"set_ctx": {"n": n}})),
+            );
             e.task_run_id = run.into();
             e
         };

@@ -5,89 +5,7 @@ use serde_json::Value;
 
 use crate::event_type::EventType;
 use crate::ids::derive_id;
-
-/// Event type names as text (seeds 001 §9, 002 §8), for subjects and
-/// filters; each is its [`EventType`](crate::event_type::EventType)'s wire name.
-pub mod types {
-    use crate::event_type::EventType;
-
-    /// A message of this execution could not be handled and went to the
-    /// dead-letter stream; the router fails the execution on it.
-    pub const MESSAGE_DEAD_LETTERED: &str = EventType::MessageDeadLettered.wire_name();
-    /// Execution accepted, playbook loaded.
-    pub const PLAYBOOK_INITIALIZED: &str = EventType::PlaybookInitialized.wire_name();
-    /// Workflow layer started.
-    pub const WORKFLOW_INITIALIZED: &str = EventType::WorkflowInitialized.wire_name();
-    /// A token was created.
-    pub const TOKEN_CREATED: &str = EventType::TokenCreated.wire_name();
-    /// A step was admitted and dispatched.
-    pub const STEP_SCHEDULED: &str = EventType::StepScheduled.wire_name();
-    /// A step-run started.
-    pub const STEP_STARTED: &str = EventType::StepStarted.wire_name();
-    /// Admission denied the token.
-    pub const STEP_SKIPPED: &str = EventType::StepSkipped.wire_name();
-    /// A task attempt started.
-    pub const TASK_STARTED: &str = EventType::TaskStarted.wire_name();
-    /// A task attempt produced its outcome.
-    pub const TASK_DONE: &str = EventType::TaskDone.wire_name();
-    /// A step-run finished successfully.
-    pub const STEP_DONE: &str = EventType::StepDone.wire_name();
-    /// A step-run failed.
-    pub const STEP_FAILED: &str = EventType::StepFailed.wire_name();
-    /// Arcs were selected.
-    pub const NEXT_SELECTED: &str = EventType::NextSelected.wire_name();
-    /// A loop run started.
-    pub const LOOP_STARTED: &str = EventType::LoopStarted.wire_name();
-    /// An iteration was dispatched.
-    pub const LOOP_ITERATION_STARTED: &str = EventType::LoopIterationStarted.wire_name();
-    /// An iteration finished.
-    pub const LOOP_ITERATION_DONE: &str = EventType::LoopIterationDone.wire_name();
-    /// An iteration failed.
-    pub const LOOP_ITERATION_FAILED: &str = EventType::LoopIterationFailed.wire_name();
-    /// All iterations of a loop run finished.
-    pub const LOOP_DONE: &str = EventType::LoopDone.wire_name();
-    /// A cursor loop's claim ran: its rows, or why it failed.
-    pub const LOOP_CLAIMED: &str = EventType::LoopClaimed.wire_name();
-    /// Terminal success.
-    pub const EXECUTION_COMPLETED: &str = EventType::ExecutionCompleted.wire_name();
-    /// Terminal failure.
-    pub const EXECUTION_FAILED: &str = EventType::ExecutionFailed.wire_name();
-    /// A client asked to cancel the execution (`noetl exec cancel`).
-    pub const EXECUTION_CANCEL_REQUESTED: &str = EventType::ExecutionCancelRequested.wire_name();
-    /// The execution was cancelled: no new step starts.
-    pub const EXECUTION_CANCELLED: &str = EventType::ExecutionCancelled.wire_name();
-    /// A timer: the execution has a deadline (`executor.spec.limits.timeout_s`);
-    /// payload `{at_ms, what}`. The router fails the execution if it is still
-    /// running when it is due.
-    pub const EXECUTION_DEADLINE: &str = EventType::ExecutionDeadline.wire_name();
-    /// A timer: a step-run has a deadline (`lifecycle`, or the execution's);
-    /// payload `{at_ms, what, args}`. The router fails the step-run with a
-    /// `timeout` error if it is still live when it is due.
-    pub const STEP_DEADLINE: &str = EventType::StepDeadline.wire_name();
-    /// A timer: a task command was published for a kind no executor
-    /// serves; payload `{at_ms, kind, subject, wait_ms, args}`. The router
-    /// fails the step-run (`executor.unavailable`) if the kind is still
-    /// unserved and the step-run live when it is due.
-    pub const TASK_UNSERVED: &str = EventType::TaskUnserved.wire_name();
-    /// Who started, cancelled or changed what.
-    pub const AUDIT: &str = EventType::Audit.wire_name();
-    /// The execution was paused.
-    pub const EXECUTION_PAUSED: &str = EventType::ExecutionPaused.wire_name();
-    /// The execution was unpaused.
-    pub const EXECUTION_UNPAUSED: &str = EventType::ExecutionUnpaused.wire_name();
-    /// A timer: a `wait` task's timeout.
-    pub const WAIT_TIMEOUT: &str = EventType::WaitTimeout.wire_name();
-    /// A signal continued a `wait` task.
-    pub const SIGNAL_RECEIVED: &str = EventType::SignalReceived.wire_name();
-    /// A client asked to resume the execution.
-    pub const EXECUTION_RESUME_REQUESTED: &str = EventType::ExecutionResumeRequested.wire_name();
-    /// The execution runs again.
-    pub const EXECUTION_RESUMED: &str = EventType::ExecutionResumed.wire_name();
-    /// A step's last run is superseded by a resume from an earlier step.
-    pub const STEP_SUPERSEDED: &str = EventType::StepSuperseded.wire_name();
-    /// An execution waits for a slot of its concurrency key.
-    pub const EXECUTION_QUEUED: &str = EventType::ExecutionQueued.wire_name();
-}
+use crate::payloads::EventPayload;
 
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);
 /// `None` when it does not parse.
@@ -113,11 +31,11 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The fields of an event before its id and timestamp are fixed.
+/// The fields of an event besides its payload, before its id and
+/// timestamp are fixed: [`EventDraft::build`] takes the payload, whose
+/// type names the event's ([`EventPayload::kind`]).
 #[derive(Debug, Clone, Default)]
 pub struct EventDraft<'a> {
-    /// e.g. `step.done`.
-    pub event_type: &'a str,
     /// Execution.
     pub execution_id: &'a str,
     /// Step-run, when applicable.
@@ -134,23 +52,34 @@ pub struct EventDraft<'a> {
     pub parent_id: &'a str,
     /// Makes ids unique when the other fields repeat (e.g. iteration index).
     pub discriminator: &'a str,
-    /// Compact payload.
-    pub payload: Value,
 }
 
 impl EventDraft<'_> {
-    /// Fix the deterministic id and the timestamp.
-    pub fn build(self) -> Event {
+    /// The event with `payload`, of the type the payload names; its id
+    /// is derived from the fields, its timestamp is now.
+    pub fn build<P: EventPayload>(self, payload: &P) -> Event {
+        self.finish(payload.kind(), crate::payloads::to_value(payload))
+    }
+
+    /// A test's event of `kind` with a free-form payload: what an older
+    /// or a foreign writer may have stored.
+    #[cfg(test)]
+    pub(crate) fn build_raw(self, kind: EventType, payload: Value) -> Event {
+        self.finish(kind, payload)
+    }
+
+    fn finish(self, kind: EventType, payload: Value) -> Event {
+        let event_type = kind.wire_name();
         let event_id = derive_id(&[
             self.execution_id,
-            self.event_type,
+            event_type,
             self.step_run_id,
             self.task_run_id,
             self.discriminator,
         ]);
         Event {
             event_id,
-            event_type: self.event_type.to_string(),
+            event_type: event_type.to_string(),
             // Readers write it as RFC 3339 (`codec::event_time`).
             ts: String::new(),
             ts_ms: now_ms(),
@@ -163,9 +92,7 @@ impl EventDraft<'_> {
             task: self.task.to_string(),
             // Bounded: a payload above the limit keeps previews of its
             // large fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
-            payload_json: crate::codec::json_bytes(&noetl_core::limits::bound_payload(
-                self.payload,
-            )),
+            payload_json: crate::codec::json_bytes(&noetl_core::limits::bound_payload(payload)),
         }
     }
 }
@@ -336,33 +263,39 @@ pub fn payload(event: &Event) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::payloads::{IterationStarted, StepEnded};
 
     #[test]
-    fn same_draft_same_id() {
+    fn same_draft_same_id_and_the_payload_names_the_type() {
         let d = || EventDraft {
-            event_type: types::STEP_DONE,
             execution_id: "e",
             step_run_id: "r",
             ..Default::default()
         };
-        assert_eq!(d().build().event_id, d().build().event_id);
+        let done = StepEnded::done(serde_json::json!(1), Value::Null);
+        let failed = StepEnded::failed(serde_json::json!({"kind": "x"}), Value::Null);
+        assert_eq!(d().build(&done).event_id, d().build(&done).event_id);
+        assert_eq!(d().build(&done).event_type, "step.done");
+        assert_eq!(d().build(&failed).event_type, "step.failed");
+        assert_ne!(d().build(&failed).event_id, d().build(&done).event_id);
         let mut other = d();
         other.discriminator = "1";
-        assert_ne!(other.build().event_id, d().build().event_id);
-        assert!(d().build().ts_ms > 0);
+        assert_ne!(other.build(&done).event_id, d().build(&done).event_id);
+        assert!(d().build(&done).ts_ms > 0);
     }
 
     #[test]
     fn the_stored_form_leaves_out_what_the_message_carries_and_reads_back_whole() {
         let ev = EventDraft {
-            event_type: types::LOOP_ITERATION_DONE,
             execution_id: "e1",
             step_run_id: "r1",
             step: "lp",
-            payload: serde_json::json!({"index": 3}),
             ..Default::default()
         }
-        .build();
+        .build(&IterationStarted {
+            loop_run_id: "r1".into(),
+            index: 3,
+        });
         let whole = crate::codec::encode(&ev);
         let stored = crate::codec::encode(&stored_form(&ev));
         assert!(
@@ -373,7 +306,7 @@ mod tests {
         );
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, ev.event_id.as_str());
-        let subject = "noetl.evt.e1.loop.iteration.done";
+        let subject = "noetl.evt.e1.loop.iteration.started";
         let back = decode_message(subject, Some(&headers), &stored).unwrap();
         let mut want = ev.clone();
         want.ts = crate::codec::event_time(&ev);
@@ -381,7 +314,7 @@ mod tests {
         // A whole event (as older versions stored them) reads as it is.
         let old = decode_message("noetl.evt.other.step.done", None, &whole).unwrap();
         assert_eq!(old.execution_id, "e1");
-        assert_eq!(old.event_type, types::LOOP_ITERATION_DONE);
+        assert_eq!(old.event_type, "loop.iteration.started");
         // Without a type anywhere, the event is refused, naming the subject.
         let e = decode_message("noetl.task.noop", None, &stored).unwrap_err();
         assert!(e.to_string().contains("noetl.task.noop"), "{e}");

@@ -15,8 +15,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event_type::EventType;
-
 /// How long a task's lease lasts without renewal: the executor renews it
 /// while the task runs, so a crashed executor's slot frees within this.
 pub const TASK_LEASE_MS: u64 = 30_000;
@@ -427,9 +425,7 @@ pub struct ExecutionQueued {
     pub cancelling: Option<String>,
 }
 
-impl crate::payloads::EventPayload for ExecutionQueued {
-    const KINDS: &'static [EventType] = &[EventType::ExecutionQueued];
-}
+crate::payloads::payload_of! { ExecutionQueued => ExecutionQueued }
 
 #[cfg(test)]
 mod tests;

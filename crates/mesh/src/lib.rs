@@ -62,6 +62,7 @@ mod summary;
 pub mod token;
 pub mod topology;
 
+use crate::event_type::EventType;
 use std::sync::Arc;
 
 use async_nats::jetstream::{self, context::PublishAckFuture, kv::Store};
@@ -282,10 +283,10 @@ impl Mesh {
             &subjects,
             cancel::Watched {
                 stopped: vec![
-                    subjects.events_of_type(events::types::EXECUTION_CANCELLED),
-                    subjects.events_of_type(events::types::EXECUTION_FAILED),
+                    subjects.events_of_type(EventType::ExecutionCancelled.wire_name()),
+                    subjects.events_of_type(EventType::ExecutionFailed.wire_name()),
                 ],
-                resumed: subjects.events_of_type(events::types::EXECUTION_RESUMED),
+                resumed: subjects.events_of_type(EventType::ExecutionResumed.wire_name()),
                 plans: plans.clone(),
             },
         )

@@ -50,11 +50,19 @@ pub struct PauseChanged {
     pub released: Option<u64>,
 }
 
-impl crate::payloads::EventPayload for PauseChanged {
-    const KINDS: &'static [crate::event_type::EventType] = &[
-        crate::event_type::EventType::ExecutionPaused,
-        crate::event_type::EventType::ExecutionUnpaused,
-    ];
+/// `execution.paused`: who paused the execution, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Paused(pub PauseChanged);
+
+/// `execution.unpaused`: who unpaused it, and how much it released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Unpaused(pub PauseChanged);
+
+crate::payloads::payload_of! {
+    Paused => ExecutionPaused,
+    Unpaused => ExecutionUnpaused,
 }
 
 /// The paused executions this process knows of.
@@ -153,13 +161,12 @@ impl Mesh {
         if !kv::create(self.exec_kv(), &Keys::paused(eid), &record).await? {
             return Ok(false);
         }
-        let changed = PauseChanged {
+        let changed = Paused(PauseChanged {
             by: by.to_string(),
             reason: reason.to_string(),
             released: None,
-        };
-        self.emit_pause(eid, crate::event_type::EventType::ExecutionPaused, &changed)
-            .await?;
+        });
+        self.emit_pause(eid, &changed).await?;
         Ok(true)
     }
 
@@ -191,17 +198,12 @@ impl Mesh {
         }
         // The event first: it precedes in the stream every step the
         // release starts.
-        let changed = PauseChanged {
+        let changed = Unpaused(PauseChanged {
             by: by.to_string(),
             reason: String::new(),
             released: Some(held.len() as u64),
-        };
-        self.emit_pause(
-            eid,
-            crate::event_type::EventType::ExecutionUnpaused,
-            &changed,
-        )
-        .await?;
+        });
+        self.emit_pause(eid, &changed).await?;
         if was_paused {
             self.exec_kv()
                 .delete(Keys::paused(eid))
@@ -288,18 +290,15 @@ impl Mesh {
     async fn emit_pause(
         &self,
         eid: &str,
-        kind: crate::event_type::EventType,
-        changed: &PauseChanged,
+        changed: &impl crate::payloads::EventPayload,
     ) -> Result<(), MeshError> {
         let discriminator = uuid::Uuid::now_v7().to_string();
         let event = EventDraft {
-            event_type: kind.wire_name(),
             execution_id: eid,
             discriminator: &discriminator,
-            payload: crate::payloads::typed_value(kind, changed),
             ..EventDraft::default()
         }
-        .build();
+        .build(changed);
         self.emit(&event).await?.wait().await
     }
 }

@@ -452,8 +452,9 @@ pub struct WorkflowInitialized {
     pub steps: usize,
 }
 
-/// `execution.deadline` (router) and `step.deadline` (scheduler): a timer
-/// the router acts on when due (`router::timers`).
+/// A timer the router acts on when due (`router::timers`): the fields of
+/// `execution.deadline` ([`ExecutionDeadlineSet`]) and `step.deadline`
+/// ([`StepDeadlineSet`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadlineSet {
     /// When (epoch ms).
@@ -464,6 +465,16 @@ pub struct DeadlineSet {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
 }
+
+/// `execution.deadline` (router): the execution's [`DeadlineSet`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecutionDeadlineSet(pub DeadlineSet);
+
+/// `step.deadline` (scheduler): a step-run's [`DeadlineSet`], with its args.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepDeadlineSet(pub DeadlineSet);
 
 /// `step.scheduled` (scheduler): the step-run was admitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -580,54 +591,91 @@ pub struct Resumed {
 pub struct StepStarted {}
 
 /// A payload struct and the event types it is the payload of (Restate's
-/// commands bound to a `KIND` are the model). Services write payloads with
-/// [`typed_value`] and read them with [`decode_typed`], which refuses an
-/// event of another type.
+/// commands bound to a `KIND` are the model). An event is built from its
+/// payload ([`crate::events::EventDraft::build`]), which names its type
+/// ([`EventPayload::kind`]); services read payloads with [`decode_typed`],
+/// which refuses an event of another type.
 pub trait EventPayload: Serialize + DeserializeOwned {
     /// The event types whose payload this is.
     const KINDS: &'static [EventType];
+    /// The type of the event this value is the payload of (one of
+    /// [`Self::KINDS`]): a struct of several types tells them apart by a
+    /// field of its own (`status`).
+    fn kind(&self) -> EventType;
 }
 
+/// `impl EventPayload` for structs that are the payload of one type each.
 macro_rules! payload_of {
-    ($($t:ty => [$($k:ident),+]),+ $(,)?) => {
-        $(impl EventPayload for $t {
-            const KINDS: &'static [EventType] = &[$(EventType::$k),+];
+    ($($t:ty => $k:ident),+ $(,)?) => {
+        $(impl $crate::payloads::EventPayload for $t {
+            const KINDS: &'static [$crate::event_type::EventType] =
+                &[$crate::event_type::EventType::$k];
+            fn kind(&self) -> $crate::event_type::EventType {
+                $crate::event_type::EventType::$k
+            }
         })+
     };
 }
+pub(crate) use payload_of;
 
 payload_of! {
-    IterationStarted => [LoopIterationStarted],
-    StepEnded => [StepDone, StepFailed],
-    IterationEnded => [LoopIterationDone, LoopIterationFailed],
-    ClaimEnded => [LoopClaimed],
-    LoopDone => [LoopDone],
-    DeadLettered => [MessageDeadLettered],
-    CancelRequested => [ExecutionCancelRequested],
-    ExecutionEnded => [ExecutionCompleted, ExecutionFailed, ExecutionCancelled],
-    TokenCreated => [TokenCreated],
-    NextSelected => [NextSelected],
-    LoopStarted => [LoopStarted],
-    TaskStarted => [TaskStarted],
-    TaskDone => [TaskDone],
-    PlaybookInitialized => [PlaybookInitialized],
-    WorkflowInitialized => [WorkflowInitialized],
-    DeadlineSet => [ExecutionDeadline, StepDeadline],
-    StepScheduled => [StepScheduled],
-    StepSkipped => [StepSkipped],
-    StepStarted => [StepStarted],
-    Resumed => [ExecutionResumed],
+    IterationStarted => LoopIterationStarted,
+    ClaimEnded => LoopClaimed,
+    LoopDone => LoopDone,
+    DeadLettered => MessageDeadLettered,
+    CancelRequested => ExecutionCancelRequested,
+    TokenCreated => TokenCreated,
+    NextSelected => NextSelected,
+    LoopStarted => LoopStarted,
+    TaskStarted => TaskStarted,
+    TaskDone => TaskDone,
+    PlaybookInitialized => PlaybookInitialized,
+    WorkflowInitialized => WorkflowInitialized,
+    ExecutionDeadlineSet => ExecutionDeadline,
+    StepDeadlineSet => StepDeadline,
+    StepScheduled => StepScheduled,
+    StepSkipped => StepSkipped,
+    StepStarted => StepStarted,
+    Resumed => ExecutionResumed,
 }
 
-/// `payload` as JSON for an event of type `kind`, which must be one of its
-/// struct's ([`EventPayload::KINDS`]; checked in debug builds).
-pub fn typed_value<T: EventPayload>(kind: EventType, payload: &T) -> Value {
-    debug_assert!(
-        T::KINDS.contains(&kind),
-        "{} is not a payload of {kind}",
-        std::any::type_name::<T>()
-    );
-    to_value(payload)
+impl EventPayload for StepEnded {
+    const KINDS: &'static [EventType] = &[EventType::StepDone, EventType::StepFailed];
+    fn kind(&self) -> EventType {
+        match self.status {
+            Status::Ok => EventType::StepDone,
+            Status::Error => EventType::StepFailed,
+        }
+    }
+}
+
+impl EventPayload for IterationEnded {
+    const KINDS: &'static [EventType] =
+        &[EventType::LoopIterationDone, EventType::LoopIterationFailed];
+    fn kind(&self) -> EventType {
+        match self.status {
+            Status::Ok => EventType::LoopIterationDone,
+            Status::Error => EventType::LoopIterationFailed,
+        }
+    }
+}
+
+impl EventPayload for ExecutionEnded {
+    const KINDS: &'static [EventType] = &[
+        EventType::ExecutionCompleted,
+        EventType::ExecutionFailed,
+        EventType::ExecutionCancelled,
+    ];
+    fn kind(&self) -> EventType {
+        use crate::status::ExecStatus as S;
+        match self.status {
+            S::Completed => EventType::ExecutionCompleted,
+            S::Cancelled => EventType::ExecutionCancelled,
+            // An execution that ends is never `running`: the router
+            // writes an end with one of the three statuses above.
+            S::Failed | S::Running => EventType::ExecutionFailed,
+        }
+    }
 }
 
 /// Decode `event`'s payload as `T`, which must be its type's payload
@@ -701,7 +749,7 @@ mod tests {
             "{e}"
         );
         assert!(decode_typed::<DeadLettered>(&event("message.dead_lettered", dl)).is_ok());
-        // Every payload struct names at least one type, each type at most
+        // Every payload struct names at least one type, each type exactly
         // one struct.
         let mut owner = std::collections::BTreeMap::new();
         for kinds in [
@@ -720,13 +768,18 @@ mod tests {
             TaskDone::KINDS,
             PlaybookInitialized::KINDS,
             WorkflowInitialized::KINDS,
-            DeadlineSet::KINDS,
+            ExecutionDeadlineSet::KINDS,
+            StepDeadlineSet::KINDS,
             StepScheduled::KINDS,
             StepSkipped::KINDS,
             StepStarted::KINDS,
             crate::served::TaskUnserved::KINDS,
             crate::audit::Audit::KINDS,
-            crate::pause::PauseChanged::KINDS,
+            crate::pause::Paused::KINDS,
+            crate::pause::Unpaused::KINDS,
+            crate::resume::ResumeRequested::KINDS,
+            crate::resume::Superseded::KINDS,
+            Resumed::KINDS,
             crate::signal::WaitTimeout::KINDS,
             crate::signal::SignalReceived::KINDS,
             crate::gate::ExecutionQueued::KINDS,
@@ -739,6 +792,11 @@ mod tests {
                 );
             }
         }
+        let missing: Vec<_> = EventType::ALL
+            .into_iter()
+            .filter(|k| !owner.contains_key(k))
+            .collect();
+        assert!(missing.is_empty(), "no payload struct for {missing:?}");
     }
 
     #[test]

@@ -398,14 +398,15 @@ mod tests {
     #[test]
     fn an_exported_line_reads_back_as_the_event_and_its_sequence() {
         let ev = crate::events::EventDraft {
-            event_type: "task.done",
             execution_id: "e1",
             step_run_id: "r1",
             step: "s",
-            payload: json!({"set_ctx": {"n": 1}}),
             ..Default::default()
         }
-        .build();
+        .build_raw(
+            crate::event_type::EventType::TaskDone,
+            json!({"set_ctx": {"n": 1}}),
+        );
         let line = export_line(&Logged {
             seq: 7,
             event: ev.clone(),

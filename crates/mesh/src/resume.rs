@@ -19,7 +19,6 @@ use noetl_core::Playbook;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::event_type::EventType;
 use crate::ids::derive_id;
 use crate::keys::Keys;
 pub use crate::payloads::Resumed;
@@ -68,11 +67,9 @@ pub struct LoopCarry {
     pub from: String,
 }
 
-impl crate::payloads::EventPayload for ResumeRequested {
-    const KINDS: &'static [EventType] = &[EventType::ExecutionResumeRequested];
-}
-impl crate::payloads::EventPayload for Superseded {
-    const KINDS: &'static [EventType] = &[EventType::StepSuperseded];
+crate::payloads::payload_of! {
+    ResumeRequested => ExecutionResumeRequested,
+    Superseded => StepSuperseded,
 }
 
 /// Why an execution cannot be resumed (as asked).
@@ -444,13 +441,11 @@ impl Mesh {
             });
         }
         let ev = crate::events::EventDraft {
-            event_type: crate::events::types::EXECUTION_RESUME_REQUESTED,
             execution_id: eid,
             discriminator: &req.expect_resumes.to_string(),
-            payload: crate::payloads::to_value(&req),
             ..Default::default()
         }
-        .build();
+        .build(&req);
         self.emit(&ev).await?.wait().await?;
         let deadline = std::time::Instant::now() + within;
         loop {

@@ -2,6 +2,7 @@
 //! up to `concurrency` messages at once, ack / nak / dead-letter each, and on
 //! shutdown stop pulling and drain what is in flight.
 
+use crate::event_type::EventType;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -395,7 +396,7 @@ async fn announce_dead_letter(
     msg: &Message,
     reason: &str,
 ) -> Result<(), MeshError> {
-    let notice_suffix = format!(".{}", crate::events::types::MESSAGE_DEAD_LETTERED);
+    let notice_suffix = format!(".{}", EventType::MessageDeadLettered.wire_name());
     if msg.subject.as_str().ends_with(&notice_suffix) {
         return Ok(()); // never a notice about a notice
     }
@@ -408,17 +409,15 @@ async fn announce_dead_letter(
         .unwrap_or_default();
     let discriminator = format!("{}#{seq}", msg.subject);
     let event = crate::events::EventDraft {
-        event_type: crate::events::types::MESSAGE_DEAD_LETTERED,
         execution_id: &eid,
         discriminator: &discriminator,
-        payload: crate::payloads::to_value(&crate::payloads::DeadLettered {
-            consumer: name.to_string(),
-            subject: msg.subject.to_string(),
-            reason: reason.to_string(),
-        }),
         ..Default::default()
     }
-    .build();
+    .build(&crate::payloads::DeadLettered {
+        consumer: name.to_string(),
+        subject: msg.subject.to_string(),
+        reason: reason.to_string(),
+    });
     mesh.emit(&event).await?.wait().await
 }
 

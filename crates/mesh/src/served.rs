@@ -24,8 +24,8 @@ use noetl_wire::TaskCommand;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::{now_ms, types, EventDraft};
-use crate::{codec, payloads, Mesh, MeshError, PendingAck};
+use crate::events::{now_ms, EventDraft};
+use crate::{codec, Mesh, MeshError, PendingAck};
 
 /// How long a kind seen served is not asked about again.
 pub const SERVED_TTL: Duration = Duration::from_secs(10);
@@ -201,7 +201,6 @@ impl Mesh {
         tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step, task, kind,
             "no executor serves this kind yet; the step-run fails if none takes the task in time");
         let ev = EventDraft {
-            event_type: types::TASK_UNSERVED,
             execution_id: &cmd.execution_id,
             step_run_id: &cmd.step_run_id,
             step: &cmd.step,
@@ -209,18 +208,14 @@ impl Mesh {
             trace_id: &cmd.trace_id,
             parent_id: &cmd.command_id,
             discriminator: &cmd.command_id,
-            payload: payloads::to_value(&timer),
             ..Default::default()
         }
-        .build();
+        .build(&timer);
         Ok(Some(self.emit(&ev).await?))
     }
 }
 
-impl crate::payloads::EventPayload for TaskUnserved {
-    const KINDS: &'static [crate::event_type::EventType] =
-        &[crate::event_type::EventType::TaskUnserved];
-}
+crate::payloads::payload_of! { TaskUnserved => TaskUnserved }
 
 #[cfg(test)]
 mod tests {

@@ -17,8 +17,7 @@ use serde_json::Value;
 use noetl_core::Outcome;
 
 use crate::commands::Continue;
-use crate::event_type::EventType;
-use crate::events::{types, EventDraft};
+use crate::events::EventDraft;
 use crate::ids::derive_id;
 use crate::keys::Keys;
 use crate::{kv, payloads, Mesh, MeshError};
@@ -80,12 +79,9 @@ pub struct SignalReceived {
     pub task_run_id: String,
 }
 
-impl payloads::EventPayload for WaitTimeout {
-    const KINDS: &'static [EventType] = &[EventType::WaitTimeout];
-}
-
-impl payloads::EventPayload for SignalReceived {
-    const KINDS: &'static [EventType] = &[EventType::SignalReceived];
+payloads::payload_of! {
+    WaitTimeout => WaitTimeout,
+    SignalReceived => SignalReceived,
 }
 
 /// Why a signal was not delivered.
@@ -137,16 +133,14 @@ impl Mesh {
                 task_run_id: waiter.task_run_id.clone(),
             };
             let ev = EventDraft {
-                event_type: types::WAIT_TIMEOUT,
                 execution_id: eid,
                 step_run_id: &waiter.step_run_id,
                 task_run_id: &waiter.task_run_id,
                 step: &waiter.step,
                 task: &waiter.task,
-                payload: payloads::typed_value(EventType::WaitTimeout, &timer),
                 ..EventDraft::default()
             }
-            .build();
+            .build(&timer);
             self.emit(&ev).await?.wait().await?;
         }
         Ok(())
@@ -207,16 +201,14 @@ impl Mesh {
             task_run_id: waiter.task_run_id.clone(),
         };
         let ev = EventDraft {
-            event_type: types::SIGNAL_RECEIVED,
             execution_id: eid,
             step_run_id: &waiter.step_run_id,
             task_run_id: &waiter.task_run_id,
             step: &waiter.step,
             task: &waiter.task,
-            payload: payloads::typed_value(EventType::SignalReceived, &received),
             ..EventDraft::default()
         }
-        .build();
+        .build(&received);
         self.emit(&ev).await?.wait().await?;
         Ok(waiter)
     }

@@ -4,7 +4,7 @@
 use async_nats::jetstream::consumer::{pull::OrderedConfig, Consumer, DeliverPolicy};
 use futures::StreamExt;
 use noetl_mesh::keys::Keys;
-use noetl_mesh::{events::types, kv, Mesh, MeshError};
+use noetl_mesh::{event_type::EventType, kv, Mesh, MeshError};
 use serde_json::Value;
 
 use crate::shape::events::Seen;
@@ -125,7 +125,7 @@ pub async fn step_result(mesh: &Mesh, eid: &str, step: &str) -> Result<Option<Va
     let (_, done) = stored(
         mesh,
         Stored {
-            filter: mesh.subjects().event(eid, types::STEP_DONE),
+            filter: mesh.subjects().event(eid, EventType::StepDone.wire_name()),
             after: 0,
             keep_last: usize::MAX,
         },

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use noetl_mesh::{event_type::EventType, events::types, Mesh};
+use noetl_mesh::{event_type::EventType, Mesh};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -61,8 +61,12 @@ pub fn sse(mesh: Mesh, f: Follow) -> Sse<impl Stream<Item = Result<SseEvent, Inf
 
 fn is_terminal(event_type: &str) -> bool {
     matches!(
-        event_type,
-        types::EXECUTION_COMPLETED | types::EXECUTION_FAILED | types::EXECUTION_CANCELLED
+        EventType::parse(event_type),
+        Some(
+            EventType::ExecutionCompleted
+                | EventType::ExecutionFailed
+                | EventType::ExecutionCancelled
+        )
     )
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use noetl_core::tool::{AuthCredential, Objects, Tool, ToolCall};
 use noetl_core::{template::Scope, LoopCursor, Outcome, Step, Task};
 use noetl_mesh::{
-    events::{now_ms, types, EventDraft},
+    events::{now_ms, EventDraft},
     keys::Keys,
     objects::PutParams,
     payloads::{self, ClaimEnded, Status},
@@ -100,16 +100,14 @@ impl ClaimRun<'_> {
         };
         let seq = self.claim.seq.to_string();
         let ev = EventDraft {
-            event_type: types::LOOP_CLAIMED,
             execution_id: eid,
             step_run_id: &self.claim.loop_run_id,
             step: &self.step.step,
             trace_id: &self.cmd.trace_id,
             discriminator: &seq,
-            payload: payloads::to_value(&payload),
             ..Default::default()
         }
-        .build();
+        .build(&payload);
         self.exec.mesh.emit(&ev).await?.wait().await?;
         Ok(())
     }

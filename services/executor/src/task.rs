@@ -11,7 +11,7 @@ use noetl_core::{Outcome, OutcomeError, OutcomeStatus, StepError, Task};
 use serde_json::{Map, Value};
 
 use crate::secrets::Resolved;
-use noetl_mesh::payloads::{self, RetryAt, TaskDone};
+use noetl_mesh::payloads::{RetryAt, TaskDone};
 
 /// Largest task result (serialised JSON bytes) carried whole in `task.done`.
 pub const TASK_EVENT_LIMIT: usize = 4 * 1024;
@@ -175,7 +175,7 @@ pub(crate) struct CtxLog {
 }
 
 /// The `task.done` payload.
-pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: CtxLog) -> Value {
+pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: CtxLog) -> TaskDone {
     let retry = match &s.decision {
         Decision::Retry {
             delay,
@@ -186,7 +186,7 @@ pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: Ct
         }),
         _ => None,
     };
-    payloads::to_value(&TaskDone {
+    TaskDone {
         status: outcome.status,
         attempt,
         duration_ms: outcome.meta.duration_ms,
@@ -200,7 +200,7 @@ pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: Ct
         set_ctx_ref: ctx.set_ctx_ref,
         reduced: ctx.reduced,
         ctx_refused: ctx.refused,
-    })
+    }
 }
 
 /// `{kind, message, task}` of a failed step-run.
@@ -241,6 +241,11 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::time::Duration;
+
+    /// The `task.done` payload as it is written.
+    fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: CtxLog) -> Value {
+        noetl_mesh::payloads::to_value(&super::done_payload(outcome, attempt, s, ctx))
+    }
 
     const WHO: Who<'static> = Who {
         task: "fetch",

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use noetl_mesh::{codec, events::types, keys::Keys};
+use noetl_mesh::{codec, event_type::EventType, keys::Keys};
 use noetl_wire::TaskCommand;
 use serde_json::{json, Value};
 use support::{command, iteration, noop, payload, python, Harness};
@@ -36,14 +36,14 @@ async fn pipeline_threads_prev_through_tasks_and_ends_with_step_done() {
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "transform", "run-1")).await;
 
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], json!({"n": 42}));
     assert_eq!(payload(&done)["status"], "ok");
     assert_eq!(done.step_run_id, "run-1");
     assert_eq!(done.trace_id, "trace-e-prev");
-    let started = log.of(types::TASK_STARTED);
+    let started = log.of(EventType::TaskStarted.wire_name());
     assert_eq!(tasks_of(&started), ["seed", "bump", "pass"]);
-    let finished = log.of(types::TASK_DONE);
+    let finished = log.of(EventType::TaskDone.wire_name());
     assert_eq!(tasks_of(&finished), ["seed", "bump", "pass"]);
     let results: Vec<Value> = finished
         .iter()
@@ -97,7 +97,7 @@ async fn templates_read_earlier_step_results_by_name() {
     .unwrap();
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "use", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     // A step that has not run yet is undefined (null), not an error.
     assert_eq!(
         payload(&done)["result"],
@@ -114,9 +114,9 @@ async fn a_step_without_tasks_is_done_at_once() {
         .await;
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "route_only", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], Value::Null);
-    assert!(log.of(types::TASK_STARTED).is_empty());
+    assert!(log.of(EventType::TaskStarted.wire_name()).is_empty());
     h.stop().await;
 }
 
@@ -149,21 +149,21 @@ async fn retry_in_place_counts_attempts_until_success() {
     .await;
     let mut log = h.events(eid).await;
     h.send("python", &command(eid, "s", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], json!(3));
     let attempts: Vec<u64> = log
-        .of(types::TASK_DONE)
+        .of(EventType::TaskDone.wire_name())
         .iter()
         .map(|e| payload(e)["attempt"].as_u64().unwrap())
         .collect();
     assert_eq!(attempts, [1, 2, 3]);
     let actions: Vec<Value> = log
-        .of(types::TASK_DONE)
+        .of(EventType::TaskDone.wire_name())
         .iter()
         .map(|e| payload(e)["action"].clone())
         .collect();
     assert_eq!(actions, [json!("retry"), json!("retry"), json!("continue")]);
-    let first = payload(log.of(types::TASK_DONE)[0]);
+    let first = payload(log.of(EventType::TaskDone.wire_name())[0]);
     assert_eq!(first["error"]["kind"], "python.exception");
     assert_eq!(first["rule"], 0);
     h.stop().await;
@@ -184,7 +184,7 @@ async fn exhausted_retries_fail_the_step() {
     .await;
     let mut log = h.events(eid).await;
     h.send("python", &command(eid, "s", "run-1")).await;
-    let failed = log.until(types::STEP_FAILED).await;
+    let failed = log.until(EventType::StepFailed.wire_name()).await;
     let p = payload(&failed);
     assert_eq!(p["status"], "error");
     assert_eq!(p["error"]["kind"], "python.exception");
@@ -195,9 +195,9 @@ async fn exhausted_retries_fail_the_step() {
         "{message}"
     );
     assert!(message.contains("ConnectionError: try again"), "{message}");
-    assert_eq!(log.of(types::TASK_STARTED).len(), 3);
-    assert!(log.of(types::STEP_DONE).is_empty());
-    assert!(!tasks_of(&log.of(types::TASK_STARTED)).contains(&"never"));
+    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 3);
+    assert!(log.of(EventType::StepDone.wire_name()).is_empty());
+    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"never"));
     assert_eq!(h.result(eid, "s").await, None);
     h.stop().await;
 }
@@ -220,7 +220,7 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     h.send("python", &command(eid, "slow", "run-slow")).await;
     let first = log
         .until_where(
-            |e| e.event_type == types::TASK_DONE && payload(e)["attempt"] == 1,
+            |e| e.event_type == EventType::TaskDone.wire_name() && payload(e)["attempt"] == 1,
             "first attempt",
         )
         .await;
@@ -232,7 +232,7 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     h.send("python", &command(eid, "quick", "run-quick")).await;
     let quick = log
         .until_where(
-            |e| e.event_type == types::STEP_DONE && e.step == "quick",
+            |e| e.event_type == EventType::StepDone.wire_name() && e.step == "quick",
             "quick step.done",
         )
         .await;
@@ -244,7 +244,7 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     );
     let retry = log
         .until_where(
-            |e| e.event_type == types::TASK_STARTED && payload(e)["attempt"] == 2,
+            |e| e.event_type == EventType::TaskStarted.wire_name() && payload(e)["attempt"] == 2,
             "second attempt",
         )
         .await;
@@ -257,12 +257,12 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     let quick_done = log
         .seen
         .iter()
-        .position(|e| e.step == "quick" && e.event_type == types::STEP_DONE);
+        .position(|e| e.step == "quick" && e.event_type == EventType::StepDone.wire_name());
     let retry_pos = log.seen.iter().position(|e| e.event_id == retry.event_id);
     assert!(quick_done < retry_pos, "{order:?}");
     let done = log
         .until_where(
-            |e| e.event_type == types::STEP_DONE && e.step == "slow",
+            |e| e.event_type == EventType::StepDone.wire_name() && e.step == "slow",
             "slow done",
         )
         .await;
@@ -293,20 +293,20 @@ async fn jump_and_break_drive_an_iter_pagination_loop() {
     .await;
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "pages", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(
         payload(&done)["result"],
         json!({"page": 3, "items": [30, 31]})
     );
     let fetched: Vec<Value> = log
-        .of(types::TASK_DONE)
+        .of(EventType::TaskDone.wire_name())
         .iter()
         .filter(|e| e.task == "fetch")
         .map(|e| payload(e)["result"]["page"].clone())
         .collect();
     assert_eq!(fetched, [json!(1), json!(2), json!(3)]);
     let actions: Vec<(String, Value)> = log
-        .of(types::TASK_DONE)
+        .of(EventType::TaskDone.wire_name())
         .iter()
         .filter(|e| e.task == "paginate")
         .map(|e| (e.task.clone(), payload(e)["action"].clone()))
@@ -315,14 +315,14 @@ async fn jump_and_break_drive_an_iter_pagination_loop() {
         actions.iter().map(|a| a.1.clone()).collect::<Vec<_>>(),
         [json!("jump"), json!("jump"), json!("break")]
     );
-    assert!(!tasks_of(&log.of(types::TASK_STARTED)).contains(&"after_break"));
+    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"after_break"));
     // Every task run has its own id, even when a jump revisits a task.
     let ids: HashSet<&str> = log
-        .of(types::TASK_STARTED)
+        .of(EventType::TaskStarted.wire_name())
         .iter()
         .map(|e| e.task_run_id.as_str())
         .collect();
-    assert_eq!(ids.len(), log.of(types::TASK_STARTED).len());
+    assert_eq!(ids.len(), log.of(EventType::TaskStarted.wire_name()).len());
     h.stop().await;
 }
 
@@ -358,7 +358,7 @@ async fn fail_action_and_unhandled_errors_fail_the_step() {
     for step in ["by_policy", "by_error", "by_template"] {
         let failed = log
             .until_where(
-                |e| e.event_type == types::STEP_FAILED && e.step == step,
+                |e| e.event_type == EventType::StepFailed.wire_name() && e.step == step,
                 step,
             )
             .await;
@@ -374,7 +374,7 @@ async fn fail_action_and_unhandled_errors_fail_the_step() {
         msg.contains("wrokload") && msg.contains("typo") && msg.contains("by_template"),
         "{msg}"
     );
-    assert!(!tasks_of(&log.of(types::TASK_STARTED)).contains(&"never"));
+    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"never"));
     h.stop().await;
 }
 
@@ -396,7 +396,7 @@ async fn set_ctx_is_stored_and_seen_by_later_tasks() {
     .await;
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "s", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], json!(8));
     assert_eq!(
         h.ctx(eid).await,
@@ -404,7 +404,7 @@ async fn set_ctx_is_stored_and_seen_by_later_tasks() {
     );
     let by_task = |t: &str| {
         payload(
-            log.of(types::TASK_DONE)
+            log.of(EventType::TaskDone.wire_name())
                 .into_iter()
                 .find(|e| e.task == t)
                 .unwrap(),
@@ -450,7 +450,10 @@ async fn loop_iterations_keep_their_own_iter_and_report_it() {
     for i in 0..2u64 {
         let done = log
             .until_where(
-                |e| e.event_type == types::LOOP_ITERATION_DONE && payload(e)["index"] == i,
+                |e| {
+                    e.event_type == EventType::LoopIterationDone.wire_name()
+                        && payload(e)["index"] == i
+                },
                 "iteration done",
             )
             .await;
@@ -468,7 +471,7 @@ async fn loop_iterations_keep_their_own_iter_and_report_it() {
         );
         assert_eq!(done.step_run_id, "loop-1");
     }
-    let failed = log.until(types::LOOP_ITERATION_FAILED).await;
+    let failed = log.until(EventType::LoopIterationFailed.wire_name()).await;
     let p = payload(&failed);
     assert_eq!(p["index"], 2);
     assert_eq!(p["error"]["kind"], "python.exception");
@@ -476,10 +479,13 @@ async fn loop_iterations_keep_their_own_iter_and_report_it() {
     assert_eq!(p["iter"]["tag"], "bad-2");
     log.settle(Duration::from_millis(300)).await;
     // Iterations do not emit step boundaries (the loop-supervisor does).
-    assert!(log.of(types::STEP_DONE).is_empty() && log.of(types::STEP_FAILED).is_empty());
+    assert!(
+        log.of(EventType::StepDone.wire_name()).is_empty()
+            && log.of(EventType::StepFailed.wire_name()).is_empty()
+    );
     // The three iterations' task runs are distinct.
     let ids: HashSet<&str> = log
-        .of(types::TASK_STARTED)
+        .of(EventType::TaskStarted.wire_name())
         .iter()
         .map(|e| e.task_run_id.as_str())
         .collect();
@@ -505,9 +511,12 @@ async fn kinds_hand_off_between_replicas_carrying_prev_and_iter() {
     .await;
     let mut log = h.events(eid).await;
     h.send("noop", &command(eid, "mixed", "run-1")).await;
-    let done = log.until(types::STEP_DONE).await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], "3-c1");
-    assert_eq!(tasks_of(&log.of(types::TASK_DONE)), ["start", "py", "end"]);
+    assert_eq!(
+        tasks_of(&log.of(EventType::TaskDone.wire_name())),
+        ["start", "py", "end"]
+    );
     h.stop().await;
 }
 
@@ -544,7 +553,7 @@ async fn a_kind_not_served_here_is_forwarded_to_its_subject() {
     let mut log = h.events(eid).await;
     h.send("noop", &cmd).await;
     log.until_where(
-        |e| e.event_type == types::TASK_DONE && e.task == "first",
+        |e| e.event_type == EventType::TaskDone.wire_name() && e.task == "first",
         "first done",
     )
     .await;
@@ -571,7 +580,7 @@ async fn a_kind_not_served_here_is_forwarded_to_its_subject() {
     assert_eq!(fwd.not_before_ms, 0);
     log.settle(Duration::from_millis(300)).await;
     assert!(
-        log.of(types::STEP_DONE).is_empty(),
+        log.of(EventType::StepDone.wire_name()).is_empty(),
         "the step-run goes on elsewhere"
     );
     h.stop().await;
@@ -595,7 +604,11 @@ async fn a_redelivered_command_emits_no_duplicate_events() {
     let mut live = h
         .mesh
         .client()
-        .subscribe(h.mesh.subjects().event(eid, types::STEP_DONE))
+        .subscribe(
+            h.mesh
+                .subjects()
+                .event(eid, EventType::StepDone.wire_name()),
+        )
         .await
         .unwrap();
     let cmd = command(eid, "s", "run-1");
@@ -618,13 +631,13 @@ async fn a_redelivered_command_emits_no_duplicate_events() {
     );
 
     let mut log = h.events(eid).await;
-    log.until(types::STEP_DONE).await;
+    log.until(EventType::StepDone.wire_name()).await;
     log.settle(Duration::from_millis(500)).await;
     let distinct: HashSet<&str> = log.seen.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(distinct.len(), log.seen.len(), "{:#?}", log.summary());
-    assert_eq!(log.of(types::STEP_DONE).len(), 1);
-    assert_eq!(log.of(types::TASK_STARTED).len(), 2);
-    assert_eq!(log.of(types::TASK_DONE).len(), 2);
+    assert_eq!(log.of(EventType::StepDone.wire_name()).len(), 1);
+    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 2);
+    assert_eq!(log.of(EventType::TaskDone.wire_name()).len(), 2);
     assert_eq!(h.ctx(eid).await, json!({"a": 1}));
     h.stop().await;
 }
@@ -647,14 +660,14 @@ async fn a_jump_loop_without_exit_is_stopped() {
     let mut cmd = command(eid, "spin", "run-1");
     cmd.steps_taken = noetl_executor::MAX_TASK_RUNS - 5;
     h.send("noop", &cmd).await;
-    let failed = log.until(types::STEP_FAILED).await;
+    let failed = log.until(EventType::StepFailed.wire_name()).await;
     let error = &payload(&failed)["error"];
     assert_eq!(error["kind"], "pipeline.limit");
     assert!(
         error["message"].as_str().unwrap().contains("100000"),
         "{error}"
     );
-    assert_eq!(log.of(types::TASK_STARTED).len(), 5);
+    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 5);
     h.stop().await;
 }
 

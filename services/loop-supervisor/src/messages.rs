@@ -11,11 +11,12 @@ use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
     effects::Effect,
-    events::{types, EventDraft},
+    events::EventDraft,
     ids::derive_id,
     patches::Carried,
     payloads::{
-        self, IterationEnded, IterationStarted, LoopDone, LoopStarted, Reduced, Status, StepEnded,
+        self, EventPayload, IterationEnded, IterationStarted, LoopDone, LoopStarted, Reduced,
+        Status, StepEnded,
     },
 };
 use noetl_wire::{ClaimRef, LoopCommand, TaskCommand};
@@ -29,22 +30,20 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
     let mode = at.step.loop_.as_ref().map(|l| l.spec.mode);
     Effect::Emit(
         EventDraft {
-            event_type: types::LOOP_STARTED,
             execution_id: at.eid(),
             step_run_id: at.srid,
             step: &at.step.step,
             trace_id: &run.trace_id,
-            payload: payloads::to_value(&LoopStarted {
-                total: run.total,
-                max_in_flight: run.max_in_flight,
-                mode,
-                deadline_ms: run.deadline_ms,
-                deadline_of: run.deadline_of.clone(),
-                collection,
-            }),
             ..Default::default()
         }
-        .build(),
+        .build(&LoopStarted {
+            total: run.total,
+            max_in_flight: run.max_in_flight,
+            mode,
+            deadline_ms: run.deadline_ms,
+            deadline_of: run.deadline_of.clone(),
+            collection,
+        }),
     )
 }
 
@@ -57,24 +56,6 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
     let Some(lp) = at.step.loop_.as_ref() else {
         return Vec::new();
     };
-    // A `loop.iteration.*` event the loop-supervisor writes itself (its id
-    // discriminated by the index).
-    let event = |index: u64, event_type: &'static str, payload: Value| {
-        let idx = index.to_string();
-        Effect::Emit(
-            EventDraft {
-                event_type,
-                execution_id: at.eid(),
-                step_run_id: at.srid,
-                step: &at.step.step,
-                trace_id: &run.trace_id,
-                discriminator: &idx,
-                payload,
-                ..Default::default()
-            }
-            .build(),
-        )
-    };
     let mut out = Vec::with_capacity(items.len() * 2);
     for (i, item) in items {
         let i = *i;
@@ -82,11 +63,7 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
             loop_run_id: at.srid.to_string(),
             index: i,
         };
-        out.push(event(
-            i,
-            types::LOOP_ITERATION_STARTED,
-            payloads::to_value(&started),
-        ));
+        out.push(run_event(at, run, &i.to_string(), &started));
         let Some(first) = at.step.tool.first() else {
             // A loop without tasks: every iteration is done at once.
             let done = IterationEnded {
@@ -99,11 +76,7 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
                 error: Value::Null,
                 handled: Vec::new(),
             };
-            out.push(event(
-                i,
-                types::LOOP_ITERATION_DONE,
-                payloads::to_value(&done),
-            ));
+            out.push(run_event(at, run, &i.to_string(), &done));
             continue;
         };
         let iter = json!({ lp.iterator.clone(): item, "index": i });
@@ -181,20 +154,6 @@ pub(crate) fn loop_done(
 ) -> Vec<Effect> {
     let fail_fast = at.step.failure_mode() == FailureMode::FailFast;
     let (status, failure) = loop_end(run, fail_fast);
-    let ev = |event_type: &'static str, payload: Value| {
-        Effect::Emit(
-            EventDraft {
-                event_type,
-                execution_id: at.eid(),
-                step_run_id: at.srid,
-                step: &at.step.step,
-                trace_id: &run.trace_id,
-                payload,
-                ..Default::default()
-            }
-            .build(),
-        )
-    };
     let done = LoopDone {
         boundary: failure.is_none(),
         status,
@@ -206,15 +165,36 @@ pub(crate) fn loop_done(
         reduce: reduced.inline().unwrap_or_default(),
         handled: run.handled.clone(),
     };
-    let mut out = vec![ev(types::LOOP_DONE, payloads::to_value(&done))];
+    let mut out = vec![run_event(at, run, "", &done)];
     if let Some(error) = failure {
         let failed = StepEnded {
             counts: Some(run.counts()),
             ..StepEnded::failed(error, run.args.clone())
         };
-        out.push(ev(types::STEP_FAILED, payloads::to_value(&failed)));
+        out.push(run_event(at, run, "", &failed));
     }
     out
+}
+
+/// An event of loop run `run` the loop-supervisor writes itself (an
+/// iteration's discriminated by its index).
+fn run_event(
+    at: RunAt<'_>,
+    run: &LoopRun,
+    discriminator: &str,
+    payload: &impl EventPayload,
+) -> Effect {
+    Effect::Emit(
+        EventDraft {
+            execution_id: at.eid(),
+            step_run_id: at.srid,
+            step: &at.step.step,
+            trace_id: &run.trace_id,
+            discriminator,
+            ..Default::default()
+        }
+        .build(payload),
+    )
 }
 
 /// The `step.failed` of a loop that could not even start (`message` says
@@ -224,18 +204,16 @@ pub(crate) fn start_failed(cmd: &LoopCommand, message: String) -> Effect {
     let args = codec::args(&cmd.args_json).unwrap_or_default();
     Effect::Emit(
         EventDraft {
-            event_type: types::STEP_FAILED,
             execution_id: &cmd.execution_id,
             step_run_id: &cmd.step_run_id,
             step: &cmd.step,
             trace_id: &cmd.trace_id,
-            payload: payloads::to_value(&StepEnded::failed(
-                payloads::error_body("loop.in", message),
-                args,
-            )),
             ..Default::default()
         }
-        .build(),
+        .build(&StepEnded::failed(
+            payloads::error_body("loop.in", message),
+            args,
+        )),
     )
 }
 

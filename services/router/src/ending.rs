@@ -4,10 +4,10 @@
 //! through here.
 
 use noetl_mesh::{
-    events::{now_rfc3339, types, EventDraft},
+    events::{now_rfc3339, EventDraft},
     keys::Keys,
     kv::{self, Cas, RevisionCache},
-    payloads::{self, ExecutionEnded},
+    payloads::ExecutionEnded,
     state::{ExecHeader, ExecStatus},
     Mesh, MeshError,
 };
@@ -26,10 +26,10 @@ pub(crate) async fn emit_terminal(
         return Ok(());
     }
     let eid = header.execution_id.as_str();
-    let (t, status) = match header.status {
-        ExecStatus::Completed => (types::EXECUTION_COMPLETED, ExecStatus::Completed),
-        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
-        _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
+    let status = match header.status {
+        ExecStatus::Completed => ExecStatus::Completed,
+        ExecStatus::Cancelled => ExecStatus::Cancelled,
+        _ => ExecStatus::Failed,
     };
     // A resumed execution ends again: its n-th end is another event.
     let nth = if header.resumes > 0 {
@@ -39,19 +39,17 @@ pub(crate) async fn emit_terminal(
     };
     mesh.emit(
         &EventDraft {
-            event_type: t,
             execution_id: eid,
             trace_id,
             discriminator: &nth,
-            payload: payloads::to_value(&ExecutionEnded {
-                status,
-                error: header.error.clone(),
-                source: None,
-                stopped: header.stopped.clone(),
-            }),
             ..Default::default()
         }
-        .build(),
+        .build(&ExecutionEnded {
+            status,
+            error: header.error.clone(),
+            source: None,
+            stopped: header.stopped.clone(),
+        }),
     )
     .await?
     .wait()

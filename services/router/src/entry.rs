@@ -5,11 +5,12 @@
 //! promoted again after a crash) changes nothing.
 
 use noetl_mesh::{
-    events::{types, EventDraft},
+    events::EventDraft,
     ids::derive_id,
     patches,
     payloads::{
-        self, DeadlineSet, PlanIdentity, PlaybookInitialized, TokenCreated, WorkflowInitialized,
+        DeadlineSet, ExecutionDeadlineSet, PlanIdentity, PlaybookInitialized, TokenCreated,
+        WorkflowInitialized,
     },
     plan::PlanRecord,
     Batch, Mesh, MeshError,
@@ -82,44 +83,27 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
         parent_step: String::new(),
     };
     let mut batch = Batch::new();
-    let ev = |t: &'static str, payload: Value| {
-        EventDraft {
-            event_type: t,
-            execution_id: eid,
-            trace_id: &plan.trace_id,
-            payload,
-            ..Default::default()
-        }
-        .build()
+    let draft = || EventDraft {
+        execution_id: eid,
+        trace_id: &plan.trace_id,
+        ..Default::default()
     };
     let initialized = initialized(mesh, plan).await?;
+    batch.push(mesh.emit(&draft().build(&initialized)).await?);
     batch.push(
-        mesh.emit(&ev(
-            types::PLAYBOOK_INITIALIZED,
-            payloads::to_value(&initialized),
-        ))
+        mesh.emit(&draft().build(&WorkflowInitialized {
+            entry_step: entry.clone(),
+            steps: plan.playbook.workflow.len(),
+        }))
         .await?,
     );
-    batch.push(
-        mesh.emit(&ev(
-            types::WORKFLOW_INITIALIZED,
-            payloads::to_value(&WorkflowInitialized {
-                entry_step: entry.clone(),
-                steps: plan.playbook.workflow.len(),
-            }),
-        ))
-        .await?,
-    );
-    let mut created = ev(
-        types::TOKEN_CREATED,
-        payloads::to_value(&TokenCreated {
-            token_id: token.token_id.clone(),
-            step: entry.clone(),
-            arc: None,
-            args: Value::Null,
-            parent: String::new(),
-        }),
-    );
+    let mut created = draft().build(&TokenCreated {
+        token_id: token.token_id.clone(),
+        step: entry.clone(),
+        arc: None,
+        args: Value::Null,
+        parent: String::new(),
+    });
     created.step = entry.clone();
     batch.push(mesh.emit(&created).await?);
     batch.push(mesh.publish_token(&token).await?);
@@ -130,14 +114,11 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
         .flatten();
     if let Some(d) = deadline {
         batch.push(
-            mesh.emit(&ev(
-                types::EXECUTION_DEADLINE,
-                payloads::to_value(&DeadlineSet {
-                    at_ms: d.at_ms,
-                    what: d.what.clone(),
-                    args: None,
-                }),
-            ))
+            mesh.emit(&draft().build(&ExecutionDeadlineSet(DeadlineSet {
+                at_ms: d.at_ms,
+                what: d.what.clone(),
+                args: None,
+            })))
             .await?,
         );
     }

@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use noetl_core::model::OnLimit;
 use noetl_mesh::{
-    event_type::EventType,
     events::{now_ms, EventDraft},
     gate::{self, Ask, Entry, ExecutionQueued, Owner, Verdict},
-    gates, payloads,
+    gates,
     plan::PlanRecord,
     Mesh, MeshError,
 };
@@ -157,14 +156,12 @@ async fn queue(
     };
     let place = position.to_string();
     let ev = EventDraft {
-        event_type: EventType::ExecutionQueued.wire_name(),
         execution_id: eid,
         trace_id: &plan.trace_id,
         discriminator: &place,
-        payload: payloads::typed_value(EventType::ExecutionQueued, &queued),
         ..Default::default()
     }
-    .build();
+    .build(&queued);
     mesh.emit(&ev).await?.wait().await?;
     tracing::info!(execution_id = %eid, key = %k.key, limit = k.concurrency.limit, position, "execution queued behind its concurrency key");
     if let Some(victim) = cancelling {

@@ -6,12 +6,12 @@ use async_nats::jetstream::Message;
 use noetl_core::merge::deep_merge;
 use noetl_mesh::{
     codec,
-    events::{now_ms, now_rfc3339, types, EventDraft},
+    events::{now_ms, now_rfc3339, EventDraft},
     handler::{Handle, Handled, Job},
     ids::is_valid_execution_id,
     keys::Keys,
     kv,
-    payloads::{self, ExecutionEnded},
+    payloads::ExecutionEnded,
     plan::PlanRecord,
     runtime::{self, BoxFuture, HandlerError},
     state::{ExecHeader, ExecStatus, TokenRecord},
@@ -404,9 +404,9 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
         resumed_at_ms: 0,
     };
     let first = kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
-    let (event_type, status) = match e.status {
-        ExecStatus::Cancelled => (types::EXECUTION_CANCELLED, ExecStatus::Cancelled),
-        _ => (types::EXECUTION_FAILED, ExecStatus::Failed),
+    let status = match e.status {
+        ExecStatus::Cancelled => ExecStatus::Cancelled,
+        _ => ExecStatus::Failed,
     };
     if first {
         let ended = match status {
@@ -417,18 +417,16 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
     }
     let trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(e.req), e.eid);
     let ev = EventDraft {
-        event_type,
         execution_id: e.eid,
         trace_id: &trace_id,
-        payload: payloads::to_value(&ExecutionEnded {
-            status,
-            error: Some(e.reason.clone()),
-            source: Some(e.source.to_string()),
-            stopped: Vec::new(),
-        }),
         ..Default::default()
     }
-    .build();
+    .build(&ExecutionEnded {
+        status,
+        error: Some(e.reason.clone()),
+        source: Some(e.source.to_string()),
+        stopped: Vec::new(),
+    });
     e.mesh.emit(&ev).await?.wait().await?;
     if e.status == ExecStatus::Cancelled {
         tracing::info!(execution_id = %e.eid, reason = %e.reason, "execution cancelled before it started");

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use noetl_mesh::{
     codec,
     effects::{self, Effect},
-    events::{now_ms, types, EventDraft},
+    events::{now_ms, EventDraft},
     keys::Keys,
     kv::{self, Cas, RevisionCache},
     payloads::{self, DeadlineSet, TokenCreated},
@@ -147,20 +147,18 @@ async fn write_ahead(a: Ahead<'_>) -> Result<(), MeshError> {
         .map(|(step, srid)| {
             Effect::Emit(
                 EventDraft {
-                    event_type: types::STEP_SUPERSEDED,
                     execution_id: eid,
                     step_run_id: srid,
                     step,
                     trace_id: &plan.trace_id,
                     parent_id: &a.ev.event_id,
                     discriminator: &n,
-                    payload: payloads::to_value(&Superseded {
-                        step_run_id: srid.clone(),
-                        from: from.clone(),
-                    }),
                     ..Default::default()
                 }
-                .build(),
+                .build(&Superseded {
+                    step_run_id: srid.clone(),
+                    from: from.clone(),
+                }),
             )
         })
         .collect();
@@ -249,43 +247,39 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
     let n = header_n.to_string();
     let mut out = vec![Effect::Emit(
         EventDraft {
-            event_type: types::EXECUTION_RESUMED,
             execution_id: eid,
             trace_id: &plan.trace_id,
             parent_id: p.cause,
             discriminator: &n,
-            payload: payloads::to_value(&Resumed {
-                resumes: header_n,
-                steps: p.tokens.iter().map(|t| t.step.clone()).collect(),
-                continued_loops: p.continued,
-                from: p.req.from.clone(),
-                set,
-                playbook_version: p.req.playbook_version,
-                by: p.req.by.clone(),
-                resumed_at_ms: p.resumed_at_ms,
-            }),
             ..Default::default()
         }
-        .build(),
+        .build(&Resumed {
+            resumes: header_n,
+            steps: p.tokens.iter().map(|t| t.step.clone()).collect(),
+            continued_loops: p.continued,
+            from: p.req.from.clone(),
+            set,
+            playbook_version: p.req.playbook_version,
+            by: p.req.by.clone(),
+            resumed_at_ms: p.resumed_at_ms,
+        }),
     )];
     for t in p.tokens {
         let created = EventDraft {
-            event_type: types::TOKEN_CREATED,
             execution_id: eid,
             step: &t.step,
             trace_id: &plan.trace_id,
             parent_id: p.cause,
             discriminator: &t.token_id,
-            payload: payloads::to_value(&TokenCreated {
-                token_id: t.token_id.clone(),
-                step: t.step.clone(),
-                arc: None,
-                args: t.args.clone(),
-                parent: t.parent.clone(),
-            }),
             ..Default::default()
         }
-        .build();
+        .build(&TokenCreated {
+            token_id: t.token_id.clone(),
+            step: t.step.clone(),
+            arc: None,
+            args: t.args.clone(),
+            parent: t.parent.clone(),
+        });
         out.push(Effect::Emit(created));
     }
     out.extend(p.tokens.iter().map(|t| {
@@ -302,18 +296,16 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
     if let Some(d) = noetl_core::lifecycle::execution_deadline(&plan.playbook, plan.started_ms) {
         out.push(Effect::Emit(
             EventDraft {
-                event_type: types::EXECUTION_DEADLINE,
                 execution_id: eid,
                 trace_id: &plan.trace_id,
                 discriminator: &n,
-                payload: payloads::to_value(&DeadlineSet {
-                    at_ms: d.at_ms,
-                    what: d.what.clone(),
-                    args: None,
-                }),
                 ..Default::default()
             }
-            .build(),
+            .build(&payloads::ExecutionDeadlineSet(DeadlineSet {
+                at_ms: d.at_ms,
+                what: d.what.clone(),
+                args: None,
+            })),
         ));
     }
     effects::apply(p.mesh, out).await

@@ -28,10 +28,10 @@ use std::time::Duration;
 use noetl_core::lifecycle::{self, Deadline, Due};
 use noetl_mesh::{
     event_type::EventType,
-    events::{now_ms, types, EventDraft},
+    events::{now_ms, EventDraft},
     handler::{Handle, Handled, Job},
     kv::RevisionCache,
-    payloads::{self, DeadlineSet, StepEnded},
+    payloads::{self, ExecutionDeadlineSet, StepDeadlineSet, StepEnded},
     runtime::{BoxFuture, HandlerError},
     served::TaskUnserved,
     signal::WaitTimeout,
@@ -208,7 +208,11 @@ impl Handle for TimerHandler {
                 let t: WaitTimeout = payloads::decode_typed(&ev)?;
                 on_wait(&self.mesh, &ev, &t).await?
             } else {
-                let set: DeadlineSet = payloads::decode_typed(&ev)?;
+                let set = if timer == Timer::Step {
+                    payloads::decode_typed::<StepDeadlineSet>(&ev)?.0
+                } else {
+                    payloads::decode_typed::<ExecutionDeadlineSet>(&ev)?.0
+                };
                 let deadline = Deadline {
                     at_ms: set.at_ms,
                     what: set.what,
@@ -297,20 +301,18 @@ async fn on_timer(
             )
             .await?;
             let failed = EventDraft {
-                event_type: types::STEP_FAILED,
                 execution_id: eid,
                 step_run_id: &ev.step_run_id,
                 step: &ev.step,
                 trace_id: &ev.trace_id,
                 parent_id: &ev.event_id,
                 discriminator: "deadline",
-                payload: payloads::to_value(&StepEnded::failed(
-                    error,
-                    args.unwrap_or_else(|| Value::Object(Default::default())),
-                )),
                 ..Default::default()
             }
-            .build();
+            .build(&StepEnded::failed(
+                error,
+                args.unwrap_or_else(|| Value::Object(Default::default())),
+            ));
             mesh.emit(&failed).await?.wait().await?;
         }
     }
@@ -397,22 +399,20 @@ async fn on_unserved(
     tracing::info!(execution_id = %ev.execution_id, step = %ev.step, kind = %t.kind,
         "no executor took the task in time");
     let failed = EventDraft {
-        event_type: types::STEP_FAILED,
         execution_id: &ev.execution_id,
         step_run_id: &ev.step_run_id,
         step: &ev.step,
         trace_id: &ev.trace_id,
         parent_id: &ev.event_id,
         discriminator: "unserved",
-        payload: payloads::to_value(&StepEnded::failed(
-            error,
-            t.args
-                .clone()
-                .unwrap_or_else(|| Value::Object(Default::default())),
-        )),
         ..Default::default()
     }
-    .build();
+    .build(&StepEnded::failed(
+        error,
+        t.args
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+    ));
     mesh.emit(&failed).await?.wait().await?;
     Ok(None)
 }

@@ -18,12 +18,14 @@ use noetl_mesh::{
     codec,
     commands::{self, FirstTask},
     effects::{self, Effect},
-    event_type::EventType,
-    events::{now_ms, types, EventDraft},
+    events::{now_ms, EventDraft},
     handler::{Handle, Handled, Job, StepOf, Typed, WhenStopped},
     ids::derive_id,
     pause::Held,
-    payloads::{self, DeadlineSet, StepEnded, StepScheduled, StepSkipped},
+    payloads::{
+        self, DeadlineSet, EventPayload, StepDeadlineSet, StepEnded, StepScheduled, StepSkipped,
+        StepStarted,
+    },
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
@@ -149,23 +151,21 @@ async fn join_arrival(
     {
         join::JoinOutcome::Wait { have, need } => {
             let ev = EventDraft {
-                event_type: types::STEP_SKIPPED,
                 execution_id: eid,
                 step_run_id: srid,
                 step: &step.step,
                 trace_id: &token.trace_id,
                 parent_id: &token.parent_step_run_id,
-                payload: payloads::to_value(&StepSkipped {
-                    reason: "join.waiting".into(),
-                    rule: None,
-                    args: None,
-                    arrived: Some(have),
-                    inputs: Some(need),
-                    join: true,
-                }),
                 ..Default::default()
             }
-            .build();
+            .build(&StepSkipped {
+                reason: "join.waiting".into(),
+                rule: None,
+                args: None,
+                arrived: Some(have),
+                inputs: Some(need),
+                join: true,
+            });
             mesh.emit(&ev).await?.wait().await?;
             Ok(None)
         }
@@ -211,22 +211,7 @@ struct Decide<'a> {
 /// denied one skips it; an admitted one is scheduled and started
 /// ([`start`]).
 fn decide(d: &Decide<'_>) -> Vec<Effect> {
-    let (step, token) = (d.step, d.token);
-    let ev = |t: &'static str, payload: Value| {
-        Effect::Emit(
-            EventDraft {
-                event_type: t,
-                execution_id: &token.execution_id,
-                step_run_id: &token.token_id,
-                step: &step.step,
-                trace_id: &token.trace_id,
-                parent_id: &token.parent_step_run_id,
-                payload,
-                ..Default::default()
-            }
-            .build(),
-        )
-    };
+    let step = d.step;
     let admission = match &d.admission {
         Ok(a) => a,
         Err(e) => {
@@ -238,7 +223,7 @@ fn decide(d: &Decide<'_>) -> Vec<Effect> {
             );
             let failed =
                 StepEnded::failed(payloads::error_body("admission", message), d.args.clone());
-            return vec![ev(types::STEP_FAILED, payloads::to_value(&failed))];
+            return vec![emit(d, &failed)];
         }
     };
     if !admission.allowed {
@@ -250,22 +235,38 @@ fn decide(d: &Decide<'_>) -> Vec<Effect> {
             inputs: None,
             join: false,
         };
-        return vec![ev(types::STEP_SKIPPED, payloads::to_value(&skipped))];
+        return vec![emit(d, &skipped)];
     }
-    let mut effects = vec![ev(
-        types::STEP_SCHEDULED,
-        payloads::to_value(&StepScheduled {
+    let mut effects = vec![emit(
+        d,
+        &StepScheduled {
             rule: admission.rule,
             is_loop: step.loop_.is_some(),
-        }),
+        },
     )];
-    effects.extend(start(d, &ev));
+    effects.extend(start(d));
     effects
+}
+
+/// An event of the token's step-run, with `payload`.
+fn emit(d: &Decide<'_>, payload: &impl EventPayload) -> Effect {
+    let token = d.token;
+    Effect::Emit(
+        EventDraft {
+            execution_id: &token.execution_id,
+            step_run_id: &token.token_id,
+            step: &d.step.step,
+            trace_id: &token.trace_id,
+            parent_id: &token.parent_step_run_id,
+            ..Default::default()
+        }
+        .build(payload),
+    )
 }
 
 /// Start an admitted step-run: its deadline timer, then its loop command,
 /// its first task command, or (a step without tasks) its `step.done`.
-fn start(d: &Decide<'_>, ev: &dyn Fn(&'static str, Value) -> Effect) -> Vec<Effect> {
+fn start(d: &Decide<'_>) -> Vec<Effect> {
     let (plan, step, token, args) = (d.plan, d.step, d.token, &d.args);
     let (eid, srid) = (token.execution_id.as_str(), token.token_id.as_str());
     let mut effects = Vec::new();
@@ -285,12 +286,12 @@ fn start(d: &Decide<'_>, ev: &dyn Fn(&'static str, Value) -> Effect) -> Vec<Effe
         .as_ref()
         .map(|d| (d.at_ms, d.what.clone()))
         .unwrap_or_default();
-    if let Some(d) = &deadline {
-        effects.push(ev(
-            types::STEP_DEADLINE,
-            payloads::to_value(&DeadlineSet {
-                at_ms: d.at_ms,
-                what: d.what.clone(),
+    if let Some(set) = &deadline {
+        effects.push(emit(
+            d,
+            &StepDeadlineSet(DeadlineSet {
+                at_ms: set.at_ms,
+                what: set.what.clone(),
                 args: Some(args.clone()),
             }),
         ));
@@ -307,7 +308,7 @@ fn start(d: &Decide<'_>, ev: &dyn Fn(&'static str, Value) -> Effect) -> Vec<Effe
             deadline_of,
         }));
     } else if let Some(first) = step.tool.first() {
-        effects.push(ev(types::STEP_STARTED, step_started()));
+        effects.push(emit(d, &StepStarted {}));
         let cmd = commands::first_task(FirstTask {
             execution_id: eid,
             step: &step.step,
@@ -325,18 +326,10 @@ fn start(d: &Decide<'_>, ev: &dyn Fn(&'static str, Value) -> Effect) -> Vec<Effe
         });
     } else {
         // Routing-only step: nothing to run.
-        effects.push(ev(types::STEP_STARTED, step_started()));
-        effects.push(ev(
-            types::STEP_DONE,
-            payloads::to_value(&StepEnded::done(Value::Null, args.clone())),
-        ));
+        effects.push(emit(d, &StepStarted {}));
+        effects.push(emit(d, &StepEnded::done(Value::Null, args.clone())));
     }
     effects
-}
-
-/// The payload of `step.started`.
-fn step_started() -> Value {
-    payloads::typed_value(EventType::StepStarted, &payloads::StepStarted {})
 }
 
 #[cfg(test)]

@@ -7,14 +7,12 @@ use serde_json::json;
 /// An event of execution `e1` (`srid`: its step-run, `step`: its step).
 fn ev(kind: EventType, step: &str, srid: &str, payload: Value) -> Event {
     EventDraft {
-        event_type: kind.wire_name(),
         execution_id: "e1",
         step_run_id: srid,
         step,
-        payload,
         ..Default::default()
     }
-    .build()
+    .build_raw(kind, payload)
 }
 
 /// A whole `task.done` payload with `fields` over the defaults.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use noetl_mesh::{events::types, Mesh};
+use noetl_mesh::{event_type::EventType, Mesh};
 use tokio::sync::Notify;
 
 /// Terminal events seen so far, by execution.
@@ -39,9 +39,9 @@ impl Ends {
                     continue;
                 };
                 let terminal = [
-                    types::EXECUTION_COMPLETED,
-                    types::EXECUTION_FAILED,
-                    types::EXECUTION_CANCELLED,
+                    EventType::ExecutionCompleted.wire_name(),
+                    EventType::ExecutionFailed.wire_name(),
+                    EventType::ExecutionCancelled.wire_name(),
                 ];
                 if terminal.contains(&ev.event_type.as_str()) {
                     me.seen
@@ -63,7 +63,11 @@ impl Ends {
         loop {
             let notified = self.notify.notified();
             if let Some((at, t)) = self.seen.lock().expect("ends lock").get(eid) {
-                assert_eq!(t, types::EXECUTION_COMPLETED, "execution {eid} ended {t}");
+                assert_eq!(
+                    t,
+                    EventType::ExecutionCompleted.wire_name(),
+                    "execution {eid} ended {t}"
+                );
                 return *at;
             }
             let left = deadline.saturating_duration_since(Instant::now());

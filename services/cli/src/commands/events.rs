@@ -7,11 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use futures::StreamExt;
-use noetl_mesh::{
-    codec,
-    events::{self, types},
-    state::ExecStatus,
-};
+use noetl_mesh::{codec, event_type::EventType, events, state::ExecStatus};
 use noetl_wire::Event;
 use serde_json::{json, Value};
 
@@ -95,7 +91,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 /// A glob that matches none of our event types but a name of the spec's
 /// that is not emitted (`batch.*`): that name.
 fn names_nothing_of_ours(glob: &str) -> Option<&'static noetl_mesh::event_type::SpecName> {
-    use noetl_mesh::event_type::{EventType, SPEC_NAMES};
+    use noetl_mesh::event_type::SPEC_NAMES;
     let m = type_pattern(glob).ok()?;
     if EventType::ALL.iter().any(|t| m.is_match(t.wire_name())) {
         return None;
@@ -218,10 +214,10 @@ fn deliver_policy(a: &TailArgs) -> anyhow::Result<DeliverPolicy> {
 
 /// The terminal status an event announces, if it ends its execution.
 fn terminal(ev: &Event) -> Option<ExecStatus> {
-    match ev.event_type.as_str() {
-        types::EXECUTION_COMPLETED => Some(ExecStatus::Completed),
-        types::EXECUTION_FAILED => Some(ExecStatus::Failed),
-        types::EXECUTION_CANCELLED => Some(ExecStatus::Cancelled),
+    match EventType::of(ev) {
+        Some(EventType::ExecutionCompleted) => Some(ExecStatus::Completed),
+        Some(EventType::ExecutionFailed) => Some(ExecStatus::Failed),
+        Some(EventType::ExecutionCancelled) => Some(ExecStatus::Cancelled),
         _ => None,
     }
 }

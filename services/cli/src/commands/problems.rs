@@ -6,7 +6,8 @@
 //! `noetl run` prints them under its summary, `noetl exec show` beside its
 //! tree.
 
-use noetl_mesh::events::{self, types};
+use noetl_mesh::event_type::EventType;
+use noetl_mesh::events;
 use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::Value;
@@ -73,8 +74,8 @@ impl Problems {
         let mut last_error: Vec<(String, String, Value)> = Vec::new();
         for ev in events {
             let payload = events::payload(ev);
-            match ev.event_type.as_str() {
-                types::TASK_DONE if payload["status"] == "error" => {
+            match EventType::of(ev) {
+                Some(EventType::TaskDone) if payload["status"] == "error" => {
                     let action = payload["action"].as_str().unwrap_or("").to_string();
                     let error = &payload["error"];
                     if matches!(action.as_str(), "continue" | "jump" | "break") {
@@ -84,7 +85,7 @@ impl Problems {
                         .retain(|(srid, task, _)| (srid, task) != (&ev.step_run_id, &ev.task));
                     last_error.push((ev.step_run_id.clone(), ev.task.clone(), error.clone()));
                 }
-                types::STEP_FAILED => {
+                Some(EventType::StepFailed) => {
                     let error = &payload["error"];
                     let mut failed = task_error(ev, error, "fail");
                     failed.task = error["task"].as_str().unwrap_or("").to_string();
@@ -96,7 +97,7 @@ impl Problems {
                         .map(str::to_string);
                     p.failed.push(failed);
                 }
-                types::LOOP_ITERATION_FAILED => p.iteration(ev, &payload),
+                Some(EventType::LoopIterationFailed) => p.iteration(ev, &payload),
                 _ => {}
             }
         }

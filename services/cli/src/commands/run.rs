@@ -14,12 +14,8 @@ use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use noetl_mesh::{
-    codec,
-    event_type::EventType,
-    events::{self, types},
-    ids::new_execution_id,
-    server::NatsServerProcess,
-    Mesh, MeshConfig,
+    codec, event_type::EventType, events, ids::new_execution_id, server::NatsServerProcess, Mesh,
+    MeshConfig,
 };
 use noetl_wire::{Event, ExecutionRequest};
 
@@ -494,8 +490,8 @@ struct Progress {
 impl Progress {
     /// Update from one event; true when the execution ended.
     fn observe(&mut self, ev: &Event) -> bool {
-        match ev.event_type.as_str() {
-            types::STEP_STARTED | types::LOOP_STARTED => {
+        match EventType::of(ev) {
+            Some(EventType::StepStarted) | Some(EventType::LoopStarted) => {
                 self.running.insert(ev.step.clone());
                 if EventType::of(ev) == Some(EventType::LoopStarted) {
                     // Progress only: an unreadable count shows as 0.
@@ -505,25 +501,27 @@ impl Progress {
                     self.loops.insert(ev.step.clone(), (0, total));
                 }
             }
-            types::LOOP_ITERATION_DONE | types::LOOP_ITERATION_FAILED => {
+            Some(EventType::LoopIterationDone) | Some(EventType::LoopIterationFailed) => {
                 if let Some(c) = self.loops.get_mut(&ev.step) {
                     c.0 += 1;
                 }
             }
-            types::STEP_DONE | types::LOOP_DONE | types::STEP_SKIPPED => {
+            Some(EventType::StepDone)
+            | Some(EventType::LoopDone)
+            | Some(EventType::StepSkipped) => {
                 if self.running.remove(&ev.step) || EventType::of(ev) != Some(EventType::LoopDone) {
                     self.done += 1;
                 }
                 self.loops.remove(&ev.step);
             }
-            types::STEP_FAILED => {
+            Some(EventType::StepFailed) => {
                 self.running.remove(&ev.step);
                 self.loops.remove(&ev.step);
                 self.failed += 1;
             }
-            types::EXECUTION_COMPLETED | types::EXECUTION_FAILED | types::EXECUTION_CANCELLED => {
-                return true
-            }
+            Some(EventType::ExecutionCompleted)
+            | Some(EventType::ExecutionFailed)
+            | Some(EventType::ExecutionCancelled) => return true,
             _ => {}
         }
         false
@@ -577,10 +575,14 @@ mod tests {
     fn progress_counts_steps_and_loop_iterations() {
         let mut p = Progress::default();
         let none = serde_json::json!({});
-        assert!(!p.observe(&ev(types::STEP_STARTED, "start", none.clone())));
-        assert!(!p.observe(&ev(types::STEP_DONE, "start", none.clone())));
+        assert!(!p.observe(&ev(
+            EventType::StepStarted.wire_name(),
+            "start",
+            none.clone()
+        )));
+        assert!(!p.observe(&ev(EventType::StepDone.wire_name(), "start", none.clone())));
         p.observe(&ev(
-            types::LOOP_STARTED,
+            EventType::LoopStarted.wire_name(),
             "each",
             noetl_mesh::payloads::to_value(&noetl_mesh::payloads::LoopStarted {
                 total: 3,
@@ -591,17 +593,25 @@ mod tests {
                 collection: serde_json::Value::Null,
             }),
         ));
-        p.observe(&ev(types::LOOP_ITERATION_DONE, "each", none.clone()));
-        p.observe(&ev(types::LOOP_ITERATION_FAILED, "each", none.clone()));
+        p.observe(&ev(
+            EventType::LoopIterationDone.wire_name(),
+            "each",
+            none.clone(),
+        ));
+        p.observe(&ev(
+            EventType::LoopIterationFailed.wire_name(),
+            "each",
+            none.clone(),
+        ));
         assert_eq!(p.line(), "steps done 1 | running: each [2/3]");
-        p.observe(&ev(types::LOOP_DONE, "each", none.clone()));
-        p.observe(&ev(types::STEP_STARTED, "bad", none.clone()));
-        p.observe(&ev(types::STEP_FAILED, "bad", none.clone()));
+        p.observe(&ev(EventType::LoopDone.wire_name(), "each", none.clone()));
+        p.observe(&ev(EventType::StepStarted.wire_name(), "bad", none.clone()));
+        p.observe(&ev(EventType::StepFailed.wire_name(), "bad", none.clone()));
         assert_eq!(p.line(), "steps done 2, failed 1");
         for end in [
-            types::EXECUTION_COMPLETED,
-            types::EXECUTION_FAILED,
-            types::EXECUTION_CANCELLED,
+            EventType::ExecutionCompleted.wire_name(),
+            EventType::ExecutionFailed.wire_name(),
+            EventType::ExecutionCancelled.wire_name(),
         ] {
             assert!(p.observe(&ev(end, "", none.clone())), "{end} ends the run");
         }

@@ -2,7 +2,7 @@
 //! counts and tasks, built from its events alone (a plain function).
 
 use noetl_mesh::event_type::EventType;
-use noetl_mesh::events::{self, types};
+use noetl_mesh::events;
 use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::Value;
@@ -80,10 +80,10 @@ impl Tree {
         };
         for ev in events {
             let p = events::payload(ev);
-            let status = match ev.event_type.as_str() {
-                types::EXECUTION_COMPLETED => Some("completed"),
-                types::EXECUTION_FAILED => Some("failed"),
-                types::EXECUTION_CANCELLED => Some("cancelled"),
+            let status = match EventType::of(ev) {
+                Some(EventType::ExecutionCompleted) => Some("completed"),
+                Some(EventType::ExecutionFailed) => Some("failed"),
+                Some(EventType::ExecutionCancelled) => Some("cancelled"),
                 _ => None,
             };
             if let Some(s) = status {
@@ -95,8 +95,8 @@ impl Tree {
             }
             // A token names the step it is for, but carries the run id of
             // the step-run that fired it: its own id is the run it starts.
-            let srid = match ev.event_type.as_str() {
-                types::TOKEN_CREATED => p["token_id"].as_str().unwrap_or(&ev.step_run_id),
+            let srid = match EventType::of(ev) {
+                Some(EventType::TokenCreated) => p["token_id"].as_str().unwrap_or(&ev.step_run_id),
                 _ => ev.step_run_id.as_str(),
             };
             let run = t.run(&ev.step, srid);
@@ -184,28 +184,32 @@ impl Tree {
 
 fn apply(run: &mut RunNode, ev: &Event, p: &Value) {
     let num = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
-    match ev.event_type.as_str() {
-        types::STEP_STARTED => run.status = "running".into(),
-        types::STEP_DONE => run.status = "done".into(),
-        types::STEP_SKIPPED => run.status = "skipped".into(),
-        types::STEP_FAILED => {
+    match EventType::of(ev) {
+        Some(EventType::StepStarted) => run.status = "running".into(),
+        Some(EventType::StepDone) => run.status = "done".into(),
+        Some(EventType::StepSkipped) => run.status = "skipped".into(),
+        Some(EventType::StepFailed) => {
             run.status = "failed".into();
             run.error = p
                 .pointer("/error/message")
                 .and_then(Value::as_str)
                 .map(str::to_string);
         }
-        types::LOOP_STARTED => {
+        Some(EventType::LoopStarted) => {
             run.status = "running".into();
             run.loop_.get_or_insert_with(Default::default).total = num("total");
         }
-        types::LOOP_ITERATION_STARTED => {
+        Some(EventType::LoopIterationStarted) => {
             run.loop_.get_or_insert_with(Default::default).started += 1
         }
-        types::LOOP_ITERATION_DONE => run.loop_.get_or_insert_with(Default::default).done += 1,
-        types::LOOP_ITERATION_FAILED => run.loop_.get_or_insert_with(Default::default).failed += 1,
-        types::LOOP_DONE => run.loop_.get_or_insert_with(Default::default).finished = true,
-        types::TASK_STARTED | types::TASK_DONE => {
+        Some(EventType::LoopIterationDone) => {
+            run.loop_.get_or_insert_with(Default::default).done += 1
+        }
+        Some(EventType::LoopIterationFailed) => {
+            run.loop_.get_or_insert_with(Default::default).failed += 1
+        }
+        Some(EventType::LoopDone) => run.loop_.get_or_insert_with(Default::default).finished = true,
+        Some(EventType::TaskStarted) | Some(EventType::TaskDone) => {
             let task = match run.tasks.iter().position(|t| t.task == ev.task) {
                 Some(i) => &mut run.tasks[i],
                 None => {

@@ -4,6 +4,7 @@
 //! the nats-server), and a `wait` step signalled while the kills go on
 //! (each signal consumed once: the step goes on once, with its data).
 
+use noetl_mesh::event_type::EventType;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -217,7 +218,7 @@ pub async fn check_wait(
     let events = crate::events_of(mesh, eid).await.unwrap_or_default();
     let received = events
         .iter()
-        .filter(|e| e.event_type == noetl_mesh::events::types::SIGNAL_RECEIVED)
+        .filter(|e| e.event_type == EventType::SignalReceived.wire_name())
         .count();
     if received > 1 {
         anomalies.push(format!("wait {eid}: {received} signal.received events"));

@@ -4,9 +4,9 @@
 use noetl_core::policy::{self, Decision, PolicyInput};
 use noetl_core::template::Scope;
 use noetl_core::Task;
-use noetl_mesh::events::{types, EventDraft};
+use noetl_mesh::events::EventDraft;
 use noetl_mesh::handled::{self, HandledError};
-use serde_json::Value;
+use noetl_mesh::payloads::EventPayload;
 
 use super::invoke::{Called, TaskAt};
 use super::{next, Cursor, HandlerError, Pending, StepRun, TaskRun};
@@ -112,7 +112,7 @@ impl StepRun<'_> {
         });
         note_handled(cur, task, &outcome, &settled.decision);
         let payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
-        let ev = self.task_event(types::TASK_DONE, &t.run_id, task, payload);
+        let ev = self.task_event(&t.run_id, task, &payload);
         pending.push(self.mesh().emit(&ev).await?);
         Ok(TaskRun {
             iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
@@ -155,13 +155,11 @@ impl StepRun<'_> {
     /// An event about task run `task_run_id` of `task`.
     pub(super) fn task_event(
         &self,
-        event_type: &'static str,
         task_run_id: &str,
         task: &Task,
-        payload: Value,
+        payload: &impl EventPayload,
     ) -> noetl_wire::Event {
         EventDraft {
-            event_type,
             execution_id: self.eid(),
             step_run_id: &self.cmd.step_run_id,
             task_run_id,
@@ -169,9 +167,8 @@ impl StepRun<'_> {
             task: &task.name,
             trace_id: &self.cmd.trace_id,
             parent_id: &self.cmd.command_id,
-            payload,
             ..Default::default()
         }
-        .build()
+        .build(payload)
     }
 }

@@ -7,11 +7,11 @@
 use noetl_core::limits::compact;
 use noetl_mesh::{
     effects::{self, Effect},
-    events::{types, EventDraft},
+    events::EventDraft,
     handled::HandledError,
     keys::Keys,
     kv,
-    payloads::{self, IterationEnded, Status, StepEnded},
+    payloads::{IterationEnded, Status, StepEnded},
     MeshError,
 };
 use noetl_wire::{Event, TaskCommand};
@@ -109,27 +109,27 @@ pub(super) struct Iteration<'a> {
 /// iteration (`loop.iteration.done` / `loop.iteration.failed`, one per
 /// index).
 pub(super) fn boundary(b: Boundary<'_>) -> Event {
-    let (event_type, payload, discriminator) = match (b.iteration, b.end) {
-        (None, End::Done(result)) => (
-            types::STEP_DONE,
-            payloads::to_value(&StepEnded {
-                handled: b.handled.to_vec(),
-                ..StepEnded::done(result, b.args.clone())
-            }),
-            String::new(),
-        ),
-        (None, End::Failed(error)) => (
-            types::STEP_FAILED,
-            payloads::to_value(&StepEnded {
-                handled: b.handled.to_vec(),
-                ..StepEnded::failed(error, b.args.clone())
-            }),
-            String::new(),
-        ),
+    let draft = EventDraft {
+        execution_id: &b.cmd.execution_id,
+        step_run_id: &b.cmd.step_run_id,
+        step: b.step,
+        trace_id: &b.cmd.trace_id,
+        parent_id: &b.cmd.command_id,
+        ..Default::default()
+    };
+    match (b.iteration, b.end) {
+        (None, End::Done(result)) => draft.build(&StepEnded {
+            handled: b.handled.to_vec(),
+            ..StepEnded::done(result, b.args.clone())
+        }),
+        (None, End::Failed(error)) => draft.build(&StepEnded {
+            handled: b.handled.to_vec(),
+            ..StepEnded::failed(error, b.args.clone())
+        }),
         (Some(it), end) => {
-            let (t, status, result, error) = match end {
-                End::Done(r) => (types::LOOP_ITERATION_DONE, Status::Ok, r, Value::Null),
-                End::Failed(e) => (types::LOOP_ITERATION_FAILED, Status::Error, Value::Null, e),
+            let (status, result, error) = match end {
+                End::Done(r) => (Status::Ok, r, Value::Null),
+                End::Failed(e) => (Status::Error, Value::Null, e),
             };
             let ended = IterationEnded {
                 loop_run_id: it.loop_run_id.to_string(),
@@ -141,26 +141,20 @@ pub(super) fn boundary(b: Boundary<'_>) -> Event {
                 error,
                 handled: b.handled.to_vec(),
             };
-            (t, payloads::to_value(&ended), it.index.to_string())
+            let index = it.index.to_string();
+            EventDraft {
+                discriminator: &index,
+                ..draft
+            }
+            .build(&ended)
         }
-    };
-    EventDraft {
-        event_type,
-        execution_id: &b.cmd.execution_id,
-        step_run_id: &b.cmd.step_run_id,
-        step: b.step,
-        trace_id: &b.cmd.trace_id,
-        parent_id: &b.cmd.command_id,
-        discriminator: &discriminator,
-        payload,
-        ..Default::default()
     }
-    .build()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use noetl_mesh::event_type::EventType;
     use noetl_mesh::events::payload;
     use serde_json::json;
 
@@ -187,7 +181,7 @@ mod tests {
             handled: &[],
             iteration: None,
         });
-        assert_eq!(done.event_type, types::STEP_DONE);
+        assert_eq!(done.event_type, EventType::StepDone.wire_name());
         assert_eq!(
             (done.step_run_id.as_str(), done.parent_id.as_str()),
             ("sr1", "c1")
@@ -202,7 +196,7 @@ mod tests {
             handled: &[],
             iteration: None,
         });
-        assert_eq!(failed.event_type, types::STEP_FAILED);
+        assert_eq!(failed.event_type, EventType::StepFailed.wire_name());
         assert_eq!(payload(&failed)["error"]["kind"], "http");
         assert_ne!(done.event_id, failed.event_id);
     }
@@ -229,7 +223,7 @@ mod tests {
             })
         };
         let done = ended(4, End::Done(json!("ok")));
-        assert_eq!(done.event_type, types::LOOP_ITERATION_DONE);
+        assert_eq!(done.event_type, EventType::LoopIterationDone.wire_name());
         let p = payload(&done);
         assert_eq!(
             (p["index"].clone(), p["result"].clone()),
@@ -241,7 +235,10 @@ mod tests {
         );
         assert_ne!(ended(5, End::Done(json!("ok"))).event_id, done.event_id);
         let failed = ended(4, End::Failed(json!({"kind": "x"})));
-        assert_eq!(failed.event_type, types::LOOP_ITERATION_FAILED);
+        assert_eq!(
+            failed.event_type,
+            EventType::LoopIterationFailed.wire_name()
+        );
         assert_eq!(payload(&failed)["status"], "error");
         assert_eq!(payload(&failed)["error"]["kind"], "x");
     }

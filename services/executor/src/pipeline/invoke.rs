@@ -11,9 +11,9 @@ use noetl_core::tool::{AuthCredential, Tool, ToolCall, ToolReturn};
 use noetl_core::{Outcome, OutcomeMeta, Task};
 use noetl_mesh::{
     codec,
-    events::{now_ms, now_rfc3339, types},
+    events::{now_ms, now_rfc3339},
     ids::derive_id,
-    payloads::{self, TaskStarted},
+    payloads::TaskStarted,
 };
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -83,12 +83,7 @@ impl StepRun<'_> {
                 pc: cur.pc,
                 kind: task.kind.clone(),
             };
-            let ev = self.task_event(
-                types::TASK_STARTED,
-                &t.run_id,
-                task,
-                payloads::to_value(&started),
-            );
+            let ev = self.task_event(&t.run_id, task, &started);
             pending.push(self.mesh().emit(&ev).await?);
         }
         let scope = self.task_scope(cur, task);

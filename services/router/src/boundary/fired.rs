@@ -8,9 +8,9 @@ use noetl_mesh::{
     codec,
     effects::Effect,
     event_type::EventType,
-    events::{types, EventDraft},
+    events::EventDraft,
     patches::Carried,
-    payloads::{self, NextSelected, SelectedArc, TokenCreated},
+    payloads::{NextSelected, SelectedArc, TokenCreated},
     state::{ExecHeader, TokenRecord},
 };
 use noetl_wire::{Event, Token};
@@ -58,23 +58,21 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
             .unwrap_or_default();
         effects.push(Effect::Emit(
             EventDraft {
-                event_type: types::NEXT_SELECTED,
                 execution_id: &ev.execution_id,
                 step_run_id: srid,
                 step: &ev.step,
                 trace_id: &ev.trace_id,
                 parent_id: &ev.event_id,
-                payload: payloads::to_value(&NextSelected {
-                    on: ev.event_type.clone(),
-                    mode,
-                    arcs,
-                    error: f.error,
-                    set_ctx_ref: f.set_ctx.as_ref().and_then(Carried::reference),
-                    set_ctx: f.set_ctx.and_then(Carried::inline),
-                }),
                 ..Default::default()
             }
-            .build(),
+            .build(&NextSelected {
+                on: ev.event_type.clone(),
+                mode,
+                arcs,
+                error: f.error,
+                set_ctx_ref: f.set_ctx.as_ref().and_then(Carried::reference),
+                set_ctx: f.set_ctx.and_then(Carried::inline),
+            }),
         ));
     }
     effects.extend(fired.iter().map(|t| {
@@ -95,23 +93,21 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
 fn token_created(ev: &Event, t: &TokenRecord) -> Effect {
     Effect::Emit(
         EventDraft {
-            event_type: types::TOKEN_CREATED,
             execution_id: &ev.execution_id,
             step_run_id: &ev.step_run_id,
             step: &t.step,
             trace_id: &ev.trace_id,
             parent_id: &ev.event_id,
             discriminator: &t.token_id,
-            payload: payloads::to_value(&TokenCreated {
-                token_id: t.token_id.clone(),
-                step: t.step.clone(),
-                arc: Some(t.arc),
-                args: t.args.clone(),
-                parent: String::new(),
-            }),
             ..Default::default()
         }
-        .build(),
+        .build(&TokenCreated {
+            token_id: t.token_id.clone(),
+            step: t.step.clone(),
+            arc: Some(t.arc),
+            args: t.args.clone(),
+            parent: String::new(),
+        }),
     )
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use noetl_core::routing;
-use noetl_mesh::events::types;
+use noetl_mesh::event_type::EventType;
 use noetl_mesh::ids::derive_id;
 use noetl_mesh::state::TokenRecord;
 use serde_json::json;
@@ -122,7 +122,7 @@ fn event(event_type: &str) -> Event {
 #[test]
 fn arcs_see_the_payload_with_the_event_name_step_and_step_run() {
     let e = noetl_mesh::scope::event_scope(
-        &event(types::STEP_FAILED),
+        &event(EventType::StepFailed.wire_name()),
         &json!({"status": "error", "name": "payload's own"}),
     );
     assert_eq!(
@@ -130,7 +130,8 @@ fn arcs_see_the_payload_with_the_event_name_step_and_step_run() {
         json!({"status": "error", "name": "step.failed", "step": "fetch", "step_run_id": "sr1"})
     );
     assert_eq!(
-        noetl_mesh::scope::event_scope(&event(types::STEP_DONE), &Value::Null)["name"],
+        noetl_mesh::scope::event_scope(&event(EventType::StepDone.wire_name()), &Value::Null)
+            ["name"],
         "step.done"
     );
 }
@@ -149,7 +150,7 @@ fn errors_read_as_kind_and_message() {
 
 #[test]
 fn a_failure_message_names_the_step_or_the_routing_error() {
-    let ev = event(types::STEP_FAILED);
+    let ev = event(EventType::StepFailed.wire_name());
     let boom = json!({"kind": "python.exception", "message": "boom"});
     assert_eq!(
         failure_message(&ev, Some(&boom), None),
@@ -202,7 +203,7 @@ fn selected(index: usize, step: &str, set_ctx: serde_json::Value) -> routing::Se
 
 #[test]
 fn fired_arcs_become_tokens_with_ids_of_the_step_run_and_arc() {
-    let ev = event(types::STEP_DONE);
+    let ev = event(EventType::StepDone.wire_name());
     let arcs = vec![
         selected(0, "a", json!({"k": 1})),
         selected(2, "b", json!({"k": 2, "j": 3})),
@@ -225,7 +226,7 @@ fn fired_arcs_become_tokens_with_ids_of_the_step_run_and_arc() {
 
 #[test]
 fn a_failure_no_arc_handles_or_a_routing_error_is_left_unhandled() {
-    let failed = event(types::STEP_FAILED);
+    let failed = event(EventType::StepFailed.wire_name());
     assert!(route(&failed, EventType::of(&failed), Ok(vec![])).unhandled_failure);
     let handled = route(
         &failed,
@@ -234,7 +235,7 @@ fn a_failure_no_arc_handles_or_a_routing_error_is_left_unhandled() {
     );
     assert!(!handled.unhandled_failure);
     assert_eq!(handled.set_ctx, None);
-    let done = event(types::STEP_DONE);
+    let done = event(EventType::StepDone.wire_name());
     assert!(!route(&done, EventType::of(&done), Ok(vec![])).unhandled_failure);
     let broken = route(
         &done,

@@ -1,10 +1,11 @@
 //! [`explain`]: what each open token waits for, as a plain function of
 //! what `run` read ([`Situation`]).
 
+use noetl_mesh::event_type::EventType;
 use std::collections::BTreeMap;
 
 use noetl_core::Playbook;
-use noetl_mesh::events::{self, types};
+use noetl_mesh::events;
 use noetl_mesh::pause::PauseRecord;
 use noetl_mesh::served::QueueCounts;
 use noetl_mesh::signal::Waiter;
@@ -208,11 +209,9 @@ fn gated_task(gates: &[GateWait], step_run_id: &str, task: &str) -> Option<Reaso
 /// The step-run's last `task.done`, when it scheduled a delayed retry
 /// that is not due yet.
 fn retry_pending(s: &Situation<'_>, run: &RunNode) -> Option<Reason> {
-    let last = s
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.event_type == types::TASK_DONE && e.step_run_id == run.step_run_id)?;
+    let last = s.events.iter().rev().find(|e| {
+        e.event_type == EventType::TaskDone.wire_name() && e.step_run_id == run.step_run_id
+    })?;
     let p = events::payload(last);
     if p.get("action").and_then(Value::as_str) != Some("retry") {
         return None;
@@ -242,8 +241,8 @@ fn retry_pending(s: &Situation<'_>, run: &RunNode) -> Option<Reason> {
 fn waiting_joins(events: &[Event]) -> Vec<(String, Reason)> {
     let mut open: BTreeMap<String, Reason> = BTreeMap::new();
     for ev in events {
-        match ev.event_type.as_str() {
-            types::STEP_SKIPPED => {
+        match EventType::of(ev) {
+            Some(EventType::StepSkipped) => {
                 let p = events::payload(ev);
                 if p.get("reason").and_then(Value::as_str) != Some("join.waiting") {
                     continue;
@@ -252,7 +251,7 @@ fn waiting_joins(events: &[Event]) -> Vec<(String, Reason)> {
                 let (arrived, inputs) = (num("arrived"), num("inputs"));
                 open.insert(ev.step.clone(), Reason::Join { arrived, inputs });
             }
-            types::STEP_STARTED | types::STEP_SCHEDULED => {
+            Some(EventType::StepStarted) | Some(EventType::StepScheduled) => {
                 open.remove(&ev.step);
             }
             _ => {}

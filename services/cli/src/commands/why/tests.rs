@@ -3,8 +3,7 @@ use super::gates::GateWait;
 use super::reason::{Reason, Wait};
 use super::words::*;
 use super::*;
-use noetl_mesh::events::types;
-use noetl_mesh::events::EventDraft;
+use noetl_mesh::event_type::EventType;
 use noetl_mesh::pause::PauseRecord;
 use noetl_mesh::served::ConsumerCounts;
 use noetl_mesh::served::QueueCounts;
@@ -39,16 +38,17 @@ fn ev(kind: &str, step: &str, run: &str, payload: Value) -> Event {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    EventDraft {
-        event_type: kind,
-        execution_id: "e1",
-        step,
-        step_run_id: run,
-        task: &task,
-        payload,
+    Event {
+        event_id: noetl_mesh::ids::derive_id(&["e1", kind, run, "", ""]),
+        event_type: kind.to_string(),
+        execution_id: "e1".into(),
+        step: step.into(),
+        step_run_id: run.into(),
+        task,
+        ts_ms: noetl_mesh::events::now_ms(),
+        payload_json: serde_json::to_vec(&payload).unwrap(),
         ..Default::default()
     }
-    .build()
 }
 
 fn header(live: &[(&str, &str)]) -> ExecHeader {
@@ -156,7 +156,7 @@ fn a_paused_execution_holds_tokens_not_yet_started_and_says_so() {
 
 #[test]
 fn a_started_step_waits_for_its_next_task_in_the_kind_queue() {
-    let started = ev(types::STEP_STARTED, "start", "t1", json!({}));
+    let started = ev(EventType::StepStarted.wire_name(), "start", "t1", json!({}));
     let none = explain_of(
         &[("t1", "start")],
         std::slice::from_ref(&started),
@@ -174,7 +174,7 @@ fn a_started_step_waits_for_its_next_task_in_the_kind_queue() {
     );
 
     let fetched = ev(
-        types::TASK_DONE,
+        EventType::TaskDone.wire_name(),
         "start",
         "t1",
         json!({"task": "fetch", "status": "ok", "attempt": 1}),
@@ -202,9 +202,9 @@ fn a_started_step_waits_for_its_next_task_in_the_kind_queue() {
 
 #[test]
 fn a_running_task_and_a_loop_say_so() {
-    let started = ev(types::STEP_STARTED, "start", "t1", json!({}));
+    let started = ev(EventType::StepStarted.wire_name(), "start", "t1", json!({}));
     let task = ev(
-        types::TASK_STARTED,
+        EventType::TaskStarted.wire_name(),
         "start",
         "t1",
         json!({"task": "fetch", "attempt": 2}),
@@ -217,9 +217,9 @@ fn a_running_task_and_a_loop_say_so() {
     );
 
     let looped = vec![
-        ev(types::STEP_STARTED, "side", "t2", json!({})),
+        ev(EventType::StepStarted.wire_name(), "side", "t2", json!({})),
         ev(
-            types::LOOP_STARTED,
+            EventType::LoopStarted.wire_name(),
             "side",
             "t2",
             json!({"total": 10, "max_in_flight": 3, "mode": "parallel"}),
@@ -228,14 +228,14 @@ fn a_running_task_and_a_loop_say_so() {
     let mut events = looped;
     for i in 0..5u64 {
         events.push(ev(
-            types::LOOP_ITERATION_STARTED,
+            EventType::LoopIterationStarted.wire_name(),
             "side",
             "t2",
             json!({"loop_run_id": "lr", "index": i}),
         ));
     }
     events.push(ev(
-        types::LOOP_ITERATION_DONE,
+        EventType::LoopIterationDone.wire_name(),
         "side",
         "t2",
         json!({"loop_run_id": "lr", "index": 0, "status": "ok"}),
@@ -262,9 +262,9 @@ fn a_wait_task_names_its_signal_and_timeout() {
         .playbook;
     let h = header(&[("t1", "start")]);
     let events = [
-        ev(types::STEP_STARTED, "start", "t1", json!({})),
+        ev(EventType::StepStarted.wire_name(), "start", "t1", json!({})),
         ev(
-            types::TASK_STARTED,
+            EventType::TaskStarted.wire_name(),
             "start",
             "t1",
             json!({"task": "fetch", "attempt": 1}),
@@ -305,9 +305,9 @@ fn a_wait_task_names_its_signal_and_timeout() {
 
 #[test]
 fn a_delayed_retry_says_when_until_it_is_due() {
-    let started = ev(types::STEP_STARTED, "start", "t1", json!({}));
+    let started = ev(EventType::StepStarted.wire_name(), "start", "t1", json!({}));
     let failed = ev(
-        types::TASK_DONE,
+        EventType::TaskDone.wire_name(),
         "start",
         "t1",
         json!({"task": "fetch", "status": "error", "attempt": 1, "action": "retry",
@@ -333,7 +333,7 @@ fn a_delayed_retry_says_when_until_it_is_due() {
 #[test]
 fn a_join_waiting_names_the_arcs_it_misses_until_it_starts() {
     let arrival = ev(
-        types::STEP_SKIPPED,
+        EventType::StepSkipped.wire_name(),
         "merge",
         "t3",
         json!({"reason": "join.waiting", "arrived": 1, "inputs": 2}),
@@ -351,7 +351,12 @@ fn a_join_waiting_names_the_arcs_it_misses_until_it_starts() {
         "{}",
         w[0].text
     );
-    let fired = ev(types::STEP_SCHEDULED, "merge", "t4", json!({}));
+    let fired = ev(
+        EventType::StepScheduled.wire_name(),
+        "merge",
+        "t4",
+        json!({}),
+    );
     assert!(explain_of(&[], &[arrival, fired], &BTreeMap::new()).is_empty());
 }
 

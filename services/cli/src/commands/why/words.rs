@@ -1,6 +1,7 @@
 //! Reasons, notes and an ended execution in words.
 
-use noetl_mesh::events::{self, types};
+use noetl_mesh::event_type::EventType;
+use noetl_mesh::events;
 use noetl_mesh::pause::PauseRecord;
 use noetl_mesh::served::QueueCounts;
 use noetl_mesh::state::{ExecHeader, ExecStatus};
@@ -120,8 +121,8 @@ pub fn notes(header: &ExecHeader, events: &[Event], paused: Option<&PauseRecord>
     }
     for ev in events {
         let p = events::payload(ev);
-        match ev.event_type.as_str() {
-            types::EXECUTION_DEADLINE => {
+        match EventType::of(ev) {
+            Some(EventType::ExecutionDeadline) => {
                 if let Some(at) = p.get("at_ms").and_then(Value::as_u64) {
                     out.push(format!(
                         "the execution's deadline is at {}",
@@ -129,7 +130,7 @@ pub fn notes(header: &ExecHeader, events: &[Event], paused: Option<&PauseRecord>
                     ));
                 }
             }
-            types::EXECUTION_CANCEL_REQUESTED if header.status == ExecStatus::Running => {
+            Some(EventType::ExecutionCancelRequested) if header.status == ExecStatus::Running => {
                 out.push(format!(
                     "a cancellation was requested at {}; the router has not recorded it yet",
                     noetl_mesh::codec::event_time(ev)
