@@ -48,6 +48,7 @@ pub mod rebuild;
 pub mod rejudge;
 pub mod remote;
 pub mod replay;
+pub mod result_record;
 pub mod resume;
 pub mod retention;
 pub mod runtime;

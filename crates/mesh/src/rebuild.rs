@@ -37,6 +37,8 @@ pub struct Rebuilt {
     pub plan: bool,
     /// Step records written.
     pub steps: usize,
+    /// Step results kept by name (those the plan's templates read) written.
+    pub results: usize,
     /// `ctx` was written.
     pub ctx: bool,
     /// Why a record could not be rebuilt, if one could not.
@@ -112,6 +114,15 @@ async fn write_records(
     };
     match plan_of(mesh, eid, folded).await? {
         Ok(plan) => {
+            // The results templates read by name, as the executor and the
+            // loop-supervisor keep them (`result_record`).
+            for (step, result) in &folded.results {
+                if plan.is_result_referenced(step)
+                    && write(Keys::result(eid, step), result.clone(), mesh.exec_kv()).await?
+                {
+                    out.results += 1;
+                }
+            }
             out.plan = write(
                 Keys::plan(eid),
                 crate::payloads::to_value(&plan),

@@ -145,7 +145,13 @@ impl StateSource for Mesh {
     }
 
     async fn step_result(&self, eid: &str, name: &str) -> Result<Option<Value>, MeshError> {
-        match kv::get::<Value>(self.exec_kv(), &Keys::result(eid, name)).await? {
+        let mut stored = kv::get::<Value>(self.exec_kv(), &Keys::result(eid, name)).await?;
+        // Lost from KV while the step's record says it is done: written
+        // back from the events.
+        if stored.is_none() {
+            stored = crate::result_record::restore(self, eid, name).await?;
+        }
+        match stored {
             // A result stored by reference is read back where a template
             // reads into it.
             Some(v) => Ok(Some(self.results().hydrate(v).await?)),

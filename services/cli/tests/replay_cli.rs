@@ -247,6 +247,52 @@ fn a_running_execution_whose_header_plan_and_ctx_are_purged_completes_as_a_clean
 }
 
 #[test]
+fn a_step_result_read_by_name_and_purged_before_it_is_read_is_rebuilt_from_the_events() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+
+    let id = support::exec_start(noetl(), &url, &[fixture("purged_result.yaml")]);
+    // While `middle` naps, the result `end` reads by name (`start`'s) is
+    // purged from KV, and nothing else.
+    support::wait_until("middle runs", Duration::from_secs(30), || {
+        let (_, state) = run(noetl().args([
+            "exec",
+            "replay",
+            &id,
+            "--json",
+            "--until",
+            "999999999",
+            "--nats",
+            &url,
+        ]));
+        state["header"]["live"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|t| t["step"] == "middle"))
+    });
+    let (rt, mesh) = attached(&url, home.path());
+    let had = rt.block_on(async {
+        let key = Keys::result(&id, "start");
+        let had = noetl_mesh::kv::get::<serde_json::Value>(mesh.exec_kv(), &key)
+            .await
+            .unwrap();
+        mesh.exec_kv().purge(&key).await.unwrap();
+        had
+    });
+    drop(mesh);
+    drop(rt);
+    assert_eq!(had, Some(json!({"x": 7})), "the result was kept by name");
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["x"], json!(7), "{end}");
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+}
+
+#[test]
 fn a_running_loop_whose_run_chunks_claims_and_ctx_are_purged_completes_as_a_clean_run() {
     let home = tempfile::tempdir().unwrap();
     let noetl = || support::noetl(home.path());

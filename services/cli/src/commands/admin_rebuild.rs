@@ -71,6 +71,9 @@ fn print(r: &Rebuilt, json: bool) {
     if r.steps > 0 {
         wrote.push(format!("{} step record(s)", r.steps));
     }
+    if r.results > 0 {
+        wrote.push(format!("{} step result(s)", r.results));
+    }
     if r.ctx {
         wrote.push("ctx".to_string());
     }
