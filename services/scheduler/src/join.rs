@@ -13,10 +13,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use noetl_core::{Playbook, Step};
 use noetl_mesh::{
+    event_type::EventType,
     keys::Keys,
     kv::{self, Cas},
+    payloads::{self, TokenCreated},
+    replay::{read_log, Logged, Until},
     Mesh, MeshError,
 };
 
@@ -205,6 +210,82 @@ fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
     }
 }
 
+/// The join record of `step` as the scheduler's events of execution
+/// `log` leave it: [`absorb`] of each of the step's tokens in the order the
+/// scheduler decided them (its first `step.skipped`, `step.scheduled` or
+/// `step.failed`), with the from-step and args of its `token.created`.
+/// `None` when no token of the step was decided.
+fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arrivals> {
+    // The step of each step-run (what a token's from-step is), and the
+    // tokens of the join step.
+    let mut step_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut tokens: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    for l in log {
+        let ev = &l.event;
+        if !ev.step_run_id.is_empty() {
+            step_of.entry(&ev.step_run_id).or_insert(&ev.step);
+        }
+        if EventType::of(ev) == Some(EventType::TokenCreated) && ev.step == step {
+            if let Ok(t) = payloads::decode_typed::<TokenCreated>(ev) {
+                let from = if t.parent.is_empty() {
+                    &ev.step_run_id
+                } else {
+                    &t.parent
+                };
+                tokens.insert(t.token_id, (from.clone(), t.args));
+            }
+        }
+    }
+    let mut decided = BTreeSet::new();
+    let mut cur: Option<Arrivals> = None;
+    for l in log {
+        let ev = &l.event;
+        let by_scheduler = matches!(
+            EventType::of(ev),
+            Some(EventType::StepSkipped | EventType::StepScheduled | EventType::StepFailed)
+        );
+        if !by_scheduler || ev.step != step || !decided.insert(ev.step_run_id.as_str()) {
+            continue;
+        }
+        let Some((from_run, args)) = tokens.get(&ev.step_run_id) else {
+            continue;
+        };
+        let from_step = step_of.get(from_run.as_str()).copied().unwrap_or("");
+        let token = JoinToken {
+            inputs,
+            from_step,
+            token_id: &ev.step_run_id,
+            args,
+        };
+        if let Some(a) = absorb(cur.as_ref(), &token).write {
+            cur = Some(a);
+        }
+    }
+    cur
+}
+
+/// A join record missing while the execution has events that fill one
+/// (an earlier arrival waited: there is a `step.skipped`), written back
+/// from them (create-only: one written meanwhile wins).
+async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Result<(), MeshError> {
+    if mesh
+        .last_event_seq(eid, EventType::StepSkipped)
+        .await?
+        .is_none()
+    {
+        return Ok(()); // no token ever waited: nothing to lose
+    }
+    let log = read_log(mesh, eid, Until::End).await?;
+    let Some(arrivals) = fold_arrivals(&log, step, inputs) else {
+        return Ok(());
+    };
+    if kv::create(mesh.exec_kv(), &Keys::join(eid, step), &arrivals).await? {
+        tracing::warn!(execution_id = %eid, step, arrived = arrivals.arrived.len(),
+            "a join record was missing: rebuilt from the events");
+    }
+    Ok(())
+}
+
 /// Record `token_id` arriving from `from_step` with `args`.
 ///
 /// Redelivery: a token that already fired the join fires again with the
@@ -222,6 +303,11 @@ pub async fn arrive(
     args: &Value,
 ) -> Result<JoinOutcome, MeshError> {
     let key = Keys::join(eid, step);
+    // Lost (purged) records come back from the log first; a record is
+    // there from the first arrival on, so a missing one costs one read.
+    if kv::get::<Arrivals>(mesh.exec_kv(), &key).await?.is_none() {
+        restore(mesh, eid, step, inputs).await?;
+    }
     let token = JoinToken {
         inputs,
         from_step,
@@ -280,6 +366,78 @@ mod tests {
                 args: &args,
             },
         )
+    }
+
+    fn logged(seq: u64, kind: &str, step: &str, run: &str, payload: Value) -> Logged {
+        Logged {
+            seq,
+            event: noetl_wire::Event {
+                event_type: kind.into(),
+                execution_id: "e1".into(),
+                step: step.into(),
+                step_run_id: run.into(),
+                payload_json: serde_json::to_vec(&payload).unwrap(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn created(seq: u64, from_run: &str, token: &str, args: Value) -> Logged {
+        let p = json!({"token_id": token, "step": "merge", "arc": 0, "args": args});
+        logged(seq, "token.created", "merge", from_run, p)
+    }
+
+    #[test]
+    fn a_join_record_folds_from_the_scheduler_s_events_as_it_was_written() {
+        let inputs = inputs();
+        let mut log = vec![
+            logged(1, "step.done", "left", "rl", json!({"status": "ok"})),
+            created(2, "rl", "t1", json!({"a": 1})),
+            logged(3, "step.done", "right", "rr", json!({"status": "ok"})),
+            created(4, "rr", "t2", json!({"b": 2})),
+            logged(
+                5,
+                "step.skipped",
+                "merge",
+                "t1",
+                json!({"reason": "join.waiting"}),
+            ),
+        ];
+        // Waiting: the first arrival, as `arrive` recorded it.
+        let waiting = fold_arrivals(&log, "merge", &inputs).expect("a record");
+        let live = arrive(None, "left", "t1", json!({"a": 1})).write.unwrap();
+        assert_eq!(waiting.arrived, live.arrived);
+        assert_eq!(waiting.args, live.args);
+        // Fired: the second arrival's decision (and a later failure of the
+        // same step-run is not another arrival).
+        log.push(logged(
+            6,
+            "step.scheduled",
+            "merge",
+            "t2",
+            json!({"loop": false}),
+        ));
+        log.push(logged(
+            7,
+            "step.failed",
+            "merge",
+            "t2",
+            json!({"status": "error"}),
+        ));
+        let fired = fold_arrivals(&log, "merge", &inputs).expect("a record");
+        let live = arrive(Some(&live), "right", "t2", json!({"b": 2}))
+            .write
+            .unwrap();
+        assert!(fired.arrived.is_empty() && fired.args.is_empty());
+        assert_eq!(fired.consumed, live.consumed);
+        assert_eq!(fired.firings.len(), 1);
+        assert_eq!(fired.firings[0].token, "t2");
+        assert_eq!(
+            Value::Object(fired.firings[0].args.clone()),
+            json!({"a": 1, "b": 2})
+        );
+        // No token of the step decided: no record.
+        assert!(fold_arrivals(&log[..4], "merge", &inputs).is_none());
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! the `ctx` of a clean run (docs/reliability.md "The chaos suite"). The
 //! records purged are the ones the engine rebuilds from the event log
 //! (docs/architecture.md "The event log"): the `ctx` record; the header,
-//! plan and step records; loop runs, their collection chunks and their
-//! iterations' claims. A step record is purged only with its header
-//! (whole-bucket purges): alone, nothing notices it before the end.
+//! plan and step records, the step results kept by name and join records;
+//! loop runs, their collection chunks and their iterations' claims. A
+//! step record is purged only with its header (whole-bucket purges):
+//! alone, nothing notices it before the end.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use crate::plan::Rng;
 pub enum Bucket {
     /// `ctx`.
     Ctx,
-    /// The execution state: headers, plans, step records.
+    /// The execution state: headers, plans, step records, results, joins.
     Exec,
     /// Loop runs, their chunks and claims.
     Loop,
@@ -170,7 +171,9 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
         let parts: Vec<&str> = rest.split('.').collect();
         let rebuilt = match bucket {
             Bucket::Ctx => false,
-            Bucket::Exec => key == Keys::plan(eid) || parts[0] == "step",
+            Bucket::Exec => {
+                key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join")
+            }
             // The run record, its chunks and its claims (not checkpoints,
             // carries or a cursor's frames).
             Bucket::Loop => {
