@@ -41,17 +41,22 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
 
 /// Write back the claims of the run's counted iterations that the loop
 /// bucket lost (for a loop with growing reducers, whose contributions are
-/// read from them at the end): `run` counted more successful iterations
-/// than `found` claims say.
-pub(crate) async fn restore_claims(mesh: &Mesh, at: RunAt<'_>) -> Result<(), HandlerError> {
-    if let Some(rebuilt) = folded(mesh, at).await? {
-        write_claims(mesh, at, &rebuilt.claims).await?;
-        tracing::warn!(
-            execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
-            "iteration claims were missing from the loop bucket: rebuilt from the events"
-        );
-    }
-    Ok(())
+/// read from them at the end: `run` counted more successful iterations
+/// than its claims say), and return every claim the events give, for the
+/// caller to use as they are (the bucket may lose them again).
+pub(crate) async fn restore_claims(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+) -> Result<Vec<(u64, Claim)>, HandlerError> {
+    let Some(rebuilt) = folded(mesh, at).await? else {
+        return Ok(Vec::new());
+    };
+    write_claims(mesh, at, &rebuilt.claims).await?;
+    tracing::warn!(
+        execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
+        "iteration claims were missing from the loop bucket: rebuilt from the events"
+    );
+    Ok(rebuilt.claims)
 }
 
 /// The run as its events give it; `None` when it never started.

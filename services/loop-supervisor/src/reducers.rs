@@ -42,6 +42,15 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
     Ok(out)
 }
 
+/// The claims read, with those the events give that were not read
+/// (by index, in index order): a claim read stands, as the fold of the
+/// same events would give it.
+fn with_rebuilt(read: Vec<(u64, Claim)>, rebuilt: Vec<(u64, Claim)>) -> Vec<(u64, Claim)> {
+    let mut by_index: std::collections::BTreeMap<u64, Claim> = rebuilt.into_iter().collect();
+    by_index.extend(read);
+    by_index.into_iter().collect()
+}
+
 /// How many of `claims` are of successful iterations.
 fn successes(claims: &[(u64, Claim)]) -> u64 {
     claims.iter().filter(|(_, c)| !c.failed).count() as u64
@@ -66,9 +75,11 @@ pub(crate) async fn apply_reducers(
     let claims = if run.done > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
         let claims = read_claims(mesh, eid, at.srid).await?;
         if successes(&claims) < run.done {
-            // The loop bucket lost some: written back from the events.
-            crate::rebuild::restore_claims(mesh, at).await?;
-            read_claims(mesh, eid, at.srid).await?
+            // The loop bucket lost some: written back from the events, and
+            // taken from them here (not read back: the bucket may lose
+            // them again meanwhile).
+            let rebuilt = crate::rebuild::restore_claims(mesh, at).await?;
+            with_rebuilt(claims, rebuilt)
         } else {
             claims
         }
@@ -192,6 +203,26 @@ fn fold_ctx(cur: Option<&Value>, aggregates: &[Aggregate], marker: &str) -> CtxF
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_claim_read_stands_and_the_events_fill_in_the_ones_lost() {
+        let claim = |n: u64| Claim {
+            failed: false,
+            reduce: json!({"seen": [n]}).as_object().unwrap().clone(),
+            handled: Vec::new(),
+        };
+        let read = vec![(3, claim(30)), (1, claim(10))];
+        let rebuilt = vec![(0, claim(0)), (1, claim(1)), (2, claim(2)), (3, claim(3))];
+        let all = with_rebuilt(read, rebuilt);
+        let seen: Vec<_> = all
+            .iter()
+            .map(|(i, c)| (*i, c.reduce["seen"][0].clone()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(0, json!(0)), (1, json!(10)), (2, json!(2)), (3, json!(30))]
+        );
+    }
 
     fn run(reduced: Value, done: u64) -> LoopRun {
         let cmd = noetl_wire::LoopCommand::default();
