@@ -267,19 +267,13 @@ fn has_bucket_and_key(rest: &str) -> bool {
     matches!(rest.split_once('/'), Some((b, k)) if !b.is_empty() && !k.is_empty() && !k.ends_with('/'))
 }
 
-/// The object a side names: `url` (or `uri`, as `script` has it) with the
-/// store's scheme, `format` (else the key's extension), `region`,
-/// `endpoint`, a JSON source's `data_path`; `auth` is resolved by the
-/// executor. `rendered: false` (the validator) lets any templated value
-/// pass where its value is not known yet.
-pub fn object_side(
+/// Refuse a field an object side does not read (a table's, a query's, a
+/// typo), naming it.
+fn only_object_fields(
     side: &'static str,
-    store: Store,
+    tool: &'static str,
     m: &Map<String, Value>,
-    rendered: bool,
-) -> Result<ObjectSide, SideError> {
-    let field = |name: &str| format!("{side}.{name}");
-    let tool = store.tool();
+) -> Result<(), SideError> {
     for key in m.keys() {
         let known = OBJECT_FIELDS.contains(&key.as_str())
             || ["tool", "kind", "type"].contains(&key.as_str())
@@ -296,11 +290,28 @@ pub fn object_side(
                 ),
             };
             return Err(SideError::Field {
-                field: field(key),
+                field: format!("{side}.{key}"),
                 problem: why,
             });
         }
     }
+    Ok(())
+}
+
+/// The object a side names: `url` (or `uri`, as `script` has it) with the
+/// store's scheme, `format` (else the key's extension), `region`,
+/// `endpoint`, a JSON source's `data_path`; `auth` is resolved by the
+/// executor. `rendered: false` (the validator) lets any templated value
+/// pass where its value is not known yet.
+pub fn object_side(
+    side: &'static str,
+    store: Store,
+    m: &Map<String, Value>,
+    rendered: bool,
+) -> Result<ObjectSide, SideError> {
+    let field = |name: &str| format!("{side}.{name}");
+    let tool = store.tool();
+    only_object_fields(side, tool, m)?;
     let text = |name: &str| -> Result<Option<String>, SideError> {
         match m.get(name) {
             None | Some(Value::Null) => Ok(None),
