@@ -1,7 +1,9 @@
 //! The `nats` and `transfer` kinds end to end: nats tasks on the mesh's own
 //! server (messages a test client receives and answers, KV, the mesh's own
-//! names refused), and a transfer from an HTTP server started here into the
-//! machine's PostgreSQL with the credential from the encrypted keychain.
+//! names refused), a transfer from an HTTP server started here into the
+//! machine's PostgreSQL with the credential from the encrypted keychain,
+//! and PostgreSQL rows through an s3s-fs object (`make setup`) and back,
+//! each side with its own keychain entry.
 
 use std::time::Duration;
 
@@ -186,5 +188,103 @@ workflow:
         );
     }
     assert_eq!(s.status, ExecStatus::Completed);
+    cluster.stop().await;
+}
+
+const S3_PLAYBOOK: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: postgres_s3_round_trip }
+keychain:
+  - { name: pg_local, kind: postgres_credential }
+  - { name: s3_main, kind: secret }
+workflow:
+  - step: start
+    tool:
+      - name: create
+        kind: postgres
+        auth: pg_local
+        command: |
+          CREATE SCHEMA {{ workload.schema }};
+          CREATE TABLE {{ workload.schema }}.src (id INT PRIMARY KEY, name TEXT);
+          INSERT INTO {{ workload.schema }}.src VALUES (1, 'ada'), (2, 'bo, jr');
+          CREATE TABLE {{ workload.schema }}.dst (id INT PRIMARY KEY, name TEXT)
+      - name: export
+        kind: transfer
+        source: { tool: postgres, auth: pg_local, query: "SELECT id, name FROM {{ workload.schema }}.src ORDER BY id" }
+        target: { tool: s3, auth: s3_main, url: "s3://exports/{{ execution_id }}/src.csv" }
+      - name: import
+        kind: transfer
+        source: { tool: s3, auth: s3_main, url: "s3://exports/{{ execution_id }}/src.csv" }
+        target: { tool: postgres, auth: pg_local, table: "{{ workload.schema }}.dst" }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { moved: "{{ outcome.result }}" } }
+      - name: read
+        kind: postgres
+        auth: pg_local
+        command: "SELECT id, name FROM {{ workload.schema }}.dst ORDER BY id"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { stored: "{{ outcome.result.rows }}" } }
+      - name: drop
+        kind: postgres
+        auth: pg_local
+        command: "DROP SCHEMA {{ workload.schema }} CASCADE"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_round_trips_postgres_rows_through_s3_with_keychain_entries() {
+    use noetl_testkit::s3::{S3Server, ACCESS_KEY, SECRET_KEY};
+    let s3 = S3Server::start("exports");
+    let schema = format!("noetl_xs3_{}", uuid::Uuid::new_v4().simple());
+    let cluster = Cluster::start().await;
+    let vault = cluster.mesh.vault();
+    for (name, kind, data) in [
+        (
+            "pg_local",
+            "postgres_credential",
+            json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
+                   "password": PASSWORD, "database": "test"}),
+        ),
+        (
+            "s3_main",
+            "secret",
+            json!({"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY,
+                   "endpoint": s3.endpoint(), "region": "us-east-1"}),
+        ),
+    ] {
+        vault
+            .put(&Credential {
+                name: name.into(),
+                kind: kind.into(),
+                data,
+            })
+            .await
+            .unwrap();
+    }
+    let (eid, s) = cluster
+        .completed(S3_PLAYBOOK, json!({"schema": schema}))
+        .await;
+    assert_eq!(s.ctx["moved"]["direction"], "s3_to_postgres", "{s:?}");
+    assert_eq!(s.ctx["moved"]["source_format"], "csv");
+    assert_eq!(
+        s.ctx["stored"],
+        json!([{"id": 1, "name": "ada"}, {"id": 2, "name": "bo, jr"}])
+    );
+    let stored = std::fs::read_to_string(s3.dir().join(format!("exports/{eid}/src.csv"))).unwrap();
+    assert_eq!(stored, "id,name\n1,ada\n2,\"bo, jr\"\n");
+    for e in cluster.settled_events(&eid).await {
+        let payload = String::from_utf8_lossy(&e.payload_json);
+        assert!(
+            !payload.contains(SECRET_KEY) && !payload.contains(PASSWORD),
+            "{} holds a secret",
+            e.event_type
+        );
+    }
     cluster.stop().await;
 }

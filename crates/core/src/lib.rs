@@ -27,6 +27,7 @@ pub mod sql;
 pub mod template;
 pub mod timeout;
 pub mod tool;
+pub mod transfer;
 pub mod validate;
 pub mod workbook;
 pub mod yaml;

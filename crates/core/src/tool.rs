@@ -341,12 +341,12 @@ pub const KINDS: &[Kind] = &[
             required(
                 "source",
                 Object,
-                "tool: postgres | duckdb (query) or http (url, data_path), and auth",
+                "tool: postgres | duckdb (query), http (url, data_path) or s3 | gcs (url, format), and auth",
             ),
             required(
                 "target",
                 Object,
-                "tool: postgres | duckdb, table, auth / connection / database, key",
+                "tool: postgres | duckdb (table, auth / connection / database, key) or s3 | gcs (url, format, auth)",
             ),
             field("mapping", Object, "target column: source field (dotted path)"),
             field("chunk_size", Scalar, "rows per batch (default 1000)"),

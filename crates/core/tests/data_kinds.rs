@@ -72,3 +72,52 @@ fn a_misspelt_or_missing_field_is_named_at_its_place() {
     let d = diags(&task("        kind: nats\n        operation: object_get\n        bucket: b\n        object: report.json\n"));
     assert!(d.iter().all(|d| d.0 != "E005"), "{d:?}");
 }
+
+#[test]
+fn transfer_sides_of_s3_and_gcs_are_clean_and_wrong_sides_are_refused_at_their_field() {
+    let clean = task(
+        "        kind: transfer\n        source: { tool: s3, url: \"s3://{{ workload.bucket }}/in/rows.csv\", auth: s3_main }\n        target: { type: gcs, url: \"gs://out/rows.jsonl\", mapping: { id: id } }\n        mode: replace\n",
+    );
+    let d = diags(&clean);
+    assert!(
+        d.iter()
+            .all(|d| !["E003", "E004", "E005", "E007"].contains(&d.0)),
+        "{d:?}"
+    );
+    let d = diags(&task(
+        "        kind: transfer\n        source:\n          tool: s3\n          url: \"gs://b/rows.jsonl\"\n        target: { tool: snowflake, table: t }\n",
+    ));
+    let url = d
+        .iter()
+        .find(|d| d.3.contains("`source.url`"))
+        .expect("source.url");
+    assert_eq!((url.0, url.1, url.2), ("E004", 12, 16), "{d:?}");
+    assert!(
+        url.3.contains(
+            "\"gs://b/rows.jsonl\" is not an object of source `s3`: write s3://bucket/key"
+        ),
+        "{}",
+        url.3
+    );
+    let tool = d
+        .iter()
+        .find(|d| d.3.contains("`target.tool`"))
+        .expect("target.tool");
+    assert_eq!((tool.0, tool.1), ("E007", 13), "{d:?}");
+    let d = diags(&task(
+        "        kind: transfer\n        source: { tool: postgres, query: q }\n        target: { tool: gcs, url: \"gs://b/rows\" }\n        mode: upsert\n",
+    ));
+    let codes: Vec<(&str, String)> = d
+        .iter()
+        .filter(|d| d.3.contains("transfer task"))
+        .map(|d| (d.0, d.3.split(' ').next().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("E003", "`target.format`".to_string()),
+            ("E004", "`mode`".to_string())
+        ],
+        "{d:?}"
+    );
+}

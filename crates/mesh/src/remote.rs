@@ -1,9 +1,10 @@
 //! Objects outside the mesh's own store, named by URL: `s3://bucket/key`
 //! (S3 or an S3-compatible server) and `gs://bucket/key` (Google Cloud
-//! Storage, or its emulator), read through object_store with the fields of
-//! a keychain credential, else the executor's environment. Tasks read
-//! scripts this way (docs/tools.md, "Scripts"). Errors name the URL and
-//! the store's answer, never a credential.
+//! Storage, or its emulator), read and written through object_store with
+//! the fields of a keychain credential, else the executor's environment.
+//! Tasks read scripts this way (docs/tools.md, "Scripts"); a `transfer`
+//! reads and writes rows this way (docs/tools.md, "transfer"). Errors name
+//! the URL and the store's answer, never a credential.
 
 use std::sync::Arc;
 
@@ -214,6 +215,36 @@ pub async fn read_object(
         });
     }
     Ok(got.bytes().await.map_err(failed)?.to_vec())
+}
+
+/// Store `bytes` as the object `url` names (replacing one already
+/// there), with `content_type` when given.
+pub async fn write_object(
+    url: &str,
+    cred: Option<&Value>,
+    region: Option<&str>,
+    endpoint: Option<&str>,
+    bytes: Vec<u8>,
+    content_type: Option<&str>,
+) -> Result<(), RemoteError> {
+    use object_store::{Attribute, Attributes, PutOptions, PutPayload};
+    let (scheme, bucket, key) = parse_url(url)?;
+    let store = store_for(url, &scheme, &bucket, cred, region, endpoint)?;
+    let mut opts = PutOptions::default();
+    if let Some(ct) = content_type {
+        opts.attributes = Attributes::from_iter([(Attribute::ContentType, ct.to_string())]);
+    }
+    store
+        .put_opts(&Path::from(key.as_str()), PutPayload::from(bytes), opts)
+        .await
+        .map_err(|e| RemoteError::Store {
+            url: url.into(),
+            message: match e {
+                object_store::Error::NotFound { .. } => "no such bucket".into(),
+                other => other.to_string(),
+            },
+        })?;
+    Ok(())
 }
 
 #[cfg(test)]

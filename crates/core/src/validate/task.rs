@@ -330,6 +330,9 @@ impl Validator {
                 );
             }
         }
+        if k.name == "transfer" {
+            self.transfer_sides(t, tp, whose);
+        }
         for f in k.fields.iter().filter(|f| f.required) {
             let by_script = target == Some(f.name) && t.get("script").is_some();
             if t.get(f.name).is_none() && !by_script {
@@ -361,6 +364,64 @@ impl Validator {
             format!("{e} ({whose}, a {kind} task)"),
             e.hint(),
         );
+    }
+}
+
+impl Validator {
+    /// A transfer task's sides as written (docs/tools.md, "transfer"): an
+    /// unknown tool (E004; one that needs a service this engine does not
+    /// reach, E007), an object side's url, format or fields (E004, a
+    /// missing one E003), an upsert into an object (E004). Each is reported
+    /// at the field it names, else at the nearest node above it.
+    fn transfer_sides(&mut self, t: &Node, tp: &str, whose: &str) {
+        let Some(config) = t.to_json().as_object().cloned() else {
+            return;
+        };
+        for e in crate::transfer::check_sides(&config) {
+            let field = e.field();
+            let mut node = t;
+            let mut path = tp.to_string();
+            for part in field.split('.') {
+                match node.get(part) {
+                    Some(n) => {
+                        node = n;
+                        path = format!("{path}/{}", escape(part));
+                    }
+                    None => break,
+                }
+            }
+            let unavailable = match &e {
+                crate::transfer::SideError::Tool { got, .. } => {
+                    crate::tool::UNAVAILABLE.iter().find(|u| u.name == got)
+                }
+                _ => None,
+            };
+            let (code, help) = match (&e, unavailable) {
+                (_, Some(u)) => (
+                    Code::E007,
+                    format!("a {} side needs {}: {}", u.name, u.needs, u.instead),
+                ),
+                (crate::transfer::SideError::Missing { .. }, _) => (
+                    Code::E003,
+                    "an s3 or gcs side names its object: `url: s3://bucket/key.jsonl` (docs/tools.md, \"transfer\")".into(),
+                ),
+                _ => (
+                    Code::E004,
+                    format!(
+                        "sources: {}; targets: {}; an s3 or gcs side takes url, format (jsonl, json, csv), auth, region, endpoint (docs/tools.md, \"transfer\")",
+                        crate::transfer::SOURCE_TOOLS,
+                        crate::transfer::TARGET_TOOLS
+                    ),
+                ),
+            };
+            self.err(
+                code,
+                node.span,
+                &path,
+                format!("{e} ({whose}, a transfer task)"),
+                &help,
+            );
+        }
     }
 }
 

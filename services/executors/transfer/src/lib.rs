@@ -1,27 +1,34 @@
 //! noetl-tool-transfer: the `transfer` kind — rows from a SQL query
-//! (PostgreSQL, DuckDB) or an HTTP source returning JSON rows, written in
-//! batches into a PostgreSQL or DuckDB table.
+//! (PostgreSQL, DuckDB), an HTTP source returning JSON rows, or an object
+//! of S3 or Google Cloud Storage, written in batches into a PostgreSQL or
+//! DuckDB table, or whole into an object.
 //!
-//! Fields: `source` (`tool: postgres | duckdb | http`; `query` and `auth` /
-//! `connection` / `database` for SQL; the http tool's fields, `auth` and
-//! `data_path` for HTTP), `target` (`tool: postgres | duckdb`, `table`,
-//! `auth` / `connection` / `database`, `key` for upserts), `mapping`
-//! (target column → source field, dotted; on the task or the target),
-//! `chunk_size` (rows per batch, default 1000), `mode` (`insert` /
-//! `append`, `upsert`, `replace`). NoETL's `type:` / `kind:` for `tool:`
-//! are read too.
+//! Fields: `source` (`tool: postgres | duckdb | http | s3 | gcs`; `query`
+//! and `auth` / `connection` / `database` for SQL; the http tool's fields,
+//! `auth` and `data_path` for HTTP; `url`, `format`, `auth`, `region`,
+//! `endpoint` for an object), `target` (`tool: postgres | duckdb | s3 |
+//! gcs`, `table`, `auth` / `connection` / `database`, `key` for upserts;
+//! an object's fields), `mapping` (target column → source field, dotted;
+//! on the task or the target), `chunk_size` (rows per batch, default
+//! 1000), `mode` (`insert` / `append`, `upsert`, `replace`). NoETL's
+//! `type:` / `kind:` for `tool:` are read too.
 //!
-//! Each side runs through the kind's own tool (the postgres tool's pools,
-//! TLS and value conversion; the duckdb tool; the http tool's clients), so
-//! a side fails with that tool's outcome (`postgres.sql`, `http.status`,
-//! `timeout`...) and `outcome.transfer = {stage, rows_read, rows_written,
-//! batches}` says how far it got. Each batch is one `INSERT` statement
-//! (atomic on its own); `spec.timeout` bounds each call.
+//! Each SQL or HTTP side runs through the kind's own tool (the postgres
+//! tool's pools, TLS and value conversion; the duckdb tool; the http tool's
+//! clients), so a side fails with that tool's outcome (`postgres.sql`,
+//! `http.status`, `timeout`...) and `outcome.transfer = {stage, rows_read,
+//! rows_written, batches}` says how far it got. Each batch is one `INSERT`
+//! statement (atomic on its own); `spec.timeout` bounds each call. An
+//! object side is read or written through `noetl_mesh::remote`, with the
+//! keychain entry its `auth` names, as a `script` from `s3://` / `gs://` is
+//! read; its failures are `transfer.object`.
 //!
 //! Result: `{rows_read, rows_written, batches, columns, source_type,
-//! target_type, direction, target_table, mode}`, plus NoETL's names
+//! target_type, direction, target_table, mode}` (`source_url`,
+//! `target_url` and `format` for object sides), plus NoETL's names
 //! `rows_transferred` and `chunks_processed`.
 
+pub mod object;
 pub mod plan;
 
 use std::sync::Arc;
@@ -30,7 +37,7 @@ use noetl_core::tool::{AuthCredential, Tool, ToolCall, ToolFuture, ToolReturn};
 use noetl_core::Outcome;
 use serde_json::{json, Map, Value};
 
-pub use plan::{ConfigError, Mode, Plan, SourceKind, TargetKind};
+pub use plan::{ConfigError, Format, Mode, ObjectSide, Plan, SourceKind, TargetKind};
 
 /// The `transfer` tool.
 #[derive(Debug, Clone)]
@@ -176,6 +183,11 @@ impl Run<'_> {
             message: e.to_string(),
             stage: "target",
         })?;
+        if let Some(o) = &self.plan.target_object {
+            // Written whole, even without rows: the object says so.
+            self.write_object(o, &rows, &layout).await?;
+            return Ok(layout.columns);
+        }
         if self.plan.mode == Mode::Replace {
             self.empty_target().await?;
         }
@@ -188,6 +200,9 @@ impl Run<'_> {
     /// Call the source's tool and take the rows from its result.
     async fn read(&self) -> Result<(plan::Rows, Vec<String>), Stop> {
         let plan = self.plan;
+        if let Some(o) = &plan.source_object {
+            return self.read_object(o).await;
+        }
         let read = self
             .tool
             .side(
@@ -208,6 +223,73 @@ impl Run<'_> {
             message: format!("source: {e}"),
             stage: "source",
         })
+    }
+
+    /// The rows of the source's object.
+    async fn read_object(&self, o: &plan::ObjectSide) -> Result<(plan::Rows, Vec<String>), Stop> {
+        let cred = self.call.nested_auth.get("source").map(|a| &a.data);
+        let read = noetl_mesh::remote::read_object(
+            &o.url,
+            cred,
+            o.region.as_deref(),
+            o.endpoint.as_deref(),
+            object::MAX_OBJECT_BYTES,
+        );
+        let bytes = self
+            .within("source", "read", read)
+            .await?
+            .map_err(|e| object_stop(e, "source"))?;
+        object::rows_from(o.format, &bytes, self.plan.data_path.as_deref()).map_err(|e| Stop::Own {
+            kind: "transfer.source",
+            message: format!("source {}: {e}", o.url),
+            stage: "source",
+        })
+    }
+
+    /// Write every row into the target's object, whole.
+    async fn write_object(
+        &mut self,
+        o: &plan::ObjectSide,
+        rows: &[Map<String, Value>],
+        layout: &plan::Layout,
+    ) -> Result<(), Stop> {
+        let bytes = object::object_bytes(o.format, layout, rows);
+        let cred = self.call.nested_auth.get("target").map(|a| &a.data);
+        let write = noetl_mesh::remote::write_object(
+            &o.url,
+            cred,
+            o.region.as_deref(),
+            o.endpoint.as_deref(),
+            bytes,
+            Some(o.format.content_type()),
+        );
+        self.within("target", "write", write)
+            .await?
+            .map_err(|e| object_stop(e, "target"))?;
+        self.progress.batches = 1;
+        self.progress.rows_written = rows.len() as u64;
+        Ok(())
+    }
+
+    /// `fut` within the task's `spec.timeout` (default 300 s).
+    async fn within<T>(
+        &self,
+        stage: &'static str,
+        what: &str,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T, Stop> {
+        let limit = noetl_core::timeout::read_timeout(&self.call.spec, OBJECT_TIMEOUT)
+            .unwrap_or(OBJECT_TIMEOUT);
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| Stop::Own {
+                kind: "timeout",
+                message: format!(
+                    "{stage}: the object {what} did not finish within {}s",
+                    limit.as_secs_f64()
+                ),
+                stage,
+            })
     }
 
     /// Call the target's tool with these fields.
@@ -236,6 +318,8 @@ impl Run<'_> {
         let empty = match plan.target {
             TargetKind::Postgres => format!("TRUNCATE TABLE {}", plan.table),
             TargetKind::Duckdb => format!("DELETE FROM {}", plan.table),
+            // An object is replaced whole when written.
+            TargetKind::S3 | TargetKind::Gcs => return Ok(()),
         };
         let mut config = plan.target_config.clone();
         config.insert("command".into(), Value::String(empty));
@@ -265,7 +349,7 @@ impl Run<'_> {
     /// The task's result once every batch is written.
     fn result(&self, columns: &[String]) -> Value {
         let (plan, progress) = (self.plan, self.progress);
-        json!({
+        let mut result = json!({
             "rows_read": progress.rows_read,
             "rows_written": progress.rows_written,
             "batches": progress.batches,
@@ -275,9 +359,22 @@ impl Run<'_> {
             "source_type": plan.source.name(),
             "target_type": plan.target.name(),
             "direction": format!("{}_to_{}", plan.source.name(), plan.target.name()),
-            "target_table": plan.table,
+            "target_table": if plan.target_object.is_some() { Value::Null } else { Value::String(plan.table.clone()) },
             "mode": plan.mode.name(),
-        })
+        });
+        for (name, o) in [
+            ("source", &plan.source_object),
+            ("target", &plan.target_object),
+        ] {
+            if let (Some(o), Some(r)) = (o, result.as_object_mut()) {
+                r.insert(format!("{name}_url"), Value::String(o.url.clone()));
+                r.insert(
+                    format!("{name}_format"),
+                    Value::String(o.format.name().into()),
+                );
+            }
+        }
+        result
     }
 
     /// The task's outcome when the transfer stopped, saying how far it got.
@@ -305,6 +402,25 @@ impl Run<'_> {
                     .with_helper("transfer", self.progress.helper(stage)),
             ),
         }
+    }
+}
+
+/// Bound on one object read or write when `spec.timeout` gives none.
+const OBJECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A failed object read or write: a URL or credential the store cannot
+/// use is `transfer.config`; anything the store answered is
+/// `transfer.object`. The message names the URL, never a credential.
+fn object_stop(e: noetl_mesh::remote::RemoteError, stage: &'static str) -> Stop {
+    use noetl_mesh::remote::RemoteError;
+    let kind = match e {
+        RemoteError::Url { .. } | RemoteError::Config { .. } => "transfer.config",
+        RemoteError::Store { .. } | RemoteError::TooLarge { .. } => "transfer.object",
+    };
+    Stop::Own {
+        kind,
+        message: format!("{stage}: {e}"),
+        stage,
     }
 }
 

@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value};
 
+pub use noetl_core::transfer::{Format, ObjectSide, SideError, SourceKind, TargetKind};
+
 /// Default rows per batch (`chunk_size`).
 pub const DEFAULT_CHUNK: usize = 1000;
 /// Most parameters PostgreSQL binds to one statement.
@@ -14,16 +16,10 @@ pub enum ConfigError {
     /// `source` / `target` missing or not a mapping.
     #[error("`{0}` is required: a mapping with `tool` and its fields")]
     Side(&'static str),
-    /// No or an unknown tool on one side.
-    #[error("`{side}.tool` must be one of {allowed}, got {got}")]
-    Tool {
-        /// `source` or `target`.
-        side: &'static str,
-        /// The tools it takes.
-        allowed: &'static str,
-        /// What was given.
-        got: String,
-    },
+    /// A side's tool, or an object side's fields (the checks `noetl
+    /// validate` makes too).
+    #[error(transparent)]
+    Sides(#[from] SideError),
     /// A field the side needs.
     #[error("`{0}` is required")]
     Missing(&'static str),
@@ -35,47 +31,6 @@ pub enum ConfigError {
         /// What is wrong.
         problem: String,
     },
-}
-
-/// Where rows come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceKind {
-    /// A query on PostgreSQL.
-    Postgres,
-    /// A query on DuckDB.
-    Duckdb,
-    /// An HTTP response holding JSON rows.
-    Http,
-}
-
-/// Where rows go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetKind {
-    /// A PostgreSQL table.
-    Postgres,
-    /// A table of a DuckDB file.
-    Duckdb,
-}
-
-impl SourceKind {
-    /// The tool's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres => "postgres",
-            Self::Duckdb => "duckdb",
-            Self::Http => "http",
-        }
-    }
-}
-
-impl TargetKind {
-    /// The tool's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres => "postgres",
-            Self::Duckdb => "duckdb",
-        }
-    }
 }
 
 /// How rows are written.
@@ -108,15 +63,20 @@ pub struct Plan {
     /// The fields handed to the source tool (`command` for SQL; the http
     /// fields), without `auth` (resolved by the executor).
     pub source_config: Map<String, Value>,
-    /// Dotted path to the rows inside an HTTP response's JSON.
+    /// Dotted path to the rows inside an HTTP response's JSON (or a JSON
+    /// object's).
     pub data_path: Option<String>,
+    /// The object an `s3` / `gcs` source reads (set exactly for those).
+    pub source_object: Option<ObjectSide>,
     /// Target tool.
     pub target: TargetKind,
     /// Fields handed to the target tool besides `command` / `params`
     /// (`connection`, `database`).
     pub target_config: Map<String, Value>,
-    /// Target table (`name` or `schema.name`).
+    /// Target table (`name` or `schema.name`); empty for an object target.
     pub table: String,
+    /// The object an `s3` / `gcs` target writes (set exactly for those).
+    pub target_object: Option<ObjectSide>,
     /// Target column → source field (a dotted path); empty: every source
     /// column under its own name.
     pub mapping: Vec<(String, String)>,
@@ -126,15 +86,6 @@ pub struct Plan {
     pub chunk_size: usize,
     /// Insert, upsert or replace.
     pub mode: Mode,
-}
-
-fn tool_of(side: &Map<String, Value>) -> String {
-    ["tool", "kind", "type"]
-        .iter()
-        .find_map(|k| side.get(*k).and_then(Value::as_str))
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
 }
 
 fn str_list(v: &Value, field: &'static str) -> Result<Vec<String>, ConfigError> {
@@ -200,11 +151,28 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
     };
     let src = side("source")?;
     let tgt = side("target")?;
-    let source = source_kind(src)?;
-    let target = target_kind(tgt)?;
-    let (source_config, data_path) = source_fields(source, src)?;
-    let table = target_table(tgt)?;
-    let target_config = target_fields(target, tgt)?;
+    let source = noetl_core::transfer::source_kind(src)?;
+    let target = noetl_core::transfer::target_kind(tgt)?;
+    let (source_config, data_path, source_object) = match source.store() {
+        Some(store) => {
+            let o = noetl_core::transfer::object_side("source", store, src, true)?;
+            (Map::new(), o.data_path.clone(), Some(o))
+        }
+        None => {
+            let (c, p) = source_fields(source, src)?;
+            (c, p, None)
+        }
+    };
+    let (table, target_config, target_object) = match target.store() {
+        Some(store) => {
+            let o = noetl_core::transfer::object_side("target", store, tgt, true)?;
+            if let Some(m) = config.get("mode").and_then(Value::as_str) {
+                noetl_core::transfer::object_mode(m, target.name())?;
+            }
+            (String::new(), Map::new(), Some(o))
+        }
+        None => (target_table(tgt)?, target_fields(target, tgt)?, None),
+    };
     let mapping = match (config.get("mapping"), tgt.get("mapping")) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::Field {
@@ -224,41 +192,16 @@ pub fn plan(config: &Map<String, Value>) -> Result<Plan, ConfigError> {
         source,
         source_config,
         data_path,
+        source_object,
         target,
         target_config,
         table,
+        target_object,
         mapping,
         key,
         chunk_size,
         mode,
     })
-}
-
-/// `source.tool`.
-fn source_kind(src: &Map<String, Value>) -> Result<SourceKind, ConfigError> {
-    match tool_of(src).as_str() {
-        "postgres" => Ok(SourceKind::Postgres),
-        "duckdb" => Ok(SourceKind::Duckdb),
-        "http" => Ok(SourceKind::Http),
-        other => Err(ConfigError::Tool {
-            side: "source",
-            allowed: "postgres, duckdb, http",
-            got: format!("{other:?}"),
-        }),
-    }
-}
-
-/// `target.tool`.
-fn target_kind(tgt: &Map<String, Value>) -> Result<TargetKind, ConfigError> {
-    match tool_of(tgt).as_str() {
-        "postgres" => Ok(TargetKind::Postgres),
-        "duckdb" => Ok(TargetKind::Duckdb),
-        other => Err(ConfigError::Tool {
-            side: "target",
-            allowed: "postgres, duckdb",
-            got: format!("{other:?}"),
-        }),
-    }
 }
 
 /// The fields handed to the source tool, and an HTTP source's `data_path`.
@@ -283,7 +226,8 @@ fn source_fields(
                 return Err(ConfigError::Missing("source.url"));
             }
         }
-        SourceKind::Postgres | SourceKind::Duckdb => {
+        // Object sources are read by the transfer tool itself (`plan`).
+        SourceKind::Postgres | SourceKind::Duckdb | SourceKind::S3 | SourceKind::Gcs => {
             let query = src
                 .get("query")
                 .or_else(|| src.get("command"))
@@ -453,10 +397,31 @@ pub fn rows_of(
     result: &Value,
     data_path: Option<&str>,
 ) -> Result<(Rows, Vec<String>), String> {
-    let mut at = match source {
+    let at = match source {
         SourceKind::Http => result.get("data").cloned().unwrap_or(Value::Null),
         _ => result.get("rows").cloned().unwrap_or(Value::Array(vec![])),
     };
+    let columns: Vec<String> = result
+        .get("columns")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    rows_in(at, data_path, columns)
+}
+
+/// The rows in a JSON value at `data_path` (an array of objects; a single
+/// object is one row; `null` none), and their columns: `columns` when
+/// given, else every key in first-seen order.
+pub fn rows_in(
+    mut at: Value,
+    data_path: Option<&str>,
+    mut columns: Vec<String>,
+) -> Result<(Rows, Vec<String>), String> {
     if let Some(path) = data_path.filter(|p| !p.is_empty()) {
         for part in path.split('.') {
             at = match at {
@@ -491,16 +456,6 @@ pub fn rows_of(
             }
         }
     }
-    let mut columns: Vec<String> = result
-        .get("columns")
-        .and_then(Value::as_array)
-        .map(|c| {
-            c.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
     if columns.is_empty() {
         for r in &rows {
             for k in r.keys() {
@@ -556,7 +511,7 @@ pub fn insert_sql(b: &BatchSql<'_>) -> String {
         let marks: Vec<String> = (0..n)
             .map(|c| match b.target {
                 TargetKind::Postgres => format!("${}", r * n + c + 1),
-                TargetKind::Duckdb => "?".into(),
+                _ => "?".into(),
             })
             .collect();
         values.push(format!("({})", marks.join(", ")));
@@ -593,7 +548,7 @@ pub fn insert_sql(b: &BatchSql<'_>) -> String {
 pub fn rows_per_batch(target: TargetKind, chunk_size: usize, columns: usize) -> usize {
     match target {
         TargetKind::Postgres => chunk_size.min(PG_MAX_PARAMS / columns.max(1)).max(1),
-        TargetKind::Duckdb => chunk_size.max(1),
+        TargetKind::Duckdb | TargetKind::S3 | TargetKind::Gcs => chunk_size.max(1),
     }
 }
 
@@ -659,6 +614,67 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("merge"));
         assert!(p(json!({"target": {}})).is_err());
+    }
+
+    #[test]
+    fn object_sides_become_a_plan() {
+        let pl = p(json!({
+            "source": {"tool": "postgres", "query": "select 1"},
+            "target": {"tool": "s3", "url": "s3://b/out/rows.csv", "auth": "s3_main",
+                       "endpoint": "http://h:1", "mapping": {"a": "b"}}
+        }))
+        .unwrap();
+        assert_eq!(pl.target, TargetKind::S3);
+        let o = pl.target_object.as_ref().unwrap();
+        assert_eq!(
+            (o.format, o.endpoint.as_deref()),
+            (Format::Csv, Some("http://h:1"))
+        );
+        assert!(pl.table.is_empty() && pl.target_config.is_empty());
+        assert_eq!(pl.mapping, [("a".to_string(), "b".to_string())]);
+        let pl = p(json!({
+            "source": {"type": "gcs", "uri": "gs://b/in.json", "data_path": "data"},
+            "target": {"tool": "postgres", "table": "t"}, "mode": "upsert"
+        }))
+        .unwrap();
+        assert_eq!(
+            (pl.source, pl.data_path.as_deref()),
+            (SourceKind::Gcs, Some("data"))
+        );
+        assert!(pl.source_config.is_empty() && pl.target_object.is_none());
+        assert_eq!(pl.source_object.unwrap().url, "gs://b/in.json");
+    }
+
+    #[test]
+    fn wrong_object_sides_are_refused_naming_the_field() {
+        let field = |v: Value| match p(v).unwrap_err() {
+            ConfigError::Sides(e) => (e.field(), e.to_string()),
+            other => panic!("{other}"),
+        };
+        let sql = json!({"tool": "postgres", "query": "q"});
+        let (f, m) = field(
+            json!({"source": sql, "target": {"tool": "gcs", "url": "gs://b/x.jsonl"}, "mode": "upsert"}),
+        );
+        assert_eq!(f, "mode");
+        assert!(m.contains("upsert cannot merge rows into an object"), "{m}");
+        let (f, m) = field(
+            json!({"source": {"tool": "s3", "url": "gs://b/x.jsonl"}, "target": {"tool": "postgres", "table": "t"}}),
+        );
+        assert_eq!(f, "source.url");
+        assert!(
+            m.contains("\"gs://b/x.jsonl\" is not an object of source `s3`"),
+            "{m}"
+        );
+        let (f, _) = field(json!({"source": sql, "target": {"tool": "s3", "url": "s3://b/x"}}));
+        assert_eq!(f, "target.format");
+        let (f, m) = field(
+            json!({"source": sql, "target": {"tool": "s3", "url": "s3://b/x.csv", "table": "t"}}),
+        );
+        assert_eq!(f, "target.table");
+        assert!(m.contains("not a table"), "{m}");
+        let (f, m) = field(json!({"source": sql, "target": {"tool": "http", "url": "http://x"}}));
+        assert_eq!(f, "target.tool");
+        assert!(m.contains("postgres, duckdb, s3, gcs"), "{m}");
     }
 
     #[test]
