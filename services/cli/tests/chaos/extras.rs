@@ -138,9 +138,18 @@ pub async fn check_schedule(mesh: &Mesh, deadline: Instant) -> Vec<String> {
         .filter_map(|(_, h)| h.as_ref().ok())
         .filter(|h| h.playbook == "chaos_tick")
         .count();
-    if ticks != expected.len() {
+    // A tick in the first second after the schedule was created fires
+    // when the timer looks in time, and is skipped as missed otherwise
+    // (no catch-up): either count is right, none other.
+    let in_first_second = spec
+        .ticks_in(created, created + chrono::Duration::seconds(1), 10)
+        .expect("ticks")
+        .into_iter()
+        .filter(|t| *t > created)
+        .count();
+    if ticks < expected.len() || ticks > expected.len() + in_first_second {
         anomalies.push(format!(
-            "schedule {SCHEDULE}: {ticks} executions for {} ticks",
+            "schedule {SCHEDULE}: {ticks} executions for {} ticks (and {in_first_second} in its first second)",
             expected.len()
         ));
     }
