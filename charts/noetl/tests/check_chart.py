@@ -578,6 +578,13 @@ def api_variants(ci: dict[str, dict]) -> list[tuple[str, dict]]:
     ]
 
 
+def value_sets() -> list[tuple[str, dict]]:
+    """Every values set the checks render: the defaults, each ci/*-values.yaml,
+    the api variants. scripts/chart-commands renders the same ones."""
+    ci = {p.name: yaml.safe_load(p.read_text()) or {} for p in sorted((CHART / "ci").glob("*-values.yaml"))}
+    return [("default values", {})] + list(ci.items()) + api_variants(ci)
+
+
 def strict_validation_works(c: Checks, docs: list[dict]) -> None:
     """A Deployment with an unknown field must fail: the validator is not a no-op."""
     bad = copy.deepcopy(next(d for d in docs if d["kind"] == "Deployment"))
@@ -597,8 +604,7 @@ def main() -> int:
           f"schemas {', '.join(K8S_VERSIONS)}; kinds {', '.join(kinds)})")
     check_static(c, kinds)
     chart = helm.Chart.load(str(CHART))
-    ci = {p.name: yaml.safe_load(p.read_text()) or {} for p in sorted((CHART / "ci").glob("*-values.yaml"))}
-    inputs = [("default values", {})] + list(ci.items()) + api_variants(ci)
+    inputs = value_sets()
     skipped_all: set[str] = set()
     for name, values in inputs:
         before = len(c.failures)
