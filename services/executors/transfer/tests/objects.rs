@@ -3,15 +3,14 @@
 //! setup`, and the machine's PostgreSQL (127.0.0.1:5432, trust auth,
 //! database `test`; a throw-away schema per test).
 
-use std::collections::BTreeMap;
+mod support;
 
-use noetl_core::tool::{AuthCredential, Tool, ToolCall};
+use noetl_core::tool::AuthCredential;
 use noetl_core::Outcome;
 use noetl_testkit::gcs::GcsEmulator;
 use noetl_testkit::s3::{S3Server, ACCESS_KEY, SECRET_KEY};
-use noetl_tool_postgres::PostgresTool;
-use noetl_tool_transfer::TransferTool;
 use serde_json::{json, Value};
+use support::Schema;
 
 fn pg_cred() -> AuthCredential {
     AuthCredential {
@@ -38,58 +37,13 @@ fn gcs_cred(gcs: &GcsEmulator) -> AuthCredential {
     }
 }
 
-/// A schema of its own, dropped at the end.
-struct Schema {
-    pg: PostgresTool,
-    name: String,
-}
-
-impl Schema {
-    async fn new() -> Self {
-        let s = Self {
-            pg: PostgresTool::new(),
-            name: format!("noetl_xobj_{}", uuid::Uuid::new_v4().simple()),
-        };
-        s.sql(&format!("create schema {}", s.name)).await;
-        s
-    }
-
-    async fn sql(&self, command: &str) -> Value {
-        let call = ToolCall {
-            auth: Some(pg_cred()),
-            ..ToolCall::new(
-                "postgres",
-                json!({"command": command.replace("$S", &self.name)})
-                    .as_object()
-                    .cloned()
-                    .unwrap(),
-            )
-        };
-        let o = self.pg.call(call).await.outcome;
-        assert!(o.is_ok(), "{command}: {:?}", o.error);
-        o.result
-    }
-
-    async fn drop_now(self) {
-        self.sql("drop schema $S cascade").await;
-    }
+/// A throw-away schema of this suite's.
+async fn schema() -> Schema {
+    Schema::new("noetl_xobj", pg_cred()).await
 }
 
 async fn transfer(config: Value, auths: &[(&str, AuthCredential)]) -> Outcome {
-    let nested: BTreeMap<String, AuthCredential> = auths
-        .iter()
-        .map(|(k, c)| (k.to_string(), c.clone()))
-        .collect();
-    let call = ToolCall {
-        step: "load".into(),
-        task: "xfer".into(),
-        nested_auth: nested,
-        ..ToolCall::new("transfer", config.as_object().cloned().expect("object"))
-    };
-    let o = TransferTool::new().call(call).await.outcome;
-    let text = serde_json::to_string(&o).unwrap();
-    assert!(!text.contains(SECRET_KEY), "the secret key leaked: {text}");
-    o
+    support::transfer(config, auths, SECRET_KEY).await
 }
 
 const PEOPLE: &str = "select id, name, note, active from $S.people order by id";
@@ -97,7 +51,7 @@ const PEOPLE: &str = "select id, name, note, active from $S.people order by id";
 #[tokio::test]
 async fn postgres_rows_go_to_an_s3_object_and_back_in_each_format() {
     let s3 = S3Server::start("exports");
-    let s = Schema::new().await;
+    let s = schema().await;
     s.sql("create table $S.people (id int primary key, name text, note text, active boolean)")
         .await;
     s.sql(r#"insert into $S.people values (1, 'Ada, L.', 'said "hi"', true), (2, 'Bo', null, false), (3, 'Cy', '', true)"#)
@@ -184,7 +138,7 @@ async fn rows_are_read_from_and_written_to_gs_objects() {
         "{\"id\": 1, \"user\": {\"name\": \"ada\"}}\n{\"id\": 2, \"user\": {\"name\": \"bo\"}}\n",
     )
     .await;
-    let s = Schema::new().await;
+    let s = schema().await;
     s.sql("create table $S.users (id int primary key, name text)")
         .await;
     let o = transfer(

@@ -2,15 +2,14 @@
 //! trust auth, database `test`; a throw-away schema per test), DuckDB
 //! files, and an HTTP server started here.
 
-use std::collections::BTreeMap;
+mod support;
 
 use axum::routing::get;
 use axum::{Json, Router};
 use noetl_core::tool::{AuthCredential, Tool, ToolCall};
 use noetl_core::Outcome;
-use noetl_tool_postgres::PostgresTool;
-use noetl_tool_transfer::TransferTool;
 use serde_json::{json, Value};
+use support::Schema;
 
 const PASSWORD: &str = "transfer-pw-not-real-7";
 
@@ -23,58 +22,13 @@ fn pg_cred() -> AuthCredential {
     }
 }
 
-/// A schema of its own, dropped at the end.
-struct Schema {
-    pg: PostgresTool,
-    name: String,
-}
-
-impl Schema {
-    async fn new() -> Self {
-        let s = Self {
-            pg: PostgresTool::new(),
-            name: format!("noetl_xfer_{}", uuid::Uuid::new_v4().simple()),
-        };
-        s.sql(&format!("create schema {}", s.name)).await;
-        s
-    }
-
-    async fn sql(&self, command: &str) -> Value {
-        let call = ToolCall {
-            auth: Some(pg_cred()),
-            ..ToolCall::new(
-                "postgres",
-                json!({"command": command.replace("$S", &self.name)})
-                    .as_object()
-                    .cloned()
-                    .unwrap(),
-            )
-        };
-        let o = self.pg.call(call).await.outcome;
-        assert!(o.is_ok(), "{command}: {:?}", o.error);
-        o.result
-    }
-
-    async fn drop_now(self) {
-        self.sql("drop schema $S cascade").await;
-    }
+/// A throw-away schema of this suite's.
+async fn schema() -> Schema {
+    Schema::new("noetl_xfer", pg_cred()).await
 }
 
 async fn transfer(config: Value, auths: &[(&str, AuthCredential)]) -> Outcome {
-    let nested: BTreeMap<String, AuthCredential> = auths
-        .iter()
-        .map(|(k, c)| (k.to_string(), c.clone()))
-        .collect();
-    let call = ToolCall {
-        step: "load".into(),
-        task: "xfer".into(),
-        nested_auth: nested,
-        ..ToolCall::new("transfer", config.as_object().cloned().expect("object"))
-    };
-    let o = TransferTool::new().call(call).await.outcome;
-    let text = serde_json::to_string(&o).unwrap();
-    assert!(!text.contains(PASSWORD), "the password leaked: {text}");
-    o
+    support::transfer(config, auths, PASSWORD).await
 }
 
 /// An API with five posts under `/posts` and the same wrapped under
@@ -102,7 +56,7 @@ async fn start_api() -> String {
 #[tokio::test]
 async fn http_rows_go_into_postgres_in_batches_with_a_mapping() {
     let api = start_api().await;
-    let s = Schema::new().await;
+    let s = schema().await;
     s.sql("create table $S.posts (id serial primary key, post_id integer, user_id integer, title text, tag text)")
         .await;
     // NoETL's fixture shape: `type:` and the mapping under `target`.
@@ -167,7 +121,7 @@ async fn http_rows_go_into_postgres_in_batches_with_a_mapping() {
 #[cfg(feature = "duckdb")]
 #[tokio::test]
 async fn postgres_rows_upsert_into_duckdb_and_back_with_replace() {
-    let s = Schema::new().await;
+    let s = schema().await;
     s.sql("create table $S.src (id int primary key, name text, score numeric)")
         .await;
     s.sql("insert into $S.src values (1, 'a', 1.5), (2, 'b', 2), (3, 'c', 3.25)")
