@@ -37,6 +37,29 @@ export NOETL_MOTO_SERVER ?= $(VENV)/bin/moto_server
 # Google Cloud Storage for the `gs://` script tests: gcp-storage-emulator, from PyPI.
 GCS_EMULATOR_VERSION := 2026.7.19
 export NOETL_GCS_EMULATOR ?= $(VENV)/bin/gcp-storage-emulator
+# DuckDB for the `duckdb` tool. `linked` (the default where npm answers):
+# DuckDB's own build of libduckdb, the C-API library shipped in the npm
+# package @duckdb/node-bindings-linux-x64 of the same DuckDB version as the
+# `duckdb` crate, checked against its digest, into the tool cache; every
+# binary finds it by rpath. `bundled`: compiled from C++ into each binary
+# (~14 min on 2 cores the first time; what a plain `cargo build` does).
+# docs/performance.md, "A new machine".
+DUCKDB_VERSION := 1.4.2
+DUCKDB_NPM := @duckdb/node-bindings-linux-x64@$(DUCKDB_VERSION)-r.1
+DUCKDB_NPM_SHA256 := 5b5361e6f477e206df487a117a4a51dedc3258e9c359767184afc946dfe7c46f
+DUCKDB ?= $(if $(and $(filter x86_64,$(shell uname -m)),$(shell command -v npm)),linked,bundled)
+ifeq ($(DUCKDB),linked)
+export DUCKDB_LIB_DIR := $(TOOLS)/duckdb-$(DUCKDB_VERSION)
+DUCKDB_LIB := $(DUCKDB_LIB_DIR)/libduckdb.so
+export RUSTFLAGS += -C link-arg=-Wl,-rpath,$(DUCKDB_LIB_DIR)
+# The crates whose default features would compile DuckDB, with it linked.
+FEATURES := --no-default-features --features noetl-cli/duckdb,noetl-integration/duckdb,noetl-tool-transfer/duckdb
+RUN_FEATURES := --no-default-features --features duckdb
+else
+DUCKDB_LIB :=
+FEATURES :=
+RUN_FEATURES :=
+endif
 IMAGE ?= noetl/noetl:0.1.0
 # Integration tests each start their own nats-server; keep parallelism sane
 # for 2-core machines.
@@ -47,7 +70,7 @@ TEST_THREADS ?= 4
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium \
 	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION) \
-	$(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.gcs-emulator-$(GCS_EMULATOR_VERSION)
+	$(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.gcs-emulator-$(GCS_EMULATOR_VERSION) $(DUCKDB_LIB)
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -109,6 +132,15 @@ $(VENV)/.gcs-emulator-$(GCS_EMULATOR_VERSION): | $(VENV)/.nats-server-$(NATS_SER
 	@test -x $(VENV)/bin/gcp-storage-emulator || { echo "gcp-storage-emulator did not install"; exit 1; }
 	@touch $@
 
+$(TOOLS)/duckdb-$(DUCKDB_VERSION)/libduckdb.so:
+	@echo ">> setup: libduckdb $(DUCKDB_VERSION) from npm ($(DUCKDB_NPM)) into $(@D)"
+	@rm -rf $(@D).part && mkdir -p $(@D).part
+	@cd $(@D).part && npm pack --silent $(DUCKDB_NPM) >/dev/null
+	@cd $(@D).part && echo "$(DUCKDB_NPM_SHA256)  $$(ls *.tgz)" | sha256sum --check --quiet \
+		|| { echo "$(DUCKDB_NPM): digest differs from the pinned one"; exit 1; }
+	@tar -xzf $(@D).part/*.tgz -C $(@D).part package/libduckdb.so
+	@mkdir -p $(@D) && mv $(@D).part/package/libduckdb.so $@ && rm -rf $(@D).part
+
 $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):
 	@echo ">> setup: s3s-fs $(S3S_FS_VERSION) into $(TOOLS) (S3 server for tests; a few minutes the first time)"
 	@CARGO_TARGET_DIR=$(HOME)/.cache/noetl/s3s-target cargo install --quiet --locked \
@@ -117,10 +149,10 @@ $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION):
 	@touch $@
 
 build: setup
-	cargo build --workspace
+	cargo build --workspace $(FEATURES)
 
 test: setup check-deploy
-	cargo test --workspace -- --test-threads=$(TEST_THREADS)
+	cargo test --workspace $(FEATURES) -- --test-threads=$(TEST_THREADS)
 
 # Dockerfile lint, then the Helm chart: lint, render, schema-validate, assert.
 check-deploy: setup
@@ -170,19 +202,17 @@ fuzz:
 
 lint: setup
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
 fmt:
 	cargo fmt --all
 
-# Running needs only nats-server (not the test tools), and DuckDB is left out
-# unless DUCKDB=1 asks for it: compiling it from C++ takes ~14 min on 2 cores
-# the first time. Without it a `duckdb` task fails saying how to get it.
+# Running needs only nats-server and libduckdb (not the test tools).
 run: setup-run
-	cargo build -p noetl-cli $(if $(DUCKDB),,--no-default-features)
+	cargo build -p noetl-cli $(RUN_FEATURES)
 	$(CARGO_TARGET_DIR)/debug/noetl run $(PLAYBOOK)
 
-setup-run: $(VENV)/.nats-server-$(NATS_SERVER_VERSION)
+setup-run: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(DUCKDB_LIB)
 
 # `make bench QUICK=1`: smaller sizes, one round (under a minute warm).
 # `noetl` is built first: the bench runs each service as its own process

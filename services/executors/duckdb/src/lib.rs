@@ -182,7 +182,7 @@ async fn run(who: String, _job: Job) -> ToolReturn {
     ToolReturn::from(Outcome::error(
         "duckdb.unavailable",
         format!(
-            "{who}: this noetl was built without DuckDB (--no-default-features, as `make run` builds it); rebuild it with DuckDB: `make run DUCKDB=1`, or `cargo build -p noetl-cli` (default features; about 14 min the first time on 2 cores)"
+            "{who}: this noetl was built without DuckDB (--no-default-features); rebuild it with DuckDB: `make build` (links DuckDB's prebuilt library), or `cargo build -p noetl-cli` (default features: compiles DuckDB, about 12 min the first time on 2 cores)"
         ),
         false,
     ))
