@@ -140,6 +140,68 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
+            e.event_type == EventType::TaskStarted.wire_name()
+        })
+        .await;
+    assert!(mesh.pause(&eid, "test", "maintenance").await.unwrap());
+    // An operator's purge of the record (not an unpause): the services
+    // that follow it see the purge, read the log and write it back.
+    let store = mesh.exec_kv();
+    store.purge(Keys::paused(&eid)).await.unwrap();
+    let mut back = None;
+    for _ in 0..250 {
+        back = mesh.pause_record(&eid).await.unwrap();
+        if back.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let back = back.expect("the pause record is written back from the events");
+    assert_eq!(
+        (back.by.as_str(), back.reason.as_str()),
+        ("test", "maintenance")
+    );
+
+    // Still paused: the next step's token is held, not started.
+    cluster
+        .wait_for_event(&eid, "the nap to end", Duration::from_secs(30), |e| {
+            e.event_type == EventType::StepDone.wire_name() && e.step == "start"
+        })
+        .await;
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap();
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held.len(), 1, "the token of `second` is held: {held:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = cluster.events(&eid).await;
+    assert_eq!(
+        position(&events, EventType::StepStarted.wire_name(), "second"),
+        None,
+        "{:?}",
+        types(&events)
+    );
+
+    // Unpausing deletes it (no write-back) and the execution completes.
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
+    let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    cluster.assert_replays(&eid).await;
+    assert_eq!(done.status, ExecStatus::Completed);
+    assert_eq!(mesh.pause_record(&eid).await.unwrap(), None);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_once() {
     let cluster = Cluster::start_with(ClusterOptions {
         concurrency: 8,

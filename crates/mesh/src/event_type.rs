@@ -65,6 +65,9 @@ pub enum EventType {
     ExecutionPaused,
     /// The execution was unpaused: what its pause held goes on.
     ExecutionUnpaused,
+    /// A `wait` task started waiting for a signal: its waiter
+    /// ([`crate::signal`]).
+    WaitStarted,
     /// A timer: a `wait` task's timeout ([`crate::signal`]).
     WaitTimeout,
     /// A signal continued a `wait` task.
@@ -83,7 +86,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every event type, in the order of the docs.
-    pub const ALL: [EventType; 34] = [
+    pub const ALL: [EventType; 35] = [
         Self::MessageDeadLettered,
         Self::PlaybookInitialized,
         Self::WorkflowInitialized,
@@ -112,6 +115,7 @@ impl EventType {
         Self::Audit,
         Self::ExecutionPaused,
         Self::ExecutionUnpaused,
+        Self::WaitStarted,
         Self::WaitTimeout,
         Self::SignalReceived,
         Self::ExecutionResumeRequested,
@@ -151,6 +155,7 @@ impl EventType {
             Self::Audit => "audit",
             Self::ExecutionPaused => "execution.paused",
             Self::ExecutionUnpaused => "execution.unpaused",
+            Self::WaitStarted => "wait.started",
             Self::WaitTimeout => "wait.timeout",
             Self::SignalReceived => "signal.received",
             Self::ExecutionResumeRequested => "execution.resume_requested",

@@ -229,6 +229,35 @@ impl crate::Mesh {
         eid: &str,
         kind: EventType,
     ) -> Result<Option<u64>, crate::MeshError> {
+        Ok(self.last_raw_event(eid, kind).await?.map(|m| m.sequence))
+    }
+
+    /// The last stored event of type `kind` of execution `eid` and its
+    /// stream sequence (one direct read of the stream), or `None` when it
+    /// has none.
+    pub async fn last_event(
+        &self,
+        eid: &str,
+        kind: EventType,
+    ) -> Result<Option<(u64, Event)>, crate::MeshError> {
+        let Some(m) = self.last_raw_event(eid, kind).await? else {
+            return Ok(None);
+        };
+        let ev = decode_message(m.subject.as_str(), Some(&m.headers), &m.payload).map_err(|e| {
+            crate::MeshError::Invalid(format!(
+                "the last {} of execution {eid} (seq {}): {e}",
+                kind.wire_name(),
+                m.sequence
+            ))
+        })?;
+        Ok(Some((m.sequence, ev)))
+    }
+
+    async fn last_raw_event(
+        &self,
+        eid: &str,
+        kind: EventType,
+    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, crate::MeshError> {
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
         let failed = |message: String| crate::MeshError::Consume {
             consumer: format!("last {} of execution {eid}", kind.wire_name()),
@@ -241,7 +270,7 @@ impl crate::Mesh {
             .map_err(|e| failed(e.to_string()))?;
         let subject = self.subjects().event(eid, kind.wire_name());
         match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(m) => Ok(Some(m.sequence)),
+            Ok(m) => Ok(Some(m)),
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(failed(e.to_string())),
         }

@@ -1,12 +1,14 @@
 //! An execution's records as a fold of its events (docs/architecture.md
-//! "The event log"): the header, the step records and `ctx`, rebuilt from
-//! the event stream alone, plus the objects its events reference. [`apply`]
-//! takes one event at a time, in stream order; every event type is named
-//! in its `match`, so a new type does not compile until the fold places it.
+//! "The event log"): the header, the step records, `ctx`, the waiters and
+//! the pause, rebuilt from the event stream alone, plus the objects its
+//! events reference. [`apply`] takes one event at a time, in stream
+//! order; every event type is named in its `match`, so a new type does
+//! not compile until the fold places it.
 //!
 //! Values an event carries by reference (large `ctx` patches, reducer
-//! results, the workload) are read before the fold sees the event
-//! ([`crate::replay::hydrate`]): the fold itself is a plain function.
+//! results, the workload, a waiter's command) are read before the fold
+//! sees the event ([`crate::replay::hydrate`]): the fold itself is a plain
+//! function.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -109,6 +111,12 @@ pub struct Folded {
     /// The same, in the order they were applied.
     #[serde(skip)]
     applied_order: Vec<String>,
+    /// The waiters owed (`<eid>.wait.<signal>`, [`crate::signal::Waits`]).
+    #[serde(skip)]
+    pub waits: crate::signal::Waits,
+    /// The pause (`<eid>.paused`, [`crate::pause::PauseLog`]).
+    #[serde(skip)]
+    pub pause: crate::pause::PauseLog,
 }
 
 /// The status a boundary event gives its step's record, or `None` for an
@@ -173,6 +181,8 @@ impl Folded {
     pub fn apply(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
         self.events += 1;
         self.last_seq = seq;
+        self.waits.apply(ev)?;
+        self.pause.apply(seq, ev)?;
         let Some(kind) = EventType::of(ev) else {
             return Ok(()); // a type no service writes: nothing the fold keeps
         };
@@ -213,6 +223,7 @@ impl Folded {
             | T::Audit
             | T::ExecutionPaused
             | T::ExecutionUnpaused
+            | T::WaitStarted
             | T::WaitTimeout
             | T::SignalReceived
             | T::ExecutionResumeRequested

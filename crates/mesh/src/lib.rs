@@ -309,6 +309,16 @@ impl Mesh {
         })
     }
 
+    /// A handle that does not keep the mesh alive ([`Mesh::upgrade`]).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The mesh of a [`Mesh::downgrade`] handle, while it lives.
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Self> {
+        weak.upgrade().map(|inner| Self { inner })
+    }
+
     /// The core NATS client.
     pub fn client(&self) -> &async_nats::Client {
         &self.inner.client

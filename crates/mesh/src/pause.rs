@@ -13,14 +13,22 @@
 //! holds a message reads the record once more afterwards and, should the
 //! pause have ended meanwhile, publishes it itself: nothing stays held
 //! behind an unpause.
+//!
+//! The log has the pause too (`execution.paused`, `execution.unpaused`):
+//! a record purged while the execution is paused is owed ([`owed`]) and
+//! written back by the watch that sees the purge (an unpause deletes, an
+//! operator purges), by an unpause that finds it missing, and by `noetl
+//! admin rebuild`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
-use async_nats::jetstream::kv::{Operation, Store};
+use async_nats::jetstream::kv::Operation;
 use futures::StreamExt;
+use noetl_wire::Event;
 use serde::{Deserialize, Serialize};
 
+use crate::event_type::EventType;
 use crate::events::{now_rfc3339, EventDraft};
 use crate::keys::Keys;
 use crate::{kv, Mesh, MeshError};
@@ -65,6 +73,57 @@ crate::payloads::payload_of! {
     Unpaused => ExecutionUnpaused,
 }
 
+/// Whether an execution's pause record is owed, from the stream sequences
+/// of its last `execution.paused`, `execution.unpaused` and end
+/// (`execution.completed`, `failed`, `cancelled`): paused last.
+pub fn owed(paused: Option<u64>, unpaused: Option<u64>, ended: Option<u64>) -> bool {
+    paused.is_some_and(|p| unpaused.is_none_or(|u| u < p) && ended.is_none_or(|e| e < p))
+}
+
+/// What an execution's events say of its pause ([`owed`]), folded one
+/// event at a time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PauseLog {
+    paused: Option<(u64, PauseRecord)>,
+    unpaused: Option<u64>,
+    ended: Option<u64>,
+}
+
+impl PauseLog {
+    /// Apply event `ev` of stream sequence `seq` (in any order: each kind
+    /// keeps its latest). A pause whose payload does not decode is an
+    /// error naming it.
+    pub fn apply(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
+        use EventType as T;
+        let later = |kept: Option<u64>| kept.is_none_or(|k| k <= seq);
+        match EventType::of(ev) {
+            Some(T::ExecutionPaused) if later(self.paused.as_ref().map(|(s, _)| *s)) => {
+                let Paused(p) = crate::payloads::decode_typed(ev)?;
+                let record = PauseRecord {
+                    by: p.by,
+                    reason: p.reason,
+                    at: noetl_wire::codec::event_time(ev),
+                };
+                self.paused = Some((seq, record));
+            }
+            Some(T::ExecutionUnpaused) if later(self.unpaused) => self.unpaused = Some(seq),
+            Some(T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled)
+                if later(self.ended) =>
+            {
+                self.ended = Some(seq)
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The pause record owed, if one is.
+    pub fn owed(&self) -> Option<&PauseRecord> {
+        let (seq, record) = self.paused.as_ref()?;
+        owed(Some(*seq), self.unpaused, self.ended).then_some(record)
+    }
+}
+
 /// The paused executions this process knows of.
 #[derive(Debug, Default)]
 pub struct Pauses {
@@ -95,9 +154,12 @@ fn paused_eid(key: &str) -> Option<&str> {
     key.strip_suffix(".paused").filter(|e| !e.contains('.'))
 }
 
-/// Follow the pause records of `store`: the watch starts first, then the
-/// records already there are read, so no change falls in between.
-pub(crate) async fn follow(store: &Store) -> Result<Arc<Pauses>, MeshError> {
+/// Follow the pause records of `mesh`: the watch starts first, then the
+/// records already there are read, so no change falls in between. A
+/// record purged (not deleted by an unpause) stays paused when the log
+/// says it is, and is written back.
+pub(crate) async fn follow(mesh: &Mesh) -> Result<Arc<Pauses>, MeshError> {
+    let store = mesh.exec_kv();
     let failed = |e: &dyn std::fmt::Display| MeshError::Kv {
         bucket: store.name.clone(),
         key: "*.paused".into(),
@@ -111,12 +173,27 @@ pub(crate) async fn follow(store: &Store) -> Result<Arc<Pauses>, MeshError> {
         }
     }
     let s = set.clone();
+    // Weak: the watch does not keep the mesh alive.
+    let weak = mesh.downgrade();
     tokio::spawn(async move {
         while let Some(entry) = watch.next().await {
             let Ok(entry) = entry else { continue };
-            if let Some(eid) = paused_eid(&entry.key) {
-                s.set(eid, entry.operation == Operation::Put);
-            }
+            let Some(eid) = paused_eid(&entry.key) else {
+                continue;
+            };
+            let paused = match entry.operation {
+                Operation::Put => true,
+                Operation::Delete => false,
+                Operation::Purge => match Mesh::upgrade(&weak) {
+                    Some(mesh) => mesh.restore_pause(eid).await.unwrap_or_else(|e| {
+                        tracing::warn!(execution_id = %eid, error = %e,
+                            "a pause record was purged and the log could not be read");
+                        false
+                    }),
+                    None => false,
+                },
+            };
+            s.set(eid, paused);
         }
     });
     Ok(set)
@@ -143,11 +220,7 @@ impl Mesh {
     /// The executions paused, as this process follows them (the watch
     /// starts on first use).
     pub async fn pauses(&self) -> Result<&Pauses, MeshError> {
-        let set = self
-            .inner
-            .paused
-            .get_or_try_init(|| follow(self.exec_kv()))
-            .await?;
+        let set = self.inner.paused.get_or_try_init(|| follow(self)).await?;
         Ok(set)
     }
 
@@ -187,12 +260,58 @@ impl Mesh {
         kv::get(self.exec_kv(), &Keys::paused(eid)).await
     }
 
+    /// The pause record the events of `eid` say is owed ([`PauseLog`]),
+    /// from direct reads of its last pause, unpause and end events.
+    pub async fn owed_pause(&self, eid: &str) -> Result<Option<PauseRecord>, MeshError> {
+        let mut log = PauseLog::default();
+        let Some((seq, paused)) = self.last_event(eid, EventType::ExecutionPaused).await? else {
+            return Ok(None);
+        };
+        log.apply(seq, &paused)?;
+        for kind in [
+            EventType::ExecutionUnpaused,
+            EventType::ExecutionCompleted,
+            EventType::ExecutionFailed,
+            EventType::ExecutionCancelled,
+        ] {
+            if let Some(seq) = self.last_event_seq(eid, kind).await? {
+                // Only its sequence and type matter.
+                let ev = Event {
+                    event_type: kind.wire_name().to_string(),
+                    ..Event::default()
+                };
+                log.apply(seq, &ev)?;
+            }
+        }
+        Ok(log.owed().cloned())
+    }
+
+    /// Write back the pause record of `eid` when it is missing and its
+    /// events say it is owed (create-only); returns whether `eid` is
+    /// paused.
+    pub async fn restore_pause(&self, eid: &str) -> Result<bool, MeshError> {
+        if self.pause_record(eid).await?.is_some() {
+            return Ok(true);
+        }
+        let Some(record) = self.owed_pause(eid).await? else {
+            return Ok(false);
+        };
+        if kv::create(self.exec_kv(), &Keys::paused(eid), &record).await? {
+            tracing::warn!(execution_id = %eid, "a pause record was missing: rebuilt from the events");
+        }
+        Ok(true)
+    }
+
     /// Unpause `eid` and release what it held; returns how many messages
     /// were released. Idempotent: run again, it releases what a crash
-    /// left held.
+    /// left held. A pause whose record was purged is ended too.
     pub async fn unpause(&self, eid: &str, by: &str) -> Result<u64, MeshError> {
-        let was_paused = self.pause_record(eid).await?.is_some();
+        let mut was_paused = self.pause_record(eid).await?.is_some();
         let held = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
+        if !was_paused && held.is_empty() {
+            // Its record purged: the log says whether it is paused.
+            was_paused = self.owed_pause(eid).await?.is_some();
+        }
         if !was_paused && held.is_empty() {
             return Ok(0);
         }
@@ -317,5 +436,47 @@ mod tests {
         assert!(p.is_paused("e1") && !p.is_paused("e2"));
         p.set("e1", false);
         assert!(!p.is_paused("e1"));
+    }
+
+    #[test]
+    fn a_pause_is_owed_when_paused_is_the_last_of_pause_unpause_and_end() {
+        assert!(!owed(None, None, None));
+        assert!(owed(Some(3), None, None));
+        assert!(!owed(Some(3), Some(5), None));
+        assert!(owed(Some(7), Some(5), None));
+        // Ended after the pause: its record is owed by nothing.
+        assert!(!owed(Some(3), None, Some(9)));
+        // Paused again after a resume.
+        assert!(owed(Some(10), Some(5), Some(9)));
+    }
+
+    fn event(payload: &impl crate::payloads::EventPayload) -> Event {
+        EventDraft {
+            execution_id: "e1",
+            ..EventDraft::default()
+        }
+        .build(payload)
+    }
+
+    #[test]
+    fn the_pause_log_keeps_the_last_pause_and_its_record() {
+        let changed = |by: &str| PauseChanged {
+            by: by.into(),
+            reason: "look".into(),
+            released: None,
+        };
+        let mut log = PauseLog::default();
+        assert_eq!(log.owed(), None);
+        log.apply(4, &event(&Paused(changed("ann")))).unwrap();
+        let owed = log.owed().unwrap();
+        assert_eq!((owed.by.as_str(), owed.reason.as_str()), ("ann", "look"));
+        assert!(!owed.at.is_empty());
+        log.apply(6, &event(&Unpaused(changed("bob")))).unwrap();
+        assert_eq!(log.owed(), None);
+        // Read out of order (direct reads): an earlier pause changes nothing.
+        log.apply(2, &event(&Paused(changed("old")))).unwrap();
+        assert_eq!(log.owed(), None);
+        log.apply(8, &event(&Paused(changed("cy")))).unwrap();
+        assert_eq!(log.owed().map(|r| r.by.as_str()), Some("cy"));
     }
 }

@@ -780,6 +780,7 @@ mod tests {
             crate::resume::ResumeRequested::KINDS,
             crate::resume::Superseded::KINDS,
             Resumed::KINDS,
+            crate::signal::WaitStarted::KINDS,
             crate::signal::WaitTimeout::KINDS,
             crate::signal::SignalReceived::KINDS,
             crate::gate::ExecutionQueued::KINDS,

@@ -1,8 +1,9 @@
 //! Writing an execution's records back from its events (`noetl admin
 //! rebuild`, docs/operations.md "Rebuild"): the header, the step records,
 //! `ctx` (with the writes it holds, so a redelivered write is not applied
-//! twice) and the plan, each as the fold of the log gives it
-//! ([`crate::fold`]).
+//! twice), the plan, the step results kept by name and, of a running
+//! execution, its waiters and its pause, each as the fold of the log gives
+//! it ([`crate::fold`]).
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -41,6 +42,10 @@ pub struct Rebuilt {
     pub results: usize,
     /// `ctx` was written.
     pub ctx: bool,
+    /// Waiters (`<eid>.wait.<signal>`) written.
+    pub waiters: usize,
+    /// The pause record was written.
+    pub paused: bool,
     /// Why a record could not be rebuilt, if one could not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -148,6 +153,24 @@ async fn write_records(
             mesh.ctx_kv(),
         )
         .await?;
+    }
+    if folded.is_running() {
+        // Create-only whatever the mode: a stored waiter may hold a
+        // delivery its events do not have yet.
+        for (signal, waiter) in folded.waits.all() {
+            if waiter.command.is_empty() {
+                out.notes.push(format!(
+                    "the wait.started of {eid} for signal `{signal}` carries no command"
+                ));
+                continue;
+            }
+            if kv::create(mesh.exec_kv(), &Keys::wait(eid, signal), waiter).await? {
+                out.waiters += 1;
+            }
+        }
+        if let Some(record) = folded.pause.owed() {
+            out.paused = kv::create(mesh.exec_kv(), &Keys::paused(eid), record).await?;
+        }
     }
     // The header last: readers wait on it, and a header marks the
     // execution as there.

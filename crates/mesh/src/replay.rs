@@ -93,10 +93,11 @@ async fn read_events(
 
 /// The fields an event carries a value in by reference, and the field the
 /// value stands for once read back ([`crate::patches`]).
-const CARRIED: [(&str, &str); 3] = [
+const CARRIED: [(&str, &str); 4] = [
     ("set_ctx_ref", "set_ctx"),
     ("reduce_ref", "reduce"),
     ("workload_ref", "workload"),
+    ("command_ref", "command"),
 ];
 
 /// True when `ev` carries a value by reference ([`hydrate`] reads it).
@@ -108,7 +109,7 @@ pub fn carries_reference(ev: &Event) -> bool {
 }
 
 /// Put back what an event carries by reference (a large `set_ctx` patch,
-/// reducer results, the workload), read from the object store, so the
+/// reducer results, the workload, a waiter's command), read from the object store, so the
 /// fold sees every value whole.
 pub async fn hydrate(mesh: &Mesh, ev: &mut Event) -> Result<(), MeshError> {
     let mut payload = crate::events::payload(ev);
@@ -184,6 +185,12 @@ pub struct Stored {
     pub steps: BTreeMap<String, StepRecord>,
     /// `ctx` as users see it.
     pub ctx: Map<String, Value>,
+    /// Waiters by signal (`<eid>.wait.<signal>`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub waiters: BTreeMap<String, crate::signal::Waiter>,
+    /// The pause record is there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// Read the records of `eid` from KV.
@@ -199,7 +206,20 @@ pub async fn read_stored(mesh: &Mesh, eid: &str) -> Result<Stored, MeshError> {
         Value::Object(m) => m,
         _ => Map::new(),
     };
-    Ok(Stored { header, steps, ctx })
+    let waiters = mesh
+        .waiters(eid)
+        .await?
+        .into_iter()
+        .map(|w| (w.signal.clone(), w))
+        .collect();
+    let paused = mesh.pause_record(eid).await?.is_some();
+    Ok(Stored {
+        header,
+        steps,
+        ctx,
+        waiters,
+        paused,
+    })
 }
 
 /// A record the log and KV disagree on.
@@ -239,7 +259,8 @@ fn header_fields(h: &ExecHeader) -> Map<String, Value> {
 }
 
 /// Every record on which `folded` and `stored` disagree, header first,
-/// then steps by name, then `ctx` by key.
+/// then steps by name, then `ctx` by key, then (of a running execution)
+/// waiters by signal and the pause.
 pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Difference> {
     let mut out = Vec::new();
     let header_origin = folded.origins.header.clone();
@@ -302,6 +323,39 @@ pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Differenc
             stored: s.cloned().unwrap_or(Value::Null),
             event: folded.origins.ctx.get(key).cloned(),
         });
+    }
+    // Waiters and the pause of a running execution only: an ended one's
+    // are left behind, and owed by nothing.
+    if folded.is_running() {
+        let owed = folded.waits.all();
+        let signals: std::collections::BTreeSet<&String> =
+            owed.keys().chain(stored.waiters.keys()).collect();
+        for signal in signals {
+            // A delivery is the waiter's last moment, not in the log.
+            let s = stored.waiters.get(signal).map(|w| crate::signal::Waiter {
+                delivered: None,
+                ..w.clone()
+            });
+            let f = owed.get(signal);
+            if f == s.as_ref() {
+                continue;
+            }
+            out.push(Difference {
+                what: format!("waiter {signal:?}"),
+                from_events: crate::payloads::to_value(&f),
+                stored: crate::payloads::to_value(&s),
+                event: None,
+            });
+        }
+        let paused = folded.pause.owed().is_some();
+        if paused != stored.paused {
+            out.push(Difference {
+                what: "paused".into(),
+                from_events: Value::Bool(paused),
+                stored: Value::Bool(stored.paused),
+                event: None,
+            });
+        }
     }
     out
 }
@@ -380,6 +434,7 @@ mod tests {
             header: folded.header.clone(),
             steps: [(Keys::step("e1", "start"), record(StepStatus::Done, "r1"))].into(),
             ctx: [("n".to_string(), json!(2.0))].into_iter().collect(),
+            ..Stored::default()
         };
         assert_eq!(differences("e1", &folded, &stored), vec![]);
 
@@ -393,6 +448,48 @@ mod tests {
             .map(|d| d.what)
             .collect();
         assert_eq!(what, ["header.status", "step \"other\"", "ctx.n"]);
+    }
+
+    #[test]
+    fn a_running_executions_waiters_and_pause_are_compared() {
+        let mut folded = Folded::default();
+        folded.header = Some(ExecHeader::running("e1", Vec::new()));
+        let p = crate::signal::WaitStarted {
+            signal: "go".into(),
+            since: "2026-11-28T10:00:00.000Z".into(),
+            timeout_at_ms: None,
+            schema: None,
+            command: Some("cmd".into()),
+            command_ref: None,
+        };
+        let ev = crate::events::EventDraft {
+            execution_id: "e1",
+            step_run_id: "s1",
+            task_run_id: "t1",
+            step: "approve",
+            task: "ask",
+            ..Default::default()
+        }
+        .build(&p);
+        folded.apply(1, &ev).unwrap();
+        let mut waiter = folded.waits.owed("go").unwrap().clone();
+        let mut stored = Stored {
+            header: folded.header.clone(),
+            ..Stored::default()
+        };
+        let what = |stored: &Stored| -> Vec<String> {
+            differences("e1", &folded, stored)
+                .into_iter()
+                .map(|d| d.what)
+                .collect()
+        };
+        assert_eq!(what(&stored), ["waiter \"go\""]);
+        // A delivered waiter is the same waiter.
+        waiter.delivered = Some(json!({"status": "ok"}));
+        stored.waiters.insert("go".into(), waiter);
+        assert!(what(&stored).is_empty());
+        stored.paused = true;
+        assert_eq!(what(&stored), ["paused"]);
     }
 
     #[test]

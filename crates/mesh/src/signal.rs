@@ -10,16 +10,27 @@
 //! step-run: a signal is consumed once. A waiter left with an outcome (its
 //! publisher died before removing it) is published again, under the same
 //! message id, by the next signal or timer that finds it.
+//!
+//! The log has the waiter too: `wait.started` (written after the waiter)
+//! carries what it holds, so a waiter purged from KV while its step-run
+//! waits is written back from the events ([`Waits`] decides which is
+//! owed) by the signal or timer that misses it, and by `noetl admin
+//! rebuild`.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use noetl_wire::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use noetl_core::Outcome;
 
 use crate::commands::Continue;
+use crate::event_type::EventType;
 use crate::events::EventDraft;
 use crate::ids::derive_id;
 use crate::keys::Keys;
+use crate::replay::{hydrate, read_log, Until};
 use crate::{kv, payloads, Mesh, MeshError};
 
 /// The `wait` tool kind.
@@ -79,9 +90,108 @@ pub struct SignalReceived {
     pub task_run_id: String,
 }
 
+/// The payload of `wait.started`: the waiter, besides what the event's
+/// envelope names (step, step-run, task, task-run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitStarted {
+    /// The signal waited for.
+    pub signal: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// When it times out (epoch ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+    /// The JSON Schema the data must fit, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// The parked command, when it fits inline ([`crate::patches`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The parked command's reference in the object store, when it does
+    /// not ([`crate::replay::hydrate`] reads it back into `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_ref: Option<Value>,
+}
+
 payloads::payload_of! {
+    WaitStarted => WaitStarted,
     WaitTimeout => WaitTimeout,
     SignalReceived => SignalReceived,
+}
+
+/// The waiters an execution's events say are owed, folded one event at a
+/// time in stream order: per signal, the last `wait.started` whose wait
+/// has not gone on (no `signal.received` and no `task.done` of its
+/// task-run, no end of its step-run, no end of the execution).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Waits {
+    /// The owed waiters, by signal.
+    open: BTreeMap<String, Waiter>,
+    /// Task-runs whose wait went on.
+    went_on: BTreeSet<String>,
+    /// Step-runs that ended.
+    ended: BTreeSet<String>,
+}
+
+impl Waits {
+    /// Fold every event of `log` (stream order).
+    pub fn of<'a>(log: impl IntoIterator<Item = &'a Event>) -> Result<Self, MeshError> {
+        let mut waits = Self::default();
+        for ev in log {
+            waits.apply(ev)?;
+        }
+        Ok(waits)
+    }
+
+    /// Apply one event; a `wait.started` whose payload does not decode is
+    /// an error naming it.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), MeshError> {
+        use EventType as T;
+        match EventType::of(ev) {
+            Some(T::WaitStarted) => {
+                let p: WaitStarted = payloads::decode_typed(ev)?;
+                if self.went_on.contains(&ev.task_run_id) || self.ended.contains(&ev.step_run_id) {
+                    return Ok(()); // it went on before its event was written
+                }
+                let waiter = Waiter {
+                    signal: p.signal.clone(),
+                    step: ev.step.clone(),
+                    step_run_id: ev.step_run_id.clone(),
+                    task: ev.task.clone(),
+                    task_run_id: ev.task_run_id.clone(),
+                    since: p.since,
+                    timeout_at_ms: p.timeout_at_ms,
+                    schema: p.schema,
+                    command: p.command.unwrap_or_default(),
+                    delivered: None,
+                };
+                self.open.insert(p.signal, waiter);
+            }
+            Some(T::SignalReceived | T::TaskDone) if !ev.task_run_id.is_empty() => {
+                self.went_on.insert(ev.task_run_id.clone());
+                self.open.retain(|_, w| w.task_run_id != ev.task_run_id);
+            }
+            Some(T::StepDone | T::StepFailed | T::StepSuperseded) if !ev.step_run_id.is_empty() => {
+                self.ended.insert(ev.step_run_id.clone());
+                self.open.retain(|_, w| w.step_run_id != ev.step_run_id);
+            }
+            Some(T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled) => {
+                self.open.clear();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The waiter owed for `signal`, if one is.
+    pub fn owed(&self, signal: &str) -> Option<&Waiter> {
+        self.open.get(signal)
+    }
+
+    /// Every owed waiter, by signal.
+    pub fn all(&self) -> &BTreeMap<String, Waiter> {
+        &self.open
+    }
 }
 
 /// Why a signal was not delivered.
@@ -122,10 +232,37 @@ pub fn valid_signal(name: &str) -> bool {
 }
 
 impl Mesh {
-    /// Store `waiter` for execution `eid`, and its timeout timer if it has
-    /// one.
+    /// Store `waiter` for execution `eid`, then its `wait.started` event
+    /// (after: a signal that finds no waiter finds no event either; its id
+    /// is the task-run's, so a redelivered command writes it once), and
+    /// its timeout timer if it has one.
     pub async fn wait_for(&self, eid: &str, waiter: &Waiter) -> Result<(), MeshError> {
         kv::put(self.exec_kv(), &Keys::wait(eid, &waiter.signal), waiter).await?;
+        let command = crate::patches::carry(
+            self.results(),
+            eid,
+            &format!("wait-{}", waiter.task_run_id),
+            waiter.command.clone(),
+        )
+        .await?;
+        let started = WaitStarted {
+            signal: waiter.signal.clone(),
+            since: waiter.since.clone(),
+            timeout_at_ms: waiter.timeout_at_ms,
+            schema: waiter.schema.clone(),
+            command_ref: command.reference(),
+            command: command.inline(),
+        };
+        let ev = EventDraft {
+            execution_id: eid,
+            step_run_id: &waiter.step_run_id,
+            task_run_id: &waiter.task_run_id,
+            step: &waiter.step,
+            task: &waiter.task,
+            ..EventDraft::default()
+        }
+        .build(&started);
+        self.emit(&ev).await?.wait().await?;
         if let Some(at_ms) = waiter.timeout_at_ms {
             let timer = WaitTimeout {
                 at_ms,
@@ -144,6 +281,54 @@ impl Mesh {
             self.emit(&ev).await?.wait().await?;
         }
         Ok(())
+    }
+
+    /// The waiter of `eid` for `signal` and its revision: the stored one,
+    /// or, when the key is missing, the one its events say is owed,
+    /// written back first (create-only: one written meanwhile wins). The
+    /// log is read only when the key is missing and the execution has a
+    /// `wait.started`.
+    async fn read_waiter(
+        &self,
+        eid: &str,
+        signal: &str,
+    ) -> Result<Option<(Waiter, u64)>, MeshError> {
+        let key = Keys::wait(eid, signal);
+        if let Some(found) = kv::read::<Waiter>(self.exec_kv(), &key).await? {
+            return Ok(Some(found));
+        }
+        if self
+            .last_event_seq(eid, EventType::WaitStarted)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let Some(waiter) = self.owed_waiter(eid, signal).await? else {
+            return Ok(None);
+        };
+        if kv::create(self.exec_kv(), &key, &waiter).await? {
+            tracing::warn!(execution_id = %eid, %key, step = %waiter.step,
+                "a waiter was missing: rebuilt from the events");
+        }
+        kv::read::<Waiter>(self.exec_kv(), &key).await
+    }
+
+    /// The waiter the events of `eid` say is owed for `signal`, its
+    /// command read back when the event carries it by reference; `None`
+    /// when none is.
+    pub async fn owed_waiter(&self, eid: &str, signal: &str) -> Result<Option<Waiter>, MeshError> {
+        let mut log = read_log(self, eid, Until::End).await?;
+        for l in &mut log {
+            if EventType::of(&l.event) == Some(EventType::WaitStarted) {
+                hydrate(self, &mut l.event).await?;
+            }
+        }
+        let waits = Waits::of(log.iter().map(|l| &l.event))?;
+        Ok(waits
+            .owed(signal)
+            .filter(|w| !w.command.is_empty())
+            .cloned())
     }
 
     /// The waiters of `eid` now.
@@ -169,9 +354,7 @@ impl Mesh {
         if !valid_signal(signal) {
             return Err(none());
         }
-        let Some((waiter, revision)) =
-            kv::read::<Waiter>(self.exec_kv(), &Keys::wait(eid, signal)).await?
-        else {
+        let Some((waiter, revision)) = self.read_waiter(eid, signal).await? else {
             return Err(none());
         };
         if waiter.delivered.is_some() {
@@ -216,9 +399,10 @@ impl Mesh {
     /// A due `wait.timeout` timer: the waiter it is for, if still there,
     /// continues with a `timeout` error. `false` when it was gone.
     pub async fn expire_wait(&self, eid: &str, t: &WaitTimeout) -> Result<bool, MeshError> {
-        let Some((waiter, revision)) =
-            kv::read::<Waiter>(self.exec_kv(), &Keys::wait(eid, &t.signal)).await?
-        else {
+        if !valid_signal(&t.signal) {
+            return Ok(false);
+        }
+        let Some((waiter, revision)) = self.read_waiter(eid, &t.signal).await? else {
             return Ok(false);
         };
         if waiter.task_run_id != t.task_run_id {
@@ -285,6 +469,7 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn signal_names_are_key_parts() {
@@ -293,5 +478,79 @@ mod tests {
         assert!(!valid_signal(""));
         assert!(!valid_signal("a.b"));
         assert!(!valid_signal("*"));
+    }
+
+    fn event(kind: EventType, step_run: &str, task_run: &str, payload: Value) -> Event {
+        EventDraft {
+            execution_id: "e1",
+            step_run_id: step_run,
+            task_run_id: task_run,
+            step: "approve",
+            task: "ask",
+            ..EventDraft::default()
+        }
+        .build_raw(kind, payload)
+    }
+
+    fn started(signal: &str, step_run: &str, task_run: &str) -> Event {
+        let p = WaitStarted {
+            signal: signal.into(),
+            since: "2026-11-28T10:00:00.000Z".into(),
+            timeout_at_ms: Some(9),
+            schema: None,
+            command: Some(format!("cmd-{task_run}")),
+            command_ref: None,
+        };
+        event(
+            EventType::WaitStarted,
+            step_run,
+            task_run,
+            payloads::to_value(&p),
+        )
+    }
+
+    fn owed(log: &[Event], signal: &str) -> Option<String> {
+        Waits::of(log)
+            .unwrap()
+            .owed(signal)
+            .map(|w| w.task_run_id.clone())
+    }
+
+    #[test]
+    fn the_owed_waiter_is_the_last_wait_that_has_not_gone_on() {
+        let w1 = started("go", "s1", "t1");
+        // Waiting: owed, as its event says.
+        let log = vec![w1.clone()];
+        let waits = Waits::of(&log).unwrap();
+        let w = waits.owed("go").unwrap();
+        assert_eq!(
+            (w.step.as_str(), w.step_run_id.as_str(), w.task.as_str()),
+            ("approve", "s1", "ask")
+        );
+        assert_eq!((w.command.as_str(), w.timeout_at_ms), ("cmd-t1", Some(9)));
+        assert_eq!(w.delivered, None);
+        assert_eq!(owed(&log, "other"), None);
+        // A signal continued it, or its task ended (the timeout), or its
+        // step-run or the execution ended: nothing is owed.
+        let signalled = json!({"signal": "go", "by": "op", "task_run_id": "t1"});
+        for end in [
+            event(EventType::SignalReceived, "s1", "t1", signalled.clone()),
+            event(EventType::TaskDone, "s1", "t1", json!({"status": "error"})),
+            event(EventType::StepFailed, "s1", "", json!({})),
+            event(EventType::StepSuperseded, "s1", "", json!({})),
+            event(EventType::ExecutionCancelled, "", "", json!({})),
+        ] {
+            assert_eq!(owed(&[w1.clone(), end.clone()], "go"), None, "{end:?}");
+        }
+        // Another task's end leaves it owed.
+        let other = event(EventType::TaskDone, "s1", "t0", json!({"status": "ok"}));
+        assert_eq!(owed(&[w1.clone(), other], "go"), Some("t1".into()));
+        // A later wait for the same signal is the one owed; the signal
+        // received before its event was written (the waiter is stored
+        // first) still counts.
+        let w2 = started("go", "s2", "t2");
+        assert_eq!(owed(&[w1.clone(), w2.clone()], "go"), Some("t2".into()));
+        let early = event(EventType::SignalReceived, "s2", "t2", signalled);
+        assert_eq!(owed(&[early, w1, w2], "go"), Some("t1".into()));
     }
 }

@@ -2,7 +2,8 @@
 //! `noetl events tail`, against separate services: a finished execution
 //! replays equal; its records purged from KV are reported, then written
 //! back from its events; a running execution whose header, plan and ctx
-//! are purged mid-run completes with the ctx of a clean run.
+//! are purged mid-run completes with the ctx of a clean run, and one whose
+//! waiter is purged while it waits still takes its signal.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -290,6 +291,71 @@ fn a_step_result_read_by_name_and_purged_before_it_is_read_is_rebuilt_from_the_e
     assert_eq!(end["ctx"]["x"], json!(7), "{end}");
     let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
     assert!(out.status.success(), "{}: {report}", text(&out));
+}
+
+#[test]
+fn a_waiter_purged_while_its_step_waits_is_rebuilt_from_the_events_and_takes_the_signal() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "wait"]);
+
+    let id = support::exec_start(noetl(), &url, &[fixture("purged_wait.yaml")]);
+    let key = Keys::wait(&id, "approval");
+    let (rt, mesh) = attached(&url, home.path());
+    // While `start` waits, its waiter is purged from KV, and nothing else.
+    support::wait_until("start waits", Duration::from_secs(30), || {
+        rt.block_on(mesh.waiters(&id)).unwrap().len() == 1
+    });
+    let gone_from = rt.block_on(mesh.waiters(&id)).unwrap();
+    let gone = rt.block_on(async {
+        mesh.exec_kv().purge(&key).await.unwrap();
+        mesh.waiters(&id).await.unwrap()
+    });
+    assert!(gone.is_empty(), "the waiter was purged: {gone:?}");
+    // `noetl admin rebuild` writes it back as it was...
+    let (out, rebuilt) = run(noetl().args([
+        "admin",
+        "rebuild",
+        "--execution",
+        &id,
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(rebuilt["waiters"], 1, "{rebuilt}");
+    let back = rt.block_on(mesh.waiters(&id)).unwrap();
+    assert_eq!(back, gone_from, "the waiter as it was");
+    // ...and purged again, the signal finds it from the events.
+    rt.block_on(mesh.exec_kv().purge(&key)).unwrap();
+    // It refuses data that does not fit its schema, and continues the
+    // step-run with data that does.
+    let signal = |data: &str| {
+        run(noetl().args([
+            "exec", "signal", &id, "approval", "--data", data, "--json", "--nats", &url,
+        ]))
+    };
+    let (out, _) = signal(r#"{"by": 7}"#);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("$.by"), "{}", text(&out));
+    let (out, took) = signal(r#"{"by": "ann"}"#);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(took["step"], "start", "{took}");
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["by"], "ann", "{end}");
+    // Consumed once: a second signal finds no waiter, in KV or the log.
+    let (out, _) = signal(r#"{"by": "bo"}"#);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(rt.block_on(mesh.waiters(&id)).unwrap().is_empty());
+    drop(mesh);
+    drop(rt);
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+    assert_eq!(report["equal"], true, "{report}");
 }
 
 #[test]

@@ -168,6 +168,7 @@ fn report_of(kind: EventType) -> Option<Report> {
         | T::Audit
         | T::ExecutionPaused
         | T::ExecutionUnpaused
+        | T::WaitStarted
         | T::WaitTimeout
         | T::SignalReceived
         | T::ExecutionQueued

@@ -103,6 +103,7 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
         | T::ExecutionCancelled
         | T::Audit
         | T::ExecutionPaused
+        | T::WaitStarted
         | T::SignalReceived
         | T::ExecutionQueued
         | T::ExecutionUnpaused

@@ -1,5 +1,6 @@
 //! `noetl admin rebuild`: write an execution's records (header, plan, step
-//! records, `ctx`) back from its events, for one execution or every one
+//! records, results kept by name, `ctx`, waiters, the pause) back from its
+//! events, for one execution or every one
 //! its events say is running (docs/operations.md "Rebuild").
 
 use std::process::ExitCode;
@@ -76,6 +77,12 @@ fn print(r: &Rebuilt, json: bool) {
     }
     if r.ctx {
         wrote.push("ctx".to_string());
+    }
+    if r.waiters > 0 {
+        wrote.push(format!("{} waiter(s)", r.waiters));
+    }
+    if r.paused {
+        wrote.push("the pause".to_string());
     }
     let wrote = if wrote.is_empty() {
         "nothing was missing".to_string()

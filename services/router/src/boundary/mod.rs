@@ -135,6 +135,7 @@ fn handling_of(kind: EventType) -> Handling {
         | T::Audit
         | T::ExecutionPaused
         | T::ExecutionUnpaused
+        | T::WaitStarted
         | T::WaitTimeout
         | T::SignalReceived
         | T::ExecutionQueued
