@@ -203,9 +203,12 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         draining: CancellationToken::new(),
         step_statuses: crate::state::StepStatusCache::new(4096),
         view: Default::default(),
+        ctx_view: Default::default(),
+        step_order: noetl_mesh::cache::Bounded::new(crate::view::CAPACITY),
         limits: p.limits,
     });
     crate::view::follow(p.mesh.clone(), state.view.clone(), p.shutdown.clone());
+    crate::view::follow_ctx(p.mesh.clone(), state.ctx_view.clone(), p.shutdown.clone());
     follow_tokens(state.clone(), p.shutdown.clone());
     let app = crate::routes::router(state.clone(), p.extra);
     let handle: Handle<SocketAddr> = Handle::new();

@@ -39,6 +39,14 @@ pub struct Shared {
     /// ([`crate::view`]): a status read of one it holds costs no round
     /// trip.
     pub view: std::sync::Arc<crate::view::StatusView>,
+    /// Each execution's steps in workflow order (the status answer's
+    /// `completed_steps`), by execution and resume count: the plan cache
+    /// holds far fewer plans than a replica answers for, and a plan is
+    /// read whole.
+    pub step_order: noetl_mesh::cache::Bounded<(String, u32), std::sync::Arc<Vec<String>>>,
+    /// The executions' `ctx` records as this replica follows them
+    /// ([`crate::view::follow_ctx`]): the status answer's `variables`.
+    pub ctx_view: std::sync::Arc<crate::view::StatusView>,
     /// Timeouts and the connection limit.
     pub limits: crate::limits::Limits,
 }

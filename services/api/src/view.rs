@@ -12,14 +12,16 @@
 //! the view is emptied and a new watch starts: reads go to JetStream
 //! until executions are read again. A view is at most the watch's delay
 //! (milliseconds) behind the bucket. It holds at most [`CAPACITY`]
-//! executions, the oldest forgotten first.
+//! executions, the oldest forgotten first. A second view follows the
+//! `ctx` records the same way ([`follow_ctx`]): the status answer's
+//! `variables`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::kv::Operation;
+use async_nats::jetstream::kv::{Operation, Store};
 use bytes::Bytes;
 use futures::StreamExt;
 use noetl_mesh::Mesh;
@@ -170,9 +172,25 @@ impl StatusView {
 /// Follow the exec bucket's headers and step records into `view` until
 /// `shutdown`; a watch that ends is started again after a second.
 pub fn follow(mesh: Mesh, view: Arc<StatusView>, shutdown: CancellationToken) {
+    follow_bucket(mesh.exec_kv().clone(), &["*", "*.step.>"], view, shutdown);
+}
+
+/// Follow the `ctx` records (`<eid>` keys of the ctx bucket, not the
+/// loop runs' owner claims) into `view`, the same way: a status read's
+/// `variables` then costs no round trip either.
+pub fn follow_ctx(mesh: Mesh, view: Arc<StatusView>, shutdown: CancellationToken) {
+    follow_bucket(mesh.ctx_kv().clone(), &["*"], view, shutdown);
+}
+
+fn follow_bucket(
+    store: Store,
+    patterns: &'static [&'static str],
+    view: Arc<StatusView>,
+    shutdown: CancellationToken,
+) {
     tokio::spawn(async move {
         loop {
-            match mesh.exec_kv().watch_many(["*", "*.step.>"]).await {
+            match store.watch_many(patterns.iter().copied()).await {
                 Ok(mut watch) => {
                     view.following(true);
                     loop {
@@ -189,11 +207,12 @@ pub fn follow(mesh: Mesh, view: Arc<StatusView>, shutdown: CancellationToken) {
                     }
                     view.following(false);
                     tracing::warn!(
+                        bucket = %store.name,
                         "the status view's watch ended; reading from JetStream until it runs again"
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch the exec bucket for the status view; retrying")
+                    tracing::warn!(bucket = %store.name, error = %e, "cannot watch a bucket for the status view; retrying")
                 }
             }
             tokio::select! {

@@ -1269,3 +1269,74 @@ fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+/// A playbook that naps, then sets `ctx.stage`.
+const CTX_LATER: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: api_ctx_later
+  path: tests/api_ctx_later
+workflow:
+  - step: start
+    tool:
+      - name: first
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { stage: "napping" } }
+    next:
+      arcs:
+        - step: nap
+  - step: nap
+    tool:
+      - name: sleep
+        kind: python
+        code: |
+          import time
+          time.sleep(1.5)
+          result = {"slept": True}
+    next:
+      arcs:
+        - step: finish
+  - step: finish
+    tool:
+      - name: last
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { stage: "done" } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_variables_follow_ctx_after_the_first_read() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    api.register(admin, CTX_LATER).await;
+    let id = api.execute(admin, "tests/api_ctx_later", json!({})).await;
+    // Read while it naps: the replica reads `ctx` once, then follows it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let st = api
+            .get(&format!("/api/executions/{id}/status"), viewer)
+            .await;
+        if st.json["variables"]["stage"] == "napping" {
+            assert_eq!(st.json["status"], "RUNNING", "{}", st.text);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never saw ctx.stage = napping: {}",
+            st.text
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The write after the first read reaches the answer: the first answer
+    // that says COMPLETED has the final `ctx`.
+    let st = api.wait_status(&id, viewer, "COMPLETED").await;
+    assert_eq!(st["variables"], json!({"stage": "done"}), "{st}");
+}

@@ -228,6 +228,55 @@ async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError>
         .ok_or_else(|| not_found(id))
 }
 
+/// An execution's `ctx` as the status answer shows it (`variables`):
+/// from the replica's view of the ctx records while it runs, else one
+/// read, which completes the view's entry. The view may trail the
+/// header's end by the watch's delay, so an ended execution's `ctx` comes
+/// from a read made after that end (marked in the entry by `ended_at`).
+async fn variables(state: &AppState, id: &str, ended_at: Option<&str>) -> Result<Value, ApiError> {
+    let store = state.mesh.ctx_kv();
+    let end_mark = format!("{id}.ended");
+    let held = state.ctx_view.read(id).filter(|keys| match ended_at {
+        None => true,
+        Some(end) => keys
+            .get(&end_mark)
+            .is_some_and(|(v, _)| v.as_ref() == end.as_bytes()),
+    });
+    let stored = match held {
+        Some(keys) => keys
+            .get(id)
+            .map(|(bytes, _)| serde_json::from_slice::<Value>(bytes))
+            .transpose()
+            .map_err(|e| noetl_mesh::MeshError::Corrupt {
+                bucket: store.name.clone(),
+                key: id.to_string(),
+                message: e.to_string(),
+            })?,
+        None => {
+            let generation = state.ctx_view.generation();
+            let read = kv::read::<Value>(store, id).await?;
+            if let Some(g) = generation {
+                let mut values: Vec<(String, bytes::Bytes, u64)> = read
+                    .iter()
+                    .map(|(v, revision)| (id.to_string(), v.to_string().into(), *revision))
+                    .collect();
+                if let Some(end) = ended_at {
+                    // A later end (after a resume) replaces the mark.
+                    let at = noetl_mesh::events::parse_rfc3339(end)
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_millis() as u64);
+                    values.push((end_mark, end.to_string().into(), at));
+                }
+                state.ctx_view.complete(id, g, &values);
+            }
+            read.map(|(v, _)| v)
+        }
+    };
+    Ok(noetl_mesh::state::user_ctx(
+        stored.unwrap_or_else(|| Value::Object(Default::default())),
+    ))
+}
+
 /// An execution's status and step counts (what NoETL's clients poll).
 #[utoipa::path(get, path = "/api/executions/{id}/status", tag = "executions",
     params(("id" = String, Path, description = "Execution id")),
@@ -242,14 +291,23 @@ pub async fn status(
     let (h, steps) = snapshot(&state, &id).await?;
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
     let mesh = &state.mesh;
-    let order: Vec<String> = match mesh.plans().get(mesh, &id).await {
-        Ok(plan) => plan
-            .playbook
-            .workflow
-            .iter()
-            .map(|s| s.step.clone())
-            .collect(),
-        Err(_) => steps.keys().cloned().collect(),
+    let order_key = (id.clone(), h.resumes);
+    let order = match state.step_order.get(&order_key) {
+        Some(order) => order,
+        None => match mesh.plans().get(mesh, &id).await {
+            Ok(plan) => {
+                let order = std::sync::Arc::new(
+                    plan.playbook
+                        .workflow
+                        .iter()
+                        .map(|s| s.step.clone())
+                        .collect::<Vec<_>>(),
+                );
+                state.step_order.insert(order_key, order.clone());
+                order
+            }
+            Err(_) => std::sync::Arc::new(steps.keys().cloned().collect()),
+        },
     };
     let now_ms = noetl_mesh::events::now_ms();
     let took = duration(&h.started_at, h.ended_at.as_deref(), now_ms);
@@ -258,7 +316,7 @@ pub async fn status(
         completed: h.status.is_terminal(),
         failed: matches!(h.status, ExecStatus::Failed | ExecStatus::Cancelled),
         completed_steps: completed_steps(&order, &steps),
-        variables: mesh.exec_ctx(&id).await?,
+        variables: variables(&state, &id, h.ended_at.as_deref()).await?,
         start_time: h.started_at.clone(),
         end_time: h.ended_at.clone(),
         duration_seconds: took.as_ref().map(|t| t.0),
