@@ -111,9 +111,9 @@ pub struct Folded {
     /// The same, in the order they were applied.
     #[serde(skip)]
     applied_order: Vec<String>,
-    /// The waiters owed (`<eid>.wait.<signal>`, [`crate::signal::Waits`]).
+    /// The waiters owed (`<eid>.wait.<signal>`, [`crate::waiter::Waits`]).
     #[serde(skip)]
-    pub waits: crate::signal::Waits,
+    pub waits: crate::waiter::Waits,
     /// The pause (`<eid>.paused`, [`crate::pause::PauseLog`]).
     #[serde(skip)]
     pub pause: crate::pause::PauseLog,

@@ -62,6 +62,7 @@ pub mod subjects;
 mod summary;
 pub mod token;
 pub mod topology;
+pub mod waiter;
 
 use crate::event_type::EventType;
 use std::sync::Arc;

@@ -780,9 +780,9 @@ mod tests {
             crate::resume::ResumeRequested::KINDS,
             crate::resume::Superseded::KINDS,
             Resumed::KINDS,
-            crate::signal::WaitStarted::KINDS,
-            crate::signal::WaitTimeout::KINDS,
-            crate::signal::SignalReceived::KINDS,
+            crate::waiter::WaitStarted::KINDS,
+            crate::waiter::WaitTimeout::KINDS,
+            crate::waiter::SignalReceived::KINDS,
             crate::gate::ExecutionQueued::KINDS,
         ] {
             assert!(!kinds.is_empty());

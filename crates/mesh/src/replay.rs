@@ -187,7 +187,7 @@ pub struct Stored {
     pub ctx: Map<String, Value>,
     /// Waiters by signal (`<eid>.wait.<signal>`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub waiters: BTreeMap<String, crate::signal::Waiter>,
+    pub waiters: BTreeMap<String, crate::waiter::Waiter>,
     /// The pause record is there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -332,7 +332,7 @@ pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Differenc
             owed.keys().chain(stored.waiters.keys()).collect();
         for signal in signals {
             // A delivery is the waiter's last moment, not in the log.
-            let s = stored.waiters.get(signal).map(|w| crate::signal::Waiter {
+            let s = stored.waiters.get(signal).map(|w| crate::waiter::Waiter {
                 delivered: None,
                 ..w.clone()
             });
@@ -454,7 +454,7 @@ mod tests {
     fn a_running_executions_waiters_and_pause_are_compared() {
         let mut folded = Folded::default();
         folded.header = Some(ExecHeader::running("e1", Vec::new()));
-        let p = crate::signal::WaitStarted {
+        let p = crate::waiter::WaitStarted {
             signal: "go".into(),
             since: "2026-11-28T10:00:00.000Z".into(),
             timeout_at_ms: None,

@@ -1,0 +1,174 @@
+//! What a wait is made of and what the log says of it: the waiter
+//! stored under `<eid>.wait.<signal>`, the payloads of `wait.started`,
+//! `wait.timeout` and `signal.received`, and [`Waits`], the fold that says
+//! which waiters the events owe. Apart from [`crate::signal`] (which
+//! stores, delivers and continues waiters) so the event fold
+//! ([`crate::fold`]) reads it without reaching the command publishing a
+//! delivery does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use noetl_wire::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event_type::EventType;
+use crate::{payloads, MeshError};
+
+/// A step-run waiting for a signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiter {
+    /// The signal's name.
+    pub signal: String,
+    /// The step.
+    pub step: String,
+    /// The step-run.
+    pub step_run_id: String,
+    /// The `wait` task.
+    pub task: String,
+    /// Its task-run.
+    pub task_run_id: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// When it times out (epoch ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+    /// The JSON Schema the data must fit, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// The task command that continues the step-run
+    /// ([`crate::commands::park_command`]).
+    pub command: String,
+    /// The outcome a signal or the timeout gave it, once one did (the
+    /// waiter is removed once its continuation is published; one left
+    /// with an outcome is published again by the next signal or timer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<Value>,
+}
+
+/// The `wait.timeout` timer: the router acts on it when due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitTimeout {
+    /// When (epoch ms).
+    pub at_ms: u64,
+    /// The signal waited for.
+    pub signal: String,
+    /// The `wait` task-run it is for (a later wait for the same signal is
+    /// not timed out by an earlier timer).
+    pub task_run_id: String,
+}
+
+/// The payload of `signal.received`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalReceived {
+    /// The signal.
+    pub signal: String,
+    /// Who sent it.
+    pub by: String,
+    /// The `wait` task-run it continued.
+    pub task_run_id: String,
+}
+
+/// The payload of `wait.started`: the waiter, besides what the event's
+/// envelope names (step, step-run, task, task-run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitStarted {
+    /// The signal waited for.
+    pub signal: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// When it times out (epoch ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+    /// The JSON Schema the data must fit, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// The parked command, when it fits inline ([`crate::patches`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The parked command's reference in the object store, when it does
+    /// not ([`crate::replay::hydrate`] reads it back into `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_ref: Option<Value>,
+}
+
+payloads::payload_of! {
+    WaitStarted => WaitStarted,
+    WaitTimeout => WaitTimeout,
+    SignalReceived => SignalReceived,
+}
+
+/// The waiters an execution's events say are owed, folded one event at a
+/// time in stream order: per signal, the last `wait.started` whose wait
+/// has not gone on (no `signal.received` and no `task.done` of its
+/// task-run, no end of its step-run, no end of the execution).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Waits {
+    /// The owed waiters, by signal.
+    open: BTreeMap<String, Waiter>,
+    /// Task-runs whose wait went on.
+    went_on: BTreeSet<String>,
+    /// Step-runs that ended.
+    ended: BTreeSet<String>,
+}
+
+impl Waits {
+    /// Fold every event of `log` (stream order).
+    pub fn of<'a>(log: impl IntoIterator<Item = &'a Event>) -> Result<Self, MeshError> {
+        let mut waits = Self::default();
+        for ev in log {
+            waits.apply(ev)?;
+        }
+        Ok(waits)
+    }
+
+    /// Apply one event; a `wait.started` whose payload does not decode is
+    /// an error naming it.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), MeshError> {
+        use EventType as T;
+        match EventType::of(ev) {
+            Some(T::WaitStarted) => {
+                let p: WaitStarted = payloads::decode_typed(ev)?;
+                if self.went_on.contains(&ev.task_run_id) || self.ended.contains(&ev.step_run_id) {
+                    return Ok(()); // it went on before its event was written
+                }
+                let waiter = Waiter {
+                    signal: p.signal.clone(),
+                    step: ev.step.clone(),
+                    step_run_id: ev.step_run_id.clone(),
+                    task: ev.task.clone(),
+                    task_run_id: ev.task_run_id.clone(),
+                    since: p.since,
+                    timeout_at_ms: p.timeout_at_ms,
+                    schema: p.schema,
+                    command: p.command.unwrap_or_default(),
+                    delivered: None,
+                };
+                self.open.insert(p.signal, waiter);
+            }
+            Some(T::SignalReceived | T::TaskDone) if !ev.task_run_id.is_empty() => {
+                self.went_on.insert(ev.task_run_id.clone());
+                self.open.retain(|_, w| w.task_run_id != ev.task_run_id);
+            }
+            Some(T::StepDone | T::StepFailed | T::StepSuperseded) if !ev.step_run_id.is_empty() => {
+                self.ended.insert(ev.step_run_id.clone());
+                self.open.retain(|_, w| w.step_run_id != ev.step_run_id);
+            }
+            Some(T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled) => {
+                self.open.clear();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The waiter owed for `signal`, if one is.
+    pub fn owed(&self, signal: &str) -> Option<&Waiter> {
+        self.open.get(signal)
+    }
+
+    /// Every owed waiter, by signal.
+    pub fn all(&self) -> &BTreeMap<String, Waiter> {
+        &self.open
+    }
+}
