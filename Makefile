@@ -48,6 +48,8 @@ DUCKDB_VERSION := 1.4.2
 DUCKDB_NPM := @duckdb/node-bindings-linux-x64@$(DUCKDB_VERSION)-r.1
 DUCKDB_NPM_SHA256 := 5b5361e6f477e206df487a117a4a51dedc3258e9c359767184afc946dfe7c46f
 DUCKDB ?= $(if $(and $(filter x86_64,$(shell uname -m)),$(shell command -v npm)),linked,bundled)
+# The caller's own flags: the image's build gets these, not the rpath.
+USER_RUSTFLAGS := $(RUSTFLAGS)
 ifeq ($(DUCKDB),linked)
 export DUCKDB_LIB_DIR := $(TOOLS)/duckdb-$(DUCKDB_VERSION)
 DUCKDB_LIB := $(DUCKDB_LIB_DIR)/libduckdb.so
@@ -164,7 +166,7 @@ check-deploy: setup
 # from Debian's packages (mmdebstrap) and the binary is built here
 # (scripts/noetl-image, docs/deploy.md).
 image:
-	IMAGE=$(IMAGE) scripts/noetl-image build
+	RUSTFLAGS='$(USER_RUSTFLAGS)' IMAGE=$(IMAGE) scripts/noetl-image build
 
 # Proves the image from its exported filesystem (chroot, as root): its size
 # and layers, `noetl --version`, every command line the chart renders, and
