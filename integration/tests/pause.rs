@@ -69,6 +69,34 @@ fn position(events: &[Event], kind: &str, step: &str) -> Option<usize> {
         .position(|e| e.event_type == kind && (step.is_empty() || e.step == step))
 }
 
+/// Once `start`'s nap ends in the paused chain, the token of `second` is
+/// held (one held key) and `second` does not start.
+async fn second_is_held_not_started(cluster: &Cluster, eid: &str) {
+    cluster
+        .wait_for_event(eid, "the nap to end", Duration::from_secs(30), |e| {
+            e.event_type == EventType::StepDone.wire_name() && e.step == "start"
+        })
+        .await;
+    let store = cluster.mesh.exec_kv();
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held = kv::keys_under(store, &Keys::held_all(eid)).await.unwrap();
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held.len(), 1, "the token of `second` is held: {held:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = cluster.events(eid).await;
+    assert_eq!(
+        position(&events, EventType::StepStarted.wire_name(), "second"),
+        None,
+        "{:?}",
+        types(&events)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_execution_starts_no_step_until_unpaused() {
     let cluster = Cluster::start().await;
@@ -86,29 +114,8 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     );
 
     // What runs finishes; the next step's token is held, not started.
-    cluster
-        .wait_for_event(&eid, "the nap to end", Duration::from_secs(30), |e| {
-            e.event_type == EventType::StepDone.wire_name() && e.step == "start"
-        })
-        .await;
+    second_is_held_not_started(&cluster, &eid).await;
     let store = mesh.exec_kv();
-    let mut held = Vec::new();
-    for _ in 0..200 {
-        held = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap();
-        if !held.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(held.len(), 1, "the token of `second` is held: {held:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let events = cluster.events(&eid).await;
-    assert_eq!(
-        position(&events, EventType::StepStarted.wire_name(), "second"),
-        None,
-        "{:?}",
-        types(&events)
-    );
     let header = mesh.exec_header(&eid).await.unwrap().unwrap();
     assert_eq!(header.status, ExecStatus::Running);
 
@@ -169,28 +176,7 @@ async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
     );
 
     // Still paused: the next step's token is held, not started.
-    cluster
-        .wait_for_event(&eid, "the nap to end", Duration::from_secs(30), |e| {
-            e.event_type == EventType::StepDone.wire_name() && e.step == "start"
-        })
-        .await;
-    let mut held = Vec::new();
-    for _ in 0..200 {
-        held = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap();
-        if !held.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(held.len(), 1, "the token of `second` is held: {held:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let events = cluster.events(&eid).await;
-    assert_eq!(
-        position(&events, EventType::StepStarted.wire_name(), "second"),
-        None,
-        "{:?}",
-        types(&events)
-    );
+    second_is_held_not_started(&cluster, &eid).await;
 
     // Unpausing deletes it (no write-back) and the execution completes.
     assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);

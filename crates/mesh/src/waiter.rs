@@ -172,3 +172,84 @@ impl Waits {
         &self.open
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::EventDraft;
+    use serde_json::json;
+
+    fn event(kind: EventType, step_run: &str, task_run: &str, payload: Value) -> Event {
+        EventDraft {
+            execution_id: "e1",
+            step_run_id: step_run,
+            task_run_id: task_run,
+            step: "approve",
+            task: "ask",
+            ..EventDraft::default()
+        }
+        .build_raw(kind, payload)
+    }
+
+    fn started(signal: &str, step_run: &str, task_run: &str) -> Event {
+        let p = WaitStarted {
+            signal: signal.into(),
+            since: "2026-11-28T10:00:00.000Z".into(),
+            timeout_at_ms: Some(9),
+            schema: None,
+            command: Some(format!("cmd-{task_run}")),
+            command_ref: None,
+        };
+        event(
+            EventType::WaitStarted,
+            step_run,
+            task_run,
+            payloads::to_value(&p),
+        )
+    }
+
+    fn owed(log: &[Event], signal: &str) -> Option<String> {
+        Waits::of(log)
+            .unwrap()
+            .owed(signal)
+            .map(|w| w.task_run_id.clone())
+    }
+
+    #[test]
+    fn the_owed_waiter_is_the_last_wait_that_has_not_gone_on() {
+        let w1 = started("go", "s1", "t1");
+        // Waiting: owed, as its event says.
+        let log = vec![w1.clone()];
+        let waits = Waits::of(&log).unwrap();
+        let w = waits.owed("go").unwrap();
+        assert_eq!(
+            (w.step.as_str(), w.step_run_id.as_str(), w.task.as_str()),
+            ("approve", "s1", "ask")
+        );
+        assert_eq!((w.command.as_str(), w.timeout_at_ms), ("cmd-t1", Some(9)));
+        assert_eq!(w.delivered, None);
+        assert_eq!(owed(&log, "other"), None);
+        // A signal continued it, or its task ended (the timeout), or its
+        // step-run or the execution ended: nothing is owed.
+        let signalled = json!({"signal": "go", "by": "op", "task_run_id": "t1"});
+        for end in [
+            event(EventType::SignalReceived, "s1", "t1", signalled.clone()),
+            event(EventType::TaskDone, "s1", "t1", json!({"status": "error"})),
+            event(EventType::StepFailed, "s1", "", json!({})),
+            event(EventType::StepSuperseded, "s1", "", json!({})),
+            event(EventType::ExecutionCancelled, "", "", json!({})),
+        ] {
+            assert_eq!(owed(&[w1.clone(), end.clone()], "go"), None, "{end:?}");
+        }
+        // Another task's end leaves it owed.
+        let other = event(EventType::TaskDone, "s1", "t0", json!({"status": "ok"}));
+        assert_eq!(owed(&[w1.clone(), other], "go"), Some("t1".into()));
+        // A later wait for the same signal is the one owed; the signal
+        // received before its event was written (the waiter is stored
+        // first) still counts.
+        let w2 = started("go", "s2", "t2");
+        assert_eq!(owed(&[w1.clone(), w2.clone()], "go"), Some("t2".into()));
+        let early = event(EventType::SignalReceived, "s2", "t2", signalled);
+        assert_eq!(owed(&[early, w1, w2], "go"), Some("t1".into()));
+    }
+}
