@@ -53,34 +53,47 @@ impl Effect {
 
 /// Publish `effects` in order, then wait for every ack (the first error
 /// wins; the handler's message is then retried and publishes them again).
+///
+/// Cause before effect: work (a token, a task, a loop command) is
+/// published only once every event listed before it is stored. Publishes
+/// are not waited for one by one, and a nats-server that goes down loses
+/// the ones in flight while the client sends the later ones after it
+/// reconnects; without the wait a token could be stored, run and end while
+/// the `token.created` announcing it was lost, and the state folded from
+/// the log (docs/architecture.md, "The event log") would not know the
+/// token. An ack that never comes fails the handler, whose message is
+/// redelivered and publishes the lot again under the same ids.
 pub async fn apply(mesh: &Mesh, effects: Vec<Effect>) -> Result<(), MeshError> {
-    publish(mesh, effects).await?.wait().await
+    let mut batch = Batch::new();
+    let mut events_unconfirmed = false;
+    for effect in effects {
+        let is_event = matches!(effect, Effect::Emit(_));
+        if !is_event && events_unconfirmed {
+            std::mem::take(&mut batch).wait().await?;
+            events_unconfirmed = false;
+        }
+        events_unconfirmed |= is_event;
+        batch.push(publish_one(mesh, effect).await?);
+    }
+    batch.wait().await
 }
 
-/// Publish `effects` in order without waiting for their acks: the caller
-/// waits for the returned batch (with later publishes, or before it acks
-/// its message).
-pub async fn publish(mesh: &Mesh, effects: Vec<Effect>) -> Result<Batch, MeshError> {
-    let mut batch = Batch::new();
-    for effect in effects {
-        batch.push(match effect {
-            Effect::Emit(ev) => mesh.emit(&ev).await?,
-            Effect::Task { kind, task, cmd } => {
-                mesh.publish_task_of_kind(&kind, &task, &cmd).await?
-            }
-            Effect::Command { kind, cmd } => mesh.publish_command(&kind, &cmd).await?,
-            Effect::Loop(cmd) => {
-                mesh.publish(
-                    mesh.subjects().loop_cmd(&cmd.execution_id),
-                    &cmd.command_id,
-                    codec::encode(&cmd),
-                )
-                .await?
-            }
-            Effect::Token(token) => mesh.publish_token(&token).await?,
-        });
-    }
-    Ok(batch)
+/// Publish one effect without waiting for its ack.
+async fn publish_one(mesh: &Mesh, effect: Effect) -> Result<crate::PendingAck, MeshError> {
+    Ok(match effect {
+        Effect::Emit(ev) => mesh.emit(&ev).await?,
+        Effect::Task { kind, task, cmd } => mesh.publish_task_of_kind(&kind, &task, &cmd).await?,
+        Effect::Command { kind, cmd } => mesh.publish_command(&kind, &cmd).await?,
+        Effect::Loop(cmd) => {
+            mesh.publish(
+                mesh.subjects().loop_cmd(&cmd.execution_id),
+                &cmd.command_id,
+                codec::encode(&cmd),
+            )
+            .await?
+        }
+        Effect::Token(token) => mesh.publish_token(&token).await?,
+    })
 }
 
 #[cfg(test)]

@@ -221,6 +221,19 @@ impl crate::Mesh {
 }
 
 impl crate::Mesh {
+    /// Whether the router's `next.selected` answering a boundary of
+    /// step-run `srid` of execution `eid` is stored (read on the rare path
+    /// of a redelivered boundary that finds nothing of its own live).
+    pub async fn boundary_answered(&self, eid: &str, srid: &str) -> Result<bool, crate::MeshError> {
+        let subject = self
+            .subjects()
+            .event(eid, EventType::NextSelected.wire_name());
+        let read = self.stored_events_from(&subject, None).await?;
+        Ok(read
+            .into_iter()
+            .any(|(_, ev)| ev.is_ok_and(|ev| ev.step_run_id == srid)))
+    }
+
     /// The stream sequence of the last stored event of type `kind` of
     /// execution `eid` (one direct read of the stream), or `None` when it
     /// has none.

@@ -117,6 +117,11 @@ pub struct Folded {
     /// The pause (`<eid>.paused`, [`crate::pause::PauseLog`]).
     #[serde(skip)]
     pub pause: crate::pause::PauseLog,
+    /// Boundary events the router has not answered yet (no `next.selected`
+    /// of their step-run in the log so far), by step-run: they end their
+    /// token only once it has ([`Self::routed`]).
+    #[serde(skip)]
+    unrouted: BTreeMap<String, Vec<(u64, Event, EventType)>>,
 }
 
 /// The status a boundary event gives its step's record, or `None` for an
@@ -199,8 +204,15 @@ impl Folded {
                 if let Some(patch) = p.set_ctx {
                     self.write_ctx(seq, ev, &format!("arcs:{}", ev.step_run_id), patch);
                 }
+                self.routed(&ev.step_run_id, Some(&p.on))?;
             }
             T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled => {
+                // Whatever boundary was left unanswered was handled on the
+                // way to the end (a log from before skips were answered,
+                // a router that stopped between its write and its events).
+                for srid in self.unrouted.keys().cloned().collect::<Vec<_>>() {
+                    self.routed(&srid, None)?;
+                }
                 self.ended(seq, ev)?
             }
             T::ExecutionResumed => self.resumed(seq, ev)?,
@@ -273,9 +285,9 @@ impl Folded {
         Ok(())
     }
 
-    /// A step-run's boundary: while its token is live, the step's record
-    /// (not for a token a join absorbed) and the token's end; a loop's
-    /// reducer results go into `ctx` whatever the boundary.
+    /// A step-run's boundary: its result, and a loop's reducer results go
+    /// into `ctx` whatever the boundary; its token ends once the router
+    /// has answered it ([`Self::routed`]).
     fn boundary(&mut self, seq: u64, ev: &Event, kind: EventType) -> Result<(), MeshError> {
         let p = crate::events::payload(ev);
         match kind {
@@ -294,6 +306,36 @@ impl Folded {
                 return Ok(()); // the failing loop's boundary is its step.failed
             }
         }
+        self.unrouted
+            .entry(ev.step_run_id.clone())
+            .or_default()
+            .push((seq, ev.clone(), kind));
+        Ok(())
+    }
+
+    /// The router answered step-run `srid`'s boundary of type `on` (any,
+    /// when `None`) with `next.selected`: the boundary ends its token now.
+    /// A token ends when the router's answer is in the log, not when the
+    /// step-run's own boundary is: the header rebuilt from a log whose last
+    /// boundaries the router has not handled yet keeps their tokens live,
+    /// so their (re)delivery still routes them.
+    fn routed(&mut self, srid: &str, on: Option<&str>) -> Result<(), MeshError> {
+        let Some(waiting) = self.unrouted.get_mut(srid) else {
+            return Ok(());
+        };
+        let at = on
+            .and_then(|on| waiting.iter().position(|(_, e, _)| e.event_type == on))
+            .unwrap_or(0);
+        let (seq, ev, kind) = waiting.remove(at);
+        if waiting.is_empty() {
+            self.unrouted.remove(srid);
+        }
+        self.end_token(seq, &ev, kind)
+    }
+
+    /// A routed boundary: while its token is live, the step's record (not
+    /// for a token a join absorbed) and the token's end.
+    fn end_token(&mut self, seq: u64, ev: &Event, kind: EventType) -> Result<(), MeshError> {
         let view: BoundaryView = payloads::decode(ev)?;
         let Some(header) = self.header.as_mut() else {
             return Ok(());

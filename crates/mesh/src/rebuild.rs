@@ -211,26 +211,17 @@ pub async fn restore_plan(
     mesh.plans().get(mesh, eid).await.map(Some)
 }
 
-/// The header of a running execution whose header is missing, written
-/// back (with its other missing records) from its events stored before
-/// sequence `before` (the event being handled, which is not applied yet);
-/// of one whose events say it has ended, from all of them.
-/// Returns whether a header was written.
-pub async fn restore_header(mesh: &Mesh, eid: &str, before: u64) -> Result<bool, MeshError> {
-    // An execution that has ended since (the event being handled is a late
-    // copy) gets its terminal header, not one from before its end that
-    // would say it still runs.
+/// The header of an execution whose header is missing, written back
+/// (with its other missing records) from all its events. A boundary the
+/// router has not answered yet (its `next.selected` is not in the log:
+/// the one being handled, or another handled at the same moment) leaves
+/// its token live in the fold ([`crate::fold`]), so whichever boundary of
+/// the execution writes the header back first, each boundary still finds
+/// its own token live until it is routed; a redelivered boundary already
+/// answered finds it ended. Returns whether a header was written.
+pub async fn restore_header(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
-    let whole = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
-    let folded = if whole.ended_status().is_some() {
-        whole
-    } else {
-        Folded::of(
-            log.iter()
-                .filter(|l| l.seq < before)
-                .map(|l| (l.seq, &l.event)),
-        )?
-    };
+    let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
     if folded.header.is_none() {
         return Ok(false);
     }

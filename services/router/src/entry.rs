@@ -65,7 +65,7 @@ pub(crate) fn entry_token_id(eid: &str) -> String {
 
 // Over 80 lines on purpose: the start events and entry token of an execution, each idempotent,
 // in the order readers rely on.
-/// Emit the start events and publish the entry token (all idempotent).
+/// Emit the start events, then publish the entry token (all idempotent).
 pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
     let eid = plan.execution_id.as_str();
     let entry = plan
@@ -106,7 +106,6 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
     });
     created.step = entry.clone();
     batch.push(mesh.emit(&created).await?);
-    batch.push(mesh.publish_token(&token).await?);
     // The execution's deadline is a timer the router itself handles when
     // due (`crate::timers`), so work waiting in a queue cannot outlive it.
     let deadline = (plan.started_ms > 0)
@@ -122,7 +121,11 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
             .await?,
         );
     }
-    batch.wait().await
+    // The token only once its events are stored (cause before effect,
+    // `noetl_mesh::effects::apply`): a lost `playbook.initialized` must
+    // not leave a running entry step that no fold of the log knows.
+    batch.wait().await?;
+    mesh.publish_token(&token).await?.wait().await
 }
 
 #[cfg(test)]

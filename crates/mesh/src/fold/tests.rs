@@ -60,6 +60,16 @@ fn done(step: &str, srid: &str) -> Event {
     )
 }
 
+/// The router's answer to step-run `srid`'s boundary of type `on`.
+fn answer(step: &str, srid: &str, on: &str) -> Event {
+    ev(
+        EventType::NextSelected,
+        step,
+        srid,
+        json!({"on": on, "mode": "exclusive", "arcs": []}),
+    )
+}
+
 fn fold(events: &[Event]) -> Folded {
     Folded::of(events.iter().enumerate().map(|(i, e)| (i as u64 + 1, e))).unwrap()
 }
@@ -158,6 +168,7 @@ fn a_loop_s_reducer_results_combine_with_ctx_once() {
         ),
         loop_done(true),
         loop_done(true),
+        answer("lp", "t1", "loop.done"),
     ]);
     assert_eq!(
         f.ctx["total"],
@@ -230,6 +241,8 @@ fn a_boundary_of_a_token_not_live_or_a_join_s_absorbed_token_writes_no_record() 
             "t1",
             json!({"reason": "join.waiting", "join": true}),
         ),
+        answer("x", "not-a-token", "step.done"),
+        answer("j", "t1", "step.skipped"),
     ]);
     assert!(f.steps.is_empty(), "{:?}", f.steps);
     let live: Vec<&str> = f
@@ -296,6 +309,7 @@ fn a_handled_task_error_of_the_boundary_event_is_in_the_step_record_and_a_later_
                    "error": {"kind": "python.exception", "message": "NameError: name 'totl' is not defined"}}),
         ),
         done_handling("t1"),
+        answer("compute", "t1", "step.done"),
     ]);
     let rec = &f.steps["compute"];
     assert_eq!(rec.status, StepStatus::Done, "the step went on: done");
@@ -318,7 +332,47 @@ fn a_handled_task_error_of_the_boundary_event_is_in_the_step_record_and_a_later_
         token("compute", "t1", ""),
         done_handling("t1"),
         token("compute", "t2", "t1"),
+        answer("compute", "t1", "step.done"),
         done("compute", "t2"),
+        answer("compute", "t2", "step.done"),
     ]);
     assert!(f.steps["compute"].handled.is_empty(), "{:?}", f.steps);
+}
+
+#[test]
+fn a_boundary_ends_its_token_once_the_router_answered_it() {
+    // Two boundaries: the first answered (`next.selected`), the second not
+    // yet, as when a router replica writes the header back while another
+    // handles the second: its token stays live, so it is still routed.
+    let mut events = vec![
+        started(),
+        token("a", "t1", ""),
+        done("a", "t1"),
+        token("b", "t2", "t1"),
+        answer("a", "t1", "step.done"),
+        done("b", "t2"),
+    ];
+    let f = fold(&events);
+    let live: Vec<&str> = f
+        .header
+        .as_ref()
+        .unwrap()
+        .live
+        .iter()
+        .map(|t| t.token_id.as_str())
+        .collect();
+    assert_eq!(live, ["t2"]);
+    assert_eq!(f.steps.keys().collect::<Vec<_>>(), ["a"]);
+    // A step-run timed out (`step.failed`) and then done: the answer names
+    // the boundary the router took.
+    events.push(ev(
+        EventType::StepFailed,
+        "b",
+        "t2",
+        payloads::to_value(&StepEnded::failed(json!("timed out"), json!({}))),
+    ));
+    events.push(answer("b", "t2", "step.failed"));
+    let f = fold(&events);
+    assert!(f.header.as_ref().unwrap().live.is_empty());
+    assert_eq!(f.steps["b"].status, StepStatus::Failed);
 }

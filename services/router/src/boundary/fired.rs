@@ -7,7 +7,6 @@ use noetl_core::Step;
 use noetl_mesh::{
     codec,
     effects::Effect,
-    event_type::EventType,
     events::EventDraft,
     patches::Carried,
     payloads::{NextSelected, SelectedArc, TokenCreated},
@@ -19,8 +18,6 @@ use serde_json::{Map, Value};
 /// What [`fired`] needs.
 pub(super) struct Fired<'a> {
     pub(super) ev: &'a Event,
-    /// The boundary event's kind.
-    pub(super) kind: Option<EventType>,
     pub(super) step: &'a Step,
     pub(super) header: &'a ExecHeader,
     /// This delivery applied the boundary (a redelivery did not).
@@ -29,12 +26,20 @@ pub(super) struct Fired<'a> {
     pub(super) error: Option<String>,
     /// The `ctx` writes of the fired arcs, inline or by reference.
     pub(super) set_ctx: Option<Carried<Map<String, Value>>>,
+    /// A redelivery that applied nothing and finds none of its tokens
+    /// live, of a step-run with no `next.selected` in the log: the first
+    /// delivery wrote the header and stopped before its events, so this
+    /// one answers the boundary (it fired no token: a token is published
+    /// only after its `next.selected` is stored).
+    pub(super) unanswered: bool,
 }
 
 /// What the step-run's boundary publishes: the tokens it fired that are
 /// still live in `header`, each with its `token.created`, and
-/// `next.selected` (not for a skipped step-run, nor for a redelivery that
-/// finds nothing of its own left).
+/// `next.selected`, the router's answer to the boundary that ends its
+/// token in the fold of the log (also for a skipped step-run, with no
+/// arc; not for a redelivery that finds nothing of its own left and its
+/// answer in the log already).
 pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     let (ev, srid) = (f.ev, f.ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = f.header.live.iter().filter(|t| t.parent == srid).collect();
@@ -42,7 +47,7 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     // its `token.created` and this boundary's `next.selected` are in the
     // stream, so the stream keeps cause before effect across services.
     let mut effects: Vec<Effect> = fired.iter().map(|t| token_created(ev, t)).collect();
-    if (f.applied || !fired.is_empty()) && f.kind != Some(EventType::StepSkipped) {
+    if f.applied || !fired.is_empty() || f.unanswered {
         let arcs: Vec<SelectedArc> = fired
             .iter()
             .map(|t| SelectedArc {
@@ -166,12 +171,12 @@ mod tests {
         let h = header(vec![fired_token("t1", "r1"), fired_token("other", "r0")]);
         let effects = fired(Fired {
             ev: &e,
-            kind: EventType::of(&e),
             step: &s,
             header: &h,
             applied: true,
             error: None,
             set_ctx: None,
+            unanswered: false,
         });
         assert_eq!(
             names(&effects),
@@ -187,28 +192,39 @@ mod tests {
     }
 
     #[test]
-    fn a_redelivery_with_nothing_left_and_a_skip_select_nothing() {
+    fn a_redelivery_with_its_answer_logged_selects_nothing_and_a_skip_or_an_unanswered_one_is_answered(
+    ) {
         let (done, skipped, s) = (ev("step.done"), ev("step.skipped"), step());
         let h = header(vec![]);
         let again = fired(Fired {
             ev: &done,
-            kind: EventType::of(&done),
             step: &s,
             header: &h,
             applied: false,
             error: None,
             set_ctx: None,
+            unanswered: false,
         });
         assert!(again.is_empty(), "{:?}", names(&again));
+        let answered_late = fired(Fired {
+            ev: &done,
+            step: &s,
+            header: &h,
+            applied: false,
+            error: None,
+            set_ctx: None,
+            unanswered: true,
+        });
+        assert_eq!(names(&answered_late), ["next.selected"]);
         let skip = fired(Fired {
             ev: &skipped,
-            kind: EventType::of(&skipped),
             step: &s,
             header: &h,
             applied: true,
             error: None,
             set_ctx: None,
+            unanswered: false,
         });
-        assert!(skip.is_empty(), "{:?}", names(&skip));
+        assert_eq!(names(&skip), ["next.selected"], "a skip is answered too");
     }
 }

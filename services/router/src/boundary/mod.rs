@@ -80,8 +80,7 @@ impl Handle for BoundaryHandler {
         job: Job<Event, ()>,
     ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let seq = job.msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-            on_boundary(&self.mesh, &self.caches, job.input, seq).await?;
+            on_boundary(&self.mesh, &self.caches, job.input).await?;
             Ok(Handled::Done)
         })
     }
@@ -152,14 +151,8 @@ pub(crate) fn subscribed() -> impl Iterator<Item = EventType> {
         .filter(|k| handling_of(*k) != Handling::Foreign)
 }
 
-/// Handle boundary event `ev`, stored at sequence `seq` of the events
-/// stream (0: unknown).
-async fn on_boundary(
-    mesh: &Mesh,
-    caches: &Caches,
-    ev: Event,
-    seq: u64,
-) -> Result<(), HandlerError> {
+/// Handle boundary event `ev`.
+async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), HandlerError> {
     let headers = caches.headers.as_ref();
     let kind = EventType::of(&ev);
     let status = match kind.map(handling_of) {
@@ -209,8 +202,7 @@ async fn on_boundary(
         now: &now,
         status,
     };
-    let (header, applied) =
-        record_and_apply(mesh, caches, (&ev, kind, seq), &view, &boundary).await?;
+    let (header, applied) = record_and_apply(mesh, caches, (&ev, kind), &view, &boundary).await?;
 
     // 3. Publish the tokens this step-run fired that are still live (on a
     //    redelivery: the same ones, same ids), and the events; the arcs'
@@ -227,14 +219,17 @@ async fn on_boundary(
         ),
         None => None,
     };
+    let unanswered = !applied
+        && !header.live.iter().any(|t| t.parent == srid)
+        && !mesh.boundary_answered(&ev.execution_id, srid).await?;
     let effects = fired(Fired {
         ev: &ev,
-        kind,
         step,
         header: &header,
         applied,
         error: decision.error.clone(),
         set_ctx,
+        unanswered,
     });
     effects::apply(mesh, effects).await?;
 

@@ -77,7 +77,7 @@ pub(super) fn transition(h: &ExecHeader, b: &Boundary<'_>) -> Option<ExecHeader>
 pub(super) async fn record_and_apply(
     mesh: &Mesh,
     caches: &Caches,
-    (ev, kind, seq): (&Event, Option<EventType>, u64),
+    (ev, kind): (&Event, Option<EventType>),
     view: &BoundaryView,
     boundary: &Boundary<'_>,
 ) -> Result<(ExecHeader, bool), HandlerError> {
@@ -97,13 +97,14 @@ pub(super) async fn record_and_apply(
     let headers = caches.headers.as_ref();
     let key = Keys::header(&ev.execution_id);
     let mut read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
-    if read.is_none() && seq > 0 {
+    if read.is_none() {
         // The header is gone from KV while the execution's events go on:
-        // write it back from the events before this one, then apply this.
-        // Read again whoever wrote it: another replica handling a boundary
-        // of the same execution may have written it back first (then this
+        // write it back from the events (this boundary, not answered yet,
+        // keeps its token live there), then apply this. Read again
+        // whoever wrote it: another replica handling a boundary of the
+        // same execution may have written it back first (then this
         // restore's create-only write finds it there).
-        noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id, seq).await?;
+        noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id).await?;
         read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
     }
     match read {
