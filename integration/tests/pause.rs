@@ -188,6 +188,43 @@ async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_token_purged_while_paused_is_published_again_from_the_log_at_the_unpause() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
+            e.event_type == EventType::TaskStarted.wire_name()
+        })
+        .await;
+    assert!(mesh.pause(&eid, "test", "").await.unwrap());
+    second_is_held_not_started(&cluster, &eid).await;
+    // The held token's record is lost: nothing in KV says `second` waits.
+    let store = mesh.exec_kv();
+    for key in kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap() {
+        store.purge(&key).await.unwrap();
+    }
+    assert!(kv::keys_under(store, &Keys::held_all(&eid))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The unpause finds it in the log (live, never scheduled) and
+    // publishes it again: the execution completes, `second` ran once.
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
+    let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(done.status, ExecStatus::Completed);
+    let events = cluster.events(&eid).await;
+    let second_started = events
+        .iter()
+        .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "second")
+        .count();
+    assert_eq!(second_started, 1, "{:?}", types(&events));
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_once() {
     let cluster = Cluster::start_with(ClusterOptions {
         concurrency: 8,

@@ -35,6 +35,7 @@ pub mod gates;
 pub mod handled;
 pub mod handler;
 pub mod health;
+pub mod held;
 pub mod ids;
 pub mod keys;
 pub mod kv;

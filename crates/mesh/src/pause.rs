@@ -304,7 +304,9 @@ impl Mesh {
 
     /// Unpause `eid` and release what it held; returns how many messages
     /// were released. Idempotent: run again, it releases what a crash
-    /// left held. A pause whose record was purged is ended too.
+    /// left held. A pause whose record was purged is ended too, and a
+    /// token held whose record was purged is published again from the
+    /// log ([`crate::held`]).
     pub async fn unpause(&self, eid: &str, by: &str) -> Result<u64, MeshError> {
         let mut was_paused = self.pause_record(eid).await?.is_some();
         let held = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
@@ -333,16 +335,18 @@ impl Mesh {
                     message: e.to_string(),
                 })?;
         }
-        let mut released = 0;
+        let mut released = std::collections::BTreeSet::new();
         // Listed after the record is gone: a message held before is
         // released here, one held after by its holder (which reads the
         // record again after holding).
         for key in kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await? {
             if self.release(eid, &key).await? {
-                released += 1;
+                released.insert(key);
             }
         }
-        Ok(released)
+        // A held token whose record is gone: the log says it is owed.
+        let owed = self.release_owed_tokens(eid, &released).await?;
+        Ok(released.len() as u64 + owed)
     }
 
     /// Hold `payload` (what would go to `held`'s subject) while `eid` is

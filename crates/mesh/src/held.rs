@@ -1,0 +1,162 @@
+//! Tokens a pause held, as the log tells them: a token the scheduler held
+//! while its execution was paused waits under `<eid>.held.token.<id>`
+//! ([`crate::pause`]); should that record be lost (a purge, a storage
+//! fault), the unpause would release nothing and the execution would wait
+//! forever. The log says which tokens are owed without the records: a
+//! token live in the header whose step-run has no event of its own
+//! (`step.scheduled`, `step.skipped`, ...) was never started.
+//! [`owed_tokens`] decides it (a plain function); the unpause publishes
+//! what it returns ([`crate::Mesh::release_owed_tokens`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use noetl_wire::{Event, Token};
+
+use crate::keys::Keys;
+use crate::state::{ExecHeader, ExecStatus};
+use crate::{codec, kv, Mesh, MeshError};
+
+/// The tokens of `header` to publish again at an unpause: live, never
+/// started (no event in `step_events`, the execution's `step.*` events,
+/// is of their step-run) and not released from a held record already
+/// (`released`: the held records' keys). Each comes with the step of the
+/// step-run that fired it (a join reads it), as those events name it.
+pub fn owed_tokens(
+    header: &ExecHeader,
+    step_events: &[Event],
+    released: &BTreeSet<String>,
+) -> Vec<Token> {
+    if header.status != ExecStatus::Running {
+        return Vec::new();
+    }
+    let mut step_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for ev in step_events {
+        step_of.insert(ev.step_run_id.as_str(), ev.step.as_str());
+    }
+    header
+        .live
+        .iter()
+        .filter(|t| {
+            !step_of.contains_key(t.token_id.as_str())
+                && !released.contains(&Keys::held_token(&header.execution_id, &t.token_id))
+        })
+        .map(|t| Token {
+            token_id: t.token_id.clone(),
+            execution_id: header.execution_id.clone(),
+            step: t.step.clone(),
+            args_json: codec::json_bytes(&t.args),
+            trace_id: String::new(),
+            parent_step_run_id: t.parent.clone(),
+            parent_step: step_of
+                .get(t.parent.as_str())
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl Mesh {
+    /// Publish again the tokens of `eid` the log says a pause held
+    /// ([`owed_tokens`]) whose held records are gone; `released` are the
+    /// keys of the held records this unpause released. Returns how
+    /// many were published. A token still on its way to the scheduler is
+    /// published twice: the scheduler handles a token again as it handles
+    /// a redelivery (same step-run, same ids).
+    pub async fn release_owed_tokens(
+        &self,
+        eid: &str,
+        released: &BTreeSet<String>,
+    ) -> Result<u64, MeshError> {
+        let Some(header) = kv::get::<ExecHeader>(self.exec_kv(), &Keys::header(eid)).await? else {
+            return Ok(0);
+        };
+        if header.status != ExecStatus::Running
+            || header
+                .live
+                .iter()
+                .all(|t| released.contains(&Keys::held_token(eid, &t.token_id)))
+        {
+            return Ok(0);
+        }
+        let filter = self.subjects().events_matching(Some(eid), "step.>");
+        let step_events: Vec<Event> = self
+            .stored_events_from(&filter, None)
+            .await?
+            .into_iter()
+            .filter_map(|(_, ev)| ev.ok())
+            .collect();
+        let owed = owed_tokens(&header, &step_events, released);
+        let trace_id = self
+            .plans()
+            .get(self, eid)
+            .await
+            .map(|p| p.trace_id.clone())
+            .unwrap_or_default();
+        let mut published = 0;
+        for mut token in owed {
+            token.trace_id = trace_id.clone();
+            // Not the token's own id: JetStream would drop it as a copy of
+            // the publish the pause held, within its duplicate window.
+            let msg_id = format!("{}@unpaused", Keys::held_token(eid, &token.token_id));
+            self.publish(self.subjects().token(eid), &msg_id, codec::encode(&token))
+                .await?
+                .wait()
+                .await?;
+            tracing::warn!(execution_id = %eid, token_id = %token.token_id, step = %token.step,
+                "a held token's record was missing: published again from the log");
+            published += 1;
+        }
+        Ok(published)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event_type::EventType;
+    use crate::events::EventDraft;
+    use crate::token::TokenRecord;
+    use serde_json::json;
+
+    fn step_event(kind: EventType, step: &str, srid: &str) -> Event {
+        EventDraft {
+            execution_id: "e1",
+            step_run_id: srid,
+            step,
+            ..Default::default()
+        }
+        .build_raw(kind, json!({}))
+    }
+
+    #[test]
+    fn a_live_token_never_started_is_owed_with_its_parent_step_and_others_are_not() {
+        let mut header = ExecHeader::running("e1", Vec::new());
+        let fired = |id: &str, step: &str| TokenRecord {
+            args: json!({"n": 1}),
+            parent: "r0".into(),
+            ..TokenRecord::new(id, step)
+        };
+        header.live = vec![
+            fired("held", "second"),
+            fired("running", "third"),
+            fired("released", "fourth"),
+        ];
+        let events = [
+            step_event(EventType::StepScheduled, "start", "r0"),
+            step_event(EventType::StepDone, "start", "r0"),
+            step_event(EventType::StepScheduled, "third", "running"),
+        ];
+        let released = BTreeSet::from([Keys::held_token("e1", "released")]);
+        let owed = owed_tokens(&header, &events, &released);
+        assert_eq!(owed.len(), 1, "{owed:?}");
+        let t = &owed[0];
+        assert_eq!((t.token_id.as_str(), t.step.as_str()), ("held", "second"));
+        assert_eq!(
+            (t.parent_step_run_id.as_str(), t.parent_step.as_str()),
+            ("r0", "start")
+        );
+        assert_eq!(codec::args(&t.args_json).unwrap(), json!({"n": 1}));
+        header.status = ExecStatus::Completed;
+        assert!(owed_tokens(&header, &events, &released).is_empty());
+    }
+}
