@@ -214,8 +214,13 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
     for s in &started {
         submit(&mesh, &s.eid, &cases[s.case], &sink.url).await;
     }
+    // The signalled wait too: its waiter is purged like the rest.
     let targets: purge::Targets = std::sync::Arc::new(std::sync::Mutex::new(
-        started.iter().map(|s| s.eid.clone()).collect(),
+        started
+            .iter()
+            .map(|s| s.eid.clone())
+            .chain([wait_eid.clone()])
+            .collect(),
     ));
     let purger = purge::spawn(
         mesh.clone(),

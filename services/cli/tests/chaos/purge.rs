@@ -5,7 +5,8 @@
 //! the `ctx` of a clean run (docs/reliability.md "The chaos suite"). The
 //! records purged are the ones the engine rebuilds from the event log
 //! (docs/architecture.md "The event log"): the `ctx` record; the header,
-//! plan and step records, the step results kept by name and join records;
+//! plan and step records, the step results kept by name, join records and
+//! waiters (`<eid>.wait.<signal>`, of the signalled wait);
 //! loop runs, their collection chunks and their iterations' claims. A
 //! step record is purged only with its header (whole-bucket purges):
 //! alone, nothing notices it before the end.
@@ -25,7 +26,8 @@ use crate::plan::Rng;
 pub enum Bucket {
     /// `ctx`.
     Ctx,
-    /// The execution state: headers, plans, step records, results, joins.
+    /// The execution state: headers, plans, step records, results, joins,
+    /// waiters.
     Exec,
     /// Loop runs, their chunks and claims.
     Loop,
@@ -172,7 +174,7 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
         let rebuilt = match bucket {
             Bucket::Ctx => false,
             Bucket::Exec => {
-                key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join")
+                key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join" | "wait")
             }
             // The run record, its chunks and its claims (not checkpoints,
             // carries or a cursor's frames).
