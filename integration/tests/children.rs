@@ -633,3 +633,78 @@ workflow:
     assert_eq!(c.status, ExecStatus::Failed, "{c:?}");
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_whose_continuation_was_purged_still_answers_its_parent_from_the_log() {
+    use noetl_mesh::{event_type::EventType, keys::Keys, kv};
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let parent = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: asks_a_child }
+workflow:
+  - step: start
+    tool:
+      - name: ask
+        kind: playbook
+        playbook: |
+          apiVersion: noetl.io/v2
+          kind: Playbook
+          metadata: { name: waits_for_go }
+          workflow:
+            - step: start
+              tool:
+                - name: hold
+                  kind: wait
+                  signal: go
+                  spec:
+                    policy:
+                      rules:
+                        - else:
+                            then: { do: continue, set_ctx: { got: "{{ outcome.result.n }}" } }
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { answer: "{{ outcome.result.got }}" } }
+"#;
+    let eid = cluster.submit(parent, "asks_a_child.yaml", json!({})).await;
+    // The child, once it waits.
+    let mut child = None;
+    for _ in 0..500 {
+        let keys = kv::keys_under(mesh.exec_kv(), &Keys::children(&eid))
+            .await
+            .unwrap();
+        child = keys
+            .iter()
+            .find_map(|k| Keys::child_of(&eid, k).map(str::to_string));
+        if child.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let child = child.expect("the parent started its child");
+    cluster
+        .wait_for_event(&child, "the child to wait", Duration::from_secs(30), |e| {
+            e.event_type == EventType::WaitStarted.wire_name()
+        })
+        .await;
+    // Its first event carries the parent's continuation.
+    let events = cluster.events(&child).await;
+    let init = noetl_mesh::events::payload(&events[0]);
+    assert_eq!(events[0].event_type, "playbook.initialized");
+    assert!(init["parent_command"].is_string(), "{init}");
+    assert_eq!(init["parent_execution_id"], eid.as_str());
+
+    // The record the router resumes the parent from is lost.
+    mesh.exec_kv().purge(Keys::resume(&child)).await.unwrap();
+    let delivered = mesh.signal(&child, "go", json!({"n": 7}), "test").await;
+    assert!(delivered.is_ok(), "{delivered:?}");
+
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["answer"], json!(7));
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

@@ -414,6 +414,15 @@ pub struct PlaybookInitialized {
     /// to ride in the event ([`crate::patches`]; `workload` is then absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_ref: Option<Value>,
+    /// A child's continuation of its parent: the parent's `playbook` task
+    /// command, parked as `<child>.resume` keeps it, so the parent still
+    /// goes on when that record is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_command: Option<String>,
+    /// [`Self::parent_command`] stored whole in the object store, when too
+    /// large to ride in the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_command_ref: Option<Value>,
 }
 
 /// Which plan an execution runs (`playbook.initialized`): enough to read

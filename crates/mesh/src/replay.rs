@@ -93,11 +93,12 @@ async fn read_events(
 
 /// The fields an event carries a value in by reference, and the field the
 /// value stands for once read back ([`crate::patches`]).
-const CARRIED: [(&str, &str); 4] = [
+const CARRIED: [(&str, &str); 5] = [
     ("set_ctx_ref", "set_ctx"),
     ("reduce_ref", "reduce"),
     ("workload_ref", "workload"),
     ("command_ref", "command"),
+    ("parent_command_ref", "parent_command"),
 ];
 
 /// True when `ev` carries a value by reference ([`hydrate`] reads it).
@@ -109,7 +110,8 @@ pub fn carries_reference(ev: &Event) -> bool {
 }
 
 /// Put back what an event carries by reference (a large `set_ctx` patch,
-/// reducer results, the workload, a waiter's command), read from the object store, so the
+/// reducer results, the workload, a waiter's command, a child's
+/// continuation of its parent), read from the object store, so the
 /// fold sees every value whole.
 pub async fn hydrate(mesh: &Mesh, ev: &mut Event) -> Result<(), MeshError> {
     let mut payload = crate::events::payload(ev);

@@ -11,9 +11,11 @@
 use noetl_core::Outcome;
 use noetl_mesh::{
     commands::{park_command, unpark_command, Continue},
+    event_type::EventType,
     ids::derive_id,
     keys::Keys,
-    kv, payloads,
+    kv,
+    payloads::{self, PlaybookInitialized},
     state::{ExecStatus, ExecSummary},
     Mesh, MeshError,
 };
@@ -62,6 +64,60 @@ pub async fn remember(mesh: &Mesh, eid: &str, req: &ExecutionRequest) -> Result<
     )
     .await?;
     Ok(())
+}
+
+/// The parent's continuation `<eid>.resume` keeps (parked), for the
+/// child's `playbook.initialized`; `None` for an execution without one.
+pub async fn parked_continuation(mesh: &Mesh, eid: &str) -> Result<Option<String>, MeshError> {
+    Ok(kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(eid))
+        .await?
+        .map(|r| r.command))
+}
+
+/// Write child `eid`'s `<eid>.resume` back from its `playbook.initialized`
+/// when it is missing: lost (a purge, a storage fault) while the child
+/// ran, it would leave the parent waiting forever. Called as a child ends,
+/// before [`resume_parent`]; a log without the continuation (a log from
+/// before it was written there) leaves it missing.
+pub async fn restore_continuation(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
+    if kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(eid))
+        .await?
+        .is_none()
+    {
+        continuation_from_log(mesh, eid).await?;
+    }
+    Ok(())
+}
+
+/// `<eid>.resume` as the child's `playbook.initialized` tells it, written
+/// back (create-only); `None` when the log has no continuation.
+async fn continuation_from_log(mesh: &Mesh, eid: &str) -> Result<Option<ResumeRecord>, MeshError> {
+    let subject = mesh
+        .subjects()
+        .event(eid, EventType::PlaybookInitialized.wire_name());
+    let Some((_, Ok(mut ev))) = mesh
+        .stored_events_from(&subject, None)
+        .await?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    noetl_mesh::replay::hydrate(mesh, &mut ev).await?;
+    let init: PlaybookInitialized = payloads::decode_typed(&ev)?;
+    let Some(command) = init.parent_command else {
+        return Ok(None);
+    };
+    let rec = ResumeRecord {
+        parent_execution_id: init.parent_execution_id,
+        command,
+        return_step: init.plan.map(|p| p.return_step).unwrap_or_default(),
+    };
+    if kv::create(mesh.exec_kv(), &Keys::resume(eid), &rec).await? {
+        tracing::warn!(execution_id = %eid, parent = %rec.parent_execution_id,
+            "a child's continuation of its parent was missing: rebuilt from the events");
+    }
+    Ok(Some(rec))
 }
 
 /// Ask every child of `eid` to cancel (they pass it on to theirs).

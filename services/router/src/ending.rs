@@ -55,6 +55,9 @@ pub(crate) async fn emit_terminal(
     .wait()
     .await?;
     // Before marking the end emitted: a crash here repeats both.
+    if !header.parent_execution_id.is_empty() {
+        crate::children::restore_continuation(mesh, eid).await?;
+    }
     crate::children::resume_parent(mesh, eid).await?;
     crate::gates::release(mesh, eid).await?;
     kv::update_cached(

@@ -21,12 +21,16 @@ use serde_json::Value;
 /// `playbook.initialized` of `plan`: what a fold of the log needs to know
 /// the plan whole (docs/architecture.md "The event log"): the normalised
 /// playbook stored content-addressed, its digest, the catalog entry it came
-/// from, the merged workload (by reference when large) and the plan's
-/// other fields.
+/// from, the merged workload (by reference when large), a child's
+/// continuation of its parent and the plan's other fields.
 async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitialized, MeshError> {
     let eid = plan.execution_id.as_str();
     let (digest, playbook_ref) = patches::store_playbook(mesh.results(), &plan.playbook).await?;
     let workload = patches::carry(mesh.results(), eid, "workload", plan.workload.clone()).await?;
+    let parent_command = match crate::children::parked_continuation(mesh, eid).await? {
+        Some(parked) => Some(patches::carry(mesh.results(), eid, "parent-command", parked).await?),
+        None => None,
+    };
     let (catalog_path, catalog_version) = match catalog_entry(&plan.source_name) {
         Some((path, version)) => (Some(path.to_string()), Some(version)),
         None => (None, None),
@@ -47,6 +51,8 @@ async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitializ
         }),
         workload_ref: workload.reference(),
         workload: workload.inline().unwrap_or(Value::Null),
+        parent_command_ref: parent_command.as_ref().and_then(|c| c.reference()),
+        parent_command: parent_command.and_then(|c| c.inline()),
     })
 }
 
