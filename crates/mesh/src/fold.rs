@@ -450,6 +450,12 @@ impl Folded {
         &self.applied_order
     }
 
+    /// True when a boundary of step-run `srid` is folded and the router's
+    /// answer to it (`next.selected`) is not yet.
+    pub fn awaits_answer(&self, srid: &str) -> bool {
+        self.unrouted.contains_key(srid)
+    }
+
     /// True when the events folded say the execution runs.
     pub fn is_running(&self) -> bool {
         self.header

@@ -137,10 +137,13 @@ pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Reju
     for l in &log {
         let ev = &l.event;
         let kind = EventType::of(ev);
+        // Live, and no earlier boundary of the step-run waits for the
+        // router's answer (that one is the step-run's end, not this).
         let live = folded
             .header
             .as_ref()
-            .is_some_and(|h| h.is_live(&ev.step_run_id));
+            .is_some_and(|h| h.is_live(&ev.step_run_id))
+            && !folded.awaits_answer(&ev.step_run_id);
         folded.apply(l.seq, ev)?;
         if kind == Some(EventType::PlaybookInitialized) {
             let mut p = PlanRecord::new(
