@@ -226,6 +226,17 @@ async fn a_held_token_purged_while_paused_is_published_again_from_the_log_at_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_once() {
+    paused_loop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_loop_window_purged_while_paused_is_released_from_its_run_record() {
+    paused_loop(true).await;
+}
+
+/// A loop paused mid-way and unpaused (its held window's record purged
+/// first when `purge_held`): each of its 30 iterations done once.
+async fn paused_loop(purge_held: bool) {
     let cluster = Cluster::start_with(ClusterOptions {
         concurrency: 8,
         ..Default::default()
@@ -252,6 +263,16 @@ async fn a_paused_loop_dispatches_no_iteration_until_unpaused_and_counts_each_on
     assert!(after < 30, "the loop was paused before its end: {after}");
     assert_eq!(count(&events, EventType::LoopDone.wire_name()), 0);
 
+    if purge_held {
+        // The held window's record is lost: the loop run's record still
+        // lists the iterations held, and the unpause releases them.
+        let store = mesh.exec_kv();
+        let held = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap();
+        assert!(!held.is_empty(), "the loop's window is held");
+        for key in held {
+            store.purge(&key).await.unwrap();
+        }
+    }
     assert!(mesh.unpause(&eid, "test").await.unwrap() >= 1);
     let done = cluster.wait(&eid, Duration::from_secs(60)).await;
     cluster.assert_replays(&eid).await;

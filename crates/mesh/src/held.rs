@@ -7,10 +7,18 @@
 //! (`step.scheduled`, `step.skipped`, ...) was never started.
 //! [`owed_tokens`] decides it (a plain function); the unpause publishes
 //! what it returns ([`crate::Mesh::release_owed_tokens`]).
+//!
+//! A loop run's window held by a pause waits under
+//! `<eid>.held.loop.<step_run_id>` as the loop command that releases it;
+//! the run's own record lists the iterations held (`held`). Lost, the
+//! record still says so: [`owed_windows`] makes the release command again
+//! from every run record with iterations held
+//! ([`crate::Mesh::release_owed_windows`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noetl_wire::{Event, Token};
+use noetl_wire::{Event, LoopCommand, Token};
+use serde_json::Value;
 
 use crate::keys::Keys;
 use crate::state::{ExecHeader, ExecStatus};
@@ -55,7 +63,71 @@ pub fn owed_tokens(
         .collect()
 }
 
+/// The id of the loop command that releases loop run `srid`'s held
+/// iterations: the loop-supervisor knows the release by it.
+pub fn loop_release_command_id(srid: &str) -> String {
+    format!("{srid}-unpaused")
+}
+
+/// The release commands owed for execution `eid`'s loop runs (`runs`: each
+/// run's step-run id and its record, as the loop bucket keeps it): one per
+/// run with iterations held (`held` not empty) whose held record was not
+/// released (`released`: the held records' keys).
+pub fn owed_windows(
+    eid: &str,
+    runs: &[(String, Value)],
+    released: &BTreeSet<String>,
+) -> Vec<LoopCommand> {
+    runs.iter()
+        .filter(|(srid, run)| {
+            run["held"].as_array().is_some_and(|h| !h.is_empty())
+                && !released.contains(&Keys::held_loop(eid, srid))
+        })
+        .map(|(srid, run)| LoopCommand {
+            command_id: loop_release_command_id(srid),
+            execution_id: eid.to_string(),
+            step: run["step"].as_str().unwrap_or_default().to_string(),
+            step_run_id: srid.clone(),
+            trace_id: run["trace_id"].as_str().unwrap_or_default().to_string(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 impl Mesh {
+    /// Publish again the release of every loop run of `eid` whose held
+    /// iterations no released record covers ([`owed_windows`]; `released`:
+    /// the keys of the held records this unpause released). Returns how
+    /// many were published; a release that finds nothing held does
+    /// nothing.
+    pub async fn release_owed_windows(
+        &self,
+        eid: &str,
+        released: &BTreeSet<String>,
+    ) -> Result<u64, MeshError> {
+        let mut runs = Vec::new();
+        for key in kv::keys_under(self.loop_kv(), eid).await? {
+            let srid = &key[eid.len() + 1..];
+            if srid.contains('.') {
+                continue; // chunks, claims, checkpoints: not a run record
+            }
+            if let Some(run) = kv::get::<Value>(self.loop_kv(), &key).await? {
+                runs.push((srid.to_string(), run));
+            }
+        }
+        let owed = owed_windows(eid, &runs, released);
+        for cmd in &owed {
+            let msg_id = format!("{}@unpaused", Keys::held_loop(eid, &cmd.step_run_id));
+            self.publish(self.subjects().loop_cmd(eid), &msg_id, codec::encode(cmd))
+                .await?
+                .wait()
+                .await?;
+            tracing::warn!(execution_id = %eid, step_run_id = %cmd.step_run_id, step = %cmd.step,
+                "a held loop window's record was missing: its release made again from the loop run");
+        }
+        Ok(owed.len() as u64)
+    }
+
     /// Publish again the tokens of `eid` the log says a pause held
     /// ([`owed_tokens`]) whose held records are gone; `released` are the
     /// keys of the held records this unpause released. Returns how
@@ -158,5 +230,27 @@ mod tests {
         assert_eq!(codec::args(&t.args_json).unwrap(), json!({"n": 1}));
         header.status = ExecStatus::Completed;
         assert!(owed_tokens(&header, &events, &released).is_empty());
+    }
+
+    #[test]
+    fn a_loop_run_with_iterations_held_and_no_released_record_owes_its_release() {
+        let runs = [
+            (
+                "held".to_string(),
+                json!({"step": "lp", "trace_id": "tr", "held": [3, 4]}),
+            ),
+            ("none".to_string(), json!({"step": "lp", "held": []})),
+            ("released".to_string(), json!({"step": "lp", "held": [1]})),
+        ];
+        let released = BTreeSet::from([Keys::held_loop("e1", "released")]);
+        let owed = owed_windows("e1", &runs, &released);
+        assert_eq!(owed.len(), 1, "{owed:?}");
+        let c = &owed[0];
+        assert_eq!(c.command_id, "held-unpaused");
+        assert_eq!(
+            (c.step.as_str(), c.step_run_id.as_str(), c.trace_id.as_str()),
+            ("lp", "held", "tr")
+        );
+        assert_eq!(c.execution_id, "e1");
     }
 }

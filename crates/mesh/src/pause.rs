@@ -344,8 +344,10 @@ impl Mesh {
                 released.insert(key);
             }
         }
-        // A held token whose record is gone: the log says it is owed.
-        let owed = self.release_owed_tokens(eid, &released).await?;
+        // A held token whose record is gone: the log says it is owed; a
+        // held loop window: its run's record says so.
+        let owed = self.release_owed_tokens(eid, &released).await?
+            + self.release_owed_windows(eid, &released).await?;
         Ok(released.len() as u64 + owed)
     }
 

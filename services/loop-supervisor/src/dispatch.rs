@@ -115,9 +115,10 @@ pub(crate) async fn dispatch(
 }
 
 /// The command id of a loop command a pause held: its release dispatches
-/// the run's held iterations ([`release_held`]).
+/// the run's held iterations ([`release_held`]). The unpause makes it
+/// again when the held record is lost ([`noetl_mesh::held`]).
 pub(crate) fn unpause_command_id(srid: &str) -> String {
-    format!("{srid}-unpaused")
+    noetl_mesh::held::loop_release_command_id(srid)
 }
 
 /// The execution is paused: remember `indices` as held in the run (they
