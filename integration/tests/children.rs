@@ -190,6 +190,18 @@ workflow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_parent_cancels_its_children_and_stops_their_work() {
+    cancel_parent(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_whose_index_of_children_was_purged_still_cancels_them_from_its_log() {
+    cancel_parent(true).await;
+}
+
+/// A parent cancelled while its child iterates (its index of children,
+/// `<parent>.child.*`, purged first when `purge_index`): the child is
+/// cancelled too and stops.
+async fn cancel_parent(purge_index: bool) {
     let cluster = Cluster::start().await;
     let parent = r#"
 apiVersion: noetl.io/v2
@@ -250,6 +262,15 @@ workflow:
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    if purge_index {
+        let store = cluster.mesh.exec_kv();
+        for key in noetl_mesh::kv::keys_under(store, &format!("{eid}.child"))
+            .await
+            .unwrap()
+        {
+            store.purge(&key).await.unwrap();
+        }
+    }
     cluster
         .mesh
         .request_cancel(&eid, "test says stop")

@@ -4,6 +4,12 @@
 
 use sha2::{Digest, Sha256};
 
+/// The execution id of the child a `playbook` task's run `task_run_id`
+/// starts: derived, so the parent's `task.started` names its child.
+pub fn child_execution_id(task_run_id: &str) -> String {
+    derive_id(&["child", task_run_id])
+}
+
 /// A 32-hex-character id derived from `parts` (order matters).
 pub fn derive_id(parts: &[&str]) -> String {
     let mut h = Sha256::new();

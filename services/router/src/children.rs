@@ -120,6 +120,46 @@ async fn continuation_from_log(mesh: &Mesh, eid: &str) -> Result<Option<ResumeRe
     Ok(Some(rec))
 }
 
+/// The children the log of `eid` says its `playbook` tasks started (of
+/// step-run `step_run_id` only, when given): one per `task.started` of
+/// kind `playbook`, [`noetl_mesh::ids::child_execution_id`] of its task
+/// run.
+async fn children_from_log(
+    mesh: &Mesh,
+    eid: &str,
+    step_run_id: Option<&str>,
+) -> Result<Vec<String>, MeshError> {
+    // Read only for a playbook that can start children.
+    let Ok(plan) = mesh.plans().get(mesh, eid).await else {
+        return Ok(Vec::new());
+    };
+    let workbook = plan.playbook.workbook.as_ref();
+    let starts_children = plan.playbook.workflow.iter().any(|step| {
+        step.tool
+            .iter()
+            .any(|t| noetl_core::workbook::effective_kind(workbook, t) == "playbook")
+    });
+    if !starts_children {
+        return Ok(Vec::new());
+    }
+    let subject = mesh
+        .subjects()
+        .event(eid, EventType::TaskStarted.wire_name());
+    let mut out = Vec::new();
+    for (_, ev) in mesh.stored_events_from(&subject, None).await? {
+        let Ok(ev) = ev else { continue };
+        let kind = noetl_mesh::events::payload(&ev)["kind"].clone();
+        if kind != "playbook" || step_run_id.is_some_and(|s| s != ev.step_run_id) {
+            continue;
+        }
+        let child = noetl_mesh::ids::child_execution_id(&ev.task_run_id);
+        if !out.contains(&child) {
+            out.push(child);
+        }
+    }
+    Ok(out)
+}
+
 /// Ask every child of `eid` to cancel (they pass it on to theirs).
 pub async fn cancel_children(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     cancel_children_where(
@@ -140,10 +180,25 @@ pub async fn cancel_children_where(
     step_run_id: Option<&str>,
     why: &str,
 ) -> Result<(), MeshError> {
-    for key in kv::keys_under(mesh.exec_kv(), &Keys::children(eid)).await? {
-        let Some(child) = Keys::child_of(eid, &key) else {
+    let indexed: Vec<String> = kv::keys_under(mesh.exec_kv(), &Keys::children(eid))
+        .await?
+        .iter()
+        .filter_map(|k| Keys::child_of(eid, k).map(str::to_string))
+        .collect();
+    // The log names them too (the index is lost with a purge): each
+    // `playbook` task run started the child its id derives.
+    let logged = children_from_log(mesh, eid, step_run_id).await?;
+    let mut children: Vec<&str> = indexed.iter().map(String::as_str).collect();
+    for child in &logged {
+        if !children.contains(&child.as_str()) && mesh.exec_header(child).await?.is_some() {
+            children.push(child);
+        }
+    }
+    for child in children {
+        if logged.iter().any(|c| c == child) {
+            mesh.request_cancel(child, why).await?;
             continue;
-        };
+        }
         if let Some(srid) = step_run_id {
             let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(child)).await?
             else {

@@ -242,7 +242,7 @@ impl StepRun<'_> {
         pending: &mut Pending,
     ) -> Result<Result<(), String>, HandlerError> {
         self.spill_prev(cur).await?;
-        let child_id = derive_id(&["child", task_run_id]);
+        let child_id = noetl_mesh::ids::child_execution_id(task_run_id);
         let here = super::next::At {
             pc: cur.pc,
             attempt: cur.attempt,
