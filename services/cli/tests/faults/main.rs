@@ -18,6 +18,9 @@
 //!   `NOETL_FAULT_BASE_SEED` (default: the clock).
 //! - `NOETL_FAULT_SEED=0x…` replays one run, in either test;
 //!   `NOETL_FAULT_SYNC=always` runs the nodes with `sync_interval: always`;
+//!   `NOETL_FAULT_POWER=1` adds the power loss of all three nodes at once
+//!   (left out by default: with the default `sync_interval` it loses
+//!   acknowledged writes by construction);
 //!   `NOETL_FAULT_KEEP=1` keeps every run's files (node logs, service
 //!   logs, `history.txt`), not only a failing run's.
 //!
@@ -57,6 +60,7 @@ fn plan_for(seed: u64, every_class_once: bool) -> Plan {
         window_ms: WINDOW_MS,
         gap_ms: (1_000, 2_500),
         every_class_once,
+        power_loss: env_u64("NOETL_FAULT_POWER").is_some_and(|v| v != 0),
     })
 }
 
@@ -81,8 +85,9 @@ struct RunReport {
 /// A step of the run, in time order.
 #[derive(Debug)]
 enum Act {
-    /// Copy a node's store (the last fsync of a later lost-writes crash).
-    Snapshot(usize),
+    /// Copy a node's store, or every node's at one instant (the last
+    /// fsync before a later crash that loses writes).
+    Snapshot(Option<usize>),
     /// Inject fault `i` of the plan.
     Inject(usize),
     /// Heal fault `i` of the plan.
@@ -95,8 +100,10 @@ enum Act {
 fn acts_of(plan: &Plan) -> Vec<(u64, Act)> {
     let mut acts = Vec::new();
     for (i, f) in plan.faults.iter().enumerate() {
-        if f.kind == Kind::LostWrites {
-            acts.push((f.at_ms - f.snap_ms, Act::Snapshot(f.node)));
+        match f.kind {
+            Kind::LostWrites => acts.push((f.at_ms - f.snap_ms, Act::Snapshot(Some(f.node)))),
+            Kind::PowerLoss => acts.push((f.at_ms - f.snap_ms, Act::Snapshot(None))),
+            _ => {}
         }
         acts.push((f.at_ms, Act::Inject(i)));
         acts.push((f.healed_ms(), Act::Heal(i)));
@@ -125,7 +132,8 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> usize {
         Kind::Pause => net.pause(n),
         Kind::Degrade => net.degrade(n),
         Kind::Kill => net.kill(n),
-        Kind::LostWrites => net.crash_losing_unsynced(n),
+        Kind::LostWrites => net.crash_losing_unsynced(&[n]),
+        Kind::PowerLoss => net.crash_losing_unsynced(&[0, 1, 2]),
     }
     n
 }
@@ -138,6 +146,7 @@ fn heal(net: &mut Net, f: &Fault, n: usize) {
         Kind::Pause => net.resume(n),
         Kind::Degrade => net.undegrade(n),
         Kind::Kill | Kind::LostWrites => net.restart(n),
+        Kind::PowerLoss => (0..NODES).for_each(|i| net.restart(i)),
     }
 }
 
@@ -209,8 +218,13 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
         let now = t0.elapsed().as_millis();
         match act {
             Act::Snapshot(n) => {
-                tokio::task::block_in_place(|| net.snapshot(n));
-                history.push(format!("{now}ms: n{} store copied (its last fsync)", n + 1));
+                let nodes: Vec<usize> = n.map_or((0..NODES).collect(), |n| vec![n]);
+                tokio::task::block_in_place(|| net.snapshot(&nodes));
+                let names: Vec<String> = nodes.iter().map(|n| format!("n{}", n + 1)).collect();
+                history.push(format!(
+                    "{now}ms: {} store copied (the last fsync)",
+                    names.join("+")
+                ));
             }
             Act::Inject(i) => {
                 let f = &plan.faults[i];

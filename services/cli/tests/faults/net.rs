@@ -172,6 +172,7 @@ pub struct Net {
     binary: PathBuf,
     /// Permanent neighbour entries standing for partitions: (node, peer).
     cut: Vec<(usize, usize)>,
+    sync: Sync,
 }
 
 /// The JetStream settings of a run.
@@ -229,6 +230,7 @@ impl Net {
             netem: false,
             binary,
             cut: Vec::new(),
+            sync,
         };
         // From here on, Drop removes whatever was made.
         ip(&["link", "add", &bridge, "type", "bridge"]);
@@ -506,31 +508,47 @@ impl Net {
         self.nodes[i].store.with_extension("synced")
     }
 
-    /// Copy node `i`'s store as it is now, the node stopped while it is
-    /// copied (so the copy is one instant's files): what the disk holds
-    /// if this instant is the node's last fsync.
-    pub fn snapshot(&mut self, i: usize) {
-        let snap = self.snapshot_dir(i);
-        let _ = std::fs::remove_dir_all(&snap);
-        self.signal(i, libc::SIGSTOP);
-        let ok = Command::new("cp")
-            .arg("-a")
-            .arg(&self.nodes[i].store)
-            .arg(&snap)
-            .status()
-            .is_ok_and(|s| s.success());
-        self.signal(i, libc::SIGCONT);
-        assert!(ok, "copy the store of n{}", i + 1);
+    /// Copy the stores of `nodes` as they are now, all of them stopped
+    /// while they are copied (so the copies are one instant's files): what
+    /// the disks hold if this instant is the nodes' last fsync.
+    pub fn snapshot(&mut self, nodes: &[usize]) {
+        for &i in nodes {
+            self.signal(i, libc::SIGSTOP);
+        }
+        for &i in nodes {
+            let snap = self.snapshot_dir(i);
+            let _ = std::fs::remove_dir_all(&snap);
+            let ok = Command::new("cp")
+                .arg("-a")
+                .arg(&self.nodes[i].store)
+                .arg(&snap)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "copy the store of n{}", i + 1);
+        }
+        for &i in nodes {
+            self.signal(i, libc::SIGCONT);
+        }
     }
 
-    /// Node `i` crashes as an OS crash would leave it: SIGKILL, then its
-    /// store replaced by the last [`Net::snapshot`].
-    pub fn crash_losing_unsynced(&mut self, i: usize) {
-        self.kill(i);
-        let store = &self.nodes[i].store;
-        let snap = self.snapshot_dir(i);
-        std::fs::remove_dir_all(store).expect("drop the store");
-        std::fs::rename(&snap, store).expect("restore the synced store");
+    /// `nodes` crash as an OS crash would leave them: SIGKILL, then each
+    /// store replaced by its last [`Net::snapshot`]. With `sync_interval:
+    /// always` every acknowledged write was on disk at the crash, so the
+    /// store is kept as it is (the fault is a kill).
+    pub fn crash_losing_unsynced(&mut self, nodes: &[usize]) {
+        for &i in nodes {
+            self.kill(i);
+        }
+        for &i in nodes {
+            let store = self.nodes[i].store.clone();
+            let snap = self.snapshot_dir(i);
+            if self.sync == Sync::Always {
+                let _ = std::fs::remove_dir_all(&snap);
+                continue;
+            }
+            std::fs::remove_dir_all(&store).expect("drop the store");
+            std::fs::rename(&snap, &store).expect("restore the synced store");
+        }
     }
 
     /// Heal everything: links up, cuts undone, links clean, nodes running
