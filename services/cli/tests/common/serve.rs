@@ -53,18 +53,27 @@ pub fn noetl(home: &Path, env: &[(String, String)]) -> Command {
     c
 }
 
-/// `noetl admin init --nats <urls>`: the streams and buckets; panics with
-/// its stderr when it fails.
+/// `noetl admin init --nats <urls>`: the streams and buckets. Retried for
+/// up to 60 s (a cluster's nodes can each be healthy before the meta
+/// leader counts them all as peers: "no suitable peers for placement");
+/// then panics with its stderr.
 pub fn init(home: &Path, env: &[(String, String)], urls: &str) {
-    let init = noetl(home, env)
-        .args(["admin", "init", "--nats", urls])
-        .output()
-        .expect("run noetl admin init");
-    assert!(
-        init.status.success(),
-        "noetl admin init: {}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let init = noetl(home, env)
+            .args(["admin", "init", "--nats", urls])
+            .output()
+            .expect("run noetl admin init");
+        if init.status.success() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "noetl admin init: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 /// One service process.

@@ -285,6 +285,7 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
     let netem = net.netem;
     drop(net);
     let _ = std::fs::write(dir.path().join("history.txt"), history.join("\n"));
+    let _ = std::fs::write(dir.path().join("anomalies.txt"), anomalies.join("\n"));
     let kept = if anomalies.is_empty() && std::env::var_os("NOETL_FAULT_KEEP").is_none() {
         None
     } else {
@@ -399,12 +400,17 @@ fn campaign(title: &str, replay: &str, seeds: Vec<u64>, every_class_once: bool) 
         &seeds,
         |seed, sink| async move { run_one(seed, every_class_once, sync, &sink).await },
         |r: &RunReport| {
-            format!(
+            // The anomalies now: a later run that panics loses the table.
+            let mut s = format!(
                 "{} faults, {} anomalies, {:.1} s",
                 r.plan.faults.len(),
                 r.anomalies.len(),
                 r.secs
-            )
+            );
+            for a in &r.anomalies {
+                s.push_str(&format!("\n  - {a}"));
+            }
+            s
         },
     );
     let netem = reports.iter().any(|r| r.netem);
