@@ -120,6 +120,15 @@ pub async fn check_started(
         let case = &cases[s.case];
         if !ended(mesh, &s.eid, deadline).await {
             let events = events_of(mesh, &s.eid).await.unwrap_or_default();
+            let header = mesh.exec_header(&s.eid).await.ok().flatten();
+            if header.is_none() && events.is_empty() {
+                anomalies.push(format!(
+                    "{} {}: lost: its submission was acknowledged, yet neither a header nor an \
+                     event of it exists",
+                    case.name, s.eid
+                ));
+                continue;
+            }
             let last: Vec<String> = events
                 .iter()
                 .rev()

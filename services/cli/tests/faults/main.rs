@@ -138,6 +138,14 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> usize {
     n
 }
 
+/// The nodes `f` hit (`n`: the node [`inject`] returned), for the history.
+fn on(f: &Fault, n: usize) -> String {
+    match f.kind {
+        Kind::PowerLoss => "n1+n2+n3".into(),
+        _ => format!("n{}", n + 1),
+    }
+}
+
 /// Heal `f`, injected on node `n`.
 fn heal(net: &mut Net, f: &Fault, n: usize) {
     match f.kind {
@@ -229,12 +237,16 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
             Act::Inject(i) => {
                 let f = &plan.faults[i];
                 hit[i] = tokio::task::block_in_place(|| inject(&mut net, f, &events_stream));
-                history.push(format!("{now}ms: {} n{}", f.kind.name(), hit[i] + 1));
+                history.push(format!("{now}ms: {} {}", f.kind.name(), on(f, hit[i])));
             }
             Act::Heal(i) => {
                 let f = &plan.faults[i];
                 tokio::task::block_in_place(|| heal(&mut net, f, hit[i]));
-                history.push(format!("{now}ms: healed {} n{}", f.kind.name(), hit[i] + 1));
+                history.push(format!(
+                    "{now}ms: healed {} {}",
+                    f.kind.name(),
+                    on(f, hit[i])
+                ));
             }
             Act::Wave => {
                 let batch = campaign::wave(&cases);
