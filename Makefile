@@ -68,7 +68,7 @@ IMAGE ?= noetl/noetl:0.1.0
 TEST_THREADS ?= 4
 
 .PHONY: setup setup-run setup-chromium build test test-heavy lint fmt run bench clean
-.PHONY: check-deploy image check-image fuzz test-chaos
+.PHONY: check-deploy image check-image fuzz test-chaos test-faults
 
 setup: $(VENV)/.nats-server-$(NATS_SERVER_VERSION) $(TOOLS)/.s3s-fs-$(S3S_FS_VERSION) $(DEPLOY_TOOLS) setup-chromium \
 	$(NOETL_CLI_VENV)/.noetl-$(NOETL_CLI_VERSION) $(VENV)/.schemathesis-$(SCHEMATHESIS_VERSION) \
@@ -189,6 +189,18 @@ CHAOS_RUNS ?= 100
 test-chaos: setup
 	NOETL_CHAOS_RUNS=$(CHAOS_RUNS) cargo test -p noetl-cli --no-default-features --test chaos \
 		-- --ignored --nocapture --test-threads=1 chaos_campaign
+
+# The fault harness (services/cli/tests/faults/, docs/reliability.md "The
+# fault harness"): FAULT_RUNS seeded runs of the playbook mix on a 3-node
+# JetStream cluster, each node in its own network namespace, while nodes are
+# isolated, split, paused, degraded, killed and crashed losing unsynced
+# writes. Needs root and iproute2. NOETL_FAULT_SEED=0x... replays one run,
+# NOETL_FAULT_SYNC=always runs the nodes with sync_interval: always.
+# `make test` runs one run with every fault class once.
+FAULT_RUNS ?= 50
+test-faults: setup
+	NOETL_FAULT_RUNS=$(FAULT_RUNS) cargo test -p noetl-cli --no-default-features --test faults \
+		-- --ignored --nocapture --test-threads=1 faults_campaign
 
 # Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS each; needs a nightly
 # toolchain and `cargo install cargo-fuzz`. The sample playbooks seed the

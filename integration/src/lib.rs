@@ -16,11 +16,13 @@ use noetl_wire::{Event, ExecutionRequest};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+pub mod campaign;
 pub mod check;
 pub mod echo;
 pub mod gauge;
 pub mod mix;
 pub mod procstat;
+pub mod seeded;
 pub mod sink;
 pub use gauge::Gauge;
 

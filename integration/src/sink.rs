@@ -32,7 +32,8 @@ impl Calls {
     }
 }
 
-/// A running sink.
+/// A running sink (a clone shares its counts).
+#[derive(Clone)]
 pub struct Sink {
     /// Base URL (`http://127.0.0.1:PORT`), the playbooks' `workload.api`.
     pub url: String,

@@ -282,16 +282,8 @@ impl TestCluster {
     /// The node leading stream `stream` (of the default account), as a
     /// running node sees it.
     pub fn stream_leader(&self, stream: &str) -> Option<usize> {
-        self.running_jsz("/jsz?accounts=true&streams=true")
-            .find_map(|v| {
-                v["account_details"]
-                    .as_array()?
-                    .iter()
-                    .filter_map(|a| a["stream_detail"].as_array())
-                    .flatten()
-                    .find(|s| s["name"] == stream)
-                    .and_then(|s| s["cluster"]["leader"].as_str().map(str::to_string))
-            })
+        self.running_jsz(JSZ_STREAMS)
+            .find_map(|v| stream_leader_in(&v, stream))
             .and_then(|name| self.index_of(&name))
     }
 
@@ -334,6 +326,20 @@ impl Drop for TestCluster {
     }
 }
 
+/// The monitoring path whose answer [`stream_leader_in`] reads.
+pub const JSZ_STREAMS: &str = "/jsz?accounts=true&streams=true";
+
+/// The server name of the leader of `stream` in a [`JSZ_STREAMS`] answer.
+pub fn stream_leader_in(jsz: &Value, stream: &str) -> Option<String> {
+    jsz["account_details"]
+        .as_array()?
+        .iter()
+        .filter_map(|a| a["stream_detail"].as_array())
+        .flatten()
+        .find(|s| s["name"] == stream)
+        .and_then(|s| s["cluster"]["leader"].as_str().map(str::to_string))
+}
+
 /// `n` distinct free loopback ports (all held at once while choosing).
 fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
@@ -348,12 +354,18 @@ fn free_ports(n: usize) -> Vec<u16> {
 /// GET a monitoring endpoint; the JSON body whatever the status code
 /// (`/healthz` answers 503 with a reason while unhealthy).
 fn http_get(port: u16, path: &str) -> Option<Value> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    monitor_get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+/// GET `path` from a nats-server's monitoring port at `addr` (1 s to
+/// connect, 5 s to answer): the JSON body whatever the status code, `None`
+/// when there is no answer.
+pub fn monitor_get(addr: std::net::SocketAddr, path: &str) -> Option<Value> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = String::new();

@@ -25,18 +25,21 @@ mod extras;
 mod plan;
 mod procs;
 mod purge;
+#[path = "../common/serve.rs"]
+mod serve;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use noetl_mesh::state::{ExecHeader, ExecSummary};
-use noetl_mesh::{codec, Mesh, MeshConfig};
-use noetl_wire::{Event, ExecutionRequest};
+use noetl_mesh::{Mesh, MeshConfig};
 
 use crate::plan::{Plan, PlanParams, Target};
 use crate::procs::Procs;
-use noetl_integration::{check, mix, sink::Sink};
+use noetl_integration::campaign::{check_started, submit, Started};
+pub use noetl_integration::campaign::{ended, events_of, patiently};
+use noetl_integration::seeded::{base_seed, env_u64};
+use noetl_integration::{campaign, mix, sink::Sink};
 
 /// Kills happen within this window after the first submission.
 const WINDOW_MS: u64 = 10_000;
@@ -56,12 +59,6 @@ fn plan_for(seed: u64, services: usize) -> Plan {
     })
 }
 
-/// One execution the run started.
-struct Started {
-    eid: String,
-    case: usize,
-}
-
 /// What one run did and found.
 struct RunReport {
     seed: u64,
@@ -75,78 +72,6 @@ struct RunReport {
     secs: f64,
     /// Where its logs are, kept when something was wrong.
     kept: Option<std::path::PathBuf>,
-}
-
-/// Retry a read or a publish through a nats-server restart.
-async fn patiently<T, E: std::fmt::Display, F>(what: &str, mut f: impl FnMut() -> F) -> T
-where
-    F: std::future::Future<Output = Result<T, E>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
-}
-
-async fn submit(mesh: &Mesh, eid: &str, case: &mix::Case, api: &str) {
-    let req = ExecutionRequest {
-        execution_id: eid.to_string(),
-        playbook_yaml: case.yaml.clone(),
-        source_name: format!("chaos/{}", case.name),
-        workload_json: codec::json_bytes(&mix::workload(api)),
-        ..Default::default()
-    };
-    let bytes = codec::encode(&req);
-    patiently("submit an execution", || async {
-        mesh.publish(mesh.subjects().exec_request(), eid, bytes.clone())
-            .await?
-            .wait()
-            .await
-    })
-    .await;
-}
-
-/// Every event of `eid` in the stream, in order.
-async fn events_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, String> {
-    let stored = mesh
-        .stored_events(&mesh.subjects().events_of(eid))
-        .await
-        .map_err(|e| e.to_string())?;
-    stored
-        .into_iter()
-        .map(|e| e.map_err(|e| e.to_string()))
-        .collect()
-}
-
-/// Wait until `eid` is terminal and its terminal event is stored; false
-/// when it is still running at `deadline`.
-async fn ended(mesh: &Mesh, eid: &str, deadline: Instant) -> bool {
-    loop {
-        let header: Option<ExecHeader> = mesh.exec_header(eid).await.ok().flatten();
-        if header
-            .as_ref()
-            .is_some_and(|h| h.status.is_terminal() && h.terminal_emitted)
-        {
-            return true;
-        }
-        if header.is_none() {
-            // Purged as it ended (the purger saw it running): written back
-            // from its events, as `noetl admin rebuild` does.
-            let _ =
-                noetl_mesh::rebuild::rebuild(mesh, eid, noetl_mesh::rebuild::Mode::Missing).await;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// One run: start the mesh, submit the mix twice (at the start and in the
@@ -202,17 +127,10 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
 
     let t0 = Instant::now();
     let mut second_wave = None;
-    let wave = |started: &mut Vec<Started>| {
-        for (i, _) in cases.iter().enumerate() {
-            started.push(Started {
-                eid: noetl_mesh::ids::new_execution_id(),
-                case: i,
-            });
-        }
-    };
+    let wave = |started: &mut Vec<Started>| started.extend(campaign::wave(&cases));
     wave(&mut started);
     for s in &started {
-        submit(&mesh, &s.eid, &cases[s.case], &sink.url).await;
+        submit(&mesh, "chaos", &s.eid, &cases[s.case], &sink.url).await;
     }
     // The signalled wait too: its waiter is purged like the rest.
     let targets: purge::Targets = std::sync::Arc::new(std::sync::Mutex::new(
@@ -267,7 +185,7 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
                 let (mesh, url) = (mesh.clone(), sink.url.clone());
                 second_wave = Some(tokio::spawn(async move {
                     for (eid, case) in &batch {
-                        submit(&mesh, eid, case, &url).await;
+                        submit(&mesh, "chaos", eid, case, &url).await;
                     }
                 }));
             }
@@ -285,45 +203,8 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
     let delivered = signalled.await.expect("the signaller's task");
     anomalies.extend(extras::check_wait(&mesh, &wait_eid, wait_n, delivered, deadline).await);
     anomalies.extend(extras::check_schedule(&mesh, deadline).await);
-    let mut repeated_calls = 0;
-    for s in &started {
-        let case = &cases[s.case];
-        if !ended(&mesh, &s.eid, deadline).await {
-            let events = events_of(&mesh, &s.eid).await.unwrap_or_default();
-            let last: Vec<String> = events
-                .iter()
-                .rev()
-                .take(6)
-                .map(|e| format!("{} {}", e.event_type, e.step))
-                .collect();
-            anomalies.push(format!(
-                "{} {}: still running {SETTLE:?} after the last restart (last events: {last:?})",
-                case.name, s.eid
-            ));
-            continue;
-        }
-        let header: Option<ExecHeader> =
-            patiently("read a header", || mesh.exec_header(&s.eid)).await;
-        let summary: Option<ExecSummary> =
-            patiently("read a summary", || mesh.exec_summary(&s.eid)).await;
-        let events = patiently("read events", || events_of(&mesh, &s.eid)).await;
-        let calls = sink.calls.of(&s.eid);
-        let v = check::check(
-            case,
-            &check::Observed {
-                header: header.as_ref(),
-                summary: summary.as_ref(),
-                events: &events,
-                calls: &calls,
-            },
-        );
-        repeated_calls += v.repeated_calls;
-        anomalies.extend(
-            v.anomalies
-                .into_iter()
-                .map(|a| format!("{} {}: {a}", case.name, s.eid)),
-        );
-    }
+    let (found, repeated_calls) = check_started(&mesh, sink, &cases, &started, deadline).await;
+    anomalies.extend(found);
     // Calls repeat only where a crash interrupted one: an executor or the
     // server must have been killed in this run.
     let crashed = kills.contains_key("executor") || kills.contains_key("nats-server");
@@ -333,7 +214,7 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         ));
     }
     procs.stop();
-    let unexpected_exits = std::mem::take(&mut procs.unexpected_exits);
+    let unexpected_exits = procs.unexpected_exits();
     let kept = if anomalies.is_empty() {
         None
     } else {
@@ -438,68 +319,38 @@ fn report(base: u64, reports: &[RunReport]) {
             println!("  - {a}");
         }
     }
-    for r in reports.iter().filter(|r| !r.unexpected_exits.is_empty()) {
-        println!(
-            "seed {:#x}: exited on their own: {:?}",
-            r.seed, r.unexpected_exits
-        );
-    }
-    assert!(
-        failing.is_empty(),
-        "{} of {} chaos runs had anomalies; seeds: {:?}",
-        failing.len(),
-        reports.len(),
-        failing
-            .iter()
-            .map(|r| format!("{:#x}", r.seed))
-            .collect::<Vec<_>>()
+    campaign::conclude(
+        "chaos",
+        reports.iter().map(|r| {
+            (
+                r.seed,
+                r.unexpected_exits.as_slice(),
+                !r.anomalies.is_empty(),
+            )
+        }),
     );
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|e| panic!("{name}={v:?}: {e}")))
 }
 
 /// Run a campaign of `runs` runs (or the one run of `NOETL_CHAOS_SEED`).
 fn campaign(runs: u64) {
-    let base = env_u64("NOETL_CHAOS_BASE_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
+    let base = base_seed("NOETL_CHAOS_BASE_SEED");
     let seeds: Vec<u64> = match env_u64("NOETL_CHAOS_SEED") {
         Some(seed) => vec![seed],
         None => (0..runs).map(|i| plan::run_seed(base, i)).collect(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let reports = rt.block_on(async {
-        let sink = Sink::start().await;
-        let mut reports = Vec::new();
-        for (i, seed) in seeds.iter().enumerate() {
-            // The seed first: a run that panics is replayed from it.
-            eprint!("chaos run {}/{} seed {seed:#x}: ", i + 1, seeds.len());
-            let r = run_one(*seed, &sink).await;
-            eprintln!(
+    let reports = campaign::run_seeds(
+        "chaos",
+        &seeds,
+        |seed, sink| async move { run_one(seed, &sink).await },
+        |r: &RunReport| {
+            format!(
                 "{} kills, {} anomalies, {:.1} s",
                 r.kills.values().sum::<usize>(),
                 r.anomalies.len(),
                 r.secs
-            );
-            reports.push(r);
-        }
-        reports
-    });
+            )
+        },
+    );
     report(base, &reports);
 }
 

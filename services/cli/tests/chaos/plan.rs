@@ -3,37 +3,7 @@
 
 use std::fmt;
 
-/// A small deterministic generator (SplitMix64): the same seed gives the
-/// same schedule on every machine and toolchain.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator for `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        assert!(lo <= hi, "empty range {lo}..={hi}");
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    /// True with probability `percent` / 100.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.range(1, 100) <= percent
-    }
-}
+pub use noetl_integration::seeded::{run_seed, Rng};
 
 /// What a kill hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,12 +106,6 @@ pub fn plan(p: &PlanParams) -> Plan {
     }
 }
 
-/// The seed of run `i` of a campaign that starts at `base`: every run
-/// differs, and the printed seed of a run replays it alone.
-pub fn run_seed(base: u64, i: u64) -> u64 {
-    Rng::new(base ^ i.wrapping_mul(0xA076_1D64_78BD_642F)).next_u64()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,11 +163,5 @@ mod tests {
                 .flat_map(|p| &p.kills)
                 .any(|k| k.target == Target::Service(svc)));
         }
-    }
-
-    #[test]
-    fn run_seeds_differ() {
-        let seeds: std::collections::BTreeSet<u64> = (0..1000).map(|i| run_seed(42, i)).collect();
-        assert_eq!(seeds.len(), 1000);
     }
 }

@@ -1,71 +1,20 @@
 //! The mesh of one chaos run as real processes: a nats-server on a fixed
 //! port and store directory (so a killed one comes back with its data), and
-//! `noetl serve` processes, each killed with SIGKILL and started again on
-//! the schedule's word. Everything is killed when the run ends, however it
-//! ends.
+//! the `noetl serve` processes of [`serve`](crate::serve). Everything is
+//! killed when the run ends, however it ends.
 
-use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 
 use noetl_mesh::server::{NatsServerProcess, ServerOptions};
 
-/// The consumers' ack wait in chaos runs: a task whose executor was killed
-/// comes back after this long.
-pub const ACK_WAIT_MS: u64 = 2000;
-
-/// The `noetl serve` processes of a run: two replicas of router,
-/// scheduler, loop-supervisor and timer, and two executors serving every
-/// kind.
-pub fn service_names() -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    for service in [
-        "router",
-        "scheduler",
-        "loop-supervisor",
-        "executor",
-        "timer",
-    ] {
-        for replica in 1..=2 {
-            out.push((service, format!("{service}-{replica}")));
-        }
-    }
-    out
-}
-
-/// A `noetl` command with the run's home and ack wait, nothing inherited
-/// that would point it elsewhere. `NOETL_CHAOS_BIN` names another binary
-/// (a copy, so a long campaign is not changed under it by a rebuild).
-pub fn noetl(home: &Path) -> Command {
-    let bin =
-        std::env::var_os("NOETL_CHAOS_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_noetl").into());
-    let mut c = Command::new(bin);
-    c.env("NOETL_HOME", home)
-        .env_remove("NOETL_NATS_URL")
-        .env_remove("NATS_URL")
-        .env_remove("NOETL_HTTP_ADDR")
-        .env("NOETL_ACK_WAIT_MS", ACK_WAIT_MS.to_string())
-        .env("NOETL_PYTHON_WARM", "1");
-    c
-}
-
-/// One service process.
-struct Proc {
-    service: &'static str,
-    name: String,
-    child: Option<Child>,
-}
+use crate::serve::{self, Services};
 
 /// The processes of a run.
 pub struct Procs {
-    home: PathBuf,
-    logs: PathBuf,
     url: String,
     nats_opts: ServerOptions,
     nats: Option<NatsServerProcess>,
-    procs: Vec<Proc>,
-    /// Processes that exited although nobody killed them (restarted).
-    pub unexpected_exits: Vec<String>,
+    services: Services,
 }
 
 impl Procs {
@@ -73,8 +22,6 @@ impl Procs {
     /// and start every service.
     pub fn start(dir: &Path) -> Self {
         let home = dir.join("home");
-        let logs = dir.join("logs");
-        std::fs::create_dir_all(&logs).expect("logs dir");
         let store = dir.join("nats");
         let first = NatsServerProcess::start(ServerOptions {
             store_dir: store.clone(),
@@ -88,35 +35,14 @@ impl Procs {
             binary: None,
         };
         let url = first.url();
-        let init = noetl(&home)
-            .args(["admin", "init", "--nats", &url])
-            .output()
-            .expect("run noetl admin init");
-        assert!(
-            init.status.success(),
-            "noetl admin init: {}",
-            String::from_utf8_lossy(&init.stderr)
-        );
-        let mut procs = Self {
-            home,
-            logs,
+        serve::init(&home, &[], &url);
+        let services = Services::start(&home, &dir.join("logs"), &url, &[]);
+        Self {
             url,
             nats_opts,
             nats: Some(first),
-            procs: service_names()
-                .into_iter()
-                .map(|(service, name)| Proc {
-                    service,
-                    name,
-                    child: None,
-                })
-                .collect(),
-            unexpected_exits: Vec::new(),
-        };
-        for i in 0..procs.procs.len() {
-            procs.spawn(i);
+            services,
         }
-        procs
     }
 
     /// The nats-server's URL (the same across its restarts).
@@ -126,43 +52,22 @@ impl Procs {
 
     /// The service kind of process `i` (`router`, `executor`, ...).
     pub fn service(&self, i: usize) -> &'static str {
-        self.procs[i].service
+        self.services.service(i)
     }
 
     /// How many service processes there are.
     pub fn len(&self) -> usize {
-        self.procs.len()
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let p = &mut self.procs[i];
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.logs.join(format!("{}.log", p.name)))
-            .expect("open service log");
-        let child = noetl(&self.home)
-            .args(["serve", p.service, "--nats", &self.url])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", p.name));
-        p.child = Some(child);
+        self.services.len()
     }
 
     /// SIGKILL service `i` (no drain, no ack).
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.procs[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.services.kill(i)
     }
 
     /// Start service `i` again if it is down.
     pub fn restart(&mut self, i: usize) {
-        if self.procs[i].child.is_none() {
-            self.spawn(i);
-        }
+        self.services.restart(i)
     }
 
     /// SIGKILL the nats-server.
@@ -184,37 +89,25 @@ impl Procs {
         }
     }
 
-    /// Start again, and record, every service that exited although
-    /// nobody killed it.
+    /// Start again, and record, every service that exited on its own.
     pub fn reap(&mut self) {
-        for i in 0..self.procs.len() {
-            let exited = match self.procs[i].child.as_mut() {
-                Some(c) => c.try_wait().ok().flatten(),
-                None => None,
-            };
-            if let Some(status) = exited {
-                self.unexpected_exits
-                    .push(format!("{} ({status})", self.procs[i].name));
-                self.procs[i].child = None;
-                self.spawn(i);
-            }
-        }
+        self.services.reap()
+    }
+
+    /// Services that exited although nobody killed them.
+    pub fn unexpected_exits(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.services.unexpected_exits)
     }
 
     /// Start whatever is down: the nats-server, then every service.
     pub fn heal(&mut self) {
         self.restart_nats();
-        self.reap();
-        for i in 0..self.procs.len() {
-            self.restart(i);
-        }
+        self.services.heal();
     }
 
     /// Stop everything (also done on drop).
     pub fn stop(&mut self) {
-        for i in 0..self.procs.len() {
-            self.kill(i);
-        }
+        self.services.stop();
         self.kill_nats();
     }
 }
