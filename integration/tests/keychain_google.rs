@@ -182,7 +182,14 @@ async fn api(headers: HeaderMap) -> Json<Value> {
         .and_then(|p| URL_SAFE_NO_PAD.decode(p).ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .map(|c| (c["aud"].clone(), c["email"].clone()));
-    Json(json!({"for_me": aud.as_ref().map(|(a, _)| a == AUDIENCE), "who": aud.map(|(_, w)| w)}))
+    let known = match bearer {
+        META_ACCESS => "metadata access token",
+        OPENAI_KEY => "openai secret",
+        _ => "other",
+    };
+    Json(
+        json!({"for_me": aud.as_ref().map(|(a, _)| a == AUDIENCE), "who": aud.map(|(_, w)| w), "bearer": known}),
+    )
 }
 
 /// A 2048-bit RSA key in PKCS#8 PEM, made by openssl for this run.
@@ -330,12 +337,13 @@ async fn gcp_secrets_google_id_tokens_and_static_values_resolve_once_and_never_l
         json!({"key": OPENAI_KEY.len(), "same": true, "id": CLIENT_ID.len(), "echo": "seen [redacted] [redacted]"}),
         "{s:?}"
     );
-    let invoker = json!({"for_me": true, "who": "invoker@p.iam.gserviceaccount.com"});
+    let invoker =
+        json!({"for_me": true, "who": "invoker@p.iam.gserviceaccount.com", "bearer": "other"});
     assert_eq!(s.ctx["secret_sa"], invoker, "{s:?}");
     assert_eq!(s.ctx["credential_sa"], invoker, "{s:?}");
     assert_eq!(
         s.ctx["metadata"],
-        json!({"for_me": true, "who": "default@p.iam.gserviceaccount.com"}),
+        json!({"for_me": true, "who": "default@p.iam.gserviceaccount.com", "bearer": "other"}),
         "{s:?}"
     );
     assert_eq!(s.ctx["audience"], AUDIENCE, "the audience is not a secret");
@@ -449,5 +457,62 @@ workflow:
         !err.contains(OPENAI_KEY) && !err.contains(META_ACCESS),
         "{err}"
     );
+    cluster.stop().await;
+}
+
+/// What `noetl migrate` makes of NoETL's inline `auth: {source: adc}` and
+/// `auth: {ALIAS: {type: bearer, provider: secret_manager, key,
+/// oauth_credential}}` (docs/migrate.md): entries the tasks name, sent as
+/// bearers.
+const MIGRATED_INLINE: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: inline_google_auth }
+workload: { api: "", key_path: projects/p/secrets/openai/versions/1, cred: gcp_meta }
+keychain:
+  - name: openai
+    kind: secret_manager
+    provider: gcp
+    auth: '{{ workload.cred }}'
+    map: { token: '{{ workload.key_path }}' }
+  - name: google_adc
+    kind: google_access_token
+    auth: gcp_meta
+workflow:
+  - step: start
+    tool:
+      - name: adc
+        kind: http
+        url: "{{ workload.api }}/api"
+        auth: google_adc
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { adc: "{{ outcome.result.data.bearer }}" } } } } ] } }
+      - name: secret
+        kind: http
+        url: "{{ workload.api }}/api"
+        auth: openai
+        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { secret: "{{ outcome.result.data.bearer }}" } } } } ] } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrated_inline_google_auths_send_their_tokens_as_bearers() {
+    let (addr, google, _sa) = start_google().await;
+    let cluster = Cluster::start().await;
+    put(
+        &cluster,
+        "gcp_meta",
+        json!({"source": "metadata", "metadata_host": addr, "endpoint": format!("http://{addr}")}),
+    )
+    .await;
+    let (eid, s) = cluster
+        .completed(MIGRATED_INLINE, json!({"api": format!("http://{addr}")}))
+        .await;
+    assert_eq!(s.ctx["adc"], "metadata access token", "{s:?}");
+    assert_eq!(s.ctx["secret"], "openai secret", "{s:?}");
+    assert_eq!(google.calls("metadata-token"), 2, "one per entry");
+    cluster.settled_events(&eid).await;
+    let haystack = noetl_integration::every_stream(&cluster.mesh).await;
+    for secret in [OPENAI_KEY, META_ACCESS] {
+        assert!(!haystack.contains(secret), "{secret} leaked");
+    }
     cluster.stop().await;
 }

@@ -166,3 +166,16 @@ fn kinds_no_service_here_resolves_stay_refused() {
         );
     }
 }
+
+#[test]
+fn a_google_access_token_entry_loads_and_its_scopes_are_checked() {
+    let ok = "  - name: google_adc\n    kind: google_access_token\n  - name: ro\n    kind: google_access_token\n    auth: gcp_sa\n    scopes: [https://www.googleapis.com/auth/devstorage.read_only]\n";
+    assert_eq!(diags(ok), vec![]);
+    let d = diags("  - name: g\n    kind: google_access_token\n    scopes: { a: b }\n");
+    assert!(
+        d.iter().any(|d| d.code == "E004"
+            && d.message
+                .contains("`scopes` of keychain entry `g` must be a scope or a list")),
+        "{d:#?}"
+    );
+}

@@ -35,15 +35,22 @@ pub struct Resolved {
 
 impl Resolved {
     /// The credential named `name`, for a task's `auth` field.
-    /// An `oauth2` or `google_id_token` entry is used as a `bearer` of its
-    /// `access_token` (a Google ID token's is the ID token).
+    /// An `oauth2`, `google_id_token` or `google_access_token` entry is
+    /// used as a `bearer` of its `access_token` (a Google ID token's is the
+    /// ID token), a `secret_manager` entry with a `token` field as a
+    /// `bearer` of it (what `noetl migrate` makes of NoETL's inline `auth:
+    /// {type: bearer, provider: secret_manager, key}`).
     pub fn credential(&self, name: &str) -> Option<noetl_core::tool::AuthCredential> {
         let kind = self.kinds.get(name)?.clone();
         let data = self.scope.get(name)?.clone();
         let (kind, data) = match kind.as_str() {
-            "oauth2" | "google_id_token" => (
+            "oauth2" | "google_id_token" | "google_access_token" => (
                 "bearer".to_string(),
                 serde_json::json!({ "token": data.get("access_token").cloned().unwrap_or(Value::Null) }),
+            ),
+            "secret_manager" if data.get("token").is_some() => (
+                "bearer".to_string(),
+                serde_json::json!({ "token": data.get("token").cloned().unwrap_or(Value::Null) }),
             ),
             _ => (kind, data),
         };

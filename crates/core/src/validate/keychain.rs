@@ -1,8 +1,8 @@
 //! Checks of the keychain kinds resolved without a stored credential of
 //! their own name (docs/dsl.md "Keychain"): `static` (the values written in
-//! `map`) and `google_id_token` (a Google ID token minted for
-//! `target_audience`); `secret_manager` and `oauth2` are checked in
-//! `seeds`.
+//! `map`), `google_id_token` (a Google ID token minted for
+//! `target_audience`) and `google_access_token` (an access token for
+//! Google's APIs); `secret_manager` and `oauth2` are checked in `seeds`.
 
 use super::Validator;
 use crate::codes::Code;
@@ -71,6 +71,25 @@ impl Validator {
                 &format!("{path}/service_account_credential"),
                 format!("keychain entry `{name}` (google_id_token) names both `service_account_secret` and `service_account_credential`"),
                 "keep one: `service_account_secret` (a Secret Manager secret holding the key) or `service_account_credential` (a stored credential holding it)",
+            );
+        }
+    }
+
+    /// A `google_access_token` entry's `scopes`, when given, is a scope or
+    /// a list of scopes (default: `cloud-platform`).
+    pub(super) fn google_access_token_entry(&mut self, entry: &Node, path: &str, name: &str) {
+        let Some(v) = entry.get("scopes") else {
+            return;
+        };
+        let ok =
+            v.as_str().is_some() || (v.is_seq() && v.items().iter().all(|i| i.as_str().is_some()));
+        if !ok {
+            self.err(
+                Code::E004,
+                v.span,
+                &format!("{path}/scopes"),
+                format!("`scopes` of keychain entry `{name}` must be a scope or a list of scopes, found {}", v.type_name()),
+                "e.g. `scopes: [https://www.googleapis.com/auth/cloud-platform]`",
             );
         }
     }

@@ -20,9 +20,15 @@ pub const CREDENTIAL_KINDS: &[&str] = &[
 /// from the store (docs/dsl.md "Keychain"): `secret_manager` with
 /// `provider: aws` (AWS Secrets Manager) or `gcp` (GCP Secret Manager),
 /// `oauth2` (a client-credentials token), `static` (the values written in
-/// `map`) and `google_id_token` (a Google ID token for `target_audience`).
-pub const SERVICE_KEYCHAIN_KINDS: &[&str] =
-    &["secret_manager", "oauth2", "static", "google_id_token"];
+/// `map`), `google_id_token` (a Google ID token for `target_audience`) and
+/// `google_access_token` (an access token for Google's APIs).
+pub const SERVICE_KEYCHAIN_KINDS: &[&str] = &[
+    "secret_manager",
+    "oauth2",
+    "static",
+    "google_id_token",
+    "google_access_token",
+];
 
 /// The `provider`s of a `secret_manager` entry this engine reaches.
 pub const SECRET_PROVIDERS_REACHED: &[&str] = &["aws", "gcp"];
@@ -151,6 +157,7 @@ impl Validator {
         match kind {
             "static" => return self.static_entry(entry, path, name),
             "google_id_token" => return self.google_id_token_entry(entry, path, name),
+            "google_access_token" => return self.google_access_token_entry(entry, path, name),
             _ => {}
         }
         if kind == "oauth2" {

@@ -11,6 +11,10 @@
 //!   (`service_account_credential`), or, with neither, the metadata
 //!   server's default account. The value is `{id_token, access_token (the
 //!   same token), token_type: Bearer, audience}`, as NoETL's.
+//! - `google_access_token`: an access token for Google's APIs (`scopes`,
+//!   default `cloud-platform`) for the account of `auth`, or the metadata
+//!   server's: `{access_token, token_type: Bearer, expires_in}`. `noetl
+//!   migrate` declares one for a task's `auth: {source: adc}`.
 //!
 //! `auth` names a stored credential holding a service account key or
 //! `{source: metadata}`; without it the metadata server answers. The
@@ -211,6 +215,45 @@ pub async fn fetch_id_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, Cre
             "access_token": t.token,
             "token_type": "Bearer",
             "audience": audience,
+        }),
+        ttl_ms,
+    })
+}
+
+/// The scopes of a `google_access_token` entry, space-separated (as the
+/// JWT's `scope` claim and the metadata server's `scopes` take them).
+fn scopes(e: &Entry<'_>) -> Result<String, CredentialError> {
+    match e.fields.get("scopes") {
+        None => Ok(google::CLOUD_PLATFORM.to_string()),
+        Some(Value::Array(list)) => {
+            let mut out = Vec::new();
+            for (i, s) in list.iter().enumerate() {
+                out.push(render_text(e, &format!("scopes.{i}"), s)?);
+            }
+            Ok(out.join(" "))
+        }
+        Some(v) => render_text(e, "scopes", v),
+    }
+}
+
+/// `google_access_token`: an access token for the account of `auth`.
+pub async fn fetch_access_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialError> {
+    let scopes = scopes(e)?;
+    let client = reqwest::Client::new();
+    let (source, _) = auth_source(vault, e).await?;
+    let t = google::token(&client, &source, &Want::Access(scopes))
+        .await
+        .map_err(|m| provider_err(e, format!("an access token: {m}")))?;
+    let cap = ttl_cap_ms(e.fields);
+    let ttl_ms = t
+        .expires_in
+        .map(|s| s.saturating_mul(900).min(cap))
+        .unwrap_or(cap);
+    Ok(Fetched {
+        data: json!({
+            "access_token": t.token,
+            "token_type": "Bearer",
+            "expires_in": t.expires_in,
         }),
         ttl_ms,
     })

@@ -1,9 +1,9 @@
 //! Keychain entries resolved when used rather than read from the local
 //! store under their name (docs/security.md "Keychain"): `secret_manager`
 //! (AWS Secrets Manager, [`aws`]; GCP Secret Manager, [`gcp`]), `oauth2`
-//! client-credentials tokens ([`oauth2`]), Google ID tokens
-//! (`google_id_token`, [`gcp`]) and `static` values written in the
-//! playbook. Each service-resolved entry is resolved once per execution
+//! client-credentials tokens ([`oauth2`]), Google ID and access tokens
+//! (`google_id_token`, `google_access_token`, [`gcp`]) and `static` values
+//! written in the playbook. Each service-resolved entry is resolved once per execution
 //! and kept, encrypted, in the auth cache ([`noetl_mesh::auth_cache`])
 //! until it expires; errors name the entry, its playbook and the
 //! service's answer, never a value.
@@ -67,6 +67,7 @@ pub async fn resolve(mesh: &Mesh, eid: &str, e: &Entry<'_>) -> Result<Value, Cre
         "secret_manager" => aws::fetch(&vault, e).await?,
         "oauth2" => oauth2::fetch(&vault, e).await?,
         "google_id_token" => gcp::fetch_id_token(&vault, e).await?,
+        "google_access_token" => gcp::fetch_access_token(&vault, e).await?,
         other => {
             return Err(provider_err(
                 e,
@@ -74,7 +75,7 @@ pub async fn resolve(mesh: &Mesh, eid: &str, e: &Entry<'_>) -> Result<Value, Cre
             ))
         }
     };
-    let cache_type = if matches!(e.kind, "oauth2" | "google_id_token") {
+    let cache_type = if matches!(e.kind, "oauth2" | "google_id_token" | "google_access_token") {
         "token"
     } else {
         "secret"
