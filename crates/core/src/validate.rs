@@ -18,6 +18,7 @@ use crate::yaml::{escape, Node, NodeKind};
 
 mod cursor;
 mod gates;
+mod keychain;
 mod loop_reads;
 mod next;
 mod root;
@@ -30,7 +31,8 @@ mod templates;
 mod workbook;
 
 pub use gates::ON_LIMIT;
-pub use seeds::{CREDENTIAL_KINDS, ON_UNMATCHED, SERVICE_KEYCHAIN_KINDS};
+pub use keychain::credential_fields;
+pub use seeds::{CREDENTIAL_KINDS, ON_UNMATCHED, SECRET_PROVIDERS_REACHED, SERVICE_KEYCHAIN_KINDS};
 
 /// The control actions of a task policy rule (`then.do`).
 const ACTIONS: &[&str] = &["continue", "retry", "jump", "break", "fail"];

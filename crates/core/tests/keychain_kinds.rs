@@ -1,6 +1,7 @@
-//! Keychain kinds resolved from a service (docs/dsl.md "Keychain"):
-//! `secret_manager` with `provider: aws` and `oauth2` load; another
-//! provider, or an entry missing what it needs, is refused naming it.
+//! Keychain kinds resolved when used (docs/dsl.md "Keychain"):
+//! `secret_manager` with `provider: aws` or `gcp`, `oauth2`, `static` and
+//! `google_id_token` load; another provider or kind, or an entry missing
+//! what it needs, is refused naming it.
 
 use noetl_core::diagnostic::Diagnostic;
 use noetl_core::load::load_playbook;
@@ -37,7 +38,7 @@ fn the_seed_keychain_with_aws_secrets_manager_and_oauth2_loads() {
 #[test]
 fn other_providers_are_refused_by_name_at_their_line() {
     for (provider, service) in [
-        ("gcp", "GCP Secret Manager"),
+        ("google", "GCP Secret Manager (write `provider: gcp`)"),
         ("azure", "Azure Key Vault"),
         ("vault", "HashiCorp Vault"),
     ] {
@@ -49,7 +50,9 @@ fn other_providers_are_refused_by_name_at_their_line() {
         assert!(
             d[0].message
                 .contains(&format!("provider `{provider}` ({service})"))
-                && d[0].message.contains("AWS Secrets Manager only"),
+                && d[0]
+                    .message
+                    .contains("AWS Secrets Manager and GCP Secret Manager only"),
             "{}",
             d[0].message
         );
@@ -85,14 +88,94 @@ fn what_an_entry_needs_is_named() {
 }
 
 #[test]
+fn gcp_secret_manager_static_and_google_id_token_entries_load() {
+    let k = r#"  - name: gcp_secret
+    kind: secret_manager
+    provider: gcp
+    auth: "{{ workload.gcp_auth }}"
+    map: { api_key: projects/1/secrets/openai/versions/latest }
+  - name: amadeus_credentials
+    kind: static
+    scope: global
+    map:
+      client_id: "{{ workload.client_id }}"
+      client_secret: "{{ keychain.gcp_secret.api_key }}"
+  - name: from_secret
+    kind: google_id_token
+    auto_renew: true
+    auth: google_oauth
+    service_account_secret: projects/1/secrets/sa/versions/latest
+    target_audience: https://svc.a.run.app
+  - name: from_credential
+    kind: google_id_token
+    service_account_credential: invoker_sa
+    target_audience: https://svc.a.run.app
+  - name: from_metadata
+    kind: google_id_token
+    target_audience: https://svc.a.run.app
+"#;
+    assert_eq!(diags(k), vec![]);
+}
+
+#[test]
+fn static_and_google_id_token_entries_name_what_they_lack() {
+    let d = diags("  - name: s\n    kind: static\n");
+    assert!(
+        d.iter()
+            .any(|d| d.code == "E003" && d.message.contains("`s` (static) has no `map`")),
+        "{d:#?}"
+    );
+    let d = diags("  - name: s\n    kind: static\n    map: [a]\n");
+    assert!(
+        d.iter()
+            .any(|d| d.code == "E004" && d.message.contains("`map` of keychain entry `s`")),
+        "{d:#?}"
+    );
+    let d = diags("  - name: t\n    kind: google_id_token\n");
+    assert!(
+        d.iter().any(|d| d.code == "E003"
+            && d.message
+                .contains("`t` (google_id_token) has no `target_audience`")),
+        "{d:#?}"
+    );
+    let d = diags("  - name: t\n    kind: google_id_token\n    target_audience: https://a\n    service_account_secret: projects/1/secrets/s\n    service_account_credential: sa\n");
+    assert!(
+        d.iter().any(|d| d.code == "E004"
+            && d.message
+                .contains("names both `service_account_secret` and `service_account_credential`")),
+        "{d:#?}"
+    );
+}
+
+#[test]
 fn kinds_no_service_here_resolves_stay_refused() {
-    for kind in ["secrets", "google_id_token"] {
+    let d = diags("  - name: s\n    kind: secrets\n");
+    assert!(
+        d.iter().any(|d| d.code == "E004"
+            && d.message
+                .contains("keychain kind `secrets` is not available here")),
+        "{d:#?}"
+    );
+    for kind in ["google_oauth", "azure_key"] {
         let d = diags(&format!("  - name: s\n    kind: {kind}\n"));
         assert!(
             d.iter().any(|d| d.code == "E004"
                 && d.message
-                    .contains(&format!("keychain kind `{kind}` is not available here"))),
+                    .contains(&format!("unknown keychain kind `{kind}`"))),
             "{kind}: {d:#?}"
         );
     }
+}
+
+#[test]
+fn a_google_access_token_entry_loads_and_its_scopes_are_checked() {
+    let ok = "  - name: google_adc\n    kind: google_access_token\n  - name: ro\n    kind: google_access_token\n    auth: gcp_sa\n    scopes: [https://www.googleapis.com/auth/devstorage.read_only]\n";
+    assert_eq!(diags(ok), vec![]);
+    let d = diags("  - name: g\n    kind: google_access_token\n    scopes: { a: b }\n");
+    assert!(
+        d.iter().any(|d| d.code == "E004"
+            && d.message
+                .contains("`scopes` of keychain entry `g` must be a scope or a list")),
+        "{d:#?}"
+    );
 }

@@ -91,16 +91,16 @@ fn keychain_doc(kind: &str) -> String {
 
 #[test]
 fn a_keychain_kind_that_needs_a_cloud_service_is_refused_with_the_reason() {
-    let e = find(&keychain_doc("google_id_token"), "E004");
+    let e = find(&keychain_doc("secrets"), "E004");
     assert_eq!(e.span.unwrap().line, 7);
     assert!(
         e.message
-            .contains("keychain kind `google_id_token` is not available here"),
+            .contains("keychain kind `secrets` is not available here"),
         "{}",
         e.message
     );
     assert!(
-        e.message.contains("Google's identity service"),
+        e.message.contains("a cloud secret manager"),
         "{}",
         e.message
     );

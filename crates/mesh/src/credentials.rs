@@ -85,12 +85,14 @@ pub enum CredentialError {
     /// A keychain entry resolved from a secret manager or a token endpoint
     /// could not be resolved (the message names the service and its
     /// answer's status or error code, never a value).
-    #[error("keychain `{name}` ({kind}): {message}")]
+    #[error("keychain `{name}` ({kind}) of playbook `{playbook}`: {message}")]
     Provider {
         /// Entry name.
         name: String,
-        /// Entry kind (`secret_manager`, `oauth2`).
+        /// Entry kind (`secret_manager`, `oauth2`, `google_id_token`...).
         kind: String,
+        /// The playbook that declares it (`metadata.name`).
+        playbook: String,
         /// What went wrong.
         message: String,
     },

@@ -118,13 +118,36 @@ fn read_as_postgres(root: &Node, name: &str) -> bool {
 /// playbook does not declare.
 pub(super) fn declarations(root: &Node, e: &mut Edits) {
     let wanted = undeclared(root, e);
-    if wanted.is_empty() {
+    let declared = Collector::new(root).declared;
+    let inline = crate::inline_auth::rewrite(root, e, &declared);
+    if wanted.is_empty() && inline.is_empty() {
         return;
     }
     let Some((at, header, indent)) = insertion_point(root, e) else {
         return;
     };
     let pad = " ".repeat(indent);
+    for (i, entry) in inline.iter().enumerate() {
+        let fields: String = entry
+            .fields
+            .iter()
+            .map(|f| format!("{pad}  {f}\n"))
+            .collect();
+        e.replace_quietly(
+            (at, at),
+            format!(
+                "{}{pad}- name: {}\n{pad}  kind: {}\n{fields}",
+                if i == 0 { header.as_str() } else { "" },
+                crate::snippets::yaml_scalar(&entry.name),
+                entry.kind
+            ),
+        );
+    }
+    let header = if inline.is_empty() {
+        header
+    } else {
+        String::new()
+    };
     for (i, (name, w)) in wanted.iter().enumerate() {
         let entry = format!(
             "{}{pad}- name: {}\n{pad}  kind: {}\n",

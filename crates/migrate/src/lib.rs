@@ -14,6 +14,7 @@
 use noetl_core::yaml::Node;
 
 mod edits;
+mod inline_auth;
 mod keychain;
 mod lines;
 mod renames;

@@ -86,10 +86,11 @@ fn workbook_tasks(root: &Node) -> Vec<(&Node, String)> {
 /// indentation), keeping what it said.
 /// A keychain entry NoETL fetches from a cloud secret manager
 /// (`kind: secrets` / `secret_manager`, `provider`, `map` of the fields and
-/// their secret paths) becomes a `secret` of the local encrypted store,
-/// which the user fills (`noetl credential put`): the engine reaches no
-/// secret manager (docs/security.md). `{{ keychain.name.field }}` reads the
-/// same fields.
+/// their secret paths): with a `provider` this engine reaches (`aws`,
+/// `gcp`) and a `map`, it stays a `secret_manager` entry (`secrets`
+/// renamed); otherwise it becomes a `secret` of the local encrypted store,
+/// which the user fills (`noetl credential put`). `{{ keychain.name.field
+/// }}` reads the same fields either way.
 fn cloud_secret(entry: &Node, e: &mut Edits) {
     let Some((_, kind)) = entry
         .entry("kind")
@@ -98,6 +99,23 @@ fn cloud_secret(entry: &Node, e: &mut Edits) {
         return;
     };
     let name = entry.get("name").and_then(Node::as_str).unwrap_or("?");
+    let reached = entry
+        .get("provider")
+        .and_then(Node::as_str)
+        .is_some_and(|p| noetl_core::validate::SECRET_PROVIDERS_REACHED.contains(&p));
+    if reached && entry.get("map").is_some_and(Node::is_map) {
+        if kind.as_str() == Some("secrets") {
+            let quoted = e.text[kind.span.offset..].starts_with(['"', '\'']);
+            let end = kind.span.offset + "secrets".len() + if quoted { 2 } else { 0 };
+            e.replace(
+                (kind.span.offset, end),
+                "secret_manager".into(),
+                kind.span.line,
+                format!("keychain `{name}`: `kind: secrets` → `kind: secret_manager` (its `map` is read from the secret manager of `provider` when used)"),
+            );
+        }
+        return;
+    }
     let fields: Vec<&str> = entry
         .get("map")
         .map(Node::entries)

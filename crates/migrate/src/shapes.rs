@@ -515,17 +515,47 @@ mod tests {
     }
 
     #[test]
-    fn a_cloud_secret_becomes_a_local_secret_with_the_same_fields() {
+    fn a_cloud_secret_of_a_provider_reached_stays_a_secret_manager_entry() {
         let m = migrate(&playbook(
             "keychain:\n  - name: openai_token\n    kind: secrets\n    provider: gcp\n    scope: global\n    auth: \"{{ gcp_auth }}\"\n    map:\n      api_key: \"{{ openai_secret_path }}\"\nworkflow:\n  - step: start\n    tool: { kind: noop }\n",
         ))
         .unwrap();
         assert!(
-            m.text.contains("  - name: openai_token\n    kind: secret\n    # provider: gcp\n    scope: global\n    # auth: \"{{ gcp_auth }}\"\n    # map:\n    #   api_key: \"{{ openai_secret_path }}\"\n"),
+            m.text.contains("  - name: openai_token\n    kind: secret_manager\n    provider: gcp\n    scope: global\n    auth: \"{{ gcp_auth }}\"\n    map:\n      api_key: \"{{ openai_secret_path }}\"\n"),
             "{}",
             m.text
         );
-        assert!(m.report()[0].1.contains("store its value with `noetl credential put openai_token --kind secret` with the fields api_key"), "{:?}", m.report());
+        assert!(
+            m.report()
+                .iter()
+                .any(|(_, r)| r.contains("`kind: secrets` → `kind: secret_manager`")),
+            "{:?}",
+            m.report()
+        );
+        assert!(
+            noetl_core::load::load_playbook(&m.text, "t.yaml").is_ok(),
+            "{}",
+            m.text
+        );
+        assert_eq!(
+            migrate(&m.text).unwrap().text,
+            m.text,
+            "a second run changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_cloud_secret_of_another_provider_becomes_a_local_secret_with_the_same_fields() {
+        let m = migrate(&playbook(
+            "keychain:\n  - name: openai_token\n    kind: secrets\n    provider: azure\n    scope: global\n    auth: \"{{ gcp_auth }}\"\n    map:\n      api_key: \"{{ openai_secret_path }}\"\nworkflow:\n  - step: start\n    tool: { kind: noop }\n",
+        ))
+        .unwrap();
+        assert!(
+            m.text.contains("  - name: openai_token\n    kind: secret\n    # provider: azure\n    scope: global\n    # auth: \"{{ gcp_auth }}\"\n    # map:\n    #   api_key: \"{{ openai_secret_path }}\"\n"),
+            "{}",
+            m.text
+        );
+        assert!(m.report().iter().any(|(_, r)| r.contains("store its value with `noetl credential put openai_token --kind secret` with the fields api_key")), "{:?}", m.report());
         assert!(
             noetl_core::load::load_playbook(&m.text, "t.yaml").is_ok(),
             "{}",

@@ -35,14 +35,22 @@ pub struct Resolved {
 
 impl Resolved {
     /// The credential named `name`, for a task's `auth` field.
-    /// An `oauth2` entry is used as a `bearer` of its `access_token`.
+    /// An `oauth2`, `google_id_token` or `google_access_token` entry is
+    /// used as a `bearer` of its `access_token` (a Google ID token's is the
+    /// ID token), a `secret_manager` entry with a `token` field as a
+    /// `bearer` of it (what `noetl migrate` makes of NoETL's inline `auth:
+    /// {type: bearer, provider: secret_manager, key}`).
     pub fn credential(&self, name: &str) -> Option<noetl_core::tool::AuthCredential> {
         let kind = self.kinds.get(name)?.clone();
         let data = self.scope.get(name)?.clone();
         let (kind, data) = match kind.as_str() {
-            "oauth2" => (
+            "oauth2" | "google_id_token" | "google_access_token" => (
                 "bearer".to_string(),
                 serde_json::json!({ "token": data.get("access_token").cloned().unwrap_or(Value::Null) }),
+            ),
+            "secret_manager" if data.get("token").is_some() => (
+                "bearer".to_string(),
+                serde_json::json!({ "token": data.get("token").cloned().unwrap_or(Value::Null) }),
             ),
             _ => (kind, data),
         };
@@ -77,6 +85,7 @@ pub async fn resolve(
             let e = crate::keychain::Entry {
                 name: &entry.name,
                 kind: &entry.kind,
+                playbook: &plan.playbook.metadata.name,
                 fields: &entry.extra,
                 scope: &scope,
             };
@@ -266,11 +275,13 @@ pub const NON_SECRET_FIELDS: &[&str] = &[
     "token_type",
     "expires_in",
     "scope",
+    "audience",
 ];
 
 fn collect_secret_fields(kind: &str, data: &Value, out: &mut Vec<String>) {
     match data {
-        Value::Object(m) if kind != "secret" => {
+        // Every field of a `secret` or `static` entry is secret.
+        Value::Object(m) if !matches!(kind, "secret" | "static") => {
             for (k, v) in m {
                 if !NON_SECRET_FIELDS.contains(&k.as_str()) {
                     collect(v, out);

@@ -471,16 +471,18 @@ async fn unresolved_keychain(
     let vault = mesh.vault();
     let mut problems = Vec::new();
     for entry in &playbook.keychain {
-        // Resolved from its service when used; its `auth` (when a plain
-        // name) must be stored.
+        // Resolved when used; the credentials it names (`auth`...), when
+        // plain names, must be stored.
         if noetl_core::validate::SERVICE_KEYCHAIN_KINDS.contains(&entry.kind.as_str()) {
-            let auth = entry.extra.get("auth").and_then(serde_json::Value::as_str);
-            if let Some(auth) = auth.filter(|a| !noetl_core::template::is_template(a)) {
-                if vault.kind_of(auth).await.ok().flatten().is_none() {
-                    problems.push(format!(
-                        "`{}` ({}) names `auth: {auth}`, which is not stored; add it with `noetl credential put {auth} --kind secret --from-file FILE.json`",
-                        entry.name, entry.kind
-                    ));
+            for field in noetl_core::validate::credential_fields(&entry.kind) {
+                let named = entry.extra.get(*field).and_then(serde_json::Value::as_str);
+                if let Some(cred) = named.filter(|a| !noetl_core::template::is_template(a)) {
+                    if vault.kind_of(cred).await.ok().flatten().is_none() {
+                        problems.push(format!(
+                            "`{}` ({}) names `{field}: {cred}`, which is not stored; add it with `noetl credential put {cred} --kind secret --from-file FILE.json`",
+                            entry.name, entry.kind
+                        ));
+                    }
                 }
             }
             continue;

@@ -16,32 +16,37 @@ pub const CREDENTIAL_KINDS: &[&str] = &[
     "secret",
 ];
 
-/// Keychain kinds resolved from a service when an execution uses them
-/// (docs/security.md "Keychain"): `secret_manager` with `provider: aws`
-/// (AWS Secrets Manager) and `oauth2` (a client-credentials token).
-pub const SERVICE_KEYCHAIN_KINDS: &[&str] = &["secret_manager", "oauth2"];
+/// Keychain kinds resolved when an execution uses them rather than read
+/// from the store (docs/dsl.md "Keychain"): `secret_manager` with
+/// `provider: aws` (AWS Secrets Manager) or `gcp` (GCP Secret Manager),
+/// `oauth2` (a client-credentials token), `static` (the values written in
+/// `map`), `google_id_token` (a Google ID token for `target_audience`) and
+/// `google_access_token` (an access token for Google's APIs).
+pub const SERVICE_KEYCHAIN_KINDS: &[&str] = &[
+    "secret_manager",
+    "oauth2",
+    "static",
+    "google_id_token",
+    "google_access_token",
+];
 
-/// The `provider`s of a `secret_manager` entry: the one reached (`aws`)
-/// and, for the others, the service each names (refused by name).
+/// The `provider`s of a `secret_manager` entry this engine reaches.
+pub const SECRET_PROVIDERS_REACHED: &[&str] = &["aws", "gcp"];
+
+/// The `provider`s of a `secret_manager` entry this engine does not reach,
+/// and the service each names (refused by name).
 const SECRET_PROVIDERS: &[(&str, &str)] = &[
-    ("gcp", "GCP Secret Manager"),
-    ("google", "GCP Secret Manager"),
+    ("google", "GCP Secret Manager (write `provider: gcp`)"),
     ("azure", "Azure Key Vault"),
     ("vault", "HashiCorp Vault"),
     ("k8s", "Kubernetes secrets"),
 ];
 
 /// Keychain kinds that resolve from a cloud service, with what they need.
-const CLOUD_KEYCHAIN_KINDS: &[(&str, &str)] = &[
-    (
-        "secrets",
-        "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
-    ),
-    (
-        "google_id_token",
-        "Google's identity service (a service account that mints ID tokens)",
-    ),
-];
+const CLOUD_KEYCHAIN_KINDS: &[(&str, &str)] = &[(
+    "secrets",
+    "a cloud secret manager (GCP Secret Manager, AWS Secrets Manager, Azure Key Vault)",
+)];
 
 /// `executor.spec.limits` keys (docs/architecture.md "Limits").
 const LIMIT_KEYS: &[&str] = &["max_payload_bytes", "max_loop_items", "timeout_s"];
@@ -141,12 +146,20 @@ impl Validator {
         self.err(Code::E004, k.span, &format!("{path}/kind"), message, &help);
     }
 
-    /// A `secret_manager` entry names `provider: aws` (another provider
-    /// is refused naming its service) and a `map`; an `oauth2` entry an
-    /// `endpoint`. Other fields are accepted, as on every entry (NoETL's
-    /// `scope`, `auto_renew`... take no effect here).
+    /// A `secret_manager` entry names `provider: aws` or `gcp` (another
+    /// provider is refused naming its service) and a `map`; an `oauth2`
+    /// entry an `endpoint`; a `static` entry a `map`; a `google_id_token`
+    /// entry a `target_audience` and at most one service account. Other
+    /// fields are accepted, as on every entry (NoETL's `scope`,
+    /// `auto_renew`... take no effect here).
     fn service_entry(&mut self, entry: &Node, path: &str, kind: &str) {
         let name = entry.get("name").and_then(Node::as_str).unwrap_or("?");
+        match kind {
+            "static" => return self.static_entry(entry, path, name),
+            "google_id_token" => return self.google_id_token_entry(entry, path, name),
+            "google_access_token" => return self.google_access_token_entry(entry, path, name),
+            _ => {}
+        }
         if kind == "oauth2" {
             if entry.get("endpoint").is_none() {
                 self.err(Code::E003, entry.span, path, format!("keychain entry `{name}` (oauth2) has no `endpoint`"), "add `endpoint:` the token URL; `data:` holds the form (`grant_type: client_credentials`, `client_id`, `client_secret`, `scope`)");
@@ -164,33 +177,33 @@ impl Validator {
                 entry.span,
                 path,
                 format!("keychain entry `{name}` (secret_manager) has no `provider`"),
-                "add `provider: aws` (AWS Secrets Manager, the one this engine reaches)",
+                "add `provider: aws` (AWS Secrets Manager) or `provider: gcp` (GCP Secret Manager)",
             ),
             Some(p) => match p.as_str() {
-                Some("aws") => {}
+                Some(reached) if SECRET_PROVIDERS_REACHED.contains(&reached) => {}
                 Some(other) => {
                     let service = SECRET_PROVIDERS
                         .iter()
                         .find(|(n, _)| *n == other)
                         .map(|(_, s)| *s);
                     let message = match service {
-                        Some(s) => format!("keychain entry `{name}`: provider `{other}` ({s}) is not available here: this engine reaches AWS Secrets Manager only"),
+                        Some(s) => format!("keychain entry `{name}`: provider `{other}` ({s}) is not available here: this engine reaches AWS Secrets Manager and GCP Secret Manager only"),
                         None => format!("keychain entry `{name}`: unknown provider `{other}`"),
                     };
-                    self.err(Code::E004, p.span, &format!("{path}/provider"), message, "use `provider: aws`, or store the value with `noetl credential put <name> --kind secret` and declare `kind: secret`");
+                    self.err(Code::E004, p.span, &format!("{path}/provider"), message, "use `provider: aws` or `provider: gcp`, or store the value with `noetl credential put <name> --kind secret` and declare `kind: secret`");
                 }
                 None => self.err(
                     Code::E004,
                     p.span,
                     &format!("{path}/provider"),
                     format!("`provider` of keychain entry `{name}` must be a string"),
-                    "`provider: aws`",
+                    "`provider: aws` or `provider: gcp`",
                 ),
             },
         }
         match entry.get("map") {
-            None => self.err(Code::E003, entry.span, path, format!("keychain entry `{name}` (secret_manager) has no `map`"), "add `map: { <field>: <secret id> }`: each field reads the SecretString of that secret"),
-            Some(m) if !m.is_map() || m.entries().is_empty() => self.err(Code::E004, m.span, &format!("{path}/map"), format!("`map` of keychain entry `{name}` must be a non-empty mapping of field → secret id"), "e.g. `map: { token: prod/openai }`"),
+            None => self.err(Code::E003, entry.span, path, format!("keychain entry `{name}` (secret_manager) has no `map`"), "add `map: { <field>: <secret id> }`: each field reads the value of that secret"),
+            Some(m) if !m.is_map() || m.entries().is_empty() => self.err(Code::E004, m.span, &format!("{path}/map"), format!("`map` of keychain entry `{name}` must be a non-empty mapping of field → secret id"), "e.g. `map: { token: prod/openai }` (AWS) or `map: { token: projects/P/secrets/S/versions/latest }` (GCP)"),
             Some(_) => {}
         }
     }

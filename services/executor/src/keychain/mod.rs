@@ -1,11 +1,16 @@
-//! Keychain entries resolved from a service rather than the local store
-//! (docs/security.md "Keychain"): `secret_manager` (AWS Secrets Manager,
-//! [`aws`]) and `oauth2` client-credentials tokens ([`oauth2`]). Each is
-//! resolved once per execution and kept, encrypted, in the auth cache
-//! ([`noetl_mesh::auth_cache`]) until it expires; errors name the entry
-//! and the service's answer, never a value.
+//! Keychain entries resolved when used rather than read from the local
+//! store under their name (docs/security.md "Keychain"): `secret_manager`
+//! (AWS Secrets Manager, [`aws`]; GCP Secret Manager, [`gcp`]), `oauth2`
+//! client-credentials tokens ([`oauth2`]), Google ID and access tokens
+//! (`google_id_token`, `google_access_token`, [`gcp`]) and `static` values
+//! written in the playbook. Each service-resolved entry is resolved once per execution
+//! and kept, encrypted, in the auth cache ([`noetl_mesh::auth_cache`])
+//! until it expires; errors name the entry, its playbook and the
+//! service's answer, never a value.
 
 pub mod aws;
+pub mod gcp;
+pub mod google;
 pub mod oauth2;
 
 use noetl_core::template::Scope;
@@ -27,8 +32,10 @@ pub const DEFAULT_TTL_S: u64 = 3600;
 pub struct Entry<'a> {
     /// The entry's name.
     pub name: &'a str,
-    /// `secret_manager` or `oauth2`.
+    /// One of [`SERVICE_KINDS`].
     pub kind: &'a str,
+    /// The playbook declaring it (`metadata.name`), for errors.
+    pub playbook: &'a str,
     /// Its other fields (`provider`, `map`, `endpoint`, `data`...).
     pub fields: &'a Map<String, Value>,
     /// The render scope of its templates.
@@ -46,13 +53,21 @@ pub struct Fetched {
 /// The value of a service-resolved entry for execution `eid`: from the
 /// auth cache, else from its service (then cached).
 pub async fn resolve(mesh: &Mesh, eid: &str, e: &Entry<'_>) -> Result<Value, CredentialError> {
+    // Written in the playbook: nothing to ask, nothing to cache.
+    if e.kind == "static" {
+        return static_map(e);
+    }
     let vault = mesh.vault();
     if let Some(v) = vault.cache_get(eid, e.name).await? {
         return Ok(v);
     }
+    let provider = e.fields.get("provider").and_then(Value::as_str);
     let fetched = match e.kind {
+        "secret_manager" if provider == Some("gcp") => gcp::fetch_secrets(&vault, e).await?,
         "secret_manager" => aws::fetch(&vault, e).await?,
         "oauth2" => oauth2::fetch(&vault, e).await?,
+        "google_id_token" => gcp::fetch_id_token(&vault, e).await?,
+        "google_access_token" => gcp::fetch_access_token(&vault, e).await?,
         other => {
             return Err(provider_err(
                 e,
@@ -60,7 +75,7 @@ pub async fn resolve(mesh: &Mesh, eid: &str, e: &Entry<'_>) -> Result<Value, Cre
             ))
         }
     };
-    let cache_type = if e.kind == "oauth2" {
+    let cache_type = if matches!(e.kind, "oauth2" | "google_id_token" | "google_access_token") {
         "token"
     } else {
         "secret"
@@ -70,6 +85,23 @@ pub async fn resolve(mesh: &Mesh, eid: &str, e: &Entry<'_>) -> Result<Value, Cre
         .cache_put(eid, e.name, cache_type, &fetched.data, expires)
         .await?;
     Ok(fetched.data)
+}
+
+/// A `static` entry's value: each field of `map` rendered over `workload`
+/// and the entries before it (NoETL's `static`).
+pub fn static_map(e: &Entry<'_>) -> Result<Value, CredentialError> {
+    let map = e
+        .fields
+        .get("map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| provider_err(e, "`map` (field → value) is missing".into()))?;
+    let mut out = Map::new();
+    for (field, v) in map {
+        let value = noetl_core::template::render_value(v, e.scope)
+            .map_err(|err| provider_err(e, format!("`map.{field}` does not render: {err}")))?;
+        out.insert(field.clone(), value);
+    }
+    Ok(Value::Object(out))
 }
 
 /// The entry's cache lifetime cap: `ttl_s`, else [`DEFAULT_TTL_S`].
@@ -101,6 +133,7 @@ pub(crate) fn provider_err(e: &Entry<'_>, message: String) -> CredentialError {
     CredentialError::Provider {
         name: e.name.to_string(),
         kind: e.kind.to_string(),
+        playbook: e.playbook.to_string(),
         message,
     }
 }
