@@ -204,11 +204,7 @@ pub async fn fetch_id_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, Cre
     let t = google::token(&client, &source, &Want::Id(audience.clone()))
         .await
         .map_err(|m| provider_err(e, format!("an ID token for `{audience}`: {m}")))?;
-    let cap = ttl_cap_ms(e.fields);
-    let ttl_ms = t
-        .expires_in
-        .map(|s| s.saturating_mul(900).min(cap))
-        .unwrap_or(cap);
+    let ttl_ms = token_ttl_ms(e, t.expires_in);
     Ok(Fetched {
         data: json!({
             "id_token": t.token,
@@ -218,6 +214,15 @@ pub async fn fetch_id_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, Cre
         }),
         ttl_ms,
     })
+}
+
+/// How long a token lasting `expires_in` seconds is kept: 90 % of its
+/// life, at most the entry's cap.
+fn token_ttl_ms(e: &Entry<'_>, expires_in: Option<u64>) -> u64 {
+    let cap = ttl_cap_ms(e.fields);
+    expires_in
+        .map(|s| s.saturating_mul(900).min(cap))
+        .unwrap_or(cap)
 }
 
 /// The scopes of a `google_access_token` entry, space-separated (as the
@@ -244,11 +249,7 @@ pub async fn fetch_access_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched,
     let t = google::token(&client, &source, &Want::Access(scopes))
         .await
         .map_err(|m| provider_err(e, format!("an access token: {m}")))?;
-    let cap = ttl_cap_ms(e.fields);
-    let ttl_ms = t
-        .expires_in
-        .map(|s| s.saturating_mul(900).min(cap))
-        .unwrap_or(cap);
+    let ttl_ms = token_ttl_ms(e, t.expires_in);
     Ok(Fetched {
         data: json!({
             "access_token": t.token,
