@@ -188,17 +188,14 @@ pub async fn cancel_children_where(
     // The log names them too (the index is lost with a purge): each
     // `playbook` task run started the child its id derives.
     let logged = children_from_log(mesh, eid, step_run_id).await?;
-    let mut children: Vec<&str> = indexed.iter().map(String::as_str).collect();
     for child in &logged {
-        if !children.contains(&child.as_str()) && mesh.exec_header(child).await?.is_some() {
-            children.push(child);
+        if indexed.contains(child) || mesh.exec_header(child).await?.is_some() {
+            mesh.request_cancel(child, why).await?;
         }
     }
-    for child in children {
-        if logged.iter().any(|c| c == child) {
-            mesh.request_cancel(child, why).await?;
-            continue;
-        }
+    // The indexed ones the log did not name (a log read only for a plan
+    // with a `playbook` task): by their continuation records.
+    for child in indexed.iter().filter(|c| !logged.contains(c)) {
         if let Some(srid) = step_run_id {
             let Some(rec) = kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(child)).await?
             else {
