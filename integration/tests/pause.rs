@@ -97,17 +97,23 @@ async fn second_is_held_not_started(cluster: &Cluster, eid: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_execution_starts_no_step_until_unpaused() {
-    let cluster = Cluster::start().await;
-    let mesh = cluster.mesh.clone();
+/// The chain started and paused (with `reason`) while its first task naps.
+async fn chain_paused_mid_nap(cluster: &Cluster, reason: &str) -> String {
     let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
     cluster
         .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
             e.event_type == EventType::TaskStarted.wire_name()
         })
         .await;
-    assert!(mesh.pause(&eid, "test", "maintenance").await.unwrap());
+    assert!(cluster.mesh.pause(&eid, "test", reason).await.unwrap());
+    eid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_execution_starts_no_step_until_unpaused() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = chain_paused_mid_nap(&cluster, "maintenance").await;
     assert!(
         !mesh.pause(&eid, "test", "again").await.unwrap(),
         "paused once"
@@ -150,13 +156,7 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
 async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
     let cluster = Cluster::start().await;
     let mesh = cluster.mesh.clone();
-    let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
-    cluster
-        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
-            e.event_type == EventType::TaskStarted.wire_name()
-        })
-        .await;
-    assert!(mesh.pause(&eid, "test", "maintenance").await.unwrap());
+    let eid = chain_paused_mid_nap(&cluster, "maintenance").await;
     // An operator's purge of the record (not an unpause): the services
     // that follow it see the purge, read the log and write it back.
     let store = mesh.exec_kv();
@@ -191,13 +191,7 @@ async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
 async fn a_held_token_purged_while_paused_is_published_again_from_the_log_at_the_unpause() {
     let cluster = Cluster::start().await;
     let mesh = cluster.mesh.clone();
-    let eid = cluster.submit(CHAIN, "pause_chain.yaml", json!({})).await;
-    cluster
-        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
-            e.event_type == EventType::TaskStarted.wire_name()
-        })
-        .await;
-    assert!(mesh.pause(&eid, "test", "").await.unwrap());
+    let eid = chain_paused_mid_nap(&cluster, "").await;
     second_is_held_not_started(&cluster, &eid).await;
     // The held token's record is lost: nothing in KV says `second` waits.
     let store = mesh.exec_kv();
