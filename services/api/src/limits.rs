@@ -2,8 +2,9 @@
 //! request's headers (and, on a kept-alive connection, to start the next
 //! request), how long to send its body, how large the body may be, and how
 //! many connections the API keeps open at once. At the limit a new
-//! connection takes the slot of the oldest one that has sent nothing yet,
-//! or is closed at once when every open one has spoken, so idle clients
+//! connection takes the slot of the oldest one that has sent nothing yet
+//! (once past a short grace after it was accepted), or is closed at once
+//! when every open one has spoken, so idle clients
 //! cannot use up the process's file descriptors (its NATS connection needs
 //! some) nor lock out `/api/health`; an idle one is closed after the header
 //! timeout anyway.
@@ -18,7 +19,8 @@ use std::time::Duration;
 
 use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Largest request body: a playbook at the 4 MiB limit, base64-encoded.
 pub const MAX_BODY: usize = 6 * 1024 * 1024;
@@ -78,18 +80,41 @@ pub struct Slots<A> {
 }
 
 /// What the acceptor knows of one open connection.
-#[derive(Default)]
 pub struct Conn {
+    /// When it was accepted.
+    since: Instant,
     /// It has sent a byte.
     spoke: AtomicBool,
     /// Closed to give its slot to a newer connection.
     evicted: AtomicBool,
     /// Woken to see the eviction.
     waker: Mutex<Option<Waker>>,
+    /// Told of the eviction while it still waits for a slot.
+    evicted_waiting: Notify,
+}
+
+impl Conn {
+    /// A connection accepted now.
+    fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            spoke: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            evicted_waiting: Notify::new(),
+        }
+    }
 }
 
 /// How long a new connection waits for an evicted one to give its slot.
 const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a connection is safe from eviction after it is accepted: the
+/// time a client needs to send its request, and the server to read it, on
+/// a loaded machine. Without it a burst of silent connections accepted
+/// just after a real client's (the server accepts in parallel) could
+/// evict it before its first bytes are read.
+const GRACE: Duration = Duration::from_millis(250);
 
 impl<A> Slots<A> {
     /// `max` slots in front of `inner`.
@@ -102,22 +127,51 @@ impl<A> Slots<A> {
     }
 }
 
-/// Close the oldest open connection that has sent nothing: true when one
-/// was found. Connections closed or heard from leave the queue.
-fn evict_oldest_silent(silent: &Mutex<VecDeque<Weak<Conn>>>) -> bool {
+/// What [`evict_oldest_silent`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Evict {
+    /// The oldest silent connection was closed.
+    Evicted,
+    /// The oldest silent connection is still within its grace: ask again
+    /// after this long.
+    Wait(Duration),
+    /// No other open connection is silent.
+    None,
+}
+
+/// Close the oldest open connection other than `me` that has sent
+/// nothing, once it is past its [`GRACE`]. Connections closed or heard
+/// from leave the queue.
+fn evict_oldest_silent(
+    silent: &Mutex<VecDeque<Weak<Conn>>>,
+    me: &Arc<Conn>,
+    now: Instant,
+) -> Evict {
     let mut queue = silent.lock().unwrap_or_else(|p| p.into_inner());
-    while let Some(weak) = queue.pop_front() {
-        let Some(conn) = weak.upgrade() else { continue };
-        if conn.spoke.load(Ordering::Acquire) {
-            continue;
-        }
-        conn.evicted.store(true, Ordering::Release);
-        if let Some(w) = conn.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            w.wake();
-        }
-        return true;
+    queue.retain(|w| {
+        w.upgrade()
+            .is_some_and(|c| !c.spoke.load(Ordering::Acquire) && !c.evicted.load(Ordering::Acquire))
+    });
+    let Some(at) = queue
+        .iter()
+        .position(|w| w.upgrade().is_some_and(|c| !Arc::ptr_eq(&c, me)))
+    else {
+        return Evict::None;
+    };
+    let Some(conn) = queue[at].upgrade() else {
+        return Evict::None;
+    };
+    let age = now.saturating_duration_since(conn.since);
+    if age < GRACE {
+        return Evict::Wait(GRACE - age);
     }
-    false
+    queue.remove(at);
+    conn.evicted.store(true, Ordering::Release);
+    if let Some(w) = conn.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        w.wake();
+    }
+    conn.evicted_waiting.notify_one();
+    Evict::Evicted
 }
 
 /// Remember a new connection as silent (and forget, from the front,
@@ -133,29 +187,92 @@ fn remember(silent: &Mutex<VecDeque<Weak<Conn>>>, conn: &Arc<Conn>) {
     queue.push_back(Arc::downgrade(conn));
 }
 
-/// A slot for a new connection: a free one, or one an evicted silent
-/// connection gives back.
+/// A stream whose first bytes can be awaited without reading them.
+pub trait Readable {
+    /// Ready once bytes have arrived (an error when the peer closed
+    /// first). Peeks: what arrived is left for the server to read.
+    fn bytes_arrived(&self) -> impl std::future::Future<Output = io::Result<()>> + Send + '_;
+}
+
+impl Readable for tokio::net::TcpStream {
+    // Not `readable()`: its readiness may be a false positive (a new
+    // registration reports ready), and a silent client would pass.
+    async fn bytes_arrived(&self) -> io::Result<()> {
+        let mut one = [0u8; 1];
+        match self.peek(&mut one).await? {
+            0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A slot for a new connection `conn`: a free one, or the one the silent
+/// connection it evicts gives back; `None` when every open connection has
+/// spoken (or this one was evicted in turn while it waited). `heard`
+/// completes when the connection's first bytes arrive.
+///
+/// Each new connection evicts exactly one before it waits for a slot, and
+/// only those that evicted wait for one, so the slots given back match
+/// the connections waiting for them. A connection that evicted counts as
+/// silent from then on (a still newer one may evict it in turn, its claim
+/// passing on): were it remembered only once it holds its slot, a burst
+/// of new connections would find the queue emptied by the evictions ahead
+/// of it and be closed at once although every open connection is silent.
+/// Its request arriving while it waits makes it a client, not evicted.
 async fn slot(
     free: Arc<Semaphore>,
     silent: &Mutex<VecDeque<Weak<Conn>>>,
+    conn: &Arc<Conn>,
+    heard: impl std::future::Future<Output = io::Result<()>>,
 ) -> Option<OwnedSemaphorePermit> {
     if let Ok(s) = free.clone().try_acquire_owned() {
+        remember(silent, conn);
         return Some(s);
     }
-    if !evict_oldest_silent(silent) {
-        return None;
+    let deadline = Instant::now() + GRACE + EVICTION_WAIT;
+    let mut heard = std::pin::pin!(heard);
+    let mut listening = true;
+    let on_heard = |r: io::Result<()>, listening: &mut bool| {
+        *listening = false;
+        if r.is_ok() {
+            conn.spoke.store(true, Ordering::Release);
+        }
+    };
+    // Find the connection to evict (the oldest silent one may still be
+    // within its grace).
+    loop {
+        let now = Instant::now();
+        let wait = match evict_oldest_silent(silent, conn, now) {
+            Evict::Evicted => break,
+            Evict::None => return None,
+            Evict::Wait(d) => d.min(deadline.saturating_duration_since(now)),
+        };
+        if wait.is_zero() {
+            return None;
+        }
+        tokio::select! {
+            r = &mut heard, if listening => on_heard(r, &mut listening),
+            () = tokio::time::sleep(wait) => {}
+        }
     }
-    tokio::time::timeout(EVICTION_WAIT, free.acquire_owned())
-        .await
-        .ok()
-        .and_then(Result::ok)
+    remember(silent, conn);
+    // Then the slot it freed (or, when it was a waiter's, the next).
+    let acquire = tokio::time::timeout_at(deadline, free.acquire_owned());
+    tokio::pin!(acquire);
+    loop {
+        tokio::select! {
+            permit = &mut acquire => return permit.ok().and_then(Result::ok),
+            () = conn.evicted_waiting.notified() => return None,
+            r = &mut heard, if listening => on_heard(r, &mut listening),
+        }
+    }
 }
 
 impl<A, I, S> Accept<I, S> for Slots<A>
 where
     A: Accept<I, S> + Clone + Send + Sync + 'static,
     A::Future: Send,
-    I: Send + 'static,
+    I: Readable + Send + 'static,
     S: Send + 'static,
 {
     type Stream = Held<A::Stream>;
@@ -167,15 +284,28 @@ where
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let Some(permit) = slot(this.free.clone(), &this.silent).await else {
-                tracing::warn!(
-                    target: "noetl_api::access",
-                    "connection closed at once: the API holds its maximum of open connections, each of them heard from"
-                );
+            let conn = Arc::new(Conn::new());
+            let Some(permit) = slot(
+                this.free.clone(),
+                &this.silent,
+                &conn,
+                stream.bytes_arrived(),
+            )
+            .await
+            else {
+                if conn.evicted.load(Ordering::Acquire) {
+                    tracing::debug!(
+                        target: "noetl_api::access",
+                        "connection closed while it waited for a slot: a newer one took its place"
+                    );
+                } else {
+                    tracing::warn!(
+                        target: "noetl_api::access",
+                        "connection closed at once: the API holds its maximum of open connections, each of them heard from"
+                    );
+                }
                 return Err(io::Error::other("connection limit reached"));
             };
-            let conn = Arc::new(Conn::default());
-            remember(&this.silent, &conn);
             let (stream, service) = this.inner.accept(stream, service).await?;
             Ok((
                 Held {
@@ -271,26 +401,121 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
 mod tests {
     use super::*;
 
+    /// A connection accepted `ago` before now.
+    fn accepted(ago: Duration) -> Arc<Conn> {
+        let mut c = Conn::new();
+        c.since = Instant::now() - ago;
+        Arc::new(c)
+    }
+
     #[test]
-    fn the_oldest_silent_connection_is_evicted_and_one_heard_from_is_not() {
+    fn the_oldest_silent_connection_past_its_grace_is_evicted_and_one_heard_from_is_not() {
+        let old = Duration::from_secs(1);
         let silent = Mutex::new(VecDeque::new());
-        let (a, b, c) = (
-            Arc::new(Conn::default()),
-            Arc::new(Conn::default()),
-            Arc::new(Conn::default()),
-        );
+        let (a, b, c, me) = (accepted(old), accepted(old), accepted(old), accepted(old));
         remember(&silent, &a);
         remember(&silent, &b);
         remember(&silent, &c);
+        remember(&silent, &me);
         a.spoke.store(true, Ordering::Release);
-        assert!(evict_oldest_silent(&silent));
+        let now = Instant::now();
+        assert_eq!(evict_oldest_silent(&silent, &me, now), Evict::Evicted);
         assert!(!a.evicted.load(Ordering::Acquire), "it has spoken");
         assert!(b.evicted.load(Ordering::Acquire), "the oldest silent one");
         drop(c);
-        assert!(
-            !evict_oldest_silent(&silent),
-            "none left: the new one is refused"
+        assert_eq!(
+            evict_oldest_silent(&silent, &me, now),
+            Evict::None,
+            "none left but itself: the new one is refused"
         );
+        let young = accepted(Duration::from_millis(100));
+        remember(&silent, &young);
+        let left = GRACE - Duration::from_millis(100);
+        assert!(
+            matches!(evict_oldest_silent(&silent, &me, Instant::now()),
+                Evict::Wait(d) if d <= left && d > left - Duration::from_millis(50)),
+            "within its grace: not yet"
+        );
+        assert!(!young.evicted.load(Ordering::Acquire));
+    }
+
+    /// A burst: the evictions ahead of a new connection have emptied the
+    /// queue and their slots are not back yet; it evicts the oldest waiter
+    /// (once past its grace) instead of being closed at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_burst_of_new_connections_evicts_waiters_not_itself() {
+        let free = Arc::new(Semaphore::new(2));
+        let silent = Arc::new(Mutex::new(VecDeque::new()));
+        let old = Duration::from_secs(1);
+        let (a, b) = (accepted(old), accepted(old));
+        let slot_a = slot(free.clone(), &silent, &a, std::future::pending())
+            .await
+            .unwrap();
+        let slot_b = slot(free.clone(), &silent, &b, std::future::pending())
+            .await
+            .unwrap();
+        let conns: Vec<Arc<Conn>> = (0..3).map(|_| Arc::new(Conn::new())).collect();
+        let mut waiting = Vec::new();
+        for c in &conns {
+            let (free, silent, c) = (free.clone(), silent.clone(), c.clone());
+            waiting.push(tokio::spawn(async move {
+                slot(free, &silent, &c, std::future::pending()).await
+            }));
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert!(a.evicted.load(Ordering::Acquire));
+        assert!(b.evicted.load(Ordering::Acquire));
+        assert!(
+            !conns[0].evicted.load(Ordering::Acquire),
+            "the oldest waiter is within its grace"
+        );
+        tokio::time::sleep(GRACE + Duration::from_millis(50)).await;
+        assert!(
+            conns[0].evicted.load(Ordering::Acquire),
+            "then it is evicted"
+        );
+        // The evicted connections close, giving their slots back.
+        drop((slot_a, slot_b));
+        let got: Vec<bool> = futures::future::join_all(waiting)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().is_some())
+            .collect();
+        assert_eq!(got, [false, true, true]);
+    }
+
+    /// A waiting connection whose request arrives is a client: a newer
+    /// silent one cannot evict it, and is closed itself.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_waiter_that_sends_its_request_is_not_evicted() {
+        let free = Arc::new(Semaphore::new(1));
+        let silent = Arc::new(Mutex::new(VecDeque::new()));
+        let a = accepted(Duration::from_secs(1));
+        let slot_a = slot(free.clone(), &silent, &a, std::future::pending())
+            .await
+            .unwrap();
+        let w = accepted(Duration::from_secs(1));
+        let waiter = {
+            let (free, silent, w) = (free.clone(), silent.clone(), w.clone());
+            tokio::spawn(async move { slot(free, &silent, &w, async { Ok(()) }).await })
+        };
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        assert!(a.evicted.load(Ordering::Acquire));
+        assert!(w.spoke.load(Ordering::Acquire), "its request arrived");
+        let n = accepted(Duration::from_secs(1));
+        assert!(
+            slot(free.clone(), &silent, &n, std::future::pending())
+                .await
+                .is_none(),
+            "nothing silent to evict: closed at once"
+        );
+        assert!(!w.evicted.load(Ordering::Acquire));
+        drop(slot_a);
+        assert!(waiter.await.unwrap().is_some(), "it gets the evicted slot");
     }
 
     #[test]

@@ -262,18 +262,22 @@ async fn idle_slow_and_too_many_clients_are_cut_off_and_health_holds() {
         t0.elapsed()
     );
     // Closed by eviction, not by the header timeout (3 s after they
-    // connected): all 12 within 1.5 s of the health answer. (A bound of
-    // 100 ms per connection measured how fast a loaded machine runs the
-    // closing task, not the eviction, and failed on CI's 2 cores.)
-    let evicted_by = t0 + Duration::from_millis(1500);
-    let mut evicted = 0;
-    for s in idle.iter_mut().take(12) {
-        let left = evicted_by.saturating_duration_since(Instant::now());
-        if until_closed(s, left).await.is_some() {
-            evicted += 1;
-        }
-    }
-    assert_eq!(evicted, 12, "the 12 oldest gave their slots");
+    // connected): at least 12 of them within 1.5 s of the health answer
+    // (13 when the health connection kept its slot to the end). Which
+    // ones is the server's order of accepting them, close to but not
+    // always the order they connected in: the count is what holds. (A
+    // bound of 100 ms per connection measured how fast a loaded machine
+    // runs the closing task, not the eviction, and failed on CI's 2 cores.)
+    let left = (t0 + Duration::from_millis(1500)).saturating_duration_since(Instant::now());
+    let evicted = futures::future::join_all(idle.iter_mut().map(|s| until_closed(s, left)))
+        .await
+        .into_iter()
+        .filter(Option::is_some)
+        .count();
+    assert!(
+        (12..=13).contains(&evicted),
+        "{evicted} of 20 gave their slots (12 or 13 should)"
+    );
     for s in idle.iter_mut() {
         let closed = until_closed(s, Duration::from_secs(5)).await;
         assert!(closed.is_some(), "an idle connection stays open");
