@@ -191,7 +191,14 @@ impl Handler for KeepsFailing {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_keeps_failing_is_dead_lettered_and_fails_its_execution_saying_why() {
     let cluster = Cluster::start().await;
-    let m = cluster.mesh.clone();
+    // Dead-lettered as soon as its deliveries are used up, whatever its
+    // age (by default a message also has to be two minutes old).
+    let m = noetl_mesh::Mesh::connect(noetl_mesh::config::MeshConfig {
+        dead_letter_age: Duration::ZERO,
+        ..cluster.mesh.config().clone()
+    })
+    .await
+    .unwrap();
     let slow = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: slow }\nworkflow:\n  - step: start\n    tool:\n      - name: nap\n        kind: python\n        code: \"import time; time.sleep(3); result = 1\"\n";
     let eid = cluster.submit(slow, "slow.yaml", json!({})).await;
 

@@ -19,8 +19,16 @@ pub struct MeshConfig {
     pub prefix: String,
     /// How long a consumer waits for an ack before redelivering (`NOETL_ACK_WAIT_MS`).
     pub ack_wait: Duration,
-    /// Deliveries after which a message that keeps failing is dead-lettered.
+    /// Deliveries after which a message that keeps failing is dead-lettered
+    /// (once it is also [`Self::dead_letter_age`] old).
     pub max_deliveries: i64,
+    /// How old (since it was first stored) a message past
+    /// [`Self::max_deliveries`] must be before it is dead-lettered, so the
+    /// redeliveries an outage causes (ack waits running out while a node is
+    /// down, a store restarting) do not use up a young message's chances
+    /// (`NOETL_DEAD_LETTER_AGE_MS`, default 120 s: about the time the
+    /// backoff of ten failed deliveries takes).
+    pub dead_letter_age: Duration,
     /// JetStream de-duplication window for `Nats-Msg-Id`.
     pub duplicate_window: Duration,
     /// Results above this many bytes travel by reference (`NOETL_INLINE_LIMIT`).
@@ -96,6 +104,9 @@ pub const DEFAULT_EXECUTOR_WAIT: Duration = Duration::from_secs(30);
 /// Most replicas JetStream allows for a stream.
 pub const MAX_REPLICAS: usize = 5;
 
+/// Default [`MeshConfig::dead_letter_age`].
+pub const DEFAULT_DEAD_LETTER_AGE: Duration = Duration::from_secs(120);
+
 impl Default for MeshConfig {
     fn default() -> Self {
         Self {
@@ -105,6 +116,7 @@ impl Default for MeshConfig {
             prefix: DEFAULT_PREFIX.into(),
             ack_wait: Duration::from_secs(30),
             max_deliveries: 10,
+            dead_letter_age: DEFAULT_DEAD_LETTER_AGE,
             duplicate_window: Duration::from_secs(120),
             inline_limit: 64 * 1024,
             executor_wait: DEFAULT_EXECUTOR_WAIT,
@@ -190,6 +202,9 @@ impl MeshConfig {
         let replicas = number("NOETL_REPLICAS");
         let twice_delay = number("NOETL_DELIVER_TWICE_DELAY_MS");
         let executor_wait = number("NOETL_EXECUTOR_WAIT_MS");
+        if let Some(v) = number("NOETL_DEAD_LETTER_AGE_MS") {
+            c.dead_letter_age = Duration::from_millis(v);
+        }
         if let Some(v) = executor_wait {
             c.executor_wait = Duration::from_millis(v);
         }

@@ -253,10 +253,23 @@ pub async fn heartbeat<T>(msg: &Message, period: Duration, work: impl Future<Out
 }
 
 /// Delay before the `n`th attempt after a transient failure: 250 ms,
-/// doubling, at most 30 s. Ten deliveries thus ride out about two minutes of
-/// outage before a message is dead-lettered.
+/// doubling, at most 30 s: ten deliveries take about a minute and a half,
+/// and a message is dead-lettered only past ten deliveries and two minutes
+/// ([`chances_used`]).
 fn backoff(n: u32) -> Duration {
     crate::backoff::Backoff::MESSAGE.delay(n)
+}
+
+/// Whether a message delivered `delivered` times, first stored `age` ago,
+/// has had its chances and is dead-lettered unhandled: more than `max`
+/// deliveries and at least `min_age` old. An outage inflates the count
+/// without the handler failing (every ack wait that runs out while a node
+/// is down is one more delivery), so the count alone would dead-letter
+/// work a short outage only delayed. Past three times `max` it goes
+/// whatever its age (a handler that fails fast, a clock that puts
+/// `published` in the future); an unknown age counts as old.
+pub fn chances_used(delivered: i64, age: Option<Duration>, max: i64, min_age: Duration) -> bool {
+    delivered > max && (age.is_none_or(|a| a >= min_age) || delivered > max.saturating_mul(3))
 }
 
 async fn dispatch(
@@ -268,7 +281,13 @@ async fn dispatch(
     let name = health.name();
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
     let _in_flight = health.started(delivered);
-    let disposition = if delivered > mesh.config().max_deliveries {
+    let age = msg.info().ok().and_then(|i| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::from(i.published))
+            .ok()
+    });
+    let cfg = mesh.config();
+    let disposition = if chances_used(delivered, age, cfg.max_deliveries, cfg.dead_letter_age) {
         Disposition::DeadLetter(format!("delivered {delivered} times without being handled"))
     } else {
         let started = std::time::Instant::now();
@@ -525,6 +544,29 @@ pub struct ServiceParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_young_message_past_its_deliveries_gets_more_chances_an_old_one_does_not() {
+        let min = Duration::from_secs(120);
+        let young = Some(Duration::from_secs(20));
+        let old = Some(Duration::from_secs(121));
+        assert!(!chances_used(10, old, 10, min), "within max_deliveries");
+        assert!(chances_used(11, old, 10, min), "past them, and old");
+        assert!(
+            !chances_used(11, young, 10, min),
+            "an outage's redeliveries"
+        );
+        assert!(!chances_used(30, young, 10, min));
+        assert!(
+            chances_used(31, young, 10, min),
+            "three times max: whatever its age"
+        );
+        assert!(
+            chances_used(11, None, 10, min),
+            "an unknown age counts as old"
+        );
+        assert!(chances_used(11, young, 10, Duration::ZERO));
+    }
 
     #[test]
     fn a_handler_result_decides_its_disposition() {
