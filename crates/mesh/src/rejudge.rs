@@ -266,6 +266,9 @@ async fn task_policy(
             Value::from(format!("the playbook has no step {:?}", ev.step)),
         ))));
     };
+    // The step as the executor ran it, and what its templates read: the
+    // scopes below are built by the executor's own functions.
+    let (step, _) = decision_scope::as_it_runs(d.plan, step);
     let Some(task) = step.tool.iter().find(|t| t.name == ev.task) else {
         return Ok(Some(Err(d.differ(
             "task",
@@ -304,20 +307,28 @@ async fn task_policy(
         },
         helpers: Map::new(),
     };
-    let mut sc = d
-        .plan
-        .template_scope(&d.source(), templates.iter().copied(), &d.args())
-        .await?
-        .task(task.name.clone())
-        .attempt(done.attempt);
-    if let Some(earlier) = skipped.results.get(&ev.step_run_id) {
-        for (name, result) in earlier {
-            sc = sc.step_result(name.clone(), result.clone());
-        }
-    }
-    let sc = sc
-        .step_result(task.name.clone(), done.result.clone())
-        .outcome(&outcome);
+    let reads = decision_scope::StepReads::of(d.plan, &step);
+    let source = d.source();
+    let args = source.args(&d.args()).await?;
+    let (base, ctx) = decision_scope::step_scope(&source, d.plan, &reads, &args).await?;
+    let no_results = Map::new();
+    let sc = decision_scope::task_scope(
+        &base,
+        d.plan,
+        &reads,
+        decision_scope::TaskView {
+            task: &task.name,
+            attempt: done.attempt,
+            ctx: &ctx,
+            // What the log does not keep: a policy reading these is not
+            // re-taken (`reads_unlogged`).
+            iter: &Map::new(),
+            prev: &Value::Null,
+            loop_info: None,
+            results: skipped.results.get(&ev.step_run_id).unwrap_or(&no_results),
+        },
+    );
+    let sc = decision_scope::policy_scope(sc, &reads, &task.name, &outcome);
     let now = noetl_core::policy::decide(&noetl_core::policy::PolicyInput {
         policy: task.spec.policy.as_ref(),
         outcome: &outcome,

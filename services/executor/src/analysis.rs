@@ -2,11 +2,12 @@
 //! (execution, step) and cached: serialising a step and scanning its
 //! templates costs far more than the cache lookup, and it runs per message.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use noetl_core::{merge, template, Step, Task};
-use noetl_mesh::{plan::PlanRecord, scope};
+use noetl_core::{merge, Step, Task};
+use noetl_mesh::decision_scope::{self, StepReads};
+use noetl_mesh::plan::PlanRecord;
 use serde_json::Value;
 
 /// Entries kept before the cache is cleared (plans are immutable, so a
@@ -16,21 +17,9 @@ const CAPACITY: usize = 4096;
 /// What one step's tasks read from outside the command.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepNeeds {
-    /// The step reads `ctx` somewhere (templates, or raw fields such as
-    /// Python code, which receives `ctx` too), so `ctx` must be loaded.
-    pub load_ctx: bool,
-    /// Names of workflow steps the step's templates reference at top level;
-    /// their last results are read from the execution bucket. A task of
-    /// this pipeline with the same name shadows the step.
-    pub steps: Vec<String>,
-    /// Names of this pipeline's tasks its templates read at top level
-    /// (`{{ fetch.rows }}` after task `fetch`): their results are kept in
-    /// the cursor once they ran and travel with the pipeline.
-    pub task_results: BTreeSet<String>,
-    /// Every top-level name the step's templates and conditions read: a
-    /// runtime variable is bound in the scope only when it is read (binding
-    /// converts the whole value).
-    pub roots: BTreeSet<String>,
+    /// What its templates and conditions read: the analysis a replay of
+    /// its tasks' policies shares ([`decision_scope::StepReads`]).
+    pub reads: StepReads,
     /// The effective spec of each task (`merge::effective_task_spec` with
     /// kind defaults `{}`), by pipeline index.
     pub specs: Vec<Value>,
@@ -50,71 +39,16 @@ pub struct StepNeeds {
 impl StepNeeds {
     /// Analyse `step` of `plan`.
     pub fn of(plan: &PlanRecord, step: &Step) -> Self {
-        let workbook = plan.playbook.workbook.as_ref();
-        let (tasks, task_errors): (Vec<Task>, Vec<Option<String>>) = step
-            .tool
-            .iter()
-            .map(|t| match noetl_core::workbook::resolve(workbook, t) {
-                Ok(r) => (r, None),
-                Err(e) => (t.clone(), Some(e.to_string())),
-            })
-            .unzip();
         // Analyse the step as it runs (workbook tasks included).
-        let resolved = Step {
-            tool: tasks.clone(),
-            ..step.clone()
-        };
+        let (resolved, task_errors) = decision_scope::as_it_runs(plan, step);
         let step = &resolved;
-        let json = serde_json::to_value(step).unwrap_or_default();
-        let mut templates: Vec<String> = scope::strings(&json)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        // Conditions may be bare expressions (`iter.page < 3`).
-        for task in &step.tool {
-            let rules = task.spec.policy.iter().flat_map(|p| p.rules.iter());
-            for when in rules.filter_map(|r| r.when.as_deref()) {
-                if !template::is_template(when) {
-                    templates.push(format!("{{{{ {when} }}}}"));
-                }
-            }
-        }
-        let mut roots = scope::roots(templates.iter().map(String::as_str));
-        // Runtime variables shadow task names; task names shadow steps and
-        // workload keys (docs/dsl.md, "Runtime variables").
-        let task_results: BTreeSet<String> = step
-            .tool
-            .iter()
-            .map(|t| t.name.clone())
-            .filter(|n| roots.contains(n) && !template::RUNTIME_VARIABLES.contains(&n.as_str()))
-            .collect();
-        // A name that is no runtime variable, step or task may be a
-        // workload key read bare (docs/dsl.md, "Names read bare"): load
-        // the workload.
-        let bare = roots.iter().any(|r| {
-            !template::RUNTIME_VARIABLES.contains(&r.as_str())
-                && plan.step(r).is_none()
-                && !task_results.contains(r)
-        });
-        if bare {
-            roots.insert("workload".to_string());
-        }
-        let steps = roots
-            .iter()
-            .filter(|name| {
-                plan.step(name).is_some() && !is_builtin(name) && !task_results.contains(*name)
-            })
-            .cloned()
-            .collect();
+        let reads = StepReads::of(plan, step);
         let no_defaults = Value::Object(Default::default());
         let specs = step
             .tool
             .iter()
             .map(|t| merge::effective_task_spec(&no_defaults, &plan.playbook, step, t))
             .collect();
-        // A patch key named `set_ctx` writes ctx; it does not read it.
-        let load_ctx =
-            roots.contains("ctx") || json.to_string().replace("set_ctx", "").contains("ctx");
         let sets_iter = step
             .tool
             .iter()
@@ -128,21 +62,18 @@ impl StepNeeds {
             });
         let uses_auth = step.tool.iter().any(names_a_credential);
         Self {
-            load_ctx,
-            steps,
-            task_results,
-            roots,
+            reads,
             specs,
             sets_iter,
             uses_auth,
-            tasks,
+            tasks: resolved.tool.clone(),
             task_errors,
         }
     }
 
     /// True when the step reads the top-level name `name`.
     pub fn reads(&self, name: &str) -> bool {
-        self.roots.contains(name)
+        self.reads.reads(name)
     }
 }
 
@@ -157,23 +88,6 @@ fn names_a_credential(t: &Task) -> bool {
             .get("script")
             .and_then(|s| s.pointer("/source/auth"))
             .is_some()
-}
-
-/// Names the pipeline scope defines itself (a step with such a name is
-/// shadowed, never loaded).
-fn is_builtin(name: &str) -> bool {
-    matches!(
-        name,
-        "workload"
-            | "keychain"
-            | "ctx"
-            | "iter"
-            | "args"
-            | "_task"
-            | "_prev"
-            | "_attempt"
-            | "outcome"
-    )
 }
 
 /// A bounded cache of [`StepNeeds`] by execution, step and plan (a
@@ -241,14 +155,14 @@ mod tests {
             {"step": "py", "tool": [{"name": "p", "kind": "python", "code": "result = ctx['k']"}]},
         ]));
         let use_ = StepNeeds::of(&p, p.playbook.step("use").unwrap());
-        assert_eq!(use_.steps, ["fetch"]);
+        assert_eq!(use_.reads.steps, ["fetch"]);
         assert!(use_.reads("workload") && use_.reads("iter") && use_.reads("fetch"));
         assert!(!use_.reads("_prev") && !use_.reads("ctx"));
-        assert!(!use_.load_ctx, "writing ctx is not reading it");
+        assert!(!use_.reads.load_ctx, "writing ctx is not reading it");
         assert_eq!(use_.specs[0]["timeout"], 3);
         let py = StepNeeds::of(&p, p.playbook.step("py").unwrap());
-        assert!(py.load_ctx, "python code receives ctx");
-        assert!(py.steps.is_empty());
+        assert!(py.reads.load_ctx, "python code receives ctx");
+        assert!(py.reads.steps.is_empty());
         assert!(!py.reads("workload"), "nothing reads it");
     }
 
@@ -277,8 +191,8 @@ mod tests {
             ]},
         ]));
         let n = StepNeeds::of(&p, p.playbook.step("use").unwrap());
-        assert_eq!(n.task_results.iter().collect::<Vec<_>>(), ["fetch"]);
-        assert!(n.steps.is_empty(), "the task shadows step `fetch`");
+        assert_eq!(n.reads.task_results.iter().collect::<Vec<_>>(), ["fetch"]);
+        assert!(n.reads.steps.is_empty(), "the task shadows step `fetch`");
         assert!(!n.reads("workload"), "a task name is no workload key");
     }
 }

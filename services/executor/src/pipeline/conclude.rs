@@ -48,18 +48,17 @@ impl StepRun<'_> {
         );
         // The task has run: later tasks (and its own policy) read its
         // result by its name.
-        if self.needs.task_results.contains(&task.name) {
+        if self.needs.reads.task_results.contains(&task.name) {
             cur.results
                 .insert(task.name.clone(), outcome.result.clone());
         }
         let policy_scope = match &task.spec.policy {
-            Some(_) => {
-                let scope = match cur.results.get(&task.name) {
-                    Some(r) => scope.step_result(task.name.clone(), r.clone()),
-                    None => scope,
-                };
-                scope.outcome(&outcome)
-            }
+            Some(_) => noetl_mesh::decision_scope::policy_scope(
+                scope,
+                &self.needs.reads,
+                &task.name,
+                &outcome,
+            ),
             None => scope, // no rules: nothing reads the scope
         };
         let decided = policy::decide(&PolicyInput {

@@ -126,13 +126,12 @@ impl Executor {
         step: &Step,
         cmd: &TaskCommand,
     ) -> Result<Handled, HandlerError> {
-        let eid = cmd.execution_id.as_str();
         let d = command::decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
         // and templates read them whole, events keep the references.
         let args = noetl_mesh::scope::hydrate_args(&self.mesh, &d.args).await?;
         let needs = self.needs.get(plan, step);
-        let (mut base, ctx) = self.base_scope(plan, &needs, eid, &args).await?;
+        let (mut base, ctx) = self.base_scope(plan, &needs, &args).await?;
         // Credentials are decrypted here, where they are used, and only when
         // a template of the step reads `keychain` or a task has `auth`.
         let mut credentials = crate::secrets::Resolved::default();
