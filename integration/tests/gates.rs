@@ -349,3 +349,68 @@ async fn a_step_s_rate_spaces_its_task_calls() {
     eprintln!("rate: {rate:.2} calls/s (limit 20)");
     c.stop().await;
 }
+
+/// A task slot's record purged (or its lease dropped) while the task runs:
+/// the holder claims it again at its next renewal, so the key counts it
+/// and a task asking after that waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_claims_its_purged_slot_again_and_later_ones_wait_for_it() {
+    use noetl_mesh::gate::ConcRecord;
+    let c = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: one_at_a_time }
+workload: { secs: 0 }
+workflow:
+  - step: start
+    spec:
+      policy: { concurrency: { key: "one", limit: 1 } }
+    tool:
+      - name: nap
+        kind: python
+        code: "import time; time.sleep(workload['secs']); result = 1"
+"#;
+    c.submit_as("long", yaml, "p.yaml", json!({"secs": 14}))
+        .await;
+    c.wait_for_event("long", "its task's start", Duration::from_secs(20), |e| {
+        e.event_type == EventType::TaskStarted.wire_name()
+    })
+    .await;
+    let store = c.mesh.gates_kv();
+    let kv_key = noetl_mesh::keys::Keys::gate_task("one");
+    store.purge(&kv_key).await.unwrap();
+    // The lease is renewed every third of its 30 s: by then it is back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let rec = loop {
+        let rec: Option<ConcRecord> = noetl_mesh::kv::get(store, &kv_key).await.unwrap();
+        if let Some(r) = rec.filter(|r| !r.holders.is_empty()) {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "never claimed again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(rec.holders.len(), 1, "{rec:?}");
+    assert_eq!(rec.holders[0].owner.execution_id, "long");
+    assert_eq!((rec.key.as_str(), rec.limit), ("one", 1));
+    // A task asking now waits for the long one.
+    c.submit_as("later", yaml, "p.yaml", json!({})).await;
+    for eid in ["long", "later"] {
+        let s = c.wait(eid, Duration::from_secs(40)).await;
+        assert_eq!(s.status, ExecStatus::Completed, "{eid}: {:?}", s.error);
+    }
+    let started = |evs: &[Event], t: EventType| {
+        evs.iter()
+            .find(|e| EventType::of(e) == Some(t))
+            .map(|e| secs(&e.ts))
+            .unwrap()
+    };
+    let long_done = started(&c.settled_events("long").await, EventType::TaskDone);
+    let later_started = started(&c.settled_events("later").await, EventType::TaskStarted);
+    assert!(
+        later_started >= long_done,
+        "the later task started {:.2}s before the long one ended",
+        long_done - later_started
+    );
+    c.stop().await;
+}

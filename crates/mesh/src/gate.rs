@@ -310,13 +310,58 @@ pub fn release(rec: &ConcRecord, id: &str, now_ms: u64, gone: &[String]) -> Rele
     }
 }
 
-/// Extend `id`'s lease; `None` when it holds none (it expired and was
-/// dropped).
-pub fn renew(rec: &ConcRecord, id: &str, now_ms: u64) -> Option<ConcRecord> {
-    let mut r = rec.clone();
-    let h = r.holders.iter_mut().find(|h| h.id == id)?;
-    h.until_ms = lease_end(r.lease_ms, now_ms);
-    Some(r)
+/// A holder's lease, as its holder knows it (to renew it, or to claim it
+/// again when the record lost it).
+#[derive(Debug, Clone)]
+pub struct Lease<'a> {
+    /// The key as rendered.
+    pub key: &'a str,
+    /// The lease's id.
+    pub id: &'a str,
+    /// Whose it is.
+    pub owner: &'a Owner,
+    /// Slots of the key.
+    pub limit: u32,
+    /// The lease's length.
+    pub lease_ms: u64,
+}
+
+/// What a renewal found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Renewed {
+    /// The lease was held: it is extended.
+    Held(ConcRecord),
+    /// The record had lost it (purged with its record, or expired and
+    /// dropped while the holder was cut off): it is claimed again, over
+    /// the limit if need be, since the work it stands for is running; the
+    /// holders that came in meanwhile keep their slots, and the next
+    /// asking waits until the count is under the limit again.
+    Reclaimed(ConcRecord),
+}
+
+/// Extend `lease`, or claim it again when `rec` (absent when the record
+/// itself is gone) no longer has it.
+pub fn renew(rec: Option<&ConcRecord>, lease: &Lease<'_>, now_ms: u64) -> Renewed {
+    let mut r = rec.cloned().unwrap_or_else(|| ConcRecord {
+        key: lease.key.to_string(),
+        limit: lease.limit,
+        lease_ms: lease.lease_ms,
+        ..Default::default()
+    });
+    let until_ms = lease_end(r.lease_ms, now_ms);
+    if let Some(h) = r.holders.iter_mut().find(|h| h.id == lease.id) {
+        h.until_ms = until_ms;
+        return Renewed::Held(r);
+    }
+    r.waiting.retain(|w| w.id != lease.id);
+    r.holders.push(Entry {
+        id: lease.id.to_string(),
+        owner: lease.owner.clone(),
+        until_ms,
+        since_ms: now_ms,
+        ..Default::default()
+    });
+    Renewed::Reclaimed(r)
 }
 
 /// Clear the `pending_start` flag of `ids` (their entry was published).

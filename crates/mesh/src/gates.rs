@@ -69,23 +69,31 @@ pub async fn release(
     Ok(promoted)
 }
 
-/// Extend `id`'s lease under `kv_key`; false when it holds none any more.
-pub async fn renew(store: &Store, kv_key: &str, id: &str, now_ms: u64) -> Result<bool, MeshError> {
-    let mut held = false;
-    update(store, kv_key, |cur: Option<&ConcRecord>| {
-        match cur.and_then(|c| gate::renew(c, id, now_ms)) {
-            Some(r) => {
-                held = true;
+/// Extend `lease` under `kv_key`, or claim it again when the record lost
+/// it ([`gate::renew`]): true when it had to be claimed again.
+pub async fn renew(
+    store: &Store,
+    kv_key: &str,
+    lease: &gate::Lease<'_>,
+    now_ms: u64,
+) -> Result<bool, MeshError> {
+    let mut reclaimed = false;
+    update(
+        store,
+        kv_key,
+        |cur: Option<&ConcRecord>| match gate::renew(cur, lease, now_ms) {
+            gate::Renewed::Held(r) => {
+                reclaimed = false;
                 Cas::Write(r)
             }
-            None => {
-                held = false;
-                Cas::Keep
+            gate::Renewed::Reclaimed(r) => {
+                reclaimed = true;
+                Cas::Write(r)
             }
-        }
-    })
+        },
+    )
     .await?;
-    Ok(held)
+    Ok(reclaimed)
 }
 
 /// Record that the entries of `ids` were started (their entry published).

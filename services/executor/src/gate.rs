@@ -31,7 +31,10 @@ pub(crate) enum Admission {
 /// A slot held while a command runs.
 pub(crate) struct Held {
     kv_key: String,
+    key: String,
     id: String,
+    owner: Owner,
+    limit: u32,
 }
 
 /// What [`enter`] needs.
@@ -96,7 +99,10 @@ pub(crate) async fn enter(e: Entering<'_>) -> Result<Admission, MeshError> {
         }
         held = Some(Held {
             kv_key,
+            key,
             id: id.to_string(),
+            owner: owner.clone(),
+            limit: c.limit,
         });
     }
     if let Some(r) = &policy.rate {
@@ -169,9 +175,18 @@ pub(crate) async fn hold<T>(mesh: &Mesh, held: Option<Held>, work: impl Future<O
         tokio::select! {
             out = &mut work => break out,
             _ = tick.tick() => {
-                match gates::renew(mesh.gates_kv(), &h.kv_key, &h.id, now_ms()).await {
-                    Ok(true) => {}
-                    Ok(false) => tracing::warn!(gate = %h.kv_key, command_id = %h.id, "concurrency lease was lost (expired); the task goes on"),
+                let lease = gate::Lease {
+                    key: &h.key,
+                    id: &h.id,
+                    owner: &h.owner,
+                    limit: h.limit,
+                    lease_ms: gate::TASK_LEASE_MS,
+                };
+                match gates::renew(mesh.gates_kv(), &h.kv_key, &lease, now_ms()).await {
+                    Ok(false) => {}
+                    Ok(true) => tracing::warn!(gate = %h.kv_key, command_id = %h.id,
+                        execution_id = %h.owner.execution_id, step = %h.owner.step,
+                        "concurrency lease was lost (expired, or its record purged): claimed again, the task runs"),
                     Err(e) => tracing::warn!(gate = %h.kv_key, error = %e, "concurrency lease not renewed"),
                 }
             }

@@ -203,13 +203,53 @@ fn without_queueing_a_full_key_rejects_naming_its_holders() {
     }
 }
 
+fn lease<'a>(id: &'a str, o: &'a Owner) -> Lease<'a> {
+    Lease {
+        key: "k",
+        id,
+        owner: o,
+        limit: 1,
+        lease_ms: TASK_LEASE_MS,
+    }
+}
+
 #[test]
-fn a_renewal_extends_a_held_lease_only() {
-    let o = owner("e1");
+fn a_renewal_extends_a_held_lease_and_claims_a_lost_one_again() {
+    let (o, p) = (owner("e1"), owner("e2"));
     let d = acquire(None, &task_ask("a", &o, 0));
-    let r = renew(&d.record, "a", 10_000).unwrap();
-    assert_eq!(r.holders[0].until_ms, 10_000 + TASK_LEASE_MS);
-    assert_eq!(renew(&d.record, "zz", 10_000), None);
+    match renew(Some(&d.record), &lease("a", &o), 10_000) {
+        Renewed::Held(r) => assert_eq!(r.holders[0].until_ms, 10_000 + TASK_LEASE_MS),
+        r => panic!("{r:?}"),
+    }
+    // Lost with its record (a purge): claimed again, the record made anew.
+    match renew(None, &lease("a", &o), 10_000) {
+        Renewed::Reclaimed(r) => {
+            assert_eq!(ids(&r.holders), ["a"]);
+            assert_eq!(
+                (r.key.as_str(), r.limit, r.lease_ms),
+                ("k", 1, TASK_LEASE_MS)
+            );
+            assert_eq!(r.holders[0].owner, o);
+        }
+        r => panic!("{r:?}"),
+    }
+    // Lost while another came in (and it waited meanwhile): both hold,
+    // over the limit, and the next one waits.
+    let other = acquire(None, &task_ask("b", &p, 0)).record;
+    let mut with_a_waiting = other.clone();
+    with_a_waiting.waiting.push(Entry {
+        id: "a".into(),
+        ..Default::default()
+    });
+    let Renewed::Reclaimed(r) = renew(Some(&with_a_waiting), &lease("a", &o), 10_000) else {
+        panic!("lost")
+    };
+    assert_eq!(ids(&r.holders), ["b", "a"]);
+    assert!(r.waiting.is_empty());
+    assert!(matches!(
+        acquire(Some(&r), &task_ask("c", &p, 10_000)).verdict,
+        Verdict::Wait { .. }
+    ));
 }
 
 fn rate<'a>(id: &'a str, o: &'a Owner, now_ms: u64) -> RateAsk<'a> {
