@@ -295,18 +295,7 @@ async fn task_policy(
         skipped.previews += 1;
         return Ok(None);
     }
-    let outcome = noetl_core::Outcome {
-        status: done.status,
-        result: done.result.clone(),
-        error: done.error.clone(),
-        meta: noetl_core::outcome::OutcomeMeta {
-            attempt: done.attempt,
-            duration_ms: done.duration_ms,
-            trace_id: ev.trace_id.clone(),
-            ..Default::default()
-        },
-        helpers: Map::new(),
-    };
+    let outcome = recorded_outcome(&done, ev);
     let reads = decision_scope::StepReads::of(d.plan, &step);
     let source = d.source();
     let args = source.args(&d.args()).await?;
@@ -354,6 +343,25 @@ async fn task_policy(
     } else {
         Err(d.differ("task policy", was, now))
     }))
+}
+
+/// The outcome a `task.done` records.
+fn recorded_outcome(
+    done: &crate::payloads::TaskDone,
+    ev: &noetl_wire::Event,
+) -> noetl_core::Outcome {
+    noetl_core::Outcome {
+        status: done.status,
+        result: done.result.clone(),
+        error: done.error.clone(),
+        meta: noetl_core::outcome::OutcomeMeta {
+            attempt: done.attempt,
+            duration_ms: done.duration_ms,
+            trace_id: ev.trace_id.clone(),
+            ..Default::default()
+        },
+        helpers: Map::new(),
+    }
 }
 
 /// The same rule, action and `set_ctx` (numbers by value; a recorded value
