@@ -48,10 +48,10 @@ pub(crate) enum NotFolded {
         /// Bytes of the whole result's JSON.
         size: usize,
     },
-    /// Two `task.done` events of one task run say different things (a
-    /// redelivery outside the stream's deduplication window that took
-    /// another turn).
-    #[error("task run {0} has two task.done events that differ")]
+    /// Two `task.done` events of one task run took different turns (a
+    /// redelivery outside the stream's deduplication window whose policy
+    /// decided otherwise).
+    #[error("task run {0} has two task.done events that decided differently")]
     Ambiguous(String),
     /// A `task.done` of the iteration is not what the plan's pipeline
     /// says at that point (another task, an action it cannot take).
@@ -195,7 +195,8 @@ fn resumed_after_start(log: &[Event], srid: &str) -> Result<(), NotFolded> {
 }
 
 /// The step-run's `task.done` events by task run id, with their task's
-/// name; copies of one task run must agree.
+/// name; copies of one task run must take the same turn, and the last one
+/// stands (the latest run of the task is what the cursor went on with).
 fn task_dones<'e>(
     log: &'e [Event],
     srid: &str,
@@ -212,8 +213,7 @@ fn task_dones<'e>(
             Some((_, seen)) if !same_turn(seen, &td) => {
                 return Err(NotFolded::Ambiguous(e.task_run_id.clone()))
             }
-            Some(_) => {}
-            None => {
+            _ => {
                 out.insert(&e.task_run_id, (&e.task, td));
             }
         }
@@ -221,23 +221,11 @@ fn task_dones<'e>(
     Ok(out)
 }
 
-/// Two copies of one task run's `task.done` took the same turn.
+/// Two copies of one task run's `task.done` took the same turn: the same
+/// decision and `iter` patch (their results may differ in what the
+/// decision did not read, such as a response's `date` header).
 fn same_turn(a: &TaskDone, b: &TaskDone) -> bool {
-    (
-        &a.action,
-        &a.retry,
-        &a.rule,
-        &a.set_iter,
-        &a.result,
-        &a.status,
-    ) == (
-        &b.action,
-        &b.retry,
-        &b.rule,
-        &b.set_iter,
-        &b.result,
-        &b.status,
-    )
+    (&a.action, &a.retry, &a.rule, &a.set_iter) == (&b.action, &b.retry, &b.rule, &b.set_iter)
 }
 
 /// The task's outcome as its `task.done` records it.

@@ -311,11 +311,18 @@ fn an_execution_resumed_after_the_step_run_started_is_refused() {
 }
 
 #[test]
-fn copies_of_a_task_run_that_differ_are_refused_and_equal_ones_are_one() {
+fn copies_of_a_task_run_that_decided_alike_are_one_and_the_last_stands() {
     let mut live = two_pages("sr1", "0");
-    let copy = live.log[2].clone();
+    // A later copy of the last `paginate` (outside the deduplication
+    // window): same decision, another result.
+    let mut copy = live.log[4].clone();
+    copy.payload_json = noetl_wire::codec::json_bytes(&payloads::to_value(&TaskDone {
+        result: json!("again"),
+        ..jumped(3)
+    }));
     live.log.push(copy);
-    assert_eq!(folded(&live.log, "0").unwrap().unwrap().steps_taken, 5);
+    let ck = folded(&live.log, "0").unwrap().unwrap();
+    assert_eq!((ck.steps_taken, ck.prev.clone()), (5, json!("again")));
     let mut other = live.log[2].clone();
     other.payload_json = noetl_wire::codec::json_bytes(&payloads::to_value(&TaskDone {
         rule: Some(1),
