@@ -164,7 +164,8 @@ impl Handle for TaskHandler {
             // Near the delivery limit, a command that waits for a slot or
             // a token goes back as a fresh copy instead of being NAKed.
             let copy = (delivered + 2 >= max).then(|| cmd.clone());
-            match (executor.execute(cmd, &plan).await?, copy) {
+            let redelivered = delivered > 1;
+            match (executor.execute(cmd, &plan, redelivered).await?, copy) {
                 (Handled::NotYet(wait), Some(copy)) => {
                     requeue(executor.mesh(), &msg, copy, wait).await?;
                     Ok(Handled::Done)

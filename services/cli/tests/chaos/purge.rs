@@ -7,7 +7,8 @@
 //! (docs/architecture.md "The event log"): the `ctx` record; the header,
 //! plan and step records, the step results kept by name, join records and
 //! waiters (`<eid>.wait.<signal>`, of the signalled wait);
-//! loop runs, their collection chunks and their iterations' claims. A
+//! loop runs, their collection chunks, their iterations' claims and
+//! checkpoints (`<run>.ckpt.<i>`, folded back by a redelivered command). A
 //! step record is purged only with its header (whole-bucket purges):
 //! alone, nothing notices it before the end.
 
@@ -29,7 +30,7 @@ pub enum Bucket {
     /// The execution state: headers, plans, step records, results, joins,
     /// waiters.
     Exec,
-    /// Loop runs, their chunks and claims.
+    /// Loop runs, their chunks, claims and iterations' checkpoints.
     Loop,
 }
 
@@ -176,10 +177,11 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
             Bucket::Exec => {
                 key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join" | "wait")
             }
-            // The run record, its chunks and its claims (not checkpoints,
-            // carries or a cursor's frames).
+            // The run record, its chunks, its claims and its iterations'
+            // checkpoints (not carries or a cursor's frames).
             Bucket::Loop => {
-                parts.len() == 1 || (parts.len() == 3 && matches!(parts[1], "items" | "it"))
+                parts.len() == 1
+                    || (parts.len() == 3 && matches!(parts[1], "items" | "it" | "ckpt"))
             }
         };
         if rebuilt {

@@ -14,7 +14,12 @@ use crate::task::{SettleInput, Settled, Who};
 
 /// An error outcome the step-run goes on after (`continue`, `jump`,
 /// `break`): kept in the cursor for the step-run's boundary event.
-fn note_handled(cur: &mut Cursor, task: &Task, outcome: &noetl_core::Outcome, decision: &Decision) {
+pub(super) fn note_handled(
+    cur: &mut Cursor,
+    task: &Task,
+    outcome: &noetl_core::Outcome,
+    decision: &Decision,
+) {
     let action = crate::task::action_name(decision);
     if let Some(e) = outcome
         .error

@@ -88,31 +88,13 @@ impl StepRun<'_> {
 
     /// Inside a loop iteration, take the keys that have a declared reducer
     /// out of `patch` and fold them into the iteration's contributions;
-    /// return the rest.
+    /// return the rest ([`split_patch`]).
     fn split_ctx_patch(
         &self,
         patch: &Map<String, Value>,
         contributions: &mut Map<String, Value>,
     ) -> Result<Map<String, Value>, CtxError> {
-        let Some(lp) = self.step.loop_.as_ref().filter(|_| self.loop_run.is_some()) else {
-            return Ok(patch.clone());
-        };
-        let reducers = noetl_core::reduce::declared(lp.spec.policy.as_ref())
-            .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
-        let mut rest = Map::new();
-        for (k, v) in patch {
-            match reducers.iter().find(|(name, _)| name == k) {
-                Some((_, op)) => {
-                    let folded = noetl_core::reduce::fold(*op, k, contributions.get(k), v)
-                        .map_err(|e| ("reducer", format!("step {:?}: {e}", self.step.step)))?;
-                    contributions.insert(k.clone(), folded);
-                }
-                None => {
-                    rest.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        Ok(rest)
+        split_patch(self.step, self.loop_run.is_some(), patch, contributions)
     }
 
     /// In a parallel loop, `ctx` keys are write-once per loop run
@@ -195,4 +177,36 @@ impl StepRun<'_> {
         let ctx = user_ctx(stored.unwrap_or_else(|| Value::Object(patch.clone())));
         Ok((ctx, again))
     }
+}
+
+/// Inside a loop iteration (`in_loop`) of `step`, take the keys of a
+/// task's `set_ctx` `patch` that have a declared reducer out of it and fold
+/// them into the iteration's `contributions`; return the rest (what goes
+/// to `ctx`). The live pipeline and an iteration's checkpoint folded from
+/// its events ([`super::checkpoint`]) both fold through it.
+pub(super) fn split_patch(
+    step: &noetl_core::Step,
+    in_loop: bool,
+    patch: &Map<String, Value>,
+    contributions: &mut Map<String, Value>,
+) -> Result<Map<String, Value>, CtxError> {
+    let Some(lp) = step.loop_.as_ref().filter(|_| in_loop) else {
+        return Ok(patch.clone());
+    };
+    let reducers = noetl_core::reduce::declared(lp.spec.policy.as_ref())
+        .map_err(|e| ("reducer", format!("step {:?}: {e}", step.step)))?;
+    let mut rest = Map::new();
+    for (k, v) in patch {
+        match reducers.iter().find(|(name, _)| name == k) {
+            Some((_, op)) => {
+                let folded = noetl_core::reduce::fold(*op, k, contributions.get(k), v)
+                    .map_err(|e| ("reducer", format!("step {:?}: {e}", step.step)))?;
+                contributions.insert(k.clone(), folded);
+            }
+            None => {
+                rest.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Ok(rest)
 }

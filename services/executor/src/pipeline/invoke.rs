@@ -49,6 +49,21 @@ impl Called {
     }
 }
 
+/// The id of the task run at `cur` (its task, attempt and the task runs
+/// before it) of iteration `index` (`""` outside loops) of step-run `srid`:
+/// deterministic, so a redelivered command republishes the same events,
+/// and an iteration's events can be followed from a cursor
+/// ([`super::checkpoint`]).
+pub(super) fn task_run_id(srid: &str, index: &str, cur: &Cursor) -> String {
+    derive_id(&[
+        srid,
+        index,
+        &cur.pc.to_string(),
+        &cur.attempt.to_string(),
+        &cur.steps_taken.to_string(),
+    ])
+}
+
 impl StepRun<'_> {
     /// Run task `cur.pc` once: events, tool call, policy, patches. `None`
     /// when the task started a child execution and the step-run waits.
@@ -61,13 +76,7 @@ impl StepRun<'_> {
     ) -> Result<Option<TaskRun>, HandlerError> {
         let t = TaskAt {
             task,
-            run_id: derive_id(&[
-                &self.cmd.step_run_id,
-                &self.index,
-                &cur.pc.to_string(),
-                &cur.attempt.to_string(),
-                &cur.steps_taken.to_string(),
-            ]),
+            run_id: task_run_id(&self.cmd.step_run_id, &self.index, cur),
             span: tracing::info_span!(
                 "task",
                 execution_id = %self.eid(),

@@ -90,8 +90,15 @@ impl Executor {
 
     /// Run one task command (its `not_before_ms` has passed) of the step
     /// `at` names, in the `step_run` span; not yet when the step's
-    /// concurrency or rate limit makes it wait.
-    pub async fn execute(&self, cmd: TaskCommand, at: &StepOf) -> Result<Handled, HandlerError> {
+    /// concurrency or rate limit makes it wait. `redelivered`: this is not
+    /// the command's first delivery (an iteration's missing checkpoint is
+    /// then looked for in the log).
+    pub async fn execute(
+        &self,
+        cmd: TaskCommand,
+        at: &StepOf,
+        redelivered: bool,
+    ) -> Result<Handled, HandlerError> {
         let (plan, step) = (&at.plan, at.step());
         let span = tracing::info_span!(
             "step_run",
@@ -115,7 +122,9 @@ impl Executor {
             c.run().instrument(span).await?;
             return Ok(Handled::Done);
         }
-        self.run(plan, step, &cmd).instrument(span).await
+        self.run(plan, step, &cmd, redelivered)
+            .instrument(span)
+            .await
     }
 
     /// Read what the step-run needs (args, scope, credentials), then drive
@@ -125,6 +134,7 @@ impl Executor {
         plan: &PlanRecord,
         step: &Step,
         cmd: &TaskCommand,
+        redelivered: bool,
     ) -> Result<Handled, HandlerError> {
         let d = command::decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
@@ -173,6 +183,7 @@ impl Executor {
             }),
             secrets: credentials.secrets.clone(),
             credentials,
+            redelivered,
         };
         let cur = Cursor {
             pc: cmd.pc as usize,
@@ -196,6 +207,7 @@ impl Executor {
 }
 
 /// Where the pipeline is.
+#[derive(Debug)]
 struct Cursor {
     pc: usize,
     attempt: u32,
@@ -216,6 +228,23 @@ struct Cursor {
 }
 
 impl Cursor {
+    /// A copy of the cursor without its `ctx` and a child's outcome (what
+    /// an iteration's checkpoint keeps).
+    fn fork(&self) -> Self {
+        Self {
+            pc: self.pc,
+            attempt: self.attempt,
+            prev: self.prev.clone(),
+            iter: self.iter.clone(),
+            ctx: Value::Null,
+            steps_taken: self.steps_taken,
+            reduce: self.reduce.clone(),
+            resume: None,
+            results: self.results.clone(),
+            handled: self.handled.clone(),
+        }
+    }
+
     /// Move where the task's policy says.
     fn advance(&mut self, moved: Moved) {
         self.pc = moved.at.pc;
@@ -273,6 +302,8 @@ struct StepRun<'a> {
     secrets: Vec<String>,
     /// Credentials for tasks' `auth` fields (empty unless some task has one).
     credentials: crate::secrets::Resolved,
+    /// Not the command's first delivery.
+    redelivered: bool,
 }
 
 impl StepRun<'_> {

@@ -1,0 +1,206 @@
+//! An iteration's checkpoint lost from the loop bucket and rebuilt from
+//! its events (issue 35): a loop iteration pages through a real HTTP
+//! server with `set_iter`, its executor is crashed while page 3 is in
+//! flight, the checkpoint is purged before the command is redelivered, and
+//! the server counts what is asked of it again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::StreamExt;
+use noetl_integration::{Cluster, ClusterOptions};
+use noetl_mesh::event_type::EventType;
+use serde_json::{json, Value};
+
+/// The last page the server has.
+const PAGES: u32 = 4;
+/// The page whose first request hangs (the executor is crashed then).
+const HOLD: u32 = 3;
+
+/// A paging API: `GET /page/N` answers `{page, more, pad}` and counts the
+/// request; the first request of page [`HOLD`] never answers.
+#[derive(Clone, Default)]
+struct Pages {
+    asked: Arc<Mutex<Vec<u32>>>,
+    /// Bytes of padding in each answer (a page above the events' inline
+    /// limit reaches the log only as a preview).
+    pad: usize,
+}
+
+impl Pages {
+    async fn serve(pad: usize) -> (Self, String) {
+        let pages = Pages {
+            pad,
+            ..Default::default()
+        };
+        let app = Router::new()
+            .route("/page/{n}", get(page))
+            .with_state(pages.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (pages, url)
+    }
+
+    /// Requests per page.
+    fn counts(&self) -> BTreeMap<u32, usize> {
+        let mut out = BTreeMap::new();
+        for p in self.asked.lock().unwrap().iter() {
+            *out.entry(*p).or_default() += 1;
+        }
+        out
+    }
+
+    fn asked(&self, page: u32) -> usize {
+        self.counts().get(&page).copied().unwrap_or(0)
+    }
+}
+
+async fn page(State(pages): State<Pages>, Path(n): Path<u32>) -> Json<Value> {
+    let first = {
+        let mut asked = pages.asked.lock().unwrap();
+        asked.push(n);
+        asked.iter().filter(|p| **p == n).count() == 1
+    };
+    if n == HOLD && first {
+        std::future::pending::<()>().await;
+    }
+    Json(json!({"page": n, "more": n < PAGES, "pad": "x".repeat(pages.pad)}))
+}
+
+/// One iteration paging with `set_iter`; `paginate` passes the page on as
+/// its result (`_prev` in the checkpoint).
+const PLAYBOOK: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: checkpoint_pages }
+workload: { api: "" }
+workflow:
+  - step: start
+    loop:
+      in: [a]
+      iterator: item
+    tool:
+      - name: init
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_iter: { page: 1 } }
+      - name: fetch
+        kind: http
+        url: "{{ workload.api }}/page/{{ iter.page }}"
+      - name: paginate
+        kind: noop
+        result: "{{ _prev.data }}"
+        spec:
+          policy:
+            rules:
+              - when: "{{ _prev.data.more }}"
+                then: { do: jump, to: fetch, set_iter: { page: "{{ iter.page + 1 }}" } }
+              - else:
+                  then: { do: break }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+/// Run the playbook against a server padding its pages with `pad` bytes:
+/// crash the executor while page 3 is asked, purge the iteration's
+/// checkpoint, let a new executor take the redelivered command; the
+/// server's counts once the execution completed.
+async fn crash_and_purge(pad: usize) -> BTreeMap<u32, usize> {
+    let (pages, api) = Pages::serve(pad).await;
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..Default::default()
+    })
+    .await;
+    // The first executor runs on a runtime of its own: shutting it down
+    // is the crash (its in-flight jobs, their in-progress acks and its
+    // connection go with it; aborting the service's handle would leave the
+    // jobs it dispatched running).
+    let crashing = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _first = std::thread::scope(|s| {
+        s.spawn(|| crashing.block_on(cluster.spawn_executor()))
+            .join()
+            .unwrap()
+    });
+    let eid = cluster
+        .submit(PLAYBOOK, "checkpoint_pages.yaml", json!({ "api": api }))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pages.asked(HOLD) == 0 {
+        assert!(Instant::now() < deadline, "page {HOLD} never asked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    crashing.shutdown_background();
+    // The live pipeline wrote the checkpoint before asking page 3: purge it.
+    let store = cluster.mesh.loop_kv();
+    let checkpoints: Vec<String> = store
+        .keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async move { k.ok() })
+        .filter(|k| std::future::ready(k.starts_with(eid.as_str()) && k.contains(".ckpt.")))
+        .collect()
+        .await;
+    assert_eq!(checkpoints.len(), 1, "one checkpoint: {checkpoints:?}");
+    store.purge(&checkpoints[0]).await.unwrap();
+    let _second = cluster.spawn_executor().await;
+    let s = cluster.wait(&eid, Duration::from_secs(90)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    let ends = cluster
+        .events(&eid)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
+        .count();
+    assert_eq!(ends, 1, "the iteration ends once");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+    pages.counts()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_checkpoint_is_rebuilt_from_the_log_and_earlier_pages_are_not_asked_again() {
+    let counts = crash_and_purge(0).await;
+    assert_eq!(counts.get(&1), Some(&1), "page 1 asked once: {counts:?}");
+    assert_eq!(counts.get(&2), Some(&1), "page 2 asked once: {counts:?}");
+    assert_eq!(
+        counts.get(&3),
+        Some(&2),
+        "page 3: in flight at the crash, then again: {counts:?}"
+    );
+    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_the_log_has_only_as_a_preview_starts_the_iteration_over() {
+    // Pages above the events' 4 KiB: `paginate`'s result, the checkpoint's
+    // `_prev`, reaches the log only as a preview.
+    let counts = crash_and_purge(8 * 1024).await;
+    assert_eq!(
+        counts.get(&1),
+        Some(&2),
+        "started over from page 1: {counts:?}"
+    );
+    assert_eq!(counts.get(&2), Some(&2), "{counts:?}");
+    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
+}
