@@ -98,7 +98,7 @@ pub(crate) fn fold(i: FoldInput<'_>, start: Cursor) -> Result<Option<Cursor>, No
         }
         let outcome = outcome_of(td);
         // What `conclude` and `run_next` did after the call.
-        if i.needs.task_results.contains(&task.name) {
+        if i.needs.reads.task_results.contains(&task.name) {
             cur.results
                 .insert(task.name.clone(), outcome.result.clone());
         }
