@@ -90,6 +90,11 @@ pub async fn run(
         None
     };
     let mut out = Vec::with_capacity(rounds);
+    // CPU over all rounds, and their units: steadier than a round's
+    // (`/proc` counts in 10 ms ticks).
+    let mut all = Cpu::default();
+    let mut all_units = 0usize;
+    let stored_before = stored(cluster).await;
     for round in 0..rounds {
         let before = Cpu::now(nats_pid);
         // (the figure, units of work it covered)
@@ -169,6 +174,9 @@ pub async fn run(
             }
         };
         let spent = Cpu::now(nats_pid).since(before);
+        all.engine += spent.engine;
+        all.nats += spent.nats;
+        all_units += units;
         let us = |d: Duration| d.as_secs_f64() * 1e6 / units as f64;
         let r = Round {
             value,
@@ -190,16 +198,47 @@ pub async fn run(
         median(|r| r.cpu_us),
         median(|r| r.nats_us),
     );
+    let stored_after = stored(cluster).await;
+    let written: Vec<String> = stored_after
+        .iter()
+        .filter_map(|(name, seq)| {
+            let was = stored_before.get(name).copied().unwrap_or(0);
+            (*seq > was).then(|| format!("{name} {:.1}", (*seq - was) as f64 / rounds as f64))
+        })
+        .collect();
     println!(
-        "{name}, median of {rounds}: {} {unit} ({}–{}); CPU {:.0} µs per {per} ({:.0}–{:.0}; nats-server {:.0})",
+        "{name}: messages stored per round, by stream: {}",
+        written.join(", ")
+    );
+    let over_all = |d: Duration| d.as_secs_f64() * 1e6 / all_units.max(1) as f64;
+    println!(
+        "{name}, median of {rounds}: {} {unit} ({}–{}); CPU {:.0} µs per {per} ({:.0}–{:.0}; nats-server {:.0}); over all rounds {:.1} µs per {per} (nats-server {:.1})",
         fmt(v.median),
         fmt(v.min),
         fmt(v.max),
         c.median,
         c.min,
         c.max,
-        n.median
+        n.median,
+        over_all(all.total()),
+        over_all(all.nats)
     );
+}
+
+/// Every stream's last sequence (messages ever stored, KV buckets too).
+async fn stored(cluster: &Cluster) -> std::collections::BTreeMap<String, u64> {
+    use futures::TryStreamExt;
+    let js = cluster.mesh.js();
+    let names: Vec<String> = js.stream_names().try_collect().await.unwrap_or_default();
+    let mut out = std::collections::BTreeMap::new();
+    for name in names {
+        if let Ok(mut s) = js.get_stream(&name).await {
+            if let Ok(info) = s.info().await {
+                out.insert(name, info.state.last_sequence);
+            }
+        }
+    }
+    out
 }
 
 fn ms_per(d: Duration, n: usize) -> f64 {
