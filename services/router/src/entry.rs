@@ -27,7 +27,13 @@ async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitializ
     let eid = plan.execution_id.as_str();
     let (digest, playbook_ref) = patches::store_playbook(mesh.results(), &plan.playbook).await?;
     let workload = patches::carry(mesh.results(), eid, "workload", plan.workload.clone()).await?;
-    let parent_command = match crate::children::parked_continuation(mesh, eid).await? {
+    // Only a child has a continuation (`children::remember` writes it for a
+    // request that names its parent): a root execution skips the read.
+    let parked = match plan.parent_execution_id.is_empty() {
+        true => None,
+        false => crate::children::parked_continuation(mesh, eid).await?,
+    };
+    let parent_command = match parked {
         Some(parked) => Some(patches::carry(mesh.results(), eid, "parent-command", parked).await?),
         None => None,
     };

@@ -7,11 +7,20 @@
 //! prints a table (median, p99, min–max over the repeats, and the ratio to
 //! the floor where one applies) and writes `target/bench/results.json`.
 //!
+//! Two floors: the latency floor (one step's bare JetStream hops and KV
+//! compare-and-set, `floor_step_ms`) and the throughput floor (pipelined
+//! acknowledged publishes, `throughput_floor_msgs_per_s` and
+//! `cpu_us_per_floor_msg`, throughput.rs); issue 37's goals are ratios to
+//! them, printed and written too.
+//!
 //! Usage: `noetl-bench [--quick | --profile-seq | --profile-http |
-//! --profile-loop]` (`make bench`, `make bench QUICK=1`). `--profile-seq`
+//! --profile-loop | --profile-api] [--only <scenario> [--rounds N]
+//! [--size N]] [--window N]` (`make bench`, `make bench QUICK=1`). `--profile-seq`
 //! (`--profile-http`) runs only the floor and the noop (http) chain, five
 //! times, and `--profile-loop` only the 10,000-item noop loop, five times,
-//! for a profiler to watch (docs/performance.md).
+//! for a profiler to watch (docs/performance.md). `--only` runs one
+//! scenario alone (only.rs), `--window` sets the throughput floor's window
+//! of outstanding acks (default 1,024).
 
 mod api;
 mod api_sse;
@@ -19,10 +28,12 @@ mod api_status;
 mod bytes;
 mod cpu;
 mod ends;
+mod only;
 mod procs;
 mod report;
 mod scale;
 mod scenarios;
+mod throughput;
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +47,7 @@ use report::Figure;
 use scenarios as sc;
 
 /// Sizes and repeats of a run.
-struct Plan {
+pub struct Plan {
     rounds: usize,
     steps: usize,
     pipeline_tasks: usize,
@@ -56,6 +67,10 @@ struct Plan {
     replicas: bool,
     /// Items of the latency-bound http loop of the scale-out figures.
     http_loop_items: usize,
+    /// Messages of each throughput-floor measurement.
+    floor_msgs: usize,
+    /// The throughput floor's acks outstanding at most.
+    floor_window: usize,
 }
 
 impl Plan {
@@ -75,6 +90,8 @@ impl Plan {
             sse_events: 1000,
             replicas: true,
             http_loop_items: 2000,
+            floor_msgs: 100_000,
+            floor_window: throughput::WINDOW,
         }
     }
 
@@ -90,6 +107,7 @@ impl Plan {
             api_reads: 2000,
             sse_events: 200,
             replicas: false,
+            floor_msgs: 30_000,
             ..Self::full()
         }
     }
@@ -159,6 +177,21 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
     t0.elapsed()
 }
 
+fn usage() -> ! {
+    eprintln!(
+        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N]; scenarios: {}",
+        only::SCENARIOS.join(", ")
+    );
+    std::process::exit(2);
+}
+
+/// A positive count given after an option, else the usage.
+fn number(arg: Option<String>) -> usize {
+    arg.and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| usage())
+}
+
 #[tokio::main]
 async fn main() {
     let mut plan = Plan::full();
@@ -166,18 +199,37 @@ async fn main() {
     let mut profile: Option<(&str, &str, usize)> = None;
     let mut profile_loop = false;
     let mut profile_api = false;
-    for a in std::env::args().skip(1) {
+    let mut only: Option<String> = None;
+    let mut rounds: Option<usize> = None;
+    let mut window: Option<usize> = None;
+    let mut size: Option<usize> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => plan = Plan::quick(),
             "--profile-seq" => profile = Some(("noop", sc::NOOP, 1000)),
             "--profile-http" => profile = Some(("http", sc::HTTP, 300)),
             "--profile-loop" => profile_loop = true,
             "--profile-api" => profile_api = true,
+            "--rounds" => rounds = Some(number(args.next())),
+            "--window" => window = Some(number(args.next())),
+            "--size" => size = Some(number(args.next())),
+            "--only" => only = Some(args.next().unwrap_or_else(|| usage())),
+            "--help" | "-h" => usage(),
             other => {
-                eprintln!("unknown argument {other}; usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api]");
-                std::process::exit(2);
+                eprintln!("unknown argument {other}");
+                usage()
             }
         }
+    }
+    if let Some(w) = window {
+        plan.floor_window = w;
+    }
+    if only
+        .as_deref()
+        .is_some_and(|o| !only::SCENARIOS.contains(&o))
+    {
+        usage()
     }
     let started = Instant::now();
     let cluster = Cluster::start_with(ClusterOptions::default()).await;
@@ -206,6 +258,14 @@ async fn main() {
     raw_hops(cluster.mesh.client().clone(), 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
+    if let Some(name) = only {
+        if let Some(n) = size {
+            only::resize(&mut plan, &name, n);
+        }
+        only::run(&name, rounds.unwrap_or(5), &plan, &cluster, &ends, &http).await;
+        cluster.stop().await;
+        return;
+    }
     if profile_api {
         // The status reads of the quick plan, five times.
         let quick = Plan::quick();
@@ -256,6 +316,10 @@ async fn main() {
         return;
     }
     let mut floor = Vec::new();
+    let mut tput = Vec::new();
+    let mut cpu_floor_msg = Vec::new();
+    let mut floor_nats_us = Vec::new();
+    let mut floor_bytes = 0.0;
     let mut seq = Vec::new();
     let mut pipe = Vec::new();
     let mut py40 = Vec::new();
@@ -276,6 +340,11 @@ async fn main() {
             raw_hops(cluster.mesh.client().clone(), plan.steps).await,
             plan.steps,
         ));
+        let t = throughput::run(&cluster.mesh, nats_pid, plan.floor_msgs, plan.floor_window).await;
+        tput.push(t.msgs_per_s);
+        cpu_floor_msg.push(t.cpu_us_per_msg);
+        floor_nats_us.push(t.nats_us_per_msg);
+        floor_bytes = t.stored_bytes_per_msg;
         let before = cpu::Cpu::now(nats_pid);
         seq.push(per(
             sc::time_one(&cluster, &ends, &chain, json!({})).await,
@@ -334,13 +403,33 @@ async fn main() {
     cluster.stop().await;
 
     let floor_ms = report::stats(&floor).median;
+    let tput_median = report::stats(&tput).median;
+    let cpu_floor_msg_median = report::stats(&cpu_floor_msg).median;
     let cpu_step_median = report::stats(&cpu_step).median;
+    let seq_samples = seq.clone();
     let figures = vec![
         Figure {
             key: "floor_step_ms",
             label: "raw floor: one step's JetStream hops + KV CAS".into(),
             unit: "ms",
             samples: floor,
+            floor: None,
+        },
+        Figure {
+            key: "throughput_floor_msgs_per_s",
+            label: format!(
+                "throughput floor: acked publishes, window {}",
+                plan.floor_window
+            ),
+            unit: "msgs/s",
+            samples: tput,
+            floor: None,
+        },
+        Figure {
+            key: "cpu_us_per_floor_msg",
+            label: "  CPU per floor message, engine + nats-server".into(),
+            unit: "µs",
+            samples: cpu_floor_msg,
             floor: None,
         },
         Figure {
@@ -503,22 +592,43 @@ async fn main() {
         sse_p99 / sse_floor_p99,
         if sse_p99 <= 50.0 { "met" } else { "NOT met" }
     );
-    let seq_ratio = report::stats(&figures[1].samples).median / floor_ms;
+    let goals = throughput::goals(&throughput::Measured {
+        throughput_floor_msgs_per_s: tput_median,
+        cpu_us_per_floor_msg: cpu_floor_msg_median,
+        loop_tasks_per_s: loop_rate,
+        loop_python_tasks_per_s: py_rate,
+        exec_per_s: exec_rate,
+        cpu_us_per_iteration: cpu_iteration,
+        seq_step_ms: report::stats(&seq_samples).median,
+        floor_step_ms: floor_ms,
+    });
+    println!(
+        "\nThroughput floor: {:.0} msgs/s, {:.1} µs of CPU per message (nats-server {:.1}), {:.0} bytes stored per message, window {}",
+        tput_median,
+        cpu_floor_msg_median,
+        report::stats(&floor_nats_us).median,
+        floor_bytes,
+        plan.floor_window
+    );
+    throughput::print_goals(&goals);
     let exec_p99 = report::stats(&latencies).p99;
-    let mut extra: Vec<(String, f64)> = [
-        ("seq_step_ratio_to_floor", seq_ratio),
-        ("exec_p99_ms", exec_p99),
-        (
-            "api_status_ratio_to_floor",
-            reads.api_per_s / reads.floor_per_s,
-        ),
-        ("api_sse_p99_ms", sse_p99),
-        ("api_sse_floor_p99_ms", sse_floor_p99),
-        ("quick", if plan.replicas { 0.0 } else { 1.0 }),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut extra: Vec<(String, f64)> =
+        goals.iter().map(|g| (g.key.to_string(), g.ratio)).collect();
+    extra.extend(
+        [
+            ("floor_stored_bytes_per_msg", floor_bytes),
+            ("exec_p99_ms", exec_p99),
+            (
+                "api_status_ratio_to_floor",
+                reads.api_per_s / reads.floor_per_s,
+            ),
+            ("api_sse_p99_ms", sse_p99),
+            ("api_sse_floor_p99_ms", sse_floor_p99),
+            ("quick", if plan.replicas { 0.0 } else { 1.0 }),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v)),
+    );
     match procs::noetl_binary() {
         Some(bin) => {
             let rows = procs::per_service(&bin, plan.steps, plan.loop_items).await;
