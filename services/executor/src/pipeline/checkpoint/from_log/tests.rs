@@ -231,18 +231,23 @@ fn no_iter_write_after_the_command_gives_no_checkpoint() {
     assert!(matches!(out, Ok(None)));
 }
 
-#[test]
-fn a_retry_at_once_is_followed_at_its_next_attempt() {
-    let mut live = Live::new("sr1", "0");
-    let failed = TaskDone {
+/// A failed `fetch` its policy retries after `delay_ms` (0: at once).
+fn retried(delay_ms: u64) -> TaskDone {
+    TaskDone {
         status: OutcomeStatus::Error,
         rule: Some(0),
         retry: Some(RetryAt {
-            delay_ms: 0,
+            delay_ms,
             next_attempt: 2,
         }),
         ..done("retry", Value::Null)
-    };
+    }
+}
+
+#[test]
+fn a_retry_at_once_is_followed_at_its_next_attempt() {
+    let mut live = Live::new("sr1", "0");
+    let failed = retried(0);
     live.ran("init", &init(), 1, 1)
         .ran("fetch", &failed, 1, 2)
         .ran("fetch", &fetched(1), 2, 1)
@@ -255,15 +260,7 @@ fn a_retry_at_once_is_followed_at_its_next_attempt() {
 #[test]
 fn a_delayed_retry_continues_in_the_command_it_handed_off() {
     let mut live = Live::new("sr1", "0");
-    let failed = TaskDone {
-        status: OutcomeStatus::Error,
-        rule: Some(0),
-        retry: Some(RetryAt {
-            delay_ms: 500,
-            next_attempt: 2,
-        }),
-        ..done("retry", Value::Null)
-    };
+    let failed = retried(500);
     live.ran("init", &init(), 1, 1)
         .ran("fetch", &failed, 1, 2)
         .ran("fetch", &fetched(1), 2, 1)
