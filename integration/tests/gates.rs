@@ -86,7 +86,7 @@ async fn executions_per_key_never_exceed_the_limit_and_start_in_request_order() 
 
     // Each key's executions started (their entry went out) in the order
     // they were requested; 8 of each waited in line first.
-    let started = order_of(&c, EventType::PlaybookInitialized.wire_name()).await;
+    let started = order_of(&c, EventType::WorkflowInitialized.wire_name()).await;
     let queued = order_of(&c, EventType::ExecutionQueued.wire_name()).await;
     for customer in ["a", "b"] {
         let requested: Vec<&String> = submitted
@@ -122,7 +122,7 @@ async fn reject_fails_a_new_execution_naming_the_key_limit_and_holders() {
     c.submit_as("rej-first", &yaml, "p.yaml", workload.clone())
         .await;
     c.wait_for_event("rej-first", "its start", Duration::from_secs(20), |e| {
-        e.event_type == EventType::PlaybookInitialized.wire_name()
+        e.event_type == EventType::WorkflowInitialized.wire_name()
     })
     .await;
     c.submit_as("rej-second", &yaml, "p.yaml", workload).await;
@@ -174,7 +174,7 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     assert_eq!(fast.total(), 1);
     // The second started only once the first had ended.
     let ended = order_of(&c, EventType::ExecutionCancelled.wire_name()).await;
-    let started = order_of(&c, EventType::PlaybookInitialized.wire_name()).await;
+    let started = order_of(&c, EventType::WorkflowInitialized.wire_name()).await;
     assert!(ended.contains(&"old-first".to_string()));
     let all = events_of(&c.mesh, &c.mesh.subjects().events_all()).await;
     let at = |eid: &str, t: &str| {
@@ -184,7 +184,7 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     };
     assert!(
         at("old-first", EventType::ExecutionCancelled.wire_name())
-            < at("old-second", EventType::PlaybookInitialized.wire_name()),
+            < at("old-second", EventType::WorkflowInitialized.wire_name()),
         "{started:?}"
     );
     c.stop().await;
@@ -412,5 +412,64 @@ workflow:
         "the later task started {:.2}s before the long one ended",
         long_done - later_started
     );
+    c.stop().await;
+}
+
+/// An execution key's record purged while one execution holds its only
+/// slot and two wait (one of them with its header and plan purged too):
+/// the next request rebuilds it from the log, so it waits behind them
+/// instead of running over the limit, and the line still moves in order
+/// as the holder ends (docs/architecture.md, "The event log").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_execution_key_comes_back_from_the_log_and_its_line_still_moves_in_order() {
+    use noetl_mesh::gate::ConcRecord;
+    use noetl_mesh::keys::Keys;
+    let c = Cluster::start().await;
+    let (gauge, url) = Gauge::serve(Duration::from_millis(2500)).await;
+    let yaml = per_customer(1, "queue");
+    let workload = json!({"customer": "p", "url": url});
+    let eids = ["lost-1", "lost-2", "lost-3", "lost-4"];
+    c.submit_as(eids[0], &yaml, "p.yaml", workload.clone())
+        .await;
+    c.wait_for_event(eids[0], "its call", Duration::from_secs(20), |e| {
+        e.event_type == EventType::TaskStarted.wire_name()
+    })
+    .await;
+    for eid in &eids[1..3] {
+        c.submit_as(eid, &yaml, "p.yaml", workload.clone()).await;
+        c.wait_for_event(eid, "its queueing", Duration::from_secs(20), |e| {
+            e.event_type == EventType::ExecutionQueued.wire_name()
+        })
+        .await;
+    }
+    let store = c.mesh.gates_kv();
+    let kv_key = Keys::gate_execution("cust-p");
+    let before: ConcRecord = noetl_mesh::kv::get(store, &kv_key).await.unwrap().unwrap();
+    store.purge(&kv_key).await.unwrap();
+    for key in [Keys::header(eids[1]), Keys::plan(eids[1])] {
+        c.mesh.exec_kv().purge(&key).await.unwrap();
+    }
+    // A request now finds the key's holder and line in the log.
+    c.submit_as(eids[3], &yaml, "p.yaml", workload).await;
+    let is_queued = |e: &Event| e.event_type == EventType::ExecutionQueued.wire_name();
+    let evs = c
+        .wait_for_event(eids[3], "its queueing", Duration::from_secs(20), is_queued)
+        .await;
+    let p = events::payload(evs.iter().find(|e| is_queued(e)).unwrap());
+    assert_eq!(p["position"], 3, "{p}");
+    assert_eq!(p["holders"], json!(["lost-1"]), "{p}");
+    let rebuilt: ConcRecord = noetl_mesh::kv::get(store, &kv_key).await.unwrap().unwrap();
+    let ids = |v: &[noetl_mesh::gate::Entry]| v.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&rebuilt.holders), ids(&before.holders));
+    assert_eq!(ids(&rebuilt.waiting), ["lost-2", "lost-3", "lost-4"]);
+    for eid in eids {
+        let s = c.wait(eid, Duration::from_secs(60)).await;
+        assert_eq!(s.status, ExecStatus::Completed, "{eid}: {:?}", s.error);
+        c.assert_replays(eid).await;
+    }
+    assert_eq!(gauge.total(), 4, "every call was made");
+    assert_eq!(gauge.max(), 1, "never two at once");
+    let started = order_of(&c, EventType::WorkflowInitialized.wire_name()).await;
+    assert_eq!(started, eids, "start order");
     c.stop().await;
 }

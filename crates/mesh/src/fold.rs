@@ -239,8 +239,8 @@ impl Folded {
             | T::WaitTimeout
             | T::SignalReceived
             | T::ExecutionResumeRequested
-            | T::StepSuperseded
-            | T::ExecutionQueued => {}
+            | T::StepSuperseded => {}
+            T::ExecutionQueued => self.queued(ev)?,
         }
         Ok(())
     }
@@ -258,6 +258,20 @@ impl Folded {
         self.workload = p.workload;
         self.trace_id = ev.trace_id.clone();
         self.origins.header = Some(Origin::of(seq, ev));
+        Ok(())
+    }
+
+    /// An execution waiting in line behind its concurrency key: its entry
+    /// token is live (not published) until a slot is its.
+    fn queued(&mut self, ev: &Event) -> Result<(), MeshError> {
+        let p: crate::gate::ExecutionQueued = payloads::decode_typed(ev)?;
+        let Some(header) = self.header.as_mut() else {
+            return Ok(());
+        };
+        if header.live.is_empty() && !header.status.is_terminal() && !p.entry_step.is_empty() {
+            let entry = crate::token::entry_token_id(&ev.execution_id);
+            header.live.push(TokenRecord::new(entry, p.entry_step));
+        }
         Ok(())
     }
 

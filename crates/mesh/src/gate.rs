@@ -468,6 +468,60 @@ pub struct ExecutionQueued {
     /// An execution asked to cancel to make room (`cancel-oldest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelling: Option<String>,
+    /// The step its entry token is for (live, not published, while it
+    /// waits): what a fold of the log needs to keep that token live.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub entry_step: String,
+}
+
+/// What the log says of one running execution under an execution key,
+/// for [`from_log`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logged {
+    /// The execution.
+    pub execution_id: String,
+    /// Its entry went out (`workflow.initialized` is stored): it holds a
+    /// slot; else it waits (its last `execution.queued`).
+    pub started: bool,
+    /// The stream sequence of that event: the order of holders and line.
+    pub seq: u64,
+    /// That event's time (Unix epoch ms).
+    pub at_ms: u64,
+}
+
+/// An execution key's record as the events of the running executions
+/// under it determine it (docs/architecture.md, "The event log"): those
+/// whose entry went out hold a slot, even over `limit` (they run); the
+/// others wait in line in the order they queued. A waiter that fits under
+/// the limit is promoted by the next decision over the record
+/// ([`acquire`], [`release`]), which starts it.
+pub fn from_log(key: &str, limit: u32, logged: &[Logged]) -> ConcRecord {
+    let mut sorted: Vec<&Logged> = logged.iter().collect();
+    sorted.sort_by_key(|l| l.seq);
+    let entry = |l: &Logged| Entry {
+        id: l.execution_id.clone(),
+        owner: Owner {
+            execution_id: l.execution_id.clone(),
+            ..Default::default()
+        },
+        since_ms: l.at_ms,
+        ..Default::default()
+    };
+    ConcRecord {
+        key: key.to_string(),
+        limit: limit.max(1),
+        lease_ms: 0,
+        holders: sorted
+            .iter()
+            .filter(|l| l.started)
+            .map(|l| entry(l))
+            .collect(),
+        waiting: sorted
+            .iter()
+            .filter(|l| !l.started)
+            .map(|l| entry(l))
+            .collect(),
+    }
 }
 
 crate::payloads::payload_of! { ExecutionQueued => ExecutionQueued }

@@ -216,3 +216,61 @@ pub fn execution_gate(plan: &crate::plan::PlanRecord) -> Option<Result<Execution
         },
     )
 }
+
+/// The record of execution key `gate` as the log of the running executions
+/// under it determines it ([`gate::from_log`]), written create-only: a
+/// record written meanwhile stands and is returned. Used when the record
+/// is missing (lost, or the key's first use: records are never deleted,
+/// so that happens once per key). Reads the events stream's subjects
+/// (which executions run: [`crate::rebuild::running`]), each running
+/// execution's plan (cached; written back from its events when lost) and,
+/// for those under the key, one or two direct reads of their last
+/// `workflow.initialized` / `execution.queued`.
+pub async fn rebuild_execution(
+    mesh: &crate::Mesh,
+    gate: &ExecutionGate,
+) -> Result<ConcRecord, MeshError> {
+    use crate::event_type::EventType;
+    let mut logged = Vec::new();
+    for eid in crate::rebuild::running(mesh).await? {
+        let plan = match mesh.plans().get(mesh, &eid).await {
+            Ok(plan) => plan,
+            Err(MeshError::NoPlan { .. }) => {
+                match crate::rebuild::restore_plan(mesh, &eid).await? {
+                    Some(plan) => plan,
+                    None => continue,
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if !matches!(execution_gate(&plan), Some(Ok(g)) if g.key == gate.key) {
+            continue;
+        }
+        let (started, last) = match mesh
+            .last_event(&eid, EventType::WorkflowInitialized)
+            .await?
+        {
+            Some(last) => (true, last),
+            None => match mesh.last_event(&eid, EventType::ExecutionQueued).await? {
+                Some(last) => (false, last),
+                // Asking for its slot right now: its ask adds it.
+                None => continue,
+            },
+        };
+        logged.push(gate::Logged {
+            execution_id: eid,
+            started,
+            seq: last.0,
+            at_ms: last.1.ts_ms,
+        });
+    }
+    let rec = gate::from_log(&gate.key, gate.concurrency.limit, &logged);
+    let store = mesh.gates_kv();
+    if kv::create(store, &gate.kv_key, &rec).await? {
+        if !logged.is_empty() {
+            tracing::warn!(key = %gate.key, holders = rec.holders.len(), waiting = rec.waiting.len(), "execution concurrency record was missing: rebuilt from the events");
+        }
+        return Ok(rec);
+    }
+    Ok(read(store, &gate.kv_key).await?.unwrap_or(rec))
+}

@@ -22,6 +22,11 @@ pub struct TokenRecord {
     pub parent: String,
 }
 
+/// The id of execution `eid`'s entry token.
+pub fn entry_token_id(eid: &str) -> String {
+    crate::ids::derive_id(&[eid, "entry"])
+}
+
 impl TokenRecord {
     /// A token `token_id` for `step`, without args, fired by no step-run
     /// (the entry token; set `args`, `arc` and `parent` for others).

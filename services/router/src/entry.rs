@@ -6,7 +6,6 @@
 
 use noetl_mesh::{
     events::EventDraft,
-    ids::derive_id,
     patches,
     payloads::{
         DeadlineSet, ExecutionDeadlineSet, PlanIdentity, PlaybookInitialized, TokenCreated,
@@ -72,13 +71,43 @@ pub(crate) fn catalog_entry(source: &str) -> Option<(&str, u32)> {
 
 /// The id of an execution's entry token.
 pub(crate) fn entry_token_id(eid: &str) -> String {
-    derive_id(&[eid, "entry"])
+    noetl_mesh::token::entry_token_id(eid)
+}
+
+/// Whether [`publish_entry`] emits `playbook.initialized` with the other
+/// start events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Initialized {
+    /// Emit it (an execution without a concurrency key, or one queued by
+    /// a version that did not emit it before asking for its slot).
+    Emit,
+    /// It is in the log already ([`emit_initialized`]).
+    Emitted,
+}
+
+/// Emit `playbook.initialized` alone, and wait for it to be stored: an
+/// execution under a concurrency key does so before it asks for its slot,
+/// so one that waits in line is in the log from its start, and its plan
+/// and its place come back from the log (docs/architecture.md, "The event
+/// log"). Idempotent.
+pub(crate) async fn emit_initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
+    let ev = EventDraft {
+        execution_id: &plan.execution_id,
+        trace_id: &plan.trace_id,
+        ..Default::default()
+    }
+    .build(&initialized(mesh, plan).await?);
+    mesh.emit(&ev).await?.wait().await
 }
 
 // Over 80 lines on purpose: the start events and entry token of an execution, each idempotent,
 // in the order readers rely on.
 /// Emit the start events, then publish the entry token (all idempotent).
-pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), MeshError> {
+pub(crate) async fn publish_entry(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    init: Initialized,
+) -> Result<(), MeshError> {
     let eid = plan.execution_id.as_str();
     let entry = plan
         .playbook
@@ -100,8 +129,10 @@ pub(crate) async fn publish_entry(mesh: &Mesh, plan: &PlanRecord) -> Result<(), 
         trace_id: &plan.trace_id,
         ..Default::default()
     };
-    let initialized = initialized(mesh, plan).await?;
-    batch.push(mesh.emit(&draft().build(&initialized)).await?);
+    if init == Initialized::Emit {
+        let initialized = initialized(mesh, plan).await?;
+        batch.push(mesh.emit(&draft().build(&initialized)).await?);
+    }
     batch.push(
         mesh.emit(&draft().build(&WorkflowInitialized {
             entry_step: entry.clone(),

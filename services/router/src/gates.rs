@@ -9,17 +9,22 @@
 //! holders that ended without releasing and starts promoted executions a
 //! crash left unstarted. The decisions are [`noetl_mesh::gate`]'s.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use noetl_core::model::OnLimit;
 use noetl_mesh::{
+    event_type::EventType,
     events::{now_ms, EventDraft},
-    gate::{self, Ask, Entry, ExecutionQueued, Owner, Verdict},
+    gate::{self, Ask, ConcRecord, Entry, ExecutionQueued, Owner, Verdict},
     gates,
     plan::PlanRecord,
     Mesh, MeshError,
 };
 use tokio_util::sync::CancellationToken;
+
+use crate::entry::Initialized;
 
 /// How often the sweep looks at the execution gates.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -27,8 +32,10 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// What became of an execution that asked for its slot.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Admitted {
-    /// Start it (no limit, or a slot is its).
-    Go,
+    /// Start it (no limit, or a slot is its), with or without its
+    /// `playbook.initialized` (an execution under a key emitted it before
+    /// it asked).
+    Go(Initialized),
     /// It waits in line.
     Queued,
     /// It must fail with this reason.
@@ -68,17 +75,22 @@ enum Asking {
 
 async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admitted, MeshError> {
     let k = match keyed(plan) {
-        None => return Ok(Admitted::Go),
+        None => return Ok(Admitted::Go(Initialized::Emit)),
         Some(Err(why)) => return Ok(Admitted::Refused(why)),
         Some(Ok(k)) => k,
     };
+    if asking == Asking::Start {
+        // In the log before it may wait: a queued execution comes back
+        // from its events like any other.
+        crate::entry::emit_initialized(mesh, plan).await?;
+    }
     let eid = plan.execution_id.as_str();
     let store = mesh.gates_kv();
-    let now = now_ms();
-    let holders = gates::read(store, &k.kv_key)
+    let holders = record(mesh, &k)
         .await?
         .map(|r| r.holders)
         .unwrap_or_default();
+    let now = now_ms();
     let gone = ended(mesh, &holders, eid, now).await?;
     let owner = Owner {
         execution_id: eid.to_string(),
@@ -103,7 +115,7 @@ async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admi
     .await?;
     start_promoted(mesh, &k.kv_key, &d.promoted).await?;
     match d.verdict {
-        Verdict::Acquired => Ok(Admitted::Go),
+        Verdict::Acquired => Ok(Admitted::Go(Initialized::Emitted)),
         Verdict::Rejected { held_by } => Ok(Admitted::Refused(format!(
             "concurrency key `{}` is at its limit of {limit}: held by executions {} ({})",
             k.key,
@@ -153,6 +165,11 @@ async fn queue(
         position,
         on_limit: on_limit.to_string(),
         cancelling: cancelling.clone(),
+        entry_step: plan
+            .playbook
+            .entry_step()
+            .map(|s| s.step.clone())
+            .unwrap_or_default(),
     };
     let place = position.to_string();
     let ev = EventDraft {
@@ -187,13 +204,39 @@ pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
         return Ok(());
     };
     let store = mesh.gates_kv();
-    let Some(rec) = gates::read(store, &k.kv_key).await? else {
+    let Some(rec) = record(mesh, &k).await? else {
         return Ok(());
     };
     let now = now_ms();
     let gone = ended(mesh, &rec.holders, eid, now).await?;
     let promoted = gates::release(store, &k.kv_key, eid, now, &gone).await?;
     start_promoted(mesh, &k.kv_key, &promoted).await
+}
+
+/// The record of execution key `k`; a missing one (lost, or the key's
+/// first use) is rebuilt from the log first
+/// ([`gates::rebuild_execution`]), one rebuild per key at a time in this
+/// process, so a burst of requests on a new key reads the log once.
+async fn record(mesh: &Mesh, k: &Keyed) -> Result<Option<ConcRecord>, MeshError> {
+    static REBUILDING: std::sync::OnceLock<
+        std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    > = std::sync::OnceLock::new();
+    let store = mesh.gates_kv();
+    if let Some(rec) = gates::read(store, &k.kv_key).await? {
+        return Ok(Some(rec));
+    }
+    let one = {
+        let mut map = REBUILDING
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.entry(k.kv_key.clone()).or_default().clone()
+    };
+    let _one = one.lock().await;
+    if let Some(rec) = gates::read(store, &k.kv_key).await? {
+        return Ok(Some(rec));
+    }
+    gates::rebuild_execution(mesh, k).await.map(Some)
 }
 
 /// The holders (other than `skip`) whose execution ended, or whose header
@@ -225,23 +268,43 @@ async fn start_promoted(mesh: &Mesh, kv_key: &str, promoted: &[Entry]) -> Result
     }
     let mut started = Vec::new();
     for e in promoted {
-        let entry = crate::entry::entry_token_id(&e.id);
-        let waiting = mesh.exec_header(&e.id).await?.is_some_and(|h| {
-            !h.status.is_terminal() && h.live.len() == 1 && h.live[0].token_id == entry
-        });
-        if waiting {
-            match mesh.plans().get(mesh, &e.id).await {
-                Ok(plan) => {
-                    crate::entry::publish_entry(mesh, &plan).await?;
-                    tracing::info!(execution_id = %e.id, "queued execution started");
-                }
-                Err(MeshError::NoPlan { .. }) => {}
-                Err(err) => return Err(err),
-            }
+        if let Some(plan) = still_queued(mesh, &e.id).await? {
+            // Queued by a version that emitted it only at the start.
+            let init = match mesh
+                .last_event_seq(&e.id, EventType::PlaybookInitialized)
+                .await?
+            {
+                Some(_) => Initialized::Emitted,
+                None => Initialized::Emit,
+            };
+            crate::entry::publish_entry(mesh, &plan, init).await?;
+            tracing::info!(execution_id = %e.id, "queued execution started");
         }
         started.push(e.id.clone());
     }
     gates::mark_started(mesh.gates_kv(), kv_key, &started).await
+}
+
+/// The plan of execution `eid` when it still waits for its entry (running,
+/// its entry token its only live one); its header and plan are written
+/// back from its events when they were lost.
+async fn still_queued(mesh: &Mesh, eid: &str) -> Result<Option<Arc<PlanRecord>>, MeshError> {
+    let mut header = mesh.exec_header(eid).await?;
+    if header.is_none() && noetl_mesh::rebuild::restore_header(mesh, eid).await? {
+        header = mesh.exec_header(eid).await?;
+    }
+    let entry = crate::entry::entry_token_id(eid);
+    let waiting = header.is_some_and(|h| {
+        !h.status.is_terminal() && h.live.len() == 1 && h.live[0].token_id == entry
+    });
+    if !waiting {
+        return Ok(None);
+    }
+    match mesh.plans().get(mesh, eid).await {
+        Ok(plan) => Ok(Some(plan)),
+        Err(MeshError::NoPlan { .. }) => noetl_mesh::rebuild::restore_plan(mesh, eid).await,
+        Err(err) => Err(err),
+    }
 }
 
 /// One pass over the execution gates: drop holders that ended without

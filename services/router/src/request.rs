@@ -332,7 +332,7 @@ async fn enter(
 ) -> Result<(), HandlerError> {
     create_ctx(mesh, &plan.execution_id).await?;
     match crate::gates::admit(mesh, plan).await? {
-        crate::gates::Admitted::Go => crate::entry::publish_entry(mesh, plan).await?,
+        crate::gates::Admitted::Go(init) => crate::entry::publish_entry(mesh, plan, init).await?,
         crate::gates::Admitted::Queued => {}
         crate::gates::Admitted::Refused(reason) => {
             let eid = plan.execution_id.as_str();

@@ -57,7 +57,7 @@ pub(crate) async fn on_resume(
     } = prepared;
     // Its concurrency key's slot first (taken again: its end released it).
     let why = match crate::gates::admit_resumed(mesh, &plan).await? {
-        crate::gates::Admitted::Go => None,
+        crate::gates::Admitted::Go(_) => None,
         crate::gates::Admitted::Refused(why) => Some(why),
         crate::gates::Admitted::Queued => Some("queued".to_string()), // not asked to
     };

@@ -376,3 +376,36 @@ fn a_boundary_ends_its_token_once_the_router_answered_it() {
     assert!(f.header.as_ref().unwrap().live.is_empty());
     assert_eq!(f.steps["b"].status, StepStatus::Failed);
 }
+
+#[test]
+fn a_queued_execution_keeps_its_entry_token_live_until_its_entry_goes_out() {
+    let queued = ev(
+        EventType::ExecutionQueued,
+        "",
+        "",
+        json!({"key": "k", "limit": 1, "holders": ["e0"], "position": 1,
+               "on_limit": "queue", "entry_step": "start"}),
+    );
+    let entry = crate::token::entry_token_id("e1");
+    let f = fold(&[started(), queued.clone()]);
+    let h = f.header.as_ref().unwrap();
+    assert_eq!(h.status, ExecStatus::Running);
+    assert_eq!(h.live, [TokenRecord::new(entry.clone(), "start")]);
+    // Promoted: its token.created keeps the one token; asked again (a
+    // redelivered request) it is not doubled.
+    let f = fold(&[
+        started(),
+        queued.clone(),
+        token("start", &entry, ""),
+        queued,
+    ]);
+    assert_eq!(f.header.unwrap().live, [TokenRecord::new(entry, "start")]);
+    // Written by an older version (no entry step): nothing is made up.
+    let old = ev(
+        EventType::ExecutionQueued,
+        "",
+        "",
+        json!({"key": "k", "limit": 1, "holders": [], "position": 1, "on_limit": "queue"}),
+    );
+    assert!(fold(&[started(), old]).header.unwrap().live.is_empty());
+}

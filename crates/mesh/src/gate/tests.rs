@@ -372,3 +372,66 @@ fn due_of(v: &Verdict) -> u64 {
         v => panic!("{v:?}"),
     }
 }
+
+#[test]
+fn a_record_from_the_log_holds_the_started_and_lines_up_the_queued_in_their_order() {
+    let logged = |eid: &str, started: bool, seq: u64| Logged {
+        execution_id: eid.into(),
+        started,
+        seq,
+        at_ms: seq * 10,
+    };
+    let rec = from_log(
+        "cust-a",
+        1,
+        &[
+            logged("c", false, 9),
+            logged("a", true, 3),
+            logged("b", false, 7),
+            logged("d", true, 8),
+        ],
+    );
+    assert_eq!(rec.key, "cust-a");
+    assert_eq!((rec.limit, rec.lease_ms), (1, 0));
+    // Two run (one over the limit: both started before the record was
+    // lost); the line keeps its order.
+    assert_eq!(ids(&rec.holders), ["a", "d"]);
+    assert_eq!(ids(&rec.waiting), ["b", "c"]);
+    assert_eq!(rec.holders[1].since_ms, 80);
+    assert_eq!(rec.waiting[0].owner, owner("b"));
+    assert!(rec
+        .holders
+        .iter()
+        .all(|h| h.until_ms == 0 && !h.pending_start));
+    // Nobody is promoted while both run; the first release moves nobody
+    // either (one still runs), the second starts the head of the line.
+    let r = release(&rec, "a", 1_000, &[]);
+    assert!(r.promoted.is_empty());
+    let r = release(&r.record, "d", 1_000, &[]);
+    assert_eq!(ids(&r.promoted), ["b"]);
+    assert!(r.promoted[0].pending_start);
+}
+
+#[test]
+fn a_record_from_an_empty_log_is_empty_and_a_waiter_under_the_limit_is_promoted_at_the_next_ask() {
+    let rec = from_log("k", 0, &[]);
+    assert_eq!(rec.limit, 1);
+    assert!(rec.holders.is_empty() && rec.waiting.is_empty());
+    let rec = from_log(
+        "k",
+        2,
+        &[Logged {
+            execution_id: "w".into(),
+            started: false,
+            seq: 1,
+            at_ms: 5,
+        }],
+    );
+    let o = owner("new");
+    let mut ask = exec_ask("new", &o, &[]);
+    ask.key = "k";
+    let d = acquire(Some(&rec), &ask);
+    assert_eq!(ids(&d.promoted), ["w"]);
+    assert_eq!(d.verdict, Verdict::Acquired);
+    assert_eq!(ids(&d.record.holders), ["w", "new"]);
+}
