@@ -4,7 +4,8 @@
 //! whatever is killed or delivered twice: sequential chains, a parallel loop with every
 //! reducer, pagination with jump/break and checkpoints, retries with
 //! delays, an inclusive fan-out with a join, child playbooks, a failing step
-//! routed by `step.failed`, and a failure nobody handles.
+//! routed by `step.failed`, a failure nobody handles, and executions
+//! waiting in line for one concurrency key.
 
 use serde_json::{json, Value};
 
@@ -499,6 +500,49 @@ fn unhandled() -> Case {
     }
 }
 
+const GATED: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: chaos_gated }
+executor:
+  spec:
+    policy:
+      concurrency: { key: chaos-gated, limit: 1, on_limit: queue }
+workload: { api: "" }
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(0.4)
+          result = 1
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { napped: "{{ outcome.result }}" } }
+      - name: effect
+        kind: http
+        url: "{{ workload.api }}/effect/{{ execution_id }}/gated/0/{{ _attempt }}"
+"#;
+
+/// One execution at a time under one concurrency key: the mix has two of
+/// these, so in each wave one waits in line for the other (its record
+/// is purged by the chaos suite like the rest).
+fn gated(name: &'static str) -> Case {
+    Case {
+        name,
+        yaml: GATED.to_string(),
+        status: "completed",
+        ctx: json!({"napped": 1}),
+        steps: json!({"start": "done"}),
+        loops: &[],
+        http_tasks: &["effect"],
+    }
+}
+
 /// The whole mix.
 pub fn mix() -> Vec<Case> {
     vec![
@@ -510,6 +554,8 @@ pub fn mix() -> Vec<Case> {
         children(),
         handled(),
         unhandled(),
+        gated("gated-a"),
+        gated("gated-b"),
     ]
 }
 

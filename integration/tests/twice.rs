@@ -102,7 +102,10 @@ fn end_state(
     }
     o.insert("case".into(), case.name.into());
     let mut by_step: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for e in events {
+    // Which of the two gated cases waits in line for the other depends on
+    // which asks first, not on how often messages are delivered.
+    let queued = noetl_mesh::event_type::EventType::ExecutionQueued.wire_name();
+    for e in events.iter().filter(|e| e.event_type != queued) {
         by_step
             .entry(e.step.clone())
             .or_default()

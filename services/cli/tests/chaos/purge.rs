@@ -8,7 +8,8 @@
 //! plan and step records, the step results kept by name, join records and
 //! waiters (`<eid>.wait.<signal>`, of the signalled wait);
 //! loop runs, their collection chunks, their iterations' claims and
-//! checkpoints (`<run>.ckpt.<i>`, folded back by a redelivered command). A
+//! checkpoints (`<run>.ckpt.<i>`, folded back by a redelivered command);
+//! the execution concurrency records (`exec.*` in the gates bucket). A
 //! step record is purged only with its header (whole-bucket purges):
 //! alone, nothing notices it before the end.
 
@@ -32,6 +33,9 @@ pub enum Bucket {
     Exec,
     /// Loop runs, their chunks, claims and iterations' checkpoints.
     Loop,
+    /// The execution concurrency records (`exec.*`: the mix's gated
+    /// executions' key), not any one execution's.
+    Gates,
 }
 
 impl Bucket {
@@ -40,6 +44,7 @@ impl Bucket {
             Self::Ctx => "ctx",
             Self::Exec => "exec",
             Self::Loop => "loop",
+            Self::Gates => "gates",
         }
     }
 }
@@ -64,15 +69,17 @@ pub fn schedule(seed: u64, window_ms: u64) -> Vec<Purge> {
     let mut out = Vec::new();
     let mut at = rng.range(200, 1_000);
     while at < window_ms {
-        let bucket = match rng.range(0, 2) {
+        let bucket = match rng.range(0, 3) {
             0 => Bucket::Ctx,
             1 => Bucket::Exec,
-            _ => Bucket::Loop,
+            2 => Bucket::Loop,
+            _ => Bucket::Gates,
         };
+        let whole = rng.chance(33) || bucket == Bucket::Gates;
         out.push(Purge {
             at_ms: at,
             bucket,
-            whole: rng.chance(33),
+            whole,
             pick: rng.next_u64(),
         });
         at += rng.range(400, 1_400);
@@ -127,6 +134,7 @@ async fn purge(mesh: &Mesh, eids: &[String], p: &Purge) -> usize {
         Bucket::Ctx => mesh.ctx_kv(),
         Bucket::Exec => mesh.exec_kv(),
         Bucket::Loop => mesh.loop_kv(),
+        Bucket::Gates => return purge_gates(mesh.gates_kv()).await,
     };
     let chosen: Vec<String> = if p.whole {
         running
@@ -156,6 +164,18 @@ async fn purge(mesh: &Mesh, eids: &[String], p: &Purge) -> usize {
     purged
 }
 
+/// Purge every execution concurrency record (`exec.*`): how many.
+async fn purge_gates(store: &Store) -> usize {
+    let keys = kv::keys_under(store, "exec").await.unwrap_or_default();
+    let mut purged = 0;
+    for key in keys {
+        if store.purge(&key).await.is_ok() {
+            purged += 1;
+        }
+    }
+    purged
+}
+
 /// The keys of `eid` in `bucket` that the engine rebuilds from the log.
 async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
     let under = kv::keys_under(store, eid).await.unwrap_or_default();
@@ -173,7 +193,7 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
         let rest = &key[eid.len() + 1..];
         let parts: Vec<&str> = rest.split('.').collect();
         let rebuilt = match bucket {
-            Bucket::Ctx => false,
+            Bucket::Ctx | Bucket::Gates => false,
             Bucket::Exec => {
                 key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join" | "wait")
             }
@@ -205,6 +225,8 @@ mod tests {
                 assert!(all.iter().any(|p| p.bucket == b && p.whole == whole));
             }
         }
+        let gates = all.iter().filter(|p| p.bucket == Bucket::Gates);
+        assert!(gates.clone().count() > 0 && gates.clone().all(|p| p.whole));
         assert!(all.iter().all(|p| p.at_ms < 10_000));
     }
 }
