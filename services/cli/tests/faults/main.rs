@@ -118,13 +118,17 @@ fn acts_of(plan: &Plan) -> Vec<(u64, Act)> {
     acts
 }
 
-/// Inject `f`; the node it actually hit (the leader is looked up now).
-fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> usize {
+/// Inject `f`; the node it actually hit (the leader is looked up now),
+/// and what was done to it when that is more than its class says.
+fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> (usize, String) {
     let n = match f.kind {
         Kind::IsolateLeader => net.stream_leader(events_stream).unwrap_or(f.node),
         _ => f.node,
     };
     let others: Vec<usize> = (0..NODES).filter(|p| *p != n).collect();
+    if f.kind == Kind::Corrupt {
+        return (n, net.corrupt(n, f.pick));
+    }
     match f.kind {
         Kind::Isolate | Kind::IsolateLeader => net.isolate(n),
         Kind::Split => others.iter().for_each(|p| net.cut(n, *p)),
@@ -134,8 +138,9 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> usize {
         Kind::Kill => net.kill(n),
         Kind::LostWrites => net.crash_losing_unsynced(&[n]),
         Kind::PowerLoss => net.crash_losing_unsynced(&[0, 1, 2]),
+        Kind::Corrupt => unreachable!("handled above"),
     }
-    n
+    (n, String::new())
 }
 
 /// The nodes `f` hit (`n`: the node [`inject`] returned), for the history.
@@ -153,7 +158,7 @@ fn heal(net: &mut Net, f: &Fault, n: usize) {
         Kind::Split | Kind::Bridge => net.heal_cuts(),
         Kind::Pause => net.resume(n),
         Kind::Degrade => net.undegrade(n),
-        Kind::Kill | Kind::LostWrites => net.restart(n),
+        Kind::Kill | Kind::LostWrites | Kind::Corrupt => net.restart(n),
         Kind::PowerLoss => (0..NODES).for_each(|i| net.restart(i)),
     }
 }
@@ -236,8 +241,10 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
             }
             Act::Inject(i) => {
                 let f = &plan.faults[i];
-                hit[i] = tokio::task::block_in_place(|| inject(&mut net, f, &events_stream));
-                history.push(format!("{now}ms: {} {}", f.kind.name(), on(f, hit[i])));
+                let (n, detail) =
+                    tokio::task::block_in_place(|| inject(&mut net, f, &events_stream));
+                hit[i] = n;
+                history.push(format!("{now}ms: {} {}{detail}", f.kind.name(), on(f, n)));
             }
             Act::Heal(i) => {
                 let f = &plan.faults[i];

@@ -551,6 +551,43 @@ impl Net {
         }
     }
 
+    /// Node `i` crashes with a damaged disk: SIGKILL, then one of its
+    /// streams' message block files (`<store>/jetstream/<account>/streams/
+    /// <stream>/msgs/<n>.blk`, chosen by `pick` among them in name order)
+    /// cut short at an offset, or one bit of it flipped, both chosen by
+    /// `pick`. Returns what was done, for the history (`": …"`).
+    pub fn corrupt(&mut self, i: usize, pick: u64) -> String {
+        self.kill(i);
+        let mut blocks = Vec::new();
+        collect_blocks(&self.nodes[i].store, &mut blocks);
+        blocks.sort();
+        if blocks.is_empty() {
+            return ": no block file to damage".into();
+        }
+        let path = &blocks[(pick % blocks.len() as u64) as usize];
+        let mut bytes = std::fs::read(path).expect("read the block file");
+        let len = bytes.len() as u64;
+        let shown = path
+            .strip_prefix(&self.nodes[i].store)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        if len == 0 {
+            return format!(": {shown} is empty");
+        }
+        let at = (pick >> 8) % len;
+        let done = if pick & 0x80 == 0 {
+            bytes.truncate(at as usize);
+            format!(": {shown} cut from {len} to {at} bytes")
+        } else {
+            let bit = (pick >> 4) & 7;
+            bytes[at as usize] ^= 1 << bit;
+            format!(": {shown} bit {bit} of byte {at} of {len} flipped")
+        };
+        std::fs::write(path, bytes).expect("write the block file");
+        done
+    }
+
     /// Heal everything: links up, cuts undone, links clean, nodes running
     /// and resumed.
     pub fn heal(&mut self) {
@@ -589,5 +626,24 @@ impl Drop for Net {
             ip_quiet(&["netns", "del", &n.ns]);
         }
         ip_quiet(&["link", "del", &self.bridge]);
+    }
+}
+
+/// Every stream message block file (`…/streams/<stream>/msgs/*.blk`)
+/// under `dir`.
+fn collect_blocks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            collect_blocks(&path, out);
+        } else if path.extension().is_some_and(|x| x == "blk")
+            && path.to_string_lossy().contains("/streams/")
+            && path.parent().is_some_and(|p| p.ends_with("msgs"))
+        {
+            out.push(path);
+        }
     }
 }

@@ -34,6 +34,10 @@ pub enum Kind {
     /// `snap_ms` earlier (what an OS crash leaves when nothing was
     /// fsynced since), started again.
     LostWrites,
+    /// The node SIGKILLed and one of its streams' message block files
+    /// damaged — cut short at a seeded offset or one seeded bit flipped —
+    /// then started again (a minority's corrupt disk).
+    Corrupt,
     /// [`Kind::LostWrites`] on all three nodes at once, from copies taken
     /// at the same instant: a coordinated power failure. Drawn only when
     /// [`PlanParams::power_loss`] is set.
@@ -42,7 +46,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every class, in the order of the report's columns.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Isolate,
         Kind::IsolateLeader,
         Kind::Split,
@@ -51,6 +55,7 @@ impl Kind {
         Kind::Degrade,
         Kind::Kill,
         Kind::LostWrites,
+        Kind::Corrupt,
         Kind::PowerLoss,
     ];
 
@@ -71,6 +76,7 @@ impl Kind {
             Kind::Degrade => "degrade",
             Kind::Kill => "kill",
             Kind::LostWrites => "lost",
+            Kind::Corrupt => "corrupt",
             Kind::PowerLoss => "power",
         }
     }
@@ -81,7 +87,7 @@ impl Kind {
             Kind::Isolate | Kind::IsolateLeader | Kind::Split | Kind::Bridge => (2_000, 6_000),
             Kind::Pause => (1_000, 5_000),
             Kind::Degrade => (2_000, 5_000),
-            Kind::Kill | Kind::LostWrites | Kind::PowerLoss => (500, 3_000),
+            Kind::Kill | Kind::LostWrites | Kind::Corrupt | Kind::PowerLoss => (500, 3_000),
         }
     }
 }
@@ -101,6 +107,9 @@ pub struct Fault {
     /// [`Kind::LostWrites`], [`Kind::PowerLoss`]: the store copy is taken
     /// this long before the crash (0 for the other kinds).
     pub snap_ms: u64,
+    /// [`Kind::Corrupt`]: picks the file, the damage and where (0 for the
+    /// other kinds).
+    pub pick: u64,
 }
 
 impl Fault {
@@ -164,6 +173,9 @@ impl fmt::Display for Fault {
         if self.kind.loses_writes() {
             write!(f, " (store copied {}ms before)", self.snap_ms)?;
         }
+        if self.kind == Kind::Corrupt {
+            write!(f, " (damage {:#x})", self.pick)?;
+        }
         Ok(())
     }
 }
@@ -215,12 +227,18 @@ pub fn plan(p: &PlanParams) -> Plan {
         };
         // The copy is taken after the previous fault healed.
         let at_ms = at + snap_ms;
+        let node = rng.range(0, NODES as u64 - 1) as usize;
+        let pick = match kind {
+            Kind::Corrupt => rng.next_u64(),
+            _ => 0,
+        };
         faults.push(Fault {
             at_ms,
             kind,
-            node: rng.range(0, NODES as u64 - 1) as usize,
+            node,
             dur_ms,
             snap_ms,
+            pick,
         });
         at = at_ms + dur_ms + rng.range(p.gap_ms.0, p.gap_ms.1);
     }
@@ -281,6 +299,7 @@ mod tests {
                     let (lo, hi) = f.kind.duration();
                     assert!((lo..=hi).contains(&f.dur_ms), "{p}");
                     assert_eq!(f.snap_ms > 0, f.kind.loses_writes(), "{p}");
+                    assert_eq!(f.pick != 0, f.kind == Kind::Corrupt, "{p}");
                     assert!(f.kind != Kind::PowerLoss, "{p}");
                     if !once {
                         assert!(f.at_ms - f.snap_ms < 30_000, "{p}");
