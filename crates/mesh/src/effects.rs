@@ -7,7 +7,7 @@
 
 use noetl_wire::{Event, LoopCommand, TaskCommand, Token};
 
-use crate::{codec, Batch, Mesh, MeshError};
+use crate::{codec, event_type::EventType, Batch, Mesh, MeshError};
 
 /// One thing to publish.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,11 +51,16 @@ impl Effect {
     }
 }
 
-/// Publish `effects` in order, then wait for every ack (the first error
-/// wins; the handler's message is then retried and publishes them again).
+/// Publish `effects`, events first, then wait for every ack (the first
+/// error wins; the handler's message is then retried and publishes them
+/// again).
 ///
 /// Cause before effect: work (a token, a task, a loop command) is
-/// published only once every event listed before it is stored. Publishes
+/// published only once the events of the list are stored ([`order`]):
+/// one wait per list, however events and work interleave in it (a loop's
+/// window is an event and a command per iteration). Events for readers
+/// only ([`EventType::for_readers_only`]) are not waited for: a list whose
+/// events are all such goes out in one batch. Publishes
 /// are not waited for one by one, and a nats-server that goes down loses
 /// the ones in flight while the client sends the later ones after it
 /// reconnects; without the wait a token could be stored, run and end while
@@ -64,18 +69,47 @@ impl Effect {
 /// token. An ack that never comes fails the handler, whose message is
 /// redelivered and publishes the lot again under the same ids.
 pub async fn apply(mesh: &Mesh, effects: Vec<Effect>) -> Result<(), MeshError> {
+    let Ordered { events, wait, work } = order(effects);
     let mut batch = Batch::new();
-    let mut events_unconfirmed = false;
-    for effect in effects {
-        let is_event = matches!(effect, Effect::Emit(_));
-        if !is_event && events_unconfirmed {
-            std::mem::take(&mut batch).wait().await?;
-            events_unconfirmed = false;
-        }
-        events_unconfirmed |= is_event;
+    for effect in events {
+        batch.push(publish_one(mesh, effect).await?);
+    }
+    if wait {
+        std::mem::take(&mut batch).wait().await?;
+    }
+    for effect in work {
         batch.push(publish_one(mesh, effect).await?);
     }
     batch.wait().await
+}
+
+/// A handler's effects in the order [`apply`] publishes them.
+#[derive(Debug, PartialEq)]
+pub struct Ordered {
+    /// The events, in their order.
+    pub events: Vec<Effect>,
+    /// Whether the events' acks are awaited before the work goes out: some
+    /// event is one a fold reads, and there is work.
+    pub wait: bool,
+    /// The work (tokens, tasks, loop commands), in its order.
+    pub work: Vec<Effect>,
+}
+
+/// Split `effects` into events and work, each in its order, and say
+/// whether the work must wait for the events ([`Ordered::wait`]).
+pub fn order(effects: Vec<Effect>) -> Ordered {
+    let (events, work): (Vec<Effect>, Vec<Effect>) = effects
+        .into_iter()
+        .partition(|e| matches!(e, Effect::Emit(_)));
+    let causes = events.iter().any(|e| match e {
+        Effect::Emit(ev) => !EventType::of(ev).is_some_and(EventType::for_readers_only),
+        _ => false,
+    });
+    Ordered {
+        wait: causes && !work.is_empty(),
+        events,
+        work,
+    }
 }
 
 /// Publish one effect without waiting for its ack.
@@ -127,5 +161,71 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Effect::Token(token).id(), "t1");
+    }
+
+    fn event(kind: EventType, id: &str) -> Effect {
+        Effect::Emit(Event {
+            event_id: id.into(),
+            event_type: kind.wire_name().into(),
+            ..Default::default()
+        })
+    }
+
+    fn token(id: &str) -> Effect {
+        Effect::Token(Token {
+            token_id: id.into(),
+            ..Default::default()
+        })
+    }
+
+    fn ids(v: &[Effect]) -> Vec<&str> {
+        v.iter().map(Effect::id).collect()
+    }
+
+    #[test]
+    fn events_go_first_and_the_work_waits_once_for_those_a_fold_reads() {
+        // A loop window: an event and a command per iteration, the events
+        // for readers only: one batch, nothing awaited in between.
+        let window = order(vec![
+            event(EventType::LoopIterationStarted, "s0"),
+            token("w0"),
+            event(EventType::LoopIterationStarted, "s1"),
+            token("w1"),
+        ]);
+        assert_eq!(ids(&window.events), ["s0", "s1"]);
+        assert_eq!(ids(&window.work), ["w0", "w1"]);
+        assert!(!window.wait);
+        // The scheduler's start: step.scheduled is folded (joins, held
+        // tokens, replay's admission), so the task waits for it.
+        let start = order(vec![
+            event(EventType::StepScheduled, "a"),
+            event(EventType::StepStarted, "b"),
+            token("t"),
+        ]);
+        assert_eq!(ids(&start.events), ["a", "b"]);
+        assert!(start.wait);
+        // Events alone, or work alone: nothing to wait for in between.
+        assert!(!order(vec![event(EventType::StepDone, "d")]).wait);
+        assert!(!order(vec![token("t")]).wait);
+        // A type no service writes is taken as read by a fold.
+        let unknown = Effect::Emit(Event {
+            event_id: "x".into(),
+            event_type: "something.else".into(),
+            ..Default::default()
+        });
+        assert!(order(vec![unknown, token("t")]).wait);
+    }
+
+    #[test]
+    fn only_start_events_are_for_readers_only() {
+        let readers: Vec<&str> = EventType::ALL
+            .into_iter()
+            .filter(|k| k.for_readers_only())
+            .map(EventType::wire_name)
+            .collect();
+        assert_eq!(
+            readers,
+            ["step.started", "task.started", "loop.iteration.started"]
+        );
     }
 }

@@ -124,6 +124,21 @@ impl EventType {
         Self::ExecutionQueued,
     ];
 
+    /// Whether events of this type are for readers only: no fold of the
+    /// log (the records of docs/architecture.md "The event log", loop
+    /// runs, joins, held tokens, checkpoints, gates, replay's decisions)
+    /// reads them and no service consumes them, so where one lands in the
+    /// stream relative to the work it announces changes no record
+    /// ([`crate::effects::apply`]). `step.started` is read by the held
+    /// tokens' check only as one of a step-run's `step.*` events, and
+    /// `step.scheduled`, which the scheduler emits before it, is awaited.
+    pub const fn for_readers_only(self) -> bool {
+        matches!(
+            self,
+            Self::StepStarted | Self::TaskStarted | Self::LoopIterationStarted
+        )
+    }
+
     /// The name on the wire and in subjects (`step.done`).
     pub const fn wire_name(self) -> &'static str {
         match self {

@@ -572,9 +572,6 @@ impl Net {
             .unwrap_or(path)
             .display()
             .to_string();
-        if len == 0 {
-            return format!(": {shown} is empty");
-        }
         let at = (pick >> 8) % len;
         let done = if pick & 0x80 == 0 {
             bytes.truncate(at as usize);
@@ -630,7 +627,7 @@ impl Drop for Net {
 }
 
 /// Every stream message block file (`…/streams/<stream>/msgs/*.blk`)
-/// under `dir`.
+/// under `dir` that holds something (an empty one damages nothing).
 fn collect_blocks(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -642,6 +639,7 @@ fn collect_blocks(dir: &Path, out: &mut Vec<PathBuf>) {
         } else if path.extension().is_some_and(|x| x == "blk")
             && path.to_string_lossy().contains("/streams/")
             && path.parent().is_some_and(|p| p.ends_with("msgs"))
+            && e.metadata().is_ok_and(|m| m.len() > 0)
         {
             out.push(path);
         }
