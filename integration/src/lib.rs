@@ -69,6 +69,23 @@ impl Default for ClusterOptions {
 /// crash it; it is cancelled with the rest on [`Cluster::stop`].
 pub type Service = JoinHandle<Result<(), noetl_mesh::MeshError>>;
 
+/// An executor replica on a runtime of its own
+/// ([`Cluster::spawn_crashable_executor`]). Aborting an in-process
+/// service's handle stops its consumer loop but leaves the jobs it
+/// dispatched running; shutting its runtime down takes its in-flight jobs,
+/// their in-progress acks and its NATS connection at once, as a crash does.
+pub struct CrashableExecutor {
+    runtime: tokio::runtime::Runtime,
+    _service: Service,
+}
+
+impl CrashableExecutor {
+    /// Crash it: every task of its runtime is dropped where it stands.
+    pub fn crash(self) {
+        self.runtime.shutdown_background();
+    }
+}
+
 /// A running mesh on a private nats-server: the services as `noetl run`
 /// starts them ([`InProcess`]), plus a client handle.
 pub struct Cluster {
@@ -143,6 +160,28 @@ impl Cluster {
             .spawn_executor(all_tools(self.services.config()), concurrency)
             .await
             .expect("start an executor")
+    }
+
+    /// Start an executor replica that [`CrashableExecutor::crash`] stops the
+    /// way a killed process stops. Call it from a multi-thread test runtime
+    /// (it blocks this thread while the replica starts).
+    pub fn spawn_crashable_executor(&self) -> CrashableExecutor {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the executor");
+        let service = tokio::task::block_in_place(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| runtime.block_on(self.spawn_executor()))
+                    .join()
+                    .expect("start the executor")
+            })
+        });
+        CrashableExecutor {
+            runtime,
+            _service: service,
+        }
     }
 
     /// Start an executor replica serving only `kinds`, with its own

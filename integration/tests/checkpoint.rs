@@ -123,20 +123,7 @@ async fn crash_and_purge(pad: usize) -> BTreeMap<u32, usize> {
         ..Default::default()
     })
     .await;
-    // The first executor runs on a runtime of its own: shutting it down
-    // is the crash (its in-flight jobs, their in-progress acks and its
-    // connection go with it; aborting the service's handle would leave the
-    // jobs it dispatched running).
-    let crashing = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let _first = std::thread::scope(|s| {
-        s.spawn(|| crashing.block_on(cluster.spawn_executor()))
-            .join()
-            .unwrap()
-    });
+    let first = cluster.spawn_crashable_executor();
     let eid = cluster
         .submit(PLAYBOOK, "checkpoint_pages.yaml", json!({ "api": api }))
         .await;
@@ -145,7 +132,7 @@ async fn crash_and_purge(pad: usize) -> BTreeMap<u32, usize> {
         assert!(Instant::now() < deadline, "page {HOLD} never asked");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    crashing.shutdown_background();
+    first.crash();
     // The live pipeline wrote the checkpoint before asking page 3: purge it.
     let store = cluster.mesh.loop_kv();
     let checkpoints: Vec<String> = store

@@ -475,7 +475,7 @@ workflow:
   - step: end
 "#
     );
-    let first = cluster.spawn_executor().await;
+    let first = cluster.spawn_crashable_executor();
     let eid = cluster.submit(&yaml, "crash.yaml", json!({})).await;
     // Let a few pages go by, then crash the executor mid-stream.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -489,8 +489,7 @@ workflow:
         assert!(std::time::Instant::now() < deadline, "pages did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    first.abort();
-    let _ = first.await;
+    first.crash();
     let before = std::fs::read_to_string(&log).unwrap();
     // A new replica picks the commands up when they are redelivered.
     let _second = cluster.spawn_executor().await;
