@@ -61,6 +61,7 @@ fn plan_for(seed: u64, every_class_once: bool) -> Plan {
         gap_ms: (1_000, 2_500),
         every_class_once,
         power_loss: env_u64("NOETL_FAULT_POWER").is_some_and(|v| v != 0),
+        services: serve::service_names().len(),
     })
 }
 
@@ -92,6 +93,10 @@ enum Act {
     Inject(usize),
     /// Heal fault `i` of the plan.
     Heal(usize),
+    /// SIGKILL the service fault `i` names ([`Fault::service_kill`]).
+    KillService(usize),
+    /// Start it again.
+    RestartService(usize),
     /// Submit the mix again.
     Wave,
 }
@@ -106,6 +111,10 @@ fn acts_of(plan: &Plan) -> Vec<(u64, Act)> {
             _ => {}
         }
         acts.push((f.at_ms, Act::Inject(i)));
+        if let Some(k) = f.service_kill {
+            acts.push((f.at_ms + k.after_ms, Act::KillService(i)));
+            acts.push((f.at_ms + k.after_ms + k.down_ms, Act::RestartService(i)));
+        }
         acts.push((f.healed_ms(), Act::Heal(i)));
     }
     let mut at = WAVE_MS;
@@ -255,6 +264,19 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
                     on(f, hit[i])
                 ));
             }
+            Act::KillService(i) | Act::RestartService(i) => {
+                let Some(k) = plan.faults[i].service_kill else {
+                    continue;
+                };
+                let name = format!("{}-{}", services.service(k.service), k.service % 2 + 1);
+                if matches!(act, Act::KillService(_)) {
+                    tokio::task::block_in_place(|| services.kill(k.service));
+                    history.push(format!("{now}ms: kill service {name}"));
+                } else {
+                    tokio::task::block_in_place(|| services.restart(k.service));
+                    history.push(format!("{now}ms: restarted service {name}"));
+                }
+            }
             Act::Wave => {
                 let batch = campaign::wave(&cases);
                 let jobs: Vec<(String, mix::Case)> = batch
@@ -337,8 +359,8 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         head.push_str(&format!(" {:>7}", k.name()));
     }
     println!(
-        "{head}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}  {:>6}",
-        "execs", "anomalies", "repeats", "exits", "settle", "secs"
+        "{head}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}  {:>6}",
+        "svc", "execs", "anomalies", "repeats", "exits", "settle", "secs"
     );
     for (i, r) in reports.iter().enumerate() {
         let mut row = format!("{:>4}  {:<18}", i + 1, format!("{:#x}", r.seed));
@@ -346,7 +368,8 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
             row.push_str(&format!(" {:>7}", r.plan.count(k)));
         }
         println!(
-            "{row}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}  {:>6.1}",
+            "{row}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}  {:>6.1}",
+            r.plan.service_kills(),
             r.executions,
             r.anomalies.len(),
             r.repeated_calls,
@@ -367,10 +390,11 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         .collect();
     let total = |f: &dyn Fn(&RunReport) -> usize| reports.iter().map(f).sum::<usize>();
     println!(
-        "total: {} faults ({}), {} executions, {} anomalies, {} repeated tool calls, \
-         {} services exited on their own",
+        "total: {} faults ({}), {} service kills during them, {} executions, {} anomalies, \
+         {} repeated tool calls, {} services exited on their own",
         total(&|r| r.plan.faults.len()),
         by.join(", "),
+        total(&|r| r.plan.service_kills()),
         total(&|r| r.executions),
         total(&|r| r.anomalies.len()),
         total(&|r| r.repeated_calls as usize),

@@ -110,6 +110,21 @@ pub struct Fault {
     /// [`Kind::Corrupt`]: picks the file, the damage and where (0 for the
     /// other kinds).
     pub pick: u64,
+    /// A service process SIGKILLed while the fault lasts (half the faults,
+    /// when the plan has services): the Jepsen combinations of a node
+    /// fault and a client crash.
+    pub service_kill: Option<ServiceKill>,
+}
+
+/// A service killed during a node fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceKill {
+    /// Which service process (an index into the run's services).
+    pub service: usize,
+    /// How long after the fault began.
+    pub after_ms: u64,
+    /// How long until it is started again.
+    pub down_ms: u64,
 }
 
 impl Fault {
@@ -137,6 +152,8 @@ pub struct PlanParams {
     /// replica by construction (docs/reliability.md), so a campaign of the
     /// default settings leaves it out and measures it apart.
     pub power_loss: bool,
+    /// Service processes a fault may kill one of (0: none).
+    pub services: usize,
 }
 
 /// The schedule of one run.
@@ -152,6 +169,14 @@ impl Plan {
     /// When the last fault has healed.
     pub fn healed_ms(&self) -> u64 {
         self.faults.iter().map(Fault::healed_ms).max().unwrap_or(0)
+    }
+
+    /// How many faults killed a service too.
+    pub fn service_kills(&self) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| f.service_kill.is_some())
+            .count()
     }
 
     /// How many faults of `kind`.
@@ -175,6 +200,13 @@ impl fmt::Display for Fault {
         }
         if self.kind == Kind::Corrupt {
             write!(f, " (damage {:#x})", self.pick)?;
+        }
+        if let Some(k) = self.service_kill {
+            write!(
+                f,
+                " + service {} killed at +{}ms for {}ms",
+                k.service, k.after_ms, k.down_ms
+            )?;
         }
         Ok(())
     }
@@ -232,6 +264,11 @@ pub fn plan(p: &PlanParams) -> Plan {
             Kind::Corrupt => rng.next_u64(),
             _ => 0,
         };
+        let service_kill = (p.services > 0 && rng.chance(50)).then(|| ServiceKill {
+            service: rng.range(0, p.services as u64 - 1) as usize,
+            after_ms: rng.range(0, dur_ms),
+            down_ms: rng.range(100, 1_200),
+        });
         faults.push(Fault {
             at_ms,
             kind,
@@ -239,6 +276,7 @@ pub fn plan(p: &PlanParams) -> Plan {
             dur_ms,
             snap_ms,
             pick,
+            service_kill,
         });
         at = at_ms + dur_ms + rng.range(p.gap_ms.0, p.gap_ms.1);
     }
@@ -259,6 +297,7 @@ mod tests {
             gap_ms: (1_000, 3_000),
             every_class_once,
             power_loss: false,
+            services: 10,
         }
     }
 
@@ -300,6 +339,10 @@ mod tests {
                     assert!((lo..=hi).contains(&f.dur_ms), "{p}");
                     assert_eq!(f.snap_ms > 0, f.kind.loses_writes(), "{p}");
                     assert_eq!(f.pick != 0, f.kind == Kind::Corrupt, "{p}");
+                    if let Some(k) = f.service_kill {
+                        assert!(k.service < 10 && k.after_ms <= f.dur_ms, "{p}");
+                        assert!((100..=1_200).contains(&k.down_ms), "{p}");
+                    }
                     assert!(f.kind != Kind::PowerLoss, "{p}");
                     if !once {
                         assert!(f.at_ms - f.snap_ms < 30_000, "{p}");
@@ -335,5 +378,23 @@ mod tests {
                     .any(|f| f.kind == k && f.node == node));
             }
         }
+    }
+
+    #[test]
+    fn about_half_the_faults_kill_a_service_too_and_none_without_services() {
+        let plans: Vec<Plan> = (0..50)
+            .map(|i| plan(&params(run_seed(2, i), false)))
+            .collect();
+        let faults: usize = plans.iter().map(|p| p.faults.len()).sum();
+        let kills: usize = plans.iter().map(Plan::service_kills).sum();
+        assert!(
+            kills * 3 > faults && kills * 3 < faults * 2,
+            "{kills} of {faults}"
+        );
+        let none = plan(&PlanParams {
+            services: 0,
+            ..params(3, false)
+        });
+        assert_eq!(none.service_kills(), 0);
     }
 }
