@@ -160,10 +160,37 @@ pub async fn check_started(
         anomalies.extend(
             v.anomalies
                 .into_iter()
+                .chain(replays_unequal(mesh, &s.eid).await)
                 .map(|a| format!("{} {}: {a}", case.name, s.eid)),
         );
     }
     (anomalies, repeated_calls)
+}
+
+/// The log is the truth: what the events of ended execution `eid`
+/// determine must equal what the engine stored (`noetl exec replay`),
+/// once the records a purge took after the services last needed them are
+/// written back, as `noetl admin rebuild` would. `None` when equal.
+async fn replays_unequal(mesh: &Mesh, eid: &str) -> Option<String> {
+    use noetl_mesh::rebuild::{rebuild, Mode};
+    let _ = rebuild(mesh, eid, Mode::Missing).await;
+    match noetl_mesh::replay::check(mesh, eid).await {
+        Ok(r) if r.equal => None,
+        Ok(r) => {
+            let d = &r.differences[0];
+            Some(format!(
+                "the log does not replay equal ({} differences over {} events); first: {}: \
+                 from the events {}, stored {}, event {:?}",
+                r.differences.len(),
+                r.events,
+                d.what,
+                d.from_events,
+                d.stored,
+                d.event
+            ))
+        }
+        Err(e) => Some(format!("the log could not be replayed: {e}")),
+    }
 }
 
 /// The end of a campaign's report, from each run's `(seed, services that
