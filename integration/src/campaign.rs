@@ -147,6 +147,7 @@ pub async fn check_started(
             patiently("read a summary", || mesh.exec_summary(&s.eid)).await;
         let events = patiently("read events", || events_of(mesh, &s.eid)).await;
         let calls = sink.calls.of(&s.eid);
+        let rows = crate::rows::of(&s.eid).await;
         let v = check::check(
             case,
             &check::Observed {
@@ -154,6 +155,7 @@ pub async fn check_started(
                 summary: summary.as_ref(),
                 events: &events,
                 calls: &calls,
+                rows: &rows,
             },
         );
         repeated_calls += v.repeated_calls;

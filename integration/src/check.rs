@@ -21,6 +21,9 @@ pub struct Observed<'a> {
     pub events: &'a [Event],
     /// The sink's calls for it: key → count.
     pub calls: &'a BTreeMap<String, u32>,
+    /// Its rows in PostgreSQL ([`crate::rows::of`]): `<step>/<idx>` →
+    /// attempts.
+    pub rows: &'a BTreeMap<String, u32>,
 }
 
 /// The verdict on one execution.
@@ -177,6 +180,25 @@ pub fn check(case: &Case, seen: &Observed<'_>) -> Verdict {
         }
         v.repeated_calls = seen.calls.values().map(|n| n.saturating_sub(1)).sum();
     }
+
+    // Rows in PostgreSQL: each (step, iteration) key exactly once (the
+    // table's key keeps a repeat to one row and counts it in `attempts`).
+    if !case.rows.is_empty() {
+        let expected: BTreeSet<String> = case
+            .rows
+            .iter()
+            .flat_map(|(step, n)| (0..*n).map(move |i| format!("{step}/{i}")))
+            .collect();
+        let found: BTreeSet<String> = seen.rows.keys().cloned().collect();
+        if found != expected {
+            let missing: Vec<&String> = expected.difference(&found).collect();
+            let extra: Vec<&String> = found.difference(&expected).collect();
+            bad(format!(
+                "rows in PostgreSQL: missing {missing:?}, unexpected {extra:?}"
+            ));
+        }
+        v.repeated_calls += seen.rows.values().map(|n| n.saturating_sub(1)).sum::<u32>();
+    }
     v
 }
 
@@ -261,6 +283,7 @@ mod tests {
                 summary: Some(s),
                 events: e,
                 calls,
+                rows: &BTreeMap::new(),
             },
         )
     }
@@ -331,6 +354,48 @@ mod tests {
         let all = v.anomalies.join("\n");
         assert!(all.contains("iterations [1] reported twice"), "{all}");
         assert!(all.contains("2 iterations reported, expected 3"), "{all}");
+    }
+
+    #[test]
+    fn a_row_missing_or_unexpected_is_an_anomaly_and_a_repeated_upsert_is_counted() {
+        let c = case("rows");
+        let (h, mut s, _, calls) = retries_ok();
+        s.ctx = c.ctx.clone();
+        s.steps = [("start".to_string(), "done".to_string())].into();
+        let it = |i: u64| event("loop.iteration.done", "start", "l", "", json!({"index": i}));
+        let mut e: Vec<Event> = (0..6).map(it).collect();
+        e.push(event(
+            "loop.done",
+            "start",
+            "l",
+            "",
+            json!({"counts": {"done": 6, "failed": 0}}),
+        ));
+        e.push(event("execution.completed", "", "", "", json!({})));
+        let mut rows: BTreeMap<String, u32> = (0..6).map(|i| (format!("start/{i}"), 1)).collect();
+        let check_rows = |rows: &BTreeMap<String, u32>| {
+            check(
+                &c,
+                &Observed {
+                    header: Some(&h),
+                    summary: Some(&s),
+                    events: &e,
+                    calls: &calls,
+                    rows,
+                },
+            )
+        };
+        let v = check_rows(&rows);
+        assert!(v.anomalies.is_empty(), "{:?}", v.anomalies);
+        rows.insert("start/2".into(), 3);
+        assert_eq!(check_rows(&rows).repeated_calls, 2);
+        rows.remove("start/4");
+        rows.insert("start/9".into(), 1);
+        let all = check_rows(&rows).anomalies.join("\n");
+        assert!(
+            all.contains(r#"missing ["start/4"], unexpected ["start/9"]"#),
+            "{all}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod echo;
 pub mod gauge;
 pub mod mix;
 pub mod procstat;
+pub mod rows;
 pub mod seeded;
 pub mod sink;
 pub use gauge::Gauge;

@@ -4,8 +4,9 @@
 //! whatever is killed or delivered twice: sequential chains, a parallel loop with every
 //! reducer, pagination with jump/break and checkpoints, retries with
 //! delays, an inclusive fan-out with a join, child playbooks, a failing step
-//! routed by `step.failed`, a failure nobody handles, and executions
-//! waiting in line for one concurrency key.
+//! routed by `step.failed`, a failure nobody handles, executions
+//! waiting in line for one concurrency key, and rows written to
+//! PostgreSQL.
 
 use serde_json::{json, Value};
 
@@ -28,6 +29,9 @@ pub struct Case {
     /// Tasks of kind `http`: each attempt the engine reports (a
     /// `task.done`) must match one distinct call the sink counted.
     pub http_tasks: &'static [&'static str],
+    /// `(step, n)`: the step's iterations `0..n` each leave exactly one
+    /// row in PostgreSQL ([`crate::rows`]).
+    pub rows: &'static [(&'static str, u64)],
 }
 
 /// Steps in the sequential chain.
@@ -73,6 +77,7 @@ fn chain() -> Case {
         steps: Value::Object(steps),
         loops: &[],
         http_tasks: &["effect"],
+        rows: &[],
     }
 }
 
@@ -162,6 +167,7 @@ fn reducers() -> Case {
         steps: json!({"start": "done", "report": "done"}),
         loops: &[("start", N)],
         http_tasks: &["effect"],
+        rows: &[],
     }
 }
 
@@ -247,6 +253,7 @@ fn pages() -> Case {
         steps: json!({"start": "done", "done": "done"}),
         loops: &[("start", 3)],
         http_tasks: &["fetch"],
+        rows: &[],
     }
 }
 
@@ -281,6 +288,7 @@ fn retries() -> Case {
         steps: json!({"start": "done"}),
         loops: &[],
         http_tasks: &["flaky"],
+        rows: &[],
     }
 }
 
@@ -349,6 +357,7 @@ fn fanjoin() -> Case {
         }),
         loops: &[],
         http_tasks: &["effect"],
+        rows: &[],
     }
 }
 
@@ -421,6 +430,7 @@ fn children() -> Case {
         steps: json!({"start": "done"}),
         loops: &[("start", 3)],
         http_tasks: &[],
+        rows: &[],
     }
 }
 
@@ -463,6 +473,7 @@ fn handled() -> Case {
         steps: json!({"start": "failed", "celebrate": "not_run", "handle": "done"}),
         loops: &[],
         http_tasks: &[],
+        rows: &[],
     }
 }
 
@@ -497,6 +508,7 @@ fn unhandled() -> Case {
         steps: json!({"start": "failed", "after": "not_run"}),
         loops: &[],
         http_tasks: &["effect"],
+        rows: &[],
     }
 }
 
@@ -540,6 +552,45 @@ fn gated(name: &'static str) -> Case {
         steps: json!({"start": "done"}),
         loops: &[],
         http_tasks: &["effect"],
+        rows: &[],
+    }
+}
+
+/// A parallel loop whose iterations each upsert a row keyed by execution,
+/// step and iteration (`attempts` counts repeats).
+fn rows() -> Case {
+    let yaml = format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: chaos_rows }}
+workload: {{ api: "" }}
+workflow:
+  - step: start
+    loop:
+      in: [0, 1, 2, 3, 4, 5]
+      iterator: i
+      spec: {{ mode: parallel, max_in_flight: 3 }}
+    tool:
+      - name: row
+        kind: postgres
+        connection: "{conn}"
+        command: |
+          INSERT INTO {table} (execution_id, step, idx) VALUES ('{{{{ execution_id }}}}', 'start', {{{{ iter.i }}}})
+          ON CONFLICT (execution_id, step, idx) DO UPDATE SET attempts = {table}.attempts + 1
+"#,
+        conn = crate::rows::CONNECTION,
+        table = crate::rows::TABLE,
+    );
+    Case {
+        name: "rows",
+        yaml,
+        status: "completed",
+        ctx: json!({}),
+        steps: json!({"start": "done"}),
+        loops: &[("start", 6)],
+        http_tasks: &[],
+        rows: &[("start", 6)],
     }
 }
 
@@ -556,6 +607,7 @@ pub fn mix() -> Vec<Case> {
         unhandled(),
         gated("gated-a"),
         gated("gated-b"),
+        rows(),
     ]
 }
 

@@ -81,8 +81,11 @@ async fn flaky(
 }
 
 impl Sink {
-    /// Serve on a free loopback port for as long as the runtime lives.
+    /// Serve on a free loopback port for as long as the runtime lives, and
+    /// create the table of the mix's PostgreSQL side effect
+    /// ([`crate::rows`]).
     pub async fn start() -> Self {
+        crate::rows::prepare().await;
         let calls = Calls::default();
         let app = Router::new()
             .route("/effect/{eid}/{what}/{item}/{attempt}", get(effect))

@@ -51,6 +51,7 @@ async fn run_mix(mode: &str, deliver_twice: Option<Duration>, sink: &Sink) -> (E
         let events = cluster.settled_events(eid).await;
         let header = cluster.mesh.exec_header(eid).await.unwrap();
         let calls = sink.calls.of(eid);
+        let rows = noetl_integration::rows::of(eid).await;
         let verdict = check(
             case,
             &Observed {
@@ -58,6 +59,7 @@ async fn run_mix(mode: &str, deliver_twice: Option<Duration>, sink: &Sink) -> (E
                 summary: Some(&summary),
                 events: &events,
                 calls: &calls,
+                rows: &rows,
             },
         );
         assert!(
