@@ -3,8 +3,9 @@
 //! network namespace of their own ([`net`]), every stream and bucket R3,
 //! driving the playbook mix while a seeded schedule ([`plan`]) isolates
 //! nodes (the events stream's leader among them), splits the cluster,
-//! pauses nodes, degrades their links, kills them, and crashes one as an
-//! OS crash would (its unsynced writes lost). Every fault heals before
+//! pauses nodes, degrades their links, kills them, crashes one as an
+//! OS crash would (its unsynced writes lost) or with a damaged data file,
+//! and kills service processes while a fault lasts. Every fault heals before
 //! the run settles; then every execution must end as in a clean run
 //! ([`check`](noetl_integration::check)), the three replicas of every
 //! stream must agree, and each anomaly is printed with the run's fault
@@ -18,6 +19,7 @@
 //!   `NOETL_FAULT_BASE_SEED` (default: the clock).
 //! - `NOETL_FAULT_SEED=0x…` replays one run, in either test;
 //!   `NOETL_FAULT_SYNC=always` runs the nodes with `sync_interval: always`;
+//!   `NOETL_FAULT_NODES=5` runs five nodes, every stream and bucket R5;
 //!   `NOETL_FAULT_POWER=1` adds the power loss of all three nodes at once
 //!   (left out by default: with the default `sync_interval` it loses
 //!   acknowledged writes by construction);
@@ -41,7 +43,7 @@ use noetl_integration::{mix, sink::Sink};
 use noetl_mesh::{Mesh, MeshConfig};
 
 use crate::net::{Net, Sync};
-use crate::plan::{Fault, Kind, Plan, PlanParams, NODES};
+use crate::plan::{nodes_from_env, Fault, Kind, Plan, PlanParams};
 use crate::serve::Services;
 
 /// Faults of a campaign run start within this window.
@@ -62,6 +64,7 @@ fn plan_for(seed: u64, every_class_once: bool) -> Plan {
         every_class_once,
         power_loss: env_u64("NOETL_FAULT_POWER").is_some_and(|v| v != 0),
         services: serve::service_names().len(),
+        nodes: nodes_from_env(),
     })
 }
 
@@ -134,28 +137,52 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> (usize, String) {
         Kind::IsolateLeader => net.stream_leader(events_stream).unwrap_or(f.node),
         _ => f.node,
     };
-    let others: Vec<usize> = (0..NODES).filter(|p| *p != n).collect();
+    let all: Vec<usize> = (0..net.len()).collect();
+    let others: Vec<usize> = all.iter().copied().filter(|p| *p != n).collect();
     if f.kind == Kind::Corrupt {
         return (n, net.corrupt(n, f.pick));
     }
     match f.kind {
         Kind::Isolate | Kind::IsolateLeader => net.isolate(n),
-        Kind::Split => others.iter().for_each(|p| net.cut(n, *p)),
-        Kind::Bridge => net.cut(others[0], others[1]),
+        Kind::Split => {
+            // A minority (n alone of three, n and the next of five) cut
+            // from the majority.
+            let minority: Vec<usize> = (0..(net.len() - 1) / 2)
+                .map(|k| (n + k) % net.len())
+                .collect();
+            for a in &minority {
+                for b in all.iter().filter(|b| !minority.contains(b)) {
+                    net.cut(*a, *b);
+                }
+            }
+        }
+        Kind::Bridge => {
+            // Two halves of the others, cut from each other; n sees both.
+            let (left, right) = others.split_at(others.len() / 2);
+            for a in left {
+                for b in right {
+                    net.cut(*a, *b);
+                }
+            }
+        }
         Kind::Pause => net.pause(n),
         Kind::Degrade => net.degrade(n),
         Kind::Kill => net.kill(n),
         Kind::LostWrites => net.crash_losing_unsynced(&[n]),
-        Kind::PowerLoss => net.crash_losing_unsynced(&[0, 1, 2]),
+        Kind::PowerLoss => net.crash_losing_unsynced(&all),
         Kind::Corrupt => unreachable!("handled above"),
     }
     (n, String::new())
 }
 
-/// The nodes `f` hit (`n`: the node [`inject`] returned), for the history.
-fn on(f: &Fault, n: usize) -> String {
+/// The nodes `f` hit (`n`: the node [`inject`] returned) of `nodes`, for
+/// the history.
+fn on(f: &Fault, n: usize, nodes: usize) -> String {
     match f.kind {
-        Kind::PowerLoss => "n1+n2+n3".into(),
+        Kind::PowerLoss => (1..=nodes)
+            .map(|i| format!("n{i}"))
+            .collect::<Vec<_>>()
+            .join("+"),
         _ => format!("n{}", n + 1),
     }
 }
@@ -168,7 +195,7 @@ fn heal(net: &mut Net, f: &Fault, n: usize) {
         Kind::Pause => net.resume(n),
         Kind::Degrade => net.undegrade(n),
         Kind::Kill | Kind::LostWrites | Kind::Corrupt => net.restart(n),
-        Kind::PowerLoss => (0..NODES).for_each(|i| net.restart(i)),
+        Kind::PowerLoss => (0..net.len()).for_each(|i| net.restart(i)),
     }
 }
 
@@ -176,7 +203,7 @@ fn heal(net: &mut Net, f: &Fault, n: usize) {
 /// for every stream; the differences still there at `deadline`.
 fn replicas_agree(net: &Net, deadline: Instant) -> Option<String> {
     loop {
-        let states: Vec<_> = (0..NODES).map(|i| net.stream_states(i)).collect();
+        let states: Vec<_> = (0..net.len()).map(|i| net.stream_states(i)).collect();
         let agree = states.iter().all(|s| s.is_some()) && states.windows(2).all(|w| w[0] == w[1]);
         if agree {
             return None;
@@ -201,10 +228,11 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
         .tempdir()
         .expect("run dir");
     let plan = plan_for(seed, every_class_once);
-    let mut net = tokio::task::block_in_place(|| Net::start(dir.path(), sync));
+    let nodes = plan.nodes;
+    let mut net = tokio::task::block_in_place(|| Net::start(dir.path(), sync, nodes));
     let urls = net.urls();
     let home = dir.path().join("home");
-    let env = [("NOETL_REPLICAS".to_string(), "3".to_string())];
+    let env = [("NOETL_REPLICAS".to_string(), nodes.to_string())];
     tokio::task::block_in_place(|| serve::init(&home, &env, &urls));
     let mut services = tokio::task::block_in_place(|| {
         Services::start(&home, &dir.path().join("logs"), &urls, &env)
@@ -240,7 +268,7 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
         let now = t0.elapsed().as_millis();
         match act {
             Act::Snapshot(n) => {
-                let nodes: Vec<usize> = n.map_or((0..NODES).collect(), |n| vec![n]);
+                let nodes: Vec<usize> = n.map_or((0..net.len()).collect(), |n| vec![n]);
                 tokio::task::block_in_place(|| net.snapshot(&nodes));
                 let names: Vec<String> = nodes.iter().map(|n| format!("n{}", n + 1)).collect();
                 history.push(format!(
@@ -253,7 +281,11 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
                 let (n, detail) =
                     tokio::task::block_in_place(|| inject(&mut net, f, &events_stream));
                 hit[i] = n;
-                history.push(format!("{now}ms: {} {}{detail}", f.kind.name(), on(f, n)));
+                history.push(format!(
+                    "{now}ms: {} {}{detail}",
+                    f.kind.name(),
+                    on(f, n, net.len())
+                ));
             }
             Act::Heal(i) => {
                 let f = &plan.faults[i];
@@ -261,7 +293,7 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
                 history.push(format!(
                     "{now}ms: healed {} {}",
                     f.kind.name(),
-                    on(f, hit[i])
+                    on(f, hit[i], net.len())
                 ));
             }
             Act::KillService(i) | Act::RestartService(i) => {
@@ -319,7 +351,7 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
     services.stop();
     let unexpected_exits = std::mem::take(&mut services.unexpected_exits);
     if !anomalies.is_empty() {
-        for i in 0..NODES {
+        for i in 0..net.len() {
             history.push(format!("n{} log tail:\n{}", i + 1, net.log_tail(i, 8)));
         }
     }
@@ -350,8 +382,9 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
 /// Print the campaign's table; panic naming the seeds of failing runs.
 fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: bool) {
     println!(
-        "\nfaults: {title}; {}; R3; degraded links: {}",
+        "\nfaults: {title}; {}; R{}; degraded links: {}",
         sync.name(),
+        reports.first().map_or(plan::NODES, |r| r.plan.nodes),
         net::degrade_qdisc(netem)
     );
     let mut head = format!("{:>4}  {:<18}", "run", "seed");

@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 
 use noetl_testkit::cluster::{monitor_get, stream_leader_in, JSZ_STREAMS};
 
-use crate::plan::NODES;
-
 /// Why the harness cannot run here (printed by a test that skips).
 pub fn unavailable() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
@@ -203,10 +201,10 @@ impl Sync {
 }
 
 impl Net {
-    /// Make the bridge, namespaces and veths, write each node's config
-    /// under `dir`, and start the nodes; wait until JetStream is healthy
-    /// on all three.
-    pub fn start(dir: &Path, sync: Sync) -> Self {
+    /// Make the bridge, namespaces and veths, write the config of each of
+    /// `nodes` nodes under `dir`, and start them; wait until JetStream is
+    /// healthy on all.
+    pub fn start(dir: &Path, sync: Sync, nodes: usize) -> Self {
         remove_stale();
         let pid = std::process::id();
         let prefix = format!("nf{pid}");
@@ -236,7 +234,7 @@ impl Net {
         ip(&["link", "add", &bridge, "type", "bridge"]);
         ip(&["addr", "add", &format!("10.213.{x}.1/24"), "dev", &bridge]);
         ip(&["link", "set", &bridge, "up"]);
-        let addrs: Vec<Ipv4Addr> = (0..NODES)
+        let addrs: Vec<Ipv4Addr> = (0..nodes)
             .map(|i| Ipv4Addr::new(10, 213, x as u8, 11 + i as u8))
             .collect();
         let routes: Vec<String> = addrs
@@ -307,12 +305,17 @@ impl Net {
         if net.netem {
             tc(None, &["qdisc", "del", "dev", &net.nodes[0].veth, "root"]);
         }
-        for i in 0..NODES {
+        for i in 0..nodes {
             net.spawn(i);
         }
         net.wait_healthy(Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("the cluster did not start: {e}"));
         net
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
     }
 
     /// Every node's client URL, comma-separated (`--nats` form).
@@ -353,7 +356,7 @@ impl Net {
     /// Wait until every running node answers `/healthz` ok.
     pub fn wait_healthy(&self, timeout: Duration) -> Result<(), String> {
         let t0 = Instant::now();
-        for i in 0..NODES {
+        for i in 0..self.nodes.len() {
             if self.nodes[i].child.is_none() {
                 continue;
             }
@@ -378,7 +381,7 @@ impl Net {
 
     /// The node leading `stream`, as the first node that answers sees it.
     pub fn stream_leader(&self, stream: &str) -> Option<usize> {
-        (0..NODES)
+        (0..self.nodes.len())
             .filter_map(|i| self.monitor(i, JSZ_STREAMS))
             .find_map(|v| stream_leader_in(&v, stream))
             .and_then(|name| name.strip_prefix('n')?.parse::<usize>().ok())
@@ -589,7 +592,7 @@ impl Net {
     /// and resumed.
     pub fn heal(&mut self) {
         self.heal_cuts();
-        for i in 0..NODES {
+        for i in 0..self.nodes.len() {
             self.unisolate(i);
             self.undegrade(i);
             if self.nodes[i].paused {

@@ -7,8 +7,18 @@ use std::fmt;
 
 pub use noetl_integration::seeded::{run_seed, Rng};
 
-/// Nodes of the cluster.
+/// Nodes of the cluster unless `NOETL_FAULT_NODES` says 5.
 pub const NODES: usize = 3;
+
+/// The nodes of the runs: `NOETL_FAULT_NODES` (3 or 5; R3 or R5), else
+/// [`NODES`].
+pub fn nodes_from_env() -> usize {
+    match std::env::var("NOETL_FAULT_NODES").ok().as_deref() {
+        None | Some("") | Some("3") => NODES,
+        Some("5") => 5,
+        Some(other) => panic!("NOETL_FAULT_NODES={other}: 3 or 5"),
+    }
+}
 
 /// A class of fault (docs/reliability.md, "The fault harness").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -154,6 +164,8 @@ pub struct PlanParams {
     pub power_loss: bool,
     /// Service processes a fault may kill one of (0: none).
     pub services: usize,
+    /// Nodes of the cluster (3 or 5).
+    pub nodes: usize,
 }
 
 /// The schedule of one run.
@@ -161,6 +173,8 @@ pub struct PlanParams {
 pub struct Plan {
     /// The seed it came from.
     pub seed: u64,
+    /// Nodes of the cluster it is for.
+    pub nodes: usize,
     /// Faults in time order, none overlapping.
     pub faults: Vec<Fault>,
 }
@@ -259,7 +273,7 @@ pub fn plan(p: &PlanParams) -> Plan {
         };
         // The copy is taken after the previous fault healed.
         let at_ms = at + snap_ms;
-        let node = rng.range(0, NODES as u64 - 1) as usize;
+        let node = rng.range(0, p.nodes as u64 - 1) as usize;
         let pick = match kind {
             Kind::Corrupt => rng.next_u64(),
             _ => 0,
@@ -282,6 +296,7 @@ pub fn plan(p: &PlanParams) -> Plan {
     }
     Plan {
         seed: p.seed,
+        nodes: p.nodes,
         faults,
     }
 }
@@ -298,6 +313,7 @@ mod tests {
             every_class_once,
             power_loss: false,
             services: 10,
+            nodes: NODES,
         }
     }
 
@@ -396,5 +412,21 @@ mod tests {
             ..params(3, false)
         });
         assert_eq!(none.service_kills(), 0);
+    }
+
+    #[test]
+    fn five_nodes_are_all_hit() {
+        let plans: Vec<Plan> = (0..50)
+            .map(|i| {
+                plan(&PlanParams {
+                    nodes: 5,
+                    ..params(run_seed(4, i), false)
+                })
+            })
+            .collect();
+        for node in 0..5 {
+            assert!(plans.iter().flat_map(|p| &p.faults).any(|f| f.node == node));
+        }
+        assert!(plans.iter().flat_map(|p| &p.faults).all(|f| f.node < 5));
     }
 }
