@@ -236,7 +236,9 @@ async fn record(mesh: &Mesh, k: &Keyed) -> Result<Option<ConcRecord>, MeshError>
     if let Some(rec) = gates::read(store, &k.kv_key).await? {
         return Ok(Some(rec));
     }
-    gates::rebuild_execution(mesh, k).await.map(Some)
+    // Boxed: the rare path's future (a fold of the log) stays out of the
+    // request handler's, which every service task carries.
+    Box::pin(gates::rebuild_execution(mesh, k)).await.map(Some)
 }
 
 /// The holders (other than `skip`) whose execution ended, or whose header
@@ -290,7 +292,7 @@ async fn start_promoted(mesh: &Mesh, kv_key: &str, promoted: &[Entry]) -> Result
 /// back from its events when they were lost.
 async fn still_queued(mesh: &Mesh, eid: &str) -> Result<Option<Arc<PlanRecord>>, MeshError> {
     let mut header = mesh.exec_header(eid).await?;
-    if header.is_none() && noetl_mesh::rebuild::restore_header(mesh, eid).await? {
+    if header.is_none() && Box::pin(noetl_mesh::rebuild::restore_header(mesh, eid)).await? {
         header = mesh.exec_header(eid).await?;
     }
     let entry = crate::entry::entry_token_id(eid);
@@ -302,7 +304,9 @@ async fn still_queued(mesh: &Mesh, eid: &str) -> Result<Option<Arc<PlanRecord>>,
     }
     match mesh.plans().get(mesh, eid).await {
         Ok(plan) => Ok(Some(plan)),
-        Err(MeshError::NoPlan { .. }) => noetl_mesh::rebuild::restore_plan(mesh, eid).await,
+        Err(MeshError::NoPlan { .. }) => {
+            Box::pin(noetl_mesh::rebuild::restore_plan(mesh, eid)).await
+        }
         Err(err) => Err(err),
     }
 }
