@@ -169,6 +169,27 @@ pub async fn executions(store: &Store) -> Result<Vec<(String, ConcRecord)>, Mesh
 }
 
 impl crate::Mesh {
+    /// Whether running execution `eid` waits in line behind its playbook's
+    /// concurrency key now: no read for a playbook without one (its plan
+    /// is cached), else one read of its key's record. A status read asks
+    /// this; a list asks [`Self::queued_executions`] once for its page.
+    pub async fn is_queued(&self, eid: &str) -> Result<bool, MeshError> {
+        let plan = match self.plans().get(self, eid).await {
+            Ok(plan) => plan,
+            Err(MeshError::NoPlan { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let Some(Ok(gate)) = execution_gate(&plan) else {
+            return Ok(false);
+        };
+        let now = crate::events::now_ms();
+        Ok(read(self.gates_kv(), &gate.kv_key).await?.is_some_and(|r| {
+            r.waiting
+                .iter()
+                .any(|w| w.owner.execution_id == eid && (w.until_ms == 0 || w.until_ms > now))
+        }))
+    }
+
     /// The executions waiting in line behind their playbook's concurrency
     /// key now (one read of the execution gate records).
     pub async fn queued_executions(&self) -> Result<std::collections::HashSet<String>, MeshError> {

@@ -57,8 +57,7 @@ impl crate::Mesh {
                 ExecStatus::Running => self.pause_record(eid).await?,
                 _ => None,
             },
-            queued: header.status == ExecStatus::Running
-                && self.queued_executions().await?.contains(eid),
+            queued: header.status == ExecStatus::Running && self.is_queued(eid).await?,
         }))
     }
 }

@@ -99,7 +99,7 @@ pub async fn get(
         path,
         status: status_name(h.status).into(),
         is_paused: mesh.pauses().await?.is_paused(&id),
-        is_queued: h.status == ExecStatus::Running && mesh.queued_executions().await?.contains(&id),
+        is_queued: h.status == ExecStatus::Running && mesh.is_queued(&id).await?,
         started_at: h.started_at.clone(),
         completed_at: h.ended_at.clone(),
         parent_execution_id: Some(h.parent_execution_id.clone()).filter(|p| !p.is_empty()),

@@ -81,7 +81,7 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
             true => mesh.pause_record(&a.id).await?,
             false => None,
         };
-        let queued = live && mesh.queued_executions().await?.contains(&a.id);
+        let queued = live && mesh.is_queued(&a.id).await?;
         if live {
             tree.status = shown_status(header.status, paused.is_some(), queued).into();
         }
