@@ -136,11 +136,31 @@ fn max_in_flight(events: &[Event]) -> usize {
 /// 0..total each once, `loop.done` counting them, and no more iterations
 /// at once than the window.
 async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue: i32) {
+    drain_purged(opts, n, window, max_rows, requeue, false).await
+}
+
+/// [`drain`]; with `purge`, each iteration takes 0.3 s and every record of
+/// the loop run in the loop bucket (its record, its frames) is purged once
+/// three iterations have ended.
+async fn drain_purged(
+    opts: ClusterOptions,
+    n: i32,
+    window: u32,
+    max_rows: u32,
+    requeue: i32,
+    purge: bool,
+) {
     let db = pg().await;
     let schema = queue(&db, n).await;
     let cluster = cluster(opts).await;
-    let yaml = playbook(&schema, window, max_rows, requeue);
+    let mut yaml = playbook(&schema, window, max_rows, requeue);
+    if purge {
+        yaml = yaml.replace("INSERT INTO", "SELECT pg_sleep(0.3); INSERT INTO");
+    }
     let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
+    if purge {
+        purge_mid_run(&cluster, &eid).await;
+    }
     let s = cluster.wait(&eid, Duration::from_secs(120)).await;
     cluster.assert_replays(&eid).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
@@ -235,6 +255,39 @@ async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue
     db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+}
+
+/// Once three iterations have ended, purge every key of the execution in
+/// the loop bucket: the run's record and its frames.
+async fn purge_mid_run(cluster: &Cluster, eid: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ended = cluster
+            .events(eid)
+            .await
+            .iter()
+            .filter(|e| EventType::of(e) == Some(EventType::LoopIterationDone))
+            .count();
+        if ended >= 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no iteration ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kv = cluster.mesh.loop_kv();
+    let keys = noetl_mesh::kv::keys_under(kv, eid).await.unwrap();
+    for k in &keys {
+        kv.purge(k).await.unwrap();
+    }
+    assert!(
+        keys.iter().any(|k| k.contains(".frame.")) && keys.iter().any(|k| !k.contains(".frame.")),
+        "the run's record and frames were purged: {keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_loop_run_purged_mid_run_is_rebuilt_from_its_events_and_drains_exactly_once() {
+    drain_purged(ClusterOptions::default(), 12, 2, 2, 0, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

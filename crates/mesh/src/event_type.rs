@@ -132,6 +132,9 @@ impl EventType {
     /// ([`crate::effects::apply`]). `step.started` is read by the held
     /// tokens' check only as one of a step-run's `step.*` events, and
     /// `step.scheduled`, which the scheduler emits before it, is awaited.
+    /// A cursor loop's `loop.iteration.started` is read by its run's fold:
+    /// the loop-supervisor awaits those itself before their iterations go
+    /// out (a loop over `in` does not wait for them).
     pub const fn for_readers_only(self) -> bool {
         matches!(
             self,

@@ -337,6 +337,7 @@ mod tests {
         .build(&IterationStarted {
             loop_run_id: "r1".into(),
             index: 3,
+            claim: None,
         });
         let whole = crate::codec::encode(&ev);
         let stored = crate::codec::encode(&stored_form(&ev));

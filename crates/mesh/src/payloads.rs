@@ -24,6 +24,12 @@ pub struct IterationStarted {
     pub loop_run_id: String,
     /// The iteration.
     pub index: u64,
+    /// A cursor loop's iteration: the claim (sequence number) whose rows
+    /// it runs. With the index it places the claim's rows, which a loop
+    /// run rebuilt from the log needs (docs/architecture.md "Loop runs from
+    /// the log"). Absent for a loop over `in`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<u64>,
 }
 
 /// How a step or an iteration ended.
@@ -325,6 +331,10 @@ pub struct LoopStarted {
     /// `loop.claimed` events).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub collection: Value,
+    /// A cursor loop's rows per claim (`frame.max_rows` as rendered; 0: a
+    /// loop over `in`), which a loop run rebuilt from the log needs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_rows: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

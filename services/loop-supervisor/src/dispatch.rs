@@ -93,7 +93,19 @@ pub(crate) async fn dispatch(
         return hold(w, run, indices).await;
     }
     let Read { items, gone } = read(w, &run, indices).await?;
-    effects::apply(w.mesh, messages::iterations(w.at, &run, &items)).await?;
+    let started = messages::iterations(w.at, &run, &items);
+    if run.cursor.is_some() {
+        // A cursor loop's `loop.iteration.started` places its claim's rows
+        // when the run is rebuilt from the log (docs/architecture.md "Loop
+        // runs from the log"): stored before the iterations go out.
+        let (events, work): (Vec<Effect>, Vec<Effect>) = started
+            .into_iter()
+            .partition(|e| matches!(e, Effect::Emit(_)));
+        effects::apply(w.mesh, events).await?;
+        effects::apply(w.mesh, work).await?;
+    } else {
+        effects::apply(w.mesh, started).await?;
+    }
     for _ in &items {
         w.mesh.health().metrics().iteration("started");
     }

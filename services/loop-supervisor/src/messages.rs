@@ -43,6 +43,7 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
             deadline_ms: run.deadline_ms,
             deadline_of: run.deadline_of.clone(),
             collection,
+            max_rows: run.cursor.as_ref().map_or(0, |c| c.max_rows),
         }),
     )
 }
@@ -62,6 +63,7 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
         let started = IterationStarted {
             loop_run_id: at.srid.to_string(),
             index: i,
+            claim: run.cursor.as_ref().and_then(|c| c.claim_of(i)),
         };
         out.push(run_event(at, run, &i.to_string(), &started));
         let Some(first) = at.step.tool.first() else {

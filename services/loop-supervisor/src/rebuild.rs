@@ -4,7 +4,8 @@
 //! ([`crate::state::from_log`]) and created (create-only: a record written
 //! meanwhile stands), then the report or command that found them missing
 //! goes on as if nothing had happened. The collection's chunks are written
-//! back when a dispatch reads one ([`crate::collection::restore_chunk`]).
+//! back when a dispatch reads one ([`crate::collection::restore_chunk`]);
+//! a cursor loop's frames (the rows of its claims) with its run.
 
 use noetl_mesh::{event_type::EventType, keys::Keys, kv, runtime::HandlerError, Mesh, MeshError};
 use noetl_wire::Event;
@@ -25,6 +26,7 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
         return Ok(None);
     };
     write_claims(mesh, at, &rebuilt.claims).await?;
+    write_frames(mesh, at, &rebuilt.frames).await?;
     let key = at.key();
     let run = if kv::create(mesh.loop_kv(), &key, &rebuilt.run).await? {
         tracing::warn!(
@@ -87,6 +89,20 @@ async fn write_claims(
             claim,
         )
         .await?;
+    }
+    Ok(())
+}
+
+/// Create the cursor loop's frame records (`<run>.frame.<seq>`, the rows
+/// a claim gave) the bucket does not hold: a frame stored before stands
+/// (the first stored rows of a claim are the ones its indices run).
+async fn write_frames(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+    frames: &[(u64, serde_json::Value)],
+) -> Result<(), MeshError> {
+    for (seq, rows) in frames {
+        kv::create(mesh.loop_kv(), &Keys::frame(at.eid(), at.srid, *seq), rows).await?;
     }
     Ok(())
 }

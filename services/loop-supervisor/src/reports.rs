@@ -22,7 +22,7 @@ use crate::commit::{self, Counter};
 use crate::dispatch::{dispatch, publish_claims, redispatch, Window};
 use crate::finish::settle;
 use crate::state::{
-    cursor::{apply_claim, Applied, Claimed},
+    cursor::{apply_claim, claimed_of, Applied, Claimed},
     grows, reducers_of, Claim, Counted, LoopRun, RunAt,
 };
 
@@ -181,20 +181,12 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
         return Ok(());
     }
     let claimed = claimed(&window, &current, &report).await?;
-    let mut applied: Option<Applied> = None;
-    let stored = kv::update(r.mesh.loop_kv(), &key, |run: Option<&LoopRun>| {
-        applied = None;
-        let Some(run) = run else { return Cas::Keep };
-        match apply_claim(run, report.seq, &claimed) {
-            Some(a) => {
-                let next = a.run.clone();
-                applied = Some(a);
-                Cas::Write(next)
-            }
-            None => Cas::Keep,
-        }
-    })
-    .await?;
+    let (mut stored, mut applied) = apply_stored(r.mesh, &key, report.seq, &claimed).await?;
+    if stored.is_none() && crate::rebuild::restore(r.mesh, window.at).await?.is_some() {
+        // The loop bucket lost the run since it was read: rebuilt from its
+        // events (this report among them), the claim finds it applied.
+        (stored, applied) = apply_stored(r.mesh, &key, report.seq, &claimed).await?;
+    }
     let Some(stored) = stored else {
         return Err(r.unknown_run(srid));
     };
@@ -208,6 +200,32 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
         None => redispatch(&window, stored).await?,
     };
     settle(r.mesh, window.at, &run).await
+}
+
+/// Apply claim `seq` to the run stored under `key` (compare-and-set): the
+/// run as stored after it (`None`: no run) and what applying did (`None`:
+/// applied before).
+async fn apply_stored(
+    mesh: &Mesh,
+    key: &str,
+    seq: u64,
+    claimed: &Claimed,
+) -> Result<(Option<LoopRun>, Option<Applied>), HandlerError> {
+    let mut applied: Option<Applied> = None;
+    let stored = kv::update(mesh.loop_kv(), key, |run: Option<&LoopRun>| {
+        applied = None;
+        let Some(run) = run else { return Cas::Keep };
+        match apply_claim(run, seq, claimed) {
+            Some(a) => {
+                let next = a.run.clone();
+                applied = Some(a);
+                Cas::Write(next)
+            }
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    Ok((stored, applied))
 }
 
 /// What claim `report` gave. Rows of a claim still in flight are stored
@@ -237,50 +255,4 @@ async fn claimed(
         }
     }
     Ok(claimed)
-}
-
-/// What a claim report says the claim gave.
-fn claimed_of(report: &ClaimEnded) -> Claimed {
-    match report.status {
-        Status::Ok => Claimed::Rows(report.count),
-        Status::Error => Claimed::Failed(if report.error.is_null() {
-            payloads::error_body("loop.cursor", "the claim failed")
-        } else {
-            report.error.clone()
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_claim_gives_its_rows_or_fails_with_its_error() {
-        let ok = ClaimEnded {
-            loop_run_id: "r1".into(),
-            seq: 0,
-            status: Status::Ok,
-            count: 3,
-            rows: json!([1, 2, 3]),
-            error: Value::Null,
-        };
-        assert_eq!(claimed_of(&ok), Claimed::Rows(3));
-        let failed = ClaimEnded {
-            status: Status::Error,
-            count: 0,
-            ..ok.clone()
-        };
-        assert_eq!(
-            claimed_of(&failed),
-            Claimed::Failed(json!({"kind": "loop.cursor", "message": "the claim failed"}))
-        );
-        let error = json!({"kind": "postgres.sql", "message": "boom"});
-        let said = ClaimEnded {
-            error: error.clone(),
-            ..failed
-        };
-        assert_eq!(claimed_of(&said), Claimed::Failed(error));
-    }
 }

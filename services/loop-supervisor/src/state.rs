@@ -5,6 +5,8 @@
 //! compare-and-set.
 
 pub mod cursor;
+mod cursor_log;
+mod ends;
 pub(crate) mod from_log;
 
 use noetl_core::reduce::{self, ReducerOp};

@@ -591,6 +591,7 @@ mod tests {
                 deadline_ms: 0,
                 deadline_of: String::new(),
                 collection: serde_json::Value::Null,
+                max_rows: 0,
             }),
         ));
         p.observe(&ev(

@@ -7,8 +7,9 @@
 //! (docs/architecture.md "The event log"): the `ctx` record; the header,
 //! plan and step records, the step results kept by name, join records and
 //! waiters (`<eid>.wait.<signal>`, of the signalled wait);
-//! loop runs, their collection chunks, their iterations' claims and
-//! checkpoints (`<run>.ckpt.<i>`, folded back by a redelivered command);
+//! loop runs (a cursor loop's too), their collection chunks, their
+//! iterations' claims and checkpoints (`<run>.ckpt.<i>`, folded back by a
+//! redelivered command), a cursor loop's frames (`<run>.frame.<seq>`);
 //! the execution concurrency records (`exec.*` in the gates bucket). A
 //! step record is purged only with its header (whole-bucket purges):
 //! alone, nothing notices it before the end.
@@ -197,11 +198,11 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
             Bucket::Exec => {
                 key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join" | "wait")
             }
-            // The run record, its chunks, its claims and its iterations'
-            // checkpoints (not carries or a cursor's frames).
+            // The run record, its chunks, its claims, its iterations'
+            // checkpoints and a cursor loop's frames (not carries).
             Bucket::Loop => {
                 parts.len() == 1
-                    || (parts.len() == 3 && matches!(parts[1], "items" | "it" | "ckpt"))
+                    || (parts.len() == 3 && matches!(parts[1], "items" | "it" | "ckpt" | "frame"))
             }
         };
         if rebuilt {

@@ -22,7 +22,10 @@
 //! (`crate::reports`).
 
 use noetl_core::Loop;
-use noetl_mesh::scope;
+use noetl_mesh::{
+    payloads::{self, ClaimEnded, Status},
+    scope,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -86,6 +89,15 @@ pub enum Claimed {
 }
 
 impl CursorRun {
+    /// The claim whose rows iteration `index` runs, while its frame is
+    /// kept.
+    pub fn claim_of(&self, index: u64) -> Option<u64> {
+        self.frames
+            .iter()
+            .find(|f| (f.base..f.base + f.len).contains(&index))
+            .map(|f| f.seq)
+    }
+
     /// Window slots one claim in flight stands for.
     fn per_claim(&self) -> u64 {
         if self.per_frame {
@@ -140,7 +152,7 @@ pub(crate) fn fill_window(r: &mut LoopRun) -> Vec<u64> {
 }
 
 /// Drop the frames whose iterations are all counted.
-fn prune_frames(r: &mut LoopRun) {
+pub(crate) fn prune_frames(r: &mut LoopRun) {
     let (next, in_flight) = (r.next, r.in_flight.clone());
     if let Some(c) = r.cursor.as_mut() {
         c.frames.retain(|f| {
@@ -231,6 +243,18 @@ pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied
         newly,
         claims,
     })
+}
+
+/// What a claim report says the claim gave.
+pub(crate) fn claimed_of(report: &ClaimEnded) -> Claimed {
+    match report.status {
+        Status::Ok => Claimed::Rows(report.count),
+        Status::Error => Claimed::Failed(if report.error.is_null() {
+            payloads::error_body("loop.cursor", "the claim failed")
+        } else {
+            report.error.clone()
+        }),
+    }
 }
 
 /// The first claim(s) of a new cursor loop run.
@@ -462,6 +486,34 @@ mod tests {
             e.contains("frame.max_rows of step \"lp\" must be an integer >= 1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_claim_gives_its_rows_or_fails_with_its_error() {
+        let ok = ClaimEnded {
+            loop_run_id: "r1".into(),
+            seq: 0,
+            status: Status::Ok,
+            count: 3,
+            rows: json!([1, 2, 3]),
+            error: Value::Null,
+        };
+        assert_eq!(claimed_of(&ok), Claimed::Rows(3));
+        let failed = ClaimEnded {
+            status: Status::Error,
+            count: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            claimed_of(&failed),
+            Claimed::Failed(json!({"kind": "loop.cursor", "message": "the claim failed"}))
+        );
+        let error = json!({"kind": "postgres.sql", "message": "boom"});
+        let said = ClaimEnded {
+            error: error.clone(),
+            ..failed
+        };
+        assert_eq!(claimed_of(&said), Claimed::Failed(error));
     }
 
     #[test]

@@ -5,28 +5,20 @@
 //! counted in stream order by the same [`count_iteration`] that counted
 //! them live, so the rebuilt run is the one the live run wrote (plus any
 //! window the live run had not published yet, which the loop-supervisor
-//! then publishes, as after a crash). Pure: the caller reads the events
-//! and writes what this returns.
+//! then publishes, as after a crash). A cursor loop's claims are folded by
+//! [`super::cursor_log`]. Pure: the caller reads the events and writes
+//! what this returns.
 
-use noetl_core::{FailureMode, Step};
+use noetl_core::Step;
 use noetl_mesh::{
     event_type::EventType,
-    payloads::{self, IterationEnded, LoopDone, LoopStarted, TokenCreated},
+    payloads::{self, LoopStarted, TokenCreated},
 };
 use noetl_wire::{Event, LoopCommand};
 
-use super::{count_iteration, grows, new_run, reducers_of, Arrival, Claim, LoopRun};
-
-/// A loop run rebuilt from its events.
-#[derive(Debug, Clone)]
-pub(crate) struct FromLog {
-    /// The run's record.
-    pub run: LoopRun,
-    /// How each counted iteration counted (index, claim), for a loop with
-    /// growing reducers (their contributions are read from the claims at
-    /// the end); empty otherwise.
-    pub claims: Vec<(u64, Claim)>,
-}
+use super::ends::Ends;
+pub(crate) use super::ends::FromLog;
+use super::new_run;
 
 /// Why a loop run is not rebuilt from its events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,7 +35,8 @@ pub(crate) enum NotRebuilt {
 /// The run `srid` of loop step `step` as its events give it (`log`: the
 /// execution's events, in stream order).
 pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
-    let cannot = |why: &str| NotRebuilt::Cannot(why.to_string());
+    use NotRebuilt::Cannot;
+    let cannot = |why: &str| Cannot(why.to_string());
     let Some(at) = log
         .iter()
         .position(|e| e.step_run_id == srid && EventType::of(e) == Some(EventType::LoopStarted))
@@ -52,11 +45,6 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     };
     let started_ev = &log[at];
     let started: LoopStarted = payloads::decode(started_ev).map_err(|e| cannot(&e.to_string()))?;
-    if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
-        return Err(cannot(
-            "a cursor loop's claims are not rebuilt from its events",
-        ));
-    }
     if log[..at]
         .iter()
         .any(|e| EventType::of(e) == Some(EventType::ExecutionResumed))
@@ -78,57 +66,30 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         deadline_of: started.deadline_of.clone(),
         ..Default::default()
     };
-    let mut run = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
-    let reducers = reducers_of(step);
-    let keep_claims = reducers.iter().any(|(_, op)| grows(*op));
-    let fail_fast = step.failure_mode() == FailureMode::FailFast;
-    let mut claims = Vec::new();
-    for ev in log[at + 1..].iter().filter(|e| e.step_run_id == srid) {
-        match EventType::of(ev) {
-            Some(k @ (EventType::LoopIterationDone | EventType::LoopIterationFailed)) => {
-                let report: IterationEnded =
-                    payloads::decode(ev).map_err(|e| cannot(&e.to_string()))?;
-                let failed = k == EventType::LoopIterationFailed;
-                let claim = Claim {
-                    failed,
-                    reduce: if failed {
-                        Default::default()
-                    } else {
-                        report.reduce
-                    },
-                    handled: report.handled,
-                };
-                let arrival = Arrival {
-                    index: report.index,
-                    claim: &claim,
-                    fail_fast,
-                    reducers: &reducers,
-                    step: &step.step,
-                };
-                if let Some((next, _)) = count_iteration(&run, &arrival) {
-                    run = next;
-                    if keep_claims {
-                        claims.push((report.index, claim));
-                    }
-                }
-            }
-            Some(EventType::LoopDone) => {
-                let done: LoopDone = payloads::decode(ev).map_err(|e| cannot(&e.to_string()))?;
-                run.done_emitted = true;
-                if run.error.is_none() {
-                    run.error = done.error;
-                }
-            }
-            _ => {}
-        }
+    let run = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
+    let events: Vec<&Event> = log[at + 1..]
+        .iter()
+        .filter(|e| e.step_run_id == srid)
+        .collect();
+    let ends = Ends::of(step);
+    if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
+        return super::cursor_log::fold_cursor(run, &started, step, &ends, &events).map_err(Cannot);
     }
-    Ok(FromLog { run, claims })
+    let mut folded = FromLog {
+        run,
+        claims: Vec::new(),
+        frames: Vec::new(),
+    };
+    for ev in events {
+        ends.take(&mut folded, ev).map_err(Cannot)?;
+    }
+    Ok(folded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use noetl_mesh::payloads::Status;
+    use noetl_mesh::payloads::{IterationEnded, Status};
     use serde_json::{json, Value};
 
     fn step() -> Step {
