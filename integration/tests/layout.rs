@@ -11,20 +11,62 @@ use std::path::{Path, PathBuf};
 
 use noetl_integration::repo_root;
 
-/// Every crate of the workspace: its `src` folder.
+/// Every crate of the workspace: the `src` folder of each `members` entry
+/// of the root `Cargo.toml`, so a crate added anywhere is checked too.
 fn crate_sources(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for parent in ["crates", "services", "services/executors"] {
-        for e in std::fs::read_dir(root.join(parent)).unwrap().flatten() {
-            let src = e.path().join("src");
-            if src.is_dir() {
-                out.push(src);
-            }
-        }
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let mut out: Vec<PathBuf> = workspace_members(&manifest)
+        .into_iter()
+        .map(|m| root.join(m).join("src"))
+        .collect();
+    for src in &out {
+        assert!(
+            src.is_dir(),
+            "workspace member without src: {}",
+            src.display()
+        );
     }
-    out.push(root.join("integration/src"));
     out.sort();
     out
+}
+
+/// The quoted entries of the `members = [...]` array of a workspace
+/// manifest, comments aside.
+fn workspace_members(manifest: &str) -> Vec<String> {
+    let start = manifest
+        .find("members = [")
+        .expect("a workspace `members` array");
+    let rest = &manifest[start + "members = [".len()..];
+    let list = &rest[..rest.find(']').expect("the end of `members`")];
+    list.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .flat_map(|l| l.split(','))
+        .filter_map(|m| {
+            m.trim()
+                .strip_prefix('"')?
+                .strip_suffix('"')
+                .map(String::from)
+        })
+        .collect()
+}
+
+#[test]
+fn every_workspace_member_is_checked() {
+    let manifest = "[workspace]\nmembers = [\n  # libs\n  \"crates/a\", \"tools/b\",\n  \"c\" # last\n]\n[x]\ny = [\"no\"]\n";
+    assert_eq!(workspace_members(manifest), ["crates/a", "tools/b", "c"]);
+    let root = repo_root();
+    let srcs = crate_sources(&root);
+    for name in [
+        "crates/migrate",
+        "services/inprocess",
+        "services/executors/transfer",
+        "integration",
+    ] {
+        assert!(
+            srcs.contains(&root.join(name).join("src")),
+            "{name} not checked"
+        );
+    }
 }
 
 /// The code of a module file before its tests, without comments.
