@@ -51,6 +51,24 @@ fn with_rebuilt(read: Vec<(u64, Claim)>, rebuilt: Vec<(u64, Claim)>) -> Vec<(u64
     by_index.into_iter().collect()
 }
 
+/// Whether `claims` hold a contribution of every successful iteration
+/// `run` counted (a loop with growing reducers); else why not, for the
+/// retry.
+fn contributions_complete(
+    run: &LoopRun,
+    claims: &[(u64, Claim)],
+    growing: bool,
+) -> Result<(), String> {
+    let read = successes(claims);
+    if growing && read < run.done {
+        return Err(format!(
+            "{} successful iterations counted, but the claims and the log give {read}: the growing reducers are not folded until every contribution is read",
+            run.done
+        ));
+    }
+    Ok(())
+}
+
 /// How many of `claims` are of successful iterations.
 fn successes(claims: &[(u64, Claim)]) -> u64 {
     claims.iter().filter(|(_, c)| !c.failed).count() as u64
@@ -86,6 +104,17 @@ pub(crate) async fn apply_reducers(
     } else {
         Vec::new()
     };
+    // Reads that came back short (a cluster that has just restarted can
+    // answer before it has applied everything) must not finish the loop
+    // with contributions missing: retried until they are all read.
+    if let Err(short) =
+        contributions_complete(run, &claims, reducers.iter().any(|(_, op)| grows(*op)))
+    {
+        return Err(HandlerError::Mesh(MeshError::Consume {
+            consumer: format!("loop run {} of execution {eid} (step {step:?})", at.srid),
+            message: short,
+        }));
+    }
     let aggregates = match aggregates(&reducers, run, &claims, step) {
         Ok(a) if a.is_empty() => return Ok(Ok(Vec::new())),
         Ok(a) => a,
@@ -298,5 +327,26 @@ mod tests {
             fold_ctx(Some(&json!({"total": "many"})), &a, "loop:r1"),
             CtxFold::Fail(_)
         ));
+    }
+
+    #[test]
+    fn a_loop_is_not_folded_while_its_claims_read_short_of_its_successes() {
+        let claims = vec![
+            (0, claim(false, json!({"rows": [1]}))),
+            (1, claim(true, json!({}))),
+            (2, claim(false, json!({"rows": [3]}))),
+        ];
+        // Two successes counted, two read: complete.
+        assert!(contributions_complete(&run(json!({}), 2), &claims, true).is_ok());
+        // Three counted, two read (a read that came back short): retried.
+        let short = contributions_complete(&run(json!({}), 3), &claims, true).unwrap_err();
+        assert!(
+            short.contains("3 successful iterations counted") && short.contains("give 2"),
+            "{short}"
+        );
+        // Nothing read at all is short too; a loop without growing
+        // reducers reads no claims.
+        assert!(contributions_complete(&run(json!({}), 3), &[], true).is_err());
+        assert!(contributions_complete(&run(json!({}), 3), &[], false).is_ok());
     }
 }
