@@ -86,7 +86,8 @@ impl Entry {
         }
     }
 
-    fn expired(&self, now_ms: u64) -> bool {
+    /// Whether its lease or place has run out by `now_ms` (0: never).
+    pub fn expired(&self, now_ms: u64) -> bool {
         self.until_ms != 0 && self.until_ms <= now_ms
     }
 }

@@ -186,7 +186,7 @@ impl crate::Mesh {
         Ok(read(self.gates_kv(), &gate.kv_key).await?.is_some_and(|r| {
             r.waiting
                 .iter()
-                .any(|w| w.owner.execution_id == eid && (w.until_ms == 0 || w.until_ms > now))
+                .any(|w| w.owner.execution_id == eid && !w.expired(now))
         }))
     }
 
@@ -198,7 +198,7 @@ impl crate::Mesh {
             .await?
             .into_iter()
             .flat_map(|(_, r)| r.waiting)
-            .filter(|w| w.until_ms == 0 || w.until_ms > now)
+            .filter(|w| !w.expired(now))
             .map(|w| w.owner.execution_id)
             .collect())
     }

@@ -139,9 +139,7 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> (usize, String) {
     };
     let all: Vec<usize> = (0..net.len()).collect();
     let others: Vec<usize> = all.iter().copied().filter(|p| *p != n).collect();
-    if f.kind == Kind::Corrupt {
-        return (n, net.corrupt(n, f.pick));
-    }
+    let mut detail = String::new();
     match f.kind {
         Kind::Isolate | Kind::IsolateLeader => net.isolate(n),
         Kind::Split => {
@@ -170,9 +168,9 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> (usize, String) {
         Kind::Kill => net.kill(n),
         Kind::LostWrites => net.crash_losing_unsynced(&[n]),
         Kind::PowerLoss => net.crash_losing_unsynced(&all),
-        Kind::Corrupt => unreachable!("handled above"),
+        Kind::Corrupt => detail = net.corrupt(n, f.pick),
     }
-    (n, String::new())
+    (n, detail)
 }
 
 /// The nodes `f` hit (`n`: the node [`inject`] returned) of `nodes`, for
