@@ -195,15 +195,23 @@ mod tests {
         assert_eq!(ids(&window.events), ["s0", "s1"]);
         assert_eq!(ids(&window.work), ["w0", "w1"]);
         assert!(!window.wait);
-        // The scheduler's start: step.scheduled is folded (joins, held
-        // tokens, replay's admission), so the task waits for it.
+        // The scheduler's start: no fold orders step.scheduled against
+        // the task, so it goes in the same batch.
         let start = order(vec![
             event(EventType::StepScheduled, "a"),
             event(EventType::StepStarted, "b"),
             token("t"),
         ]);
         assert_eq!(ids(&start.events), ["a", "b"]);
-        assert!(start.wait);
+        assert!(!start.wait);
+        // The router's answer: the fold needs token.created before the
+        // token's own events, so the token waits for it.
+        let routed = order(vec![
+            event(EventType::NextSelected, "n"),
+            event(EventType::TokenCreated, "c"),
+            token("t"),
+        ]);
+        assert!(routed.wait);
         // Events alone, or work alone: nothing to wait for in between.
         assert!(!order(vec![event(EventType::StepDone, "d")]).wait);
         assert!(!order(vec![token("t")]).wait);
@@ -225,7 +233,12 @@ mod tests {
             .collect();
         assert_eq!(
             readers,
-            ["step.started", "task.started", "loop.iteration.started"]
+            [
+                "step.scheduled",
+                "step.started",
+                "task.started",
+                "loop.iteration.started"
+            ]
         );
     }
 }

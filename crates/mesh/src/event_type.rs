@@ -127,18 +127,25 @@ impl EventType {
     /// Whether events of this type are for readers only: no fold of the
     /// log (the records of docs/architecture.md "The event log", loop
     /// runs, joins, held tokens, checkpoints, gates, replay's decisions)
-    /// reads them and no service consumes them, so where one lands in the
-    /// stream relative to the work it announces changes no record
-    /// ([`crate::effects::apply`]). `step.started` is read by the held
-    /// tokens' check only as one of a step-run's `step.*` events, and
-    /// `step.scheduled`, which the scheduler emits before it, is awaited.
-    /// A cursor loop's `loop.iteration.started` is read by its run's fold:
-    /// the loop-supervisor awaits those itself before their iterations go
-    /// out (a loop over `in` does not wait for them).
+    /// orders them against the work they announce and no service consumes
+    /// them, so where one lands in the stream relative to that work
+    /// changes no record ([`crate::effects::apply`]). `step.started` and
+    /// `step.scheduled` are read by the held tokens' check only as some
+    /// `step.*` event of a step-run, which the step-run's own boundary
+    /// also is; `step.scheduled` is read by a join's fold only in its order
+    /// among the scheduler's decisions for the step (each decision's
+    /// handler waits for its acks before the next token is taken), and by
+    /// `replay --playbook` as the admission decision, at its place in the
+    /// log. A cursor loop's `loop.iteration.started` is read by its run's
+    /// fold: the loop-supervisor awaits those itself before their
+    /// iterations go out (a loop over `in` does not wait for them).
     pub const fn for_readers_only(self) -> bool {
         matches!(
             self,
-            Self::StepStarted | Self::TaskStarted | Self::LoopIterationStarted
+            Self::StepScheduled
+                | Self::StepStarted
+                | Self::TaskStarted
+                | Self::LoopIterationStarted
         )
     }
 
