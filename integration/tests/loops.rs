@@ -392,6 +392,146 @@ workflow:
     cluster.stop().await;
 }
 
+/// What is done to a parallel loop run's `ctx` claims between its first
+/// writer's claim and the second writer's.
+#[derive(Clone, Copy, PartialEq)]
+enum Claims {
+    /// Left alone.
+    Kept,
+    /// Purged; the second writer's executor finds them missing.
+    Purged,
+    /// Purged, then written back by `noetl admin rebuild`.
+    PurgedAndRebuilt,
+}
+
+/// Two iterations of a parallel loop write `winner` differently; between
+/// the first's claim and the second's write the loop run's claims record
+/// (`<eid>.owners.<run>`) is left alone, purged, or purged and rebuilt by
+/// `noetl admin rebuild`. The second write is a named `ctx.conflict` each
+/// time: a lost record is rebuilt from the first writer's `task.done`.
+async fn ctx_conflict_with(claims: Claims) {
+    let cluster = Cluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("go");
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: conflict_purged }
+workload: { gate: "" }
+workflow:
+  - step: start
+    loop:
+      in: [1, 2]
+      iterator: x
+      spec: { mode: parallel, max_in_flight: 1 }
+    tool:
+      - name: hold
+        kind: python
+        args: { x: "{{ iter.x }}", gate: "{{ workload.gate }}" }
+        code: |
+          import os, time
+          if x == 2:
+              while not os.path.exists(gate):
+                  time.sleep(0.02)
+          result = x
+      - name: write
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { winner: "{{ iter.x }}" } }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+    let eid = cluster
+        .submit(
+            yaml,
+            "conflict_purged.yaml",
+            json!({ "gate": gate.to_str().unwrap() }),
+        )
+        .await;
+    // The first iteration claimed `winner`; the second holds before its write.
+    let store = cluster.mesh.ctx_kv();
+    let prefix = format!("{eid}.owners.");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let key = loop {
+        let keys: Vec<String> = store
+            .keys()
+            .await
+            .unwrap()
+            .filter_map(|k| async move { k.ok() })
+            .filter(|k| std::future::ready(k.starts_with(&prefix)))
+            .collect()
+            .await;
+        if let Some(k) = keys.into_iter().next() {
+            break k;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first writer never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let claimed = store.get(&key).await.unwrap().expect("the claims record");
+    if claims != Claims::Kept {
+        store.purge(&key).await.unwrap();
+        assert!(store.get(&key).await.unwrap().is_none());
+    }
+    if claims == Claims::PurgedAndRebuilt {
+        let rebuilt =
+            noetl_mesh::rebuild::rebuild(&cluster.mesh, &eid, noetl_mesh::rebuild::Mode::Missing)
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(rebuilt.owners, 1, "{rebuilt:?}");
+        let back = store.get(&key).await.unwrap().expect("written back");
+        let as_json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+        assert_eq!(as_json(&back), as_json(&claimed), "the claims as they were");
+    }
+    std::fs::write(&gate, b"").unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
+    assert_eq!(s.ctx["winner"], 1, "the first write stands");
+    let events = cluster.settled_events(&eid).await;
+    let failed = events
+        .iter()
+        .find(|e| e.event_type == EventType::LoopIterationFailed.wire_name())
+        .expect("the second iteration fails");
+    let msg = noetl_mesh::events::payload(failed)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("ctx.conflict") && msg.contains("\"winner\""),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("iteration 0") && msg.contains("iteration 1"),
+        "names both writers: {msg}"
+    );
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_loop_s_second_different_ctx_write_waits_at_a_gate_and_conflicts() {
+    ctx_conflict_with(Claims::Kept).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_ctx_claims_record_is_rebuilt_from_the_log_and_still_refuses_the_second_write() {
+    ctx_conflict_with(Claims::Purged).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_rebuild_writes_a_running_parallel_loop_s_ctx_claims_back() {
+    ctx_conflict_with(Claims::PurgedAndRebuilt).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_waits_for_every_input_and_runs_once() {
     let cluster = Cluster::start_with(ClusterOptions {

@@ -23,6 +23,7 @@ pub use noetl_wire::codec;
 pub mod config;
 pub mod connect;
 pub mod credentials;
+pub mod ctx_owners;
 pub mod ctx_record;
 pub mod decision_scope;
 pub mod effects;

@@ -397,6 +397,12 @@ pub struct TaskDone {
     /// `set_ctx` was refused (`ctx.conflict`): nothing was written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ctx_refused: bool,
+    /// The loop iteration the task ran in (absent outside loops, and in
+    /// events written before it was recorded): names the writer of a
+    /// parallel loop's `ctx` key when its claims are rebuilt from the log
+    /// ([`crate::ctx_owners`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
 }
 
 /// `playbook.initialized`, the first event of an execution (router).
@@ -863,6 +869,7 @@ mod tests {
             set_ctx_ref: None,
             reduced: Vec::new(),
             ctx_refused: false,
+            index: None,
         };
         assert_eq!(
             to_value(&task_done),

@@ -2,8 +2,9 @@
 //! rebuild`, docs/operations.md "Rebuild"): the header, the step records,
 //! `ctx` (with the writes it holds, so a redelivered write is not applied
 //! twice), the plan, the step results kept by name and, of a running
-//! execution, its waiters and its pause, each as the fold of the log gives
-//! it ([`crate::fold`]).
+//! execution, its waiters, its pause and the `ctx` claims of its running
+//! parallel loop runs, each as the fold of the log gives it
+//! ([`crate::fold`], [`crate::ctx_owners`]).
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -12,7 +13,7 @@ use serde_json::Value;
 use crate::fold::Folded;
 use crate::keys::Keys;
 use crate::plan::PlanRecord;
-use crate::replay::{fold_log, hydrated_log, Until};
+use crate::replay::{fold_log, hydrated_log, Logged, Until};
 use crate::{kv, Mesh, MeshError};
 
 /// Which records to write.
@@ -46,6 +47,9 @@ pub struct Rebuilt {
     pub waiters: usize,
     /// The pause record was written.
     pub paused: bool,
+    /// `ctx` claims of running parallel loop runs
+    /// (`<eid>.owners.<loop_run>`) written.
+    pub owners: usize,
     /// Why a record could not be rebuilt, if one could not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -89,17 +93,21 @@ pub async fn plan_of(
 /// Rebuild the records of `eid` from its events. `None` when it has no
 /// events.
 pub async fn rebuild(mesh: &Mesh, eid: &str, mode: Mode) -> Result<Option<Rebuilt>, MeshError> {
-    let folded = fold_log(mesh, eid, Until::End).await?;
+    let log = hydrated_log(mesh, eid, Until::End).await?;
+    let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
     if folded.events == 0 {
         return Ok(None);
     }
-    write_records(mesh, eid, &folded, mode).await.map(Some)
+    write_records(mesh, eid, &log, &folded, mode)
+        .await
+        .map(Some)
 }
 
-/// Write the records `folded` gives.
+/// Write the records `folded` (the fold of `log`) gives.
 async fn write_records(
     mesh: &Mesh,
     eid: &str,
+    log: &[Logged],
     folded: &Folded,
     mode: Mode,
 ) -> Result<Rebuilt, MeshError> {
@@ -171,6 +179,17 @@ async fn write_records(
         if let Some(record) = folded.pause.owed() {
             out.paused = kv::create(mesh.exec_kv(), &Keys::paused(eid), record).await?;
         }
+        // Create-only too: claims only grow, and a stored record may hold
+        // a claim whose task.done is not in the log yet.
+        let events = || log.iter().map(|l| &l.event);
+        for run in crate::ctx_owners::open_parallel_runs(events())? {
+            let owners = crate::ctx_owners::fold(events(), &run)?;
+            if !owners.is_empty()
+                && kv::create(mesh.ctx_kv(), &Keys::owners(eid, &run), &owners).await?
+            {
+                out.owners += 1;
+            }
+        }
     }
     // The header last: readers wait on it, and a header marks the
     // execution as there.
@@ -225,7 +244,7 @@ pub async fn restore_header(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
     if folded.header.is_none() {
         return Ok(false);
     }
-    let written = write_records(mesh, eid, &folded, Mode::Missing).await?;
+    let written = write_records(mesh, eid, &log, &folded, Mode::Missing).await?;
     if written.header {
         tracing::warn!(execution_id = %eid, events = folded.events, "header was missing: rebuilt from the events");
     }

@@ -200,6 +200,7 @@ pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: Ct
         set_ctx_ref: ctx.set_ctx_ref,
         reduced: ctx.reduced,
         ctx_refused: ctx.refused,
+        index: None,
     }
 }
 

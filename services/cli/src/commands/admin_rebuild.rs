@@ -84,6 +84,12 @@ fn print(r: &Rebuilt, json: bool) {
     if r.paused {
         wrote.push("the pause".to_string());
     }
+    if r.owners > 0 {
+        wrote.push(format!(
+            "the ctx claims of {} parallel loop run(s)",
+            r.owners
+        ));
+    }
     let wrote = if wrote.is_empty() {
         "nothing was missing".to_string()
     } else {

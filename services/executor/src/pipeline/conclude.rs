@@ -115,7 +115,10 @@ impl StepRun<'_> {
             )
         });
         note_handled(cur, task, &outcome, &settled.decision);
-        let payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
+        let mut payload = crate::task::done_payload(&outcome, cur.attempt, &settled, ctx_log);
+        // The iteration names a parallel loop's `ctx` writer in its claims
+        // rebuilt from the log (`noetl_mesh::ctx_owners`).
+        payload.index = self.loop_run.as_ref().map(|(_, i)| *i);
         let ev = self.task_event(&t.run_id, task, &payload);
         pending.push(self.mesh().emit(&ev).await?);
         Ok(TaskRun {

@@ -4,7 +4,7 @@
 
 use noetl_core::Task;
 use noetl_mesh::{
-    ids::derive_id,
+    ctx_owners,
     keys::Keys,
     kv::{self, Cas},
     state::{claim_ctx_keys, CtxClaim, CtxOwners},
@@ -63,9 +63,10 @@ impl StepRun<'_> {
                 applied_before: None,
             });
         }
-        let writer = format!(
-            "step {:?} iteration {} task {:?}",
-            self.step.step, self.index, task.name
+        let writer = ctx_owners::writer(
+            &self.step.step,
+            self.loop_run.as_ref().map(|(_, i)| *i),
+            &task.name,
         );
         match self.claim_ctx_keys(&rest, &writer, task_run_id).await? {
             Err(e) => Ok(refused(e)),
@@ -100,7 +101,11 @@ impl StepRun<'_> {
     /// In a parallel loop, `ctx` keys are write-once per loop run
     /// ([`noetl_mesh::state::claim_ctx_keys`]); the claims live under
     /// `<eid>.owners.<loop_run>`, so the same loop step entered again (e.g.
-    /// through a back-arc) starts with none.
+    /// through a back-arc) starts with none. A record found missing may
+    /// have been lost: when `ctx` holds a key of the patch with another
+    /// value, the claims are folded back from the log first
+    /// ([`Self::restore_owners`]); otherwise claiming afresh decides alike,
+    /// and the log is not read.
     async fn claim_ctx_keys(
         &self,
         patch: &Map<String, Value>,
@@ -116,16 +121,18 @@ impl StepRun<'_> {
         let Some((loop_run_id, _)) = self.loop_run.as_ref().filter(|_| parallel) else {
             return Ok(Ok(()));
         };
-        let hashes: Vec<(String, String)> = patch
-            .iter()
-            .map(|(k, v)| (k.clone(), derive_id(&[&v.to_string()])))
-            .collect();
-        let mut conflict = None;
-        kv::update(
-            self.mesh().ctx_kv(),
-            &Keys::owners(self.eid(), loop_run_id),
-            |cur: Option<&CtxOwners>| {
+        let hashes = ctx_owners::hashes(patch);
+        let key = Keys::owners(self.eid(), loop_run_id);
+        let mut checked = false;
+        loop {
+            let mut conflict = None;
+            let mut missing = false;
+            kv::update(self.mesh().ctx_kv(), &key, |cur: Option<&CtxOwners>| {
                 conflict = None;
+                missing = cur.is_none() && !checked;
+                if missing {
+                    return Cas::Keep;
+                }
                 match claim_ctx_keys(cur, &hashes, writer, task_run_id) {
                     CtxClaim::Held => Cas::Keep,
                     CtxClaim::Write(owners) => Cas::Write(owners),
@@ -134,13 +141,48 @@ impl StepRun<'_> {
                         Cas::Keep
                     }
                 }
-            },
-        )
-        .await?;
-        Ok(match conflict {
-            Some(m) => Err(("ctx.conflict", m)),
-            None => Ok(()),
-        })
+            })
+            .await?;
+            if !missing {
+                return Ok(match conflict {
+                    Some(m) => Err(("ctx.conflict", m)),
+                    None => Ok(()),
+                });
+            }
+            checked = true;
+            self.restore_owners(loop_run_id, &hashes).await?;
+        }
+    }
+
+    /// The claims record of this loop run is missing: the first claim of
+    /// the run, or a record lost (an operator's purge, a lost bucket).
+    /// Only a key `ctx` already holds with another value can be claimed
+    /// differently without the record, so only then are the claims folded
+    /// from the log ([`noetl_mesh::ctx_owners::restore`], which writes
+    /// them back create-only); a key `ctx` held from before the loop has
+    /// no owner in the fold, and is claimed as before.
+    async fn restore_owners(
+        &self,
+        loop_run_id: &str,
+        hashes: &[(String, String)],
+    ) -> Result<(), MeshError> {
+        use noetl_mesh::scope::StateSource;
+        let ctx = self.mesh().ctx(self.eid()).await?;
+        let keys = ctx_owners::differing(&ctx, hashes);
+        if keys.is_empty() {
+            return Ok(());
+        }
+        if let Some(owners) = ctx_owners::restore(self.mesh(), self.eid(), loop_run_id).await? {
+            tracing::warn!(
+                execution_id = %self.eid(),
+                step = %self.step.step,
+                loop_run = %loop_run_id,
+                keys = ?keys,
+                owners = owners.len(),
+                "ctx claims of a parallel loop run were missing: rebuilt from the events"
+            );
+        }
+        Ok(())
     }
 
     /// Merge the `set_ctx` patch of task run `task_run_id` into the

@@ -77,6 +77,7 @@ fn done(action: &str, result: Value) -> TaskDone {
         set_ctx_ref: None,
         reduced: Vec::new(),
         ctx_refused: false,
+        index: None,
     }
 }
 
