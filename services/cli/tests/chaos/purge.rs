@@ -194,7 +194,9 @@ async fn rebuilt_keys(store: &Store, bucket: Bucket, eid: &str) -> Vec<String> {
         let rest = &key[eid.len() + 1..];
         let parts: Vec<&str> = rest.split('.').collect();
         let rebuilt = match bucket {
-            Bucket::Ctx | Bucket::Gates => false,
+            // A parallel loop run's write-once claims.
+            Bucket::Ctx => parts[0] == "owners",
+            Bucket::Gates => false,
             Bucket::Exec => {
                 key == Keys::plan(eid) || matches!(parts[0], "step" | "result" | "join" | "wait")
             }
