@@ -492,14 +492,19 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         *pairs.entry(name).or_default() += 1;
     }
     let pairs: Vec<String> = pairs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let pairs = if pairs.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", pairs.join(", "))
+    };
     println!(
-        "total: {} faults ({}), {} of them overlapped by a second node fault ({}), \
+        "total: {} faults ({}), {} of them overlapped by a second node fault{}, \
          {} service kills during them, {} executions, {} anomalies, \
          {} repeated tool calls, {} services exited on their own",
         total(&|r| r.plan.faults.len()),
         by.join(", "),
         total(&|r| r.plan.overlaps().len()),
-        pairs.join(", "),
+        pairs,
         total(&|r| r.plan.service_kills()),
         total(&|r| r.executions),
         total(&|r| r.anomalies.len()),
