@@ -194,8 +194,10 @@ test-chaos: setup
 # fault harness"): FAULT_RUNS seeded runs of the playbook mix on a 3-node
 # JetStream cluster, each node in its own network namespace, while nodes are
 # isolated, split, paused, degraded, killed and crashed losing unsynced
-# writes. Needs root and iproute2. NOETL_FAULT_SEED=0x... replays one run,
-# NOETL_FAULT_SYNC=always runs the nodes with sync_interval: always.
+# writes, some of them overlapped by a crash or a pause. Needs root and
+# iproute2. NOETL_FAULT_SEED=0x... replays one run, NOETL_FAULT_SYNC=always
+# runs the nodes with sync_interval: always, NOETL_FAULT_OVERLAP=0 draws no
+# overlapping faults.
 # `make test` runs one run with every fault class once.
 FAULT_RUNS ?= 50
 test-faults: setup

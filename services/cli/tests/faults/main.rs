@@ -5,8 +5,11 @@
 //! nodes (the events stream's leader among them), splits the cluster,
 //! pauses nodes, degrades their links, kills them, crashes one as an
 //! OS crash would (its unsynced writes lost) or with a damaged data file,
-//! and kills service processes while a fault lasts. Every fault heals before
-//! the run settles; then every execution must end as in a clean run
+//! and kills service processes while a fault lasts. About a quarter of the
+//! faults carry a second node fault while they last (Jepsen's combinations:
+//! a crash or a pause during a partition, a crash on a degraded link or
+//! during a pause), each healed on its own. Every fault heals before the run settles; then every
+//! execution must end as in a clean run
 //! ([`check`](noetl_integration::check)), the three replicas of every
 //! stream must agree, and each anomaly is printed with the run's fault
 //! history and the seed that replays it.
@@ -23,6 +26,8 @@
 //!   `NOETL_FAULT_POWER=1` adds the power loss of all three nodes at once
 //!   (left out by default: with the default `sync_interval` it loses
 //!   acknowledged writes by construction);
+//!   `NOETL_FAULT_OVERLAP=0` draws no overlapping faults (the rest of a
+//!   seed's schedule is the same either way);
 //!   `NOETL_FAULT_KEEP=1` keeps every run's files (node logs, service
 //!   logs, `history.txt`), not only a failing run's.
 //!
@@ -43,7 +48,7 @@ use noetl_integration::{mix, sink::Sink};
 use noetl_mesh::{Mesh, MeshConfig};
 
 use crate::net::{Net, Sync};
-use crate::plan::{nodes_from_env, Fault, Kind, Plan, PlanParams};
+use crate::plan::{cuts, nodes_from_env, Fault, Kind, Plan, PlanParams};
 use crate::serve::Services;
 
 /// Faults of a campaign run start within this window.
@@ -65,6 +70,7 @@ fn plan_for(seed: u64, every_class_once: bool) -> Plan {
         power_loss: env_u64("NOETL_FAULT_POWER").is_some_and(|v| v != 0),
         services: serve::service_names().len(),
         nodes: nodes_from_env(),
+        overlaps: env_u64("NOETL_FAULT_OVERLAP").is_none_or(|v| v != 0),
     })
 }
 
@@ -87,7 +93,7 @@ struct RunReport {
 }
 
 /// A step of the run, in time order.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum Act {
     /// Copy a node's store, or every node's at one instant (the last
     /// fsync before a later crash that loses writes).
@@ -96,6 +102,13 @@ enum Act {
     Inject(usize),
     /// Heal fault `i` of the plan.
     Heal(usize),
+    /// Copy the store of the node fault `i`'s overlap will crash losing
+    /// its unsynced writes (while fault `i` lasts: the node is known).
+    SnapshotOverlap(usize),
+    /// Inject the overlap of fault `i` ([`plan::Overlap`]).
+    InjectOverlap(usize),
+    /// Heal it (fault `i` goes on, or heals right after).
+    HealOverlap(usize),
     /// SIGKILL the service fault `i` names ([`Fault::service_kill`]).
     KillService(usize),
     /// Start it again.
@@ -114,9 +127,20 @@ fn acts_of(plan: &Plan) -> Vec<(u64, Act)> {
             _ => {}
         }
         acts.push((f.at_ms, Act::Inject(i)));
+        if let Some(o) = f.overlap {
+            let at = f.at_ms + o.after_ms;
+            if o.kind.loses_writes() {
+                acts.push((at - o.snap_ms, Act::SnapshotOverlap(i)));
+            }
+            acts.push((at, Act::InjectOverlap(i)));
+        }
         if let Some(k) = f.service_kill {
             acts.push((f.at_ms + k.after_ms, Act::KillService(i)));
             acts.push((f.at_ms + k.after_ms + k.down_ms, Act::RestartService(i)));
+        }
+        if let Some(o) = f.overlap {
+            // Before the first fault's heal when both are due at once.
+            acts.push((f.at_ms + o.after_ms + o.dur_ms, Act::HealOverlap(i)));
         }
         acts.push((f.healed_ms(), Act::Heal(i)));
     }
@@ -138,29 +162,12 @@ fn inject(net: &mut Net, f: &Fault, events_stream: &str) -> (usize, String) {
         _ => f.node,
     };
     let all: Vec<usize> = (0..net.len()).collect();
-    let others: Vec<usize> = all.iter().copied().filter(|p| *p != n).collect();
     let mut detail = String::new();
     match f.kind {
         Kind::Isolate | Kind::IsolateLeader => net.isolate(n),
-        Kind::Split => {
-            // A minority (n alone of three, n and the next of five) cut
-            // from the majority.
-            let minority: Vec<usize> = (0..(net.len() - 1) / 2)
-                .map(|k| (n + k) % net.len())
-                .collect();
-            for a in &minority {
-                for b in all.iter().filter(|b| !minority.contains(b)) {
-                    net.cut(*a, *b);
-                }
-            }
-        }
-        Kind::Bridge => {
-            // Two halves of the others, cut from each other; n sees both.
-            let (left, right) = others.split_at(others.len() / 2);
-            for a in left {
-                for b in right {
-                    net.cut(*a, *b);
-                }
+        Kind::Split | Kind::Bridge => {
+            for (a, b) in cuts(f.kind, n, net.len()) {
+                net.cut(a, b);
             }
         }
         Kind::Pause => net.pause(n),
@@ -185,11 +192,24 @@ fn on(f: &Fault, n: usize, nodes: usize) -> String {
     }
 }
 
-/// Heal `f`, injected on node `n`.
+/// `f` and the node it hit, for an overlap's history line (`isolate n1`).
+fn first_of(f: &Fault, n: usize, nodes: usize) -> String {
+    format!("{} {}", f.kind.name(), on(f, n, nodes))
+}
+
+/// Heal `f`, injected on node `n`: undo what it did and nothing else (an
+/// overlapping fault stays in force: a node killed while isolated starts
+/// again still isolated, a partition healed leaves a paused node paused;
+/// a paused node that crashed started again running, and the pause's
+/// SIGCONT reaches a running process).
 fn heal(net: &mut Net, f: &Fault, n: usize) {
     match f.kind {
         Kind::Isolate | Kind::IsolateLeader => net.unisolate(n),
-        Kind::Split | Kind::Bridge => net.heal_cuts(),
+        Kind::Split | Kind::Bridge => {
+            for (a, b) in cuts(f.kind, n, net.len()) {
+                net.uncut(a, b);
+            }
+        }
         Kind::Pause => net.resume(n),
         Kind::Degrade => net.undegrade(n),
         Kind::Kill | Kind::LostWrites | Kind::Corrupt => net.restart(n),
@@ -252,6 +272,8 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
     let t0 = Instant::now();
     let mut history = Vec::new();
     let mut hit = vec![0usize; plan.faults.len()];
+    // The node each overlap hit (moved with its first fault's node).
+    let mut hit2 = vec![0usize; plan.faults.len()];
     let mut waves = Vec::new();
     for (at, act) in acts_of(&plan) {
         let due = t0 + Duration::from_millis(at);
@@ -279,10 +301,49 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
                 let (n, detail) =
                     tokio::task::block_in_place(|| inject(&mut net, f, &events_stream));
                 hit[i] = n;
+                if let Some(o) = f.overlap {
+                    hit2[i] = o.node_for(f, n, net.len());
+                }
                 history.push(format!(
                     "{now}ms: {} {}{detail}",
                     f.kind.name(),
                     on(f, n, net.len())
+                ));
+            }
+            Act::SnapshotOverlap(i) => {
+                let m = hit2[i];
+                tokio::task::block_in_place(|| net.snapshot(&[m]));
+                history.push(format!(
+                    "{now}ms: n{} store copied (the last fsync), during {}",
+                    m + 1,
+                    first_of(&plan.faults[i], hit[i], net.len())
+                ));
+            }
+            Act::InjectOverlap(i) => {
+                let f = &plan.faults[i];
+                let Some(o) = f.overlap else { continue };
+                let second = o.as_fault(f, hit2[i]);
+                let (m, detail) =
+                    tokio::task::block_in_place(|| inject(&mut net, &second, &events_stream));
+                history.push(format!(
+                    "{now}ms: {} n{}{detail} during {} ({})",
+                    o.kind.name(),
+                    m + 1,
+                    first_of(f, hit[i], net.len()),
+                    f.name()
+                ));
+            }
+            Act::HealOverlap(i) => {
+                let f = &plan.faults[i];
+                let Some(o) = f.overlap else { continue };
+                let second = o.as_fault(f, hit2[i]);
+                tokio::task::block_in_place(|| heal(&mut net, &second, hit2[i]));
+                history.push(format!(
+                    "{now}ms: healed {} n{} ({}: {} goes on)",
+                    o.kind.name(),
+                    hit2[i] + 1,
+                    f.name(),
+                    first_of(f, hit[i], net.len())
                 ));
             }
             Act::Heal(i) => {
@@ -390,7 +451,7 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         head.push_str(&format!(" {:>7}", k.name()));
     }
     println!(
-        "{head}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}  {:>6}",
+        "{head}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6}  {:>6}  overlaps",
         "svc", "execs", "anomalies", "repeats", "exits", "settle", "secs"
     );
     for (i, r) in reports.iter().enumerate() {
@@ -398,15 +459,21 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         for k in Kind::ALL {
             row.push_str(&format!(" {:>7}", r.plan.count(k)));
         }
+        let overlaps = r.plan.overlaps();
         println!(
-            "{row}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}  {:>6.1}",
+            "{row}  {:>5}  {:>5}  {:>9}  {:>7}  {:>5}  {:>6.1}  {:>6.1}  {}",
             r.plan.service_kills(),
             r.executions,
             r.anomalies.len(),
             r.repeated_calls,
             r.unexpected_exits.len(),
             r.settle_secs,
-            r.secs
+            r.secs,
+            if overlaps.is_empty() {
+                "-".to_string()
+            } else {
+                overlaps.join(",")
+            }
         );
     }
     let by: Vec<String> = Kind::ALL
@@ -420,11 +487,24 @@ fn report(title: &str, replay: &str, reports: &[RunReport], sync: Sync, netem: b
         })
         .collect();
     let total = |f: &dyn Fn(&RunReport) -> usize| reports.iter().map(f).sum::<usize>();
+    let mut pairs = std::collections::BTreeMap::<String, usize>::new();
+    for name in reports.iter().flat_map(|r| r.plan.overlaps()) {
+        *pairs.entry(name).or_default() += 1;
+    }
+    let pairs: Vec<String> = pairs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let pairs = if pairs.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", pairs.join(", "))
+    };
     println!(
-        "total: {} faults ({}), {} service kills during them, {} executions, {} anomalies, \
+        "total: {} faults ({}), {} of them overlapped by a second node fault{}, \
+         {} service kills during them, {} executions, {} anomalies, \
          {} repeated tool calls, {} services exited on their own",
         total(&|r| r.plan.faults.len()),
         by.join(", "),
+        total(&|r| r.plan.overlaps().len()),
+        pairs,
         total(&|r| r.plan.service_kills()),
         total(&|r| r.executions),
         total(&|r| r.anomalies.len()),
@@ -476,8 +556,9 @@ fn campaign(title: &str, replay: &str, seeds: Vec<u64>, every_class_once: bool) 
         |r: &RunReport| {
             // The anomalies now: a later run that panics loses the table.
             let mut s = format!(
-                "{} faults, {} anomalies, {:.1} s",
+                "{} faults ({} overlapped), {} anomalies, {:.1} s",
                 r.plan.faults.len(),
+                r.plan.overlaps().len(),
                 r.anomalies.len(),
                 r.secs
             );
@@ -489,6 +570,48 @@ fn campaign(title: &str, replay: &str, seeds: Vec<u64>, every_class_once: bool) 
     );
     let netem = reports.iter().any(|r| r.netem);
     report(title, replay, &reports, sync, netem);
+}
+
+/// An overlap's copy, injection and healing come inside its first fault,
+/// in that order, its healing before the first's when both are due at
+/// once; and the plan's acts are in time order.
+#[test]
+fn overlaps_act_inside_their_first_fault() {
+    let mut seen = 0;
+    for seed in 0..300 {
+        let plan = plan::plan(&PlanParams {
+            seed,
+            window_ms: WINDOW_MS,
+            gap_ms: (1_000, 2_500),
+            every_class_once: seed % 2 == 0,
+            power_loss: false,
+            services: 10,
+            nodes: plan::NODES,
+            overlaps: true,
+        });
+        let acts = acts_of(&plan);
+        assert!(acts.windows(2).all(|w| w[0].0 <= w[1].0));
+        let at = |want: &Act| acts.iter().position(|(_, a)| a == want);
+        for (i, f) in plan.faults.iter().enumerate() {
+            let Some(o) = f.overlap else {
+                assert_eq!(at(&Act::InjectOverlap(i)), None);
+                continue;
+            };
+            seen += 1;
+            let mut order = vec![at(&Act::Inject(i))];
+            if o.kind.loses_writes() {
+                order.push(at(&Act::SnapshotOverlap(i)));
+            }
+            order.extend([
+                at(&Act::InjectOverlap(i)),
+                at(&Act::HealOverlap(i)),
+                at(&Act::Heal(i)),
+            ]);
+            assert!(order.iter().all(Option::is_some), "{plan}");
+            assert!(order.windows(2).all(|w| w[0] < w[1]), "{plan}");
+        }
+    }
+    assert!(seen > 100, "{seen} overlaps");
 }
 
 /// The short run inside `make test`: every fault class once, a fixed seed.

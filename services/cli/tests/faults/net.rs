@@ -159,6 +159,8 @@ struct Node {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// Isolations in force (the link is up again when the last heals).
+    isolated: u32,
 }
 
 /// The namespaces, the bridge and the three nodes of a run.
@@ -261,6 +263,7 @@ impl Net {
                 log,
                 child: None,
                 paused: false,
+                isolated: 0,
             });
             ip(&["netns", "add", &ns]);
             ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
@@ -405,14 +408,22 @@ impl Net {
         Some(out)
     }
 
-    /// Take node `i`'s link down: its peers and the services lose it.
+    /// Take node `i`'s link down: its peers and the services lose it. The
+    /// link is on the root side, so the node stays isolated across a crash
+    /// and restart.
     pub fn isolate(&mut self, i: usize) {
         ip(&["link", "set", &self.nodes[i].veth, "down"]);
+        self.nodes[i].isolated += 1;
     }
 
-    /// Bring node `i`'s link up again.
+    /// Heal one isolation of node `i`: its link comes up when no other
+    /// isolation of it is in force.
     pub fn unisolate(&mut self, i: usize) {
-        ip_quiet(&["link", "set", &self.nodes[i].veth, "up"]);
+        let n = &mut self.nodes[i];
+        n.isolated = n.isolated.saturating_sub(1);
+        if n.isolated == 0 {
+            ip_quiet(&["link", "set", &n.veth, "up"]);
+        }
     }
 
     /// Cut the pair (`a`, `b`) both ways: in each one's namespace the
@@ -437,6 +448,26 @@ impl Net {
                 "permanent",
             ]);
             self.cut.push((from, to));
+        }
+    }
+
+    /// Undo one [`Net::cut`] of the pair (`a`, `b`): a direction's
+    /// neighbour entry goes, ARP resolving the real address again, unless
+    /// another cut in force holds the same direction. The entries live in
+    /// the namespaces, so a node crashed and restarted while cut stays cut.
+    pub fn uncut(&mut self, a: usize, b: usize) {
+        for (from, to) in [(a, b), (b, a)] {
+            if let Some(k) = self.cut.iter().position(|c| *c == (from, to)) {
+                self.cut.remove(k);
+            }
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let (ns, dev) = (&self.nodes[from].ns, &self.nodes[from].peer);
+            let to_addr = self.nodes[to].addr.to_string();
+            ip_quiet(&[
+                "netns", "exec", ns, "ip", "neigh", "del", &to_addr, "dev", dev,
+            ]);
         }
     }
 
@@ -513,7 +544,8 @@ impl Net {
 
     /// Copy the stores of `nodes` as they are now, all of them stopped
     /// while they are copied (so the copies are one instant's files): what
-    /// the disks hold if this instant is the nodes' last fsync.
+    /// the disks hold if this instant is the nodes' last fsync. A node
+    /// paused by a fault stays paused.
     pub fn snapshot(&mut self, nodes: &[usize]) {
         for &i in nodes {
             self.signal(i, libc::SIGSTOP);
@@ -529,7 +561,7 @@ impl Net {
                 .is_ok_and(|s| s.success());
             assert!(ok, "copy the store of n{}", i + 1);
         }
-        for &i in nodes {
+        for &i in nodes.iter().filter(|i| !self.nodes[**i].paused) {
             self.signal(i, libc::SIGCONT);
         }
     }
@@ -593,6 +625,7 @@ impl Net {
     pub fn heal(&mut self) {
         self.heal_cuts();
         for i in 0..self.nodes.len() {
+            self.nodes[i].isolated = 0;
             self.unisolate(i);
             self.undegrade(i);
             if self.nodes[i].paused {

@@ -1,7 +1,11 @@
 //! The fault schedule of one run: a pure function of the run's seed, so a
 //! failing run replays with the same faults on the same nodes at the same
-//! offsets. Faults never overlap: each heals before the next begins, and
-//! the last heals before the run settles.
+//! offsets. Faults follow each other: each heals before the next begins,
+//! and the last heals before the run settles. Some (about a quarter, from
+//! the seed) carry an [`Overlap`]: a second node fault that starts while the
+//! first lasts and heals before it or with it — Jepsen's combinations, a
+//! crash or a pause during a partition, a crash on a degraded link or
+//! while a node is paused.
 
 use std::fmt;
 
@@ -91,6 +95,28 @@ impl Kind {
         }
     }
 
+    /// The classes of second fault that may overlap a fault of this one
+    /// (empty: it is never overlapped). Those of Jepsen's analysis of
+    /// NATS 2.12.1: a process crash or an OS crash losing unsynced writes
+    /// during a partition, on a degraded link or while a node is paused
+    /// (an OS crash with network delays or process pauses is what it
+    /// found losing committed writes), a pause during a partition. Each
+    /// damages at most the one store it crashes, and the first fault here
+    /// damages none, so a majority of stores stay whole and the cluster
+    /// can always heal once both end; a loss of quorum while they overlap
+    /// lasts at most the second fault (a crash 0.5–3 s, a pause 1–5 s), as
+    /// in Jepsen's runs. A damaged file, a power loss or a crash is never
+    /// overlapped, nor used as the second fault.
+    pub fn overlapped_by(self) -> &'static [Kind] {
+        match self {
+            Kind::Isolate | Kind::IsolateLeader | Kind::Split | Kind::Bridge => {
+                &[Kind::Kill, Kind::LostWrites, Kind::Pause]
+            }
+            Kind::Degrade | Kind::Pause => &[Kind::Kill, Kind::LostWrites],
+            Kind::Kill | Kind::LostWrites | Kind::Corrupt | Kind::PowerLoss => &[],
+        }
+    }
+
     /// How long the fault lasts, drawn from this range (ms).
     fn duration(self) -> (u64, u64) {
         match self {
@@ -124,6 +150,55 @@ pub struct Fault {
     /// when the plan has services): the Jepsen combinations of a node
     /// fault and a client crash.
     pub service_kill: Option<ServiceKill>,
+    /// A second node fault while this one lasts ([`Kind::overlapped_by`]).
+    pub overlap: Option<Overlap>,
+}
+
+/// A second node fault that starts while a [`Fault`] lasts and heals
+/// before it or with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overlap {
+    /// What is done: [`Kind::Kill`], [`Kind::LostWrites`] or
+    /// [`Kind::Pause`].
+    pub kind: Kind,
+    /// The node it hits, as planned (the first fault's [`Fault::node`]
+    /// may be another; the same node is a kill of a node that is isolated,
+    /// which starts again still isolated). When the first fault hits
+    /// another node than planned (the leader, looked up then), this one
+    /// moves with it: see [`Overlap::node_for`].
+    pub node: usize,
+    /// How long after the first fault began.
+    pub after_ms: u64,
+    /// How long until it heals (`after_ms + dur_ms` is within the first
+    /// fault's duration).
+    pub dur_ms: u64,
+    /// [`Kind::LostWrites`]: the store copy is taken this long before the
+    /// crash, while the first fault lasts already (0 for the other kinds).
+    pub snap_ms: u64,
+}
+
+impl Overlap {
+    /// The node it hits when `first`, planned on [`Fault::node`], hit
+    /// node `hit` of `nodes`: as far from `hit` as planned from the first
+    /// fault's node (the same node stays the same node).
+    pub fn node_for(&self, first: &Fault, hit: usize, nodes: usize) -> usize {
+        (hit + self.node + nodes - first.node) % nodes
+    }
+
+    /// It as a fault of its own on `node` (what the executor injects and
+    /// heals), `first` the fault it overlaps.
+    pub fn as_fault(&self, first: &Fault, node: usize) -> Fault {
+        Fault {
+            at_ms: first.at_ms + self.after_ms,
+            kind: self.kind,
+            node,
+            dur_ms: self.dur_ms,
+            snap_ms: self.snap_ms,
+            pick: 0,
+            service_kill: None,
+            overlap: None,
+        }
+    }
 }
 
 /// A service killed during a node fault.
@@ -142,6 +217,45 @@ impl Fault {
     pub fn healed_ms(&self) -> u64 {
         self.at_ms + self.dur_ms
     }
+
+    /// Its name in the report: the class's, or `second+first` when a
+    /// fault overlaps it (`kill+isolate`: a kill during an isolation).
+    pub fn name(&self) -> String {
+        match self.overlap {
+            Some(o) => format!("{}+{}", o.kind.name(), self.kind.name()),
+            None => self.kind.name().to_string(),
+        }
+    }
+}
+
+/// The pairs (`a`, `b`) a partition of `kind` cuts apart when it hits node
+/// `n` of `nodes` (empty for the other kinds): a [`Kind::Split`] cuts a
+/// minority (`n` alone of three, `n` and the next of five) from the
+/// majority; a [`Kind::Bridge`] cuts the others in two halves, `n` seeing
+/// both. Healing the fault undoes these pairs and no others.
+pub fn cuts(kind: Kind, n: usize, nodes: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    match kind {
+        Kind::Split => {
+            let minority: Vec<usize> = (0..(nodes - 1) / 2).map(|k| (n + k) % nodes).collect();
+            for a in &minority {
+                for b in (0..nodes).filter(|b| !minority.contains(b)) {
+                    out.push((*a, b));
+                }
+            }
+        }
+        Kind::Bridge => {
+            let others: Vec<usize> = (0..nodes).filter(|p| *p != n).collect();
+            let (left, right) = others.split_at(others.len() / 2);
+            for a in left {
+                for b in right {
+                    out.push((*a, *b));
+                }
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 /// The shape of a schedule.
@@ -166,7 +280,18 @@ pub struct PlanParams {
     pub services: usize,
     /// Nodes of the cluster (3 or 5).
     pub nodes: usize,
+    /// Whether a fault may carry an [`Overlap`] (`NOETL_FAULT_OVERLAP=0`
+    /// turns them off). Overlaps are drawn from a generator of their own,
+    /// so the rest of a seed's schedule is the same with or without them.
+    pub overlaps: bool,
 }
+
+/// Of the faults that can be overlapped ([`Kind::overlapped_by`]: 6 of the
+/// 9 default classes), this percentage is: about a quarter of all faults.
+pub const OVERLAP_PERCENT: u64 = 40;
+
+/// Mixed into the seed for the overlaps' generator.
+const OVERLAP_SALT: u64 = 0x0f39_0e71_a9b0_0039;
 
 /// The schedule of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +300,8 @@ pub struct Plan {
     pub seed: u64,
     /// Nodes of the cluster it is for.
     pub nodes: usize,
-    /// Faults in time order, none overlapping.
+    /// Faults in time order, each healed before the next begins (a
+    /// fault's [`Overlap`] within it).
     pub faults: Vec<Fault>,
 }
 
@@ -193,9 +319,20 @@ impl Plan {
             .count()
     }
 
-    /// How many faults of `kind`.
+    /// How many faults of `kind` (overlapped or not; an overlap is not
+    /// counted under its own class).
     pub fn count(&self, kind: Kind) -> usize {
         self.faults.iter().filter(|f| f.kind == kind).count()
+    }
+
+    /// The names of the overlapping pairs, in time order
+    /// (`kill+isolate`).
+    pub fn overlaps(&self) -> Vec<String> {
+        self.faults
+            .iter()
+            .filter(|f| f.overlap.is_some())
+            .map(Fault::name)
+            .collect()
     }
 }
 
@@ -214,6 +351,19 @@ impl fmt::Display for Fault {
         }
         if self.kind == Kind::Corrupt {
             write!(f, " (damage {:#x})", self.pick)?;
+        }
+        if let Some(o) = self.overlap {
+            write!(
+                f,
+                " + {} n{} at +{}ms for {}ms",
+                o.kind.name(),
+                o.node + 1,
+                o.after_ms,
+                o.dur_ms
+            )?;
+            if o.kind.loses_writes() {
+                write!(f, " (store copied {}ms before)", o.snap_ms)?;
+            }
         }
         if let Some(k) = self.service_kill {
             write!(
@@ -249,6 +399,7 @@ pub fn plan(p: &PlanParams) -> Plan {
         order.swap(i, rng.range(0, i as u64) as usize);
     }
     let mut faults = Vec::new();
+    let mut second = Rng::new(p.seed ^ OVERLAP_SALT);
     let mut at = rng.range(p.gap_ms.0, p.gap_ms.1);
     let mut next = 0;
     loop {
@@ -283,6 +434,10 @@ pub fn plan(p: &PlanParams) -> Plan {
             after_ms: rng.range(0, dur_ms),
             down_ms: rng.range(100, 1_200),
         });
+        let overlap = p
+            .overlaps
+            .then(|| overlap(&mut second, kind, dur_ms, p.nodes))
+            .flatten();
         faults.push(Fault {
             at_ms,
             kind,
@@ -291,6 +446,7 @@ pub fn plan(p: &PlanParams) -> Plan {
             snap_ms,
             pick,
             service_kill,
+            overlap,
         });
         at = at_ms + dur_ms + rng.range(p.gap_ms.0, p.gap_ms.1);
     }
@@ -299,6 +455,35 @@ pub fn plan(p: &PlanParams) -> Plan {
         nodes: p.nodes,
         faults,
     }
+}
+
+/// Whether a fault of `first` lasting `dur_ms` on a cluster of `nodes`
+/// gets a second fault, and which ([`Kind::overlapped_by`]): it starts at
+/// least 250 ms into the first (a lost-writes crash at least 500 ms in, its
+/// store copied while the first lasts already), and heals before the first
+/// or with it.
+fn overlap(rng: &mut Rng, first: Kind, dur_ms: u64, nodes: usize) -> Option<Overlap> {
+    let choices = first.overlapped_by();
+    if choices.is_empty() || !rng.chance(OVERLAP_PERCENT) {
+        return None;
+    }
+    let kind = choices[rng.range(0, choices.len() as u64 - 1) as usize];
+    let min_after = if kind.loses_writes() { 500 } else { 250 };
+    let (lo, hi) = kind.duration();
+    let dur = rng.range(lo, hi.min(dur_ms - min_after));
+    let after_ms = rng.range(min_after, dur_ms - dur);
+    let snap_ms = if kind.loses_writes() {
+        rng.range(500, after_ms.min(3_000))
+    } else {
+        0
+    };
+    Some(Overlap {
+        kind,
+        node: rng.range(0, nodes as u64 - 1) as usize,
+        after_ms,
+        dur_ms: dur,
+        snap_ms,
+    })
 }
 
 #[cfg(test)]
@@ -314,6 +499,7 @@ mod tests {
             power_loss: false,
             services: 10,
             nodes: NODES,
+            overlaps: true,
         }
     }
 
@@ -340,7 +526,7 @@ mod tests {
     }
 
     #[test]
-    fn faults_never_overlap_and_stay_in_their_ranges() {
+    fn faults_follow_each_other_and_stay_in_their_ranges() {
         for seed in 0..500 {
             for once in [false, true] {
                 let p = plan(&params(seed, once));
@@ -428,5 +614,143 @@ mod tests {
             assert!(plans.iter().flat_map(|p| &p.faults).any(|f| f.node == node));
         }
         assert!(plans.iter().flat_map(|p| &p.faults).all(|f| f.node < 5));
+    }
+
+    fn all_plans(nodes: usize) -> Vec<Plan> {
+        let mut out = Vec::new();
+        for seed in 0..500 {
+            for once in [false, true] {
+                out.push(plan(&PlanParams {
+                    nodes,
+                    ..params(seed, once)
+                }));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn overlaps_are_the_jepsen_pairs_within_the_first_fault() {
+        for nodes in [3, 5] {
+            for p in all_plans(nodes) {
+                for f in &p.faults {
+                    let Some(o) = f.overlap else { continue };
+                    assert!(f.kind.overlapped_by().contains(&o.kind), "{p}");
+                    // One store damaged at most: the first fault damages
+                    // none, and power losses and damaged files never pair.
+                    assert!(!f.kind.loses_writes() && f.kind != Kind::Corrupt, "{p}");
+                    assert!(o.kind != Kind::PowerLoss && o.kind != Kind::Corrupt, "{p}");
+                    // Starts while the first lasts, heals before it or with it.
+                    assert!(o.after_ms >= 250, "{p}");
+                    assert!(o.after_ms + o.dur_ms <= f.dur_ms, "{p}");
+                    assert!(f.at_ms + o.after_ms + o.dur_ms <= f.healed_ms(), "{p}");
+                    let (lo, hi) = o.kind.duration();
+                    assert!((lo..=hi).contains(&o.dur_ms), "{p}");
+                    // A quorum lost while they overlap comes back within
+                    // the second fault: a crash 3 s, a pause 5 s at most.
+                    assert!(o.dur_ms <= 5_000, "{p}");
+                    // The copy of a lost-writes crash is taken while the
+                    // first fault lasts.
+                    if o.kind.loses_writes() {
+                        assert!((500..=3_000).contains(&o.snap_ms), "{p}");
+                        assert!(o.snap_ms <= o.after_ms, "{p}");
+                    } else {
+                        assert_eq!(o.snap_ms, 0, "{p}");
+                    }
+                    assert!(o.node < nodes, "{p}");
+                    assert!(f.name().ends_with(&format!("+{}", f.kind.name())));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn about_a_quarter_of_the_faults_overlap_and_every_pair_is_drawn() {
+        let plans: Vec<Plan> = (0..50)
+            .map(|i| plan(&params(run_seed(5, i), false)))
+            .collect();
+        let faults: usize = plans.iter().map(|p| p.faults.len()).sum();
+        let overlaps: usize = plans.iter().map(|p| p.overlaps().len()).sum();
+        assert!(
+            overlaps * 6 > faults && overlaps * 3 < faults,
+            "{overlaps} of {faults}"
+        );
+        let all = all_plans(NODES);
+        for first in Kind::ALL {
+            for second in first.overlapped_by() {
+                let pair = |same: bool| {
+                    all.iter().flat_map(|p| &p.faults).any(|f| {
+                        f.kind == first
+                            && f.overlap
+                                .is_some_and(|o| o.kind == *second && (o.node == f.node) == same)
+                    })
+                };
+                assert!(pair(true) && pair(false), "{second:?} during {first:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn overlaps_leave_the_rest_of_the_schedule_as_it_was() {
+        for seed in 0..200 {
+            for once in [false, true] {
+                let off = plan(&PlanParams {
+                    overlaps: false,
+                    ..params(seed, once)
+                });
+                assert!(off.overlaps().is_empty());
+                let mut on = plan(&params(seed, once));
+                on.faults.iter_mut().for_each(|f| f.overlap = None);
+                assert_eq!(on, off);
+            }
+        }
+    }
+
+    #[test]
+    fn an_overlap_moves_with_the_node_its_first_fault_hit() {
+        let p = plan(&params(0, true));
+        let f = Fault {
+            node: 1,
+            overlap: None,
+            ..p.faults[0].clone()
+        };
+        let same = Overlap {
+            kind: Kind::Kill,
+            node: 1,
+            after_ms: 500,
+            dur_ms: 500,
+            snap_ms: 0,
+        };
+        // The leader was n3 when planned on n2: the same node is n3.
+        assert_eq!(same.node_for(&f, 1, 3), 1);
+        assert_eq!(same.node_for(&f, 2, 3), 2);
+        let next = Overlap { node: 2, ..same };
+        assert_eq!(next.node_for(&f, 1, 3), 2);
+        assert_eq!(next.node_for(&f, 2, 3), 0);
+        assert_eq!(next.node_for(&f, 4, 5), 0);
+        let g = Fault {
+            overlap: Some(next),
+            kind: Kind::Isolate,
+            ..f
+        };
+        assert_eq!(g.name(), "kill+isolate");
+        assert_eq!(next.as_fault(&g, 0).at_ms, g.at_ms + 500);
+    }
+
+    #[test]
+    fn partitions_cut_the_pairs_they_name() {
+        assert_eq!(cuts(Kind::Split, 1, 3), vec![(1, 0), (1, 2)]);
+        assert_eq!(cuts(Kind::Bridge, 1, 3), vec![(0, 2)]);
+        assert_eq!(cuts(Kind::Bridge, 0, 3), vec![(1, 2)]);
+        // Five nodes: a minority of two; two halves of two.
+        assert_eq!(
+            cuts(Kind::Split, 4, 5),
+            vec![(4, 1), (4, 2), (4, 3), (0, 1), (0, 2), (0, 3)]
+        );
+        assert_eq!(
+            cuts(Kind::Bridge, 0, 5),
+            vec![(1, 3), (1, 4), (2, 3), (2, 4)]
+        );
+        assert!(cuts(Kind::Isolate, 0, 3).is_empty());
     }
 }
