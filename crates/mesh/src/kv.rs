@@ -97,9 +97,39 @@ pub async fn values_matching<T: DeserializeOwned>(
         .collect())
 }
 
+/// How long a scan waits for its next record before it fails.
+pub const SCAN_STALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The error of a scan that heard nothing for [`SCAN_STALL`].
+#[cold]
+fn scan_stalled(store: &Store, pattern: &str, after: usize) -> MeshError {
+    kv_err(
+        store,
+        pattern,
+        format!(
+            "scan stalled: no record for {} s after {after} of them",
+            SCAN_STALL.as_secs()
+        ),
+    )
+}
+
 /// Keys (and, unless `headers_only`, values) of the live records whose key
-/// matches `pattern`.
+/// matches `pattern`. The scan runs as a task of its own: a record it
+/// waits for is awaited under a timer ([`SCAN_STALL`]), and polled inside
+/// a handler's future that would take a debug build's thread stack past
+/// its limit.
 async fn scan(
+    store: &Store,
+    pattern: &str,
+    headers_only: bool,
+) -> Result<Vec<(String, bytes::Bytes)>, MeshError> {
+    let (own_store, own_pattern) = (store.clone(), pattern.to_string());
+    tokio::spawn(async move { scan_records(&own_store, &own_pattern, headers_only).await })
+        .await
+        .unwrap_or_else(|e| Err(kv_err(store, pattern, e)))
+}
+
+async fn scan_records(
     store: &Store,
     pattern: &str,
     headers_only: bool,
@@ -138,7 +168,20 @@ async fn scan(
         .messages()
         .await
         .map_err(|e| kv_err(store, pattern, e))?;
-    while let Some(m) = messages.next().await {
+    loop {
+        // An ordered consumer recreated after a server restart can wait
+        // for a message that never comes (it starts after the last one it
+        // delivered, which said more were pending): a scan that hears
+        // nothing for SCAN_STALL fails, and its caller tries again.
+        let next = match tokio::time::timeout(SCAN_STALL, messages.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                drop(messages);
+                let _ = store.stream.delete_consumer(&name).await;
+                return Err(scan_stalled(store, pattern, found.len()));
+            }
+        };
+        let Some(m) = next else { break };
         let m = m.map_err(|e| kv_err(store, pattern, e))?;
         let deleted = m
             .headers

@@ -31,6 +31,10 @@ pub enum TimerError {
         /// The name.
         name: String,
     },
+    /// A pass over the schedules took longer than this and was abandoned
+    /// (a JetStream read that never answered); the next pass starts.
+    #[error("a pass over the schedules took longer than {} s and was abandoned", .0.as_secs())]
+    Stalled(std::time::Duration),
     /// A backfill range that cannot be used.
     #[error("backfill of {name:?}: {why}")]
     Range {
@@ -54,6 +58,7 @@ impl TimerError {
             | Self::Record(_)
             | Self::Exists { .. }
             | Self::Range { .. } => ErrorKind::Invalid,
+            Self::Stalled(_) => ErrorKind::Transient,
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct TimerParams {
     pub settings: Settings,
 }
 
+/// How long one pass over the schedules may take before it is abandoned.
+pub const PASS_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Run the timer with settings from the environment ([`Settings::from_env`])
 /// until `params.shutdown` is cancelled.
 pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
@@ -67,7 +70,12 @@ pub async fn serve_with(p: TimerParams) -> Result<(), MeshError> {
         "timer running"
     );
     while !p.service.shutdown.is_cancelled() {
-        let wait = match fire::pass(&pass).await {
+        // A pass that hangs (a JetStream read that never answers) must not
+        // stop every schedule: it is abandoned and the next one starts.
+        let passed = tokio::time::timeout(PASS_LIMIT, fire::pass(&pass))
+            .await
+            .unwrap_or(Err(TimerError::Stalled(PASS_LIMIT)));
+        let wait = match passed {
             Ok(wait) => {
                 health.ready();
                 wait
