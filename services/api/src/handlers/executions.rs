@@ -228,12 +228,42 @@ async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError>
         .ok_or_else(|| not_found(id))
 }
 
+/// A read of an execution's `ctx` record, with the view's generation
+/// taken before it (to complete the view's entry with it).
+struct CtxRead {
+    generation: Option<u64>,
+    read: Option<(Value, u64)>,
+}
+
+async fn read_ctx(state: &AppState, id: &str) -> Result<CtxRead, ApiError> {
+    let generation = state.ctx_view.generation();
+    let read = kv::read::<Value>(state.mesh.ctx_kv(), id).await?;
+    Ok(CtxRead { generation, read })
+}
+
+/// The `ctx` read a status answer will need, begun beside the header's
+/// read when the view does not hold the execution (the first read of it):
+/// one round trip instead of two in a row.
+async fn ctx_early(state: &AppState, id: &str) -> Option<CtxRead> {
+    if state.ctx_view.read(id).is_some() {
+        return None;
+    }
+    read_ctx(state, id).await.ok()
+}
+
 /// An execution's `ctx` as the status answer shows it (`variables`):
 /// from the replica's view of the ctx records while it runs, else one
-/// read, which completes the view's entry. The view may trail the
-/// header's end by the watch's delay, so an ended execution's `ctx` comes
-/// from a read made after that end (marked in the entry by `ended_at`).
-async fn variables(state: &AppState, id: &str, ended_at: Option<&str>) -> Result<Value, ApiError> {
+/// read (`early`, when it was begun beside the header's), which completes
+/// the view's entry. The view may trail the header's end by the watch's
+/// delay, so an ended execution's `ctx` comes from a read made after that
+/// end (marked in the entry by `ended_at`): an early read, begun before
+/// the header was seen ended, is not used for it.
+async fn variables(
+    state: &AppState,
+    id: &str,
+    ended_at: Option<&str>,
+    early: Option<CtxRead>,
+) -> Result<Value, ApiError> {
     let store = state.mesh.ctx_kv();
     let end_mark = format!("{id}.ended");
     let held = state.ctx_view.read(id).filter(|keys| match ended_at {
@@ -253,8 +283,10 @@ async fn variables(state: &AppState, id: &str, ended_at: Option<&str>) -> Result
                 message: e.to_string(),
             })?,
         None => {
-            let generation = state.ctx_view.generation();
-            let read = kv::read::<Value>(store, id).await?;
+            let CtxRead { generation, read } = match early {
+                Some(early) if ended_at.is_none() => early,
+                _ => read_ctx(state, id).await?,
+            };
             if let Some(g) = generation {
                 let mut values: Vec<(String, bytes::Bytes, u64)> = read
                     .iter()
@@ -288,7 +320,8 @@ pub async fn status(
     State(state): State<AppState>,
     ExecutionId(id): ExecutionId,
 ) -> Result<Json<ExecutionStatus>, ApiError> {
-    let (h, steps) = snapshot(&state, &id).await?;
+    let (snap, early) = tokio::join!(snapshot(&state, &id), ctx_early(&state, &id));
+    let (h, steps) = snap?;
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
     let mesh = &state.mesh;
     let order_key = (id.clone(), h.resumes);
@@ -316,7 +349,7 @@ pub async fn status(
         completed: h.status.is_terminal(),
         failed: matches!(h.status, ExecStatus::Failed | ExecStatus::Cancelled),
         completed_steps: completed_steps(&order, &steps),
-        variables: variables(&state, &id, h.ended_at.as_deref()).await?,
+        variables: variables(&state, &id, h.ended_at.as_deref(), early).await?,
         start_time: h.started_at.clone(),
         end_time: h.ended_at.clone(),
         duration_seconds: took.as_ref().map(|t| t.0),
