@@ -49,6 +49,8 @@ pub struct ClusterOptions {
     /// How long a task waits for an executor of its kind
     /// ([`MeshConfig::executor_wait`]).
     pub executor_wait: Duration,
+    /// How the private nats-server writes to disk (`noetl run --sync`).
+    pub sync: noetl_mesh::server::SyncPolicy,
 }
 
 impl Default for ClusterOptions {
@@ -62,6 +64,7 @@ impl Default for ClusterOptions {
             deliver_twice: None,
             event_encoding: Default::default(),
             executor_wait: noetl_mesh::config::DEFAULT_EXECUTOR_WAIT,
+            sync: Default::default(),
         }
     }
 }
@@ -118,7 +121,7 @@ impl Cluster {
 
     /// Start a server and `opts.replicas` replicas of each service.
     pub async fn start_with(opts: ClusterOptions) -> Self {
-        let server = TestServer::start();
+        let server = TestServer::start_with_sync(opts.sync);
         let data_dir = tempfile::Builder::new()
             .prefix("noetl-test-data-")
             .tempdir()

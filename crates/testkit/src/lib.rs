@@ -4,7 +4,7 @@
 //! test harness). Nothing is shared between tests, nothing is left behind.
 //! [`TestCluster`] is the same for a three-node JetStream cluster.
 
-use noetl_mesh::server::{NatsServerProcess, ServerOptions};
+use noetl_mesh::server::{NatsServerProcess, ServerOptions, SyncPolicy};
 
 pub mod cluster;
 pub mod gcs;
@@ -28,6 +28,17 @@ impl TestServer {
 
     /// Start a server.
     pub fn try_start() -> Result<Self, noetl_mesh::server::ServerError> {
+        Self::try_start_with_sync(SyncPolicy::default())
+    }
+
+    /// Start a server that writes to disk as `sync` says; panics with the
+    /// reason.
+    pub fn start_with_sync(sync: SyncPolicy) -> Self {
+        Self::try_start_with_sync(sync).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start a server that writes to disk as `sync` says.
+    pub fn try_start_with_sync(sync: SyncPolicy) -> Result<Self, noetl_mesh::server::ServerError> {
         let store = tempfile::Builder::new()
             .prefix("noetl-test-nats-")
             .tempdir()
@@ -35,11 +46,12 @@ impl TestServer {
                 path: std::env::temp_dir().display().to_string(),
                 source,
             })?;
-        let process = NatsServerProcess::start(ServerOptions {
+        let opts = ServerOptions {
             store_dir: store.path().to_path_buf(),
             port: None,
             binary: None,
-        })?;
+        };
+        let process = NatsServerProcess::start_with_sync(opts, sync)?;
         Ok(Self {
             process,
             _store: store,

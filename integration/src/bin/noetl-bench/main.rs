@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
 use noetl_integration::{Cluster, ClusterOptions, Gauge};
+use noetl_mesh::server::SyncPolicy;
 use serde_json::json;
 
 use ends::Ends;
@@ -179,7 +180,7 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N]; scenarios: {}",
+        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always]; scenarios: {}",
         only::SCENARIOS.join(", ")
     );
     std::process::exit(2);
@@ -203,6 +204,7 @@ async fn main() {
     let mut rounds: Option<usize> = None;
     let mut window: Option<usize> = None;
     let mut size: Option<usize> = None;
+    let mut sync = SyncPolicy::default();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -215,6 +217,16 @@ async fn main() {
             "--window" => window = Some(number(args.next())),
             "--size" => size = Some(number(args.next())),
             "--only" => only = Some(args.next().unwrap_or_else(|| usage())),
+            // The private nats-server's disk writes, as `noetl run --sync`
+            // sets them (the per-service and replica figures start servers
+            // of their own with the default).
+            "--sync" => {
+                sync = match args.next().as_deref() {
+                    Some("interval") => SyncPolicy::Interval,
+                    Some("always") => SyncPolicy::Always,
+                    _ => usage(),
+                }
+            }
             "--help" | "-h" => usage(),
             other => {
                 eprintln!("unknown argument {other}");
@@ -232,7 +244,14 @@ async fn main() {
         usage()
     }
     let started = Instant::now();
-    let cluster = Cluster::start_with(ClusterOptions::default()).await;
+    let cluster = Cluster::start_with(ClusterOptions {
+        sync,
+        ..ClusterOptions::default()
+    })
+    .await;
+    if sync == SyncPolicy::Always {
+        println!("nats-server with sync_interval: always (every write fsynced before its ack)");
+    }
     let ends = Ends::watch(&cluster.mesh).await;
     let (_gauge, url) = Gauge::serve(Duration::ZERO).await;
     let http = json!({ "url": url });
@@ -625,6 +644,10 @@ async fn main() {
             ("api_sse_p99_ms", sse_p99),
             ("api_sse_floor_p99_ms", sse_floor_p99),
             ("quick", if plan.replicas { 0.0 } else { 1.0 }),
+            (
+                "sync_always",
+                if sync == SyncPolicy::Always { 1.0 } else { 0.0 },
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v)),
