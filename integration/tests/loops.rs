@@ -372,7 +372,14 @@ workflow:
     cluster.assert_replays(&eid).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
     assert_eq!(s.ctx["winner"], 1, "the first write stands");
-    let events = cluster.settled_events(&eid).await;
+    assert_winner_conflict(&cluster, &eid).await;
+    cluster.stop().await;
+}
+
+/// The second iteration failed with a `ctx.conflict` on `winner` that
+/// names both writers.
+async fn assert_winner_conflict(cluster: &Cluster, eid: &str) {
+    let events = cluster.settled_events(eid).await;
     let failed = events
         .iter()
         .find(|e| e.event_type == EventType::LoopIterationFailed.wire_name())
@@ -389,7 +396,6 @@ workflow:
         msg.contains("iteration 0") && msg.contains("iteration 1"),
         "names both writers: {msg}"
     );
-    cluster.stop().await;
 }
 
 /// What is done to a parallel loop run's `ctx` claims between its first
@@ -496,23 +502,7 @@ workflow:
     let s = cluster.wait(&eid, Duration::from_secs(60)).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "failed");
     assert_eq!(s.ctx["winner"], 1, "the first write stands");
-    let events = cluster.settled_events(&eid).await;
-    let failed = events
-        .iter()
-        .find(|e| e.event_type == EventType::LoopIterationFailed.wire_name())
-        .expect("the second iteration fails");
-    let msg = noetl_mesh::events::payload(failed)["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        msg.contains("ctx.conflict") && msg.contains("\"winner\""),
-        "{msg}"
-    );
-    assert!(
-        msg.contains("iteration 0") && msg.contains("iteration 1"),
-        "names both writers: {msg}"
-    );
+    assert_winner_conflict(&cluster, &eid).await;
     cluster.assert_replays(&eid).await;
     cluster.stop().await;
 }
