@@ -462,17 +462,10 @@ workflow:
         .await;
     // The first iteration claimed `winner`; the second holds before its write.
     let store = cluster.mesh.ctx_kv();
-    let prefix = format!("{eid}.owners.");
+    let owners = format!("{eid}.owners");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let key = loop {
-        let keys: Vec<String> = store
-            .keys()
-            .await
-            .unwrap()
-            .filter_map(|k| async move { k.ok() })
-            .filter(|k| std::future::ready(k.starts_with(&prefix)))
-            .collect()
-            .await;
+        let keys = noetl_mesh::kv::keys_under(store, &owners).await.unwrap();
         if let Some(k) = keys.into_iter().next() {
             break k;
         }
