@@ -119,15 +119,22 @@ impl StatusView {
 
     /// The keys of `eid`, when the view holds it completely.
     pub fn read(&self, eid: &str) -> Option<Keys> {
+        self.held(eid, |e| e.keys.clone())
+    }
+
+    /// Whether the view holds `eid` completely ([`StatusView::read`]
+    /// would answer), without copying its keys.
+    pub fn holds(&self, eid: &str) -> bool {
+        self.held(eid, |_| ()).is_some()
+    }
+
+    /// `f` of `eid`'s entry, when the view holds it completely.
+    fn held<T>(&self, eid: &str, f: impl FnOnce(&Entry) -> T) -> Option<T> {
         if !self.following.load(Ordering::Acquire) {
             return None;
         }
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner
-            .entries
-            .get(eid)
-            .filter(|e| e.complete)
-            .map(|e| e.keys.clone())
+        inner.entries.get(eid).filter(|e| e.complete).map(f)
     }
 
     /// A write the watch delivered.

@@ -245,7 +245,7 @@ async fn read_ctx(state: &AppState, id: &str) -> Result<CtxRead, ApiError> {
 /// read when the view does not hold the execution (the first read of it):
 /// one round trip instead of two in a row.
 async fn ctx_early(state: &AppState, id: &str) -> Option<CtxRead> {
-    if state.ctx_view.read(id).is_some() {
+    if state.ctx_view.holds(id) {
         return None;
     }
     read_ctx(state, id).await.ok()
