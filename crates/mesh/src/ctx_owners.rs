@@ -147,7 +147,20 @@ pub async fn restore(
     if ended {
         return Ok(None);
     }
-    let owners = fold(events(), loop_run_id)?;
+    write_back(mesh, eid, loop_run_id, events()).await
+}
+
+/// Fold loop run `loop_run_id`'s claims from `log` ([`fold`]) and write
+/// them create-only: the owners written, `None` when the log holds no
+/// claim or the record was there (claims only grow, and a stored record
+/// may hold one whose `task.done` is not in the log yet).
+pub async fn write_back<'e>(
+    mesh: &Mesh,
+    eid: &str,
+    loop_run_id: &str,
+    log: impl IntoIterator<Item = &'e Event>,
+) -> Result<Option<CtxOwners>, MeshError> {
+    let owners = fold(log, loop_run_id)?;
     if owners.is_empty() {
         return Ok(None);
     }

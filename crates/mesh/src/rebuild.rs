@@ -179,13 +179,11 @@ async fn write_records(
         if let Some(record) = folded.pause.owed() {
             out.paused = kv::create(mesh.exec_kv(), &Keys::paused(eid), record).await?;
         }
-        // Create-only too: claims only grow, and a stored record may hold
-        // a claim whose task.done is not in the log yet.
         let events = || log.iter().map(|l| &l.event);
         for run in crate::ctx_owners::open_parallel_runs(events())? {
-            let owners = crate::ctx_owners::fold(events(), &run)?;
-            if !owners.is_empty()
-                && kv::create(mesh.ctx_kv(), &Keys::owners(eid, &run), &owners).await?
+            if crate::ctx_owners::write_back(mesh, eid, &run, events())
+                .await?
+                .is_some()
             {
                 out.owners += 1;
             }
