@@ -460,14 +460,9 @@ impl Net {
             if let Some(k) = self.cut.iter().position(|c| *c == (from, to)) {
                 self.cut.remove(k);
             }
-            if self.cut.contains(&(from, to)) {
-                continue;
+            if !self.cut.contains(&(from, to)) {
+                self.forget_neighbour(from, to);
             }
-            let (ns, dev) = (&self.nodes[from].ns, &self.nodes[from].peer);
-            let to_addr = self.nodes[to].addr.to_string();
-            ip_quiet(&[
-                "netns", "exec", ns, "ip", "neigh", "del", &to_addr, "dev", dev,
-            ]);
         }
     }
 
@@ -475,12 +470,18 @@ impl Net {
     /// real addresses again.
     pub fn heal_cuts(&mut self) {
         for (from, to) in std::mem::take(&mut self.cut) {
-            let (ns, dev) = (&self.nodes[from].ns, &self.nodes[from].peer);
-            let to_addr = self.nodes[to].addr.to_string();
-            ip_quiet(&[
-                "netns", "exec", ns, "ip", "neigh", "del", &to_addr, "dev", dev,
-            ]);
+            self.forget_neighbour(from, to);
         }
+    }
+
+    /// Drop the neighbour entry that cuts `from` off from `to`: ARP
+    /// resolves the real address again.
+    fn forget_neighbour(&self, from: usize, to: usize) {
+        let (ns, dev) = (&self.nodes[from].ns, &self.nodes[from].peer);
+        let to_addr = self.nodes[to].addr.to_string();
+        ip_quiet(&[
+            "netns", "exec", ns, "ip", "neigh", "del", &to_addr, "dev", dev,
+        ]);
     }
 
     /// Degrade node `i`'s link both ways ([`degrade_qdisc`]).
