@@ -22,6 +22,16 @@ impl Backoff {
         max: Duration::from_secs(30),
     };
 
+    /// A pull request that failed (the server unreachable, the stream
+    /// without a leader): 250 ms doubling to 2 s. A request costs next to
+    /// nothing, and an executor sleeping through a long backoff after the
+    /// outage heals serves nothing meanwhile: its kind looks unserved and
+    /// its tasks wait (docs/reliability.md, "Back after an outage").
+    pub const PULL: Backoff = Backoff {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(2),
+    };
+
     /// The delay after `failures` failed attempts (1 or more; 0 counts as 1).
     pub fn delay(self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(16);
@@ -42,5 +52,6 @@ mod tests {
         let ms: Vec<u128> = (0..8).map(|n| b.delay(n).as_millis()).collect();
         assert_eq!(ms, [100, 100, 200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(Backoff::MESSAGE.delay(u32::MAX), Duration::from_secs(30));
+        assert_eq!(Backoff::PULL.delay(u32::MAX), Duration::from_secs(2));
     }
 }

@@ -42,6 +42,7 @@ pub mod keys;
 pub mod kv;
 pub mod kv_batch;
 pub mod objects;
+pub mod outage;
 pub mod patches;
 pub mod pause;
 pub mod payloads;
@@ -197,6 +198,7 @@ struct Inner {
     paused: tokio::sync::OnceCell<Arc<pause::Pauses>>,
     health: Arc<health::Health>,
     served: served::ServedCache,
+    outages: outage::Outages,
 }
 
 impl Mesh {
@@ -308,6 +310,7 @@ impl Mesh {
                 paused: tokio::sync::OnceCell::new(),
                 health: Default::default(),
                 served: Default::default(),
+                outages: Default::default(),
             }),
         })
     }
@@ -341,6 +344,10 @@ impl Mesh {
     /// Kinds recently seen served ([`served`]).
     pub(crate) fn served_cache(&self) -> &served::ServedCache {
         &self.inner.served
+    }
+    /// When this process last saw the cluster unavailable ([`outage`]).
+    pub fn outages(&self) -> &outage::Outages {
+        &self.inner.outages
     }
     /// Execution-state bucket.
     pub fn exec_kv(&self) -> &Store {

@@ -106,7 +106,7 @@ pub async fn run_sharing(
             .await;
         let mut batch = match batch {
             Ok(b) => b,
-            Err(e) => match pull_failed(&cl, &health, &mut failures, e.to_string()).await {
+            Err(e) => match pull_failed(&mesh, &cl, &health, &mut failures, e.to_string()).await {
                 Resume::Pull => continue,
                 Resume::Shutdown => break,
             },
@@ -133,7 +133,7 @@ pub async fn run_sharing(
                 Some(Err(e)) => {
                     // A status (consumer deleted, no responders...): back
                     // off as for a failed request rather than spin.
-                    match pull_failed(&cl, &health, &mut failures, e.to_string()).await {
+                    match pull_failed(&mesh, &cl, &health, &mut failures, e.to_string()).await {
                         Resume::Pull => break,
                         Resume::Shutdown => break 'pull,
                     }
@@ -177,10 +177,18 @@ fn pull_ended(mesh: &Mesh, health: &crate::health::ConsumerHealth) -> bool {
             true
         }
         state => {
+            mesh.outages().note();
             health.not_ready(&format!("pull unanswered: NATS {state}"));
             false
         }
     }
+}
+
+/// Whether the `failures`th failed pull in a row is logged as a warning:
+/// the first, then one in 30 (about a minute apart once the delay reached
+/// its 2 s cap), so an outage is seen without a line every two seconds.
+fn loud_pull_failure(failures: u32) -> bool {
+    failures == 1 || failures.is_multiple_of(30)
 }
 
 /// What a consumer loop does after waiting out a failed pull.
@@ -192,17 +200,25 @@ enum Resume {
 }
 
 /// A failed pull (request or status): counted, reported to health, and
-/// waited out with [`backoff`] (or until shutdown).
+/// waited out with [`Backoff::PULL`](crate::backoff::Backoff::PULL) (or
+/// until shutdown).
 async fn pull_failed(
+    mesh: &Mesh,
     cl: &ConsumerLoop,
     health: &crate::health::ConsumerHealth,
     failures: &mut u32,
     error: String,
 ) -> Resume {
     *failures += 1;
+    mesh.outages().note();
     health.pull_failed(&error);
-    let wait = backoff(*failures);
-    tracing::warn!(consumer = %cl.name, %error, retry_in_ms = wait.as_millis() as u64, "pull failed");
+    let wait = crate::backoff::Backoff::PULL.delay(*failures);
+    if loud_pull_failure(*failures) {
+        tracing::warn!(consumer = %cl.name, %error, failures = *failures,
+            retry_in_ms = wait.as_millis() as u64, "pull failed");
+    } else {
+        tracing::debug!(consumer = %cl.name, %error, failures = *failures, "pull failed");
+    }
     tokio::select! {
         _ = cl.shutdown.cancelled() => Resume::Shutdown,
         _ = tokio::time::sleep(wait) => Resume::Pull,
@@ -610,6 +626,12 @@ mod tests {
         ] {
             assert_eq!(hand_back(&other, 1, twice), None, "{other:?}");
         }
+    }
+
+    #[test]
+    fn a_long_outage_warns_on_its_first_failed_pull_then_once_a_minute() {
+        let loud: Vec<u32> = (1..=100).filter(|n| loud_pull_failure(*n)).collect();
+        assert_eq!(loud, [1, 30, 60, 90]);
     }
 
     #[test]

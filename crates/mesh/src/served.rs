@@ -134,7 +134,11 @@ impl Mesh {
         if cached && self.served_cache().fresh(kind) {
             return Ok(true);
         }
-        let counts = self.queue_of(kind).await?.map(|q| q.consumer);
+        let counts = self
+            .queue_of(kind)
+            .await
+            .inspect_err(|_| self.outages().note())?
+            .map(|q| q.consumer);
         let served = serves(counts, self.config().executor_wait);
         if served {
             self.served_cache().remember(kind);

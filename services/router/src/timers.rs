@@ -344,13 +344,18 @@ pub struct UnservedInput<'a> {
     pub header: Option<&'a ExecHeader>,
     /// Whether an executor serves the kind now (`None`: not asked yet).
     pub served: Option<bool>,
+    /// How long the cluster has looked available to this process
+    /// ([`noetl_mesh::outage`]).
+    pub calm_for: Duration,
     /// Now (epoch ms).
     pub now_ms: u64,
 }
 
 /// What a `task.unserved` timer does now: wait until due; nothing when the
 /// execution ended, the step-run is over or an executor now serves the
-/// kind; else fail the step-run with `executor.unavailable`.
+/// kind; wait again while the cluster has not been calm for the timer's
+/// whole wait (an outage hides the executors that sat it out); else fail
+/// the step-run with `executor.unavailable`.
 /// [`TimerAction::Wait`] with a zero wait asks for the kind to be checked.
 pub fn decide_unserved(i: &UnservedInput<'_>) -> TimerAction {
     if let Due::In(left) = lifecycle::due(i.timer.at_ms, i.now_ms) {
@@ -365,6 +370,9 @@ pub fn decide_unserved(i: &UnservedInput<'_>) -> TimerAction {
     match i.served {
         None => TimerAction::Wait(Duration::ZERO),
         Some(true) => TimerAction::Nothing,
+        Some(false) if i.calm_for < Duration::from_millis(i.timer.wait_ms) => {
+            TimerAction::Wait(Duration::from_millis(i.timer.wait_ms) - i.calm_for)
+        }
         Some(false) => {
             TimerAction::FailStepRun(noetl_mesh::served::unavailable_error(i.timer, i.task))
         }
@@ -383,6 +391,7 @@ async fn on_unserved(
         task: &ev.task,
         header: None,
         served: None,
+        calm_for: mesh.outages().calm_for(),
         now_ms: now_ms(),
     };
     if let TimerAction::Wait(left) = decide_unserved(&input) {
@@ -394,8 +403,16 @@ async fn on_unserved(
         return Ok(None);
     }
     input.served = Some(mesh.kind_served(&t.kind, false).await?);
-    let TimerAction::FailStepRun(error) = decide_unserved(&input) else {
-        return Ok(None);
+    input.calm_for = mesh.outages().calm_for();
+    let error = match decide_unserved(&input) {
+        TimerAction::FailStepRun(error) => error,
+        TimerAction::Wait(left) => {
+            tracing::info!(execution_id = %ev.execution_id, step = %ev.step, kind = %t.kind,
+                calm_for_ms = input.calm_for.as_millis() as u64,
+                "no executor serves this kind, but the cluster was unavailable within the wait: waiting again");
+            return Ok(Some(left));
+        }
+        _ => return Ok(None),
     };
     tracing::info!(execution_id = %ev.execution_id, step = %ev.step, kind = %t.kind,
         "no executor took the task in time");
@@ -516,16 +533,18 @@ mod tests {
             args: None,
         };
         let live = header(ExecStatus::Running, &["sr1"]);
-        let at = |now_ms, header: Option<&ExecHeader>, served| {
+        let calm = |now_ms, header: Option<&ExecHeader>, served, calm_for| {
             decide_unserved(&UnservedInput {
                 timer: &t,
                 step_run_id: "sr1",
                 task: "load",
                 header,
                 served,
+                calm_for,
                 now_ms,
             })
         };
+        let at = |now_ms, header, served| calm(now_ms, header, served, Duration::from_secs(60));
         assert_eq!(
             at(400, None, None),
             TimerAction::Wait(Duration::from_millis(600))
@@ -543,6 +562,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // An outage 12 s ago may hide executors that sat it out: the
+        // timer waits until the cluster has been calm for its whole wait.
+        assert_eq!(
+            calm(1_000, Some(&live), Some(false), Duration::from_secs(12)),
+            TimerAction::Wait(Duration::from_secs(18))
+        );
+        assert_eq!(
+            calm(1_000, Some(&live), Some(true), Duration::from_secs(12)),
+            TimerAction::Nothing
+        );
         let over = header(ExecStatus::Running, &["sr2"]);
         assert_eq!(at(1_000, Some(&over), Some(false)), TimerAction::Nothing);
         let ended = header(ExecStatus::Failed, &["sr1"]);
