@@ -11,7 +11,7 @@ use noetl_mesh::{
     state::{ExecStatus, ExecSummary},
     Mesh, MeshConfig,
 };
-use noetl_testkit::TestServer;
+use noetl_testkit::{cluster::TestCluster, TestServer};
 use noetl_wire::{Event, ExecutionRequest};
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -51,6 +51,9 @@ pub struct ClusterOptions {
     pub executor_wait: Duration,
     /// How the private nats-server writes to disk (`noetl run --sync`).
     pub sync: noetl_mesh::server::SyncPolicy,
+    /// nats-server nodes: 1, or 3 clustered with every stream and bucket
+    /// replicated on all three (R3).
+    pub nodes: usize,
 }
 
 impl Default for ClusterOptions {
@@ -65,6 +68,7 @@ impl Default for ClusterOptions {
             event_encoding: Default::default(),
             executor_wait: noetl_mesh::config::DEFAULT_EXECUTOR_WAIT,
             sync: Default::default(),
+            nodes: 1,
         }
     }
 }
@@ -90,11 +94,48 @@ impl CrashableExecutor {
     }
 }
 
+/// The private NATS a [`Cluster`] runs on: one server, or three
+/// clustered.
+pub enum Nats {
+    /// One nats-server.
+    One(TestServer),
+    /// Three clustered nats-servers.
+    Three(TestCluster),
+}
+
+impl Nats {
+    /// The client URL (every node's, comma-separated, for three).
+    pub fn url(&self) -> String {
+        match self {
+            Nats::One(s) => s.url(),
+            Nats::Three(c) => c.urls(),
+        }
+    }
+
+    /// The process ids of the servers.
+    pub fn pids(&self) -> Vec<u32> {
+        match self {
+            Nats::One(s) => s.pid().into_iter().collect(),
+            Nats::Three(c) => (0..noetl_testkit::cluster::NODES)
+                .filter_map(|i| c.pid(i))
+                .collect(),
+        }
+    }
+
+    /// A connected client.
+    pub async fn client(&self) -> async_nats::Client {
+        match self {
+            Nats::One(s) => s.client().await,
+            Nats::Three(c) => c.client().await,
+        }
+    }
+}
+
 /// A running mesh on a private nats-server: the services as `noetl run`
 /// starts them ([`InProcess`]), plus a client handle.
 pub struct Cluster {
-    /// The server (stopped and removed on drop).
-    pub server: TestServer,
+    /// The server or servers (stopped and removed on drop).
+    pub server: Nats,
     /// A client-side mesh handle (for submitting and reading).
     pub mesh: Mesh,
     services: InProcess,
@@ -121,7 +162,15 @@ impl Cluster {
 
     /// Start a server and `opts.replicas` replicas of each service.
     pub async fn start_with(opts: ClusterOptions) -> Self {
-        let server = TestServer::start_with_sync(opts.sync);
+        let (server, replicas) = match opts.nodes {
+            1 => (Nats::One(TestServer::start_with_sync(opts.sync)), 1),
+            3 => {
+                let c = TestCluster::try_start_with_sync(opts.sync)
+                    .unwrap_or_else(|e| panic!("start a 3-node cluster: {e}"));
+                (Nats::Three(c), 3)
+            }
+            n => panic!("a cluster of {n} nats-server nodes: only 1 or 3 are started"),
+        };
         let data_dir = tempfile::Builder::new()
             .prefix("noetl-test-data-")
             .tempdir()
@@ -135,6 +184,7 @@ impl Cluster {
             deliver_twice: opts.deliver_twice,
             event_encoding: opts.event_encoding,
             executor_wait: opts.executor_wait,
+            replicas,
             ..MeshConfig::default()
         };
         let mesh = Mesh::connect(config.clone()).await.expect("connect mesh");

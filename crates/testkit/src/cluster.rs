@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use noetl_mesh::server::{NatsServerProcess, ServerError, ServerOptions};
+use noetl_mesh::server::{NatsServerProcess, ServerError, ServerOptions, SyncPolicy};
 use serde_json::Value;
 
 /// Nodes in a [`TestCluster`].
@@ -120,9 +120,15 @@ impl TestCluster {
     /// Free ports are picked up front; a start that loses a port race is
     /// retried with fresh ports.
     pub fn try_start() -> Result<Self, ClusterError> {
+        Self::try_start_with_sync(SyncPolicy::default())
+    }
+
+    /// [`Self::try_start`] with every node writing to disk as `sync` says
+    /// (`sync_interval: always`: every write fsynced before its ack).
+    pub fn try_start_with_sync(sync: SyncPolicy) -> Result<Self, ClusterError> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once() {
+            match Self::start_once(sync) {
                 Ok(c) => return Ok(c),
                 Err(e @ ClusterError::Node { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -131,7 +137,7 @@ impl TestCluster {
         Err(last.expect("at least one attempt"))
     }
 
-    fn start_once() -> Result<Self, ClusterError> {
+    fn start_once(sync: SyncPolicy) -> Result<Self, ClusterError> {
         let dir = tempfile::Builder::new()
             .prefix("noetl-test-cluster-")
             .tempdir()
@@ -152,10 +158,14 @@ impl TestCluster {
             let config = dir.path().join(format!("{name}.conf"));
             // The store directory is the `-sd` flag (ServerOptions); a
             // `jetstream { store_dir }` here would be refused as a duplicate.
+            let jetstream = match sync {
+                SyncPolicy::Interval => "jetstream: enabled\n",
+                SyncPolicy::Always => "jetstream {\n  sync_interval: always\n}\n",
+            };
             let text = format!(
                 "server_name: {name}\n\
                  http: 127.0.0.1:{http}\n\
-                 jetstream: enabled\n\
+                 {jetstream}\
                  cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{cport}\n  routes: [{routes}]\n}}\n",
                 http = ports[2 * NODES + i],
                 cport = cluster_ports[i],
@@ -183,6 +193,11 @@ impl TestCluster {
         }
         cluster.wait_healthy(HEALTHY_TIMEOUT)?;
         Ok(cluster)
+    }
+
+    /// The process id of node `i` (`None` while it is killed).
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].process.as_ref().and_then(|p| p.pid())
     }
 
     /// The client URLs of all nodes, comma-separated (`--nats` form).

@@ -13,16 +13,16 @@ use noetl_mesh::Mesh;
 pub struct Cpu {
     /// This process: every service of the in-process mesh, and the bench.
     pub engine: Duration,
-    /// The nats-server.
+    /// The nats-server (all of them, on a cluster).
     pub nats: Duration,
 }
 
 impl Cpu {
-    /// Now, for this process and the server `nats_pid`.
-    pub fn now(nats_pid: Option<u32>) -> Self {
+    /// Now, for this process and the servers `nats_pids`.
+    pub fn now(nats_pids: &[u32]) -> Self {
         Self {
             engine: procstat::own_cpu_time(),
-            nats: nats_pid.map(procstat::cpu_time).unwrap_or_default(),
+            nats: nats_pids.iter().map(|p| procstat::cpu_time(*p)).sum(),
         }
     }
 

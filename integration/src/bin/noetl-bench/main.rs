@@ -114,8 +114,8 @@ impl Plan {
     }
 }
 
-async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
-    let js = jetstream::new(client);
+async fn raw_hops(mesh: &noetl_mesh::Mesh, n: usize) -> Duration {
+    let js = jetstream::new(mesh.client().clone());
     let _ = js.delete_stream("BENCH_RAW").await;
     let stream = js
         .get_or_create_stream(stream::Config {
@@ -123,6 +123,7 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
             subjects: vec!["bench.>".into()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
+            num_replicas: mesh.config().replicas,
             ..Default::default()
         })
         .await
@@ -180,7 +181,7 @@ async fn raw_hops(client: async_nats::Client, n: usize) -> Duration {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always]; scenarios: {}",
+        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always] [--nodes 1|3]; scenarios: {}",
         only::SCENARIOS.join(", ")
     );
     std::process::exit(2);
@@ -205,6 +206,7 @@ async fn main() {
     let mut window: Option<usize> = None;
     let mut size: Option<usize> = None;
     let mut sync = SyncPolicy::default();
+    let mut nodes = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -227,6 +229,16 @@ async fn main() {
                     _ => usage(),
                 }
             }
+            // Three clustered nats-servers, every stream and bucket R3
+            // (the per-service and replica figures still start one server
+            // of their own).
+            "--nodes" => {
+                nodes = match args.next().as_deref() {
+                    Some("1") => 1,
+                    Some("3") => 3,
+                    _ => usage(),
+                }
+            }
             "--help" | "-h" => usage(),
             other => {
                 eprintln!("unknown argument {other}");
@@ -246,9 +258,13 @@ async fn main() {
     let started = Instant::now();
     let cluster = Cluster::start_with(ClusterOptions {
         sync,
+        nodes,
         ..ClusterOptions::default()
     })
     .await;
+    if nodes == 3 {
+        println!("three clustered nats-servers, every stream and bucket R3");
+    }
     if sync == SyncPolicy::Always {
         println!("nats-server with sync_interval: always (every write fsynced before its ack)");
     }
@@ -274,7 +290,7 @@ async fn main() {
     // A steady pool of python interpreters, as a loaded executor has.
     let warm_loop = sc::parallel_loop(64, plan.loop_mif, sc::LOOP_PYTHON);
     sc::time_one(&cluster, &ends, &warm_loop, json!({})).await;
-    raw_hops(cluster.mesh.client().clone(), 50).await;
+    raw_hops(&cluster.mesh, 50).await;
 
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n as f64;
     if let Some(name) = only {
@@ -321,7 +337,7 @@ async fn main() {
     if let Some((what, task, steps)) = profile {
         let chain = sc::chain("profile_chain", steps, task);
         for _ in 0..5 {
-            let floor = per(raw_hops(cluster.mesh.client().clone(), steps).await, steps);
+            let floor = per(raw_hops(&cluster.mesh, steps).await, steps);
             let step = per(
                 sc::time_one(&cluster, &ends, &chain, http.clone()).await,
                 steps,
@@ -347,7 +363,7 @@ async fn main() {
     let mut cpu_step = Vec::new();
     let mut cpu_step_nats = Duration::ZERO;
     let mut cpu_step_all = Duration::ZERO;
-    let nats_pid = cluster.server.pid();
+    let nats_pids = cluster.server.pids();
     let chain = sc::chain("bench_chain", plan.steps, sc::NOOP);
     let pipeline = sc::pipeline(plan.pipeline_tasks);
     let python = sc::chain("bench_python40", plan.python_steps, sc::FIBO);
@@ -355,21 +371,24 @@ async fn main() {
     let big_yaml = sc::big_result(plan.big_mib);
     for round in 0..plan.rounds {
         eprintln!("round {}/{}", round + 1, plan.rounds);
-        floor.push(per(
-            raw_hops(cluster.mesh.client().clone(), plan.steps).await,
-            plan.steps,
-        ));
-        let t = throughput::run(&cluster.mesh, nats_pid, plan.floor_msgs, plan.floor_window).await;
+        floor.push(per(raw_hops(&cluster.mesh, plan.steps).await, plan.steps));
+        let t = throughput::run(
+            &cluster.mesh,
+            &nats_pids,
+            plan.floor_msgs,
+            plan.floor_window,
+        )
+        .await;
         tput.push(t.msgs_per_s);
         cpu_floor_msg.push(t.cpu_us_per_msg);
         floor_nats_us.push(t.nats_us_per_msg);
         floor_bytes = t.stored_bytes_per_msg;
-        let before = cpu::Cpu::now(nats_pid);
+        let before = cpu::Cpu::now(&nats_pids);
         seq.push(per(
             sc::time_one(&cluster, &ends, &chain, json!({})).await,
             plan.steps,
         ));
-        let spent = cpu::Cpu::now(nats_pid).since(before);
+        let spent = cpu::Cpu::now(&nats_pids).since(before);
         cpu_step.push(spent.total().as_secs_f64() * 1e6 / plan.steps as f64);
         cpu_step_nats += spent.nats;
         cpu_step_all += spent.total();
@@ -393,9 +412,9 @@ async fn main() {
     eprintln!("loops");
     let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
     let (bytes_before, events_before) = cpu::event_bytes(&cluster.mesh).await;
-    let before = cpu::Cpu::now(nats_pid);
+    let before = cpu::Cpu::now(&nats_pids);
     let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
-    let loop_cpu = cpu::Cpu::now(nats_pid).since(before);
+    let loop_cpu = cpu::Cpu::now(&nats_pids).since(before);
     let (bytes_after, events_after) = cpu::event_bytes(&cluster.mesh).await;
     assert_eq!(
         ctx["total"], plan.loop_items,
@@ -648,6 +667,7 @@ async fn main() {
                 "sync_always",
                 if sync == SyncPolicy::Always { 1.0 } else { 0.0 },
             ),
+            ("nats_nodes", nodes as f64),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v)),

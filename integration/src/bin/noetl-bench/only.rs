@@ -66,7 +66,7 @@ pub async fn run(
     ends: &Ends,
     http: &Value,
 ) {
-    let nats_pid = cluster.server.pid();
+    let nats_pids = cluster.server.pids();
     let (unit, per): (&str, &str) = match name {
         "floor" => ("msgs/s", "message"),
         "latency-floor" | "seq" | "http" => ("ms per step", "step"),
@@ -96,13 +96,13 @@ pub async fn run(
     let mut all_units = 0usize;
     let stored_before = stored(cluster).await;
     for round in 0..rounds {
-        let before = Cpu::now(nats_pid);
+        let before = Cpu::now(&nats_pids);
         // (the figure, units of work it covered)
         let (value, units) = match name {
             "floor" => {
                 let f = crate::throughput::run(
                     &cluster.mesh,
-                    nats_pid,
+                    &nats_pids,
                     plan.floor_msgs,
                     plan.floor_window,
                 )
@@ -110,7 +110,7 @@ pub async fn run(
                 (f.msgs_per_s, plan.floor_msgs)
             }
             "latency-floor" => {
-                let d = crate::raw_hops(cluster.mesh.client().clone(), plan.steps).await;
+                let d = crate::raw_hops(&cluster.mesh, plan.steps).await;
                 (ms_per(d, plan.steps), plan.steps)
             }
             "seq" => {
@@ -173,7 +173,7 @@ pub async fn run(
                 (r.api_per_s, plan.api_reads)
             }
         };
-        let spent = Cpu::now(nats_pid).since(before);
+        let spent = Cpu::now(&nats_pids).since(before);
         all.engine += spent.engine;
         all.nats += spent.nats;
         all_units += units;

@@ -72,14 +72,14 @@ pub async fn loop_rate(run: LoopRun) -> Rate {
     let mut spent = Duration::ZERO;
     for (items, name) in [(50, "warm-up"), (run.items, "bench")] {
         let yaml = sc::parallel_loop(items, 256, body);
-        let before = cpu::Cpu::now(cluster.server.pid());
+        let before = cpu::Cpu::now(&cluster.server.pids());
         let t0 = Instant::now();
         let eid = cluster
             .submit(&yaml, "bench_scale.yaml", json!({ "url": url }))
             .await;
         let s = cluster.wait(&eid, sc::TIMEOUT).await;
         took = t0.elapsed();
-        spent = cpu::Cpu::now(cluster.server.pid()).since(before).total();
+        spent = cpu::Cpu::now(&cluster.server.pids()).since(before).total();
         assert_eq!(
             s.ctx["total"], items,
             "{name} {kind} loop, {} control replicas, {} executors: every item counted once ({:?}: {:?})",

@@ -50,7 +50,7 @@ pub struct Floor {
 
 /// Publish `messages` messages with at most `window` acks outstanding and
 /// time them, on a fresh stream with the mesh's settings.
-pub async fn run(mesh: &Mesh, nats_pid: Option<u32>, messages: usize, window: usize) -> Floor {
+pub async fn run(mesh: &Mesh, nats_pids: &[u32], messages: usize, window: usize) -> Floor {
     let js = jetstream::new(mesh.client().clone());
     let _ = js.delete_stream(STREAM).await;
     let config = mesh.config();
@@ -71,7 +71,7 @@ pub async fn run(mesh: &Mesh, nats_pid: Option<u32>, messages: usize, window: us
     let execution = noetl_mesh::ids::new_execution_id();
     let subject = format!("bench_floor.evt.{execution}.task.done");
     let body = Bytes::from(vec![b'x'; BODY_BYTES]);
-    let before = Cpu::now(nats_pid);
+    let before = Cpu::now(nats_pids);
     let t0 = Instant::now();
     pipelined(messages, window, |i| {
         let js = &js;
@@ -93,7 +93,7 @@ pub async fn run(mesh: &Mesh, nats_pid: Option<u32>, messages: usize, window: us
     .await
     .expect("the floor's publishes");
     let took = t0.elapsed();
-    let spent = Cpu::now(nats_pid).since(before);
+    let spent = Cpu::now(nats_pids).since(before);
     let info = stream.info().await.expect("the floor's stream info");
     assert_eq!(
         info.state.messages, messages as u64,
