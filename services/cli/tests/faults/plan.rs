@@ -100,21 +100,46 @@ impl Kind {
     /// NATS 2.12.1: a process crash or an OS crash losing unsynced writes
     /// during a partition, on a degraded link or while a node is paused
     /// (an OS crash with network delays or process pauses is what it
-    /// found losing committed writes), a pause during a partition. Each
-    /// damages at most the one store it crashes, and the first fault here
-    /// damages none, so a majority of stores stay whole and the cluster
-    /// can always heal once both end; a loss of quorum while they overlap
-    /// lasts at most the second fault (a crash 0.5–3 s, a pause 1–5 s), as
-    /// in Jepsen's runs. A damaged file, a power loss or a crash is never
-    /// overlapped, nor used as the second fault.
+    /// found losing committed writes), a pause during a partition; and two
+    /// of one kind at once on two nodes: two partitions (a node isolated
+    /// or cut off while another is), two process crashes, two pauses.
+    /// Each damages at most the one store it crashes, and the first fault
+    /// here damages none, so a majority of stores stay whole and the
+    /// cluster can always heal once both end; a loss of quorum while they
+    /// overlap lasts at most the second fault (a crash 0.5–3 s, a pause
+    /// 1–5 s, a partition 2–6 s), as in Jepsen's runs. A damaged file, a
+    /// power loss or an OS crash is never overlapped, nor used as the
+    /// second fault except the OS crash.
     pub fn overlapped_by(self) -> &'static [Kind] {
         match self {
-            Kind::Isolate | Kind::IsolateLeader | Kind::Split | Kind::Bridge => {
-                &[Kind::Kill, Kind::LostWrites, Kind::Pause]
-            }
-            Kind::Degrade | Kind::Pause => &[Kind::Kill, Kind::LostWrites],
-            Kind::Kill | Kind::LostWrites | Kind::Corrupt | Kind::PowerLoss => &[],
+            Kind::Isolate | Kind::IsolateLeader | Kind::Split | Kind::Bridge => &[
+                Kind::Kill,
+                Kind::LostWrites,
+                Kind::Pause,
+                Kind::Isolate,
+                Kind::Split,
+            ],
+            Kind::Pause => &[Kind::Kill, Kind::LostWrites, Kind::Pause],
+            Kind::Degrade => &[Kind::Kill, Kind::LostWrites],
+            Kind::Kill => &[Kind::Kill],
+            Kind::LostWrites | Kind::Corrupt | Kind::PowerLoss => &[],
         }
+    }
+
+    /// A partition: the node's link down, or pairs of nodes cut apart.
+    pub fn is_partition(self) -> bool {
+        matches!(
+            self,
+            Kind::Isolate | Kind::IsolateLeader | Kind::Split | Kind::Bridge
+        )
+    }
+
+    /// Whether a second fault of class `second` during one of this class
+    /// must hit another node: two of one kind (a node crashed or paused
+    /// twice is crashed or paused once, and the second's healing would end
+    /// the first early), or two partitions.
+    pub fn needs_another_node(self, second: Kind) -> bool {
+        self == second || (self.is_partition() && second.is_partition())
     }
 
     /// How long the fault lasts, drawn from this range (ms).
@@ -286,7 +311,7 @@ pub struct PlanParams {
     pub overlaps: bool,
 }
 
-/// Of the faults that can be overlapped ([`Kind::overlapped_by`]: 6 of the
+/// Of the faults that can be overlapped ([`Kind::overlapped_by`]: 7 of the
 /// 9 default classes), this percentage is: about a quarter of all faults.
 pub const OVERLAP_PERCENT: u64 = 40;
 
@@ -436,7 +461,7 @@ pub fn plan(p: &PlanParams) -> Plan {
         });
         let overlap = p
             .overlaps
-            .then(|| overlap(&mut second, kind, dur_ms, p.nodes))
+            .then(|| overlap(&mut second, First { kind, node, dur_ms }, p.nodes))
             .flatten();
         faults.push(Fault {
             at_ms,
@@ -457,29 +482,46 @@ pub fn plan(p: &PlanParams) -> Plan {
     }
 }
 
-/// Whether a fault of `first` lasting `dur_ms` on a cluster of `nodes`
-/// gets a second fault, and which ([`Kind::overlapped_by`]): it starts at
-/// least 250 ms into the first (a lost-writes crash at least 500 ms in, its
-/// store copied while the first lasts already), and heals before the first
-/// or with it.
-fn overlap(rng: &mut Rng, first: Kind, dur_ms: u64, nodes: usize) -> Option<Overlap> {
-    let choices = first.overlapped_by();
+/// The fault an [`Overlap`] is drawn for.
+struct First {
+    kind: Kind,
+    node: usize,
+    dur_ms: u64,
+}
+
+/// Whether `first` on a cluster of `nodes` gets a second fault, and which
+/// ([`Kind::overlapped_by`]): it starts at least 250 ms into the first (a
+/// lost-writes crash at least 500 ms in, its store copied while the first
+/// lasts already), heals before the first or with it, and hits another
+/// node where [`Kind::needs_another_node`] says so. A first fault too
+/// short for the second class's shortest duration gets none.
+fn overlap(rng: &mut Rng, first: First, nodes: usize) -> Option<Overlap> {
+    let choices = first.kind.overlapped_by();
     if choices.is_empty() || !rng.chance(OVERLAP_PERCENT) {
         return None;
     }
     let kind = choices[rng.range(0, choices.len() as u64 - 1) as usize];
     let min_after = if kind.loses_writes() { 500 } else { 250 };
     let (lo, hi) = kind.duration();
-    let dur = rng.range(lo, hi.min(dur_ms - min_after));
-    let after_ms = rng.range(min_after, dur_ms - dur);
+    let longest = hi.min(first.dur_ms - min_after);
+    if longest < lo {
+        return None;
+    }
+    let dur = rng.range(lo, longest);
+    let after_ms = rng.range(min_after, first.dur_ms - dur);
     let snap_ms = if kind.loses_writes() {
         rng.range(500, after_ms.min(3_000))
     } else {
         0
     };
+    let node = if first.kind.needs_another_node(kind) {
+        (first.node + rng.range(1, nodes as u64 - 1) as usize) % nodes
+    } else {
+        rng.range(0, nodes as u64 - 1) as usize
+    };
     Some(Overlap {
         kind,
-        node: rng.range(0, nodes as u64 - 1) as usize,
+        node,
         after_ms,
         dur_ms: dur,
         snap_ms,
@@ -647,8 +689,13 @@ mod tests {
                     let (lo, hi) = o.kind.duration();
                     assert!((lo..=hi).contains(&o.dur_ms), "{p}");
                     // A quorum lost while they overlap comes back within
-                    // the second fault: a crash 3 s, a pause 5 s at most.
-                    assert!(o.dur_ms <= 5_000, "{p}");
+                    // the second fault: a crash 3 s, a pause 5 s, a
+                    // partition 6 s at most.
+                    assert!(o.dur_ms <= 6_000, "{p}");
+                    // Two of a kind, or two partitions, on two nodes.
+                    if f.kind.needs_another_node(o.kind) {
+                        assert_ne!(o.node, f.node, "{p}");
+                    }
                     // The copy of a lost-writes crash is taken while the
                     // first fault lasts.
                     if o.kind.loses_writes() {
@@ -685,7 +732,12 @@ mod tests {
                                 .is_some_and(|o| o.kind == *second && (o.node == f.node) == same)
                     })
                 };
-                assert!(pair(true) && pair(false), "{second:?} during {first:?}");
+                assert!(pair(false), "{second:?} during {first:?}");
+                assert_eq!(
+                    pair(true),
+                    !first.needs_another_node(*second),
+                    "{second:?} during {first:?} on the same node"
+                );
             }
         }
     }
