@@ -1094,8 +1094,14 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
     };
     let tokens: Vec<noetl_wire::Token> = events
         .iter()
-        .filter(|e| e.event_type == EventType::TokenCreated.wire_name() && e.step == "merge")
-        .map(|e| {
+        .flat_map(|e| {
+            noetl_mesh::payloads::tokens_created(e)
+                .unwrap()
+                .into_iter()
+                .filter(|t| t.step == "merge")
+                .map(move |t| (e, t))
+        })
+        .map(|(e, t)| {
             let from = step_of_run(&e.step_run_id);
             let args = if from == "left" {
                 json!({"left": "L"})
@@ -1103,10 +1109,7 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
                 json!({"right": "R"})
             };
             noetl_wire::Token {
-                token_id: noetl_mesh::events::payload(e)["token_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
+                token_id: t.token_id,
                 execution_id: eid.clone(),
                 step: "merge".into(),
                 args_json: noetl_mesh::codec::json_bytes(&args),
@@ -1571,7 +1574,8 @@ workflow:
     for target in ["a", "b"] {
         let tokens = evs
             .iter()
-            .filter(|e| e.event_type == EventType::TokenCreated.wire_name() && e.step == target)
+            .flat_map(|e| noetl_mesh::payloads::tokens_created(e).unwrap())
+            .filter(|t| t.step == target)
             .count();
         assert_eq!(tokens, 1, "one token for {target}");
         let runs = evs

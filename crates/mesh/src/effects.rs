@@ -64,7 +64,7 @@ impl Effect {
 /// are not waited for one by one, and a nats-server that goes down loses
 /// the ones in flight while the client sends the later ones after it
 /// reconnects; without the wait a token could be stored, run and end while
-/// the `token.created` announcing it was lost, and the state folded from
+/// the `next.selected` announcing it was lost, and the state folded from
 /// the log (docs/architecture.md, "The event log") would not know the
 /// token. An ack that never comes fails the handler, whose message is
 /// redelivered and publishes the lot again under the same ids.
@@ -204,13 +204,9 @@ mod tests {
         ]);
         assert_eq!(ids(&start.events), ["a", "b"]);
         assert!(!start.wait);
-        // The router's answer: the fold needs token.created before the
-        // token's own events, so the token waits for it.
-        let routed = order(vec![
-            event(EventType::NextSelected, "n"),
-            event(EventType::TokenCreated, "c"),
-            token("t"),
-        ]);
+        // The router's answer names the tokens it fired: the fold needs
+        // it before the tokens' own events, so the tokens wait for it.
+        let routed = order(vec![event(EventType::NextSelected, "n"), token("t")]);
         assert!(routed.wait);
         // Events alone, or work alone: nothing to wait for in between.
         assert!(!order(vec![event(EventType::StepDone, "d")]).wait);

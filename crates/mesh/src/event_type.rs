@@ -221,8 +221,8 @@ pub const SPEC_NAMES: &[SpecName] = {
     &[
         SpecName {
             name: "token.enqueued",
-            ours: &[T::TokenCreated],
-            why: "a token is created and published in one pass of the router: token.created says both",
+            ours: &[T::TokenCreated, T::NextSelected],
+            why: "a token is created and published in one pass of the router: token.created says both for the entry and a resume's tokens, next.selected for the tokens arcs fire",
         },
         SpecName {
             name: "token.claimed",
@@ -231,8 +231,8 @@ pub const SPEC_NAMES: &[SpecName] = {
         },
         SpecName {
             name: "next.enqueued",
-            ours: &[T::TokenCreated],
-            why: "the tokens arcs fire are created after next.selected, each with token.created (its `arc` set)",
+            ours: &[T::NextSelected],
+            why: "the router evaluates the arcs and places their tokens in one pass: next.selected names each fired arc's token (older logs: a token.created per token, its `arc` set)",
         },
         SpecName {
             name: "command.issued",

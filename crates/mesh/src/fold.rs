@@ -204,6 +204,11 @@ impl Folded {
                 if let Some(patch) = p.set_ctx {
                     self.write_ctx(seq, ev, &format!("arcs:{}", ev.step_run_id), patch);
                 }
+                // The tokens its arcs fired, as a `token.created` each did
+                // before it in older logs.
+                for t in payloads::tokens_created(ev)? {
+                    self.create_token(seq, ev, t);
+                }
                 self.routed(&ev.step_run_id, Some(&p.on))?;
             }
             T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled => {
@@ -277,11 +282,18 @@ impl Folded {
 
     fn token_created(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
         let p: TokenCreated = payloads::decode_typed(ev)?;
+        self.create_token(seq, ev, p);
+        Ok(())
+    }
+
+    /// Token `p`, created by `ev` (a `token.created`, or a `next.selected`
+    /// that fired it), is live unless it already is.
+    fn create_token(&mut self, seq: u64, ev: &Event, p: TokenCreated) {
         let Some(header) = self.header.as_mut() else {
-            return Ok(());
+            return;
         };
         if header.is_live(&p.token_id) {
-            return Ok(());
+            return;
         }
         let parent = if p.parent.is_empty() {
             ev.step_run_id.clone()
@@ -296,7 +308,6 @@ impl Folded {
             parent,
         });
         self.origins.header = Some(Origin::of(seq, ev));
-        Ok(())
     }
 
     /// A step-run's boundary: its result, and a loop's reducer results go

@@ -254,7 +254,10 @@ pub struct ExecutionEnded {
     pub stopped: Vec<crate::token::TokenRecord>,
 }
 
-/// `token.created`, written by the router.
+/// `token.created`, written by the router for an execution's entry token
+/// and a resume's tokens; the tokens a boundary's arcs fire ride in its
+/// `next.selected` instead ([`SelectedArc::token_id`]). Read both through
+/// [`tokens_created`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenCreated {
     /// The token (the step-run it starts).
@@ -280,6 +283,39 @@ pub struct SelectedArc {
     pub arc: usize,
     /// Its target step.
     pub step: String,
+    /// The token it fired (the step-run it starts). Logs written before
+    /// tokens rode in `next.selected` have none here and a `token.created`
+    /// per token instead.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_id: String,
+    /// The token's args as the header records them (large values by
+    /// reference).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub args: Value,
+}
+
+/// The tokens `ev` creates, in order: a `token.created`'s one, or those a
+/// `next.selected` fired (its arcs that name a token). A token's `parent`
+/// is empty when it is the event's own step-run, as in `token.created`.
+/// Every reader of "which tokens exist" reads them here, so both shapes
+/// of the log read alike.
+pub fn tokens_created(ev: &Event) -> Result<Vec<TokenCreated>, MeshError> {
+    match EventType::of(ev) {
+        Some(EventType::TokenCreated) => Ok(vec![decode_typed::<TokenCreated>(ev)?]),
+        Some(EventType::NextSelected) => Ok(decode_typed::<NextSelected>(ev)?
+            .arcs
+            .into_iter()
+            .filter(|a| !a.token_id.is_empty())
+            .map(|a| TokenCreated {
+                token_id: a.token_id,
+                step: a.step,
+                arc: Some(a.arc),
+                args: a.args,
+                parent: String::new(),
+            })
+            .collect()),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// `next.selected`, written by the router.

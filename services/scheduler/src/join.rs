@@ -20,7 +20,7 @@ use noetl_mesh::{
     event_type::EventType,
     keys::Keys,
     kv::{self, Cas},
-    payloads::{self, TokenCreated},
+    payloads,
     replay::{read_log, Logged, Until},
     Mesh, MeshError,
 };
@@ -213,7 +213,8 @@ fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
 /// The join record of `step` as the scheduler's events of execution
 /// `log` leave it: [`absorb`] of each of the step's tokens in the order the
 /// scheduler decided them (its first `step.skipped`, `step.scheduled` or
-/// `step.failed`), with the from-step and args of its `token.created`.
+/// `step.failed`), with the from-step and args of its creation
+/// ([`payloads::tokens_created`]).
 /// `None` when no token of the step was decided.
 fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arrivals> {
     // The step of each step-run (what a token's from-step is), and the
@@ -225,15 +226,16 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
         if !ev.step_run_id.is_empty() {
             step_of.entry(&ev.step_run_id).or_insert(&ev.step);
         }
-        if EventType::of(ev) == Some(EventType::TokenCreated) && ev.step == step {
-            if let Ok(t) = payloads::decode_typed::<TokenCreated>(ev) {
-                let from = if t.parent.is_empty() {
-                    &ev.step_run_id
-                } else {
-                    &t.parent
-                };
-                tokens.insert(t.token_id, (from.clone(), t.args));
+        for t in payloads::tokens_created(ev).unwrap_or_default() {
+            if t.step != step {
+                continue;
             }
+            let from = if t.parent.is_empty() {
+                ev.step_run_id.clone()
+            } else {
+                t.parent
+            };
+            tokens.insert(t.token_id, (from, t.args));
         }
     }
     let mut decided = BTreeSet::new();

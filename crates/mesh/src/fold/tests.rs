@@ -409,3 +409,59 @@ fn a_queued_execution_keeps_its_entry_token_live_until_its_entry_goes_out() {
     );
     assert!(fold(&[started(), old]).header.unwrap().live.is_empty());
 }
+
+/// A `next.selected` that names the tokens its arcs fired folds as the
+/// older log did with a `token.created` per token before it.
+#[test]
+fn the_tokens_an_answer_names_are_live_as_a_token_created_made_them() {
+    let older = fold(&[
+        started(),
+        token("a", "t1", ""),
+        done("a", "t1"),
+        ev(
+            EventType::TokenCreated,
+            "b",
+            "t1",
+            json!({"token_id": "t2", "step": "b", "arc": 0, "args": {"k": 1}}),
+        ),
+        answer("a", "t1", "step.done"),
+    ]);
+    let newer = fold(&[
+        started(),
+        token("a", "t1", ""),
+        done("a", "t1"),
+        ev(
+            EventType::NextSelected,
+            "a",
+            "t1",
+            json!({"on": "step.done", "mode": "exclusive",
+                   "arcs": [{"arc": 0, "step": "b", "token_id": "t2", "args": {"k": 1}}]}),
+        ),
+    ]);
+    for f in [&older, &newer] {
+        let h = f.header.as_ref().unwrap();
+        assert_eq!(h.live.len(), 1, "{:?}", h.live);
+        let t = &h.live[0];
+        assert_eq!((t.token_id.as_str(), t.step.as_str()), ("t2", "b"));
+        assert_eq!((t.parent.as_str(), t.arc), ("t1", 0));
+        assert_eq!(t.args, json!({"k": 1}));
+        assert_eq!(f.steps["a"].status, StepStatus::Done);
+    }
+    assert_eq!(
+        older.header.as_ref().unwrap().live,
+        newer.header.as_ref().unwrap().live
+    );
+    // An arc without a token (a log from before) creates none.
+    let bare = fold(&[
+        started(),
+        token("a", "t1", ""),
+        done("a", "t1"),
+        ev(
+            EventType::NextSelected,
+            "a",
+            "t1",
+            json!({"on": "step.done", "mode": "exclusive", "arcs": [{"arc": 0, "step": "b"}]}),
+        ),
+    ]);
+    assert!(bare.header.unwrap().live.is_empty());
+}

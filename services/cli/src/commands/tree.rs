@@ -3,6 +3,7 @@
 
 use noetl_mesh::event_type::EventType;
 use noetl_mesh::events;
+use noetl_mesh::payloads;
 use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::Value;
@@ -93,13 +94,16 @@ impl Tree {
             if ev.step.is_empty() || ev.step_run_id.is_empty() {
                 continue;
             }
-            // A token names the step it is for, but carries the run id of
-            // the step-run that fired it: its own id is the run it starts.
-            let srid = match EventType::of(ev) {
-                Some(EventType::TokenCreated) => p["token_id"].as_str().unwrap_or(&ev.step_run_id),
-                _ => ev.step_run_id.as_str(),
-            };
-            let run = t.run(&ev.step, srid);
+            // A token (a `token.created`, or one a `next.selected` fired)
+            // names the step it is for and carries the run id of the
+            // step-run that fired it: its own id is the run it starts.
+            for token in payloads::tokens_created(ev).unwrap_or_default() {
+                t.run(&token.step, &token.token_id);
+            }
+            if EventType::of(ev) == Some(EventType::TokenCreated) {
+                continue;
+            }
+            let run = t.run(&ev.step, &ev.step_run_id);
             apply(run, ev, &p);
         }
         if t.status != "running" {
@@ -359,6 +363,15 @@ mod tests {
                 "",
                 json!({"token_id": "t9", "step": "cleanup"}),
             ),
+            // The tokens a boundary's arcs fire ride in its answer.
+            ev(
+                "next.selected",
+                "start",
+                "r1",
+                "",
+                json!({"on": "step.failed", "mode": "inclusive",
+                       "arcs": [{"arc": 1, "step": "notify", "token_id": "t10"}]}),
+            ),
             ev("execution.failed", "", "", "", json!({})),
         ];
         let t = Tree::from_events("e1", &events);
@@ -368,6 +381,11 @@ mod tests {
             "not the run that fired it"
         );
         assert_eq!(cleanup.runs[0].status, "not started");
+        let notify = &t.steps[2];
+        assert_eq!(notify.step, "notify");
+        assert_eq!(notify.runs[0].step_run_id, "t10");
+        assert_eq!(notify.runs[0].status, "not started");
+        assert_eq!(t.steps[0].runs.len(), 1, "the answer is of the run r1");
         assert!(!t.render().contains("scheduled"), "{}", t.render());
     }
 }

@@ -12,7 +12,7 @@
 use noetl_core::Step;
 use noetl_mesh::{
     event_type::EventType,
-    payloads::{self, LoopStarted, TokenCreated},
+    payloads::{self, LoopStarted},
 };
 use noetl_wire::{Event, LoopCommand};
 
@@ -55,8 +55,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     }
     let args = log
         .iter()
-        .filter(|e| EventType::of(e) == Some(EventType::TokenCreated))
-        .filter_map(|e| payloads::decode::<TokenCreated>(e).ok())
+        .flat_map(|e| payloads::tokens_created(e).unwrap_or_default())
         .find(|t| t.token_id == srid)
         .map(|t| t.args)
         .unwrap_or_default();

@@ -1,7 +1,7 @@
 //! What a boundary publishes once its header write is stored: the tokens
-//! it fired that are still live, their `token.created`, and
-//! `next.selected`, as effects (deterministic ids: a redelivery
-//! republishes the same messages, JetStream drops the copies).
+//! it fired that are still live, and `next.selected` naming them, as
+//! effects (deterministic ids: a redelivery republishes the same messages,
+//! JetStream drops the copies).
 
 use noetl_core::Step;
 use noetl_mesh::{
@@ -9,7 +9,7 @@ use noetl_mesh::{
     effects::Effect,
     events::EventDraft,
     patches::Carried,
-    payloads::{NextSelected, SelectedArc, TokenCreated},
+    payloads::{NextSelected, SelectedArc},
     state::{ExecHeader, TokenRecord},
 };
 use noetl_wire::{Event, Token};
@@ -34,25 +34,28 @@ pub(super) struct Fired<'a> {
     pub(super) unanswered: bool,
 }
 
-/// What the step-run's boundary publishes: the tokens it fired that are
-/// still live in `header`, each with its `token.created`, and
-/// `next.selected`, the router's answer to the boundary that ends its
-/// token in the fold of the log (also for a skipped step-run, with no
-/// arc; not for a redelivery that finds nothing of its own left and its
-/// answer in the log already).
+/// What the step-run's boundary publishes: `next.selected`, the router's
+/// answer to the boundary that ends its token in the fold of the log and
+/// names the tokens it fired that are still live in `header` (their
+/// records: one event for the answer and its tokens, where there was a
+/// `token.created` per token), then those tokens. Also for a skipped
+/// step-run, with no arc; not for a redelivery that finds nothing of its
+/// own left and its answer in the log already.
 pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     let (ev, srid) = (f.ev, f.ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = f.header.live.iter().filter(|t| t.parent == srid).collect();
-    // The events first, then the tokens: a token's step can only start after
-    // its `token.created` and this boundary's `next.selected` are in the
-    // stream, so the stream keeps cause before effect across services.
-    let mut effects: Vec<Effect> = fired.iter().map(|t| token_created(ev, t)).collect();
+    // The event first, then the tokens: a token's step can only start after
+    // this boundary's `next.selected` is in the stream, so the stream
+    // keeps cause before effect across services.
+    let mut effects: Vec<Effect> = Vec::new();
     if f.applied || !fired.is_empty() || f.unanswered {
         let arcs: Vec<SelectedArc> = fired
             .iter()
             .map(|t| SelectedArc {
                 arc: t.arc,
                 step: t.step.clone(),
+                token_id: t.token_id.clone(),
+                args: t.args.clone(),
             })
             .collect();
         let mode = f
@@ -92,28 +95,6 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
         })
     }));
     effects
-}
-
-/// `token.created` for token `t` fired by boundary `ev`.
-fn token_created(ev: &Event, t: &TokenRecord) -> Effect {
-    Effect::Emit(
-        EventDraft {
-            execution_id: &ev.execution_id,
-            step_run_id: &ev.step_run_id,
-            step: &t.step,
-            trace_id: &ev.trace_id,
-            parent_id: &ev.event_id,
-            discriminator: &t.token_id,
-            ..Default::default()
-        }
-        .build(&TokenCreated {
-            token_id: t.token_id.clone(),
-            step: t.step.clone(),
-            arc: Some(t.arc),
-            args: t.args.clone(),
-            parent: String::new(),
-        }),
-    )
 }
 
 #[cfg(test)]
@@ -178,11 +159,17 @@ mod tests {
             set_ctx: None,
             unanswered: false,
         });
-        assert_eq!(
-            names(&effects),
-            ["token.created", "next.selected", "token:t1"]
-        );
-        let Effect::Token(t) = &effects[2] else {
+        assert_eq!(names(&effects), ["next.selected", "token:t1"]);
+        // The answer names the token it fired, with its args: its record
+        // in the log (no `token.created` of its own).
+        let Effect::Emit(selected) = &effects[0] else {
+            unreachable!()
+        };
+        let created = noetl_mesh::payloads::tokens_created(selected).unwrap();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].token_id, "t1");
+        assert_eq!(created[0].arc, Some(0));
+        let Effect::Token(t) = &effects[1] else {
             unreachable!()
         };
         assert_eq!(
