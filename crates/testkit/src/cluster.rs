@@ -213,6 +213,11 @@ impl TestCluster {
         format!("nats://127.0.0.1:{}", self.nodes[i].client_port)
     }
 
+    /// The monitoring address of node `i` (`http://127.0.0.1:<port>`).
+    pub fn monitor_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.nodes[i].http_port)
+    }
+
     /// The server name of node `i` (`n1`, `n2`, `n3`).
     pub fn name(&self, i: usize) -> &str {
         &self.nodes[i].name

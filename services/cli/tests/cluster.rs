@@ -663,3 +663,86 @@ fn executions_survive_a_nats_node_and_service_replicas_being_killed() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// Messages lost from the middle of one replica (its first block file cut
+/// short while its node was down, as a disk fault leaves it) stay lost:
+/// JetStream copies back only what a replica lacks at its end. `noetl admin
+/// replicas` reports every replica equal before the damage, and after it
+/// names the stream, the short replica and the remedy, exiting 1.
+#[test]
+fn admin_replicas_names_a_replica_short_in_the_middle_of_a_stream() {
+    use jetstream::stream;
+    let mut cluster = TestCluster::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let publish = |cluster: &TestCluster, range: std::ops::Range<u32>| {
+        rt.block_on(async {
+            let js = jetstream::new(cluster.client().await);
+            js.get_or_create_stream(stream::Config {
+                name: "DAMAGE".into(),
+                subjects: vec!["damage.>".into()],
+                num_replicas: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            for i in range {
+                js.publish(format!("damage.{i}"), vec![b'x'; 64 * 1024].into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    // 12.5 MiB: more than one block file (8 MiB at most each).
+    publish(&cluster, 0..200);
+    let monitors: Vec<String> = (0..3).map(|i| cluster.monitor_url(i)).collect();
+    let replicas = |settle: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_noetl"))
+            .args(["admin", "replicas", "--settle", settle, "--monitor"])
+            .arg(monitors.join(","))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, text) = replicas("20s");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("every replica holds the same"), "{text}");
+
+    cluster.kill(2);
+    let msgs = cluster.dir().join("n3/jetstream/$G/streams/DAMAGE/msgs");
+    let mut blocks: Vec<PathBuf> = std::fs::read_dir(&msgs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "blk"))
+        .collect();
+    blocks.sort_by_key(|p| {
+        let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+        stem.parse::<u64>().unwrap_or(u64::MAX)
+    });
+    assert!(blocks.len() >= 2, "one block only: {blocks:?}");
+    let first = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&blocks[0])
+        .unwrap();
+    let len = first.metadata().unwrap().len();
+    first.set_len(len / 2).unwrap();
+    drop(first);
+    cluster.restart(2).unwrap();
+    cluster.wait_healthy(Duration::from_secs(60)).unwrap();
+
+    let (code, text) = replicas("10s");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("DAMAGE: replicas disagree"), "{text}");
+    assert!(
+        text.contains(&format!("{} hold(s) fewer messages", monitors[2])),
+        "{text}"
+    );
+    assert!(
+        text.contains("nats stream cluster peer-remove DAMAGE"),
+        "{text}"
+    );
+}

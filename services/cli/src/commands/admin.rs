@@ -31,6 +31,10 @@ pub enum Command {
     /// Remove the KV state of executions that ended at least --older-than
     /// ago; their events stay, and `exec show` still shows them.
     Compact(super::admin_compact::CompactArgs),
+    /// Compare what each server of a cluster holds of every stream (from
+    /// its monitoring endpoint) and name the replicas that disagree, with
+    /// the remedy (docs/reliability.md, "A damaged block in the middle").
+    Replicas(super::admin_replicas::ReplicasArgs),
 }
 
 /// Arguments of `noetl admin init`.
@@ -53,6 +57,7 @@ pub async fn run(c: Command) -> anyhow::Result<ExitCode> {
         Command::Token(c) => super::admin_token::run(c).await,
         Command::Rebuild(a) => super::admin_rebuild::run(a).await,
         Command::Compact(a) => super::admin_compact::run(a).await,
+        Command::Replicas(a) => super::admin_replicas::run(a).await,
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod admin_compact;
 pub mod admin_rebuild;
+pub mod admin_replicas;
 pub mod admin_token;
 pub mod common;
 pub mod credential;
