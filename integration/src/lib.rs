@@ -51,8 +51,8 @@ pub struct ClusterOptions {
     pub executor_wait: Duration,
     /// How the private nats-server writes to disk (`noetl run --sync`).
     pub sync: noetl_mesh::server::SyncPolicy,
-    /// nats-server nodes: 1, or 3 clustered with every stream and bucket
-    /// replicated on all three (R3).
+    /// nats-server nodes: 1, or 3 or 5 clustered with every stream and
+    /// bucket replicated on all of them (R3, R5).
     pub nodes: usize,
 }
 
@@ -94,13 +94,13 @@ impl CrashableExecutor {
     }
 }
 
-/// The private NATS a [`Cluster`] runs on: one server, or three
+/// The private NATS a [`Cluster`] runs on: one server, or three or five
 /// clustered.
 pub enum Nats {
     /// One nats-server.
     One(TestServer),
-    /// Three clustered nats-servers.
-    Three(TestCluster),
+    /// Three or five clustered nats-servers.
+    Clustered(TestCluster),
 }
 
 impl Nats {
@@ -108,7 +108,7 @@ impl Nats {
     pub fn url(&self) -> String {
         match self {
             Nats::One(s) => s.url(),
-            Nats::Three(c) => c.urls(),
+            Nats::Clustered(c) => c.urls(),
         }
     }
 
@@ -116,9 +116,7 @@ impl Nats {
     pub fn pids(&self) -> Vec<u32> {
         match self {
             Nats::One(s) => s.pid().into_iter().collect(),
-            Nats::Three(c) => (0..noetl_testkit::cluster::NODES)
-                .filter_map(|i| c.pid(i))
-                .collect(),
+            Nats::Clustered(c) => (0..c.len()).filter_map(|i| c.pid(i)).collect(),
         }
     }
 
@@ -126,7 +124,7 @@ impl Nats {
     pub async fn client(&self) -> async_nats::Client {
         match self {
             Nats::One(s) => s.client().await,
-            Nats::Three(c) => c.client().await,
+            Nats::Clustered(c) => c.client().await,
         }
     }
 }
@@ -164,12 +162,12 @@ impl Cluster {
     pub async fn start_with(opts: ClusterOptions) -> Self {
         let (server, replicas) = match opts.nodes {
             1 => (Nats::One(TestServer::start_with_sync(opts.sync)), 1),
-            3 => {
-                let c = TestCluster::try_start_with_sync(opts.sync)
-                    .unwrap_or_else(|e| panic!("start a 3-node cluster: {e}"));
-                (Nats::Three(c), 3)
+            n @ (3 | 5) => {
+                let c = TestCluster::try_start_sized(n, opts.sync)
+                    .unwrap_or_else(|e| panic!("start a {n}-node cluster: {e}"));
+                (Nats::Clustered(c), n)
             }
-            n => panic!("a cluster of {n} nats-server nodes: only 1 or 3 are started"),
+            n => panic!("a cluster of {n} nats-server nodes: only 1, 3 or 5 are started"),
         };
         let data_dir = tempfile::Builder::new()
             .prefix("noetl-test-data-")

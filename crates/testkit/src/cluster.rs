@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use noetl_mesh::server::{NatsServerProcess, ServerError, ServerOptions, SyncPolicy};
 use serde_json::Value;
 
-/// Nodes in a [`TestCluster`].
+/// Nodes in a [`TestCluster`] unless [`TestCluster::try_start_sized`] says.
 pub const NODES: usize = 3;
 
 /// The cluster's name in every node's `cluster {}` block.
@@ -126,9 +126,15 @@ impl TestCluster {
     /// [`Self::try_start`] with every node writing to disk as `sync` says
     /// (`sync_interval: always`: every write fsynced before its ack).
     pub fn try_start_with_sync(sync: SyncPolicy) -> Result<Self, ClusterError> {
+        Self::try_start_sized(NODES, sync)
+    }
+
+    /// [`Self::try_start_with_sync`] with `nodes` servers (3 or 5: streams
+    /// R3 or R5).
+    pub fn try_start_sized(nodes: usize, sync: SyncPolicy) -> Result<Self, ClusterError> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once(sync) {
+            match Self::start_once(nodes, sync) {
                 Ok(c) => return Ok(c),
                 Err(e @ ClusterError::Node { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -137,7 +143,7 @@ impl TestCluster {
         Err(last.expect("at least one attempt"))
     }
 
-    fn start_once(sync: SyncPolicy) -> Result<Self, ClusterError> {
+    fn start_once(count: usize, sync: SyncPolicy) -> Result<Self, ClusterError> {
         let dir = tempfile::Builder::new()
             .prefix("noetl-test-cluster-")
             .tempdir()
@@ -145,14 +151,14 @@ impl TestCluster {
                 path: std::env::temp_dir().display().to_string(),
                 source,
             })?;
-        let ports = free_ports(3 * NODES);
-        let cluster_ports = &ports[NODES..2 * NODES];
+        let ports = free_ports(3 * count);
+        let cluster_ports = &ports[count..2 * count];
         let routes: Vec<String> = cluster_ports
             .iter()
             .map(|p| format!("nats-route://127.0.0.1:{p}"))
             .collect();
         let mut nodes = Vec::new();
-        for i in 0..NODES {
+        for i in 0..count {
             let name = format!("n{}", i + 1);
             let store = dir.path().join(&name);
             let config = dir.path().join(format!("{name}.conf"));
@@ -167,7 +173,7 @@ impl TestCluster {
                  http: 127.0.0.1:{http}\n\
                  {jetstream}\
                  cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{cport}\n  routes: [{routes}]\n}}\n",
-                http = ports[2 * NODES + i],
+                http = ports[2 * count + i],
                 cport = cluster_ports[i],
                 routes = routes.join(", "),
             );
@@ -178,7 +184,7 @@ impl TestCluster {
             nodes.push(Node {
                 name,
                 client_port: ports[i],
-                http_port: ports[2 * NODES + i],
+                http_port: ports[2 * count + i],
                 store,
                 config,
                 process: None,
@@ -195,6 +201,16 @@ impl TestCluster {
         Ok(cluster)
     }
 
+    /// How many nodes it has.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Never: a cluster has nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
     /// The process id of node `i` (`None` while it is killed).
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.nodes[i].process.as_ref().and_then(|p| p.pid())
@@ -202,7 +218,7 @@ impl TestCluster {
 
     /// The client URLs of all nodes, comma-separated (`--nats` form).
     pub fn urls(&self) -> String {
-        (0..NODES)
+        (0..self.len())
             .map(|i| self.url(i))
             .collect::<Vec<_>>()
             .join(",")
@@ -255,7 +271,7 @@ impl TestCluster {
 
     /// Wait until every running node reports JetStream healthy.
     pub fn wait_healthy(&self, timeout: Duration) -> Result<(), ClusterError> {
-        for i in 0..NODES {
+        for i in 0..self.len() {
             if self.is_running(i) {
                 self.wait_node_healthy(i, timeout)?;
             }
@@ -322,7 +338,7 @@ impl TestCluster {
     /// A client given every node's URL: it fails over to another node when
     /// the one it is connected to goes away.
     pub async fn client(&self) -> async_nats::Client {
-        let addrs: Vec<async_nats::ServerAddr> = (0..NODES)
+        let addrs: Vec<async_nats::ServerAddr> = (0..self.len())
             .map(|i| self.url(i).parse().expect("a loopback URL parses"))
             .collect();
         async_nats::ConnectOptions::new()
@@ -335,7 +351,7 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        for i in 0..NODES {
+        for i in 0..self.len() {
             self.kill(i);
         }
         if std::thread::panicking() {

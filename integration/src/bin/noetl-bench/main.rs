@@ -181,7 +181,7 @@ async fn raw_hops(mesh: &noetl_mesh::Mesh, n: usize) -> Duration {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always] [--nodes 1|3]; scenarios: {}",
+        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always] [--nodes 1|3|5]; scenarios: {}",
         only::SCENARIOS.join(", ")
     );
     std::process::exit(2);
@@ -229,13 +229,15 @@ async fn main() {
                     _ => usage(),
                 }
             }
-            // Three clustered nats-servers, every stream and bucket R3
+            // Three or five clustered nats-servers, every stream and bucket
+            // R3 or R5
             // (the per-service and replica figures still start one server
             // of their own).
             "--nodes" => {
                 nodes = match args.next().as_deref() {
                     Some("1") => 1,
                     Some("3") => 3,
+                    Some("5") => 5,
                     _ => usage(),
                 }
             }
@@ -262,8 +264,8 @@ async fn main() {
         ..ClusterOptions::default()
     })
     .await;
-    if nodes == 3 {
-        println!("three clustered nats-servers, every stream and bucket R3");
+    if nodes > 1 {
+        println!("{nodes} clustered nats-servers, every stream and bucket R{nodes}");
     }
     if sync == SyncPolicy::Always {
         println!("nats-server with sync_interval: always (every write fsynced before its ack)");
