@@ -414,10 +414,21 @@ fn a_queued_execution_keeps_its_entry_token_live_until_its_entry_goes_out() {
 /// older log did with a `token.created` per token before it.
 #[test]
 fn the_tokens_an_answer_names_are_live_as_a_token_created_made_them() {
-    let older = fold(&[
-        started(),
-        token("a", "t1", ""),
-        done("a", "t1"),
+    // Step a's run t1 ended; then the router's events.
+    let after_a = |routed: Vec<Event>| {
+        let mut log = vec![started(), token("a", "t1", ""), done("a", "t1")];
+        log.extend(routed);
+        fold(&log)
+    };
+    let selected = |arcs: Value| {
+        ev(
+            EventType::NextSelected,
+            "a",
+            "t1",
+            json!({"on": "step.done", "mode": "exclusive", "arcs": arcs}),
+        )
+    };
+    let older = after_a(vec![
         ev(
             EventType::TokenCreated,
             "b",
@@ -426,18 +437,9 @@ fn the_tokens_an_answer_names_are_live_as_a_token_created_made_them() {
         ),
         answer("a", "t1", "step.done"),
     ]);
-    let newer = fold(&[
-        started(),
-        token("a", "t1", ""),
-        done("a", "t1"),
-        ev(
-            EventType::NextSelected,
-            "a",
-            "t1",
-            json!({"on": "step.done", "mode": "exclusive",
-                   "arcs": [{"arc": 0, "step": "b", "token_id": "t2", "args": {"k": 1}}]}),
-        ),
-    ]);
+    let newer = after_a(vec![selected(
+        json!([{"arc": 0, "step": "b", "token_id": "t2", "args": {"k": 1}}]),
+    )]);
     for f in [&older, &newer] {
         let h = f.header.as_ref().unwrap();
         assert_eq!(h.live.len(), 1, "{:?}", h.live);
@@ -452,16 +454,6 @@ fn the_tokens_an_answer_names_are_live_as_a_token_created_made_them() {
         newer.header.as_ref().unwrap().live
     );
     // An arc without a token (a log from before) creates none.
-    let bare = fold(&[
-        started(),
-        token("a", "t1", ""),
-        done("a", "t1"),
-        ev(
-            EventType::NextSelected,
-            "a",
-            "t1",
-            json!({"on": "step.done", "mode": "exclusive", "arcs": [{"arc": 0, "step": "b"}]}),
-        ),
-    ]);
+    let bare = after_a(vec![selected(json!([{"arc": 0, "step": "b"}]))]);
     assert!(bare.header.unwrap().live.is_empty());
 }
