@@ -194,7 +194,11 @@ impl Folded {
         use EventType as T;
         match kind {
             T::PlaybookInitialized => self.initialized(seq, ev)?,
-            T::TokenCreated => self.token_created(seq, ev)?,
+            T::TokenCreated => {
+                for t in payloads::tokens_created(ev)? {
+                    self.create_token(seq, ev, t);
+                }
+            }
             T::StepDone | T::StepFailed | T::StepSkipped | T::LoopDone => {
                 self.boundary(seq, ev, kind)?
             }
@@ -280,14 +284,9 @@ impl Folded {
         Ok(())
     }
 
-    fn token_created(&mut self, seq: u64, ev: &Event) -> Result<(), MeshError> {
-        let p: TokenCreated = payloads::decode_typed(ev)?;
-        self.create_token(seq, ev, p);
-        Ok(())
-    }
-
     /// Token `p`, created by `ev` (a `token.created`, or a `next.selected`
-    /// that fired it), is live unless it already is.
+    /// that fired it; [`payloads::tokens_created`]), is live unless it
+    /// already is.
     fn create_token(&mut self, seq: u64, ev: &Event, p: TokenCreated) {
         let Some(header) = self.header.as_mut() else {
             return;
@@ -295,17 +294,12 @@ impl Folded {
         if header.is_live(&p.token_id) {
             return;
         }
-        let parent = if p.parent.is_empty() {
-            ev.step_run_id.clone()
-        } else {
-            p.parent
-        };
         header.live.push(TokenRecord {
             token_id: p.token_id,
             step: p.step,
             args: p.args,
             arc: p.arc.unwrap_or(0),
-            parent,
+            parent: p.parent,
         });
         self.origins.header = Some(Origin::of(seq, ev));
     }

@@ -295,14 +295,14 @@ pub struct SelectedArc {
 }
 
 /// The tokens `ev` creates, in order: a `token.created`'s one, or those a
-/// `next.selected` fired (its arcs that name a token). A token's `parent`
-/// is empty when it is the event's own step-run, as in `token.created`.
-/// Every reader of "which tokens exist" reads them here, so both shapes
-/// of the log read alike.
+/// `next.selected` fired (its arcs that name a token), each with its
+/// `parent` resolved: the step-run that fired it (the event's own, unless
+/// a resumed token's payload names another). Every reader of "which
+/// tokens exist" reads them here, so both shapes of the log read alike.
 pub fn tokens_created(ev: &Event) -> Result<Vec<TokenCreated>, MeshError> {
-    match EventType::of(ev) {
-        Some(EventType::TokenCreated) => Ok(vec![decode_typed::<TokenCreated>(ev)?]),
-        Some(EventType::NextSelected) => Ok(decode_typed::<NextSelected>(ev)?
+    let mut tokens = match EventType::of(ev) {
+        Some(EventType::TokenCreated) => vec![decode_typed::<TokenCreated>(ev)?],
+        Some(EventType::NextSelected) => decode_typed::<NextSelected>(ev)?
             .arcs
             .into_iter()
             .filter(|a| !a.token_id.is_empty())
@@ -313,9 +313,13 @@ pub fn tokens_created(ev: &Event) -> Result<Vec<TokenCreated>, MeshError> {
                 args: a.args,
                 parent: String::new(),
             })
-            .collect()),
-        _ => Ok(Vec::new()),
+            .collect(),
+        _ => Vec::new(),
+    };
+    for t in tokens.iter_mut().filter(|t| t.parent.is_empty()) {
+        t.parent = ev.step_run_id.clone();
     }
+    Ok(tokens)
 }
 
 /// `next.selected`, written by the router.

@@ -100,14 +100,9 @@ fn recorded(log: &[replay::Logged]) -> Result<Recorded, MeshError> {
     let mut r = Recorded::default();
     for l in log {
         for p in crate::payloads::tokens_created(&l.event)? {
-            let parent = if p.parent.is_empty() {
-                l.event.step_run_id.clone()
-            } else {
-                p.parent.clone()
-            };
             r.args.insert(p.token_id.clone(), p.args.clone());
             if p.arc.is_some() {
-                r.fired.entry(parent).or_default().push((p.step, p.args));
+                r.fired.entry(p.parent).or_default().push((p.step, p.args));
             }
         }
     }

@@ -230,12 +230,7 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
             if t.step != step {
                 continue;
             }
-            let from = if t.parent.is_empty() {
-                ev.step_run_id.clone()
-            } else {
-                t.parent
-            };
-            tokens.insert(t.token_id, (from, t.args));
+            tokens.insert(t.token_id, (t.parent, t.args));
         }
     }
     let mut decided = BTreeSet::new();
