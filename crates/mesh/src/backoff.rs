@@ -26,7 +26,7 @@ impl Backoff {
     /// without a leader): 250 ms doubling to 2 s. A request costs next to
     /// nothing, and an executor sleeping through a long backoff after the
     /// outage heals serves nothing meanwhile: its kind looks unserved and
-    /// its tasks wait (docs/reliability.md, "Back after an outage").
+    /// its tasks wait (docs/architecture.md, "A kind no executor serves").
     pub const PULL: Backoff = Backoff {
         first: Duration::from_millis(250),
         max: Duration::from_secs(2),

@@ -164,10 +164,7 @@ impl TestCluster {
             let config = dir.path().join(format!("{name}.conf"));
             // The store directory is the `-sd` flag (ServerOptions); a
             // `jetstream { store_dir }` here would be refused as a duplicate.
-            let jetstream = match sync {
-                SyncPolicy::Interval => "jetstream: enabled\n",
-                SyncPolicy::Always => "jetstream {\n  sync_interval: always\n}\n",
-            };
+            let jetstream = sync.config_text().unwrap_or("jetstream: enabled\n");
             let text = format!(
                 "server_name: {name}\n\
                  http: 127.0.0.1:{http}\n\

@@ -674,28 +674,25 @@ fn admin_replicas_names_a_replica_short_in_the_middle_of_a_stream() {
     use jetstream::stream;
     let mut cluster = TestCluster::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let publish = |cluster: &TestCluster, range: std::ops::Range<u32>| {
-        rt.block_on(async {
-            let js = jetstream::new(cluster.client().await);
-            js.get_or_create_stream(stream::Config {
-                name: "DAMAGE".into(),
-                subjects: vec!["damage.>".into()],
-                num_replicas: 3,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-            for i in range {
-                js.publish(format!("damage.{i}"), vec![b'x'; 64 * 1024].into())
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap();
-            }
-        })
-    };
     // 12.5 MiB: more than one block file (8 MiB at most each).
-    publish(&cluster, 0..200);
+    rt.block_on(async {
+        let js = jetstream::new(cluster.client().await);
+        js.create_stream(stream::Config {
+            name: "DAMAGE".into(),
+            subjects: vec!["damage.>".into()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        for i in 0..200 {
+            js.publish(format!("damage.{i}"), vec![b'x'; 64 * 1024].into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
     let monitors: Vec<String> = (0..3).map(|i| cluster.monitor_url(i)).collect();
     let replicas = |settle: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_noetl"))

@@ -230,9 +230,8 @@ async fn main() {
                 }
             }
             // Three or five clustered nats-servers, every stream and bucket
-            // R3 or R5
-            // (the per-service and replica figures still start one server
-            // of their own).
+            // R3 or R5 (the per-service and replica figures still start one
+            // server of their own).
             "--nodes" => {
                 nodes = match args.next().as_deref() {
                     Some("1") => 1,
