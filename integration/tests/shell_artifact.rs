@@ -238,7 +238,7 @@ async fn a_request_with_an_unknown_kind_fails_at_once_naming_it() {
     let error = s.error.unwrap_or_default();
     assert!(error.contains("E006") && error.contains("`pg`"), "{error}");
     assert!(
-        !types(&cluster.events(&eid).await).contains(&"step.scheduled"),
+        !types(&cluster.events(&eid).await).contains(&"step.started"),
         "nothing ran"
     );
     cluster.stop().await;

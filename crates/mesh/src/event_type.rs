@@ -129,14 +129,15 @@ impl EventType {
     /// runs, joins, held tokens, checkpoints, gates, replay's decisions)
     /// orders them against the work they announce and no service consumes
     /// them, so where one lands in the stream relative to that work
-    /// changes no record ([`crate::effects::apply`]). `step.started` and
-    /// `step.scheduled` are read by the held tokens' check only as some
-    /// `step.*` event of a step-run, which the step-run's own boundary
-    /// also is; `step.scheduled` is read by a join's fold only in its order
-    /// among the scheduler's decisions for the step (each decision's
-    /// handler waits for its acks before the next token is taken), and by
-    /// `replay --playbook` as the admission decision, at its place in the
-    /// log. A cursor loop's `loop.iteration.started` is read by its run's
+    /// changes no record ([`crate::effects::apply`]). `step.started` (and
+    /// the `step.scheduled` of older logs) is read by the held tokens'
+    /// check only as some `step.*` event of a step-run, which the
+    /// step-run's own boundary also is; as the admission
+    /// ([`crate::payloads::is_admission`]) it is read by a join's fold only
+    /// in its order among the scheduler's decisions for the step (each
+    /// decision's handler waits for its acks before the next token is
+    /// taken), and by `replay --playbook` as the admission decision, at its
+    /// place in the log. A cursor loop's `loop.iteration.started` is read by its run's
     /// fold: the loop-supervisor awaits those itself before their
     /// iterations go out (a loop over `in` does not wait for them).
     pub const fn for_readers_only(self) -> bool {
@@ -226,8 +227,8 @@ pub const SPEC_NAMES: &[SpecName] = {
         },
         SpecName {
             name: "token.claimed",
-            ours: &[T::StepScheduled, T::StepSkipped],
-            why: "the scheduler takes a token and decides its admission at once: step.scheduled or step.skipped",
+            ours: &[T::StepStarted, T::StepSkipped, T::StepScheduled],
+            why: "the scheduler takes a token and decides its admission at once: step.started (admitted, its rule in it; step.scheduled in logs before 2026-11-29) or step.skipped",
         },
         SpecName {
             name: "next.enqueued",
@@ -237,7 +238,7 @@ pub const SPEC_NAMES: &[SpecName] = {
         SpecName {
             name: "command.issued",
             ours: &[T::StepStarted, T::LoopIterationStarted],
-            why: "a step-run's first command follows step.started, an iteration's follows loop.iteration.started; commands are work-queue messages, not events",
+            why: "a step-run's first command goes out with step.started, an iteration's with loop.iteration.started; commands are work-queue messages, not events",
         },
         SpecName {
             name: "command.claimed",
@@ -262,7 +263,7 @@ pub const SPEC_NAMES: &[SpecName] = {
         SpecName {
             name: "step.enter",
             ours: &[T::StepStarted],
-            why: "the step-run starts when the scheduler admits it",
+            why: "the step-run starts when the scheduler admits it: one event says both",
         },
         SpecName {
             name: "step.exit",

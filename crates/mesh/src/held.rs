@@ -4,7 +4,7 @@
 //! fault), the unpause would release nothing and the execution would wait
 //! forever. The log says which tokens are owed without the records: a
 //! token live in the header whose step-run has no event of its own
-//! (`step.scheduled`, `step.skipped`, ...) was never started.
+//! (`step.started`, `step.skipped`, ...) was never started.
 //! [`owed_tokens`] decides it (a plain function); the unpause publishes
 //! what it returns ([`crate::Mesh::release_owed_tokens`]).
 //!

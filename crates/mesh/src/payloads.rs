@@ -541,7 +541,9 @@ pub struct ExecutionDeadlineSet(pub DeadlineSet);
 #[serde(transparent)]
 pub struct StepDeadlineSet(pub DeadlineSet);
 
-/// `step.scheduled` (scheduler): the step-run was admitted.
+/// `step.scheduled` (scheduler, logs written before 2026-11-29): the
+/// step-run was admitted. A step-run is now admitted and started in one
+/// [`StepStarted`], with the same fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepScheduled {
     /// The admission rule that matched, if any.
@@ -649,11 +651,44 @@ pub struct Resumed {
     pub resumed_at_ms: u64,
 }
 
-/// `step.started` (scheduler): a step-run began. Nothing to say beyond the
-/// envelope (execution, step, step-run id), but a type of its own all the
-/// same, so every event is written from one.
+/// `step.started` (scheduler): admission let the step-run in and it
+/// began, in one event. Older logs have a `step.scheduled` with these
+/// fields followed by an empty `step.started`: [`StepStarted::admission`]
+/// tells the two apart.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepStarted {}
+pub struct StepStarted {
+    /// The admission rule that matched, if any.
+    #[serde(default)]
+    pub rule: Option<usize>,
+    /// A loop step (the loop-supervisor runs it); `None` in an older
+    /// log's empty `step.started`, whose `step.scheduled` was the
+    /// admission.
+    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub is_loop: Option<bool>,
+}
+
+impl StepStarted {
+    /// The start of an admitted step-run: `rule` matched, `is_loop` a
+    /// loop step.
+    pub fn admitted(rule: Option<usize>, is_loop: bool) -> Self {
+        Self {
+            rule,
+            is_loop: Some(is_loop),
+        }
+    }
+}
+
+/// Whether `ev` is the scheduler's admission of its step-run: a
+/// `step.scheduled` (older logs), or a `step.started` that carries the
+/// admission (`loop` set), not the empty one that followed a
+/// `step.scheduled` before the two were one event.
+pub fn is_admission(ev: &Event) -> bool {
+    match EventType::of(ev) {
+        Some(EventType::StepScheduled) => true,
+        Some(EventType::StepStarted) => crate::events::payload(ev).get("loop").is_some(),
+        _ => false,
+    }
+}
 
 /// A payload struct and the event types it is the payload of (Restate's
 /// commands bound to a `KIND` are the model). An event is built from its
@@ -1029,6 +1064,31 @@ mod tests {
             view.handled, done.handled,
             "the loop step's record keeps them"
         );
+    }
+
+    #[test]
+    fn the_admission_is_the_start_that_carries_it_or_an_older_log_s_scheduled() {
+        let started = |p: &StepStarted| event("step.started", to_value(p));
+        let new = started(&StepStarted::admitted(Some(1), true));
+        assert!(is_admission(&new));
+        assert_eq!(
+            decode::<StepStarted>(&new).unwrap(),
+            StepStarted::admitted(Some(1), true)
+        );
+        // An older log: the admission in `step.scheduled`, then an empty
+        // `step.started` that is not a second admission.
+        let old = event("step.scheduled", json!({"rule": null, "loop": false}));
+        assert!(is_admission(&old));
+        let empty = event("step.started", json!({}));
+        assert!(!is_admission(&empty));
+        assert_eq!(
+            decode::<StepStarted>(&empty).unwrap(),
+            StepStarted::default()
+        );
+        assert!(!is_admission(&event(
+            "step.skipped",
+            json!({"loop": false})
+        )));
     }
 
     #[test]

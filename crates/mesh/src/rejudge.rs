@@ -7,8 +7,8 @@
 //! decisions are the core's ([`routing::admit`], [`routing::select_arcs`],
 //! a loop's `in`), so a replay runs the code that ran live.
 //!
-//! Re-taken: admission (`step.scheduled` / `step.skipped` "admission
-//! denied"), the arcs each step-run's boundary fired (targets and their
+//! Re-taken: admission (the admitting `step.started` — `step.scheduled`
+//! in older logs — / `step.skipped` "admission denied"), the arcs each step-run's boundary fired (targets and their
 //! args), the length of each loop's collection (`loop.started`), and each
 //! task's policy (`task.done`: the rule that matched, its action and its
 //! `set_ctx`) against the outcome the event records, in the scope the log
@@ -414,7 +414,7 @@ async fn decide(
     let ev = d.ev;
     let p = crate::events::payload(ev);
     let is_decision = match kind {
-        EventType::StepScheduled => true,
+        EventType::StepScheduled | EventType::StepStarted => crate::payloads::is_admission(ev),
         EventType::StepSkipped => p["reason"] == "admission denied",
         EventType::StepDone | EventType::StepFailed => d.live && p["join"] != true,
         EventType::LoopDone => d.live && p["boundary"] != false && p["join"] != true,
@@ -432,8 +432,8 @@ async fn decide(
         ))));
     };
     let taken = match kind {
-        EventType::StepScheduled | EventType::StepSkipped => {
-            admission(&d, step, kind == EventType::StepScheduled).await?
+        EventType::StepScheduled | EventType::StepStarted | EventType::StepSkipped => {
+            admission(&d, step, kind != EventType::StepSkipped).await?
         }
         EventType::LoopStarted => loop_collection(&d, step, &p).await?,
         _ => arcs(&d, step, &p).await?,

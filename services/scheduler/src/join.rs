@@ -212,8 +212,8 @@ fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
 
 /// The join record of `step` as the scheduler's events of execution
 /// `log` leave it: [`absorb`] of each of the step's tokens in the order the
-/// scheduler decided them (its first `step.skipped`, `step.scheduled` or
-/// `step.failed`), with the from-step and args of its creation
+/// scheduler decided them (its first `step.skipped`, admitting
+/// `step.started` — `step.scheduled` in older logs — or `step.failed`), with the from-step and args of its creation
 /// ([`payloads::tokens_created`]).
 /// `None` when no token of the step was decided.
 fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arrivals> {
@@ -239,8 +239,8 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
         let ev = &l.event;
         let by_scheduler = matches!(
             EventType::of(ev),
-            Some(EventType::StepSkipped | EventType::StepScheduled | EventType::StepFailed)
-        );
+            Some(EventType::StepSkipped | EventType::StepFailed)
+        ) || payloads::is_admission(ev);
         if !by_scheduler || ev.step != step || !decided.insert(ev.step_run_id.as_str()) {
             continue;
         }
@@ -409,7 +409,7 @@ mod tests {
         // same step-run is not another arrival).
         log.push(logged(
             6,
-            "step.scheduled",
+            "step.started",
             "merge",
             "t2",
             json!({"loop": false}),

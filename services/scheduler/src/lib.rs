@@ -3,7 +3,7 @@
 //! For each token on `<p>.token.<eid>`: evaluate `step.spec.policy.admit`
 //! (server side; inputs `workload`, `ctx`, `args`, `token`). Denied →
 //! `step.skipped` (a boundary the router closes). Admitted →
-//! `step.scheduled` and then: a loop step goes to the loop-supervisor
+//! `step.started` (the admission's rule with it) and then: a loop step goes to the loop-supervisor
 //! (`<p>.loop.<eid>`); a routing-only step (no tool) finishes at once with
 //! `step.done`; any other step sends its first task command to
 //! `<p>.task.<kind>`. The step-run id is the token id, so every publish is
@@ -23,8 +23,7 @@ use noetl_mesh::{
     ids::derive_id,
     pause::Held,
     payloads::{
-        self, DeadlineSet, EventPayload, StepDeadlineSet, StepEnded, StepScheduled, StepSkipped,
-        StepStarted,
+        self, DeadlineSet, EventPayload, StepDeadlineSet, StepEnded, StepSkipped, StepStarted,
     },
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
@@ -208,7 +207,7 @@ struct Decide<'a> {
 }
 
 /// What a token's step-run publishes: a failed admission fails it, a
-/// denied one skips it; an admitted one is scheduled and started
+/// denied one skips it; an admitted one is started
 /// ([`start`]).
 fn decide(d: &Decide<'_>) -> Vec<Effect> {
     let step = d.step;
@@ -237,12 +236,11 @@ fn decide(d: &Decide<'_>) -> Vec<Effect> {
         };
         return vec![emit(d, &skipped)];
     }
+    // Admitted and started in one event (`step.scheduled` of older logs
+    // said the first half).
     let mut effects = vec![emit(
         d,
-        &StepScheduled {
-            rule: admission.rule,
-            is_loop: step.loop_.is_some(),
-        },
+        &StepStarted::admitted(admission.rule, step.loop_.is_some()),
     )];
     effects.extend(start(d));
     effects
@@ -308,7 +306,6 @@ fn start(d: &Decide<'_>) -> Vec<Effect> {
             deadline_of,
         }));
     } else if let Some(first) = step.tool.first() {
-        effects.push(emit(d, &StepStarted {}));
         let cmd = commands::first_task(FirstTask {
             execution_id: eid,
             step: &step.step,
@@ -326,7 +323,6 @@ fn start(d: &Decide<'_>) -> Vec<Effect> {
         });
     } else {
         // Routing-only step: nothing to run.
-        effects.push(emit(d, &StepStarted {}));
         effects.push(emit(d, &StepEnded::done(Value::Null, args.clone())));
     }
     effects
@@ -396,15 +392,21 @@ mod tests {
     }
 
     #[test]
-    fn an_admitted_tool_step_is_scheduled_started_and_its_first_task_sent() {
+    fn an_admitted_tool_step_is_started_and_its_first_task_sent() {
         let p =
             plan(json!({"step": "s", "tool": [{"name": "t", "kind": "python", "code": "x = 1"}]}));
         let effects = decided(&p, allowed());
+        assert_eq!(kinds(&effects), ["step.started", "task:python"]);
+        let Effect::Emit(started) = &effects[0] else {
+            unreachable!()
+        };
         assert_eq!(
-            kinds(&effects),
-            ["step.scheduled", "step.started", "task:python"]
+            payloads::decode::<StepStarted>(started).unwrap(),
+            StepStarted::admitted(None, false),
+            "the admission rides in the start"
         );
-        let Effect::Task { cmd, task, .. } = &effects[2] else {
+        assert!(payloads::is_admission(started));
+        let Effect::Task { cmd, task, .. } = &effects[1] else {
             unreachable!()
         };
         assert_eq!(
@@ -418,13 +420,13 @@ mod tests {
         let p = plan(json!({"step": "s"}));
         assert_eq!(
             kinds(&decided(&p, allowed())),
-            ["step.scheduled", "step.started", "step.done"]
+            ["step.started", "step.done"]
         );
         let p = plan(
             json!({"step": "s", "loop": {"in": "{{ [1, 2] }}", "iterator": "x"},
                             "tool": [{"name": "t", "kind": "noop"}]}),
         );
-        assert_eq!(kinds(&decided(&p, allowed())), ["step.scheduled", "loop"]);
+        assert_eq!(kinds(&decided(&p, allowed())), ["step.started", "loop"]);
     }
 
     #[test]
@@ -455,12 +457,7 @@ mod tests {
         let effects = decided(&p, allowed());
         assert_eq!(
             kinds(&effects),
-            [
-                "step.scheduled",
-                "step.deadline",
-                "step.started",
-                "task:noop"
-            ]
+            ["step.started", "step.deadline", "task:noop"]
         );
     }
 }

@@ -352,10 +352,10 @@ fn a_join_waiting_names_the_arcs_it_misses_until_it_starts() {
         w[0].text
     );
     let fired = ev(
-        EventType::StepScheduled.wire_name(),
+        EventType::StepStarted.wire_name(),
         "merge",
         "t4",
-        json!({}),
+        json!({"loop": false}),
     );
     assert!(explain_of(&[], &[arrival, fired], &BTreeMap::new()).is_empty());
 }
