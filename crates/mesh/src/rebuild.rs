@@ -53,6 +53,11 @@ pub struct Rebuilt {
     /// Why a record could not be rebuilt, if one could not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The events say the execution is running (its loop runs and
+    /// iteration checkpoints are owed too: `noetl admin rebuild` writes
+    /// them through the loop-supervisor and the executor).
+    #[serde(skip)]
+    pub running: bool,
 }
 
 /// The plan the log names, read back: the playbook from the object store
@@ -114,6 +119,7 @@ async fn write_records(
     let mut out = Rebuilt {
         execution_id: eid.to_string(),
         events: folded.events,
+        running: folded.is_running(),
         ..Default::default()
     };
     let write = |key: String, value: Value, store: &async_nats::jetstream::kv::Store| {

@@ -421,6 +421,111 @@ fn a_running_loop_whose_run_chunks_claims_and_ctx_are_purged_completes_as_a_clea
     assert!(out.status.success(), "{}: {report}", text(&out));
 }
 
+#[test]
+fn a_running_loop_s_run_and_checkpoints_purged_are_written_back_by_admin_rebuild_as_they_were() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "python"]);
+
+    let id = support::exec_start(noetl(), &url, &[fixture("purged_checkpoint.yaml")]);
+    let (rt, mesh) = attached(&url, home.path());
+    let stored = || {
+        rt.block_on(async {
+            let mut out = std::collections::BTreeMap::new();
+            for k in noetl_mesh::kv::keys_under(mesh.loop_kv(), &id)
+                .await
+                .unwrap()
+            {
+                let v: Option<Value> = noetl_mesh::kv::get(mesh.loop_kv(), &k).await.unwrap();
+                out.insert(k, v);
+            }
+            out
+        })
+    };
+    // Both iterations set `iter` and sleep in `slow`: each has a
+    // checkpoint, and nothing moves until they wake.
+    support::wait_until("both checkpoints", Duration::from_secs(30), || {
+        stored().keys().filter(|k| k.contains(".ckpt.")).count() == 2
+    });
+    let before = stored();
+    rt.block_on(async {
+        for k in before.keys() {
+            mesh.loop_kv().purge(k).await.unwrap();
+        }
+    });
+    assert!(stored().is_empty(), "the loop run's records were purged");
+    let (out, rebuilt) = run(noetl().args([
+        "admin",
+        "rebuild",
+        "--execution",
+        &id,
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(rebuilt["loop_runs"], 1, "{rebuilt}");
+    assert_eq!(rebuilt["checkpoints"], 2, "{rebuilt}");
+    assert!(rebuilt.get("notes").is_none(), "{rebuilt}");
+    let after = stored();
+    let ckpts = |m: &std::collections::BTreeMap<String, Option<Value>>| {
+        m.iter()
+            .filter(|(k, _)| k.contains(".ckpt."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ckpts(&after),
+        ckpts(&before),
+        "the checkpoints as they were"
+    );
+    let run_key = Keys::loop_run(&id, before_run(&before));
+    let (was, back) = (&before[&run_key], &after[&run_key]);
+    for field in ["total", "done", "failed", "in_flight", "next"] {
+        assert_eq!(
+            was.as_ref().map(|r| &r[field]),
+            back.as_ref().map(|r| &r[field]),
+            "the run's {field}"
+        );
+    }
+    // Run again, nothing is missing.
+    let (out, again) = run(noetl().args([
+        "admin",
+        "rebuild",
+        "--execution",
+        &id,
+        "--json",
+        "--nats",
+        &url,
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        (&again["loop_runs"], &again["checkpoints"]),
+        (&json!(0), &json!(0))
+    );
+    drop(mesh);
+    drop(rt);
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["pages"], json!(3), "{end}");
+    let (out, report) = run(noetl().args(["exec", "replay", &id, "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}: {report}", text(&out));
+}
+
+/// The loop run id among the loop bucket's keys of an execution (the key
+/// `<eid>.<run>` with nothing after the run).
+fn before_run(keys: &std::collections::BTreeMap<String, Option<Value>>) -> &str {
+    keys.keys()
+        .find_map(|k| {
+            let (_, rest) = k.split_once('.')?;
+            (!rest.contains('.')).then_some(rest)
+        })
+        .expect("the loop run's record")
+}
+
 /// Attach to the mesh at `url` (for what no command does: reading the
 /// stream's config, a retention sweep at a chosen time).
 fn attached(url: &str, home: &std::path::Path) -> (tokio::runtime::Runtime, Mesh) {

@@ -37,6 +37,7 @@ use noetl_mesh::{
     MeshError,
 };
 
+pub mod admin;
 mod collection;
 mod commit;
 mod dispatch;

@@ -22,23 +22,33 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
     if !any_loop_started(mesh, at.eid()).await? {
         return Ok(None);
     }
-    let Some(rebuilt) = folded(mesh, at).await? else {
+    let log = log_of(mesh, at.eid()).await?;
+    Ok(restore_from(mesh, at, &log).await?.map(|(run, _)| run))
+}
+
+/// [`restore`] from the execution's events `log`, read already: the run
+/// as now stored, and whether it was missing and written back.
+pub(crate) async fn restore_from(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+    log: &[Event],
+) -> Result<Option<(LoopRun, bool)>, HandlerError> {
+    let Some(rebuilt) = folded_from(log, at)? else {
         return Ok(None);
     };
     write_claims(mesh, at, &rebuilt.claims).await?;
     write_frames(mesh, at, &rebuilt.frames).await?;
     let key = at.key();
-    let run = if kv::create(mesh.loop_kv(), &key, &rebuilt.run).await? {
+    if kv::create(mesh.loop_kv(), &key, &rebuilt.run).await? {
         tracing::warn!(
             execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
             done = rebuilt.run.done, failed = rebuilt.run.failed,
             "loop run was missing from the loop bucket: rebuilt from its events"
         );
-        rebuilt.run
-    } else {
-        kv::get(mesh.loop_kv(), &key).await?.unwrap_or(rebuilt.run)
-    };
-    Ok(Some(run))
+        return Ok(Some((rebuilt.run, true)));
+    }
+    let stored = kv::get(mesh.loop_kv(), &key).await?;
+    Ok(Some((stored.unwrap_or(rebuilt.run), false)))
 }
 
 /// Write back the claims of the run's counted iterations that the loop
@@ -64,7 +74,12 @@ pub(crate) async fn restore_claims(
 /// The run as its events give it; `None` when it never started.
 async fn folded(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
     let log = log_of(mesh, at.eid()).await?;
-    match fold_run(&log, at.srid, at.step) {
+    folded_from(&log, at)
+}
+
+/// The run as the events `log` give it; `None` when it never started.
+fn folded_from(log: &[Event], at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
+    match fold_run(log, at.srid, at.step) {
         Ok(rebuilt) => Ok(Some(rebuilt)),
         Err(NotRebuilt::NotStarted) => Ok(None),
         Err(NotRebuilt::Cannot(why)) => Err(HandlerError::Refused(format!(

@@ -1,11 +1,17 @@
 //! `noetl admin rebuild`: write an execution's records (header, plan, step
-//! records, results kept by name, `ctx`, waiters, the pause) back from its
-//! events, for one execution or every one
-//! its events say is running (docs/operations.md "Rebuild").
+//! records, results kept by name, `ctx`, waiters, the pause, and of a
+//! running execution its open loop runs and their iterations'
+//! checkpoints) back from its events, for one execution or every one its
+//! events say is running (docs/operations.md "Rebuild").
 
 use std::process::ExitCode;
 
+use anyhow::Context;
+use noetl_executor::CheckpointRebuilt;
 use noetl_mesh::rebuild::{self, Mode, Rebuilt};
+use noetl_mesh::replay::{hydrated_log, Until};
+use noetl_mesh::Mesh;
+use serde::Serialize;
 
 use super::common::MeshArgs;
 use super::exit::Exit;
@@ -51,17 +57,93 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
     for id in ids {
         match rebuild::rebuild(&mesh, &id, mode).await? {
             None => return Ok(super::exec_shared::no_execution(&mesh, &id)),
-            Some(r) => print(&r, a.json),
+            Some(rebuilt) => {
+                let mut report = Report {
+                    rebuilt,
+                    loop_runs: 0,
+                    checkpoints: 0,
+                };
+                if report.rebuilt.running {
+                    loops(&mesh, &id, &mut report).await?;
+                }
+                print(&report, a.json)
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print(r: &Rebuilt, json: bool) {
+/// What `noetl admin rebuild` wrote of one execution.
+#[derive(Serialize)]
+struct Report {
+    #[serde(flatten)]
+    rebuilt: Rebuilt,
+    /// Open loop runs written back (with their iterations' claims).
+    loop_runs: usize,
+    /// Checkpoints of iterations in flight written back.
+    checkpoints: usize,
+}
+
+/// Write back what a running execution's open loop runs lost: each run's
+/// record (the loop-supervisor's fold), then the checkpoint of each of its
+/// iterations in flight (the executor's fold, from the iteration's first
+/// command). Create-only, whatever the mode: the services move both on.
+async fn loops(mesh: &Mesh, eid: &str, r: &mut Report) -> anyhow::Result<()> {
+    let plan = match mesh.plans().get(mesh, eid).await {
+        Ok(plan) => plan,
+        Err(e) => {
+            r.rebuilt
+                .notes
+                .push(format!("loop runs not rebuilt: no plan of {eid}: {e}"));
+            return Ok(());
+        }
+    };
+    let log: Vec<_> = hydrated_log(mesh, eid, Until::End)
+        .await?
+        .into_iter()
+        .map(|l| l.event)
+        .collect();
+    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, &log)
+        .await
+        .with_context(|| format!("loop runs of {eid}"))?;
+    for run in open {
+        r.loop_runs += usize::from(run.written);
+        r.rebuilt.notes.extend(run.notes);
+        let Some(step) = plan.step(&run.step) else {
+            continue;
+        };
+        for cmd in &run.in_flight {
+            let index = cmd.iteration.as_ref().map_or(0, |it| it.index);
+            let rebuilt = noetl_executor::rebuild_checkpoint(mesh, &plan, step, cmd, &log)
+                .await
+                .with_context(|| {
+                    format!(
+                        "the checkpoint of iteration {index} of loop run {}",
+                        run.step_run_id
+                    )
+                })?;
+            match rebuilt {
+                CheckpointRebuilt::Written => r.checkpoints += 1,
+                CheckpointRebuilt::NotFolded(why) => r.rebuilt.notes.push(format!(
+                    "the checkpoint of iteration {index} of loop run {} (step {:?}) is not rebuilt: {why}",
+                    run.step_run_id, run.step
+                )),
+                CheckpointRebuilt::Present | CheckpointRebuilt::NotOwed => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print(report: &Report, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(r).expect("a report serialises"));
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("a report serialises")
+        );
         return;
     }
+    let r = &report.rebuilt;
     let mut wrote = Vec::new();
     if r.header {
         wrote.push("header".to_string());
@@ -89,6 +171,12 @@ fn print(r: &Rebuilt, json: bool) {
             "the ctx claims of {} parallel loop run(s)",
             r.owners
         ));
+    }
+    if report.loop_runs > 0 {
+        wrote.push(format!("{} loop run(s)", report.loop_runs));
+    }
+    if report.checkpoints > 0 {
+        wrote.push(format!("{} iteration checkpoint(s)", report.checkpoints));
     }
     let wrote = if wrote.is_empty() {
         "nothing was missing".to_string()

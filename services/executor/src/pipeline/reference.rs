@@ -3,7 +3,7 @@
 //! checkpoint, and is read back once when a command starts.
 
 use noetl_core::StepError;
-use noetl_mesh::{ids::derive_id, objects, MeshError};
+use noetl_mesh::{ids::derive_id, objects, Mesh, MeshError};
 use serde_json::{Map, Value};
 
 use super::next::End;
@@ -46,11 +46,46 @@ impl StepRun<'_> {
     /// before it rides in a command or a checkpoint (the next command
     /// hydrates it).
     pub(super) async fn spill_prev(&self, cur: &mut Cursor) -> Result<(), MeshError> {
-        cur.prev = self.prev_by_reference(cur).await?;
-        cur.results = self.results_by_reference(cur).await?;
+        let spill = self.spill();
+        cur.prev = spill.prev_by_reference(cur).await?;
+        cur.results = spill.results_by_reference(cur).await?;
         Ok(())
     }
 
+    /// What offloading this step-run's values needs.
+    pub(super) fn spill(&self) -> Spill<'_> {
+        Spill {
+            mesh: self.mesh(),
+            eid: self.eid(),
+            step: &self.step.step,
+            srid: &self.cmd.step_run_id,
+            index: &self.index,
+            limit: self.payload_limit(),
+        }
+    }
+
+    /// `value`, or its reference under `id` in object storage when it is
+    /// above the payload limit (reference-first).
+    pub(super) async fn offload(&self, id: &str, value: &Value) -> Result<Value, MeshError> {
+        self.spill().offload(id, value).await
+    }
+}
+
+/// Where a step-run's large values go, and what naming them needs: a
+/// step-run's own (`StepRun::spill`), or an iteration's rebuilt by
+/// `noetl admin rebuild` without a command to run.
+pub(super) struct Spill<'a> {
+    pub mesh: &'a Mesh,
+    pub eid: &'a str,
+    pub step: &'a str,
+    pub srid: &'a str,
+    /// The iteration index as text (`""` outside loops), for ids.
+    pub index: &'a str,
+    /// Values above this many bytes travel by reference.
+    pub limit: usize,
+}
+
+impl Spill<'_> {
     /// `cur.results`, each one above the limit as its reference.
     pub(super) async fn results_by_reference(
         &self,
@@ -58,12 +93,12 @@ impl StepRun<'_> {
     ) -> Result<Map<String, Value>, MeshError> {
         let mut out = Map::with_capacity(cur.results.len());
         for (name, v) in &cur.results {
-            let v = if objects::is_small(v, self.payload_limit()) {
+            let v = if objects::is_small(v, self.limit) {
                 v.clone()
             } else {
                 let id = derive_id(&[
-                    &self.cmd.step_run_id,
-                    &self.index,
+                    self.srid,
+                    self.index,
                     "task",
                     name,
                     &cur.steps_taken.to_string(),
@@ -77,29 +112,22 @@ impl StepRun<'_> {
 
     /// `cur.prev`, or its reference when it is above the limit.
     pub(super) async fn prev_by_reference(&self, cur: &Cursor) -> Result<Value, MeshError> {
-        if objects::is_small(&cur.prev, self.payload_limit()) {
+        if objects::is_small(&cur.prev, self.limit) {
             return Ok(cur.prev.clone());
         }
-        let id = format!(
-            "{}.{}.prev.{}",
-            self.cmd.step_run_id, self.index, cur.steps_taken
-        );
+        let id = format!("{}.{}.prev.{}", self.srid, self.index, cur.steps_taken);
         self.offload(&id, &cur.prev).await
     }
 
     /// `value`, or its reference under `id` in object storage when it is
-    /// above the payload limit (reference-first).
+    /// above the limit (reference-first).
     pub(super) async fn offload(&self, id: &str, value: &Value) -> Result<Value, MeshError> {
         let put = objects::PutParams {
-            execution_id: self.eid(),
-            step: &self.step.step,
+            execution_id: self.eid,
+            step: self.step,
             id,
             value,
         };
-        Ok(self
-            .mesh()
-            .results()
-            .offload(put, self.payload_limit())
-            .await?)
+        Ok(self.mesh.results().offload(put, self.limit).await?)
     }
 }

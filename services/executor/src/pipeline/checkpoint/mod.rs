@@ -6,17 +6,21 @@
 
 mod from_log;
 
-use noetl_mesh::{keys::Keys, kv, replay, state::Checkpoint, MeshError};
+use noetl_core::Step;
+use noetl_mesh::{
+    keys::Keys, kv, plan::PlanRecord, replay, runtime::HandlerError, state::Checkpoint, Mesh,
+    MeshError,
+};
+use noetl_wire::{Event, TaskCommand};
+use serde_json::Value;
 
+use super::command::decode_command;
+use super::reference::Spill;
 use super::{Cursor, StepRun};
+use crate::analysis::StepNeeds;
 use from_log::{fold, FoldInput};
 
-impl StepRun<'_> {
-    /// Key of this iteration's checkpoint.
-    fn checkpoint_key(&self) -> String {
-        Keys::checkpoint(self.eid(), &self.cmd.step_run_id, &self.index)
-    }
-
+impl Spill<'_> {
     /// The checkpoint record of `cur` (large values by reference).
     async fn checkpoint_record(&self, cur: &Cursor) -> Result<Checkpoint, MeshError> {
         Ok(Checkpoint {
@@ -29,6 +33,98 @@ impl StepRun<'_> {
             results: self.results_by_reference(cur).await?,
             handled: cur.handled.clone(),
         })
+    }
+}
+
+/// What [`rebuild_checkpoint`] did with an iteration's checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointRebuilt {
+    /// Written back from the events.
+    Written,
+    /// The loop bucket holds one: left as it is.
+    Present,
+    /// None is owed: no task of the iteration has changed `iter` yet, or
+    /// the step's tasks never do (the live pipeline wrote none either).
+    NotOwed,
+    /// The events cannot give it, and why: a redelivered command starts
+    /// the iteration over, as when no checkpoint was written.
+    NotFolded(String),
+}
+
+/// For `noetl admin rebuild`: the checkpoint of the loop iteration whose
+/// first command is `cmd` (as the loop-supervisor dispatches it), folded
+/// from `log` (the execution's events, hydrated, in stream order) the way
+/// a redelivered command folds it, and created where the loop bucket has
+/// none.
+pub async fn rebuild_checkpoint(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    cmd: &TaskCommand,
+    log: &[Event],
+) -> Result<CheckpointRebuilt, HandlerError> {
+    let needs = StepNeeds::of(plan, step);
+    let d = decode_command(cmd, &step.step)?;
+    let Some((_, index)) = d.loop_run else {
+        return Ok(CheckpointRebuilt::NotOwed);
+    };
+    if !needs.sets_iter {
+        return Ok(CheckpointRebuilt::NotOwed);
+    }
+    let index = index.to_string();
+    let key = Keys::checkpoint(&cmd.execution_id, &cmd.step_run_id, &index);
+    if kv::get::<Value>(mesh.loop_kv(), &key).await?.is_some() {
+        return Ok(CheckpointRebuilt::Present);
+    }
+    let start = Cursor {
+        pc: cmd.pc as usize,
+        attempt: cmd.attempt.max(1),
+        prev: d.prev,
+        iter: d.iter,
+        ctx: Value::Null,
+        steps_taken: cmd.steps_taken,
+        reduce: d.reduce,
+        resume: None,
+        results: d.results,
+        handled: d.handled,
+    };
+    let input = FoldInput {
+        step,
+        needs: &needs,
+        srid: &cmd.step_run_id,
+        index: &index,
+        log,
+    };
+    let folded = match fold(input, start) {
+        Ok(Some(folded)) => folded,
+        Ok(None) => return Ok(CheckpointRebuilt::NotOwed),
+        Err(why) => return Ok(CheckpointRebuilt::NotFolded(why.to_string())),
+    };
+    let spill = Spill {
+        mesh,
+        eid: &cmd.execution_id,
+        step: &step.step,
+        srid: &cmd.step_run_id,
+        index: &index,
+        limit: plan.max_payload_bytes(mesh.config().inline_limit),
+    };
+    let ck = spill.checkpoint_record(&folded).await?;
+    Ok(if kv::create(mesh.loop_kv(), &key, &ck).await? {
+        CheckpointRebuilt::Written
+    } else {
+        CheckpointRebuilt::Present
+    })
+}
+
+impl StepRun<'_> {
+    /// Key of this iteration's checkpoint.
+    fn checkpoint_key(&self) -> String {
+        Keys::checkpoint(self.eid(), &self.cmd.step_run_id, &self.index)
+    }
+
+    /// The checkpoint record of `cur` (large values by reference).
+    async fn checkpoint_record(&self, cur: &Cursor) -> Result<Checkpoint, MeshError> {
+        self.spill().checkpoint_record(cur).await
     }
 
     /// Record where this iteration is (after a task that wrote `iter`).
