@@ -5,8 +5,8 @@
 //! reducer, pagination with jump/break and checkpoints, retries with
 //! delays, an inclusive fan-out with a join, child playbooks, a failing step
 //! routed by `step.failed`, a failure nobody handles, executions
-//! waiting in line for one concurrency key, and rows written to
-//! PostgreSQL.
+//! waiting in line for one concurrency key, rows written to PostgreSQL,
+//! and a cursor loop draining a PostgreSQL work queue.
 
 use serde_json::{json, Value};
 
@@ -594,6 +594,87 @@ workflow:
     }
 }
 
+/// A cursor loop draining the execution's own rows of a work queue (a
+/// first step fills them), two claims of two rows in flight, each claim
+/// marking its rows with `__frame_claim` so a claim that runs again takes
+/// the same rows; each iteration upserts its row's key (`attempts` counts
+/// repeats) and marks it done. Needs [`crate::rows::register_credential`].
+fn cursor() -> Case {
+    let yaml = format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: chaos_cursor }}
+keychain: [ {{ name: {cred}, kind: postgres_credential }} ]
+workload: {{ api: "" }}
+workflow:
+  - step: seed
+    tool:
+      - name: fill
+        kind: postgres
+        auth: {cred}
+        command: |
+          INSERT INTO {queue} (execution_id, id) SELECT '{{{{ execution_id }}}}', g FROM generate_series(0, 5) g
+          ON CONFLICT (execution_id, id) DO NOTHING
+    next:
+      arcs:
+        - step: drain
+  - step: drain
+    loop:
+      cursor:
+        kind: postgres
+        auth: {cred}
+        claim: |
+          WITH c AS (
+            SELECT id FROM {queue}
+            WHERE execution_id = '{{{{ execution_id }}}}'
+              AND (status = 'pending' OR (status = 'claimed' AND claimed_by = '{{{{ __frame_claim }}}}'))
+            ORDER BY (claimed_by = '{{{{ __frame_claim }}}}') DESC NULLS LAST, id
+            FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
+          )
+          UPDATE {queue} q SET status = 'claimed', claimed_by = '{{{{ __frame_claim }}}}'
+          FROM c WHERE q.execution_id = '{{{{ execution_id }}}}' AND q.id = c.id RETURNING q.id
+      iterator: job
+      spec:
+        mode: cursor
+        max_in_flight: 2
+        frame: {{ max_rows: 2 }}
+        policy: {{ reducers: {{ processed: sum }} }}
+    tool:
+      - name: work
+        kind: postgres
+        auth: {cred}
+        command: |
+          INSERT INTO {table} (execution_id, step, idx) VALUES ('{{{{ execution_id }}}}', 'drain', {{{{ iter.job.id }}}})
+          ON CONFLICT (execution_id, step, idx) DO UPDATE SET attempts = {table}.attempts + 1;
+          UPDATE {queue} SET status = 'done' WHERE execution_id = '{{{{ execution_id }}}}' AND id = {{{{ iter.job.id }}}}
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: {{ do: continue, set_ctx: {{ processed: 1 }} }}
+    next:
+      arcs:
+        - step: done
+          when: "{{{{ event.name == 'loop.done' }}}}"
+  - step: done
+"#,
+        cred = crate::rows::CREDENTIAL,
+        queue = crate::rows::QUEUE,
+        table = crate::rows::TABLE,
+    );
+    Case {
+        name: "cursor",
+        yaml,
+        status: "completed",
+        ctx: json!({"processed": 6}),
+        steps: json!({"seed": "done", "drain": "done", "done": "done"}),
+        loops: &[("drain", 6)],
+        http_tasks: &[],
+        rows: &[("drain", 6)],
+    }
+}
+
 /// The whole mix.
 pub fn mix() -> Vec<Case> {
     vec![
@@ -608,6 +689,7 @@ pub fn mix() -> Vec<Case> {
         gated("gated-a"),
         gated("gated-b"),
         rows(),
+        cursor(),
     ]
 }
 

@@ -1,7 +1,9 @@
-//! The mix's PostgreSQL side effect (the `rows` case): each iteration
-//! upserts one row keyed by execution, step and iteration in the machine's
-//! PostgreSQL, counting its attempts, so the checks can require each key
-//! exactly once and count the attempts a crash repeated.
+//! The mix's PostgreSQL side effects (the `rows` and `cursor` cases): each
+//! iteration upserts one row keyed by execution, step and iteration (or
+//! the queue row it drained) in the machine's PostgreSQL, counting its
+//! attempts, so the checks can require each key exactly once and count the
+//! attempts a crash repeated; the `cursor` case drains its own rows of a
+//! work queue.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +14,27 @@ pub const CONNECTION: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test
 /// the upserts of a key.
 pub const TABLE: &str = "noetl_mix_rows";
 
+/// The work queue the mix's cursor loop drains (the `cursor` case):
+/// `(execution_id, id)` is its key; each execution fills its own rows.
+pub const QUEUE: &str = "noetl_mix_queue";
+
+/// The keychain entry the `cursor` case connects with.
+pub const CREDENTIAL: &str = "mix_db";
+
+/// Store [`CREDENTIAL`] (the machine's PostgreSQL) in the mesh's vault:
+/// every run that drives the mix does, before it submits.
+pub async fn register_credential(mesh: &noetl_mesh::Mesh) {
+    mesh.vault()
+        .put(&noetl_mesh::credentials::Credential {
+            name: CREDENTIAL.into(),
+            kind: "postgres_credential".into(),
+            data: serde_json::json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
+                                     "password": "mix-pw-never-shown", "database": "test"}),
+        })
+        .await
+        .expect("store the mix's credential");
+}
+
 async fn client() -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(CONNECTION, tokio_postgres::NoTls)
         .await
@@ -20,18 +43,22 @@ async fn client() -> tokio_postgres::Client {
     client
 }
 
-/// Create the table if it is not there (once, before any execution of the
-/// mix writes to it: concurrent `CREATE TABLE IF NOT EXISTS` can collide).
+/// Create the tables if they are not there (once, before any execution of
+/// the mix writes to them: concurrent `CREATE TABLE IF NOT EXISTS` can
+/// collide).
 pub async fn prepare() {
     client()
         .await
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {TABLE} (execution_id text NOT NULL, step text NOT NULL, \
              idx integer NOT NULL, attempts integer NOT NULL DEFAULT 1, \
-             PRIMARY KEY (execution_id, step, idx))"
+             PRIMARY KEY (execution_id, step, idx)); \
+             CREATE TABLE IF NOT EXISTS {QUEUE} (execution_id text NOT NULL, id integer NOT NULL, \
+             status text NOT NULL DEFAULT 'pending', claimed_by text, \
+             PRIMARY KEY (execution_id, id))"
         ))
         .await
-        .expect("create the mix's rows table");
+        .expect("create the mix's rows and queue tables");
 }
 
 /// The rows of execution `eid`: `<step>/<idx>` → attempts.

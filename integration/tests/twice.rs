@@ -27,6 +27,7 @@ async fn run_mix(mode: &str, deliver_twice: Option<Duration>, sink: &Sink) -> (E
         ..Default::default()
     })
     .await;
+    noetl_integration::rows::register_credential(&cluster.mesh).await;
     let cases = mix::mix();
     let mut eids = Vec::new();
     for case in &cases {

@@ -51,11 +51,11 @@ workflow:
 const CLAIM: &str = "      cursor:
         kind: postgres
         auth: db
-        claim: \"UPDATE q SET s = 'c' WHERE id IN (SELECT id FROM q LIMIT {{ __frame_max_rows }}) RETURNING id\"
+        claim: \"UPDATE q SET s = 'c', by = '{{ __frame_claim }}' WHERE id IN (SELECT id FROM q LIMIT {{ __frame_max_rows }}) RETURNING id\"
 ";
 
 #[test]
-fn a_cursor_loop_loads_with_its_frame_and_reads_frame_max_rows_without_warning() {
+fn a_cursor_loop_loads_with_its_frame_and_reads_frame_max_rows_and_claim_without_warning() {
     let src = pb(&format!(
         "{CLAIM}      iterator: job
       spec:
@@ -71,7 +71,7 @@ fn a_cursor_loop_loads_with_its_frame_and_reads_frame_max_rows_without_warning()
     assert!(lp.in_.is_null());
     let c = lp.cursor.expect("a cursor");
     assert_eq!((c.kind.as_str(), c.auth), ("postgres", Some(json!("db"))));
-    assert!(c.claim.contains("__frame_max_rows"));
+    assert!(c.claim.contains("__frame_max_rows") && c.claim.contains("__frame_claim"));
     let f = lp.spec.frame.expect("a frame");
     assert_eq!(f.max_rows, Some(json!(10)));
     assert_eq!(f.row_concurrency, Some(json!(2)));

@@ -28,6 +28,18 @@ use noetl_mesh::runtime::HandlerError;
 /// The variable a claim reads for its batch size.
 pub const FRAME_MAX_ROWS: &str = "__frame_max_rows";
 
+/// The variable a claim reads for its own identity: the same text each
+/// time the same claim runs again (a redelivered command after a crash),
+/// another for every other claim, so a claim that marks the rows it takes
+/// with it can take the same rows again (docs/dsl.md, "Cursor loops").
+pub const FRAME_CLAIM: &str = "__frame_claim";
+
+/// The value of [`FRAME_CLAIM`] for `claim`: its loop run and sequence
+/// number.
+pub fn claim_identity(claim: &ClaimRef) -> String {
+    format!("{}.{}", claim.loop_run_id, claim.seq)
+}
+
 /// What of the executor a claim uses.
 pub(crate) struct Env<'a> {
     pub mesh: &'a noetl_mesh::Mesh,
@@ -182,6 +194,7 @@ impl ClaimRun<'_> {
             .args(args.clone())
             .execution_id(eid.to_string())
             .var(FRAME_MAX_ROWS, Value::from(self.claim.max_rows))
+            .var(FRAME_CLAIM, Value::from(claim_identity(self.claim)))
             .task(task.name.clone())
             .attempt(1);
         sc = sc.declare_all(self.plan.step_name_set());
@@ -323,6 +336,22 @@ pub fn claimed_rows(outcome: Outcome) -> Result<Vec<Value>, (String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_s_identity_is_the_same_when_it_runs_again_and_another_for_another() {
+        let claim = |seq| ClaimRef {
+            loop_run_id: "lr1".into(),
+            seq,
+            ..Default::default()
+        };
+        assert_eq!(claim_identity(&claim(3)), claim_identity(&claim(3)));
+        assert_ne!(claim_identity(&claim(3)), claim_identity(&claim(4)));
+        let other_run = ClaimRef {
+            loop_run_id: "lr2".into(),
+            ..claim(3)
+        };
+        assert_ne!(claim_identity(&claim(3)), claim_identity(&other_run));
+    }
 
     #[test]
     fn a_claim_s_rows_are_its_result_s_rows() {

@@ -21,11 +21,14 @@ const FRAME_RECOVERY: &[&str] = &["verify_ipc", "retry_mode", "max_attempts"];
 
 /// The variable a claim reads for its batch size.
 pub(crate) const FRAME_MAX_ROWS: &str = "__frame_max_rows";
+/// The variable a claim reads for its own identity (the same when the
+/// same claim runs again).
+pub(crate) const FRAME_CLAIM: &str = "__frame_claim";
 
 /// True when `name` is bound where the template at `path` renders: a
-/// claim reads `__frame_max_rows`.
+/// claim reads `__frame_max_rows` and `__frame_claim`.
 pub(super) fn binds(path: &str, name: &str) -> bool {
-    name == FRAME_MAX_ROWS && path.ends_with("/loop/cursor/claim")
+    (name == FRAME_MAX_ROWS || name == FRAME_CLAIM) && path.ends_with("/loop/cursor/claim")
 }
 
 impl Validator {

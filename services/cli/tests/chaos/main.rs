@@ -93,6 +93,7 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         })
     })
     .await;
+    noetl_integration::rows::register_credential(&mesh).await;
     let cases = mix::mix();
     extras::add_schedule(&mesh).await;
     let wait_eid = noetl_mesh::ids::new_execution_id();

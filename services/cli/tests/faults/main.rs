@@ -264,6 +264,7 @@ async fn run_one(seed: u64, every_class_once: bool, sync: Sync, sink: &Sink) -> 
     })
     .await;
     let events_stream = mesh.subjects().events_stream();
+    noetl_integration::rows::register_credential(&mesh).await;
     let cases = mix::mix();
     let mut started: Vec<Started> = campaign::wave(&cases);
     for s in &started {
