@@ -31,6 +31,19 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// `noetl admin rebuild --execution <id> --json`: its output and report.
+fn rebuild(mut noetl: Command, id: &str, url: &str) -> (Output, Value) {
+    run(noetl.args([
+        "admin",
+        "rebuild",
+        "--execution",
+        id,
+        "--json",
+        "--nats",
+        url,
+    ]))
+}
+
 /// Purge `keys` of the exec bucket and the execution's ctx.
 fn purge(url: &str, home: &std::path::Path, eid: &str, keys: &[String]) {
     let (rt, mesh) = attached(url, home);
@@ -171,15 +184,7 @@ fn replay_finds_a_purged_record_rebuild_writes_it_back_and_tail_takes_the_spec_s
     assert!(what.contains(&"header"), "{what:?}");
     assert!(what.contains(&"step \"squares\""), "{what:?}");
     assert!(what.contains(&"ctx.total"), "{what:?}");
-    let (out, rebuilt) = run(noetl().args([
-        "admin",
-        "rebuild",
-        "--execution",
-        &id,
-        "--json",
-        "--nats",
-        &url,
-    ]));
+    let (out, rebuilt) = rebuild(noetl(), &id, &url);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         (
@@ -316,15 +321,7 @@ fn a_waiter_purged_while_its_step_waits_is_rebuilt_from_the_events_and_takes_the
     });
     assert!(gone.is_empty(), "the waiter was purged: {gone:?}");
     // `noetl admin rebuild` writes it back as it was...
-    let (out, rebuilt) = run(noetl().args([
-        "admin",
-        "rebuild",
-        "--execution",
-        &id,
-        "--json",
-        "--nats",
-        &url,
-    ]));
+    let (out, rebuilt) = rebuild(noetl(), &id, &url);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(rebuilt["waiters"], 1, "{rebuilt}");
     let back = rt.block_on(mesh.waiters(&id)).unwrap();
@@ -457,15 +454,7 @@ fn a_running_loop_s_run_and_checkpoints_purged_are_written_back_by_admin_rebuild
         }
     });
     assert!(stored().is_empty(), "the loop run's records were purged");
-    let (out, rebuilt) = run(noetl().args([
-        "admin",
-        "rebuild",
-        "--execution",
-        &id,
-        "--json",
-        "--nats",
-        &url,
-    ]));
+    let (out, rebuilt) = rebuild(noetl(), &id, &url);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(rebuilt["loop_runs"], 1, "{rebuilt}");
     assert_eq!(rebuilt["checkpoints"], 2, "{rebuilt}");
@@ -482,7 +471,7 @@ fn a_running_loop_s_run_and_checkpoints_purged_are_written_back_by_admin_rebuild
         ckpts(&before),
         "the checkpoints as they were"
     );
-    let run_key = Keys::loop_run(&id, before_run(&before));
+    let run_key = Keys::loop_run(&id, run_id_of(&before));
     let (was, back) = (&before[&run_key], &after[&run_key]);
     for field in ["total", "done", "failed", "in_flight", "next"] {
         assert_eq!(
@@ -492,15 +481,7 @@ fn a_running_loop_s_run_and_checkpoints_purged_are_written_back_by_admin_rebuild
         );
     }
     // Run again, nothing is missing.
-    let (out, again) = run(noetl().args([
-        "admin",
-        "rebuild",
-        "--execution",
-        &id,
-        "--json",
-        "--nats",
-        &url,
-    ]));
+    let (out, again) = rebuild(noetl(), &id, &url);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         (&again["loop_runs"], &again["checkpoints"]),
@@ -517,7 +498,7 @@ fn a_running_loop_s_run_and_checkpoints_purged_are_written_back_by_admin_rebuild
 
 /// The loop run id among the loop bucket's keys of an execution (the key
 /// `<eid>.<run>` with nothing after the run).
-fn before_run(keys: &std::collections::BTreeMap<String, Option<Value>>) -> &str {
+fn run_id_of(keys: &std::collections::BTreeMap<String, Option<Value>>) -> &str {
     keys.keys()
         .find_map(|k| {
             let (_, rest) = k.split_once('.')?;
