@@ -38,6 +38,7 @@ pub mod handler;
 pub mod health;
 pub mod held;
 pub mod ids;
+pub mod jsz;
 pub mod keys;
 pub mod kv;
 pub mod kv_batch;

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use noetl_mesh::jsz::{self, Held};
+
 use super::exit::Exit;
 
 /// Arguments of `noetl admin replicas`.
@@ -36,17 +38,6 @@ pub struct ReplicasArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-}
-
-/// What one server holds of one stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Held {
-    /// Messages.
-    pub messages: u64,
-    /// First sequence.
-    pub first_seq: u64,
-    /// Last sequence.
-    pub last_seq: u64,
 }
 
 /// One server's view: every stream it hosts, by name (`None`: it did not
@@ -83,27 +74,6 @@ pub fn divergences(views: &[(String, View)]) -> Vec<Divergence> {
             replicas,
         })
         .collect()
-}
-
-/// The streams of a `/jsz?accounts=true&streams=true` answer.
-pub fn view_of(jsz: &Value) -> BTreeMap<String, Held> {
-    let mut out = BTreeMap::new();
-    for account in jsz["account_details"].as_array().into_iter().flatten() {
-        for s in account["stream_detail"].as_array().into_iter().flatten() {
-            let n = |k: &str| s["state"][k].as_u64().unwrap_or(0);
-            if let Some(name) = s["name"].as_str() {
-                out.insert(
-                    name.to_string(),
-                    Held {
-                        messages: n("messages"),
-                        first_seq: n("first_seq"),
-                        last_seq: n("last_seq"),
-                    },
-                );
-            }
-        }
-    }
-    out
 }
 
 /// Why one replica holds less: the line printed under a divergence.
@@ -180,7 +150,7 @@ async fn read_view(http: &reqwest::Client, url: &str) -> View {
     );
     let answer = http.get(&at).send().await.ok()?.error_for_status().ok()?;
     let jsz: Value = answer.json().await.ok()?;
-    Some(view_of(&jsz))
+    Some(jsz::streams(&jsz))
 }
 
 fn report(
@@ -235,7 +205,6 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn held(messages: u64, last_seq: u64) -> Held {
         Held {
@@ -292,23 +261,5 @@ mod tests {
         ];
         let found = divergences(&behind);
         assert!(reading(&found[0]).starts_with("the replicas hold different sequences"));
-    }
-
-    #[test]
-    fn a_jsz_answer_gives_each_stream_it_hosts() {
-        let jsz = json!({"account_details": [{"stream_detail": [
-            {"name": "NOETL_EVENTS", "state": {"messages": 3, "first_seq": 1, "last_seq": 3}},
-            {"name": "KV_noetl_ctx", "state": {"messages": 2, "first_seq": 4, "last_seq": 9}}
-        ]}]});
-        let v = view_of(&jsz);
-        assert_eq!(v.len(), 2);
-        assert_eq!(
-            v["KV_noetl_ctx"],
-            Held {
-                messages: 2,
-                first_seq: 4,
-                last_seq: 9
-            }
-        );
     }
 }

@@ -394,18 +394,9 @@ impl Net {
     /// Per node, `(stream, messages, last_seq)` of every stream it holds.
     pub fn stream_states(&self, i: usize) -> Option<Vec<(String, u64, u64)>> {
         let v = self.monitor(i, JSZ_STREAMS)?;
-        let mut out = Vec::new();
-        for a in v["account_details"].as_array()? {
-            for s in a["stream_detail"].as_array().into_iter().flatten() {
-                out.push((
-                    s["name"].as_str().unwrap_or("?").to_string(),
-                    s["state"]["messages"].as_u64().unwrap_or(0),
-                    s["state"]["last_seq"].as_u64().unwrap_or(0),
-                ));
-            }
-        }
-        out.sort();
-        Some(out)
+        v["account_details"].as_array()?;
+        let streams = noetl_mesh::jsz::streams(&v).into_iter();
+        Some(streams.map(|(s, h)| (s, h.messages, h.last_seq)).collect())
     }
 
     /// Take node `i`'s link down: its peers and the services lose it. The
