@@ -521,3 +521,44 @@ workflow:
         "the second task started after the execution failed"
     );
 }
+
+/// A router stopped after writing a new execution's header and before its
+/// first event, and the plan record was purged since: the redelivered
+/// request finds the header but no plan and no event. It starts the
+/// execution from the request, which alone still has the playbook (it was
+/// acked and the execution lost: found by the chaos campaign).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_plan_was_lost_before_its_first_event_starts_from_the_request() {
+    use noetl_mesh::state::{ExecHeader, ExecStatus, TokenRecord};
+    let cluster = Cluster::start().await;
+    let eid = noetl_mesh::ids::new_execution_id();
+    // The header as the router writes it before the execution's events.
+    let header = ExecHeader {
+        playbook: "half_started".into(),
+        source: "half_started.yaml".into(),
+        started_at: noetl_mesh::events::now_rfc3339(),
+        ..ExecHeader::running(
+            eid.clone(),
+            vec![TokenRecord::new(
+                noetl_mesh::token::entry_token_id(&eid),
+                "start",
+            )],
+        )
+    };
+    noetl_mesh::kv::put(
+        cluster.mesh.exec_kv(),
+        &noetl_mesh::keys::Keys::header(&eid),
+        &header,
+    )
+    .await
+    .unwrap();
+    let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: half_started }\nworkflow:\n  - step: start\n    tool:\n      - name: one\n        kind: noop\n        result: 1\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { set_ctx: { one: \"{{ outcome.result }}\" } }\n";
+    cluster
+        .submit_as(&eid, yaml, "half_started.yaml", json!({}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["one"], json!(1), "{s:?}");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

@@ -223,15 +223,21 @@ async fn start(
     // Redelivery of a request we already accepted: make sure the entry token
     // went out (same id, de-duplicated) and stop.
     if let Some(header) = mesh.exec_header(&eid).await? {
-        if header.status == ExecStatus::Running {
-            if let Ok(plan) = mesh.plans().get(mesh, &eid).await {
-                enter(mesh, headers, &plan).await?;
-            }
-        } else {
+        if header.status != ExecStatus::Running {
             // A child refused before a crash may not have resumed its parent.
             crate::children::resume_parent(mesh, &eid).await?;
+            return Ok(());
         }
-        return Ok(());
+        if let Some(plan) = accepted_plan(mesh, &eid).await? {
+            enter(mesh, headers, &plan).await?;
+            return Ok(());
+        }
+        // The plan was lost before the execution's first event (a router
+        // stopped between its header and its events, and the plan record
+        // was purged since): nothing but this request can give it back,
+        // so the execution starts from it as if new (the header stays;
+        // every id below is the same).
+        tracing::warn!(execution_id = %eid, "plan missing before the execution's first event: starting it again from its request");
     }
     // A child: its parent's continuation is kept before anything can fail.
     // This also indexes the child under its parent, so a cancellation of
@@ -310,6 +316,17 @@ async fn start(
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
+}
+
+/// The plan of an execution whose header is there: stored, or written
+/// back from its events; `None` when neither has it (its events were never
+/// written: only the request can give it).
+async fn accepted_plan(mesh: &Mesh, eid: &str) -> Result<Option<Arc<PlanRecord>>, MeshError> {
+    match mesh.plans().get(mesh, eid).await {
+        Ok(plan) => Ok(Some(plan)),
+        Err(MeshError::NoPlan { .. }) => noetl_mesh::rebuild::restore_plan(mesh, eid).await,
+        Err(e) => Err(e),
+    }
 }
 
 /// Create the empty `ctx` of a new execution, before its entry token
