@@ -74,8 +74,8 @@ async fn a_later_task_reads_an_earlier_tasks_result_by_name_across_executors() {
     let evs = cluster.settled_events(&eid).await;
     let kinds: Vec<String> = evs
         .iter()
-        .filter(|e| e.event_type == "task.started")
-        .map(|e| payload(e)["kind"].as_str().unwrap_or("").to_string())
+        .filter_map(noetl_mesh::payloads::attempt_started)
+        .map(|s| s.kind)
         .collect();
     assert_eq!(kinds, ["python", "noop", "python"]);
     cluster.stop().await;

@@ -107,8 +107,18 @@ fn end_state(
     let mut by_step: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Which of the two gated cases waits in line for the other depends on
     // which asks first, not on how often messages are delivered.
-    let queued = noetl_mesh::event_type::EventType::ExecutionQueued.wire_name();
-    for e in events.iter().filter(|e| e.event_type != queued) {
+    // And whether an attempt's start has an event of its own depends on
+    // whether it ran past the deferral (`TASK_START_DEFERRAL_MS`): its
+    // `task.done` records it either way.
+    use noetl_mesh::event_type::EventType;
+    let timing = [
+        EventType::ExecutionQueued.wire_name(),
+        EventType::TaskStarted.wire_name(),
+    ];
+    for e in events
+        .iter()
+        .filter(|e| !timing.contains(&e.event_type.as_str()))
+    {
         by_step
             .entry(e.step.clone())
             .or_default()

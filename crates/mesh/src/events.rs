@@ -15,6 +15,17 @@ pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
         .map(std::time::SystemTime::from)
 }
 
+/// An event's time in ms since the Unix epoch: its `ts_ms`, else its
+/// RFC 3339 `ts` read (a JSON-encoded event); 0 when it has neither.
+pub fn time_ms(ev: &Event) -> u64 {
+    if ev.ts_ms > 0 {
+        return ev.ts_ms;
+    }
+    parse_rfc3339(&ev.ts)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Current time, RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
     rfc3339_of_ms(now_ms())

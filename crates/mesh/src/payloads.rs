@@ -443,6 +443,74 @@ pub struct TaskDone {
     /// ([`crate::ctx_owners`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u64>,
+    /// The attempt's start, when no `task.started` was written for it: a
+    /// task that ends within [`TASK_START_DEFERRAL_MS`] of its start has
+    /// its start recorded with its end (one stored event, not two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<AttemptStart>,
+}
+
+/// How long a task runs before its `task.started` is written: one that
+/// ends sooner records its start in its `task.done` (`started`), so a
+/// quick task is one stored event. A `playbook` or `wait` task, which
+/// hands its step-run off, has its `task.started` written at once.
+pub const TASK_START_DEFERRAL_MS: u64 = 100;
+
+/// The start of a task attempt, as the log records it: a `task.started`,
+/// or a `task.done` whose attempt ended before its `task.started` was
+/// due ([`AttemptStart`]). Readers that count or time attempts read both
+/// through [`attempt_started`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptStarted {
+    /// 1-based attempt.
+    pub attempt: u32,
+    /// The task's index in the step's pipeline.
+    pub pc: usize,
+    /// Its tool kind.
+    pub kind: String,
+    /// When it started, ms since the Unix epoch (0: unknown).
+    pub at_ms: u64,
+}
+
+/// The attempt start `ev` records, if it records one: a `task.started`
+/// (its time the start), or a `task.done` carrying `started`. `None` for
+/// any other event, and for a `task.done` whose attempt has its own
+/// `task.started`.
+pub fn attempt_started(ev: &Event) -> Option<AttemptStarted> {
+    match EventType::of(ev)? {
+        EventType::TaskStarted => {
+            let s: TaskStarted = decode(ev).ok()?;
+            Some(AttemptStarted {
+                attempt: s.attempt,
+                pc: s.pc,
+                kind: s.kind,
+                at_ms: crate::events::time_ms(ev),
+            })
+        }
+        EventType::TaskDone => {
+            let d: TaskDone = decode(ev).ok()?;
+            let s = d.started?;
+            Some(AttemptStarted {
+                attempt: d.attempt,
+                pc: s.pc,
+                kind: s.kind,
+                at_ms: s.at_ms,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// An attempt's start as its `task.done` records it when no `task.started`
+/// was written: what `task.started` would have said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptStart {
+    /// The task's index in the step's pipeline.
+    pub pc: usize,
+    /// Its tool kind.
+    pub kind: String,
+    /// When it started, ms since the Unix epoch.
+    pub at_ms: u64,
 }
 
 /// `playbook.initialized`, the first event of an execution (router).
@@ -945,11 +1013,25 @@ mod tests {
             reduced: Vec::new(),
             ctx_refused: false,
             index: None,
+            started: None,
         };
         assert_eq!(
             to_value(&task_done),
             json!({"status": "ok", "attempt": 1, "duration_ms": 3, "result": "x", "error": null,
                    "action": "continue", "rule": null, "set_ctx": null, "set_iter": null})
+        );
+        // A quick attempt's start rides in its end.
+        let quick = TaskDone {
+            started: Some(AttemptStart {
+                pc: 2,
+                kind: "noop".into(),
+                at_ms: 1_000,
+            }),
+            ..task_done
+        };
+        assert_eq!(
+            to_value(&quick)["started"],
+            json!({"pc": 2, "kind": "noop", "at_ms": 1_000})
         );
     }
 

@@ -201,6 +201,7 @@ pub(crate) fn done_payload(outcome: &Outcome, attempt: u32, s: &Settled, ctx: Ct
         reduced: ctx.reduced,
         ctx_refused: ctx.refused,
         index: None,
+        started: None,
     }
 }
 

@@ -41,7 +41,7 @@ async fn pipeline_threads_prev_through_tasks_and_ends_with_step_done() {
     assert_eq!(payload(&done)["status"], "ok");
     assert_eq!(done.step_run_id, "run-1");
     assert_eq!(done.trace_id, "trace-e-prev");
-    let started = log.of(EventType::TaskStarted.wire_name());
+    let started = log.starts();
     assert_eq!(tasks_of(&started), ["seed", "bump", "pass"]);
     let finished = log.of(EventType::TaskDone.wire_name());
     assert_eq!(tasks_of(&finished), ["seed", "bump", "pass"]);
@@ -107,6 +107,56 @@ async fn templates_read_earlier_step_results_by_name() {
 }
 
 #[tokio::test]
+async fn a_quick_attempt_records_its_start_in_its_end_and_a_slow_one_announces_it() {
+    let h = Harness::start().await;
+    let eid = "e-starts";
+    h.plan(
+        eid,
+        json!([{
+            "step": "s",
+            "tool": [
+                {"name": "quick", "kind": "noop"},
+                {"name": "slow", "kind": "python", "code": "import time; time.sleep(0.4); result = 1"},
+            ],
+        }]),
+        json!({}),
+    )
+    .await;
+    let mut log = h.events(eid).await;
+    let sent = noetl_mesh::events::now_ms();
+    h.send("noop", &command(eid, "s", "run-1")).await;
+    log.until(EventType::StepDone.wire_name()).await;
+    // The quick one: no task.started; its task.done says where and when
+    // it started.
+    let started = log.of(EventType::TaskStarted.wire_name());
+    assert_eq!(tasks_of(&started), ["slow"]);
+    let done = log.of(EventType::TaskDone.wire_name());
+    let quick = payload(done[0]);
+    assert_eq!(
+        (
+            quick["started"]["pc"].as_u64(),
+            quick["started"]["kind"].as_str()
+        ),
+        (Some(0), Some("noop")),
+        "{quick}"
+    );
+    assert!(quick["started"]["at_ms"].as_u64().unwrap() >= sent);
+    // The slow one: its task.started, written while it ran, carries the
+    // time it started; its task.done does not repeat it.
+    assert!(payload(done[1]).get("started").is_none());
+    let slow = noetl_mesh::payloads::attempt_started(started[0]).unwrap();
+    let ended = noetl_mesh::events::time_ms(done[1]);
+    assert!(
+        ended - slow.at_ms >= 400,
+        "started {} ms before its end",
+        ended - slow.at_ms
+    );
+    // Every attempt's start, either way.
+    assert_eq!(tasks_of(&log.starts()), ["quick", "slow"]);
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_step_without_tasks_is_done_at_once() {
     let h = Harness::start().await;
     let eid = "e-empty";
@@ -116,7 +166,7 @@ async fn a_step_without_tasks_is_done_at_once() {
     h.send("noop", &command(eid, "route_only", "run-1")).await;
     let done = log.until(EventType::StepDone.wire_name()).await;
     assert_eq!(payload(&done)["result"], Value::Null);
-    assert!(log.of(EventType::TaskStarted.wire_name()).is_empty());
+    assert!(log.starts().is_empty());
     h.stop().await;
 }
 
@@ -195,9 +245,9 @@ async fn exhausted_retries_fail_the_step() {
         "{message}"
     );
     assert!(message.contains("ConnectionError: try again"), "{message}");
-    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 3);
+    assert_eq!(log.starts().len(), 3);
     assert!(log.of(EventType::StepDone.wire_name()).is_empty());
-    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"never"));
+    assert!(!tasks_of(&log.starts()).contains(&"never"));
     assert_eq!(h.result(eid, "s").await, None);
     h.stop().await;
 }
@@ -244,7 +294,7 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     );
     let retry = log
         .until_where(
-            |e| e.event_type == EventType::TaskStarted.wire_name() && payload(e)["attempt"] == 2,
+            |e| noetl_mesh::payloads::attempt_started(e).is_some_and(|s| s.attempt == 2),
             "second attempt",
         )
         .await;
@@ -315,14 +365,14 @@ async fn jump_and_break_drive_an_iter_pagination_loop() {
         actions.iter().map(|a| a.1.clone()).collect::<Vec<_>>(),
         [json!("jump"), json!("jump"), json!("break")]
     );
-    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"after_break"));
+    assert!(!tasks_of(&log.starts()).contains(&"after_break"));
     // Every task run has its own id, even when a jump revisits a task.
     let ids: HashSet<&str> = log
-        .of(EventType::TaskStarted.wire_name())
+        .starts()
         .iter()
         .map(|e| e.task_run_id.as_str())
         .collect();
-    assert_eq!(ids.len(), log.of(EventType::TaskStarted.wire_name()).len());
+    assert_eq!(ids.len(), log.starts().len());
     h.stop().await;
 }
 
@@ -374,7 +424,7 @@ async fn fail_action_and_unhandled_errors_fail_the_step() {
         msg.contains("wrokload") && msg.contains("typo") && msg.contains("by_template"),
         "{msg}"
     );
-    assert!(!tasks_of(&log.of(EventType::TaskStarted.wire_name())).contains(&"never"));
+    assert!(!tasks_of(&log.starts()).contains(&"never"));
     h.stop().await;
 }
 
@@ -485,7 +535,7 @@ async fn loop_iterations_keep_their_own_iter_and_report_it() {
     );
     // The three iterations' task runs are distinct.
     let ids: HashSet<&str> = log
-        .of(EventType::TaskStarted.wire_name())
+        .starts()
         .iter()
         .map(|e| e.task_run_id.as_str())
         .collect();
@@ -636,7 +686,7 @@ async fn a_redelivered_command_emits_no_duplicate_events() {
     let distinct: HashSet<&str> = log.seen.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(distinct.len(), log.seen.len(), "{:#?}", log.summary());
     assert_eq!(log.of(EventType::StepDone.wire_name()).len(), 1);
-    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 2);
+    assert_eq!(log.starts().len(), 2);
     assert_eq!(log.of(EventType::TaskDone.wire_name()).len(), 2);
     assert_eq!(h.ctx(eid).await, json!({"a": 1}));
     h.stop().await;
@@ -667,7 +717,7 @@ async fn a_jump_loop_without_exit_is_stopped() {
         error["message"].as_str().unwrap().contains("100000"),
         "{error}"
     );
-    assert_eq!(log.of(EventType::TaskStarted.wire_name()).len(), 5);
+    assert_eq!(log.starts().len(), 5);
     h.stop().await;
 }
 

@@ -66,7 +66,9 @@ export function addEvent(tl, ev) {
       task.end = t;
       task.status = p.status || 'ok';
       task.ms = p.duration_ms;
-      if (task.start === null) task.start = t - (p.duration_ms || 0);
+      // A quick attempt has no task.started: its start rides in its end.
+      if (task.start === null) task.start = p.started ? p.started.at_ms : t - (p.duration_ms || 0);
+      if (p.started) task.kind = p.started.kind || task.kind;
       task.error = p.error || null;
       task.action = p.action || '';
       break;

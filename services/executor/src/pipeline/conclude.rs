@@ -46,6 +46,7 @@ impl StepRun<'_> {
     ) -> Result<TaskRun, HandlerError> {
         let task = t.task;
         let mut outcome = called.outcome;
+        let called_start = called.start;
         self.mesh().health().metrics().task_ended(
             &task.kind,
             outcome.is_ok(),
@@ -119,6 +120,7 @@ impl StepRun<'_> {
         // The iteration names a parallel loop's `ctx` writer in its claims
         // rebuilt from the log (`noetl_mesh::ctx_owners`).
         payload.index = self.loop_run.as_ref().map(|(_, i)| *i);
+        payload.started = called_start;
         let ev = self.task_event(&t.run_id, task, &payload);
         pending.push(self.mesh().emit(&ev).await?);
         Ok(TaskRun {

@@ -1,6 +1,6 @@
-//! Running one task: its `task.started` event, its config rendered, its
-//! tool called within the step-run's deadline (or its child execution
-//! started), then [`StepRun::conclude`].
+//! Running one task: its `task.started` event (held back while the task
+//! is quick), its config rendered, its tool called within the step-run's
+//! deadline (or its child execution started), then [`StepRun::conclude`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339},
     ids::derive_id,
-    payloads::TaskStarted,
+    payloads::{AttemptStart, TaskStarted, TASK_START_DEFERRAL_MS},
 };
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -35,6 +35,9 @@ pub(super) struct Called {
     pub retry_after: Option<Duration>,
     /// Set when the step-run's deadline cut the tool call short.
     pub out_of_time: Option<String>,
+    /// The attempt's start, when no `task.started` was written for it
+    /// (its `task.done` records it).
+    pub start: Option<AttemptStart>,
 }
 
 impl Called {
@@ -45,8 +48,23 @@ impl Called {
             outcome,
             retry_after: None,
             out_of_time: None,
+            start: None,
         }
     }
+}
+
+/// An attempt's `task.started`: written, or held back until the task has
+/// run for [`TASK_START_DEFERRAL_MS`].
+enum Start {
+    Written,
+    Deferred(Box<noetl_wire::Event>),
+}
+
+/// Whether a task of `kind` hands its step-run off (a child execution, a
+/// wait for a signal): its `task.started` is how what it started is found
+/// (`noetl_router::children`), so it is written at once.
+fn hands_off(kind: &str) -> bool {
+    kind == "playbook" || kind == noetl_mesh::signal::WAIT_KIND
 }
 
 /// The id of the task run at `cur` (its task, attempt and the task runs
@@ -86,25 +104,64 @@ impl StepRun<'_> {
             ),
         };
         let resumed = cur.resume.take();
-        if resumed.is_none() {
-            let started = TaskStarted {
-                attempt: cur.attempt,
-                pc: cur.pc,
-                kind: task.kind.clone(),
-            };
-            let ev = self.task_event(&t.run_id, task, &started);
-            pending.push(self.mesh().emit(&ev).await?);
-        }
+        // The attempt's start: a task that hands its step-run off (a child
+        // execution, a wait) announces it at once, since what it started
+        // is found from it; any other writes `task.started` only when it
+        // is still running after the deferral, else its `task.done` says
+        // when it started (one stored event for a quick task).
+        let mut start = match resumed {
+            Some(_) => Start::Written, // when the child was started
+            None => {
+                let ev = self.task_event(
+                    &t.run_id,
+                    task,
+                    &TaskStarted {
+                        attempt: cur.attempt,
+                        pc: cur.pc,
+                        kind: task.kind.clone(),
+                    },
+                );
+                // A redelivered command writes its starts at once: the
+                // first delivery may have written them (the same ids).
+                if hands_off(&task.kind) || self.redelivered {
+                    pending.push(self.mesh().emit(&ev).await?);
+                    Start::Written
+                } else {
+                    Start::Deferred(Box::new(ev))
+                }
+            }
+        };
         let scope = self.task_scope(cur, task);
         let started_at = now_rfc3339();
         let clock = Instant::now();
         let mut called = match resumed {
             // A child execution ended: its outcome is this task's.
             Some(outcome) => Called::known(outcome),
-            None => match self.invoke(cur, &t, tool, &scope, pending).await? {
-                Some(called) => called,
-                None => return Ok(None),
-            },
+            None => {
+                let invoked = self.invoke(cur, &t, tool, &scope, pending);
+                match self.announcing(invoked, &mut start).await? {
+                    (Some(called), announced) => {
+                        if let Some(ack) = announced {
+                            pending.push(ack);
+                        }
+                        called
+                    }
+                    (None, announced) => {
+                        if let Some(ack) = announced {
+                            pending.push(ack);
+                        }
+                        return Ok(None);
+                    }
+                }
+            }
+        };
+        called.start = match start {
+            Start::Deferred(ev) => Some(AttemptStart {
+                pc: cur.pc,
+                kind: task.kind.clone(),
+                at_ms: ev.ts_ms,
+            }),
+            Start::Written => None,
         };
         called.outcome.meta = OutcomeMeta {
             attempt: cur.attempt,
@@ -116,6 +173,30 @@ impl StepRun<'_> {
         self.conclude(cur, &t, scope, called, pending)
             .await
             .map(Some)
+    }
+
+    /// Await a task's call; if it is still running after
+    /// [`TASK_START_DEFERRAL_MS`], publish its deferred `task.started` (its
+    /// time the attempt's start) and go on waiting. Returns the call's
+    /// result and the ack of the start, when it was published.
+    async fn announcing<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, HandlerError>>,
+        start: &mut Start,
+    ) -> Result<(T, Option<noetl_mesh::PendingAck>), HandlerError> {
+        let Start::Deferred(ev) = &*start else {
+            return Ok((call.await?, None));
+        };
+        tokio::pin!(call);
+        let deferral = Duration::from_millis(TASK_START_DEFERRAL_MS);
+        tokio::select! {
+            biased;
+            done = &mut call => return Ok((done?, None)),
+            () = tokio::time::sleep(deferral) => {}
+        }
+        let ack = self.mesh().emit(ev).await?;
+        *start = Start::Written;
+        Ok((call.await?, Some(ack)))
     }
 
     /// Render the task's config and call its tool (or start its child
@@ -177,6 +258,7 @@ impl StepRun<'_> {
             outcome: r.outcome,
             retry_after: r.retry_after,
             out_of_time,
+            start: None,
         }))
     }
 

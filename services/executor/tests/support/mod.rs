@@ -235,6 +235,16 @@ impl EventLog {
         while self.next(quiet).await.is_some() {}
     }
 
+    /// Every task attempt's start seen: its `task.started`, or the
+    /// `task.done` of a quick attempt that records its start
+    /// ([`noetl_mesh::payloads::attempt_started`]).
+    pub fn starts(&self) -> Vec<&Event> {
+        self.seen
+            .iter()
+            .filter(|e| noetl_mesh::payloads::attempt_started(e).is_some())
+            .collect()
+    }
+
     /// Events of `event_type` seen so far.
     pub fn of(&self, event_type: &str) -> Vec<&Event> {
         self.seen

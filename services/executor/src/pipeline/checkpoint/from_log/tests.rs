@@ -78,6 +78,7 @@ fn done(action: &str, result: Value) -> TaskDone {
         reduced: Vec::new(),
         ctx_refused: false,
         index: None,
+        started: None,
     }
 }
 
