@@ -291,7 +291,7 @@ fn max_overlap(evs: &[Event]) -> i32 {
     let mut starts = std::collections::BTreeMap::new();
     let mut edges = Vec::new();
     for e in evs {
-        if let Some(s) = noetl_mesh::payloads::attempt_started(e) {
+        if let Some(s) = noetl_mesh::attempt::attempt_started(e) {
             starts.insert(e.task_run_id.clone(), s.at_ms);
         }
         if EventType::of(e) == Some(EventType::TaskDone) {
@@ -313,7 +313,7 @@ fn max_overlap(evs: &[Event]) -> i32 {
 /// When each task attempt of `evs` started, in seconds since the epoch.
 fn attempt_starts(evs: &[Event]) -> Vec<f64> {
     evs.iter()
-        .filter_map(noetl_mesh::payloads::attempt_started)
+        .filter_map(noetl_mesh::attempt::attempt_started)
         .map(|s| s.at_ms as f64 / 1000.0)
         .collect()
 }

@@ -517,7 +517,7 @@ workflow:
     assert!(
         !events
             .iter()
-            .any(|e| e.task == "second" && noetl_mesh::payloads::attempt_started(e).is_some()),
+            .any(|e| e.task == "second" && noetl_mesh::attempt::attempt_started(e).is_some()),
         "the second task started after the execution failed"
     );
 }

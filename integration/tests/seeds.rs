@@ -74,7 +74,7 @@ async fn a_later_task_reads_an_earlier_tasks_result_by_name_across_executors() {
     let evs = cluster.settled_events(&eid).await;
     let kinds: Vec<String> = evs
         .iter()
-        .filter_map(noetl_mesh::payloads::attempt_started)
+        .filter_map(noetl_mesh::attempt::attempt_started)
         .map(|s| s.kind)
         .collect();
     assert_eq!(kinds, ["python", "noop", "python"]);

@@ -10,6 +10,7 @@
 //! ([`state`]), the per-execution plan cache ([`plan`]) and the embedded
 //! `nats-server` launcher ([`server`]).
 
+pub mod attempt;
 pub mod audit;
 pub mod auth_cache;
 pub mod backoff;

@@ -144,7 +144,7 @@ async fn a_quick_attempt_records_its_start_in_its_end_and_a_slow_one_announces_i
     // The slow one: its task.started, written while it ran, carries the
     // time it started; its task.done does not repeat it.
     assert!(payload(done[1]).get("started").is_none());
-    let slow = noetl_mesh::payloads::attempt_started(started[0]).unwrap();
+    let slow = noetl_mesh::attempt::attempt_started(started[0]).unwrap();
     let ended = noetl_mesh::events::time_ms(done[1]);
     assert!(
         ended - slow.at_ms >= 400,
@@ -294,7 +294,7 @@ async fn delayed_retry_waits_in_the_queue_without_holding_a_slot() {
     );
     let retry = log
         .until_where(
-            |e| noetl_mesh::payloads::attempt_started(e).is_some_and(|s| s.attempt == 2),
+            |e| noetl_mesh::attempt::attempt_started(e).is_some_and(|s| s.attempt == 2),
             "second attempt",
         )
         .await;

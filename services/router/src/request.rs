@@ -220,24 +220,8 @@ async fn start(
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
-    // Redelivery of a request we already accepted: make sure the entry token
-    // went out (same id, de-duplicated) and stop.
-    if let Some(header) = mesh.exec_header(&eid).await? {
-        if header.status != ExecStatus::Running {
-            // A child refused before a crash may not have resumed its parent.
-            crate::children::resume_parent(mesh, &eid).await?;
-            return Ok(());
-        }
-        if let Some(plan) = accepted_plan(mesh, &eid).await? {
-            enter(mesh, headers, &plan).await?;
-            return Ok(());
-        }
-        // The plan was lost before the execution's first event (a router
-        // stopped between its header and its events, and the plan record
-        // was purged since): nothing but this request can give it back,
-        // so the execution starts from it as if new (the header stays;
-        // every id below is the same).
-        tracing::warn!(execution_id = %eid, "plan missing before the execution's first event: starting it again from its request");
+    if accepted_already(mesh, headers, &eid).await? {
+        return Ok(());
     }
     // A child: its parent's continuation is kept before anything can fail.
     // This also indexes the child under its parent, so a cancellation of
@@ -316,6 +300,34 @@ async fn start(
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
+}
+
+/// A redelivery of a request already accepted (its header is there): make
+/// sure its entry token went out (same id, de-duplicated), and say so.
+/// `false` when it is new, or when its plan was lost before its first
+/// event (a router stopped between its header and its events, and the
+/// plan record was purged since): nothing but the request can give the
+/// plan back, so the execution starts from it as if new (the header
+/// stays; every id is the same).
+async fn accepted_already(
+    mesh: &Mesh,
+    headers: &kv::RevisionCache<ExecHeader>,
+    eid: &str,
+) -> Result<bool, HandlerError> {
+    let Some(header) = mesh.exec_header(eid).await? else {
+        return Ok(false);
+    };
+    if header.status != ExecStatus::Running {
+        // A child refused before a crash may not have resumed its parent.
+        crate::children::resume_parent(mesh, eid).await?;
+        return Ok(true);
+    }
+    if let Some(plan) = accepted_plan(mesh, eid).await? {
+        enter(mesh, headers, &plan).await?;
+        return Ok(true);
+    }
+    tracing::warn!(execution_id = %eid, "plan missing before the execution's first event: starting it again from its request");
+    Ok(false)
 }
 
 /// The plan of an execution whose header is there: stored, or written

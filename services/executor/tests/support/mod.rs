@@ -237,11 +237,11 @@ impl EventLog {
 
     /// Every task attempt's start seen: its `task.started`, or the
     /// `task.done` of a quick attempt that records its start
-    /// ([`noetl_mesh::payloads::attempt_started`]).
+    /// ([`noetl_mesh::attempt::attempt_started`]).
     pub fn starts(&self) -> Vec<&Event> {
         self.seen
             .iter()
-            .filter(|e| noetl_mesh::payloads::attempt_started(e).is_some())
+            .filter(|e| noetl_mesh::attempt::attempt_started(e).is_some())
             .collect()
     }
 

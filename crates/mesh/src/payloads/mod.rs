@@ -17,6 +17,9 @@ use crate::event_type::EventType;
 use crate::handled::HandledError;
 use crate::MeshError;
 
+mod task;
+pub use task::{AttemptStart, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};
+
 /// `loop.iteration.started`, written by the loop-supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IterationStarted {
@@ -381,138 +384,6 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// `task.started`, written by the executor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskStarted {
-    /// 1-based attempt.
-    pub attempt: u32,
-    /// The task's index in the step's pipeline.
-    pub pc: usize,
-    /// Its tool kind.
-    pub kind: String,
-}
-
-/// A delayed retry's schedule in `task.done`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetryAt {
-    /// Delay before the next attempt.
-    pub delay_ms: u64,
-    /// Its number.
-    pub next_attempt: u32,
-}
-
-/// `task.done`, written by the executor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskDone {
-    /// `ok` or `error`.
-    pub status: noetl_core::OutcomeStatus,
-    /// 1-based attempt.
-    pub attempt: u32,
-    /// How long the tool call took.
-    pub duration_ms: u64,
-    /// Its result (compact).
-    pub result: Value,
-    /// Its error.
-    pub error: Option<noetl_core::OutcomeError>,
-    /// What the step-run does next: continue, retry, jump, break, fail.
-    pub action: String,
-    /// The policy rule that matched.
-    pub rule: Option<usize>,
-    /// The `set_ctx` patch.
-    pub set_ctx: Option<Map<String, Value>>,
-    /// The `set_iter` patch.
-    pub set_iter: Option<Map<String, Value>>,
-    /// A delayed retry's schedule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetryAt>,
-    /// The `set_ctx` patch stored whole in the object store, when it is
-    /// too large to ride in the event ([`crate::patches`]; `set_ctx` is
-    /// then absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub set_ctx_ref: Option<Value>,
-    /// Keys of `set_ctx` that went to the loop's reducers (they reach
-    /// `ctx` with the loop's `loop.done`), not into `ctx`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reduced: Vec<String>,
-    /// `set_ctx` was refused (`ctx.conflict`): nothing was written.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub ctx_refused: bool,
-    /// The loop iteration the task ran in (absent outside loops, and in
-    /// events written before it was recorded): names the writer of a
-    /// parallel loop's `ctx` key when its claims are rebuilt from the log
-    /// ([`crate::ctx_owners`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<u64>,
-    /// The attempt's start, when no `task.started` was written for it: a
-    /// task that ends within [`TASK_START_DEFERRAL_MS`] of its start has
-    /// its start recorded with its end (one stored event, not two).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started: Option<AttemptStart>,
-}
-
-/// How long a task runs before its `task.started` is written: one that
-/// ends sooner records its start in its `task.done` (`started`), so a
-/// quick task is one stored event. A `playbook` or `wait` task, which
-/// hands its step-run off, has its `task.started` written at once.
-pub const TASK_START_DEFERRAL_MS: u64 = 100;
-
-/// The start of a task attempt, as the log records it: a `task.started`,
-/// or a `task.done` whose attempt ended before its `task.started` was
-/// due ([`AttemptStart`]). Readers that count or time attempts read both
-/// through [`attempt_started`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptStarted {
-    /// 1-based attempt.
-    pub attempt: u32,
-    /// The task's index in the step's pipeline.
-    pub pc: usize,
-    /// Its tool kind.
-    pub kind: String,
-    /// When it started, ms since the Unix epoch (0: unknown).
-    pub at_ms: u64,
-}
-
-/// The attempt start `ev` records, if it records one: a `task.started`
-/// (its time the start), or a `task.done` carrying `started`. `None` for
-/// any other event, and for a `task.done` whose attempt has its own
-/// `task.started`.
-pub fn attempt_started(ev: &Event) -> Option<AttemptStarted> {
-    match EventType::of(ev)? {
-        EventType::TaskStarted => {
-            let s: TaskStarted = decode(ev).ok()?;
-            Some(AttemptStarted {
-                attempt: s.attempt,
-                pc: s.pc,
-                kind: s.kind,
-                at_ms: crate::events::time_ms(ev),
-            })
-        }
-        EventType::TaskDone => {
-            let d: TaskDone = decode(ev).ok()?;
-            let s = d.started?;
-            Some(AttemptStarted {
-                attempt: d.attempt,
-                pc: s.pc,
-                kind: s.kind,
-                at_ms: s.at_ms,
-            })
-        }
-        _ => None,
-    }
-}
-
-/// An attempt's start as its `task.done` records it when no `task.started`
-/// was written: what `task.started` would have said.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttemptStart {
-    /// The task's index in the step's pipeline.
-    pub pc: usize,
-    /// Its tool kind.
-    pub kind: String,
-    /// When it started, ms since the Unix epoch.
-    pub at_ms: u64,
-}
-
 /// `playbook.initialized`, the first event of an execution (router).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlaybookInitialized {
@@ -753,7 +624,9 @@ impl StepStarted {
 pub fn is_admission(ev: &Event) -> bool {
     match EventType::of(ev) {
         Some(EventType::StepScheduled) => true,
-        Some(EventType::StepStarted) => crate::events::payload(ev).get("loop").is_some(),
+        Some(EventType::StepStarted) => {
+            decode::<StepStarted>(ev).is_ok_and(|s| s.is_loop.is_some())
+        }
         _ => false,
     }
 }
