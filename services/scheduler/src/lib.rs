@@ -3,11 +3,11 @@
 //! For each token on `<p>.token.<eid>`: evaluate `step.spec.policy.admit`
 //! (server side; inputs `workload`, `ctx`, `args`, `token`). Denied →
 //! `step.skipped` (a boundary the router closes). Admitted →
-//! `step.started` (the admission's rule with it) and then: a loop step goes to the loop-supervisor
-//! (`<p>.loop.<eid>`); a routing-only step (no tool) finishes at once with
-//! `step.done`; any other step sends its first task command to
-//! `<p>.task.<kind>`. The step-run id is the token id, so every publish is
-//! idempotent under redelivery.
+//! `step.started` (the admission's rule with it) and then: a loop step
+//! goes to the loop-supervisor (`<p>.loop.<eid>`); a routing-only step (no
+//! tool) finishes at once with `step.done`; any other step sends its first
+//! task command to `<p>.task.<kind>`. The step-run id is the token id, so
+//! every publish is idempotent under redelivery.
 
 mod join;
 
