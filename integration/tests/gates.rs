@@ -4,7 +4,7 @@
 //! and times: whole executions per `workload.customer` (queue, reject,
 //! cancel-oldest), a step's task calls across a parallel loop, and a rate.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use noetl_integration::{events_of, Cluster, Gauge};
 use noetl_mesh::event_type::EventType;
@@ -319,10 +319,7 @@ fn attempt_starts(evs: &[Event]) -> Vec<f64> {
 }
 
 fn secs(ts: &str) -> f64 {
-    let t = events::parse_rfc3339(ts).expect("event time");
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
+    events::ms_of_rfc3339(ts).expect("event time") as f64 / 1000.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

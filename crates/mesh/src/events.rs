@@ -15,15 +15,22 @@ pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
         .map(std::time::SystemTime::from)
 }
 
+/// RFC 3339 text as milliseconds since the Unix epoch; `None` when it
+/// does not parse (or is before the epoch).
+pub fn ms_of_rfc3339(s: &str) -> Option<u64> {
+    let t = parse_rfc3339(s)?;
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as u64)
+}
+
 /// An event's time in ms since the Unix epoch: its `ts_ms`, else its
 /// RFC 3339 `ts` read (a JSON-encoded event); 0 when it has neither.
 pub fn time_ms(ev: &Event) -> u64 {
     if ev.ts_ms > 0 {
         return ev.ts_ms;
     }
-    parse_rfc3339(&ev.ts)
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis() as u64)
+    ms_of_rfc3339(&ev.ts).unwrap_or(0)
 }
 
 /// Current time, RFC 3339 with milliseconds, UTC.

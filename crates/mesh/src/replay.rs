@@ -153,12 +153,7 @@ pub fn import_line(text: &str, line: usize) -> Result<Logged, MeshError> {
         .ok_or_else(|| bad("no `seq`".into()))?;
     let mut event =
         crate::codec::decode_event(v.to_string().as_bytes()).map_err(|e| bad(e.to_string()))?;
-    if event.ts_ms == 0 {
-        event.ts_ms = crate::events::parse_rfc3339(&event.ts)
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-    }
+    event.ts_ms = crate::events::time_ms(&event);
     Ok(Logged { seq, event })
 }
 

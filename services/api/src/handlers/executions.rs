@@ -294,9 +294,7 @@ async fn variables(
                     .collect();
                 if let Some(end) = ended_at {
                     // A later end (after a resume) replaces the mark.
-                    let at = noetl_mesh::events::parse_rfc3339(end)
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map_or(0, |d| d.as_millis() as u64);
+                    let at = noetl_mesh::events::ms_of_rfc3339(end).unwrap_or(0);
                     values.push((end_mark, end.to_string().into(), at));
                 }
                 state.ctx_view.complete(id, g, &values);

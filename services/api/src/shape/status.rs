@@ -82,11 +82,7 @@ pub fn progress(
 /// milliseconds, when it has not ended), and the same for people:
 /// `1h 2m 3s`, `45s`, `0.25s`. `None` when a time does not parse.
 pub fn duration(started: &str, ended: Option<&str>, now_ms: u64) -> Option<(f64, String)> {
-    let ms_of = |t: &str| {
-        noetl_mesh::events::parse_rfc3339(t)
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as u64)
-    };
+    let ms_of = noetl_mesh::events::ms_of_rfc3339;
     let start = ms_of(started)?;
     let end = match ended {
         Some(e) => ms_of(e)?,

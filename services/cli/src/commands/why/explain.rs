@@ -222,10 +222,7 @@ fn retry_pending(s: &Situation<'_>, run: &RunNode) -> Option<Reason> {
         .and_then(Value::as_u64)
         .unwrap_or(0) as u32;
     let done_ms = match last.ts_ms {
-        0 => events::parse_rfc3339(&last.ts)?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_millis() as u64,
+        0 => events::ms_of_rfc3339(&last.ts)?,
         ms => ms,
     };
     let at = done_ms.saturating_add(delay);
