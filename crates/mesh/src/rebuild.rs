@@ -99,13 +99,22 @@ pub async fn plan_of(
 /// events.
 pub async fn rebuild(mesh: &Mesh, eid: &str, mode: Mode) -> Result<Option<Rebuilt>, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
+    rebuild_from(mesh, eid, &log, mode).await
+}
+
+/// [`rebuild`] from the execution's events `log` ([`hydrated_log`]), read
+/// already (a caller that folds more of them reads them once).
+pub async fn rebuild_from(
+    mesh: &Mesh,
+    eid: &str,
+    log: &[Logged],
+    mode: Mode,
+) -> Result<Option<Rebuilt>, MeshError> {
     let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
     if folded.events == 0 {
         return Ok(None);
     }
-    write_records(mesh, eid, &log, &folded, mode)
-        .await
-        .map(Some)
+    write_records(mesh, eid, log, &folded, mode).await.map(Some)
 }
 
 /// Write the records `folded` (the fold of `log`) gives.

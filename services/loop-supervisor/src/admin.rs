@@ -2,7 +2,7 @@
 //! (docs/operations.md "Rebuild"): an execution's open loop runs written
 //! back from its events where the loop bucket lost them, as the
 //! loop-supervisor itself does when a report finds one missing
-//! ([`crate::rebuild`]), and the first command of each iteration in
+//! (`rebuild.rs`), and the first command of each iteration in
 //! flight, built as the dispatch builds it, from which the executor folds
 //! the iteration's checkpoint (`noetl_executor::rebuild_checkpoint`).
 
@@ -13,7 +13,8 @@ use noetl_mesh::{
 };
 use noetl_wire::{Event, TaskCommand};
 
-use crate::collection::{ChunkCache, Elements, ItemError};
+use crate::collection::ChunkCache;
+use crate::dispatch::{self, Read, Window};
 use crate::messages;
 use crate::state::{LoopRun, RunAt};
 
@@ -95,7 +96,12 @@ pub async fn rebuild_open_runs(
                 Err(e) => return Err(e),
             },
         };
-        open.in_flight = first_commands(mesh, &chunks, at, &run, &mut open.notes).await?;
+        let w = Window {
+            mesh,
+            chunks: &chunks,
+            at,
+        };
+        open.in_flight = first_commands(&w, &run, &mut open.notes).await?;
         out.push(open);
     }
     Ok(out)
@@ -104,29 +110,24 @@ pub async fn rebuild_open_runs(
 /// The first commands of `run`'s iterations in flight (those a pause
 /// holds are not out), as [`messages::iterations`] builds them.
 async fn first_commands(
-    mesh: &Mesh,
-    chunks: &ChunkCache,
-    at: RunAt<'_>,
+    w: &Window<'_>,
     run: &LoopRun,
     notes: &mut Vec<String>,
 ) -> Result<Vec<TaskCommand>, HandlerError> {
-    let elements = Elements {
-        mesh,
-        eid: at.eid(),
-        srid: at.srid,
-    };
-    let mut items = Vec::new();
-    for &i in run.in_flight.iter().filter(|i| !run.held.contains(i)) {
-        match chunks.element(elements, run.cursor.as_ref(), i).await {
-            Ok(item) => items.push((i, item)),
-            Err(ItemError::Mesh(e)) => return Err(e.into()),
-            Err(ItemError::Gone(why)) => notes.push(format!(
-                "loop run {}: iteration {i}'s element cannot be read: {why}",
-                at.srid
-            )),
-        }
-    }
-    Ok(messages::iterations(at, run, &items)
+    let indices: Vec<u64> = run
+        .in_flight
+        .iter()
+        .copied()
+        .filter(|i| !run.held.contains(i))
+        .collect();
+    let Read { items, gone } = dispatch::read(w, run, &indices).await?;
+    notes.extend(gone.into_iter().map(|(i, why)| {
+        format!(
+            "loop run {}: iteration {i}'s element cannot be read: {why}",
+            w.at.srid
+        )
+    }));
+    Ok(messages::iterations(w.at, run, &items)
         .into_iter()
         .filter_map(|e| match e {
             Effect::Task { cmd, .. } => Some(cmd),

@@ -194,16 +194,20 @@ pub(crate) async fn release_held(w: &Window<'_>, run: LoopRun) -> Result<(), Han
 }
 
 /// The elements of the iterations a dispatch publishes.
-struct Read {
+pub(crate) struct Read {
     /// Index and element of each iteration whose element was read.
-    items: Vec<(u64, Value)>,
+    pub items: Vec<(u64, Value)>,
     /// Index of each whose element cannot be read, and why.
-    gone: Vec<(u64, String)>,
+    pub gone: Vec<(u64, String)>,
 }
 
 /// Read the elements of iterations `indices` (an element that cannot be
 /// read is `gone`; a transient error fails the whole read).
-async fn read(w: &Window<'_>, run: &LoopRun, indices: &[u64]) -> Result<Read, HandlerError> {
+pub(crate) async fn read(
+    w: &Window<'_>,
+    run: &LoopRun,
+    indices: &[u64],
+) -> Result<Read, HandlerError> {
     let at = Elements {
         mesh: w.mesh,
         eid: w.at.eid(),

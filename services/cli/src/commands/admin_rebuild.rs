@@ -11,6 +11,7 @@ use noetl_executor::CheckpointRebuilt;
 use noetl_mesh::rebuild::{self, Mode, Rebuilt};
 use noetl_mesh::replay::{hydrated_log, Until};
 use noetl_mesh::Mesh;
+use noetl_wire::Event;
 use serde::Serialize;
 
 use super::common::MeshArgs;
@@ -55,7 +56,8 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
         println!("no execution is running according to its events");
     }
     for id in ids {
-        match rebuild::rebuild(&mesh, &id, mode).await? {
+        let log = hydrated_log(&mesh, &id, Until::End).await?;
+        match rebuild::rebuild_from(&mesh, &id, &log, mode).await? {
             None => return Ok(super::exec_shared::no_execution(&mesh, &id)),
             Some(rebuilt) => {
                 let mut report = Report {
@@ -64,7 +66,8 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
                     checkpoints: 0,
                 };
                 if report.rebuilt.running {
-                    loops(&mesh, &id, &mut report).await?;
+                    let log: Vec<_> = log.into_iter().map(|l| l.event).collect();
+                    loops(&mesh, &id, &log, &mut report).await?;
                 }
                 print(&report, a.json)
             }
@@ -88,7 +91,7 @@ struct Report {
 /// record (the loop-supervisor's fold), then the checkpoint of each of its
 /// iterations in flight (the executor's fold, from the iteration's first
 /// command). Create-only, whatever the mode: the services move both on.
-async fn loops(mesh: &Mesh, eid: &str, r: &mut Report) -> anyhow::Result<()> {
+async fn loops(mesh: &Mesh, eid: &str, log: &[Event], r: &mut Report) -> anyhow::Result<()> {
     let plan = match mesh.plans().get(mesh, eid).await {
         Ok(plan) => plan,
         Err(e) => {
@@ -98,12 +101,7 @@ async fn loops(mesh: &Mesh, eid: &str, r: &mut Report) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let log: Vec<_> = hydrated_log(mesh, eid, Until::End)
-        .await?
-        .into_iter()
-        .map(|l| l.event)
-        .collect();
-    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, &log)
+    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, log)
         .await
         .with_context(|| format!("loop runs of {eid}"))?;
     for run in open {
@@ -114,7 +112,7 @@ async fn loops(mesh: &Mesh, eid: &str, r: &mut Report) -> anyhow::Result<()> {
         };
         for cmd in &run.in_flight {
             let index = cmd.iteration.as_ref().map_or(0, |it| it.index);
-            let rebuilt = noetl_executor::rebuild_checkpoint(mesh, &plan, step, cmd, &log)
+            let rebuilt = noetl_executor::rebuild_checkpoint(mesh, &plan, step, cmd, log)
                 .await
                 .with_context(|| {
                     format!(
