@@ -2,10 +2,8 @@
 //! copy's work is already over, and the command that continues the
 //! step-run elsewhere.
 
-use noetl_core::Outcome;
 use noetl_mesh::{
     codec,
-    handled::HandledError,
     ids::derive_id,
     keys::Keys,
     kv,
@@ -46,20 +44,16 @@ pub(super) struct DecodedCommand {
     /// The step's args as the command carries them (large ones are
     /// references).
     pub args: Value,
-    pub prev: Value,
     /// Loop run id and iteration index, for an iteration's command.
     pub loop_run: Option<(String, u64)>,
     /// Items of the loop's collection (0: unknown or not a loop).
     pub loop_total: u64,
-    pub iter: Map<String, Value>,
-    /// Results of the tasks read by name that ran so far (large ones by
-    /// reference).
-    pub results: Map<String, Value>,
-    pub reduce: Map<String, Value>,
-    /// The outcome of the child execution this command resumes after.
-    pub resume: Option<Outcome>,
-    /// Task errors a policy rule handled so far in the step-run.
-    pub handled: Vec<HandledError>,
+    /// Where the pipeline starts: the command's task, attempt and task
+    /// runs so far, its `_prev`, `iter`, reducer contributions, task
+    /// results read by name (large ones by reference), the child outcome
+    /// it resumes after and the task errors handled so far; its `ctx` is
+    /// the reader's to fill.
+    pub cursor: Cursor,
 }
 
 /// Decode a task command's JSON fields; a field that is not the JSON it
@@ -100,15 +94,21 @@ pub(super) fn decode_command(
         serde_json::from_slice(&cmd.handled_json).map_err(|e| refuse("handled errors", &e))?
     };
     Ok(DecodedCommand {
-        handled,
         args,
-        prev,
         loop_run,
         loop_total,
-        iter,
-        results,
-        reduce,
-        resume,
+        cursor: Cursor {
+            pc: cmd.pc as usize,
+            attempt: cmd.attempt.max(1),
+            prev,
+            iter,
+            ctx: Value::Null,
+            steps_taken: cmd.steps_taken,
+            reduce,
+            resume,
+            results,
+            handled,
+        },
     })
 }
 

@@ -139,19 +139,13 @@ impl StepRun<'_> {
             Some(outcome) => Called::known(outcome),
             None => {
                 let invoked = self.invoke(cur, &t, tool, &scope, pending);
-                match self.announcing(invoked, &mut start).await? {
-                    (Some(called), announced) => {
-                        if let Some(ack) = announced {
-                            pending.push(ack);
-                        }
-                        called
-                    }
-                    (None, announced) => {
-                        if let Some(ack) = announced {
-                            pending.push(ack);
-                        }
-                        return Ok(None);
-                    }
+                let (called, announced) = self.announcing(invoked, &mut start).await?;
+                if let Some(ack) = announced {
+                    pending.push(ack);
+                }
+                match called {
+                    Some(called) => called,
+                    None => return Ok(None),
                 }
             }
         };

@@ -186,18 +186,7 @@ impl Executor {
             credentials,
             redelivered,
         };
-        let cur = Cursor {
-            pc: cmd.pc as usize,
-            attempt: cmd.attempt.max(1),
-            prev: d.prev,
-            iter: d.iter,
-            ctx,
-            steps_taken: cmd.steps_taken,
-            reduce: d.reduce,
-            resume: d.resume,
-            results: d.results,
-            handled: d.handled,
-        };
+        let cur = Cursor { ctx, ..d.cursor };
         if let Some(message) = keychain_error {
             let error = payloads::error_body("keychain", message);
             sr.finish(&cur, End::Failed(error)).await?;

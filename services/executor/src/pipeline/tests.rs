@@ -50,14 +50,14 @@ fn a_command_decodes_its_json_fields() {
     cmd.resume_outcome_json = br#"{"status": "ok", "result": 4}"#.to_vec();
     let d = decode_command(&cmd, "s").unwrap();
     assert_eq!(d.args, json!({"n": 1}));
-    assert_eq!(d.prev, json!(7));
+    assert_eq!(d.cursor.prev, json!(7));
     assert_eq!(d.loop_run, Some(("sr1".to_string(), 3)));
-    assert_eq!(d.iter["row"], json!({"id": 2}));
-    assert_eq!(d.reduce["total"], json!(5));
-    assert_eq!(d.resume.unwrap().result, json!(4));
+    assert_eq!(d.cursor.iter["row"], json!({"id": 2}));
+    assert_eq!(d.cursor.reduce["total"], json!(5));
+    assert_eq!(d.cursor.resume.unwrap().result, json!(4));
     let plain = decode_command(&command(None), "s").unwrap();
     assert_eq!(plain.args, json!({}));
-    assert!(plain.loop_run.is_none() && plain.resume.is_none());
+    assert!(plain.loop_run.is_none() && plain.cursor.resume.is_none());
 }
 
 #[test]

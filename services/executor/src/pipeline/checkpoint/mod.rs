@@ -76,18 +76,6 @@ pub async fn rebuild_checkpoint(
     if kv::get::<Value>(mesh.loop_kv(), &key).await?.is_some() {
         return Ok(CheckpointRebuilt::Present);
     }
-    let start = Cursor {
-        pc: cmd.pc as usize,
-        attempt: cmd.attempt.max(1),
-        prev: d.prev,
-        iter: d.iter,
-        ctx: Value::Null,
-        steps_taken: cmd.steps_taken,
-        reduce: d.reduce,
-        resume: None,
-        results: d.results,
-        handled: d.handled,
-    };
     let input = FoldInput {
         step,
         needs: &needs,
@@ -95,7 +83,9 @@ pub async fn rebuild_checkpoint(
         index: &index,
         log,
     };
-    let folded = match fold(input, start) {
+    // As a redelivered command folds it: from its cursor without `ctx`
+    // or a child's outcome.
+    let folded = match fold(input, d.cursor.fork()) {
         Ok(Some(folded)) => folded,
         Ok(None) => return Ok(CheckpointRebuilt::NotOwed),
         Err(why) => return Ok(CheckpointRebuilt::NotFolded(why.to_string())),
