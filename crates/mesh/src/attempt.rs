@@ -1,7 +1,7 @@
 //! A task attempt's start as the log records it: its own `task.started`,
 //! or, for an attempt that ended within
-//! [`crate::payloads::TASK_START_DEFERRAL_MS`] of its
-//! start, the `started` its `task.done` carries.
+//! [`crate::payloads::TASK_START_DEFERRAL_MS`] of its start, the `started`
+//! its `task.done` carries.
 
 use noetl_wire::Event;
 
@@ -10,8 +10,8 @@ use crate::payloads::{decode, TaskDone, TaskStarted};
 
 /// The start of a task attempt, as the log records it: a `task.started`,
 /// or a `task.done` whose attempt ended before its `task.started` was
-/// due ([`crate::payloads::AttemptStart`]). Readers that count or time attempts read both
-/// through [`attempt_started`].
+/// due ([`crate::payloads::AttemptStart`]). Readers that count or time
+/// attempts read both through [`attempt_started`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptStarted {
     /// 1-based attempt.

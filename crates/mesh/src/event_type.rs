@@ -137,9 +137,9 @@ impl EventType {
     /// in its order among the scheduler's decisions for the step (each
     /// decision's handler waits for its acks before the next token is
     /// taken), and by `replay --playbook` as the admission decision, at its
-    /// place in the log. A cursor loop's `loop.iteration.started` is read by its run's
-    /// fold: the loop-supervisor awaits those itself before their
-    /// iterations go out (a loop over `in` does not wait for them).
+    /// place in the log. A cursor loop's `loop.iteration.started` is read
+    /// by its run's fold: the loop-supervisor awaits those itself before
+    /// their iterations go out (a loop over `in` does not wait for them).
     pub const fn for_readers_only(self) -> bool {
         matches!(
             self,

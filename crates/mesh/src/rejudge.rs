@@ -8,8 +8,8 @@
 //! a loop's `in`), so a replay runs the code that ran live.
 //!
 //! Re-taken: admission (the admitting `step.started` — `step.scheduled`
-//! in older logs — / `step.skipped` "admission denied"), the arcs each step-run's boundary fired (targets and their
-//! args), the length of each loop's collection (`loop.started`), and each
+//! in older logs — / `step.skipped` "admission denied"), the arcs each
+//! step-run's boundary fired (targets and their args), the length of each loop's collection (`loop.started`), and each
 //! task's policy (`task.done`: the rule that matched, its action and its
 //! `set_ctx`) against the outcome the event records, in the scope the log
 //! gives: workload, `ctx` as of the event, the step's args, the results

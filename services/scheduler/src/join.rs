@@ -213,7 +213,8 @@ fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
 /// The join record of `step` as the scheduler's events of execution
 /// `log` leave it: [`absorb`] of each of the step's tokens in the order the
 /// scheduler decided them (its first `step.skipped`, admitting
-/// `step.started` — `step.scheduled` in older logs — or `step.failed`), with the from-step and args of its creation
+/// `step.started` — `step.scheduled` in older logs — or `step.failed`),
+/// with the from-step and args of its creation
 /// ([`payloads::tokens_created`]).
 /// `None` when no token of the step was decided.
 fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arrivals> {

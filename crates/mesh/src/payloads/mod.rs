@@ -592,8 +592,8 @@ pub struct Resumed {
 
 /// `step.started` (scheduler): admission let the step-run in and it
 /// began, in one event. Older logs have a `step.scheduled` with these
-/// fields followed by an empty `step.started`: [`StepStarted::admission`]
-/// tells the two apart.
+/// fields followed by an empty `step.started`: [`is_admission`] tells the
+/// two apart.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepStarted {
     /// The admission rule that matched, if any.
