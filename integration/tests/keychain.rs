@@ -209,7 +209,7 @@ async fn secret_manager_and_oauth2_entries_resolve_once_per_execution_and_never_
         }
     }
     assert!(
-        haystack.contains("task.done") && haystack.contains("_cache."),
+        haystack.contains("step.done") && haystack.contains("_cache."),
         "events and the auth cache were searched"
     );
     cluster.stop().await;

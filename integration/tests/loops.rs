@@ -776,6 +776,7 @@ async fn a_redelivered_iteration_report_resends_a_window_that_never_went_out() {
         reduce: Default::default(),
         error: serde_json::Value::Null,
         handled: Vec::new(),
+        last_task: None,
     });
     cluster.mesh.emit(&ev).await.unwrap().wait().await.unwrap();
     let done = loop_done_of(&cluster, &eid, srid, Duration::from_secs(10)).await;

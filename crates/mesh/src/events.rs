@@ -79,6 +79,16 @@ impl EventDraft<'_> {
         self.finish(payload.kind(), crate::payloads::to_value(payload))
     }
 
+    /// [`Self::build`] when the payload fits an event whole; `None` when
+    /// it would be stored with previews of its large fields
+    /// ([`noetl_core::limits::bound_payload`]).
+    pub fn build_whole<P: EventPayload>(self, payload: &P) -> Option<Event> {
+        let value = crate::payloads::to_value(payload);
+        noetl_core::limits::json_size_within(&value, noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES)
+            .ok()?;
+        Some(self.finish(payload.kind(), value))
+    }
+
     /// A test's event of `kind` with a free-form payload: what an older
     /// or a foreign writer may have stored.
     #[cfg(test)]
@@ -167,6 +177,56 @@ pub fn decode_message(
     Ok(ev)
 }
 
+/// The events a stored event stands for, as readers of the log know
+/// them: the event itself, or, for the end of a step-run or iteration
+/// that carries its last task's `task.done` inside it
+/// ([`crate::payloads::LastTask`]), that `task.done` (the id, fields and
+/// time it would have had stored on its own) followed by the end without
+/// it. Both keep the stored event's sequence number where a reader pairs
+/// them with one. An end whose `last_task` does not decode is left whole.
+pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
+    let (task_done, end) = split_last_task(ev);
+    task_done.into_iter().chain(std::iter::once(end))
+}
+
+fn split_last_task(mut ev: Event) -> (Option<Event>, Event) {
+    use EventType as T;
+    let ends = matches!(
+        EventType::of(&ev),
+        Some(T::StepDone | T::StepFailed | T::LoopIterationDone | T::LoopIterationFailed)
+    );
+    if !ends || !contains(&ev.payload_json, b"\"last_task\"") {
+        return (None, ev);
+    }
+    let mut payload = payload(&ev);
+    let Some(last) = payload
+        .as_object_mut()
+        .and_then(|p| p.remove("last_task"))
+        .and_then(|v| serde_json::from_value::<crate::payloads::LastTask>(v).ok())
+    else {
+        return (None, ev);
+    };
+    let mut task_done = EventDraft {
+        execution_id: &ev.execution_id,
+        step_run_id: &ev.step_run_id,
+        task_run_id: &last.task_run_id,
+        step: &ev.step,
+        task: &last.task,
+        trace_id: &ev.trace_id,
+        parent_id: &ev.parent_id,
+        ..Default::default()
+    }
+    .build(&last.done);
+    task_done.ts_ms = ev.ts_ms;
+    task_done.ts = ev.ts.clone();
+    ev.payload_json = crate::codec::json_bytes(&payload);
+    (Some(task_done), ev)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// [`decode_message`] of a received message.
 pub fn decode(msg: &async_nats::Message) -> Result<Event, crate::codec::DecodeError> {
     decode_message(msg.subject.as_str(), msg.headers.as_ref(), &msg.payload)
@@ -227,7 +287,10 @@ impl crate::Mesh {
                 let m = m.map_err(|e| failed(&e))?;
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
-                out.push((seq, decode(&m)));
+                match decode(&m) {
+                    Ok(ev) => out.extend(unfold(ev).map(|ev| (seq, Ok(ev)))),
+                    Err(e) => out.push((seq, Err(e))),
+                }
                 if left == 0 {
                     break;
                 }

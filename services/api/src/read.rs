@@ -78,10 +78,12 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
             let (seq, last) = (info.stream_sequence, info.pending == 0);
             match noetl_mesh::events::decode(&m) {
                 Ok(event) => {
-                    count += 1;
-                    out.push_back(Seen { seq, event });
-                    if out.len() > s.keep_last {
-                        out.pop_front();
+                    for event in noetl_mesh::events::unfold(event) {
+                        count += 1;
+                        out.push_back(Seen { seq, event });
+                        if out.len() > s.keep_last {
+                            out.pop_front();
+                        }
                     }
                 }
                 Err(e) => {
@@ -98,21 +100,6 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
         let _ = stream.delete_consumer(&name).await;
     }
     Ok((count, out.into()))
-}
-
-/// How many events are stored under `filter` (one consumer's pending
-/// count; no event is read).
-pub async fn count(mesh: &Mesh, filter: String) -> Result<u64, MeshError> {
-    let mut consumer = consumer(mesh, filter.clone(), DeliverPolicy::All).await?;
-    let info = consumer.info().await.map_err(|e| MeshError::Consume {
-        consumer: format!("counter of {filter}"),
-        message: e.to_string(),
-    })?;
-    let (pending, name) = (info.num_pending, info.name.clone());
-    if let Ok(stream) = mesh.js().get_stream(mesh.subjects().events_stream()).await {
-        let _ = stream.delete_consumer(&name).await;
-    }
-    Ok(pending)
 }
 
 /// A step's last result: the one kept in the execution's KV (a step other
@@ -134,7 +121,8 @@ pub async fn step_result(mesh: &Mesh, eid: &str, step: &str) -> Result<Option<Va
     Ok(done
         .iter()
         .rev()
-        .find(|s| s.event.step == step)
+        // (a step's end read unfolded: its last task's `task.done` too)
+        .find(|s| s.event.step == step && s.event.event_type == EventType::StepDone.wire_name())
         .map(|s| noetl_mesh::events::payload(&s.event))
         .and_then(|p| p.get("result").cloned()))
 }

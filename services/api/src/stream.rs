@@ -70,13 +70,17 @@ fn is_terminal(event_type: &str) -> bool {
     )
 }
 
-/// The SSE event of `seen`.
-fn sse_event(seen: &Seen) -> SseEvent {
+/// The SSE event of `seen`; with its sequence as `id:` when `resumable`
+/// (the last event its stored message stands for).
+fn sse_event(seen: &Seen, resumable: bool) -> SseEvent {
     let data = serde_json::to_string(&streamed(seen)).unwrap_or_default();
-    SseEvent::default()
-        .id(seen.seq.to_string())
+    let event = SseEvent::default()
         .event(seen.event.event_type.clone())
-        .data(data)
+        .data(data);
+    match resumable {
+        true => event.id(seen.seq.to_string()),
+        false => event,
+    }
 }
 
 /// The stream sequence of execution `eid`'s terminal event, if stored.
@@ -147,15 +151,27 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         let mut terminal = false;
         match noetl_mesh::events::decode(&m) {
             Ok(event) => {
-                terminal = f.execution.is_some() && is_terminal(&event.event_type);
-                if f.only
-                    .as_deref()
-                    .is_none_or(|p| type_matches(p, &event.event_type))
-                {
-                    if tx.send(sse_event(&Seen { seq, event })).await.is_err() {
-                        return Ok(());
+                // A step's end carrying its last task's `task.done` is
+                // sent as the two events it stands for; the first has no
+                // `id:`, so a client that reconnects between them resumes
+                // before both.
+                let mut read = noetl_mesh::events::unfold(event).peekable();
+                while let Some(event) = read.next() {
+                    terminal |= f.execution.is_some() && is_terminal(&event.event_type);
+                    if f.only
+                        .as_deref()
+                        .is_none_or(|p| type_matches(p, &event.event_type))
+                    {
+                        let seen = Seen { seq, event };
+                        if tx
+                            .send(sse_event(&seen, read.peek().is_none()))
+                            .await
+                            .is_err()
+                        {
+                            return Ok(());
+                        }
+                        sent += 1;
                     }
-                    sent += 1;
                 }
             }
             Err(e) => {

@@ -84,11 +84,20 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
         .find(|e| e["event_type"] == "execution.completed")
         .unwrap();
     assert_eq!(last["status"], "COMPLETED");
+    // In stream order; a step's end and the last task's `task.done` it
+    // carries share the end's sequence, the `task.done` first.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert!(
-        seqs.windows(2).all(|w| w[0] < w[1]),
+        events.windows(2).all(|w| {
+            let (a, b) = (w[0]["seq"].as_u64(), w[1]["seq"].as_u64());
+            a < b
+                || (a == b
+                    && w[0]["event_type"] == "task.done"
+                    && w[1]["event_type"] == "step.done")
+        }),
         "in stream order: {seqs:?}"
     );
+    assert!(types.contains(&"task.done"), "{types:?}");
     let finish = events
         .iter()
         .find(|e| e["event_type"] == "step.done" && e["node_name"] == "finish")

@@ -157,6 +157,73 @@ async fn a_quick_attempt_records_its_start_in_its_end_and_a_slow_one_announces_i
 }
 
 #[tokio::test]
+async fn a_step_run_s_last_task_done_is_stored_inside_its_end_and_read_back_as_its_own() {
+    let h = Harness::start().await;
+    let eid = "e-last-task";
+    h.plan(
+        eid,
+        json!([{
+            "step": "s",
+            "tool": [
+                {"name": "a", "kind": "noop", "spec": {"policy": {"rules": [
+                    {"else": true, "then": {"do": "continue", "set_ctx": {"from_a": 1}}}]}}},
+                {"name": "b", "kind": "noop", "spec": {"policy": {"rules": [
+                    {"else": true, "then": {"do": "continue", "set_ctx": {"from_b": 2}}}]}}},
+            ],
+        }]),
+        json!({}),
+    )
+    .await;
+    let mut log = h.events(eid).await;
+    h.send("noop", &command(eid, "s", "run-1")).await;
+    let end = log.until(EventType::StepDone.wire_name()).await;
+    // Read as every reader reads the log: both tasks' ends, the last one
+    // just before the step's, with the ids it would have had alone.
+    let done = log.of(EventType::TaskDone.wire_name());
+    assert_eq!(tasks_of(&done), ["a", "b"]);
+    let types: Vec<&str> = log.seen.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(&types[types.len() - 2..], ["task.done", "step.done"]);
+    assert_eq!(payload(done[1])["set_ctx"], json!({"from_b": 2}));
+    assert_eq!(
+        (done[1].step_run_id.as_str(), done[1].parent_id.as_str()),
+        (end.step_run_id.as_str(), end.parent_id.as_str())
+    );
+    assert!(payload(&end).get("last_task").is_none());
+    // As stored: the first task's end alone, the last one inside the step's.
+    let subjects = h.mesh.subjects();
+    let alone = h
+        .mesh
+        .stored_events_from(&subjects.event(eid, "task.done"), None)
+        .await
+        .unwrap();
+    let alone: Vec<String> = alone.into_iter().map(|(_, e)| e.unwrap().task).collect();
+    assert_eq!(alone, ["a"]);
+    let stream = h
+        .mesh
+        .js()
+        .get_stream(subjects.events_stream())
+        .await
+        .unwrap();
+    let raw = stream
+        .get_last_raw_message_by_subject(&subjects.event(eid, "step.done"))
+        .await
+        .unwrap();
+    let stored =
+        noetl_mesh::events::decode_message(&raw.subject, Some(&raw.headers), &raw.payload).unwrap();
+    let carried = payload(&stored)["last_task"].clone();
+    assert_eq!(
+        (
+            carried["task"].as_str(),
+            carried["set_ctx"]["from_b"].as_u64()
+        ),
+        (Some("b"), Some(2))
+    );
+    let unfolded: Vec<_> = noetl_mesh::events::unfold(stored).collect();
+    assert_eq!(unfolded[0].event_id, done[1].event_id);
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_step_without_tasks_is_done_at_once() {
     let h = Harness::start().await;
     let eid = "e-empty";

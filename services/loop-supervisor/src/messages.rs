@@ -77,6 +77,7 @@ pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -
                 reduce: Default::default(),
                 error: Value::Null,
                 handled: Vec::new(),
+                last_task: None,
             };
             out.push(run_event(at, run, &i.to_string(), &done));
             continue;

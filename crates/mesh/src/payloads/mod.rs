@@ -18,7 +18,7 @@ use crate::handled::HandledError;
 use crate::MeshError;
 
 mod task;
-pub use task::{AttemptStart, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};
+pub use task::{AttemptStart, LastTask, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};
 
 /// `loop.iteration.started`, written by the loop-supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +67,10 @@ pub struct StepEnded {
     /// Task errors a policy rule handled in the step-run (it went on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled: Vec<HandledError>,
+    /// The step-run's last `task.done`, carried here instead of stored
+    /// on its own ([`LastTask`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_task: Option<Box<LastTask>>,
 }
 
 impl StepEnded {
@@ -79,6 +83,7 @@ impl StepEnded {
             args,
             error: None,
             handled: Vec::new(),
+            last_task: None,
         }
     }
     /// `step.failed` with `error`.
@@ -90,6 +95,7 @@ impl StepEnded {
             args,
             error: Some(error),
             handled: Vec::new(),
+            last_task: None,
         }
     }
 }
@@ -121,6 +127,10 @@ pub struct IterationEnded {
     /// Task errors a policy rule handled in the iteration (it went on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled: Vec<HandledError>,
+    /// The iteration's last `task.done`, carried here instead of stored
+    /// on its own ([`LastTask`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_task: Option<Box<LastTask>>,
 }
 
 fn ok() -> Status {
@@ -942,6 +952,7 @@ mod tests {
             reduce: Map::new(),
             error: json!({"kind": "python.exception"}),
             handled: Vec::new(),
+            last_task: None,
         };
         let v = to_value(&p);
         assert_eq!(

@@ -73,6 +73,23 @@ pub struct TaskDone {
     pub started: Option<AttemptStart>,
 }
 
+/// A step-run's (or a loop iteration's) last `task.done`, carried inside
+/// the event that ends it (`step.done`, `step.failed`,
+/// `loop.iteration.done`, `loop.iteration.failed`: `last_task`) instead
+/// of stored on its own: one stored event, not two, and no wait between
+/// them. Readers of the log see it unfolded, as the `task.done` it
+/// stands for ([`crate::events::unfold`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastTask {
+    /// The task's name.
+    pub task: String,
+    /// Its task run.
+    pub task_run_id: String,
+    /// What its `task.done` says.
+    #[serde(flatten)]
+    pub done: TaskDone,
+}
+
 /// How long a task runs before its `task.started` is written: one that
 /// ends sooner records its start in its `task.done` (`started`), so a
 /// quick task is one stored event. A `playbook` or `wait` task, which

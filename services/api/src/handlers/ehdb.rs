@@ -14,7 +14,7 @@ use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{ExecutionId, Params};
 use crate::handlers::header;
-use crate::read::{count, stored, Stored};
+use crate::read::{stored, Stored};
 use crate::shape::events::execution_event;
 use crate::shape::executions::{catalog_source, filter, select};
 use crate::shape::status::status_name;
@@ -83,7 +83,18 @@ pub async fn execution(
 ) -> Result<Json<EhdbExecutionState>, ApiError> {
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;
-    let events = count(mesh, mesh.subjects().events_of(&id)).await?;
+    // Counted as listed: a step's end carrying its last task's `task.done`
+    // is two events (docs/architecture.md "Events as stored").
+    let (events, _) = stored(
+        mesh,
+        Stored {
+            filter: mesh.subjects().events_of(&id),
+            after: 0,
+            keep_last: 0,
+        },
+    )
+    .await?;
+    let events = events as u64;
     Ok(Json(EhdbExecutionState {
         exists: true,
         execution_id: id,

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::extract::{ExecutionId, Params};
 use crate::handlers::header;
 use crate::read::start_after;
-use crate::shape::events::{resume_point, type_subject};
+use crate::shape::events::{resume_point, type_matches, type_subject};
 use crate::state::AppState;
 use crate::stream::{sse, Follow};
 
@@ -90,12 +90,18 @@ pub async fn all_events(
     } else {
         Some(q.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT))
     };
+    // A `task.done` may be stored inside its step's end (docs/architecture.md
+    // "Events as stored"): a type that names it reads every subject.
+    let subject = match type_matches(&types, "task.done") {
+        true => ">",
+        false => types.as_str(),
+    };
     let follow = Follow {
-        filter: state.mesh.subjects().events_matching(None, &types),
+        filter: state.mesh.subjects().events_matching(None, subject),
         start,
         after,
         follow: q.follow,
-        only: None,
+        only: Some(types.clone()),
         execution: None,
         limit,
         draining: state.draining.clone(),

@@ -165,7 +165,7 @@ fn decode_stdin(a: &DecodeArgs) -> anyhow::Result<ExitCode> {
 fn decode_messages(data: &[u8], subject: &str) -> (Vec<Event>, Vec<String>) {
     let trimmed = data.strip_suffix(b"\n").unwrap_or(data);
     if let Ok(ev) = noetl_mesh::events::decode_message(subject, None, trimmed) {
-        return (vec![ev], Vec::new());
+        return (noetl_mesh::events::unfold(ev).collect(), Vec::new());
     }
     let mut events = Vec::new();
     let mut errors = Vec::new();
@@ -174,7 +174,7 @@ fn decode_messages(data: &[u8], subject: &str) -> (Vec<Event>, Vec<String>) {
             continue;
         }
         match codec::decode_event(line) {
-            Ok(ev) => events.push(ev),
+            Ok(ev) => events.extend(noetl_mesh::events::unfold(ev)),
             Err(e) => errors.push(format!("stdin line {}: {e}", n + 1)),
         }
     }
@@ -241,10 +241,14 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
         return Ok(super::exit::Exit::Usage.into());
     }
     let mesh = a.mesh.attach().await?;
-    // `--until-done` must see the terminal event whatever `--type` says:
-    // then the client alone filters by type.
+    let pattern = a.event_type.as_deref().map(type_pattern).transpose()?;
+    // `--until-done` must see the terminal event whatever `--type` says,
+    // and a `task.done` may be stored inside its step's end
+    // (docs/architecture.md "Events as stored"): then the client alone
+    // filters by type.
+    let in_ends = pattern.as_ref().is_some_and(|g| g.is_match("task.done"));
     let types = match (&a.event_type, a.until_done, spec) {
-        (Some(g), false, None) => type_filter(g),
+        (Some(g), false, None) if !in_ends => type_filter(g),
         _ => type_filter("*"),
     };
     let filter = mesh
@@ -276,32 +280,35 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     if a.no_follow && consumer.info().await.map_err(|e| consume(&e))?.num_pending == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    let pattern = a.event_type.as_deref().map(type_pattern).transpose()?;
     let mut messages = consumer.messages().await.map_err(|e| consume(&e))?;
     let mut printed = 0u64;
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| consume(&e))?;
         let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
-        let ev: Event = match noetl_mesh::events::decode(&m) {
+        let stored: Event = match noetl_mesh::events::decode(&m) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("skipping undecodable message on {}: {e}", m.subject);
                 continue;
             }
         };
-        let wanted = match (&pattern, spec) {
-            (_, Some(s)) => s.ours.iter().any(|t| t.wire_name() == ev.event_type),
-            (Some(g), None) if !types.exact || a.until_done => g.is_match(&ev.event_type),
-            _ => true,
-        };
-        if wanted {
-            let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-            print_event(&ev, seq, a.json);
-            printed += 1;
-        }
-        if a.until_done {
-            if let Some(status) = terminal(&ev) {
-                return Ok(super::common::exit_code(status));
+        let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+        for ev in noetl_mesh::events::unfold(stored) {
+            let wanted = match (&pattern, spec) {
+                (_, Some(s)) => s.ours.iter().any(|t| t.wire_name() == ev.event_type),
+                // (an exact subject filter too: a step's end is read
+                // with the `task.done` it carries)
+                (Some(g), None) => g.is_match(&ev.event_type),
+                _ => true,
+            };
+            if wanted {
+                print_event(&ev, seq, a.json);
+                printed += 1;
+            }
+            if a.until_done {
+                if let Some(status) = terminal(&ev) {
+                    return Ok(super::common::exit_code(status));
+                }
             }
         }
         if a.count.is_some_and(|n| printed >= n) || caught_up {

@@ -6,7 +6,7 @@ use noetl_core::template::Scope;
 use noetl_core::Task;
 use noetl_mesh::events::EventDraft;
 use noetl_mesh::handled::{self, HandledError};
-use noetl_mesh::payloads::EventPayload;
+use noetl_mesh::payloads::{EventPayload, LastTask, TaskDone};
 
 use super::invoke::{Called, TaskAt};
 use super::{next, Cursor, HandlerError, Pending, StepRun, TaskRun};
@@ -121,8 +121,9 @@ impl StepRun<'_> {
         // rebuilt from the log (`noetl_mesh::ctx_owners`).
         payload.index = self.loop_run.as_ref().map(|(_, i)| *i);
         payload.started = called_start;
-        let ev = self.task_event(&t.run_id, task, &payload);
-        pending.push(self.mesh().emit(&ev).await?);
+        pending
+            .hold(self.mesh(), self.held_done(&t.run_id, task, payload))
+            .await?;
         Ok(TaskRun {
             iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
             ran: next::Ran {
@@ -131,6 +132,19 @@ impl StepRun<'_> {
                 policy_error: settled.policy_error,
             },
         })
+    }
+
+    /// Task run `task_run_id`'s `task.done`, held back
+    /// ([`super::Pending::hold`]).
+    fn held_done(&self, task_run_id: &str, task: &Task, done: TaskDone) -> super::Held {
+        super::Held {
+            event: self.task_event(task_run_id, task, &done),
+            last: LastTask {
+                task: task.name.clone(),
+                task_run_id: task_run_id.to_string(),
+                done,
+            },
+        }
     }
 
     /// Names for a task's messages.

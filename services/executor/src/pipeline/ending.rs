@@ -11,18 +11,24 @@ use noetl_mesh::{
     handled::HandledError,
     keys::Keys,
     kv,
-    payloads::{IterationEnded, Status, StepEnded},
+    payloads::{EventPayload, IterationEnded, LastTask, Status, StepEnded},
     MeshError,
 };
 use noetl_wire::{Event, TaskCommand};
 use serde_json::{Map, Value};
 
 use super::next::End;
-use super::{Cursor, HandlerError, StepRun};
+use super::{Cursor, HandlerError, Held, StepRun};
 
 impl StepRun<'_> {
-    /// Publish the boundary of the step-run (or iteration).
-    pub(super) async fn finish(&self, cur: &Cursor, end: End) -> Result<(), HandlerError> {
+    /// Publish the boundary of the step-run (or iteration), with the last
+    /// task's `task.done` inside it when there is one and it fits.
+    pub(super) async fn finish(
+        &self,
+        cur: &Cursor,
+        end: End,
+        last: Option<Held>,
+    ) -> Result<(), HandlerError> {
         let end = match (&self.loop_run, end) {
             (None, End::Done(result)) => End::Done(self.store_result(result).await?),
             (None, End::Failed(error)) => {
@@ -37,12 +43,17 @@ impl StepRun<'_> {
             }
             (Some(_), end) => end,
         };
-        let ev = boundary(Boundary {
+        let (held_event, last) = match last {
+            Some(Held { event, last }) => (Some(event), Some(Box::new(last))),
+            None => (None, None),
+        };
+        let built = boundary(Boundary {
             cmd: self.cmd,
             step: &self.step.step,
             end,
             args: &self.event_args,
             handled: &cur.handled,
+            last,
             iteration: self
                 .loop_run
                 .as_ref()
@@ -54,7 +65,11 @@ impl StepRun<'_> {
                     limit: self.mesh().config().inline_limit,
                 }),
         });
-        effects::apply(self.mesh(), vec![Effect::Emit(ev)]).await?;
+        if let (Some(event), false) = (held_event, built.carries_last) {
+            // Too large to ride along: stored on its own, before the end.
+            self.mesh().emit(&event).await?.wait().await?;
+        }
+        effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;
         Ok(())
     }
 
@@ -87,6 +102,8 @@ pub(super) struct Boundary<'a> {
     pub args: &'a Value,
     /// Task errors a policy rule handled in the step-run (or iteration).
     pub handled: &'a [HandledError],
+    /// The last task's `task.done`, to carry inside the end.
+    pub last: Option<Box<LastTask>>,
     /// The loop iteration, when it is one.
     pub iteration: Option<Iteration<'a>>,
 }
@@ -105,10 +122,20 @@ pub(super) struct Iteration<'a> {
     pub limit: usize,
 }
 
+/// The end event [`boundary`] built.
+pub(super) struct Built {
+    /// The event.
+    pub event: Event,
+    /// It carries the last task's `task.done`; false when there was none,
+    /// or when carrying it would not leave the event whole (it is then
+    /// stored on its own, before the end).
+    pub carries_last: bool,
+}
+
 /// The event that ends a step-run (`step.done` / `step.failed`) or an
 /// iteration (`loop.iteration.done` / `loop.iteration.failed`, one per
 /// index).
-pub(super) fn boundary(b: Boundary<'_>) -> Event {
+pub(super) fn boundary(b: Boundary<'_>) -> Built {
     let draft = EventDraft {
         execution_id: &b.cmd.execution_id,
         step_run_id: &b.cmd.step_run_id,
@@ -118,14 +145,18 @@ pub(super) fn boundary(b: Boundary<'_>) -> Event {
         ..Default::default()
     };
     match (b.iteration, b.end) {
-        (None, End::Done(result)) => draft.build(&StepEnded {
-            handled: b.handled.to_vec(),
-            ..StepEnded::done(result, b.args.clone())
-        }),
-        (None, End::Failed(error)) => draft.build(&StepEnded {
-            handled: b.handled.to_vec(),
-            ..StepEnded::failed(error, b.args.clone())
-        }),
+        (None, end) => {
+            let ended = match end {
+                End::Done(r) => StepEnded::done(r, b.args.clone()),
+                End::Failed(e) => StepEnded::failed(e, b.args.clone()),
+            };
+            let ended = StepEnded {
+                handled: b.handled.to_vec(),
+                last_task: b.last,
+                ..ended
+            };
+            carrying(draft, ended, |p| p.last_task.take().is_some())
+        }
         (Some(it), end) => {
             let (status, result, error) = match end {
                 End::Done(r) => (Status::Ok, r, Value::Null),
@@ -140,14 +171,37 @@ pub(super) fn boundary(b: Boundary<'_>) -> Event {
                 reduce: it.reduce.clone(),
                 error,
                 handled: b.handled.to_vec(),
+                last_task: b.last,
             };
             let index = it.index.to_string();
-            EventDraft {
+            let draft = EventDraft {
                 discriminator: &index,
                 ..draft
-            }
-            .build(&ended)
+            };
+            carrying(draft, ended, |p| p.last_task.take().is_some())
         }
+    }
+}
+
+/// The event of `payload`, whole with the last task's `task.done` it
+/// carries; without it (`strip` takes it out, true when there was one)
+/// when the two together would not fit an event whole.
+fn carrying<P: EventPayload>(
+    draft: EventDraft<'_>,
+    mut payload: P,
+    strip: impl Fn(&mut P) -> bool,
+) -> Built {
+    if let Some(event) = draft.clone().build_whole(&payload) {
+        let carries_last = strip(&mut payload);
+        return Built {
+            event,
+            carries_last,
+        };
+    }
+    strip(&mut payload);
+    Built {
+        event: draft.build(&payload),
+        carries_last: false,
     }
 }
 
@@ -179,8 +233,10 @@ mod tests {
             end: End::Done(json!([1, 2])),
             args: &args,
             handled: &[],
+            last: None,
             iteration: None,
-        });
+        })
+        .event;
         assert_eq!(done.event_type, EventType::StepDone.wire_name());
         assert_eq!(
             (done.step_run_id.as_str(), done.parent_id.as_str()),
@@ -194,8 +250,10 @@ mod tests {
             end: End::Failed(json!({"kind": "http", "message": "503"})),
             args: &args,
             handled: &[],
+            last: None,
             iteration: None,
-        });
+        })
+        .event;
         assert_eq!(failed.event_type, EventType::StepFailed.wire_name());
         assert_eq!(payload(&failed)["error"]["kind"], "http");
         assert_ne!(done.event_id, failed.event_id);
@@ -213,6 +271,7 @@ mod tests {
                 end,
                 args: &Value::Null,
                 handled: &[],
+                last: None,
                 iteration: Some(Iteration {
                     loop_run_id: "sr1",
                     index,
@@ -221,6 +280,7 @@ mod tests {
                     limit: 1 << 20,
                 }),
             })
+            .event
         };
         let done = ended(4, End::Done(json!("ok")));
         assert_eq!(done.event_type, EventType::LoopIterationDone.wire_name());
@@ -241,5 +301,80 @@ mod tests {
         );
         assert_eq!(payload(&failed)["status"], "error");
         assert_eq!(payload(&failed)["error"]["kind"], "x");
+    }
+
+    fn task_done(result: Value) -> LastTask {
+        LastTask {
+            task: "t".into(),
+            task_run_id: "tr1".into(),
+            done: noetl_mesh::payloads::TaskDone {
+                status: noetl_core::OutcomeStatus::Ok,
+                attempt: 1,
+                duration_ms: 2,
+                result,
+                error: None,
+                action: "continue".into(),
+                rule: None,
+                set_ctx: Some(Map::from_iter([("k".to_string(), json!(1))])),
+                set_iter: None,
+                retry: None,
+                set_ctx_ref: None,
+                reduced: Vec::new(),
+                ctx_refused: false,
+                index: None,
+                started: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_last_task_rides_inside_the_end_and_unfolds_as_the_task_done_it_stands_for() {
+        let c = cmd();
+        let end = |last: LastTask| {
+            boundary(Boundary {
+                cmd: &c,
+                step: "s",
+                end: End::Done(json!("r")),
+                args: &Value::Null,
+                handled: &[],
+                last: Some(Box::new(last)),
+                iteration: None,
+            })
+        };
+        let built = end(task_done(json!("r")));
+        assert!(built.carries_last);
+        // What the task's own event would have been.
+        let alone = EventDraft {
+            execution_id: "e1",
+            step_run_id: "sr1",
+            task_run_id: "tr1",
+            step: "s",
+            task: "t",
+            trace_id: "tr",
+            parent_id: "c1",
+            ..Default::default()
+        }
+        .build(&task_done(json!("r")).done);
+        let read: Vec<Event> = noetl_mesh::events::unfold(built.event.clone()).collect();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].event_type, EventType::TaskDone.wire_name());
+        assert_eq!(
+            (
+                read[0].event_id.as_str(),
+                read[0].task.as_str(),
+                read[0].task_run_id.as_str()
+            ),
+            (alone.event_id.as_str(), "t", "tr1")
+        );
+        assert_eq!(payload(&read[0]), payload(&alone));
+        assert_eq!(read[1].event_id, built.event.event_id);
+        assert!(payload(&read[1]).get("last_task").is_none());
+        assert_eq!(payload(&read[1])["result"], "r");
+        // A task whose end would not leave the step's whole rides alone.
+        let big = "x".repeat(noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES);
+        let built = end(task_done(json!(big)));
+        assert!(!built.carries_last);
+        assert!(payload(&built.event).get("last_task").is_none());
+        assert_eq!(noetl_mesh::events::unfold(built.event).count(), 1);
     }
 }

@@ -189,7 +189,7 @@ impl Executor {
         let cur = Cursor { ctx, ..d.cursor };
         if let Some(message) = keychain_error {
             let error = payloads::error_body("keychain", message);
-            sr.finish(&cur, End::Failed(error)).await?;
+            sr.finish(&cur, End::Failed(error), None).await?;
             return Ok(Handled::Done);
         }
         sr.admit_and_drive(cur).await
@@ -245,17 +245,48 @@ impl Cursor {
     }
 }
 
-/// Publishes in flight, awaited together.
+/// Publishes in flight, awaited together, and the last task's `task.done`
+/// held back: published when the pipeline goes on, carried inside the
+/// step-run's end when it ends there ([`payloads::LastTask`]).
 #[derive(Default)]
 struct Pending {
     batch: Batch,
     n: usize,
+    held: Option<Held>,
+}
+
+/// A `task.done` not yet published.
+struct Held {
+    event: noetl_wire::Event,
+    last: payloads::LastTask,
 }
 
 impl Pending {
     fn push(&mut self, ack: PendingAck) {
         self.batch.push(ack);
         self.n += 1;
+    }
+
+    /// Hold `held` back, publishing what was held before it.
+    async fn hold(&mut self, mesh: &Mesh, held: Held) -> Result<(), MeshError> {
+        self.release(mesh).await?;
+        self.held = Some(held);
+        Ok(())
+    }
+
+    /// Publish the held `task.done`, if any (the pipeline goes on).
+    async fn release(&mut self, mesh: &Mesh) -> Result<(), MeshError> {
+        if let Some(held) = self.held.take() {
+            self.push(mesh.emit(&held.event).await?);
+        }
+        Ok(())
+    }
+
+    /// Publish what is held and wait for every publish.
+    async fn settle(&mut self, mesh: &Mesh) -> Result<(), MeshError> {
+        self.release(mesh).await?;
+        self.n = 0;
+        std::mem::take(&mut self.batch).wait().await
     }
 
     async fn flush_if_full(&mut self) -> Result<(), MeshError> {
@@ -337,7 +368,7 @@ impl StepRun<'_> {
             Admission::Wait(wait) => Ok(Handled::NotYet(wait)),
             Admission::Broken(message) => {
                 let error = payloads::error_body("concurrency", message);
-                self.finish(&cur, End::Failed(error)).await?;
+                self.finish(&cur, End::Failed(error), None).await?;
                 Ok(Handled::Done)
             }
             Admission::Go(held) => {
@@ -355,7 +386,9 @@ impl StepRun<'_> {
     /// command whose end was stored is acked without running
     /// ([`command::command_ended`]), so an event lost behind it (a
     /// nats-server restart drops what was on the wire, and the client
-    /// sends the end after reconnecting) would be lost for good.
+    /// sends the end after reconnecting) would be lost for good. The last
+    /// task's `task.done` rides inside the end, so a one-task step has
+    /// nothing to wait for.
     async fn drive(&self, mut cur: Cursor) -> Result<(), HandlerError> {
         self.resume(&mut cur).await?;
         let mut pending = Pending::default();
@@ -363,9 +396,13 @@ impl StepRun<'_> {
             Some(failed) => Some(failed),
             None => self.run_pipeline(&mut cur, &mut pending).await?,
         };
-        pending.batch.wait().await?;
+        let last = match end {
+            Some(_) => pending.held.take(),
+            None => None,
+        };
+        pending.settle(self.mesh()).await?;
         if let Some(end) = end {
-            self.finish(&cur, end).await?;
+            self.finish(&cur, end, last).await?;
         }
         Ok(())
     }
@@ -399,13 +436,18 @@ impl StepRun<'_> {
                 now_ms: now_ms(),
                 stopped,
             });
+            if !matches!(next.then, Then::Finished | Then::End(_)) {
+                // The pipeline goes on: the last task's end is published
+                // now, not carried in the step-run's end.
+                pending.release(self.mesh()).await?;
+            }
             if let Some(moved) = next.moved {
                 cur.advance(moved);
                 if iter_changed && self.loop_run.is_some() {
                     // Events first, then the cursor: a crash after this
                     // point resumes here, not from the iteration's first
                     // task.
-                    std::mem::take(pending).batch.wait().await?;
+                    pending.settle(self.mesh()).await?;
                     self.checkpoint(cur).await?;
                 }
                 pending.flush_if_full().await?;
@@ -420,7 +462,7 @@ impl StepRun<'_> {
                 Then::Command(handoff) => {
                     // Events first, then the command that continues the
                     // step-run elsewhere (see [`Self::drive`]).
-                    std::mem::take(pending).batch.wait().await?;
+                    pending.settle(self.mesh()).await?;
                     self.hand_off(cur, handoff).await?;
                     return Ok(None);
                 }

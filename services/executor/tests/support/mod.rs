@@ -127,6 +127,7 @@ impl Harness {
         EventLog {
             messages: consumer.messages().await.expect("messages"),
             seen: Vec::new(),
+            unfolded: Default::default(),
         }
     }
 
@@ -190,16 +191,25 @@ pub fn iteration(eid: &str, step: &str, loop_run_id: &str, index: u64, iter: Val
 }
 
 /// Events of one execution as stored in the stream.
+/// Read as every reader of the log reads it: a step's end that carries
+/// its last task's `task.done` is the two events it stands for.
 pub struct EventLog {
     messages: pull::Ordered,
     pub seen: Vec<Event>,
+    unfolded: std::collections::VecDeque<Event>,
 }
 
 impl EventLog {
     async fn next(&mut self, timeout: Duration) -> Option<Event> {
+        if let Some(ev) = self.unfolded.pop_front() {
+            self.seen.push(ev.clone());
+            return Some(ev);
+        }
         match tokio::time::timeout(timeout, self.messages.next()).await {
             Ok(Some(Ok(m))) => {
                 let ev: Event = noetl_mesh::events::decode(&m).expect("an event");
+                self.unfolded.extend(noetl_mesh::events::unfold(ev));
+                let ev = self.unfolded.pop_front().expect("one event at least");
                 self.seen.push(ev.clone());
                 Some(ev)
             }

@@ -145,6 +145,7 @@ mod tests {
                 .clone(),
             error: Value::Null,
             handled: Vec::new(),
+            last_task: None,
         };
         ev(kind, payloads::to_value(&report))
     }

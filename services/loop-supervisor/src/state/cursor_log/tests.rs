@@ -95,6 +95,7 @@ fn ended(index: u64) -> Event {
         reduce: json!({"n": 1}).as_object().unwrap().clone(),
         error: Value::Null,
         handled: Vec::new(),
+        last_task: None,
     })
 }
 
