@@ -98,6 +98,25 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
         "in stream order: {seqs:?}"
     );
     assert!(types.contains(&"task.done"), "{types:?}");
+    // A type filter finds every `task.done`, those stored inside their
+    // step's end too; those are sent without an `id:` (a client that
+    // reconnects after one gets it again with its end).
+    let r = api
+        .http
+        .get(format!("{}/api/events?type=task.done&limit=1000", api.base))
+        .bearer_auth(&keys.viewer)
+        .send()
+        .await
+        .unwrap();
+    let task_ends = read_sse(r, Duration::from_secs(10)).await;
+    let mine: Vec<_> = task_ends
+        .iter()
+        .filter(|e| e.data["execution_id"] == id.as_str())
+        .collect();
+    let listed = types.iter().filter(|t| **t == "task.done").count();
+    assert_eq!(mine.len(), listed, "{task_ends:?}");
+    assert!(task_ends.iter().all(|e| e.event == "task.done"));
+    assert!(mine.iter().any(|e| !e.resumable), "{mine:?}");
     let finish = events
         .iter()
         .find(|e| e["event_type"] == "step.done" && e["node_name"] == "finish")

@@ -322,6 +322,14 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         .collect();
     assert!(types.iter().any(|t| t == "step.done"), "{types:?}");
     assert!(types.iter().all(|t| t.starts_with("step.")), "{types:?}");
+    // A one-task step's `task.done` is stored inside its `step.done`: the
+    // type finds it all the same.
+    let done = tail_events(&url, &id, &["--type", "task.done"]);
+    assert!(!done.is_empty());
+    assert!(
+        done.iter().all(|l| l["event_type"] == "task.done"),
+        "{done:?}"
+    );
 
     // Commands that end by themselves: --until-done, --no-follow, --count.
     let tail = |extra: &[&str]| {

@@ -296,8 +296,11 @@ pub fn assert_error(a: &Answer, status: u16, says: &str) {
 /// One Server-Sent Event.
 #[derive(Debug, Clone)]
 pub struct Sse {
-    /// `id:`.
+    /// `id:`, or, for an event sent without one (a `task.done` carried in
+    /// its step's end, sent before it), the `seq` its data names.
     pub id: u64,
+    /// It was sent with an `id:` (a client resumes after it).
+    pub resumable: bool,
     /// `event:`.
     pub event: String,
     /// `data:` as JSON.
@@ -331,11 +334,13 @@ pub async fn read_sse(mut r: reqwest::Response, timeout: Duration) -> Vec<Sse> {
                     data.push_str(v.trim());
                 }
             }
-            if let Some(id) = id {
+            let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+            if let Some(seq) = id.or_else(|| data["seq"].as_u64()) {
                 out.push(Sse {
-                    id,
+                    id: seq,
+                    resumable: id.is_some(),
                     event,
-                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
+                    data,
                 });
             }
         }
