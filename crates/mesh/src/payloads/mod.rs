@@ -68,8 +68,10 @@ pub struct StepEnded {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled: Vec<HandledError>,
     /// The step-run's last `task.done`, carried here instead of stored
-    /// on its own ([`LastTask`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// on its own ([`LastTask`]). Written, never read back through this
+    /// type: readers of the log get it unfolded ([`crate::events::unfold`]),
+    /// and the live consumers of the end skip it without building it.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub last_task: Option<Box<LastTask>>,
 }
 
@@ -128,8 +130,10 @@ pub struct IterationEnded {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled: Vec<HandledError>,
     /// The iteration's last `task.done`, carried here instead of stored
-    /// on its own ([`LastTask`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// on its own ([`LastTask`]). Written, never read back through this
+    /// type: readers of the log get it unfolded ([`crate::events::unfold`]),
+    /// and the live consumers of the end skip it without building it.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub last_task: Option<Box<LastTask>>,
 }
 
