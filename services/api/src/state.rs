@@ -40,10 +40,10 @@ pub struct Shared {
     /// trip.
     pub view: std::sync::Arc<crate::view::StatusView>,
     /// Each execution's steps in workflow order (the status answer's
-    /// `completed_steps`), by execution and resume count: the plan cache
-    /// holds far fewer plans than a replica answers for, and a plan is
-    /// read whole.
-    pub step_order: noetl_mesh::cache::Bounded<(String, u32), std::sync::Arc<Vec<String>>>,
+    /// `completed_steps`), by execution, with the resume count they were
+    /// read at: the plan cache holds far fewer plans than a replica
+    /// answers for, and a plan is read whole.
+    pub step_order: noetl_mesh::cache::Bounded<String, (u32, std::sync::Arc<Vec<String>>)>,
     /// The executions' `ctx` records as this replica follows them
     /// ([`crate::view::follow_ctx`]): the status answer's `variables`.
     pub ctx_view: std::sync::Arc<crate::view::StatusView>,

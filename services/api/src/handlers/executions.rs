@@ -115,69 +115,112 @@ pub async fn get(
 /// latest status (none before the router stored the plan).
 type Steps = std::sync::Arc<BTreeMap<String, Option<StepStatus>>>;
 
-/// An execution's header and step statuses: from this replica's view
-/// when it holds the execution ([`crate::view`]); else where the bucket
-/// allows direct gets, one batched request for the header and every step
-/// record (which completes the view); else the header, then the step
-/// records at once, reused per header revision. The plan, which names the
-/// steps, is cached per process.
-async fn snapshot(state: &AppState, id: &str) -> Result<(ExecHeader, Steps), ApiError> {
-    crate::handlers::valid_id(id)?;
-    let mesh = &state.mesh;
-    if let Some(keys) = state.view.read(id) {
-        let by_key = keys.into_iter().map(|(k, (v, _))| (k, v)).collect();
-        return statuses_of(mesh, id, by_key).await;
-    }
-    let generation = state.view.generation();
-    let patterns = [Keys::header(id), Keys::steps_of(id)];
-    if let Some(values) = kv_batch::last_values(mesh.client(), mesh.exec_kv(), &patterns).await? {
-        let values: Vec<(String, bytes::Bytes, u64)> = values
-            .into_iter()
-            .map(|kv| (kv.key, kv.value, kv.revision))
-            .collect();
-        if let Some(g) = generation {
-            state.view.complete(id, g, &values);
-        }
-        let by_key = values.into_iter().map(|(k, v, _)| (k, v)).collect();
-        return statuses_of(mesh, id, by_key).await;
-    }
-    let (h, revision) = header_at(mesh, id).await?;
-    let key = (id.to_string(), revision);
-    let steps = match state.step_statuses.get(&key) {
-        Some(steps) => steps,
-        None => {
-            let steps = std::sync::Arc::new(step_statuses(mesh, id).await?);
-            state.step_statuses.insert(key, steps.clone());
-            steps
-        }
-    };
-    Ok((h, steps))
+/// What a status answer is built from.
+struct Snapshot {
+    header: ExecHeader,
+    steps: Steps,
+    /// The workflow's steps in order.
+    order: std::sync::Arc<Vec<String>>,
 }
 
-/// The header and step statuses of execution `id` from its keys' values
-/// (404 without a header).
-async fn statuses_of(
-    mesh: &Mesh,
-    id: &str,
-    mut by_key: std::collections::HashMap<String, bytes::Bytes>,
-) -> Result<(ExecHeader, Steps), ApiError> {
-    let header_key = Keys::header(id);
-    let h: ExecHeader = match by_key.remove(&header_key) {
-        Some(bytes) => decode(mesh, &header_key, &bytes)?,
-        None => return Err(not_found(id)),
-    };
-    let mut steps = BTreeMap::new();
-    if let Ok(plan) = mesh.plans().get(mesh, id).await {
-        for step in &plan.playbook.workflow {
-            let key = Keys::step(id, &step.step);
-            let status = match by_key.get(&key) {
-                Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
-                None => None,
-            };
-            steps.insert(step.step.clone(), status);
+/// An execution's header, step statuses and steps' order: the keys from
+/// this replica's view when it holds the execution ([`crate::view`]);
+/// else, where the bucket allows direct gets, one batched request for the
+/// header and every step record (which completes the view); else the
+/// header, then the step records at once, reused per header revision.
+/// The steps' order (the plan's, which names the steps) is kept per
+/// execution; the plan is read beside the keys when it is not, so a
+/// first read waits for one round trip, not two.
+async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
+    crate::handlers::valid_id(id)?;
+    let mesh = &state.mesh;
+    let cached = state.step_order.get(id);
+    let plan = async {
+        match cached {
+            Some(_) => None,
+            None => Some(mesh.plans().get(mesh, id).await),
         }
+    };
+    let (keys, plan) = tokio::join!(exec_keys(state, id), plan);
+    let mut keys = keys?;
+    let header_key = Keys::header(id);
+    let (header, revision) = match keys.as_mut() {
+        Some(by_key) => match by_key.remove(&header_key) {
+            Some(bytes) => (decode::<ExecHeader>(mesh, &header_key, &bytes)?, None),
+            None => return Err(not_found(id)),
+        },
+        None => {
+            let (h, revision) = header_at(mesh, id).await?;
+            (h, Some(revision))
+        }
+    };
+    let order = match cached.filter(|(resumes, _)| *resumes == header.resumes) {
+        Some((_, order)) => order,
+        None => {
+            let plan = match plan {
+                Some(read) => read,
+                None => mesh.plans().get(mesh, id).await,
+            };
+            step_order(state, &header, plan)
+        }
+    };
+    let steps = match (keys, revision) {
+        (Some(by_key), _) => {
+            let mut steps = BTreeMap::new();
+            for step in order.iter() {
+                let key = Keys::step(id, step);
+                let status = match by_key.get(&key) {
+                    Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
+                    None => None,
+                };
+                steps.insert(step.clone(), status);
+            }
+            std::sync::Arc::new(steps)
+        }
+        (None, revision) => {
+            let key = (id.to_string(), revision.unwrap_or(0));
+            match state.step_statuses.get(&key) {
+                Some(steps) => steps,
+                None => {
+                    let steps = std::sync::Arc::new(step_statuses(mesh, id).await?);
+                    state.step_statuses.insert(key, steps.clone());
+                    steps
+                }
+            }
+        }
+    };
+    Ok(Snapshot {
+        header,
+        steps,
+        order,
+    })
+}
+
+/// Execution `id`'s header and step records by key: from this replica's
+/// view, else one batched request (which completes the view); `None`
+/// where the bucket does not allow direct gets.
+async fn exec_keys(
+    state: &AppState,
+    id: &str,
+) -> Result<Option<std::collections::HashMap<String, bytes::Bytes>>, ApiError> {
+    if let Some(keys) = state.view.read(id) {
+        return Ok(Some(keys.into_iter().map(|(k, (v, _))| (k, v)).collect()));
     }
-    Ok((h, std::sync::Arc::new(steps)))
+    let mesh = &state.mesh;
+    let generation = state.view.generation();
+    let patterns = [Keys::header(id), Keys::steps_of(id)];
+    let Some(values) = kv_batch::last_values(mesh.client(), mesh.exec_kv(), &patterns).await?
+    else {
+        return Ok(None);
+    };
+    let values: Vec<(String, bytes::Bytes, u64)> = values
+        .into_iter()
+        .map(|kv| (kv.key, kv.value, kv.revision))
+        .collect();
+    if let Some(g) = generation {
+        state.view.complete(id, g, &values);
+    }
+    Ok(Some(values.into_iter().map(|(k, v, _)| (k, v)).collect()))
 }
 
 /// A KV value of the exec bucket, decoded.
@@ -307,6 +350,31 @@ async fn variables(
     ))
 }
 
+/// The workflow's steps in order, from `plan`, kept for the execution's
+/// resume count; none when its plan cannot be read.
+fn step_order(
+    state: &AppState,
+    h: &ExecHeader,
+    plan: Result<std::sync::Arc<noetl_mesh::plan::PlanRecord>, noetl_mesh::MeshError>,
+) -> std::sync::Arc<Vec<String>> {
+    match plan {
+        Ok(plan) => {
+            let order = std::sync::Arc::new(
+                plan.playbook
+                    .workflow
+                    .iter()
+                    .map(|s| s.step.clone())
+                    .collect::<Vec<_>>(),
+            );
+            state
+                .step_order
+                .insert(h.execution_id.clone(), (h.resumes, order.clone()));
+            order
+        }
+        Err(_) => std::sync::Arc::new(Vec::new()),
+    }
+}
+
 /// An execution's status and step counts (what NoETL's clients poll).
 #[utoipa::path(get, path = "/api/executions/{id}/status", tag = "executions",
     params(("id" = String, Path, description = "Execution id")),
@@ -319,27 +387,12 @@ pub async fn status(
     ExecutionId(id): ExecutionId,
 ) -> Result<Json<ExecutionStatus>, ApiError> {
     let (snap, early) = tokio::join!(snapshot(&state, &id), ctx_early(&state, &id));
-    let (h, steps) = snap?;
+    let Snapshot {
+        header: h,
+        steps,
+        order,
+    } = snap?;
     let live: Vec<String> = h.live.iter().map(|t| t.step.clone()).collect();
-    let mesh = &state.mesh;
-    let order_key = (id.clone(), h.resumes);
-    let order = match state.step_order.get(&order_key) {
-        Some(order) => order,
-        None => match mesh.plans().get(mesh, &id).await {
-            Ok(plan) => {
-                let order = std::sync::Arc::new(
-                    plan.playbook
-                        .workflow
-                        .iter()
-                        .map(|s| s.step.clone())
-                        .collect::<Vec<_>>(),
-                );
-                state.step_order.insert(order_key, order.clone());
-                order
-            }
-            Err(_) => std::sync::Arc::new(steps.keys().cloned().collect()),
-        },
-    };
     let now_ms = noetl_mesh::events::now_ms();
     let took = duration(&h.started_at, h.ended_at.as_deref(), now_ms);
     use noetl_mesh::state::ExecStatus;
