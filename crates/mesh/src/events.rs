@@ -83,10 +83,20 @@ impl EventDraft<'_> {
     /// it would be stored with previews of its large fields
     /// ([`noetl_core::limits::bound_payload`]).
     pub fn build_whole<P: EventPayload>(self, payload: &P) -> Option<Event> {
-        let value = crate::payloads::to_value(payload);
-        noetl_core::limits::json_size_within(&value, noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES)
-            .ok()?;
-        Some(self.finish(payload.kind(), value))
+        // Written straight from the payload, once: no JSON tree, no
+        // second pass to measure it.
+        let bytes = serde_json::to_vec(payload).expect("payload types serialise to JSON");
+        if bytes.len() > noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES {
+            return None;
+        }
+        Some(self.envelope(payload.kind(), bytes))
+    }
+
+    /// The event of `payload`'s type without its payload yet: a writer
+    /// that may never publish it on its own fills it in when it does
+    /// ([`fill`]).
+    pub fn build_unfilled<P: EventPayload>(self, payload: &P) -> Event {
+        self.envelope(payload.kind(), Vec::new())
     }
 
     /// A test's event of `kind` with a free-form payload: what an older
@@ -97,6 +107,14 @@ impl EventDraft<'_> {
     }
 
     fn finish(self, kind: EventType, payload: Value) -> Event {
+        // Bounded: a payload above the limit keeps previews of its large
+        // fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
+        let bytes = crate::codec::json_bytes(&noetl_core::limits::bound_payload(payload));
+        self.envelope(kind, bytes)
+    }
+
+    /// The event of `kind` whose payload is the JSON `payload_json`.
+    fn envelope(self, kind: EventType, payload_json: Vec<u8>) -> Event {
         let event_type = kind.wire_name();
         let event_id = derive_id(&[
             self.execution_id,
@@ -118,11 +136,16 @@ impl EventDraft<'_> {
             parent_id: self.parent_id.to_string(),
             step: self.step.to_string(),
             task: self.task.to_string(),
-            // Bounded: a payload above the limit keeps previews of its
-            // large fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
-            payload_json: crate::codec::json_bytes(&noetl_core::limits::bound_payload(payload)),
+            payload_json,
         }
     }
+}
+
+/// Write `payload` into `event` (built by [`EventDraft::build_unfilled`]),
+/// bounded as [`EventDraft::build`] bounds it.
+pub fn fill<P: EventPayload>(event: &mut Event, payload: &P) {
+    let value = crate::payloads::to_value(payload);
+    event.payload_json = crate::codec::json_bytes(&noetl_core::limits::bound_payload(value));
 }
 
 /// The form an event is stored in as protobuf (docs/architecture.md

@@ -138,7 +138,8 @@ impl StepRun<'_> {
     /// ([`super::Pending::hold`]).
     fn held_done(&self, task_run_id: &str, task: &Task, done: TaskDone) -> super::Held {
         super::Held {
-            event: self.task_event(task_run_id, task, &done),
+            // Its payload is written only if it is published on its own.
+            event: self.task_draft(task_run_id, task).build_unfilled(&done),
             last: LastTask {
                 task: task.name.clone(),
                 task_run_id: task_run_id.to_string(),
@@ -182,6 +183,11 @@ impl StepRun<'_> {
         task: &Task,
         payload: &impl EventPayload,
     ) -> noetl_wire::Event {
+        self.task_draft(task_run_id, task).build(payload)
+    }
+
+    /// The envelope of an event about task run `task_run_id` of `task`.
+    fn task_draft<'s>(&'s self, task_run_id: &'s str, task: &'s Task) -> EventDraft<'s> {
         EventDraft {
             execution_id: self.eid(),
             step_run_id: &self.cmd.step_run_id,
@@ -192,6 +198,5 @@ impl StepRun<'_> {
             parent_id: &self.cmd.command_id,
             ..Default::default()
         }
-        .build(payload)
     }
 }

@@ -65,8 +65,9 @@ impl StepRun<'_> {
                     limit: self.mesh().config().inline_limit,
                 }),
         });
-        if let (Some(event), false) = (held_event, built.carries_last) {
+        if let (Some(mut event), Some(left)) = (held_event, built.left) {
             // Too large to ride along: stored on its own, before the end.
+            noetl_mesh::events::fill(&mut event, &left.done);
             self.mesh().emit(&event).await?.wait().await?;
         }
         effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;
@@ -126,10 +127,9 @@ pub(super) struct Iteration<'a> {
 pub(super) struct Built {
     /// The event.
     pub event: Event,
-    /// It carries the last task's `task.done`; false when there was none,
-    /// or when carrying it would not leave the event whole (it is then
-    /// stored on its own, before the end).
-    pub carries_last: bool,
+    /// The last task's `task.done` when carrying it would not leave the
+    /// event whole: it is stored on its own, before the end.
+    pub left: Option<Box<LastTask>>,
 }
 
 /// The event that ends a step-run (`step.done` / `step.failed`) or an
@@ -155,7 +155,7 @@ pub(super) fn boundary(b: Boundary<'_>) -> Built {
                 last_task: b.last,
                 ..ended
             };
-            carrying(draft, ended, |p| p.last_task.take().is_some())
+            carrying(draft, ended, |p| p.last_task.take())
         }
         (Some(it), end) => {
             let (status, result, error) = match end {
@@ -178,30 +178,26 @@ pub(super) fn boundary(b: Boundary<'_>) -> Built {
                 discriminator: &index,
                 ..draft
             };
-            carrying(draft, ended, |p| p.last_task.take().is_some())
+            carrying(draft, ended, |p| p.last_task.take())
         }
     }
 }
 
 /// The event of `payload`, whole with the last task's `task.done` it
-/// carries; without it (`strip` takes it out, true when there was one)
-/// when the two together would not fit an event whole.
+/// carries; without it (`strip` takes it out) when the two together would
+/// not fit an event whole.
 fn carrying<P: EventPayload>(
     draft: EventDraft<'_>,
     mut payload: P,
-    strip: impl Fn(&mut P) -> bool,
+    strip: impl Fn(&mut P) -> Option<Box<LastTask>>,
 ) -> Built {
     if let Some(event) = draft.clone().build_whole(&payload) {
-        let carries_last = strip(&mut payload);
-        return Built {
-            event,
-            carries_last,
-        };
+        return Built { event, left: None };
     }
-    strip(&mut payload);
+    let left = strip(&mut payload);
     Built {
         event: draft.build(&payload),
-        carries_last: false,
+        left,
     }
 }
 
@@ -342,7 +338,7 @@ mod tests {
             })
         };
         let built = end(task_done(json!("r")));
-        assert!(built.carries_last);
+        assert!(built.left.is_none());
         // What the task's own event would have been.
         let alone = EventDraft {
             execution_id: "e1",
@@ -373,7 +369,7 @@ mod tests {
         // A task whose end would not leave the step's whole rides alone.
         let big = "x".repeat(noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES);
         let built = end(task_done(json!(big)));
-        assert!(!built.carries_last);
+        assert_eq!(built.left.map(|l| l.task), Some("t".to_string()));
         assert!(payload(&built.event).get("last_task").is_none());
         assert_eq!(noetl_mesh::events::unfold(built.event).count(), 1);
     }

@@ -255,8 +255,9 @@ struct Pending {
     held: Option<Held>,
 }
 
-/// A `task.done` not yet published.
+/// A `task.done` not yet published: its envelope, and what it says.
 struct Held {
+    /// Without its payload (`last.done`), written when it is published.
     event: noetl_wire::Event,
     last: payloads::LastTask,
 }
@@ -276,8 +277,9 @@ impl Pending {
 
     /// Publish the held `task.done`, if any (the pipeline goes on).
     async fn release(&mut self, mesh: &Mesh) -> Result<(), MeshError> {
-        if let Some(held) = self.held.take() {
-            self.push(mesh.emit(&held.event).await?);
+        if let Some(Held { mut event, last }) = self.held.take() {
+            noetl_mesh::events::fill(&mut event, &last.done);
+            self.push(mesh.emit(&event).await?);
         }
         Ok(())
     }
