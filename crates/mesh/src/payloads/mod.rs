@@ -886,21 +886,8 @@ mod tests {
         };
         assert_eq!(to_value(&entry), json!({"token_id": "t0", "step": "start"}));
         let task_done = TaskDone {
-            status: noetl_core::OutcomeStatus::Ok,
-            attempt: 1,
             duration_ms: 3,
-            result: json!("x"),
-            error: None,
-            action: "continue".into(),
-            rule: None,
-            set_ctx: None,
-            set_iter: None,
-            retry: None,
-            set_ctx_ref: None,
-            reduced: Vec::new(),
-            ctx_refused: false,
-            index: None,
-            started: None,
+            ..TaskDone::ok(json!("x"), "continue")
         };
         assert_eq!(
             to_value(&task_done),

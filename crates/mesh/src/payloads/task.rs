@@ -73,6 +73,30 @@ pub struct TaskDone {
     pub started: Option<AttemptStart>,
 }
 
+impl TaskDone {
+    /// An `ok` first attempt's end that returned `result` and did
+    /// `action`, with nothing else (no patch, rule, retry or start).
+    pub fn ok(result: Value, action: &str) -> Self {
+        Self {
+            status: noetl_core::OutcomeStatus::Ok,
+            attempt: 1,
+            duration_ms: 0,
+            result,
+            error: None,
+            action: action.to_string(),
+            rule: None,
+            set_ctx: None,
+            set_iter: None,
+            retry: None,
+            set_ctx_ref: None,
+            reduced: Vec::new(),
+            ctx_refused: false,
+            index: None,
+            started: None,
+        }
+    }
+}
+
 /// A step-run's (or a loop iteration's) last `task.done`, carried inside
 /// the event that ends it (`step.done`, `step.failed`,
 /// `loop.iteration.done`, `loop.iteration.failed`: `last_task`) instead

@@ -304,21 +304,9 @@ mod tests {
             task: "t".into(),
             task_run_id: "tr1".into(),
             done: noetl_mesh::payloads::TaskDone {
-                status: noetl_core::OutcomeStatus::Ok,
-                attempt: 1,
                 duration_ms: 2,
-                result,
-                error: None,
-                action: "continue".into(),
-                rule: None,
                 set_ctx: Some(Map::from_iter([("k".to_string(), json!(1))])),
-                set_iter: None,
-                retry: None,
-                set_ctx_ref: None,
-                reduced: Vec::new(),
-                ctx_refused: false,
-                index: None,
-                started: None,
+                ..noetl_mesh::payloads::TaskDone::ok(result, "continue")
             },
         }
     }

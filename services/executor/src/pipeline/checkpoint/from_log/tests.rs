@@ -64,21 +64,8 @@ fn start() -> Cursor {
 
 fn done(action: &str, result: Value) -> TaskDone {
     TaskDone {
-        status: OutcomeStatus::Ok,
-        attempt: 1,
         duration_ms: 1,
-        result,
-        error: None,
-        action: action.into(),
-        rule: None,
-        set_ctx: None,
-        set_iter: None,
-        retry: None,
-        set_ctx_ref: None,
-        reduced: Vec::new(),
-        ctx_refused: false,
-        index: None,
-        started: None,
+        ..TaskDone::ok(result, action)
     }
 }
 
