@@ -253,7 +253,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     };
     let filter = mesh
         .subjects()
-        .events_matching(a.execution.as_deref(), &types.subject);
+        .events_matching(a.execution.as_deref(), &types);
     let stream_name = mesh.subjects().events_stream();
     // NATS failures past joining are the mesh's (exit 5), named by what failed.
     let setup = |e: &dyn std::fmt::Display| MeshError::Setup {

@@ -3,37 +3,21 @@
 
 use std::time::Duration;
 
-/// An event-type glob as a subject pattern for the server, and whether
-/// the server's match is exactly the glob's (else the client checks each
-/// event too).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TypeFilter {
-    /// The subject pattern after `<p>.evt.<eid>.` (`step.>`, `loop.done`, `>`).
-    pub subject: String,
-    /// The server's filter is the glob exactly.
-    pub exact: bool,
-}
-
-/// `*` in a glob matches any run of characters, dots included; in a
-/// subject, `*` is one token and `>` the rest. A glob is exact as a
-/// subject when it has no `*` or only a final `*` token (`step.*` is
-/// `step.>`); otherwise the tokens before the first `*` narrow the
-/// subject and the client checks the rest.
-pub fn type_filter(glob: &str) -> TypeFilter {
+/// An event-type glob as a subject pattern for the server (after
+/// `<p>.evt.<eid>.`: `step.>`, `loop.done`, `>`): `*` in a glob matches
+/// any run of characters, dots included; in a subject, `*` is one token
+/// and `>` the rest. A glob with no `*` is its own subject; otherwise the
+/// tokens before the first `*` narrow the subject (`step.*` is `step.>`).
+/// The client checks every event against the glob: the server's subject
+/// only narrows what it is sent.
+pub fn type_filter(glob: &str) -> String {
     let tokens: Vec<&str> = glob.split('.').collect();
     let Some(first_star) = tokens.iter().position(|t| t.contains('*')) else {
-        return TypeFilter {
-            subject: glob.to_string(),
-            exact: true,
-        };
+        return glob.to_string();
     };
-    let exact = first_star == tokens.len() - 1 && tokens[first_star] == "*";
     let mut parts: Vec<&str> = tokens[..first_star].to_vec();
     parts.push(">");
-    TypeFilter {
-        subject: parts.join("."),
-        exact,
-    }
+    parts.join(".")
 }
 
 /// Where `--since` starts.
@@ -72,26 +56,16 @@ pub fn parse_since(s: &str) -> Result<Since, String> {
 mod tests {
     use super::*;
 
-    fn tf(subject: &str, exact: bool) -> TypeFilter {
-        TypeFilter {
-            subject: subject.into(),
-            exact,
-        }
-    }
-
     #[test]
     fn globs_become_subjects_the_server_can_filter_on() {
-        assert_eq!(type_filter("loop.done"), tf("loop.done", true));
-        assert_eq!(type_filter("step.*"), tf("step.>", true));
-        assert_eq!(
-            type_filter("loop.iteration.*"),
-            tf("loop.iteration.>", true)
-        );
+        assert_eq!(type_filter("loop.done"), "loop.done");
+        assert_eq!(type_filter("step.*"), "step.>");
+        assert_eq!(type_filter("loop.iteration.*"), "loop.iteration.>");
         // A `*` that is not the last whole token: narrowed, checked by the client.
-        assert_eq!(type_filter("*.done"), tf(">", false));
-        assert_eq!(type_filter("loop.*.done"), tf("loop.>", false));
-        assert_eq!(type_filter("step*"), tf(">", false));
-        assert_eq!(type_filter("*"), tf(">", true));
+        assert_eq!(type_filter("*.done"), ">");
+        assert_eq!(type_filter("loop.*.done"), "loop.>");
+        assert_eq!(type_filter("step*"), ">");
+        assert_eq!(type_filter("*"), ">");
     }
 
     #[test]
