@@ -107,10 +107,7 @@ impl EventDraft<'_> {
     }
 
     fn finish(self, kind: EventType, payload: Value) -> Event {
-        // Bounded: a payload above the limit keeps previews of its large
-        // fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
-        let bytes = crate::codec::json_bytes(&noetl_core::limits::bound_payload(payload));
-        self.envelope(kind, bytes)
+        self.envelope(kind, bounded_json(payload))
     }
 
     /// The event of `kind` whose payload is the JSON `payload_json`.
@@ -144,8 +141,13 @@ impl EventDraft<'_> {
 /// Write `payload` into `event` (built by [`EventDraft::build_unfilled`]),
 /// bounded as [`EventDraft::build`] bounds it.
 pub fn fill<P: EventPayload>(event: &mut Event, payload: &P) {
-    let value = crate::payloads::to_value(payload);
-    event.payload_json = crate::codec::json_bytes(&noetl_core::limits::bound_payload(value));
+    event.payload_json = bounded_json(crate::payloads::to_value(payload));
+}
+
+/// An event's payload as stored: a payload above the limit keeps previews
+/// of its large fields (noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES).
+fn bounded_json(payload: Value) -> Vec<u8> {
+    crate::codec::json_bytes(&noetl_core::limits::bound_payload(payload))
 }
 
 /// The form an event is stored in as protobuf (docs/architecture.md
@@ -395,7 +397,9 @@ impl crate::Mesh {
 }
 
 /// Events as [`crate::Mesh::stored_events_from`] reads them: each with its
-/// stream sequence number, decoded or its decode error.
+/// stream sequence number, decoded (and [`unfold`]ed: a step's end that
+/// carries its last task's `task.done` is two events at one sequence) or
+/// its decode error.
 pub type StoredEvents = Vec<(u64, Result<Event, crate::codec::DecodeError>)>;
 
 /// The payload of an event as JSON (`{}` when empty or invalid).
