@@ -142,56 +142,42 @@ async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
         }
     };
     let (keys, plan) = tokio::join!(exec_keys(state, id), plan);
-    let mut keys = keys?;
+    let Some(mut by_key) = keys? else {
+        let (header, revision) = header_at(mesh, id).await?;
+        let key = (id.to_string(), revision);
+        let steps = match state.step_statuses.get(&key) {
+            Some(steps) => steps,
+            None => {
+                let steps = std::sync::Arc::new(step_statuses(mesh, id).await?);
+                state.step_statuses.insert(key, steps.clone());
+                steps
+            }
+        };
+        let order = order_of(state, &header, cached, plan).await;
+        return Ok(Snapshot {
+            header,
+            steps,
+            order,
+        });
+    };
     let header_key = Keys::header(id);
-    let (header, revision) = match keys.as_mut() {
-        Some(by_key) => match by_key.remove(&header_key) {
-            Some(bytes) => (decode::<ExecHeader>(mesh, &header_key, &bytes)?, None),
-            None => return Err(not_found(id)),
-        },
-        None => {
-            let (h, revision) = header_at(mesh, id).await?;
-            (h, Some(revision))
-        }
+    let header: ExecHeader = match by_key.remove(&header_key) {
+        Some(bytes) => decode(mesh, &header_key, &bytes)?,
+        None => return Err(not_found(id)),
     };
-    let order = match cached.filter(|(resumes, _)| *resumes == header.resumes) {
-        Some((_, order)) => order,
-        None => {
-            let plan = match plan {
-                Some(read) => read,
-                None => mesh.plans().get(mesh, id).await,
-            };
-            step_order(state, &header, plan)
-        }
-    };
-    let steps = match (keys, revision) {
-        (Some(by_key), _) => {
-            let mut steps = BTreeMap::new();
-            for step in order.iter() {
-                let key = Keys::step(id, step);
-                let status = match by_key.get(&key) {
-                    Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
-                    None => None,
-                };
-                steps.insert(step.clone(), status);
-            }
-            std::sync::Arc::new(steps)
-        }
-        (None, revision) => {
-            let key = (id.to_string(), revision.unwrap_or(0));
-            match state.step_statuses.get(&key) {
-                Some(steps) => steps,
-                None => {
-                    let steps = std::sync::Arc::new(step_statuses(mesh, id).await?);
-                    state.step_statuses.insert(key, steps.clone());
-                    steps
-                }
-            }
-        }
-    };
+    let order = order_of(state, &header, cached, plan).await;
+    let mut steps = BTreeMap::new();
+    for step in order.iter() {
+        let key = Keys::step(id, step);
+        let status = match by_key.get(&key) {
+            Some(bytes) => Some(decode::<StepRecord>(mesh, &key, bytes)?.status),
+            None => None,
+        };
+        steps.insert(step.clone(), status);
+    }
     Ok(Snapshot {
         header,
-        steps,
+        steps: std::sync::Arc::new(steps),
         order,
     })
 }
@@ -350,29 +336,37 @@ async fn variables(
     ))
 }
 
-/// The workflow's steps in order, from `plan`, kept for the execution's
-/// resume count; none when its plan cannot be read.
-fn step_order(
+/// The workflow's steps in order: `cached` when it was read at the
+/// header's resume count; else from the plan (`plan`, when its read was
+/// begun beside the header's), kept for that resume count; none when the
+/// plan cannot be read.
+async fn order_of(
     state: &AppState,
     h: &ExecHeader,
-    plan: Result<std::sync::Arc<noetl_mesh::plan::PlanRecord>, noetl_mesh::MeshError>,
+    cached: Option<(u32, std::sync::Arc<Vec<String>>)>,
+    plan: Option<Result<std::sync::Arc<noetl_mesh::plan::PlanRecord>, noetl_mesh::MeshError>>,
 ) -> std::sync::Arc<Vec<String>> {
-    match plan {
-        Ok(plan) => {
-            let order = std::sync::Arc::new(
-                plan.playbook
-                    .workflow
-                    .iter()
-                    .map(|s| s.step.clone())
-                    .collect::<Vec<_>>(),
-            );
-            state
-                .step_order
-                .insert(h.execution_id.clone(), (h.resumes, order.clone()));
-            order
-        }
-        Err(_) => std::sync::Arc::new(Vec::new()),
+    if let Some((_, order)) = cached.filter(|(resumes, _)| *resumes == h.resumes) {
+        return order;
     }
+    let plan = match plan {
+        Some(read) => read,
+        None => state.mesh.plans().get(&state.mesh, &h.execution_id).await,
+    };
+    let Ok(plan) = plan else {
+        return std::sync::Arc::new(Vec::new());
+    };
+    let order = std::sync::Arc::new(
+        plan.playbook
+            .workflow
+            .iter()
+            .map(|s| s.step.clone())
+            .collect::<Vec<_>>(),
+    );
+    state
+        .step_order
+        .insert(h.execution_id.clone(), (h.resumes, order.clone()));
+    order
 }
 
 /// An execution's status and step counts (what NoETL's clients poll).
