@@ -74,13 +74,22 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
         .iter()
         .any(|v| v["event_type"] == "loop.done" && v["payload"]["counts"]["done"] == 5));
     // The event log reads back the same way as protobuf events: a step's
-    // end that carries its last task's `task.done` as the two events.
+    // end that carries its last task's `task.done` as the two events, a
+    // batch of iterations as each iteration's.
     let events = cluster.settled_events(&eid).await;
-    let carrying = seen
-        .iter()
-        .filter(|v| v["payload"].get("last_task").is_some())
-        .count();
-    assert!(carrying > 0, "a step's end carries its last task's end");
-    assert_eq!(events.len(), seen.len() + carrying);
+    let carrying = |end: &Value| 1 + usize::from(end.get("last_task").is_some());
+    let stands_for = |v: &Value| match v["event_type"].as_str() {
+        Some("batch.accepted") => v["payload"]["items"].as_array().map_or(0, Vec::len),
+        Some("batch.completed") => v["payload"]["ends"]
+            .as_array()
+            .map_or(0, |ends| ends.iter().map(|e| carrying(&e["end"])).sum()),
+        _ => carrying(&v["payload"]),
+    };
+    let unfolded: usize = seen.iter().map(stands_for).sum();
+    assert!(
+        unfolded > seen.len(),
+        "a step's end carries its last task's end"
+    );
+    assert_eq!(events.len(), unfolded);
     cluster.stop().await;
 }

@@ -619,4 +619,13 @@ impl Step {
             .map(|f| f.mode)
             .unwrap_or_default()
     }
+
+    /// True when the step limits its task calls (`spec.policy.concurrency`
+    /// or `spec.policy.rate`): each command waits for its slot and token.
+    pub fn is_gated(&self) -> bool {
+        self.spec
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.concurrency.is_some() || p.rate.is_some())
+    }
 }

@@ -36,14 +36,8 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
     let (command_id, iteration) = match p.iteration {
         None => (derive_id(&[p.step_run_id, "task", "0", "1"]), None),
         Some((index, iter)) => (
-            derive_id(&[p.step_run_id, "iter", &index.to_string()]),
-            Some(IterationRef {
-                loop_run_id: p.step_run_id.to_string(),
-                index,
-                iter_json: codec::json_bytes(iter),
-                reduce_json: Vec::new(),
-                total: p.total,
-            }),
+            iteration_command_id(p.step_run_id, index),
+            Some(iteration_ref(&p, index, iter)),
         ),
     };
     TaskCommand {
@@ -65,6 +59,53 @@ pub fn first_task(p: FirstTask<'_>) -> TaskCommand {
         results_json: Vec::new(),
         claim: None,
         handled_json: Vec::new(),
+        batch: Vec::new(),
+    }
+}
+
+fn iteration_ref(p: &FirstTask<'_>, index: u64, iter: &Value) -> IterationRef {
+    IterationRef {
+        loop_run_id: p.step_run_id.to_string(),
+        index,
+        iter_json: codec::json_bytes(iter),
+        reduce_json: Vec::new(),
+        total: p.total,
+    }
+}
+
+/// The id of the command that runs iteration `index` of loop run
+/// `loop_run_id` from its first task: a command of its own, or its part
+/// of a batch (the parent of the iteration's end either way).
+pub fn iteration_command_id(loop_run_id: &str, index: u64) -> String {
+    derive_id(&[loop_run_id, "iter", &index.to_string()])
+}
+
+/// What tells a batch of iterations `indices` apart from any other batch
+/// of its loop run (its command's and its events' ids): derived from the
+/// indices, so a batch sent again is the same batch, and two batches that
+/// share an index are not.
+pub fn batch_key(indices: impl IntoIterator<Item = u64>) -> String {
+    let text: Vec<String> = indices.into_iter().map(|i| i.to_string()).collect();
+    let parts: Vec<&str> = text.iter().map(String::as_str).collect();
+    derive_id(&parts)
+}
+
+/// The command that runs iterations `items` (index and `iter`) of the loop
+/// run `p` names as one batch (`p.iteration` is ignored): each as
+/// [`first_task`] would run it alone.
+pub fn first_batch(p: FirstTask<'_>, items: &[(u64, &Value)]) -> TaskCommand {
+    let key = batch_key(items.iter().map(|(i, _)| *i));
+    let batch = items
+        .iter()
+        .map(|(i, iter)| iteration_ref(&p, *i, iter))
+        .collect();
+    TaskCommand {
+        command_id: derive_id(&[p.step_run_id, "batch", &key]),
+        batch,
+        ..first_task(FirstTask {
+            iteration: None,
+            ..p
+        })
     }
 }
 

@@ -60,9 +60,19 @@ pub struct MeshConfig {
     /// How events are published (`NOETL_EVENT_ENCODING`: `protobuf`, the
     /// default, or `json`, readable by any NATS client). Readers accept both.
     pub event_encoding: EventEncoding,
+    /// Most iterations of a loop window sent to the executors as one
+    /// command (`NOETL_LOOP_BATCH`, default 16; 1: each on its own);
+    /// docs/architecture.md "Loop windows in batches".
+    pub loop_batch: usize,
     /// Environment values that could not be parsed (reported by `validate`).
     pub env_errors: Vec<String>,
 }
+
+/// Default [`MeshConfig::loop_batch`].
+pub const DEFAULT_LOOP_BATCH: usize = 16;
+
+/// Most a batch of loop iterations may hold ([`MeshConfig::loop_batch`]).
+pub const MAX_LOOP_BATCH: usize = 256;
 
 /// How events are encoded on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +137,7 @@ impl Default for MeshConfig {
             s3_credential: None,
             deliver_twice: None,
             event_encoding: EventEncoding::Protobuf,
+            loop_batch: DEFAULT_LOOP_BATCH,
             env_errors: Vec::new(),
         }
     }
@@ -202,6 +213,7 @@ impl MeshConfig {
         let replicas = number("NOETL_REPLICAS");
         let twice_delay = number("NOETL_DELIVER_TWICE_DELAY_MS");
         let executor_wait = number("NOETL_EXECUTOR_WAIT_MS");
+        let loop_batch = number("NOETL_LOOP_BATCH");
         if let Some(v) = number("NOETL_DEAD_LETTER_AGE_MS") {
             c.dead_letter_age = Duration::from_millis(v);
         }
@@ -222,6 +234,9 @@ impl MeshConfig {
         }
         if let Some(v) = replicas {
             c.replicas = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = loop_batch {
+            c.loop_batch = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if matches!(var("NOETL_DELIVER_TWICE").as_deref(), Some("1" | "true")) {
             c.deliver_twice = Some(Duration::from_millis(twice_delay.unwrap_or(10)));
@@ -267,6 +282,12 @@ impl MeshConfig {
             return Err(crate::MeshError::Config(format!(
                 "NOETL_REPLICAS={} is out of range: JetStream keeps 1 to {MAX_REPLICAS} replicas (3 on a 3-node cluster)",
                 self.replicas
+            )));
+        }
+        if !(1..=MAX_LOOP_BATCH).contains(&self.loop_batch) {
+            return Err(crate::MeshError::Config(format!(
+                "NOETL_LOOP_BATCH={} is out of range: 1 (every iteration on its own) to {MAX_LOOP_BATCH}",
+                self.loop_batch
             )));
         }
         crate::connect::server_list(&self.nats_url)?;

@@ -229,7 +229,8 @@ mod tests {
                 "step.scheduled",
                 "step.started",
                 "task.started",
-                "loop.iteration.started"
+                "loop.iteration.started",
+                "batch.accepted"
             ]
         );
     }

@@ -45,6 +45,13 @@ pub enum EventType {
     LoopDone,
     /// A cursor loop's claim ran: its rows, or why it failed.
     LoopClaimed,
+    /// Iterations of a loop window went out to the executors as one
+    /// command (the loop-supervisor); read unfolded as their
+    /// `loop.iteration.started` ([`crate::events::unfold`]).
+    BatchAccepted,
+    /// The iterations of a batch that ended in it (an executor); read
+    /// unfolded as their `loop.iteration.done` / `.failed`.
+    BatchCompleted,
     /// Terminal success.
     ExecutionCompleted,
     /// Terminal failure.
@@ -86,7 +93,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every event type, in the order of the docs.
-    pub const ALL: [EventType; 35] = [
+    pub const ALL: [EventType; 37] = [
         Self::MessageDeadLettered,
         Self::PlaybookInitialized,
         Self::WorkflowInitialized,
@@ -105,6 +112,8 @@ impl EventType {
         Self::LoopIterationFailed,
         Self::LoopDone,
         Self::LoopClaimed,
+        Self::BatchAccepted,
+        Self::BatchCompleted,
         Self::ExecutionCompleted,
         Self::ExecutionFailed,
         Self::ExecutionCancelRequested,
@@ -137,9 +146,10 @@ impl EventType {
     /// in its order among the scheduler's decisions for the step (each
     /// decision's handler waits for its acks before the next token is
     /// taken), and by `replay --playbook` as the admission decision, at its
-    /// place in the log. A cursor loop's `loop.iteration.started` is read
-    /// by its run's fold: the loop-supervisor awaits those itself before
-    /// their iterations go out (a loop over `in` does not wait for them).
+    /// place in the log. A cursor loop's `loop.iteration.started` (or the
+    /// `batch.accepted` that carries it) is read by its run's fold: the
+    /// loop-supervisor awaits those itself before their iterations go out
+    /// (a loop over `in` does not wait for them).
     pub const fn for_readers_only(self) -> bool {
         matches!(
             self,
@@ -147,6 +157,7 @@ impl EventType {
                 | Self::StepStarted
                 | Self::TaskStarted
                 | Self::LoopIterationStarted
+                | Self::BatchAccepted
         )
     }
 
@@ -171,6 +182,8 @@ impl EventType {
             Self::LoopIterationFailed => "loop.iteration.failed",
             Self::LoopDone => "loop.done",
             Self::LoopClaimed => "loop.claimed",
+            Self::BatchAccepted => "batch.accepted",
+            Self::BatchCompleted => "batch.completed",
             Self::ExecutionCompleted => "execution.completed",
             Self::ExecutionFailed => "execution.failed",
             Self::ExecutionCancelRequested => "execution.cancel_requested",
@@ -291,24 +304,14 @@ pub const SPEC_NAMES: &[SpecName] = {
             why: "an execution, not a playbook, ends",
         },
         SpecName {
-            name: "batch.accepted",
-            ours: &[],
-            why: "loop windows are not sent in batches yet: no batch events are emitted",
-        },
-        SpecName {
             name: "batch.processing",
-            ours: &[],
-            why: "loop windows are not sent in batches yet: no batch events are emitted",
-        },
-        SpecName {
-            name: "batch.completed",
-            ours: &[],
-            why: "loop windows are not sent in batches yet: no batch events are emitted",
+            ours: &[T::BatchAccepted],
+            why: "an executor takes a batch and runs it: batch.accepted says it went out, each iteration's end says it ran",
         },
         SpecName {
             name: "batch.failed",
-            ours: &[],
-            why: "loop windows are not sent in batches yet: no batch events are emitted",
+            ours: &[T::BatchCompleted],
+            why: "a batch does not fail as a whole: batch.completed reports each iteration's end, failed ones among them",
         },
     ]
 };
@@ -348,7 +351,10 @@ mod tests {
             spec_name("command.completed").unwrap().ours,
             &[EventType::TaskDone]
         );
-        assert!(spec_name("batch.failed").unwrap().ours.is_empty());
+        assert_eq!(
+            spec_name("batch.failed").unwrap().ours,
+            &[EventType::BatchCompleted]
+        );
         assert_eq!(spec_name("step.done"), None);
     }
 }

@@ -234,6 +234,8 @@ impl Folded {
             | T::TaskStarted
             | T::LoopStarted
             | T::LoopIterationStarted
+            | T::BatchAccepted
+            | T::BatchCompleted
             | T::LoopIterationDone
             | T::LoopIterationFailed
             | T::LoopClaimed

@@ -74,6 +74,7 @@ fn task_command() -> impl Strategy<Value = TaskCommand> {
                 results_json,
                 claim: None,
                 handled_json: Vec::new(),
+                batch: Vec::new(),
             },
         )
 }

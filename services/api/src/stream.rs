@@ -152,9 +152,10 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         match noetl_mesh::events::decode(&m) {
             Ok(event) => {
                 // A step's end carrying its last task's `task.done` is
-                // sent as the two events it stands for; the first has no
+                // sent as the two events it stands for, a batch of loop
+                // iterations as each iteration's; only the last has an
                 // `id:`, so a client that reconnects between them resumes
-                // before both.
+                // before them all.
                 let mut read = noetl_mesh::events::unfold(event).peekable();
                 while let Some(event) = read.next() {
                     terminal |= f.execution.is_some() && is_terminal(&event.event_type);

@@ -159,8 +159,8 @@ fn replay_finds_a_purged_record_rebuild_writes_it_back_and_tail_takes_the_spec_s
         "--nats",
         &url,
     ]));
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("no such event"), "{}", text(&out));
+    // Batches are ours (a loop window's), so the spec's name is followed.
+    assert!(out.status.success(), "{}", text(&out));
 
     // Its records purged: replay names them; rebuild writes them back.
     purge(
@@ -654,7 +654,8 @@ fn show_at_an_event_compact_keeps_the_log_and_retention_drops_only_ended_executi
     let later = noetl_mesh::events::now_ms() + 31 * 86_400_000;
     let swept = rt.block_on(mesh.sweep_retention(later)).unwrap();
     assert_eq!(swept.executions, vec![id.clone()], "{swept:?}");
-    assert!(swept.events > 20, "{swept:?}");
+    // Every stored event of it (its loop's iterations stored in batches).
+    assert!(swept.events > 10, "{swept:?}");
     let (out, _) = run(noetl().args(["exec", "show", &id, "--nats", &url]));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let (out, tree) = run(noetl().args(["exec", "show", &running, "--json", "--nats", &url]));

@@ -47,14 +47,6 @@ pub(crate) struct Entering<'a> {
     pub scope: &'a Scope,
 }
 
-/// True when the step limits its task calls.
-pub(crate) fn gated(step: &Step) -> bool {
-    step.spec
-        .policy
-        .as_ref()
-        .is_some_and(|p| p.concurrency.is_some() || p.rate.is_some())
-}
-
 /// Ask the step's concurrency key for a slot, then its rate for a token.
 /// A command waiting for a token keeps its slot (its lease runs out if it
 /// does not come back).

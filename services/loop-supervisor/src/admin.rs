@@ -127,7 +127,9 @@ async fn first_commands(
             w.at.srid
         )
     }));
-    Ok(messages::iterations(w.at, run, &items)
+    // One command per iteration (no batches): each is where the executor
+    // folds that iteration's checkpoint from.
+    Ok(messages::iterations(w.at, run, &items, 1)
         .into_iter()
         .filter_map(|e| match e {
             Effect::Task { cmd, .. } => Some(cmd),

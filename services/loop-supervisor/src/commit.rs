@@ -88,24 +88,29 @@ impl Counter {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Count report `index` (with its `claim`) of `run`; `None` when the
-    /// run is unknown.
-    pub(crate) async fn count(
+    /// Count reports `reports` (index and claim) of `run`, each once
+    /// (queued at once, so one write counts them all, with the reports of
+    /// the run other handlers queued meanwhile); `None` when the run is
+    /// unknown.
+    pub(crate) async fn count_many(
         &self,
         mesh: &Mesh,
         run: &Run<'_>,
-        index: u64,
-        claim: &Claim,
-    ) -> Result<Option<Counted>, MeshError> {
-        let (reply, answer) = oneshot::channel();
+        reports: &[(u64, Claim)],
+    ) -> Result<Option<Vec<Counted>>, MeshError> {
+        let mut answers = Vec::with_capacity(reports.len());
         let lead = {
             let mut runs = self.lock();
             let q = runs.entry(run.key.to_string()).or_default();
-            q.waiting.push(Waiting {
-                index,
-                claim: claim.clone(),
-                reply,
-            });
+            for (index, claim) in reports {
+                let (reply, answer) = oneshot::channel();
+                q.waiting.push(Waiting {
+                    index: *index,
+                    claim: claim.clone(),
+                    reply,
+                });
+                answers.push(answer);
+            }
             !std::mem::replace(&mut q.busy, true)
         };
         if lead {
@@ -115,11 +120,19 @@ impl Counter {
             };
             guard.write_rounds(mesh, run).await;
         }
-        match answer.await {
-            Ok(Some(counted)) => Ok(Some(counted)),
-            // The shared write failed (or its leader is gone): alone.
-            _ => write_alone(mesh, &self.written, run, index, claim).await,
+        let mut out = Vec::with_capacity(reports.len());
+        for (answer, (index, claim)) in answers.into_iter().zip(reports) {
+            let counted = match answer.await {
+                Ok(Some(counted)) => Some(counted),
+                // The shared write failed (or its leader is gone): alone.
+                _ => write_alone(mesh, &self.written, run, *index, claim).await?,
+            };
+            match counted {
+                Some(c) => out.push(c),
+                None => return Ok(None),
+            }
         }
+        Ok(Some(out))
     }
 }
 

@@ -93,7 +93,7 @@ pub(crate) async fn dispatch(
         return hold(w, run, indices).await;
     }
     let Read { items, gone } = read(w, &run, indices).await?;
-    let started = messages::iterations(w.at, &run, &items);
+    let started = messages::iterations(w.at, &run, &items, w.mesh.config().loop_batch);
     if run.cursor.is_some() {
         // A cursor loop's `loop.iteration.started` places its claim's rows
         // when the run is rebuilt from the log (docs/architecture.md "Loop

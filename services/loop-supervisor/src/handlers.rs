@@ -73,7 +73,7 @@ impl Handle for LoopCommands {
 }
 
 /// Handles the reports about loop runs (`loop.iteration.done|failed`,
-/// `loop.claimed`).
+/// `batch.completed`, `loop.claimed`).
 pub struct IterationReports {
     mesh: Mesh,
     shared: Arc<Shared>,
@@ -111,6 +111,7 @@ impl Handle for IterationReports {
             match EventType::of(ev).and_then(report_of) {
                 Some(Report::Claimed) => reports::on_claimed(&r).await?,
                 Some(Report::Iteration { failed }) => reports::on_iteration(&r, failed).await?,
+                Some(Report::Batch) => reports::on_batch(&r).await?,
                 None => {
                     return Err(HandlerError::Refused(format!(
                         "{} of execution {} is not an iteration report",
@@ -133,6 +134,8 @@ enum Report {
     },
     /// A cursor loop's claim ran (`loop.claimed`).
     Claimed,
+    /// Iterations of a batch ended (`batch.completed`).
+    Batch,
 }
 
 /// The report an event of type `kind` is, if any (every type named: a new
@@ -143,6 +146,7 @@ fn report_of(kind: EventType) -> Option<Report> {
         T::LoopIterationDone => Some(Report::Iteration { failed: false }),
         T::LoopIterationFailed => Some(Report::Iteration { failed: true }),
         T::LoopClaimed => Some(Report::Claimed),
+        T::BatchCompleted => Some(Report::Batch),
         T::MessageDeadLettered
         | T::PlaybookInitialized
         | T::WorkflowInitialized
@@ -157,6 +161,7 @@ fn report_of(kind: EventType) -> Option<Report> {
         | T::NextSelected
         | T::LoopStarted
         | T::LoopIterationStarted
+        | T::BatchAccepted
         | T::LoopDone
         | T::ExecutionCompleted
         | T::ExecutionFailed
@@ -211,7 +216,8 @@ mod tests {
             [
                 EventType::LoopIterationDone,
                 EventType::LoopIterationFailed,
-                EventType::LoopClaimed
+                EventType::LoopClaimed,
+                EventType::BatchCompleted
             ]
         );
     }

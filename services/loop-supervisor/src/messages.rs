@@ -15,8 +15,8 @@ use noetl_mesh::{
     ids::derive_id,
     patches::Carried,
     payloads::{
-        self, EventPayload, IterationEnded, IterationStarted, LoopDone, LoopStarted, Reduced,
-        Status, StepEnded,
+        self, BatchAccepted, BatchItem, EventPayload, IterationEnded, IterationStarted, LoopDone,
+        LoopStarted, Reduced, Status, StepEnded,
     },
 };
 use noetl_wire::{ClaimRef, LoopCommand, TaskCommand};
@@ -53,53 +53,174 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
 /// command of the step's first task carrying its `iter` (`{<iterator>:
 /// element, index}`); a loop step without tasks has each iteration done at
 /// once (`loop.iteration.done`). A step without a loop starts none.
-pub(crate) fn iterations(at: RunAt<'_>, run: &LoopRun, items: &[(u64, Value)]) -> Vec<Effect> {
+///
+/// Up to `batch` iterations go out together ([`batch_size`]): one
+/// `batch.accepted` and one command for them all (docs/architecture.md
+/// "Loop windows in batches"). The groups are a function of `items` alone,
+/// so a window published again publishes the same messages.
+pub(crate) fn iterations(
+    at: RunAt<'_>,
+    run: &LoopRun,
+    items: &[(u64, Value)],
+    batch: usize,
+) -> Vec<Effect> {
     let Some(lp) = at.step.loop_.as_ref() else {
         return Vec::new();
     };
+    let iters: Vec<(u64, Value)> = items
+        .iter()
+        .map(|(i, item)| (*i, json!({ lp.iterator.clone(): item, "index": i })))
+        .collect();
+    let Some(first) = at.step.tool.first() else {
+        return iters
+            .iter()
+            .flat_map(|(i, _)| without_tasks(at, run, *i))
+            .collect();
+    };
+    let kind = noetl_core::workbook::effective_kind(at.plan.playbook.workbook.as_ref(), first);
+    let size = batch_size(run.max_in_flight, batch, at.step);
     let mut out = Vec::with_capacity(items.len() * 2);
-    for (i, item) in items {
-        let i = *i;
-        let started = IterationStarted {
-            loop_run_id: at.srid.to_string(),
-            index: i,
-            claim: run.cursor.as_ref().and_then(|c| c.claim_of(i)),
+    for group in groups(&iters, size) {
+        let (started, cmd) = match group {
+            [(i, iter)] => (
+                one_started(at, run, *i),
+                commands::first_task(first_task(at, run, Some((*i, iter)))),
+            ),
+            group => (
+                batch_accepted(at, run, group),
+                commands::first_batch(
+                    first_task(at, run, None),
+                    &group.iter().map(|(i, v)| (*i, v)).collect::<Vec<_>>(),
+                ),
+            ),
         };
-        out.push(run_event(at, run, &i.to_string(), &started));
-        let Some(first) = at.step.tool.first() else {
-            // A loop without tasks: every iteration is done at once.
-            let done = IterationEnded {
-                loop_run_id: at.srid.to_string(),
-                index: i,
-                status: Status::Ok,
-                result: Value::Null,
-                iter: Value::Null,
-                reduce: Default::default(),
-                error: Value::Null,
-                handled: Vec::new(),
-                last_task: None,
-            };
-            out.push(run_event(at, run, &i.to_string(), &done));
-            continue;
-        };
-        let iter = json!({ lp.iterator.clone(): item, "index": i });
-        let cmd = commands::first_task(FirstTask {
-            execution_id: at.eid(),
-            step: &at.step.step,
-            step_run_id: at.srid,
-            args: &run.args,
-            trace_id: &run.trace_id,
-            deadline: (run.deadline_ms, &run.deadline_of),
-            iteration: Some((i, &iter)),
-            total: run.total,
-        });
+        out.push(started);
         out.push(Effect::Task {
-            kind: noetl_core::workbook::effective_kind(at.plan.playbook.workbook.as_ref(), first),
+            kind: kind.clone(),
             task: first.name.clone(),
             cmd,
         });
     }
     out
+}
+
+/// Bytes of `iter` a batch carries at most: a larger element goes out in a
+/// smaller batch (alone when it is larger itself).
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// Iterations per batch of a loop step whose window is `max_in_flight`,
+/// at most `batch`: a quarter of the window, so that several batches are
+/// in flight at once (an executor each, and the next batch goes out while
+/// the others run); 1 (no batches) for a step whose commands wait for a
+/// concurrency slot or a rate token each (`spec.policy.concurrency`,
+/// `rate`).
+pub(crate) fn batch_size(max_in_flight: u64, batch: usize, step: &noetl_core::Step) -> usize {
+    if step.is_gated() {
+        return 1;
+    }
+    let quarter = usize::try_from(max_in_flight / 4).unwrap_or(usize::MAX);
+    quarter.clamp(1, batch.max(1))
+}
+
+/// `iters` cut in dispatch order into groups of at most `size`, each
+/// carrying at most [`BATCH_BYTES`] of `iter`.
+fn groups(iters: &[(u64, Value)], size: usize) -> Vec<&[(u64, Value)]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (k, (_, iter)) in iters.iter().enumerate() {
+        let b = if size > 1 { approx_bytes(iter) } else { 0 };
+        if k > start && (k - start >= size || bytes + b > BATCH_BYTES) {
+            out.push(&iters[start..k]);
+            (start, bytes) = (k, 0);
+        }
+        bytes += b;
+    }
+    if start < iters.len() {
+        out.push(&iters[start..]);
+    }
+    out
+}
+
+/// About how many bytes `v` is as JSON (strings and numbers counted as
+/// written, without escapes).
+fn approx_bytes(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 20,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => a.iter().map(approx_bytes).sum::<usize>() + a.len() + 2,
+        Value::Object(o) => {
+            o.iter()
+                .map(|(k, v)| k.len() + 4 + approx_bytes(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
+}
+
+/// What the first command of an iteration (or, `None`, of a batch) of
+/// `run` carries.
+fn first_task<'a>(
+    at: RunAt<'a>,
+    run: &'a LoopRun,
+    iteration: Option<(u64, &'a Value)>,
+) -> FirstTask<'a> {
+    FirstTask {
+        execution_id: &at.plan.execution_id,
+        step: &at.step.step,
+        step_run_id: at.srid,
+        args: &run.args,
+        trace_id: &run.trace_id,
+        deadline: (run.deadline_ms, &run.deadline_of),
+        iteration,
+        total: run.total,
+    }
+}
+
+/// `loop.iteration.started` of iteration `i`.
+fn one_started(at: RunAt<'_>, run: &LoopRun, i: u64) -> Effect {
+    let started = IterationStarted {
+        loop_run_id: at.srid.to_string(),
+        index: i,
+        claim: run.cursor.as_ref().and_then(|c| c.claim_of(i)),
+    };
+    run_event(at, run, &i.to_string(), &started)
+}
+
+/// `batch.accepted` of the iterations of `group`.
+fn batch_accepted(at: RunAt<'_>, run: &LoopRun, group: &[(u64, Value)]) -> Effect {
+    let items = group
+        .iter()
+        .map(|(i, _)| BatchItem {
+            index: *i,
+            claim: run.cursor.as_ref().and_then(|c| c.claim_of(*i)),
+        })
+        .collect();
+    let key = commands::batch_key(group.iter().map(|(i, _)| *i));
+    let accepted = BatchAccepted {
+        loop_run_id: at.srid.to_string(),
+        items,
+    };
+    run_event(at, run, &key, &accepted)
+}
+
+/// A loop without tasks: iteration `i` is done at once.
+fn without_tasks(at: RunAt<'_>, run: &LoopRun, i: u64) -> [Effect; 2] {
+    let done = IterationEnded {
+        loop_run_id: at.srid.to_string(),
+        index: i,
+        status: Status::Ok,
+        result: Value::Null,
+        iter: Value::Null,
+        reduce: Default::default(),
+        error: Value::Null,
+        handled: Vec::new(),
+        last_task: None,
+    };
+    [
+        one_started(at, run, i),
+        run_event(at, run, &i.to_string(), &done),
+    ]
 }
 
 /// The commands of claims `seqs` of a cursor loop run, with the kind whose
@@ -144,6 +265,7 @@ fn claim_command(at: RunAt<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskC
             seq,
             max_rows,
         }),
+        batch: Vec::new(),
     }
 }
 

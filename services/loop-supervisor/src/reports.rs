@@ -7,6 +7,7 @@
 
 use noetl_core::FailureMode;
 use noetl_mesh::{
+    event_type::EventType,
     handler::StepOf,
     keys::Keys,
     kv::{self, Cas},
@@ -78,25 +79,61 @@ impl<'a> Reported<'a> {
 /// started, and finish the loop when nothing is left.
 pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), HandlerError> {
     let report: IterationEnded = payloads::decode_typed(r.ev)?;
+    count_reports(r, vec![(report, failed)]).await
+}
+
+/// Iterations of a batch ended (`batch.completed`): each counted as its
+/// own report would be, all in one write, and the iterations their counts
+/// started published together (so they go out as batches again).
+pub(crate) async fn on_batch(r: &Reported<'_>) -> Result<(), HandlerError> {
+    let mut reports = Vec::new();
+    for ev in noetl_mesh::events::unfold(r.ev.clone()) {
+        let failed = match EventType::of(&ev) {
+            Some(EventType::LoopIterationDone) => false,
+            Some(EventType::LoopIterationFailed) => true,
+            _ => continue,
+        };
+        reports.push((payloads::decode_typed::<IterationEnded>(&ev)?, failed));
+    }
+    if reports.is_empty() {
+        return Err(HandlerError::Refused(format!(
+            "batch.completed {} of execution {} (step {:?}) reports no iteration's end: its payload does not decode",
+            r.ev.event_id, r.ev.execution_id, r.ev.step
+        )));
+    }
+    count_reports(r, reports).await
+}
+
+/// Count `reports` (each iteration's end and whether it failed) of one
+/// loop run in one write, then publish what their counts started.
+async fn count_reports(
+    r: &Reported<'_>,
+    reports: Vec<(IterationEnded, bool)>,
+) -> Result<(), HandlerError> {
     let srid = r.ev.step_run_id.as_str();
     let step = r.at.step();
     let reducers = reducers_of(step);
-    let claim = Claim {
-        failed,
-        reduce: if failed {
-            serde_json::Map::new()
-        } else {
-            report.reduce
-        },
-        handled: report.handled,
-    };
     // Only loops with growing reducers look before the update (the update
     // reads the run itself: the common path reads it once).
-    let claim = if reducers.iter().any(|(_, op)| grows(*op)) {
-        first_claim(r, report.index, claim).await?
-    } else {
-        claim
-    };
+    let growing = reducers.iter().any(|(_, op)| grows(*op));
+    let mut claims = Vec::with_capacity(reports.len());
+    for (report, failed) in reports {
+        let claim = Claim {
+            failed,
+            reduce: if failed {
+                serde_json::Map::new()
+            } else {
+                report.reduce
+            },
+            handled: report.handled,
+        };
+        let claim = if growing {
+            first_claim(r, report.index, claim).await?
+        } else {
+            claim
+        };
+        claims.push((report.index, claim));
+    }
     // Counted in one write with the other reports of this run handled
     // now (unknown run: `None`; counted already, a redelivery: `counted`
     // is false).
@@ -107,46 +144,52 @@ pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), H
         reducers: &reducers,
         step: &step.step,
     };
-    let counted = match r
-        .counter
-        .count(r.mesh, &shared, report.index, &claim)
-        .await?
-    {
+    let counted = match r.counter.count_many(r.mesh, &shared, &claims).await? {
         Some(c) => Some(c),
-        // The loop bucket lost the run: rebuilt from its events (this
-        // report among them), the count finds it counted.
+        // The loop bucket lost the run: rebuilt from its events (these
+        // reports among them), the count finds them counted.
         None if crate::rebuild::restore(r.mesh, r.window(srid).at)
             .await?
             .is_some() =>
         {
-            r.counter
-                .count(r.mesh, &shared, report.index, &claim)
-                .await?
+            r.counter.count_many(r.mesh, &shared, &claims).await?
         }
         None => None,
     };
-    let Some(Counted {
-        run,
-        counted,
-        newly,
-        claims,
-    }) = counted
-    else {
+    let Some(counted) = counted else {
         return Err(r.unknown_run(srid));
     };
+    let (mut newly, mut started_claims, mut again) = (Vec::new(), Vec::new(), false);
+    let mut last = None;
+    for (c, (_, claim)) in counted.into_iter().zip(&claims) {
+        let Counted {
+            run,
+            counted,
+            newly: n,
+            claims: cl,
+        } = c;
+        if counted {
+            let event = if claim.failed { "failed" } else { "done" };
+            r.mesh.health().metrics().iteration(event);
+            newly.extend(n);
+            started_claims.extend(cl);
+        } else {
+            again = true;
+        }
+        last = Some(run);
+    }
+    let run = last.ok_or_else(|| r.unknown_run(srid))?;
     let window = r.window(srid);
-    let run = if counted {
-        let event = if failed { "failed" } else { "done" };
-        r.mesh.health().metrics().iteration(event);
-        let run = dispatch(&window, run, &newly).await?;
-        publish_claims(&window, &run, &claims).await?;
-        run
-    } else {
+    let run = if again {
         // Already counted: the write that counted it may have been followed
         // by a crash or a failed publish before its iterations went out.
         // Send the whole window again (deterministic ids: JetStream drops
         // the commands that did go out).
         redispatch(&window, run).await?
+    } else {
+        let run = dispatch(&window, run, &newly).await?;
+        publish_claims(&window, &run, &started_claims).await?;
+        run
     };
     settle(r.mesh, window.at, &run).await
 }

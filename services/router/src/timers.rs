@@ -93,6 +93,8 @@ pub fn timer_of(kind: EventType) -> Option<Timer> {
         | T::NextSelected
         | T::LoopStarted
         | T::LoopIterationStarted
+        | T::BatchAccepted
+        | T::BatchCompleted
         | T::LoopIterationDone
         | T::LoopIterationFailed
         | T::LoopDone

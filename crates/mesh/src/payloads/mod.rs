@@ -17,6 +17,8 @@ use crate::event_type::EventType;
 use crate::handled::HandledError;
 use crate::MeshError;
 
+mod batch;
+pub use batch::{BatchAccepted, BatchCompleted, BatchEnd, BatchItem};
 mod task;
 pub use task::{AttemptStart, LastTask, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};
 
@@ -839,6 +841,8 @@ mod tests {
             crate::waiter::WaitTimeout::KINDS,
             crate::waiter::SignalReceived::KINDS,
             crate::gate::ExecutionQueued::KINDS,
+            BatchAccepted::KINDS,
+            BatchCompleted::KINDS,
         ] {
             assert!(!kinds.is_empty());
             for k in kinds {

@@ -90,9 +90,13 @@ pub async fn all_events(
     } else {
         Some(q.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT))
     };
-    // A `task.done` may be stored inside its step's end (docs/architecture.md
-    // "Events as stored"): a type that names it reads every subject.
-    let subject = match type_matches(&types, "task.done") {
+    // A `task.done` may be stored inside its step's end, an iteration's
+    // start and end inside its batch's (docs/architecture.md "Events as
+    // stored"): a type that names one reads every subject.
+    let carried = noetl_mesh::events::CARRIED
+        .iter()
+        .any(|t| type_matches(&types, t.wire_name()));
+    let subject = match carried {
         true => ">",
         false => types.as_str(),
     };

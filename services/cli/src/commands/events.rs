@@ -88,19 +88,6 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A glob that matches none of our event types but a name of the spec's
-/// that is not emitted (`batch.*`): that name.
-fn names_nothing_of_ours(glob: &str) -> Option<&'static noetl_mesh::event_type::SpecName> {
-    use noetl_mesh::event_type::SPEC_NAMES;
-    let m = type_pattern(glob).ok()?;
-    if EventType::ALL.iter().any(|t| m.is_match(t.wire_name())) {
-        return None;
-    }
-    SPEC_NAMES
-        .iter()
-        .find(|s| s.ours.is_empty() && m.is_match(s.name))
-}
-
 /// An `--type` pattern: `*` matches any run of characters (dots too).
 pub fn type_pattern(pattern: &str) -> anyhow::Result<globset::GlobMatcher> {
     let glob = globset::GlobBuilder::new(pattern)
@@ -229,10 +216,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
         .event_type
         .as_deref()
         .and_then(noetl_mesh::event_type::spec_name);
-    if let Some(s) = spec
-        .filter(|s| s.ours.is_empty())
-        .or(a.event_type.as_deref().and_then(names_nothing_of_ours))
-    {
+    if let Some(s) = spec.filter(|s| s.ours.is_empty()) {
         eprintln!(
             "error: --type {}: this engine emits no such event ({}; docs/dsl.md \"The spec's names\")",
             a.event_type.as_deref().unwrap_or(s.name),
@@ -243,10 +227,14 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let pattern = a.event_type.as_deref().map(type_pattern).transpose()?;
     // `--until-done` must see the terminal event whatever `--type` says,
-    // and a `task.done` may be stored inside its step's end
-    // (docs/architecture.md "Events as stored"): then the client alone
-    // filters by type.
-    let in_ends = pattern.as_ref().is_some_and(|g| g.is_match("task.done"));
+    // and a `task.done` may be stored inside its step's end, an
+    // iteration's start and end inside its batch's (docs/architecture.md
+    // "Events as stored"): then the client alone filters by type.
+    let in_ends = pattern.as_ref().is_some_and(|g| {
+        noetl_mesh::events::CARRIED
+            .iter()
+            .any(|t| g.is_match(t.wire_name()))
+    });
     let types = match (&a.event_type, a.until_done, spec) {
         (Some(g), false, None) if !in_ends => type_filter(g),
         _ => type_filter("*"),
@@ -351,7 +339,7 @@ fn print_event(ev: &Event, seq: u64, json: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_messages, names_nothing_of_ours, type_pattern};
+    use super::{decode_messages, type_pattern};
     use noetl_mesh::codec;
     use noetl_wire::Event;
 
@@ -386,16 +374,6 @@ mod tests {
             (evs[0].event_type.as_str(), evs[0].execution_id.as_str()),
             ("step.done", "e1")
         );
-    }
-
-    #[test]
-    fn a_glob_of_only_spec_names_never_emitted_is_named() {
-        assert_eq!(
-            names_nothing_of_ours("batch.*").unwrap().name,
-            "batch.accepted"
-        );
-        assert!(names_nothing_of_ours("step.*").is_none());
-        assert!(names_nothing_of_ours("*").is_none());
     }
 
     #[test]

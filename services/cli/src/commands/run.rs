@@ -457,20 +457,24 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
                 continue;
             }
         };
-        let Ok(ev) = noetl_mesh::events::decode(&next) else {
+        let Ok(stored) = noetl_mesh::events::decode(&next) else {
             continue;
         };
-        let terminal = progress.observe(&ev);
-        if let Some(b) = w.bar {
-            if EventType::of(&ev) == Some(EventType::StepFailed) {
-                let p = events::payload(&ev);
-                b.println(format!(
-                    "  step {} failed: {}",
-                    ev.step,
-                    p["error"]["message"].as_str().unwrap_or("")
-                ));
+        // A batch's iterations and a step's last task are read unfolded.
+        let mut terminal = false;
+        for ev in noetl_mesh::events::unfold(stored) {
+            terminal |= progress.observe(&ev);
+            if let Some(b) = w.bar {
+                if EventType::of(&ev) == Some(EventType::StepFailed) {
+                    let p = events::payload(&ev);
+                    b.println(format!(
+                        "  step {} failed: {}",
+                        ev.step,
+                        p["error"]["message"].as_str().unwrap_or("")
+                    ));
+                }
+                b.set_message(progress.line());
             }
-            b.set_message(progress.line());
         }
         if terminal {
             return Ok(false);

@@ -196,6 +196,7 @@ impl StepRun<'_> {
             } else {
                 codec::json_bytes(&serde_json::to_value(&cur.handled).unwrap_or_default())
             },
+            batch: Vec::new(),
         }
     }
 

@@ -70,7 +70,10 @@ impl StepRun<'_> {
             noetl_mesh::events::fill(&mut event, &left.done);
             self.mesh().emit(&event).await?.wait().await?;
         }
-        effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;
+        match (self.ends, &self.loop_run) {
+            (Some(ends), Some((_, index))) => ends.push(*index, built.event),
+            _ => effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?,
+        }
         Ok(())
     }
 

@@ -18,6 +18,7 @@
 //! ([`reference`]), an iteration's checkpoint ([`checkpoint`]) and the
 //! step-run's end ([`ending`]).
 
+mod batch;
 mod checkpoint;
 mod command;
 mod conclude;
@@ -123,19 +124,25 @@ impl Executor {
             c.run().instrument(span).await?;
             return Ok(Handled::Done);
         }
-        self.run(plan, step, &cmd, redelivered)
+        if !cmd.batch.is_empty() {
+            return self.run_batch(cmd, at, redelivered).instrument(span).await;
+        }
+        self.run(plan, step, &cmd, redelivered, None)
             .instrument(span)
             .await
     }
 
     /// Read what the step-run needs (args, scope, credentials), then drive
     /// its pipeline; a credential that cannot be used fails it at once.
+    /// `ends`: the command is an iteration of a batch, whose end is kept
+    /// there instead of published.
     async fn run(
         &self,
         plan: &PlanRecord,
         step: &Step,
         cmd: &TaskCommand,
         redelivered: bool,
+        ends: Option<&batch::Ends>,
     ) -> Result<Handled, HandlerError> {
         let d = command::decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
@@ -185,6 +192,7 @@ impl Executor {
             secrets: credentials.secrets.clone(),
             credentials,
             redelivered,
+            ends,
         };
         let cur = Cursor { ctx, ..d.cursor };
         if let Some(message) = keychain_error {
@@ -327,6 +335,9 @@ struct StepRun<'a> {
     credentials: crate::secrets::Resolved,
     /// Not the command's first delivery.
     redelivered: bool,
+    /// An iteration of a batch: its end is kept here, reported with the
+    /// others' ([`batch`]).
+    ends: Option<&'a batch::Ends>,
 }
 
 impl StepRun<'_> {
@@ -354,7 +365,7 @@ impl StepRun<'_> {
             self.drive(cur).await?;
             return Ok(Handled::Done);
         };
-        if cur.resume.is_some() || !gate::gated(self.step) {
+        if cur.resume.is_some() || !self.step.is_gated() {
             self.drive(cur).await?;
             return Ok(Handled::Done);
         }

@@ -173,6 +173,7 @@ pub fn command(eid: &str, step: &str, step_run_id: &str) -> TaskCommand {
         results_json: Vec::new(),
         claim: None,
         handled_json: Vec::new(),
+        batch: Vec::new(),
     }
 }
 

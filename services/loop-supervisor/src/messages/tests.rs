@@ -64,7 +64,7 @@ fn ids(effects: &[Effect]) -> Vec<String> {
 fn a_window_starts_each_iteration_then_sends_its_first_task() {
     let p = tool_loop();
     let items = [(3, json!("a")), (4, json!("b"))];
-    let effects = iterations(at(&p), &run(5), &items);
+    let effects = iterations(at(&p), &run(5), &items, 1);
     assert_eq!(
         kinds(&effects),
         [
@@ -90,7 +90,7 @@ fn a_window_starts_each_iteration_then_sends_its_first_task() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 4);
-    assert_eq!(ids(&iterations(at(&p), &run(5), &items)), first);
+    assert_eq!(ids(&iterations(at(&p), &run(5), &items, 1)), first);
     let Effect::Emit(started) = &effects[0] else {
         unreachable!()
     };
@@ -101,16 +101,84 @@ fn a_window_starts_each_iteration_then_sends_its_first_task() {
 }
 
 #[test]
+fn a_window_goes_out_in_batches_of_a_quarter_of_it_and_the_same_window_is_the_same_batches() {
+    let p = tool_loop();
+    let cmd = LoopCommand {
+        trace_id: "tr".into(),
+        ..Default::default()
+    };
+    // A window of 16: batches of 4 (at most `batch`).
+    let run = new_run(&cmd, "lp", 100, 16, json!({"a": 1}));
+    let items: Vec<(u64, Value)> = (0..10).map(|i| (i, json!(i * 10))).collect();
+    let effects = iterations(at(&p), &run, &items, 16);
+    assert_eq!(
+        kinds(&effects),
+        [
+            "batch.accepted",
+            "task:python",
+            "batch.accepted",
+            "task:python",
+            "batch.accepted",
+            "task:python"
+        ]
+    );
+    let Effect::Task { cmd, .. } = &effects[5] else {
+        unreachable!()
+    };
+    assert!(cmd.iteration.is_none());
+    let indices: Vec<u64> = cmd.batch.iter().map(|it| it.index).collect();
+    assert_eq!(indices, [8, 9]);
+    let iter: Value = serde_json::from_slice(&cmd.batch[1].iter_json).unwrap();
+    assert_eq!(iter, json!({"x": 90, "index": 9}));
+    let Effect::Emit(accepted) = &effects[4] else {
+        unreachable!()
+    };
+    let body: payloads::BatchAccepted = payloads::decode_typed(accepted).unwrap();
+    assert_eq!(
+        body.items.iter().map(|i| i.index).collect::<Vec<_>>(),
+        [8, 9]
+    );
+    assert_eq!(ids(&iterations(at(&p), &run, &items, 16)), ids(&effects));
+    // `batch` bounds the size; a group of one goes out on its own.
+    let effects = iterations(at(&p), &run, &items[..3], 2);
+    assert_eq!(
+        kinds(&effects),
+        [
+            "batch.accepted",
+            "task:python",
+            "loop.iteration.started",
+            "task:python"
+        ]
+    );
+    // NOETL_LOOP_BATCH=1: every iteration on its own.
+    assert_eq!(iterations(at(&p), &run, &items, 1).len(), 20);
+}
+
+#[test]
+fn a_step_whose_calls_wait_for_a_slot_is_not_batched() {
+    let p = tool_loop();
+    assert_eq!(batch_size(64, 16, &p.playbook.workflow[0]), 16);
+    assert_eq!(batch_size(64, 8, &p.playbook.workflow[0]), 8);
+    assert_eq!(batch_size(6, 16, &p.playbook.workflow[0]), 1);
+    let gated = plan(
+        json!({"step": "lp", "loop": {"in": "{{ [1, 2] }}", "iterator": "x"},
+        "spec": {"policy": {"concurrency": {"key": "k", "limit": 2}}},
+        "tool": [{"name": "t", "kind": "python", "code": "x = 1"}]}),
+    );
+    assert_eq!(batch_size(64, 16, &gated.playbook.workflow[0]), 1);
+}
+
+#[test]
 fn a_loop_without_tasks_has_its_iterations_done_at_once() {
     let p = plan(json!({"step": "lp", "loop": {"in": "{{ [1] }}", "iterator": "x"}}));
-    let effects = iterations(at(&p), &run(1), &[(0, json!(1))]);
+    let effects = iterations(at(&p), &run(1), &[(0, json!(1))], 1);
     assert_eq!(
         kinds(&effects),
         ["loop.iteration.started", "loop.iteration.done"]
     );
     // A step without a loop starts none.
     let p = plan(json!({"step": "lp"}));
-    assert!(iterations(at(&p), &run(1), &[(0, json!(1))]).is_empty());
+    assert!(iterations(at(&p), &run(1), &[(0, json!(1))], 1).is_empty());
 }
 
 #[test]

@@ -122,6 +122,8 @@ fn handling_of(kind: EventType) -> Handling {
         | T::NextSelected
         | T::LoopStarted
         | T::LoopIterationStarted
+        | T::BatchAccepted
+        | T::BatchCompleted
         | T::LoopIterationDone
         | T::LoopIterationFailed
         | T::LoopClaimed

@@ -1,0 +1,225 @@
+//! Loop windows in batches (docs/architecture.md "Loop windows in
+//! batches"): a window's iterations go out as one command and come back as
+//! one report, the log stores one event per batch each way, and every
+//! reader still sees each iteration's own start and end.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+
+use noetl_integration::{types, Cluster};
+use noetl_mesh::{event_type::EventType, events::EventDraft, payloads};
+use serde_json::json;
+
+const BATCHED: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: batched }
+workflow:
+  - step: start
+    next:
+      arcs:
+        - step: fan
+  - step: fan
+    loop:
+      in: "{{ range(40) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 16
+        policy:
+          reducers: { total: sum, items: append }
+    tool:
+      - name: first
+        kind: noop
+      - name: emit
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then:
+                    set_ctx:
+                      total: "{{ iter.i }}"
+                      items: "{{ iter.i }}"
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+/// The events stream.
+async fn events_stream(cluster: &Cluster) -> async_nats::jetstream::stream::Stream {
+    let subjects = cluster.mesh.subjects();
+    cluster
+        .mesh
+        .js()
+        .get_stream(subjects.events_stream())
+        .await
+        .unwrap()
+}
+
+/// How many events of `eid` are stored under each type, as stored (not
+/// unfolded).
+async fn stored_counts(cluster: &Cluster, eid: &str) -> std::collections::HashMap<String, usize> {
+    let subjects = cluster.mesh.subjects();
+    let stream = events_stream(cluster).await;
+    let prefix = subjects.event(eid, "");
+    let mut info = stream
+        .info_with_subjects(format!("{prefix}>"))
+        .await
+        .unwrap();
+    let mut counts = std::collections::HashMap::new();
+    while let Some((subject, n)) = info.try_next().await.unwrap() {
+        counts.insert(subject.trim_start_matches(&prefix).to_string(), n);
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
+    let cluster = Cluster::start().await;
+    let eid = cluster.submit(BATCHED, "batched.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    assert_eq!(s.ctx["total"], (0..40).sum::<i64>());
+    let mut items: Vec<i64> = s.ctx["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    items.sort();
+    assert_eq!(items, (0..40).collect::<Vec<_>>());
+    cluster.assert_replays(&eid).await;
+
+    // Stored: batches of four (a quarter of the window), no iteration's
+    // start or end on its own.
+    let counts = stored_counts(&cluster, &eid).await;
+    let accepted = counts.get("batch.accepted").copied().unwrap_or(0);
+    let completed = counts.get("batch.completed").copied().unwrap_or(0);
+    assert!((10..=40).contains(&accepted), "{counts:?}");
+    assert!(accepted < 40 && completed < 40, "{counts:?}");
+    assert!(!counts.contains_key("loop.iteration.started"), "{counts:?}");
+    assert!(!counts.contains_key("loop.iteration.done"), "{counts:?}");
+
+    // Read: every iteration's start and end, with the ids they would have
+    // had stored alone, and the first task's end in between.
+    let evs = cluster.settled_events(&eid).await;
+    let count = |t: EventType| types(&evs).iter().filter(|x| **x == t.wire_name()).count();
+    assert_eq!(count(EventType::LoopIterationStarted), 40);
+    assert_eq!(count(EventType::LoopIterationDone), 40);
+    assert_eq!(count(EventType::TaskDone), 80, "two tasks an iteration");
+    assert_eq!(count(EventType::BatchCompleted), 0, "read unfolded");
+    let srid = evs
+        .iter()
+        .find(|e| e.event_type == "loop.started")
+        .unwrap()
+        .step_run_id
+        .clone();
+    let mut seen = BTreeSet::new();
+    for e in evs.iter().filter(|e| e.event_type == "loop.iteration.done") {
+        let done: payloads::IterationEnded = payloads::decode_typed(e).unwrap();
+        let index = done.index.to_string();
+        let alone = EventDraft {
+            execution_id: &eid,
+            step_run_id: &srid,
+            discriminator: &index,
+            ..Default::default()
+        }
+        .build(&done);
+        assert_eq!(e.event_id, alone.event_id, "iteration {index}");
+        assert_eq!(
+            e.parent_id,
+            noetl_mesh::commands::iteration_command_id(&srid, done.index)
+        );
+        seen.insert(done.index);
+    }
+    assert_eq!(seen.len(), 40);
+
+    // Every batch report sent again under a new message id: nothing is
+    // counted twice.
+    let subjects = cluster.mesh.subjects();
+    let stream = events_stream(&cluster).await;
+    // Read them all first: what is sent again lands on the same subject.
+    let (mut raws, mut seq) = (Vec::new(), 0);
+    while let Ok(raw) = stream
+        .raw_message_builder()
+        .sequence(seq + 1)
+        .next_by_subject(subjects.event(&eid, "batch.completed"))
+        .send()
+        .await
+    {
+        seq = raw.sequence;
+        raws.push(raw);
+    }
+    let n = raws.len();
+    for (k, raw) in raws.into_iter().enumerate() {
+        cluster
+            .mesh
+            .publish(raw.subject.to_string(), &format!("again-{k}"), raw.payload)
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+    assert_eq!(n, completed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = cluster.mesh.exec_ctx(&eid).await.unwrap();
+    assert_eq!(after, s.ctx, "a batch reported again is not counted again");
+    let evs = cluster.events(&eid).await;
+    assert_eq!(
+        types(&evs)
+            .iter()
+            .filter(|t| **t == EventType::LoopDone.wire_name())
+            .count(),
+        1
+    );
+
+    // A batch command sent again after its iterations were counted (a
+    // window sent again after a crash) runs none of them.
+    let before = cluster.events(&eid).await.len();
+    let iters: Vec<serde_json::Value> = (0..3).map(|i| json!({"i": i, "index": i})).collect();
+    let items: Vec<(u64, &serde_json::Value)> = iters
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as u64, v))
+        .collect();
+    let again = noetl_mesh::commands::first_batch(
+        noetl_mesh::commands::FirstTask {
+            execution_id: &eid,
+            step: "fan",
+            step_run_id: &srid,
+            args: &json!({}),
+            trace_id: "",
+            deadline: (0, ""),
+            iteration: None,
+            total: 40,
+        },
+        &items,
+    );
+    cluster
+        .mesh
+        .publish_command("noop", &again)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        cluster.events(&eid).await.len(),
+        before,
+        "nothing ran again"
+    );
+    assert_eq!(cluster.mesh.exec_ctx(&eid).await.unwrap(), s.ctx);
+    cluster.stop().await;
+}

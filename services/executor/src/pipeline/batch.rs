@@ -1,0 +1,133 @@
+//! A batch of loop iterations in one command (docs/architecture.md "Loop
+//! windows in batches"): each iteration runs its pipeline as the command
+//! of its own would, several at once, and the ends of those that end here
+//! are reported together in `batch.completed` instead of one event each.
+//!
+//! A batch runs only the iterations its loop run has not counted (one read
+//! of the run per batch), so a redelivered one runs what is left; the ends
+//! it reports again are the same event when they are the same iterations
+//! (the event's id is derived from their indices).
+
+use std::sync::{Mutex, PoisonError};
+
+use futures::StreamExt;
+use noetl_core::Step;
+use noetl_mesh::{
+    commands,
+    effects::{self, Effect},
+    events::{self, EventDraft},
+    handler::{Handled, StepOf},
+    keys::Keys,
+    kv,
+    state::LoopProgress,
+};
+use noetl_wire::{Event, TaskCommand};
+
+use super::{Executor, HandlerError};
+
+/// Iterations of one batch that run at once.
+const AT_ONCE: usize = 64;
+
+/// The ends of a batch's iterations, collected as they end: index and
+/// the end event as it would have been published alone.
+#[derive(Default)]
+pub(super) struct Ends(Mutex<Vec<(u64, Event)>>);
+
+impl Ends {
+    /// Keep iteration `index`'s end `event`.
+    pub(super) fn push(&self, index: u64, event: Event) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((index, event));
+    }
+
+    fn take(&self) -> Vec<(u64, Event)> {
+        let mut ends = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
+        ends.sort_by_key(|(i, _)| *i);
+        ends
+    }
+}
+
+impl Executor {
+    /// Run the iterations of batch command `cmd` of the step `at` names
+    /// (those its loop run has not counted), then report the ends of
+    /// those that ended here in `batch.completed`. Ends are reported even
+    /// when another iteration's run failed; the failure is then the
+    /// handler's, and the batch comes again.
+    pub(super) async fn run_batch(
+        &self,
+        mut cmd: TaskCommand,
+        at: &StepOf,
+        redelivered: bool,
+    ) -> Result<Handled, HandlerError> {
+        let (plan, step) = (&at.plan, at.step());
+        let items = std::mem::take(&mut cmd.batch);
+        // Read once per batch, whatever its delivery: a window sent again
+        // after a loop-supervisor's crash may name iterations counted since.
+        let progress = match items.first() {
+            Some(first) => {
+                let key = Keys::loop_run(&cmd.execution_id, &first.loop_run_id);
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &key).await?
+            }
+            None => None,
+        };
+        let ends = Ends::default();
+        let runs = items
+            .into_iter()
+            .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
+            .map(|it| {
+                let one = TaskCommand {
+                    command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
+                    iteration: Some(it),
+                    ..cmd.clone()
+                };
+                let ends = &ends;
+                async move {
+                    let handled = self.run(plan, step, &one, redelivered, Some(ends)).await;
+                    (one, handled)
+                }
+            });
+        let ran: Vec<(TaskCommand, Result<Handled, HandlerError>)> = futures::stream::iter(runs)
+            .buffer_unordered(AT_ONCE)
+            .collect()
+            .await;
+        let ends = ends.take();
+        if !ends.is_empty() {
+            let draft = EventDraft {
+                execution_id: &cmd.execution_id,
+                step_run_id: &cmd.step_run_id,
+                step: &step.step,
+                trace_id: &cmd.trace_id,
+                parent_id: &cmd.command_id,
+                ..Default::default()
+            };
+            let reports = events::batch_completed(draft, &ends);
+            effects::apply(&self.mesh, reports.into_iter().map(Effect::Emit).collect()).await?;
+        }
+        let mut waiting = Vec::new();
+        for (one, handled) in ran {
+            if let Handled::NotYet(wait) = handled? {
+                waiting.push(later(plan, step, one, wait));
+            }
+        }
+        effects::apply(&self.mesh, waiting).await?;
+        Ok(Handled::Done)
+    }
+}
+
+/// An iteration that must wait (its step limits its task calls, which the
+/// loop-supervisor does not batch; a batch of an older plan): its command
+/// on its own, due after `wait`.
+fn later(
+    plan: &noetl_mesh::plan::PlanRecord,
+    step: &Step,
+    mut cmd: TaskCommand,
+    wait: std::time::Duration,
+) -> Effect {
+    cmd.not_before_ms = events::now_ms() + wait.as_millis() as u64;
+    let kind = step.tool.first().map_or_else(String::new, |t| {
+        noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), t)
+    });
+    Effect::Command { kind, cmd }
+}
