@@ -374,4 +374,21 @@ mod tests {
             assert!(e.contains(&format!("NOETL_REPLICAS={bad}")), "{e}");
         }
     }
+
+    #[test]
+    fn loop_batch_is_16_unless_set_and_out_of_range_is_refused() {
+        assert_eq!(
+            MeshConfig::from_lookup(|_| None).loop_batch,
+            DEFAULT_LOOP_BATCH
+        );
+        let set = |v: &'static str| {
+            MeshConfig::from_lookup(move |k| (k == "NOETL_LOOP_BATCH").then(|| v.into()))
+        };
+        assert_eq!(set("1").loop_batch, 1);
+        set("64").validate().unwrap();
+        for bad in ["0", "257"] {
+            let e = set(bad).validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("NOETL_LOOP_BATCH={bad}")), "{e}");
+        }
+    }
 }
