@@ -25,6 +25,7 @@ pub mod procstat;
 pub mod rows;
 pub mod seeded;
 pub mod sink;
+pub mod timed;
 pub use gauge::Gauge;
 
 /// How to start a cluster.

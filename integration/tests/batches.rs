@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 
-use noetl_integration::{types, Cluster};
+use noetl_integration::timed::{max_overlap, read_log, timed_loop};
+use noetl_integration::{types, Cluster, ClusterOptions};
 use noetl_mesh::{event_type::EventType, events::EventDraft, payloads};
 use serde_json::json;
 
@@ -221,5 +222,42 @@ async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
         "nothing ran again"
     );
     assert_eq!(cluster.mesh.exec_ctx(&eid).await.unwrap(), s.ctx);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_s_concurrency_bounds_the_iterations_of_its_batches() {
+    // Batches of four (a window of 16), executors of three slots each.
+    let cluster = Cluster::start_with(ClusterOptions {
+        concurrency: 3,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("spans").to_str().unwrap().to_string();
+    let eid = cluster
+        .submit(
+            &timed_loop("parallel", 16, 24, &log),
+            "bounded.yaml",
+            json!({}),
+        )
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    let spans = read_log(&log);
+    assert_eq!(spans.len(), 24);
+    let overlap = max_overlap(&spans);
+    assert!(overlap <= 3, "{overlap} python calls at once on 3 slots");
+    assert!(
+        overlap >= 2,
+        "a batch's iterations run side by side: {overlap}"
+    );
+    let counts = stored_counts(&cluster, &eid).await;
+    assert!(counts.contains_key("batch.completed"), "{counts:?}");
     cluster.stop().await;
 }

@@ -5,73 +5,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use noetl_integration::timed::{max_overlap, read_log, timed_loop};
 use noetl_integration::{types, Cluster, ClusterOptions, Gauge};
 use noetl_mesh::event_type::EventType;
 use serde_json::json;
-
-/// A loop whose python task records its own start/end times in a file, so
-/// the test measures real concurrency (not the engine's counters).
-fn timed_loop(mode: &str, mif: u32, n: u32, log: &str) -> String {
-    format!(
-        r#"
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {{ name: timed_loop }}
-workflow:
-  - step: start
-    loop:
-      in: "{{{{ range({n}) | list }}}}"
-      iterator: i
-      spec: {{ mode: {mode}, max_in_flight: {mif} }}
-    tool:
-      - name: work
-        kind: python
-        args: {{ i: "{{{{ iter.i }}}}" }}
-        code: |
-          import time, os
-          t0 = time.time()
-          time.sleep(0.05)
-          with open({log:?}, "a") as f:
-              f.write("%d %.6f %.6f\n" % (i, t0, time.time()))
-          result = i
-    next:
-      arcs:
-        - step: end
-          when: "{{{{ event.name == 'loop.done' }}}}"
-  - step: end
-"#
-    )
-}
-
-fn read_log(path: &str) -> Vec<(u32, f64, f64)> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let p: Vec<&str> = l.split_whitespace().collect();
-            (
-                p[0].parse().unwrap(),
-                p[1].parse().unwrap(),
-                p[2].parse().unwrap(),
-            )
-        })
-        .collect()
-}
-
-fn max_overlap(spans: &[(u32, f64, f64)]) -> usize {
-    let mut points: Vec<(f64, i32)> = Vec::new();
-    for (_, a, b) in spans {
-        points.push((*a, 1));
-        points.push((*b, -1));
-    }
-    points.sort_by(|x, y| x.partial_cmp(y).unwrap().then(x.1.cmp(&y.1)));
-    let (mut cur, mut max) = (0i32, 0i32);
-    for (_, d) in points {
-        cur += d;
-        max = max.max(cur);
-    }
-    max as usize
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_loops_never_exceed_max_in_flight_and_sequential_keeps_order() {

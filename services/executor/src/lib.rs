@@ -85,11 +85,12 @@ pub async fn serve(params: ExecutorParams) -> Result<(), MeshError> {
     }
     let mut kinds: Vec<String> = by_kind.keys().cloned().collect();
     kinds.sort();
-    let executor = Arc::new(Executor::new(mesh.clone(), by_kind));
+    // `--concurrency` bounds the replica, whatever number of kinds it
+    // serves, and the iterations of a batch count against it too.
+    let slots = Arc::new(tokio::sync::Semaphore::new(service.concurrency.max(1)));
+    let executor = Arc::new(Executor::new(mesh.clone(), by_kind, slots.clone()));
     let handler: Arc<dyn Handler> = Arc::new(Typed::new(TaskHandler { executor }));
     let mut loops = Vec::with_capacity(kinds.len());
-    // `--concurrency` bounds the replica, whatever number of kinds it serves.
-    let slots = Arc::new(tokio::sync::Semaphore::new(service.concurrency.max(1)));
     for kind in &kinds {
         let name = format!("executor-{kind}");
         let consumer = mesh

@@ -1,7 +1,9 @@
 //! A batch of loop iterations in one command (docs/architecture.md "Loop
 //! windows in batches"): each iteration runs its pipeline as the command
-//! of its own would, several at once, and the ends of those that end here
-//! are reported together in `batch.completed` instead of one event each.
+//! of its own would, one in the batch's own slot and one more in each slot
+//! of the replica that is free (`--concurrency` bounds them all), and the
+//! ends of those that end here are reported together in
+//! `batch.completed` instead of one event each.
 //!
 //! A batch runs only the iterations its loop run has not counted (one read
 //! of the run per batch), so a redelivered one runs what is left; the ends
@@ -24,9 +26,6 @@ use noetl_mesh::{
 use noetl_wire::{Event, TaskCommand};
 
 use super::{Executor, HandlerError};
-
-/// Iterations of one batch that run at once.
-const AT_ONCE: usize = 64;
 
 /// The ends of a batch's iterations, collected as they end: index and
 /// the end event as it would have been published alone.
@@ -73,25 +72,44 @@ impl Executor {
             None => None,
         };
         let ends = Ends::default();
-        let runs = items
+        let mut waiting: std::collections::VecDeque<TaskCommand> = items
             .into_iter()
             .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
-            .map(|it| {
-                let one = TaskCommand {
-                    command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
-                    iteration: Some(it),
-                    ..cmd.clone()
+            .map(|it| TaskCommand {
+                command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
+                iteration: Some(it),
+                ..cmd.clone()
+            })
+            .collect();
+        // The batch's own slot runs one iteration at a time; each free slot
+        // of the replica runs one more. Never waiting for a slot, a batch
+        // cannot starve others that hold the rest.
+        let mut running = futures::stream::FuturesUnordered::new();
+        let mut own_free = true;
+        let mut ran = Vec::with_capacity(waiting.len());
+        while !waiting.is_empty() || !running.is_empty() {
+            while !waiting.is_empty() {
+                let slot = if own_free {
+                    own_free = false;
+                    None
+                } else {
+                    match self.slots.clone().try_acquire_owned() {
+                        Ok(permit) => Some(permit),
+                        Err(_) => break,
+                    }
                 };
+                let one = waiting.pop_front().expect("not empty");
                 let ends = &ends;
-                async move {
+                running.push(async move {
                     let handled = self.run(plan, step, &one, redelivered, Some(ends)).await;
-                    (one, handled)
-                }
-            });
-        let ran: Vec<(TaskCommand, Result<Handled, HandlerError>)> = futures::stream::iter(runs)
-            .buffer_unordered(AT_ONCE)
-            .collect()
-            .await;
+                    (one, handled, slot)
+                });
+            }
+            if let Some((one, handled, slot)) = running.next().await {
+                own_free |= slot.is_none();
+                ran.push((one, handled));
+            }
+        }
         let ends = ends.take();
         if !ends.is_empty() {
             let draft = EventDraft {

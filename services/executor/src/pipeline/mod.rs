@@ -71,17 +71,26 @@ pub struct Executor {
     needs: NeedsCache,
     /// The mesh's object store, as every tool call gets it.
     pub(crate) objects: Arc<dyn noetl_core::tool::Objects>,
+    /// The replica's slots (`--concurrency`), one per message handled: the
+    /// iterations of a batch beyond its first run in free ones.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Executor {
-    /// An executor serving `tools` (by kind) on `mesh`.
-    pub fn new(mesh: Mesh, tools: HashMap<String, Arc<dyn Tool>>) -> Self {
+    /// An executor serving `tools` (by kind) on `mesh`, whose consumers
+    /// share `slots`.
+    pub fn new(
+        mesh: Mesh,
+        tools: HashMap<String, Arc<dyn Tool>>,
+        slots: Arc<tokio::sync::Semaphore>,
+    ) -> Self {
         let objects = Arc::new(mesh.results().clone());
         Self {
             mesh,
             tools,
             needs: NeedsCache::default(),
             objects,
+            slots,
         }
     }
 
