@@ -93,7 +93,7 @@ workflow:
       iterator: i
       spec:
         mode: parallel
-        max_in_flight: 6
+        max_in_flight: 12
         policy:
           reducers:
             total: sum
