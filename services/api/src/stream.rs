@@ -156,13 +156,19 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
                 // iterations as each iteration's; only the last has an
                 // `id:`, so a client that reconnects between them resumes
                 // before them all.
+                // A type that names a batch gets its iterations.
+                let batch = matches!(
+                    EventType::of(&event),
+                    Some(EventType::BatchAccepted | EventType::BatchCompleted)
+                )
+                .then(|| event.event_type.clone());
                 let mut read = noetl_mesh::events::unfold(event).peekable();
                 while let Some(event) = read.next() {
                     terminal |= f.execution.is_some() && is_terminal(&event.event_type);
-                    if f.only
-                        .as_deref()
-                        .is_none_or(|p| type_matches(p, &event.event_type))
-                    {
+                    if f.only.as_deref().is_none_or(|p| {
+                        type_matches(p, &event.event_type)
+                            || batch.as_deref().is_some_and(|b| type_matches(p, b))
+                    }) {
                         let seen = Seen { seq, event };
                         if tx
                             .send(sse_event(&seen, read.peek().is_none()))

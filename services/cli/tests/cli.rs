@@ -331,6 +331,22 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         "{done:?}"
     );
 
+    // A loop window stored in batches is read as its iterations: by their
+    // own types, and by the batches'.
+    let lp = support::exec_start(noetl(), &url, &[fixture("batched.yaml").as_str()]);
+    let s = support::exec_wait(noetl(), &url, &lp, 60);
+    assert_eq!(s["status"], "completed", "{s}");
+    let ended = tail_events(&url, &lp, &["--type", "loop.iteration.done"]);
+    assert_eq!(ended.len(), 12, "{ended:?}");
+    let batched = tail_events(&url, &lp, &["--type", "batch.*"]);
+    let of = |t: &str| batched.iter().filter(|l| l["event_type"] == t).count();
+    assert_eq!(
+        (of("loop.iteration.started"), of("loop.iteration.done")),
+        (12, 12),
+        "{batched:?}"
+    );
+    assert_eq!(of("task.done") + 24, batched.len(), "{batched:?}");
+
     // Commands that end by themselves: --until-done, --no-follow, --count.
     let tail = |extra: &[&str]| {
         noetl()
@@ -434,9 +450,13 @@ fn exec_start_status_and_events_tail_against_separate_services() {
         .iter()
         .map(|r| r["execution_id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, [failed_id.as_str(), id.as_str()], "newest first");
-    assert_eq!(all[1]["status"], "completed");
-    assert!(all[1]["duration_ms"].as_i64().unwrap() >= 0);
+    assert_eq!(
+        ids,
+        [failed_id.as_str(), lp.as_str(), id.as_str()],
+        "newest first"
+    );
+    assert_eq!(all[2]["status"], "completed");
+    assert!(all[2]["duration_ms"].as_i64().unwrap() >= 0);
     let failed = list(&["--status", "failed"]);
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["execution_id"], failed_id.as_str());

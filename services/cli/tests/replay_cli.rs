@@ -159,7 +159,7 @@ fn replay_finds_a_purged_record_rebuild_writes_it_back_and_tail_takes_the_spec_s
         "--nats",
         &url,
     ]));
-    // Batches are ours (a loop window's), so the spec's name is followed.
+    // Batches are ours (a loop window's, read as its iterations: cli.rs).
     assert!(out.status.success(), "{}", text(&out));
 
     // Its records purged: replay names them; rebuild writes them back.

@@ -281,12 +281,22 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+        // A batch is read as its iterations; a type that names the batch
+        // shows them.
+        let batch = matches!(
+            EventType::of(&stored),
+            Some(EventType::BatchAccepted | EventType::BatchCompleted)
+        )
+        .then(|| stored.event_type.clone());
         for ev in noetl_mesh::events::unfold(stored) {
+            let names = |t: &str| ev.event_type == t || batch.as_deref() == Some(t);
             let wanted = match (&pattern, spec) {
-                (_, Some(s)) => s.ours.iter().any(|t| t.wire_name() == ev.event_type),
+                (_, Some(s)) => s.ours.iter().any(|t| names(t.wire_name())),
                 // (an exact subject filter too: a step's end is read
                 // with the `task.done` it carries)
-                (Some(g), None) => g.is_match(&ev.event_type),
+                (Some(g), None) => {
+                    g.is_match(&ev.event_type) || batch.as_deref().is_some_and(|b| g.is_match(b))
+                }
                 _ => true,
             };
             if wanted {
