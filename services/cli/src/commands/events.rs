@@ -209,6 +209,34 @@ fn terminal(ev: &Event) -> Option<ExecStatus> {
     }
 }
 
+/// The type of `stored` when it is a batch, which is read as its
+/// iterations: a type filter that names the batch shows them.
+fn batch_type(stored: &Event) -> Option<String> {
+    matches!(
+        EventType::of(stored),
+        Some(EventType::BatchAccepted | EventType::BatchCompleted)
+    )
+    .then(|| stored.event_type.clone())
+}
+
+/// Whether `ev` (read from a stored event, of type `batch` when that was
+/// a batch) passes `--type`: a glob, or a name of the spec's.
+fn wanted(
+    ev: &Event,
+    batch: Option<&str>,
+    pattern: Option<&globset::GlobMatcher>,
+    spec: Option<&noetl_mesh::event_type::SpecName>,
+) -> bool {
+    let names = |t: &str| ev.event_type == t || batch == Some(t);
+    match (pattern, spec) {
+        (_, Some(s)) => s.ours.iter().any(|t| names(t.wire_name())),
+        // (an exact subject filter too: a step's end is read with the
+        // `task.done` it carries)
+        (Some(g), None) => g.is_match(&ev.event_type) || batch.is_some_and(|b| g.is_match(b)),
+        _ => true,
+    }
+}
+
 async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     // A name of the spec's that is not ours follows ours (docs/dsl.md
     // "The spec's names"); the client picks them out.
@@ -281,25 +309,9 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-        // A batch is read as its iterations; a type that names the batch
-        // shows them.
-        let batch = matches!(
-            EventType::of(&stored),
-            Some(EventType::BatchAccepted | EventType::BatchCompleted)
-        )
-        .then(|| stored.event_type.clone());
+        let batch = batch_type(&stored);
         for ev in noetl_mesh::events::unfold(stored) {
-            let names = |t: &str| ev.event_type == t || batch.as_deref() == Some(t);
-            let wanted = match (&pattern, spec) {
-                (_, Some(s)) => s.ours.iter().any(|t| names(t.wire_name())),
-                // (an exact subject filter too: a step's end is read
-                // with the `task.done` it carries)
-                (Some(g), None) => {
-                    g.is_match(&ev.event_type) || batch.as_deref().is_some_and(|b| g.is_match(b))
-                }
-                _ => true,
-            };
-            if wanted {
+            if wanted(&ev, batch.as_deref(), pattern.as_ref(), spec) {
                 print_event(&ev, seq, a.json);
                 printed += 1;
             }
