@@ -7,11 +7,10 @@
 
 use noetl_core::FailureMode;
 use noetl_mesh::{
-    event_type::EventType,
     handler::StepOf,
     keys::Keys,
     kv::{self, Cas},
-    payloads::{self, ClaimEnded, IterationEnded, Status},
+    payloads::{self, BatchCompleted, ClaimEnded, IterationEnded, Status},
     runtime::HandlerError,
     Mesh,
 };
@@ -86,20 +85,24 @@ pub(crate) async fn on_iteration(r: &Reported<'_>, failed: bool) -> Result<(), H
 /// own report would be, all in one write, and the iterations their counts
 /// started published together (so they go out as batches again).
 pub(crate) async fn on_batch(r: &Reported<'_>) -> Result<(), HandlerError> {
-    let mut reports = Vec::new();
-    for ev in noetl_mesh::events::unfold(r.ev.clone()) {
-        let failed = match EventType::of(&ev) {
-            Some(EventType::LoopIterationDone) => false,
-            Some(EventType::LoopIterationFailed) => true,
-            _ => continue,
-        };
-        reports.push((payloads::decode_typed::<IterationEnded>(&ev)?, failed));
+    // Read straight from the report: unfolding it would build each end's
+    // event and split its last task's `task.done` out, only to drop both.
+    let batch: BatchCompleted = payloads::decode_typed(r.ev)?;
+    let refused = |why: String| {
+        HandlerError::Refused(format!(
+            "batch.completed {} of execution {} (step {:?}): {why}",
+            r.ev.event_id, r.ev.execution_id, r.ev.step
+        ))
+    };
+    let mut reports = Vec::with_capacity(batch.ends.len());
+    for (k, end) in batch.ends.iter().enumerate() {
+        let report: IterationEnded = serde_json::from_str(end.end.get())
+            .map_err(|e| refused(format!("its end {k} does not decode: {e}")))?;
+        let failed = report.status == Status::Error;
+        reports.push((report, failed));
     }
     if reports.is_empty() {
-        return Err(HandlerError::Refused(format!(
-            "batch.completed {} of execution {} (step {:?}) reports no iteration's end: its payload does not decode",
-            r.ev.event_id, r.ev.execution_id, r.ev.step
-        )));
+        return Err(refused("it reports no iteration's end".into()));
     }
     count_reports(r, reports).await
 }
