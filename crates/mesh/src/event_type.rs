@@ -161,6 +161,13 @@ impl EventType {
         )
     }
 
+    /// Whether events of this type are a batch of loop iterations
+    /// (`batch.accepted`, `batch.completed`), which readers get as the
+    /// iterations' own events ([`crate::events::unfold`]).
+    pub const fn is_batch(self) -> bool {
+        matches!(self, Self::BatchAccepted | Self::BatchCompleted)
+    }
+
     /// The name on the wire and in subjects (`step.done`).
     pub const fn wire_name(self) -> &'static str {
         match self {

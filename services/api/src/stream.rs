@@ -157,17 +157,15 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
                 // `id:`, so a client that reconnects between them resumes
                 // before them all.
                 // A type that names a batch gets its iterations.
-                let batch = matches!(
-                    EventType::of(&event),
-                    Some(EventType::BatchAccepted | EventType::BatchCompleted)
-                )
-                .then(|| event.event_type.clone());
+                let batch = EventType::of(&event)
+                    .filter(|t| t.is_batch())
+                    .map(EventType::wire_name);
                 let mut read = noetl_mesh::events::unfold(event).peekable();
                 while let Some(event) = read.next() {
                     terminal |= f.execution.is_some() && is_terminal(&event.event_type);
                     if f.only.as_deref().is_none_or(|p| {
                         type_matches(p, &event.event_type)
-                            || batch.as_deref().is_some_and(|b| type_matches(p, b))
+                            || batch.is_some_and(|b| type_matches(p, b))
                     }) {
                         let seen = Seen { seq, event };
                         if tx

@@ -209,18 +209,9 @@ fn terminal(ev: &Event) -> Option<ExecStatus> {
     }
 }
 
-/// The type of `stored` when it is a batch, which is read as its
-/// iterations: a type filter that names the batch shows them.
-fn batch_type(stored: &Event) -> Option<String> {
-    matches!(
-        EventType::of(stored),
-        Some(EventType::BatchAccepted | EventType::BatchCompleted)
-    )
-    .then(|| stored.event_type.clone())
-}
-
 /// Whether `ev` (read from a stored event, of type `batch` when that was
-/// a batch) passes `--type`: a glob, or a name of the spec's.
+/// a batch, which is read as its iterations: a type filter that names the
+/// batch shows them) passes `--type`: a glob, or a name of the spec's.
 fn wanted(
     ev: &Event,
     batch: Option<&str>,
@@ -309,9 +300,11 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let batch = batch_type(&stored);
+        let batch = EventType::of(&stored)
+            .filter(|t| t.is_batch())
+            .map(EventType::wire_name);
         for ev in noetl_mesh::events::unfold(stored) {
-            if wanted(&ev, batch.as_deref(), pattern.as_ref(), spec) {
+            if wanted(&ev, batch, pattern.as_ref(), spec) {
                 print_event(&ev, seq, a.json);
                 printed += 1;
             }
