@@ -128,6 +128,8 @@ async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
     let mut seen = BTreeSet::new();
     for e in evs.iter().filter(|e| e.event_type == "loop.iteration.done") {
         let done: payloads::IterationEnded = payloads::decode_typed(e).unwrap();
+        // Restored whole from the batch's compact end.
+        assert_eq!(done.loop_run_id, srid);
         let index = done.index.to_string();
         let alone = EventDraft {
             execution_id: &eid,
@@ -144,6 +146,11 @@ async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
         seen.insert(done.index);
     }
     assert_eq!(seen.len(), 40);
+    for e in evs.iter().filter(|e| e.event_type == "task.done") {
+        let done: payloads::TaskDone = payloads::decode_typed(e).unwrap();
+        assert!(done.index.is_some_and(|i| i < 40), "{e:?}");
+        assert_eq!((done.attempt, done.action.as_str()), (1, "continue"));
+    }
 
     // Every batch report sent again under a new message id: nothing is
     // counted twice.
@@ -159,6 +166,16 @@ async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
         .await
     {
         seq = raw.sequence;
+        // Its ends are compact: the loop run is named once.
+        let stored = noetl_mesh::events::decode_message(
+            raw.subject.as_str(),
+            Some(&raw.headers),
+            &raw.payload,
+        )
+        .unwrap();
+        let text = String::from_utf8(stored.payload_json).unwrap();
+        assert_eq!(text.matches(srid.as_str()).count(), 1, "{text}");
+        assert!(!text.contains("null"), "{text}");
         raws.push(raw);
     }
     let n = raws.len();

@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use crate::{codec, ids::derive_id, plan::PlanRecord, Mesh, MeshError, PendingAck};
 
+// Pure ids, in the leaf `ids` so the event readers name them without
+// depending on this module.
+pub use crate::ids::{batch_key, iteration_command_id};
+
 /// What the command running task 0 (attempt 1) needs.
 pub struct FirstTask<'a> {
     /// Execution.
@@ -71,23 +75,6 @@ fn iteration_ref(p: &FirstTask<'_>, index: u64, iter: &Value) -> IterationRef {
         reduce_json: Vec::new(),
         total: p.total,
     }
-}
-
-/// The id of the command that runs iteration `index` of loop run
-/// `loop_run_id` from its first task: a command of its own, or its part
-/// of a batch (the parent of the iteration's end either way).
-pub fn iteration_command_id(loop_run_id: &str, index: u64) -> String {
-    derive_id(&[loop_run_id, "iter", &index.to_string()])
-}
-
-/// What tells a batch of iterations `indices` apart from any other batch
-/// of its loop run (its command's and its events' ids): derived from the
-/// indices, so a batch sent again is the same batch, and two batches that
-/// share an index are not.
-pub fn batch_key(indices: impl IntoIterator<Item = u64>) -> String {
-    let text: Vec<String> = indices.into_iter().map(|i| i.to_string()).collect();
-    let parts: Vec<&str> = text.iter().map(String::as_str).collect();
-    derive_id(&parts)
 }
 
 /// The command that runs iterations `items` (index and `iter`) of the loop

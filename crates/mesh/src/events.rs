@@ -7,6 +7,10 @@ use crate::event_type::EventType;
 use crate::ids::derive_id;
 use crate::payloads::EventPayload;
 
+mod batch;
+
+pub use batch::{batch_completed, fits_a_batch, BatchedEnd};
+
 /// The instant an RFC 3339 time names (as [`now_rfc3339`] writes them);
 /// `None` when it does not parse.
 pub fn parse_rfc3339(s: &str) -> Option<std::time::SystemTime> {
@@ -138,57 +142,6 @@ impl EventDraft<'_> {
     }
 }
 
-/// The `batch.completed` events that report `ends` (each iteration's index
-/// and end event, as built to be published on its own) of the batch `draft` names
-/// (its execution, loop run, step, trace and command): one event while
-/// they fit the payload limit together, more when they do not. Each is
-/// told apart by the indices it reports ([`crate::commands::batch_key`]),
-/// so a report sent again is the same event.
-pub fn batch_completed(draft: EventDraft<'_>, ends: &[(u64, Event)]) -> Vec<Event> {
-    let limit = noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES;
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < ends.len() {
-        let mut size = 64 + draft.step_run_id.len();
-        let mut end = start;
-        while end < ends.len() {
-            let more = ends[end].1.payload_json.len() + 32;
-            if end > start && size + more > limit {
-                break;
-            }
-            size += more;
-            end += 1;
-        }
-        out.push(completed_event(draft.clone(), &ends[start..end]));
-        start = end;
-    }
-    out
-}
-
-fn completed_event(draft: EventDraft<'_>, ends: &[(u64, Event)]) -> Event {
-    use std::io::Write as _;
-    let size: usize = ends.iter().map(|(_, e)| e.payload_json.len() + 32).sum();
-    let mut json = Vec::with_capacity(size + 64);
-    json.extend_from_slice(b"{\"loop_run_id\":");
-    serde_json::to_writer(&mut json, draft.step_run_id).expect("a string serialises");
-    json.extend_from_slice(b",\"ends\":[");
-    for (k, (_, e)) in ends.iter().enumerate() {
-        if k > 0 {
-            json.push(b',');
-        }
-        let _ = write!(json, "{{\"at\":{},\"end\":", e.ts_ms);
-        json.extend_from_slice(&e.payload_json);
-        json.push(b'}');
-    }
-    json.extend_from_slice(b"]}");
-    let key = crate::commands::batch_key(ends.iter().map(|(i, _)| *i));
-    EventDraft {
-        discriminator: &key,
-        ..draft
-    }
-    .envelope(EventType::BatchCompleted, json)
-}
-
 /// Write `payload` into `event` (built by [`EventDraft::build_unfilled`]),
 /// bounded as [`EventDraft::build`] bounds it.
 pub fn fill<P: EventPayload>(event: &mut Event, payload: &P) {
@@ -279,86 +232,14 @@ pub const CARRIED: [EventType; 4] = [
 /// batch event that does not decode is left whole.
 pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
     let events = match EventType::of(&ev) {
-        Some(EventType::BatchAccepted) => accepted(ev),
-        Some(EventType::BatchCompleted) => completed(ev),
+        Some(EventType::BatchAccepted) => batch::accepted(ev),
+        Some(EventType::BatchCompleted) => batch::completed(ev),
         _ => vec![ev],
     };
     events.into_iter().flat_map(|ev| {
         let (task_done, end) = split_last_task(ev);
         task_done.into_iter().chain(std::iter::once(end))
     })
-}
-
-/// The `loop.iteration.started` of each iteration of a `batch.accepted`.
-fn accepted(ev: Event) -> Vec<Event> {
-    let Ok(batch) = serde_json::from_slice::<crate::payloads::BatchAccepted>(&ev.payload_json)
-    else {
-        return vec![ev];
-    };
-    batch
-        .items
-        .iter()
-        .map(|item| {
-            let index = item.index.to_string();
-            let started = crate::payloads::IterationStarted {
-                loop_run_id: batch.loop_run_id.clone(),
-                index: item.index,
-                claim: item.claim,
-            };
-            let mut one = EventDraft {
-                execution_id: &ev.execution_id,
-                step_run_id: &ev.step_run_id,
-                step: &ev.step,
-                trace_id: &ev.trace_id,
-                discriminator: &index,
-                ..Default::default()
-            }
-            .build(&started);
-            one.ts_ms = ev.ts_ms;
-            one.ts = ev.ts.clone();
-            one
-        })
-        .collect()
-}
-
-/// The `loop.iteration.done` / `.failed` of each iteration of a
-/// `batch.completed`, its payload as the executor wrote it.
-fn completed(ev: Event) -> Vec<Event> {
-    use crate::payloads::{BatchCompleted, Status};
-    #[derive(serde::Deserialize)]
-    struct Head {
-        index: u64,
-        #[serde(default)]
-        status: Option<Status>,
-    }
-    let Ok(batch) = serde_json::from_slice::<BatchCompleted>(&ev.payload_json) else {
-        return vec![ev];
-    };
-    let mut out = Vec::with_capacity(batch.ends.len());
-    for end in &batch.ends {
-        let Ok(head) = serde_json::from_str::<Head>(end.end.get()) else {
-            return vec![ev];
-        };
-        let kind = match head.status {
-            Some(Status::Error) => EventType::LoopIterationFailed,
-            _ => EventType::LoopIterationDone,
-        };
-        let index = head.index.to_string();
-        let parent = crate::commands::iteration_command_id(&batch.loop_run_id, head.index);
-        let mut one = EventDraft {
-            execution_id: &ev.execution_id,
-            step_run_id: &ev.step_run_id,
-            step: &ev.step,
-            trace_id: &ev.trace_id,
-            parent_id: &parent,
-            discriminator: &index,
-            ..Default::default()
-        }
-        .envelope(kind, end.end.get().as_bytes().to_vec());
-        one.ts_ms = end.at;
-        out.push(one);
-    }
-    out
 }
 
 fn split_last_task(mut ev: Event) -> (Option<Event>, Event) {
@@ -616,137 +497,5 @@ mod tests {
         // Without a type anywhere, the event is refused, naming the subject.
         let e = decode_message("noetl.task.noop", None, &stored).unwrap_err();
         assert!(e.to_string().contains("noetl.task.noop"), "{e}");
-    }
-
-    /// An iteration's end as an executor builds it alone.
-    fn iteration_end(index: u64, status: crate::payloads::Status) -> Event {
-        let parent = crate::commands::iteration_command_id("r1", index);
-        let i = index.to_string();
-        let mut ev = EventDraft {
-            execution_id: "e1",
-            step_run_id: "r1",
-            step: "lp",
-            trace_id: "t1",
-            parent_id: &parent,
-            discriminator: &i,
-            ..Default::default()
-        }
-        .build(&crate::payloads::IterationEnded {
-            loop_run_id: "r1".into(),
-            index,
-            status,
-            result: serde_json::json!({"i": index}),
-            iter: Value::Null,
-            reduce: Default::default(),
-            error: Value::Null,
-            handled: Vec::new(),
-            last_task: None,
-        });
-        ev.ts_ms = 1_000 + index;
-        ev
-    }
-
-    fn batch_draft() -> EventDraft<'static> {
-        EventDraft {
-            execution_id: "e1",
-            step_run_id: "r1",
-            step: "lp",
-            trace_id: "t1",
-            parent_id: "c1",
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_batch_report_reads_back_as_each_iteration_s_own_end() {
-        use crate::payloads::Status;
-        let ends: Vec<(u64, Event)> = [(3, Status::Ok), (5, Status::Error), (9, Status::Ok)]
-            .into_iter()
-            .map(|(i, s)| (i, iteration_end(i, s)))
-            .collect();
-        let stored = batch_completed(batch_draft(), &ends);
-        assert_eq!(stored.len(), 1, "three small ends fit one event");
-        assert_eq!(stored[0].event_type, "batch.completed");
-        // The same ends are the same event (a redelivered batch).
-        assert_eq!(
-            stored[0].event_id,
-            batch_completed(batch_draft(), &ends)[0].event_id
-        );
-        let back: Vec<Event> = unfold(stored[0].clone()).collect();
-        let want: Vec<Event> = ends.into_iter().map(|(_, e)| e).collect();
-        assert_eq!(back, want);
-        assert_eq!(back[1].event_type, "loop.iteration.failed");
-    }
-
-    #[test]
-    fn a_batch_report_above_the_payload_limit_is_split_and_every_end_is_kept() {
-        let big = "x".repeat(20_000);
-        let ends: Vec<(u64, Event)> = (0..8)
-            .map(|i| {
-                let mut e = iteration_end(i, crate::payloads::Status::Ok);
-                e.payload_json = crate::codec::json_bytes(
-                    &serde_json::json!({"loop_run_id": "r1", "index": i, "result": big}),
-                );
-                (i, e)
-            })
-            .collect();
-        let stored = batch_completed(batch_draft(), &ends);
-        assert!(stored.len() >= 3, "{} events", stored.len());
-        for ev in &stored {
-            assert!(ev.payload_json.len() <= noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES);
-        }
-        let ids: std::collections::BTreeSet<&str> =
-            stored.iter().map(|e| e.event_id.as_str()).collect();
-        assert_eq!(ids.len(), stored.len(), "each part is its own event");
-        let back: Vec<u64> = stored
-            .into_iter()
-            .flat_map(unfold)
-            .map(|e| {
-                crate::payloads::decode::<IterationStarted>(&e)
-                    .unwrap()
-                    .index
-            })
-            .collect();
-        assert_eq!(back, (0..8).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn a_batch_s_start_reads_back_as_each_iteration_s_start() {
-        use crate::payloads::{BatchAccepted, BatchItem};
-        let mut accepted = batch_draft().build(&BatchAccepted {
-            loop_run_id: "r1".into(),
-            items: vec![
-                BatchItem {
-                    index: 0,
-                    claim: None,
-                },
-                BatchItem {
-                    index: 1,
-                    claim: Some(4),
-                },
-            ],
-        });
-        accepted.parent_id = String::new();
-        let back: Vec<Event> = unfold(accepted.clone()).collect();
-        let alone = |index: u64, claim| {
-            let i = index.to_string();
-            let mut ev = EventDraft {
-                discriminator: &i,
-                parent_id: "",
-                ..batch_draft()
-            }
-            .build(&IterationStarted {
-                loop_run_id: "r1".into(),
-                index,
-                claim,
-            });
-            ev.ts_ms = accepted.ts_ms;
-            ev
-        };
-        assert_eq!(back, vec![alone(0, None), alone(1, Some(4))]);
-        // One that does not decode is left whole.
-        let mut bad = accepted;
-        bad.payload_json = b"{}".to_vec();
-        assert_eq!(unfold(bad).count(), 1);
     }
 }

@@ -10,6 +10,23 @@ pub fn child_execution_id(task_run_id: &str) -> String {
     derive_id(&["child", task_run_id])
 }
 
+/// The id of the command that runs iteration `index` of loop run
+/// `loop_run_id` from its first task: a command of its own, or its part
+/// of a batch (the parent of the iteration's end either way).
+pub fn iteration_command_id(loop_run_id: &str, index: u64) -> String {
+    derive_id(&[loop_run_id, "iter", &index.to_string()])
+}
+
+/// What tells a batch of iterations `indices` apart from any other batch
+/// of its loop run (its command's and its events' ids): derived from the
+/// indices, so a batch sent again is the same batch, and two batches that
+/// share an index are not.
+pub fn batch_key(indices: impl IntoIterator<Item = u64>) -> String {
+    let text: Vec<String> = indices.into_iter().map(|i| i.to_string()).collect();
+    let parts: Vec<&str> = text.iter().map(String::as_str).collect();
+    derive_id(&parts)
+}
+
 /// A 32-hex-character id derived from `parts` (order matters).
 pub fn derive_id(parts: &[&str]) -> String {
     let mut h = Sha256::new();

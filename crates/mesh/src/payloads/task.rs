@@ -24,20 +24,32 @@ pub struct RetryAt {
     pub next_attempt: u32,
 }
 
-/// `task.done`, written by the executor.
+/// What a task's `action` is when its record leaves it out (the compact
+/// form a batch of iterations carries, `crate::payloads::compact_end`).
+pub(crate) const DEFAULT_ACTION: &str = "continue";
+
+/// `task.done`, written by the executor (whole: the fields read back with
+/// a default here are left out only in the compact form a batch of loop
+/// iterations carries, `crate::payloads::compact_end`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDone {
-    /// `ok` or `error`.
+    /// `ok` or `error` (absent: `ok`).
+    #[serde(default = "outcome_ok")]
     pub status: noetl_core::OutcomeStatus,
-    /// 1-based attempt.
+    /// 1-based attempt (absent: 1).
+    #[serde(default = "first_attempt")]
     pub attempt: u32,
-    /// How long the tool call took.
+    /// How long the tool call took (absent: 0).
+    #[serde(default)]
     pub duration_ms: u64,
-    /// Its result (compact).
+    /// Its result (compact; absent: `null`).
+    #[serde(default)]
     pub result: Value,
     /// Its error.
     pub error: Option<noetl_core::OutcomeError>,
-    /// What the step-run does next: continue, retry, jump, break, fail.
+    /// What the step-run does next: continue, retry, jump, break, fail
+    /// (absent: continue).
+    #[serde(default = "default_action")]
     pub action: String,
     /// The policy rule that matched.
     pub rule: Option<usize>,
@@ -71,6 +83,18 @@ pub struct TaskDone {
     /// its start recorded with its end (one stored event, not two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<AttemptStart>,
+}
+
+fn outcome_ok() -> noetl_core::OutcomeStatus {
+    noetl_core::OutcomeStatus::Ok
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+fn default_action() -> String {
+    DEFAULT_ACTION.to_string()
 }
 
 impl TaskDone {

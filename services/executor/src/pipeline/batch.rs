@@ -17,33 +17,33 @@ use noetl_core::Step;
 use noetl_mesh::{
     commands,
     effects::{self, Effect},
-    events::{self, EventDraft},
+    events::{self, BatchedEnd, EventDraft},
     handler::{Handled, StepOf},
     keys::Keys,
     kv,
     state::LoopProgress,
 };
-use noetl_wire::{Event, TaskCommand};
+use noetl_wire::TaskCommand;
 
 use super::{Executor, HandlerError};
 
-/// The ends of a batch's iterations, collected as they end: index and
-/// the end event as it would have been published alone.
+/// The ends of a batch's iterations, collected as they end, in the
+/// compact form the batch's report carries.
 #[derive(Default)]
-pub(super) struct Ends(Mutex<Vec<(u64, Event)>>);
+pub(super) struct Ends(Mutex<Vec<BatchedEnd>>);
 
 impl Ends {
-    /// Keep iteration `index`'s end `event`.
-    pub(super) fn push(&self, index: u64, event: Event) {
+    /// Keep an iteration's `end`.
+    pub(super) fn push(&self, end: BatchedEnd) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((index, event));
+            .push(end);
     }
 
-    fn take(&self) -> Vec<(u64, Event)> {
+    fn take(&self) -> Vec<BatchedEnd> {
         let mut ends = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
-        ends.sort_by_key(|(i, _)| *i);
+        ends.sort_by_key(|e| e.index);
         ends
     }
 }

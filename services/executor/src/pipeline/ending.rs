@@ -7,11 +7,11 @@
 use noetl_core::limits::compact;
 use noetl_mesh::{
     effects::{self, Effect},
-    events::EventDraft,
+    events::{self, BatchedEnd, EventDraft},
     handled::HandledError,
     keys::Keys,
     kv,
-    payloads::{EventPayload, IterationEnded, LastTask, Status, StepEnded},
+    payloads::{self, EventPayload, IterationEnded, LastTask, Status, StepEnded},
     MeshError,
 };
 use noetl_wire::{Event, TaskCommand};
@@ -47,9 +47,7 @@ impl StepRun<'_> {
             Some(Held { event, last }) => (Some(event), Some(Box::new(last))),
             None => (None, None),
         };
-        let built = boundary(Boundary {
-            cmd: self.cmd,
-            step: &self.step.step,
+        let ended = ended(Boundary {
             end,
             args: &self.event_args,
             handled: &cur.handled,
@@ -65,15 +63,30 @@ impl StepRun<'_> {
                     limit: self.mesh().config().inline_limit,
                 }),
         });
+        // An iteration of a batch: its end is reported with the batch's,
+        // unless it is too large to ride in one.
+        let ended = match (self.ends, ended) {
+            (Some(ends), Ended::Iteration(it)) => {
+                let end = payloads::compact_end(&it);
+                if events::fits_a_batch(end.len(), &it.loop_run_id) {
+                    ends.push(BatchedEnd {
+                        index: it.index,
+                        at_ms: events::now_ms(),
+                        end,
+                    });
+                    return Ok(());
+                }
+                Ended::Iteration(it)
+            }
+            (_, ended) => ended,
+        };
+        let built = publishable(self.cmd, &self.step.step, ended);
         if let (Some(mut event), Some(left)) = (held_event, built.left) {
             // Too large to ride along: stored on its own, before the end.
             noetl_mesh::events::fill(&mut event, &left.done);
             self.mesh().emit(&event).await?.wait().await?;
         }
-        match (self.ends, &self.loop_run) {
-            (Some(ends), Some((_, index))) => ends.push(*index, built.event),
-            _ => effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?,
-        }
+        effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;
         Ok(())
     }
 
@@ -96,10 +109,6 @@ impl StepRun<'_> {
 
 /// What the end event of a step-run (or iteration) says.
 pub(super) struct Boundary<'a> {
-    /// The command it ends in (ids, trace, the event's parent).
-    pub cmd: &'a TaskCommand,
-    /// The step.
-    pub step: &'a str,
     /// How it ended (a step's result already stored).
     pub end: End,
     /// The step's args as they came on the wire, for a step's event.
@@ -135,37 +144,35 @@ pub(super) struct Built {
     pub left: Option<Box<LastTask>>,
 }
 
-/// The event that ends a step-run (`step.done` / `step.failed`) or an
-/// iteration (`loop.iteration.done` / `loop.iteration.failed`, one per
-/// index).
-pub(super) fn boundary(b: Boundary<'_>) -> Built {
-    let draft = EventDraft {
-        execution_id: &b.cmd.execution_id,
-        step_run_id: &b.cmd.step_run_id,
-        step: b.step,
-        trace_id: &b.cmd.trace_id,
-        parent_id: &b.cmd.command_id,
-        ..Default::default()
-    };
+/// What ends a step-run or an iteration, before it is an event.
+pub(super) enum Ended {
+    /// `step.done` / `step.failed`.
+    Step(StepEnded),
+    /// `loop.iteration.done` / `loop.iteration.failed`.
+    Iteration(IterationEnded),
+}
+
+/// What ends a step-run (`step.done` / `step.failed`) or an iteration
+/// (`loop.iteration.done` / `loop.iteration.failed`).
+pub(super) fn ended(b: Boundary<'_>) -> Ended {
     match (b.iteration, b.end) {
         (None, end) => {
             let ended = match end {
                 End::Done(r) => StepEnded::done(r, b.args.clone()),
                 End::Failed(e) => StepEnded::failed(e, b.args.clone()),
             };
-            let ended = StepEnded {
+            Ended::Step(StepEnded {
                 handled: b.handled.to_vec(),
                 last_task: b.last,
                 ..ended
-            };
-            carrying(draft, ended, |p| p.last_task.take())
+            })
         }
         (Some(it), end) => {
             let (status, result, error) = match end {
                 End::Done(r) => (Status::Ok, r, Value::Null),
                 End::Failed(e) => (Status::Error, Value::Null, e),
             };
-            let ended = IterationEnded {
+            Ended::Iteration(IterationEnded {
                 loop_run_id: it.loop_run_id.to_string(),
                 index: it.index,
                 status,
@@ -175,8 +182,26 @@ pub(super) fn boundary(b: Boundary<'_>) -> Built {
                 error,
                 handled: b.handled.to_vec(),
                 last_task: b.last,
-            };
-            let index = it.index.to_string();
+            })
+        }
+    }
+}
+
+/// The event of `ended`, the end of command `cmd`'s step-run (or
+/// iteration, one event per index) of `step`.
+pub(super) fn publishable(cmd: &TaskCommand, step: &str, ended: Ended) -> Built {
+    let draft = EventDraft {
+        execution_id: &cmd.execution_id,
+        step_run_id: &cmd.step_run_id,
+        step,
+        trace_id: &cmd.trace_id,
+        parent_id: &cmd.command_id,
+        ..Default::default()
+    };
+    match ended {
+        Ended::Step(ended) => carrying(draft, ended, |p| p.last_task.take()),
+        Ended::Iteration(ended) => {
+            let index = ended.index.to_string();
             let draft = EventDraft {
                 discriminator: &index,
                 ..draft
@@ -207,6 +232,10 @@ fn carrying<P: EventPayload>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn boundary(cmd: &TaskCommand, b: Boundary<'_>) -> Built {
+        publishable(cmd, "s", ended(b))
+    }
     use noetl_mesh::event_type::EventType;
     use noetl_mesh::events::payload;
     use serde_json::json;
@@ -226,15 +255,16 @@ mod tests {
     fn a_step_run_ends_with_step_done_or_step_failed_carrying_its_args() {
         let c = cmd();
         let args = json!({"n": 1});
-        let done = boundary(Boundary {
-            cmd: &c,
-            step: "s",
-            end: End::Done(json!([1, 2])),
-            args: &args,
-            handled: &[],
-            last: None,
-            iteration: None,
-        })
+        let done = boundary(
+            &c,
+            Boundary {
+                end: End::Done(json!([1, 2])),
+                args: &args,
+                handled: &[],
+                last: None,
+                iteration: None,
+            },
+        )
         .event;
         assert_eq!(done.event_type, EventType::StepDone.wire_name());
         assert_eq!(
@@ -243,15 +273,16 @@ mod tests {
         );
         assert_eq!(payload(&done)["result"], json!([1, 2]));
         assert_eq!(payload(&done)["args"], args);
-        let failed = boundary(Boundary {
-            cmd: &c,
-            step: "s",
-            end: End::Failed(json!({"kind": "http", "message": "503"})),
-            args: &args,
-            handled: &[],
-            last: None,
-            iteration: None,
-        })
+        let failed = boundary(
+            &c,
+            Boundary {
+                end: End::Failed(json!({"kind": "http", "message": "503"})),
+                args: &args,
+                handled: &[],
+                last: None,
+                iteration: None,
+            },
+        )
         .event;
         assert_eq!(failed.event_type, EventType::StepFailed.wire_name());
         assert_eq!(payload(&failed)["error"]["kind"], "http");
@@ -264,21 +295,22 @@ mod tests {
         let iter = Map::from_iter([("page".to_string(), json!(3))]);
         let reduce = Map::from_iter([("total".to_string(), json!(7))]);
         let ended = |index: u64, end: End| {
-            boundary(Boundary {
-                cmd: &c,
-                step: "s",
-                end,
-                args: &Value::Null,
-                handled: &[],
-                last: None,
-                iteration: Some(Iteration {
-                    loop_run_id: "sr1",
-                    index,
-                    iter: &iter,
-                    reduce: &reduce,
-                    limit: 1 << 20,
-                }),
-            })
+            boundary(
+                &c,
+                Boundary {
+                    end,
+                    args: &Value::Null,
+                    handled: &[],
+                    last: None,
+                    iteration: Some(Iteration {
+                        loop_run_id: "sr1",
+                        index,
+                        iter: &iter,
+                        reduce: &reduce,
+                        limit: 1 << 20,
+                    }),
+                },
+            )
             .event
         };
         let done = ended(4, End::Done(json!("ok")));
@@ -318,15 +350,16 @@ mod tests {
     fn the_last_task_rides_inside_the_end_and_unfolds_as_the_task_done_it_stands_for() {
         let c = cmd();
         let end = |last: LastTask| {
-            boundary(Boundary {
-                cmd: &c,
-                step: "s",
-                end: End::Done(json!("r")),
-                args: &Value::Null,
-                handled: &[],
-                last: Some(Box::new(last)),
-                iteration: None,
-            })
+            boundary(
+                &c,
+                Boundary {
+                    end: End::Done(json!("r")),
+                    args: &Value::Null,
+                    handled: &[],
+                    last: Some(Box::new(last)),
+                    iteration: None,
+                },
+            )
         };
         let built = end(task_done(json!("r")));
         assert!(built.left.is_none());

@@ -1,0 +1,367 @@
+//! A loop window's batches in the log (docs/architecture.md "Loop windows
+//! in batches"): the `batch.completed` an executor writes for the ends of
+//! a batch's iterations, and both batch events read back as the
+//! per-iteration events they stand for ([`super::unfold`]).
+
+use noetl_wire::Event;
+
+use super::EventDraft;
+use crate::event_type::EventType;
+
+/// An iteration's end as a batch reports it ([`batch_completed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchedEnd {
+    /// The iteration.
+    pub index: u64,
+    /// When it ended (Unix epoch ms).
+    pub at_ms: u64,
+    /// Its `loop.iteration.done` / `.failed` payload in the compact form
+    /// ([`crate::payloads::compact_end`]).
+    pub end: Vec<u8>,
+}
+
+/// Bytes a `batch.completed` spends around each end, and around its ends.
+const END_FRAME: usize = 32;
+const BATCH_FRAME: usize = 64;
+
+/// Whether an end of `len` bytes (compact) of the loop run `loop_run_id`
+/// fits a `batch.completed` (alone, at worst); a larger one is published
+/// on its own, where its large fields are bounded as any event's are.
+pub fn fits_a_batch(len: usize, loop_run_id: &str) -> bool {
+    BATCH_FRAME + loop_run_id.len() + END_FRAME + len <= noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES
+}
+
+/// The `batch.completed` events that report `ends` of the batch `draft`
+/// names (its execution, loop run, step, trace and command): one event
+/// while they fit the payload limit together, more when they do not. Each
+/// is told apart by the indices it reports
+/// ([`crate::ids::batch_key`]), so a report sent again is the same
+/// event.
+pub fn batch_completed(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Vec<Event> {
+    let limit = noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < ends.len() {
+        let mut size = BATCH_FRAME + draft.step_run_id.len();
+        let mut end = start;
+        while end < ends.len() {
+            let more = ends[end].end.len() + END_FRAME;
+            if end > start && size + more > limit {
+                break;
+            }
+            size += more;
+            end += 1;
+        }
+        out.push(completed_event(draft.clone(), &ends[start..end]));
+        start = end;
+    }
+    out
+}
+
+fn completed_event(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Event {
+    use std::io::Write as _;
+    let size: usize = ends.iter().map(|e| e.end.len() + END_FRAME).sum();
+    let mut json = Vec::with_capacity(size + BATCH_FRAME);
+    json.extend_from_slice(b"{\"loop_run_id\":");
+    serde_json::to_writer(&mut json, draft.step_run_id).expect("a string serialises");
+    json.extend_from_slice(b",\"ends\":[");
+    for (k, e) in ends.iter().enumerate() {
+        if k > 0 {
+            json.push(b',');
+        }
+        let _ = write!(json, "{{\"at\":{},\"end\":", e.at_ms);
+        json.extend_from_slice(&e.end);
+        json.push(b'}');
+    }
+    json.extend_from_slice(b"]}");
+    let key = crate::ids::batch_key(ends.iter().map(|e| e.index));
+    EventDraft {
+        discriminator: &key,
+        ..draft
+    }
+    .envelope(EventType::BatchCompleted, json)
+}
+
+/// The `loop.iteration.started` of each iteration of a `batch.accepted`.
+pub(super) fn accepted(ev: Event) -> Vec<Event> {
+    let Ok(batch) = serde_json::from_slice::<crate::payloads::BatchAccepted>(&ev.payload_json)
+    else {
+        return vec![ev];
+    };
+    batch
+        .items
+        .iter()
+        .map(|item| {
+            let index = item.index.to_string();
+            let started = crate::payloads::IterationStarted {
+                loop_run_id: batch.loop_run_id.clone(),
+                index: item.index,
+                claim: item.claim,
+            };
+            let mut one = EventDraft {
+                execution_id: &ev.execution_id,
+                step_run_id: &ev.step_run_id,
+                step: &ev.step,
+                trace_id: &ev.trace_id,
+                discriminator: &index,
+                ..Default::default()
+            }
+            .build(&started);
+            one.ts_ms = ev.ts_ms;
+            one.ts = ev.ts.clone();
+            one
+        })
+        .collect()
+}
+
+/// The `loop.iteration.done` / `.failed` of each iteration of a
+/// `batch.completed`, its payload as it would have been stored on its own
+/// ([`crate::payloads::full_end`]).
+pub(super) fn completed(ev: Event) -> Vec<Event> {
+    use crate::payloads::BatchCompleted;
+    let Ok(batch) = serde_json::from_slice::<BatchCompleted>(&ev.payload_json) else {
+        return vec![ev];
+    };
+    let mut out = Vec::with_capacity(batch.ends.len());
+    for end in &batch.ends {
+        let Ok(ended) = crate::payloads::full_end(&batch.loop_run_id, &end.end) else {
+            return vec![ev];
+        };
+        let index = ended.index.to_string();
+        let parent = crate::ids::iteration_command_id(&batch.loop_run_id, ended.index);
+        let draft = EventDraft {
+            execution_id: &ev.execution_id,
+            step_run_id: &ev.step_run_id,
+            step: &ev.step,
+            trace_id: &ev.trace_id,
+            parent_id: &parent,
+            discriminator: &index,
+            ..Default::default()
+        };
+        // As the executor builds an end it publishes alone.
+        let mut one = draft
+            .clone()
+            .build_whole(&ended)
+            .unwrap_or_else(|| draft.build(&ended));
+        one.ts_ms = end.at;
+        out.push(one);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::unfold;
+    use crate::payloads::IterationStarted;
+    use serde_json::Value;
+
+    /// An iteration's end (carrying its last task's `task.done` when
+    /// `last` says so) and the event an executor builds of it alone.
+    fn iteration_end(
+        index: u64,
+        status: crate::payloads::Status,
+        last: bool,
+    ) -> (crate::payloads::IterationEnded, Event) {
+        use crate::payloads::{IterationEnded, LastTask, TaskDone};
+        let parent = crate::ids::iteration_command_id("r1", index);
+        let i = index.to_string();
+        let ended = IterationEnded {
+            loop_run_id: "r1".into(),
+            index,
+            status,
+            result: serde_json::json!({"i": index}),
+            iter: serde_json::json!({"item": index}),
+            reduce: Default::default(),
+            error: Value::Null,
+            handled: Vec::new(),
+            last_task: last.then(|| {
+                Box::new(LastTask {
+                    task: "t".into(),
+                    task_run_id: "tr".into(),
+                    done: TaskDone {
+                        index: Some(index),
+                        duration_ms: 3,
+                        ..TaskDone::ok(Value::Null, "continue")
+                    },
+                })
+            }),
+        };
+        let mut ev = EventDraft {
+            execution_id: "e1",
+            step_run_id: "r1",
+            step: "lp",
+            trace_id: "t1",
+            parent_id: &parent,
+            discriminator: &i,
+            ..Default::default()
+        }
+        .build_whole(&ended)
+        .unwrap();
+        ev.ts_ms = 1_000 + index;
+        (ended, ev)
+    }
+
+    fn batched(ended: &crate::payloads::IterationEnded, at_ms: u64) -> BatchedEnd {
+        BatchedEnd {
+            index: ended.index,
+            at_ms,
+            end: crate::payloads::compact_end(ended),
+        }
+    }
+
+    fn batch_draft() -> EventDraft<'static> {
+        EventDraft {
+            execution_id: "e1",
+            step_run_id: "r1",
+            step: "lp",
+            trace_id: "t1",
+            parent_id: "c1",
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_report_reads_back_as_each_iteration_s_own_end() {
+        use crate::payloads::Status;
+        let ends: Vec<_> = [
+            (3, Status::Ok, true),
+            (5, Status::Error, false),
+            (9, Status::Ok, true),
+        ]
+        .into_iter()
+        .map(|(i, s, last)| iteration_end(i, s, last))
+        .collect();
+        let batch: Vec<BatchedEnd> = ends.iter().map(|(e, ev)| batched(e, ev.ts_ms)).collect();
+        let stored = batch_completed(batch_draft(), &batch);
+        assert_eq!(stored.len(), 1, "three small ends fit one event");
+        assert_eq!(stored[0].event_type, "batch.completed");
+        // The same ends are the same event (a redelivered batch).
+        assert_eq!(
+            stored[0].event_id,
+            batch_completed(batch_draft(), &batch)[0].event_id
+        );
+        // Each end is stored compact: no loop run, no default field.
+        let text = String::from_utf8(stored[0].payload_json.clone()).unwrap();
+        assert_eq!(text.matches("\"r1\"").count(), 1, "{text}");
+        for absent in [
+            "\"reduce\"",
+            "\"attempt\"",
+            "\"action\"",
+            "null",
+            "\"status\":\"ok\"",
+        ] {
+            assert!(!text.contains(absent), "{absent} in {text}");
+        }
+        // Read back, each is the end (and carried task.done) it stands
+        // for, byte for byte as it would have been stored alone.
+        let back: Vec<Event> = unfold(stored[0].clone()).collect();
+        let want: Vec<Event> = ends.into_iter().flat_map(|(_, ev)| unfold(ev)).collect();
+        assert_eq!(back, want);
+        let types: Vec<&str> = back.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "task.done",
+                "loop.iteration.done",
+                "loop.iteration.failed",
+                "task.done",
+                "loop.iteration.done"
+            ]
+        );
+        let done: crate::payloads::TaskDone = crate::payloads::decode(&back[0]).unwrap();
+        assert_eq!(
+            (done.index, done.attempt, done.duration_ms),
+            (Some(3), 1, 3)
+        );
+        assert_eq!(done.action, "continue");
+    }
+
+    #[test]
+    fn a_batch_written_before_the_compact_form_reads_back_the_same() {
+        let (ended, ev) = iteration_end(4, crate::payloads::Status::Ok, true);
+        let whole = BatchedEnd {
+            index: 4,
+            at_ms: ev.ts_ms,
+            end: serde_json::to_vec(&ended).unwrap(),
+        };
+        let stored = batch_completed(batch_draft(), &[whole]);
+        let back: Vec<Event> = stored.into_iter().flat_map(unfold).collect();
+        assert_eq!(back, unfold(ev).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_batch_report_above_the_payload_limit_is_split_and_every_end_is_kept() {
+        let big = "x".repeat(20_000);
+        let ends: Vec<BatchedEnd> = (0..8)
+            .map(|i| {
+                let (mut ended, ev) = iteration_end(i, crate::payloads::Status::Ok, false);
+                ended.result = serde_json::json!(big);
+                batched(&ended, ev.ts_ms)
+            })
+            .collect();
+        assert!(fits_a_batch(ends[0].end.len(), "r1"));
+        assert!(!fits_a_batch(
+            noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES,
+            "r1"
+        ));
+        let stored = batch_completed(batch_draft(), &ends);
+        assert!(stored.len() >= 3, "{} events", stored.len());
+        for ev in &stored {
+            assert!(ev.payload_json.len() <= noetl_core::limits::MAX_EVENT_PAYLOAD_BYTES);
+        }
+        let ids: std::collections::BTreeSet<&str> =
+            stored.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids.len(), stored.len(), "each part is its own event");
+        let back: Vec<u64> = stored
+            .into_iter()
+            .flat_map(unfold)
+            .map(|e| {
+                crate::payloads::decode::<IterationStarted>(&e)
+                    .unwrap()
+                    .index
+            })
+            .collect();
+        assert_eq!(back, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_batch_s_start_reads_back_as_each_iteration_s_start() {
+        use crate::payloads::{BatchAccepted, BatchItem};
+        let mut accepted = batch_draft().build(&BatchAccepted {
+            loop_run_id: "r1".into(),
+            items: vec![
+                BatchItem {
+                    index: 0,
+                    claim: None,
+                },
+                BatchItem {
+                    index: 1,
+                    claim: Some(4),
+                },
+            ],
+        });
+        accepted.parent_id = String::new();
+        let back: Vec<Event> = unfold(accepted.clone()).collect();
+        let alone = |index: u64, claim| {
+            let i = index.to_string();
+            let mut ev = EventDraft {
+                discriminator: &i,
+                parent_id: "",
+                ..batch_draft()
+            }
+            .build(&IterationStarted {
+                loop_run_id: "r1".into(),
+                index,
+                claim,
+            });
+            ev.ts_ms = accepted.ts_ms;
+            ev
+        };
+        assert_eq!(back, vec![alone(0, None), alone(1, Some(4))]);
+        // One that does not decode is left whole.
+        let mut bad = accepted;
+        bad.payload_json = b"{}".to_vec();
+        assert_eq!(unfold(bad).count(), 1);
+    }
+}
