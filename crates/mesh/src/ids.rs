@@ -27,6 +27,31 @@ pub fn batch_key(indices: impl IntoIterator<Item = u64>) -> String {
     derive_id(&parts)
 }
 
+/// Where a task run is in its step-run (or iteration): what its id is
+/// derived from beside the step-run and the iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskRunAt {
+    /// The task's index in the pipeline.
+    pub pc: usize,
+    /// Its attempt (1-based).
+    pub attempt: u32,
+    /// Task runs of the step-run before it.
+    pub steps_taken: u64,
+}
+
+/// The id of a task run of step-run `srid` (iteration `index` as text,
+/// `""` outside loops) at `at`: deterministic, so a redelivered command
+/// republishes the same events.
+pub fn task_run_id(srid: &str, index: &str, at: TaskRunAt) -> String {
+    derive_id(&[
+        srid,
+        index,
+        &at.pc.to_string(),
+        &at.attempt.to_string(),
+        &at.steps_taken.to_string(),
+    ])
+}
+
 /// A 32-hex-character id derived from `parts` (order matters).
 pub fn derive_id(parts: &[&str]) -> String {
     let mut h = Sha256::new();

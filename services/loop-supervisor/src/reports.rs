@@ -96,12 +96,8 @@ pub(crate) async fn on_batch(r: &Reported<'_>) -> Result<(), HandlerError> {
     };
     let mut reports = Vec::with_capacity(batch.ends.len());
     for (k, end) in batch.ends.iter().enumerate() {
-        // Compact: the batch names the loop run once.
-        let mut report: IterationEnded = serde_json::from_str(end.end.get())
+        let report = payloads::counted_end(&batch.loop_run_id, &end.end)
             .map_err(|e| refused(format!("its end {k} does not decode: {e}")))?;
-        if report.loop_run_id.is_empty() {
-            report.loop_run_id.clone_from(&batch.loop_run_id);
-        }
         let failed = report.status == Status::Error;
         reports.push((report, failed));
     }

@@ -206,7 +206,7 @@ mod tests {
         BatchedEnd {
             index: ended.index,
             at_ms,
-            end: crate::payloads::compact_end(ended),
+            end: crate::payloads::compact_end("r1", ended),
         }
     }
 

@@ -18,7 +18,9 @@ use crate::handled::HandledError;
 use crate::MeshError;
 
 mod batch;
-pub use batch::{compact_end, full_end, BatchAccepted, BatchCompleted, BatchEnd, BatchItem};
+pub use batch::{
+    compact_end, counted_end, full_end, BatchAccepted, BatchCompleted, BatchEnd, BatchItem,
+};
 mod task;
 pub use task::{AttemptStart, LastTask, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};
 

@@ -131,7 +131,9 @@ impl TaskDone {
 pub struct LastTask {
     /// The task's name.
     pub task: String,
-    /// Its task run.
+    /// Its task run (absent in a batch's compact end when it is derived
+    /// from its place: `crate::payloads::full_end`).
+    #[serde(default)]
     pub task_run_id: String,
     /// What its `task.done` says.
     #[serde(flatten)]

@@ -67,7 +67,7 @@ impl StepRun<'_> {
         // unless it is too large to ride in one.
         let ended = match (self.ends, ended) {
             (Some(ends), Ended::Iteration(it)) => {
-                let end = payloads::compact_end(&it);
+                let end = payloads::compact_end(&self.cmd.step_run_id, &it);
                 if events::fits_a_batch(end.len(), &it.loop_run_id) {
                     ends.push(BatchedEnd {
                         index: it.index,

@@ -12,7 +12,7 @@ use noetl_core::{Outcome, OutcomeMeta, Task};
 use noetl_mesh::{
     codec,
     events::{now_ms, now_rfc3339},
-    ids::derive_id,
+    ids::{self, TaskRunAt},
     payloads::{AttemptStart, TaskStarted, TASK_START_DEFERRAL_MS},
 };
 use serde_json::{Map, Value};
@@ -73,13 +73,15 @@ fn hands_off(kind: &str) -> bool {
 /// and an iteration's events can be followed from a cursor
 /// ([`super::checkpoint`]).
 pub(super) fn task_run_id(srid: &str, index: &str, cur: &Cursor) -> String {
-    derive_id(&[
+    ids::task_run_id(
         srid,
         index,
-        &cur.pc.to_string(),
-        &cur.attempt.to_string(),
-        &cur.steps_taken.to_string(),
-    ])
+        TaskRunAt {
+            pc: cur.pc,
+            attempt: cur.attempt,
+            steps_taken: cur.steps_taken,
+        },
+    )
 }
 
 impl StepRun<'_> {
