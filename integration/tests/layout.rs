@@ -72,8 +72,21 @@ fn every_workspace_member_is_checked() {
 /// The code of a module file before its tests, without comments.
 fn code_of(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
-    text.lines()
+    // Up to the test module: a `#[cfg(test)]` item before it (a test-only
+    // helper in an impl) must not hide what follows.
+    let mut end = text.len();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("#[cfg(test)]") {
+        let at = from + i;
+        from = at + "#[cfg(test)]".len();
+        let next = text[from..].trim_start();
+        if next.starts_with("mod ") || next.starts_with("pub(crate) mod ") {
+            end = at;
+            break;
+        }
+    }
+    text[..end]
+        .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")
