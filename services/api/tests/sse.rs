@@ -203,3 +203,66 @@ async fn a_drain_ends_open_streams_and_stops_the_api() {
         "nothing listens after the drain"
     );
 }
+
+/// A parallel loop whose window goes out in batches of four.
+const BATCHED: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: api_batched
+  path: tests/api_batched
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(12) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 16
+    tool:
+      - name: touch
+        kind: noop
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_type_that_names_a_batch_streams_its_iterations() {
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), keys.viewer.as_str());
+    api.register(admin, BATCHED).await;
+    let id = api.execute(admin, "tests/api_batched", json!({})).await;
+    api.wait_status(&id, admin, "COMPLETED").await;
+    let read = |filter: &'static str| {
+        let url = format!("{}/api/executions/{id}/events?type={filter}", api.base);
+        let req = api.http.get(url).bearer_auth(viewer);
+        async move { read_sse(req.send().await.unwrap(), Duration::from_secs(10)).await }
+    };
+    // Stored as batches, streamed as each iteration's end (and the task's
+    // end it carries), every field restored.
+    let batches = read("batch.completed").await;
+    let ends: Vec<_> = batches
+        .iter()
+        .filter(|e| e.event == "loop.iteration.done")
+        .collect();
+    assert_eq!(ends.len(), 12, "{batches:?}");
+    let mut indices: Vec<u64> = ends
+        .iter()
+        .map(|e| e.data["payload"]["index"].as_u64().unwrap())
+        .collect();
+    indices.sort();
+    assert_eq!(indices, (0..12).collect::<Vec<_>>());
+    for e in &ends {
+        assert_eq!(e.data["payload"]["status"], "ok", "{e:?}");
+        assert!(e.data["payload"]["loop_run_id"].is_string(), "{e:?}");
+    }
+    let tasks = batches.iter().filter(|e| e.event == "task.done").count();
+    assert_eq!(tasks, 12, "{batches:?}");
+    // The iterations' own type finds the same ends.
+    let by_type = read("loop.iteration.done").await;
+    assert_eq!(by_type.len(), 12, "{by_type:?}");
+    // And their starts, stored as `batch.accepted`.
+    assert_eq!(read("loop.iteration.started").await.len(), 12);
+    assert!(read("batch.accepted")
+        .await
+        .iter()
+        .all(|e| e.event == "loop.iteration.started"));
+}
