@@ -67,8 +67,10 @@ impl StepRun<'_> {
         // unless it is too large to ride in one.
         let ended = match (self.ends, ended) {
             (Some(ends), Ended::Iteration(it)) => {
-                let end = payloads::compact_end(&self.cmd.step_run_id, &it);
-                if events::fits_a_batch(end.len(), &it.loop_run_id) {
+                // The batch names its loop run as its command's step-run.
+                let batch_run = &self.cmd.step_run_id;
+                let end = payloads::compact_end(batch_run, &it);
+                if events::fits_a_batch(end.len(), batch_run) {
                     ends.push(BatchedEnd {
                         index: it.index,
                         at_ms: events::now_ms(),
