@@ -24,6 +24,7 @@ use noetl_mesh::{
     state::LoopProgress,
 };
 use noetl_wire::TaskCommand;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Executor, HandlerError};
 
@@ -71,7 +72,6 @@ impl Executor {
             }
             None => None,
         };
-        let ends = Ends::default();
         let mut waiting: std::collections::VecDeque<TaskCommand> = items
             .into_iter()
             .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
@@ -82,12 +82,22 @@ impl Executor {
             })
             .collect();
         // The batch's own slot runs one iteration at a time; each free slot
-        // of the replica runs one more. Never waiting for a slot, a batch
-        // cannot starve others that hold the rest.
+        // of the replica runs one more, taken as soon as it frees (another
+        // batch or command ending), not only when one of ours ends. Never
+        // waiting for a slot before it runs one, a batch cannot starve
+        // others that hold the rest.
+        let ends = Ends::default();
+        let start = |one: TaskCommand, slot: Option<OwnedSemaphorePermit>| {
+            let ends = &ends;
+            async move {
+                let handled = self.run(plan, step, &one, redelivered, Some(ends)).await;
+                (one, handled, slot)
+            }
+        };
         let mut running = futures::stream::FuturesUnordered::new();
         let mut own_free = true;
         let mut ran = Vec::with_capacity(waiting.len());
-        while !waiting.is_empty() || !running.is_empty() {
+        loop {
             while !waiting.is_empty() {
                 let slot = if own_free {
                     own_free = false;
@@ -98,16 +108,27 @@ impl Executor {
                         Err(_) => break,
                     }
                 };
-                let one = waiting.pop_front().expect("not empty");
-                let ends = &ends;
-                running.push(async move {
-                    let handled = self.run(plan, step, &one, redelivered, Some(ends)).await;
-                    (one, handled, slot)
-                });
+                running.push(start(waiting.pop_front().expect("not empty"), slot));
             }
-            if let Some((one, handled, slot)) = running.next().await {
-                own_free |= slot.is_none();
-                ran.push((one, handled));
+            // Nothing runs: the own slot is free, so nothing waits either.
+            if running.is_empty() {
+                break;
+            }
+            let freed = tokio::select! {
+                biased;
+                done = running.next() => Freed::Ended(done.expect("some run")),
+                permit = self.slots.clone().acquire_owned(), if !waiting.is_empty() => {
+                    Freed::Slot(permit.expect("the slots are never closed"))
+                }
+            };
+            match freed {
+                Freed::Ended((one, handled, slot)) => {
+                    own_free |= slot.is_none();
+                    ran.push((one, handled));
+                }
+                Freed::Slot(permit) => {
+                    running.push(start(waiting.pop_front().expect("some wait"), Some(permit)));
+                }
             }
         }
         let ends = ends.take();
@@ -132,6 +153,14 @@ impl Executor {
         effects::apply(&self.mesh, waiting).await?;
         Ok(Handled::Done)
     }
+}
+
+/// What a batch waiting to run more iterations woke for.
+enum Freed<T> {
+    /// One of its iterations ended (its slot with it).
+    Ended(T),
+    /// A slot of the replica freed, now the batch's.
+    Slot(OwnedSemaphorePermit),
 }
 
 /// An iteration that must wait (its step limits its task calls, which the
