@@ -310,7 +310,8 @@ pub fn task_scope(base: &Scope, plan: &PlanRecord, reads: &StepReads, view: Task
 }
 
 /// The scope a task's policy decides in: the task's, with its own result
-/// under its name (when the step reads it) and `outcome`.
+/// under its name and `outcome` (each when the step reads it: `outcome`
+/// also when it reads `output`, which is made from it).
 pub fn policy_scope(
     task: Scope,
     reads: &StepReads,
@@ -322,5 +323,44 @@ pub fn policy_scope(
     } else {
         task
     };
-    scope.outcome(outcome)
+    if reads.reads("outcome") || reads.reads("output") {
+        scope.outcome(outcome)
+    } else {
+        scope
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads_of(policy_when: &str) -> StepReads {
+        let yaml = format!(
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{ name: p }}\nworkflow:\n  - step: start\n    tool:\n      - name: t\n        kind: noop\n        spec:\n          policy:\n            rules:\n              - when: \"{policy_when}\"\n                then: {{ set_ctx: {{ a: 1 }} }}\n"
+        );
+        let playbook = noetl_core::load::load_playbook(&yaml, "p.yaml")
+            .unwrap()
+            .playbook;
+        let plan = PlanRecord::new("e1".into(), "p.yaml".into(), playbook, Value::Null);
+        let step = plan.step("start").expect("start").clone();
+        StepReads::of(&plan, &step)
+    }
+
+    #[test]
+    fn the_policy_scope_holds_the_outcome_only_for_a_step_that_reads_it() {
+        let outcome = noetl_core::Outcome::ok(serde_json::json!({"n": 1}));
+        for (when, bound) in [
+            ("{{ outcome.status == 'ok' }}", true),
+            ("{{ output.data.n == 1 }}", true),
+            ("{{ true }}", false),
+        ] {
+            let reads = reads_of(when);
+            let scope = policy_scope(Scope::new(), &reads, "t", &outcome);
+            assert_eq!(scope.contains("outcome"), bound, "{when}");
+            if bound {
+                let rendered = noetl_core::template::render_str(when, &scope).unwrap();
+                assert_eq!(rendered, Value::Bool(true), "{when} reads the outcome");
+            }
+        }
+    }
 }

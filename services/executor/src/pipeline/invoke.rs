@@ -54,10 +54,13 @@ impl Called {
 }
 
 /// An attempt's `task.started`: written, or held back until the task has
-/// run for [`TASK_START_DEFERRAL_MS`].
+/// run for [`TASK_START_DEFERRAL_MS`]. A held-back start is only its
+/// payload and time: most attempts end before the deferral, and their
+/// `task.done` records the start, so the event is built only when it is
+/// written.
 enum Start {
     Written,
-    Deferred(Box<noetl_wire::Event>),
+    Deferred { at_ms: u64, payload: TaskStarted },
 }
 
 /// Whether a task of `kind` hands its step-run off (a child execution, a
@@ -114,22 +117,22 @@ impl StepRun<'_> {
         let mut start = match resumed {
             Some(_) => Start::Written, // when the child was started
             None => {
-                let ev = self.task_event(
-                    &t.run_id,
-                    task,
-                    &TaskStarted {
-                        attempt: cur.attempt,
-                        pc: cur.pc,
-                        kind: task.kind.clone(),
-                    },
-                );
+                let payload = TaskStarted {
+                    attempt: cur.attempt,
+                    pc: cur.pc,
+                    kind: task.kind.clone(),
+                };
                 // A redelivered command writes its starts at once: the
                 // first delivery may have written them (the same ids).
                 if hands_off(&task.kind) || self.redelivered {
+                    let ev = self.task_event(&t.run_id, task, &payload);
                     pending.push(self.mesh().emit(&ev).await?);
                     Start::Written
                 } else {
-                    Start::Deferred(Box::new(ev))
+                    Start::Deferred {
+                        at_ms: now_ms(),
+                        payload,
+                    }
                 }
             }
         };
@@ -141,7 +144,7 @@ impl StepRun<'_> {
             Some(outcome) => Called::known(outcome),
             None => {
                 let invoked = self.invoke(cur, &t, tool, &scope, pending);
-                let (called, announced) = self.announcing(invoked, &mut start).await?;
+                let (called, announced) = self.announcing(invoked, &t, &mut start).await?;
                 if let Some(ack) = announced {
                     pending.push(ack);
                 }
@@ -152,10 +155,10 @@ impl StepRun<'_> {
             }
         };
         called.start = match start {
-            Start::Deferred(ev) => Some(AttemptStart {
-                pc: cur.pc,
-                kind: task.kind.clone(),
-                at_ms: ev.ts_ms,
+            Start::Deferred { at_ms, payload } => Some(AttemptStart {
+                pc: payload.pc,
+                kind: payload.kind,
+                at_ms,
             }),
             Start::Written => None,
         };
@@ -178,9 +181,10 @@ impl StepRun<'_> {
     async fn announcing<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, HandlerError>>,
+        t: &TaskAt<'_>,
         start: &mut Start,
     ) -> Result<(T, Option<noetl_mesh::PendingAck>), HandlerError> {
-        let Start::Deferred(ev) = &*start else {
+        let Start::Deferred { at_ms, payload } = &*start else {
             return Ok((call.await?, None));
         };
         tokio::pin!(call);
@@ -190,7 +194,9 @@ impl StepRun<'_> {
             done = &mut call => return Ok((done?, None)),
             () = tokio::time::sleep(deferral) => {}
         }
-        let ack = self.mesh().emit(ev).await?;
+        let mut ev = self.task_event(&t.run_id, t.task, payload);
+        ev.ts_ms = *at_ms;
+        let ack = self.mesh().emit(&ev).await?;
         *start = Start::Written;
         Ok((call.await?, Some(ack)))
     }
