@@ -304,6 +304,13 @@ pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun
         return None;
     }
     let mut r = run.clone();
+    let newly = count_in_place(&mut r, a);
+    Some((r, newly))
+}
+
+/// [`count_iteration`] applied to `r` itself, whose `in_flight` holds the
+/// report's index: the indices it dispatched.
+fn count_in_place(r: &mut LoopRun, a: &Arrival<'_>) -> Vec<u64> {
     r.in_flight.retain(|i| *i != a.index);
     for e in &a.claim.handled {
         noetl_mesh::handled::note(&mut r.handled, e.clone());
@@ -315,12 +322,12 @@ pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun
     } else {
         r.done += 1;
         if r.error.is_none() {
-            fold(&mut r, a);
+            fold(r, a);
         }
     }
-    let newly = cursor::fill_window(&mut r);
-    cursor::after_count(&mut r);
-    Some((r, newly))
+    let newly = cursor::fill_window(r);
+    cursor::after_count(r);
+    newly
 }
 
 /// What counting one report did, seen by its handler.
@@ -348,25 +355,26 @@ pub(crate) fn count_batch(
     let mut changed = false;
     let mut out = Vec::with_capacity(arrivals.len());
     for a in arrivals {
-        match count_iteration(&cur, a) {
-            Some((next, newly)) => {
-                let claims = cursor::issued(&cur, &next);
-                cur = next;
-                changed = true;
-                out.push(Counted {
-                    run: cur.clone(),
-                    counted: true,
-                    newly,
-                    claims,
-                });
-            }
-            None => out.push(Counted {
+        if !cur.in_flight.contains(&a.index) {
+            out.push(Counted {
                 run: cur.clone(),
                 counted: false,
                 newly: Vec::new(),
                 claims: Vec::new(),
-            }),
+            });
+            continue;
         }
+        // Counted in place: one copy of the run per report (its handler's
+        // view), not two.
+        let before = cursor::next_claim(&cur);
+        let newly = count_in_place(&mut cur, a);
+        changed = true;
+        out.push(Counted {
+            claims: cursor::issued_since(before, &cur),
+            run: cur.clone(),
+            counted: true,
+            newly,
+        });
     }
     (changed.then_some(cur), out)
 }

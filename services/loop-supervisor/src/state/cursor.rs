@@ -176,13 +176,24 @@ pub fn after_count(r: &mut LoopRun) {
 
 /// The claims in `after` that were not in flight in `before`.
 pub fn issued(before: &LoopRun, after: &LoopRun) -> Vec<u64> {
-    let (Some(b), Some(a)) = (&before.cursor, &after.cursor) else {
+    issued_since(next_claim(before), after)
+}
+
+/// The sequence number a cursor loop's next claim gets (`None`: not a
+/// cursor loop): what [`issued_since`] compares with.
+pub fn next_claim(run: &LoopRun) -> Option<u64> {
+    run.cursor.as_ref().map(|c| c.next_claim)
+}
+
+/// [`issued`], given the run before as its [`next_claim`].
+pub fn issued_since(before: Option<u64>, after: &LoopRun) -> Vec<u64> {
+    let (Some(next), Some(a)) = (before, &after.cursor) else {
         return Vec::new();
     };
     a.claims
         .iter()
         .map(|s| s.seq)
-        .filter(|seq| *seq >= b.next_claim)
+        .filter(|seq| *seq >= next)
         .collect()
 }
 
