@@ -1,11 +1,13 @@
 //! Calling a tool: its config rendered (raw fields left as written), the
-//! call on a task of its own (a panicking tool fails its task, not the
-//! replica), bounded by the time left. Shared by the pipeline and the
+//! call (a panicking tool fails its task, not the replica), bounded by
+//! the time left. Shared by the pipeline and the
 //! cursor claim.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use noetl_core::template::{render_value, Scope};
 use noetl_core::tool::{Tool, ToolCall, ToolReturn};
 use noetl_core::{Outcome, Task};
@@ -30,20 +32,28 @@ pub(crate) fn render_config(
     Ok(out)
 }
 
-/// Call a tool on its own task so a panicking tool fails its task, not the
-/// replica.
+/// Call a tool so that a panicking tool fails its task, not the replica:
+/// the panic is caught where the call is awaited (no task of its own, which
+/// a quick tool would pay for on every call).
 pub(crate) async fn call_tool(tool: &Arc<dyn Tool>, call: ToolCall) -> ToolReturn {
     let kind = call.kind.clone();
-    // On the task's span: a tool's own spans and propagated trace context
-    // (the http tool's `traceparent`) belong to the task.
-    match tokio::spawn(tool.call(call).in_current_span()).await {
+    match AssertUnwindSafe(tool.call(call)).catch_unwind().await {
         Ok(r) => r,
-        Err(e) => ToolReturn::from(Outcome::error(
+        Err(panic) => ToolReturn::from(Outcome::error(
             "tool.panic",
-            format!("the {kind} tool panicked: {e}"),
+            format!("the {kind} tool panicked: {}", panic_text(&*panic)),
             false,
         )),
     }
+}
+
+/// What a panic said, when it said it as text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// [`call_tool`] bounded by `left`: `None` when the time ran out, and the
@@ -66,5 +76,48 @@ pub(crate) async fn call_tool_within(
             handle.abort();
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noetl_core::tool::ToolFuture;
+
+    /// A tool whose call panics.
+    struct Panics;
+
+    async fn boom() -> ToolReturn {
+        panic!("boom at row 7")
+    }
+
+    impl Tool for Panics {
+        fn kind(&self) -> &'static str {
+            "noop"
+        }
+        fn call(&self, _call: ToolCall) -> ToolFuture {
+            Box::pin(boom())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_tool_fails_its_task_with_what_the_panic_said() {
+        let tool: Arc<dyn Tool> = Arc::new(Panics);
+        let r = call_tool(&tool, ToolCall::new("noop", Map::new())).await;
+        let e = r.outcome.error.expect("an error outcome");
+        assert_eq!(e.kind, "tool.panic");
+        assert_eq!(e.message, "the noop tool panicked: boom at row 7");
+        assert!(!e.retryable);
+        // Within a deadline, likewise.
+        let r = call_tool_within(
+            &tool,
+            ToolCall::new("noop", Map::new()),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("within the time left");
+        let e = r.outcome.error.expect("an error outcome");
+        assert_eq!(e.kind, "tool.panic");
+        assert!(e.message.contains("boom at row 7"), "{}", e.message);
     }
 }
