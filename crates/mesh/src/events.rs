@@ -96,13 +96,6 @@ impl EventDraft<'_> {
         Some(self.envelope(payload.kind(), bytes))
     }
 
-    /// The event of `payload`'s type without its payload yet: a writer
-    /// that may never publish it on its own fills it in when it does
-    /// ([`fill`]).
-    pub fn build_unfilled<P: EventPayload>(self, payload: &P) -> Event {
-        self.envelope(payload.kind(), Vec::new())
-    }
-
     /// A test's event of `kind` with a free-form payload: what an older
     /// or a foreign writer may have stored.
     #[cfg(test)]
@@ -140,12 +133,6 @@ impl EventDraft<'_> {
             payload_json,
         }
     }
-}
-
-/// Write `payload` into `event` (built by [`EventDraft::build_unfilled`]),
-/// bounded as [`EventDraft::build`] bounds it.
-pub fn fill<P: EventPayload>(event: &mut Event, payload: &P) {
-    event.payload_json = bounded_json(crate::payloads::to_value(payload));
 }
 
 /// An event's payload as stored: a payload above the limit keeps previews

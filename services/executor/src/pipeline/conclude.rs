@@ -122,7 +122,7 @@ impl StepRun<'_> {
         payload.index = self.loop_run.as_ref().map(|(_, i)| *i);
         payload.started = called_start;
         pending
-            .hold(self.mesh(), self.held_done(&t.run_id, task, payload))
+            .hold(self, self.held_done(&t.run_id, task, payload))
             .await?;
         Ok(TaskRun {
             iter_changed: settled.set_iter.as_ref().is_some_and(|m| !m.is_empty()),
@@ -138,14 +138,26 @@ impl StepRun<'_> {
     /// ([`super::Pending::hold`]).
     fn held_done(&self, task_run_id: &str, task: &Task, done: TaskDone) -> super::Held {
         super::Held {
-            // Its payload is written only if it is published on its own.
-            event: self.task_draft(task_run_id, task).build_unfilled(&done),
+            at_ms: noetl_mesh::events::now_ms(),
             last: LastTask {
                 task: task.name.clone(),
                 task_run_id: task_run_id.to_string(),
                 done,
             },
         }
+    }
+
+    /// The `task.done` event of held task `last`, as of `at_ms` (when its
+    /// task concluded).
+    pub(super) fn held_event(&self, last: &LastTask, at_ms: u64) -> noetl_wire::Event {
+        let mut event = EventDraft {
+            task_run_id: &last.task_run_id,
+            task: &last.task,
+            ..self.task_draft("", "")
+        }
+        .build(&last.done);
+        event.ts_ms = at_ms;
+        event
     }
 
     /// Names for a task's messages.
@@ -183,17 +195,17 @@ impl StepRun<'_> {
         task: &Task,
         payload: &impl EventPayload,
     ) -> noetl_wire::Event {
-        self.task_draft(task_run_id, task).build(payload)
+        self.task_draft(task_run_id, &task.name).build(payload)
     }
 
     /// The envelope of an event about task run `task_run_id` of `task`.
-    fn task_draft<'s>(&'s self, task_run_id: &'s str, task: &'s Task) -> EventDraft<'s> {
+    fn task_draft<'s>(&'s self, task_run_id: &'s str, task: &'s str) -> EventDraft<'s> {
         EventDraft {
             execution_id: self.eid(),
             step_run_id: &self.cmd.step_run_id,
             task_run_id,
             step: &self.step.step,
-            task: &task.name,
+            task,
             trace_id: &self.cmd.trace_id,
             parent_id: &self.cmd.command_id,
             ..Default::default()

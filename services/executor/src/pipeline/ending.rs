@@ -43,8 +43,8 @@ impl StepRun<'_> {
             }
             (Some(_), end) => end,
         };
-        let (held_event, last) = match last {
-            Some(Held { event, last }) => (Some(event), Some(Box::new(last))),
+        let (held_at, last) = match last {
+            Some(Held { at_ms, last }) => (Some(at_ms), Some(Box::new(last))),
             None => (None, None),
         };
         let ended = ended(Boundary {
@@ -83,9 +83,9 @@ impl StepRun<'_> {
             (_, ended) => ended,
         };
         let built = publishable(self.cmd, &self.step.step, ended);
-        if let (Some(mut event), Some(left)) = (held_event, built.left) {
+        if let (Some(at_ms), Some(left)) = (held_at, built.left) {
             // Too large to ride along: stored on its own, before the end.
-            noetl_mesh::events::fill(&mut event, &left.done);
+            let event = self.held_event(&left, at_ms);
             self.mesh().emit(&event).await?.wait().await?;
         }
         effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;

@@ -272,10 +272,11 @@ struct Pending {
     held: Option<Held>,
 }
 
-/// A `task.done` not yet published: its envelope, and what it says.
+/// A `task.done` not yet published: what it says, and when. Its event is
+/// built only when it is published on its own ([`StepRun::held_event`]);
+/// most ride inside their step-run's end.
 struct Held {
-    /// Without its payload (`last.done`), written when it is published.
-    event: noetl_wire::Event,
+    at_ms: u64,
     last: payloads::LastTask,
 }
 
@@ -286,24 +287,24 @@ impl Pending {
     }
 
     /// Hold `held` back, publishing what was held before it.
-    async fn hold(&mut self, mesh: &Mesh, held: Held) -> Result<(), MeshError> {
-        self.release(mesh).await?;
+    async fn hold(&mut self, run: &StepRun<'_>, held: Held) -> Result<(), MeshError> {
+        self.release(run).await?;
         self.held = Some(held);
         Ok(())
     }
 
-    /// Publish the held `task.done`, if any (the pipeline goes on).
-    async fn release(&mut self, mesh: &Mesh) -> Result<(), MeshError> {
-        if let Some(Held { mut event, last }) = self.held.take() {
-            noetl_mesh::events::fill(&mut event, &last.done);
-            self.push(mesh.emit(&event).await?);
+    /// Publish the held `task.done` of `run`, if any (the pipeline goes on).
+    async fn release(&mut self, run: &StepRun<'_>) -> Result<(), MeshError> {
+        if let Some(Held { at_ms, last }) = self.held.take() {
+            let event = run.held_event(&last, at_ms);
+            self.push(run.mesh().emit(&event).await?);
         }
         Ok(())
     }
 
     /// Publish what is held and wait for every publish.
-    async fn settle(&mut self, mesh: &Mesh) -> Result<(), MeshError> {
-        self.release(mesh).await?;
+    async fn settle(&mut self, run: &StepRun<'_>) -> Result<(), MeshError> {
+        self.release(run).await?;
         self.n = 0;
         std::mem::take(&mut self.batch).wait().await
     }
@@ -422,7 +423,7 @@ impl StepRun<'_> {
             Some(_) => pending.held.take(),
             None => None,
         };
-        pending.settle(self.mesh()).await?;
+        pending.settle(self).await?;
         if let Some(end) = end {
             self.finish(&cur, end, last).await?;
         }
@@ -461,7 +462,7 @@ impl StepRun<'_> {
             if !matches!(next.then, Then::Finished | Then::End(_)) {
                 // The pipeline goes on: the last task's end is published
                 // now, not carried in the step-run's end.
-                pending.release(self.mesh()).await?;
+                pending.release(self).await?;
             }
             if let Some(moved) = next.moved {
                 cur.advance(moved);
@@ -469,7 +470,7 @@ impl StepRun<'_> {
                     // Events first, then the cursor: a crash after this
                     // point resumes here, not from the iteration's first
                     // task.
-                    pending.settle(self.mesh()).await?;
+                    pending.settle(self).await?;
                     self.checkpoint(cur).await?;
                 }
                 pending.flush_if_full().await?;
@@ -484,7 +485,7 @@ impl StepRun<'_> {
                 Then::Command(handoff) => {
                     // Events first, then the command that continues the
                     // step-run elsewhere (see [`Self::drive`]).
-                    pending.settle(self.mesh()).await?;
+                    pending.settle(self).await?;
                     self.hand_off(cur, handoff).await?;
                     return Ok(None);
                 }
