@@ -1,7 +1,6 @@
 //! Calling a tool: its config rendered (raw fields left as written), the
 //! call (a panicking tool fails its task, not the replica), bounded by
-//! the time left. Shared by the pipeline and the
-//! cursor claim.
+//! the time left. Shared by the pipeline and the cursor claim.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;

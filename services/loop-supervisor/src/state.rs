@@ -278,7 +278,7 @@ pub fn items_gone(run: &LoopRun, gone: &[u64], error: &Value) -> Option<LoopRun>
     Some(r)
 }
 
-/// One iteration's report, as [`count_iteration`] needs it.
+/// One iteration's report, as [`count_in_place`] needs it.
 pub(crate) struct Arrival<'a> {
     /// The iteration's index.
     pub index: u64,
@@ -292,25 +292,17 @@ pub(crate) struct Arrival<'a> {
     pub step: &'a str,
 }
 
-/// The loop run after iteration `a.index` is counted, and the indices the
-/// window now dispatches; `None` when that index is not in flight (counted
-/// already: a redelivered report changes nothing). A failure stops
-/// dispatching under `fail_fast`; `sum`/`min`/`max` contributions are
-/// folded here, growing ones are left in the claim; a reducer that cannot
-/// fold records the step's error and stops the loop. The window refills up
-/// to `max_in_flight` while not stopped.
-pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)> {
-    if !run.in_flight.contains(&a.index) {
+/// Count iteration `a.index` into loop run `r`: the indices the window
+/// now dispatches; `None` (and `r` unchanged) when that index is not in
+/// flight (counted already: a redelivered report changes nothing). A
+/// failure stops dispatching under `fail_fast`; `sum`/`min`/`max`
+/// contributions are folded here, growing ones are left in the claim; a
+/// reducer that cannot fold records the step's error and stops the loop.
+/// The window refills up to `max_in_flight` while not stopped.
+pub(crate) fn count_in_place(r: &mut LoopRun, a: &Arrival<'_>) -> Option<Vec<u64>> {
+    if !r.in_flight.contains(&a.index) {
         return None;
     }
-    let mut r = run.clone();
-    let newly = count_in_place(&mut r, a);
-    Some((r, newly))
-}
-
-/// [`count_iteration`] applied to `r` itself, whose `in_flight` holds the
-/// report's index: the indices it dispatched.
-fn count_in_place(r: &mut LoopRun, a: &Arrival<'_>) -> Vec<u64> {
     r.in_flight.retain(|i| *i != a.index);
     for e in &a.claim.handled {
         noetl_mesh::handled::note(&mut r.handled, e.clone());
@@ -327,7 +319,16 @@ fn count_in_place(r: &mut LoopRun, a: &Arrival<'_>) -> Vec<u64> {
     }
     let newly = cursor::fill_window(r);
     cursor::after_count(r);
-    newly
+    Some(newly)
+}
+
+/// [`count_in_place`] on a copy of `run`: the run after the count, and
+/// the indices it dispatched.
+#[cfg(test)]
+pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun, Vec<u64>)> {
+    let mut r = run.clone();
+    let newly = count_in_place(&mut r, a)?;
+    Some((r, newly))
 }
 
 /// What counting one report did, seen by its handler.
@@ -343,7 +344,7 @@ pub(crate) struct Counted {
     pub claims: Vec<u64>,
 }
 
-/// [`count_iteration`] for several reports of one run, in their order:
+/// [`count_in_place`] for several reports of one run, in their order:
 /// for each, the run right after it (what its handler would have seen had
 /// it written alone) and what it did; `Some` of the final run when any
 /// counted (that is the one write).
@@ -355,7 +356,10 @@ pub(crate) fn count_batch(
     let mut changed = false;
     let mut out = Vec::with_capacity(arrivals.len());
     for a in arrivals {
-        if !cur.in_flight.contains(&a.index) {
+        // Counted in place: one copy of the run per report (its handler's
+        // view), not two.
+        let before = cursor::next_claim(&cur);
+        let Some(newly) = count_in_place(&mut cur, a) else {
             out.push(Counted {
                 run: cur.clone(),
                 counted: false,
@@ -363,11 +367,7 @@ pub(crate) fn count_batch(
                 claims: Vec::new(),
             });
             continue;
-        }
-        // Counted in place: one copy of the run per report (its handler's
-        // view), not two.
-        let before = cursor::next_claim(&cur);
-        let newly = count_in_place(&mut cur, a);
+        };
         changed = true;
         out.push(Counted {
             claims: cursor::issued_since(before, &cur),

@@ -150,12 +150,9 @@ impl StepRun<'_> {
     /// The `task.done` event of held task `last`, as of `at_ms` (when its
     /// task concluded).
     pub(super) fn held_event(&self, last: &LastTask, at_ms: u64) -> noetl_wire::Event {
-        let mut event = EventDraft {
-            task_run_id: &last.task_run_id,
-            task: &last.task,
-            ..self.task_draft("", "")
-        }
-        .build(&last.done);
+        let mut event = self
+            .task_draft(&last.task_run_id, &last.task)
+            .build(&last.done);
         event.ts_ms = at_ms;
         event
     }

@@ -10,7 +10,7 @@ use noetl_mesh::{
 };
 use noetl_wire::Event;
 
-use super::{count_iteration, grows, reducers_of, Arrival, Claim, LoopRun};
+use super::{count_in_place, grows, reducers_of, Arrival, Claim, LoopRun};
 
 /// A loop run rebuilt from its events.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub(crate) struct FromLog {
 }
 
 /// How a loop's iteration ends and its `loop.done` are folded: the live
-/// counting ([`count_iteration`]) with the step's failure mode and
+/// counting ([`count_in_place`]) with the step's failure mode and
 /// reducers.
 pub(crate) struct Ends<'a> {
     step: &'a Step,
@@ -72,11 +72,8 @@ impl<'a> Ends<'a> {
                     reducers: &self.reducers,
                     step: &self.step.step,
                 };
-                if let Some((next, _)) = count_iteration(&f.run, &arrival) {
-                    f.run = next;
-                    if self.keep_claims {
-                        f.claims.push((report.index, claim));
-                    }
+                if count_in_place(&mut f.run, &arrival).is_some() && self.keep_claims {
+                    f.claims.push((report.index, claim));
                 }
                 Ok(true)
             }

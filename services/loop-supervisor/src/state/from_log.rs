@@ -2,7 +2,7 @@
 //! event log"): when the loop bucket has lost it, the run is rebuilt from
 //! `loop.started` (its size, window, deadline and collection), the
 //! `token.created` of its step-run (its args) and its iterations' ends,
-//! counted in stream order by the same [`count_iteration`] that counted
+//! counted in stream order by the same [`count_in_place`] that counted
 //! them live, so the rebuilt run is the one the live run wrote (plus any
 //! window the live run had not published yet, which the loop-supervisor
 //! then publishes, as after a crash). A cursor loop's claims are folded by
