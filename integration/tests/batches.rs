@@ -278,3 +278,164 @@ async fn an_executor_s_concurrency_bounds_the_iterations_of_its_batches() {
     assert!(counts.contains_key("batch.completed"), "{counts:?}");
     cluster.stop().await;
 }
+
+/// A loop whose python task logs each call (index and attempt) to `log`,
+/// fails the first attempt of every third index (retried alone, after
+/// 0.5 s) and takes 0.2 s: the window is in flight in batches that are no
+/// longer whole when it is sent again.
+fn resent_loop(log: &str) -> String {
+    format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: resent }}
+workflow:
+  - step: start
+    next:
+      arcs:
+        - step: fan
+  - step: fan
+    loop:
+      in: "{{{{ range(24) | list }}}}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 12
+        policy:
+          reducers: {{ seen: append }}
+    tool:
+      - name: work
+        kind: python
+        args: {{ i: "{{{{ iter.i }}}}", attempt: "{{{{ _attempt }}}}" }}
+        code: |
+          import time
+          with open({log:?}, "a") as f:
+              f.write("%d %d\n" % (i, attempt))
+          time.sleep(0.2)
+          if i % 3 == 1 and attempt == 1:
+              raise ValueError("first try")
+          result = i
+        spec:
+          policy:
+            rules:
+              - when: "{{{{ outcome.status == 'error' }}}}"
+                then: {{ do: retry, attempts: 3, delay: 0.5 }}
+              - else:
+                  then: {{ set_ctx: {{ seen: "{{{{ iter.i }}}}" }} }}
+    next:
+      arcs:
+        - step: end
+          when: "{{{{ event.name == 'loop.done' }}}}"
+  - step: end
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_sent_again_mid_loop_goes_out_in_the_batches_it_went_out_in() {
+    let cluster = Cluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let log = log.to_str().unwrap();
+    let eid = cluster
+        .submit(&resent_loop(log), "resent.yaml", json!({}))
+        .await;
+
+    // Once the first report is stored, the loop's start command comes
+    // again (a redelivery) while the rest of the window runs: the run
+    // exists, so the loop-supervisor sends its whole window again, as after
+    // a crash between a count and its publish. Some of its batches are no
+    // longer whole by then: an iteration of each waits for its retry, and
+    // the others were counted.
+    let subjects = cluster.mesh.subjects();
+    let stream = events_stream(&cluster).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let srid = loop {
+        if let Ok(raw) = stream
+            .raw_message_builder()
+            .sequence(1)
+            .next_by_subject(subjects.event(&eid, "batch.completed"))
+            .send()
+            .await
+        {
+            let report = noetl_mesh::events::decode_message(
+                raw.subject.as_str(),
+                Some(&raw.headers),
+                &raw.payload,
+            )
+            .unwrap();
+            break report.step_run_id;
+        }
+        assert!(std::time::Instant::now() < deadline, "no batch reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let again = noetl_wire::LoopCommand {
+        command_id: "start-again".into(),
+        execution_id: eid.clone(),
+        step: "fan".into(),
+        step_run_id: srid,
+        ..Default::default()
+    };
+    noetl_mesh::effects::apply(
+        &cluster.mesh,
+        vec![noetl_mesh::effects::Effect::Loop(again)],
+    )
+    .await
+    .unwrap();
+
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    let mut seen: Vec<i64> = s.ctx["seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, (0..24).collect::<Vec<_>>());
+
+    // The window went out again in the batches it went out in first, which
+    // JetStream dropped: no iteration ran twice, none was reported twice.
+    let mut calls: Vec<(u32, u32)> = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (i, a) = l.split_once(' ').unwrap();
+            (i.parse().unwrap(), a.parse().unwrap())
+        })
+        .collect();
+    calls.sort();
+    let expected: Vec<(u32, u32)> = (0..24)
+        .flat_map(|i| {
+            if i % 3 == 1 {
+                vec![(i, 1), (i, 2)]
+            } else {
+                vec![(i, 1)]
+            }
+        })
+        .collect();
+    assert_eq!(calls, expected, "each call once");
+    let evs = cluster.settled_events(&eid).await;
+    let mut ids = BTreeSet::new();
+    for e in &evs {
+        assert!(
+            ids.insert(e.event_id.as_str()),
+            "event {} ({} {}) stored twice",
+            e.event_id,
+            e.event_type,
+            e.step
+        );
+    }
+    let ends = types(&evs)
+        .iter()
+        .filter(|t| **t == EventType::LoopIterationDone.wire_name())
+        .count();
+    assert_eq!(ends, 24);
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

@@ -57,10 +57,12 @@ pub fn open_runs(log: &[Event]) -> BTreeMap<&str, &str> {
 /// bucket lost (create-only: a record written meanwhile stands), and
 /// return every open run with the first commands of its iterations in
 /// flight. A run its events cannot rebuild is a note, not an error.
+/// `seqs`: the sequence number of each event of `log`.
 pub async fn rebuild_open_runs(
     mesh: &Mesh,
     plan: &PlanRecord,
     log: &[Event],
+    seqs: &[u64],
 ) -> Result<Vec<OpenRun>, HandlerError> {
     let chunks = ChunkCache::default();
     let mut out = Vec::new();
@@ -82,7 +84,7 @@ pub async fn rebuild_open_runs(
         let stored = kv::get::<LoopRun>(mesh.loop_kv(), &at.key()).await?;
         let run = match stored {
             Some(run) => run,
-            None => match crate::rebuild::restore_from(mesh, at, log).await {
+            None => match crate::rebuild::restore_from(mesh, at, log, seqs).await {
                 Ok(Some((run, written))) => {
                     open.written = written;
                     run

@@ -47,6 +47,10 @@ pub(crate) struct Run<'a> {
     pub fail_fast: bool,
     pub reducers: &'a [(String, ReducerOp)],
     pub step: &'a str,
+    /// Iterations per batch at most (1 for a step whose commands go one
+    /// at a time): what the iterations a count puts in flight are cut
+    /// into ([`crate::messages::batch_size`]).
+    pub batch: usize,
 }
 
 impl Run<'_> {
@@ -199,7 +203,8 @@ async fn write_batch(
             .iter()
             .map(|(index, claim)| run.arrival(*index, claim))
             .collect();
-        let (next, each) = count_batch(r, &arrivals);
+        let size = crate::messages::window_batch(r.max_in_flight, run.batch);
+        let (next, each) = count_batch(r, &arrivals, size);
         results = each;
         match next {
             Some(next) => Cas::Write(next),

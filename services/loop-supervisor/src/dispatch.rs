@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::collection::{ChunkCache, Elements, ItemError};
 use crate::finish;
 use crate::messages;
-use crate::state::{items_gone, LoopRun, RunAt};
+use crate::state::{batches, items_gone, LoopRun, RunAt};
 
 /// The loop run whose iterations are published, and what publishing
 /// needs.
@@ -77,9 +77,10 @@ pub(crate) async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, 
     Ok(run)
 }
 
-/// Publish the iterations `indices` of `run` (idempotent); returns the run
-/// as now stored. An iteration whose element cannot be read (its chunk is
-/// gone) is counted as failed and fails the loop step, naming the chunk.
+/// Publish the iterations `indices` of `run` (idempotent), each in the
+/// batch the run records for it; returns the run as now stored. An
+/// iteration whose element cannot be read (its chunk is gone) is counted
+/// as failed and fails the loop step, naming the chunk.
 pub(crate) async fn dispatch(
     w: &Window<'_>,
     run: LoopRun,
@@ -92,7 +93,13 @@ pub(crate) async fn dispatch(
     if w.mesh.pauses().await?.is_paused(w.at.eid()) {
         return hold(w, run, indices).await;
     }
-    let Read { items, gone } = read(w, &run, indices).await?;
+    // Each in its whole batch, as it went out first (a window sent again
+    // goes out in the same batches: the executor skips what was counted).
+    let whole = batches::whole(&run, indices);
+    let Read { items, mut gone } = read(w, &run, &whole).await?;
+    if whole.len() != indices.len() {
+        gone.retain(|(i, _)| indices.contains(i));
+    }
     let started = messages::iterations(w.at, &run, &items, w.mesh.config().loop_batch);
     if run.cursor.is_some() {
         // A cursor loop's `loop.iteration.started` places its claim's rows

@@ -22,7 +22,7 @@ use noetl_mesh::{
 use noetl_wire::{ClaimRef, LoopCommand, TaskCommand};
 use serde_json::{json, Value};
 
-use crate::state::{loop_end, LoopRun, RunAt};
+use crate::state::{batches, loop_end, LoopRun, RunAt};
 
 /// `loop.started` of `run`, with its `collection` (the list of its stored
 /// chunks, or a reference to it; null for a cursor loop).
@@ -56,8 +56,9 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
 ///
 /// Up to `batch` iterations go out together ([`batch_size`]): one
 /// `batch.accepted` and one command for them all (docs/architecture.md
-/// "Loop windows in batches"). The groups are a function of `items` alone,
-/// so a window published again publishes the same messages.
+/// "Loop windows in batches"), in the batches the run recorded when they
+/// entered the window, so a window published again publishes the same
+/// messages.
 pub(crate) fn iterations(
     at: RunAt<'_>,
     run: &LoopRun,
@@ -80,7 +81,7 @@ pub(crate) fn iterations(
     let kind = noetl_core::workbook::effective_kind(at.plan.playbook.workbook.as_ref(), first);
     let size = batch_size(run.max_in_flight, batch, at.step);
     let mut out = Vec::with_capacity(items.len() * 2);
-    for group in groups(&iters, size) {
+    for group in groups(run, &iters, size) {
         let (started, cmd) = match group {
             [(i, iter)] => (
                 one_started(at, run, *i),
@@ -115,16 +116,54 @@ const BATCH_BYTES: usize = 256 * 1024;
 /// concurrency slot or a rate token each (`spec.policy.concurrency`,
 /// `rate`).
 pub(crate) fn batch_size(max_in_flight: u64, batch: usize, step: &noetl_core::Step) -> usize {
+    window_batch(max_in_flight, step_batch(batch, step))
+}
+
+/// Iterations per batch of loop step `step` at most: `batch`, or 1 when
+/// its commands wait for a concurrency slot or a rate token each.
+pub(crate) fn step_batch(batch: usize, step: &noetl_core::Step) -> usize {
     if step.is_gated() {
-        return 1;
+        1
+    } else {
+        batch
     }
+}
+
+/// Iterations per batch of a window of `max_in_flight`: a quarter of it,
+/// at least 1 and at most `batch`.
+pub(crate) fn window_batch(max_in_flight: u64, batch: usize) -> usize {
     let quarter = usize::try_from(max_in_flight / 4).unwrap_or(usize::MAX);
     quarter.clamp(1, batch.max(1))
 }
 
-/// `iters` cut in dispatch order into groups of at most `size`, each
-/// carrying at most [`BATCH_BYTES`] of `iter`.
-fn groups(iters: &[(u64, Value)], size: usize) -> Vec<&[(u64, Value)]> {
+/// `iters` (in dispatch order) in the batches `run` records for them
+/// ([`batches`]), each split further where it would carry more than
+/// [`BATCH_BYTES`] of `iter` (a function of its elements alone, so a
+/// batch sent again splits the same); those it records none for (a run
+/// of an older loop-supervisor) cut into groups of at most `size`. A
+/// `size` of 1 asks for each iteration's own command.
+fn groups<'i>(run: &LoopRun, iters: &'i [(u64, Value)], size: usize) -> Vec<&'i [(u64, Value)]> {
+    if size <= 1 {
+        return cut(iters, 1);
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < iters.len() {
+        let of = batches::batch_of(run, iters[start].0);
+        let len = iters[start..]
+            .iter()
+            .take_while(|(i, _)| batches::batch_of(run, *i) == of)
+            .count();
+        let part = &iters[start..start + len];
+        out.extend(cut(part, if of.is_some() { len } else { size }));
+        start += len;
+    }
+    out
+}
+
+/// `iters` cut in order into groups of at most `size`, each carrying at
+/// most [`BATCH_BYTES`] of `iter`.
+fn cut(iters: &[(u64, Value)], size: usize) -> Vec<&[(u64, Value)]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (k, (_, iter)) in iters.iter().enumerate() {

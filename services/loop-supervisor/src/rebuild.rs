@@ -11,7 +11,8 @@ use noetl_mesh::{event_type::EventType, keys::Keys, kv, runtime::HandlerError, M
 use noetl_wire::Event;
 
 use crate::state::{
-    from_log::{fold_run, FromLog, NotRebuilt},
+    batches,
+    from_log::{batches_of, fold_run, FromLog, NotRebuilt},
     Claim, LoopRun, RunAt,
 };
 
@@ -22,20 +23,26 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
     if !any_loop_started(mesh, at.eid()).await? {
         return Ok(None);
     }
-    let log = log_of(mesh, at.eid()).await?;
-    Ok(restore_from(mesh, at, &log).await?.map(|(run, _)| run))
+    let (seqs, log) = log_of(mesh, at.eid()).await?;
+    Ok(restore_from(mesh, at, &log, &seqs)
+        .await?
+        .map(|(run, _)| run))
 }
 
-/// [`restore`] from the execution's events `log`, read already: the run
-/// as now stored, and whether it was missing and written back.
+/// [`restore`] from the execution's events `log` (each at the sequence
+/// number in `seqs`), read already: the run as now stored, and whether it
+/// was missing and written back.
 pub(crate) async fn restore_from(
     mesh: &Mesh,
     at: RunAt<'_>,
     log: &[Event],
+    seqs: &[u64],
 ) -> Result<Option<(LoopRun, bool)>, HandlerError> {
-    let Some(rebuilt) = folded_from(log, at)? else {
+    let Some(mut rebuilt) = folded_from(log, at)? else {
         return Ok(None);
     };
+    let batch = crate::messages::step_batch(mesh.config().loop_batch, at.step);
+    keep_batches(&mut rebuilt.run, batches_of(log, seqs, at.srid), batch);
     write_claims(mesh, at, &rebuilt.claims).await?;
     write_frames(mesh, at, &rebuilt.frames).await?;
     let key = at.key();
@@ -73,7 +80,7 @@ pub(crate) async fn restore_claims(
 
 /// The run as its events give it; `None` when it never started.
 async fn folded(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
-    let log = log_of(mesh, at.eid()).await?;
+    let (_, log) = log_of(mesh, at.eid()).await?;
     folded_from(&log, at)
 }
 
@@ -89,6 +96,20 @@ fn folded_from(log: &[Event], at: RunAt<'_>) -> Result<Option<FromLog>, HandlerE
             at.step.step
         ))),
     }
+}
+
+/// `run` rebuilt with the batches its window went out in (`sent`, from
+/// the log), and the iterations in flight the log has no start of (the
+/// window the live run had not published) cut into batches of at most
+/// `batch` as a live count would cut them.
+fn keep_batches(run: &mut LoopRun, sent: Vec<[u64; 2]>, batch: usize) {
+    run.batches = sent;
+    let fresh: Vec<u64> = (run.in_flight.iter().copied())
+        .filter(|i| batches::batch_of(run, *i).is_none())
+        .collect();
+    let size = crate::messages::window_batch(run.max_in_flight, batch);
+    batches::cut(run, &fresh, size);
+    batches::prune(run);
 }
 
 /// Create the claims the bucket does not hold.
@@ -123,10 +144,10 @@ async fn write_frames(
 }
 
 /// The execution's events, in stream order (read as the fold reads them,
-/// [`noetl_mesh::replay::read_log`]).
-async fn log_of(mesh: &Mesh, eid: &str) -> Result<Vec<Event>, MeshError> {
+/// [`noetl_mesh::replay::read_log`]), and the sequence number of each.
+async fn log_of(mesh: &Mesh, eid: &str) -> Result<(Vec<u64>, Vec<Event>), MeshError> {
     let log = noetl_mesh::replay::read_log(mesh, eid, noetl_mesh::replay::Until::End).await?;
-    Ok(log.into_iter().map(|l| l.event).collect())
+    Ok(log.into_iter().map(|l| (l.seq, l.event)).unzip())
 }
 
 /// True when some loop of `eid` has started (one direct read of the

@@ -22,6 +22,7 @@ use crate::commit::{self, Counter};
 use crate::dispatch::{dispatch, publish_claims, redispatch, Window};
 use crate::finish::settle;
 use crate::state::{
+    batches,
     cursor::{apply_claim, claimed_of, Applied, Claimed},
     grows, reducers_of, Claim, Counted, LoopRun, RunAt,
 };
@@ -146,6 +147,7 @@ async fn count_reports(
         fail_fast: step.failure_mode() == FailureMode::FailFast,
         reducers: &reducers,
         step: &step.step,
+        batch: crate::messages::step_batch(r.mesh.config().loop_batch, step),
     };
     let counted = match r.counter.count_many(r.mesh, &shared, &claims).await? {
         Some(c) => Some(c),
@@ -227,11 +229,12 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
         return Ok(());
     }
     let claimed = claimed(&window, &current, &report).await?;
-    let (mut stored, mut applied) = apply_stored(r.mesh, &key, report.seq, &claimed).await?;
+    let batch = crate::messages::step_batch(r.mesh.config().loop_batch, r.at.step());
+    let (mut stored, mut applied) = apply_stored(r.mesh, &key, report.seq, &claimed, batch).await?;
     if stored.is_none() && crate::rebuild::restore(r.mesh, window.at).await?.is_some() {
         // The loop bucket lost the run since it was read: rebuilt from its
         // events (this report among them), the claim finds it applied.
-        (stored, applied) = apply_stored(r.mesh, &key, report.seq, &claimed).await?;
+        (stored, applied) = apply_stored(r.mesh, &key, report.seq, &claimed, batch).await?;
     }
     let Some(stored) = stored else {
         return Err(r.unknown_run(srid));
@@ -248,7 +251,8 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     settle(r.mesh, window.at, &run).await
 }
 
-/// Apply claim `seq` to the run stored under `key` (compare-and-set): the
+/// Apply claim `seq` to the run stored under `key` (compare-and-set), the
+/// iterations it puts in flight cut into batches of at most `batch`: the
 /// run as stored after it (`None`: no run) and what applying did (`None`:
 /// applied before).
 async fn apply_stored(
@@ -256,13 +260,17 @@ async fn apply_stored(
     key: &str,
     seq: u64,
     claimed: &Claimed,
+    batch: usize,
 ) -> Result<(Option<LoopRun>, Option<Applied>), HandlerError> {
     let mut applied: Option<Applied> = None;
     let stored = kv::update(mesh.loop_kv(), key, |run: Option<&LoopRun>| {
         applied = None;
         let Some(run) = run else { return Cas::Keep };
         match apply_claim(run, seq, claimed) {
-            Some(a) => {
+            Some(mut a) => {
+                let size = crate::messages::window_batch(a.run.max_in_flight, batch);
+                batches::cut(&mut a.run, &a.newly, size);
+                batches::prune(&mut a.run);
                 let next = a.run.clone();
                 applied = Some(a);
                 Cas::Write(next)

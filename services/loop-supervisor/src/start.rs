@@ -19,6 +19,7 @@ use crate::collection::{store_items, Collection};
 use crate::dispatch::{release_held, resume, unpause_command_id, Window};
 use crate::finish::fail_loop;
 use crate::state::{
+    batches,
     cursor::{frame_number, frame_templates, start_run},
     new_run, resumed, LoopRun,
 };
@@ -71,10 +72,14 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
     } else {
         start_in(mesh, &s).await?
     };
-    let (run, collection) = match run {
+    let (mut run, collection) = match run {
         Ok((run, collection)) => (carried(mesh, w, run).await?, collection),
         Err(message) => return fail_loop(mesh, cmd, message).await,
     };
+    // The first window's batches, recorded with the run.
+    let first = run.in_flight.clone();
+    let batch = crate::messages::batch_size(run.max_in_flight, mesh.config().loop_batch, step);
+    batches::cut(&mut run, &first, batch);
     let run = create(mesh, &key, run).await?;
     resume(w, run, Some(collection)).await
 }

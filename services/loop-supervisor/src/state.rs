@@ -4,6 +4,7 @@
 //! read the record, call these, and write what they return under
 //! compare-and-set.
 
+pub(crate) mod batches;
 pub mod cursor;
 mod cursor_log;
 mod ends;
@@ -111,6 +112,11 @@ pub struct LoopRun {
     /// resumed run takes again from the run that stopped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redo: Vec<u64>,
+    /// The batches the window went out in (`[first, end)` index ranges),
+    /// cut in the write that put their iterations in flight and kept while
+    /// one of them is ([`batches`]): a window sent again goes out in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<[u64; 2]>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -223,6 +229,7 @@ pub(crate) fn new_run(
         cursor: None,
         failed_at: Vec::new(),
         redo: Vec::new(),
+        batches: Vec::new(),
     }
 }
 
@@ -347,10 +354,14 @@ pub(crate) struct Counted {
 /// [`count_in_place`] for several reports of one run, in their order:
 /// for each, the run right after it (what its handler would have seen had
 /// it written alone) and what it did; `Some` of the final run when any
-/// counted (that is the one write).
+/// counted (that is the one write). The iterations the write puts in
+/// flight are cut into batches of at most `size` ([`batches::cut`]),
+/// which every report's view carries: each handler publishes the whole
+/// batches its own iterations are in.
 pub(crate) fn count_batch(
     run: &LoopRun,
     arrivals: &[Arrival<'_>],
+    size: usize,
 ) -> (Option<LoopRun>, Vec<Counted>) {
     let mut cur = run.clone();
     let mut changed = false;
@@ -376,7 +387,16 @@ pub(crate) fn count_batch(
             newly,
         });
     }
-    (changed.then_some(cur), out)
+    if !changed {
+        return (None, out);
+    }
+    let newly: Vec<u64> = out.iter().flat_map(|c| c.newly.iter().copied()).collect();
+    batches::cut(&mut cur, &newly, size);
+    batches::prune(&mut cur);
+    for c in &mut out {
+        c.run.batches.clone_from(&cur.batches);
+    }
+    (Some(cur), out)
 }
 
 /// Fold a successful iteration's non-growing reducer contributions into

@@ -66,8 +66,9 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
                     checkpoints: 0,
                 };
                 if report.rebuilt.running {
-                    let log: Vec<_> = log.into_iter().map(|l| l.event).collect();
-                    loops(&mesh, &id, &log, &mut report).await?;
+                    let (seqs, log): (Vec<u64>, Vec<_>) =
+                        log.into_iter().map(|l| (l.seq, l.event)).unzip();
+                    loops(&mesh, &id, (&log, &seqs), &mut report).await?;
                 }
                 print(&report, a.json)
             }
@@ -91,7 +92,13 @@ struct Report {
 /// record (the loop-supervisor's fold), then the checkpoint of each of its
 /// iterations in flight (the executor's fold, from the iteration's first
 /// command). Create-only, whatever the mode: the services move both on.
-async fn loops(mesh: &Mesh, eid: &str, log: &[Event], r: &mut Report) -> anyhow::Result<()> {
+/// `log`: the execution's events and the sequence number of each.
+async fn loops(
+    mesh: &Mesh,
+    eid: &str,
+    (log, seqs): (&[Event], &[u64]),
+    r: &mut Report,
+) -> anyhow::Result<()> {
     let plan = match mesh.plans().get(mesh, eid).await {
         Ok(plan) => plan,
         Err(e) => {
@@ -101,7 +108,7 @@ async fn loops(mesh: &Mesh, eid: &str, log: &[Event], r: &mut Report) -> anyhow:
             return Ok(());
         }
     };
-    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, log)
+    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, log, seqs)
         .await
         .with_context(|| format!("loop runs of {eid}"))?;
     for run in open {

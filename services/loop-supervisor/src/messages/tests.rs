@@ -155,6 +155,35 @@ fn a_window_goes_out_in_batches_of_a_quarter_of_it_and_the_same_window_is_the_sa
 }
 
 #[test]
+fn iterations_go_out_in_the_batches_their_run_recorded() {
+    let p = tool_loop();
+    let cmd = LoopCommand::default();
+    // Recorded when they entered the window: 0..3, 3..5, 5 alone.
+    let mut run = new_run(&cmd, "lp", 100, 16, json!({}));
+    run.batches = vec![[0, 3], [3, 5], [5, 6]];
+    let items: Vec<(u64, Value)> = (0..8).map(|i| (i, json!(i))).collect();
+    let effects = iterations(at(&p), &run, &items, 16);
+    let groups: Vec<Vec<u64>> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Task { cmd, .. } if cmd.batch.is_empty() => {
+                Some(vec![cmd.iteration.as_ref().unwrap().index])
+            }
+            Effect::Task { cmd, .. } => Some(cmd.batch.iter().map(|it| it.index).collect()),
+            _ => None,
+        })
+        .collect();
+    // 6 and 7, recorded in none (an older loop-supervisor's window), are
+    // cut as before.
+    assert_eq!(groups, [vec![0, 1, 2], vec![3, 4], vec![5], vec![6, 7]]);
+    // The same batches, with the same ids, whenever they go out again.
+    let again = iterations(at(&p), &run, &items[..6], 16);
+    assert_eq!(ids(&again), ids(&effects[..6]));
+    // Each iteration's own command when asked for (`admin rebuild`).
+    assert_eq!(iterations(at(&p), &run, &items, 1).len(), 16);
+}
+
+#[test]
 fn a_step_whose_calls_wait_for_a_slot_is_not_batched() {
     let p = tool_loop();
     assert_eq!(batch_size(64, 16, &p.playbook.workflow[0]), 16);

@@ -85,6 +85,43 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     Ok(folded)
 }
 
+/// The batches iterations of run `srid` went out in, as the log (`log`,
+/// with each event's sequence number in `seqs`) gives them: the
+/// iterations one stored `batch.accepted` started are read back at one
+/// sequence number (a batch when their indices are consecutive), an
+/// iteration started alone is a batch of its own. A rebuilt run keeps
+/// them ([`super::batches`]), so a window it sends again goes out as it
+/// went out.
+pub(crate) fn batches_of(log: &[Event], seqs: &[u64], srid: &str) -> Vec<[u64; 2]> {
+    let mut groups: Vec<(u64, Vec<u64>)> = Vec::new();
+    for (e, seq) in log.iter().zip(seqs) {
+        if e.step_run_id != srid || EventType::of(e) != Some(EventType::LoopIterationStarted) {
+            continue;
+        }
+        let Ok(started) = payloads::decode::<payloads::IterationStarted>(e) else {
+            continue;
+        };
+        match groups.last_mut() {
+            Some((at, indices)) if at == seq => indices.push(started.index),
+            _ => groups.push((*seq, vec![started.index])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, mut indices) in groups {
+        indices.sort_unstable();
+        indices.dedup();
+        let (first, last) = (indices[0], indices[indices.len() - 1]);
+        if last - first + 1 == indices.len() as u64 {
+            out.push([first, last + 1]);
+        } else {
+            out.extend(indices.iter().map(|i| [*i, i + 1]));
+        }
+    }
+    out.sort_unstable_by_key(|b| b[0]);
+    out.dedup_by_key(|b| b[0]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +194,31 @@ mod tests {
         );
         e.step_run_id = "parent".into();
         e
+    }
+
+    fn iteration_started(index: u64) -> Event {
+        ev(
+            EventType::LoopIterationStarted,
+            json!({"loop_run_id": "sr1", "index": index}),
+        )
+    }
+
+    #[test]
+    fn the_batches_a_window_went_out_in_are_read_back_from_their_sequence_numbers() {
+        // Seq 7: a batch.accepted of 0..3, read back as three starts; 8: 3
+        // alone; 9: a batch of 4 and 6 (not consecutive: each alone); 10:
+        // 0..3 again (a window sent again after the dedup window).
+        let log: Vec<Event> = [0, 1, 2, 3, 4, 6, 0, 1, 2]
+            .into_iter()
+            .map(iteration_started)
+            .chain([started()])
+            .collect();
+        let seqs = [7, 7, 7, 8, 9, 9, 10, 10, 10, 11];
+        assert_eq!(
+            batches_of(&log, &seqs, "sr1"),
+            vec![[0, 3], [3, 4], [4, 5], [6, 7]]
+        );
+        assert!(batches_of(&log, &seqs, "other").is_empty());
     }
 
     #[test]

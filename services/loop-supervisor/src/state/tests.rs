@@ -23,6 +23,7 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         cursor: None,
         failed_at: Vec::new(),
         redo: Vec::new(),
+        batches: Vec::new(),
     }
 }
 
@@ -113,7 +114,7 @@ fn a_batch_counts_as_its_reports_would_one_by_one() {
         })
         .collect();
     let start = window(6, 3);
-    let (last, each) = count_batch(&start, &arrivals);
+    let (last, each) = count_batch(&start, &arrivals, 3);
     let mut cur = start.clone();
     for (a, c) in arrivals.iter().zip(&each) {
         match count_iteration(&cur, a) {
@@ -131,6 +132,10 @@ fn a_batch_counts_as_its_reports_would_one_by_one() {
     assert_eq!((last.done, last.failed), (2, 1));
     assert_eq!(last.reduced.get("total"), Some(&json!(7)));
     assert_eq!(last.in_flight, vec![3, 4, 5]);
+    // The three the write put in flight go out as one batch, which every
+    // report's handler sees (each publishes the whole batch).
+    assert_eq!(last.batches, vec![[3, 6]]);
+    assert!(each.iter().all(|c| c.run.batches == last.batches));
     // Only redeliveries: nothing to write.
     let again = [Arrival {
         index: 0,
@@ -139,7 +144,7 @@ fn a_batch_counts_as_its_reports_would_one_by_one() {
         reducers: &reducers,
         step: "lp",
     }];
-    assert!(count_batch(&last, &again).0.is_none());
+    assert!(count_batch(&last, &again, 3).0.is_none());
 }
 
 #[test]
