@@ -229,6 +229,67 @@ pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
     })
 }
 
+/// [`unfold`] over a log read in stream order, each iteration's event
+/// once. A batch's report is stored at least once per iteration, not
+/// exactly once: a batch that comes again (redelivered after its
+/// executor's ack was lost, or after one of its iterations failed to run)
+/// runs what its loop run has not counted yet, and may report an
+/// iteration whose end is stored already, in a report not yet counted,
+/// in another report (its id is derived from the indices it carries).
+/// The loop-supervisor counts each iteration once whatever it is told;
+/// a reader of the log keeps the first of an iteration's events, as
+/// stored, and drops a later event with its id when either came out of a
+/// batch. Two copies of an event stored on its own (JetStream's
+/// de-duplication failing) are both kept, for checks to see.
+#[derive(Debug, Default)]
+pub struct Unfolder {
+    /// The ids of the iteration events read so far, and whether each came
+    /// out of a batch.
+    seen: std::collections::HashMap<String, bool>,
+    /// Iteration events dropped as read already.
+    dropped: u64,
+}
+
+impl Unfolder {
+    /// The events stored event `ev` stands for ([`unfold`]), without the
+    /// iteration events read already.
+    pub fn unfold(&mut self, ev: Event) -> Vec<Event> {
+        let kind = EventType::of(&ev);
+        let batch = kind.is_some_and(EventType::is_batch);
+        let iteration = batch
+            || matches!(
+                kind,
+                Some(
+                    EventType::LoopIterationStarted
+                        | EventType::LoopIterationDone
+                        | EventType::LoopIterationFailed
+                )
+            );
+        if !iteration {
+            return unfold(ev).collect();
+        }
+        let mut out = Vec::new();
+        for e in unfold(ev) {
+            match self.seen.entry(e.event_id.clone()) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(batch);
+                    out.push(e);
+                }
+                std::collections::hash_map::Entry::Occupied(o) if batch || *o.get() => {
+                    self.dropped += 1;
+                }
+                std::collections::hash_map::Entry::Occupied(_) => out.push(e),
+            }
+        }
+        out
+    }
+
+    /// How many iteration events were dropped as read already.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
 fn split_last_task(mut ev: Event) -> (Option<Event>, Event) {
     use EventType as T;
     let ends = matches!(
@@ -275,8 +336,9 @@ pub fn decode(msg: &async_nats::Message) -> Result<Event, crate::codec::DecodeEr
 impl crate::Mesh {
     /// Every event stored under `filter` (a subject pattern, e.g.
     /// [`crate::subjects::Subjects::events_of`]), in stream order, each
-    /// decoded or its decode error; read with one ordered consumer that is
-    /// deleted afterwards (callers poll).
+    /// decoded or its decode error, unfolded, each iteration's event once
+    /// ([`Unfolder`]); read with one ordered consumer that is deleted
+    /// afterwards (callers poll).
     pub async fn stored_events(
         &self,
         filter: &str,
@@ -321,6 +383,7 @@ impl crate::Mesh {
         let name = consumer.cached_info().name.clone();
         let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
         let mut out = Vec::new();
+        let mut unfolder = Unfolder::default();
         if pending > 0 {
             let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
             while let Some(m) = messages.next().await {
@@ -328,7 +391,7 @@ impl crate::Mesh {
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
                 match decode(&m) {
-                    Ok(ev) => out.extend(unfold(ev).map(|ev| (seq, Ok(ev)))),
+                    Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
                     Err(e) => out.push((seq, Err(e))),
                 }
                 if left == 0 {

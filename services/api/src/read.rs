@@ -58,8 +58,9 @@ pub struct Stored {
 }
 
 /// The events stored under `s.filter` after `s.after`, in stream order:
-/// how many there are, and the last `s.keep_last` of them. A message that
-/// does not decode is skipped (and logged).
+/// how many there are, and the last `s.keep_last` of them, each iteration's
+/// event once in what is read ([`noetl_mesh::events::Unfolder`]). A message
+/// that does not decode is skipped (and logged).
 pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshError> {
     let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
         consumer: format!("reader of {}", s.filter),
@@ -70,6 +71,7 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
     let name = consumer.cached_info().name.clone();
     let mut out = std::collections::VecDeque::new();
     let mut count = 0;
+    let mut unfolder = noetl_mesh::events::Unfolder::default();
     if pending > 0 {
         let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
         while let Some(m) = messages.next().await {
@@ -78,7 +80,7 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
             let (seq, last) = (info.stream_sequence, info.pending == 0);
             match noetl_mesh::events::decode(&m) {
                 Ok(event) => {
-                    for event in noetl_mesh::events::unfold(event) {
+                    for event in unfolder.unfold(event) {
                         count += 1;
                         out.push_back(Seen { seq, event });
                         if out.len() > s.keep_last {

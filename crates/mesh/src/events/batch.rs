@@ -364,4 +364,53 @@ mod tests {
         bad.payload_json = b"{}".to_vec();
         assert_eq!(unfold(bad).count(), 1);
     }
+
+    #[test]
+    fn a_reader_keeps_the_first_of_an_iteration_s_ends_that_batches_reported_twice() {
+        use crate::events::Unfolder;
+        use crate::payloads::Status;
+        let end = |i| iteration_end(i, Status::Ok, false);
+        let (e0, e1, e2) = (end(0), end(1), end(2));
+        // A batch reported 0 and 1; run again before they were counted, it
+        // reported 0, 1 and 2 (another report: another id); 2 was also
+        // stored on its own; and an event stored alone twice.
+        let first = batch_completed(batch_draft(), &[batched(&e0.0, 1), batched(&e1.0, 1)]);
+        let again = batch_completed(
+            batch_draft(),
+            &[batched(&e0.0, 2), batched(&e1.0, 2), batched(&e2.0, 2)],
+        );
+        assert_ne!(first[0].event_id, again[0].event_id);
+        let mut r = Unfolder::default();
+        let read: Vec<Event> = [first[0].clone(), again[0].clone(), e2.1.clone()]
+            .into_iter()
+            .flat_map(|ev| r.unfold(ev))
+            .collect();
+        // Each iteration's end once, the first stored.
+        let indices: Vec<(u64, u64)> = read
+            .iter()
+            .map(|e| {
+                (
+                    crate::events::payload(e)["index"].as_u64().unwrap(),
+                    e.ts_ms,
+                )
+            })
+            .collect();
+        assert_eq!(indices, [(0, 1), (1, 1), (2, 2)]);
+        assert_eq!(r.dropped(), 3);
+        // Stored alone twice (JetStream's de-duplication failing): both
+        // kept, for a check to see.
+        let mut r = Unfolder::default();
+        let twice = [e2.1.clone(), e2.1.clone()]
+            .into_iter()
+            .flat_map(|ev| r.unfold(ev));
+        assert_eq!(twice.count(), 2);
+        // Other events pass as they are.
+        let mut r = Unfolder::default();
+        let other = batch_draft().build(&crate::payloads::IterationStarted {
+            loop_run_id: "r1".into(),
+            index: 0,
+            claim: None,
+        });
+        assert_eq!(r.unfold(other).len(), 1);
+    }
 }

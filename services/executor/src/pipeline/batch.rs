@@ -53,10 +53,8 @@ impl Executor {
     /// Run the iterations of batch command `cmd` of the step `at` names
     /// (those its loop run has not counted), then report the ends of
     /// those that ended here in `batch.completed`. Ends are reported even
-    /// when another iteration's run failed; that one goes on as a command
-    /// of its own, and the batch is acked (run again, it would report the
-    /// others a second time, in another report, before they are counted).
-    /// Only when that command cannot be sent does the batch come again.
+    /// when another iteration's run failed; the failure is then the
+    /// handler's, and the batch comes again.
     pub(super) async fn run_batch(
         &self,
         mut cmd: TaskCommand,
@@ -146,58 +144,14 @@ impl Executor {
             let reports = events::batch_completed(draft, &ends);
             effects::apply(&self.mesh, reports.into_iter().map(Effect::Emit).collect()).await?;
         }
-        let reported: Vec<u64> = ends.iter().map(|e| e.index).collect();
-        let mut after = Vec::new();
+        let mut waiting = Vec::new();
         for (one, handled) in ran {
-            let index = one.iteration.as_ref().map_or(0, |it| it.index);
-            match go_on(handled, reported.contains(&index)) {
-                GoOn::Ended => {}
-                GoOn::Later(wait) => after.push(later(plan, step, one, wait)),
-                GoOn::Alone(e) => {
-                    tracing::warn!(
-                        execution_id = %cmd.execution_id,
-                        step = %step.step,
-                        index,
-                        error = %e,
-                        "an iteration of a batch failed to run: sent again on its own"
-                    );
-                    after.push(later(plan, step, one, std::time::Duration::ZERO));
-                }
-                GoOn::Again(e) => return Err(e),
+            if let Handled::NotYet(wait) = handled? {
+                waiting.push(later(plan, step, one, wait));
             }
         }
-        effects::apply(&self.mesh, after).await?;
+        effects::apply(&self.mesh, waiting).await?;
         Ok(Handled::Done)
-    }
-}
-
-/// What follows an iteration's run in a batch.
-#[derive(Debug)]
-enum GoOn {
-    /// Nothing here: it ended (its end is in the batch's report) or goes
-    /// on elsewhere (another kind, a child execution).
-    Ended,
-    /// Its own command, due after this long (a delayed retry).
-    Later(std::time::Duration),
-    /// Its run failed (an outage, a record that does not decode): its own
-    /// command runs it again, from its checkpoint, and not the batch,
-    /// whose other iterations' ends are reported and may not be counted
-    /// yet (run again, the batch would report them a second time, in
-    /// another report).
-    Alone(HandlerError),
-    /// Its run failed after its end was kept for the report: the batch
-    /// comes again, as any failed message does.
-    Again(HandlerError),
-}
-
-/// What follows an iteration's run that `handled` it; `reported`: its end
-/// is in the batch's report.
-fn go_on(handled: Result<Handled, HandlerError>, reported: bool) -> GoOn {
-    match handled {
-        Ok(Handled::Done) => GoOn::Ended,
-        Ok(Handled::NotYet(wait)) => GoOn::Later(wait),
-        Err(e) if reported => GoOn::Again(e),
-        Err(e) => GoOn::Alone(e),
     }
 }
 
@@ -209,10 +163,9 @@ enum Freed<T> {
     Slot(OwnedSemaphorePermit),
 }
 
-/// An iteration that goes on alone: its command on its own, due after
-/// `wait` (its step limits its task calls, which the loop-supervisor does
-/// not batch; a batch of an older plan), or at once (its run in the batch
-/// failed).
+/// An iteration that must wait (its step limits its task calls, which the
+/// loop-supervisor does not batch; a batch of an older plan): its command
+/// on its own, due after `wait`.
 fn later(
     plan: &noetl_mesh::plan::PlanRecord,
     step: &Step,
@@ -224,22 +177,4 @@ fn later(
         noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), t)
     });
     Effect::Command { kind, cmd }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn an_iteration_whose_run_failed_goes_on_alone_unless_its_end_was_reported() {
-        let failed = || Err(HandlerError::Refused("checkpoint does not decode".into()));
-        assert!(matches!(go_on(Ok(Handled::Done), true), GoOn::Ended));
-        assert!(matches!(
-            go_on(Ok(Handled::NotYet(Duration::from_millis(500))), false),
-            GoOn::Later(d) if d == Duration::from_millis(500)
-        ));
-        assert!(matches!(go_on(failed(), false), GoOn::Alone(_)));
-        assert!(matches!(go_on(failed(), true), GoOn::Again(_)));
-    }
 }
