@@ -79,6 +79,15 @@ async fn stored_counts(cluster: &Cluster, eid: &str) -> std::collections::HashMa
     counts
 }
 
+/// The integers of a `ctx` list (an `append` reducer's), sorted.
+fn sorted_ints(v: &serde_json::Value) -> Vec<i64> {
+    let mut out: Vec<i64> = (v.as_array().unwrap().iter())
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
     let cluster = Cluster::start().await;
@@ -91,14 +100,7 @@ async fn a_loop_window_travels_in_batches_and_reads_back_as_its_iterations() {
         s.error
     );
     assert_eq!(s.ctx["total"], (0..40).sum::<i64>());
-    let mut items: Vec<i64> = s.ctx["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
-    items.sort();
-    assert_eq!(items, (0..40).collect::<Vec<_>>());
+    assert_eq!(sorted_ints(&s.ctx["items"]), (0..40).collect::<Vec<_>>());
     cluster.assert_replays(&eid).await;
 
     // Stored: batches of four (a quarter of the window), no iteration's
@@ -390,14 +392,7 @@ async fn a_window_sent_again_mid_loop_goes_out_in_the_batches_it_went_out_in() {
         "{:?}",
         s.error
     );
-    let mut seen: Vec<i64> = s.ctx["seen"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
-    seen.sort();
-    assert_eq!(seen, (0..24).collect::<Vec<_>>());
+    assert_eq!(sorted_ints(&s.ctx["seen"]), (0..24).collect::<Vec<_>>());
 
     // The window went out again in the batches it went out in first, which
     // JetStream dropped: no iteration ran twice, none was reported twice.
