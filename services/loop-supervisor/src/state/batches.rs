@@ -42,8 +42,17 @@ pub(crate) fn prune(r: &mut LoopRun) {
     if r.batches.is_empty() {
         return;
     }
-    let mut live = r.in_flight.clone();
-    live.sort_unstable();
+    // The window is in dispatch order, which is index order: sorted
+    // already but for a run of an older loop-supervisor.
+    let copy;
+    let live = if r.in_flight.is_sorted() {
+        &r.in_flight
+    } else {
+        let mut sorted = r.in_flight.clone();
+        sorted.sort_unstable();
+        copy = sorted;
+        &copy
+    };
     r.batches.retain(|b| {
         let k = live.partition_point(|i| *i < b[0]);
         k < live.len() && live[k] < b[1]
