@@ -7,8 +7,10 @@
 //! behind it, round after round while more arrive (up to a few rounds, so
 //! its own message is acked in good time); each handler gets back what its
 //! own report did, and acks its message only after the write that counted
-//! it. If a shared write fails, every report in it falls back to a write of
-//! its own, so an error is never lost nor shared.
+//! it. If a shared write fails, each handler's reports in it fall back to
+//! a write of their own, so an error is never lost nor shared (and the
+//! iterations they put in flight are cut into batches together, as in the
+//! shared write: `state::batches`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -124,19 +126,28 @@ impl Counter {
             };
             guard.write_rounds(mesh, run).await;
         }
-        let mut out = Vec::with_capacity(reports.len());
-        for (answer, (index, claim)) in answers.into_iter().zip(reports) {
-            let counted = match answer.await {
-                Ok(Some(counted)) => Some(counted),
-                // The shared write failed (or its leader is gone): alone.
-                _ => write_alone(mesh, &self.written, run, *index, claim).await?,
+        let mut out: Vec<Option<Counted>> = Vec::with_capacity(reports.len());
+        for answer in answers {
+            out.push(answer.await.ok().flatten());
+        }
+        // The shared write failed (or its leader is gone, or handed these
+        // back after its last round): this handler's reports left are
+        // written together, so the iterations they put in flight are cut
+        // into batches together, as in a shared write.
+        let left: Vec<(u64, &Claim)> = (out.iter().zip(reports))
+            .filter(|(c, _)| c.is_none())
+            .map(|(_, (index, claim))| (*index, claim))
+            .collect();
+        if !left.is_empty() {
+            let Some(mut alone) = write_batch(mesh, &self.written, run, &left).await? else {
+                return Ok(None);
             };
-            match counted {
-                Some(c) => out.push(c),
-                None => return Ok(None),
+            alone.reverse();
+            for c in out.iter_mut().filter(|c| c.is_none()) {
+                *c = alone.pop();
             }
         }
-        Ok(Some(out))
+        Ok(out.into_iter().collect())
     }
 }
 
@@ -213,16 +224,4 @@ async fn write_batch(
     })
     .await?;
     Ok(stored.map(|_| results))
-}
-
-/// The report counted by a write of its own.
-async fn write_alone(
-    mesh: &Mesh,
-    written: &kv::RevisionCache<LoopRun>,
-    run: &Run<'_>,
-    index: u64,
-    claim: &Claim,
-) -> Result<Option<Counted>, MeshError> {
-    let counted = write_batch(mesh, written, run, &[(index, claim)]).await?;
-    Ok(counted.and_then(|mut each| each.pop()))
 }

@@ -18,7 +18,10 @@ use serde_json::Value;
 use crate::collection::{ChunkCache, Elements, ItemError};
 use crate::finish;
 use crate::messages;
-use crate::state::{batches, items_gone, LoopRun, RunAt};
+use crate::state::{
+    batches::{self, Sending},
+    items_gone, LoopRun, RunAt,
+};
 
 /// The loop run whose iterations are published, and what publishing
 /// needs.
@@ -67,7 +70,7 @@ pub(crate) async fn resume(
 /// stored.
 pub(crate) async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, HandlerError> {
     let indices = run.in_flight.clone();
-    let run = dispatch(w, run, &indices).await?;
+    let run = dispatch(w, run, &indices, Sending::Again).await?;
     let seqs: Vec<u64> = run
         .cursor
         .as_ref()
@@ -77,14 +80,16 @@ pub(crate) async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, 
     Ok(run)
 }
 
-/// Publish the iterations `indices` of `run` (idempotent), each in the
-/// batch the run records for it; returns the run as now stored. An
+/// Publish the iterations `indices` of `run` (idempotent), in the batches
+/// the run records for them, as `how` says ([`batches::to_send`]);
+/// returns the run as now stored. An
 /// iteration whose element cannot be read (its chunk is gone) is counted
 /// as failed and fails the loop step, naming the chunk.
 pub(crate) async fn dispatch(
     w: &Window<'_>,
     run: LoopRun,
     indices: &[u64],
+    how: Sending,
 ) -> Result<LoopRun, HandlerError> {
     // A cancelled execution starts no more iterations.
     if indices.is_empty() || w.mesh.still_stopped(w.at.eid()).await? {
@@ -93,9 +98,7 @@ pub(crate) async fn dispatch(
     if w.mesh.pauses().await?.is_paused(w.at.eid()) {
         return hold(w, run, indices).await;
     }
-    // Each in its whole batch, as it went out first (a window sent again
-    // goes out in the same batches: the executor skips what was counted).
-    let whole = batches::whole(&run, indices);
+    let whole = batches::to_send(&run, indices, how);
     let Read { items, mut gone } = read(w, &run, &whole).await?;
     if whole.len() != indices.len() {
         gone.retain(|(i, _)| indices.contains(i));
@@ -185,7 +188,7 @@ pub(crate) async fn release_held(w: &Window<'_>, run: LoopRun) -> Result<(), Han
     if held.is_empty() || w.mesh.pauses().await?.is_paused(w.at.eid()) {
         return Ok(());
     }
-    let run = dispatch(w, run, &held).await?;
+    let run = dispatch(w, run, &held, Sending::Again).await?;
     kv::update(w.mesh.loop_kv(), &w.at.key(), |r: Option<&LoopRun>| match r
         .filter(|r| !r.held.is_empty())
     {

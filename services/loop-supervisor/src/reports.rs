@@ -21,6 +21,7 @@ use crate::collection::ChunkCache;
 use crate::commit::{self, Counter};
 use crate::dispatch::{dispatch, publish_claims, redispatch, Window};
 use crate::finish::settle;
+use crate::state::batches::Sending;
 use crate::state::{
     batches,
     cursor::{apply_claim, claimed_of, Applied, Claimed},
@@ -192,7 +193,7 @@ async fn count_reports(
         // the commands that did go out).
         redispatch(&window, run).await?
     } else {
-        let run = dispatch(&window, run, &newly).await?;
+        let run = dispatch(&window, run, &newly, Sending::New).await?;
         publish_claims(&window, &run, &started_claims).await?;
         run
     };
@@ -241,7 +242,7 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     };
     let run = match applied {
         Some(a) => {
-            let run = dispatch(&window, a.run, &a.newly).await?;
+            let run = dispatch(&window, a.run, &a.newly, Sending::New).await?;
             publish_claims(&window, &run, &a.claims).await?;
             run
         }

@@ -65,11 +65,24 @@ pub(crate) fn batch_of(r: &LoopRun, index: u64) -> Option<[u64; 2]> {
     r.batches[..k].last().filter(|b| index < b[1]).copied()
 }
 
-/// `indices` with each one that went out in a recorded batch replaced by
-/// that whole batch (once, at its first place), so the batch goes out
-/// again as it went out first; its iterations counted since are skipped by
-/// the executor that runs it.
-pub(crate) fn whole(r: &LoopRun, indices: &[u64]) -> Vec<u64> {
+/// How iterations go out ([`to_send`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sending {
+    /// The iterations a write just put in flight: each batch goes out with
+    /// the iterations that start it (another report's handler counted in
+    /// the same write sends a batch that starts with its own), so a batch
+    /// is published once.
+    New,
+    /// Iterations in flight, sent again: each in its whole batch, as it
+    /// went out first (its iterations counted since are skipped by the
+    /// executor that runs it).
+    Again,
+}
+
+/// The indices to publish for `indices`: each that went out (or goes out)
+/// in a recorded batch replaced by that whole batch, once, at its first
+/// place, as `how` says; one recorded in none as it is.
+pub(crate) fn to_send(r: &LoopRun, indices: &[u64], how: Sending) -> Vec<u64> {
     if r.batches.is_empty() {
         return indices.to_vec();
     }
@@ -77,6 +90,7 @@ pub(crate) fn whole(r: &LoopRun, indices: &[u64]) -> Vec<u64> {
     let mut sent: Vec<[u64; 2]> = Vec::new();
     for &i in indices {
         match batch_of(r, i) {
+            Some(b) if how == Sending::New && b[0] != i => {}
             Some(b) if sent.contains(&b) => {}
             Some(b) => {
                 sent.push(b);
@@ -135,11 +149,17 @@ mod tests {
         assert_eq!(batch_of(&r, 21), Some([21, 24]));
         assert_eq!(batch_of(&r, 26), None);
         assert_eq!(
-            whole(&r, &r.in_flight),
+            to_send(&r, &r.in_flight, Sending::Again),
             vec![18, 19, 20, 21, 22, 23, 24, 25]
         );
         // Not in a recorded batch (one at a time, or a run rebuilt from
         // its events): as it is.
-        assert_eq!(whole(&r, &[30, 18]), vec![30, 18, 19, 20]);
+        assert_eq!(to_send(&r, &[30, 18], Sending::Again), vec![30, 18, 19, 20]);
+        // Put in flight by one write for two reports, 24 and 25 for one,
+        // 26 and 27 for the other, cut as [24, 27) and [27, 28): each
+        // batch goes out once, with the report whose iterations start it.
+        r.batches = vec![[24, 27], [27, 28]];
+        assert_eq!(to_send(&r, &[24, 25], Sending::New), vec![24, 25, 26]);
+        assert_eq!(to_send(&r, &[26, 27], Sending::New), vec![27]);
     }
 }
