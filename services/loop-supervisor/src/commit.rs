@@ -139,12 +139,12 @@ impl Counter {
             .map(|(_, (index, claim))| (*index, claim))
             .collect();
         if !left.is_empty() {
-            let Some(mut alone) = write_batch(mesh, &self.written, run, &left).await? else {
+            let Some(alone) = write_batch(mesh, &self.written, run, &left).await? else {
                 return Ok(None);
             };
-            alone.reverse();
+            let mut alone = alone.into_iter();
             for c in out.iter_mut().filter(|c| c.is_none()) {
-                *c = alone.pop();
+                *c = alone.next();
             }
         }
         Ok(out.into_iter().collect())

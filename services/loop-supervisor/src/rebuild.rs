@@ -108,8 +108,7 @@ fn keep_batches(run: &mut LoopRun, sent: Vec<[u64; 2]>, batch: usize) {
         .filter(|i| batches::batch_of(run, *i).is_none())
         .collect();
     let size = crate::messages::window_batch(run.max_in_flight, batch);
-    batches::cut(run, &fresh, size);
-    batches::prune(run);
+    batches::record(run, &fresh, size);
 }
 
 /// Create the claims the bucket does not hold.

@@ -270,8 +270,7 @@ async fn apply_stored(
         match apply_claim(run, seq, claimed) {
             Some(mut a) => {
                 let size = crate::messages::window_batch(a.run.max_in_flight, batch);
-                batches::cut(&mut a.run, &a.newly, size);
-                batches::prune(&mut a.run);
+                batches::record(&mut a.run, &a.newly, size);
                 let next = a.run.clone();
                 applied = Some(a);
                 Cas::Write(next)

@@ -391,8 +391,7 @@ pub(crate) fn count_batch(
         return (None, out);
     }
     let newly: Vec<u64> = out.iter().flat_map(|c| c.newly.iter().copied()).collect();
-    batches::cut(&mut cur, &newly, size);
-    batches::prune(&mut cur);
+    batches::record(&mut cur, &newly, size);
     for c in &mut out {
         c.run.batches.clone_from(&cur.batches);
     }

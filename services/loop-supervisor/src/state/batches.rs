@@ -37,6 +37,14 @@ pub(crate) fn cut(r: &mut LoopRun, newly: &[u64], size: usize) {
     }
 }
 
+/// Record the batches of `newly` ([`cut`]) and forget those none of whose
+/// iterations is in flight any more ([`prune`]): what every write that
+/// puts iterations in flight does.
+pub(crate) fn record(r: &mut LoopRun, newly: &[u64], size: usize) {
+    cut(r, newly, size);
+    prune(r);
+}
+
 /// Forget the batches none of whose iterations is in flight any more.
 pub(crate) fn prune(r: &mut LoopRun) {
     if r.batches.is_empty() {
