@@ -7,7 +7,6 @@
 # the protocol. Python-level prints are captured per request (bounded) and
 # returned in the response. The loop serves many requests, so the same
 # script can back a warm pool of interpreters.
-import inspect
 import io
 import json
 import linecache
@@ -22,6 +21,10 @@ MARK = "\x1eNOETL-RESULT "
 END = b"\x1eNOETL-END\n"
 TASK_FILE = "<task>"
 RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "main"))
+# Compiled task code by source: a loop's iterations run the same code, and
+# compiling it again is most of a small task's time. Bounded; emptied when full.
+_COMPILED = {}
+_COMPILED_MAX = 256
 
 _proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
 os.dup2(2, 1)
@@ -66,6 +69,8 @@ class _MissingLibs(Exception):
 def _call_main(fn, args):
     """main() with no parameter; main(a, b) with the values of args' keys
     `a` and `b` when it names them (NoETL's convention); else main(args)."""
+    import inspect  # here, not at start: an interpreter starts in half the time
+
     try:
         sig = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -156,6 +161,29 @@ def _as_function(code):
     return compile(module, TASK_FILE, "exec")
 
 
+def _compile(code):
+    """The code object of `code`, and the name of the function to call for
+    its result when its top level `return`s (else None)."""
+    try:
+        return compile(code, TASK_FILE, "exec"), None
+    except SyntaxError as e:
+        if "'return' outside function" not in str(e):
+            raise
+        return _as_function(code), "__noetl_body__"
+
+
+def _compiled(code):
+    """`_compile(code)`, once per distinct source (a SyntaxError is raised
+    each time, never kept)."""
+    hit = _COMPILED.get(code)
+    if hit is None:
+        hit = _compile(code)
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        _COMPILED[code] = hit
+    return hit
+
+
 def _handle(req):
     out, err = _Capture(), _Capture()
     saved = sys.stdout, sys.stderr
@@ -185,12 +213,7 @@ def _handle(req):
         if missing:
             raise _MissingLibs(missing)
         linecache.cache[TASK_FILE] = (len(code), None, code.splitlines(True), TASK_FILE)
-        try:
-            compiled, body = compile(code, TASK_FILE, "exec"), None
-        except SyntaxError as e:
-            if "'return' outside function" not in str(e):
-                raise
-            compiled, body = _as_function(code), "__noetl_body__"
+        compiled, body = _compiled(code)
         exec(compiled, g)
         if body is not None:
             value = g[body]()

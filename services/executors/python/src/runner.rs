@@ -138,7 +138,10 @@ impl Default for PoolLimits {
             // (`--concurrency` 16): fewer would kill and restart
             // interpreters (tens of ms each) under a steady load.
             max_idle: 16,
-            max_uses: 200,
+            // An interpreter takes 20-50 ms of CPU to start: replaced
+            // every 200 tasks, the restarts halved a python loop's rate
+            // (docs/performance.md "The python loop's interpreters").
+            max_uses: 1000,
         }
     }
 }
@@ -378,7 +381,19 @@ impl Pool {
 
     fn checkin(&self, w: Worker) {
         if w.uses >= self.inner.limits.max_uses {
-            return; // dropped: killed
+            // Killed; its replacement starts now, beside the tasks, rather
+            // than inside the next task's time (an interpreter takes tens
+            // of milliseconds to start).
+            drop(w);
+            if self.idle() < self.inner.limits.max_idle {
+                match self.spawn() {
+                    Ok(fresh) => self.inner.idle.lock().expect("pool lock").push(fresh),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "python tool: cannot replace a recycled interpreter")
+                    }
+                }
+            }
+            return;
         }
         let mut idle = self.inner.idle.lock().expect("pool lock");
         if idle.len() < self.inner.limits.max_idle {

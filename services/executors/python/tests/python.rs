@@ -282,6 +282,118 @@ fn outside_a_runtime_nothing_is_started() {
     assert_eq!(tool.spawned_interpreters(), 0);
 }
 
+/// One request line of `code` with `args`.
+fn line_of(code: &str, args: &Value) -> Vec<u8> {
+    noetl_tool_python::runner::Request {
+        code,
+        args,
+        libs: &[],
+        prev: &Value::Null,
+        iter: &Value::Null,
+        ctx: &Value::Null,
+        workload: &Value::Null,
+    }
+    .to_line()
+}
+
+/// An interpreter that served its `max_uses` tasks is killed, and its
+/// replacement is started then, beside the tasks: the next task finds it
+/// idle and warm rather than waiting for a start.
+#[tokio::test]
+async fn a_used_up_interpreter_is_replaced_before_the_next_task() {
+    use noetl_tool_python::runner::{Pool, PoolLimits, PoolParams};
+
+    let pool = Pool::new(PoolParams {
+        interpreter: "python3".into(),
+        env: noetl_tool_python::env::child_env(std::env::vars_os(), &[]).vars,
+        limits: PoolLimits {
+            max_idle: 4,
+            max_uses: 3,
+        },
+    });
+    let pid = |pool: Pool| async move {
+        let out = pool
+            .run(
+                line_of("import os\nresult = os.getpid()", &json!({})),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert!(out.response.ok, "{:?}", out.response);
+        out.response.result.as_u64().unwrap() as u32
+    };
+    let first: Vec<u32> = [
+        pid(pool.clone()).await,
+        pid(pool.clone()).await,
+        pid(pool.clone()).await,
+    ]
+    .into();
+    assert!(
+        first.iter().all(|p| *p == first[0]),
+        "one interpreter served three: {first:?}"
+    );
+    assert_eq!(
+        pool.spawned(),
+        2,
+        "the third task's end started the replacement"
+    );
+    let idle = pool.idle_pids();
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert_ne!(idle[0], first[0]);
+    let next = pid(pool.clone()).await;
+    assert_eq!(next, idle[0], "the next task ran in the replacement");
+    assert_eq!(pool.spawned(), 2);
+    let proc_dir = std::path::Path::new("/proc").join(first[0].to_string());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proc_dir.exists()
+        && std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the used-up interpreter {} is still running",
+            first[0]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A loop's iterations run the same code: it is compiled once per
+/// interpreter, and each run still gets its own inputs and globals; code
+/// that does not compile fails every time it is sent.
+#[tokio::test]
+async fn the_same_code_runs_again_with_its_own_inputs_and_a_bad_one_fails_each_time() {
+    let tool = PythonTool::new();
+    let code = "seen = globals().get('seen', 0) + 1\nresult = [i * i, seen]";
+    for i in 0..5 {
+        let o = run_with(
+            tool.clone(),
+            json!({"code": code, "args": {"i": i}}),
+            json!({}),
+        )
+        .await;
+        assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+        assert_eq!(o.result, json!([i * i, 1]), "run {i}");
+    }
+    let top_return = "return i + 1";
+    for i in 0..3 {
+        let o = run_with(
+            tool.clone(),
+            json!({"code": top_return, "args": {"i": i}}),
+            json!({}),
+        )
+        .await;
+        assert_eq!(o.result, json!(i + 1), "{o:?}");
+    }
+    for _ in 0..2 {
+        let o = run_with(tool.clone(), json!({"code": "x = ("}), json!({})).await;
+        assert_eq!(err_kind(&o), "python.exception", "{o:?}");
+        assert!(
+            o.error.as_ref().unwrap().message.contains("SyntaxError"),
+            "{o:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_timed_out_interpreter_is_killed_and_replaced() {
     let tool = PythonTool::new();
