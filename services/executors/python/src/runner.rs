@@ -380,21 +380,24 @@ impl Pool {
     }
 
     fn checkin(&self, w: Worker) {
-        if w.uses >= self.inner.limits.max_uses {
+        let w = if w.uses >= self.inner.limits.max_uses {
             // Killed; its replacement starts now, beside the tasks, rather
             // than inside the next task's time (an interpreter takes tens
             // of milliseconds to start).
             drop(w);
-            if self.idle() < self.inner.limits.max_idle {
-                match self.spawn() {
-                    Ok(fresh) => self.inner.idle.lock().expect("pool lock").push(fresh),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "python tool: cannot replace a recycled interpreter")
-                    }
+            if self.idle() >= self.inner.limits.max_idle {
+                return;
+            }
+            match self.spawn() {
+                Ok(fresh) => fresh,
+                Err(e) => {
+                    tracing::warn!(error = %e, "python tool: cannot replace a recycled interpreter");
+                    return;
                 }
             }
-            return;
-        }
+        } else {
+            w
+        };
         let mut idle = self.inner.idle.lock().expect("pool lock");
         if idle.len() < self.inner.limits.max_idle {
             idle.push(w);

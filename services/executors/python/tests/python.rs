@@ -364,7 +364,11 @@ async fn a_used_up_interpreter_is_replaced_before_the_next_task() {
 async fn the_same_code_runs_again_with_its_own_inputs_and_a_bad_one_fails_each_time() {
     let tool = PythonTool::new();
     let code = "seen = globals().get('seen', 0) + 1\nresult = [i * i, seen]";
-    for i in 0..5 {
+    let top_return = "return i + 1";
+    let runs = (0..5)
+        .map(|i| (code, i, json!([i * i, 1])))
+        .chain((0..3).map(|i| (top_return, i, json!(i + 1))));
+    for (code, i, want) in runs {
         let o = run_with(
             tool.clone(),
             json!({"code": code, "args": {"i": i}}),
@@ -372,17 +376,7 @@ async fn the_same_code_runs_again_with_its_own_inputs_and_a_bad_one_fails_each_t
         )
         .await;
         assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
-        assert_eq!(o.result, json!([i * i, 1]), "run {i}");
-    }
-    let top_return = "return i + 1";
-    for i in 0..3 {
-        let o = run_with(
-            tool.clone(),
-            json!({"code": top_return, "args": {"i": i}}),
-            json!({}),
-        )
-        .await;
-        assert_eq!(o.result, json!(i + 1), "{o:?}");
+        assert_eq!(o.result, want, "{code:?}, run {i}");
     }
     for _ in 0..2 {
         let o = run_with(tool.clone(), json!({"code": "x = ("}), json!({})).await;
