@@ -31,6 +31,16 @@ pub struct PythonConfig {
     /// (`NOETL_PYTHON_ENV`, comma-separated names, or prefixes ending in
     /// `*`). Names of [`crate::env::NEVER_PREFIXES`] are refused.
     pub pass_env: Vec<String>,
+    /// Interpreters that run fast code (a loop's small tasks) back to back,
+    /// each given its next request while it runs one (`NOETL_PYTHON_LANES`,
+    /// default [`default_lanes`]: one per core; 0 gives every task an
+    /// interpreter of its own).
+    pub lanes: usize,
+}
+
+/// One lane per core the executor may use.
+pub fn default_lanes() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 impl Default for PythonConfig {
@@ -40,39 +50,46 @@ impl Default for PythonConfig {
             default_timeout: DEFAULT_TIMEOUT,
             warm: DEFAULT_WARM,
             pass_env: Vec::new(),
+            lanes: default_lanes(),
         }
     }
 }
 
 impl PythonConfig {
-    /// Defaults overlaid with `NOETL_PYTHON`, `NOETL_PYTHON_ENV` and
-    /// `NOETL_PYTHON_WARM` (an
-    /// unusable value is logged and the default kept: a replica still
-    /// serves, only colder).
+    /// Defaults overlaid with `NOETL_PYTHON`, `NOETL_PYTHON_ENV`,
+    /// `NOETL_PYTHON_WARM` and `NOETL_PYTHON_LANES` (an unusable number is
+    /// logged and its default kept: a replica still serves).
     pub fn from_env() -> Self {
-        match Self::try_from_env() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "python tool: using the default warm pool size");
-                Self {
-                    warm: DEFAULT_WARM,
-                    ..Self::try_from_env_without_warm()
+        let mut c = Self::from_env_without_numbers();
+        for (name, slot) in [
+            ("NOETL_PYTHON_WARM", &mut c.warm),
+            ("NOETL_PYTHON_LANES", &mut c.lanes),
+        ] {
+            match count_from_env(name) {
+                Ok(Some(n)) => *slot = n,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, default = *slot, "python tool: using the default")
                 }
             }
         }
+        c
     }
 
-    /// Defaults overlaid with `NOETL_PYTHON` and `NOETL_PYTHON_WARM`, or
-    /// why `NOETL_PYTHON_WARM` is unusable.
+    /// Defaults overlaid with the variables of [`PythonConfig::from_env`],
+    /// or why one of them is unusable.
     pub fn try_from_env() -> Result<Self, ConfigError> {
-        let mut c = Self::try_from_env_without_warm();
-        if let Ok(w) = std::env::var("NOETL_PYTHON_WARM") {
-            c.warm = w.trim().parse().map_err(|_| ConfigError::Warm(w.clone()))?;
+        let mut c = Self::from_env_without_numbers();
+        if let Some(n) = count_from_env("NOETL_PYTHON_WARM")? {
+            c.warm = n;
+        }
+        if let Some(n) = count_from_env("NOETL_PYTHON_LANES")? {
+            c.lanes = n;
         }
         Ok(c)
     }
 
-    fn try_from_env_without_warm() -> Self {
+    fn from_env_without_numbers() -> Self {
         let mut c = Self::default();
         if let Some(p) = std::env::var_os("NOETL_PYTHON").filter(|p| !p.is_empty()) {
             c.interpreter = PathBuf::from(p);
@@ -81,6 +98,18 @@ impl PythonConfig {
             c.pass_env = crate::env::parse_list(&list);
         }
         c
+    }
+}
+
+/// The number of interpreters a variable sets, if it is set.
+fn count_from_env(name: &'static str) -> Result<Option<usize>, ConfigError> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ConfigError::Count { name, value: v }),
+        Err(_) => Ok(None),
     }
 }
 
@@ -93,9 +122,15 @@ pub enum ConfigError {
     /// `spec.timeout` unusable.
     #[error(transparent)]
     Timeout(#[from] noetl_core::timeout::TimeoutError),
-    /// `NOETL_PYTHON_WARM` is not a number of interpreters.
-    #[error("NOETL_PYTHON_WARM must be a number of interpreters (0 or more), got {0:?}")]
-    Warm(String),
+    /// `NOETL_PYTHON_WARM` or `NOETL_PYTHON_LANES` is not a number of
+    /// interpreters.
+    #[error("{name} must be a number of interpreters (0 or more), got {value:?}")]
+    Count {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// The kind-specific fields of a `kind: python` task.

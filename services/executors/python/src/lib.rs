@@ -2,9 +2,11 @@
 //!
 //! A task's `code` runs in a warm interpreter from a [`runner::Pool`]
 //! ([`PythonConfig::warm`] of them started with the tool; no start-up per
-//! task; an interpreter is killed and replaced on timeout and
-//! recycled after [`runner::PoolLimits::max_uses`] tasks) with fresh globals `args` (the task's rendered `args:`, `{}` by default, and
-//! each identifier key of it as a global of its own), `_prev`, `iter`, `ctx`
+//! task; an interpreter is killed and replaced on timeout and recycled
+//! after [`runner::PoolLimits::max_uses`] tasks; a source that runs fast
+//! goes to a few lanes, [`runner::Pool::submit`]) with fresh globals
+//! `args` (the task's rendered `args:`, `{}` by default, and each
+//! identifier key of it as a global of its own), `_prev`, `iter`, `ctx`
 //! and `workload`. The result is the global `result` if the code sets it,
 //! else what `main()` returns (called with `args` when it takes a
 //! parameter), else `None`.
@@ -45,7 +47,7 @@ impl Default for PythonTool {
 
 impl PythonTool {
     /// The tool configured from the environment (`NOETL_PYTHON`,
-    /// `NOETL_PYTHON_WARM`, `NOETL_PYTHON_ENV`).
+    /// `NOETL_PYTHON_WARM`, `NOETL_PYTHON_ENV`, `NOETL_PYTHON_LANES`).
     pub fn new() -> Self {
         Self::with_config(PythonConfig::from_env())
     }
@@ -72,7 +74,10 @@ impl PythonTool {
         let process = Pool::new(PoolParams {
             interpreter: config.interpreter.clone(),
             env: sealed.vars,
-            limits: PoolLimits::default(),
+            limits: PoolLimits {
+                lanes: config.lanes,
+                ..PoolLimits::default()
+            },
         });
         if config.warm > 0 && tokio::runtime::Handle::try_current().is_ok() {
             process.prewarm(config.warm);
@@ -141,7 +146,7 @@ async fn run(process: &Pool, call: ToolCall, default_timeout: Duration) -> Outco
         workload: &call.workload,
     }
     .to_line();
-    match process.run(line, timeout).await {
+    match process.submit(&task.code, line, timeout).await {
         Ok(out) => outcome_of(out),
         Err(e) => {
             let (kind, retryable, py) = match &e {
@@ -163,6 +168,7 @@ fn outcome_of(out: RunOutput) -> Outcome {
     let RunOutput {
         response: r,
         process_stderr,
+        ..
     } = out;
     let stderr = match (r.stderr.is_empty(), process_stderr.is_empty()) {
         (_, true) => r.stderr,

@@ -13,6 +13,7 @@ import linecache
 import os
 import sys
 import traceback
+from time import perf_counter as _clock
 
 LIMIT = 4096
 MARK = "\x1eNOETL-RESULT "
@@ -26,10 +27,17 @@ RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "mai
 _COMPILED = {}
 _COMPILED_MAX = 256
 
-_proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
+_proto = os.dup(1)
 os.dup2(2, 1)
 _stdin = sys.stdin.buffer
 sys.stdin = io.StringIO("")
+
+
+# Built once: `json.dumps` / `json.loads` build or look these up on every
+# call, which is a good part of a small task's time.
+_decode = json.JSONDecoder().raw_decode
+_encode = json.JSONEncoder().encode
+_encode_result = json.JSONEncoder(allow_nan=False).encode
 
 
 class _Capture(io.TextIOBase):
@@ -113,6 +121,8 @@ def _traceback(exc):
 def _import_libs(libs, g):
     """Bind each `libs` entry in the globals `g`; the names of the modules
     the interpreter lacks, all of them, when any is missing."""
+    if not libs:
+        return []
     import importlib
     import importlib.util
 
@@ -184,11 +194,30 @@ def _compiled(code):
     return hit
 
 
+# The source last given to linecache, and its entry there.
+_lines = (None, None)
+
+
+def _show_lines(code):
+    """Give tracebacks the task's source lines (kept while the same code
+    runs again, unless the task dropped linecache's entry)."""
+    global _lines
+    if linecache.cache.get(TASK_FILE) is _lines[1] and _lines[0] == code:
+        return
+    entry = (len(code), None, code.splitlines(True), TASK_FILE)
+    linecache.cache[TASK_FILE] = entry
+    _lines = (code, entry)
+
+
+_OK = {"ok": True}
+_OK_HEAD = '{"ok": true, "stdout": "", "stderr": "", "result": '
+
+
 def _handle(req):
     out, err = _Capture(), _Capture()
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
-    resp = {"ok": True}
+    resp = _OK
     encoded = "null"
     try:
         code = req.get("code")
@@ -212,7 +241,7 @@ def _handle(req):
         missing = _import_libs(req.get("libs") or [], g)
         if missing:
             raise _MissingLibs(missing)
-        linecache.cache[TASK_FILE] = (len(code), None, code.splitlines(True), TASK_FILE)
+        _show_lines(code)
         compiled, body = _compiled(code)
         exec(compiled, g)
         if body is not None:
@@ -224,7 +253,7 @@ def _handle(req):
         else:
             value = None
         try:
-            encoded = json.dumps(value, allow_nan=False)
+            encoded = _encode_result(value)
         except (TypeError, ValueError, OverflowError, RecursionError) as e:
             resp = {
                 "ok": False,
@@ -251,10 +280,19 @@ def _handle(req):
         }
     finally:
         sys.stdout, sys.stderr = saved
-    resp["stdout"] = out.text()
-    resp["stderr"] = err.text()
-    head = json.dumps(resp)
+    stdout, stderr = out.text(), err.text()
+    if resp is _OK and not stdout and not stderr:
+        return _OK_HEAD + encoded + "}"
+    resp = dict(resp, stdout=stdout, stderr=stderr)
+    head = _encode(resp)
     return head[:-1] + ', "result": ' + encoded + "}"
+
+
+def _answer(line):
+    """Write one response line to the protocol fd, all of it."""
+    data = memoryview((MARK + line + "\n").encode("utf-8"))
+    while data:
+        data = data[os.write(_proto, data):]
 
 
 def _serve():
@@ -263,20 +301,26 @@ def _serve():
         if not raw:
             continue
         try:
-            req = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            req, end = _decode(text)
+            if end != len(text):
+                raise ValueError("extra data after the request")
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
+            began = _clock()
             line = _handle(req)
+            # How long the task took here (an interpreter's start-up and the
+            # pipes left out): what the executor judges a source fast by.
+            line = line[:-1] + ', "took_us": %d}' % ((_clock() - began) * 1e6)
         except Exception as e:  # a broken request, never the task's fault
-            line = json.dumps(
+            line = _encode(
                 {"ok": False, "kind": "python.protocol", "message": "bad request: %s" % e}
             )
         try:
             os.write(2, END)
         except OSError:  # the task closed fd 2: the executor stops waiting
             pass
-        _proto.write(MARK + line + "\n")
-        _proto.flush()
+        _answer(line)
 
 
 _serve()

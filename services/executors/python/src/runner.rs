@@ -3,6 +3,7 @@
 //! interpreters that each serve one request per stdin line (started ahead
 //! of the first task with [`Pool::prewarm`]).
 
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -14,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
+
+mod lane;
+
+pub use lane::{FAST, LINE_WAIT};
 
 /// The runner script, passed to the interpreter with `-c`.
 pub const RUNNER: &str = include_str!("runner.py");
@@ -80,6 +85,9 @@ pub struct Response {
     /// What the task printed to `sys.stderr` (bounded).
     #[serde(default)]
     pub stderr: String,
+    /// Microseconds the task took inside the interpreter.
+    #[serde(default)]
+    pub took_us: Option<u64>,
 }
 
 /// A finished run.
@@ -90,6 +98,10 @@ pub struct RunOutput {
     /// Output written straight to the process's file descriptors 1 and 2
     /// (C extensions, subprocesses), bounded.
     pub process_stderr: String,
+    /// How long the task ran: as the interpreter measured it, else from
+    /// its request's start to its answer. [`Pool::submit`] judges a source
+    /// fast by it.
+    pub took: Duration,
 }
 
 /// Why a run produced no response.
@@ -129,6 +141,12 @@ pub struct PoolLimits {
     /// task's changes to interpreter-wide state (imports, `sys.path`...)
     /// can leak into later tasks.
     pub max_uses: u32,
+    /// Interpreters that serve fast code at once, each given its next
+    /// request while it runs one ([`Pool::submit`]).
+    pub lanes: usize,
+    /// The longest a fast task waits in line for a lane before it takes an
+    /// interpreter of its own ([`LINE_WAIT`]).
+    pub line_wait: Duration,
 }
 
 impl Default for PoolLimits {
@@ -139,9 +157,15 @@ impl Default for PoolLimits {
             // interpreters (tens of ms each) under a steady load.
             max_idle: 16,
             // An interpreter takes 20-50 ms of CPU to start: replaced
-            // every 200 tasks, the restarts halved a python loop's rate
-            // (docs/performance.md "The python loop's interpreters").
-            max_uses: 1000,
+            // every 200 tasks, the restarts halved a python loop's rate,
+            // and a lane serves 1,000 tasks in a tenth of a second
+            // (docs/performance.md "The python loop's interpreters",
+            // "The python loop's lanes").
+            max_uses: 10_000,
+            // One per core: more would only take turns on them, each
+            // coming back to a cold cache.
+            lanes: crate::config::default_lanes(),
+            line_wait: LINE_WAIT,
         }
     }
 }
@@ -175,6 +199,10 @@ struct PoolInner {
     idle: Mutex<Vec<Worker>>,
     /// Interpreters started so far (a statistic).
     spawned: AtomicU64,
+    /// Fast tasks in line for a lane.
+    line: Mutex<lane::Line>,
+    /// Whether each source (by hash) ran fast the last time it ran.
+    speed: Mutex<HashMap<u64, bool>>,
 }
 
 /// One running interpreter.
@@ -197,52 +225,81 @@ const END: &[u8] = b"\x1eNOETL-END\n";
 /// few microseconds behind it; bounded in case the task closed fd 2).
 const STDERR_SETTLE: Duration = Duration::from_secs(1);
 
-/// fd 2 of one interpreter as read so far.
+/// fd 2 of one interpreter as read so far, cut into one segment per
+/// response at the end marks (a lane has several requests in one
+/// interpreter, so a task's output is what came after the previous mark).
 #[derive(Debug, Default)]
 struct Captured {
-    /// Output since the task began, bounded.
-    bytes: Vec<u8>,
-    /// End marks seen: one per response sent.
-    ends: u64,
-    /// The last bytes read, to find a mark split across reads.
-    tail: Vec<u8>,
+    /// Output of the tasks whose end mark was read, oldest first, each
+    /// bounded.
+    done: VecDeque<Vec<u8>>,
+    /// Output after the last end mark, bounded.
+    current: Vec<u8>,
+    /// Bytes that may be the start of an end mark split across reads.
+    pending: Vec<u8>,
 }
 
 impl Captured {
-    /// Take in one read's bytes, keeping at most `room_for` bytes of output.
-    fn take_in(&mut self, chunk: &[u8], room_for: usize) {
-        let room = room_for.saturating_sub(self.bytes.len());
-        self.bytes
-            .extend_from_slice(&chunk[..chunk.len().min(room)]);
-        self.tail.extend_from_slice(chunk);
-        self.ends += count(&self.tail, END);
-        let keep = self.tail.len().min(END.len() - 1);
-        self.tail.drain(..self.tail.len() - keep);
+    /// Take in one read's bytes, keeping at most `room_for` bytes of each
+    /// task's output. Returns whether an end mark was read.
+    fn take_in(&mut self, chunk: &[u8], room_for: usize) -> bool {
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(chunk);
+        let mut marked = false;
+        let mut from = 0;
+        while let Some(at) = find(&data[from..], END) {
+            keep(&mut self.current, &data[from..from + at], room_for);
+            self.done.push_back(std::mem::take(&mut self.current));
+            from += at + END.len();
+            marked = true;
+        }
+        // Hold back a tail that could begin a mark completed by the next read.
+        let rest = &data[from..];
+        let hold = (1..END.len().min(rest.len() + 1))
+            .rev()
+            .find(|&n| rest.ends_with(&END[..n]))
+            .unwrap_or(0);
+        keep(&mut self.current, &rest[..rest.len() - hold], room_for);
+        self.pending = rest[rest.len() - hold..].to_vec();
+        marked
     }
 
-    /// The output as text, end marks removed, bounded.
-    fn text(&self) -> String {
-        let text = String::from_utf8_lossy(&self.bytes);
-        truncate(
-            &text.replace(std::str::from_utf8(END).expect("ascii"), ""),
-            OUTPUT_LIMIT,
-        )
+    /// Forget everything read so far (an interpreter starting a task of its
+    /// own: nothing of an earlier one is pending).
+    fn reset(&mut self) {
+        self.done.clear();
+        self.current.clear();
+        self.pending.clear();
+    }
+
+    /// The oldest finished task's output, if its end mark was read.
+    fn take_done(&mut self) -> Option<String> {
+        self.done.pop_front().map(|b| text_of(&b))
+    }
+
+    /// Everything after the last end mark (a task that ended without one:
+    /// its process died, or it closed fd 2).
+    fn take_rest(&mut self) -> String {
+        let mut b = std::mem::take(&mut self.current);
+        b.append(&mut self.pending);
+        text_of(&b)
     }
 }
 
-/// Non-overlapping occurrences of `needle` in `hay`.
-fn count(hay: &[u8], needle: &[u8]) -> u64 {
-    let mut n = 0;
-    let mut i = 0;
-    while i + needle.len() <= hay.len() {
-        if &hay[i..i + needle.len()] == needle {
-            n += 1;
-            i += needle.len();
-        } else {
-            i += 1;
-        }
-    }
-    n
+/// Append what fits of `bytes` to `to`, which holds at most `room_for`.
+fn keep(to: &mut Vec<u8>, bytes: &[u8], room_for: usize) {
+    let room = room_for.saturating_sub(to.len());
+    to.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
+/// Output bytes as text, bounded.
+fn text_of(bytes: &[u8]) -> String {
+    truncate(&String::from_utf8_lossy(bytes), OUTPUT_LIMIT)
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 impl Pool {
@@ -256,6 +313,8 @@ impl Pool {
                 limits: params.limits,
                 idle: Mutex::new(Vec::new()),
                 spawned: AtomicU64::new(0),
+                line: Mutex::default(),
+                speed: Mutex::default(),
             }),
         }
     }
@@ -341,12 +400,10 @@ impl Pool {
                 if n == 0 {
                     break;
                 }
-                let more = {
-                    let mut c = sink.lock().expect("stderr lock");
-                    let before = c.ends;
-                    c.take_in(&buf[..n], 2 * OUTPUT_LIMIT);
-                    c.ends > before
-                };
+                let more = sink
+                    .lock()
+                    .expect("stderr lock")
+                    .take_in(&buf[..n], 2 * OUTPUT_LIMIT);
                 if more {
                     wake.notify_waiters();
                 }
@@ -404,65 +461,39 @@ impl Pool {
         }
     }
 
-    /// Run one request line in a warm interpreter; on timeout the
-    /// interpreter is killed (and a later task gets a new one).
+    /// Run one request line in a warm interpreter of its own; on timeout
+    /// the interpreter is killed (and a later task gets a new one).
     pub async fn run(&self, line: Vec<u8>, timeout: Duration) -> Result<RunOutput, RunError> {
         let mut w = self.checkout()?;
-        w.stderr.lock().expect("stderr lock").bytes.clear();
-        let answer = tokio::time::timeout(timeout, exchange(&mut w, &line)).await;
-        let take_stderr = |w: &Worker| w.stderr.lock().expect("stderr lock").text();
+        w.stderr.lock().expect("stderr lock").reset();
+        let started = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(timeout, async {
+            send(&mut w, &line).await?;
+            read_response(&mut w).await
+        })
+        .await;
         match answer {
             Err(_) => Err(RunError::Timeout(timeout)), // `w` dropped: killed
             Ok(Ok(Some(response))) => {
-                w.uses += 1;
-                // The response can overtake the task's last fd 2 output
-                // (two pipes): wait for this response's end mark.
-                let served = u64::from(w.uses);
-                let settle = tokio::time::Instant::now() + STDERR_SETTLE;
-                loop {
-                    // Registered before the check, so a mark read in
-                    // between still wakes it.
-                    let notified = w.ended.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if w.stderr.lock().expect("stderr lock").ends >= served {
-                        break;
-                    }
-                    if tokio::time::timeout_at(settle, notified).await.is_err() {
-                        break;
-                    }
-                }
-                let process_stderr = take_stderr(&w);
+                let out = served(&mut w, response, started.elapsed()).await;
                 self.checkin(w);
-                Ok(RunOutput {
-                    response,
-                    process_stderr,
-                })
+                Ok(out)
             }
-            Ok(Ok(None)) => {
-                // EOF before an answer: the process died. Give its stderr
-                // reader a moment to collect the last words.
-                let status =
-                    match tokio::time::timeout(Duration::from_secs(2), w.child.wait()).await {
-                        Ok(Ok(s)) => s.to_string(),
-                        _ => "unknown status".to_string(),
-                    };
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Err(RunError::Exited {
-                    status,
-                    stderr: take_stderr(&w),
-                })
-            }
+            Ok(Ok(None)) => Err(exited(w).await),
             Ok(Err(e)) => Err(RunError::Io(e)),
         }
     }
 }
 
-/// Send one request and read lines until the answer (`None` on EOF). Lines
-/// without the mark are output a C extension wrote straight to fd 1.
-async fn exchange(w: &mut Worker, line: &[u8]) -> std::io::Result<Option<Response>> {
+/// Write one request line.
+async fn send(w: &mut Worker, line: &[u8]) -> std::io::Result<()> {
     w.stdin.write_all(line).await?;
-    w.stdin.flush().await?;
+    w.stdin.flush().await
+}
+
+/// Read lines until the next answer (`None` on EOF). Lines without the
+/// mark are output a C extension wrote straight to fd 1.
+async fn read_response(w: &mut Worker) -> std::io::Result<Option<Response>> {
     let mut buf = String::new();
     loop {
         buf.clear();
@@ -475,6 +506,46 @@ async fn exchange(w: &mut Worker, line: &[u8]) -> std::io::Result<Option<Respons
             })?));
         }
     }
+}
+
+/// Count a served request and pair its response with what the task wrote
+/// to fd 2. The response can overtake that output (two pipes): wait for
+/// the task's end mark, a moment at most.
+async fn served(w: &mut Worker, response: Response, took: Duration) -> RunOutput {
+    w.uses += 1;
+    let settle = tokio::time::Instant::now() + STDERR_SETTLE;
+    let process_stderr = loop {
+        // Registered before the check, so a mark read in between still
+        // wakes it.
+        let notified = w.ended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let done = w.stderr.lock().expect("stderr lock").take_done();
+        if let Some(text) = done {
+            break text;
+        }
+        if tokio::time::timeout_at(settle, notified).await.is_err() {
+            // No mark (the task closed fd 2): what came is its output.
+            break w.stderr.lock().expect("stderr lock").take_rest();
+        }
+    };
+    RunOutput {
+        took: response.took_us.map_or(took, Duration::from_micros),
+        response,
+        process_stderr,
+    }
+}
+
+/// The error of an interpreter that closed its stdout without an answer:
+/// it died. Its stderr reader gets a moment to collect the last words.
+async fn exited(mut w: Worker) -> RunError {
+    let status = match tokio::time::timeout(Duration::from_secs(2), w.child.wait()).await {
+        Ok(Ok(s)) => s.to_string(),
+        _ => "unknown status".to_string(),
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let stderr = w.stderr.lock().expect("stderr lock").take_rest();
+    RunError::Exited { status, stderr }
 }
 
 /// `s` cut to at most `limit` bytes on a character boundary, with a marker
@@ -495,24 +566,32 @@ mod tests {
     use super::{truncate, Captured, END};
 
     #[test]
-    fn end_marks_are_counted_across_reads_and_never_shown() {
-        let mut c = Captured::default();
+    fn fd2_output_is_cut_per_task_at_end_marks_split_across_reads() {
         let mut stream = b"raw fd write\n".to_vec();
         stream.extend_from_slice(END);
-        stream.extend_from_slice(b"next task\n");
         stream.extend_from_slice(END);
-        // Every split of the stream into two reads counts both marks.
+        stream.extend_from_slice(b"third \x1e task");
+        stream.extend_from_slice(END);
+        stream.extend_from_slice(b"still running");
+        // Every split of the stream into two reads finds the same tasks.
         for cut in 0..stream.len() {
-            let mut c2 = Captured::default();
-            c2.take_in(&stream[..cut], 1 << 20);
-            c2.take_in(&stream[cut..], 1 << 20);
-            assert_eq!(c2.ends, 2, "cut at {cut}");
-            assert_eq!(c2.text(), "raw fd write\nnext task\n");
+            let mut c = Captured::default();
+            c.take_in(&stream[..cut], 1 << 20);
+            c.take_in(&stream[cut..], 1 << 20);
+            let tasks: Vec<String> = std::iter::from_fn(|| c.take_done()).collect();
+            assert_eq!(
+                tasks,
+                ["raw fd write\n", "", "third \x1e task"],
+                "cut at {cut}"
+            );
+            assert_eq!(c.take_rest(), "still running", "cut at {cut}");
         }
-        // Output beyond the room is dropped; marks are still counted.
-        c.take_in(b"0123456789", 4);
-        c.take_in(END, 4);
-        assert_eq!((c.ends, c.text().as_str()), (1, "0123"));
+        // A task's output beyond the room is dropped; its mark still counts.
+        let mut c = Captured::default();
+        assert!(!c.take_in(b"0123456789", 4));
+        assert!(c.take_in(END, 4));
+        assert_eq!(c.take_done().as_deref(), Some("0123"));
+        assert_eq!(c.take_done(), None);
     }
 
     #[test]

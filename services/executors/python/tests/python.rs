@@ -309,6 +309,7 @@ async fn a_used_up_interpreter_is_replaced_before_the_next_task() {
         limits: PoolLimits {
             max_idle: 4,
             max_uses: 3,
+            ..PoolLimits::default()
         },
     });
     let pid = |pool: Pool| async move {
@@ -536,4 +537,180 @@ async fn a_missing_lib_fails_the_task_naming_every_missing_module() {
         o.error.as_ref().unwrap().message.contains("`libs.x`"),
         "{o:?}"
     );
+}
+
+/// A pool of `limits` running `python3` with the executor's sealed
+/// environment.
+fn pool_with(limits: noetl_tool_python::runner::PoolLimits) -> noetl_tool_python::runner::Pool {
+    noetl_tool_python::runner::Pool::new(noetl_tool_python::runner::PoolParams {
+        interpreter: "python3".into(),
+        env: noetl_tool_python::env::child_env(std::env::vars_os(), &[]).vars,
+        limits,
+    })
+}
+
+/// Limits with `lanes` lanes and a line wait long enough that no task
+/// leaves the line, however slow the machine.
+fn lanes(lanes: usize) -> noetl_tool_python::runner::PoolLimits {
+    noetl_tool_python::runner::PoolLimits {
+        lanes,
+        line_wait: Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Submit `code` with `args` to `pool` and return its response (a run
+/// error fails the test).
+async fn submit(
+    pool: &noetl_tool_python::runner::Pool,
+    code: &str,
+    args: Value,
+) -> noetl_tool_python::runner::RunOutput {
+    pool.submit(code, line_of(code, &args), LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{code:?} with {args}: {e}"))
+}
+
+/// Run `code` alone until one run is fast (a first run in a new
+/// interpreter can be slow on a loaded machine), as a loop's first
+/// iterations do.
+async fn run_until_fast(
+    pool: &noetl_tool_python::runner::Pool,
+    code: &str,
+    args: Value,
+) -> noetl_tool_python::runner::RunOutput {
+    for _ in 0..50 {
+        let out = submit(pool, code, args.clone()).await;
+        if out.took < noetl_tool_python::runner::FAST {
+            return out;
+        }
+    }
+    panic!(
+        "{code:?} never ran in under {:?}",
+        noetl_tool_python::runner::FAST
+    );
+}
+
+/// After a source ran fast once, its next tasks go to the lanes: a loop's
+/// 64 iterations at once run in two interpreters, not 64, and each still
+/// gets its own answer and its own fd 2 output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_source_s_tasks_share_the_lanes_and_keep_their_own_answers() {
+    let pool = pool_with(lanes(2));
+    let code = "import os\nos.write(2, b'<%d>' % n)\nresult = [n * n, os.getpid()]";
+    let first = run_until_fast(&pool, code, json!({"n": 0})).await;
+    assert_eq!(first.process_stderr, "<0>");
+    let outs = futures::future::join_all((1..=64).map(|n| {
+        let pool = pool.clone();
+        async move { (n, submit(&pool, code, json!({ "n": n })).await) }
+    }))
+    .await;
+    let mut pids = std::collections::BTreeSet::new();
+    for (n, out) in outs {
+        assert!(out.response.ok, "{:?}", out.response);
+        assert_eq!(out.response.result[0], json!(n * n));
+        assert_eq!(out.process_stderr, format!("<{n}>"), "task {n}'s own fd 2");
+        pids.insert(out.response.result[1].as_u64().unwrap());
+    }
+    assert!(pids.len() <= 2, "two lanes served 64 tasks: {pids:?}");
+    assert!(pool.spawned() <= 2, "spawned {}", pool.spawned());
+}
+
+/// A task that turns out slow holds up at most the three tasks sent behind
+/// it: the others leave the line after the line wait and run in
+/// interpreters of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_task_in_a_lane_does_not_hold_up_the_line() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pool = pool_with(noetl_tool_python::runner::PoolLimits {
+        lanes: 1,
+        line_wait: Duration::from_millis(50),
+        ..Default::default()
+    });
+    let code = "import time\ntime.sleep(s)\nresult = n";
+    run_until_fast(&pool, code, json!({"s": 0, "n": 0})).await;
+    let finished = AtomicUsize::new(0);
+    let order = futures::future::join_all((0..=20).map(|n| {
+        let (pool, finished) = (pool.clone(), &finished);
+        async move {
+            let s = if n == 0 { 2.0 } else { 0.0 };
+            let out = submit(&pool, code, json!({"s": s, "n": n})).await;
+            assert_eq!(out.response.result, json!(n), "{:?}", out.response);
+            finished.fetch_add(1, Ordering::SeqCst)
+        }
+    }))
+    .await;
+    let before_slow = order[1..].iter().filter(|&&at| at < order[0]).count();
+    assert!(
+        before_slow >= 17,
+        "only {before_slow} of 20 fast tasks ended before the slow one: {order:?}"
+    );
+}
+
+/// A task that times out in a lane kills its interpreter; the task sent
+/// behind it never began, so it goes back in line and runs in the next
+/// interpreter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_in_a_lane_sends_the_task_behind_it_back_in_line() {
+    let pool = pool_with(lanes(1));
+    let code = "import time\ntime.sleep(s)\nresult = n";
+    run_until_fast(&pool, code, json!({"s": 0, "n": 0})).await;
+    let hung = pool.submit(
+        code,
+        line_of(code, &json!({"s": 30, "n": 1})),
+        Duration::from_millis(300),
+    );
+    let behind = submit(&pool, code, json!({"s": 0, "n": 2}));
+    let after = submit(&pool, code, json!({"s": 0, "n": 3}));
+    let (hung, behind, after) = tokio::join!(hung, behind, after);
+    assert!(
+        matches!(hung, Err(noetl_tool_python::runner::RunError::Timeout(_))),
+        "{hung:?}"
+    );
+    assert_eq!(behind.response.result, json!(2), "{:?}", behind.response);
+    assert_eq!(after.response.result, json!(3), "{:?}", after.response);
+    assert_eq!(
+        pool.spawned(),
+        2,
+        "the killed interpreter was replaced once"
+    );
+}
+
+/// A task cancelled while it runs in a lane (its caller gone, as when its
+/// execution is cancelled) is stopped: its interpreter is killed, as a
+/// task running alone is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_task_in_a_lane_is_stopped() {
+    let pool = pool_with(lanes(1));
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let code =
+        "import os, time\nopen(path, 'w').write(str(os.getpid()))\ntime.sleep(s)\nresult = n";
+    let args = |s: f64, n: u32| json!({"path": pid_file.to_str().unwrap(), "s": s, "n": n});
+    run_until_fast(&pool, code, args(0.0, 0)).await;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(500),
+        pool.submit(code, line_of(code, &args(30.0, 1)), LONG),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "still running when cancelled: {cancelled:?}"
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let proc_dir = std::path::Path::new("/proc").join(pid.trim());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proc_dir.exists()
+        && std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled task's interpreter {pid} runs on"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = submit(&pool, code, args(0.0, 2)).await;
+    assert_eq!(next.response.result, json!(2), "{:?}", next.response);
 }
