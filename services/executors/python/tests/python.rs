@@ -635,7 +635,7 @@ async fn a_slow_task_in_a_lane_does_not_hold_up_the_line() {
     let order = futures::future::join_all((0..=20).map(|n| {
         let (pool, finished) = (pool.clone(), &finished);
         async move {
-            let s = if n == 0 { 2.0 } else { 0.0 };
+            let s = if n == 0 { 4.0 } else { 0.0 };
             let out = submit(&pool, code, json!({"s": s, "n": n})).await;
             assert_eq!(out.response.result, json!(n), "{:?}", out.response);
             finished.fetch_add(1, Ordering::SeqCst)
