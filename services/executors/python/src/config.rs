@@ -61,10 +61,7 @@ impl PythonConfig {
     /// logged and its default kept: a replica still serves).
     pub fn from_env() -> Self {
         let mut c = Self::from_env_without_numbers();
-        for (name, slot) in [
-            ("NOETL_PYTHON_WARM", &mut c.warm),
-            ("NOETL_PYTHON_LANES", &mut c.lanes),
-        ] {
+        for (name, slot) in c.counts() {
             match count_from_env(name) {
                 Ok(Some(n)) => *slot = n,
                 Ok(None) => {}
@@ -80,13 +77,20 @@ impl PythonConfig {
     /// or why one of them is unusable.
     pub fn try_from_env() -> Result<Self, ConfigError> {
         let mut c = Self::from_env_without_numbers();
-        if let Some(n) = count_from_env("NOETL_PYTHON_WARM")? {
-            c.warm = n;
-        }
-        if let Some(n) = count_from_env("NOETL_PYTHON_LANES")? {
-            c.lanes = n;
+        for (name, slot) in c.counts() {
+            if let Some(n) = count_from_env(name)? {
+                *slot = n;
+            }
         }
         Ok(c)
+    }
+
+    /// The numbers of interpreters the environment may set, by variable.
+    fn counts(&mut self) -> [(&'static str, &mut usize); 2] {
+        [
+            ("NOETL_PYTHON_WARM", &mut self.warm),
+            ("NOETL_PYTHON_LANES", &mut self.lanes),
+        ]
     }
 
     fn from_env_without_numbers() -> Self {
