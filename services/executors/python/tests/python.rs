@@ -301,16 +301,12 @@ fn line_of(code: &str, args: &Value) -> Vec<u8> {
 /// idle and warm rather than waiting for a start.
 #[tokio::test]
 async fn a_used_up_interpreter_is_replaced_before_the_next_task() {
-    use noetl_tool_python::runner::{Pool, PoolLimits, PoolParams};
+    use noetl_tool_python::runner::{Pool, PoolLimits};
 
-    let pool = Pool::new(PoolParams {
-        interpreter: "python3".into(),
-        env: noetl_tool_python::env::child_env(std::env::vars_os(), &[]).vars,
-        limits: PoolLimits {
-            max_idle: 4,
-            max_uses: 3,
-            ..PoolLimits::default()
-        },
+    let pool = pool_with(PoolLimits {
+        max_idle: 4,
+        max_uses: 3,
+        ..PoolLimits::default()
     });
     let pid = |pool: Pool| async move {
         let out = pool
