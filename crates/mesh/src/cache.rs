@@ -3,8 +3,9 @@
 //! rule and one way to treat a poisoned lock.
 //!
 //! - Eviction: oldest insertion first, once more than `capacity` keys are
-//!   held. Every cache here only saves a read (a miss reads KV again), so
-//!   evicting any entry is always correct.
+//!   held, or (a [`Bounded::weighted`] cache) once their weights add up to
+//!   more than its budget. Every cache here only saves a read (a miss reads
+//!   KV again), so evicting any entry is always correct.
 //! - A panic while the lock was held cannot leave an entry half-written
 //!   (each operation is one map update), so a poisoned lock is taken over
 //!   instead of poisoning every later caller.
@@ -17,22 +18,37 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// A map of at most `capacity` entries, evicting the oldest insertion.
 pub struct Bounded<K, V> {
     capacity: usize,
+    /// The most the entries' weights add up to (the newest entry is kept
+    /// whatever its weight).
+    budget: usize,
     inner: Mutex<Slots<K, V>>,
 }
 
 struct Slots<K, V> {
-    map: HashMap<K, V>,
+    /// Each value with its weight.
+    map: HashMap<K, (V, usize)>,
     order: VecDeque<K>,
+    /// The weights of the entries held, added up.
+    weight: usize,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
     /// A cache holding at most `capacity` entries (at least one).
     pub fn new(capacity: usize) -> Self {
+        Self::weighted(capacity, usize::MAX)
+    }
+
+    /// A cache holding at most `capacity` entries whose weights (given by
+    /// [`Bounded::insert_weighing`]) add up to at most `budget`, but for
+    /// the newest entry, which is kept whatever its weight.
+    pub fn weighted(capacity: usize, budget: usize) -> Self {
         Self {
             capacity: capacity.max(1),
+            budget,
             inner: Mutex::new(Slots {
                 map: HashMap::new(),
                 order: VecDeque::new(),
+                weight: 0,
             }),
         }
     }
@@ -47,7 +63,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lock().map.get(key).cloned()
+        self.lock().map.get(key).map(|(v, _)| v.clone())
     }
 
     /// True when `key` is cached.
@@ -62,13 +78,25 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
     /// Cache `value` under `key` (a key already held keeps its place in the
     /// eviction order); evicts the oldest entries beyond the capacity.
     pub fn insert(&self, key: K, value: V) {
+        self.insert_weighing(key, value, 0);
+    }
+
+    /// Cache `value`, weighing `weight`, under `key` (a key already held
+    /// keeps its place in the eviction order); evicts the oldest entries
+    /// beyond the capacity or the budget.
+    pub fn insert_weighing(&self, key: K, value: V, weight: usize) {
         let mut g = self.lock();
-        if g.map.insert(key.clone(), value).is_none() {
-            g.order.push_back(key);
-            while g.order.len() > self.capacity {
-                if let Some(old) = g.order.pop_front() {
-                    g.map.remove(&old);
-                }
+        match g.map.insert(key.clone(), (value, weight)) {
+            Some((_, old)) => g.weight -= old,
+            None => g.order.push_back(key),
+        }
+        g.weight += weight;
+        while g.order.len() > self.capacity || (g.weight > self.budget && g.order.len() > 1) {
+            let Some(old) = g.order.pop_front() else {
+                break;
+            };
+            if let Some((_, w)) = g.map.remove(&old) {
+                g.weight -= w;
             }
         }
     }
@@ -80,7 +108,8 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let mut g = self.lock();
-        if g.map.remove(key).is_some() {
+        if let Some((_, w)) = g.map.remove(key) {
+            g.weight -= w;
             g.order.retain(|k| k.borrow() != key);
         }
     }
@@ -123,6 +152,27 @@ mod tests {
         c.insert(3, "z");
         assert!(c.contains(&2) && c.contains(&3) && !c.contains(&1));
         assert_eq!(Bounded::<u8, u8>::new(0).capacity, 1, "at least one");
+    }
+
+    #[test]
+    fn a_weighted_cache_keeps_its_budget_but_always_the_newest() {
+        let c = Bounded::weighted(8, 100);
+        c.insert_weighing("a", 1, 40);
+        c.insert_weighing("b", 2, 40);
+        c.insert_weighing("c", 3, 40); // 120 > 100: "a" goes
+        assert_eq!(
+            (c.get(&"a"), c.get(&"b"), c.get(&"c")),
+            (None, Some(2), Some(3))
+        );
+        c.insert_weighing("b", 20, 10); // lighter in place: 50
+        c.insert_weighing("d", 4, 50); // 100: all stay
+        assert_eq!(c.len(), 3);
+        c.remove(&"d");
+        c.insert_weighing("huge", 5, 500); // over the budget alone: kept, alone
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(&"huge"), Some(5));
+        c.insert_weighing("e", 6, 10); // the huge one is the oldest: it goes
+        assert_eq!((c.get(&"huge"), c.get(&"e")), (None, Some(6)));
     }
 
     #[test]
