@@ -2,6 +2,12 @@
 
 mod commands;
 
+/// mimalloc instead of glibc's malloc: fewer locks between the runtime's
+/// threads and less work per allocation (docs/performance.md "The
+/// allocator, and the loop-supervisor's chunk cache").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};

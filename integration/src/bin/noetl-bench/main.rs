@@ -35,6 +35,11 @@ mod scale;
 mod scenarios;
 mod throughput;
 
+/// The allocator the `noetl` binary runs with, so that the engine measured
+/// in process is the engine deployed.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
