@@ -262,6 +262,16 @@ impl Cursor {
     }
 }
 
+/// What a step's gate said of a command ([`StepRun::admit`]).
+enum Admitted {
+    /// Run now, holding this slot (if the step is gated) until the end.
+    Go(Option<crate::gate::Held>),
+    /// Not yet: come back after this long.
+    Wait(Duration),
+    /// The gate cannot be entered: the step-run fails with this error.
+    Refused(Value),
+}
+
 /// Publishes in flight, awaited together, and the last task's `task.done`
 /// held back: published when the pipeline goes on, carried inside the
 /// step-run's end when it ends there ([`payloads::LastTask`]).
@@ -369,17 +379,37 @@ impl StepRun<'_> {
     /// ([`crate::gate`]): when a slot and a token are free, holding the
     /// slot until the command ends; else not yet. A command that continues
     /// a child's known outcome runs no tool and is not held back.
+    ///
+    /// The pipeline's future is built in one place and boxed when a gate
+    /// holds it: an async fn keeps each call's future in a slot of its
+    /// own, and three of them made this future 48 KiB, copied whole each
+    /// time it moved (docs/performance.md "Futures that move").
     async fn admit_and_drive(&self, cur: Cursor) -> Result<Handled, HandlerError> {
+        let held = match self.admit(&cur).await? {
+            Admitted::Go(held) => held,
+            Admitted::Wait(wait) => return Ok(Handled::NotYet(wait)),
+            Admitted::Refused(error) => {
+                self.finish(&cur, End::Failed(error), None).await?;
+                return Ok(Handled::Done);
+            }
+        };
+        match held {
+            None => self.drive(cur).await?,
+            held => crate::gate::hold(self.mesh(), held, Box::pin(self.drive(cur))).await?,
+        }
+        Ok(Handled::Done)
+    }
+
+    /// Whether the step's gate lets the command at `cur` run now.
+    async fn admit(&self, cur: &Cursor) -> Result<Admitted, HandlerError> {
         use crate::gate::{self, Admission};
         let Some(task) = self.needs.tasks.get(cur.pc) else {
-            self.drive(cur).await?;
-            return Ok(Handled::Done);
+            return Ok(Admitted::Go(None));
         };
         if cur.resume.is_some() || !self.step.is_gated() {
-            self.drive(cur).await?;
-            return Ok(Handled::Done);
+            return Ok(Admitted::Go(None));
         }
-        let scope = self.task_scope(&cur, task);
+        let scope = self.task_scope(cur, task);
         let entering = gate::Entering {
             mesh: self.mesh(),
             plan: self.plan,
@@ -387,18 +417,13 @@ impl StepRun<'_> {
             cmd: self.cmd,
             scope: &scope,
         };
-        match gate::enter(entering).await? {
-            Admission::Wait(wait) => Ok(Handled::NotYet(wait)),
+        Ok(match gate::enter(entering).await? {
+            Admission::Wait(wait) => Admitted::Wait(wait),
             Admission::Broken(message) => {
-                let error = payloads::error_body("concurrency", message);
-                self.finish(&cur, End::Failed(error), None).await?;
-                Ok(Handled::Done)
+                Admitted::Refused(payloads::error_body("concurrency", message))
             }
-            Admission::Go(held) => {
-                gate::hold(self.mesh(), held, self.drive(cur)).await?;
-                Ok(Handled::Done)
-            }
-        }
+            Admission::Go(held) => Admitted::Go(held),
+        })
     }
 
     /// Resume, read back what came by reference, run the pipeline, and
