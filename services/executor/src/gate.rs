@@ -156,10 +156,7 @@ fn wait_of(v: &Verdict) -> Option<Duration> {
 /// Run `work` holding `held`: its lease is renewed every third of its
 /// length while the work runs, and released when it ends (a release that
 /// fails leaves the lease to expire).
-pub(crate) async fn hold<T>(mesh: &Mesh, held: Option<Held>, work: impl Future<Output = T>) -> T {
-    let Some(h) = held else {
-        return work.await;
-    };
+pub(crate) async fn hold<T>(mesh: &Mesh, h: Held, work: impl Future<Output = T>) -> T {
     let period = Duration::from_millis(gate::TASK_LEASE_MS / 3);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tokio::pin!(work);

@@ -262,16 +262,6 @@ impl Cursor {
     }
 }
 
-/// What a step's gate said of a command ([`StepRun::admit`]).
-enum Admitted {
-    /// Run now, holding this slot (if the step is gated) until the end.
-    Go(Option<crate::gate::Held>),
-    /// Not yet: come back after this long.
-    Wait(Duration),
-    /// The gate cannot be entered: the step-run fails with this error.
-    Refused(Value),
-}
-
 /// Publishes in flight, awaited together, and the last task's `task.done`
 /// held back: published when the pipeline goes on, carried inside the
 /// step-run's end when it ends there ([`payloads::LastTask`]).
@@ -385,29 +375,30 @@ impl StepRun<'_> {
     /// own, and three of them made this future 48 KiB, copied whole each
     /// time it moved (docs/performance.md "Futures that move").
     async fn admit_and_drive(&self, cur: Cursor) -> Result<Handled, HandlerError> {
-        let held = match self.admit(&cur).await? {
-            Admitted::Go(held) => held,
-            Admitted::Wait(wait) => return Ok(Handled::NotYet(wait)),
-            Admitted::Refused(error) => {
-                self.finish(&cur, End::Failed(error), None).await?;
-                return Ok(Handled::Done);
+        use crate::gate::{self, Admission};
+        match self.admit(&cur).await? {
+            Admission::Go(None) => self.drive(cur).await?,
+            Admission::Go(Some(held)) => {
+                gate::hold(self.mesh(), held, Box::pin(self.drive(cur))).await?
             }
-        };
-        match held {
-            None => self.drive(cur).await?,
-            held => crate::gate::hold(self.mesh(), held, Box::pin(self.drive(cur))).await?,
+            Admission::Wait(wait) => return Ok(Handled::NotYet(wait)),
+            Admission::Broken(message) => {
+                let error = payloads::error_body("concurrency", message);
+                self.finish(&cur, End::Failed(error), None).await?;
+            }
         }
         Ok(Handled::Done)
     }
 
-    /// Whether the step's gate lets the command at `cur` run now.
-    async fn admit(&self, cur: &Cursor) -> Result<Admitted, HandlerError> {
+    /// What the step's gate says of the command at `cur` (no gate, or a
+    /// command that runs no tool: go, holding nothing).
+    async fn admit(&self, cur: &Cursor) -> Result<crate::gate::Admission, HandlerError> {
         use crate::gate::{self, Admission};
         let Some(task) = self.needs.tasks.get(cur.pc) else {
-            return Ok(Admitted::Go(None));
+            return Ok(Admission::Go(None));
         };
         if cur.resume.is_some() || !self.step.is_gated() {
-            return Ok(Admitted::Go(None));
+            return Ok(Admission::Go(None));
         }
         let scope = self.task_scope(cur, task);
         let entering = gate::Entering {
@@ -417,13 +408,7 @@ impl StepRun<'_> {
             cmd: self.cmd,
             scope: &scope,
         };
-        Ok(match gate::enter(entering).await? {
-            Admission::Wait(wait) => Admitted::Wait(wait),
-            Admission::Broken(message) => {
-                Admitted::Refused(payloads::error_body("concurrency", message))
-            }
-            Admission::Go(held) => Admitted::Go(held),
-        })
+        Ok(gate::enter(entering).await?)
     }
 
     /// Resume, read back what came by reference, run the pipeline, and
