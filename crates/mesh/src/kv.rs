@@ -30,15 +30,34 @@ pub async fn read<T: DeserializeOwned>(
 ) -> Result<Option<(T, u64)>, MeshError> {
     match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
         Some(entry) if entry.operation == Operation::Put => {
-            let v = serde_json::from_slice(&entry.value).map_err(|e| MeshError::Corrupt {
-                bucket: store.name.clone(),
-                key: key.to_string(),
-                message: e.to_string(),
-            })?;
+            let v = decode(store, key, &entry.value)?;
             Ok(Some((v, entry.revision)))
         }
         _ => Ok(None),
     }
+}
+
+/// Read a JSON value and the bytes it takes as stored (`None` when
+/// absent), e.g. to weigh it in a cache.
+pub async fn get_sized<T: DeserializeOwned>(
+    store: &Store,
+    key: &str,
+) -> Result<Option<(T, usize)>, MeshError> {
+    match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
+        Some(entry) if entry.operation == Operation::Put => {
+            let v = decode(store, key, &entry.value)?;
+            Ok(Some((v, entry.value.len())))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn decode<T: DeserializeOwned>(store: &Store, key: &str, bytes: &[u8]) -> Result<T, MeshError> {
+    serde_json::from_slice(bytes).map_err(|e| MeshError::Corrupt {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// Read a JSON value (`None` when absent).

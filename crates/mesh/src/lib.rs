@@ -285,7 +285,7 @@ impl Mesh {
             }
         }
         let results = objects::ResultStore::open(location)?;
-        let plans = Arc::new(plan::PlanCache::new(256));
+        let plans = Arc::new(plan::PlanCache::default());
         let cancelled = cancel::watch(
             &client,
             &subjects,

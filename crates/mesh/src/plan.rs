@@ -180,22 +180,48 @@ impl PlanRecord {
     }
 }
 
-/// A bounded cache of plans by execution id.
+/// How many plans a [`PlanCache`] holds at most: more than the
+/// executions a replica has in flight at once in `noetl-bench`'s 1,000
+/// concurrent executions, so none is read back and parsed again per step
+/// (docs/performance.md "Plans read again").
+pub const PLAN_CACHE_ENTRIES: usize = 4096;
+
+/// The most the cached plans may weigh ([`weight`]): a five-step noop
+/// plan weighs about 10 KB in memory (836 bytes as stored), a large
+/// playbook's plan far more, and a replica keeps its memory bounded
+/// whatever they are.
+pub const PLAN_CACHE_BYTES: usize = 16 << 20;
+
+/// A bounded cache of plans by execution id, by count and by what the
+/// plans weigh in memory ([`weight`]).
 pub struct PlanCache {
     inner: crate::cache::Bounded<String, Arc<PlanRecord>>,
 }
 
+impl Default for PlanCache {
+    fn default() -> Self {
+        Self::new(PLAN_CACHE_ENTRIES, PLAN_CACHE_BYTES)
+    }
+}
+
 impl PlanCache {
-    /// A cache holding at most `capacity` plans.
-    pub fn new(capacity: usize) -> Self {
+    /// A cache holding at most `capacity` plans weighing at most `budget`
+    /// bytes ([`weight`]; the newest is kept whatever it weighs).
+    pub fn new(capacity: usize, budget: usize) -> Self {
         Self {
-            inner: crate::cache::Bounded::new(capacity),
+            inner: crate::cache::Bounded::weighted(capacity, budget),
         }
     }
 
     /// Insert a plan (the router does this when it stores one).
     pub fn insert(&self, plan: Arc<PlanRecord>) {
-        self.inner.insert(plan.execution_id.clone(), plan);
+        let weight = weight(&plan, stored_size(&plan));
+        self.insert_weighing(plan, weight);
+    }
+
+    fn insert_weighing(&self, plan: Arc<PlanRecord>, weight: usize) {
+        self.inner
+            .insert_weighing(plan.execution_id.clone(), plan, weight);
     }
 
     /// Forget the plan of `eid` (a resume may have changed it).
@@ -209,16 +235,53 @@ impl PlanCache {
             return Ok(p);
         }
         let key = crate::keys::Keys::plan(eid);
-        let rec: PlanRecord =
-            crate::kv::get(mesh.exec_kv(), &key)
-                .await?
-                .ok_or_else(|| MeshError::NoPlan {
-                    execution_id: eid.to_string(),
-                })?;
+        let (rec, stored) = crate::kv::get_sized::<PlanRecord>(mesh.exec_kv(), &key)
+            .await?
+            .ok_or_else(|| MeshError::NoPlan {
+                execution_id: eid.to_string(),
+            })?;
         let plan = Arc::new(rec);
-        self.insert(plan.clone());
+        self.insert_weighing(plan.clone(), weight(&plan, stored));
         Ok(plan)
     }
+}
+
+/// An estimate of the bytes `plan` holds in memory: its structs (a step's
+/// is over a kilobyte however little it says) plus `stored`, the bytes of
+/// its JSON, for what they point to (names, templates, values).
+fn weight(plan: &PlanRecord, stored: usize) -> usize {
+    use noetl_core::model::{Arc as Edge, Step, Task};
+    use std::mem::size_of;
+    let steps: usize = plan
+        .playbook
+        .workflow
+        .iter()
+        .map(|s| {
+            let arcs = s.next.as_ref().map_or(0, |n| n.arcs.len());
+            size_of::<Step>() + s.tool.len() * size_of::<Task>() + arcs * size_of::<Edge>()
+        })
+        .sum();
+    size_of::<PlanRecord>() + steps + stored
+}
+
+/// The bytes `plan` takes as stored (its JSON), counted without keeping
+/// them.
+fn stored_size(plan: &PlanRecord) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Serialising a plan into a counter cannot fail (it was parsed from
+    // JSON or is about to be stored as JSON); a failure weighs nothing.
+    let _ = serde_json::to_writer(&mut n, plan);
+    n.0
 }
 
 #[cfg(test)]
@@ -238,5 +301,47 @@ mod tests {
         let names = plan.step_name_set();
         assert_eq!(names.iter().collect::<Vec<_>>(), ["b", "start"]);
         assert!(Arc::ptr_eq(&names, &plan.step_name_set()), "computed once");
+    }
+
+    fn plan(eid: &str) -> PlanRecord {
+        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: p }\nworkflow:\n  - step: start\n    next: { arcs: [ { step: b } ] }\n  - step: b\n";
+        let playbook = noetl_core::load::load_playbook(yaml, "p.yaml")
+            .unwrap()
+            .playbook;
+        PlanRecord::new(eid.into(), "p.yaml".into(), playbook, Value::Null)
+    }
+
+    #[test]
+    fn a_plan_weighs_its_json_and_its_structs() {
+        let p = plan("e1");
+        let stored = serde_json::to_vec(&p).unwrap().len();
+        assert_eq!(stored_size(&p), stored);
+        let structs = 2 * std::mem::size_of::<noetl_core::model::Step>();
+        assert!(weight(&p, stored) > stored + structs);
+    }
+
+    #[test]
+    fn the_plan_cache_keeps_to_its_bytes_dropping_the_oldest() {
+        let p = plan("e1");
+        let one = weight(&p, stored_size(&p));
+        let cache = PlanCache::new(100, one * 2 + one / 2);
+        for eid in ["e1", "e2", "e3"] {
+            cache.insert(Arc::new(plan(eid)));
+        }
+        assert!(
+            cache.inner.get("e1").is_none(),
+            "over budget: the oldest goes"
+        );
+        assert!(cache.inner.get("e2").is_some());
+        assert!(cache.inner.get("e3").is_some());
+        let by_count = PlanCache::new(2, usize::MAX);
+        for eid in ["e1", "e2", "e3"] {
+            by_count.insert(Arc::new(plan(eid)));
+        }
+        assert!(
+            by_count.inner.get("e1").is_none(),
+            "over count: the oldest goes"
+        );
+        assert_eq!(by_count.inner.len(), 2);
     }
 }
