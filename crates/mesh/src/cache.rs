@@ -25,11 +25,16 @@ pub struct Bounded<K, V> {
 }
 
 struct Slots<K, V> {
-    /// Each value with its weight.
-    map: HashMap<K, (V, usize)>,
-    order: VecDeque<K>,
+    /// Each value with its weight and the number of its insertion.
+    map: HashMap<K, (V, usize, u64)>,
+    /// Keys in insertion order, each with the number of that insertion:
+    /// a removed key's place stays here until its turn or a compaction
+    /// (removing it at once would scan the whole order).
+    order: VecDeque<(K, u64)>,
     /// The weights of the entries held, added up.
     weight: usize,
+    /// The next insertion's number.
+    next: u64,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
@@ -49,6 +54,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
                 map: HashMap::new(),
                 order: VecDeque::new(),
                 weight: 0,
+                next: 0,
             }),
         }
     }
@@ -63,7 +69,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lock().map.get(key).map(|(v, _)| v.clone())
+        self.lock().map.get(key).map(|(v, _, _)| v.clone())
     }
 
     /// True when `key` is cached.
@@ -86,17 +92,31 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
     /// beyond the capacity or the budget.
     pub fn insert_weighing(&self, key: K, value: V, weight: usize) {
         let mut g = self.lock();
-        match g.map.insert(key.clone(), (value, weight)) {
-            Some((_, old)) => g.weight -= old,
-            None => g.order.push_back(key),
+        let g = &mut *g;
+        match g.map.get_mut(&key) {
+            Some(held) => {
+                g.weight -= held.1;
+                held.0 = value;
+                held.1 = weight;
+            }
+            None => {
+                let n = g.next;
+                g.next += 1;
+                g.order.push_back((key.clone(), n));
+                g.map.insert(key, (value, weight, n));
+            }
         }
         g.weight += weight;
-        while g.order.len() > self.capacity || (g.weight > self.budget && g.order.len() > 1) {
-            let Some(old) = g.order.pop_front() else {
+        while g.map.len() > self.capacity || (g.weight > self.budget && g.map.len() > 1) {
+            let Some((old, n)) = g.order.pop_front() else {
                 break;
             };
-            if let Some((_, w)) = g.map.remove(&old) {
-                g.weight -= w;
+            // A place left by a removed key (or by an earlier insertion of
+            // a key removed and inserted again) is skipped.
+            if g.map.get(&old).is_some_and(|held| held.2 == n) {
+                if let Some((_, w, _)) = g.map.remove(&old) {
+                    g.weight -= w;
+                }
             }
         }
     }
@@ -108,9 +128,16 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let mut g = self.lock();
-        if let Some((_, w)) = g.map.remove(key) {
+        let g = &mut *g;
+        if let Some((_, w, _)) = g.map.remove(key) {
             g.weight -= w;
-            g.order.retain(|k| k.borrow() != key);
+            // Places left by removed keys are dropped once they outnumber
+            // the keys held, so the order stays within twice the map.
+            if g.order.len() > 2 * g.map.len() + 16 {
+                let map = &g.map;
+                g.order
+                    .retain(|(k, n)| map.get::<K>(k).is_some_and(|held| held.2 == *n));
+            }
         }
     }
 
@@ -173,6 +200,33 @@ mod tests {
         assert_eq!(c.get(&"huge"), Some(5));
         c.insert_weighing("e", 6, 10); // the huge one is the oldest: it goes
         assert_eq!((c.get(&"huge"), c.get(&"e")), (None, Some(6)));
+    }
+
+    #[test]
+    fn a_key_removed_and_inserted_again_is_evicted_by_its_new_place() {
+        let c = Bounded::new(2);
+        c.insert("a", 1);
+        c.insert("b", 2);
+        c.remove(&"a");
+        c.insert("a", 10); // now newer than "b"
+        c.insert("c", 3); // over: "b" goes, not the new "a"
+        assert_eq!(
+            (c.get(&"a"), c.get(&"b"), c.get(&"c")),
+            (Some(10), None, Some(3))
+        );
+    }
+
+    #[test]
+    fn removed_places_do_not_pile_up() {
+        let c = Bounded::new(1000);
+        c.insert(0, 0);
+        for k in 1..10_000 {
+            c.insert(k, k);
+            c.remove(&k);
+        }
+        let g = c.lock();
+        assert_eq!(g.map.len(), 1);
+        assert!(g.order.len() <= 2 * g.map.len() + 17, "{}", g.order.len());
     }
 
     #[test]
