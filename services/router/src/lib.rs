@@ -27,6 +27,7 @@ mod deadline;
 mod ending;
 mod entry;
 pub mod gates;
+mod parsed;
 mod request;
 mod resume;
 pub mod timers;
@@ -104,6 +105,7 @@ pub async fn serve(params: ServiceParams) -> Result<(), MeshError> {
             handler: Arc::new(Typed::new(RequestHandler {
                 mesh: mesh.clone(),
                 headers: headers.clone(),
+                parsed: Default::default(),
             })),
             shutdown: params.shutdown.clone(),
         },

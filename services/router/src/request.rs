@@ -27,6 +27,8 @@ pub struct RequestHandler {
     /// Where the header it creates is remembered: the boundary handler's
     /// cache, so the execution's first boundary needs no read.
     pub headers: Arc<kv::RevisionCache<ExecHeader>>,
+    /// Playbooks parsed before, by their text.
+    pub parsed: crate::parsed::ParsedPlaybooks,
 }
 
 impl Handle for RequestHandler {
@@ -49,7 +51,7 @@ impl Handle for RequestHandler {
     ) -> BoxFuture<'static, Result<Handled, HandlerError>> {
         Box::pin(async move {
             let seq = sequence(&job.msg);
-            start(&self.mesh, &self.headers, job.input, seq).await?;
+            start(&self, job.input, seq).await?;
             Ok(Handled::Done)
         })
     }
@@ -211,12 +213,8 @@ fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, HandlerError
 
 // Over 80 lines on purpose: read, decide, write for one execution request; the decisions
 // (source_name, playbook_text, plan_of) are functions with tests.
-async fn start(
-    mesh: &Mesh,
-    headers: &kv::RevisionCache<ExecHeader>,
-    req: ExecutionRequest,
-    seq: u64,
-) -> Result<(), HandlerError> {
+async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<(), HandlerError> {
+    let (mesh, headers) = (&h.mesh, &*h.headers);
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
@@ -250,13 +248,12 @@ async fn start(
         Ok(found) => found,
         Err((source, why)) => return fail_early(mesh, &eid, &source, &req, why).await,
     };
-    let loaded = match noetl_core::load::load_playbook(&yaml, &source) {
-        Ok(l) => l,
+    let playbook = match h.parsed.load(&yaml, &source) {
+        Ok(p) => p,
         Err(e) => {
             return fail_early(mesh, &eid, &source, &req, format!("invalid playbook:\n{e}")).await
         }
     };
-    let playbook = loaded.playbook;
     if let Some(why) = unresolved_keychain(mesh, &playbook).await? {
         return fail_early(mesh, &eid, &source, &req, why).await;
     }
