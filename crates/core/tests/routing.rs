@@ -251,3 +251,23 @@ fn args_are_only_rendered_for_selected_arcs_and_errors_name_the_arc() {
         Err(RoutingError::ArcCondition { arc: 0, .. })
     ));
 }
+
+/// The router skips reading a scope when no arc has a template (no `when`,
+/// no string in `args` or `set_ctx`): such arcs select the same in an
+/// empty scope as in a full one.
+#[test]
+fn arcs_without_templates_select_the_same_in_an_empty_scope() {
+    let n = next(
+        "inclusive",
+        json!([
+            {"step": "a"},
+            {"step": "b", "args": {"n": 3, "flags": [true, null]}, "set_ctx": {"seen": 1}}
+        ]),
+    );
+    let full = select_arcs(Some(&n), &scope("step.done")).unwrap();
+    let empty = select_arcs(Some(&n), &Scope::new()).unwrap();
+    assert_eq!(full, empty);
+    assert_eq!(empty.len(), 2);
+    assert_eq!(empty[1].args, obj(json!({"n": 3, "flags": [true, null]})));
+    assert_eq!(empty[1].set_ctx, obj(json!({"seen": 1})));
+}

@@ -53,7 +53,13 @@ pub(super) async fn decide(
     let selected = if templates.is_empty() && next.map(|n| n.arcs.is_empty()).unwrap_or(true) {
         Ok(Vec::new())
     } else {
-        let sc = arc_scope(mesh, plan, ev, (payload, view), &templates).await?;
+        // No `when` and no string in any arc's `args` or `set_ctx`: nothing
+        // renders, so nothing is read for a scope.
+        let sc = if templates.is_empty() {
+            Scope::new()
+        } else {
+            arc_scope(mesh, plan, ev, (payload, view), &templates).await?
+        };
         routing::select_arcs(next, &sc).map_err(|e| {
             format!(
                 "routing of step {:?} failed in {}: {e}",
