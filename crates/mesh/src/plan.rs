@@ -47,6 +47,9 @@ pub struct PlanRecord {
     /// on demand: a long workflow is not scanned for every message).
     #[serde(skip)]
     steps: std::sync::OnceLock<StepIndex>,
+    /// [`PlanRecord::playbook_digest`] (computed once, on demand).
+    #[serde(skip)]
+    digest: std::sync::OnceLock<[u8; 32]>,
 }
 
 /// [`PlanRecord`]'s index of its steps.
@@ -76,6 +79,7 @@ impl PlanRecord {
             return_step: String::new(),
             referenced: Default::default(),
             steps: Default::default(),
+            digest: Default::default(),
         }
     }
 
@@ -106,6 +110,23 @@ impl PlanRecord {
     /// name).
     pub fn step_position(&self, name: &str) -> Option<usize> {
         self.step_index().position.get(name).copied()
+    }
+
+    /// SHA-256 of the playbook as stored: equal for the plans of one
+    /// playbook (whatever their executions and workloads), so what is
+    /// derived from the playbook alone can be kept once for all of them.
+    pub fn playbook_digest(&self) -> [u8; 32] {
+        *self.digest.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            let mut h = Sha256::new();
+            // Serialising a parsed playbook cannot fail; if it did, the
+            // digest of nothing would still differ from every playbook's
+            // (the execution id is mixed in below).
+            if serde_json::to_writer(&mut h, &self.playbook).is_err() {
+                h.update(self.execution_id.as_bytes());
+            }
+            h.finalize().into()
+        })
     }
 
     /// Every step name, as one set templates can declare at once
@@ -343,5 +364,16 @@ mod tests {
             "over count: the oldest goes"
         );
         assert_eq!(by_count.inner.len(), 2);
+    }
+
+    #[test]
+    fn plans_of_one_playbook_share_a_digest_others_do_not() {
+        let a = plan("e1");
+        let mut b = plan("e2");
+        b.workload = serde_json::json!({"other": "workload"});
+        assert_eq!(a.playbook_digest(), b.playbook_digest());
+        let mut c = plan("e3");
+        c.playbook.workflow[1].step = "c".into();
+        assert_ne!(a.playbook_digest(), c.playbook_digest());
     }
 }

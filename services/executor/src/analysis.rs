@@ -1,6 +1,8 @@
 //! What a step needs loaded before its tasks run, computed once per
-//! (execution, step) and cached: serialising a step and scanning its
+//! (playbook, step) and cached: serialising a step and scanning its
 //! templates costs far more than the cache lookup, and it runs per message.
+//! It depends on the playbook alone (never on the workload or the
+//! execution), so the executions of one playbook share it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -90,24 +92,20 @@ fn names_a_credential(t: &Task) -> bool {
             .is_some()
 }
 
-/// A bounded cache of [`StepNeeds`] by execution, step and plan (a
-/// resume may store another plan: its start time differs).
+/// A bounded cache of [`StepNeeds`] by playbook ([`PlanRecord::playbook_digest`])
+/// and step (a resume that stores another playbook gets another digest).
 #[derive(Default)]
 pub struct NeedsCache {
     inner: Mutex<HashMap<NeedsKey, Arc<StepNeeds>>>,
 }
 
-/// Execution id, step name, the plan's `started_ms`.
-type NeedsKey = (String, String, u64);
+/// The playbook's digest, the step's name.
+type NeedsKey = ([u8; 32], String);
 
 impl NeedsCache {
     /// The needs of `step` in `plan`, computed on first use.
     pub fn get(&self, plan: &PlanRecord, step: &Step) -> Arc<StepNeeds> {
-        let key = (
-            plan.execution_id.clone(),
-            step.step.clone(),
-            plan.started_ms,
-        );
+        let key = (plan.playbook_digest(), step.step.clone());
         if let Some(n) = self.lock().get(&key) {
             return n.clone();
         }
@@ -194,5 +192,26 @@ mod tests {
         assert_eq!(n.reads.task_results.iter().collect::<Vec<_>>(), ["fetch"]);
         assert!(n.reads.steps.is_empty(), "the task shadows step `fetch`");
         assert!(!n.reads("workload"), "a task name is no workload key");
+    }
+
+    #[test]
+    fn the_executions_of_one_playbook_share_a_step_s_needs() {
+        let wf =
+            json!([{"step": "a", "tool": [{"name": "t", "kind": "noop", "x": "{{ ctx.n }}"}]}]);
+        let cache = NeedsCache::default();
+        let first = plan(wf.clone());
+        let mut second = plan(wf);
+        second.execution_id = "e2".into();
+        second.workload = json!({"other": 1});
+        let step = first.playbook.workflow[0].clone();
+        let a = cache.get(&first, &step);
+        assert!(Arc::ptr_eq(&a, &cache.get(&second, &step)), "one analysis");
+        assert!(a.reads("ctx"));
+        let other = plan(
+            json!([{"step": "a", "tool": [{"name": "t", "kind": "noop", "x": "{{ workload.m }}"}]}]),
+        );
+        let b = cache.get(&other, &other.playbook.workflow[0]);
+        assert!(!Arc::ptr_eq(&a, &b), "another playbook, its own");
+        assert!(b.reads("workload") && !b.reads("ctx"));
     }
 }
