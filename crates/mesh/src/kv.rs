@@ -28,13 +28,9 @@ pub async fn read<T: DeserializeOwned>(
     store: &Store,
     key: &str,
 ) -> Result<Option<(T, u64)>, MeshError> {
-    match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
-        Some(entry) if entry.operation == Operation::Put => {
-            let v = decode(store, key, &entry.value)?;
-            Ok(Some((v, entry.revision)))
-        }
-        _ => Ok(None),
-    }
+    Ok(read_stored(store, key)
+        .await?
+        .map(|s| (s.value, s.revision)))
 }
 
 /// Read a JSON value and the bytes it takes as stored (`None` when
@@ -43,21 +39,35 @@ pub async fn get_sized<T: DeserializeOwned>(
     store: &Store,
     key: &str,
 ) -> Result<Option<(T, usize)>, MeshError> {
+    Ok(read_stored(store, key).await?.map(|s| (s.value, s.bytes)))
+}
+
+/// A value read, with its revision and its size as stored.
+struct Stored<T> {
+    value: T,
+    revision: u64,
+    bytes: usize,
+}
+
+async fn read_stored<T: DeserializeOwned>(
+    store: &Store,
+    key: &str,
+) -> Result<Option<Stored<T>>, MeshError> {
     match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
         Some(entry) if entry.operation == Operation::Put => {
-            let v = decode(store, key, &entry.value)?;
-            Ok(Some((v, entry.value.len())))
+            let value = serde_json::from_slice(&entry.value).map_err(|e| MeshError::Corrupt {
+                bucket: store.name.clone(),
+                key: key.to_string(),
+                message: e.to_string(),
+            })?;
+            Ok(Some(Stored {
+                value,
+                revision: entry.revision,
+                bytes: entry.value.len(),
+            }))
         }
         _ => Ok(None),
     }
-}
-
-fn decode<T: DeserializeOwned>(store: &Store, key: &str, bytes: &[u8]) -> Result<T, MeshError> {
-    serde_json::from_slice(bytes).map_err(|e| MeshError::Corrupt {
-        bucket: store.name.clone(),
-        key: key.to_string(),
-        message: e.to_string(),
-    })
 }
 
 /// Read a JSON value (`None` when absent).
