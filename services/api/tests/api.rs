@@ -903,8 +903,19 @@ async fn batches_and_dedup_keys_start_each_execution_once() {
         api.post("/api/execute", operator, &own).await.json["status"],
         "duplicate"
     );
+    // A request is accepted after its answer (the router writes the
+    // header): list once every execution started here has ended.
+    let started = [
+        b["results"][0]["execution_id"].as_str().unwrap(),
+        third,
+        first.json["execution_id"].as_str().unwrap(),
+        "my-run-1",
+    ];
+    for id in started {
+        api.wait_status(id, operator, "COMPLETED").await;
+    }
     let rows = api.get("/api/executions?path=api_flow", operator).await;
-    assert_eq!(rows.json.as_array().unwrap().len(), 4);
+    assert_eq!(rows.json.as_array().unwrap().len(), 4, "{}", rows.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
