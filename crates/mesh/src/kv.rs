@@ -28,46 +28,34 @@ pub async fn read<T: DeserializeOwned>(
     store: &Store,
     key: &str,
 ) -> Result<Option<(T, u64)>, MeshError> {
-    Ok(read_stored(store, key)
-        .await?
-        .map(|s| (s.value, s.revision)))
+    match entry_of(store, key).await? {
+        Some((bytes, revision)) => Ok(Some((decode(store, key, &bytes)?, revision))),
+        None => Ok(None),
+    }
 }
 
-/// Read a JSON value and the bytes it takes as stored (`None` when
-/// absent), e.g. to weigh it in a cache.
-pub async fn get_sized<T: DeserializeOwned>(
-    store: &Store,
-    key: &str,
-) -> Result<Option<(T, usize)>, MeshError> {
-    Ok(read_stored(store, key).await?.map(|s| (s.value, s.bytes)))
+/// Read a value as stored (`None` when absent or deleted), to decode it
+/// another way than [`read`] does.
+pub async fn get_bytes(store: &Store, key: &str) -> Result<Option<bytes::Bytes>, MeshError> {
+    Ok(entry_of(store, key).await?.map(|(bytes, _)| bytes))
 }
 
-/// A value read, with its revision and its size as stored.
-struct Stored<T> {
-    value: T,
-    revision: u64,
-    bytes: usize,
-}
-
-async fn read_stored<T: DeserializeOwned>(
-    store: &Store,
-    key: &str,
-) -> Result<Option<Stored<T>>, MeshError> {
+/// The bytes of a put entry and its revision (`None` when absent or
+/// deleted).
+async fn entry_of(store: &Store, key: &str) -> Result<Option<(bytes::Bytes, u64)>, MeshError> {
     match store.entry(key).await.map_err(|e| kv_err(store, key, e))? {
-        Some(entry) if entry.operation == Operation::Put => {
-            let value = serde_json::from_slice(&entry.value).map_err(|e| MeshError::Corrupt {
-                bucket: store.name.clone(),
-                key: key.to_string(),
-                message: e.to_string(),
-            })?;
-            Ok(Some(Stored {
-                value,
-                revision: entry.revision,
-                bytes: entry.value.len(),
-            }))
-        }
+        Some(entry) if entry.operation == Operation::Put => Ok(Some((entry.value, entry.revision))),
         _ => Ok(None),
     }
+}
+
+/// A JSON value of `store`'s `key` from its bytes, or why it is corrupt.
+pub fn decode<T: DeserializeOwned>(store: &Store, key: &str, bytes: &[u8]) -> Result<T, MeshError> {
+    serde_json::from_slice(bytes).map_err(|e| MeshError::Corrupt {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// Read a JSON value (`None` when absent).

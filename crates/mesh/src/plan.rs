@@ -19,8 +19,9 @@ pub struct PlanRecord {
     pub execution_id: String,
     /// File name or catalog path the playbook came from.
     pub source_name: String,
-    /// The normalised playbook.
-    pub playbook: Playbook,
+    /// The normalised playbook, shared by the plans of one playbook in a
+    /// process ([`PlanCache`], the router's parsed playbooks).
+    pub playbook: Arc<Playbook>,
     /// The merged, immutable workload.
     pub workload: Value,
     /// Parent execution (child playbooks).
@@ -65,6 +66,16 @@ impl PlanRecord {
         execution_id: String,
         source_name: String,
         playbook: Playbook,
+        workload: Value,
+    ) -> Self {
+        Self::sharing(execution_id, source_name, Arc::new(playbook), workload)
+    }
+
+    /// A plan record whose playbook is shared with other plans.
+    pub fn sharing(
+        execution_id: String,
+        source_name: String,
+        playbook: Arc<Playbook>,
         workload: Value,
     ) -> Self {
         Self {
@@ -213,10 +224,18 @@ pub const PLAN_CACHE_ENTRIES: usize = 4096;
 /// whatever they are.
 pub const PLAN_CACHE_BYTES: usize = 16 << 20;
 
+/// How many decoded playbooks a [`PlanCache`] shares among its plans, and
+/// the most they may weigh ([`weight`]).
+const PLAYBOOKS: (usize, usize) = (256, 8 << 20);
+
 /// A bounded cache of plans by execution id, by count and by what the
-/// plans weigh in memory ([`weight`]).
+/// plans weigh in memory ([`weight`]). The plans read from KV share their
+/// playbook when its stored JSON is the same: the executions of one
+/// playbook decode it once per process, not once each.
 pub struct PlanCache {
     inner: crate::cache::Bounded<String, Arc<PlanRecord>>,
+    /// Decoded playbooks by the SHA-256 of their stored JSON.
+    playbooks: crate::cache::Bounded<[u8; 32], Arc<Playbook>>,
 }
 
 impl Default for PlanCache {
@@ -231,6 +250,7 @@ impl PlanCache {
     pub fn new(capacity: usize, budget: usize) -> Self {
         Self {
             inner: crate::cache::Bounded::weighted(capacity, budget),
+            playbooks: crate::cache::Bounded::weighted(PLAYBOOKS.0, PLAYBOOKS.1),
         }
     }
 
@@ -256,25 +276,91 @@ impl PlanCache {
             return Ok(p);
         }
         let key = crate::keys::Keys::plan(eid);
-        let (rec, stored) = crate::kv::get_sized::<PlanRecord>(mesh.exec_kv(), &key)
+        let store = mesh.exec_kv();
+        let bytes = crate::kv::get_bytes(store, &key)
             .await?
             .ok_or_else(|| MeshError::NoPlan {
                 execution_id: eid.to_string(),
             })?;
+        let rec = match self.decode_sharing(&bytes) {
+            Some(rec) => rec,
+            None => crate::kv::decode(store, &key, &bytes)?,
+        };
         let plan = Arc::new(rec);
-        self.insert_weighing(plan.clone(), weight(&plan, stored));
+        self.insert_weighing(plan.clone(), weight(&plan, bytes.len()));
         Ok(plan)
     }
+
+    /// `bytes` (a stored plan) decoded with the playbook this cache
+    /// already holds for the same JSON; `None` when they are not a plan
+    /// of this version's shape (the caller decodes them whole, and says
+    /// what is wrong).
+    fn decode_sharing(&self, bytes: &[u8]) -> Option<PlanRecord> {
+        use sha2::{Digest, Sha256};
+        let stored: StoredPlan<'_> = serde_json::from_slice(bytes).ok()?;
+        let text = stored.playbook.get();
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        let playbook = match self.playbooks.get(&digest) {
+            Some(p) => p,
+            None => {
+                let p: Arc<Playbook> = Arc::new(serde_json::from_str(text).ok()?);
+                let w = size_of_playbook(&p) + text.len();
+                self.playbooks.insert_weighing(digest, p.clone(), w);
+                p
+            }
+        };
+        let mut plan = PlanRecord::sharing(
+            stored.execution_id,
+            stored.source_name,
+            playbook,
+            stored.workload,
+        );
+        plan.parent_execution_id = stored.parent_execution_id;
+        plan.trace_id = stored.trace_id;
+        plan.started_ms = stored.started_ms;
+        plan.parent_iter = stored.parent_iter;
+        plan.return_step = stored.return_step;
+        // The playbook's JSON as stored is what `playbook_digest` hashes.
+        let _ = plan.digest.set(digest);
+        Some(plan)
+    }
+}
+
+/// A [`PlanRecord`] as stored, its playbook left as JSON. Any field it
+/// does not know (a plan of a later version) makes the caller decode the
+/// record whole.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredPlan<'a> {
+    execution_id: String,
+    source_name: String,
+    #[serde(borrow)]
+    playbook: &'a serde_json::value::RawValue,
+    workload: Value,
+    #[serde(default)]
+    parent_execution_id: String,
+    #[serde(default)]
+    trace_id: String,
+    #[serde(default)]
+    started_ms: u64,
+    #[serde(default)]
+    parent_iter: Value,
+    #[serde(default)]
+    return_step: String,
 }
 
 /// An estimate of the bytes `plan` holds in memory: its structs (a step's
 /// is over a kilobyte however little it says) plus `stored`, the bytes of
 /// its JSON, for what they point to (names, templates, values).
 fn weight(plan: &PlanRecord, stored: usize) -> usize {
+    std::mem::size_of::<PlanRecord>() + size_of_playbook(&plan.playbook) + stored
+}
+
+/// The bytes a playbook's structs take (not what they point to).
+fn size_of_playbook(playbook: &Playbook) -> usize {
     use noetl_core::model::{Arc as Edge, Step, Task};
     use std::mem::size_of;
-    let steps: usize = plan
-        .playbook
+    let steps: usize = playbook
         .workflow
         .iter()
         .map(|s| {
@@ -282,7 +368,7 @@ fn weight(plan: &PlanRecord, stored: usize) -> usize {
             size_of::<Step>() + s.tool.len() * size_of::<Task>() + arcs * size_of::<Edge>()
         })
         .sum();
-    size_of::<PlanRecord>() + steps + stored
+    size_of::<Playbook>() + steps
 }
 
 /// The bytes `plan` takes as stored (its JSON), counted without keeping
@@ -373,7 +459,57 @@ mod tests {
         b.workload = serde_json::json!({"other": "workload"});
         assert_eq!(a.playbook_digest(), b.playbook_digest());
         let mut c = plan("e3");
-        c.playbook.workflow[1].step = "c".into();
+        Arc::make_mut(&mut c.playbook).workflow[1].step = "c".into();
         assert_ne!(a.playbook_digest(), c.playbook_digest());
+    }
+
+    /// A plan with every stored field set.
+    fn full(eid: &str) -> PlanRecord {
+        let mut p = plan(eid);
+        p.workload = serde_json::json!({"n": eid});
+        p.parent_execution_id = "parent".into();
+        p.trace_id = "trace".into();
+        p.started_ms = 42;
+        p.parent_iter = serde_json::json!({"i": 1});
+        p.return_step = "b".into();
+        p
+    }
+
+    #[test]
+    fn plans_of_one_playbook_read_back_share_it_and_equal_a_whole_decode() {
+        let cache = PlanCache::default();
+        let (one, two) = (full("e1"), full("e2"));
+        let (b1, b2) = (
+            serde_json::to_vec(&one).unwrap(),
+            serde_json::to_vec(&two).unwrap(),
+        );
+        let (r1, r2) = (
+            cache.decode_sharing(&b1).expect("a plan of this shape"),
+            cache.decode_sharing(&b2).expect("a plan of this shape"),
+        );
+        assert!(
+            Arc::ptr_eq(&r1.playbook, &r2.playbook),
+            "one playbook decoded"
+        );
+        for (read, bytes) in [(&r1, &b1), (&r2, &b2)] {
+            let whole: PlanRecord = serde_json::from_slice(bytes).unwrap();
+            assert_eq!(
+                serde_json::to_value(read).unwrap(),
+                serde_json::to_value(&whole).unwrap()
+            );
+            assert_eq!(read.playbook_digest(), whole.playbook_digest());
+        }
+        assert_eq!(r1.workload, serde_json::json!({"n": "e1"}));
+    }
+
+    #[test]
+    fn a_plan_of_another_shape_is_left_to_a_whole_decode() {
+        let cache = PlanCache::default();
+        let mut v = serde_json::to_value(full("e1")).unwrap();
+        v["a_later_field"] = serde_json::json!(1);
+        assert!(cache
+            .decode_sharing(&serde_json::to_vec(&v).unwrap())
+            .is_none());
+        assert!(cache.decode_sharing(b"{not json").is_none());
     }
 }

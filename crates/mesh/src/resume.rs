@@ -326,14 +326,14 @@ pub fn resumed_plan(
         let mut workload = Value::Object(p.workload.clone());
         noetl_core::merge::deep_merge(&mut workload, &old.workload);
         plan.workload = workload;
-        plan.playbook = p;
+        plan.playbook = std::sync::Arc::new(p);
     }
     if !set.is_empty() {
         noetl_core::merge::deep_merge(&mut plan.workload, &Value::Object(set.clone()));
     }
     plan.started_ms = now_ms;
     // A fresh record: the step index and references are computed again.
-    let mut fresh = PlanRecord::new(
+    let mut fresh = PlanRecord::sharing(
         plan.execution_id.clone(),
         plan.source_name.clone(),
         plan.playbook,

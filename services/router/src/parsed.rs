@@ -22,7 +22,7 @@ pub const PARSED_BYTES: usize = 8 << 20;
 struct Parsed {
     text: String,
     source: String,
-    playbook: Playbook,
+    playbook: Arc<Playbook>,
 }
 
 /// Parsed playbooks by text and source name: only a playbook that loaded
@@ -47,15 +47,16 @@ impl ParsedPlaybooks {
 
     /// The playbook `text` (called `source` in diagnostics) loads to:
     /// [`noetl_core::load::load_playbook`]'s answer, from this cache when
-    /// the same text and source were loaded before.
-    pub fn load(&self, text: &str, source: &str) -> Result<Playbook, LoadError> {
+    /// the same text and source were loaded before (then the playbook is
+    /// shared, not copied).
+    pub fn load(&self, text: &str, source: &str) -> Result<Arc<Playbook>, LoadError> {
         let key = key_of(text, source);
         if let Some(hit) = self.cache.get(&key) {
             if hit.text == text && hit.source == source {
                 return Ok(hit.playbook.clone());
             }
         }
-        let playbook = noetl_core::load::load_playbook(text, source)?.playbook;
+        let playbook = Arc::new(noetl_core::load::load_playbook(text, source)?.playbook);
         let parsed = Parsed {
             text: text.to_string(),
             source: source.to_string(),
@@ -86,9 +87,9 @@ mod tests {
         let first = parsed.load(ONE, "one.yaml").unwrap();
         assert_eq!(parsed.cache.len(), 1);
         let again = parsed.load(ONE, "one.yaml").unwrap();
-        assert_eq!(first, again);
+        assert!(Arc::ptr_eq(&first, &again), "shared, not copied");
         assert_eq!(
-            again,
+            *again,
             noetl_core::load::load_playbook(ONE, "one.yaml")
                 .unwrap()
                 .playbook
@@ -130,7 +131,7 @@ mod tests {
             Arc::new(Parsed {
                 text: two,
                 source: "one.yaml".into(),
-                playbook,
+                playbook: Arc::new(playbook),
             }),
         );
         assert_eq!(parsed.load(ONE, "one.yaml").unwrap().metadata.name, "one");

@@ -127,7 +127,7 @@ async fn playbook_text(
 struct PlanOf<'a> {
     eid: &'a str,
     source: &'a str,
-    playbook: noetl_core::Playbook,
+    playbook: Arc<noetl_core::Playbook>,
     /// The request's workload overrides (`null`: none).
     overrides: &'a Value,
     req: &'a ExecutionRequest,
@@ -142,7 +142,7 @@ fn plan_of(p: PlanOf<'_>) -> PlanRecord {
     if !p.overrides.is_null() {
         deep_merge(&mut workload, p.overrides);
     }
-    let mut plan = PlanRecord::new(
+    let mut plan = PlanRecord::sharing(
         p.eid.to_string(),
         p.source.to_string(),
         p.playbook,
@@ -161,7 +161,7 @@ fn plan_of(p: PlanOf<'_>) -> PlanRecord {
 /// seconds: `N` becomes its `executor.spec.limits.timeout_s` when its own
 /// is absent or later, so every limit counted from the execution's start
 /// (its timer, the steps' deadlines) uses it.
-fn bound_by_parent(playbook: &mut noetl_core::model::Playbook, timeout_s: f64) {
+fn bound_by_parent(playbook: &mut Arc<noetl_core::model::Playbook>, timeout_s: f64) {
     if !(timeout_s.is_finite() && timeout_s > 0.0) {
         return;
     }
@@ -169,12 +169,14 @@ fn bound_by_parent(playbook: &mut noetl_core::model::Playbook, timeout_s: f64) {
     if own.is_some_and(|own| own <= timeout_s) {
         return;
     }
-    let executor = playbook
-        .executor
-        .get_or_insert_with(|| noetl_core::model::Executor {
-            kind: None,
-            spec: Default::default(),
-        });
+    // This execution's own copy: the shared playbook stays as parsed.
+    let executor =
+        Arc::make_mut(playbook)
+            .executor
+            .get_or_insert_with(|| noetl_core::model::Executor {
+                kind: None,
+                spec: Default::default(),
+            });
     let limits = executor
         .spec
         .entry("limits")
@@ -568,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_parent_task_s_timeout_bounds_the_child_unless_its_own_is_earlier() {
-        let playbook = |limits: serde_json::Value| -> noetl_core::model::Playbook {
+        let playbook = |limits: serde_json::Value| -> Arc<noetl_core::model::Playbook> {
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "noetl.io/v2", "kind": "Playbook", "metadata": {"name": "c"},
                 "executor": {"spec": {"limits": limits}},
@@ -578,7 +580,9 @@ mod tests {
         };
         let own = |p: &noetl_core::model::Playbook| noetl_core::lifecycle::execution_timeout_s(p);
         let mut p = playbook(serde_json::json!({"max_loop_items": 5}));
+        let shared = p.clone();
         bound_by_parent(&mut p, 30.0);
+        assert_eq!(own(&shared), None, "the shared playbook is not changed");
         assert_eq!(own(&p), Some(30.0));
         assert_eq!(
             p.executor.as_ref().unwrap().spec["limits"]["max_loop_items"],
@@ -611,7 +615,7 @@ mod tests {
         let plan = plan_of(PlanOf {
             eid: "e9",
             source: "p.yaml",
-            playbook,
+            playbook: Arc::new(playbook),
             overrides: &overrides,
             req: &req,
             now_ms: 42,

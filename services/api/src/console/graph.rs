@@ -323,7 +323,7 @@ pub async fn graph(
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;
     let plan = mesh.plans().get(mesh, &id).await.ok();
-    let playbook = plan.as_ref().map(|p| &p.playbook);
+    let playbook = plan.as_ref().map(|p| &*p.playbook);
     let (records, loops) = match playbook {
         Some(p) => (records(mesh, &id, p).await?, loop_runs(mesh, &h, p).await?),
         None => Default::default(),

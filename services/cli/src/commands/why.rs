@@ -46,7 +46,7 @@ pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
     let events: Vec<Event> = stored.into_iter().filter_map(Result::ok).collect();
     let tree = Tree::from_events(&a.id, &events);
     let plan = mesh.plans().get(&mesh, &a.id).await.ok();
-    let playbook = plan.as_ref().map(|p| &p.playbook);
+    let playbook = plan.as_ref().map(|p| &*p.playbook);
     let paused = mesh.pause_record(&a.id).await?;
     let waiters = mesh.waiters(&a.id).await?;
     let mut queues = BTreeMap::new();
