@@ -123,6 +123,16 @@ impl PlanRecord {
         self.step_index().position.get(name).copied()
     }
 
+    /// This plan without what was derived from its playbook (the step
+    /// index, the names templates read, the digest): computed again on
+    /// demand, after the playbook changed.
+    pub fn without_derived(mut self) -> Self {
+        self.referenced = Default::default();
+        self.steps = Default::default();
+        self.digest = Default::default();
+        self
+    }
+
     /// SHA-256 of the playbook as stored: equal for the plans of one
     /// playbook (whatever their executions and workloads), so what is
     /// derived from the playbook alone can be kept once for all of them.
@@ -511,5 +521,16 @@ mod tests {
             .decode_sharing(&serde_json::to_vec(&v).unwrap())
             .is_none());
         assert!(cache.decode_sharing(b"{not json").is_none());
+    }
+
+    #[test]
+    fn a_plan_without_what_was_derived_derives_it_from_its_new_playbook() {
+        let mut p = plan("e1");
+        assert!(p.step("b").is_some());
+        let before = p.playbook_digest();
+        Arc::make_mut(&mut p.playbook).workflow[1].step = "c".into();
+        let p = p.without_derived();
+        assert!(p.step("b").is_none() && p.step("c").is_some());
+        assert_ne!(p.playbook_digest(), before);
     }
 }

@@ -333,18 +333,7 @@ pub fn resumed_plan(
     }
     plan.started_ms = now_ms;
     // A fresh record: the step index and references are computed again.
-    let mut fresh = PlanRecord::sharing(
-        plan.execution_id.clone(),
-        plan.source_name.clone(),
-        plan.playbook,
-        plan.workload,
-    );
-    fresh.parent_execution_id = plan.parent_execution_id;
-    fresh.trace_id = plan.trace_id;
-    fresh.started_ms = plan.started_ms;
-    fresh.parent_iter = plan.parent_iter;
-    fresh.return_step = plan.return_step;
-    fresh
+    plan.without_derived()
 }
 
 /// What [`prepare`] read and decided.
