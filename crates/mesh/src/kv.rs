@@ -65,7 +65,16 @@ pub async fn get<T: DeserializeOwned>(store: &Store, key: &str) -> Result<Option
 
 /// Unconditionally write a JSON value.
 pub async fn put<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<u64, MeshError> {
-    let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
+    put_bytes(store, key, encode(store, key, value)?).await
+}
+
+/// The JSON bytes of a value to write under `store`'s `key`.
+pub fn encode<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<Vec<u8>, MeshError> {
+    serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))
+}
+
+/// Unconditionally write bytes already encoded ([`encode`]).
+pub async fn put_bytes(store: &Store, key: &str, bytes: Vec<u8>) -> Result<u64, MeshError> {
     store
         .put(key, bytes.into())
         .await

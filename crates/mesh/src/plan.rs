@@ -264,10 +264,16 @@ impl PlanCache {
         }
     }
 
-    /// Insert a plan (the router does this when it stores one).
-    pub fn insert(&self, plan: Arc<PlanRecord>) {
-        let weight = weight(&plan, stored_size(&plan));
+    /// Store `plan` under its key (`<eid>.plan`) and keep it here, weighed
+    /// by the bytes just written: it is serialised once, for both.
+    pub async fn store(&self, mesh: &Mesh, plan: Arc<PlanRecord>) -> Result<(), MeshError> {
+        let key = crate::keys::Keys::plan(&plan.execution_id);
+        let store = mesh.exec_kv();
+        let bytes = crate::kv::encode(store, &key, &*plan)?;
+        let weight = weight(&plan, bytes.len());
+        crate::kv::put_bytes(store, &key, bytes).await?;
         self.insert_weighing(plan, weight);
+        Ok(())
     }
 
     fn insert_weighing(&self, plan: Arc<PlanRecord>, weight: usize) {
@@ -381,26 +387,6 @@ fn size_of_playbook(playbook: &Playbook) -> usize {
     size_of::<Playbook>() + steps
 }
 
-/// The bytes `plan` takes as stored (its JSON), counted without keeping
-/// them.
-fn stored_size(plan: &PlanRecord) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut n = Count(0);
-    // Serialising a plan into a counter cannot fail (it was parsed from
-    // JSON or is about to be stored as JSON); a failure weighs nothing.
-    let _ = serde_json::to_writer(&mut n, plan);
-    n.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,22 +414,31 @@ mod tests {
         PlanRecord::new(eid.into(), "p.yaml".into(), playbook, Value::Null)
     }
 
+    /// What a plan weighs once stored.
+    fn weighed(p: &PlanRecord) -> usize {
+        weight(p, serde_json::to_vec(p).unwrap().len())
+    }
+
+    /// Keep `p` as [`PlanCache::store`] does, without the KV write.
+    fn keep(cache: &PlanCache, p: PlanRecord) {
+        let w = weighed(&p);
+        cache.insert_weighing(Arc::new(p), w);
+    }
+
     #[test]
     fn a_plan_weighs_its_json_and_its_structs() {
         let p = plan("e1");
         let stored = serde_json::to_vec(&p).unwrap().len();
-        assert_eq!(stored_size(&p), stored);
         let structs = 2 * std::mem::size_of::<noetl_core::model::Step>();
         assert!(weight(&p, stored) > stored + structs);
     }
 
     #[test]
     fn the_plan_cache_keeps_to_its_bytes_dropping_the_oldest() {
-        let p = plan("e1");
-        let one = weight(&p, stored_size(&p));
+        let one = weighed(&plan("e1"));
         let cache = PlanCache::new(100, one * 2 + one / 2);
         for eid in ["e1", "e2", "e3"] {
-            cache.insert(Arc::new(plan(eid)));
+            keep(&cache, plan(eid));
         }
         assert!(
             cache.inner.get("e1").is_none(),
@@ -453,7 +448,7 @@ mod tests {
         assert!(cache.inner.get("e3").is_some());
         let by_count = PlanCache::new(2, usize::MAX);
         for eid in ["e1", "e2", "e3"] {
-            by_count.insert(Arc::new(plan(eid)));
+            keep(&by_count, plan(eid));
         }
         assert!(
             by_count.inner.get("e1").is_none(),

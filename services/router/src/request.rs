@@ -259,15 +259,15 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     if let Some(why) = unresolved_keychain(mesh, &playbook).await? {
         return fail_early(mesh, &eid, &source, &req, why).await;
     }
-    let plan = plan_of(PlanOf {
+    let plan = Arc::new(plan_of(PlanOf {
         eid: &eid,
         source: &source,
         playbook,
         overrides: &overrides,
         req: &req,
         now_ms: now_ms(),
-    });
-    kv::put(mesh.exec_kv(), &Keys::plan(&eid), &plan).await?;
+    }));
+    mesh.plans().store(mesh, plan.clone()).await?;
     let entry_token = crate::entry::entry_token_id(&eid);
     let entry_step = plan
         .playbook
@@ -286,8 +286,6 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
         headers.remember(&key, header.clone(), revision);
         mesh.health().metrics().execution("started");
     }
-    let plan = Arc::new(plan);
-    mesh.plans().insert(plan.clone());
     // The parent may have been cancelled while this request was checked:
     // if its cancellation asked this child to stop before the header above
     // existed, that request found nothing. Ask again, now that it counts.

@@ -132,8 +132,7 @@ struct Ahead<'a> {
 async fn write_ahead(a: Ahead<'_>) -> Result<(), MeshError> {
     let (mesh, plan) = (a.mesh, a.plan);
     let eid = plan.execution_id.as_str();
-    kv::put(mesh.exec_kv(), &Keys::plan(eid), plan.as_ref()).await?;
-    mesh.plans().insert(plan.clone());
+    mesh.plans().store(mesh, plan.clone()).await?;
     for (new, old) in &a.decision.continues {
         let carry = resume::LoopCarry { from: old.clone() };
         kv::put(mesh.loop_kv(), &Keys::loop_carry(eid, new), &carry).await?;
