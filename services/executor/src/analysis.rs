@@ -4,16 +4,16 @@
 //! It depends on the playbook alone (never on the workload or the
 //! execution), so the executions of one playbook share it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use noetl_core::{merge, Step, Task};
+use noetl_mesh::cache::Bounded;
 use noetl_mesh::decision_scope::{self, StepReads};
 use noetl_mesh::plan::PlanRecord;
 use serde_json::Value;
 
-/// Entries kept before the cache is cleared (plans are immutable, so a
-/// cleared entry is simply computed again).
+/// Steps whose needs are kept (playbooks are immutable, so an evicted
+/// entry is simply computed again).
 const CAPACITY: usize = 4096;
 
 /// What one step's tasks read from outside the command.
@@ -94,9 +94,16 @@ fn names_a_credential(t: &Task) -> bool {
 
 /// A bounded cache of [`StepNeeds`] by playbook ([`PlanRecord::playbook_digest`])
 /// and step (a resume that stores another playbook gets another digest).
-#[derive(Default)]
 pub struct NeedsCache {
-    inner: Mutex<HashMap<NeedsKey, Arc<StepNeeds>>>,
+    inner: Bounded<NeedsKey, Arc<StepNeeds>>,
+}
+
+impl Default for NeedsCache {
+    fn default() -> Self {
+        Self {
+            inner: Bounded::new(CAPACITY),
+        }
+    }
 }
 
 /// The playbook's digest, the step's name.
@@ -106,20 +113,12 @@ impl NeedsCache {
     /// The needs of `step` in `plan`, computed on first use.
     pub fn get(&self, plan: &PlanRecord, step: &Step) -> Arc<StepNeeds> {
         let key = (plan.playbook_digest(), step.step.clone());
-        if let Some(n) = self.lock().get(&key) {
-            return n.clone();
+        if let Some(n) = self.inner.get(&key) {
+            return n;
         }
         let needs = Arc::new(StepNeeds::of(plan, step));
-        let mut map = self.lock();
-        if map.len() >= CAPACITY {
-            map.clear();
-        }
-        map.insert(key, needs.clone());
+        self.inner.insert(key, needs.clone());
         needs
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NeedsKey, Arc<StepNeeds>>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
