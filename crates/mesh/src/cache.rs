@@ -113,7 +113,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
             };
             // A place left by a removed key (or by an earlier insertion of
             // a key removed and inserted again) is skipped.
-            if g.map.get(&old).is_some_and(|held| held.2 == n) {
+            if holds(&g.map, &old, n) {
                 if let Some((_, w, _)) = g.map.remove(&old) {
                     g.weight -= w;
                 }
@@ -135,8 +135,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
             // the keys held, so the order stays within twice the map.
             if g.order.len() > 2 * g.map.len() + 16 {
                 let map = &g.map;
-                g.order
-                    .retain(|(k, n)| map.get::<K>(k).is_some_and(|held| held.2 == *n));
+                g.order.retain(|(k, n)| holds(map, k, *n));
             }
         }
     }
@@ -150,6 +149,12 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// True when the place `(key, n)` in the eviction order is `key`'s own:
+/// held, and by the insertion numbered `n`.
+fn holds<K: Eq + Hash, V>(map: &HashMap<K, (V, usize, u64)>, key: &K, n: u64) -> bool {
+    map.get(key).is_some_and(|held| held.2 == n)
 }
 
 #[cfg(test)]
