@@ -232,7 +232,16 @@ pub async fn step_scope<S: StateSource>(
         }
     } else {
         let names: Vec<&str> = reads.steps.iter().map(String::as_str).collect();
-        crate::scope::load_from(source, &plan.execution_id, &roots, &names).await?
+        // Boxed: this read's future is most of this one's size, and a step
+        // that reads nothing would carry it (docs/performance.md "Futures
+        // that move").
+        Box::pin(crate::scope::load_from(
+            source,
+            &plan.execution_id,
+            &roots,
+            &names,
+        ))
+        .await?
     };
     let mut base = Scope::new().execution_id(plan.execution_id.clone());
     if reads.reads("workload") {

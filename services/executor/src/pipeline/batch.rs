@@ -87,10 +87,11 @@ impl Executor {
         // waiting for a slot before it runs one, a batch cannot starve
         // others that hold the rest.
         let ends = Ends::default();
+        // Each run boxed: `running` moves small futures (docs/performance.md).
         let start = |one: TaskCommand, slot: Option<OwnedSemaphorePermit>| {
             let ends = &ends;
             async move {
-                let handled = self.run(plan, step, &one, redelivered, Some(ends)).await;
+                let handled = Box::pin(self.run(plan, step, &one, redelivered, Some(ends))).await;
                 (one, handled, slot)
             }
         };

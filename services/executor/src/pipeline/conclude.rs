@@ -83,7 +83,8 @@ impl StepRun<'_> {
         self.redact_settled(&mut settled);
         let mut ctx_log = crate::task::CtxLog::default();
         if let Some(patch) = settled.set_ctx.clone().filter(|p| !p.is_empty()) {
-            let written = self.write_ctx(cur, task, &patch, &t.run_id).await?;
+            // Boxed: a large future that most tasks never run.
+            let written = Box::pin(self.write_ctx(cur, task, &patch, &t.run_id)).await?;
             ctx_log.reduced = written.reduced;
             // What `ctx` holds, when an earlier delivery applied it.
             let mut patch = patch;

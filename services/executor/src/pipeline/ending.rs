@@ -30,7 +30,10 @@ impl StepRun<'_> {
         last: Option<Held>,
     ) -> Result<(), HandlerError> {
         let end = match (&self.loop_run, end) {
-            (None, End::Done(result)) => End::Done(self.store_result(result).await?),
+            // Boxed, like the publishes below: an iteration's end awaits
+            // neither, and its future would carry them (docs/performance.md
+            // "Futures that move").
+            (None, End::Done(result)) => End::Done(Box::pin(self.store_result(result)).await?),
             (None, End::Failed(error)) => {
                 tracing::info!(
                     execution_id = %self.eid(),
@@ -86,9 +89,9 @@ impl StepRun<'_> {
         if let (Some(at_ms), Some(left)) = (held_at, built.left) {
             // Too large to ride along: stored on its own, before the end.
             let event = self.held_event(&left, at_ms);
-            self.mesh().emit(&event).await?.wait().await?;
+            Box::pin(self.mesh().emit(&event)).await?.wait().await?;
         }
-        effects::apply(self.mesh(), vec![Effect::Emit(built.event)]).await?;
+        Box::pin(effects::apply(self.mesh(), vec![Effect::Emit(built.event)])).await?;
         Ok(())
     }
 

@@ -126,7 +126,7 @@ impl StepRun<'_> {
                 // first delivery may have written them (the same ids).
                 if hands_off(&task.kind) || self.redelivered {
                     let ev = self.task_event(&t.run_id, task, &payload);
-                    pending.push(self.mesh().emit(&ev).await?);
+                    pending.push(Box::pin(self.mesh().emit(&ev)).await?);
                     Start::Written
                 } else {
                     Start::Deferred {
@@ -143,8 +143,13 @@ impl StepRun<'_> {
             // A child execution ended: its outcome is this task's.
             Some(outcome) => Called::known(outcome),
             None => {
-                let invoked = self.invoke(cur, &t, tool, &scope, pending);
-                let (called, announced) = self.announcing(invoked, &t, &mut start).await?;
+                // Pinned here and lent: a future moved into another is
+                // kept twice in its caller's (docs/performance.md
+                // "Futures that move").
+                let (called, announced) = {
+                    let invoked = std::pin::pin!(self.invoke(cur, &t, tool, &scope, pending));
+                    self.announcing(invoked, &t, &mut start).await?
+                };
                 if let Some(ack) = announced {
                     pending.push(ack);
                 }
@@ -180,14 +185,13 @@ impl StepRun<'_> {
     /// result and the ack of the start, when it was published.
     async fn announcing<T>(
         &self,
-        call: impl std::future::Future<Output = Result<T, HandlerError>>,
+        mut call: std::pin::Pin<&mut impl std::future::Future<Output = Result<T, HandlerError>>>,
         t: &TaskAt<'_>,
         start: &mut Start,
     ) -> Result<(T, Option<noetl_mesh::PendingAck>), HandlerError> {
         let Start::Deferred { at_ms, payload } = &*start else {
             return Ok((call.await?, None));
         };
-        tokio::pin!(call);
         let deferral = Duration::from_millis(TASK_START_DEFERRAL_MS);
         tokio::select! {
             biased;
@@ -196,7 +200,7 @@ impl StepRun<'_> {
         }
         let mut ev = self.task_event(&t.run_id, t.task, payload);
         ev.ts_ms = *at_ms;
-        let ack = self.mesh().emit(&ev).await?;
+        let ack = Box::pin(self.mesh().emit(&ev)).await?;
         *start = Start::Written;
         Ok((call.await?, Some(ack)))
     }

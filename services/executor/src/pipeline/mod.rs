@@ -262,6 +262,12 @@ impl Cursor {
     }
 }
 
+/// Publish `held` as a `task.done` of its own.
+async fn publish_held(run: &StepRun<'_>, held: Held) -> Result<PendingAck, MeshError> {
+    let event = run.held_event(&held.last, held.at_ms);
+    run.mesh().emit(&event).await
+}
+
 /// Publishes in flight, awaited together, and the last task's `task.done`
 /// held back: published when the pipeline goes on, carried inside the
 /// step-run's end when it ends there ([`payloads::LastTask`]).
@@ -294,10 +300,13 @@ impl Pending {
     }
 
     /// Publish the held `task.done` of `run`, if any (the pipeline goes on).
+    ///
+    /// The publish is boxed: most calls hold nothing, and every future
+    /// that awaits this one would carry the publish's state otherwise
+    /// (docs/performance.md "Futures that move").
     async fn release(&mut self, run: &StepRun<'_>) -> Result<(), MeshError> {
-        if let Some(Held { at_ms, last }) = self.held.take() {
-            let event = run.held_event(&last, at_ms);
-            self.push(run.mesh().emit(&event).await?);
+        if let Some(held) = self.held.take() {
+            self.push(Box::pin(publish_held(run, held)).await?);
         }
         Ok(())
     }
@@ -553,7 +562,9 @@ impl StepRun<'_> {
                 cmd,
             }
         };
-        effects::apply(self.mesh(), vec![effect]).await?;
+        // Boxed: the pipeline's future would carry the publish's state for
+        // every task that does not hand off.
+        Box::pin(effects::apply(self.mesh(), vec![effect])).await?;
         Ok(())
     }
 }

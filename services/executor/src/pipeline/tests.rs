@@ -155,3 +155,44 @@ fn an_iteration_runs_until_it_is_counted() {
     // runs; the loop-supervisor rebuilds the run from the events.
     assert_eq!(command_ended(&cmd, Some(&h), None), None);
 }
+
+/// The size of the future `f` would return, without calling it.
+fn future_size<F: FnOnce() -> Fut, Fut>(_: F) -> usize {
+    std::mem::size_of::<Fut>()
+}
+
+/// A value of any type, for a closure that is never called.
+fn never<T>() -> T {
+    unreachable!("only the type of the closure's future is measured")
+}
+
+/// A future holds the state of every future it awaits, and is copied
+/// whole each time it moves (docs/performance.md "Futures that move"):
+/// the paths an iteration of a noop loop does not take (reading step
+/// results, rebuilding a lost checkpoint, publishing a held `task.done`,
+/// storing a step's result) are boxed, so that an iteration's future does
+/// not carry them. The closures are never called: only their futures'
+/// types are measured.
+#[test]
+fn the_futures_an_iteration_awaits_do_not_carry_the_paths_it_skips() {
+    let base_scope = future_size(|| never::<&Executor>().base_scope(never(), never(), never()));
+    let resume = future_size(|| never::<&StepRun<'_>>().resume(never()));
+    let release = future_size(|| never::<&mut Pending>().release(never()));
+    let finish = future_size(|| never::<&StepRun<'_>>().finish(never(), never(), None));
+    let run = future_size(|| never::<&Executor>().run(never(), never(), never(), false, None));
+    let rebuilt = future_size(|| never::<&StepRun<'_>>().rebuilt_checkpoint(never()));
+    let emit = future_size(|| never::<&Mesh>().emit(never()));
+    for (name, size, most) in [
+        ("base_scope", base_scope, 1024),
+        ("resume", resume, rebuilt / 2),
+        ("release", release, emit),
+        ("finish", finish, 4096),
+    ] {
+        assert!(
+            size <= most,
+            "{name}'s future is {size} bytes (at most {most})"
+        );
+    }
+    // 18,752 bytes in a release build before these were boxed, 12,056 after.
+    assert!(run <= 16 * 1024, "an iteration's future is {run} bytes");
+}

@@ -138,7 +138,8 @@ impl StepRun<'_> {
             Some(ck) => ck,
             // A first delivery has nothing to resume: the log is not read.
             None if !self.redelivered => return Ok(()),
-            None => match self.rebuilt_checkpoint(cur).await? {
+            // Boxed: the log's fold is a large future, and rare.
+            None => match Box::pin(self.rebuilt_checkpoint(cur)).await? {
                 Some(ck) => ck,
                 None => return Ok(()),
             },
@@ -172,7 +173,10 @@ impl StepRun<'_> {
     /// `None` when the events give none (no task after this command's
     /// start changed `iter`) or cannot give it (logged at `warn`: the
     /// iteration starts over from the command, as before).
-    async fn rebuilt_checkpoint(&self, cur: &Cursor) -> Result<Option<Checkpoint>, MeshError> {
+    pub(super) async fn rebuilt_checkpoint(
+        &self,
+        cur: &Cursor,
+    ) -> Result<Option<Checkpoint>, MeshError> {
         let log = replay::hydrated_log(self.mesh(), self.eid(), replay::Until::End).await?;
         let log: Vec<_> = log.into_iter().map(|l| l.event).collect();
         let input = FoldInput {
