@@ -416,29 +416,57 @@ async fn main() {
         big.push(plan.big_mib as f64 / d.as_secs_f64());
     }
     eprintln!("loops");
+    // Each loop and the executions run `plan.rounds` times, and their
+    // goals read the medians: the first round of a fresh mesh also pays
+    // for growing the processes' memory (docs/performance.md "Medians of
+    // the loops").
     let noop_loop = sc::parallel_loop(plan.loop_items, plan.loop_mif, sc::LOOP_NOOP);
-    let (bytes_before, events_before) = cpu::event_bytes(&cluster.mesh).await;
-    let before = cpu::Cpu::now(&nats_pids);
-    let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
-    let loop_cpu = cpu::Cpu::now(&nats_pids).since(before);
-    let (bytes_after, events_after) = cpu::event_bytes(&cluster.mesh).await;
-    assert_eq!(
-        ctx["total"], plan.loop_items,
-        "every noop iteration counted once"
-    );
-    let loop_rate = plan.loop_items as f64 / d.as_secs_f64();
     let items = plan.loop_items as f64;
-    let cpu_iteration = loop_cpu.total().as_secs_f64() * 1e6 / items;
-    let event_bytes_iteration = bytes_after.saturating_sub(bytes_before) as f64 / items;
-    let events_iteration = events_after.saturating_sub(events_before) as f64 / items;
+    let (bytes_before, events_before) = cpu::event_bytes(&cluster.mesh).await;
+    let (mut loop_rates, mut cpu_iterations) = (Vec::new(), Vec::new());
+    let mut loop_cpu = cpu::Cpu::default();
+    for round in 0..plan.rounds {
+        let before = cpu::Cpu::now(&nats_pids);
+        let (d, ctx) = sc::ctx_of(&cluster, &ends, &noop_loop, json!({})).await;
+        let spent = cpu::Cpu::now(&nats_pids).since(before);
+        assert_eq!(
+            ctx["total"],
+            plan.loop_items,
+            "every noop iteration counted once (round {})",
+            round + 1
+        );
+        loop_rates.push(items / d.as_secs_f64());
+        cpu_iterations.push(spent.total().as_secs_f64() * 1e6 / items);
+        loop_cpu.engine += spent.engine;
+        loop_cpu.nats += spent.nats;
+    }
+    let (bytes_after, events_after) = cpu::event_bytes(&cluster.mesh).await;
+    let loop_rate = report::stats(&loop_rates).median;
+    let cpu_iteration = report::stats(&cpu_iterations).median;
+    let all_items = items * plan.rounds as f64;
+    let event_bytes_iteration = bytes_after.saturating_sub(bytes_before) as f64 / all_items;
+    let events_iteration = events_after.saturating_sub(events_before) as f64 / all_items;
     bytes::breakdown(&cluster, &ends).await;
     let py_loop = sc::parallel_loop(plan.python_items, plan.loop_mif, sc::LOOP_PYTHON);
-    let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
     let squares: u64 = (0..plan.python_items as u64).map(|i| i * i).sum();
-    assert_eq!(ctx["total"], squares, "every python iteration counted once");
-    let py_rate = plan.python_items as f64 / d.as_secs_f64();
-    eprintln!("{} executions at once", plan.executions);
-    let (exec_rate, latencies) = sc::concurrent(&cluster, &ends, plan.executions, 5).await;
+    let mut py_rates = Vec::new();
+    for _ in 0..plan.rounds {
+        let (d, ctx) = sc::ctx_of(&cluster, &ends, &py_loop, json!({})).await;
+        assert_eq!(ctx["total"], squares, "every python iteration counted once");
+        py_rates.push(plan.python_items as f64 / d.as_secs_f64());
+    }
+    let py_rate = report::stats(&py_rates).median;
+    eprintln!(
+        "{} executions at once, {} times",
+        plan.executions, plan.rounds
+    );
+    let (mut exec_rates, mut latencies) = (Vec::new(), Vec::new());
+    for _ in 0..plan.rounds {
+        let (rate, l) = sc::concurrent(&cluster, &ends, plan.executions, 5).await;
+        exec_rates.push(rate);
+        latencies.extend(l);
+    }
+    let exec_rate = report::stats(&exec_rates).median;
     eprintln!("HTTP API");
     let api = api::Api::serve(&cluster.mesh).await;
     let reads = api_status::run(&cluster, &ends, &api, plan.executions, plan.api_reads).await;
@@ -500,7 +528,7 @@ async fn main() {
                 plan.loop_items, plan.loop_mif
             ),
             unit: "tasks/s",
-            samples: vec![loop_rate],
+            samples: loop_rates,
             floor: None,
         },
         Figure {
@@ -514,7 +542,7 @@ async fn main() {
             key: "cpu_us_per_iteration",
             label: "CPU per noop loop iteration, engine + nats-server".into(),
             unit: "µs",
-            samples: vec![cpu_iteration],
+            samples: cpu_iterations,
             floor: None,
         },
         Figure {
@@ -528,7 +556,7 @@ async fn main() {
             key: "loop_python_tasks_per_s",
             label: format!("parallel python loop ({} items)", plan.python_items),
             unit: "tasks/s",
-            samples: vec![py_rate],
+            samples: py_rates,
             floor: None,
         },
         Figure {
@@ -549,7 +577,7 @@ async fn main() {
             key: "exec_per_s",
             label: format!("{} 5-step executions at once", plan.executions),
             unit: "exec/s",
-            samples: vec![exec_rate],
+            samples: exec_rates,
             floor: None,
         },
         Figure {
