@@ -31,6 +31,8 @@ const MAX_ROUNDS: usize = 8;
 struct Waiting {
     index: u64,
     claim: Claim,
+    /// The last of its handler's reports: the one whose run it reads.
+    viewed: bool,
     /// `None`: the shared write failed; write alone.
     reply: oneshot::Sender<Option<Counted>>,
 }
@@ -56,10 +58,11 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn arrival<'b>(&'b self, index: u64, claim: &'b Claim) -> Arrival<'b> {
+    fn arrival<'b>(&'b self, report: &Report<'b>) -> Arrival<'b> {
         Arrival {
-            index,
-            claim,
+            index: report.index,
+            claim: report.claim,
+            viewed: report.viewed,
             fail_fast: self.fail_fast,
             reducers: self.reducers,
             step: self.step,
@@ -108,11 +111,12 @@ impl Counter {
         let lead = {
             let mut runs = self.lock();
             let q = runs.entry(run.key.to_string()).or_default();
-            for (index, claim) in reports {
+            for (k, (index, claim)) in reports.iter().enumerate() {
                 let (reply, answer) = oneshot::channel();
                 q.waiting.push(Waiting {
                     index: *index,
                     claim: claim.clone(),
+                    viewed: k + 1 == reports.len(),
                     reply,
                 });
                 answers.push(answer);
@@ -134,10 +138,17 @@ impl Counter {
         // back after its last round): this handler's reports left are
         // written together, so the iterations they put in flight are cut
         // into batches together, as in a shared write.
-        let left: Vec<(u64, &Claim)> = (out.iter().zip(reports))
+        let mut left: Vec<Report<'_>> = (out.iter().zip(reports))
             .filter(|(c, _)| c.is_none())
-            .map(|(_, (index, claim))| (*index, claim))
+            .map(|(_, (index, claim))| Report {
+                index: *index,
+                claim,
+                viewed: false,
+            })
             .collect();
+        if let Some(last) = left.last_mut() {
+            last.viewed = true;
+        }
         if !left.is_empty() {
             let Some(alone) = write_batch(mesh, &self.written, run, &left).await? else {
                 return Ok(None);
@@ -168,7 +179,14 @@ impl Leader<'_> {
                     _ => return,
                 }
             };
-            let reports: Vec<(u64, &Claim)> = batch.iter().map(|w| (w.index, &w.claim)).collect();
+            let reports: Vec<Report<'_>> = batch
+                .iter()
+                .map(|w| Report {
+                    index: w.index,
+                    claim: &w.claim,
+                    viewed: w.viewed,
+                })
+                .collect();
             match write_batch(mesh, &self.counter.written, run, &reports).await {
                 Ok(Some(results)) => {
                     for (w, c) in batch.into_iter().zip(results) {
@@ -197,23 +215,27 @@ impl Drop for Leader<'_> {
     }
 }
 
-/// One compare-and-set counting every report of `batch` (index and
-/// claim), in order, from the record as `written` last (read only when
+/// A report as one write counts it.
+struct Report<'a> {
+    index: u64,
+    claim: &'a Claim,
+    /// Its handler reads the run after it ([`Arrival::viewed`]).
+    viewed: bool,
+}
+
+/// One compare-and-set counting every report of `batch`, in order, from the record as `written` last (read only when
 /// that is stale); `None` when the run is unknown.
 async fn write_batch(
     mesh: &Mesh,
     written: &kv::RevisionCache<LoopRun>,
     run: &Run<'_>,
-    batch: &[(u64, &Claim)],
+    batch: &[Report<'_>],
 ) -> Result<Option<Vec<Counted>>, MeshError> {
     let mut results = Vec::new();
     let stored = kv::update_cached(mesh.loop_kv(), run.key, written, |r: Option<&LoopRun>| {
         results.clear();
         let Some(r) = r else { return Cas::Keep };
-        let arrivals: Vec<Arrival<'_>> = batch
-            .iter()
-            .map(|(index, claim)| run.arrival(*index, claim))
-            .collect();
+        let arrivals: Vec<Arrival<'_>> = batch.iter().map(|r| run.arrival(r)).collect();
         let size = crate::messages::window_batch(r.max_in_flight, run.batch);
         let (next, each) = count_batch(r, &arrivals, size);
         results = each;

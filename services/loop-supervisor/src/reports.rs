@@ -182,7 +182,11 @@ async fn count_reports(
         } else {
             again = true;
         }
-        last = Some(run);
+        // The last report's view: the run after every report here
+        // (`count_many` views each handler's last).
+        if run.is_some() {
+            last = run;
+        }
     }
     let run = last.ok_or_else(|| r.unknown_run(srid))?;
     let window = r.window(srid);

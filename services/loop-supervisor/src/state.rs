@@ -297,6 +297,10 @@ pub(crate) struct Arrival<'a> {
     pub reducers: &'a [(String, ReducerOp)],
     /// Step name, for a reducer's error.
     pub step: &'a str,
+    /// Its handler reads the run as it stands after it (the last of the
+    /// handler's reports in a shared write): [`count_batch`] copies the
+    /// run for these only.
+    pub viewed: bool,
 }
 
 /// Count iteration `a.index` into loop run `r`: the indices the window
@@ -341,8 +345,9 @@ pub(crate) fn count_iteration(run: &LoopRun, a: &Arrival<'_>) -> Option<(LoopRun
 /// What counting one report did, seen by its handler.
 #[derive(Debug, Clone)]
 pub(crate) struct Counted {
-    /// The run as stored after this report was applied.
-    pub run: LoopRun,
+    /// The run as stored after this report was applied (`None` unless the
+    /// report's [`Arrival::viewed`]: its handler reads a later one).
+    pub run: Option<LoopRun>,
     /// The report counted its index (false: counted already).
     pub counted: bool,
     /// The indices its count dispatched.
@@ -352,8 +357,9 @@ pub(crate) struct Counted {
 }
 
 /// [`count_in_place`] for several reports of one run, in their order:
-/// for each, the run right after it (what its handler would have seen had
-/// it written alone) and what it did; `Some` of the final run when any
+/// for each, what it did and, for a report [`Arrival::viewed`], the run
+/// right after it (what its handler would have seen had it written
+/// alone); `Some` of the final run when any
 /// counted (that is the one write). The iterations the write puts in
 /// flight are cut into batches of at most `size` ([`batches::cut`]),
 /// which every report's view carries: each handler publishes the whole
@@ -367,12 +373,14 @@ pub(crate) fn count_batch(
     let mut changed = false;
     let mut out = Vec::with_capacity(arrivals.len());
     for a in arrivals {
-        // Counted in place: one copy of the run per report (its handler's
-        // view), not two.
+        // Counted in place, and copied only where a handler reads the run
+        // (a handler's last report): a copy per report was a large part of
+        // counting a batch's ends.
+        let view = |cur: &LoopRun| a.viewed.then(|| cur.clone());
         let before = cursor::next_claim(&cur);
         let Some(newly) = count_in_place(&mut cur, a) else {
             out.push(Counted {
-                run: cur.clone(),
+                run: view(&cur),
                 counted: false,
                 newly: Vec::new(),
                 claims: Vec::new(),
@@ -382,7 +390,7 @@ pub(crate) fn count_batch(
         changed = true;
         out.push(Counted {
             claims: cursor::issued_since(before, &cur),
-            run: cur.clone(),
+            run: view(&cur),
             counted: true,
             newly,
         });
@@ -392,8 +400,8 @@ pub(crate) fn count_batch(
     }
     let newly: Vec<u64> = out.iter().flat_map(|c| c.newly.iter().copied()).collect();
     batches::record(&mut cur, &newly, size);
-    for c in &mut out {
-        c.run.batches.clone_from(&cur.batches);
+    for run in out.iter_mut().filter_map(|c| c.run.as_mut()) {
+        run.batches.clone_from(&cur.batches);
     }
     (Some(cur), out)
 }

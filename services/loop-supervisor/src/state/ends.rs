@@ -71,6 +71,7 @@ impl<'a> Ends<'a> {
                     fail_fast: self.fail_fast,
                     reducers: &self.reducers,
                     step: &self.step.step,
+                    viewed: false,
                 };
                 if count_in_place(&mut f.run, &arrival).is_some() && self.keep_claims {
                     f.claims.push((report.index, claim));

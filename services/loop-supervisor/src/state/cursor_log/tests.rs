@@ -118,6 +118,7 @@ fn count(run: &LoopRun, index: u64) -> LoopRun {
         fail_fast: true,
         reducers: &reducers,
         step: "lp",
+        viewed: true,
     };
     count_iteration(run, &a).expect("in flight").0
 }
