@@ -55,6 +55,9 @@ pub struct ClusterOptions {
     /// nats-server nodes: 1, or 3 or 5 clustered with every stream and
     /// bucket replicated on all of them (R3, R5).
     pub nodes: usize,
+    /// Most iterations of a loop window per command
+    /// ([`MeshConfig::loop_batch`]; `noetl-bench --loop-batch`).
+    pub loop_batch: usize,
 }
 
 impl Default for ClusterOptions {
@@ -70,6 +73,7 @@ impl Default for ClusterOptions {
             executor_wait: noetl_mesh::config::DEFAULT_EXECUTOR_WAIT,
             sync: Default::default(),
             nodes: 1,
+            loop_batch: noetl_mesh::config::DEFAULT_LOOP_BATCH,
         }
     }
 }
@@ -183,6 +187,7 @@ impl Cluster {
             deliver_twice: opts.deliver_twice,
             event_encoding: opts.event_encoding,
             executor_wait: opts.executor_wait,
+            loop_batch: opts.loop_batch,
             replicas,
             ..MeshConfig::default()
         };

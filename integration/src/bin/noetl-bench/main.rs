@@ -15,12 +15,13 @@
 //!
 //! Usage: `noetl-bench [--quick | --profile-seq | --profile-http |
 //! --profile-loop | --profile-api] [--only <scenario> [--rounds N]
-//! [--size N]] [--window N]` (`make bench`, `make bench QUICK=1`). `--profile-seq`
+//! [--size N]] [--window N] [--loop-batch N]` (`make bench`, `make bench QUICK=1`). `--profile-seq`
 //! (`--profile-http`) runs only the floor and the noop (http) chain, five
 //! times, and `--profile-loop` only the 10,000-item noop loop, five times,
 //! for a profiler to watch (docs/performance.md). `--only` runs one
 //! scenario alone (only.rs), `--window` sets the throughput floor's window
-//! of outstanding acks (default 1,024).
+//! of outstanding acks (default 1,024), `--loop-batch` the most iterations
+//! a loop batch carries (`NOETL_LOOP_BATCH`, default 16).
 
 mod api;
 mod api_sse;
@@ -186,7 +187,7 @@ async fn raw_hops(mesh: &noetl_mesh::Mesh, n: usize) -> Duration {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--sync interval|always] [--nodes 1|3|5]; scenarios: {}",
+        "usage: noetl-bench [--quick | --profile-seq | --profile-http | --profile-loop | --profile-api] [--only <scenario> [--rounds N] [--size N]] [--window N] [--loop-batch N] [--sync interval|always] [--nodes 1|3|5]; scenarios: {}",
         only::SCENARIOS.join(", ")
     );
     std::process::exit(2);
@@ -212,6 +213,7 @@ async fn main() {
     let mut size: Option<usize> = None;
     let mut sync = SyncPolicy::default();
     let mut nodes = 1;
+    let mut loop_batch = noetl_mesh::config::DEFAULT_LOOP_BATCH;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -223,6 +225,15 @@ async fn main() {
             "--rounds" => rounds = Some(number(args.next())),
             "--window" => window = Some(number(args.next())),
             "--size" => size = Some(number(args.next())),
+            // Most iterations per loop batch (`NOETL_LOOP_BATCH`), for the
+            // main cluster only (the per-service and replica figures start
+            // meshes of their own with the default).
+            "--loop-batch" => {
+                loop_batch = number(args.next());
+                if !(1..=noetl_mesh::config::MAX_LOOP_BATCH).contains(&loop_batch) {
+                    usage()
+                }
+            }
             "--only" => only = Some(args.next().unwrap_or_else(|| usage())),
             // The private nats-server's disk writes, as `noetl run --sync`
             // sets them (the per-service and replica figures start servers
@@ -265,9 +276,13 @@ async fn main() {
     let cluster = Cluster::start_with(ClusterOptions {
         sync,
         nodes,
+        loop_batch,
         ..ClusterOptions::default()
     })
     .await;
+    if loop_batch != noetl_mesh::config::DEFAULT_LOOP_BATCH {
+        println!("loop batches of at most {loop_batch} iterations (NOETL_LOOP_BATCH)");
+    }
     if nodes > 1 {
         println!("{nodes} clustered nats-servers, every stream and bucket R{nodes}");
     }
