@@ -58,11 +58,13 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn arrival<'b>(&'b self, report: &Report<'b>) -> Arrival<'b> {
+    /// Report `index` (`claim`) as counted in a write; `viewed`: its
+    /// handler reads the run after it ([`Arrival::viewed`]).
+    fn arrival<'b>(&'b self, index: u64, claim: &'b Claim, viewed: bool) -> Arrival<'b> {
         Arrival {
-            index: report.index,
-            claim: report.claim,
-            viewed: report.viewed,
+            index,
+            claim,
+            viewed,
             fail_fast: self.fail_fast,
             reducers: self.reducers,
             step: self.step,
@@ -138,13 +140,9 @@ impl Counter {
         // back after its last round): this handler's reports left are
         // written together, so the iterations they put in flight are cut
         // into batches together, as in a shared write.
-        let mut left: Vec<Report<'_>> = (out.iter().zip(reports))
+        let mut left: Vec<Arrival<'_>> = (out.iter().zip(reports))
             .filter(|(c, _)| c.is_none())
-            .map(|(_, (index, claim))| Report {
-                index: *index,
-                claim,
-                viewed: false,
-            })
+            .map(|(_, (index, claim))| run.arrival(*index, claim, false))
             .collect();
         if let Some(last) = left.last_mut() {
             last.viewed = true;
@@ -179,15 +177,11 @@ impl Leader<'_> {
                     _ => return,
                 }
             };
-            let reports: Vec<Report<'_>> = batch
+            let arrivals: Vec<Arrival<'_>> = batch
                 .iter()
-                .map(|w| Report {
-                    index: w.index,
-                    claim: &w.claim,
-                    viewed: w.viewed,
-                })
+                .map(|w| run.arrival(w.index, &w.claim, w.viewed))
                 .collect();
-            match write_batch(mesh, &self.counter.written, run, &reports).await {
+            match write_batch(mesh, &self.counter.written, run, &arrivals).await {
                 Ok(Some(results)) => {
                     for (w, c) in batch.into_iter().zip(results) {
                         let _ = w.reply.send(Some(c));
@@ -215,29 +209,21 @@ impl Drop for Leader<'_> {
     }
 }
 
-/// A report as one write counts it.
-struct Report<'a> {
-    index: u64,
-    claim: &'a Claim,
-    /// Its handler reads the run after it ([`Arrival::viewed`]).
-    viewed: bool,
-}
-
-/// One compare-and-set counting every report of `batch`, in order, from the record as `written` last (read only when
-/// that is stale); `None` when the run is unknown.
+/// One compare-and-set counting every report of `batch`, in order, from
+/// the record as `written` last (read only when that is stale); `None`
+/// when the run is unknown.
 async fn write_batch(
     mesh: &Mesh,
     written: &kv::RevisionCache<LoopRun>,
     run: &Run<'_>,
-    batch: &[Report<'_>],
+    batch: &[Arrival<'_>],
 ) -> Result<Option<Vec<Counted>>, MeshError> {
     let mut results = Vec::new();
     let stored = kv::update_cached(mesh.loop_kv(), run.key, written, |r: Option<&LoopRun>| {
         results.clear();
         let Some(r) = r else { return Cas::Keep };
-        let arrivals: Vec<Arrival<'_>> = batch.iter().map(|r| run.arrival(r)).collect();
         let size = crate::messages::window_batch(r.max_in_flight, run.batch);
-        let (next, each) = count_batch(r, &arrivals, size);
+        let (next, each) = count_batch(r, batch, size);
         results = each;
         match next {
             Some(next) => Cas::Write(next),
