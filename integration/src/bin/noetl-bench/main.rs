@@ -21,7 +21,9 @@
 //! for a profiler to watch (docs/performance.md). `--only` runs one
 //! scenario alone (only.rs), `--window` sets the throughput floor's window
 //! of outstanding acks (default 1,024), `--loop-batch` the most iterations
-//! a loop batch carries (`NOETL_LOOP_BATCH`, default 16).
+//! a loop batch carries (`NOETL_LOOP_BATCH`, default 16) in the main mesh
+//! and the replica figures. `--only http-scale` runs only the http loop's
+//! scale-out figures (1, 2 and 4 executors, one round).
 
 mod api;
 mod api_sse;
@@ -226,8 +228,8 @@ async fn main() {
             "--window" => window = Some(number(args.next())),
             "--size" => size = Some(number(args.next())),
             // Most iterations per loop batch (`NOETL_LOOP_BATCH`), for the
-            // main cluster only (the per-service and replica figures start
-            // meshes of their own with the default).
+            // main cluster and the replica figures (the per-service figures
+            // run `noetl` processes with the default).
             "--loop-batch" => {
                 loop_batch = number(args.next());
                 if !(1..=noetl_mesh::config::MAX_LOOP_BATCH).contains(&loop_batch) {
@@ -273,6 +275,14 @@ async fn main() {
         usage()
     }
     let started = Instant::now();
+    if only.as_deref() == Some(only::HTTP_SCALE) {
+        // Meshes of its own, one per replica count; one round.
+        if let Some(n) = size {
+            only::resize(&mut plan, only::HTTP_SCALE, n);
+        }
+        scale::http_figures(plan.http_loop_items, loop_batch).await;
+        return;
+    }
     let cluster = Cluster::start_with(ClusterOptions {
         sync,
         nodes,
@@ -731,7 +741,7 @@ async fn main() {
         ),
     }
     if plan.replicas {
-        let rates = scale::figures(plan.loop_items / 5, plan.http_loop_items).await;
+        let rates = scale::figures(plan.loop_items / 5, plan.http_loop_items, loop_batch).await;
         extra.extend(rates.into_iter().map(|(k, v)| (k.to_string(), v)));
     }
     let path = noetl_integration::repo_root().join("target/bench/results.json");

@@ -29,7 +29,12 @@ pub const SCENARIOS: &[&str] = &[
     "python-loop",
     "executions",
     "api-status",
+    HTTP_SCALE,
 ];
+
+/// The scenario of the http loop's scale-out figures alone (1, 2 and 4
+/// executor replicas, each on a mesh of its own).
+pub const HTTP_SCALE: &str = "http-scale";
 
 /// One round's figure and what it cost.
 struct Round {
@@ -53,6 +58,7 @@ pub fn resize(plan: &mut Plan, name: &str, n: usize) {
         "loop" => plan.loop_items = n,
         "python-loop" => plan.python_items = n,
         "executions" => plan.executions = n,
+        HTTP_SCALE => plan.http_loop_items = n,
         _ => plan.api_reads = n,
     }
 }

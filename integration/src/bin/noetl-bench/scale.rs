@@ -32,6 +32,8 @@ pub struct LoopRun {
     /// `true`: http tasks against a server holding each call for
     /// [`HTTP_HOLD`]; `false`: noop tasks.
     pub http: bool,
+    /// Most iterations per loop batch (`NOETL_LOOP_BATCH`).
+    pub loop_batch: usize,
 }
 
 /// What one run measured.
@@ -50,6 +52,7 @@ pub async fn loop_rate(run: LoopRun) -> Rate {
     let cluster = Cluster::start_with(ClusterOptions {
         executors: false,
         replicas: run.control,
+        loop_batch: run.loop_batch,
         ..ClusterOptions::default()
     })
     .await;
@@ -100,8 +103,21 @@ pub async fn loop_rate(run: LoopRun) -> Rate {
     }
 }
 
-/// The scale-out figures, each with its `results.json` key.
-pub async fn figures(noop_items: usize, http_items: usize) -> Vec<(&'static str, f64)> {
+/// The scale-out figures, each with its `results.json` key, with loop
+/// batches of at most `loop_batch` iterations.
+pub async fn figures(
+    noop_items: usize,
+    http_items: usize,
+    loop_batch: usize,
+) -> Vec<(&'static str, f64)> {
+    let mut out = http_figures(http_items, loop_batch).await;
+    out.extend(noop_figures(noop_items, loop_batch).await);
+    out
+}
+
+/// The latency-bound http loop by executor replicas (1, 2, 4), each with
+/// its `results.json` key.
+pub async fn http_figures(http_items: usize, loop_batch: usize) -> Vec<(&'static str, f64)> {
     let mut out = Vec::new();
     println!(
         "\nlatency-bound http loop ({http_items} items, server answers after {} ms, executor concurrency {HTTP_CONCURRENCY}), fresh server per run, by executor replicas:",
@@ -119,6 +135,7 @@ pub async fn figures(noop_items: usize, http_items: usize) -> Vec<(&'static str,
             executors,
             executor_concurrency: HTTP_CONCURRENCY,
             http: true,
+            loop_batch,
         })
         .await;
         if executors == 1 {
@@ -138,6 +155,13 @@ pub async fn figures(noop_items: usize, http_items: usize) -> Vec<(&'static str,
         );
         out.push((key, rate.per_s));
     }
+    out
+}
+
+/// The noop loop by replicas of the executor and of the control services,
+/// each with its `results.json` key.
+async fn noop_figures(noop_items: usize, loop_batch: usize) -> Vec<(&'static str, f64)> {
+    let mut out = Vec::new();
     println!("\nparallel noop loop, {noop_items} items, fresh server per run, by replicas:");
     let mut one = 0.0;
     for (control, executors, key) in [
@@ -152,6 +176,7 @@ pub async fn figures(noop_items: usize, http_items: usize) -> Vec<(&'static str,
             executors,
             executor_concurrency: 16,
             http: false,
+            loop_batch,
         })
         .await;
         if key == "loop_1_executor_per_s" {
