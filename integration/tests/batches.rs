@@ -434,3 +434,110 @@ async fn a_window_sent_again_mid_loop_goes_out_in_the_batches_it_went_out_in() {
     cluster.assert_replays(&eid).await;
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_busy_with_a_batch_asks_for_no_work_until_it_started_them_all() {
+    // One python replica of two slots and one batch of sixteen 0.8 s
+    // iterations (a window of 64 sends batches of sixteen): eight rounds
+    // of two. A slot an iteration frees passes to the batch's next one, so
+    // the replica asks for no new message until its last round ends: once
+    // the pull that brought the batch has expired (it waits at the server
+    // for what it has not received, up to 5 s), no pull request of it
+    // waits there, where it would take work a replica with idle slots
+    // should. When the last round starts, the slots of the fourteen that
+    // ended would idle: the batch reports their ends, then the last two.
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..Default::default()
+    })
+    .await;
+    let _python = cluster.spawn_executor_for(&["python"], 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("spans").to_str().unwrap().to_string();
+    let yaml = format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: busy_replica }}
+workflow:
+  - step: start
+    loop:
+      in: "{{{{ range(16) | list }}}}"
+      iterator: i
+      spec: {{ mode: parallel, max_in_flight: 64 }}
+    tool:
+      - name: work
+        kind: python
+        args: {{ i: "{{{{ iter.i }}}}" }}
+        code: |
+          import time
+          t0 = time.time()
+          time.sleep(0.8)
+          with open({log:?}, "a") as f:
+              f.write("%d %.6f %.6f\n" % (i, t0, time.time()))
+          result = i
+"#
+    );
+    let stream = cluster
+        .mesh
+        .js()
+        .get_stream(cluster.mesh.subjects().work_stream())
+        .await
+        .unwrap();
+    let consumer = format!("{}-executor-python", cluster.mesh.subjects().prefix());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut samples = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let info = stream.consumer_info(&consumer).await.unwrap();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64();
+                samples.push((now, info.num_waiting));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            samples
+        }
+    });
+    let eid = cluster.submit(&yaml, "busy.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.await.unwrap();
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    let mut spans = read_log(&log);
+    assert_eq!(spans.len(), 16);
+    spans.sort_by(|a, b| a.1.total_cmp(&b.1));
+    assert!(
+        spans[2].1 >= spans[0].2.min(spans[1].2) - 0.01,
+        "two at a time: {spans:?}"
+    );
+    // From when the pull that brought the batch has surely expired to the
+    // last round's first end.
+    let from = spans[0].1 + 5.3;
+    let to = spans[14].2.min(spans[15].2) - 0.05;
+    let within: Vec<_> = samples
+        .iter()
+        .filter(|(t, _)| (from..to).contains(t))
+        .collect();
+    assert!(
+        within.len() >= 5,
+        "sampled while the batch held every slot: {within:?} of {samples:?}"
+    );
+    assert!(
+        within.iter().all(|(_, waiting)| *waiting == 0),
+        "pull requests waiting while the batch still held the replica: {within:?}"
+    );
+    let counts = stored_counts(&cluster, &eid).await;
+    assert_eq!(counts.get("batch.accepted"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("batch.completed"), Some(&2), "{counts:?}");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

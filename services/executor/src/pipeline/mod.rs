@@ -74,6 +74,8 @@ pub struct Executor {
     /// The replica's slots (`--concurrency`), one per message handled: the
     /// iterations of a batch beyond its first run in free ones.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Iterations of this replica's batches waiting for a slot.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Executor {
@@ -91,6 +93,7 @@ impl Executor {
             needs: NeedsCache::default(),
             objects,
             slots,
+            queued: Arc::default(),
         }
     }
 
