@@ -61,7 +61,7 @@ pub struct MeshConfig {
     /// default, or `json`, readable by any NATS client). Readers accept both.
     pub event_encoding: EventEncoding,
     /// Most iterations of a loop window sent to the executors as one
-    /// command (`NOETL_LOOP_BATCH`, default 16; 1: each on its own);
+    /// command (`NOETL_LOOP_BATCH`, default 64; 1: each on its own);
     /// docs/architecture.md "Loop windows in batches".
     pub loop_batch: usize,
     /// Environment values that could not be parsed (reported by `validate`).
@@ -69,7 +69,7 @@ pub struct MeshConfig {
 }
 
 /// Default [`MeshConfig::loop_batch`].
-pub const DEFAULT_LOOP_BATCH: usize = 16;
+pub const DEFAULT_LOOP_BATCH: usize = 64;
 
 /// Most a batch of loop iterations may hold ([`MeshConfig::loop_batch`]).
 pub const MAX_LOOP_BATCH: usize = 256;
@@ -376,16 +376,13 @@ mod tests {
     }
 
     #[test]
-    fn loop_batch_is_16_unless_set_and_out_of_range_is_refused() {
-        assert_eq!(
-            MeshConfig::from_lookup(|_| None).loop_batch,
-            DEFAULT_LOOP_BATCH
-        );
+    fn loop_batch_is_64_unless_set_and_out_of_range_is_refused() {
+        assert_eq!(MeshConfig::from_lookup(|_| None).loop_batch, 64);
         let set = |v: &'static str| {
             MeshConfig::from_lookup(move |k| (k == "NOETL_LOOP_BATCH").then(|| v.into()))
         };
         assert_eq!(set("1").loop_batch, 1);
-        set("64").validate().unwrap();
+        set("16").validate().unwrap();
         for bad in ["0", "257"] {
             let e = set(bad).validate().unwrap_err().to_string();
             assert!(e.contains(&format!("NOETL_LOOP_BATCH={bad}")), "{e}");

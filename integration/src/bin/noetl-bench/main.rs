@@ -21,7 +21,7 @@
 //! for a profiler to watch (docs/performance.md). `--only` runs one
 //! scenario alone (only.rs), `--window` sets the throughput floor's window
 //! of outstanding acks (default 1,024), `--loop-batch` the most iterations
-//! a loop batch carries (`NOETL_LOOP_BATCH`, default 16) in the main mesh
+//! a loop batch carries (`NOETL_LOOP_BATCH`, default 64) in the main mesh
 //! and the replica figures. `--only http-scale` runs only the http loop's
 //! scale-out figures (1, 2 and 4 executors, one round).
 
