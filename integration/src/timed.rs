@@ -4,6 +4,11 @@
 /// A loop whose python task records its own start/end times in a file, so
 /// the test measures real concurrency (not the engine's counters).
 pub fn timed_loop(mode: &str, mif: u32, n: u32, log: &str) -> String {
+    timed_loop_of(mode, mif, n, 0.05, log)
+}
+
+/// [`timed_loop`] with calls of `secs` seconds each.
+pub fn timed_loop_of(mode: &str, mif: u32, n: u32, secs: f64, log: &str) -> String {
     format!(
         r#"
 apiVersion: noetl.io/v2
@@ -22,7 +27,7 @@ workflow:
         code: |
           import time, os
           t0 = time.time()
-          time.sleep(0.05)
+          time.sleep({secs})
           with open({log:?}, "a") as f:
               f.write("%d %.6f %.6f\n" % (i, t0, time.time()))
           result = i

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 
-use noetl_integration::timed::{max_overlap, read_log, timed_loop};
+use noetl_integration::timed::{max_overlap, read_log, timed_loop, timed_loop_of};
 use noetl_integration::{types, Cluster, ClusterOptions};
 use noetl_mesh::{event_type::EventType, events::EventDraft, payloads};
 use serde_json::json;
@@ -454,30 +454,7 @@ async fn a_replica_busy_with_a_batch_asks_for_no_work_until_it_started_them_all(
     let _python = cluster.spawn_executor_for(&["python"], 2).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("spans").to_str().unwrap().to_string();
-    let yaml = format!(
-        r#"
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {{ name: busy_replica }}
-workflow:
-  - step: start
-    loop:
-      in: "{{{{ range(16) | list }}}}"
-      iterator: i
-      spec: {{ mode: parallel, max_in_flight: 64 }}
-    tool:
-      - name: work
-        kind: python
-        args: {{ i: "{{{{ iter.i }}}}" }}
-        code: |
-          import time
-          t0 = time.time()
-          time.sleep(0.8)
-          with open({log:?}, "a") as f:
-              f.write("%d %.6f %.6f\n" % (i, t0, time.time()))
-          result = i
-"#
-    );
+    let yaml = timed_loop_of("parallel", 64, 16, 0.8, &log);
     let stream = cluster
         .mesh
         .js()
