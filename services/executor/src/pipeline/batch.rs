@@ -6,9 +6,9 @@
 //! `batch.completed` instead of one event each. A slot an iteration frees
 //! passes to the batch's next one: the replica pulls new messages only
 //! for slots no batch of its own still waits for. A batch of slow
-//! iterations also reports the ends it has once its last iteration started
-//! and one of those still running ended ([`reports_early`]), so the
-//! loop-supervisor refills the window while the batch's tail runs.
+//! iterations may also report the ends it has once its last iteration
+//! started ([`reports_early`]), so the loop-supervisor refills the window
+//! while the batch's last round runs.
 //!
 //! A batch runs only the iterations its loop run has not counted (one read
 //! of the run per batch), so a redelivered one runs what is left; the ends
@@ -121,6 +121,7 @@ impl Executor {
         // How long the batch's first iteration took, once one ended.
         let mut first_end = None;
         let mut early = Early::NotYet;
+        let mut failed = None;
         loop {
             while !waiting.is_empty() {
                 let slot = if own_free {
@@ -155,9 +156,8 @@ impl Executor {
                 Freed::Ended((one, handled, slot)) => {
                     ran.push((one, handled));
                     // The slot goes on to the batch's next iteration, not
-                    // back to the replica: a replica busy with a batch
-                    // pulls no new work while the batch still has some,
-                    // so new batches go to replicas with idle slots.
+                    // back to the replica, whose consumer loop would take
+                    // it first and pull a message it has no slot for.
                     match waiting.pop_front() {
                         Some(next) => running.push(start(next, slot)),
                         None => own_free |= slot.is_none(),
@@ -176,7 +176,10 @@ impl Executor {
                     }
                 }
                 Freed::Reported(sent) => {
-                    sent?;
+                    // Failed: the iterations running still end (a handler
+                    // error mid-call would cut them off), then the batch
+                    // comes again for those the report did not count.
+                    failed = sent.err();
                     early = Early::Sent;
                 }
                 Freed::Slot(permit) => {
@@ -185,9 +188,12 @@ impl Executor {
             }
         }
         if let Early::Sending(report) = early {
-            report.await?;
+            failed = report.await.err();
         }
         self.report(&cmd, step, ends.take()).await?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
         let mut waiting = Vec::new();
         for (one, handled) in ran {
             if let Handled::NotYet(wait) = handled? {
