@@ -78,28 +78,7 @@ impl Executor {
         redelivered: bool,
     ) -> Result<Handled, HandlerError> {
         let (plan, step) = (&at.plan, at.step());
-        let items = std::mem::take(&mut cmd.batch);
-        // Read once per batch, whatever its delivery: a window sent again
-        // after a loop-supervisor's crash may name iterations counted since.
-        let progress = match items.first() {
-            Some(first) => {
-                let key = Keys::loop_run(&cmd.execution_id, &first.loop_run_id);
-                kv::get::<LoopProgress>(self.mesh.loop_kv(), &key).await?
-            }
-            None => None,
-        };
-        let mut waiting = Waiting::new(
-            items
-                .into_iter()
-                .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
-                .map(|it| TaskCommand {
-                    command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
-                    iteration: Some(it),
-                    ..cmd.clone()
-                })
-                .collect(),
-            self.queued.clone(),
-        );
+        let mut waiting = self.uncounted(&mut cmd).await?;
         // The batch's own slot runs one iteration at a time; each free slot
         // of the replica runs one more, taken as soon as it frees (another
         // batch or command ending), not only when one of ours ends. Never
@@ -142,12 +121,7 @@ impl Executor {
             let freed = tokio::select! {
                 biased;
                 done = running.next() => Freed::Ended(done.expect("some run")),
-                sent = async {
-                    match &mut early {
-                        Early::Sending(report) => report.await,
-                        _ => unreachable!("polled only while sending"),
-                    }
-                }, if matches!(early, Early::Sending(_)) => Freed::Reported(sent),
+                sent = early.sent(), if matches!(early, Early::Sending(_)) => Freed::Reported(sent),
                 permit = self.slots.clone().acquire_owned(), if !waiting.is_empty() => {
                     Freed::Slot(permit.expect("the slots are never closed"))
                 }
@@ -162,9 +136,8 @@ impl Executor {
                         Some(next) => running.push(start(next, slot)),
                         None => own_free |= slot.is_none(),
                     }
-                    let first = *first_end.get_or_insert_with(|| started.elapsed());
                     let now = Now {
-                        first_end: first,
+                        first_end: *first_end.get_or_insert_with(|| started.elapsed()),
                         ended: ends.len(),
                         waiting: waiting.len(),
                         running: running.len(),
@@ -194,14 +167,33 @@ impl Executor {
         if let Some(e) = failed {
             return Err(e.into());
         }
-        let mut waiting = Vec::new();
-        for (one, handled) in ran {
-            if let Handled::NotYet(wait) = handled? {
-                waiting.push(later(plan, step, one, wait));
-            }
-        }
-        effects::apply(&self.mesh, waiting).await?;
+        effects::apply(&self.mesh, later_all(plan, step, ran)?).await?;
         Ok(Handled::Done)
+    }
+
+    /// The iterations of batch command `cmd` (taken out of it) its loop run
+    /// has not counted, each as its own command, waiting to start. The run
+    /// is read once per batch, whatever its delivery: a window sent again
+    /// after a loop-supervisor's crash may name iterations counted since.
+    async fn uncounted(&self, cmd: &mut TaskCommand) -> Result<Waiting, HandlerError> {
+        let items = std::mem::take(&mut cmd.batch);
+        let progress = match items.first() {
+            Some(first) => {
+                let key = Keys::loop_run(&cmd.execution_id, &first.loop_run_id);
+                kv::get::<LoopProgress>(self.mesh.loop_kv(), &key).await?
+            }
+            None => None,
+        };
+        let commands = items
+            .into_iter()
+            .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
+            .map(|it| TaskCommand {
+                command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
+                iteration: Some(it),
+                ..cmd.clone()
+            })
+            .collect();
+        Ok(Waiting::new(commands, self.queued.clone()))
     }
 
     /// Report `ends` of batch `cmd` (of `step`) in `batch.completed`, if
@@ -300,6 +292,32 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         self.queued
             .fetch_sub(self.commands.len(), Ordering::Relaxed);
+    }
+}
+
+/// The commands of the iterations in `ran` that must wait ([`later`]),
+/// or the first of their runs' errors.
+fn later_all(
+    plan: &noetl_mesh::plan::PlanRecord,
+    step: &Step,
+    ran: Vec<(TaskCommand, Result<Handled, HandlerError>)>,
+) -> Result<Vec<Effect>, HandlerError> {
+    let mut waiting = Vec::new();
+    for (one, handled) in ran {
+        if let Handled::NotYet(wait) = handled? {
+            waiting.push(later(plan, step, one, wait));
+        }
+    }
+    Ok(waiting)
+}
+
+impl Early<'_> {
+    /// Wait for the report being sent (only while [`Early::Sending`]).
+    async fn sent(&mut self) -> Result<(), MeshError> {
+        match self {
+            Early::Sending(report) => report.await,
+            _ => unreachable!("waited for only while sending"),
+        }
     }
 }
 
