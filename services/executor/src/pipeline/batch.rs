@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -97,7 +97,7 @@ impl Executor {
         let mut own_free = true;
         let mut ran = Vec::with_capacity(waiting.len());
         let started = std::time::Instant::now();
-        // How long the batch's first iteration took, once one ended.
+        // How long the batch's first iteration took (until it reports early).
         let mut first_end = None;
         let mut early = Early::NotYet;
         let mut failed = None;
@@ -136,14 +136,15 @@ impl Executor {
                         Some(next) => running.push(start(next, slot)),
                         None => own_free |= slot.is_none(),
                     }
-                    let now = Now {
-                        first_end: *first_end.get_or_insert_with(|| started.elapsed()),
-                        ended: ends.len(),
-                        waiting: waiting.len(),
-                        running: running.len(),
-                        queued: self.queued.load(Ordering::Relaxed),
-                    };
-                    if matches!(early, Early::NotYet) && reports_early(&now) {
+                    if matches!(early, Early::NotYet)
+                        && reports_early(&Now {
+                            first_end: *first_end.get_or_insert_with(|| started.elapsed()),
+                            ended: ends.len(),
+                            waiting: waiting.len(),
+                            running: running.len(),
+                            queued: self.queued.load(Ordering::Relaxed),
+                        })
+                    {
                         let report = self.report(&cmd, step, ends.take());
                         early = Early::Sending(Box::pin(report));
                     }
@@ -175,7 +176,7 @@ impl Executor {
     /// has not counted, each as its own command, waiting to start. The run
     /// is read once per batch, whatever its delivery: a window sent again
     /// after a loop-supervisor's crash may name iterations counted since.
-    async fn uncounted(&self, cmd: &mut TaskCommand) -> Result<Waiting, HandlerError> {
+    async fn uncounted(&self, cmd: &mut TaskCommand) -> Result<Waiting<'_>, HandlerError> {
         let items = std::mem::take(&mut cmd.batch);
         let progress = match items.first() {
             Some(first) => {
@@ -193,7 +194,7 @@ impl Executor {
                 ..cmd.clone()
             })
             .collect();
-        Ok(Waiting::new(commands, self.queued.clone()))
+        Ok(Waiting::new(commands, &self.queued))
     }
 
     /// Report `ends` of batch `cmd` (of `step`) in `batch.completed`, if
@@ -262,13 +263,13 @@ fn reports_early(now: &Now) -> bool {
 
 /// A batch's iterations still to start, counted in the replica's
 /// [`Executor::queued`] until they start or the batch is dropped.
-struct Waiting {
+struct Waiting<'a> {
     commands: VecDeque<TaskCommand>,
-    queued: Arc<AtomicUsize>,
+    queued: &'a AtomicUsize,
 }
 
-impl Waiting {
-    fn new(commands: VecDeque<TaskCommand>, queued: Arc<AtomicUsize>) -> Self {
+impl<'a> Waiting<'a> {
+    fn new(commands: VecDeque<TaskCommand>, queued: &'a AtomicUsize) -> Self {
         queued.fetch_add(commands.len(), Ordering::Relaxed);
         Self { commands, queued }
     }
@@ -288,7 +289,7 @@ impl Waiting {
     }
 }
 
-impl Drop for Waiting {
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.queued
             .fetch_sub(self.commands.len(), Ordering::Relaxed);
@@ -399,11 +400,8 @@ mod tests {
 
     #[test]
     fn a_batch_s_waiting_iterations_count_in_the_replica_until_they_start() {
-        let queued = Arc::new(AtomicUsize::new(2));
-        let mut w = Waiting::new(
-            (0..3).map(|_| TaskCommand::default()).collect(),
-            queued.clone(),
-        );
+        let queued = AtomicUsize::new(2);
+        let mut w = Waiting::new((0..3).map(|_| TaskCommand::default()).collect(), &queued);
         assert_eq!(queued.load(Ordering::Relaxed), 5);
         w.pop_front().unwrap();
         assert_eq!((w.len(), queued.load(Ordering::Relaxed)), (2, 4));

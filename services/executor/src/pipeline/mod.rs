@@ -75,7 +75,7 @@ pub struct Executor {
     /// iterations of a batch beyond its first run in free ones.
     slots: Arc<tokio::sync::Semaphore>,
     /// Iterations of this replica's batches waiting for a slot.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    queued: std::sync::atomic::AtomicUsize,
 }
 
 impl Executor {
@@ -93,7 +93,7 @@ impl Executor {
             needs: NeedsCache::default(),
             objects,
             slots,
-            queued: Arc::default(),
+            queued: Default::default(),
         }
     }
 
