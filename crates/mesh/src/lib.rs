@@ -27,6 +27,7 @@ pub mod credentials;
 pub mod ctx_owners;
 pub mod ctx_record;
 pub mod decision_scope;
+pub mod dispatch;
 pub mod effects;
 pub mod error;
 pub mod event_type;

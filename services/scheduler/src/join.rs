@@ -15,7 +15,6 @@ use serde_json::{Map, Value};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noetl_core::{Playbook, Step};
 use noetl_mesh::{
     event_type::EventType,
     keys::Keys,
@@ -26,32 +25,7 @@ use noetl_mesh::{
 };
 
 /// The inputs a join waits for, if the step is a join.
-pub fn inputs(playbook: &Playbook, step: &Step) -> Option<Vec<String>> {
-    let join = step.spec.extra.get("join")?;
-    if let Some(Value::Array(from)) = join.get("from") {
-        return Some(
-            from.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect(),
-        );
-    }
-    if join.as_str() != Some("all") && !join.is_object() {
-        return None;
-    }
-    let mut from: Vec<String> = playbook
-        .workflow
-        .iter()
-        .filter(|s| {
-            s.next
-                .as_ref()
-                .map(|n| n.arcs.iter().any(|a| a.step == step.step))
-                .unwrap_or(false)
-        })
-        .map(|s| s.step.clone())
-        .collect();
-    from.dedup();
-    Some(from)
-}
+pub use noetl_mesh::dispatch::join_inputs as inputs;
 
 /// One join's arrivals so far.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -346,6 +320,7 @@ pub async fn arrive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use noetl_core::Playbook;
     use serde_json::json;
 
     fn inputs() -> Vec<String> {

@@ -8,6 +8,12 @@
 //! tool) finishes at once with `step.done`; any other step sends its first
 //! task command to `<p>.task.<kind>`. The step-run id is the token id, so
 //! every publish is idempotent under redelivery.
+//!
+//! The tokens that come here are those whose admission reads something: an
+//! execution's entry token and a resume's, a token of a step with an
+//! admission policy or a join, and any token of a paused execution (held
+//! here). The router starts the others itself with the same decision
+//! (`noetl_mesh::dispatch`).
 
 mod join;
 
@@ -16,21 +22,18 @@ use std::sync::Arc;
 use noetl_core::{routing, Step};
 use noetl_mesh::{
     codec,
-    commands::{self, FirstTask},
-    effects::{self, Effect},
+    dispatch::{self, decide, Decide},
+    effects,
     events::{now_ms, EventDraft},
     handler::{Handle, Handled, Job, StepOf, Typed, WhenStopped},
-    ids::derive_id,
     pause::Held,
-    payloads::{
-        self, DeadlineSet, EventPayload, StepDeadlineSet, StepEnded, StepSkipped, StepStarted,
-    },
+    payloads::StepSkipped,
     plan::PlanRecord,
     runtime::{self, BoxFuture, ConsumerLoop, HandlerError, ServiceParams},
     topology::{ConsumerSpec, StreamKind},
     Mesh, MeshError,
 };
-use noetl_wire::{LoopCommand, Token};
+use noetl_wire::Token;
 use serde_json::Value;
 
 /// Run the scheduler until `params.shutdown` is cancelled, then drain.
@@ -86,7 +89,8 @@ impl Handle for TokenHandler {
 }
 
 /// Read, decide, write for one token: the join and the admission policy
-/// are read, [`decide`] says what to publish.
+/// are read, [`decide`] says what to publish (`noetl_mesh::dispatch`,
+/// which the router also uses for a token it need not send here).
 async fn schedule(mesh: &Mesh, token: Token, at: &StepOf) -> Result<(), HandlerError> {
     let (plan, step) = (&at.plan, at.step());
     let eid = token.execution_id.as_str();
@@ -184,280 +188,8 @@ async fn admission(
     srid: &str,
 ) -> Result<Result<routing::Admission, noetl_core::routing::RoutingError>, MeshError> {
     let Some(a) = step.admit() else {
-        return Ok(Ok(routing::Admission {
-            allowed: true,
-            rule: None,
-        }));
+        return Ok(Ok(dispatch::admitted()));
     };
     let sc = noetl_mesh::decision_scope::admission_scope(mesh, plan, (step, a), args, srid).await?;
     Ok(routing::admit(Some(a), &sc))
-}
-
-/// What [`decide`] needs: the token, its step and args, and what its
-/// admission policy said.
-struct Decide<'a> {
-    plan: &'a PlanRecord,
-    step: &'a Step,
-    token: &'a Token,
-    args: Value,
-    /// The admission (its inner error: a template of the policy failed).
-    admission: Result<routing::Admission, noetl_core::routing::RoutingError>,
-    /// The time, epoch ms.
-    now_ms: u64,
-}
-
-/// What a token's step-run publishes: a failed admission fails it, a
-/// denied one skips it; an admitted one is started
-/// ([`start`]).
-fn decide(d: &Decide<'_>) -> Vec<Effect> {
-    let step = d.step;
-    let admission = match &d.admission {
-        Ok(a) => a,
-        Err(e) => {
-            // A broken admission template fails the step-run (the router
-            // decides whether an arc handles it).
-            let message = format!(
-                "admission of step {:?} failed in {}: {e}",
-                step.step, d.plan.source_name
-            );
-            let failed =
-                StepEnded::failed(payloads::error_body("admission", message), d.args.clone());
-            return vec![emit(d, &failed)];
-        }
-    };
-    if !admission.allowed {
-        let skipped = StepSkipped {
-            reason: "admission denied".into(),
-            rule: admission.rule,
-            args: Some(d.args.clone()),
-            arrived: None,
-            inputs: None,
-            join: false,
-        };
-        return vec![emit(d, &skipped)];
-    }
-    // Admitted and started in one event (`step.scheduled` of older logs
-    // said the first half).
-    let mut effects = vec![emit(
-        d,
-        &StepStarted::admitted(admission.rule, step.loop_.is_some()),
-    )];
-    effects.extend(start(d));
-    effects
-}
-
-/// An event of the token's step-run, with `payload`.
-fn emit(d: &Decide<'_>, payload: &impl EventPayload) -> Effect {
-    let token = d.token;
-    Effect::Emit(
-        EventDraft {
-            execution_id: &token.execution_id,
-            step_run_id: &token.token_id,
-            step: &d.step.step,
-            trace_id: &token.trace_id,
-            parent_id: &token.parent_step_run_id,
-            ..Default::default()
-        }
-        .build(payload),
-    )
-}
-
-/// Start an admitted step-run: its deadline timer, then its loop command,
-/// its first task command, or (a step without tasks) its `step.done`.
-fn start(d: &Decide<'_>) -> Vec<Effect> {
-    let (plan, step, token, args) = (d.plan, d.step, d.token, &d.args);
-    let (eid, srid) = (token.execution_id.as_str(), token.token_id.as_str());
-    let mut effects = Vec::new();
-    // The step-run's deadline, decided once here and carried by every
-    // command of it; a timer backs it up for work that waits in a queue.
-    let deadline = if step.loop_.is_some() || !step.tool.is_empty() {
-        noetl_core::lifecycle::step_deadline(&noetl_core::lifecycle::StepDeadlineInput {
-            playbook: &plan.playbook,
-            step,
-            now_ms: d.now_ms,
-            execution_started_ms: plan.started_ms,
-        })
-    } else {
-        None
-    };
-    let (deadline_ms, deadline_of) = deadline
-        .as_ref()
-        .map(|d| (d.at_ms, d.what.clone()))
-        .unwrap_or_default();
-    if let Some(set) = &deadline {
-        effects.push(emit(
-            d,
-            &StepDeadlineSet(DeadlineSet {
-                at_ms: set.at_ms,
-                what: set.what.clone(),
-                args: Some(args.clone()),
-            }),
-        ));
-    }
-    if step.loop_.is_some() {
-        effects.push(Effect::Loop(LoopCommand {
-            command_id: derive_id(&[srid, "loop"]),
-            execution_id: eid.to_string(),
-            step: step.step.clone(),
-            step_run_id: srid.to_string(),
-            args_json: codec::json_bytes(args),
-            trace_id: token.trace_id.clone(),
-            deadline_ms,
-            deadline_of,
-        }));
-    } else if let Some(first) = step.tool.first() {
-        let cmd = commands::first_task(FirstTask {
-            execution_id: eid,
-            step: &step.step,
-            step_run_id: srid,
-            args,
-            trace_id: &token.trace_id,
-            deadline: (deadline_ms, &deadline_of),
-            iteration: None,
-            total: 0,
-        });
-        effects.push(Effect::Task {
-            kind: noetl_core::workbook::effective_kind(plan.playbook.workbook.as_ref(), first),
-            task: first.name.clone(),
-            cmd,
-        });
-    } else {
-        // Routing-only step: nothing to run.
-        effects.push(emit(d, &StepEnded::done(Value::Null, args.clone())));
-    }
-    effects
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn plan(step: Value) -> PlanRecord {
-        let playbook = json!({
-            "apiVersion": "noetl.io/v2",
-            "kind": "Playbook",
-            "metadata": {"name": "t"},
-            "workflow": [step],
-        });
-        PlanRecord::new(
-            "e1".into(),
-            "t.yaml".into(),
-            serde_json::from_value(playbook).unwrap(),
-            json!({}),
-        )
-    }
-
-    fn token() -> Token {
-        Token {
-            token_id: "t1".into(),
-            execution_id: "e1".into(),
-            step: "s".into(),
-            ..Default::default()
-        }
-    }
-
-    fn allowed() -> Result<routing::Admission, routing::RoutingError> {
-        Ok(routing::Admission {
-            allowed: true,
-            rule: None,
-        })
-    }
-
-    /// The event types and other effects, in publish order.
-    fn kinds(effects: &[Effect]) -> Vec<String> {
-        effects
-            .iter()
-            .map(|e| match e {
-                Effect::Emit(ev) => ev.event_type.clone(),
-                Effect::Task { kind, .. } => format!("task:{kind}"),
-                Effect::Loop(_) => "loop".into(),
-                other => format!("{other:?}"),
-            })
-            .collect()
-    }
-
-    fn decided(
-        plan: &PlanRecord,
-        admission: Result<routing::Admission, routing::RoutingError>,
-    ) -> Vec<Effect> {
-        decide(&Decide {
-            plan,
-            step: &plan.playbook.workflow[0],
-            token: &token(),
-            args: json!({"a": 1}),
-            admission,
-            now_ms: 1_000,
-        })
-    }
-
-    #[test]
-    fn an_admitted_tool_step_is_started_and_its_first_task_sent() {
-        let p =
-            plan(json!({"step": "s", "tool": [{"name": "t", "kind": "python", "code": "x = 1"}]}));
-        let effects = decided(&p, allowed());
-        assert_eq!(kinds(&effects), ["step.started", "task:python"]);
-        let Effect::Emit(started) = &effects[0] else {
-            unreachable!()
-        };
-        assert_eq!(
-            payloads::decode::<StepStarted>(started).unwrap(),
-            StepStarted::admitted(None, false),
-            "the admission rides in the start"
-        );
-        assert!(payloads::is_admission(started));
-        let Effect::Task { cmd, task, .. } = &effects[1] else {
-            unreachable!()
-        };
-        assert_eq!(
-            (task.as_str(), cmd.step_run_id.as_str(), cmd.pc, cmd.attempt),
-            ("t", "t1", 0, 1)
-        );
-    }
-
-    #[test]
-    fn a_routing_only_step_is_done_at_once_and_a_loop_goes_to_the_supervisor() {
-        let p = plan(json!({"step": "s"}));
-        assert_eq!(
-            kinds(&decided(&p, allowed())),
-            ["step.started", "step.done"]
-        );
-        let p = plan(
-            json!({"step": "s", "loop": {"in": "{{ [1, 2] }}", "iterator": "x"},
-                            "tool": [{"name": "t", "kind": "noop"}]}),
-        );
-        assert_eq!(kinds(&decided(&p, allowed())), ["step.started", "loop"]);
-    }
-
-    #[test]
-    fn a_denied_admission_skips_and_a_broken_one_fails_the_step_run() {
-        let p = plan(json!({"step": "s"}));
-        let denied = Ok(routing::Admission {
-            allowed: false,
-            rule: Some(0),
-        });
-        assert_eq!(kinds(&decided(&p, denied)), ["step.skipped"]);
-        let broken = Err(routing::RoutingError::AdmitCondition {
-            rule: 0,
-            source: noetl_core::template::TemplateError::Syntax {
-                template: "{{ x".into(),
-                message: "unexpected end".into(),
-            },
-        });
-        let effects = decided(&p, broken);
-        assert_eq!(kinds(&effects), ["step.failed"]);
-    }
-
-    #[test]
-    fn a_step_with_a_timeout_sets_its_deadline_timer_first() {
-        let p = plan(
-            json!({"step": "s", "spec": {"policy": {"lifecycle": {"timeout_s": 5}}},
-                            "tool": [{"name": "t", "kind": "noop"}]}),
-        );
-        let effects = decided(&p, allowed());
-        assert_eq!(
-            kinds(&effects),
-            ["step.started", "step.deadline", "task:noop"]
-        );
-    }
 }
