@@ -54,11 +54,13 @@ pub(crate) async fn emit_terminal(
     .await?
     .wait()
     .await?;
-    // Before marking the end emitted: a crash here repeats both.
+    // Before marking the end emitted: a crash here repeats both. Only a
+    // child has a parent to resume (`<eid>.resume`): a root execution's
+    // end reads nothing for it.
     if !header.parent_execution_id.is_empty() {
         crate::children::restore_continuation(mesh, eid).await?;
+        crate::children::resume_parent(mesh, eid).await?;
     }
-    crate::children::resume_parent(mesh, eid).await?;
     crate::gates::release(mesh, eid).await?;
     kv::update_cached(
         mesh.exec_kv(),
