@@ -250,3 +250,91 @@ workflow:
     assert_eq!(s.steps["handler"], "done");
     cluster.stop().await;
 }
+
+/// The router starts a step-run whose admission reads nothing itself (no
+/// admission policy, not a join); only the other tokens reach the
+/// scheduler: here the entry token, the token of a step with an admission
+/// policy, and both tokens of a join. Every step-run still has its
+/// `step.started`, and the log replays to the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_tokens_whose_admission_reads_something_go_to_the_scheduler() {
+    use futures::StreamExt;
+    let cluster = Cluster::start().await;
+    // A core subscription sees every token published on the work stream.
+    let mut published = cluster
+        .mesh
+        .client()
+        .subscribe(cluster.mesh.subjects().tokens_all())
+        .await
+        .expect("subscribe to the token subjects");
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: started_by_the_router }
+workflow:
+  - step: start
+    tool: [{ name: n, kind: noop }]
+    next:
+      spec: { mode: inclusive }
+      arcs: [{ step: left }, { step: right }]
+  - step: left
+    tool: [{ name: n, kind: noop }]
+    next: { arcs: [{ step: merge }] }
+  - step: right
+    spec:
+      policy:
+        admit:
+          rules:
+            - else: { then: { allow: true } }
+    tool: [{ name: n, kind: noop }]
+    next: { arcs: [{ step: merge }] }
+  - step: merge
+    spec: { join: all }
+    next: { arcs: [{ step: end }] }
+  - step: end
+"#;
+    let eid = cluster
+        .submit(yaml, "started_by_the_router.yaml", serde_json::json!({}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    let mut scheduled = Vec::new();
+    while let Ok(Some(msg)) =
+        tokio::time::timeout(Duration::from_millis(300), published.next()).await
+    {
+        let token: noetl_wire::Token =
+            noetl_wire::codec::decode("token", &msg.payload).expect("a token");
+        if token.execution_id == eid {
+            scheduled.push(token.step);
+        }
+    }
+    scheduled.sort();
+    let events = cluster.settled_events(&eid).await;
+    let logged: Vec<String> = events
+        .iter()
+        .map(|e| format!("{} {}", e.event_type, e.step))
+        .collect();
+    assert_eq!(
+        scheduled,
+        ["merge", "merge", "right", "start"],
+        "the log: {logged:#?}"
+    );
+    for step in ["start", "left", "right", "merge", "end"] {
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.event_type == "step.started" && e.step == step)
+                .count(),
+            1,
+            "one step.started for {step}: {:?}",
+            types(&events)
+        );
+    }
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

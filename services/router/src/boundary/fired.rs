@@ -1,15 +1,19 @@
 //! What a boundary publishes once its header write is stored: the tokens
 //! it fired that are still live, and `next.selected` naming them, as
 //! effects (deterministic ids: a redelivery republishes the same messages,
-//! JetStream drops the copies).
+//! JetStream drops the copies). A token whose admission reads nothing is
+//! not sent to the scheduler: its step-run is started here, with the
+//! scheduler's own decision (`noetl_mesh::dispatch`).
 
 use noetl_core::Step;
 use noetl_mesh::{
     codec,
+    dispatch::{self, Decide},
     effects::Effect,
     events::EventDraft,
     patches::Carried,
     payloads::{NextSelected, SelectedArc},
+    plan::PlanRecord,
     state::{ExecHeader, TokenRecord},
 };
 use noetl_wire::{Event, Token};
@@ -32,6 +36,10 @@ pub(super) struct Fired<'a> {
     /// one answers the boundary (it fired no token: a token is published
     /// only after its `next.selected` is stored).
     pub(super) unanswered: bool,
+    /// Where the fired tokens may start at once: the execution's plan, and
+    /// the time (epoch ms), unless the execution is paused (its tokens go
+    /// to the scheduler, which holds them).
+    pub(super) start_here: Option<(&'a PlanRecord, u64)>,
 }
 
 /// What the step-run's boundary publishes: `next.selected`, the router's
@@ -83,8 +91,8 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
             }),
         ));
     }
-    effects.extend(fired.iter().map(|t| {
-        Effect::Token(Token {
+    for t in fired {
+        let token = Token {
             token_id: t.token_id.clone(),
             execution_id: ev.execution_id.clone(),
             step: t.step.clone(),
@@ -92,8 +100,25 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
             trace_id: ev.trace_id.clone(),
             parent_step_run_id: srid.to_string(),
             parent_step: ev.step.clone(),
-        })
-    }));
+        };
+        let here = f.start_here.and_then(|(plan, now_ms)| {
+            let step = plan.step(&t.step)?;
+            dispatch::needs_no_admission(&plan.playbook, step).then_some((plan, step, now_ms))
+        });
+        match here {
+            // The step-run's start: its `step.started` goes out with
+            // `next.selected`, its work after them (`effects::apply`).
+            Some((plan, step, now_ms)) => effects.extend(dispatch::decide(&Decide {
+                plan,
+                step,
+                token: &token,
+                args: t.args.clone(),
+                admission: Ok(dispatch::admitted()),
+                now_ms,
+            })),
+            None => effects.push(Effect::Token(token)),
+        }
+    }
     effects
 }
 
@@ -141,6 +166,7 @@ mod tests {
             .map(|e| match e {
                 Effect::Emit(ev) => ev.event_type.clone(),
                 Effect::Token(t) => format!("token:{}", t.token_id),
+                Effect::Task { kind, cmd, .. } => format!("task:{kind}:{}", cmd.step_run_id),
                 other => format!("{other:?}"),
             })
             .collect()
@@ -158,6 +184,7 @@ mod tests {
             error: None,
             set_ctx: None,
             unanswered: false,
+            start_here: None,
         });
         assert_eq!(names(&effects), ["next.selected", "token:t1"]);
         // The answer names the token it fired, with its args: its record
@@ -191,6 +218,7 @@ mod tests {
             error: None,
             set_ctx: None,
             unanswered: false,
+            start_here: None,
         });
         assert!(again.is_empty(), "{:?}", names(&again));
         let answered_late = fired(Fired {
@@ -201,6 +229,7 @@ mod tests {
             error: None,
             set_ctx: None,
             unanswered: true,
+            start_here: None,
         });
         assert_eq!(names(&answered_late), ["next.selected"]);
         let skip = fired(Fired {
@@ -211,7 +240,52 @@ mod tests {
             error: None,
             set_ctx: None,
             unanswered: false,
+            start_here: None,
         });
         assert_eq!(names(&skip), ["next.selected"], "a skip is answered too");
+    }
+
+    #[test]
+    fn a_token_whose_admission_reads_nothing_starts_here_and_the_others_go_to_the_scheduler() {
+        let playbook = json!({
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "t"},
+            "workflow": [
+                {"step": "a", "next": {"arcs": [{"step": "to-t1"}, {"step": "to-t2"}]}},
+                {"step": "to-t1", "tool": [{"name": "n", "kind": "noop"}]},
+                {"step": "to-t2", "spec": {"join": "all"}},
+            ],
+        });
+        let plan = PlanRecord::new(
+            "e1".into(),
+            "t.yaml".into(),
+            serde_json::from_value(playbook).unwrap(),
+            json!({}),
+        );
+        let (e, s) = (ev("step.done"), step());
+        let h = header(vec![fired_token("t1", "r1"), fired_token("t2", "r1")]);
+        let of = |start_here| {
+            names(&fired(Fired {
+                ev: &e,
+                step: &s,
+                header: &h,
+                applied: true,
+                error: None,
+                set_ctx: None,
+                unanswered: false,
+                start_here,
+            }))
+        };
+        assert_eq!(
+            of(Some((&plan, 1_000))),
+            ["next.selected", "step.started", "task:noop:t1", "token:t2"],
+            "the plain step starts here; the join's token goes to the scheduler"
+        );
+        assert_eq!(
+            of(None),
+            ["next.selected", "token:t1", "token:t2"],
+            "a paused execution's tokens all go to the scheduler, which holds them"
+        );
     }
 }

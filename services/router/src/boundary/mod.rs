@@ -2,8 +2,9 @@
 //!
 //! One pass per event: the arcs are selected ([`arcs`]), the step's record
 //! and the header are written in one compare-and-set ([`record`]), what
-//! fired is published ([`fired`], a list of effects), and the end of the
-//! execution is emitted once ([`crate::ending`]).
+//! fired is published ([`fired`], a list of effects: tokens, or the
+//! step-runs they start when their admission reads nothing), and the end
+//! of the execution is emitted once ([`crate::ending`]).
 
 mod arcs;
 mod fired;
@@ -224,6 +225,9 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
     let unanswered = !applied
         && !header.live.iter().any(|t| t.parent == srid)
         && !mesh.boundary_answered(&ev.execution_id, srid).await?;
+    // A paused execution's tokens go to the scheduler, which holds them;
+    // the others whose admission reads nothing start here.
+    let paused = mesh.pauses().await?.is_paused(&ev.execution_id);
     let effects = fired(Fired {
         ev: &ev,
         step,
@@ -232,6 +236,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
         error: decision.error.clone(),
         set_ctx,
         unanswered,
+        start_here: (!paused).then_some((plan.as_ref(), now_ms())),
     });
     effects::apply(mesh, effects).await?;
 
