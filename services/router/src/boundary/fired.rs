@@ -112,7 +112,12 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
                 plan,
                 step,
                 token: &token,
-                args: t.args.clone(),
+                // As the scheduler reads a token's args (`codec::args`):
+                // none is an empty object.
+                args: match &t.args {
+                    Value::Null => Value::Object(Map::new()),
+                    args => args.clone(),
+                },
                 admission: Ok(dispatch::admitted()),
                 now_ms,
             })),
@@ -281,6 +286,24 @@ mod tests {
             of(Some((&plan, 1_000))),
             ["next.selected", "step.started", "task:noop:t1", "token:t2"],
             "the plain step starts here; the join's token goes to the scheduler"
+        );
+        let started = fired(Fired {
+            ev: &e,
+            step: &s,
+            header: &h,
+            applied: true,
+            error: None,
+            set_ctx: None,
+            unanswered: false,
+            start_here: Some((&plan, 1_000)),
+        });
+        let Effect::Task { cmd, .. } = &started[2] else {
+            unreachable!()
+        };
+        assert_eq!(
+            codec::json_value(&cmd.args_json).unwrap(),
+            json!({"x": 1}),
+            "the command carries the token's args"
         );
         assert_eq!(
             of(None),
