@@ -112,12 +112,8 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
                 plan,
                 step,
                 token: &token,
-                // As the scheduler reads a token's args (`codec::args`):
-                // none is an empty object.
-                args: match &t.args {
-                    Value::Null => Value::Object(Map::new()),
-                    args => args.clone(),
-                },
+                // As the scheduler reads a token's args: none is `{}`.
+                args: codec::args_value(t.args.clone()),
                 admission: Ok(dispatch::admitted()),
                 now_ms,
             })),
@@ -270,8 +266,8 @@ mod tests {
         );
         let (e, s) = (ev("step.done"), step());
         let h = header(vec![fired_token("t1", "r1"), fired_token("t2", "r1")]);
-        let of = |start_here| {
-            names(&fired(Fired {
+        let run = |start_here| {
+            fired(Fired {
                 ev: &e,
                 step: &s,
                 header: &h,
@@ -280,23 +276,14 @@ mod tests {
                 set_ctx: None,
                 unanswered: false,
                 start_here,
-            }))
+            })
         };
+        let started = run(Some((&plan, 1_000)));
         assert_eq!(
-            of(Some((&plan, 1_000))),
+            names(&started),
             ["next.selected", "step.started", "task:noop:t1", "token:t2"],
             "the plain step starts here; the join's token goes to the scheduler"
         );
-        let started = fired(Fired {
-            ev: &e,
-            step: &s,
-            header: &h,
-            applied: true,
-            error: None,
-            set_ctx: None,
-            unanswered: false,
-            start_here: Some((&plan, 1_000)),
-        });
         let Effect::Task { cmd, .. } = &started[2] else {
             unreachable!()
         };
@@ -306,7 +293,7 @@ mod tests {
             "the command carries the token's args"
         );
         assert_eq!(
-            of(None),
+            names(&run(None)),
             ["next.selected", "token:t1", "token:t2"],
             "a paused execution's tokens all go to the scheduler, which holds them"
         );
