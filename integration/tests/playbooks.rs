@@ -252,10 +252,11 @@ workflow:
 }
 
 /// The router starts a step-run whose admission reads nothing itself (no
-/// admission policy, not a join); only the other tokens reach the
-/// scheduler: here the entry token, the token of a step with an admission
-/// policy, and both tokens of a join. Every step-run still has its
-/// `step.started`, and the log replays to the records.
+/// admission policy, not a join), the entry's too; only the other tokens
+/// reach the scheduler: here the token of a step with an admission policy
+/// and both tokens of a join, and in a second execution the entry token of
+/// a step with a policy. Every step-run still has its `step.started`, and
+/// the log replays to the records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_tokens_whose_admission_reads_something_go_to_the_scheduler() {
     use futures::StreamExt;
@@ -293,17 +294,35 @@ workflow:
     next: { arcs: [{ step: end }] }
   - step: end
 "#;
+    let gated_entry = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: gated_entry }
+workflow:
+  - step: start
+    spec:
+      policy:
+        admit:
+          rules:
+            - else: { then: { allow: true } }
+    tool: [{ name: n, kind: noop }]
+"#;
     let eid = cluster
         .submit(yaml, "started_by_the_router.yaml", serde_json::json!({}))
         .await;
-    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
-    assert_eq!(
-        serde_json::to_value(s.status).unwrap(),
-        "completed",
-        "{:?}",
-        s.error
-    );
-    let mut scheduled = Vec::new();
+    let gated = cluster
+        .submit(gated_entry, "gated_entry.yaml", serde_json::json!({}))
+        .await;
+    for id in [&eid, &gated] {
+        let s = cluster.wait(id, Duration::from_secs(30)).await;
+        assert_eq!(
+            serde_json::to_value(s.status).unwrap(),
+            "completed",
+            "{id}: {:?}",
+            s.error
+        );
+    }
+    let (mut scheduled, mut gated_tokens) = (Vec::new(), Vec::new());
     while let Ok(Some(msg)) =
         tokio::time::timeout(Duration::from_millis(300), published.next()).await
     {
@@ -311,9 +330,17 @@ workflow:
             noetl_wire::codec::decode("token", &msg.payload).expect("a token");
         if token.execution_id == eid {
             scheduled.push(token.step);
+        } else if token.execution_id == gated {
+            gated_tokens.push(token.step);
         }
     }
     scheduled.sort();
+    assert_eq!(
+        gated_tokens,
+        ["start"],
+        "an entry step with a policy is admitted by the scheduler"
+    );
+    cluster.assert_replays(&gated).await;
     let events = cluster.settled_events(&eid).await;
     let logged: Vec<String> = events
         .iter()
@@ -321,7 +348,7 @@ workflow:
         .collect();
     assert_eq!(
         scheduled,
-        ["merge", "merge", "right", "start"],
+        ["merge", "merge", "right"],
         "the log: {logged:#?}"
     );
     for step in ["start", "left", "right", "merge", "end"] {

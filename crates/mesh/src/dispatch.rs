@@ -60,6 +60,28 @@ pub fn needs_no_admission(playbook: &Playbook, step: &Step) -> bool {
     step.admit().is_none() && join_inputs(playbook, step).is_none()
 }
 
+/// The step-run of `token` started without its scheduler, when its step
+/// needs no admission ([`needs_no_admission`]): what the scheduler would
+/// publish for it ([`decide`], admitted, its args read as
+/// `noetl_wire::codec::args` reads them), under the same ids. `None` for
+/// a token whose step must be admitted by the scheduler, or is not in the
+/// plan (the scheduler fails it).
+pub fn start_unadmitted(plan: &PlanRecord, token: &Token, now_ms: u64) -> Option<Vec<Effect>> {
+    let step = plan.step(&token.step)?;
+    if !needs_no_admission(&plan.playbook, step) {
+        return None;
+    }
+    let args = crate::codec::args(&token.args_json).ok()?;
+    Some(decide(&Decide {
+        plan,
+        step,
+        token,
+        args,
+        admission: Ok(admitted()),
+        now_ms,
+    }))
+}
+
 /// The admission of a step without a policy.
 pub fn admitted() -> routing::Admission {
     routing::Admission {
@@ -354,5 +376,59 @@ mod tests {
         assert!(direct("start") && direct("plain"));
         assert!(!direct("merge"), "a join reads its arrivals");
         assert!(!direct("gated"), "an admission policy reads its scope");
+    }
+
+    #[test]
+    fn a_token_needing_no_admission_starts_as_the_scheduler_would_start_it() {
+        let p = plan(json!({"step": "s", "tool": [{"name": "t", "kind": "noop"}]}));
+        let mut t = token();
+        t.args_json = br#"{"a": 1}"#.to_vec();
+        let started = start_unadmitted(&p, &t, 1_000).expect("started without a read");
+        assert_eq!(kinds(&started), ["step.started", "task:noop"]);
+        let ids = |effects: &[Effect]| {
+            effects
+                .iter()
+                .map(|e| e.id().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ids(&started),
+            ids(&decided(&p, Ok(admitted()))),
+            "the scheduler's effects under its ids"
+        );
+        let Effect::Task { cmd, .. } = &started[1] else {
+            unreachable!()
+        };
+        assert_eq!(
+            crate::codec::json_value(&cmd.args_json).unwrap(),
+            json!({"a": 1})
+        );
+        t.args_json.clear();
+        let Effect::Task { cmd, .. } = &start_unadmitted(&p, &t, 1_000).unwrap()[1] else {
+            unreachable!()
+        };
+        assert_eq!(
+            crate::codec::json_value(&cmd.args_json).unwrap(),
+            json!({}),
+            "no args are an empty object, as the scheduler reads them"
+        );
+
+        let gated = plan(json!({"step": "s", "spec": {"policy": {"admit": {"rules": [
+            {"when": "{{ true }}", "then": {"allow": true}}]}}}}));
+        assert!(
+            start_unadmitted(&gated, &t, 1_000).is_none(),
+            "a policy: to the scheduler"
+        );
+        t.step = "missing".into();
+        assert!(
+            start_unadmitted(&p, &t, 1_000).is_none(),
+            "no such step: the scheduler fails it"
+        );
+        t.step = "s".into();
+        t.args_json = b"{not json".to_vec();
+        assert!(
+            start_unadmitted(&p, &t, 1_000).is_none(),
+            "bad args: the scheduler refuses them"
+        );
     }
 }

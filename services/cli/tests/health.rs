@@ -15,12 +15,20 @@ use serde_json::Value;
 mod support;
 use support::{free_port, noetl, Procs};
 
+/// Its entry step has an admission policy, so its token goes through the
+/// scheduler (a step without one the router starts itself).
 const TINY: &str = r#"
 apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: tiny }
 workflow:
   - step: start
+    spec:
+      policy:
+        admit:
+          rules:
+            - else:
+                then: { allow: true }
     tool:
       - name: seed
         kind: noop

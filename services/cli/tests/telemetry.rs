@@ -257,6 +257,12 @@ workflow:
       arcs:
         - step: squares
   - step: squares
+    spec:
+      policy:
+        admit:
+          rules:
+            - else:
+                then: {{ allow: true }}
     loop:
       in: "{{{{ [1, 2, 3] }}}}"
       iterator: n
@@ -326,15 +332,22 @@ workflow:
             })
             .collect()
     };
+    // `start` needs no admission: the router starts it with the
+    // execution. `squares` has a policy: its token goes to the scheduler.
     assert_eq!(
         publisher_of("executor-http"),
-        HashSet::from(["noetl-scheduler:schedule".to_string()]),
-        "a task command's consumer is the child of the scheduler span that sent it"
+        HashSet::from(["noetl-router:execution.request".to_string()]),
+        "the entry's task command is sent by the router's request span"
     );
-    let scheduled = publisher_of("scheduler");
-    assert!(
-        !scheduled.is_empty() && scheduled.iter().all(|p| p.starts_with("noetl-router:")),
-        "tokens are published by the router: {scheduled:?}"
+    assert_eq!(
+        publisher_of("scheduler"),
+        HashSet::from(["noetl-router:boundary".to_string()]),
+        "a token is published by the boundary that fired it"
+    );
+    assert_eq!(
+        publisher_of("loop-commands"),
+        HashSet::from(["noetl-scheduler:schedule".to_string()]),
+        "a loop command's consumer is the child of the scheduler span that sent it"
     );
     assert!(
         publisher_of("router-events")

@@ -1,18 +1,21 @@
 //! An execution's start: its start events (`playbook.initialized`,
 //! `workflow.initialized`, the entry's `token.created`, the execution's
-//! deadline timer) and its entry token, all under deterministic ids, so
+//! deadline timer) and its entry step-run's start (or its token, when the
+//! scheduler must admit it), all under deterministic ids, so
 //! publishing them again (a redelivered request, a queued execution
 //! promoted again after a crash) changes nothing.
 
 use noetl_mesh::{
-    events::EventDraft,
+    dispatch,
+    effects::{self, Effect},
+    events::{now_ms, EventDraft},
     patches,
     payloads::{
         DeadlineSet, ExecutionDeadlineSet, PlanIdentity, PlaybookInitialized, TokenCreated,
         WorkflowInitialized,
     },
     plan::PlanRecord,
-    Batch, Mesh, MeshError,
+    Mesh, MeshError,
 };
 use noetl_wire::Token;
 use serde_json::Value;
@@ -100,9 +103,10 @@ pub(crate) async fn emit_initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<(
     mesh.emit(&ev).await?.wait().await
 }
 
-// Over 80 lines on purpose: the start events and entry token of an execution, each idempotent,
-// in the order readers rely on.
-/// Emit the start events, then publish the entry token (all idempotent).
+/// Emit the start events, then start the entry step (all idempotent): its
+/// step-run at once when its admission reads nothing and the execution is
+/// not paused (`noetl_mesh::dispatch::start_unadmitted`, as for the tokens
+/// a boundary fires), else its token, for the scheduler.
 pub(crate) async fn publish_entry(
     mesh: &Mesh,
     plan: &PlanRecord,
@@ -123,7 +127,7 @@ pub(crate) async fn publish_entry(
         parent_step_run_id: String::new(),
         parent_step: String::new(),
     };
-    let mut batch = Batch::new();
+    let mut effects = Vec::new();
     let draft = || EventDraft {
         execution_id: eid,
         trace_id: &plan.trace_id,
@@ -131,15 +135,12 @@ pub(crate) async fn publish_entry(
     };
     if init == Initialized::Emit {
         let initialized = initialized(mesh, plan).await?;
-        batch.push(mesh.emit(&draft().build(&initialized)).await?);
+        effects.push(Effect::Emit(draft().build(&initialized)));
     }
-    batch.push(
-        mesh.emit(&draft().build(&WorkflowInitialized {
-            entry_step: entry.clone(),
-            steps: plan.playbook.workflow.len(),
-        }))
-        .await?,
-    );
+    effects.push(Effect::Emit(draft().build(&WorkflowInitialized {
+        entry_step: entry.clone(),
+        steps: plan.playbook.workflow.len(),
+    })));
     let mut created = draft().build(&TokenCreated {
         token_id: token.token_id.clone(),
         step: entry.clone(),
@@ -147,28 +148,35 @@ pub(crate) async fn publish_entry(
         args: Value::Null,
         parent: String::new(),
     });
-    created.step = entry.clone();
-    batch.push(mesh.emit(&created).await?);
+    created.step = entry;
+    effects.push(Effect::Emit(created));
     // The execution's deadline is a timer the router itself handles when
     // due (`crate::timers`), so work waiting in a queue cannot outlive it.
     let deadline = (plan.started_ms > 0)
         .then(|| noetl_core::lifecycle::execution_deadline(&plan.playbook, plan.started_ms))
         .flatten();
     if let Some(d) = deadline {
-        batch.push(
-            mesh.emit(&draft().build(&ExecutionDeadlineSet(DeadlineSet {
+        effects.push(Effect::Emit(draft().build(&ExecutionDeadlineSet(
+            DeadlineSet {
                 at_ms: d.at_ms,
                 what: d.what.clone(),
                 args: None,
-            })))
-            .await?,
-        );
+            },
+        ))));
     }
-    // The token only once its events are stored (cause before effect,
-    // `noetl_mesh::effects::apply`): a lost `playbook.initialized` must
-    // not leave a running entry step that no fold of the log knows.
-    batch.wait().await?;
-    mesh.publish_token(&token).await?.wait().await
+    // The step-run's start or the token only once these events are stored
+    // (cause before effect, `noetl_mesh::effects::apply`): a lost
+    // `playbook.initialized` must not leave a running entry step that no
+    // fold of the log knows.
+    let started = match mesh.pauses().await?.is_paused(eid) {
+        true => None,
+        false => dispatch::start_unadmitted(plan, &token, now_ms()),
+    };
+    match started {
+        Some(started) => effects.extend(started),
+        None => effects.push(Effect::Token(token)),
+    }
+    effects::apply(mesh, effects).await
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@
 
 use noetl_core::Step;
 use noetl_mesh::{
-    codec,
-    dispatch::{self, Decide},
+    codec, dispatch,
     effects::Effect,
     events::EventDraft,
     patches::Carried,
@@ -101,22 +100,13 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
             parent_step_run_id: srid.to_string(),
             parent_step: ev.step.clone(),
         };
-        let here = f.start_here.and_then(|(plan, now_ms)| {
-            let step = plan.step(&t.step)?;
-            dispatch::needs_no_admission(&plan.playbook, step).then_some((plan, step, now_ms))
-        });
-        match here {
-            // The step-run's start: its `step.started` goes out with
-            // `next.selected`, its work after them (`effects::apply`).
-            Some((plan, step, now_ms)) => effects.extend(dispatch::decide(&Decide {
-                plan,
-                step,
-                token: &token,
-                // As the scheduler reads a token's args: none is `{}`.
-                args: codec::args_value(t.args.clone()),
-                admission: Ok(dispatch::admitted()),
-                now_ms,
-            })),
+        // The step-run's start: its `step.started` goes out with
+        // `next.selected`, its work after them (`effects::apply`).
+        match f
+            .start_here
+            .and_then(|(plan, now_ms)| dispatch::start_unadmitted(plan, &token, now_ms))
+        {
+            Some(started) => effects.extend(started),
             None => effects.push(Effect::Token(token)),
         }
     }
