@@ -196,8 +196,9 @@ pub fn decode_message(
 /// The event types a stored event may carry inside it ([`unfold`]): a
 /// reader that filters by type on the server must read every subject to
 /// find these.
-pub const CARRIED: [EventType; 4] = [
+pub const CARRIED: [EventType; 5] = [
     EventType::TaskDone,
+    EventType::StepStarted,
     EventType::LoopIterationStarted,
     EventType::LoopIterationDone,
     EventType::LoopIterationFailed,
@@ -217,10 +218,16 @@ pub const CARRIED: [EventType; 4] = [
 /// `loop.iteration.done` / `.failed` (and the `task.done` it carries), each
 /// with the id, fields and time it would have had stored on its own. A
 /// batch event that does not decode is left whole.
+///
+/// A `next.selected` whose arcs carry the `step.started` of the step-runs
+/// the router started itself ([`crate::payloads::SelectedArc::started`])
+/// stands for itself without them, followed by each `step.started`, with
+/// the id, fields and time it would have had stored on its own.
 pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
     let events = match EventType::of(&ev) {
         Some(EventType::BatchAccepted) => batch::accepted(ev),
         Some(EventType::BatchCompleted) => batch::completed(ev),
+        Some(EventType::NextSelected) => split_started(ev),
         _ => vec![ev],
     };
     events.into_iter().flat_map(|ev| {
@@ -322,6 +329,47 @@ fn split_last_task(mut ev: Event) -> (Option<Event>, Event) {
     task_done.ts = ev.ts.clone();
     ev.payload_json = crate::codec::json_bytes(&payload);
     (Some(task_done), ev)
+}
+
+/// `next.selected` without the `step.started`s its arcs carry, then
+/// those events (see [`unfold`]); left whole when its payload does not
+/// decode.
+fn split_started(mut ev: Event) -> Vec<Event> {
+    if !contains(&ev.payload_json, b"\"started\"") {
+        return vec![ev];
+    }
+    let mut payload = payload(&ev);
+    let Some(arcs) = payload.get_mut("arcs").and_then(Value::as_array_mut) else {
+        return vec![ev];
+    };
+    let mut started = Vec::new();
+    for arc in arcs.iter_mut().filter_map(Value::as_object_mut) {
+        let Some(body) = arc.shift_remove("started") else {
+            continue;
+        };
+        let field = |k: &str| arc.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (token_id, step) = (field("token_id"), field("step"));
+        let Ok(body) = serde_json::from_value::<crate::payloads::StepStarted>(body) else {
+            return vec![ev];
+        };
+        let mut e = EventDraft {
+            execution_id: &ev.execution_id,
+            step_run_id: token_id,
+            step,
+            trace_id: &ev.trace_id,
+            parent_id: &ev.step_run_id,
+            ..Default::default()
+        }
+        .build(&body);
+        e.ts_ms = ev.ts_ms;
+        e.ts = ev.ts.clone();
+        started.push(e);
+    }
+    if started.is_empty() {
+        return vec![ev];
+    }
+    ev.payload_json = crate::codec::json_bytes(&payload);
+    std::iter::once(ev).chain(started).collect()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -547,5 +595,63 @@ mod tests {
         // Without a type anywhere, the event is refused, naming the subject.
         let e = decode_message("noetl.task.noop", None, &stored).unwrap_err();
         assert!(e.to_string().contains("noetl.task.noop"), "{e}");
+    }
+
+    #[test]
+    fn a_next_selected_reads_back_with_the_step_started_its_arcs_carry() {
+        use crate::payloads::{NextSelected, SelectedArc, StepStarted};
+        let arc = |token: &str, started: Option<StepStarted>| SelectedArc {
+            arc: 0,
+            step: format!("to-{token}"),
+            token_id: token.into(),
+            args: serde_json::json!({"started": true}),
+            started,
+        };
+        let selected = |arcs| {
+            EventDraft {
+                execution_id: "e1",
+                step_run_id: "r1",
+                step: "a",
+                ..Default::default()
+            }
+            .build(&NextSelected {
+                on: "step.done".into(),
+                mode: Default::default(),
+                arcs,
+                error: None,
+                set_ctx: None,
+                set_ctx_ref: None,
+            })
+        };
+        let ev = selected(vec![
+            arc("t1", Some(StepStarted::admitted(None, true))),
+            arc("t2", None),
+        ]);
+        let read: Vec<Event> = unfold(ev.clone()).collect();
+        assert_eq!(read.len(), 2);
+        let alone = EventDraft {
+            execution_id: "e1",
+            step_run_id: "t1",
+            step: "to-t1",
+            parent_id: "r1",
+            ..Default::default()
+        }
+        .build(&StepStarted::admitted(None, true));
+        assert_eq!(
+            (&read[1].event_id, &read[1].payload_json, read[1].ts_ms),
+            (&alone.event_id, &alone.payload_json, ev.ts_ms),
+            "the id, payload and time it would have had stored alone"
+        );
+        assert_eq!(
+            read[0],
+            Event {
+                ts_ms: ev.ts_ms,
+                ..selected(vec![arc("t1", None), arc("t2", None)])
+            },
+            "the answer as written without it"
+        );
+        // An answer carrying none (or whose own args say "started") reads whole.
+        let plain = selected(vec![arc("t2", None)]);
+        assert_eq!(unfold(plain.clone()).collect::<Vec<_>>(), [plain]);
     }
 }

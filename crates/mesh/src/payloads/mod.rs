@@ -315,6 +315,12 @@ pub struct SelectedArc {
     /// reference).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub args: Value,
+    /// The `step.started` of the token's step-run when the router started
+    /// it itself (no admission to read): stored here, not on its own, and
+    /// read back as its own event ([`crate::events::unfold`]). Absent for a
+    /// token sent to the scheduler, and in logs before 2026-12-01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<StepStarted>,
 }
 
 /// The tokens `ev` creates, in order: a `token.created`'s one, or those a

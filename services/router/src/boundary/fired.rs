@@ -3,15 +3,17 @@
 //! effects (deterministic ids: a redelivery republishes the same messages,
 //! JetStream drops the copies). A token whose admission reads nothing is
 //! not sent to the scheduler: its step-run is started here, with the
-//! scheduler's own decision (`noetl_mesh::dispatch`).
+//! scheduler's own decision (`noetl_mesh::dispatch`), and its
+//! `step.started` is stored inside `next.selected`.
 
 use noetl_core::Step;
 use noetl_mesh::{
     codec, dispatch,
     effects::Effect,
+    event_type::EventType,
     events::EventDraft,
     patches::Carried,
-    payloads::{NextSelected, SelectedArc},
+    payloads::{self, NextSelected, SelectedArc, StepStarted},
     plan::PlanRecord,
     state::{ExecHeader, TokenRecord},
 };
@@ -51,20 +53,49 @@ pub(super) struct Fired<'a> {
 pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     let (ev, srid) = (f.ev, f.ev.step_run_id.as_str());
     let fired: Vec<&TokenRecord> = f.header.live.iter().filter(|t| t.parent == srid).collect();
+    let mut arcs = Vec::with_capacity(fired.len());
+    let mut work = Vec::new();
+    for t in &fired {
+        let token = Token {
+            token_id: t.token_id.clone(),
+            execution_id: ev.execution_id.clone(),
+            step: t.step.clone(),
+            args_json: codec::json_bytes(&t.args),
+            trace_id: ev.trace_id.clone(),
+            parent_step_run_id: srid.to_string(),
+            parent_step: ev.step.clone(),
+        };
+        let mut arc = SelectedArc {
+            arc: t.arc,
+            step: t.step.clone(),
+            token_id: t.token_id.clone(),
+            args: t.args.clone(),
+            started: None,
+        };
+        // A step-run started here: its `step.started` rides in its arc
+        // (read back as its own event), its work goes out after
+        // `next.selected` (`effects::apply`).
+        let started = f
+            .start_here
+            .and_then(|(plan, now_ms)| dispatch::start_unadmitted(plan, &token, now_ms));
+        match started {
+            Some(started) => {
+                for e in started {
+                    match started_of(&e, &token.token_id) {
+                        Some(s) if arc.started.is_none() => arc.started = Some(s),
+                        _ => work.push(e),
+                    }
+                }
+            }
+            None => work.push(Effect::Token(token)),
+        }
+        arcs.push(arc);
+    }
     // The event first, then the tokens: a token's step can only start after
     // this boundary's `next.selected` is in the stream, so the stream
     // keeps cause before effect across services.
-    let mut effects: Vec<Effect> = Vec::new();
+    let mut effects: Vec<Effect> = Vec::with_capacity(work.len() + 1);
     if f.applied || !fired.is_empty() || f.unanswered {
-        let arcs: Vec<SelectedArc> = fired
-            .iter()
-            .map(|t| SelectedArc {
-                arc: t.arc,
-                step: t.step.clone(),
-                token_id: t.token_id.clone(),
-                args: t.args.clone(),
-            })
-            .collect();
         let mode = f
             .step
             .next
@@ -90,27 +121,20 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
             }),
         ));
     }
-    for t in fired {
-        let token = Token {
-            token_id: t.token_id.clone(),
-            execution_id: ev.execution_id.clone(),
-            step: t.step.clone(),
-            args_json: codec::json_bytes(&t.args),
-            trace_id: ev.trace_id.clone(),
-            parent_step_run_id: srid.to_string(),
-            parent_step: ev.step.clone(),
-        };
-        // The step-run's start: its `step.started` goes out with
-        // `next.selected`, its work after them (`effects::apply`).
-        match f
-            .start_here
-            .and_then(|(plan, now_ms)| dispatch::start_unadmitted(plan, &token, now_ms))
-        {
-            Some(started) => effects.extend(started),
-            None => effects.push(Effect::Token(token)),
-        }
-    }
+    effects.extend(work);
     effects
+}
+
+/// The payload of `e` when it is the `step.started` of step-run `srid`.
+fn started_of(e: &Effect, srid: &str) -> Option<StepStarted> {
+    match e {
+        Effect::Emit(ev)
+            if ev.step_run_id == srid && EventType::of(ev) == Some(EventType::StepStarted) =>
+        {
+            payloads::decode(ev).ok()
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -271,16 +295,56 @@ mod tests {
         let started = run(Some((&plan, 1_000)));
         assert_eq!(
             names(&started),
-            ["next.selected", "step.started", "task:noop:t1", "token:t2"],
+            ["next.selected", "task:noop:t1", "token:t2"],
             "the plain step starts here; the join's token goes to the scheduler"
         );
-        let Effect::Task { cmd, .. } = &started[2] else {
+        let Effect::Task { cmd, .. } = &started[1] else {
             unreachable!()
         };
         assert_eq!(
             codec::json_value(&cmd.args_json).unwrap(),
             json!({"x": 1}),
             "the command carries the token's args"
+        );
+        // The step-run's `step.started` rides in its arc, and reads back
+        // as the event the scheduler's decision would have stored.
+        let Effect::Emit(selected) = &started[0] else {
+            unreachable!()
+        };
+        let read: Vec<Event> = noetl_mesh::events::unfold(selected.clone()).collect();
+        assert_eq!(
+            read.iter()
+                .map(|e| e.event_type.as_str())
+                .collect::<Vec<_>>(),
+            ["next.selected", "step.started"]
+        );
+        let token = Token {
+            token_id: "t1".into(),
+            execution_id: "e1".into(),
+            step: "to-t1".into(),
+            args_json: codec::json_bytes(&json!({"x": 1})),
+            parent_step_run_id: "r1".into(),
+            parent_step: "a".into(),
+            ..Default::default()
+        };
+        let Some(Effect::Emit(alone)) =
+            dispatch::start_unadmitted(&plan, &token, 1_000).and_then(|e| e.into_iter().next())
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (
+                read[1].event_id.as_str(),
+                read[1].step_run_id.as_str(),
+                read[1].step.as_str()
+            ),
+            (alone.event_id.as_str(), "t1", "to-t1")
+        );
+        assert_eq!(read[1].parent_id, alone.parent_id);
+        assert_eq!(read[1].payload_json, alone.payload_json);
+        assert!(
+            !String::from_utf8_lossy(&read[0].payload_json).contains("started"),
+            "the answer reads as one written before the merge"
         );
         assert_eq!(
             names(&run(None)),
