@@ -75,7 +75,8 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
         .any(|v| v["event_type"] == "loop.done" && v["payload"]["counts"]["done"] == 5));
     // The event log reads back the same way as protobuf events: a step's
     // end that carries its last task's `task.done` as the two events, a
-    // batch of iterations as each iteration's.
+    // `next.selected` with the `step.started` of each step-run the router
+    // started, a batch of iterations as each iteration's.
     let events = cluster.settled_events(&eid).await;
     let carrying = |end: &Value| 1 + usize::from(end.get("last_task").is_some());
     let stands_for = |v: &Value| match v["event_type"].as_str() {
@@ -83,6 +84,12 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
         Some("batch.completed") => v["payload"]["ends"]
             .as_array()
             .map_or(0, |ends| ends.iter().map(|e| carrying(&e["end"])).sum()),
+        Some("next.selected") => {
+            let arcs = v["payload"]["arcs"].as_array();
+            1 + arcs.map_or(0, |arcs| {
+                arcs.iter().filter(|a| a.get("started").is_some()).count()
+            })
+        }
         _ => carrying(&v["payload"]),
     };
     let unfolded: usize = seen.iter().map(stands_for).sum();
