@@ -64,17 +64,13 @@ pub fn json_value(data: &[u8]) -> Result<Value, DecodeError> {
 /// are not JSON are an error (the message is refused, never run with
 /// arguments silently dropped).
 pub fn args(data: &[u8]) -> Result<Value, DecodeError> {
-    json_value(data).map(args_value).map_err(|e| DecodeError {
-        what: "args",
-        reason: e.reason,
-    })
-}
-
-/// `args` already decoded, as [`args`] reads them: `null` is `{}`.
-pub fn args_value(v: Value) -> Value {
-    match v {
-        Value::Null => Value::Object(Default::default()),
-        v => v,
+    match json_value(data) {
+        Ok(Value::Null) => Ok(Value::Object(Default::default())),
+        Ok(v) => Ok(v),
+        Err(e) => Err(DecodeError {
+            what: "args",
+            reason: e.reason,
+        }),
     }
 }
 
