@@ -20,19 +20,20 @@ pub(super) struct Decision {
 }
 
 /// The scope arc conditions and args render in ([`noetl_mesh::decision_scope::arc_scope`],
-/// from KV).
+/// from KV). The event's payload is read as JSON only here: a boundary
+/// whose arcs render nothing never needs it whole.
 pub(super) async fn arc_scope(
     mesh: &Mesh,
     plan: &PlanRecord,
-    ev: &Event,
-    (payload, view): (&Value, &BoundaryView),
+    (ev, view): (&Event, &BoundaryView),
     templates: &[&str],
 ) -> Result<Scope, MeshError> {
     let args = view
         .args
         .clone()
         .unwrap_or_else(|| Value::Object(Map::new()));
-    noetl_mesh::decision_scope::arc_scope(mesh, plan, ev, (payload, &args), templates).await
+    let payload = noetl_mesh::events::payload(ev);
+    noetl_mesh::decision_scope::arc_scope(mesh, plan, ev, (&payload, &args), templates).await
 }
 
 /// Evaluate the step's arcs for this boundary event, in one pass: read the
@@ -43,7 +44,7 @@ pub(super) async fn decide(
     plan: &PlanRecord,
     step: &Step,
     (ev, kind): (&Event, Option<EventType>),
-    (payload, view): (&Value, &BoundaryView),
+    view: &BoundaryView,
 ) -> Result<Decision, MeshError> {
     if kind == Some(EventType::StepSkipped) {
         return Ok(route(ev, kind, Ok(Vec::new())));
@@ -58,7 +59,7 @@ pub(super) async fn decide(
         let sc = if templates.is_empty() {
             Scope::new()
         } else {
-            arc_scope(mesh, plan, ev, (payload, view), &templates).await?
+            arc_scope(mesh, plan, (ev, view), &templates).await?
         };
         routing::select_arcs(next, &sc).map_err(|e| {
             format!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use noetl_mesh::{
     effects,
     event_type::EventType,
-    events::{self, now_ms, now_rfc3339},
+    events::{now_ms, now_rfc3339},
     handler::{self, Handle, Handled, Inbound, Job},
     kv::RevisionCache,
     payloads::{self, BoundaryView, CancelRequested, DeadLettered},
@@ -171,7 +171,6 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
         }
     };
     let loop_done = kind == Some(EventType::LoopDone);
-    let payload = events::payload(&ev);
     let view: BoundaryView = payloads::decode(&ev)?;
     if loop_done && view.boundary != Some(true) {
         return Ok(()); // informational: the failing loop's boundary is step.failed
@@ -181,7 +180,7 @@ async fn on_boundary(mesh: &Mesh, caches: &Caches, ev: Event) -> Result<(), Hand
     let step = &plan.playbook.workflow[handler::step_index(&plan, ev.meta())?];
 
     // 1. The decision (pure: arcs over event, ctx, workload, args, results).
-    let mut decision = decide(mesh, &plan, step, (&ev, kind), (&payload, &view)).await?;
+    let mut decision = decide(mesh, &plan, step, (&ev, kind), &view).await?;
     // Past the execution's deadline no arc fires: the execution fails,
     // naming the deadline (its timer would end it a moment later).
     if let Some(error) =
