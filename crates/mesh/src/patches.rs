@@ -10,6 +10,9 @@ use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use std::sync::{Arc, OnceLock, Weak};
+
+use crate::cache::Bounded;
 use crate::objects::{ObjectError, ResultStore};
 use crate::MeshError;
 
@@ -104,23 +107,53 @@ pub fn digest<T: Serialize>(value: &T) -> String {
 /// its digest and reference.
 pub async fn store_playbook(
     store: &ResultStore,
-    playbook: &noetl_core::Playbook,
+    playbook: &Arc<noetl_core::Playbook>,
 ) -> Result<(String, Value), MeshError> {
     // The same playbook is written once per process and store: every
     // execution of it names the same object.
-    static STORED: std::sync::OnceLock<crate::cache::Bounded<String, Value>> =
-        std::sync::OnceLock::new();
-    let stored = STORED.get_or_init(|| crate::cache::Bounded::new(1024));
-    let json = serde_json::to_value(playbook).map_err(|e| ObjectError::Config(e.to_string()))?;
+    static STORED: OnceLock<Bounded<String, Value>> = OnceLock::new();
+    let stored = STORED.get_or_init(|| Bounded::new(1024));
+    let cache_key = |digest: &str| format!("{:?} {digest}", store.location());
+    // Plans of one playbook share it (`PlanRecord::playbook`): its digest
+    // is known by its address, without serialising it again.
+    if let Some(digest) = known_digest(playbook) {
+        if let Some(reference) = stored.get(&cache_key(&digest)) {
+            return Ok((digest, reference));
+        }
+    }
+    let json = serde_json::to_value(&**playbook).map_err(|e| ObjectError::Config(e.to_string()))?;
     let digest = digest(&json);
-    let cache_key = format!("{:?} {digest}", store.location());
-    if let Some(reference) = stored.get(&cache_key) {
+    remember_digest(playbook, &digest);
+    let key = cache_key(&digest);
+    if let Some(reference) = stored.get(&key) {
         return Ok((digest, reference));
     }
     let name = format!("plans/{}", digest.trim_start_matches("sha256:"));
     let reference = store.put_named(&name, &json).await?;
-    stored.insert(cache_key, reference.clone());
+    stored.insert(key, reference.clone());
     Ok((digest, reference))
+}
+
+/// The digests of the playbooks [`store_playbook`] has seen, by address.
+/// Each entry holds a weak reference: the allocation stays while it is
+/// here, so no other playbook can take its address.
+type Digests = Bounded<usize, (Weak<noetl_core::Playbook>, String)>;
+
+fn digests() -> &'static Digests {
+    static DIGESTS: OnceLock<Digests> = OnceLock::new();
+    DIGESTS.get_or_init(|| Bounded::new(1024))
+}
+
+fn known_digest(playbook: &Arc<noetl_core::Playbook>) -> Option<String> {
+    let (seen, digest) = digests().get(&(Arc::as_ptr(playbook) as usize))?;
+    std::ptr::eq(seen.as_ptr(), Arc::as_ptr(playbook)).then_some(digest)
+}
+
+fn remember_digest(playbook: &Arc<noetl_core::Playbook>, digest: &str) {
+    digests().insert(
+        Arc::as_ptr(playbook) as usize,
+        (Arc::downgrade(playbook), digest.to_string()),
+    );
 }
 
 #[cfg(test)]
@@ -153,15 +186,29 @@ mod tests {
     #[tokio::test]
     async fn a_playbook_is_stored_once_under_its_digest() {
         let (_dir, store) = store();
-        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p}\nworkflow:\n  - step: start\n    tool: {kind: noop}\n";
-        let pb = noetl_core::load::load_playbook(yaml, "p.yaml")
-            .unwrap()
-            .playbook;
+        let load = |name: &str| {
+            let yaml = format!("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: {name}}}\nworkflow:\n  - step: start\n    tool: {{kind: noop}}\n");
+            Arc::new(
+                noetl_core::load::load_playbook(&yaml, "p.yaml")
+                    .unwrap()
+                    .playbook,
+            )
+        };
+        let pb = load("p");
         let (d1, r1) = store_playbook(&store, &pb).await.unwrap();
         let (d2, r2) = store_playbook(&store, &pb).await.unwrap();
         assert_eq!((d1.clone(), r1.clone()), (d2, r2));
         assert!(d1.starts_with("sha256:") && d1.len() == 71, "{d1}");
         let back: noetl_core::Playbook = read(&store, &r1).await.unwrap();
-        assert_eq!(back, pb);
+        assert_eq!(back, *pb);
+        // The same playbook parsed again: the same object; another one,
+        // once the first is dropped, gets its own.
+        assert_eq!(store_playbook(&store, &load("p")).await.unwrap().0, d1);
+        drop(pb);
+        let other = load("q");
+        let (d3, r3) = store_playbook(&store, &other).await.unwrap();
+        assert_ne!(d3, d1);
+        let back: noetl_core::Playbook = read(&store, &r3).await.unwrap();
+        assert_eq!(back, *other);
     }
 }
