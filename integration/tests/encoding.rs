@@ -76,7 +76,8 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
     // The event log reads back the same way as protobuf events: a step's
     // end that carries its last task's `task.done` as the two events, a
     // `next.selected` with the `step.started` of each step-run the router
-    // started, a batch of iterations as each iteration's.
+    // started (the entry's `token.created` with the entry step-run's), a
+    // batch of iterations as each iteration's.
     let events = cluster.settled_events(&eid).await;
     let carrying = |end: &Value| 1 + usize::from(end.get("last_task").is_some());
     let stands_for = |v: &Value| match v["event_type"].as_str() {
@@ -90,6 +91,7 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
                 arcs.iter().filter(|a| a.get("started").is_some()).count()
             })
         }
+        Some("token.created") => 1 + usize::from(v["payload"].get("started").is_some()),
         _ => carrying(&v["payload"]),
     };
     let unfolded: usize = seen.iter().map(stands_for).sum();

@@ -60,26 +60,64 @@ pub fn needs_no_admission(playbook: &Playbook, step: &Step) -> bool {
     step.admit().is_none() && join_inputs(playbook, step).is_none()
 }
 
+/// A step-run started without its scheduler ([`start_unadmitted`]).
+#[derive(Debug)]
+pub struct Unadmitted {
+    /// Its `step.started`: the caller stores it on its own
+    /// ([`Unadmitted::effects`]) or carried in the event that created the
+    /// token (`next.selected`'s arc, the entry's `token.created`).
+    pub started: StepStarted,
+    /// What the scheduler publishes after `step.started`, in order: the
+    /// step-run's deadline timer, then its work.
+    pub then: Vec<Effect>,
+}
+
+impl Unadmitted {
+    /// The start as the scheduler publishes it: `step.started` on its own
+    /// (under the scheduler's id), then the rest.
+    pub fn effects(self, token: &Token) -> Vec<Effect> {
+        let mut effects = Vec::with_capacity(self.then.len() + 1);
+        effects.push(Effect::Emit(
+            started_draft(token, &token.step).build(&self.started),
+        ));
+        effects.extend(self.then);
+        effects
+    }
+}
+
 /// The step-run of `token` started without its scheduler, when its step
 /// needs no admission ([`needs_no_admission`]): what the scheduler would
-/// publish for it ([`decide`], admitted, its args read as
-/// `noetl_wire::codec::args` reads them), under the same ids. `None` for
-/// a token whose step must be admitted by the scheduler, or is not in the
-/// plan (the scheduler fails it).
-pub fn start_unadmitted(plan: &PlanRecord, token: &Token, now_ms: u64) -> Option<Vec<Effect>> {
+/// publish for it ([`decide`], admitted), under the same ids, with its
+/// `step.started` apart. `args` are the token's (`null` is `{}`, as the
+/// scheduler reads absent args); the token's own `args_json` is not read.
+/// `None` for a token whose step must be admitted by the scheduler, or is
+/// not in the plan (the scheduler fails it).
+pub fn start_unadmitted(
+    plan: &PlanRecord,
+    token: &Token,
+    args: Value,
+    now_ms: u64,
+) -> Option<Unadmitted> {
     let step = plan.step(&token.step)?;
     if !needs_no_admission(&plan.playbook, step) {
         return None;
     }
-    let args = crate::codec::args(&token.args_json).ok()?;
-    Some(decide(&Decide {
+    let args = match args {
+        Value::Null => Value::Object(Default::default()),
+        args => args,
+    };
+    let d = Decide {
         plan,
         step,
         token,
         args,
         admission: Ok(admitted()),
         now_ms,
-    }))
+    };
+    Some(Unadmitted {
+        started: StepStarted::admitted(None, step.loop_.is_some()),
+        then: start(&d),
+    })
 }
 
 /// The admission of a step without a policy.
@@ -148,18 +186,19 @@ pub fn decide(d: &Decide<'_>) -> Vec<Effect> {
 
 /// An event of the token's step-run, with `payload`.
 fn emit(d: &Decide<'_>, payload: &impl EventPayload) -> Effect {
-    let token = d.token;
-    Effect::Emit(
-        EventDraft {
-            execution_id: &token.execution_id,
-            step_run_id: &token.token_id,
-            step: &d.step.step,
-            trace_id: &token.trace_id,
-            parent_id: &token.parent_step_run_id,
-            ..Default::default()
-        }
-        .build(payload),
-    )
+    Effect::Emit(started_draft(d.token, &d.step.step).build(payload))
+}
+
+/// The draft of an event of `token`'s step-run of `step`.
+fn started_draft<'a>(token: &'a Token, step: &'a str) -> EventDraft<'a> {
+    EventDraft {
+        execution_id: &token.execution_id,
+        step_run_id: &token.token_id,
+        step,
+        trace_id: &token.trace_id,
+        parent_id: &token.parent_step_run_id,
+        ..Default::default()
+    }
 }
 
 /// Start an admitted step-run: its deadline timer, then its loop command,
@@ -382,8 +421,14 @@ mod tests {
     fn a_token_needing_no_admission_starts_as_the_scheduler_would_start_it() {
         let p = plan(json!({"step": "s", "tool": [{"name": "t", "kind": "noop"}]}));
         let mut t = token();
-        t.args_json = br#"{"a": 1}"#.to_vec();
-        let started = start_unadmitted(&p, &t, 1_000).expect("started without a read");
+        let start = |t: &Token, args: Value| start_unadmitted(&p, t, args, 1_000);
+        let unadmitted = start(&t, json!({"a": 1})).expect("started without a read");
+        assert_eq!(
+            unadmitted.started,
+            StepStarted::admitted(None, false),
+            "its step.started apart"
+        );
+        let started = unadmitted.effects(&t);
         assert_eq!(kinds(&started), ["step.started", "task:noop"]);
         let ids = |effects: &[Effect]| {
             effects
@@ -391,10 +436,19 @@ mod tests {
                 .map(|e| e.id().to_string())
                 .collect::<Vec<_>>()
         };
+        let scheduler = decided(&p, Ok(admitted()));
         assert_eq!(
             ids(&started),
-            ids(&decided(&p, Ok(admitted()))),
+            ids(&scheduler),
             "the scheduler's effects under its ids"
+        );
+        let (Effect::Emit(alone), Effect::Emit(decided)) = (&started[0], &scheduler[0]) else {
+            unreachable!()
+        };
+        assert_eq!(
+            (&alone.payload_json, &alone.parent_id, &alone.step),
+            (&decided.payload_json, &decided.parent_id, &decided.step),
+            "the same step.started"
         );
         let Effect::Task { cmd, .. } = &started[1] else {
             unreachable!()
@@ -403,32 +457,26 @@ mod tests {
             crate::codec::json_value(&cmd.args_json).unwrap(),
             json!({"a": 1})
         );
-        t.args_json.clear();
-        let Effect::Task { cmd, .. } = &start_unadmitted(&p, &t, 1_000).unwrap()[1] else {
+        t.args_json = br#"{"ignored": true}"#.to_vec();
+        let Effect::Task { cmd, .. } = &start(&t, Value::Null).unwrap().then[0] else {
             unreachable!()
         };
         assert_eq!(
             crate::codec::json_value(&cmd.args_json).unwrap(),
             json!({}),
-            "no args are an empty object, as the scheduler reads them"
+            "null args are an empty object, as the scheduler reads absent ones"
         );
 
         let gated = plan(json!({"step": "s", "spec": {"policy": {"admit": {"rules": [
             {"when": "{{ true }}", "then": {"allow": true}}]}}}}));
         assert!(
-            start_unadmitted(&gated, &t, 1_000).is_none(),
+            start_unadmitted(&gated, &t, Value::Null, 1_000).is_none(),
             "a policy: to the scheduler"
         );
         t.step = "missing".into();
         assert!(
-            start_unadmitted(&p, &t, 1_000).is_none(),
+            start(&t, Value::Null).is_none(),
             "no such step: the scheduler fails it"
-        );
-        t.step = "s".into();
-        t.args_json = b"{not json".to_vec();
-        assert!(
-            start_unadmitted(&p, &t, 1_000).is_none(),
-            "bad args: the scheduler refuses them"
         );
     }
 }

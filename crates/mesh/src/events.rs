@@ -222,12 +222,15 @@ pub const CARRIED: [EventType; 5] = [
 /// A `next.selected` whose arcs carry the `step.started` of the step-runs
 /// the router started itself ([`crate::payloads::SelectedArc::started`])
 /// stands for itself without them, followed by each `step.started`, with
-/// the id, fields and time it would have had stored on its own.
+/// the id, fields and time it would have had stored on its own; so does
+/// the entry's `token.created` that carries its step-run's `step.started`
+/// ([`crate::payloads::TokenCreated::started`]).
 pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
     let events = match EventType::of(&ev) {
         Some(EventType::BatchAccepted) => batch::accepted(ev),
         Some(EventType::BatchCompleted) => batch::completed(ev),
         Some(EventType::NextSelected) => split_started(ev),
+        Some(EventType::TokenCreated) => split_entry_started(ev),
         _ => vec![ev],
     };
     events.into_iter().flat_map(|ev| {
@@ -370,6 +373,40 @@ fn split_started(mut ev: Event) -> Vec<Event> {
     }
     ev.payload_json = crate::codec::json_bytes(&payload);
     std::iter::once(ev).chain(started).collect()
+}
+
+/// `token.created` without the `step.started` it carries, then that
+/// event (see [`unfold`]); left whole when its payload does not decode.
+fn split_entry_started(mut ev: Event) -> Vec<Event> {
+    if !contains(&ev.payload_json, b"\"started\"") {
+        return vec![ev];
+    }
+    let Ok(mut created) = crate::payloads::decode_typed::<crate::payloads::TokenCreated>(&ev)
+    else {
+        return vec![ev];
+    };
+    let Some(body) = created.started.take() else {
+        return vec![ev];
+    };
+    // The step-run's parent is the token's: the step-run that fired it
+    // (none for the entry's).
+    let parent = match created.parent.is_empty() {
+        true => ev.step_run_id.as_str(),
+        false => created.parent.as_str(),
+    };
+    let mut started = EventDraft {
+        execution_id: &ev.execution_id,
+        step_run_id: &created.token_id,
+        step: &created.step,
+        trace_id: &ev.trace_id,
+        parent_id: parent,
+        ..Default::default()
+    }
+    .build(&body);
+    started.ts_ms = ev.ts_ms;
+    started.ts = ev.ts.clone();
+    ev.payload_json = crate::codec::json_bytes(&crate::payloads::to_value(&created));
+    vec![ev, started]
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -652,6 +689,72 @@ mod tests {
         );
         // An answer carrying none (or whose own args say "started") reads whole.
         let plain = selected(vec![arc("t2", None)]);
+        assert_eq!(unfold(plain.clone()).collect::<Vec<_>>(), [plain]);
+    }
+
+    #[test]
+    fn the_entry_token_created_reads_back_with_the_step_started_it_carries() {
+        use crate::payloads::{StepStarted, TokenCreated};
+        let created = |started: Option<StepStarted>| {
+            let mut ev = EventDraft {
+                execution_id: "e1",
+                trace_id: "tr",
+                ..Default::default()
+            }
+            .build(&TokenCreated {
+                token_id: "t0".into(),
+                step: "start".into(),
+                arc: None,
+                args: Value::Null,
+                parent: String::new(),
+                started,
+            });
+            ev.step = "start".into();
+            ev
+        };
+        let ev = created(Some(StepStarted::admitted(None, false)));
+        let read: Vec<Event> = unfold(ev.clone()).collect();
+        assert_eq!(
+            read.iter()
+                .map(|e| e.event_type.as_str())
+                .collect::<Vec<_>>(),
+            ["token.created", "step.started"]
+        );
+        let alone = EventDraft {
+            execution_id: "e1",
+            step_run_id: "t0",
+            step: "start",
+            trace_id: "tr",
+            ..Default::default()
+        }
+        .build(&StepStarted::admitted(None, false));
+        assert_eq!(
+            (
+                &read[1].event_id,
+                &read[1].payload_json,
+                &read[1].step_run_id,
+                &read[1].parent_id,
+                read[1].ts_ms
+            ),
+            (
+                &alone.event_id,
+                &alone.payload_json,
+                &alone.step_run_id,
+                &alone.parent_id,
+                ev.ts_ms
+            ),
+            "the id, payload, step-run, parent and time it would have had stored alone"
+        );
+        assert_eq!(
+            read[0],
+            Event {
+                ts_ms: ev.ts_ms,
+                ts: ev.ts.clone(),
+                ..created(None)
+            },
+            "the token as written without it"
+        );
+        let plain = created(None);
         assert_eq!(unfold(plain.clone()).collect::<Vec<_>>(), [plain]);
     }
 }

@@ -86,8 +86,9 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
     assert_eq!(last["status"], "COMPLETED");
     // In stream order; a step's end and the last task's `task.done` it
     // carries share the end's sequence, the `task.done` first, and so do
-    // a `next.selected` and the `step.started` of a step-run the router
-    // started, which rides in it, the `next.selected` first.
+    // a `next.selected` (or the entry's `token.created`) and the
+    // `step.started` of a step-run the router started, which rides in it,
+    // the `next.selected` (`token.created`) first.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert!(
         events.windows(2).all(|w| {
@@ -99,6 +100,7 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
                         pair,
                         (Some("task.done"), Some("step.done"))
                             | (Some("next.selected"), Some("step.started"))
+                            | (Some("token.created"), Some("step.started"))
                     ))
         }),
         "in stream order: {seqs:?} {types:?}"
@@ -108,6 +110,12 @@ async fn a_noetl_client_registers_executes_polls_and_reads_events_and_results() 
             && w[1]["event_type"] == "step.started"
             && w[1]["node_name"] != w[0]["node_name"]),
         "a step-run the router started reads back its own step.started: {types:?}"
+    );
+    assert!(
+        events.windows(2).any(|w| w[0]["seq"] == w[1]["seq"]
+            && w[0]["event_type"] == "token.created"
+            && w[1]["event_type"] == "step.started"),
+        "the entry step-run reads back its own step.started: {types:?}"
     );
     assert!(types.contains(&"task.done"), "{types:?}");
     // A type filter finds every `task.done`, those stored inside their

@@ -127,7 +127,22 @@ pub(crate) async fn publish_entry(
         parent_step_run_id: String::new(),
         parent_step: String::new(),
     };
-    let mut effects = Vec::new();
+    // The entry step-run starts here when its admission reads nothing
+    // and the execution is not paused; its `step.started` then rides in
+    // the entry's `token.created` (read back as its own event,
+    // `noetl_mesh::events::unfold`), and its work goes out once the start
+    // events are stored (cause before effect, `noetl_mesh::effects::apply`):
+    // a lost `playbook.initialized` must not leave a running entry step
+    // that no fold of the log knows.
+    let unadmitted = match mesh.pauses().await?.is_paused(eid) {
+        true => None,
+        false => dispatch::start_unadmitted(plan, &token, Value::Null, now_ms()),
+    };
+    let (started, work) = match unadmitted {
+        Some(u) => (Some(u.started), u.then),
+        None => (None, vec![Effect::Token(token.clone())]),
+    };
+    let mut effects = Vec::with_capacity(work.len() + 4);
     let draft = || EventDraft {
         execution_id: eid,
         trace_id: &plan.trace_id,
@@ -142,11 +157,12 @@ pub(crate) async fn publish_entry(
         steps: plan.playbook.workflow.len(),
     })));
     let mut created = draft().build(&TokenCreated {
-        token_id: token.token_id.clone(),
+        token_id: token.token_id,
         step: entry.clone(),
         arc: None,
         args: Value::Null,
         parent: String::new(),
+        started,
     });
     created.step = entry;
     effects.push(Effect::Emit(created));
@@ -164,18 +180,7 @@ pub(crate) async fn publish_entry(
             },
         ))));
     }
-    // The step-run's start or the token only once these events are stored
-    // (cause before effect, `noetl_mesh::effects::apply`): a lost
-    // `playbook.initialized` must not leave a running entry step that no
-    // fold of the log knows.
-    let started = match mesh.pauses().await?.is_paused(eid) {
-        true => None,
-        false => dispatch::start_unadmitted(plan, &token, now_ms()),
-    };
-    match started {
-        Some(started) => effects.extend(started),
-        None => effects.push(Effect::Token(token)),
-    }
+    effects.extend(work);
     effects::apply(mesh, effects).await
 }
 

@@ -278,6 +278,7 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
             arc: None,
             args: t.args.clone(),
             parent: t.parent.clone(),
+            started: None,
         });
         out.push(Effect::Emit(created));
     }

@@ -297,6 +297,13 @@ pub struct TokenCreated {
     /// step-run (a resumed execution's tokens).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub parent: String,
+    /// The `step.started` of the token's step-run when the router started
+    /// the entry step itself (no admission to read): stored here, not on
+    /// its own, and read back as its own event
+    /// ([`crate::events::unfold`]). Absent for a token sent to the
+    /// scheduler, and in logs before 2026-12-01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<StepStarted>,
 }
 
 /// One arc a `next.selected` names.
@@ -341,6 +348,7 @@ pub fn tokens_created(ev: &Event) -> Result<Vec<TokenCreated>, MeshError> {
                 arc: Some(a.arc),
                 args: a.args,
                 parent: String::new(),
+                started: None,
             })
             .collect(),
         _ => Vec::new(),
@@ -897,6 +905,7 @@ mod tests {
             arc: None,
             args: Value::Null,
             parent: String::new(),
+            started: None,
         };
         assert_eq!(to_value(&entry), json!({"token_id": "t0", "step": "start"}));
         let task_done = TaskDone {

@@ -10,10 +10,9 @@ use noetl_core::Step;
 use noetl_mesh::{
     codec, dispatch,
     effects::Effect,
-    event_type::EventType,
     events::EventDraft,
     patches::Carried,
-    payloads::{self, NextSelected, SelectedArc, StepStarted},
+    payloads::{NextSelected, SelectedArc},
     plan::PlanRecord,
     state::{ExecHeader, TokenRecord},
 };
@@ -56,39 +55,40 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     let mut arcs = Vec::with_capacity(fired.len());
     let mut work = Vec::new();
     for t in &fired {
-        let token = Token {
+        let mut token = Token {
             token_id: t.token_id.clone(),
             execution_id: ev.execution_id.clone(),
             step: t.step.clone(),
-            args_json: codec::json_bytes(&t.args),
+            args_json: Vec::new(),
             trace_id: ev.trace_id.clone(),
             parent_step_run_id: srid.to_string(),
             parent_step: ev.step.clone(),
         };
-        let mut arc = SelectedArc {
+        // A step-run started here: its `step.started` rides in its arc
+        // (read back as its own event), its work goes out after
+        // `next.selected` (`effects::apply`). Else the token, with its
+        // args, for the scheduler.
+        let started = f.start_here.and_then(|(plan, now_ms)| {
+            dispatch::start_unadmitted(plan, &token, t.args.clone(), now_ms)
+        });
+        let started = match started {
+            Some(u) => {
+                work.extend(u.then);
+                Some(u.started)
+            }
+            None => {
+                token.args_json = codec::json_bytes(&t.args);
+                work.push(Effect::Token(token));
+                None
+            }
+        };
+        let arc = SelectedArc {
             arc: t.arc,
             step: t.step.clone(),
             token_id: t.token_id.clone(),
             args: t.args.clone(),
-            started: None,
+            started,
         };
-        // A step-run started here: its `step.started` rides in its arc
-        // (read back as its own event), its work goes out after
-        // `next.selected` (`effects::apply`).
-        let started = f
-            .start_here
-            .and_then(|(plan, now_ms)| dispatch::start_unadmitted(plan, &token, now_ms));
-        match started {
-            Some(started) => {
-                for e in started {
-                    match started_of(&e, &token.token_id) {
-                        Some(s) if arc.started.is_none() => arc.started = Some(s),
-                        _ => work.push(e),
-                    }
-                }
-            }
-            None => work.push(Effect::Token(token)),
-        }
         arcs.push(arc);
     }
     // The event first, then the tokens: a token's step can only start after
@@ -123,18 +123,6 @@ pub(super) fn fired(f: Fired<'_>) -> Vec<Effect> {
     }
     effects.extend(work);
     effects
-}
-
-/// The payload of `e` when it is the `step.started` of step-run `srid`.
-fn started_of(e: &Effect, srid: &str) -> Option<StepStarted> {
-    match e {
-        Effect::Emit(ev)
-            if ev.step_run_id == srid && EventType::of(ev) == Some(EventType::StepStarted) =>
-        {
-            payloads::decode(ev).ok()
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -328,7 +316,8 @@ mod tests {
             ..Default::default()
         };
         let Some(Effect::Emit(alone)) =
-            dispatch::start_unadmitted(&plan, &token, 1_000).and_then(|e| e.into_iter().next())
+            dispatch::start_unadmitted(&plan, &token, json!({"x": 1}), 1_000)
+                .and_then(|u| u.effects(&token).into_iter().next())
         else {
             unreachable!()
         };
