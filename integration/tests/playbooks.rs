@@ -251,6 +251,82 @@ workflow:
     cluster.stop().await;
 }
 
+/// Whoever sees an execution end also sees how its last step ended: in
+/// the execution bucket's history, the last step's record is written
+/// before the header turns terminal, the end being decided from the
+/// router's remembered revisions (no read first) as every other boundary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_step_s_record_is_written_before_the_header_ends_the_execution() {
+    use futures::StreamExt;
+    use noetl_mesh::state::{ExecHeader, StepRecord, StepStatus};
+    let cluster = Cluster::start().await;
+    let mut watch = cluster
+        .mesh
+        .exec_kv()
+        .watch_all()
+        .await
+        .expect("watch the execution bucket");
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: record_then_end }
+workflow:
+  - step: start
+    tool: [{ name: n, kind: noop }]
+    next: { arcs: [{ step: last }] }
+  - step: last
+    tool: [{ name: n, kind: noop }]
+"#;
+    let mut eids = Vec::new();
+    for _ in 0..8 {
+        eids.push(
+            cluster
+                .submit(yaml, "record_then_end.yaml", serde_json::json!({}))
+                .await,
+        );
+    }
+    for id in &eids {
+        let s = cluster.wait(id, Duration::from_secs(30)).await;
+        assert_eq!(serde_json::to_value(s.status).unwrap(), "completed", "{id}");
+    }
+    // The revision at which each execution's last step was recorded done,
+    // and the first at which its header was terminal.
+    let (mut recorded, mut ended) = (
+        std::collections::HashMap::new(),
+        std::collections::HashMap::new(),
+    );
+    while ended.len() < eids.len() {
+        let entry = tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await
+            .expect("every end seen in the bucket's history")
+            .expect("the watch goes on")
+            .expect("an entry");
+        let Some(eid) = eids.iter().find(|e| entry.key.starts_with(e.as_str())) else {
+            continue;
+        };
+        if entry.key == noetl_mesh::keys::Keys::step(eid, "last") {
+            let r: StepRecord = serde_json::from_slice(&entry.value).expect("a step record");
+            if r.status == StepStatus::Done {
+                recorded.entry(eid.clone()).or_insert(entry.revision);
+            }
+        } else if entry.key == noetl_mesh::keys::Keys::header(eid) {
+            let h: ExecHeader = serde_json::from_slice(&entry.value).expect("a header");
+            if h.status.is_terminal() {
+                ended.entry(eid.clone()).or_insert(entry.revision);
+            }
+        }
+    }
+    for id in &eids {
+        let record = recorded.get(id).copied();
+        assert!(
+            record.is_some_and(|r| r < ended[id]),
+            "{id}: the last step recorded at {record:?}, the header terminal at {}",
+            ended[id]
+        );
+    }
+    cluster.stop().await;
+}
+
 /// The router starts a step-run whose admission reads nothing itself (no
 /// admission policy, not a join), the entry's too; only the other tokens
 /// reach the scheduler: here the token of a step with an admission policy

@@ -150,9 +150,9 @@ pub(super) struct FromCache<'a> {
 
 /// A boundary applied without reading the header first: when this process
 /// holds the header as it last wrote or read it, with the step-run's token
-/// live, and the boundary does not end the execution, the step's record
-/// and the header are written together, each only if still at the
-/// revision this process saw last. Returns the header now stored, or
+/// live, the step's record and the header are written together (the
+/// record first when the boundary ends the execution), each only if still
+/// at the revision this process saw last. Returns the header now stored, or
 /// `None` (the header not written) when the copy cannot decide or the
 /// header had moved on: the caller then reads it and decides again.
 ///
@@ -174,12 +174,29 @@ pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHead
     let Some((cached, revision)) = caches.headers.cached(&header_key) else {
         return Ok(None);
     };
-    let Some(next) = transition(&cached, boundary).filter(|h| !h.status.is_terminal()) else {
-        return Ok(None); // not live here, or the end: read, then hold the end back
+    let Some(next) = transition(&cached, boundary) else {
+        return Ok(None); // not live here: read
     };
     let record_key = Keys::step(&ev.execution_id, &ev.step);
     let record_revision = caches.records.cached(&record_key).map(|(_, r)| r);
     let store = mesh.exec_kv();
+    if next.status.is_terminal() {
+        // The end waits for the record (whoever sees the execution end
+        // sees how its last step ended): one write after the other.
+        match kv::write_at(store, &record_key, &record, record_revision).await? {
+            Some(r) => caches.records.remember(&record_key, record, r),
+            None => write_step_record(mesh, caches, ev, record).await?,
+        }
+        let Some(header_revision) = kv::write_at(store, &header_key, &next, Some(revision)).await?
+        else {
+            caches.headers.forget(&header_key);
+            return Ok(None);
+        };
+        caches
+            .headers
+            .remember(&header_key, next.clone(), header_revision);
+        return Ok(Some(next));
+    }
     let (recorded, applied) = tokio::join!(
         kv::write_at(store, &record_key, &record, record_revision),
         kv::write_at(store, &header_key, &next, Some(revision)),
