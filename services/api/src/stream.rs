@@ -10,6 +10,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use noetl_mesh::{event_type::EventType, Mesh};
+use noetl_wire::Event;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -115,6 +116,40 @@ async fn finished(mesh: &Mesh, eid: &str, position: u64) -> bool {
     }
 }
 
+/// The events stored event `event` stands for that match `only`, each
+/// with whether it is the last of them all (it gets the `id:`). A step's
+/// end carrying its last task's `task.done` stands for the two, a batch of
+/// loop iterations for each iteration's (a type that names the batch gets
+/// them all), a `next.selected` or `token.created` for itself and the
+/// `step.started` it carries (`noetl_mesh::events::unfold`); only the last
+/// has an `id:`, so a client that reconnects between them resumes before
+/// them all. Also whether any of them, matched or not, is an execution's
+/// terminal event.
+fn readable(event: Event, only: Option<&str>) -> (Vec<(Event, bool)>, bool) {
+    let batch = EventType::of(&event)
+        .filter(|t| t.is_batch())
+        .map(EventType::wire_name);
+    let mut read = noetl_mesh::events::unfold(event).peekable();
+    let (mut group, mut terminal) = (Vec::new(), false);
+    while let Some(event) = read.next() {
+        terminal |= is_terminal(&event.event_type);
+        if only.is_none_or(|p| {
+            type_matches(p, &event.event_type) || batch.is_some_and(|b| type_matches(p, b))
+        }) {
+            group.push((event, read.peek().is_none()));
+        }
+    }
+    (group, terminal)
+}
+
+/// Whether a stored message whose events are `group` long ends the page
+/// before it: a page holds at most `limit` events, so one that would pass
+/// it waits for the next page (which starts after the last `id:` sent),
+/// unless it comes first (a batch may stand for more than a page alone).
+fn passes_limit(limit: Option<u64>, sent: u64, group: usize) -> bool {
+    limit.is_some_and(|n| sent > 0 && sent + group as u64 > n)
+}
+
 /// Pull events into `tx` until there is nothing more to send; the error
 /// (sent to the client as an `error` event) when the stream fails.
 async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(), String> {
@@ -151,32 +186,17 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         let mut terminal = false;
         match noetl_mesh::events::decode(&m) {
             Ok(event) => {
-                // A step's end carrying its last task's `task.done` is
-                // sent as the two events it stands for, a batch of loop
-                // iterations as each iteration's; only the last has an
-                // `id:`, so a client that reconnects between them resumes
-                // before them all.
-                // A type that names a batch gets its iterations.
-                let batch = EventType::of(&event)
-                    .filter(|t| t.is_batch())
-                    .map(EventType::wire_name);
-                let mut read = noetl_mesh::events::unfold(event).peekable();
-                while let Some(event) = read.next() {
-                    terminal |= f.execution.is_some() && is_terminal(&event.event_type);
-                    if f.only.as_deref().is_none_or(|p| {
-                        type_matches(p, &event.event_type)
-                            || batch.is_some_and(|b| type_matches(p, b))
-                    }) {
-                        let seen = Seen { seq, event };
-                        if tx
-                            .send(sse_event(&seen, read.peek().is_none()))
-                            .await
-                            .is_err()
-                        {
-                            return Ok(());
-                        }
-                        sent += 1;
+                let (group, ends) = readable(event, f.only.as_deref());
+                terminal |= f.execution.is_some() && ends;
+                if passes_limit(f.limit, sent, group.len()) {
+                    return Ok(());
+                }
+                for (event, resumable) in group {
+                    let seen = Seen { seq, event };
+                    if tx.send(sse_event(&seen, resumable)).await.is_err() {
+                        return Ok(());
                     }
+                    sent += 1;
                 }
             }
             Err(e) => {
@@ -193,5 +213,53 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_never_passes_its_limit_unless_one_stored_message_does_alone() {
+        assert!(!passes_limit(None, 10_000, 64), "no limit");
+        assert!(!passes_limit(Some(5), 3, 2), "exactly the limit");
+        assert!(passes_limit(Some(5), 4, 2), "one past it: the next page");
+        assert!(!passes_limit(Some(5), 0, 64), "first: sent whole");
+    }
+
+    #[test]
+    fn a_stored_message_reads_as_its_events_the_last_with_the_id() {
+        use noetl_mesh::events::EventDraft;
+        use noetl_mesh::payloads::{StepStarted, TokenCreated};
+        let created = EventDraft {
+            execution_id: "e1",
+            ..Default::default()
+        }
+        .build(&TokenCreated {
+            token_id: "t0".into(),
+            step: "start".into(),
+            arc: None,
+            args: serde_json::Value::Null,
+            parent: String::new(),
+            started: Some(StepStarted::admitted(None, false)),
+        });
+        let kinds = |group: &[(Event, bool)]| {
+            group
+                .iter()
+                .map(|(e, last)| (e.event_type.clone(), *last))
+                .collect::<Vec<_>>()
+        };
+        let (all, terminal) = readable(created.clone(), None);
+        assert_eq!(
+            kinds(&all),
+            [
+                ("token.created".to_string(), false),
+                ("step.started".to_string(), true)
+            ]
+        );
+        assert!(!terminal);
+        let (only, _) = readable(created, Some("token.*"));
+        assert_eq!(kinds(&only), [("token.created".to_string(), false)]);
     }
 }
