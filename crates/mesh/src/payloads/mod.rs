@@ -297,11 +297,8 @@ pub struct TokenCreated {
     /// step-run (a resumed execution's tokens).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub parent: String,
-    /// The `step.started` of the token's step-run when the router started
-    /// the entry step itself (no admission to read): stored here, not on
-    /// its own, and read back as its own event
-    /// ([`crate::events::unfold`]). Absent for a token sent to the
-    /// scheduler, and in logs before 2026-12-01.
+    /// The entry step-run's `step.started` when the router started it (as
+    /// [`SelectedArc::started`]; absent for a token sent to the scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<StepStarted>,
 }
