@@ -41,13 +41,10 @@ pub struct PlanRecord {
     /// started with `return_step`); empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub return_step: String,
-    /// Step names some template reads by name (computed once, on demand).
+    /// What is derived from the playbook alone, shared by every plan of
+    /// the same playbook in this process ([`Derived`], found on demand).
     #[serde(skip)]
-    referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
-    /// Step index by name, and the names as one shared set (computed once,
-    /// on demand: a long workflow is not scanned for every message).
-    #[serde(skip)]
-    steps: std::sync::OnceLock<StepIndex>,
+    derived: std::sync::OnceLock<Arc<Derived>>,
     /// [`PlanRecord::playbook_digest`] (computed once, on demand).
     #[serde(skip)]
     digest: std::sync::OnceLock<[u8; 32]>,
@@ -58,6 +55,38 @@ pub struct PlanRecord {
 struct StepIndex {
     position: std::collections::HashMap<String, usize>,
     names: Arc<std::collections::BTreeSet<String>>,
+}
+
+/// What a plan derives from its playbook alone, each computed once, on
+/// demand, for every plan of that playbook in the process (plans of one
+/// playbook share it: the router's parsed playbooks, [`PlanCache`]): a
+/// long workflow is not scanned for every message, nor a playbook
+/// serialised for every execution.
+#[derive(Debug, Default)]
+struct Derived {
+    /// Step index by name, and the names as one shared set.
+    steps: std::sync::OnceLock<StepIndex>,
+    /// Step names some template reads by name.
+    referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
+}
+
+/// The [`Derived`] of `playbook`, found by its address. Each entry holds a
+/// weak reference: the allocation stays while the entry does, so no other
+/// playbook can take its address (and `Arc::make_mut` moves a playbook
+/// with weak references out to a new one before changing it).
+fn derived_of(playbook: &Arc<Playbook>) -> Arc<Derived> {
+    type Seen = crate::cache::Bounded<usize, (std::sync::Weak<Playbook>, Arc<Derived>)>;
+    static SEEN: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(|| crate::cache::Bounded::new(1024));
+    let address = Arc::as_ptr(playbook) as usize;
+    match seen.get(&address) {
+        Some((weak, derived)) if std::ptr::eq(weak.as_ptr(), Arc::as_ptr(playbook)) => derived,
+        _ => {
+            let derived = Arc::new(Derived::default());
+            seen.insert(address, (Arc::downgrade(playbook), derived.clone()));
+            derived
+        }
+    }
 }
 
 impl PlanRecord {
@@ -88,8 +117,7 @@ impl PlanRecord {
             started_ms: 0,
             parent_iter: Value::Null,
             return_step: String::new(),
-            referenced: Default::default(),
-            steps: Default::default(),
+            derived: Default::default(),
             digest: Default::default(),
         }
     }
@@ -127,8 +155,7 @@ impl PlanRecord {
     /// index, the names templates read, the digest): computed again on
     /// demand, after the playbook changed.
     pub fn without_derived(mut self) -> Self {
-        self.referenced = Default::default();
-        self.steps = Default::default();
+        self.derived = Default::default();
         self.digest = Default::default();
         self
     }
@@ -156,8 +183,12 @@ impl PlanRecord {
         self.step_index().names.clone()
     }
 
+    fn derived(&self) -> &Derived {
+        self.derived.get_or_init(|| derived_of(&self.playbook))
+    }
+
     fn step_index(&self) -> &StepIndex {
-        self.steps.get_or_init(|| {
+        self.derived().steps.get_or_init(|| {
             let mut position = std::collections::HashMap::new();
             for (i, s) in self.playbook.workflow.iter().enumerate() {
                 position.entry(s.step.clone()).or_insert(i);
@@ -176,7 +207,8 @@ impl PlanRecord {
         if !self.return_step.is_empty() && self.return_step == step {
             return true;
         }
-        self.referenced
+        self.derived()
+            .referenced
             .get_or_init(|| {
                 let names: std::collections::BTreeSet<&str> = self.step_names().collect();
                 let json = serde_json::to_value(&self.playbook).unwrap_or(Value::Null);
@@ -516,6 +548,31 @@ mod tests {
             .decode_sharing(&serde_json::to_vec(&v).unwrap())
             .is_none());
         assert!(cache.decode_sharing(b"{not json").is_none());
+    }
+
+    #[test]
+    fn plans_of_one_playbook_derive_its_index_once() {
+        let first = plan("e1");
+        let second = PlanRecord::sharing(
+            "e2".into(),
+            "p.yaml".into(),
+            first.playbook.clone(),
+            Value::Null,
+        );
+        assert_eq!(first.step_position("b"), Some(1));
+        assert_eq!(second.step_position("b"), Some(1));
+        assert!(Arc::ptr_eq(
+            first.derived.get().expect("derived for the first"),
+            second.derived.get().expect("derived for the second")
+        ));
+        assert!(!first.is_result_referenced("b"));
+        assert!(second.derived().referenced.get().is_some(), "shared");
+        let other = plan("e3");
+        assert_eq!(other.step_position("b"), Some(1));
+        assert!(!Arc::ptr_eq(
+            other.derived.get().unwrap(),
+            first.derived.get().unwrap()
+        ));
     }
 
     #[test]
