@@ -13,7 +13,7 @@
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 /// A map of at most `capacity` entries, evicting the oldest insertion.
 pub struct Bounded<K, V> {
@@ -157,9 +157,40 @@ fn holds<K: Eq + Hash, V>(map: &HashMap<K, (V, usize, u64)>, key: &K, n: u64) ->
     map.get(key).is_some_and(|held| held.2 == n)
 }
 
+/// Values derived from shared `Arc<T>`s, found by the address of the
+/// value shared (at most `capacity`, evicting the oldest). Each entry
+/// holds a weak reference: the allocation stays while the entry does, so
+/// no other value can take its address (and `Arc::make_mut` moves a value
+/// with weak references out to a new one before changing it).
+pub struct ByAddress<T, V> {
+    inner: Bounded<usize, (Weak<T>, V)>,
+}
+
+impl<T, V: Clone> ByAddress<T, V> {
+    /// A cache of at most `capacity` values.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: Bounded::new(capacity),
+        }
+    }
+
+    /// What was derived from `shared`, if cached.
+    pub fn get(&self, shared: &Arc<T>) -> Option<V> {
+        let (seen, v) = self.inner.get(&(Arc::as_ptr(shared) as usize))?;
+        std::ptr::eq(seen.as_ptr(), Arc::as_ptr(shared)).then_some(v)
+    }
+
+    /// Cache `v`, derived from `shared`.
+    pub fn insert(&self, shared: &Arc<T>, v: V) {
+        let address = Arc::as_ptr(shared) as usize;
+        self.inner.insert(address, (Arc::downgrade(shared), v));
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Bounded;
+    use super::{Bounded, ByAddress};
+    use std::sync::Arc;
 
     #[test]
     fn the_oldest_insertion_is_evicted_first() {
@@ -248,5 +279,17 @@ mod tests {
         assert_eq!(c.get(&"k"), Some(1));
         c.insert("j", 2);
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn a_value_derived_from_a_shared_one_is_found_by_its_address_only() {
+        let by = ByAddress::<String, usize>::new(8);
+        let mut shared = Arc::new("abc".to_string());
+        by.insert(&shared, 3);
+        assert_eq!(by.get(&shared.clone()), Some(3));
+        assert_eq!(by.get(&Arc::new("abc".to_string())), None, "an equal one");
+        // Changed in place: moved out first (a weak reference is held).
+        Arc::make_mut(&mut shared).push('d');
+        assert_eq!(by.get(&shared), None);
     }
 }

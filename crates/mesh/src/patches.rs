@@ -10,9 +10,9 @@ use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
-use crate::cache::Bounded;
+use crate::cache::{Bounded, ByAddress};
 use crate::objects::{ObjectError, ResultStore};
 use crate::MeshError;
 
@@ -116,14 +116,16 @@ pub async fn store_playbook(
     let cache_key = |digest: &str| format!("{:?} {digest}", store.location());
     // Plans of one playbook share it (`PlanRecord::playbook`): its digest
     // is known by its address, without serialising it again.
-    if let Some(digest) = known_digest(playbook) {
+    static DIGESTS: OnceLock<ByAddress<noetl_core::Playbook, String>> = OnceLock::new();
+    let digests = DIGESTS.get_or_init(|| ByAddress::new(1024));
+    if let Some(digest) = digests.get(playbook) {
         if let Some(reference) = stored.get(&cache_key(&digest)) {
             return Ok((digest, reference));
         }
     }
     let json = serde_json::to_value(&**playbook).map_err(|e| ObjectError::Config(e.to_string()))?;
     let digest = digest(&json);
-    remember_digest(playbook, &digest);
+    digests.insert(playbook, digest.clone());
     let key = cache_key(&digest);
     if let Some(reference) = stored.get(&key) {
         return Ok((digest, reference));
@@ -132,28 +134,6 @@ pub async fn store_playbook(
     let reference = store.put_named(&name, &json).await?;
     stored.insert(key, reference.clone());
     Ok((digest, reference))
-}
-
-/// The digests of the playbooks [`store_playbook`] has seen, by address.
-/// Each entry holds a weak reference: the allocation stays while it is
-/// here, so no other playbook can take its address.
-type Digests = Bounded<usize, (Weak<noetl_core::Playbook>, String)>;
-
-fn digests() -> &'static Digests {
-    static DIGESTS: OnceLock<Digests> = OnceLock::new();
-    DIGESTS.get_or_init(|| Bounded::new(1024))
-}
-
-fn known_digest(playbook: &Arc<noetl_core::Playbook>) -> Option<String> {
-    let (seen, digest) = digests().get(&(Arc::as_ptr(playbook) as usize))?;
-    std::ptr::eq(seen.as_ptr(), Arc::as_ptr(playbook)).then_some(digest)
-}
-
-fn remember_digest(playbook: &Arc<noetl_core::Playbook>, digest: &str) {
-    digests().insert(
-        Arc::as_ptr(playbook) as usize,
-        (Arc::downgrade(playbook), digest.to_string()),
-    );
 }
 
 #[cfg(test)]

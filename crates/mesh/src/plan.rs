@@ -70,23 +70,16 @@ struct Derived {
     referenced: std::sync::OnceLock<std::collections::BTreeSet<String>>,
 }
 
-/// The [`Derived`] of `playbook`, found by its address. Each entry holds a
-/// weak reference: the allocation stays while the entry does, so no other
-/// playbook can take its address (and `Arc::make_mut` moves a playbook
-/// with weak references out to a new one before changing it).
+/// The [`Derived`] of `playbook`, shared by the plans of that playbook.
 fn derived_of(playbook: &Arc<Playbook>) -> Arc<Derived> {
-    type Seen = crate::cache::Bounded<usize, (std::sync::Weak<Playbook>, Arc<Derived>)>;
-    static SEEN: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
-    let seen = SEEN.get_or_init(|| crate::cache::Bounded::new(1024));
-    let address = Arc::as_ptr(playbook) as usize;
-    match seen.get(&address) {
-        Some((weak, derived)) if std::ptr::eq(weak.as_ptr(), Arc::as_ptr(playbook)) => derived,
-        _ => {
-            let derived = Arc::new(Derived::default());
-            seen.insert(address, (Arc::downgrade(playbook), derived.clone()));
-            derived
-        }
-    }
+    static SEEN: std::sync::OnceLock<crate::cache::ByAddress<Playbook, Arc<Derived>>> =
+        std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(|| crate::cache::ByAddress::new(1024));
+    seen.get(playbook).unwrap_or_else(|| {
+        let derived = Arc::new(Derived::default());
+        seen.insert(playbook, derived.clone());
+        derived
+    })
 }
 
 impl PlanRecord {
