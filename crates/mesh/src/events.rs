@@ -355,18 +355,11 @@ fn split_started(mut ev: Event) -> Vec<Event> {
         let Ok(body) = serde_json::from_value::<crate::payloads::StepStarted>(body) else {
             return vec![ev];
         };
-        let mut e = EventDraft {
-            execution_id: &ev.execution_id,
-            step_run_id: token_id,
-            step,
-            trace_id: &ev.trace_id,
-            parent_id: &ev.step_run_id,
-            ..Default::default()
-        }
-        .build(&body);
-        e.ts_ms = ev.ts_ms;
-        e.ts = ev.ts.clone();
-        started.push(e);
+        started.push(carried_started(
+            &ev,
+            (token_id, step, &ev.step_run_id),
+            &body,
+        ));
     }
     if started.is_empty() {
         return vec![ev];
@@ -394,19 +387,31 @@ fn split_entry_started(mut ev: Event) -> Vec<Event> {
         true => ev.step_run_id.as_str(),
         false => created.parent.as_str(),
     };
-    let mut started = EventDraft {
+    let started = carried_started(&ev, (&created.token_id, &created.step, parent), &body);
+    ev.payload_json = crate::codec::json_bytes(&crate::payloads::to_value(&created));
+    vec![ev, started]
+}
+
+/// The `step.started` `body` of step-run `token_id` of `step`, fired by
+/// `parent`, carried in `ev`: as it would have been stored alone, at
+/// `ev`'s time.
+fn carried_started(
+    ev: &Event,
+    (token_id, step, parent): (&str, &str, &str),
+    body: &crate::payloads::StepStarted,
+) -> Event {
+    let mut e = EventDraft {
         execution_id: &ev.execution_id,
-        step_run_id: &created.token_id,
-        step: &created.step,
+        step_run_id: token_id,
+        step,
         trace_id: &ev.trace_id,
         parent_id: parent,
         ..Default::default()
     }
-    .build(&body);
-    started.ts_ms = ev.ts_ms;
-    started.ts = ev.ts.clone();
-    ev.payload_json = crate::codec::json_bytes(&crate::payloads::to_value(&created));
-    vec![ev, started]
+    .build(body);
+    e.ts_ms = ev.ts_ms;
+    e.ts = ev.ts.clone();
+    e
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
