@@ -63,26 +63,12 @@ pub fn needs_no_admission(playbook: &Playbook, step: &Step) -> bool {
 /// A step-run started without its scheduler ([`start_unadmitted`]).
 #[derive(Debug)]
 pub struct Unadmitted {
-    /// Its `step.started`: the caller stores it on its own
-    /// ([`Unadmitted::effects`]) or carried in the event that created the
-    /// token (`next.selected`'s arc, the entry's `token.created`).
+    /// Its `step.started`, carried in the event that created the token
+    /// (`next.selected`'s arc, the entry's `token.created`).
     pub started: StepStarted,
     /// What the scheduler publishes after `step.started`, in order: the
     /// step-run's deadline timer, then its work.
     pub then: Vec<Effect>,
-}
-
-impl Unadmitted {
-    /// The start as the scheduler publishes it: `step.started` on its own
-    /// (under the scheduler's id), then the rest.
-    pub fn effects(self, token: &Token) -> Vec<Effect> {
-        let mut effects = Vec::with_capacity(self.then.len() + 1);
-        effects.push(Effect::Emit(
-            started_draft(token, &token.step).build(&self.started),
-        ));
-        effects.extend(self.then);
-        effects
-    }
 }
 
 /// The step-run of `token` started without its scheduler, when its step
@@ -186,19 +172,18 @@ pub fn decide(d: &Decide<'_>) -> Vec<Effect> {
 
 /// An event of the token's step-run, with `payload`.
 fn emit(d: &Decide<'_>, payload: &impl EventPayload) -> Effect {
-    Effect::Emit(started_draft(d.token, &d.step.step).build(payload))
-}
-
-/// The draft of an event of `token`'s step-run of `step`.
-fn started_draft<'a>(token: &'a Token, step: &'a str) -> EventDraft<'a> {
-    EventDraft {
-        execution_id: &token.execution_id,
-        step_run_id: &token.token_id,
-        step,
-        trace_id: &token.trace_id,
-        parent_id: &token.parent_step_run_id,
-        ..Default::default()
-    }
+    let token = d.token;
+    Effect::Emit(
+        EventDraft {
+            execution_id: &token.execution_id,
+            step_run_id: &token.token_id,
+            step: &d.step.step,
+            trace_id: &token.trace_id,
+            parent_id: &token.parent_step_run_id,
+            ..Default::default()
+        }
+        .build(payload),
+    )
 }
 
 /// Start an admitted step-run: its deadline timer, then its loop command,
@@ -423,13 +408,6 @@ mod tests {
         let mut t = token();
         let start = |t: &Token, args: Value| start_unadmitted(&p, t, args, 1_000);
         let unadmitted = start(&t, json!({"a": 1})).expect("started without a read");
-        assert_eq!(
-            unadmitted.started,
-            StepStarted::admitted(None, false),
-            "its step.started apart"
-        );
-        let started = unadmitted.effects(&t);
-        assert_eq!(kinds(&started), ["step.started", "task:noop"]);
         let ids = |effects: &[Effect]| {
             effects
                 .iter()
@@ -437,20 +415,21 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let scheduler = decided(&p, Ok(admitted()));
-        assert_eq!(
-            ids(&started),
-            ids(&scheduler),
-            "the scheduler's effects under its ids"
-        );
-        let (Effect::Emit(alone), Effect::Emit(decided)) = (&started[0], &scheduler[0]) else {
+        assert_eq!(kinds(&scheduler), ["step.started", "task:noop"]);
+        let Effect::Emit(decided) = &scheduler[0] else {
             unreachable!()
         };
         assert_eq!(
-            (&alone.payload_json, &alone.parent_id, &alone.step),
-            (&decided.payload_json, &decided.parent_id, &decided.step),
-            "the same step.started"
+            Some(&unadmitted.started),
+            payloads::decode::<StepStarted>(decided).ok().as_ref(),
+            "the scheduler's step.started, apart"
         );
-        let Effect::Task { cmd, .. } = &started[1] else {
+        assert_eq!(
+            ids(&unadmitted.then),
+            ids(&scheduler[1..]),
+            "then the scheduler's other effects under its ids"
+        );
+        let Effect::Task { cmd, .. } = &unadmitted.then[0] else {
             unreachable!()
         };
         assert_eq!(

@@ -295,7 +295,7 @@ mod tests {
             "the command carries the token's args"
         );
         // The step-run's `step.started` rides in its arc, and reads back
-        // as the event the scheduler's decision would have stored.
+        // as the event the scheduler's own decision stores.
         let Effect::Emit(selected) = &started[0] else {
             unreachable!()
         };
@@ -315,10 +315,15 @@ mod tests {
             parent_step: "a".into(),
             ..Default::default()
         };
-        let Some(Effect::Emit(alone)) =
-            dispatch::start_unadmitted(&plan, &token, json!({"x": 1}), 1_000)
-                .and_then(|u| u.effects(&token).into_iter().next())
-        else {
+        let decided = dispatch::decide(&dispatch::Decide {
+            plan: &plan,
+            step: plan.step("to-t1").expect("the step"),
+            token: &token,
+            args: json!({"x": 1}),
+            admission: Ok(dispatch::admitted()),
+            now_ms: 1_000,
+        });
+        let Some(Effect::Emit(alone)) = decided.first() else {
             unreachable!()
         };
         assert_eq!(
