@@ -180,27 +180,25 @@ pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHead
     let record_key = Keys::step(&ev.execution_id, &ev.step);
     let record_revision = caches.records.cached(&record_key).map(|(_, r)| r);
     let store = mesh.exec_kv();
-    if next.status.is_terminal() {
+    let (recorded, applied) = if next.status.is_terminal() {
         // The end waits for the record (whoever sees the execution end
-        // sees how its last step ended): one write after the other.
-        match kv::write_at(store, &record_key, &record, record_revision).await? {
-            Some(r) => caches.records.remember(&record_key, record, r),
-            None => write_step_record(mesh, caches, ev, record).await?,
-        }
-        let Some(header_revision) = kv::write_at(store, &header_key, &next, Some(revision)).await?
-        else {
-            caches.headers.forget(&header_key);
-            return Ok(None);
+        // sees how its last step ended): one write after the other, the
+        // record whatever its revision when it had moved on (the token is
+        // live, so this boundary's is the step's latest record).
+        let recorded = match kv::write_at(store, &record_key, &record, record_revision).await? {
+            Some(r) => r,
+            None => kv::put(store, &record_key, &record).await?,
         };
-        caches
-            .headers
-            .remember(&header_key, next.clone(), header_revision);
-        return Ok(Some(next));
-    }
-    let (recorded, applied) = tokio::join!(
-        kv::write_at(store, &record_key, &record, record_revision),
-        kv::write_at(store, &header_key, &next, Some(revision)),
-    );
+        (
+            Ok(Some(recorded)),
+            kv::write_at(store, &header_key, &next, Some(revision)).await,
+        )
+    } else {
+        tokio::join!(
+            kv::write_at(store, &record_key, &record, record_revision),
+            kv::write_at(store, &header_key, &next, Some(revision)),
+        )
+    };
     let recorded = recorded?;
     let Some(header_revision) = applied? else {
         caches.headers.forget(&header_key);
