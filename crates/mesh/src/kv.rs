@@ -4,6 +4,7 @@
 
 use async_nats::jetstream::kv::{CreateErrorKind, Operation, Store, UpdateErrorKind};
 use serde::{de::DeserializeOwned, Serialize};
+use std::sync::Arc;
 
 use crate::MeshError;
 
@@ -337,28 +338,23 @@ fn conflict(store: &Store, key: &str, tries: u32) -> MeshError {
 
 /// The last value and revision seen per key, so a compare-and-set can skip
 /// its read when this process was the last writer (bounded; a stale entry
-/// only costs one failed update and a read).
+/// only costs one failed update and a read). Values are shared, so a read
+/// of the cache copies a pointer, not the value.
 pub struct RevisionCache<T> {
-    inner: crate::cache::Bounded<String, (T, u64)>,
+    inner: crate::cache::Bounded<String, (Arc<T>, u64)>,
 }
 
-impl<T: Clone> RevisionCache<T> {
+impl<T> RevisionCache<T> {
     /// A cache of at most `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Self {
             inner: crate::cache::Bounded::new(capacity),
         }
     }
-    fn get(&self, key: &str) -> Option<(T, u64)> {
-        self.inner.get(key)
-    }
-    fn put(&self, key: &str, v: T, rev: u64) {
-        self.inner.insert(key.to_string(), (v, rev));
-    }
-    /// Remember `v` at revision `rev` of `key`, just read: the next
-    /// [`update_cached`] starts from it instead of reading again.
-    pub fn remember(&self, key: &str, v: T, rev: u64) {
-        self.put(key, v, rev);
+    /// Remember `v` at revision `rev` of `key`, just read or written: the
+    /// next [`update_cached`] starts from it instead of reading again.
+    pub fn remember(&self, key: &str, v: impl Into<Arc<T>>, rev: u64) {
+        self.inner.insert(key.to_string(), (v.into(), rev));
     }
     /// Forget a key.
     pub fn forget(&self, key: &str) {
@@ -366,8 +362,36 @@ impl<T: Clone> RevisionCache<T> {
     }
     /// The value and revision last seen of `key`, if this cache holds it
     /// (it may be stale: only a write at that revision proves it current).
-    pub fn cached(&self, key: &str) -> Option<(T, u64)> {
-        self.get(key)
+    pub fn cached(&self, key: &str) -> Option<(Arc<T>, u64)> {
+        self.inner.get(key)
+    }
+}
+
+/// The revision last seen per key, for writes that only need to know
+/// whether a key is still where this process left it (bounded, as
+/// [`RevisionCache`]).
+pub struct Revisions {
+    inner: crate::cache::Bounded<String, u64>,
+}
+
+impl Revisions {
+    /// At most `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: crate::cache::Bounded::new(capacity),
+        }
+    }
+    /// Remember that `key` is at revision `rev`.
+    pub fn remember(&self, key: &str, rev: u64) {
+        self.inner.insert(key.to_string(), rev);
+    }
+    /// Forget a key.
+    pub fn forget(&self, key: &str) {
+        self.inner.remove(key);
+    }
+    /// The revision last seen of `key` (it may be stale).
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.inner.get(key)
     }
 }
 
@@ -396,34 +420,35 @@ pub async fn write_at<T: Serialize>(
     }
 }
 
-/// [`update`] that first tries the cached value and revision.
+/// [`update`] that first tries the cached value and revision. Returns the
+/// value now stored, shared with the cache.
 pub async fn update_cached<T, F>(
     store: &Store,
     key: &str,
     cache: &RevisionCache<T>,
     mut f: F,
-) -> Result<Option<T>, MeshError>
+) -> Result<Option<Arc<T>>, MeshError>
 where
-    T: Serialize + DeserializeOwned + Clone,
+    T: Serialize + DeserializeOwned,
     F: FnMut(Option<&T>) -> Cas<T>,
 {
-    let mut hint = cache.get(key);
+    let mut hint = cache.cached(key);
     for _ in 0..CAS_TRIES {
         let from_cache = hint.is_some();
         let (value, revision) = match hint.take() {
             Some((v, r)) => (Some(v), Some(r)),
             None => match read::<T>(store, key).await? {
-                Some((v, r)) => (Some(v), Some(r)),
+                Some((v, r)) => (Some(Arc::new(v)), Some(r)),
                 None => (None, None),
             },
         };
-        let new = match f(value.as_ref()) {
+        let new = match f(value.as_deref()) {
             // A cached value may be stale: only a fresh read may decide
             // that nothing is to be written.
             Cas::Keep if from_cache => continue,
             Cas::Keep => {
                 if let (Some(v), Some(r)) = (&value, revision) {
-                    cache.put(key, v.clone(), r);
+                    cache.remember(key, v.clone(), r);
                 }
                 return Ok(value);
             }
@@ -431,7 +456,8 @@ where
         };
         match write_at(store, key, &new, revision).await? {
             Some(rev) => {
-                cache.put(key, new.clone(), rev);
+                let new = Arc::new(new);
+                cache.remember(key, new.clone(), rev);
                 return Ok(Some(new));
             }
             None => {

@@ -3,6 +3,8 @@
 //! events, cancellations, dead letters and timers all end executions
 //! through here.
 
+use std::sync::Arc;
+
 use noetl_mesh::{
     events::{now_rfc3339, EventDraft},
     keys::Keys,
@@ -116,7 +118,7 @@ pub(crate) async fn end_running(
     eid: &str,
     status: ExecStatus,
     error: &str,
-) -> Result<Option<ExecHeader>, MeshError> {
+) -> Result<Option<Arc<ExecHeader>>, MeshError> {
     kv::update_cached(
         mesh.exec_kv(),
         &Keys::header(eid),

@@ -17,10 +17,10 @@ use noetl_mesh::{
     event_type::EventType,
     events::{now_ms, now_rfc3339},
     handler::{self, Handle, Handled, Inbound, Job},
-    kv::RevisionCache,
+    kv::{RevisionCache, Revisions},
     payloads::{self, BoundaryView, CancelRequested, DeadLettered},
     runtime::{BoxFuture, HandlerError},
-    state::{ExecHeader, ExecStatus, StepRecord, StepStatus},
+    state::{ExecHeader, ExecStatus, StepStatus},
     Mesh,
 };
 use noetl_wire::Event;
@@ -43,7 +43,7 @@ struct Caches {
     /// Execution headers (shared with the timers, which end executions).
     headers: Arc<RevisionCache<ExecHeader>>,
     /// Step records.
-    records: Arc<RevisionCache<StepRecord>>,
+    records: Arc<Revisions>,
 }
 
 impl BoundaryHandler {
@@ -60,7 +60,7 @@ impl BoundaryHandler {
             mesh,
             caches: Caches {
                 headers,
-                records: Arc::new(RevisionCache::new(4096)),
+                records: Arc::new(Revisions::new(4096)),
             },
         }
     }

@@ -12,6 +12,7 @@ use noetl_mesh::{
     Mesh, MeshError,
 };
 use noetl_wire::Event;
+use std::sync::Arc;
 
 use super::Caches;
 use noetl_mesh::fold::step_record;
@@ -80,7 +81,7 @@ pub(super) async fn record_and_apply(
     (ev, kind): (&Event, Option<EventType>),
     view: &BoundaryView,
     boundary: &Boundary<'_>,
-) -> Result<(ExecHeader, bool), HandlerError> {
+) -> Result<(Arc<ExecHeader>, bool), HandlerError> {
     if !view.join {
         let from_cache = apply_from_cache(FromCache {
             mesh,
@@ -110,7 +111,7 @@ pub(super) async fn record_and_apply(
     match read {
         // Not live (a redelivery after the header moved on): the header
         // just read is the answer; `transition` would change nothing.
-        Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((h, false)),
+        Some((h, _)) if !h.is_live(&ev.step_run_id) => return Ok((Arc::new(h), false)),
         Some((h, rev)) => headers.remember(&key, h, rev),
         // No header, and its events do not make one: nothing to record;
         // refused, naming the event.
@@ -162,7 +163,9 @@ pub(super) struct FromCache<'a> {
 /// replica ended (cancelled, failed, timed out) may write the record of a
 /// step that did end before the header write is refused: the record is
 /// then true, but later than the end.
-pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHeader>, HandlerError> {
+pub(super) async fn apply_from_cache(
+    c: FromCache<'_>,
+) -> Result<Option<Arc<ExecHeader>>, HandlerError> {
     let FromCache {
         mesh,
         caches,
@@ -178,7 +181,7 @@ pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHead
         return Ok(None); // not live here: read
     };
     let record_key = Keys::step(&ev.execution_id, &ev.step);
-    let record_revision = caches.records.cached(&record_key).map(|(_, r)| r);
+    let record_revision = caches.records.get(&record_key);
     let store = mesh.exec_kv();
     let (recorded, applied) = if next.status.is_terminal() {
         // The end waits for the record (whoever sees the execution end
@@ -203,16 +206,17 @@ pub(super) async fn apply_from_cache(c: FromCache<'_>) -> Result<Option<ExecHead
     let Some(header_revision) = applied? else {
         caches.headers.forget(&header_key);
         match recorded {
-            Some(r) => caches.records.remember(&record_key, record, r),
+            Some(r) => caches.records.remember(&record_key, r),
             None => caches.records.forget(&record_key),
         }
         return Ok(None);
     };
+    let next = Arc::new(next);
     caches
         .headers
         .remember(&header_key, next.clone(), header_revision);
     match recorded {
-        Some(r) => caches.records.remember(&record_key, record, r),
+        Some(r) => caches.records.remember(&record_key, r),
         // The record moved on (written by an earlier run this process does
         // not remember): the token was live, so this boundary's is the
         // step's latest record.
@@ -230,7 +234,7 @@ pub(super) async fn write_step_record(
 ) -> Result<(), MeshError> {
     let key = Keys::step(&ev.execution_id, &ev.step);
     let revision = kv::put(mesh.exec_kv(), &key, &record).await?;
-    caches.records.remember(&key, record, revision);
+    caches.records.remember(&key, revision);
     Ok(())
 }
 
@@ -246,7 +250,7 @@ pub(super) enum Ending {
 /// What [`apply_boundary`] did.
 pub(super) struct Applied {
     /// The header now stored.
-    pub(super) header: ExecHeader,
+    pub(super) header: Arc<ExecHeader>,
     /// This event changed it.
     pub(super) applied: bool,
     /// It would have ended the execution, and was held back.
