@@ -180,10 +180,25 @@ impl<T, V: Clone> ByAddress<T, V> {
         std::ptr::eq(seen.as_ptr(), Arc::as_ptr(shared)).then_some(v)
     }
 
+    /// A cache of at most `capacity` values weighing at most `budget`
+    /// ([`ByAddress::insert_weighing`]; the newest is kept whatever it
+    /// weighs).
+    pub fn weighted(capacity: usize, budget: usize) -> Self {
+        Self {
+            inner: Bounded::weighted(capacity, budget),
+        }
+    }
+
     /// Cache `v`, derived from `shared`.
     pub fn insert(&self, shared: &Arc<T>, v: V) {
+        self.insert_weighing(shared, v, 0);
+    }
+
+    /// Cache `v`, derived from `shared` and weighing `weight`.
+    pub fn insert_weighing(&self, shared: &Arc<T>, v: V, weight: usize) {
         let address = Arc::as_ptr(shared) as usize;
-        self.inner.insert(address, (Arc::downgrade(shared), v));
+        self.inner
+            .insert_weighing(address, (Arc::downgrade(shared), v), weight);
     }
 }
 

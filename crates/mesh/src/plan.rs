@@ -20,7 +20,9 @@ pub struct PlanRecord {
     /// File name or catalog path the playbook came from.
     pub source_name: String,
     /// The normalised playbook, shared by the plans of one playbook in a
-    /// process ([`PlanCache`], the router's parsed playbooks).
+    /// process ([`PlanCache`], the router's parsed playbooks), and
+    /// serialised once for all of them ([`playbook_as_stored`]).
+    #[serde(serialize_with = "playbook_as_stored")]
     pub playbook: Arc<Playbook>,
     /// The merged, immutable workload.
     pub workload: Value,
@@ -80,6 +82,36 @@ fn derived_of(playbook: &Arc<Playbook>) -> Arc<Derived> {
         seen.insert(playbook, derived.clone());
         derived
     })
+}
+
+/// Serialise a plan's playbook as the JSON kept for that shared playbook:
+/// the executions of one playbook store the same text, and serialise the
+/// playbook once per process instead of once each.
+fn playbook_as_stored<S: serde::Serializer>(
+    playbook: &Arc<Playbook>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::Serialize as _;
+    match stored_json(playbook) {
+        Some(json) => json.serialize(serializer),
+        None => playbook.serialize(serializer),
+    }
+}
+
+/// `playbook` as JSON, from the text kept for that shared playbook (by
+/// address, as [`Derived`]; at most [`PLAYBOOKS`]); `None` if it cannot
+/// be serialised (the caller's own serialisation then says why).
+fn stored_json(playbook: &Arc<Playbook>) -> Option<Arc<serde_json::value::RawValue>> {
+    type Json = Arc<serde_json::value::RawValue>;
+    static SEEN: std::sync::OnceLock<crate::cache::ByAddress<Playbook, Json>> =
+        std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(|| crate::cache::ByAddress::weighted(PLAYBOOKS.0, PLAYBOOKS.1));
+    if let Some(json) = seen.get(playbook) {
+        return Some(json);
+    }
+    let json: Json = serde_json::value::to_raw_value(&**playbook).ok()?.into();
+    seen.insert_weighing(playbook, json.clone(), json.get().len());
+    Some(json)
 }
 
 impl PlanRecord {
@@ -566,6 +598,39 @@ mod tests {
             other.derived.get().unwrap(),
             first.derived.get().unwrap()
         ));
+    }
+
+    #[test]
+    fn plans_of_one_playbook_store_it_serialised_once_and_a_changed_one_anew() {
+        let mut p = plan("e1");
+        let stored = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            stored["playbook"],
+            serde_json::to_value(&*p.playbook).unwrap()
+        );
+        let second = PlanRecord::sharing(
+            "e2".into(),
+            "p.yaml".into(),
+            p.playbook.clone(),
+            Value::Null,
+        );
+        assert_eq!(
+            serde_json::to_value(&second).unwrap()["playbook"],
+            stored["playbook"]
+        );
+        assert!(
+            Arc::ptr_eq(
+                &stored_json(&p.playbook).unwrap(),
+                &stored_json(&second.playbook).unwrap()
+            ),
+            "serialised once for both"
+        );
+        drop(second);
+        // The only strong reference left: `make_mut` changes it elsewhere
+        // (the kept text holds a weak one), as a resume's `--set` does.
+        Arc::make_mut(&mut p.playbook).workflow[1].step = "c".into();
+        let stored = serde_json::to_value(&p).unwrap();
+        assert_eq!(stored["playbook"]["workflow"][1]["step"], "c");
     }
 
     #[test]
