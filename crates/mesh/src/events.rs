@@ -239,6 +239,14 @@ pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
     })
 }
 
+/// How many iterations a follower of the live log remembers having read
+/// ([`Unfolder::bounded`]: the API's SSE streams, `noetl events tail`), so
+/// an iteration a batch reports again (its executor's ack lost) reaches it
+/// once: about 150 bytes each, 2.4 MB at most per follower. A repeat
+/// further back than that, or whose first report was read before the
+/// follower started (an SSE reconnect), is read again.
+pub const FOLLOWED_ITERATIONS: usize = 16_384;
+
 /// [`unfold`] over a log read in stream order, each iteration's event
 /// once. A batch's report is stored at least once per iteration, not
 /// exactly once: a batch that comes again (redelivered after its
@@ -251,16 +259,48 @@ pub fn unfold(ev: Event) -> impl Iterator<Item = Event> {
 /// stored, and drops a later event with its id when either came out of a
 /// batch. Two copies of an event stored on its own (JetStream's
 /// de-duplication failing) are both kept, for checks to see.
+///
+/// A reader of a finite range keeps every id ([`Unfolder::default`]); a
+/// follower of a live log keeps the latest ones ([`Unfolder::bounded`]).
 #[derive(Debug, Default)]
 pub struct Unfolder {
     /// The ids of the iteration events read so far, and whether each came
     /// out of a batch.
     seen: std::collections::HashMap<String, bool>,
+    /// The ids of `seen` in the order read, when they are bounded.
+    order: std::collections::VecDeque<String>,
+    /// The most ids kept (`None`: every one).
+    capacity: Option<usize>,
     /// Iteration events dropped as read already.
     dropped: u64,
 }
 
 impl Unfolder {
+    /// An unfolder that remembers the last `capacity` iteration ids only:
+    /// an iteration reported again further back than that is read again.
+    pub fn bounded(capacity: usize) -> Self {
+        Self {
+            capacity: Some(capacity.max(1)),
+            ..Self::default()
+        }
+    }
+
+    /// Remember `id` (read first now, `batch` when out of a batch),
+    /// forgetting the oldest beyond the capacity.
+    fn remember(&mut self, id: String, batch: bool) {
+        let Some(capacity) = self.capacity else {
+            self.seen.insert(id, batch);
+            return;
+        };
+        self.order.push_back(id.clone());
+        self.seen.insert(id, batch);
+        while self.order.len() > capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+    }
+
     /// The events stored event `ev` stands for ([`unfold`]), without the
     /// iteration events read already.
     pub fn unfold(&mut self, ev: Event) -> Vec<Event> {
@@ -280,15 +320,13 @@ impl Unfolder {
         }
         let mut out = Vec::new();
         for e in unfold(ev) {
-            match self.seen.entry(e.event_id.clone()) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(batch);
+            match self.seen.get(&e.event_id) {
+                None => {
+                    self.remember(e.event_id.clone(), batch);
                     out.push(e);
                 }
-                std::collections::hash_map::Entry::Occupied(o) if batch || *o.get() => {
-                    self.dropped += 1;
-                }
-                std::collections::hash_map::Entry::Occupied(_) => out.push(e),
+                Some(from_batch) if batch || *from_batch => self.dropped += 1,
+                Some(_) => out.push(e),
             }
         }
         out

@@ -9,7 +9,11 @@ use std::convert::Infallible;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use noetl_mesh::{event_type::EventType, Mesh};
+use noetl_mesh::{
+    event_type::EventType,
+    events::{Unfolder, FOLLOWED_ITERATIONS},
+    Mesh,
+};
 use noetl_wire::Event;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -123,13 +127,19 @@ async fn finished(mesh: &Mesh, eid: &str, position: u64) -> bool {
 /// them all), a `next.selected` or `token.created` for itself and the
 /// `step.started` it carries (`noetl_mesh::events::unfold`); only the last
 /// has an `id:`, so a client that reconnects between them resumes before
-/// them all. Also whether any of them, matched or not, is an execution's
-/// terminal event.
-fn readable(event: Event, only: Option<&str>) -> (Vec<(Event, bool)>, bool) {
+/// them all. An iteration already read from another batch report in this
+/// stream is not sent again (`unfolder`: the last `FOLLOWED_ITERATIONS`
+/// iterations). Also whether any of them, matched or not, is an
+/// execution's terminal event.
+fn readable(
+    unfolder: &mut Unfolder,
+    event: Event,
+    only: Option<&str>,
+) -> (Vec<(Event, bool)>, bool) {
     let batch = EventType::of(&event)
         .filter(|t| t.is_batch())
         .map(EventType::wire_name);
-    let mut read = noetl_mesh::events::unfold(event).peekable();
+    let mut read = unfolder.unfold(event).into_iter().peekable();
     let (mut group, mut terminal) = (Vec::new(), false);
     while let Some(event) = read.next() {
         terminal |= is_terminal(&event.event_type);
@@ -173,6 +183,7 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
     }
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     let mut sent = 0u64;
+    let mut unfolder = Unfolder::bounded(FOLLOWED_ITERATIONS);
     loop {
         let next = tokio::select! {
             _ = f.draining.cancelled() => return Ok(()),
@@ -186,7 +197,7 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         let mut terminal = false;
         match noetl_mesh::events::decode(&m) {
             Ok(event) => {
-                let (group, ends) = readable(event, f.only.as_deref());
+                let (group, ends) = readable(&mut unfolder, event, f.only.as_deref());
                 terminal |= f.execution.is_some() && ends;
                 if passes_limit(f.limit, sent, group.len()) {
                     return Ok(());
@@ -250,7 +261,7 @@ mod tests {
                 .map(|(e, last)| (e.event_type.clone(), *last))
                 .collect::<Vec<_>>()
         };
-        let (all, terminal) = readable(created.clone(), None);
+        let (all, terminal) = readable(&mut Unfolder::default(), created.clone(), None);
         assert_eq!(
             kinds(&all),
             [
@@ -259,7 +270,56 @@ mod tests {
             ]
         );
         assert!(!terminal);
-        let (only, _) = readable(created, Some("token.*"));
+        let (only, _) = readable(&mut Unfolder::default(), created, Some("token.*"));
         assert_eq!(kinds(&only), [("token.created".to_string(), false)]);
+    }
+
+    #[test]
+    fn an_iteration_a_batch_reports_again_is_sent_once() {
+        use noetl_mesh::events::{batch_completed, BatchedEnd, EventDraft};
+        use noetl_mesh::payloads::{compact_end, IterationEnded, Status};
+        let end = |index: u64, at_ms: u64| BatchedEnd {
+            index,
+            at_ms,
+            end: compact_end(
+                "r1",
+                &IterationEnded {
+                    loop_run_id: "r1".into(),
+                    index,
+                    status: Status::Ok,
+                    result: serde_json::json!({"i": index}),
+                    iter: serde_json::Value::Null,
+                    reduce: Default::default(),
+                    error: serde_json::Value::Null,
+                    handled: Vec::new(),
+                    last_task: None,
+                },
+            ),
+        };
+        let report = |ends: &[BatchedEnd]| {
+            let draft = EventDraft {
+                execution_id: "e1",
+                step_run_id: "r1",
+                step: "lp",
+                parent_id: "c1",
+                ..Default::default()
+            };
+            batch_completed(draft, ends).remove(0)
+        };
+        let mut unfolder = Unfolder::bounded(FOLLOWED_ITERATIONS);
+        let (first, _) = readable(&mut unfolder, report(&[end(0, 1), end(1, 1)]), None);
+        let indices = |group: &[(Event, bool)]| {
+            group
+                .iter()
+                .map(|(e, last)| (noetl_mesh::events::payload(e)["index"].clone(), *last))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            indices(&first),
+            [(serde_json::json!(0), false), (serde_json::json!(1), true)]
+        );
+        // The batch ran again and reported 1 (already sent) with 2.
+        let (again, _) = readable(&mut unfolder, report(&[end(1, 2), end(2, 2)]), None);
+        assert_eq!(indices(&again), [(serde_json::json!(2), true)]);
     }
 }

@@ -413,4 +413,28 @@ mod tests {
         });
         assert_eq!(r.unfold(other).len(), 1);
     }
+
+    #[test]
+    fn a_bounded_reader_drops_a_recent_repeat_and_reads_an_older_one_again() {
+        use crate::events::Unfolder;
+        use crate::payloads::Status;
+        let ends: Vec<_> = (0..3)
+            .map(|i| iteration_end(i, Status::Ok, false))
+            .collect();
+        let report = |n, of: &[usize]| {
+            let items: Vec<_> = of.iter().map(|&i| batched(&ends[i].0, n)).collect();
+            batch_completed(batch_draft(), &items)[0].clone()
+        };
+        let mut r = Unfolder::bounded(2);
+        assert_eq!(r.unfold(report(1, &[0])).len(), 1);
+        assert_eq!(r.unfold(report(2, &[1, 2])).len(), 2);
+        // 1 and 2 are the last two remembered: their repeat is dropped.
+        assert!(r.unfold(report(3, &[2, 1])).is_empty());
+        assert_eq!(r.dropped(), 2);
+        // 0 was forgotten: its repeat is read again.
+        let again = r.unfold(report(4, &[0]));
+        assert_eq!(crate::events::payload(&again[0])["index"], 0);
+        assert_eq!(again.len(), 1);
+        assert!(r.seen.len() <= 2 && r.order.len() <= 2, "bounded");
+    }
 }

@@ -289,6 +289,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     }
     let mut messages = consumer.messages().await.map_err(|e| consume(&e))?;
     let mut printed = 0u64;
+    let mut unfolder = events::Unfolder::bounded(events::FOLLOWED_ITERATIONS);
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| consume(&e))?;
         let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
@@ -303,7 +304,7 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
         let batch = EventType::of(&stored)
             .filter(|t| t.is_batch())
             .map(EventType::wire_name);
-        for ev in noetl_mesh::events::unfold(stored) {
+        for ev in unfolder.unfold(stored) {
             if wanted(&ev, batch, pattern.as_ref(), spec) {
                 print_event(&ev, seq, a.json);
                 printed += 1;
