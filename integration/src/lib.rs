@@ -296,12 +296,22 @@ impl Cluster {
         (eid, s)
     }
 
-    /// Wait until the execution is terminal; panics after `timeout`.
+    /// Wait until the execution is terminal and the router has done what
+    /// follows its end (its terminal event, a gate slot released, a parent
+    /// resumed: the header's `terminal_emitted`), so what a test reads next
+    /// does not race the router; panics after `timeout`. An end not marked
+    /// emitted within [`END_SETTLES`] of the header turning terminal (a
+    /// router stopped by the test) is returned as it is.
     pub async fn wait(&self, eid: &str, timeout: Duration) -> ExecSummary {
         let deadline = Instant::now() + timeout;
+        let mut terminal_since = None;
         loop {
             if let Some(h) = self.mesh.exec_header(eid).await.expect("read header") {
-                if h.status != ExecStatus::Running {
+                let settled = h.status != ExecStatus::Running
+                    && (h.terminal_emitted
+                        || terminal_since.get_or_insert_with(Instant::now).elapsed()
+                            >= END_SETTLES);
+                if settled {
                     return self
                         .mesh
                         .exec_summary(eid)
@@ -494,3 +504,7 @@ pub async fn every_stream(mesh: &noetl_mesh::Mesh) -> String {
     }
     out
 }
+
+/// How long [`Cluster::wait`] gives a terminal execution's router to mark
+/// its end emitted before returning without it.
+pub const END_SETTLES: Duration = Duration::from_secs(5);
