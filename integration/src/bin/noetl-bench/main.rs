@@ -74,7 +74,8 @@ pub struct Plan {
     /// Also measure the loops with 1, 2 and 4 executor replicas, and two
     /// of each other service.
     replicas: bool,
-    /// Items of the latency-bound http loop of the scale-out figures.
+    /// Items per executor replica of the latency-bound http loop of the
+    /// scale-out figures.
     http_loop_items: usize,
     /// Messages of each throughput-floor measurement.
     floor_msgs: usize,

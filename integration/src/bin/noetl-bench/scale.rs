@@ -116,11 +116,16 @@ pub async fn figures(
 }
 
 /// The latency-bound http loop by executor replicas (1, 2, 4), each with
-/// its `results.json` key.
+/// its `results.json` key: `http_items` per replica, so every run lasts
+/// about as long. With the same items for all, four replicas ran the loop
+/// in a quarter of the time, and what a run costs whatever its length
+/// (about 50 ms: the execution's start, the first window, the end) was
+/// four times their share of it: their figure read 5 % low, and spread by
+/// a tenth (docs/performance.md).
 pub async fn http_figures(http_items: usize, loop_batch: usize) -> Vec<(&'static str, f64)> {
     let mut out = Vec::new();
     println!(
-        "\nlatency-bound http loop ({http_items} items, server answers after {} ms, executor concurrency {HTTP_CONCURRENCY}), fresh server per run, by executor replicas:",
+        "\nlatency-bound http loop ({http_items} items per executor, server answers after {} ms, executor concurrency {HTTP_CONCURRENCY}), fresh server per run, by executor replicas:",
         HTTP_HOLD.as_millis()
     );
     let mut one = 0.0;
@@ -130,7 +135,7 @@ pub async fn http_figures(http_items: usize, loop_batch: usize) -> Vec<(&'static
         (4, "loop_http_4_executors_per_s"),
     ] {
         let rate = loop_rate(LoopRun {
-            items: http_items,
+            items: http_items * executors,
             control: 1,
             executors,
             executor_concurrency: HTTP_CONCURRENCY,
