@@ -118,10 +118,10 @@ pub async fn figures(
 /// The latency-bound http loop by executor replicas (1, 2, 4), each with
 /// its `results.json` key: `http_items` per replica, so every run lasts
 /// about as long. With the same items for all, four replicas ran the loop
-/// in a quarter of the time, and what a run costs whatever its length
-/// (about 50 ms: the execution's start, the first window, the end) was
-/// four times their share of it: their figure read 5 % low, and spread by
-/// a tenth (docs/performance.md).
+/// in a quarter of the time, so what a run costs whatever its length
+/// (about 50 ms: the execution's start, the first window, the end) weighed
+/// four times as much in their run as in one replica's: their ratio read
+/// 5 % low and spread by a tenth (docs/performance.md).
 pub async fn http_figures(http_items: usize, loop_batch: usize) -> Vec<(&'static str, f64)> {
     let mut out = Vec::new();
     println!(
