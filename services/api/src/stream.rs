@@ -283,6 +283,7 @@ mod tests {
             at_ms,
             end: compact_end(
                 "r1",
+                at_ms,
                 &IterationEnded {
                     loop_run_id: "r1".into(),
                     index,

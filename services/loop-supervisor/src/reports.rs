@@ -98,7 +98,7 @@ pub(crate) async fn on_batch(r: &Reported<'_>) -> Result<(), HandlerError> {
     };
     let mut reports = Vec::with_capacity(batch.ends.len());
     for (k, end) in batch.ends.iter().enumerate() {
-        let report = payloads::counted_end(&batch.loop_run_id, &end.end)
+        let report = payloads::counted_end(&batch, end)
             .map_err(|e| refused(format!("its end {k} does not decode: {e}")))?;
         let failed = report.status == Status::Error;
         reports.push((report, failed));

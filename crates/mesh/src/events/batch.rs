@@ -16,8 +16,8 @@ pub struct BatchedEnd {
     /// When it ended (Unix epoch ms).
     pub at_ms: u64,
     /// Its `loop.iteration.done` / `.failed` payload in the compact form
-    /// ([`crate::payloads::compact_end`]).
-    pub end: Vec<u8>,
+    /// ([`crate::payloads::compact_end`]), its last task apart.
+    pub end: crate::payloads::CompactedEnd,
 }
 
 /// Bytes a `batch.completed` spends around each end, and around its ends.
@@ -45,7 +45,7 @@ pub fn batch_completed(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Vec<Event>
         let mut size = BATCH_FRAME + draft.step_run_id.len();
         let mut end = start;
         while end < ends.len() {
-            let more = ends[end].end.len() + END_FRAME;
+            let more = ends[end].end.len() + 2 * END_FRAME;
             if end > start && size + more > limit {
                 break;
             }
@@ -58,19 +58,42 @@ pub fn batch_completed(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Vec<Event>
     out
 }
 
+/// One `batch.completed` of `ends`: each distinct last task written once,
+/// in `tasks`, and named by its place from each end that carries it.
 fn completed_event(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Event {
     use std::io::Write as _;
-    let size: usize = ends.iter().map(|e| e.end.len() + END_FRAME).sum();
+    let size: usize = ends.iter().map(|e| e.end.len() + 2 * END_FRAME).sum();
     let mut json = Vec::with_capacity(size + BATCH_FRAME);
     json.extend_from_slice(b"{\"loop_run_id\":");
     serde_json::to_writer(&mut json, draft.step_run_id).expect("a string serialises");
+    let mut tasks: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    let places: Vec<Option<usize>> = ends
+        .iter()
+        .map(|e| {
+            let task = e.end.task.as_deref()?;
+            let next = tasks.len();
+            let place = *tasks.entry(task).or_insert(next);
+            if place == next {
+                json.extend_from_slice(if next == 0 { b",\"tasks\":[" } else { b"," });
+                json.extend_from_slice(task);
+            }
+            Some(place)
+        })
+        .collect();
+    if !tasks.is_empty() {
+        json.push(b']');
+    }
     json.extend_from_slice(b",\"ends\":[");
-    for (k, e) in ends.iter().enumerate() {
+    for (k, (e, place)) in ends.iter().zip(&places).enumerate() {
         if k > 0 {
             json.push(b',');
         }
-        let _ = write!(json, "{{\"at\":{},\"end\":", e.at_ms);
-        json.extend_from_slice(&e.end);
+        let _ = write!(json, "{{\"at\":{},", e.at_ms);
+        if let Some(place) = place {
+            let _ = write!(json, "\"t\":{place},");
+        }
+        json.extend_from_slice(b"\"end\":");
+        json.extend_from_slice(&e.end.end);
         json.push(b'}');
     }
     json.extend_from_slice(b"]}");
@@ -124,7 +147,7 @@ pub(super) fn completed(ev: Event) -> Vec<Event> {
     };
     let mut out = Vec::with_capacity(batch.ends.len());
     for end in &batch.ends {
-        let Ok(ended) = crate::payloads::full_end(&batch.loop_run_id, &end.end) else {
+        let Ok(ended) = crate::payloads::full_end(&batch, end) else {
             return vec![ev];
         };
         let index = ended.index.to_string();
@@ -206,7 +229,7 @@ mod tests {
         BatchedEnd {
             index: ended.index,
             at_ms,
-            end: crate::payloads::compact_end("r1", ended),
+            end: crate::payloads::compact_end("r1", at_ms, ended),
         }
     }
 
@@ -283,7 +306,10 @@ mod tests {
         let whole = BatchedEnd {
             index: 4,
             at_ms: ev.ts_ms,
-            end: serde_json::to_vec(&ended).unwrap(),
+            end: crate::payloads::CompactedEnd {
+                end: serde_json::to_vec(&ended).unwrap(),
+                task: None,
+            },
         };
         let stored = batch_completed(batch_draft(), &[whole]);
         let back: Vec<Event> = stored.into_iter().flat_map(unfold).collect();

@@ -41,6 +41,12 @@ pub struct BatchItem {
 pub struct BatchCompleted {
     /// The loop run (its step-run id).
     pub loop_run_id: String,
+    /// The last tasks its ends carry, each written once however many ends
+    /// carry it ([`compact_end`]); an end names its own by its place here
+    /// ([`BatchEnd::task`]). (Batches written before hold each end's last
+    /// task inside the end.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<Box<RawValue>>,
     /// Each iteration's end.
     pub ends: Vec<BatchEnd>,
 }
@@ -50,6 +56,9 @@ pub struct BatchCompleted {
 pub struct BatchEnd {
     /// When it ended (Unix epoch ms): its `loop.iteration.done`'s time.
     pub at: u64,
+    /// Its last task's place in the batch's [`BatchCompleted::tasks`].
+    #[serde(default, rename = "t", skip_serializing_if = "Option::is_none")]
+    pub task: Option<usize>,
     /// The payload of its `loop.iteration.done` / `.failed` in its compact
     /// form ([`compact_end`]): without what the batch or its own fields
     /// say, and without the fields that hold their default.
@@ -80,8 +89,6 @@ struct CompactEnd<'a> {
     error: &'a Value,
     #[serde(skip_serializing_if = "<[HandledError]>::is_empty")]
     handled: &'a [HandledError],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    last_task: Option<CompactTask<'a>>,
 }
 
 /// A carried `task.done` in a batch: [`LastTask`] without the fields that
@@ -121,7 +128,18 @@ struct CompactTask<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     ctx_refused: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    started: &'a Option<super::AttemptStart>,
+    started: Option<CompactStart<'a>>,
+}
+
+/// A carried `task.done`'s attempt start in a batch: [`super::AttemptStart`]
+/// without its time when that is its end's ([`BatchEnd::at`]), as it is
+/// for a task that ends within the millisecond it started.
+#[derive(Serialize)]
+struct CompactStart<'a> {
+    pc: usize,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_ms: Option<u64>,
 }
 
 fn is_ok(s: &Status) -> bool {
@@ -191,37 +209,70 @@ struct TaskFields {
     reduced: Vec<String>,
 }
 
-/// `ended`, an iteration's end of a batch of loop run `loop_run_id`, in
-/// the compact form the batch's `batch.completed` carries it in
-/// ([`BatchEnd::end`]): its loop run left out when it is the batch's, its
-/// `reduce` when it is what its last task reduced, its last task's run id
-/// when it is derived from its place, and every field at its default.
-pub fn compact_end(loop_run_id: &str, ended: &IterationEnded) -> Vec<u8> {
+/// An iteration's end in the compact form a `batch.completed` carries it
+/// in ([`compact_end`]): the end without its last task, and that task
+/// apart, which the batch writes once for all the ends that carry the same
+/// ([`BatchCompleted::tasks`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactedEnd {
+    /// The end ([`BatchEnd::end`]) without its last task.
+    pub end: Vec<u8>,
+    /// Its last task, compact, if it carries one.
+    pub task: Option<Vec<u8>>,
+}
+
+impl CompactedEnd {
+    /// The bytes it takes in a batch at most (its task not shared).
+    pub fn len(&self) -> usize {
+        self.end.len() + self.task.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Whether it is empty (never: an end names its index).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `ended`, an iteration's end of a batch of loop run `loop_run_id` that
+/// ended at `at_ms` ([`BatchEnd::at`]), in the compact form the batch's
+/// `batch.completed` carries it in ([`CompactedEnd`]): its loop run left
+/// out when it is the batch's, its `reduce` when it is what its last task
+/// reduced, its last task's run id when it is derived from its place, its
+/// last task's start time when it is the end's, and every field at its
+/// default.
+pub fn compact_end(loop_run_id: &str, at_ms: u64, ended: &IterationEnded) -> CompactedEnd {
     let last = ended.last_task.as_deref();
-    let last_task = last.map(|t| CompactTask {
-        task: &t.task,
-        task_run_id: match task_run_of(&ended.loop_run_id, ended.index, t) {
-            Some(id) if id == t.task_run_id => None,
-            _ => Some(&t.task_run_id),
-        },
-        status: t.done.status,
-        attempt: t.done.attempt,
-        duration_ms: t.done.duration_ms,
-        result: &t.done.result,
-        error: &t.done.error,
-        action: &t.done.action,
-        rule: &t.done.rule,
-        set_ctx: &t.done.set_ctx,
-        set_iter: &t.done.set_iter,
-        retry: &t.done.retry,
-        set_ctx_ref: &t.done.set_ctx_ref,
-        reduced: &t.done.reduced,
-        ctx_refused: t.done.ctx_refused,
-        started: &t.done.started,
+    let task = last.map(|t| {
+        serde_json::to_vec(&CompactTask {
+            task: &t.task,
+            task_run_id: match task_run_of(&ended.loop_run_id, ended.index, t) {
+                Some(id) if id == t.task_run_id => None,
+                _ => Some(&t.task_run_id),
+            },
+            status: t.done.status,
+            attempt: t.done.attempt,
+            duration_ms: t.done.duration_ms,
+            result: &t.done.result,
+            error: &t.done.error,
+            action: &t.done.action,
+            rule: &t.done.rule,
+            set_ctx: &t.done.set_ctx,
+            set_iter: &t.done.set_iter,
+            retry: &t.done.retry,
+            set_ctx_ref: &t.done.set_ctx_ref,
+            reduced: &t.done.reduced,
+            ctx_refused: t.done.ctx_refused,
+            started: t.done.started.as_ref().map(|s| CompactStart {
+                pc: s.pc,
+                kind: &s.kind,
+                at_ms: (s.at_ms != at_ms).then_some(s.at_ms),
+            }),
+        })
+        .expect("payload types serialise to JSON")
     });
     // Left out only when reading it back gives the same map, in order.
     let derived = is_reduced_by(&ended.reduce, last);
-    serde_json::to_vec(&CompactEnd {
+    let end = serde_json::to_vec(&CompactEnd {
         loop_run_id: (ended.loop_run_id != loop_run_id).then_some(&ended.loop_run_id),
         index: ended.index,
         status: ended.status,
@@ -230,13 +281,14 @@ pub fn compact_end(loop_run_id: &str, ended: &IterationEnded) -> Vec<u8> {
         reduce: (!derived).then_some(&ended.reduce),
         error: &ended.error,
         handled: &ended.handled,
-        last_task,
     })
-    .expect("payload types serialise to JSON")
+    .expect("payload types serialise to JSON");
+    CompactedEnd { end, task }
 }
 
 /// An end as a batch carries it, read whole: [`IterationEnded`] with the
-/// `task.done` it carries and whether it names its `reduce`.
+/// `task.done` it carries (a batch written before the shared tasks) and
+/// whether it names its `reduce`.
 #[derive(Deserialize)]
 struct Carried {
     #[serde(flatten)]
@@ -247,40 +299,70 @@ struct Carried {
     last_task: Option<LastTask>,
 }
 
-/// The payload an end of a batch of loop run `loop_run_id` ([`BatchEnd::end`],
-/// compact or whole) would have had stored on its own: every field
-/// restored, its last task's `task.done` (with its iteration and run id)
-/// inside it.
-pub fn full_end(loop_run_id: &str, end: &RawValue) -> Result<IterationEnded, serde_json::Error> {
+/// The batch's task an end names, or an error naming the place.
+fn shared<'a>(
+    tasks: &'a [Box<RawValue>],
+    end: &BatchEnd,
+) -> Result<Option<&'a str>, serde_json::Error> {
+    match end.task {
+        None => Ok(None),
+        Some(k) => match tasks.get(k) {
+            Some(t) => Ok(Some(t.get())),
+            None => Err(serde::de::Error::custom(format!(
+                "its last task is the batch's task {k}, of {}",
+                tasks.len()
+            ))),
+        },
+    }
+}
+
+/// The payload an end of `batch` ([`BatchEnd`], compact or whole) would
+/// have had stored on its own: every field restored, its last task's
+/// `task.done` (with its iteration, run id and start) inside it.
+pub fn full_end(
+    batch: &BatchCompleted,
+    end: &BatchEnd,
+) -> Result<IterationEnded, serde_json::Error> {
     let Carried {
-        mut end,
+        end: mut ended,
         reduce,
         last_task,
-    } = serde_json::from_str(end.get())?;
-    if end.loop_run_id.is_empty() {
-        end.loop_run_id = loop_run_id.to_string();
+    } = serde_json::from_str(end.end.get())?;
+    let last_task = match (last_task, shared(&batch.tasks, end)?) {
+        (Some(t), _) => Some(t),
+        (None, Some(t)) => Some(serde_json::from_str::<LastTask>(t)?),
+        (None, None) => None,
+    };
+    if ended.loop_run_id.is_empty() {
+        ended.loop_run_id = batch.loop_run_id.clone();
     }
-    end.reduce = match reduce {
+    ended.reduce = match reduce {
         Some(r) => r,
         None => last_task.as_ref().map_or_else(Map::new, |t| {
             reduced_by(t.done.set_ctx.as_ref(), &t.done.reduced)
         }),
     };
-    end.last_task = last_task.map(|mut t| {
-        t.done.index.get_or_insert(end.index);
+    ended.last_task = last_task.map(|mut t| {
+        t.done.index.get_or_insert(ended.index);
+        if let Some(started) = t.done.started.as_mut().filter(|s| s.at_ms == 0) {
+            started.at_ms = end.at;
+        }
         if t.task_run_id.is_empty() {
-            t.task_run_id = task_run_of(&end.loop_run_id, end.index, &t).unwrap_or_default();
+            t.task_run_id = task_run_of(&ended.loop_run_id, ended.index, &t).unwrap_or_default();
         }
         Box::new(t)
     });
-    Ok(end)
+    Ok(ended)
 }
 
-/// What the loop-supervisor counts of an end of a batch of loop run
-/// `loop_run_id` ([`BatchEnd::end`], compact or whole): its index, status,
-/// reducer contributions and handled errors, read without building the
-/// rest (`result`, `iter` and `error` are left at their defaults).
-pub fn counted_end(loop_run_id: &str, end: &RawValue) -> Result<IterationEnded, serde_json::Error> {
+/// What the loop-supervisor counts of an end of `batch` ([`BatchEnd`],
+/// compact or whole): its index, status, reducer contributions and handled
+/// errors, read without building the rest (`result`, `iter` and `error`
+/// are left at their defaults).
+pub fn counted_end(
+    batch: &BatchCompleted,
+    end: &BatchEnd,
+) -> Result<IterationEnded, serde_json::Error> {
     #[derive(Deserialize)]
     struct Counted {
         index: u64,
@@ -293,16 +375,20 @@ pub fn counted_end(loop_run_id: &str, end: &RawValue) -> Result<IterationEnded, 
         #[serde(default)]
         last_task: Option<TaskFields>,
     }
-    let c: Counted = serde_json::from_str(end.get())?;
+    let c: Counted = serde_json::from_str(end.end.get())?;
     let reduce = match c.reduce {
         Some(r) => r,
-        None => c
-            .last_task
-            .as_ref()
-            .map_or_else(Map::new, |t| reduced_by(t.set_ctx.as_ref(), &t.reduced)),
+        None => {
+            let task = match (c.last_task, shared(&batch.tasks, end)?) {
+                (Some(t), _) => Some(t),
+                (None, Some(t)) => Some(serde_json::from_str::<TaskFields>(t)?),
+                (None, None) => None,
+            };
+            task.map_or_else(Map::new, |t| reduced_by(t.set_ctx.as_ref(), &t.reduced))
+        }
     };
     Ok(IterationEnded {
-        loop_run_id: loop_run_id.to_string(),
+        loop_run_id: batch.loop_run_id.clone(),
         index: c.index,
         status: c.status,
         result: Value::Null,
@@ -369,21 +455,62 @@ mod tests {
         RawValue::from_string(String::from_utf8(bytes.to_vec()).unwrap()).unwrap()
     }
 
+    /// A batch of loop run `loop_run` holding `ends` (each ended at its
+    /// time), as [`crate::events::batch_completed`] writes it.
+    fn batch(loop_run: &str, ends: &[(u64, &CompactedEnd)]) -> BatchCompleted {
+        let ends: Vec<crate::events::BatchedEnd> = ends
+            .iter()
+            .enumerate()
+            .map(|(index, (at_ms, end))| crate::events::BatchedEnd {
+                index: index as u64,
+                at_ms: *at_ms,
+                end: (*end).clone(),
+            })
+            .collect();
+        let draft = crate::events::EventDraft {
+            execution_id: "e1",
+            step_run_id: loop_run,
+            step: "lp",
+            ..Default::default()
+        };
+        let stored = crate::events::batch_completed(draft, &ends);
+        assert_eq!(stored.len(), 1);
+        serde_json::from_slice(&stored[0].payload_json).unwrap()
+    }
+
+    /// An end of a batch of loop run `loop_run` alone, ended at `at`, read
+    /// back whole and as counted.
+    fn read_back(loop_run: &str, at: u64, c: &CompactedEnd) -> (IterationEnded, IterationEnded) {
+        let b = batch(loop_run, &[(at, c)]);
+        (
+            full_end(&b, &b.ends[0]).unwrap(),
+            counted_end(&b, &b.ends[0]).unwrap(),
+        )
+    }
+
+    fn text(bytes: &[u8]) -> String {
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
     #[test]
     fn what_the_end_or_the_batch_already_says_is_left_out_and_read_back() {
         let e = end(json!({"total": 1}), 0, 0);
-        let text = String::from_utf8(compact_end("r1", &e)).unwrap();
+        // It ended in the millisecond its last task started (5).
+        let c = compact_end("r1", 5, &e);
+        let all = text(&c.end) + &text(c.task.as_deref().unwrap());
         for absent in [
             "loop_run_id",
             "task_run_id",
             "\"reduce\"",
             "null",
             "attempt",
+            "at_ms",
+            "last_task",
         ] {
-            assert!(!text.contains(absent), "{absent} in {text}");
+            assert!(!all.contains(absent), "{absent} in {all}");
         }
-        assert_eq!(full_end("r1", &raw(text.as_bytes())).unwrap(), e);
-        let counted = counted_end("r1", &raw(text.as_bytes())).unwrap();
+        let (full, counted) = read_back("r1", 5, &c);
+        assert_eq!(full, e);
         assert_eq!((counted.index, &counted.reduce), (7, &e.reduce));
         assert_eq!(counted.loop_run_id, "r1");
     }
@@ -391,34 +518,93 @@ mod tests {
     #[test]
     fn what_cannot_be_read_back_the_same_is_written() {
         // Two tasks contributed (2, not the last task's 1); the last task
-        // ran after a retry (its run id is not its first place's); the end
-        // is another loop run's than the batch's.
+        // ran after a retry (its run id is not its first place's) and
+        // started before the end's millisecond; the end is another loop
+        // run's than the batch's.
         let e = end(json!({"total": 2}), 1, 3);
-        let text = String::from_utf8(compact_end("r0", &e)).unwrap();
+        let c = compact_end("r0", 9, &e);
+        let all = text(&c.end) + &text(c.task.as_deref().unwrap());
         for present in [
             "\"loop_run_id\":\"r1\"",
             "\"task_run_id\"",
             "\"reduce\":{\"total\":2}",
+            "\"at_ms\":5",
         ] {
-            assert!(text.contains(present), "{present} not in {text}");
+            assert!(all.contains(present), "{present} not in {all}");
         }
-        assert_eq!(full_end("r0", &raw(text.as_bytes())).unwrap(), e);
-        assert_eq!(
-            counted_end("r0", &raw(text.as_bytes())).unwrap().reduce,
-            e.reduce
-        );
+        let (full, counted) = read_back("r0", 9, &c);
+        assert_eq!(full, e);
+        assert_eq!(counted.reduce, e.reduce);
         // An empty reduce where the last task reduced something is named.
         let e = end(json!({}), 0, 0);
-        let text = String::from_utf8(compact_end("r1", &e)).unwrap();
-        assert!(text.contains("\"reduce\":{}"), "{text}");
-        assert_eq!(full_end("r1", &raw(text.as_bytes())).unwrap(), e);
+        let c = compact_end("r1", 5, &e);
+        assert!(text(&c.end).contains("\"reduce\":{}"), "{}", text(&c.end));
+        assert_eq!(read_back("r1", 5, &c).0, e);
+    }
+
+    #[test]
+    fn ends_that_carry_the_same_last_task_share_it_once() {
+        // Three ends whose last tasks differ only in the start time, which
+        // is each end's own: one task written; a fourth that started
+        // earlier than its end carries its own.
+        let ends: Vec<(u64, IterationEnded)> = [5, 5, 5, 2]
+            .into_iter()
+            .enumerate()
+            .map(|(k, started)| {
+                let mut e = end(json!({"total": 1}), 0, 0);
+                e.index = k as u64;
+                let t = e.last_task.as_mut().unwrap();
+                t.done.index = Some(k as u64);
+                t.task_run_id = task_run_of("r1", k as u64, t).unwrap();
+                t.done.started.as_mut().unwrap().at_ms = started;
+                (5 + k as u64, e)
+            })
+            .collect();
+        let ends: Vec<(IterationEnded, u64, CompactedEnd)> = ends
+            .into_iter()
+            .map(|(at, mut e)| {
+                // The first three started at their end's time.
+                let t = e.last_task.as_mut().unwrap();
+                let started = t.done.started.as_mut().unwrap();
+                if started.at_ms == 5 {
+                    started.at_ms = at;
+                }
+                let c = compact_end("r1", at, &e);
+                (e, at, c)
+            })
+            .collect();
+        let b = batch(
+            "r1",
+            &ends.iter().map(|(_, at, c)| (*at, c)).collect::<Vec<_>>(),
+        );
+        assert_eq!(b.tasks.len(), 2, "{:?}", b.tasks);
+        let places: Vec<_> = b.ends.iter().map(|e| e.task).collect();
+        assert_eq!(places, [Some(0), Some(0), Some(0), Some(1)]);
+        for ((e, _, _), stored) in ends.iter().zip(&b.ends) {
+            assert_eq!(&full_end(&b, stored).unwrap(), e);
+            assert_eq!(counted_end(&b, stored).unwrap().reduce, e.reduce);
+        }
+        // A place the batch does not hold is refused, naming it.
+        let mut wrong = b;
+        wrong.ends[0].task = Some(7);
+        let err = full_end(&wrong, &wrong.ends[0]).unwrap_err().to_string();
+        assert!(err.contains("task 7, of 2"), "{err}");
     }
 
     #[test]
     fn an_end_stored_whole_reads_back_the_same() {
         let e = end(json!({"total": 1}), 0, 0);
         let whole = serde_json::to_vec(&e).unwrap();
-        assert_eq!(full_end("r1", &raw(&whole)).unwrap(), e);
-        assert_eq!(counted_end("r1", &raw(&whole)).unwrap().reduce, e.reduce);
+        let b = BatchCompleted {
+            loop_run_id: "r1".into(),
+            tasks: Vec::new(),
+            ends: vec![BatchEnd {
+                at: 9,
+                task: None,
+                end: raw(&whole),
+            }],
+        };
+        assert_eq!(full_end(&b, &b.ends[0]).unwrap(), e);
+        assert_eq!(counted_end(&b, &b.ends[0]).unwrap().reduce, e.reduce);
     }
 }

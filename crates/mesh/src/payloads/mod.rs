@@ -20,6 +20,7 @@ use crate::MeshError;
 mod batch;
 pub use batch::{
     compact_end, counted_end, full_end, BatchAccepted, BatchCompleted, BatchEnd, BatchItem,
+    CompactedEnd,
 };
 mod task;
 pub use task::{AttemptStart, LastTask, RetryAt, TaskDone, TaskStarted, TASK_START_DEFERRAL_MS};

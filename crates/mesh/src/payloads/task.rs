@@ -154,6 +154,8 @@ pub struct AttemptStart {
     pub pc: usize,
     /// Its tool kind.
     pub kind: String,
-    /// When it started, ms since the Unix epoch.
+    /// When it started, ms since the Unix epoch (absent in a batch's
+    /// compact end when it is the end's time: `crate::payloads::full_end`).
+    #[serde(default)]
     pub at_ms: u64,
 }

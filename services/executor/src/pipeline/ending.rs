@@ -72,11 +72,12 @@ impl StepRun<'_> {
             (Some(ends), Ended::Iteration(it)) => {
                 // The batch names its loop run as its command's step-run.
                 let batch_run = &self.cmd.step_run_id;
-                let end = payloads::compact_end(batch_run, &it);
+                let at_ms = events::now_ms();
+                let end = payloads::compact_end(batch_run, at_ms, &it);
                 if events::fits_a_batch(end.len(), batch_run) {
                     ends.push(BatchedEnd {
                         index: it.index,
-                        at_ms: events::now_ms(),
+                        at_ms,
                         end,
                     });
                     return Ok(());
