@@ -81,7 +81,13 @@ async fn a_mesh_publishing_json_events_runs_and_any_subscriber_can_read_them() {
     let events = cluster.settled_events(&eid).await;
     let carrying = |end: &Value| 1 + usize::from(end.get("last_task").is_some());
     let stands_for = |v: &Value| match v["event_type"].as_str() {
-        Some("batch.accepted") => v["payload"]["items"].as_array().map_or(0, Vec::len),
+        // Its items: runs `[first, count(, claim)]` and single items.
+        Some("batch.accepted") => v["payload"]["items"].as_array().map_or(0, |items| {
+            items
+                .iter()
+                .map(|i| i.get(1).and_then(Value::as_u64).map_or(1, |n| n as usize))
+                .sum()
+        }),
         // An end of a batch names its last task by its place in the
         // batch's `tasks` (a batch written before carried it inside).
         Some("batch.completed") => v["payload"]["ends"].as_array().map_or(0, |ends| {

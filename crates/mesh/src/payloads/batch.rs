@@ -18,8 +18,84 @@ use crate::handled::HandledError;
 pub struct BatchAccepted {
     /// The loop run (its step-run id).
     pub loop_run_id: String,
-    /// The iterations the command runs, each a `loop.iteration.started`.
+    /// The iterations the command runs, each a `loop.iteration.started`;
+    /// stored as runs ([`items`]).
+    #[serde(with = "items")]
     pub items: Vec<BatchItem>,
+}
+
+/// A batch's items as stored: each run of two or more consecutive
+/// iterations of one claim (or of none) as `[first, count]` or `[first,
+/// count, claim]`, any other item as its object. (Batches written before
+/// hold every item as its object, which reads the same.)
+mod items {
+    use super::BatchItem;
+    use serde::{ser::SerializeSeq, Deserialize, Deserializer, Serializer};
+
+    /// An item or a run of them, as stored. (The runs first: serde would
+    /// read `[first, count]` as a `BatchItem` too, its fields in order.)
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        RunOfClaim(u64, u64, u64),
+        Run(u64, u64),
+        One(BatchItem),
+    }
+
+    /// `items` cut into runs: each `(first, count, claim)`.
+    pub(super) fn runs(items: &[BatchItem]) -> Vec<(u64, u64, Option<u64>)> {
+        let mut out: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        for item in items {
+            match out.last_mut() {
+                Some((first, count, claim))
+                    if *claim == item.claim && item.index.checked_sub(*count) == Some(*first) =>
+                {
+                    *count += 1
+                }
+                _ => out.push((item.index, 1, item.claim)),
+            }
+        }
+        out
+    }
+
+    pub(super) fn serialize<S: Serializer>(items: &[BatchItem], s: S) -> Result<S::Ok, S::Error> {
+        let runs = runs(items);
+        let mut seq = s.serialize_seq(Some(runs.len()))?;
+        for (first, count, claim) in runs {
+            match (count, claim) {
+                (1, claim) => seq.serialize_element(&BatchItem {
+                    index: first,
+                    claim,
+                })?,
+                (_, None) => seq.serialize_element(&(first, count))?,
+                (_, Some(claim)) => seq.serialize_element(&(first, count, claim))?,
+            }
+        }
+        seq.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<BatchItem>, D::Error> {
+        let stored = Vec::<Stored>::deserialize(d)?;
+        let mut items = Vec::with_capacity(stored.len());
+        for s in stored {
+            let (first, count, claim) = match s {
+                Stored::One(item) => (item.index, 1, item.claim),
+                Stored::Run(first, count) => (first, count, None),
+                Stored::RunOfClaim(first, count, claim) => (first, count, Some(claim)),
+            };
+            // A run no batch could hold is refused, not expanded.
+            let most = crate::config::MAX_LOOP_BATCH as u64;
+            if count > most {
+                return Err(serde::de::Error::custom(format!(
+                    "a run of {count} iterations from {first} (a batch holds at most {most})"
+                )));
+            }
+            items.extend(
+                (first..first.saturating_add(count)).map(|index| BatchItem { index, claim }),
+            );
+        }
+        Ok(items)
+    }
 }
 
 /// One iteration of a batch: what its `loop.iteration.started` says
@@ -589,6 +665,45 @@ mod tests {
         wrong.ends[0].task = Some(7);
         let err = full_end(&wrong, &wrong.ends[0]).unwrap_err().to_string();
         assert!(err.contains("task 7, of 2"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_s_items_are_stored_as_runs_and_read_back_the_same() {
+        let item = |index, claim| BatchItem { index, claim };
+        let items = vec![
+            item(0, None),
+            item(1, None),
+            item(2, None),
+            item(5, None),
+            item(6, Some(3)),
+            item(7, Some(3)),
+            item(8, Some(4)),
+            item(10, Some(4)),
+        ];
+        let accepted = BatchAccepted {
+            loop_run_id: "r1".into(),
+            items,
+        };
+        let text = serde_json::to_string(&accepted).unwrap();
+        assert_eq!(
+            text,
+            r#"{"loop_run_id":"r1","items":[[0,3],{"index":5},[6,2,3],{"index":8,"claim":4},{"index":10,"claim":4}]}"#
+        );
+        let back: BatchAccepted = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, accepted);
+        // Written before the runs: every item its object.
+        let old = r#"{"loop_run_id":"r1","items":[{"index":0},{"index":1,"claim":2}]}"#;
+        let back: BatchAccepted = serde_json::from_str(old).unwrap();
+        assert_eq!(back.items, [item(0, None), item(1, Some(2))]);
+        // A run no batch could hold is refused, not expanded.
+        let huge = r#"{"loop_run_id":"r1","items":[[0,1000000000000]]}"#;
+        let err = serde_json::from_str::<BatchAccepted>(huge)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("a run of 1000000000000 iterations from 0"),
+            "{err}"
+        );
     }
 
     #[test]
