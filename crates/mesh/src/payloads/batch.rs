@@ -83,11 +83,14 @@ mod items {
                 Stored::Run(first, count) => (first, count, None),
                 Stored::RunOfClaim(first, count, claim) => (first, count, Some(claim)),
             };
-            // A run no batch could hold is refused, not expanded.
+            // More iterations than a batch can hold are refused, not
+            // expanded: a few bytes of runs must not make a reader
+            // allocate millions of items.
             let most = crate::config::MAX_LOOP_BATCH as u64;
-            if count > most {
+            if count > most - (items.len() as u64).min(most) {
                 return Err(serde::de::Error::custom(format!(
-                    "a run of {count} iterations from {first} (a batch holds at most {most})"
+                    "a run of {count} iterations from {first} after {} (a batch holds at most {most})",
+                    items.len()
                 )));
             }
             items.extend(
@@ -695,7 +698,8 @@ mod tests {
         let old = r#"{"loop_run_id":"r1","items":[{"index":0},{"index":1,"claim":2}]}"#;
         let back: BatchAccepted = serde_json::from_str(old).unwrap();
         assert_eq!(back.items, [item(0, None), item(1, Some(2))]);
-        // A run no batch could hold is refused, not expanded.
+        // More than a batch can hold is refused, not expanded: one huge
+        // run, or many that pass the bound together.
         let huge = r#"{"loop_run_id":"r1","items":[[0,1000000000000]]}"#;
         let err = serde_json::from_str::<BatchAccepted>(huge)
             .unwrap_err()
@@ -704,6 +708,16 @@ mod tests {
             err.contains("a run of 1000000000000 iterations from 0"),
             "{err}"
         );
+        let most = crate::config::MAX_LOOP_BATCH;
+        let runs: Vec<String> = (0..3).map(|k| format!("[{},{most}]", k * most)).collect();
+        let many = format!(r#"{{"loop_run_id":"r1","items":[{}]}}"#, runs.join(","));
+        let err = serde_json::from_str::<BatchAccepted>(&many)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("after {most}")), "{err}");
+        let full = format!(r#"{{"loop_run_id":"r1","items":[[0,{most}]]}}"#);
+        let back: BatchAccepted = serde_json::from_str(&full).unwrap();
+        assert_eq!(back.items.len(), most);
     }
 
     #[test]
