@@ -66,20 +66,23 @@ fn completed_event(draft: EventDraft<'_>, ends: &[BatchedEnd]) -> Event {
     let mut json = Vec::with_capacity(size + BATCH_FRAME);
     json.extend_from_slice(b"{\"loop_run_id\":");
     serde_json::to_writer(&mut json, draft.step_run_id).expect("a string serialises");
+    // Each distinct task written once, in the order the ends first carry
+    // it; each end's place for its task.
     let mut tasks: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
-    let places: Vec<Option<usize>> = ends
-        .iter()
-        .map(|e| {
-            let task = e.end.task.as_deref()?;
-            let next = tasks.len();
-            let place = *tasks.entry(task).or_insert(next);
-            if place == next {
-                json.extend_from_slice(if next == 0 { b",\"tasks\":[" } else { b"," });
-                json.extend_from_slice(task);
-            }
-            Some(place)
-        })
-        .collect();
+    let mut places: Vec<Option<usize>> = Vec::with_capacity(ends.len());
+    for e in ends {
+        let Some(task) = e.end.task.as_deref() else {
+            places.push(None);
+            continue;
+        };
+        let next = tasks.len();
+        let place = *tasks.entry(task).or_insert(next);
+        if place == next {
+            json.extend_from_slice(if next == 0 { b",\"tasks\":[" } else { b"," });
+            json.extend_from_slice(task);
+        }
+        places.push(Some(place));
+    }
     if !tasks.is_empty() {
         json.push(b']');
     }
