@@ -43,7 +43,7 @@ mod items {
     }
 
     /// `items` cut into runs: each `(first, count, claim)`.
-    pub(super) fn runs(items: &[BatchItem]) -> Vec<(u64, u64, Option<u64>)> {
+    fn runs(items: &[BatchItem]) -> Vec<(u64, u64, Option<u64>)> {
         let mut out: Vec<(u64, u64, Option<u64>)> = Vec::new();
         for item in items {
             match out.last_mut() {
@@ -87,7 +87,7 @@ mod items {
             // expanded: a few bytes of runs must not make a reader
             // allocate millions of items.
             let most = crate::config::MAX_LOOP_BATCH as u64;
-            if count > most - (items.len() as u64).min(most) {
+            if count.saturating_add(items.len() as u64) > most {
                 return Err(serde::de::Error::custom(format!(
                     "a run of {count} iterations from {first} after {} (a batch holds at most {most})",
                     items.len()
@@ -378,20 +378,24 @@ struct Carried {
     last_task: Option<LastTask>,
 }
 
-/// The batch's task an end names, or an error naming the place.
-fn shared<'a>(
-    tasks: &'a [Box<RawValue>],
+/// The last task an end of `batch` carries, read as `T`: the one inside
+/// the end (`inline`, a batch written before the shared tasks), else the
+/// batch's task the end names, else none; an error names a place the
+/// batch does not hold.
+fn last_task_of<T: serde::de::DeserializeOwned>(
+    inline: Option<T>,
+    batch: &BatchCompleted,
     end: &BatchEnd,
-) -> Result<Option<&'a str>, serde_json::Error> {
-    match end.task {
-        None => Ok(None),
-        Some(k) => match tasks.get(k) {
-            Some(t) => Ok(Some(t.get())),
-            None => Err(serde::de::Error::custom(format!(
-                "its last task is the batch's task {k}, of {}",
-                tasks.len()
-            ))),
-        },
+) -> Result<Option<T>, serde_json::Error> {
+    let (None, Some(k)) = (&inline, end.task) else {
+        return Ok(inline);
+    };
+    match batch.tasks.get(k) {
+        Some(t) => serde_json::from_str(t.get()).map(Some),
+        None => Err(serde::de::Error::custom(format!(
+            "its last task is the batch's task {k}, of {}",
+            batch.tasks.len()
+        ))),
     }
 }
 
@@ -407,11 +411,7 @@ pub fn full_end(
         reduce,
         last_task,
     } = serde_json::from_str(end.end.get())?;
-    let last_task = match (last_task, shared(&batch.tasks, end)?) {
-        (Some(t), _) => Some(t),
-        (None, Some(t)) => Some(serde_json::from_str::<LastTask>(t)?),
-        (None, None) => None,
-    };
+    let last_task = last_task_of(last_task, batch, end)?;
     if ended.loop_run_id.is_empty() {
         ended.loop_run_id = batch.loop_run_id.clone();
     }
@@ -457,14 +457,8 @@ pub fn counted_end(
     let c: Counted = serde_json::from_str(end.end.get())?;
     let reduce = match c.reduce {
         Some(r) => r,
-        None => {
-            let task = match (c.last_task, shared(&batch.tasks, end)?) {
-                (Some(t), _) => Some(t),
-                (None, Some(t)) => Some(serde_json::from_str::<TaskFields>(t)?),
-                (None, None) => None,
-            };
-            task.map_or_else(Map::new, |t| reduced_by(t.set_ctx.as_ref(), &t.reduced))
-        }
+        None => last_task_of(c.last_task, batch, end)?
+            .map_or_else(Map::new, |t| reduced_by(t.set_ctx.as_ref(), &t.reduced)),
     };
     Ok(IterationEnded {
         loop_run_id: batch.loop_run_id.clone(),
