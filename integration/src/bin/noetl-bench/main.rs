@@ -11,7 +11,9 @@
 //! compare-and-set, `floor_step_ms`) and the throughput floor (pipelined
 //! acknowledged publishes, `throughput_floor_msgs_per_s` and
 //! `cpu_us_per_floor_msg`, throughput.rs); issue 37's goals are ratios to
-//! them, printed and written too.
+//! them, printed and written too. The executions also run against a
+//! floor of their own shape, bare JetStream with a command, an event and a
+//! header compare-and-set per step (`exec_floor_per_s`, exec_floor.rs).
 //!
 //! Usage: `noetl-bench [--quick | --profile-seq | --profile-http |
 //! --profile-loop | --profile-api] [--only <scenario> [--rounds N]
@@ -31,6 +33,7 @@ mod api_status;
 mod bytes;
 mod cpu;
 mod ends;
+mod exec_floor;
 mod only;
 mod procs;
 mod report;
@@ -487,12 +490,18 @@ async fn main() {
         plan.executions, plan.rounds
     );
     let (mut exec_rates, mut latencies) = (Vec::new(), Vec::new());
+    let (mut exec_floors, mut exec_floor_cpu) = (Vec::new(), Vec::new());
     for _ in 0..plan.rounds {
         let (rate, l) = sc::concurrent(&cluster, &ends, plan.executions, 5).await;
         exec_rates.push(rate);
         latencies.extend(l);
+        let shape = exec_floor::shape(plan.executions);
+        let f = exec_floor::run(&cluster.mesh, &nats_pids, shape).await;
+        exec_floors.push(f.exec_per_s);
+        exec_floor_cpu.push(f.cpu_us_per_exec);
     }
     let exec_rate = report::stats(&exec_rates).median;
+    let exec_floor_rate = report::stats(&exec_floors).median;
     eprintln!("HTTP API");
     let api = api::Api::serve(&cluster.mesh).await;
     let reads = api_status::run(&cluster, &ends, &api, plan.executions, plan.api_reads).await;
@@ -604,13 +613,20 @@ async fn main() {
             label: format!("{} 5-step executions at once", plan.executions),
             unit: "exec/s",
             samples: exec_rates,
-            floor: None,
+            floor: Some(exec_floor_rate),
         },
         Figure {
             key: "exec_latency_ms",
             label: "  their end-to-end latency".into(),
             unit: "ms",
             samples: latencies.clone(),
+            floor: None,
+        },
+        Figure {
+            key: "exec_floor_per_s",
+            label: "  floor: raw JetStream, command + event + CAS a step".into(),
+            unit: "exec/s",
+            samples: exec_floors,
             floor: None,
         },
         Figure {
@@ -709,6 +725,12 @@ async fn main() {
         plan.floor_window
     );
     throughput::print_goals(&goals);
+    let (exec_floor_tput, exec_of_floor) =
+        (exec_floor_rate / tput_median, exec_rate / exec_floor_rate);
+    println!(
+        "  executions' floor / throughput floor               {exec_floor_tput:>8.3}  (the most a design with a command and an event a step reaches here, {:.0} µs of CPU an execution; the engine's executions are {exec_of_floor:.2} of it)",
+        report::stats(&exec_floor_cpu).median
+    );
     let exec_p99 = report::stats(&latencies).p99;
     let mut extra: Vec<(String, f64)> =
         goals.iter().map(|g| (g.key.to_string(), g.ratio)).collect();
@@ -716,6 +738,8 @@ async fn main() {
         [
             ("floor_stored_bytes_per_msg", floor_bytes),
             ("exec_p99_ms", exec_p99),
+            ("exec_floor_ratio_to_throughput_floor", exec_floor_tput),
+            ("exec_ratio_to_exec_floor", exec_of_floor),
             (
                 "api_status_ratio_to_floor",
                 reads.api_per_s / reads.floor_per_s,

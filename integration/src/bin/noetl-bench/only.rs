@@ -28,6 +28,7 @@ pub const SCENARIOS: &[&str] = &[
     "loop",
     "python-loop",
     "executions",
+    "exec-floor",
     "api-status",
     HTTP_SCALE,
 ];
@@ -57,7 +58,7 @@ pub fn resize(plan: &mut Plan, name: &str, n: usize) {
         "big" => plan.big_mib = n,
         "loop" => plan.loop_items = n,
         "python-loop" => plan.python_items = n,
-        "executions" => plan.executions = n,
+        "executions" | "exec-floor" => plan.executions = n,
         HTTP_SCALE => plan.http_loop_items = n,
         _ => plan.api_reads = n,
     }
@@ -80,7 +81,7 @@ pub async fn run(
         "python40" => ("s", "step"),
         "big" => ("MiB/s", "run"),
         "loop" | "python-loop" => ("tasks/s", "iteration"),
-        "executions" => ("exec/s", "execution"),
+        "executions" | "exec-floor" => ("exec/s", "execution"),
         "api-status" => ("reads/s", "read"),
         other => {
             eprintln!(
@@ -171,6 +172,20 @@ pub async fn run(
             "executions" => {
                 let (rate, _) = sc::concurrent(cluster, ends, plan.executions, 5).await;
                 (rate, plan.executions)
+            }
+            "exec-floor" => {
+                let f = crate::exec_floor::run(
+                    &cluster.mesh,
+                    &nats_pids,
+                    crate::exec_floor::shape(plan.executions),
+                )
+                .await;
+                println!(
+                    "exec-floor: {:.1} messages stored per execution, latency p99 {:.0} ms",
+                    f.stored_per_exec,
+                    report::stats(&f.latencies_ms).p99
+                );
+                (f.exec_per_s, plan.executions)
             }
             _ => {
                 let api = api.as_ref().expect("the API is served");
