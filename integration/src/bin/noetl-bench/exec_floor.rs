@@ -50,6 +50,11 @@ pub struct Shape {
     pub steps: usize,
     /// Messages each consumer handles at once.
     pub concurrency: usize,
+    /// One command runs every step of an execution: the executor publishes
+    /// each step's end and goes on to the next itself, and the router only
+    /// moves the header (the shape of an executor that continues an
+    /// unconditional chain; docs/performance.md "The executions' floor").
+    pub chained: bool,
 }
 
 /// `executions` five-step executions at once, each consumer handling as
@@ -60,6 +65,7 @@ pub fn shape(executions: usize) -> Shape {
         executions,
         steps: 5,
         concurrency: noetl_mesh::config::DEFAULT_CONCURRENCY,
+        chained: false,
     }
 }
 
@@ -81,9 +87,13 @@ struct Run {
     js: Context,
     headers: kv::Store,
     steps: usize,
+    chained: bool,
     /// The header revision each execution's router write saw last (the
     /// engine's router keeps the same, so a boundary writes without reading).
     revisions: Mutex<HashMap<String, u64>>,
+    /// Each execution's header writes, one at a time (a chained
+    /// execution's ends may be handled at once), and how many were done.
+    writing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<usize>>>>,
     /// When each execution's request went out, and when it ended.
     started: Mutex<HashMap<String, Instant>>,
     ended: Mutex<Vec<(String, Instant)>>,
@@ -99,7 +109,9 @@ pub async fn run(mesh: &Mesh, nats_pids: &[u32], shape: Shape) -> ExecFloor {
         js: js.clone(),
         headers,
         steps: shape.steps.max(1),
+        chained: shape.chained,
         revisions: Mutex::new(HashMap::new()),
+        writing: Mutex::new(HashMap::new()),
         started: Mutex::new(HashMap::new()),
         ended: Mutex::new(Vec::with_capacity(shape.executions)),
         all_ended: Notify::new(),
@@ -297,10 +309,21 @@ async fn handle(run: &Run, handler: Handler, payload: &[u8]) {
             publish(run, "bench_exec.task".into(), &eid, "command", 0).await;
         }
         Handler::Task => {
-            let subject = format!("bench_exec.evt.{eid}.step.done");
-            publish(run, subject, &eid, "done", step).await;
+            let last = if run.chained { run.steps } else { step + 1 };
+            for step in step..last {
+                let subject = format!("bench_exec.evt.{eid}.step.done");
+                publish(run, subject, &eid, "done", step).await;
+            }
         }
         Handler::Boundary => {
+            let writing = run
+                .writing
+                .lock()
+                .expect("not poisoned")
+                .entry(eid.clone())
+                .or_default()
+                .clone();
+            let mut written = writing.lock().await;
             let seen = run.revisions.lock().expect("not poisoned")[&eid];
             let next = step + 1;
             let revision = run
@@ -309,9 +332,10 @@ async fn handle(run: &Run, handler: Handler, payload: &[u8]) {
                 .await
                 .expect("the floor's compare-and-set");
             remember(run, &eid, revision);
-            if next < run.steps {
+            *written += 1;
+            if next < run.steps && !run.chained {
                 publish(run, "bench_exec.task".into(), &eid, "command", next).await;
-            } else {
+            } else if *written == run.steps {
                 let mut ended = run.ended.lock().expect("not poisoned");
                 ended.push((eid, Instant::now()));
                 if ended.len() == run.executions {

@@ -29,6 +29,7 @@ pub const SCENARIOS: &[&str] = &[
     "python-loop",
     "executions",
     "exec-floor",
+    "exec-floor-chained",
     "api-status",
     HTTP_SCALE,
 ];
@@ -58,7 +59,7 @@ pub fn resize(plan: &mut Plan, name: &str, n: usize) {
         "big" => plan.big_mib = n,
         "loop" => plan.loop_items = n,
         "python-loop" => plan.python_items = n,
-        "executions" | "exec-floor" => plan.executions = n,
+        "executions" | "exec-floor" | "exec-floor-chained" => plan.executions = n,
         HTTP_SCALE => plan.http_loop_items = n,
         _ => plan.api_reads = n,
     }
@@ -81,7 +82,7 @@ pub async fn run(
         "python40" => ("s", "step"),
         "big" => ("MiB/s", "run"),
         "loop" | "python-loop" => ("tasks/s", "iteration"),
-        "executions" | "exec-floor" => ("exec/s", "execution"),
+        "executions" | "exec-floor" | "exec-floor-chained" => ("exec/s", "execution"),
         "api-status" => ("reads/s", "read"),
         other => {
             eprintln!(
@@ -173,15 +174,14 @@ pub async fn run(
                 let (rate, _) = sc::concurrent(cluster, ends, plan.executions, 5).await;
                 (rate, plan.executions)
             }
-            "exec-floor" => {
-                let f = crate::exec_floor::run(
-                    &cluster.mesh,
-                    &nats_pids,
-                    crate::exec_floor::shape(plan.executions),
-                )
-                .await;
+            "exec-floor" | "exec-floor-chained" => {
+                let shape = crate::exec_floor::Shape {
+                    chained: name == "exec-floor-chained",
+                    ..crate::exec_floor::shape(plan.executions)
+                };
+                let f = crate::exec_floor::run(&cluster.mesh, &nats_pids, shape).await;
                 println!(
-                    "exec-floor: {:.1} messages stored per execution, latency p99 {:.0} ms",
+                    "{name}: {:.1} messages stored per execution, latency p99 {:.0} ms",
                     f.stored_per_exec,
                     report::stats(&f.latencies_ms).p99
                 );
