@@ -728,7 +728,7 @@ async fn main() {
     let (exec_floor_tput, exec_of_floor) =
         (exec_floor_rate / tput_median, exec_rate / exec_floor_rate);
     println!(
-        "  executions' floor / throughput floor               {exec_floor_tput:>8.3}  (the most a design with a command and an event a step reaches here, {:.0} µs of CPU an execution; the engine's executions are {exec_of_floor:.2} of it)",
+        "  executions' floor / throughput floor               {exec_floor_tput:>8.3}  (the most a design with a command and an event per step reaches here, {:.0} µs of CPU an execution; the engine's executions are {exec_of_floor:.2} of it)",
         report::stats(&exec_floor_cpu).median
     );
     let exec_p99 = report::stats(&latencies).p99;
