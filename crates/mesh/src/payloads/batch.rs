@@ -120,6 +120,11 @@ pub struct BatchItem {
 pub struct BatchCompleted {
     /// The loop run (its step-run id).
     pub loop_run_id: String,
+    /// The time its first iteration ended (Unix epoch ms): each end's
+    /// time is written after it ([`BatchEnd::after`]). (Batches written
+    /// before hold each end's whole time in [`BatchEnd::at`].)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
     /// The last tasks its ends carry, each written once however many ends
     /// carry it ([`compact_end`]); an end names its own by its place here
     /// ([`BatchEnd::task`]). (Batches written before hold each end's last
@@ -133,8 +138,15 @@ pub struct BatchCompleted {
 /// One iteration's end inside a `batch.completed`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct BatchEnd {
-    /// When it ended (Unix epoch ms): its `loop.iteration.done`'s time.
+    /// When it ended (Unix epoch ms), in a batch written before the ends'
+    /// times were written after the batch's ([`BatchCompleted::at`]);
+    /// read through [`BatchEnd::at_ms`].
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub at: u64,
+    /// How long after the batch's [`BatchCompleted::at`] it ended (ms; left
+    /// out when 0).
+    #[serde(default, rename = "d", skip_serializing_if = "is_zero")]
+    pub after: u64,
     /// Its last task's place in the batch's [`BatchCompleted::tasks`].
     #[serde(default, rename = "t", skip_serializing_if = "Option::is_none")]
     pub task: Option<usize>,
@@ -146,6 +158,18 @@ pub struct BatchEnd {
     /// written before the compact form hold that payload whole, which both
     /// read.)
     pub end: Box<RawValue>,
+}
+
+impl BatchEnd {
+    /// When it ended (Unix epoch ms), its `loop.iteration.done`'s time:
+    /// the batch's time and how long after it, or its own whole time in a
+    /// batch written before.
+    pub fn at_ms(&self, batch: &BatchCompleted) -> u64 {
+        match batch.at {
+            Some(first) => first.saturating_add(self.after),
+            None => self.at,
+        }
+    }
 }
 
 /// An iteration's end as a batch carries it: [`IterationEnded`] without
@@ -424,7 +448,7 @@ pub fn full_end(
     ended.last_task = last_task.map(|mut t| {
         t.done.index.get_or_insert(ended.index);
         if let Some(started) = t.done.started.as_mut().filter(|s| s.at_ms == 0) {
-            started.at_ms = end.at;
+            started.at_ms = end.at_ms(batch);
         }
         if t.task_run_id.is_empty() {
             t.task_run_id = task_run_of(&ended.loop_run_id, ended.index, &t).unwrap_or_default();
@@ -720,9 +744,11 @@ mod tests {
         let whole = serde_json::to_vec(&e).unwrap();
         let b = BatchCompleted {
             loop_run_id: "r1".into(),
+            at: None,
             tasks: Vec::new(),
             ends: vec![BatchEnd {
                 at: 9,
+                after: 0,
                 task: None,
                 end: raw(&whole),
             }],
