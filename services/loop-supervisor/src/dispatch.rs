@@ -10,7 +10,7 @@ use noetl_mesh::{
     pause::Held,
     payloads,
     runtime::HandlerError,
-    Mesh, MeshError,
+    Mesh,
 };
 use noetl_wire::LoopCommand;
 use serde_json::Value;
@@ -133,21 +133,7 @@ pub(crate) async fn dispatch(
         None => Cas::Keep,
     })
     .await?;
-    match stored {
-        Some(stored) => Ok(stored),
-        // The run went missing too (purged since it was read): transient,
-        // so the report comes again, writes the run and its frames back
-        // from the events, and sends the window.
-        None => Err(HandlerError::Mesh(MeshError::Kv {
-            bucket: w.mesh.loop_kv().name.clone(),
-            key: w.at.key(),
-            message: format!(
-                "loop run {} of execution {} went missing while its iterations were read; retried",
-                w.at.srid,
-                w.at.eid()
-            ),
-        })),
-    }
+    Ok(stored.unwrap_or(run))
 }
 
 /// The command id of a loop command a pause held: its release dispatches
@@ -232,38 +218,14 @@ pub(crate) async fn read(
     run: &LoopRun,
     indices: &[u64],
 ) -> Result<Read, HandlerError> {
-    let mut read = Read {
-        items: Vec::with_capacity(indices.len()),
-        gone: Vec::new(),
-    };
-    read_into(w, run, indices, &mut read).await?;
-    // A cursor loop's frames lost while its run stood are in its events:
-    // written back, then read again.
-    if !read.gone.is_empty()
-        && run.cursor.is_some()
-        && crate::rebuild::restore_frames(w.mesh, w.at).await? > 0
-    {
-        let again: Vec<u64> = std::mem::take(&mut read.gone)
-            .into_iter()
-            .map(|(i, _)| i)
-            .collect();
-        read_into(w, run, &again, &mut read).await?;
-        read.items.sort_by_key(|(i, _)| *i);
-    }
-    Ok(read)
-}
-
-/// Read the elements of `indices` into `read`.
-async fn read_into(
-    w: &Window<'_>,
-    run: &LoopRun,
-    indices: &[u64],
-    read: &mut Read,
-) -> Result<(), HandlerError> {
     let at = Elements {
         mesh: w.mesh,
         eid: w.at.eid(),
         srid: w.at.srid,
+    };
+    let mut read = Read {
+        items: Vec::with_capacity(indices.len()),
+        gone: Vec::new(),
     };
     for &i in indices {
         match w.chunks.element(at, run.cursor.as_ref(), i).await {
@@ -272,7 +234,7 @@ async fn read_into(
             Err(ItemError::Gone(why)) => read.gone.push((i, why)),
         }
     }
-    Ok(())
+    Ok(read)
 }
 
 /// Why a loop step whose elements are `gone` (index, why; not empty)

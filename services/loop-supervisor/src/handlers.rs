@@ -107,7 +107,6 @@ impl Handle for IterationReports {
                 counter: &self.shared.counter,
                 at: &job.plan,
                 ev,
-                restored: Default::default(),
             };
             match EventType::of(ev).and_then(report_of) {
                 Some(Report::Claimed) => reports::on_claimed(&r).await?,

@@ -16,7 +16,6 @@ use noetl_mesh::{
 };
 use noetl_wire::Event;
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::collection::ChunkCache;
 use crate::commit::{self, Counter};
@@ -40,12 +39,6 @@ pub(crate) struct Reported<'a> {
     pub at: &'a StepOf,
     /// The report.
     pub ev: &'a Event,
-    /// Set when the loop bucket had lost the run and it was written back
-    /// from the events while this report was handled: the rebuilt window
-    /// may hold iterations and claims the lost run never sent, so what
-    /// follows sends the whole window again ([`redispatch`]), not only
-    /// what this report started.
-    pub restored: AtomicBool,
 }
 
 impl<'a> Reported<'a> {
@@ -69,16 +62,9 @@ impl<'a> Reported<'a> {
         if let Some(run) = kv::get::<LoopRun>(self.mesh.loop_kv(), &key).await? {
             return Ok(run);
         }
-        let run = crate::rebuild::restore(self.mesh, self.window(srid).at)
+        crate::rebuild::restore(self.mesh, self.window(srid).at)
             .await?
-            .ok_or_else(|| self.unknown_run(srid))?;
-        self.restored.store(true, Ordering::Relaxed);
-        Ok(run)
-    }
-
-    /// Whether the run was written back from the events during this report.
-    fn restored(&self) -> bool {
-        self.restored.load(Ordering::Relaxed)
+            .ok_or_else(|| self.unknown_run(srid))
     }
 
     fn unknown_run(&self, srid: &str) -> HandlerError {
@@ -172,7 +158,6 @@ async fn count_reports(
             .await?
             .is_some() =>
         {
-            r.restored.store(true, Ordering::Relaxed);
             r.counter.count_many(r.mesh, &shared, &claims).await?
         }
         None => None,
@@ -205,12 +190,11 @@ async fn count_reports(
     }
     let run = last.ok_or_else(|| r.unknown_run(srid))?;
     let window = r.window(srid);
-    let run = if again || r.restored() {
+    let run = if again {
         // Already counted: the write that counted it may have been followed
         // by a crash or a failed publish before its iterations went out.
-        // Or written back from the events: the lost run may not have sent
-        // all of its window. Send the whole window again (deterministic
-        // ids: JetStream drops the commands that did go out).
+        // Send the whole window again (deterministic ids: JetStream drops
+        // the commands that did go out).
         redispatch(&window, run).await?
     } else {
         let run = dispatch(&window, run, &newly, Sending::New).await?;
@@ -255,21 +239,18 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     if stored.is_none() && crate::rebuild::restore(r.mesh, window.at).await?.is_some() {
         // The loop bucket lost the run since it was read: rebuilt from its
         // events (this report among them), the claim finds it applied.
-        r.restored.store(true, Ordering::Relaxed);
         (stored, applied) = apply_stored(r.mesh, &key, report.seq, &claimed, batch).await?;
     }
     let Some(stored) = stored else {
         return Err(r.unknown_run(srid));
     };
     let run = match applied {
-        Some(a) if !r.restored() => {
+        Some(a) => {
             let run = dispatch(&window, a.run, &a.newly, Sending::New).await?;
             publish_claims(&window, &run, &a.claims).await?;
             run
         }
-        // Applied before: what followed may not have gone out. Or the run
-        // was written back from the events: its window may not have either.
-        Some(a) => redispatch(&window, a.run).await?,
+        // Applied before: what followed may not have gone out.
         None => redispatch(&window, stored).await?,
     };
     settle(r.mesh, window.at, &run).await
