@@ -136,30 +136,45 @@ fn max_in_flight(events: &[Event]) -> usize {
 /// 0..total each once, `loop.done` counting them, and no more iterations
 /// at once than the window.
 async fn drain(opts: ClusterOptions, n: i32, window: u32, max_rows: u32, requeue: i32) {
-    drain_purged(opts, n, window, max_rows, requeue, false).await
+    drain_purged(opts, n, window, max_rows, requeue, Fault::None).await
 }
 
-/// [`drain`]; with `purge`, each iteration takes 0.3 s and every record of
-/// the loop run in the loop bucket (its record, its frames) is purged once
-/// three iterations have ended.
+/// What befalls a drained loop mid-run ([`drain_purged`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Every record of the loop run in the loop bucket (its record, its
+    /// frames) purged once three iterations have ended.
+    Purge,
+    /// The purge, then every claim reported so far sent again as a new
+    /// command (as a run rebuilt from the events may send it): the
+    /// playbook's claim takes any pending rows, so a claim that ran again
+    /// would take rows its duplicate report could never start.
+    PurgeThenClaimAgain,
+}
+
+/// [`drain`] with `fault`; under one, each iteration takes 0.3 s.
 async fn drain_purged(
     opts: ClusterOptions,
     n: i32,
     window: u32,
     max_rows: u32,
     requeue: i32,
-    purge: bool,
+    fault: Fault,
 ) {
     let db = pg().await;
     let schema = queue(&db, n).await;
     let cluster = cluster(opts).await;
     let mut yaml = playbook(&schema, window, max_rows, requeue);
-    if purge {
+    if fault != Fault::None {
         yaml = yaml.replace("INSERT INTO", "SELECT pg_sleep(0.3); INSERT INTO");
     }
     let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
-    if purge {
+    if fault != Fault::None {
         purge_mid_run(&cluster, &eid).await;
+    }
+    if fault == Fault::PurgeThenClaimAgain {
+        claim_again(&cluster, &eid, max_rows).await;
     }
     let s = cluster.wait(&eid, Duration::from_secs(120)).await;
     cluster.assert_replays(&eid).await;
@@ -285,9 +300,59 @@ async fn purge_mid_run(cluster: &Cluster, eid: &str) {
     );
 }
 
+/// Publish every claim reported so far again, each as a new command (a
+/// fresh command id, so JetStream's de-duplication does not drop it).
+async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
+    let claims: Vec<(String, u64)> = cluster
+        .events(eid)
+        .await
+        .iter()
+        .filter(|e| EventType::of(e) == Some(EventType::LoopClaimed))
+        .map(|e| (e.step_run_id.clone(), payload(e)["seq"].as_u64().unwrap()))
+        .collect();
+    assert!(!claims.is_empty(), "claims were reported before the purge");
+    for (srid, seq) in claims {
+        let cmd = noetl_wire::TaskCommand {
+            command_id: format!("{srid}-claim-{seq}-again"),
+            execution_id: eid.to_string(),
+            step: "start".into(),
+            step_run_id: srid.clone(),
+            attempt: 1,
+            claim: Some(noetl_wire::ClaimRef {
+                loop_run_id: srid,
+                seq,
+                max_rows: max_rows as u64,
+            }),
+            ..Default::default()
+        };
+        let ack = cluster
+            .mesh
+            .publish_command("postgres", &cmd)
+            .await
+            .unwrap();
+        ack.wait().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_loop_run_purged_mid_run_is_rebuilt_from_its_events_and_drains_exactly_once() {
-    drain_purged(ClusterOptions::default(), 12, 2, 2, 0, true).await;
+    drain_purged(ClusterOptions::default(), 12, 2, 2, 0, Fault::Purge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_sent_again_after_its_run_was_purged_runs_no_sql() {
+    // Without the check, each claim sent again takes pending rows under a
+    // claim whose report is stored already: those rows stay claimed and
+    // the loop ends without them.
+    drain_purged(
+        ClusterOptions::default(),
+        12,
+        2,
+        2,
+        0,
+        Fault::PurgeThenClaimAgain,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

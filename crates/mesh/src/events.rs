@@ -546,6 +546,30 @@ impl crate::Mesh {
             .any(|(_, ev)| ev.is_ok_and(|ev| ev.step_run_id == srid)))
     }
 
+    /// Whether claim `seq` of loop run `loop_run_id` of execution `eid` has
+    /// its `loop.claimed` stored (read on the rare path of a claim command
+    /// whose loop run is missing from the loop bucket: a claim that ran
+    /// must not run its SQL again, which could take other rows under the
+    /// same claim).
+    pub async fn claim_reported(
+        &self,
+        eid: &str,
+        loop_run_id: &str,
+        seq: u64,
+    ) -> Result<bool, crate::MeshError> {
+        let subject = self
+            .subjects()
+            .event(eid, EventType::LoopClaimed.wire_name());
+        let read = self.stored_events_from(&subject, None).await?;
+        Ok(read.into_iter().any(|(_, ev)| {
+            ev.is_ok_and(|ev| {
+                ev.step_run_id == loop_run_id
+                    && crate::payloads::decode_typed::<crate::payloads::ClaimEnded>(&ev)
+                        .is_ok_and(|c| c.seq == seq)
+            })
+        }))
+    }
+
     /// The stream sequence of the last stored event of type `kind` of
     /// execution `eid` (one direct read of the stream), or `None` when it
     /// has none.

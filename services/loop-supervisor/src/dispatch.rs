@@ -10,7 +10,7 @@ use noetl_mesh::{
     pause::Held,
     payloads,
     runtime::HandlerError,
-    Mesh,
+    Mesh, MeshError,
 };
 use noetl_wire::LoopCommand;
 use serde_json::Value;
@@ -133,7 +133,23 @@ pub(crate) async fn dispatch(
         None => Cas::Keep,
     })
     .await?;
-    Ok(stored.unwrap_or(run))
+    match stored {
+        Some(stored) => Ok(stored),
+        // The run is gone too (purged since it was read), so nothing
+        // records why these iterations did not go out: a transient error,
+        // so the message comes again and finds the run written back from
+        // the events, with its frames (docs/architecture.md "Loop runs
+        // from the log"). Acked here, the iterations would never be sent.
+        None => Err(HandlerError::Mesh(MeshError::Kv {
+            bucket: w.mesh.loop_kv().name.clone(),
+            key: w.at.key(),
+            message: format!(
+                "loop run {} of execution {} went missing while its iterations were read; retried",
+                w.at.srid,
+                w.at.eid()
+            ),
+        })),
+    }
 }
 
 /// The command id of a loop command a pause held: its release dispatches

@@ -18,9 +18,15 @@ use super::{Cursor, Executor, HandlerError, StepRun};
 
 impl Executor {
     /// Whether a redelivered command's work is already over (see
-    /// [`command_ended`]): reads the header and, for an iteration, its loop
-    /// run. First deliveries skip this read.
-    pub async fn ended(&self, cmd: &TaskCommand) -> Result<Option<String>, MeshError> {
+    /// [`command_ended`]): reads the header and, for an iteration or a
+    /// claim, its loop run; for a claim [`claim_log_decides`] names, whether
+    /// its `loop.claimed` is stored. First deliveries skip this read, except
+    /// a claim's.
+    pub async fn ended(
+        &self,
+        cmd: &TaskCommand,
+        redelivered: bool,
+    ) -> Result<Option<String>, MeshError> {
         let eid = cmd.execution_id.as_str();
         let header = self.mesh.exec_header(eid).await?;
         let loop_run = match (&cmd.claim, &cmd.iteration) {
@@ -34,8 +40,35 @@ impl Executor {
             }
             None => None,
         };
-        Ok(command_ended(cmd, header.as_ref(), progress.as_ref()))
+        if let Some(why) = command_ended(cmd, header.as_ref(), progress.as_ref()) {
+            return Ok(Some(why));
+        }
+        match &cmd.claim {
+            Some(c)
+                if claim_log_decides(progress.as_ref(), redelivered)
+                    && self.mesh.claim_reported(eid, &c.loop_run_id, c.seq).await? =>
+            {
+                Ok(Some(format!(
+                    "claim {} of loop run {} was reported",
+                    c.seq, c.loop_run_id
+                )))
+            }
+            _ => Ok(None),
+        }
     }
+}
+
+/// Whether a claim that [`command_ended`] lets run must first look for its
+/// `loop.claimed` in the log: when its loop run is missing (purged, being
+/// rebuilt from the events), or when it is a redelivery (its executor may
+/// have stored the report and died before the ack, and the loop-supervisor
+/// not applied it yet). Run again after its report, a claim's SQL can take
+/// other rows under the same claim, and their report, a duplicate of the
+/// stored one, is dropped: those rows would stay claimed. A first delivery
+/// of a claim its run holds in flight does not read the log (one read per
+/// claim would grow with the log).
+pub(super) fn claim_log_decides(progress: Option<&LoopProgress>, redelivered: bool) -> bool {
+    progress.is_none() || redelivered
 }
 
 /// The JSON fields of a task command, decoded.

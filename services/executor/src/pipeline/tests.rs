@@ -1,4 +1,4 @@
-use super::command::{command_ended, decode_command};
+use super::command::{claim_log_decides, command_ended, decode_command};
 use super::*;
 use crate::call::render_config;
 use noetl_core::Task;
@@ -154,6 +154,18 @@ fn an_iteration_runs_until_it_is_counted() {
     // No record of its run: lost (a finished run's record stays), so it
     // runs; the loop-supervisor rebuilds the run from the events.
     assert_eq!(command_ended(&cmd, Some(&h), None), None);
+}
+
+#[test]
+fn a_claim_reads_the_log_when_its_run_is_missing_or_it_comes_again() {
+    let run = progress(5, &[]);
+    // A first delivery its run holds: no log read.
+    assert!(!claim_log_decides(Some(&run), false));
+    // Redelivered: its report may be stored and not applied yet.
+    assert!(claim_log_decides(Some(&run), true));
+    // Its run purged: only the log says whether it ran.
+    assert!(claim_log_decides(None, false));
+    assert!(claim_log_decides(None, true));
 }
 
 /// The size of the future `f` would return, without calling it.
