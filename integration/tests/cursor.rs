@@ -146,6 +146,9 @@ enum Fault {
     /// Every record of the loop run in the loop bucket (its record, its
     /// frames) purged once three iterations have ended.
     Purge,
+    /// Its frames (the rows of its claims) alone purged then: the run
+    /// stands.
+    PurgeFrames,
     /// The purge, then every claim reported so far sent again as a new
     /// command (as a run rebuilt from the events may send it): the
     /// playbook's claim takes any pending rows, so a claim that ran again
@@ -171,7 +174,7 @@ async fn drain_purged(
     }
     let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
     if fault != Fault::None {
-        purge_mid_run(&cluster, &eid).await;
+        purge_mid_run(&cluster, &eid, fault == Fault::PurgeFrames).await;
     }
     if fault == Fault::PurgeThenClaimAgain {
         claim_again(&cluster, &eid, max_rows).await;
@@ -273,8 +276,9 @@ async fn drain_purged(
 }
 
 /// Once three iterations have ended, purge every key of the execution in
-/// the loop bucket: the run's record and its frames.
-async fn purge_mid_run(cluster: &Cluster, eid: &str) {
+/// the loop bucket: the run's record and its frames, or (`frames_only`)
+/// its frames alone.
+async fn purge_mid_run(cluster: &Cluster, eid: &str, frames_only: bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let ended = cluster
@@ -290,13 +294,18 @@ async fn purge_mid_run(cluster: &Cluster, eid: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let kv = cluster.mesh.loop_kv();
-    let keys = noetl_mesh::kv::keys_under(kv, eid).await.unwrap();
+    let mut keys = noetl_mesh::kv::keys_under(kv, eid).await.unwrap();
+    if frames_only {
+        keys.retain(|k| k.contains(".frame."));
+    }
     for k in &keys {
         kv.purge(k).await.unwrap();
     }
+    let frames = keys.iter().any(|k| k.contains(".frame."));
+    let run = keys.iter().any(|k| !k.contains(".frame."));
     assert!(
-        keys.iter().any(|k| k.contains(".frame.")) && keys.iter().any(|k| !k.contains(".frame.")),
-        "the run's record and frames were purged: {keys:?}"
+        frames && run != frames_only,
+        "purged (frames only: {frames_only}): {keys:?}"
     );
 }
 
@@ -337,6 +346,22 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_loop_run_purged_mid_run_is_rebuilt_from_its_events_and_drains_exactly_once() {
     drain_purged(ClusterOptions::default(), 12, 2, 2, 0, Fault::Purge).await;
+}
+
+/// The rows of claims the run still holds purged while the run stands (a
+/// partial purge, or a run written back between the purge of its record
+/// and of its frames): claims of 4 rows for a window of 2, so rows wait in
+/// their frame for a slot, and two loop-supervisors, so one reads a frame
+/// it has not read before from the bucket, finds it gone and writes it
+/// back from the events. (Without that the loop fails: its rows cannot be
+/// read.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_loop_whose_frames_alone_are_purged_mid_run_drains_exactly_once() {
+    let opts = ClusterOptions {
+        replicas: 2,
+        ..Default::default()
+    };
+    drain_purged(opts, 12, 2, 4, 0, Fault::PurgeFrames).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

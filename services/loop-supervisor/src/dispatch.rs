@@ -234,14 +234,38 @@ pub(crate) async fn read(
     run: &LoopRun,
     indices: &[u64],
 ) -> Result<Read, HandlerError> {
+    let mut read = Read {
+        items: Vec::with_capacity(indices.len()),
+        gone: Vec::new(),
+    };
+    read_into(w, run, indices, &mut read).await?;
+    // A cursor loop's frames lost while its run stood are in its events:
+    // written back, then read again.
+    if !read.gone.is_empty()
+        && run.cursor.is_some()
+        && crate::rebuild::restore_frames(w.mesh, w.at).await? > 0
+    {
+        let again: Vec<u64> = std::mem::take(&mut read.gone)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        read_into(w, run, &again, &mut read).await?;
+        read.items.sort_by_key(|(i, _)| *i);
+    }
+    Ok(read)
+}
+
+/// Read the elements of `indices` into `read`.
+async fn read_into(
+    w: &Window<'_>,
+    run: &LoopRun,
+    indices: &[u64],
+    read: &mut Read,
+) -> Result<(), HandlerError> {
     let at = Elements {
         mesh: w.mesh,
         eid: w.at.eid(),
         srid: w.at.srid,
-    };
-    let mut read = Read {
-        items: Vec::with_capacity(indices.len()),
-        gone: Vec::new(),
     };
     for &i in indices {
         match w.chunks.element(at, run.cursor.as_ref(), i).await {
@@ -250,7 +274,7 @@ pub(crate) async fn read(
             Err(ItemError::Gone(why)) => read.gone.push((i, why)),
         }
     }
-    Ok(read)
+    Ok(())
 }
 
 /// Why a loop step whose elements are `gone` (index, why; not empty)

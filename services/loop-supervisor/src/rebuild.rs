@@ -128,18 +128,41 @@ async fn write_claims(
     Ok(())
 }
 
+/// Write back the frames of cursor loop run `at` (the rows of the claims
+/// whose iterations are not all counted) that the loop bucket lost while
+/// the run itself stood (a partial purge, or one that reached the frames
+/// after the run was written back), from the events; returns how many
+/// were missing and written.
+pub(crate) async fn restore_frames(mesh: &Mesh, at: RunAt<'_>) -> Result<usize, HandlerError> {
+    let Some(rebuilt) = folded(mesh, at).await? else {
+        return Ok(0);
+    };
+    let written = write_frames(mesh, at, &rebuilt.frames).await?;
+    if written > 0 {
+        tracing::warn!(
+            execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid, frames = written,
+            "cursor loop frames were missing from the loop bucket: rebuilt from the events"
+        );
+    }
+    Ok(written)
+}
+
 /// Create the cursor loop's frame records (`<run>.frame.<seq>`, the rows
 /// a claim gave) the bucket does not hold: a frame stored before stands
 /// (the first stored rows of a claim are the ones its indices run).
+/// Returns how many it created.
 async fn write_frames(
     mesh: &Mesh,
     at: RunAt<'_>,
     frames: &[(u64, serde_json::Value)],
-) -> Result<(), MeshError> {
+) -> Result<usize, MeshError> {
+    let mut written = 0;
     for (seq, rows) in frames {
-        kv::create(mesh.loop_kv(), &Keys::frame(at.eid(), at.srid, *seq), rows).await?;
+        if kv::create(mesh.loop_kv(), &Keys::frame(at.eid(), at.srid, *seq), rows).await? {
+            written += 1;
+        }
     }
-    Ok(())
+    Ok(written)
 }
 
 /// The execution's events, in stream order (read as the fold reads them,
