@@ -547,10 +547,10 @@ impl crate::Mesh {
     }
 
     /// Whether claim `seq` of loop run `loop_run_id` of execution `eid` has
-    /// its `loop.claimed` stored (read on the rare path of a claim command
-    /// whose loop run is missing from the loop bucket: a claim that ran
-    /// must not run its SQL again, which could take other rows under the
-    /// same claim).
+    /// its `loop.claimed` stored (read on the rare paths of a claim command
+    /// that is redelivered or whose loop run is missing from the loop
+    /// bucket: a claim that ran must not run its SQL again, which could
+    /// take other rows under the same claim).
     pub async fn claim_reported(
         &self,
         eid: &str,
