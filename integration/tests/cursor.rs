@@ -310,7 +310,8 @@ async fn purge_mid_run(cluster: &Cluster, eid: &str, frames_only: bool) {
 }
 
 /// Publish every claim reported so far again, each as a new command (a
-/// fresh command id, so JetStream's de-duplication does not drop it).
+/// fresh command id, so JetStream's de-duplication does not drop it),
+/// marked sent again as a loop-supervisor's redispatch marks it.
 async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
     let claims: Vec<(String, u64)> = cluster
         .events(eid)
@@ -331,6 +332,7 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
                 loop_run_id: srid,
                 seq,
                 max_rows: max_rows as u64,
+                again: true,
             }),
             ..Default::default()
         };

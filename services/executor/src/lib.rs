@@ -153,14 +153,13 @@ impl Handle for TaskHandler {
             // so does a command that waited in the queue past the executor
             // wait (a `task.unserved` timer may have failed its step-run).
             let executor = &self.executor;
-            // A claim is always checked: one sent again after its run was
-            // rebuilt from the events is a first delivery, and running a
-            // claim twice can take rows nothing will process.
-            if cmd.claim.is_some()
-                || redelivered_or_waited(&msg, executor.mesh().config().executor_wait)
-            {
-                let redelivered = msg.info().is_ok_and(|i| i.delivered > 1);
-                if let Some(why) = executor.ended(&cmd, redelivered).await? {
+            // So is a claim the loop-supervisor sent again (a first
+            // delivery): running a claim twice can take rows nothing will
+            // process.
+            let again = cmd.claim.as_ref().is_some_and(|c| c.again);
+            if again || redelivered_or_waited(&msg, executor.mesh().config().executor_wait) {
+                let came_again = again || msg.info().is_ok_and(|i| i.delivered > 1);
+                if let Some(why) = executor.ended(&cmd, came_again).await? {
                     tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
                         command_id = %cmd.command_id, %why, "stale task command acked without running");
                     return Ok(Handled::Done);

@@ -76,7 +76,7 @@ pub(crate) async fn redispatch(w: &Window<'_>, run: LoopRun) -> Result<LoopRun, 
         .as_ref()
         .map(|c| c.claims.iter().map(|s| s.seq).collect())
         .unwrap_or_default();
-    publish_claims(w, &run, &seqs).await?;
+    publish_claims(w, &run, &seqs, Sending::Again).await?;
     Ok(run)
 }
 
@@ -287,18 +287,20 @@ fn gone_message(step: &str, gone: &[(u64, String)]) -> String {
 }
 
 /// Publish the commands of claims `seqs` of `run` (idempotent: their ids
-/// are derived from the loop run and the sequence number). Not as
+/// are derived from the loop run and the sequence number), marked sent
+/// again when `how` is [`Sending::Again`]. Not as
 /// [`noetl_mesh::effects::Effect::Task`]s: a claim's kind has no `task.unserved` timer.
 pub(crate) async fn publish_claims(
     w: &Window<'_>,
     run: &LoopRun,
     seqs: &[u64],
+    how: Sending,
 ) -> Result<(), HandlerError> {
     let eid = w.at.eid();
     if seqs.is_empty() || w.mesh.still_stopped(eid).await? {
         return Ok(());
     }
-    let Some((kind, cmds)) = messages::claims(w.at, run, seqs) else {
+    let Some((kind, cmds)) = messages::claims(w.at, run, seqs, how) else {
         return Ok(());
     };
     let claims = cmds

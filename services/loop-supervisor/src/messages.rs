@@ -22,7 +22,7 @@ use noetl_mesh::{
 use noetl_wire::{ClaimRef, LoopCommand, TaskCommand};
 use serde_json::{json, Value};
 
-use crate::state::{batches, loop_end, LoopRun, RunAt};
+use crate::state::{batches, batches::Sending, loop_end, LoopRun, RunAt};
 
 /// `loop.started` of `run`, with its `collection` (the list of its stored
 /// chunks, or a reference to it; null for a cursor loop).
@@ -263,24 +263,32 @@ fn without_tasks(at: RunAt<'_>, run: &LoopRun, i: u64) -> [Effect; 2] {
 }
 
 /// The commands of claims `seqs` of a cursor loop run, with the kind whose
-/// executors run them; `None` for a loop without a cursor.
+/// executors run them (marked `again` when `how` is [`Sending::Again`]);
+/// `None` for a loop without a cursor.
 pub(crate) fn claims<'a>(
     at: RunAt<'a>,
     run: &LoopRun,
     seqs: &[u64],
+    how: Sending,
 ) -> Option<(&'a str, Vec<TaskCommand>)> {
     let c = run.cursor.as_ref()?;
     let cursor = at.step.loop_.as_ref().and_then(|l| l.cursor.as_ref())?;
     let cmds = seqs
         .iter()
-        .map(|&seq| claim_command(at, run, seq, c.max_rows))
+        .map(|&seq| claim_command(at, run, seq, c.max_rows, how))
         .collect();
     Some((&cursor.kind, cmds))
 }
 
 /// The command of claim `seq` (its id derived from the loop run and the
-/// sequence number).
-fn claim_command(at: RunAt<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskCommand {
+/// sequence number), marked `again` when sent again.
+fn claim_command(
+    at: RunAt<'_>,
+    run: &LoopRun,
+    seq: u64,
+    max_rows: u64,
+    how: Sending,
+) -> TaskCommand {
     TaskCommand {
         command_id: derive_id(&[at.srid, "claim", &seq.to_string()]),
         execution_id: at.eid().to_string(),
@@ -303,6 +311,7 @@ fn claim_command(at: RunAt<'_>, run: &LoopRun, seq: u64, max_rows: u64) -> TaskC
             loop_run_id: at.srid.to_string(),
             seq,
             max_rows,
+            again: how == Sending::Again,
         }),
         batch: Vec::new(),
     }

@@ -198,7 +198,7 @@ async fn count_reports(
         redispatch(&window, run).await?
     } else {
         let run = dispatch(&window, run, &newly, Sending::New).await?;
-        publish_claims(&window, &run, &started_claims).await?;
+        publish_claims(&window, &run, &started_claims, Sending::New).await?;
         run
     };
     settle(r.mesh, window.at, &run).await
@@ -247,7 +247,7 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     let run = match applied {
         Some(a) => {
             let run = dispatch(&window, a.run, &a.newly, Sending::New).await?;
-            publish_claims(&window, &run, &a.claims).await?;
+            publish_claims(&window, &run, &a.claims, Sending::New).await?;
             run
         }
         // Applied before: what followed may not have gone out.

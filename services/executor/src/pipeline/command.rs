@@ -20,12 +20,13 @@ impl Executor {
     /// Whether a redelivered command's work is already over (see
     /// [`command_ended`]): reads the header and, for an iteration or a
     /// claim, its loop run; for a claim [`claim_log_decides`] names, whether
-    /// its `loop.claimed` is stored. First deliveries skip this read, except
-    /// a claim's.
+    /// its `loop.claimed` is stored. `came_again`: a redelivery, or a claim
+    /// the loop-supervisor sent again. First deliveries skip this read,
+    /// except a claim sent again.
     pub async fn ended(
         &self,
         cmd: &TaskCommand,
-        redelivered: bool,
+        came_again: bool,
     ) -> Result<Option<String>, MeshError> {
         let eid = cmd.execution_id.as_str();
         let header = self.mesh.exec_header(eid).await?;
@@ -45,7 +46,7 @@ impl Executor {
         }
         match &cmd.claim {
             Some(c)
-                if claim_log_decides(progress.as_ref(), redelivered)
+                if claim_log_decides(progress.as_ref(), came_again)
                     && self.mesh.claim_reported(eid, &c.loop_run_id, c.seq).await? =>
             {
                 Ok(Some(format!(
@@ -58,17 +59,20 @@ impl Executor {
     }
 }
 
-/// Whether a claim that [`command_ended`] lets run must first look for its
-/// `loop.claimed` in the log: when its loop run is missing (purged, being
-/// rebuilt from the events), or when it is a redelivery (its executor may
-/// have stored the report and died before the ack, and the loop-supervisor
-/// not applied it yet). Run again after its report, a claim's SQL can take
-/// other rows under the same claim, and their report, a duplicate of the
-/// stored one, is dropped: those rows would stay claimed. A first delivery
-/// of a claim its run holds in flight does not read the log (one read per
-/// claim would grow with the log).
-pub(super) fn claim_log_decides(progress: Option<&LoopProgress>, redelivered: bool) -> bool {
-    progress.is_none() || redelivered
+/// Whether a claim that [`command_ended`] lets run, and that came again
+/// (`came_again`: a redelivery, or sent again by the loop-supervisor),
+/// must first look for its `loop.claimed` in the log: when its loop run is
+/// missing (purged, being rebuilt from the events), or when it came again
+/// (its executor may have stored the report and died before the ack, and
+/// the loop-supervisor not applied it yet). Run again after its report, a
+/// claim's SQL can take other rows under the same claim, and their report,
+/// a duplicate of the stored one, is dropped: those rows would stay
+/// claimed. A claim's first send is not checked at all: the reads would sit
+/// on the loop's critical path (a claim's latency stalls a cursor loop
+/// whose window drained), and one log read per claim would grow with the
+/// log.
+pub(super) fn claim_log_decides(progress: Option<&LoopProgress>, came_again: bool) -> bool {
+    progress.is_none() || came_again
 }
 
 /// The JSON fields of a task command, decoded.

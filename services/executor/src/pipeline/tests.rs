@@ -159,9 +159,11 @@ fn an_iteration_runs_until_it_is_counted() {
 #[test]
 fn a_claim_reads_the_log_when_its_run_is_missing_or_it_comes_again() {
     let run = progress(5, &[]);
-    // A first delivery its run holds: no log read.
+    // Checked though not come again (it waited in the queue): its run
+    // holds it, no log read.
     assert!(!claim_log_decides(Some(&run), false));
-    // Redelivered: its report may be stored and not applied yet.
+    // Redelivered or sent again: its report may be stored and not
+    // applied yet.
     assert!(claim_log_decides(Some(&run), true));
     // Its run purged: only the log says whether it ran.
     assert!(claim_log_decides(None, false));

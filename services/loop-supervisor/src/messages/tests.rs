@@ -269,7 +269,7 @@ fn claim_commands_are_named_after_the_run_and_their_sequence() {
         "cursor": {"kind": "postgres", "claim": "update t set x = 1 returning *"},
         "iterator": "row", "spec": {"mode": "cursor"}}}));
     let r = cursor::start_run(run(0), 50, false);
-    let (kind, cmds) = claims(at(&p), &r, &[0, 1]).expect("a cursor loop");
+    let (kind, cmds) = claims(at(&p), &r, &[0, 1], Sending::New).expect("a cursor loop");
     assert_eq!(kind, "postgres");
     let got: Vec<(String, u64, u64)> = cmds
         .iter()
@@ -285,8 +285,13 @@ fn claim_commands_are_named_after_the_run_and_their_sequence() {
             (derive_id(&["r1", "claim", "1"]), 1, 50)
         ]
     );
+    assert!(cmds.iter().all(|c| !c.claim.as_ref().unwrap().again));
+    // Sent again: marked, so the executor looks for its report first.
+    let (_, again) = claims(at(&p), &r, &[1], Sending::Again).unwrap();
+    assert!(again[0].claim.as_ref().unwrap().again);
+    assert_eq!(again[0].command_id, cmds[1].command_id);
     // A loop over `in` claims nothing.
-    assert!(claims(at(&tool_loop()), &run(2), &[0]).is_none());
+    assert!(claims(at(&tool_loop()), &run(2), &[0], Sending::New).is_none());
 }
 
 #[test]
