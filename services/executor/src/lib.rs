@@ -153,24 +153,23 @@ impl Handle for TaskHandler {
             // so does a command that waited in the queue past the executor
             // wait (a `task.unserved` timer may have failed its step-run).
             let executor = &self.executor;
+            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+            let redelivered = delivered > 1;
             // So is a claim the loop-supervisor sent again (a first
             // delivery): running a claim twice can take rows nothing will
             // process.
             let again = cmd.claim.as_ref().is_some_and(|c| c.again);
             if again || redelivered_or_waited(&msg, executor.mesh().config().executor_wait) {
-                let came_again = again || msg.info().is_ok_and(|i| i.delivered > 1);
-                if let Some(why) = executor.ended(&cmd, came_again).await? {
+                if let Some(why) = executor.ended(&cmd, again || redelivered).await? {
                     tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step,
                         command_id = %cmd.command_id, %why, "stale task command acked without running");
                     return Ok(Handled::Done);
                 }
             }
-            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
             let max = executor.mesh().config().max_deliveries;
             // Near the delivery limit, a command that waits for a slot or
             // a token goes back as a fresh copy instead of being NAKed.
             let copy = (delivered + 2 >= max).then(|| cmd.clone());
-            let redelivered = delivered > 1;
             match (executor.execute(cmd, &plan, redelivered).await?, copy) {
                 (Handled::NotYet(wait), Some(copy)) => {
                     requeue(executor.mesh(), &msg, copy, wait).await?;
