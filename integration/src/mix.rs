@@ -594,11 +594,42 @@ workflow:
     }
 }
 
+/// The cursor case's claim (a template): the rows marked with this claim's
+/// `__frame_claim`, whatever their status, or else up to
+/// `__frame_max_rows` pending rows of the execution, marked. A claim that
+/// runs again returns exactly what its first run took, even after some of
+/// those rows were done (docs/dsl.md, "A claim that runs again takes the
+/// same rows").
+pub fn cursor_claim(queue: &str) -> String {
+    format!(
+        r#"WITH mine AS (
+  SELECT id FROM {queue}
+  WHERE execution_id = '{{{{ execution_id }}}}' AND claimed_by = '{{{{ __frame_claim }}}}'
+), c AS (
+  SELECT id FROM {queue}
+  WHERE execution_id = '{{{{ execution_id }}}}' AND status = 'pending'
+    AND NOT EXISTS (SELECT 1 FROM mine)
+  ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
+), taken AS (
+  UPDATE {queue} q SET status = 'claimed', claimed_by = '{{{{ __frame_claim }}}}'
+  FROM c WHERE q.execution_id = '{{{{ execution_id }}}}' AND q.id = c.id RETURNING q.id
+)
+SELECT id FROM taken UNION ALL SELECT id FROM mine ORDER BY id
+"#
+    )
+}
+
+/// `text` with every line indented by `by` spaces.
+fn indent(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    text.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
 /// A cursor loop draining the execution's own rows of a work queue (a
 /// first step fills them), two claims of two rows in flight, each claim
-/// marking its rows with `__frame_claim` so a claim that runs again takes
-/// the same rows; each iteration upserts its row's key (`attempts` counts
-/// repeats) and marks it done. Needs [`crate::rows::register_credential`].
+/// taking [`cursor_claim`]; each iteration upserts its row's key
+/// (`attempts` counts repeats) and marks it done. Needs
+/// [`crate::rows::register_credential`].
 fn cursor() -> Case {
     let yaml = format!(
         r#"
@@ -625,16 +656,7 @@ workflow:
         kind: postgres
         auth: {cred}
         claim: |
-          WITH c AS (
-            SELECT id FROM {queue}
-            WHERE execution_id = '{{{{ execution_id }}}}'
-              AND (status = 'pending' OR (status = 'claimed' AND claimed_by = '{{{{ __frame_claim }}}}'))
-            ORDER BY (claimed_by = '{{{{ __frame_claim }}}}') DESC NULLS LAST, id
-            FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
-          )
-          UPDATE {queue} q SET status = 'claimed', claimed_by = '{{{{ __frame_claim }}}}'
-          FROM c WHERE q.execution_id = '{{{{ execution_id }}}}' AND q.id = c.id RETURNING q.id
-      iterator: job
+{claim}      iterator: job
       spec:
         mode: cursor
         max_in_flight: 2
@@ -662,6 +684,7 @@ workflow:
         cred = crate::rows::CREDENTIAL,
         queue = crate::rows::QUEUE,
         table = crate::rows::TABLE,
+        claim = indent(&cursor_claim(crate::rows::QUEUE), 10),
     );
     Case {
         name: "cursor",

@@ -28,7 +28,7 @@ async fn queue(db: &tokio_postgres::Client, n: i32) -> String {
     db.batch_execute(&format!(
         "CREATE SCHEMA {schema};
          CREATE TABLE {schema}.queue (id int PRIMARY KEY, status text NOT NULL DEFAULT 'pending',
-             claims int NOT NULL DEFAULT 0, runs int NOT NULL DEFAULT 0);
+             claims int NOT NULL DEFAULT 0, runs int NOT NULL DEFAULT 0, claimed_by text);
          INSERT INTO {schema}.queue (id) SELECT generate_series(1, {n});
          CREATE TABLE {schema}.processed (id int NOT NULL, idx int NOT NULL);"
     ))
@@ -53,6 +53,41 @@ async fn cluster(opts: ClusterOptions) -> Cluster {
     cluster
 }
 
+/// The playbook's claim: up to `__frame_max_rows` pending rows, counting
+/// each claim of a row (a claim that runs again takes other rows).
+fn plain_claim(schema: &str) -> String {
+    format!(
+        "          WITH c AS (
+            SELECT id FROM {schema}.queue WHERE status = 'pending'
+            ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
+          )
+          UPDATE {schema}.queue q SET status = 'claimed', claims = claims + 1
+          FROM c WHERE q.id = c.id RETURNING q.id
+"
+    )
+}
+
+/// The claim docs/dsl.md recommends ("A claim that runs again takes the
+/// same rows"): the rows marked with this claim's `__frame_claim`, done or
+/// not, or else pending rows, marked and counted.
+fn marked_claim(schema: &str) -> String {
+    format!(
+        "          WITH mine AS (
+            SELECT id FROM {schema}.queue WHERE claimed_by = '{{{{ __frame_claim }}}}'
+          ), c AS (
+            SELECT id FROM {schema}.queue
+            WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM mine)
+            ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
+          ), taken AS (
+            UPDATE {schema}.queue q
+            SET status = 'claimed', claims = claims + 1, claimed_by = '{{{{ __frame_claim }}}}'
+            FROM c WHERE q.id = c.id RETURNING q.id
+          )
+          SELECT id FROM taken UNION ALL SELECT id FROM mine ORDER BY id
+"
+    )
+}
+
 /// A cursor loop over `<schema>.queue`: claims `max_rows` rows at a time,
 /// `window` claim workers; an iteration records itself and marks its row
 /// done, except that a row whose id is a multiple of `requeue` goes back
@@ -63,6 +98,7 @@ fn playbook(schema: &str, window: u32, max_rows: u32, requeue: i32) -> String {
     } else {
         "'done'".to_string()
     };
+    let claim = plain_claim(schema);
     format!(
         r#"
 apiVersion: noetl.io/v2
@@ -76,13 +112,7 @@ workflow:
         kind: postgres
         auth: db
         claim: |
-          WITH c AS (
-            SELECT id FROM {schema}.queue WHERE status = 'pending'
-            ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{{{ __frame_max_rows }}}}
-          )
-          UPDATE {schema}.queue q SET status = 'claimed', claims = claims + 1
-          FROM c WHERE q.id = c.id RETURNING q.id
-      iterator: job
+{claim}      iterator: job
       spec:
         mode: cursor
         max_in_flight: {window}
@@ -154,6 +184,12 @@ enum Fault {
     /// playbook's claim takes any pending rows, so a claim that ran again
     /// would take rows its duplicate report could never start.
     PurgeThenClaimAgain,
+    /// Once three iterations have ended, every claim reported so far sent
+    /// again unmarked (as a loop-supervisor older than the mark sends it,
+    /// or as a check that read the log too early lets it through), so its
+    /// SQL runs again; the playbook's claim returns the rows marked with
+    /// its identity, done or not, before taking any other.
+    ClaimAgainUnchecked,
 }
 
 /// [`drain`] with `fault`; under one, each iteration takes 0.3 s.
@@ -172,12 +208,20 @@ async fn drain_purged(
     if fault != Fault::None {
         yaml = yaml.replace("INSERT INTO", "SELECT pg_sleep(0.3); INSERT INTO");
     }
+    if fault == Fault::ClaimAgainUnchecked {
+        yaml = yaml.replace(&plain_claim(&schema), &marked_claim(&schema));
+    }
     let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
-    if fault != Fault::None {
-        purge_mid_run(&cluster, &eid, fault == Fault::PurgeFrames).await;
+    match fault {
+        Fault::None => {}
+        Fault::ClaimAgainUnchecked => {
+            iterations_ended(&cluster, &eid, 3).await;
+            claim_again(&cluster, &eid, max_rows, false).await;
+        }
+        _ => purge_mid_run(&cluster, &eid, fault == Fault::PurgeFrames).await,
     }
     if fault == Fault::PurgeThenClaimAgain {
-        claim_again(&cluster, &eid, max_rows).await;
+        claim_again(&cluster, &eid, max_rows, true).await;
     }
     let s = cluster.wait(&eid, Duration::from_secs(120)).await;
     cluster.assert_replays(&eid).await;
@@ -279,20 +323,7 @@ async fn drain_purged(
 /// the loop bucket: the run's record and its frames, or (`frames_only`)
 /// its frames alone.
 async fn purge_mid_run(cluster: &Cluster, eid: &str, frames_only: bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let ended = cluster
-            .events(eid)
-            .await
-            .iter()
-            .filter(|e| EventType::of(e) == Some(EventType::LoopIterationDone))
-            .count();
-        if ended >= 3 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no iteration ended");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    iterations_ended(cluster, eid, 3).await;
     let kv = cluster.mesh.loop_kv();
     let mut keys = noetl_mesh::kv::keys_under(kv, eid).await.unwrap();
     if frames_only {
@@ -309,10 +340,28 @@ async fn purge_mid_run(cluster: &Cluster, eid: &str, frames_only: bool) {
     );
 }
 
+/// Wait until `n` iterations of execution `eid` have ended.
+async fn iterations_ended(cluster: &Cluster, eid: &str, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ended = cluster
+            .events(eid)
+            .await
+            .iter()
+            .filter(|e| EventType::of(e) == Some(EventType::LoopIterationDone))
+            .count();
+        if ended >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no iteration ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Publish every claim reported so far again, each as a new command (a
 /// fresh command id, so JetStream's de-duplication does not drop it),
-/// marked sent again as a loop-supervisor's redispatch marks it.
-async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
+/// `marked` sent again as a loop-supervisor's redispatch marks it.
+async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32, marked: bool) {
     let claims: Vec<(String, u64)> = cluster
         .events(eid)
         .await
@@ -332,7 +381,7 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32) {
                 loop_run_id: srid,
                 seq,
                 max_rows: max_rows as u64,
-                again: true,
+                again: marked,
             }),
             ..Default::default()
         };
@@ -378,6 +427,23 @@ async fn a_claim_sent_again_after_its_run_was_purged_runs_no_sql() {
         2,
         0,
         Fault::PurgeThenClaimAgain,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_sql_runs_again_after_its_rows_were_done_takes_no_other_row() {
+    // The claims go again unchecked once rows are done; the claim that
+    // docs/dsl.md recommends returns its own rows again, its report is a
+    // duplicate, and every row is processed exactly once. The plain claim
+    // would take pending rows under a claim already reported.
+    drain_purged(
+        ClusterOptions::default(),
+        12,
+        2,
+        2,
+        0,
+        Fault::ClaimAgainUnchecked,
     )
     .await;
 }
@@ -444,4 +510,73 @@ workflow:
         "{message}"
     );
     cluster.stop().await;
+}
+
+/// The mix's claim ([`noetl_integration::mix::cursor_claim`]), rendered
+/// for `claim` and run once on `db`: the ids it returns.
+async fn run_claim(db: &tokio_postgres::Client, table: &str, claim: &str) -> Vec<i32> {
+    let sql = noetl_integration::mix::cursor_claim(table)
+        .replace("{{ execution_id }}", "e1")
+        .replace("{{ __frame_claim }}", claim)
+        .replace("{{ __frame_max_rows }}", "2");
+    let rows = db.query(&sql, &[]).await.expect("the mix's claim runs");
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+#[tokio::test]
+async fn the_mix_claim_run_again_after_its_rows_were_done_returns_the_same_rows() {
+    // A claim can run again after its report was applied and some of its
+    // rows processed (a redelivery that read the log before its first
+    // report committed; a run record a lost write took back). Only its
+    // first report counts, so a rerun that took other rows would leave
+    // them claimed: the claim must return what it took, done or not.
+    let db = pg().await;
+    let schema = queue(&db, 0).await;
+    let table = format!("{schema}.work");
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (execution_id text NOT NULL, id integer NOT NULL,
+             status text NOT NULL DEFAULT 'pending', claimed_by text,
+             PRIMARY KEY (execution_id, id));
+         INSERT INTO {table} (execution_id, id) SELECT 'e1', g FROM generate_series(0, 5) g;
+         INSERT INTO {table} (execution_id, id) SELECT 'e2', g FROM generate_series(0, 5) g;"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(run_claim(&db, &table, "run.1").await, [0, 1]);
+    assert_eq!(run_claim(&db, &table, "run.2").await, [2, 3]);
+    assert_eq!(
+        run_claim(&db, &table, "run.1").await,
+        [0, 1],
+        "a rerun before any row is done"
+    );
+    db.batch_execute(&format!(
+        "UPDATE {table} SET status = 'done' WHERE execution_id = 'e1' AND id = 0"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        run_claim(&db, &table, "run.1").await,
+        [0, 1],
+        "a rerun after one of its rows was done takes no other row"
+    );
+    assert_eq!(run_claim(&db, &table, "run.3").await, [4, 5]);
+    assert_eq!(
+        run_claim(&db, &table, "run.4").await,
+        Vec::<i32>::new(),
+        "drained"
+    );
+    let left: i64 = db
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {table} WHERE execution_id = 'e2' AND status <> 'pending'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "another execution's rows are not taken");
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
 }
