@@ -477,12 +477,21 @@ impl crate::Mesh {
 
     /// [`Self::stored_events`] from the start, or from `since_ms` (Unix
     /// epoch ms), each with its stream sequence number.
+    ///
+    /// Reads through what the stream's leader holds when the read starts:
+    /// the ordered consumer is placed on any replica, and a follower that
+    /// lags (catching up after a partition or a restart) would otherwise
+    /// answer without the latest events. The leader names the last event
+    /// under `filter` first, and the read goes on until it has it; a
+    /// replica that does not catch up within [`CATCH_UP`] fails the read
+    /// as transient.
     pub async fn stored_events_from(
         &self,
         filter: &str,
         since_ms: Option<u64>,
     ) -> Result<StoredEvents, crate::MeshError> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
         use futures::StreamExt;
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
             consumer: format!("reader of {filter}"),
@@ -490,17 +499,24 @@ impl crate::Mesh {
         };
         let stream = self
             .js()
-            .get_stream(self.subjects().events_stream())
+            .get_stream_no_info(self.subjects().events_stream())
             .await
             .map_err(|e| failed(&e))?;
+        let last = match stream.get_last_raw_message_by_subject(filter).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(Vec::new()),
+            Err(e) => return Err(failed(&e)),
+        };
+        let last_ms = (last.time.unix_timestamp_nanos() / 1_000_000) as u64;
         let deliver_policy = match since_ms {
             None => DeliverPolicy::All,
+            Some(ms) if last_ms < ms => return Ok(Vec::new()),
             Some(ms) => DeliverPolicy::ByStartTime {
                 start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
                     .map_err(|e| failed(&e))?,
             },
         };
-        let mut consumer = stream
+        let consumer = stream
             .create_consumer(OrderedConfig {
                 filter_subject: filter.to_string(),
                 deliver_policy,
@@ -509,27 +525,50 @@ impl crate::Mesh {
             .await
             .map_err(|e| failed(&e))?;
         let name = consumer.cached_info().name.clone();
-        let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
-        let mut out = Vec::new();
-        let mut unfolder = Unfolder::default();
-        if pending > 0 {
+        let read = async {
+            let mut out = Vec::new();
+            let mut unfolder = Unfolder::default();
             let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
-            while let Some(m) = messages.next().await {
-                let m = m.map_err(|e| failed(&e))?;
+            loop {
+                let next = tokio::time::timeout(CATCH_UP, messages.next()).await;
+                let m = match next {
+                    Ok(Some(m)) => m.map_err(|e| failed(&e))?,
+                    Ok(None) => return Err(failed(&"the reader's consumer ended")),
+                    Err(_) => {
+                        return Err(failed(&format!(
+                            "the replica read has not reached stream sequence {} (the \
+                             leader's last under the filter) within {CATCH_UP:?}",
+                            last.sequence
+                        )))
+                    }
+                };
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
                 match decode(&m) {
                     Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
                     Err(e) => out.push((seq, Err(e))),
                 }
-                if left == 0 {
-                    break;
+                if read_through(seq, left, last.sequence) {
+                    return Ok(out);
                 }
             }
-        }
+        };
+        let out = read.await;
         let _ = stream.delete_consumer(&name).await;
-        Ok(out)
+        out
     }
+}
+
+/// How long a read of the events ([`crate::Mesh::stored_events_from`])
+/// waits for its replica to deliver the next event it knows is stored.
+pub const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a read of the events is done: the message at `seq` is the last
+/// its replica holds under the filter (`left == 0`), and at or past
+/// `target`, the last one the stream's leader held when the read began.
+/// A lagging replica reports `left == 0` early; the read waits for more.
+pub(crate) fn read_through(seq: u64, left: u64, target: u64) -> bool {
+    left == 0 && seq >= target
 }
 
 impl crate::Mesh {
@@ -644,6 +683,16 @@ pub fn payload(event: &Event) -> Value {
 mod tests {
     use super::*;
     use crate::payloads::{IterationStarted, StepEnded};
+
+    #[test]
+    fn a_read_of_the_events_ends_only_at_the_leaders_last_and_nothing_pending() {
+        // A replica that lags says nothing is pending before it has the
+        // leader's last event: the read goes on.
+        assert!(!read_through(7, 0, 9));
+        assert!(!read_through(9, 2, 9), "more stored since the read began");
+        assert!(read_through(9, 0, 9));
+        assert!(read_through(12, 0, 9), "events stored after the read began");
+    }
 
     #[test]
     fn same_draft_same_id_and_the_payload_names_the_type() {
