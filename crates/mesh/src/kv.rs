@@ -141,7 +141,9 @@ fn scan_stalled(store: &Store, pattern: &str, after: usize) -> MeshError {
 }
 
 /// Keys (and, unless `headers_only`, values) of the live records whose key
-/// matches `pattern`. The scan runs as a task of its own: a record it
+/// matches `pattern`, through the last record the stream's leader held
+/// when the scan began (its consumer may sit on a lagging replica;
+/// docs/architecture.md, "Reading the log"). The scan runs as a task of its own: a record it
 /// waits for is awaited under a timer ([`SCAN_STALL`]), and polled inside
 /// a handler's future that would take a debug build's thread stack past
 /// its limit.
@@ -162,19 +164,18 @@ async fn scan_records(
     headers_only: bool,
 ) -> Result<Vec<(String, bytes::Bytes)>, MeshError> {
     use async_nats::jetstream::consumer::DeliverPolicy;
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     use futures::StreamExt;
     let filter = format!("{}{pattern}", store.prefix);
     let mut found = Vec::new();
-    let info = store
-        .stream
-        .clone()
-        .info()
-        .await
-        .map_err(|e| kv_err(store, pattern, e))?
-        .clone();
-    if info.state.messages == 0 {
-        return Ok(found);
-    }
+    // The leader's last record under the pattern: the consumer lands on
+    // any replica, and one that lags must not end the scan before it has
+    // that record (docs/architecture.md, "Reading the log").
+    let target = match store.stream.get_last_raw_message_by_subject(&filter).await {
+        Ok(m) => m.sequence,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(found),
+        Err(e) => return Err(kv_err(store, pattern, e)),
+    };
     let consumer = store
         .stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
@@ -186,11 +187,6 @@ async fn scan_records(
         .await
         .map_err(|e| kv_err(store, pattern, e))?;
     let name = consumer.cached_info().name.clone();
-    let pending = consumer.cached_info().num_pending;
-    if pending == 0 {
-        let _ = store.stream.delete_consumer(&name).await;
-        return Ok(found);
-    }
     let mut messages = consumer
         .messages()
         .await
@@ -198,8 +194,9 @@ async fn scan_records(
     loop {
         // An ordered consumer recreated after a server restart can wait
         // for a message that never comes (it starts after the last one it
-        // delivered, which said more were pending): a scan that hears
-        // nothing for SCAN_STALL fails, and its caller tries again.
+        // delivered, which said more were pending), and a replica may not
+        // catch up: a scan that hears nothing for SCAN_STALL fails, and
+        // its caller tries again.
         let next = match tokio::time::timeout(SCAN_STALL, messages.next()).await {
             Ok(next) => next,
             Err(_) => {
@@ -220,8 +217,11 @@ async fn scan_records(
                 found.push((k.to_string(), m.payload.clone()));
             }
         }
-        let left = m.info().map(|i| i.pending).unwrap_or(0);
-        if left == 0 {
+        let (seq, left) = m
+            .info()
+            .map(|i| (i.stream_sequence, i.pending))
+            .unwrap_or((target, 0));
+        if crate::events::read_through(seq, left, target) {
             break;
         }
     }
