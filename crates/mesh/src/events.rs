@@ -490,6 +490,27 @@ impl crate::Mesh {
         filter: &str,
         since_ms: Option<u64>,
     ) -> Result<StoredEvents, crate::MeshError> {
+        let from = since_ms.map_or(ReadFrom::Start, ReadFrom::SinceMs);
+        let mut out = Vec::new();
+        let mut unfolder = Unfolder::default();
+        self.visit_stored_events(filter, from, |seq, ev| match ev {
+            Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
+            Err(e) => out.push((seq, Err(e))),
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Every message stored under `filter` from `from`, in stream order,
+    /// handed to `visit` with its stream sequence, decoded (not unfolded)
+    /// or its decode error, through the last the stream's leader held when
+    /// the read began (see [`Self::stored_events_from`]).
+    pub async fn visit_stored_events(
+        &self,
+        filter: &str,
+        from: ReadFrom,
+        mut visit: impl FnMut(u64, Result<Event, crate::codec::DecodeError>),
+    ) -> Result<(), crate::MeshError> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
         use futures::StreamExt;
@@ -504,16 +525,20 @@ impl crate::Mesh {
             .map_err(|e| failed(&e))?;
         let last = match stream.get_last_raw_message_by_subject(filter).await {
             Ok(m) => m,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(()),
             Err(e) => return Err(failed(&e)),
         };
         let last_ms = (last.time.unix_timestamp_nanos() / 1_000_000) as u64;
-        let deliver_policy = match since_ms {
-            None => DeliverPolicy::All,
-            Some(ms) if last_ms < ms => return Ok(Vec::new()),
-            Some(ms) => DeliverPolicy::ByStartTime {
+        let deliver_policy = match from {
+            ReadFrom::Start => DeliverPolicy::All,
+            ReadFrom::SinceMs(ms) if last_ms < ms => return Ok(()),
+            ReadFrom::SinceMs(ms) => DeliverPolicy::ByStartTime {
                 start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
                     .map_err(|e| failed(&e))?,
+            },
+            ReadFrom::AfterSeq(seq) if last.sequence <= seq => return Ok(()),
+            ReadFrom::AfterSeq(seq) => DeliverPolicy::ByStartSequence {
+                start_sequence: seq.saturating_add(1),
             },
         };
         let consumer = stream
@@ -526,8 +551,6 @@ impl crate::Mesh {
             .map_err(|e| failed(&e))?;
         let name = consumer.cached_info().name.clone();
         let read = async {
-            let mut out = Vec::new();
-            let mut unfolder = Unfolder::default();
             let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
             loop {
                 let next = tokio::time::timeout(CATCH_UP, messages.next()).await;
@@ -544,19 +567,28 @@ impl crate::Mesh {
                 };
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
-                match decode(&m) {
-                    Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
-                    Err(e) => out.push((seq, Err(e))),
-                }
+                visit(seq, decode(&m));
                 if read_through(seq, left, last.sequence) {
-                    return Ok(out);
+                    return Ok(());
                 }
             }
         };
-        let out = read.await;
+        let read = read.await;
         let _ = stream.delete_consumer(&name).await;
-        out
+        read
     }
+}
+
+/// Where a read of the events ([`crate::Mesh::visit_stored_events`])
+/// starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The first event under the filter.
+    Start,
+    /// Events stored at or after this Unix epoch ms.
+    SinceMs(u64),
+    /// Events after this stream sequence.
+    AfterSeq(u64),
 }
 
 /// How long a read of the events ([`crate::Mesh::stored_events_from`])

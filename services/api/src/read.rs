@@ -2,7 +2,6 @@
 //! their stream sequences, and a step's last result.
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, Consumer, DeliverPolicy};
-use futures::StreamExt;
 use noetl_mesh::keys::Keys;
 use noetl_mesh::{event_type::EventType, kv, Mesh, MeshError};
 use serde_json::Value;
@@ -62,45 +61,25 @@ pub struct Stored {
 /// event once in what is read ([`noetl_mesh::events::Unfolder`]). A message
 /// that does not decode is skipped (and logged).
 pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshError> {
-    let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
-        consumer: format!("reader of {}", s.filter),
-        message: e.to_string(),
-    };
-    let mut consumer = consumer(mesh, s.filter.clone(), start_after(s.after)).await?;
-    let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
-    let name = consumer.cached_info().name.clone();
     let mut out = std::collections::VecDeque::new();
     let mut count = 0;
     let mut unfolder = noetl_mesh::events::Unfolder::default();
-    if pending > 0 {
-        let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
-        while let Some(m) = messages.next().await {
-            let m = m.map_err(|e| failed(&e))?;
-            let info = m.info().map_err(|e| failed(&e))?;
-            let (seq, last) = (info.stream_sequence, info.pending == 0);
-            match noetl_mesh::events::decode(&m) {
-                Ok(event) => {
-                    for event in unfolder.unfold(event) {
-                        count += 1;
-                        out.push_back(Seen { seq, event });
-                        if out.len() > s.keep_last {
-                            out.pop_front();
-                        }
-                    }
+    let from = noetl_mesh::events::ReadFrom::AfterSeq(s.after);
+    mesh.visit_stored_events(&s.filter, from, |seq, decoded| match decoded {
+        Ok(event) => {
+            for event in unfolder.unfold(event) {
+                count += 1;
+                out.push_back(Seen { seq, event });
+                if out.len() > s.keep_last {
+                    out.pop_front();
                 }
-                Err(e) => {
-                    tracing::warn!(subject = %m.subject, seq, error = %e, "skipping an event that does not decode")
-                }
-            }
-            if last {
-                break;
             }
         }
-    }
-    // Gone now rather than after its inactivity threshold.
-    if let Ok(stream) = mesh.js().get_stream(mesh.subjects().events_stream()).await {
-        let _ = stream.delete_consumer(&name).await;
-    }
+        Err(e) => {
+            tracing::warn!(filter = %s.filter, seq, error = %e, "skipping an event that does not decode")
+        }
+    })
+    .await?;
     Ok((count, out.into()))
 }
 
