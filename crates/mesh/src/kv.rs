@@ -143,10 +143,10 @@ fn scan_stalled(store: &Store, pattern: &str, after: usize) -> MeshError {
 /// Keys (and, unless `headers_only`, values) of the live records whose key
 /// matches `pattern`, through the last record the stream's leader held
 /// when the scan began (its consumer may sit on a lagging replica;
-/// docs/architecture.md, "Reading the log"). The scan runs as a task of its own: a record it
-/// waits for is awaited under a timer ([`SCAN_STALL`]), and polled inside
-/// a handler's future that would take a debug build's thread stack past
-/// its limit.
+/// docs/architecture.md, "Reading the log"). The scan runs as a task of
+/// its own: a record it waits for is awaited under a timer
+/// ([`SCAN_STALL`]), and polled inside a handler's future that would take
+/// a debug build's thread stack past its limit.
 async fn scan(
     store: &Store,
     pattern: &str,
