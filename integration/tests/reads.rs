@@ -4,120 +4,8 @@
 //! before it has the last message the stream's leader held when it began,
 //! even when its replica lags behind.
 
-use std::future::Future;
-use std::process::Command;
-use std::time::Duration;
-
-use noetl_mesh::{events::EventDraft, kv, Mesh, MeshConfig};
-use noetl_testkit::cluster::TestCluster;
-
-/// Messages the paused node has to catch up on, per round.
-const BACKLOG: u32 = 20_000;
-
-/// Send `signal` (`STOP`, `CONT`) to node `i`'s process.
-fn signal(c: &TestCluster, i: usize, signal: &str) {
-    let pid = c.pid(i).expect("the node runs");
-    let ok = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill -{signal} {pid}");
-}
-
-/// A three-node cluster with the mesh's streams R3, a mesh connected to
-/// the node leading `stream` (of the mesh's, named from its subjects),
-/// and a follower of it that does not lead the meta layer (consumers are
-/// created through the meta leader): the node the test pauses.
-struct Lagging {
-    cluster: TestCluster,
-    mesh: Mesh,
-    node: usize,
-    _data: tempfile::TempDir,
-}
-
-async fn lagging(stream: impl Fn(&Mesh) -> String) -> Lagging {
-    let cluster = TestCluster::start();
-    let data = tempfile::tempdir().unwrap();
-    let config = MeshConfig {
-        nats_url: cluster.urls(),
-        data_dir: data.path().to_path_buf(),
-        replicas: 3,
-        ..MeshConfig::default()
-    };
-    let created = Mesh::connect(config.clone()).await.expect("connect");
-    let name = stream(&created);
-    let leader = cluster
-        .stream_leader(&name)
-        .expect("the stream has a leader");
-    let meta = cluster.meta_leader().expect("a meta leader");
-    let node = (0..cluster.len())
-        .find(|&i| i != leader && i != meta)
-        .expect("a third node");
-    // Read and write through the leader's node: the paused node's client
-    // connections would hang.
-    let mesh = Mesh::attach(MeshConfig {
-        nats_url: cluster.url(leader),
-        ..config
-    })
-    .await
-    .expect("connect to the leader's node");
-    Lagging {
-        cluster,
-        mesh,
-        node,
-        _data: data,
-    }
-}
-
-impl Lagging {
-    /// Three rounds: pause the node, `write(round)` (acknowledged by the
-    /// leader and the other follower: a backlog, then what the reads must
-    /// see), resume it and `read` six times at once, so some consumers
-    /// land on the node catching up. Each read that answers must hold
-    /// everything written up to its round (`whole(round, read)`). A read
-    /// may fail as transient (its replica not caught up in time). Returns
-    /// (answered, not whole).
-    async fn rounds<W, R, T>(
-        &self,
-        write: impl Fn(Mesh, u32) -> W,
-        read: impl Fn(Mesh) -> R,
-        whole: impl Fn(u32, &T) -> bool,
-    ) -> (usize, usize)
-    where
-        W: Future<Output = ()>,
-        R: Future<Output = Result<T, noetl_mesh::MeshError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let (mut answered, mut misses, mut failed) = (0, 0, 0);
-        for round in 0..3 {
-            signal(&self.cluster, self.node, "STOP");
-            write(self.mesh.clone(), round).await;
-            signal(&self.cluster, self.node, "CONT");
-            let reads: Vec<_> = (0..6)
-                .map(|_| tokio::spawn(read(self.mesh.clone())))
-                .collect();
-            for r in reads {
-                let r = tokio::time::timeout(Duration::from_secs(60), r)
-                    .await
-                    .expect("the read ends")
-                    .unwrap();
-                match r {
-                    Err(_) => failed += 1,
-                    Ok(v) => {
-                        answered += 1;
-                        if !whole(round, &v) {
-                            eprintln!("round {round}: a read without everything written");
-                            misses += 1;
-                        }
-                    }
-                }
-            }
-        }
-        eprintln!("reads: {answered} answered ({misses} not whole), {failed} failed");
-        (answered, misses)
-    }
-}
+use noetl_mesh::{events::EventDraft, kv};
+use noetl_testkit::lagging::{backlog, lagging, BACKLOG};
 
 /// Event `n` of execution `eid`.
 fn event(eid: &str, n: u32) -> noetl_wire::Event {
@@ -130,26 +18,6 @@ fn event(eid: &str, n: u32) -> noetl_wire::Event {
         ..Default::default()
     }
     .build(&noetl_mesh::payloads::StepStarted::default())
-}
-
-/// Publish on `subject(n)` for every `n` of `range`, a thousand in flight
-/// at a time, each acknowledged.
-async fn backlog(mesh: &Mesh, range: std::ops::Range<u32>, subject: impl Fn(u32) -> String) {
-    let items: Vec<u32> = range.collect();
-    for chunk in items.chunks(1000) {
-        let mut acks = Vec::new();
-        for &n in chunk {
-            acks.push(
-                mesh.js()
-                    .publish(subject(n), "{}".into())
-                    .await
-                    .expect("publish"),
-            );
-        }
-        for ack in acks {
-            ack.await.expect("acknowledged");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

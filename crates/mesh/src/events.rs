@@ -1,5 +1,7 @@
 //! Building events: the envelope of docs/dsl.md "Events" with deterministic ids.
 
+use std::ops::ControlFlow;
+
 use noetl_wire::Event;
 use serde_json::Value;
 
@@ -493,9 +495,12 @@ impl crate::Mesh {
         let from = since_ms.map_or(ReadFrom::Start, ReadFrom::SinceMs);
         let mut out = Vec::new();
         let mut unfolder = Unfolder::default();
-        self.visit_stored_events(filter, from, |seq, ev| match ev {
-            Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
-            Err(e) => out.push((seq, Err(e))),
+        self.visit_stored_events(filter, from, |seq, ev| {
+            match ev {
+                Ok(ev) => out.extend(unfolder.unfold(ev).into_iter().map(|ev| (seq, Ok(ev)))),
+                Err(e) => out.push((seq, Err(e))),
+            }
+            ControlFlow::Continue(())
         })
         .await?;
         Ok(out)
@@ -504,12 +509,13 @@ impl crate::Mesh {
     /// Every message stored under `filter` from `from`, in stream order,
     /// handed to `visit` with its stream sequence, decoded (not unfolded)
     /// or its decode error, through the last the stream's leader held when
-    /// the read began (see [`Self::stored_events_from`]).
+    /// the read began (see [`Self::stored_events_from`]), or until `visit`
+    /// breaks.
     pub async fn visit_stored_events(
         &self,
         filter: &str,
         from: ReadFrom,
-        mut visit: impl FnMut(u64, Result<Event, crate::codec::DecodeError>),
+        mut visit: impl FnMut(u64, Result<Event, crate::codec::DecodeError>) -> ControlFlow<()>,
     ) -> Result<(), crate::MeshError> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
@@ -567,8 +573,7 @@ impl crate::Mesh {
                 };
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
-                visit(seq, decode(&m));
-                if read_through(seq, left, last.sequence) {
+                if visit(seq, decode(&m)).is_break() || read_through(seq, left, last.sequence) {
                     return Ok(());
                 }
             }

@@ -8,6 +8,7 @@ use noetl_mesh::server::{NatsServerProcess, ServerOptions, SyncPolicy};
 
 pub mod cluster;
 pub mod gcs;
+pub mod lagging;
 pub mod moto;
 pub mod s3;
 pub use cluster::TestCluster;

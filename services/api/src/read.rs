@@ -65,19 +65,22 @@ pub async fn stored(mesh: &Mesh, s: Stored) -> Result<(usize, Vec<Seen>), MeshEr
     let mut count = 0;
     let mut unfolder = noetl_mesh::events::Unfolder::default();
     let from = noetl_mesh::events::ReadFrom::AfterSeq(s.after);
-    mesh.visit_stored_events(&s.filter, from, |seq, decoded| match decoded {
-        Ok(event) => {
-            for event in unfolder.unfold(event) {
-                count += 1;
-                out.push_back(Seen { seq, event });
-                if out.len() > s.keep_last {
-                    out.pop_front();
+    mesh.visit_stored_events(&s.filter, from, |seq, decoded| {
+        match decoded {
+            Ok(event) => {
+                for event in unfolder.unfold(event) {
+                    count += 1;
+                    out.push_back(Seen { seq, event });
+                    if out.len() > s.keep_last {
+                        out.pop_front();
+                    }
                 }
             }
+            Err(e) => {
+                tracing::warn!(filter = %s.filter, seq, error = %e, "skipping an event that does not decode")
+            }
         }
-        Err(e) => {
-            tracing::warn!(filter = %s.filter, seq, error = %e, "skipping an event that does not decode")
-        }
+        std::ops::ControlFlow::Continue(())
     })
     .await?;
     Ok((count, out.into()))
