@@ -743,3 +743,83 @@ fn admin_replicas_names_a_replica_short_in_the_middle_of_a_stream() {
         "{text}"
     );
 }
+
+/// `noetl events tail --no-follow` prints every event stored when it
+/// began, even when its ordered consumer lands on a replica still catching
+/// up (docs/architecture.md, "Reading the log"): it reads through the
+/// leader's last event, where it used to stop at the replica's own last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tail_no_follow_on_a_lagging_replica_prints_every_stored_event() {
+    use noetl_testkit::lagging::{backlog, lagging, BACKLOG};
+    let l = lagging(|m| m.subjects().events_stream()).await;
+    let home = tempfile::tempdir().unwrap();
+    let event = |n: u32| {
+        let d = n.to_string();
+        noetl_mesh::events::EventDraft {
+            execution_id: "lagging-cli",
+            step_run_id: "r1",
+            step: "start",
+            discriminator: &d,
+            ..Default::default()
+        }
+        .build(&noetl_mesh::payloads::StepStarted::default())
+    };
+    let ids: Vec<String> = (0..3).map(|n| event(n).event_id).collect();
+    let (url, home_dir) = (l.url.clone(), home.path().to_path_buf());
+    let (answered, misses) = l
+        .rounds(
+            |mesh, round| async move {
+                // More than the in-process reads' backlog: a process takes
+                // longer to start than the replica to catch up on less.
+                let at = round * 4 * BACKLOG;
+                backlog(&mesh, at..at + 4 * BACKLOG, |n| {
+                    mesh.subjects()
+                        .event(&format!("backlog-{n}"), "step.started")
+                })
+                .await;
+                mesh.emit(&event(round))
+                    .await
+                    .unwrap()
+                    .wait()
+                    .await
+                    .unwrap();
+            },
+            move |_| {
+                let (url, home) = (url.clone(), home_dir.clone());
+                async move {
+                    let out = tokio::task::spawn_blocking(move || {
+                        Command::new(env!("CARGO_BIN_EXE_noetl"))
+                            .args(["events", "tail", "--execution", "lagging-cli"])
+                            .args(["--from-start", "--no-follow", "--json", "--nats", &url])
+                            .env("NOETL_HOME", home)
+                            .env_remove("NOETL_NATS_URL")
+                            .env_remove("NATS_URL")
+                            .output()
+                            .expect("run noetl")
+                    })
+                    .await
+                    .unwrap();
+                    if !out.status.success() {
+                        return Err(noetl_mesh::MeshError::Consume {
+                            consumer: "noetl events tail".into(),
+                            message: String::from_utf8_lossy(&out.stderr).into_owned(),
+                        });
+                    }
+                    Ok(String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(|l| {
+                            let line: Value = serde_json::from_str(l).unwrap();
+                            line["event_id"].as_str().unwrap_or_default().to_string()
+                        })
+                        .collect::<Vec<String>>())
+                }
+            },
+            // Round r's tails must print the events of rounds 0..=r.
+            |round, printed: &Vec<String>| {
+                ids[..=round as usize].iter().all(|id| printed.contains(id))
+            },
+        )
+        .await;
+    assert!(answered > 0, "no tail answered");
+    assert_eq!(misses, 0, "tails that ended before an acknowledged event");
+}

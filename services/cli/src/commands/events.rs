@@ -2,6 +2,7 @@
 
 use crate::commands::exit::Exit;
 use noetl_mesh::MeshError;
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -169,34 +170,112 @@ fn decode_messages(data: &[u8], subject: &str) -> (Vec<Event>, Vec<String>) {
 }
 
 /// Where the consumer starts.
-fn deliver_policy(a: &TailArgs) -> anyhow::Result<DeliverPolicy> {
+/// Where a tail starts reading, as `--from-start`, `--since` and
+/// `--from-seq` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The oldest stored event.
+    All,
+    /// Only events stored after the tail began.
+    New,
+    /// This stream sequence number.
+    Seq(u64),
+    /// Events stored at or after this Unix time, in nanoseconds.
+    Since(i128),
+}
+
+fn start(a: &TailArgs) -> anyhow::Result<Start> {
     if let Some(seq) = a.from_seq {
-        return Ok(DeliverPolicy::ByStartSequence {
-            start_sequence: seq,
-        });
+        return Ok(Start::Seq(seq));
     }
     if let Some(since) = &a.since {
-        let start_time = match parse_since(since).map_err(anyhow::Error::msg)? {
+        let nanos = match parse_since(since).map_err(anyhow::Error::msg)? {
             Since::At(t) => async_nats::datetime::parse_rfc3339(&t)
-                .map_err(|e| anyhow::anyhow!("--since {t:?}: not an RFC 3339 time: {e}"))?,
+                .map_err(|e| anyhow::anyhow!("--since {t:?}: not an RFC 3339 time: {e}"))?
+                .unix_timestamp_nanos(),
             Since::Ago(d) => {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default();
-                let nanos = now.saturating_sub(d).as_nanos() as i128;
-                async_nats::datetime::from_nanos(nanos)
-                    .map_err(|e| anyhow::anyhow!("--since {since:?}: {e}"))?
+                now.saturating_sub(d).as_nanos() as i128
             }
         };
-        return Ok(DeliverPolicy::ByStartTime { start_time });
+        return Ok(Start::Since(nanos));
     }
     // Waiting for an execution's end reads it from its start: it may have
     // ended already.
     Ok(if a.from_start || a.until_done {
-        DeliverPolicy::All
+        Start::All
     } else {
-        DeliverPolicy::New
+        Start::New
     })
+}
+
+/// A followed tail's consumer start.
+fn deliver_policy(start: Start, since: Option<&str>) -> anyhow::Result<DeliverPolicy> {
+    Ok(match start {
+        Start::All => DeliverPolicy::All,
+        Start::New => DeliverPolicy::New,
+        Start::Seq(seq) => DeliverPolicy::ByStartSequence {
+            start_sequence: seq,
+        },
+        Start::Since(nanos) => DeliverPolicy::ByStartTime {
+            start_time: async_nats::datetime::from_nanos(nanos)
+                .map_err(|e| anyhow::anyhow!("--since {:?}: {e}", since.unwrap_or("")))?,
+        },
+    })
+}
+
+/// Where a `--no-follow` read of what is stored starts; `None` when it
+/// reads nothing (only new events were asked for).
+fn read_from(start: Start) -> Option<events::ReadFrom> {
+    match start {
+        Start::All => Some(events::ReadFrom::Start),
+        Start::New => None,
+        Start::Seq(seq) => Some(events::ReadFrom::AfterSeq(seq.saturating_sub(1))),
+        Start::Since(nanos) => Some(events::ReadFrom::SinceMs(
+            u64::try_from(nanos.max(0) / 1_000_000).unwrap_or(u64::MAX),
+        )),
+    }
+}
+
+/// What a tail prints, and when it stops.
+struct Printer<'a> {
+    a: &'a TailArgs,
+    pattern: Option<globset::GlobMatcher>,
+    spec: Option<&'static noetl_mesh::event_type::SpecName>,
+    printed: u64,
+    unfolder: events::Unfolder,
+}
+
+impl Printer<'_> {
+    /// Print what the stored event at `seq` holds that the tail wants;
+    /// `Break` with the exit code once the tail is to stop (`--count`
+    /// printed, or with `--until-done` the execution's end seen).
+    fn take(&mut self, seq: u64, stored: Event) -> ControlFlow<ExitCode> {
+        let batch = EventType::of(&stored)
+            .filter(|t| t.is_batch())
+            .map(EventType::wire_name);
+        for ev in self.unfolder.unfold(stored) {
+            if wanted(&ev, batch, self.pattern.as_ref(), self.spec) {
+                print_event(&ev, seq, self.a.json);
+                self.printed += 1;
+            }
+            if self.a.until_done {
+                if let Some(status) = terminal(&ev) {
+                    return ControlFlow::Break(super::common::exit_code(status));
+                }
+            }
+        }
+        if self.a.count.is_some_and(|n| self.printed >= n) {
+            return ControlFlow::Break(ExitCode::SUCCESS);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn undecodable(subject: &str, e: &dyn std::fmt::Display) {
+    eprintln!("skipping undecodable message on {subject}: {e}");
 }
 
 /// The terminal status an event announces, if it ends its execution.
@@ -261,6 +340,17 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     let filter = mesh
         .subjects()
         .events_matching(a.execution.as_deref(), &types);
+    let start = start(&a)?;
+    let mut printer = Printer {
+        a: &a,
+        pattern,
+        spec,
+        printed: 0,
+        unfolder: events::Unfolder::bounded(events::FOLLOWED_ITERATIONS),
+    };
+    if a.no_follow {
+        return print_stored(&mesh, &filter, start, printer).await;
+    }
     let stream_name = mesh.subjects().events_stream();
     // NATS failures past joining are the mesh's (exit 5), named by what failed.
     let setup = |e: &dyn std::fmt::Display| MeshError::Setup {
@@ -276,50 +366,54 @@ async fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
         .get_stream(&stream_name)
         .await
         .map_err(|e| setup(&e))?;
-    let mut consumer = stream
+    let consumer = stream
         .create_consumer(OrderedConfig {
             filter_subject: filter,
-            deliver_policy: deliver_policy(&a)?,
+            deliver_policy: deliver_policy(start, a.since.as_deref())?,
             ..Default::default()
         })
         .await
         .map_err(|e| setup(&e))?;
-    if a.no_follow && consumer.info().await.map_err(|e| consume(&e))?.num_pending == 0 {
-        return Ok(ExitCode::SUCCESS);
-    }
     let mut messages = consumer.messages().await.map_err(|e| consume(&e))?;
-    let mut printed = 0u64;
-    let mut unfolder = events::Unfolder::bounded(events::FOLLOWED_ITERATIONS);
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| consume(&e))?;
-        let caught_up = a.no_follow && m.info().map(|i| i.pending == 0).unwrap_or(false);
         let stored: Event = match noetl_mesh::events::decode(&m) {
             Ok(e) => e,
             Err(e) => {
-                eprintln!("skipping undecodable message on {}: {e}", m.subject);
+                undecodable(&m.subject, &e);
                 continue;
             }
         };
         let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let batch = EventType::of(&stored)
-            .filter(|t| t.is_batch())
-            .map(EventType::wire_name);
-        for ev in unfolder.unfold(stored) {
-            if wanted(&ev, batch, pattern.as_ref(), spec) {
-                print_event(&ev, seq, a.json);
-                printed += 1;
-            }
-            if a.until_done {
-                if let Some(status) = terminal(&ev) {
-                    return Ok(super::common::exit_code(status));
-                }
-            }
-        }
-        if a.count.is_some_and(|n| printed >= n) || caught_up {
-            break;
+        if let ControlFlow::Break(code) = printer.take(seq, stored) {
+            return Ok(code);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--no-follow`: print what is stored under `filter` from `start`,
+/// through what the stream's leader holds now: the consumer may land on a
+/// replica that lags (docs/architecture.md "Reading the log").
+async fn print_stored(
+    mesh: &noetl_mesh::Mesh,
+    filter: &str,
+    start: Start,
+    mut printer: Printer<'_>,
+) -> anyhow::Result<ExitCode> {
+    let Some(from) = read_from(start) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut code = ExitCode::SUCCESS;
+    mesh.visit_stored_events(filter, from, |seq, stored| match stored {
+        Ok(stored) => printer.take(seq, stored).map_break(|c| code = c),
+        Err(e) => {
+            undecodable(&format!("{filter} (stream sequence {seq})"), &e);
+            ControlFlow::Continue(())
+        }
+    })
+    .await?;
+    Ok(code)
 }
 
 /// One event: a line for people, or a JSON object with its stream
@@ -390,6 +484,22 @@ mod tests {
             (evs[0].event_type.as_str(), evs[0].execution_id.as_str()),
             ("step.done", "e1")
         );
+    }
+
+    #[test]
+    fn a_no_follow_read_starts_where_the_followed_tail_would() {
+        use super::{read_from, Start};
+        use noetl_mesh::events::ReadFrom;
+        assert_eq!(read_from(Start::All), Some(ReadFrom::Start));
+        // `--from-seq 5` prints 5: the read is of what comes after 4.
+        assert_eq!(read_from(Start::Seq(5)), Some(ReadFrom::AfterSeq(4)));
+        assert_eq!(read_from(Start::Seq(0)), Some(ReadFrom::AfterSeq(0)));
+        assert_eq!(
+            read_from(Start::Since(1_700_000_000_123_456_789)),
+            Some(ReadFrom::SinceMs(1_700_000_000_123))
+        );
+        // Only new events, and nothing is followed: nothing to read.
+        assert_eq!(read_from(Start::New), None);
     }
 
     #[test]
