@@ -16,6 +16,7 @@ use noetl_wire::{Event, ExecutionRequest};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+pub mod api;
 pub mod campaign;
 pub mod check;
 pub mod echo;

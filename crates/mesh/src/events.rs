@@ -518,31 +518,25 @@ impl crate::Mesh {
         mut visit: impl FnMut(u64, Result<Event, crate::codec::DecodeError>) -> ControlFlow<()>,
     ) -> Result<(), crate::MeshError> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-        use async_nats::jetstream::stream::LastRawMessageErrorKind;
         use futures::StreamExt;
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
             consumer: format!("reader of {filter}"),
             message: e.to_string(),
         };
-        let stream = self
-            .js()
-            .get_stream_no_info(self.subjects().events_stream())
-            .await
-            .map_err(|e| failed(&e))?;
-        let last = match stream.get_last_raw_message_by_subject(filter).await {
-            Ok(m) => m,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(()),
-            Err(e) => return Err(failed(&e)),
+        let (stream, last) = self
+            .leader_last(filter, &format!("reader of {filter}"))
+            .await?;
+        let Some(last) = last else {
+            return Ok(());
         };
-        let last_ms = (last.time.unix_timestamp_nanos() / 1_000_000) as u64;
         let deliver_policy = match from {
             ReadFrom::Start => DeliverPolicy::All,
-            ReadFrom::SinceMs(ms) if last_ms < ms => return Ok(()),
+            ReadFrom::SinceMs(ms) if last.ms < ms => return Ok(()),
             ReadFrom::SinceMs(ms) => DeliverPolicy::ByStartTime {
                 start_time: time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
                     .map_err(|e| failed(&e))?,
             },
-            ReadFrom::AfterSeq(seq) if last.sequence <= seq => return Ok(()),
+            ReadFrom::AfterSeq(seq) if last.seq <= seq => return Ok(()),
             ReadFrom::AfterSeq(seq) => DeliverPolicy::ByStartSequence {
                 start_sequence: seq.saturating_add(1),
             },
@@ -567,13 +561,13 @@ impl crate::Mesh {
                         return Err(failed(&format!(
                             "the replica read has not reached stream sequence {} (the \
                              leader's last under the filter) within {CATCH_UP:?}",
-                            last.sequence
+                            last.seq
                         )))
                     }
                 };
                 let info = m.info().map_err(|e| failed(&e))?;
                 let (seq, left) = (info.stream_sequence, info.pending);
-                if visit(seq, decode(&m)).is_break() || read_through(seq, left, last.sequence) {
+                if visit(seq, decode(&m)).is_break() || read_through(seq, left, last.seq) {
                     return Ok(());
                 }
             }
@@ -582,6 +576,65 @@ impl crate::Mesh {
         let _ = stream.delete_consumer(&name).await;
         read
     }
+
+    /// The last event stored under `filter`, as the event stream's leader
+    /// holds it: where a read of what is stored now must get to, whichever
+    /// replica its consumer lands on (docs/architecture.md "Reading the
+    /// log"). `None` when nothing is stored under it.
+    pub async fn last_stored_event(
+        &self,
+        filter: &str,
+    ) -> Result<Option<LastStored>, crate::MeshError> {
+        let (_, last) = self
+            .leader_last(filter, &format!("last event under {filter}"))
+            .await?;
+        Ok(last)
+    }
+
+    /// The event stream, and the last message under `filter` as its
+    /// leader holds it (a `STREAM.MSG.GET` by last subject, which
+    /// followers do not answer). Errors name `reader`.
+    async fn leader_last(
+        &self,
+        filter: &str,
+        reader: &str,
+    ) -> Result<
+        (
+            async_nats::jetstream::stream::Stream<()>,
+            Option<LastStored>,
+        ),
+        crate::MeshError,
+    > {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
+            consumer: reader.to_string(),
+            message: e.to_string(),
+        };
+        let stream = self
+            .js()
+            .get_stream_no_info(self.subjects().events_stream())
+            .await
+            .map_err(|e| failed(&e))?;
+        let last = match stream.get_last_raw_message_by_subject(filter).await {
+            Ok(m) => Some(LastStored {
+                seq: m.sequence,
+                ms: (m.time.unix_timestamp_nanos() / 1_000_000) as u64,
+            }),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+            Err(e) => return Err(failed(&e)),
+        };
+        Ok((stream, last))
+    }
+}
+
+/// The last message stored under a filter, as the stream's leader holds
+/// it ([`crate::Mesh::last_stored_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastStored {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// When it was stored, Unix epoch ms.
+    pub ms: u64,
 }
 
 /// Where a read of the events ([`crate::Mesh::visit_stored_events`])
@@ -604,7 +657,7 @@ pub const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
 /// its replica holds under the filter (`left == 0`), and at or past
 /// `target`, the last one the stream's leader held when the read began.
 /// A lagging replica reports `left == 0` early; the read waits for more.
-pub(crate) fn read_through(seq: u64, left: u64, target: u64) -> bool {
+pub fn read_through(seq: u64, left: u64, target: u64) -> bool {
     left == 0 && seq >= target
 }
 

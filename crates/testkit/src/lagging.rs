@@ -148,3 +148,21 @@ pub async fn backlog(mesh: &Mesh, range: std::ops::Range<u32>, subject: impl Fn(
         }
     }
 }
+
+/// A round of writes of the event-log tests: `scale × BACKLOG` events of
+/// other executions (`step.started` of `backlog-<n>`), then `event`, each
+/// acknowledged.
+pub async fn events_round(mesh: &Mesh, round: u32, scale: u32, event: &noetl_wire::Event) {
+    let at = round * scale * BACKLOG;
+    backlog(mesh, at..at + scale * BACKLOG, |n| {
+        mesh.subjects()
+            .event(&format!("backlog-{n}"), "step.started")
+    })
+    .await;
+    mesh.emit(event)
+        .await
+        .expect("publish the event")
+        .wait()
+        .await
+        .expect("the event acknowledged");
+}

@@ -11,7 +11,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use noetl_mesh::{
     event_type::EventType,
-    events::{Unfolder, FOLLOWED_ITERATIONS},
+    events::{read_through, Unfolder, CATCH_UP, FOLLOWED_ITERATIONS},
     Mesh,
 };
 use noetl_wire::Event;
@@ -163,21 +163,31 @@ fn passes_limit(limit: Option<u64>, sent: u64, group: usize) -> bool {
 /// Pull events into `tx` until there is nothing more to send; the error
 /// (sent to the client as an `error` event) when the stream fails.
 async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(), String> {
+    // Without `follow`, the stream sends what is stored now: through the
+    // last event the stream's leader holds under the filter, since the
+    // consumer may land on a replica that lags and says nothing is pending
+    // before it has it (docs/architecture.md "Reading the log").
+    let through = match f.follow {
+        true => None,
+        false => match mesh
+            .last_stored_event(&f.filter)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(last) if last.seq > f.after => Some(last.seq),
+            _ => return Ok(()),
+        },
+    };
     let mut consumer = crate::read::consumer(mesh, f.filter.clone(), f.start)
         .await
         .map_err(|e| e.to_string())?;
-    let pending = consumer
-        .info()
-        .await
-        .map_err(|e| e.to_string())?
-        .num_pending;
-    if pending == 0 {
-        let over = match &f.execution {
-            _ if !f.follow => true,
-            Some(eid) => finished(mesh, eid, f.after).await,
-            None => false,
-        };
-        if over {
+    if let (true, Some(eid)) = (f.follow, &f.execution) {
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| e.to_string())?
+            .num_pending;
+        if pending == 0 && finished(mesh, eid, f.after).await {
             return Ok(());
         }
     }
@@ -185,15 +195,28 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
     let mut sent = 0u64;
     let mut unfolder = Unfolder::bounded(FOLLOWED_ITERATIONS);
     loop {
+        let stalled = async {
+            match through {
+                Some(_) => tokio::time::sleep(CATCH_UP).await,
+                None => std::future::pending().await,
+            }
+        };
         let next = tokio::select! {
             _ = f.draining.cancelled() => return Ok(()),
             _ = tx.closed() => return Ok(()),
             next = messages.next() => next,
+            _ = stalled => return Err(format!(
+                "the read has not reached stream sequence {} (the last stored under {}) \
+                 within {CATCH_UP:?}: its replica lags; try again",
+                through.unwrap_or_default(),
+                f.filter
+            )),
         };
         let Some(m) = next else { return Ok(()) };
         let m = m.map_err(|e| e.to_string())?;
         let info = m.info().map_err(|e| e.to_string())?;
         let (seq, caught_up) = (info.stream_sequence, info.pending == 0);
+        let read_all = through.is_some_and(|t| read_through(seq, info.pending, t));
         let mut terminal = false;
         match noetl_mesh::events::decode(&m) {
             Ok(event) => {
@@ -214,7 +237,7 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
                 tracing::warn!(subject = %m.subject, seq, error = %e, "skipping an event that does not decode");
             }
         }
-        if terminal || f.limit.is_some_and(|n| sent >= n) || (caught_up && !f.follow) {
+        if terminal || f.limit.is_some_and(|n| sent >= n) || read_all {
             return Ok(());
         }
         if caught_up {

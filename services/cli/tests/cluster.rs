@@ -750,7 +750,7 @@ fn admin_replicas_names_a_replica_short_in_the_middle_of_a_stream() {
 /// leader's last event, where it used to stop at the replica's own last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_tail_no_follow_on_a_lagging_replica_prints_every_stored_event() {
-    use noetl_testkit::lagging::{backlog, lagging, BACKLOG};
+    use noetl_testkit::lagging::{events_round, lagging};
     let l = lagging(|m| m.subjects().events_stream()).await;
     let home = tempfile::tempdir().unwrap();
     let event = |n: u32| {
@@ -771,18 +771,7 @@ async fn events_tail_no_follow_on_a_lagging_replica_prints_every_stored_event() 
             |mesh, round| async move {
                 // More than the in-process reads' backlog: a process takes
                 // longer to start than the replica to catch up on less.
-                let at = round * 4 * BACKLOG;
-                backlog(&mesh, at..at + 4 * BACKLOG, |n| {
-                    mesh.subjects()
-                        .event(&format!("backlog-{n}"), "step.started")
-                })
-                .await;
-                mesh.emit(&event(round))
-                    .await
-                    .unwrap()
-                    .wait()
-                    .await
-                    .unwrap();
+                events_round(&mesh, round, 4, &event(round)).await;
             },
             move |_| {
                 let (url, home) = (url.clone(), home_dir.clone());

@@ -15,7 +15,7 @@ use noetl_mesh::Mesh;
 use noetl_wire::Event;
 use tokio::sync::mpsc;
 
-use crate::api::Api;
+use noetl_integration::api::Api;
 
 const MARKER: &str = "bench.marker";
 /// Between two markers: latency, not throughput, is measured.

@@ -16,9 +16,9 @@ use noetl_mesh::keys::Keys;
 use noetl_mesh::Mesh;
 use serde_json::Value;
 
-use crate::api::Api;
 use crate::ends::Ends;
 use crate::scenarios as sc;
+use noetl_integration::api::Api;
 
 /// Concurrent readers (HTTP clients, or KV tasks for the floor).
 pub const CLIENTS: usize = 4;

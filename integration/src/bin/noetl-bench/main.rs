@@ -27,7 +27,6 @@
 //! and the replica figures. `--only http-scale` runs only the http loop's
 //! scale-out figures (1, 2 and 4 executors, one round).
 
-mod api;
 mod api_sse;
 mod api_status;
 mod bytes;
@@ -339,7 +338,7 @@ async fn main() {
     if profile_api {
         // The status reads of the quick plan, five times.
         let quick = Plan::quick();
-        let api = api::Api::serve(&cluster.mesh).await;
+        let api = noetl_integration::api::Api::serve(&cluster.mesh).await;
         for _ in 0..5 {
             let r = api_status::run(&cluster, &ends, &api, quick.executions, quick.api_reads).await;
             eprintln!(
@@ -503,7 +502,7 @@ async fn main() {
     let exec_rate = report::stats(&exec_rates).median;
     let exec_floor_rate = report::stats(&exec_floors).median;
     eprintln!("HTTP API");
-    let api = api::Api::serve(&cluster.mesh).await;
+    let api = noetl_integration::api::Api::serve(&cluster.mesh).await;
     let reads = api_status::run(&cluster, &ends, &api, plan.executions, plan.api_reads).await;
     let sse = api_sse::run(&cluster.mesh, &api, plan.sse_events).await;
     drop(api);

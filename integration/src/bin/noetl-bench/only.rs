@@ -93,7 +93,7 @@ pub async fn run(
         }
     };
     let api = if name == "api-status" {
-        Some(crate::api::Api::serve(&cluster.mesh).await)
+        Some(noetl_integration::api::Api::serve(&cluster.mesh).await)
     } else {
         None
     };

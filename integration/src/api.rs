@@ -1,6 +1,7 @@
-//! The HTTP API (`noetl-api`) served over the bench's mesh on a loopback
-//! port, without tokens (the API's no-auth mode on loopback), on its own
-//! runtime and NATS connection, as its own process would.
+//! The HTTP API (`noetl-api`) served over a mesh on a loopback port,
+//! without tokens (the API's no-auth mode on loopback), on its own runtime
+//! and NATS connection, as its own process would: the bench's API
+//! scenarios, and tests that read through it.
 
 use std::time::{Duration, Instant};
 
