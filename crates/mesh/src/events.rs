@@ -526,7 +526,7 @@ impl crate::Mesh {
         let (stream, last) = self
             .leader_last(filter, &format!("reader of {filter}"))
             .await?;
-        let Some(last) = last else {
+        let Some(last) = last.as_ref().map(LastStored::of) else {
             return Ok(());
         };
         let deliver_policy = match from {
@@ -588,7 +588,7 @@ impl crate::Mesh {
         let (_, last) = self
             .leader_last(filter, &format!("last event under {filter}"))
             .await?;
-        Ok(last)
+        Ok(last.as_ref().map(LastStored::of))
     }
 
     /// The event stream, and the last message under `filter` as its
@@ -601,7 +601,7 @@ impl crate::Mesh {
     ) -> Result<
         (
             async_nats::jetstream::stream::Stream<()>,
-            Option<LastStored>,
+            Option<async_nats::jetstream::message::StreamMessage>,
         ),
         crate::MeshError,
     > {
@@ -616,10 +616,7 @@ impl crate::Mesh {
             .await
             .map_err(|e| failed(&e))?;
         let last = match stream.get_last_raw_message_by_subject(filter).await {
-            Ok(m) => Some(LastStored {
-                seq: m.sequence,
-                ms: (m.time.unix_timestamp_nanos() / 1_000_000) as u64,
-            }),
+            Ok(m) => Some(m),
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
             Err(e) => return Err(failed(&e)),
         };
@@ -635,6 +632,15 @@ pub struct LastStored {
     pub seq: u64,
     /// When it was stored, Unix epoch ms.
     pub ms: u64,
+}
+
+impl LastStored {
+    fn of(m: &async_nats::jetstream::message::StreamMessage) -> Self {
+        Self {
+            seq: m.sequence,
+            ms: (m.time.unix_timestamp_nanos() / 1_000_000) as u64,
+        }
+    }
 }
 
 /// Where a read of the events ([`crate::Mesh::visit_stored_events`])
@@ -736,22 +742,9 @@ impl crate::Mesh {
         eid: &str,
         kind: EventType,
     ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, crate::MeshError> {
-        use async_nats::jetstream::stream::LastRawMessageErrorKind;
-        let failed = |message: String| crate::MeshError::Consume {
-            consumer: format!("last {} of execution {eid}", kind.wire_name()),
-            message,
-        };
-        let stream = self
-            .js()
-            .get_stream_no_info(self.subjects().events_stream())
-            .await
-            .map_err(|e| failed(e.to_string()))?;
         let subject = self.subjects().event(eid, kind.wire_name());
-        match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(failed(e.to_string())),
-        }
+        let reader = format!("last {} of execution {eid}", kind.wire_name());
+        Ok(self.leader_last(&subject, &reader).await?.1)
     }
 }
 
