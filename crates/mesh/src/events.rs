@@ -517,8 +517,8 @@ impl crate::Mesh {
         from: ReadFrom,
         mut visit: impl FnMut(u64, Result<Event, crate::codec::DecodeError>) -> ControlFlow<()>,
     ) -> Result<(), crate::MeshError> {
+        use crate::through::Short;
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-        use futures::StreamExt;
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
             consumer: format!("reader of {filter}"),
             message: e.to_string(),
@@ -549,32 +549,18 @@ impl crate::Mesh {
             })
             .await
             .map_err(|e| failed(&e))?;
-        let name = consumer.cached_info().name.clone();
-        let read = async {
-            let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
-            loop {
-                let next = tokio::time::timeout(CATCH_UP, messages.next()).await;
-                let m = match next {
-                    Ok(Some(m)) => m.map_err(|e| failed(&e))?,
-                    Ok(None) => return Err(failed(&"the reader's consumer ended")),
-                    Err(_) => {
-                        return Err(failed(&format!(
-                            "the replica read has not reached stream sequence {} (the \
-                             leader's last under the filter) within {CATCH_UP:?}",
-                            last.seq
-                        )))
-                    }
-                };
-                let info = m.info().map_err(|e| failed(&e))?;
-                let (seq, left) = (info.stream_sequence, info.pending);
-                if visit(seq, decode(&m)).is_break() || read_through(seq, left, last.seq) {
-                    return Ok(());
-                }
-            }
-        };
-        let read = read.await;
-        let _ = stream.delete_consumer(&name).await;
-        read
+        let read = crate::through::read(&stream, consumer, last.seq, CATCH_UP, |m| {
+            let seq = m.info().map(|i| i.stream_sequence).unwrap_or_default();
+            visit(seq, decode(m))
+        });
+        read.await.map_err(|short| match short {
+            Short::Stalled => failed(&format!(
+                "the replica read has not reached stream sequence {} (the leader's last under \
+                 the filter) within {CATCH_UP:?}",
+                last.seq
+            )),
+            Short::Failed(e) => failed(&e),
+        })
     }
 
     /// The last event stored under `filter`, as the event stream's leader
@@ -658,14 +644,6 @@ pub enum ReadFrom {
 /// How long a read of the events ([`crate::Mesh::stored_events_from`])
 /// waits for its replica to deliver the next event it knows is stored.
 pub const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Whether a read of the events is done: the message at `seq` is the last
-/// its replica holds under the filter (`left == 0`), and at or past
-/// `target`, the last one the stream's leader held when the read began.
-/// A lagging replica reports `left == 0` early; the read waits for more.
-pub fn read_through(seq: u64, left: u64, target: u64) -> bool {
-    left == 0 && seq >= target
-}
 
 impl crate::Mesh {
     /// Whether the router's `next.selected` answering a boundary of
@@ -766,16 +744,6 @@ pub fn payload(event: &Event) -> Value {
 mod tests {
     use super::*;
     use crate::payloads::{IterationStarted, StepEnded};
-
-    #[test]
-    fn a_read_of_the_events_ends_only_at_the_leaders_last_and_nothing_pending() {
-        // A replica that lags says nothing is pending before it has the
-        // leader's last event: the read goes on.
-        assert!(!read_through(7, 0, 9));
-        assert!(!read_through(9, 2, 9), "more stored since the read began");
-        assert!(read_through(9, 0, 9));
-        assert!(read_through(12, 0, 9), "events stored after the read began");
-    }
 
     #[test]
     fn same_draft_same_id_and_the_payload_names_the_type() {

@@ -163,9 +163,10 @@ async fn scan_records(
     pattern: &str,
     headers_only: bool,
 ) -> Result<Vec<(String, bytes::Bytes)>, MeshError> {
+    use crate::through::Short;
     use async_nats::jetstream::consumer::DeliverPolicy;
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    use futures::StreamExt;
+    use std::ops::ControlFlow;
     let filter = format!("{}{pattern}", store.prefix);
     let mut found = Vec::new();
     // The leader's last record under the pattern: the consumer lands on
@@ -186,27 +187,7 @@ async fn scan_records(
         })
         .await
         .map_err(|e| kv_err(store, pattern, e))?;
-    let name = consumer.cached_info().name.clone();
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| kv_err(store, pattern, e))?;
-    loop {
-        // An ordered consumer recreated after a server restart can wait
-        // for a message that never comes (it starts after the last one it
-        // delivered, which said more were pending), and a replica may not
-        // catch up: a scan that hears nothing for SCAN_STALL fails, and
-        // its caller tries again.
-        let next = match tokio::time::timeout(SCAN_STALL, messages.next()).await {
-            Ok(next) => next,
-            Err(_) => {
-                drop(messages);
-                let _ = store.stream.delete_consumer(&name).await;
-                return Err(scan_stalled(store, pattern, found.len()));
-            }
-        };
-        let Some(m) = next else { break };
-        let m = m.map_err(|e| kv_err(store, pattern, e))?;
+    let read = crate::through::read(&store.stream, consumer, target, SCAN_STALL, |m| {
         let deleted = m
             .headers
             .as_ref()
@@ -217,17 +198,17 @@ async fn scan_records(
                 found.push((k.to_string(), m.payload.clone()));
             }
         }
-        let (seq, left) = m
-            .info()
-            .map(|i| (i.stream_sequence, i.pending))
-            .unwrap_or((target, 0));
-        if crate::events::read_through(seq, left, target) {
-            break;
-        }
+        ControlFlow::Continue(())
+    });
+    match read.await {
+        Ok(()) => Ok(found),
+        // An ordered consumer recreated after a server restart can wait
+        // for a message that never comes (it starts after the last one it
+        // delivered, which said more were pending), and a replica may not
+        // catch up: the caller tries again.
+        Err(Short::Stalled) => Err(scan_stalled(store, pattern, found.len())),
+        Err(Short::Failed(e)) => Err(kv_err(store, pattern, e)),
     }
-    drop(messages);
-    let _ = store.stream.delete_consumer(&name).await;
-    Ok(found)
 }
 
 /// Create `key` only if it does not exist. Returns `false` when it existed.

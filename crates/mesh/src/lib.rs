@@ -66,6 +66,7 @@ pub mod state;
 pub mod status;
 pub mod subjects;
 mod summary;
+pub mod through;
 pub mod token;
 pub mod topology;
 pub mod waiter;

@@ -11,7 +11,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use noetl_mesh::{
     event_type::EventType,
-    events::{read_through, Unfolder, CATCH_UP, FOLLOWED_ITERATIONS},
+    events::{Unfolder, CATCH_UP, FOLLOWED_ITERATIONS},
+    through::read_through,
     Mesh,
 };
 use noetl_wire::Event;
