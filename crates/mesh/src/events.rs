@@ -549,10 +549,19 @@ impl crate::Mesh {
             })
             .await
             .map_err(|e| failed(&e))?;
-        let read = crate::through::read(&stream, consumer, last.seq, CATCH_UP, |m| {
-            let seq = m.info().map(|i| i.stream_sequence).unwrap_or_default();
-            visit(seq, decode(m))
-        });
+        // On the heap: reads sit deep inside handlers' futures, and a debug
+        // build's future holds the consumer and its stream in each frame
+        // (a test thread's stack overflowed with it inline).
+        let read = Box::pin(crate::through::read(
+            &stream,
+            consumer,
+            last.seq,
+            CATCH_UP,
+            |m| {
+                let seq = m.info().map(|i| i.stream_sequence).unwrap_or_default();
+                visit(seq, decode(m))
+            },
+        ));
         read.await.map_err(|short| match short {
             Short::Stalled => failed(&format!(
                 "the replica read has not reached stream sequence {} (the leader's last under \
