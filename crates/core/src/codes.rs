@@ -78,6 +78,7 @@ codes! {
     E045 => "unknown reducer",
     E046 => "`loop` read where no loop runs",
     E047 => "authoring sugar",
+    E048 => "python code does not compile",
     W101 => "`then.set` alias",
     W102 => "unreachable step",
     W103 => "arc that can never fire",

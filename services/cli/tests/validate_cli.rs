@@ -211,3 +211,69 @@ fn validate_and_run_refuse_loop_done_loop_outside_a_loop_and_sugar_the_same_way(
         assert!(err.contains(l.as_str()), "run: no `{l}` in:\n{err}");
     }
 }
+
+/// A playbook with a python task whose code does not compile (a block
+/// scalar, its error on the code's second line), one whose top level
+/// `return`s (as a task may), and a one-line one that does not compile.
+const PYTHON_TASKS: &str = r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: python_syntax }
+workflow:
+  - step: start
+    tool:
+      - name: broken
+        kind: python
+        code: |
+          total = 0
+          def main(:
+              return total
+      - name: returns
+        kind: python
+        code: |
+          x = 2
+          return x * 2
+      - name: unclosed
+        kind: python
+        code: "result = (1"
+"#;
+
+#[test]
+fn validate_points_at_python_code_that_does_not_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("python_syntax.yaml");
+    std::fs::write(&file, PYTHON_TASKS).unwrap();
+    let path = file.display().to_string();
+    let (code, out) = noetl(&["validate", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{path}:11:20: error[E048]: python code of task `broken` of step `start` does not compile"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("11 |           def main(:"), "{out}");
+    assert!(out.contains("(line 2 of the code)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{path}:20:25: error[E048]: python code of task `unclosed` of step `start` does not compile"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("task `returns`"), "{out}");
+    assert!(out.contains("(Python 3."), "{out}");
+    assert!(out.contains(&format!("refused: {path} (2 errors, 0 warnings)")));
+
+    // Without an interpreter the code is not checked, and a note says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_noetl"))
+        .args(["validate", &path])
+        .env("NO_COLOR", "1")
+        .env("NOETL_PYTHON", "/nonexistent/python9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("python code not checked") && stderr.contains("/nonexistent/python9"),
+        "{stderr}"
+    );
+}

@@ -36,4 +36,5 @@ pub mod source;
 pub mod tail_filter;
 pub mod tree;
 pub mod validate;
+pub mod validate_python;
 pub mod why;

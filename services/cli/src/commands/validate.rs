@@ -43,7 +43,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let name = path.display().to_string();
         let (diags, text, ok): (Diagnostics, String, bool) = match std::fs::read_to_string(path) {
             Ok(text) => match load_playbook(&text, &name) {
-                Ok(l) => (l.warnings, text, true),
+                Ok(l) => {
+                    let python = super::validate_python::check(&l, &text);
+                    let ok = !python.has_errors();
+                    let mut diags = l.warnings;
+                    python.iter().cloned().for_each(|d| diags.push(d));
+                    diags.sort();
+                    (diags, text, ok)
+                }
                 Err(e) => (e.diagnostics, text, false),
             },
             // Unreadable: load_file reports it as a diagnostic.

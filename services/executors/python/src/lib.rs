@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod runner;
+pub mod syntax;
 
 /// The sealing of the interpreters (shared with the `shell` tool).
 pub use noetl_sandbox as env;

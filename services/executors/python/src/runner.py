@@ -1,4 +1,5 @@
-# NoETL python task runner (passed to the interpreter with `-c`).
+# NoETL python task runner (passed to the interpreter with `-c`, after
+# compile.py: how a task's code is compiled).
 #
 # Protocol: one JSON request per line on stdin, one response line per request
 # on the ORIGINAL stdout, prefixed by MARK. At start the original stdout is
@@ -20,7 +21,6 @@ MARK = "\x1eNOETL-RESULT "
 # Written to fd 2 before each response: once the executor has read it, it
 # has read everything the task wrote to fd 1 and 2 (the pipe keeps order).
 END = b"\x1eNOETL-END\n"
-TASK_FILE = "<task>"
 RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "main"))
 # Compiled task code by source: a loop's iterations run the same code, and
 # compiling it again is most of a small task's time. Bounded; emptied when full.
@@ -152,34 +152,6 @@ def _import_libs(libs, g):
         else:
             g[alias] = importlib.import_module(module)
     return []
-
-
-def _as_function(code):
-    """NoETL's python tasks may `return` their result from the top level:
-    such code runs as the body of a function whose return value is the
-    result (falling through, its local `result`). Built from the syntax
-    tree, so line numbers and string literals stay as written."""
-    import ast
-
-    tree = ast.parse(code, TASK_FILE, "exec")
-    fn = ast.parse("def __noetl_body__():\n    pass\n").body[0]
-    tail = ast.parse("return locals().get('result')").body
-    fn.body = (tree.body or [ast.Pass()]) + tail
-    module = ast.parse("")
-    module.body = [fn]
-    ast.fix_missing_locations(module)
-    return compile(module, TASK_FILE, "exec")
-
-
-def _compile(code):
-    """The code object of `code`, and the name of the function to call for
-    its result when its top level `return`s (else None)."""
-    try:
-        return compile(code, TASK_FILE, "exec"), None
-    except SyntaxError as e:
-        if "'return' outside function" not in str(e):
-            raise
-        return _as_function(code), "__noetl_body__"
 
 
 def _compiled(code):

@@ -20,8 +20,9 @@ mod lane;
 
 pub use lane::{FAST, LINE_WAIT};
 
-/// The runner script, passed to the interpreter with `-c`.
-pub const RUNNER: &str = include_str!("runner.py");
+/// The runner script, passed to the interpreter with `-c`: the compile
+/// rule it shares with the syntax check ([`crate::syntax`]), then the loop.
+pub const RUNNER: &str = concat!(include_str!("compile.py"), include_str!("runner.py"));
 
 /// Prefix of a protocol line on the runner's stdout.
 pub const MARK: &str = "\x1eNOETL-RESULT ";

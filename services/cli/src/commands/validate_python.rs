@@ -1,0 +1,180 @@
+//! `noetl validate`'s check of python tasks' inline `code` (E048): each is
+//! compiled, not run, by the interpreter the python executor would run
+//! (`NOETL_PYTHON`, else `python3`), the way the executor compiles it, and
+//! a syntax error is named at its line in the playbook rather than when a
+//! run reaches the task (docs/errors.md#e048).
+
+use noetl_core::codes::Code;
+use noetl_core::diagnostic::{Diagnostic, Diagnostics};
+use noetl_core::load::LoadedPlaybook;
+use noetl_core::yaml::Span;
+use noetl_core::Playbook;
+use noetl_tool_python::syntax::{self, SyntaxError};
+
+/// A python task's inline code, and where it is.
+#[derive(Debug, PartialEq)]
+struct PythonCode {
+    pointer: String,
+    whose: String,
+    code: String,
+}
+
+/// The inline `code` of every python task of `pb`'s steps.
+fn python_codes(pb: &Playbook) -> Vec<PythonCode> {
+    let mut out = Vec::new();
+    for (i, step) in pb.workflow.iter().enumerate() {
+        for (j, task) in step.tool.iter().enumerate() {
+            let code = task.config.get("code").and_then(|c| c.as_str());
+            if let (true, Some(code)) = (task.kind == "python", code) {
+                out.push(PythonCode {
+                    pointer: format!("/workflow/{i}/tool/{j}/code"),
+                    whose: format!("task `{}` of step `{}`", task.name, step.step),
+                    code: code.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// E048 for each python task of `loaded` whose code does not compile.
+/// Without an interpreter nothing is checked, and a note says so.
+pub fn check(loaded: &LoadedPlaybook, text: &str) -> Diagnostics {
+    let mut out = Diagnostics::default();
+    let codes = python_codes(&loaded.playbook);
+    if codes.is_empty() {
+        return out;
+    }
+    let interpreter = noetl_tool_python::PythonConfig::from_env().interpreter;
+    let sources: Vec<&str> = codes.iter().map(|c| c.code.as_str()).collect();
+    let report = match syntax::check(&interpreter, &sources) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "note: {}: python code not checked: {e} (NOETL_PYTHON names the interpreter)",
+                loaded.source_name
+            );
+            return out;
+        }
+    };
+    for (c, result) in codes.iter().zip(&report.results) {
+        let Some(e) = result else { continue };
+        let at = loaded.source_map.lookup(&c.pointer).unwrap_or_default();
+        let message = format!(
+            "python code of {} does not compile: {} (line {} of the code)",
+            c.whose, e.message, e.line
+        );
+        let help = format!(
+            "the python executor compiles it the same way, and the task would fail with a \
+             SyntaxError; checked with {} (Python {}; NOETL_PYTHON names another)",
+            interpreter.display(),
+            report.version
+        );
+        out.push(
+            Diagnostic::error(
+                Code::E048,
+                locate(text, at, &c.code, e),
+                &c.pointer,
+                message,
+            )
+            .help(help),
+        );
+    }
+    out
+}
+
+/// Where `e` (a line and column of `code`) is in the playbook's `text`,
+/// `code` being the scalar at `at`: a block scalar's lines follow its
+/// indicator, each indented alike; a one-line scalar is on `at`'s line
+/// (past its quote). `at` itself when the code's lines are not found.
+fn locate(text: &str, at: Span, code: &str, e: &SyntaxError) -> Span {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(lines.iter().scan(0, |o, l| {
+            *o += l.len() + 1;
+            Some(*o)
+        }))
+        .collect();
+    let span = |line: usize, col: usize| Span {
+        line: line + 1,
+        col,
+        offset: starts.get(line).map_or(at.offset, |s| s + col - 1),
+    };
+    let Some(first) = code.lines().next() else {
+        return at;
+    };
+    if !code.trim_end().contains('\n') {
+        let row = at.line.saturating_sub(1);
+        let quoted = lines
+            .get(row)
+            .and_then(|l| l.get(at.col.saturating_sub(1)..))
+            .is_some_and(|rest| rest.starts_with(['"', '\'']));
+        return span(
+            row,
+            at.col + usize::from(quoted) + e.column.saturating_sub(1),
+        );
+    }
+    let want = code.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
+    // The block's first line: on the indicator's line or the one after.
+    let start = (at.line.saturating_sub(1)..lines.len().min(at.line + 1))
+        .find(|&r| !first.trim().is_empty() && lines[r].trim() == first.trim());
+    let Some(start) = start else { return at };
+    let row = start + e.line.saturating_sub(1);
+    let Some(src) = lines.get(row) else { return at };
+    let indent = match src.strip_suffix(want) {
+        Some(lead) if !want.is_empty() => lead.len(),
+        _ => src.len() - src.trim_start().len(),
+    };
+    span(row, indent + e.column.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(line: usize, column: usize) -> SyntaxError {
+        SyntaxError {
+            line,
+            column,
+            message: "invalid syntax".into(),
+        }
+    }
+
+    #[test]
+    fn a_block_scalars_error_is_placed_on_its_own_line() {
+        let text = "tool:\n  - name: t\n    code: |\n      x = 1\n      def main(:\n";
+        // The scalar's node starts at the indicator `|` (line 3, column 11).
+        let at = Span {
+            line: 3,
+            col: 11,
+            offset: 30,
+        };
+        let s = locate(text, at, "x = 1\ndef main(:\n", &err(2, 10));
+        assert_eq!((s.line, s.col), (5, 16));
+        assert_eq!(&text[s.offset..s.offset + 1], ":");
+    }
+
+    #[test]
+    fn a_one_line_scalars_error_is_placed_past_its_quote() {
+        let text = "    code: \"result = (1\"\n";
+        let at = Span {
+            line: 1,
+            col: 11,
+            offset: 10,
+        };
+        let s = locate(text, at, "result = (1", &err(1, 10));
+        assert_eq!((s.line, s.col), (1, 21));
+        assert_eq!(&text[s.offset..s.offset + 1], "(");
+    }
+
+    #[test]
+    fn code_not_found_where_expected_keeps_the_scalars_place() {
+        let at = Span {
+            line: 1,
+            col: 3,
+            offset: 2,
+        };
+        let s = locate("a: b\n", at, "one\ntwo\n", &err(2, 1));
+        assert_eq!(s, at);
+    }
+}
