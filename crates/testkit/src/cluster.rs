@@ -15,7 +15,12 @@ use serde_json::Value;
 /// Nodes in a [`TestCluster`] unless [`TestCluster::try_start_sized`] says.
 pub const NODES: usize = 3;
 
-/// The cluster's name in every node's `cluster {}` block.
+/// The start of the cluster's name in every node's `cluster {}` block:
+/// `noetl-test-<first route port>`. Each cluster's name is its own, so
+/// nodes of two tests running at once never join one cluster: a route port
+/// picked free and then taken by another test's node (the race a start
+/// retries) reaches a node whose cluster name differs, and the route is
+/// refused.
 pub const CLUSTER_NAME: &str = "noetl-test";
 
 /// How long [`TestCluster::start`] and [`TestCluster::restart`] wait for
@@ -157,6 +162,7 @@ impl TestCluster {
             .iter()
             .map(|p| format!("nats-route://127.0.0.1:{p}"))
             .collect();
+        let cluster_name = format!("{CLUSTER_NAME}-{}", cluster_ports[0]);
         let mut nodes = Vec::new();
         for i in 0..count {
             let name = format!("n{}", i + 1);
@@ -169,7 +175,7 @@ impl TestCluster {
                 "server_name: {name}\n\
                  http: 127.0.0.1:{http}\n\
                  {jetstream}\
-                 cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{cport}\n  routes: [{routes}]\n}}\n",
+                 cluster {{\n  name: {cluster_name}\n  listen: 127.0.0.1:{cport}\n  routes: [{routes}]\n}}\n",
                 http = ports[2 * count + i],
                 cport = cluster_ports[i],
                 routes = routes.join(", "),
