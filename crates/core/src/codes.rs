@@ -88,6 +88,8 @@ codes! {
     W107 => "a workload value read bare",
     W108 => "a task reads a task that has not run",
     W109 => "an `else` rule continues on errors",
+    W110 => "http `method` is not a standard one",
+    W111 => "http `url` is not an http(s) URL",
 }
 
 impl Code {

@@ -18,6 +18,7 @@ use crate::yaml::{escape, Node, NodeKind};
 
 mod cursor;
 mod gates;
+mod http;
 mod keychain;
 mod loop_reads;
 mod next;

@@ -1229,3 +1229,50 @@ fn w109_an_else_rule_that_goes_on_over_errors_is_a_warning() {
 "#);
     assert!(!codes(&meant).contains(&"W109"), "{:#?}", diags(&meant));
 }
+
+// ---------------------------------------------------------------- W110, W111
+
+#[test]
+fn w110_w111_an_http_tasks_literal_url_and_method_are_checked_as_the_tool_reads_them() {
+    let src = pb(
+        "  - step: a\n    tool:\n      - name: t\n        kind: http\n        url: htp//example.com\n        method: gett\n",
+    );
+    // The task would fail with `http.config` whenever it runs: a warning,
+    // not refused (the spec's own examples hold `url: "..."`).
+    assert!(load(&src).is_ok());
+    assert_eq!(at(&src, "W111"), (10, 14));
+    let d = message(&src, "W111");
+    assert!(d.message.contains("task `t` of step `a`"), "{}", d.message);
+    assert!(d.message.contains("relative URL"), "{}", d.message);
+    // An extension method is sent as written: a warning, with the closest.
+    assert_eq!(at(&src, "W110"), (11, 17));
+    assert!(message(&src, "W110")
+        .help
+        .unwrap()
+        .starts_with("did you mean `GET`?"));
+    // A scheme of another protocol, or a host without one, too.
+    for url in ["ftp://example.com/f", "localhost:8080/x"] {
+        let src = pb(&format!(
+            "  - step: a\n    tool: {{ kind: http, url: \"{url}\" }}\n"
+        ));
+        assert!(codes(&src).contains(&"W111"), "{url}: {:#?}", diags(&src));
+    }
+    // A template is left to run time, `...` is an elision; standard
+    // methods in any case pass.
+    for (url, method) in [
+        ("...", "GET"),
+        ("https://api.example.com/x?y=1", "post"),
+        ("{{ workload.base }}/items", "GET"),
+        ("http://{{ workload.host }}:8080", "{{ workload.method }}"),
+    ] {
+        let src = pb(&format!(
+            "  - step: a\n    tool: {{ kind: http, url: \"{url}\", method: \"{method}\" }}\n"
+        ));
+        let found = codes(&src);
+        assert!(
+            !found.contains(&"W111") && !found.contains(&"W110"),
+            "{url} {method}: {:#?}",
+            diags(&src)
+        );
+    }
+}

@@ -193,6 +193,9 @@ impl Validator {
             .and_then(crate::tool::kind)
         {
             self.tool_fields(t, tp, whose, k);
+            if k.name == "http" {
+                self.http_literals(t, tp, whose);
+            }
         }
         if let Some(spec) = t.get("spec") {
             if self.expect_map(spec, &format!("{tp}/spec"), "`task.spec`") {
