@@ -519,13 +519,12 @@ impl crate::Mesh {
     ) -> Result<(), crate::MeshError> {
         use crate::through::Short;
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+        let reader = format!("reader of {filter}");
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
-            consumer: format!("reader of {filter}"),
+            consumer: reader.clone(),
             message: e.to_string(),
         };
-        let (stream, last) = self
-            .leader_last(filter, &format!("reader of {filter}"))
-            .await?;
+        let (stream, last) = self.events_and_last(filter, &reader).await?;
         let Some(last) = last.as_ref().map(LastStored::of) else {
             return Ok(());
         };
@@ -557,10 +556,7 @@ impl crate::Mesh {
             consumer,
             last.seq,
             CATCH_UP,
-            |m| {
-                let seq = m.info().map(|i| i.stream_sequence).unwrap_or_default();
-                visit(seq, decode(m))
-            },
+            |seq, m| visit(seq, decode(m)),
         ));
         read.await.map_err(|short| match short {
             Short::Stalled => failed(&format!(
@@ -581,15 +577,15 @@ impl crate::Mesh {
         filter: &str,
     ) -> Result<Option<LastStored>, crate::MeshError> {
         let (_, last) = self
-            .leader_last(filter, &format!("last event under {filter}"))
+            .events_and_last(filter, &format!("last event under {filter}"))
             .await?;
         Ok(last.as_ref().map(LastStored::of))
     }
 
     /// The event stream, and the last message under `filter` as its
-    /// leader holds it (a `STREAM.MSG.GET` by last subject, which
-    /// followers do not answer). Errors name `reader`.
-    async fn leader_last(
+    /// leader holds it ([`crate::through::leader_last`]). Errors name
+    /// `reader`.
+    async fn events_and_last(
         &self,
         filter: &str,
         reader: &str,
@@ -600,7 +596,6 @@ impl crate::Mesh {
         ),
         crate::MeshError,
     > {
-        use async_nats::jetstream::stream::LastRawMessageErrorKind;
         let failed = |e: &dyn std::fmt::Display| crate::MeshError::Consume {
             consumer: reader.to_string(),
             message: e.to_string(),
@@ -610,11 +605,9 @@ impl crate::Mesh {
             .get_stream_no_info(self.subjects().events_stream())
             .await
             .map_err(|e| failed(&e))?;
-        let last = match stream.get_last_raw_message_by_subject(filter).await {
-            Ok(m) => Some(m),
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
-            Err(e) => return Err(failed(&e)),
-        };
+        let last = crate::through::leader_last(&stream, filter)
+            .await
+            .map_err(|e| failed(&e))?;
         Ok((stream, last))
     }
 }
@@ -731,7 +724,7 @@ impl crate::Mesh {
     ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, crate::MeshError> {
         let subject = self.subjects().event(eid, kind.wire_name());
         let reader = format!("last {} of execution {eid}", kind.wire_name());
-        Ok(self.leader_last(&subject, &reader).await?.1)
+        Ok(self.events_and_last(&subject, &reader).await?.1)
     }
 }
 

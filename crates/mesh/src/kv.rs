@@ -165,16 +165,15 @@ async fn scan_records(
 ) -> Result<Vec<(String, bytes::Bytes)>, MeshError> {
     use crate::through::Short;
     use async_nats::jetstream::consumer::DeliverPolicy;
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     use std::ops::ControlFlow;
     let filter = format!("{}{pattern}", store.prefix);
     let mut found = Vec::new();
     // The leader's last record under the pattern: the consumer lands on
     // any replica, and one that lags must not end the scan before it has
     // that record (docs/architecture.md, "Reading the log").
-    let target = match store.stream.get_last_raw_message_by_subject(&filter).await {
-        Ok(m) => m.sequence,
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(found),
+    let target = match crate::through::leader_last(&store.stream, &filter).await {
+        Ok(Some(m)) => m.sequence,
+        Ok(None) => return Ok(found),
         Err(e) => return Err(kv_err(store, pattern, e)),
     };
     let consumer = store
@@ -187,7 +186,7 @@ async fn scan_records(
         })
         .await
         .map_err(|e| kv_err(store, pattern, e))?;
-    let read = crate::through::read(&store.stream, consumer, target, SCAN_STALL, |m| {
+    let read = crate::through::read(&store.stream, consumer, target, SCAN_STALL, |_, m| {
         let deleted = m
             .headers
             .as_ref()

@@ -9,8 +9,25 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, Consumer};
-use async_nats::jetstream::{stream::Stream, Message};
+use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::{LastRawMessageError, LastRawMessageErrorKind, Stream};
+use async_nats::jetstream::Message;
 use futures::StreamExt;
+
+/// The last message of `stream` under `filter`, as its leader holds it (a
+/// `STREAM.MSG.GET` by last subject, which followers do not answer):
+/// where a read of what is stored now must get to. `None` when nothing is
+/// stored under it.
+pub(crate) async fn leader_last<I>(
+    stream: &Stream<I>,
+    filter: &str,
+) -> Result<Option<StreamMessage>, LastRawMessageError> {
+    match stream.get_last_raw_message_by_subject(filter).await {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// Whether a read is done: the message at `seq` is the last its replica
 /// holds under the filter (`left == 0`), and at or past `target`, the last
@@ -31,7 +48,8 @@ pub(crate) enum Short {
     Failed(String),
 }
 
-/// Hand `consumer`'s messages to `visit` until the one at or past `target`
+/// Hand `consumer`'s messages to `visit`, each with its stream sequence,
+/// until the one at or past `target`
 /// is the last its replica holds, or `visit` breaks; then delete the
 /// consumer (whatever the outcome: an ephemeral consumer left behind holds
 /// server memory until it expires).
@@ -40,7 +58,7 @@ pub(crate) async fn read<I>(
     consumer: Consumer<OrderedConfig>,
     target: u64,
     stall: Duration,
-    mut visit: impl FnMut(&Message) -> ControlFlow<()>,
+    mut visit: impl FnMut(u64, &Message) -> ControlFlow<()>,
 ) -> Result<(), Short> {
     let name = consumer.cached_info().name.clone();
     let read = async {
@@ -54,7 +72,7 @@ pub(crate) async fn read<I>(
             };
             let info = m.info().map_err(|e| failed(&e))?;
             let (seq, left) = (info.stream_sequence, info.pending);
-            if visit(&m).is_break() || read_through(seq, left, target) {
+            if visit(seq, &m).is_break() || read_through(seq, left, target) {
                 return Ok(());
             }
         }
