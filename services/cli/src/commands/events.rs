@@ -169,7 +169,6 @@ fn decode_messages(data: &[u8], subject: &str) -> (Vec<Event>, Vec<String>) {
     (events, errors)
 }
 
-/// Where the consumer starts.
 /// Where a tail starts reading, as `--from-start`, `--since` and
 /// `--from-seq` say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

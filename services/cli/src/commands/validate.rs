@@ -47,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     let python = super::validate_python::check(&l, &text);
                     let ok = !python.has_errors();
                     let mut diags = l.warnings;
-                    python.iter().cloned().for_each(|d| diags.push(d));
+                    diags.extend(python.0);
                     diags.sort();
                     (diags, text, ok)
                 }
