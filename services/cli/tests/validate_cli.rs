@@ -235,6 +235,15 @@ workflow:
       - name: unclosed
         kind: python
         code: "result = (1"
+      - name: scripted
+        kind: python
+        script: { uri: inline, source: { type: inline, code: "if x" } }
+workbook:
+  - name: helper
+    kind: python
+    code: |
+      def f():
+      return 1
 "#;
 
 #[test]
@@ -259,9 +268,35 @@ fn validate_points_at_python_code_that_does_not_compile() {
         )),
         "{out}"
     );
+    assert!(
+        out.contains(&format!(
+            "{path}:23:67: error[E048]: python code of task `scripted` of step `start` does not compile"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{path}:29:7: error[E048]: python code of workbook task `helper` does not compile"
+        )),
+        "{out}"
+    );
     assert!(!out.contains("task `returns`"), "{out}");
     assert!(out.contains("(Python 3."), "{out}");
-    assert!(out.contains(&format!("refused: {path} (2 errors, 0 warnings)")));
+    assert!(out.contains(&format!("refused: {path} (4 errors, 0 warnings)")));
+
+    // `run` refuses it the same way, before it starts anything.
+    let out = Command::new(env!("CARGO_BIN_EXE_noetl"))
+        .args(["run", &path])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error[E048]: python code of task `broken` of step `start`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("execution"), "{stderr}");
 
     // Without an interpreter the code is not checked, and a note says so.
     let out = Command::new(env!("CARGO_BIN_EXE_noetl"))

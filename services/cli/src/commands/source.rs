@@ -1,7 +1,8 @@
 //! A playbook file read for `run`, `exec start` and `playbook register`:
 //! loaded as written, or first rewritten in memory by the `noetl migrate`
 //! rewrite (`--migrate`, docs/migrate.md), its change lines printed as
-//! `noetl migrate` prints them.
+//! `noetl migrate` prints them; refused, as `noetl validate` refuses it,
+//! when a python task's code does not compile (E048).
 
 use std::path::Path;
 
@@ -37,9 +38,10 @@ pub struct NotLoaded {
     pub summary: String,
 }
 
-/// Read `path`, rewrite it with `--migrate`, and load it. Change lines,
-/// refusals, warnings (if asked) and errors are printed on stderr; a file
-/// that does not load is [`NotLoaded`] (the command's exit 2).
+/// Read `path`, rewrite it with `--migrate`, load it and compile its
+/// python code. Change lines, refusals, warnings (if asked) and errors are
+/// printed on stderr; a file that does not load or whose python does not
+/// compile is [`NotLoaded`] (the command's exit 2).
 pub fn read(r: Read<'_>) -> Result<Source, NotLoaded> {
     let name = r.path.display().to_string();
     let (text, loaded) = if r.migrate {
@@ -88,6 +90,15 @@ pub fn read(r: Read<'_>) -> Result<Source, NotLoaded> {
     };
     if r.warnings && !loaded.warnings.is_empty() {
         eprintln!("{}\n", loaded.warnings.render_human(&name, &text));
+    }
+    // What `noetl validate` refuses beyond the loader (E048) is refused
+    // here too, before anything runs or is stored.
+    let python = super::validate_python::check(&loaded, &text);
+    if python.has_errors() {
+        eprintln!("{}", python.render_human(&name, &text));
+        return Err(NotLoaded {
+            summary: "refused: E048 (python code that does not compile)".into(),
+        });
     }
     Ok(Source { text, loaded })
 }

@@ -1,15 +1,18 @@
-//! `noetl validate`'s check of python tasks' inline `code` (E048): each is
-//! compiled, not run, by the interpreter the python executor would run
-//! (`NOETL_PYTHON`, else `python3`), the way the executor compiles it, and
-//! a syntax error is named at its line in the playbook rather than when a
-//! run reaches the task (docs/errors.md#e048).
+//! The check of python tasks' inline code (E048) by `noetl validate` and by
+//! the commands that read a playbook file (`run`, `exec start`, `playbook
+//! register`): each is compiled, not run, by the interpreter the python
+//! executor would run (`NOETL_PYTHON`, else `python3`), the way the
+//! executor compiles it, and a syntax error is named at its line in the
+//! playbook rather than when a run reaches the task (docs/errors.md#e048).
 
 use noetl_core::codes::Code;
 use noetl_core::diagnostic::{Diagnostic, Diagnostics};
 use noetl_core::load::LoadedPlaybook;
-use noetl_core::yaml::Span;
+use noetl_core::script::{script_source, ScriptSource};
+use noetl_core::yaml::{escape, Span};
 use noetl_core::Playbook;
 use noetl_tool_python::syntax::{self, SyntaxError};
+use serde_json::{Map, Value};
 
 /// A python task's inline code, and where it is.
 #[derive(Debug, PartialEq)]
@@ -19,22 +22,87 @@ struct PythonCode {
     code: String,
 }
 
-/// The inline `code` of every python task of `pb`'s steps.
+/// The inline code of every python task of `pb`: its steps' tasks and
+/// its root `workbook`'s, as `code` or as an inline `script` (a script
+/// holding a template is rendered when it runs, so it is left alone).
 fn python_codes(pb: &Playbook) -> Vec<PythonCode> {
     let mut out = Vec::new();
     for (i, step) in pb.workflow.iter().enumerate() {
         for (j, task) in step.tool.iter().enumerate() {
-            let code = task.config.get("code").and_then(|c| c.as_str());
-            if let (true, Some(code)) = (task.kind == "python", code) {
+            if task.kind != "python" {
+                continue;
+            }
+            if let Some((field, code)) = inline_code(&task.config) {
                 out.push(PythonCode {
-                    pointer: format!("/workflow/{i}/tool/{j}/code"),
+                    pointer: format!("/workflow/{i}/tool/{j}/{field}"),
                     whose: format!("task `{}` of step `{}`", task.name, step.step),
-                    code: code.to_string(),
+                    code,
                 });
             }
         }
     }
+    for (base, name, body) in workbook_tasks(pb.workbook.as_ref()) {
+        let python = body.get("kind").and_then(Value::as_str) == Some("python");
+        if let Some((field, code)) = inline_code(body).filter(|_| python) {
+            out.push(PythonCode {
+                pointer: format!("{base}/{field}"),
+                whose: format!("workbook task `{name}`"),
+                code,
+            });
+        }
+    }
     out
+}
+
+/// A python task body's inline code and the field holding it (`code`,
+/// `script/source/code` or `script/code`).
+fn inline_code(body: &Map<String, Value>) -> Option<(&'static str, String)> {
+    if let Some(code) = body.get("code").and_then(Value::as_str) {
+        return Some(("code", code.to_string()));
+    }
+    let script = body.get("script")?;
+    let Ok(ScriptSource::Inline(code)) = script_source(script) else {
+        return None;
+    };
+    if code.contains("{{") || code.contains("{%") {
+        return None;
+    }
+    let in_source = script.pointer("/source/code").is_some();
+    let field = if in_source {
+        "script/source/code"
+    } else {
+        "script/code"
+    };
+    Some((field, code))
+}
+
+/// The root `workbook`'s task bodies: each one's pointer, name and body,
+/// in either of its shapes (a list of named tasks, or `tasks:` by name).
+fn workbook_tasks(workbook: Option<&Value>) -> Vec<(String, String, &Map<String, Value>)> {
+    let named = |v: &Value| {
+        v.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    match workbook {
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((format!("/workbook/{i}"), named(t), t.as_object()?)))
+            .collect(),
+        Some(Value::Object(m)) => match m.get("tasks") {
+            Some(Value::Object(tasks)) => tasks
+                .iter()
+                .filter_map(|(k, t)| {
+                    let base = format!("/workbook/tasks/{}", escape(k));
+                    Some((base, k.clone(), t.as_object()?))
+                })
+                .collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
 }
 
 /// E048 for each python task of `loaded` whose code does not compile.
@@ -138,6 +206,85 @@ mod tests {
             column,
             message: "invalid syntax".into(),
         }
+    }
+
+    fn codes_of(yaml: &str) -> Vec<(String, String, String)> {
+        let loaded = noetl_core::load::load_playbook(yaml, "t.yaml").expect("loads");
+        let codes = python_codes(&loaded.playbook);
+        codes
+            .into_iter()
+            .map(|c| (c.pointer, c.whose, c.code))
+            .collect()
+    }
+
+    #[test]
+    fn steps_tasks_inline_scripts_and_workbook_tasks_are_checked() {
+        let yaml = r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: t }
+workbook:
+  - name: wb
+    kind: python
+    code: "x = 1"
+  - name: other
+    kind: noop
+workflow:
+  - step: start
+    tool:
+      - name: a
+        kind: python
+        script: { uri: inline, source: { type: inline, code: "y = 2" } }
+      - name: b
+        kind: workbook
+        task: wb
+      - name: c
+        kind: python
+        script: { source: { type: inline, code: "z = {{ workload.z }}" } }
+      - name: d
+        kind: python
+        script: { uri: scripts/d.py, source: { type: file } }
+      - name: e
+        kind: python
+        code: "w = 3"
+"#;
+        let want = [
+            (
+                "/workflow/0/tool/0/script/source/code",
+                "task `a` of step `start`",
+                "y = 2",
+            ),
+            (
+                "/workflow/0/tool/4/code",
+                "task `e` of step `start`",
+                "w = 3",
+            ),
+            ("/workbook/0/code", "workbook task `wb`", "x = 1"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(p, w, c)| (p.to_string(), w.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(codes_of(yaml), want);
+    }
+
+    #[test]
+    fn workbook_tasks_by_name_are_checked_under_their_escaped_name() {
+        let yaml = r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: t }
+workbook:
+  tasks:
+    a/b: { kind: python, code: "x = (" }
+    c: { kind: noop }
+workflow:
+  - step: start
+    tool:
+      - { name: call, kind: workbook, task: a/b }
+"#;
+        let codes = codes_of(yaml);
+        let pointers: Vec<&str> = codes.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(pointers, ["/workbook/tasks/a~1b/code"]);
+        assert_eq!(codes[0].1, "workbook task `a/b`");
     }
 
     #[test]
