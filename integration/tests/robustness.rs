@@ -562,3 +562,51 @@ async fn a_request_whose_plan_was_lost_before_its_first_event_starts_from_the_re
     cluster.assert_replays(&eid).await;
     cluster.stop().await;
 }
+
+/// Stack a thread may use in [`a_mesh_runs_its_playbooks_within_three_quarters_of_a_threads_stack`]:
+/// three quarters of the 2 MiB a test thread and a runtime worker get.
+const STACK_HEADROOM: usize = 1536 * 1024;
+
+/// A debug build keeps room in a function's stack frame for every future
+/// it builds, so starting a mesh and running its handlers took most of a
+/// test thread's 2 MiB (one test overflowed it; another was within 6 % of
+/// it). Here the test's thread and every worker of its runtime get three
+/// quarters of that: a change that eats the margin fails here, by name,
+/// instead of overflowing some other test now and then.
+#[test]
+fn a_mesh_runs_its_playbooks_within_three_quarters_of_a_threads_stack() {
+    let run = || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_stack_size(STACK_HEADROOM)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        // Not boxed: `#[tokio::test]` keeps its body on the stack too.
+        runtime.block_on(async {
+            let cluster = Cluster::start().await;
+            for file in [
+                "playbooks/hello.yaml",
+                "playbooks/nested_loops.yaml",
+                "playbooks/join.yaml",
+                "playbooks/jump_break.yaml",
+            ] {
+                let (summary, events) = cluster.run_file(file, json!({})).await;
+                assert_eq!(
+                    summary.status,
+                    noetl_mesh::state::ExecStatus::Completed,
+                    "{file}: {summary:?}"
+                );
+                cluster.assert_replays(&events[0].execution_id).await;
+            }
+            cluster.stop().await;
+        });
+    };
+    std::thread::Builder::new()
+        .name("stack-headroom".into())
+        .stack_size(STACK_HEADROOM)
+        .spawn(run)
+        .expect("a thread")
+        .join()
+        .expect("the playbooks ran");
+}

@@ -125,72 +125,38 @@ pub fn replica_decision(have: usize, want: usize, mode: Mode) -> ReplicaDecision
 }
 
 /// Create (or find) the streams and buckets.
+///
+/// One call site for each of `stream` and `bucket`, in loops: a debug
+/// build reserves a stack slot for every future a function builds, and
+/// eleven of them inline made this the deepest frame of a mesh's start
+/// (about 370 KB; the whole start must fit a 2 MiB test thread).
 pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
-    let (s, c) = (p.subjects, p.config);
     let mut report = Vec::new();
-    report.push(
-        stream(
-            &p,
-            stream::Config {
-                name: s.work_stream(),
-                subjects: vec![
-                    s.exec_request(),
-                    s.tokens_all(),
-                    s.tasks_all(),
-                    s.loops_all(),
-                ],
-                retention: RetentionPolicy::WorkQueue,
-                storage: StorageType::File,
-                duplicate_window: c.duplicate_window,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
-        )
-        .await?,
-    );
-    report.push(
-        stream(
-            &p,
-            stream::Config {
-                name: s.events_stream(),
-                subjects: vec![s.events_all()],
-                retention: RetentionPolicy::Limits,
-                storage: StorageType::File,
-                duplicate_window: c.duplicate_window,
-                // No age limit: a running execution's events are never
-                // dropped; the router removes expired executions whole
-                // (crate::retention).
-                max_age: std::time::Duration::ZERO,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
-        )
-        .await?,
-    );
-    report.push(
-        stream(
-            &p,
-            stream::Config {
-                name: s.dlq_stream(),
-                subjects: vec![s.dead_letters_all()],
-                retention: RetentionPolicy::Limits,
-                storage: StorageType::File,
-                max_age: c.events_max_age,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
-        )
-        .await?,
-    );
-    let (exec, r1) = bucket(&p, &s.exec_bucket()).await?;
-    let (ctx, r2) = bucket(&p, &s.ctx_bucket()).await?;
-    let (loops, r3) = bucket(&p, &s.loop_bucket()).await?;
-    let (credentials, r4) = bucket(&p, &s.credentials_bucket()).await?;
-    let (catalog, r5) = bucket(&p, &s.catalog_bucket()).await?;
-    let (tokens, r6) = bucket(&p, &s.tokens_bucket()).await?;
-    let (schedules, r7) = bucket(&p, &s.schedules_bucket()).await?;
-    let (gates, r8) = bucket(&p, &s.gates_bucket()).await?;
-    report.extend([r1, r2, r3, r4, r5, r6, r7, r8]);
+    for want in stream_configs(p.subjects, p.config) {
+        report.push(stream(&p, want).await?);
+    }
+    let s = p.subjects;
+    let names = [
+        s.exec_bucket(),
+        s.ctx_bucket(),
+        s.loop_bucket(),
+        s.credentials_bucket(),
+        s.catalog_bucket(),
+        s.tokens_bucket(),
+        s.schedules_bucket(),
+        s.gates_bucket(),
+    ];
+    let mut stores = Vec::with_capacity(names.len());
+    for name in &names {
+        let (store, r) = bucket(&p, name).await?;
+        stores.push(store);
+        report.push(r);
+    }
+    let Ok([exec, ctx, loops, credentials, catalog, tokens, schedules, gates]) =
+        <[kv::Store; 8]>::try_from(stores)
+    else {
+        unreachable!("one store per bucket name");
+    };
     Ok(Ensured {
         buckets: Buckets {
             exec,
@@ -204,6 +170,49 @@ pub async fn ensure(p: EnsureParams<'_>) -> Result<Ensured, MeshError> {
         },
         report,
     })
+}
+
+/// The mesh's streams as [`ensure`] wants them: the work queue, the event
+/// log and the dead letters.
+fn stream_configs(s: &Subjects, c: &MeshConfig) -> [stream::Config; 3] {
+    [
+        stream::Config {
+            name: s.work_stream(),
+            subjects: vec![
+                s.exec_request(),
+                s.tokens_all(),
+                s.tasks_all(),
+                s.loops_all(),
+            ],
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            duplicate_window: c.duplicate_window,
+            num_replicas: c.replicas,
+            ..Default::default()
+        },
+        stream::Config {
+            name: s.events_stream(),
+            subjects: vec![s.events_all()],
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::File,
+            duplicate_window: c.duplicate_window,
+            // No age limit: a running execution's events are never
+            // dropped; the router removes expired executions whole
+            // (crate::retention).
+            max_age: std::time::Duration::ZERO,
+            num_replicas: c.replicas,
+            ..Default::default()
+        },
+        stream::Config {
+            name: s.dlq_stream(),
+            subjects: vec![s.dead_letters_all()],
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::File,
+            max_age: c.events_max_age,
+            num_replicas: c.replicas,
+            ..Default::default()
+        },
+    ]
 }
 
 fn missing(p: &EnsureParams<'_>, what: String) -> MeshError {

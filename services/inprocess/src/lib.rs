@@ -167,6 +167,36 @@ impl Service {
     }
 }
 
+/// Spawn router, scheduler or loop-supervisor on `params`. Not async: a
+/// debug build reserves room for a service's whole future in the frame of
+/// the function that builds it, and [`InProcess::start`] runs deep (it
+/// connects and creates the mesh under it).
+fn spawn_service(service: Service, params: ServiceParams) -> JoinHandle<Result<(), MeshError>> {
+    tokio::spawn(async move {
+        let r = match service {
+            Service::Router => noetl_router::serve(params).await,
+            Service::Scheduler => noetl_scheduler::serve(params).await,
+            _ => noetl_loop_supervisor::serve(params).await,
+        };
+        if let Err(e) = &r {
+            let service = service.name();
+            tracing::error!(service, error = %e, "service stopped with an error");
+        }
+        r
+    })
+}
+
+/// Spawn an executor on `params` (not async, as [`spawn_service`]).
+fn spawn_executor(params: noetl_executor::ExecutorParams) -> JoinHandle<Result<(), MeshError>> {
+    tokio::spawn(async move {
+        let r = noetl_executor::serve(params).await;
+        if let Err(e) = &r {
+            tracing::error!(error = %e, "executor stopped with an error");
+        }
+        r
+    })
+}
+
 impl InProcess {
     /// Start `opts.replicas` replicas of router, scheduler and
     /// loop-supervisor (and of an executor with every tool, unless
@@ -183,19 +213,7 @@ impl InProcess {
         for _ in 0..opts.replicas {
             for service in [Service::Router, Service::Scheduler, Service::LoopSupervisor] {
                 let params = me.params(opts.concurrency).await?;
-                let task = tokio::spawn(async move {
-                    let r = match service {
-                        Service::Router => noetl_router::serve(params).await,
-                        Service::Scheduler => noetl_scheduler::serve(params).await,
-                        _ => noetl_loop_supervisor::serve(params).await,
-                    };
-                    if let Err(e) = &r {
-                        let service = service.name();
-                        tracing::error!(service, error = %e, "service stopped with an error");
-                    }
-                    r
-                });
-                me.tasks.push((service, task));
+                me.tasks.push((service, spawn_service(service, params)));
             }
             if opts.executors {
                 let task = me
@@ -220,14 +238,7 @@ impl InProcess {
         let service = self.params(concurrency).await?;
         let mesh = service.mesh.clone();
         let kinds: Vec<String> = tools.iter().map(|t| t.kind().to_string()).collect();
-        let handle = tokio::spawn(async move {
-            let params = noetl_executor::ExecutorParams { service, tools };
-            let r = noetl_executor::serve(params).await;
-            if let Err(e) = &r {
-                tracing::error!(error = %e, "executor stopped with an error");
-            }
-            r
-        });
+        let handle = spawn_executor(noetl_executor::ExecutorParams { service, tools });
         // Serving before this returns: a first command of its kinds then
         // finds it, instead of starting a `task.unserved` timer.
         let ready = Instant::now() + READY_WAIT;
