@@ -90,6 +90,7 @@ codes! {
     W109 => "an `else` rule continues on errors",
     W110 => "http `method` is not a standard one",
     W111 => "http `url` is not an http(s) URL",
+    W112 => "a cursor claim that does not read `__frame_claim`",
 }
 
 impl Code {

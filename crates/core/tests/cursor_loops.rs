@@ -236,3 +236,60 @@ fn frame_max_rows_outside_a_claim_is_still_an_unknown_name() {
         "{f:#?}"
     );
 }
+
+#[test]
+fn w112_a_claim_that_does_not_read_frame_claim_is_warned_where_it_is_written() {
+    // Takes pending rows and never marks them as its own: a second run of
+    // the same claim would take other rows (docs/dsl.md).
+    let src = pb("      cursor:
+        auth: db
+        claim: \"UPDATE q SET s = 'c' WHERE id IN (SELECT id FROM q WHERE s = 'p' LIMIT {{ __frame_max_rows }}) RETURNING id\"
+      iterator: job
+      spec: { mode: cursor }
+");
+    let l = load(&src).unwrap_or_else(|e| panic!("a warning, not a refusal: {e}"));
+    let w: Vec<_> = l
+        .warnings
+        .0
+        .iter()
+        .filter(|d| d.code.as_str() == "W112")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", l.warnings);
+    let s = w[0].span.expect("positioned");
+    assert_eq!((s.line, s.col), (10, 16));
+    assert!(
+        w[0].message.contains("cursor loop `start`"),
+        "{}",
+        w[0].message
+    );
+    assert!(w[0].message.contains("__frame_claim"), "{}", w[0].message);
+    assert!(
+        w[0].help
+            .as_deref()
+            .unwrap_or_default()
+            .contains("A claim that runs again"),
+        "{:?}",
+        w[0].help
+    );
+    // Reading it anywhere in the statement is enough (the check does not
+    // parse SQL); a claim that does not parse is E036's alone.
+    let marked = pb(&format!(
+        "{CLAIM}      iterator: job\n      spec: {{ mode: cursor }}\n"
+    ));
+    assert!(
+        !found(&marked).iter().any(|(c, ..)| *c == "W112"),
+        "{:#?}",
+        found(&marked)
+    );
+    let broken = pb(
+        "      cursor: { auth: db, claim: \"UPDATE q SET s = '{{ oops' RETURNING id\" }
+      iterator: job
+      spec: { mode: cursor }
+",
+    );
+    let codes: Vec<_> = found(&broken).into_iter().map(|(c, ..)| c).collect();
+    assert!(
+        codes.contains(&"E036") && !codes.contains(&"W112"),
+        "{codes:?}"
+    );
+}

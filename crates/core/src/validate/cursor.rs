@@ -142,7 +142,23 @@ impl Validator {
                 format!("`loop.cursor.claim` of step `{step}` must be SQL text"),
                 "one statement that claims rows and returns them (`UPDATE ... RETURNING ...`)",
             ),
-            _ => {}
+            Some(n) => {
+                let sql = n.as_str().unwrap_or_default();
+                if !marks_its_rows(sql) {
+                    self.warn(
+                        Code::W112,
+                        n.span,
+                        &format!("{path}/claim"),
+                        format!(
+                            "the claim of cursor loop `{step}` does not read `{FRAME_CLAIM}`: \
+                             a claim can run twice, and a second run would take other rows, \
+                             left `claimed` with no iteration for them"
+                        ),
+                        "mark the rows a claim takes with `'{{ __frame_claim }}'` and return the rows so marked, \
+                         whatever their status, before taking others (docs/dsl.md, \"A claim that runs again takes the same rows\")",
+                    );
+                }
+            }
         }
         if let Some(a) = c.get("auth") {
             if a.as_str().is_none() {
@@ -206,10 +222,46 @@ impl Validator {
     }
 }
 
+/// Whether claim `sql` reads its own identity, `__frame_claim`, which is
+/// what lets a claim that runs again find the rows it took (W112). A claim
+/// whose template does not parse is left to E036.
+fn marks_its_rows(sql: &str) -> bool {
+    crate::template::check_syntax(sql).is_err()
+        || crate::template::referenced_roots(sql)
+            .iter()
+            .any(|r| r == FRAME_CLAIM)
+}
+
 /// An integer >= 1, or a template giving one at run time.
 pub(super) fn positive_or_template(n: &Node) -> bool {
     if let Some(s) = n.as_str() {
         return crate::template::is_template(s) || s.trim().parse::<u64>().is_ok_and(|v| v >= 1);
     }
     matches!(n.kind, NodeKind::Int(v) if v >= 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::marks_its_rows;
+
+    #[test]
+    fn a_claim_marks_its_rows_when_its_template_reads_frame_claim() {
+        assert!(marks_its_rows(
+            "UPDATE q SET by = '{{ __frame_claim }}' WHERE by IS NULL RETURNING id"
+        ));
+        // Through a filter, or beside other names, it still reads it.
+        assert!(marks_its_rows(
+            "SELECT id FROM q WHERE by = '{{ __frame_claim | upper }}' LIMIT {{ __frame_max_rows }}"
+        ));
+        assert!(!marks_its_rows("UPDATE q SET s = 'c' RETURNING id"));
+        assert!(!marks_its_rows(
+            "UPDATE q SET s = 'c' WHERE id IN (SELECT id FROM q LIMIT {{ __frame_max_rows }}) RETURNING id"
+        ));
+        // The name in SQL text, not read by the template, is not a mark.
+        assert!(!marks_its_rows(
+            "UPDATE q SET by = '__frame_claim' RETURNING id"
+        ));
+        // A template that does not parse is E036's to report.
+        assert!(marks_its_rows("UPDATE q SET s = '{{ oops' RETURNING id"));
+    }
 }
