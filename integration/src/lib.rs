@@ -509,3 +509,34 @@ pub async fn every_stream(mesh: &noetl_mesh::Mesh) -> String {
 /// How long [`Cluster::wait`] gives a terminal execution's router to mark
 /// its end emitted before returning without it.
 pub const END_SETTLES: Duration = Duration::from_secs(5);
+
+/// A three-step chain whose middle step, `nap`, runs a python task for a
+/// second: the router starts it itself, so its `step.started` rides in
+/// the router's answer to `start` (`next.selected`), for tests of what
+/// reads the log while such a step-run runs.
+pub const NAP_IN_THE_MIDDLE: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: nap_in_the_middle }
+workflow:
+  - step: start
+    tool:
+      - { name: n, kind: noop }
+    next:
+      arcs:
+        - step: nap
+  - step: nap
+    tool:
+      - name: sleep
+        kind: python
+        code: |
+          import time
+          time.sleep(1.0)
+          result = 'rested'
+    next:
+      arcs:
+        - step: last
+  - step: last
+    tool:
+      - { name: n, kind: noop }
+"#;

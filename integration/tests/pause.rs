@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use noetl_integration::{types, Cluster, ClusterOptions};
+use noetl_integration::{types, Cluster, ClusterOptions, NAP_IN_THE_MIDDLE};
 use noetl_mesh::event_type::EventType;
 use noetl_mesh::keys::Keys;
 use noetl_mesh::kv;
@@ -215,6 +215,38 @@ async fn a_held_token_purged_while_paused_is_published_again_from_the_log_at_the
         .count();
     assert_eq!(second_started, 1, "{:?}", types(&events));
     cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
+
+/// Paused and unpaused while a step-run runs, the execution starts it no
+/// second time: the step-runs the router starts itself (their
+/// `step.started` carried in `next.selected`) and the entry's (carried in
+/// `token.created`) are started, though no `step.*` event of theirs is
+/// stored on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpause_while_a_step_runs_starts_it_no_second_time() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    for (yaml, step) in [(NAP_IN_THE_MIDDLE, "nap"), (CHAIN, "start")] {
+        let eid = cluster.submit(yaml, "pause.yaml", json!({})).await;
+        cluster
+            .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
+                e.event_type == EventType::TaskStarted.wire_name() && e.step == step
+            })
+            .await;
+        assert!(mesh.pause(&eid, "test", "").await.unwrap());
+        // Nothing was held, and nothing is owed: the step runs on.
+        assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 0, "{step}");
+        let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+        assert_eq!(done.status, ExecStatus::Completed);
+        let events = cluster.settled_events(&eid).await;
+        let started = events
+            .iter()
+            .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == step)
+            .count();
+        assert_eq!(started, 1, "{step}: {:?}", types(&events));
+        cluster.assert_replays(&eid).await;
+    }
     cluster.stop().await;
 }
 

@@ -24,9 +24,16 @@ use crate::keys::Keys;
 use crate::state::{ExecHeader, ExecStatus};
 use crate::{codec, kv, Mesh, MeshError};
 
+/// Where the `step.*` events of an execution are stored: under their own
+/// subjects, and carried, read back unfolded, in the router's answers
+/// (`next.selected`: the `step.started` of a step-run the router started
+/// itself) and in the entry's `token.created` (its step-run's): a reader
+/// that looks for a step-run's start under `step.>` alone misses those.
+const STEP_EVENTS_AT: [&str; 3] = ["step.>", "next.selected", "token.created"];
+
 /// The tokens of `header` to publish again at an unpause: live, never
 /// started (no event in `step_events`, the execution's `step.*` events,
-/// is of their step-run) and not released from a held record already
+/// those carried in other events included, is of their step-run) and not released from a held record already
 /// (`released`: the held records' keys). Each comes with the step of the
 /// step-run that fired it (a join reads it), as those events name it.
 pub fn owed_tokens(
@@ -150,13 +157,17 @@ impl Mesh {
         {
             return Ok(0);
         }
-        let filter = self.subjects().events_matching(Some(eid), "step.>");
-        let step_events: Vec<Event> = self
-            .stored_events_from(&filter, None)
-            .await?
-            .into_iter()
-            .filter_map(|(_, ev)| ev.ok())
-            .collect();
+        let mut step_events: Vec<Event> = Vec::new();
+        for types in STEP_EVENTS_AT {
+            let filter = self.subjects().events_matching(Some(eid), types);
+            step_events.extend(
+                self.stored_events_from(&filter, None)
+                    .await?
+                    .into_iter()
+                    .filter_map(|(_, ev)| ev.ok())
+                    .filter(|ev| ev.event_type.starts_with("step.")),
+            );
+        }
         let owed = owed_tokens(&header, &step_events, released);
         let trace_id = self
             .plans()
