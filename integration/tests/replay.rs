@@ -218,3 +218,46 @@ workflow:
     );
     cluster.stop().await;
 }
+
+/// The router's check for a boundary's answer in the log (read when a
+/// redelivered boundary finds nothing of its own live: did the delivery
+/// that wrote the header store its `next.selected` before it stopped?)
+/// finds the answer to that step-run's end, not the `step.started` the
+/// router's answer to the step before carries for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boundary_is_answered_by_its_own_next_selected_not_by_the_start_it_carries() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = cluster
+        .submit(
+            noetl_integration::NAP_IN_THE_MIDDLE,
+            "answered.yaml",
+            json!({}),
+        )
+        .await;
+    let events = cluster
+        .wait_for_event(
+            &eid,
+            "the nap to start",
+            std::time::Duration::from_secs(30),
+            |e| e.event_type == EventType::TaskStarted.wire_name() && e.step == "nap",
+        )
+        .await;
+    let of = |step: &str| {
+        events
+            .iter()
+            .find(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == step)
+            .map(|e| e.step_run_id.clone())
+            .unwrap_or_else(|| panic!("{step} started"))
+    };
+    let (start, nap) = (of("start"), of("nap"));
+    assert!(mesh.boundary_answered(&eid, &start).await.unwrap());
+    assert!(
+        !mesh.boundary_answered(&eid, &nap).await.unwrap(),
+        "nap runs: its end is not answered yet"
+    );
+    let done = cluster.wait(&eid, std::time::Duration::from_secs(30)).await;
+    assert_eq!(done.status, noetl_mesh::state::ExecStatus::Completed);
+    assert!(mesh.boundary_answered(&eid, &nap).await.unwrap());
+    cluster.stop().await;
+}

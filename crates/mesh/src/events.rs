@@ -651,14 +651,18 @@ impl crate::Mesh {
     /// Whether the router's `next.selected` answering a boundary of
     /// step-run `srid` of execution `eid` is stored (read on the rare path
     /// of a redelivered boundary that finds nothing of its own live).
+    ///
+    /// Read as stored, not unfolded: the answer to the step-run before
+    /// carries this step-run's `step.started` when the router started it,
+    /// and that event, unfolded, bears this step-run's id too.
     pub async fn boundary_answered(&self, eid: &str, srid: &str) -> Result<bool, crate::MeshError> {
         let subject = self
             .subjects()
             .event(eid, EventType::NextSelected.wire_name());
-        let read = self.stored_events_from(&subject, None).await?;
-        Ok(read
-            .into_iter()
-            .any(|(_, ev)| ev.is_ok_and(|ev| ev.step_run_id == srid)))
+        self.any_stored_event(&subject, |ev| {
+            EventType::of(ev) == Some(EventType::NextSelected) && ev.step_run_id == srid
+        })
+        .await
     }
 
     /// Whether claim `seq` of loop run `loop_run_id` of execution `eid` has
@@ -675,14 +679,31 @@ impl crate::Mesh {
         let subject = self
             .subjects()
             .event(eid, EventType::LoopClaimed.wire_name());
-        let read = self.stored_events_from(&subject, None).await?;
-        Ok(read.into_iter().any(|(_, ev)| {
-            ev.is_ok_and(|ev| {
-                ev.step_run_id == loop_run_id
-                    && crate::payloads::decode_typed::<crate::payloads::ClaimEnded>(&ev)
-                        .is_ok_and(|c| c.seq == seq)
-            })
-        }))
+        self.any_stored_event(&subject, |ev| {
+            ev.step_run_id == loop_run_id
+                && crate::payloads::decode_typed::<crate::payloads::ClaimEnded>(ev)
+                    .is_ok_and(|c| c.seq == seq)
+        })
+        .await
+    }
+
+    /// Whether an event stored under `filter` matches `pred`, each read as
+    /// stored (not unfolded), one at a time, until the first that does.
+    async fn any_stored_event(
+        &self,
+        filter: &str,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Result<bool, crate::MeshError> {
+        let mut found = false;
+        self.visit_stored_events(filter, ReadFrom::Start, |_, ev| {
+            found = ev.is_ok_and(|ev| pred(&ev));
+            match found {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            }
+        })
+        .await?;
+        Ok(found)
     }
 
     /// The stream sequence of the last stored event of type `kind` of
