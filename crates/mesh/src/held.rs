@@ -33,9 +33,10 @@ const STEP_EVENTS_AT: [&str; 3] = ["step.>", "next.selected", "token.created"];
 
 /// The tokens of `header` to publish again at an unpause: live, never
 /// started (no event in `step_events`, the execution's `step.*` events,
-/// those carried in other events included, is of their step-run) and not released from a held record already
-/// (`released`: the held records' keys). Each comes with the step of the
-/// step-run that fired it (a join reads it), as those events name it.
+/// those carried in other events included, is of their step-run) and not
+/// released from a held record already (`released`: the held records'
+/// keys). Each comes with the step of the step-run that fired it (a join
+/// reads it), as those events name it.
 pub fn owed_tokens(
     header: &ExecHeader,
     step_events: &[Event],
