@@ -563,6 +563,77 @@ async fn a_request_whose_plan_was_lost_before_its_first_event_starts_from_the_re
     cluster.stop().await;
 }
 
+/// A request the router ended before a delivery stopped, its terminal event
+/// not out yet: the header says the execution failed and the end is owed
+/// (`terminal_emitted` unset). Delivered again, the request announces that
+/// end instead of taking the header's word for it: a refused request (no
+/// playbook ever planned) and one refused by its concurrency limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_ended_before_its_end_went_out_announces_it_when_delivered_again() {
+    use noetl_mesh::state::{ExecHeader, ExecStatus};
+    let cluster = Cluster::start().await;
+    let now = noetl_mesh::events::now_rfc3339();
+    let ended = |eid: &str, playbook: &str, error: &str| ExecHeader {
+        playbook: playbook.into(),
+        source: format!("{eid}.yaml"),
+        status: ExecStatus::Failed,
+        started_at: now.clone(),
+        ended_at: Some(now.clone()),
+        error: Some(error.into()),
+        ..ExecHeader::running(eid.to_string(), Vec::new())
+    };
+    let refused = noetl_mesh::ids::new_execution_id();
+    let limited = noetl_mesh::ids::new_execution_id();
+    let cases = [
+        (
+            &refused,
+            ended(&refused, "", "invalid playbook: workflow is empty"),
+        ),
+        (
+            &limited,
+            ended(&limited, "limited", "concurrency key `k` is full (limit 1)"),
+        ),
+    ];
+    for (eid, header) in &cases {
+        noetl_mesh::kv::put(
+            cluster.mesh.exec_kv(),
+            &noetl_mesh::keys::Keys::header(eid),
+            header,
+        )
+        .await
+        .unwrap();
+        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: limited }\nworkflow:\n  - step: start\n    tool: { kind: noop }\n";
+        cluster
+            .submit_as(eid, yaml, &header.source, json!({}))
+            .await;
+    }
+    for (eid, header) in &cases {
+        let events = cluster
+            .wait_for_event(eid, "execution.failed", Duration::from_secs(30), |e| {
+                e.event_type == "execution.failed"
+            })
+            .await;
+        // The end as the header has it, and nothing run.
+        assert_eq!(types(&events), ["execution.failed"], "{eid}");
+        let p = noetl_mesh::events::payload(&events[0]);
+        assert_eq!(p["error"], json!(header.error), "{eid}: {p}");
+        let stored = cluster.wait(eid, Duration::from_secs(10)).await;
+        assert_eq!(stored.status, ExecStatus::Failed, "{eid}");
+        let h = cluster.mesh.exec_header(eid).await.unwrap().unwrap();
+        assert!(h.terminal_emitted, "{eid}: the end is recorded as out");
+    }
+    // The refused one's log is whole (a limited one's starts with its
+    // `playbook.initialized`, which this test does not write).
+    cluster.assert_replays(&refused).await;
+    // The refused one's event carries where it came from: its only event.
+    let events = cluster.events(&refused).await;
+    assert_eq!(
+        noetl_mesh::events::payload(&events[0])["source"],
+        json!(format!("{refused}.yaml"))
+    );
+    cluster.stop().await;
+}
+
 /// Stack a thread may use in [`a_mesh_runs_its_playbooks_within_three_quarters_of_a_threads_stack`]:
 /// three quarters of the 2 MiB a test thread and a runtime worker get.
 const STACK_HEADROOM: usize = 1536 * 1024;

@@ -372,3 +372,87 @@ async fn a_step_waiting_on_a_child_times_out_and_the_child_is_cancelled() {
     assert!(why.contains("ran out of time"), "{why}");
     cluster.stop().await;
 }
+
+/// The router's execution deadline, delivered again after a delivery that
+/// wrote the execution's end (failed by the deadline) and stopped before
+/// its terminal event: the end goes out now, where a header no longer
+/// running used to make the timer do nothing, and the end was never told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_delivered_again_after_its_end_was_written_announces_that_end() {
+    use noetl_core::lifecycle::{execution_timeout_message, Deadline};
+    use noetl_mesh::events::{now_ms, now_rfc3339, EventDraft};
+    use noetl_mesh::payloads::{DeadlineSet, ExecutionDeadlineSet};
+    use noetl_mesh::state::{ExecHeader, TokenRecord};
+    let cluster = Cluster::start().await;
+    let eid = noetl_mesh::ids::new_execution_id();
+    let deadline = Deadline {
+        at_ms: now_ms() - 5_000,
+        what: "executor.spec.limits.timeout_s: 1".into(),
+    };
+    let now = now_rfc3339();
+    let mut header = ExecHeader {
+        playbook: "timed".into(),
+        source: "timed.yaml".into(),
+        started_at: now.clone(),
+        ..ExecHeader::running(eid.clone(), vec![TokenRecord::new("t1", "start")])
+    };
+    header.end(
+        ExecStatus::Failed,
+        &execution_timeout_message(&deadline),
+        &now,
+    );
+    noetl_mesh::kv::put(
+        cluster.mesh.exec_kv(),
+        &noetl_mesh::keys::Keys::header(&eid),
+        &header,
+    )
+    .await
+    .unwrap();
+    let timer = EventDraft {
+        execution_id: &eid,
+        ..Default::default()
+    }
+    .build(&ExecutionDeadlineSet(DeadlineSet {
+        at_ms: deadline.at_ms,
+        what: deadline.what.clone(),
+        args: None,
+    }));
+    cluster
+        .mesh
+        .emit(&timer)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let events = cluster
+        .wait_for_event(&eid, "execution.failed", Duration::from_secs(20), |e| {
+            e.event_type == "execution.failed"
+        })
+        .await;
+    let end = events
+        .iter()
+        .find(|e| e.event_type == "execution.failed")
+        .unwrap();
+    let error = payload(end)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains("executor.spec.limits.timeout_s: 1"),
+        "the end names the deadline: {error}"
+    );
+    let s = cluster.wait(&eid, Duration::from_secs(10)).await;
+    assert_eq!(s.status, ExecStatus::Failed);
+    assert!(
+        cluster
+            .mesh
+            .exec_header(&eid)
+            .await
+            .unwrap()
+            .unwrap()
+            .terminal_emitted,
+        "the end is recorded as out"
+    );
+    cluster.stop().await;
+}

@@ -220,7 +220,7 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
-    if accepted_already(mesh, headers, &eid).await? {
+    if accepted_already(mesh, headers, &eid, &req).await? {
         return Ok(());
     }
     // A child: its parent's continuation is kept before anything can fail.
@@ -310,11 +310,22 @@ async fn accepted_already(
     mesh: &Mesh,
     headers: &kv::RevisionCache<ExecHeader>,
     eid: &str,
+    req: &ExecutionRequest,
 ) -> Result<bool, HandlerError> {
     let Some(header) = mesh.exec_header(eid).await? else {
         return Ok(false);
     };
     if header.status != ExecStatus::Running {
+        // Ended (refused, or over its concurrency limit) by a delivery that
+        // stopped before its terminal event went out: the event now, from
+        // the header (same id: a duplicate is dropped).
+        if !header.terminal_emitted {
+            let trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(req), eid);
+            match ended_before_start(&header) {
+                true => emit_early_end(mesh, &header, &trace_id).await?,
+                false => crate::ending::emit_terminal(mesh, headers, &header, &trace_id).await?,
+            }
+        }
         // A child refused before a crash may not have resumed its parent.
         crate::children::resume_parent(mesh, eid).await?;
         return Ok(true);
@@ -410,8 +421,10 @@ struct EarlyEnd<'a> {
     reason: String,
 }
 
-/// Record the terminal header and emit the terminal event of an execution
-/// that never started.
+/// Record the terminal header of an execution that never started, then
+/// emit its terminal event ([`emit_early_end`]). The header says the event
+/// is owed until it went out: a delivery that stops between the two leaves
+/// it to the redelivery ([`accepted_already`]).
 async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
     let now = now_rfc3339();
     let header = ExecHeader {
@@ -420,7 +433,7 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
         playbook: String::new(),
         source: e.source.to_string(),
         live: Vec::new(),
-        terminal_emitted: true,
+        terminal_emitted: false,
         started_at: now.clone(),
         ended_at: Some(now),
         error: Some(e.reason.clone()),
@@ -429,34 +442,60 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
         resumes: 0,
         resumed_at_ms: 0,
     };
-    let first = kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await?;
-    let status = match e.status {
-        ExecStatus::Cancelled => ExecStatus::Cancelled,
-        _ => ExecStatus::Failed,
-    };
-    if first {
-        let ended = match status {
+    if kv::create(e.mesh.exec_kv(), &Keys::header(e.eid), &header).await? {
+        let ended = match e.status {
             ExecStatus::Cancelled => "cancelled",
             _ => "failed",
         };
         e.mesh.health().metrics().execution(ended);
     }
     let trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(e.req), e.eid);
-    let ev = EventDraft {
-        execution_id: e.eid,
-        trace_id: &trace_id,
-        ..Default::default()
-    }
-    .build(&ExecutionEnded {
-        status,
-        error: Some(e.reason.clone()),
-        source: Some(e.source.to_string()),
-        stopped: Vec::new(),
-    });
-    e.mesh.emit(&ev).await?.wait().await?;
+    emit_early_end(e.mesh, &header, &trace_id).await?;
     if e.status == ExecStatus::Cancelled {
         tracing::info!(execution_id = %e.eid, reason = %e.reason, "execution cancelled before it started");
     }
+    Ok(())
+}
+
+/// Whether `header` is that of an execution ended before its first step
+/// ([`end_early`]: no playbook was ever planned for it).
+fn ended_before_start(header: &ExecHeader) -> bool {
+    header.playbook.is_empty() && header.status.is_terminal()
+}
+
+/// Emit the terminal event of an execution that ended before its first
+/// step, as its header tells it (its source rides along: the event is the
+/// execution's only one), then record in the header that it went out.
+async fn emit_early_end(mesh: &Mesh, header: &ExecHeader, trace_id: &str) -> Result<(), MeshError> {
+    let eid = header.execution_id.as_str();
+    let ev = EventDraft {
+        execution_id: eid,
+        trace_id,
+        ..Default::default()
+    }
+    .build(&ExecutionEnded {
+        status: match header.status {
+            ExecStatus::Cancelled => ExecStatus::Cancelled,
+            _ => ExecStatus::Failed,
+        },
+        error: header.error.clone(),
+        source: Some(header.source.clone()),
+        stopped: Vec::new(),
+    });
+    mesh.emit(&ev).await?.wait().await?;
+    kv::update(
+        mesh.exec_kv(),
+        &Keys::header(eid),
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if !h.terminal_emitted => {
+                let mut h = h.clone();
+                h.terminal_emitted = true;
+                kv::Cas::Write(h)
+            }
+            _ => kv::Cas::Keep,
+        },
+    )
+    .await?;
     Ok(())
 }
 
@@ -494,7 +533,6 @@ async fn unresolved_keychain(
     if playbook.keychain.is_empty() {
         return Ok(None);
     }
-    let vault = mesh.vault();
     let mut problems = Vec::new();
     for entry in &playbook.keychain {
         // Resolved when used; the credentials it names (`auth`...), when
@@ -503,7 +541,7 @@ async fn unresolved_keychain(
             for field in noetl_core::validate::credential_fields(&entry.kind) {
                 let named = entry.extra.get(*field).and_then(serde_json::Value::as_str);
                 if let Some(cred) = named.filter(|a| !noetl_core::template::is_template(a)) {
-                    if vault.kind_of(cred).await.ok().flatten().is_none() {
+                    if stored_kind(mesh, cred).await?.is_none() {
                         problems.push(format!(
                             "`{}` ({}) names `{field}: {cred}`, which is not stored; add it with `noetl credential put {cred} --kind secret --from-file FILE.json`",
                             entry.name, entry.kind
@@ -513,27 +551,31 @@ async fn unresolved_keychain(
             }
             continue;
         }
-        match vault.kind_of(&entry.name).await {
-            Ok(Some(kind)) if kind == entry.kind => {}
-            Ok(Some(kind)) => problems.push(format!(
+        match stored_kind(mesh, &entry.name).await? {
+            Some(kind) if kind == entry.kind => {}
+            Some(kind) => problems.push(format!(
                 "`{}` is declared as {} but stored as {kind}",
                 entry.name, entry.kind
             )),
-            Ok(None) => problems.push(format!(
+            None => problems.push(format!(
                 "`{}` ({}) is not stored; add it with `noetl credential put {} --kind {} --from-file FILE.json`",
                 entry.name, entry.kind, entry.name, entry.kind
             )),
-            Err(e) => {
-                return Err(MeshError::Kv {
-                    bucket: mesh.subjects().credentials_bucket(),
-                    key: entry.name.clone(),
-                    message: e.to_string(),
-                })
-            }
         }
     }
     Ok((!problems.is_empty())
         .then(|| format!("keychain cannot be resolved: {}", problems.join("; "))))
+}
+
+/// The kind credential `name` is stored as, `None` when it is not stored.
+/// A read that fails is an error (the request is delivered again), never
+/// taken for a credential that is missing: that would fail the execution.
+async fn stored_kind(mesh: &Mesh, name: &str) -> Result<Option<String>, MeshError> {
+    mesh.vault().kind_of(name).await.map_err(|e| MeshError::Kv {
+        bucket: mesh.subjects().credentials_bucket(),
+        key: name.to_string(),
+        message: e.to_string(),
+    })
 }
 
 #[cfg(test)]

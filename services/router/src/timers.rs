@@ -149,9 +149,15 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
     if let Due::In(left) = lifecycle::due(at, i.now_ms) {
         return TimerAction::Wait(left);
     }
-    let Some(h) = i.header.filter(|h| h.status == ExecStatus::Running) else {
+    let Some(h) = i.header else {
         return TimerAction::Nothing;
     };
+    if h.status != ExecStatus::Running {
+        return match ended_by_it_unannounced(i, h) {
+            true => TimerAction::FailExecution(lifecycle::execution_timeout_message(i.deadline)),
+            false => TimerAction::Nothing,
+        };
+    }
     match i.timer {
         Timer::Execution if i.current_deadline_ms.is_some_and(|c| i.deadline.at_ms < c) => {
             TimerAction::Nothing
@@ -166,6 +172,17 @@ pub fn decide(i: &TimerInput<'_>) -> TimerAction {
         // Decided by `on_unserved` and `on_wait`.
         Timer::Unserved | Timer::Wait => TimerAction::Nothing,
     }
+}
+
+/// Whether the execution timer `i` ended `h` itself and its end has not
+/// gone out yet: a delivery that stopped (or whose publish failed) between
+/// the header's end and the terminal event. Its redelivery finishes the
+/// end: the header says the deadline's failure, the event is owed.
+fn ended_by_it_unannounced(i: &TimerInput<'_>, h: &ExecHeader) -> bool {
+    i.timer == Timer::Execution
+        && h.status.is_terminal()
+        && !h.terminal_emitted
+        && h.error.as_deref() == Some(lifecycle::execution_timeout_message(i.deadline).as_str())
 }
 
 /// Handles `execution.deadline` and `step.deadline`.
@@ -275,17 +292,17 @@ async fn on_timer(
             tracing::info!(execution_id = %eid, %error, "execution deadline passed");
             let ended =
                 crate::ending::end_running(mesh, headers, eid, ExecStatus::Failed, &error).await?;
-            if let Some(h) = ended {
-                if h.status.is_terminal() {
-                    crate::ending::emit_terminal(mesh, headers, &h, &ev.trace_id).await?;
-                    crate::children::cancel_children_where(
-                        mesh,
-                        eid,
-                        None,
-                        &format!("parent execution {eid} ran out of time"),
-                    )
-                    .await?;
-                }
+            if let Some(h) = ended.filter(|h| h.status.is_terminal()) {
+                // The children first: the terminal event's flag is what a
+                // redelivery reads to know whether this is left to do.
+                crate::children::cancel_children_where(
+                    mesh,
+                    eid,
+                    None,
+                    &format!("parent execution {eid} ran out of time"),
+                )
+                .await?;
+                crate::ending::emit_terminal(mesh, headers, &h, &ev.trace_id).await?;
             }
         }
         TimerAction::FailStepRun(error) => {
@@ -523,6 +540,55 @@ mod tests {
             ..input(Timer::Execution, 12_000, Some(&running))
         };
         assert_eq!(decide(&resumed), TimerAction::Nothing);
+    }
+
+    #[test]
+    fn a_deadline_redelivered_after_its_end_was_written_finishes_that_end() {
+        let d = Deadline {
+            at_ms: 10_000,
+            what: "execution lifecycle.timeout_s: 1".into(),
+        };
+        let input = |timer, header| TimerInput {
+            timer,
+            deadline: &d,
+            step: "s",
+            step_run_id: "sr1",
+            header: Some(header),
+            current_deadline_ms: None,
+            now_ms: 12_000,
+        };
+        let mut ended = header(ExecStatus::Running, &["sr1"]);
+        ended.end(
+            ExecStatus::Failed,
+            &lifecycle::execution_timeout_message(&d),
+            "2026-12-03T00:00:00Z",
+        );
+        // Its terminal event not out yet: the deadline's failure again.
+        match decide(&input(Timer::Execution, &ended)) {
+            TimerAction::FailExecution(m) => {
+                assert_eq!(m, lifecycle::execution_timeout_message(&d))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A step timer never finishes an execution's end.
+        assert_eq!(decide(&input(Timer::Step, &ended)), TimerAction::Nothing);
+        // Out already: nothing.
+        let announced = ExecHeader {
+            terminal_emitted: true,
+            ..ended.clone()
+        };
+        assert_eq!(
+            decide(&input(Timer::Execution, &announced)),
+            TimerAction::Nothing
+        );
+        // Ended by something else (a failed step), its end not out yet:
+        // that end is its own to announce.
+        let mut failed = header(ExecStatus::Running, &["sr1"]);
+        failed.end(ExecStatus::Failed, "step s failed", "2026-12-03T00:00:00Z");
+        assert_eq!(
+            decide(&input(Timer::Execution, &failed)),
+            TimerAction::Nothing
+        );
     }
 
     #[test]
