@@ -148,6 +148,25 @@ async fn reject_fails_a_new_execution_naming_the_key_limit_and_holders() {
     c.stop().await;
 }
 
+/// A concurrency key that does not render refuses the execution, naming
+/// the setting; its log (its `playbook.initialized`, then its end) gives
+/// back its header, playbook and source included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_does_not_render_fails_the_execution_and_its_log_tells_it_all() {
+    let c = Cluster::start().await;
+    let yaml = per_customer(1, "reject").replace("workload.customer", "wrokload.customer");
+    c.submit_as("unkeyed", &yaml, "p.yaml", json!({})).await;
+    let s = c.wait("unkeyed", Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Failed);
+    let error = s.error.unwrap_or_default();
+    assert!(
+        error.contains("`executor.spec.policy.concurrency.key` does not render"),
+        "{error}"
+    );
+    c.assert_replays("unkeyed").await;
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     let c = Cluster::start().await;

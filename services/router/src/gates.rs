@@ -74,16 +74,19 @@ enum Asking {
 }
 
 async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admitted, MeshError> {
-    let k = match keyed(plan) {
-        None => return Ok(Admitted::Go(Initialized::Emit)),
-        Some(Err(why)) => return Ok(Admitted::Refused(why)),
-        Some(Ok(k)) => k,
+    let Some(k) = keyed(plan) else {
+        return Ok(Admitted::Go(Initialized::Emit));
     };
     if asking == Asking::Start {
-        // In the log before it may wait: a queued execution comes back
-        // from its events like any other.
+        // In the log before it may wait or be refused: a queued execution
+        // comes back from its events like any other, and a refused one's
+        // log names its playbook and source, as its header does.
         crate::entry::emit_initialized(mesh, plan).await?;
     }
+    let k = match k {
+        Err(why) => return Ok(Admitted::Refused(why)),
+        Ok(k) => k,
+    };
     let eid = plan.execution_id.as_str();
     let store = mesh.gates_kv();
     let holders = record(mesh, &k)
