@@ -152,6 +152,52 @@ async fn a_paused_execution_starts_no_step_until_unpaused() {
     cluster.stop().await;
 }
 
+/// An unpause that stopped after its event and the pause record's removal,
+/// before it published what the pause held (its publish failed, or its
+/// process stopped): the held token's record stays until it went out, so
+/// the unpause asked again releases it, and the execution completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpause_stopped_before_its_release_releases_it_when_asked_again() {
+    use noetl_mesh::events::EventDraft;
+    use noetl_mesh::pause::{PauseChanged, Unpaused};
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let eid = chain_paused_mid_nap(&cluster, "maintenance").await;
+    second_is_held_not_started(&cluster, &eid).await;
+    // What the unpause did before its release: the event, the record gone.
+    let unpaused = EventDraft {
+        execution_id: &eid,
+        discriminator: "stopped-unpause",
+        ..EventDraft::default()
+    }
+    .build(&Unpaused(PauseChanged {
+        by: "test".into(),
+        reason: String::new(),
+        released: Some(1),
+    }));
+    mesh.emit(&unpaused).await.unwrap().wait().await.unwrap();
+    mesh.exec_kv().delete(Keys::paused(&eid)).await.unwrap();
+    // Asked again: the token still held goes out, once.
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
+    let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(done.status, ExecStatus::Completed, "{done:?}");
+    let events = cluster.settled_events(&eid).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "second")
+            .count(),
+        1,
+        "{:?}",
+        types(&events)
+    );
+    assert!(kv::keys_under(mesh.exec_kv(), &Keys::held_all(&eid))
+        .await
+        .unwrap()
+        .is_empty());
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
     let cluster = Cluster::start().await;

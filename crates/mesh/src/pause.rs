@@ -376,8 +376,11 @@ impl Mesh {
         Ok(())
     }
 
-    /// Publish the held message under `key` again and remove it; `false`
-    /// when another publisher removed it first.
+    /// Publish the held message under `key` again, then remove it; `false`
+    /// when another publisher removed it first. Published before it is
+    /// removed: a publish that fails leaves it held, for the next unpause
+    /// (or a retry of this one) to release; two releasers publish it under
+    /// one message id, which JetStream keeps once.
     async fn release(&self, eid: &str, key: &str) -> Result<bool, MeshError> {
         let store = self.exec_kv();
         let kv_err = |e: &dyn std::fmt::Display| MeshError::Kv {
@@ -396,20 +399,17 @@ impl Mesh {
         } else {
             self.subjects().token(eid)
         };
-        if store
-            .delete_expect_revision(key, Some(entry.revision))
-            .await
-            .is_err()
-        {
-            // Removed (or held again) by someone else: theirs to send.
-            return Ok(false);
-        }
         let msg_id = format!("{key}@{}", entry.revision);
         self.publish(subject, &msg_id, entry.value)
             .await?
             .wait()
             .await?;
-        Ok(true)
+        // Removed (or held again, a newer message) by someone else first:
+        // theirs to count, and a message held again theirs to send.
+        Ok(store
+            .delete_expect_revision(key, Some(entry.revision))
+            .await
+            .is_ok())
     }
 
     async fn emit_pause(

@@ -341,8 +341,14 @@ async fn dispatch(
                 return;
             }
             if let Err(e) = announce_dead_letter(mesh, name, &msg, &reason).await {
-                // The copy is safe in the DLQ; only the notice is missing.
-                tracing::error!(consumer = %name, error = %e, "dead-letter notice not published");
+                // The copy is safe in the DLQ, but the notice is what ends
+                // the execution waiting on the message: delivered again,
+                // both are published again (same ids, kept once).
+                tracing::error!(consumer = %name, error = %e, "dead-letter notice not published; will be redelivered");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+                return;
             }
             msg.ack().await
         }
