@@ -20,10 +20,13 @@ use crate::reducers::apply_reducers;
 use crate::state::{timed_out, LoopRun, RunAt};
 
 /// Finish `run` when nothing is left of it and its `loop.done` has not
-/// gone out yet.
+/// gone out yet; prune it when it went out but the run is still stored (a
+/// delivery that stopped between the two, delivered again).
 pub(crate) async fn settle(mesh: &Mesh, at: RunAt<'_>, run: &LoopRun) -> Result<(), HandlerError> {
     if run.finished() && !run.done_emitted {
         finish(mesh, at, run).await?;
+    } else if run.done_emitted {
+        prune(mesh, at).await?;
     }
     Ok(())
 }

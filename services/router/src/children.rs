@@ -130,8 +130,12 @@ async fn children_from_log(
     step_run_id: Option<&str>,
 ) -> Result<Vec<String>, MeshError> {
     // Read only for a playbook that can start children.
-    let Ok(plan) = mesh.plans().get(mesh, eid).await else {
-        return Ok(Vec::new());
+    let plan = match mesh.plans().get(mesh, eid).await {
+        Ok(plan) => plan,
+        // No plan: it never started a step, so no child either.
+        Err(MeshError::NoPlan { .. }) => return Ok(Vec::new()),
+        // Unread is not "none": a cancellation would miss children.
+        Err(e) => return Err(e),
     };
     let workbook = plan.playbook.workbook.as_ref();
     let starts_children = plan.playbook.workflow.iter().any(|step| {
