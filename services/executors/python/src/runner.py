@@ -29,6 +29,15 @@ _COMPILED_MAX = 256
 
 _proto = os.dup(1)
 os.dup2(2, 1)
+
+# The process state a task may change that is put back after each task
+# (`_restore`): the environment as the interpreter started with it (a
+# task's `os.environ["X"] = secret` must not reach a later task, of this
+# execution or another) and the working directory.
+_ENVIRON = os.environ
+_ENV = dict(os.environ)
+_ENV_DATA = dict(getattr(os.environ, "_data", {}))
+_CWD = os.getcwd()
 _stdin = sys.stdin.buffer
 sys.stdin = io.StringIO("")
 
@@ -252,12 +261,32 @@ def _handle(req):
         }
     finally:
         sys.stdout, sys.stderr = saved
+        _restore()
     stdout, stderr = out.text(), err.text()
     if resp is _OK and not stdout and not stderr:
         return _OK_HEAD + encoded + "}"
     resp = dict(resp, stdout=stdout, stderr=stderr)
     head = _encode(resp)
     return head[:-1] + ', "result": ' + encoded + "}"
+
+
+def _restore():
+    """Put back the environment and the working directory as they were when
+    the interpreter started (cheap when the task changed neither)."""
+    if os.environ is not _ENVIRON:  # the task rebound `os.environ`
+        os.environ = _ENVIRON
+    data = getattr(_ENVIRON, "_data", None)
+    if data is None or data != _ENV_DATA:
+        _ENVIRON.clear()  # unsetenv each name: subprocesses see it too
+        _ENVIRON.update(_ENV)
+    try:
+        if os.getcwd() != _CWD:
+            os.chdir(_CWD)
+    except OSError:  # the task removed its working directory
+        try:
+            os.chdir(_CWD)
+        except OSError:  # gone too: nothing of a secret is left there
+            pass
 
 
 def _answer(line):

@@ -245,6 +245,65 @@ async fn warm_interpreters_are_reused_with_fresh_globals() {
     assert_eq!(tool.idle_interpreters(), tool.config().warm.max(1));
 }
 
+/// A task's changes to the environment and the working directory do not
+/// reach the next task in the same interpreter (of another execution,
+/// whose step resolved no secret to redact), on success and on error,
+/// nor the processes it starts.
+#[tokio::test]
+async fn the_environment_and_cwd_are_put_back_after_each_task() {
+    use noetl_tool_python::runner::PoolLimits;
+
+    let pool = pool_with(PoolLimits {
+        max_idle: 1,
+        lanes: 0,
+        ..PoolLimits::default()
+    });
+    let run = |code: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let out = pool
+                .run(line_of(code, &json!({})), Duration::from_secs(30))
+                .await
+                .unwrap();
+            out.response
+        }
+    };
+    let look = "import os, subprocess\n\
+                result = {'pid': os.getpid(), 'env': os.environ.get('NOETL_LEAK'), \
+                'home': os.environ.get('HOME'), 'cwd': os.getcwd(), \
+                'child': subprocess.run(['sh', '-c', 'echo \"$NOETL_LEAK\"'], \
+                capture_output=True, text=True).stdout.strip()}";
+    let before = run(look).await;
+    assert!(before.ok, "{before:?}");
+    for (how, code) in [
+        (
+            "set",
+            "import os\nos.environ['NOETL_LEAK'] = 's3cret-1'\nos.environ.pop('HOME', None)\n\
+             os.chdir('/')\nresult = os.getpid()",
+        ),
+        (
+            "set, then raised",
+            "import os\nos.environ['NOETL_LEAK'] = 's3cret-2'\nos.chdir('/')\nraise ValueError('x')",
+        ),
+        (
+            "rebound os.environ",
+            "import os\nos.environ['NOETL_LEAK'] = 's3cret-3'\nos.environ = {'NOETL_LEAK': 's3cret-3'}",
+        ),
+    ] {
+        run(code).await;
+        let after = run(look).await;
+        assert!(after.ok, "{how}: {after:?}");
+        assert_eq!(
+            after.result["pid"], before.result["pid"],
+            "{how}: the same interpreter served both"
+        );
+        assert_eq!(after.result["env"], Value::Null, "{how}: {after:?}");
+        assert_eq!(after.result["child"], "", "{how}: {after:?}");
+        assert_eq!(after.result["home"], before.result["home"], "{how}");
+        assert_eq!(after.result["cwd"], before.result["cwd"], "{how}");
+    }
+}
+
 #[tokio::test]
 async fn interpreters_are_warm_before_the_first_task() {
     let tool = PythonTool::with_config(PythonConfig {
