@@ -66,9 +66,10 @@ impl Resolved {
 /// stored credential is decrypted; a `secret_manager` or `oauth2` entry
 /// comes from the execution's auth cache or its service
 /// ([`crate::keychain`]), its templates rendering over `workload` and the
-/// entries before it. The error names the entry, never a value, and keeps
-/// its kind: a KV outage is transient (the command is retried), a missing
-/// credential is not.
+/// entries before it. The error names the entry and keeps its kind (a KV
+/// outage is transient: the command is retried; a missing credential is
+/// not); the values of the entries resolved before it are redacted from
+/// its text ([`redact_error`]).
 pub async fn resolve(
     mesh: &Mesh,
     plan: &noetl_mesh::plan::PlanRecord,
@@ -77,7 +78,7 @@ pub async fn resolve(
     let mut out = Resolved::default();
     let mut values = Vec::new();
     for entry in &plan.playbook.keychain {
-        let (kind, data) = if crate::keychain::SERVICE_KINDS.contains(&entry.kind.as_str()) {
+        let resolved = if crate::keychain::SERVICE_KINDS.contains(&entry.kind.as_str()) {
             let scope = noetl_core::template::Scope::new()
                 .workload(plan.workload.clone())
                 .keychain(Value::Object(out.scope.clone()))
@@ -89,18 +90,45 @@ pub async fn resolve(
                 fields: &entry.extra,
                 scope: &scope,
             };
-            let data = crate::keychain::resolve(mesh, &plan.execution_id, &e).await?;
-            (entry.kind.clone(), data)
+            crate::keychain::resolve(mesh, &plan.execution_id, &e)
+                .await
+                .map(|data| (entry.kind.clone(), data))
         } else {
-            let cred = vault.get(&entry.name).await?;
-            (cred.kind, cred.data)
+            vault.get(&entry.name).await.map(|c| (c.kind, c.data))
         };
+        // The error is published (`step.failed`): a service's answer or an
+        // endpoint rendered from the entries before may quote their values.
+        let (kind, data) = resolved.map_err(|e| redact_error(e, &redaction_set(&values)))?;
         collect_secret_fields(&kind, &data, &mut values);
         out.kinds.insert(entry.name.clone(), kind);
         out.scope.insert(entry.name.clone(), data);
     }
     out.secrets = redaction_set(&values);
     Ok(out)
+}
+
+/// `e` with every secret of `secrets` ([`redaction_set`]) redacted from its
+/// message: a service's answer, or an endpoint or secret id rendered from
+/// earlier keychain entries. Its variant, and so its retryability, is kept.
+pub fn redact_error(e: CredentialError, secrets: &[String]) -> CredentialError {
+    match e {
+        CredentialError::Provider {
+            name,
+            kind,
+            playbook,
+            mut message,
+        } => {
+            redact_str(&mut message, secrets);
+            CredentialError::Provider {
+                name,
+                kind,
+                playbook,
+                message,
+            }
+        }
+        // The others name a credential, a file or the bucket: no value.
+        other => other,
+    }
 }
 
 /// Every needle of every value ([`needles`]), deduplicated, longest first
@@ -119,7 +147,9 @@ pub fn redaction_set(values: &[String]) -> Vec<String> {
 /// longer encoded text (e.g. `base64("user:" + secret)`: the characters
 /// that depend on the secret's bytes alone, for each of its three possible
 /// alignments); percent-encoding as Python's `quote` / `quote_plus`,
-/// JavaScript's `encodeURIComponent` and lower-case escapes write it.
+/// JavaScript's `encodeURIComponent` and lower-case escapes write it;
+/// backslash-escaped inside a string literal ([`escaped_forms`]: JSON,
+/// Python's `repr`), when that differs from the value.
 ///
 /// Empty for a secret shorter than [`MIN_REDACTED_LEN`]; a transformed form
 /// shorter than [`MIN_ENCODED_LEN`] is left out. Chains of transformations
@@ -140,6 +170,11 @@ pub fn needles(secret: &str) -> Vec<String> {
     // Case variants are as long as the secret: the secret's own rule.
     add(secret.to_uppercase(), MIN_REDACTED_LEN);
     add(secret.to_lowercase(), MIN_REDACTED_LEN);
+    // Escaped in a string literal (a PEM key's newlines written `\n` by a
+    // printed dict or a JSON document): never shorter than the secret.
+    for form in escaped_forms(secret) {
+        add(form, MIN_REDACTED_LEN);
+    }
     let mut encoded = vec![
         hex::encode(bytes),
         hex::encode_upper(bytes),
@@ -160,6 +195,91 @@ pub fn needles(secret: &str) -> Vec<String> {
         add(form, MIN_ENCODED_LEN);
     }
     out
+}
+
+/// `secret` as it appears between the quotes of a string literal, when
+/// escaping changes it: JSON as `serde_json` and Python's `json.dumps(...,
+/// ensure_ascii=False)` write it, and as `json.dumps` writes it by default
+/// (non-ASCII as `\uXXXX`); Python's `repr` (what `print` of a dict or a
+/// list shows), with the quotes it chooses and with single quotes.
+pub fn escaped_forms(secret: &str) -> Vec<String> {
+    let json = serde_json::to_string(secret).expect("a string always serialises");
+    let mut out = vec![json[1..json.len() - 1].to_string(), json_ascii(secret)];
+    let auto = if secret.contains('\'') && !secret.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(python_repr_body(secret, auto));
+    out.push(python_repr_body(secret, '\''));
+    out.retain(|f| f != secret);
+    out.dedup();
+    out
+}
+
+/// The body of Python's `json.dumps(s)` (`ensure_ascii=True`).
+fn json_ascii(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The body of Python's `repr(s)` quoted with `quote`: `\\`, the quote,
+/// `\n`, `\r` and `\t` escaped, other control characters as `\xNN`;
+/// non-ASCII characters Python deems unprintable (approximated: control,
+/// format and separator characters) as `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
+fn python_repr_body(s: &str, quote: char) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            c if c.is_ascii() || (python_unprintable(c) && (c as u32) < 0x100) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if python_unprintable(c) && (c as u32) < 0x10000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if python_unprintable(c) => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether Python's `str.isprintable` is false for a non-ASCII `c`
+/// (approximated without Unicode category tables).
+fn python_unprintable(c: char) -> bool {
+    c.is_control()
+        || c.is_whitespace()
+        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
 }
 
 /// The base64 characters of `secret` that do not depend on its neighbours
@@ -310,6 +430,14 @@ fn collect_secret_fields(kind: &str, data: &Value, out: &mut Vec<String>) {
 fn collect(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::String(s) if s.len() >= MIN_REDACTED_LEN => out.push(s.clone()),
+        // A number (a PIN, an account number) as its JSON text, under the
+        // strings' length rule.
+        Value::Number(n) => {
+            let text = n.to_string();
+            if text.len() >= MIN_REDACTED_LEN {
+                out.push(text);
+            }
+        }
         Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
         Value::Object(m) => m.values().for_each(|x| collect(x, out)),
         _ => {}
@@ -326,13 +454,99 @@ pub fn redact_value(v: &mut Value, secrets: &[String]) {
     }
 }
 
-/// Replace every secret occurring in `s`.
+/// Replace every secret occurring in `s`, and the part of one that a cut
+/// of the text left at the cut ([`redact_cut_edges`]).
 pub fn redact_str(s: &mut String, secrets: &[String]) {
     for secret in secrets {
         if s.contains(secret.as_str()) {
             *s = s.replace(secret.as_str(), REDACTED);
         }
     }
+    if s.contains(CUT_MARK) {
+        redact_cut_edges(s, secrets);
+    }
+}
+
+/// What every note of a cut text contains. Tools bound their output before
+/// it is redacted, so a secret can be cut in two; they note the cut as
+/// [`CUT_AFTER`] (the text before it is the kept head) or [`CUT_BEFORE`]
+/// (the text after it is the kept tail).
+pub const CUT_MARK: &str = "...[truncated";
+
+/// Follows a kept head: `"\n...[truncated N bytes]"` (or `chars`).
+pub const CUT_AFTER: &str = "\n...[truncated ";
+
+/// Precedes a kept tail (a traceback's last lines).
+pub const CUT_BEFORE: &str = "...[truncated]\n";
+
+/// Redact the part of a secret left at each cut of `s` ([`CUT_MARK`]): a
+/// head ending in the beginning of a needle, a tail beginning with the end
+/// of one, at least [`MIN_REDACTED_LEN`] bytes of it (a shorter part stays:
+/// too likely to occur by chance). A character the cut split in two (its
+/// `U+FFFD`) goes with the part.
+pub fn redact_cut_edges(s: &mut String, secrets: &[String]) {
+    let mut cuts: Vec<std::ops::Range<usize>> = Vec::new();
+    for (at, _) in s.match_indices(CUT_AFTER) {
+        let head = s[..at].trim_end_matches('\u{fffd}');
+        let n = part_ending(head, secrets);
+        if n > 0 {
+            cuts.push(head.len() - n..at);
+        }
+    }
+    for (at, _) in s.match_indices(CUT_BEFORE) {
+        let from = at + CUT_BEFORE.len();
+        let n = part_beginning(&s[from..], secrets);
+        if n > 0 {
+            cuts.push(from..from + n);
+        }
+    }
+    cuts.sort_by_key(|r| std::cmp::Reverse(r.start));
+    let mut before = usize::MAX;
+    for r in cuts {
+        if r.end <= before {
+            before = r.start;
+            s.replace_range(r, REDACTED);
+        }
+    }
+}
+
+/// The length of the longest end of `text` that is a proper beginning of a
+/// needle, if at least [`MIN_REDACTED_LEN`] bytes; else 0.
+fn part_ending(text: &str, secrets: &[String]) -> usize {
+    let mut best = 0;
+    for needle in secrets {
+        let mut from = text.len().saturating_sub(needle.len().saturating_sub(1));
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        // The first (longest) end that begins the needle.
+        let found = text[from..]
+            .char_indices()
+            .map(|(i, _)| &text[from + i..])
+            .take_while(|part| part.len() >= MIN_REDACTED_LEN && part.len() > best)
+            .find(|part| needle.starts_with(*part));
+        if let Some(part) = found {
+            best = part.len();
+        }
+    }
+    best
+}
+
+/// The length of the longest beginning of `text` that is a proper end of a
+/// needle, if at least [`MIN_REDACTED_LEN`] bytes; else 0.
+fn part_beginning(text: &str, secrets: &[String]) -> usize {
+    let mut best = 0;
+    for needle in secrets {
+        let longest = text.len().min(needle.len().saturating_sub(1));
+        let found = (MIN_REDACTED_LEN.max(best + 1)..=longest)
+            .rev()
+            .filter(|&n| text.is_char_boundary(n))
+            .find(|&n| needle.ends_with(&text[..n]));
+        if let Some(n) = found {
+            best = n;
+        }
+    }
+    best
 }
 
 /// Redact an outcome in place: its result, error (kind, message, extra
@@ -494,6 +708,126 @@ mod tests {
                 "{how}"
             );
         }
+    }
+
+    /// A PEM-like key with a quote of each kind, a backslash, a control
+    /// character, a non-ASCII letter and a tab.
+    const KEY: &str = "-----BEGIN KEY-----\nMIIE\"q'\\z\x01é\t\n-----END KEY-----";
+
+    #[test]
+    fn escaped_forms_of_a_secret_in_printed_text_are_redacted() {
+        let set = redaction_set(&[KEY.to_string(), "it's-a-pin\n".to_string()]);
+        // Each form written out as Python 3 prints it.
+        for (how, printed) in [
+            (
+                "print(args) (repr)",
+                r#"{'key': '-----BEGIN KEY-----\nMIIE"q\'\\z\x01é\t\n-----END KEY-----'}"#,
+            ),
+            (
+                "json.dumps",
+                r#"{"key": "-----BEGIN KEY-----\nMIIE\"q'\\z\u0001\u00e9\t\n-----END KEY-----"}"#,
+            ),
+            (
+                "json.dumps(ensure_ascii=False), serde_json",
+                r#"{"key": "-----BEGIN KEY-----\nMIIE\"q'\\z\u0001é\t\n-----END KEY-----"}"#,
+            ),
+            ("repr in double quotes", r#"{'k': "it's-a-pin\n"}"#),
+        ] {
+            let mut out = printed.to_string();
+            redact_str(&mut out, &set);
+            assert!(
+                out == "{'key': '[redacted]'}"
+                    || out == r#"{"key": "[redacted]"}"#
+                    || out == r#"{'k': "[redacted]"}"#,
+                "{how}: {out}"
+            );
+        }
+        // The serde_json form is the one an outcome's JSON carries.
+        let json = serde_json::to_string(&json!({"key": KEY})).unwrap();
+        let mut out = json.clone();
+        redact_str(&mut out, &set);
+        assert_eq!(out, r#"{"key":"[redacted]"}"#, "{json}");
+        // A plain secret has no escaped form of its own.
+        assert!(escaped_forms("tok-plain-123").is_empty());
+    }
+
+    #[test]
+    fn numeric_secrets_are_redacted_as_their_text() {
+        let mut values = Vec::new();
+        collect_secret_fields(
+            "secret",
+            &json!({"pin": 12345678, "n": 7, "ratio": 0.5, "acct": 9876.25}),
+            &mut values,
+        );
+        assert_eq!(values.len(), 2, "{values:?}");
+        let set = redaction_set(&values);
+        let mut v = json!({"out": "pin 12345678, acct 9876.25, 7 rows, ratio 0.5"});
+        redact_value(&mut v, &set);
+        assert_eq!(
+            v["out"],
+            "pin [redacted], acct [redacted], 7 rows, ratio 0.5"
+        );
+    }
+
+    #[test]
+    fn a_secret_cut_by_a_bound_on_output_is_redacted_at_the_cut() {
+        let secret = "pw-Hunter2-s3cret-77";
+        let set = redaction_set(&[secret.to_string()]);
+        let redact = |text: &str| {
+            let mut s = text.to_string();
+            redact_str(&mut s, &set);
+            s
+        };
+        // A kept head (python's stdout, shell's streams, Rust truncation):
+        // the beginning of the secret, then the note.
+        assert_eq!(
+            redact("token=pw-Hunter2-s3\n...[truncated 1200 chars]"),
+            "token=[redacted]\n...[truncated 1200 chars]"
+        );
+        // Split inside a multi-byte character, then decoded lossily.
+        let cut = "pw-Hunter2-é-tail";
+        let set_e = redaction_set(&[cut.to_string()]);
+        let mut s = "x pw-Hunter2-\u{fffd}\n...[truncated 9 bytes]".to_string();
+        redact_str(&mut s, &set_e);
+        assert_eq!(s, "x [redacted]\n...[truncated 9 bytes]");
+        // Its hex form cut the same way.
+        let hex_head = &hex::encode(secret)[..20];
+        assert_eq!(
+            redact(&format!("{hex_head}\n...[truncated 5 bytes]")),
+            "[redacted]\n...[truncated 5 bytes]"
+        );
+        // A kept tail (a traceback's last lines): the end of the secret.
+        assert_eq!(
+            redact("...[truncated]\nter2-s3cret-77'\nValueError: bad"),
+            "...[truncated]\n[redacted]'\nValueError: bad"
+        );
+        // Under the minimum, and away from a cut, text is left alone.
+        for text in [
+            "ends in pw-\n...[truncated 3 bytes]",
+            "pw-Hunter2 is not cut here",
+            "...[truncated]\n-77 rows",
+        ] {
+            assert_eq!(redact(text), text);
+        }
+    }
+
+    #[test]
+    fn a_keychain_error_is_redacted_with_the_entries_before_it() {
+        let set = redaction_set(&["client-S3CRET-1".to_string()]);
+        let e = CredentialError::Provider {
+            name: "token".into(),
+            kind: "oauth2".into(),
+            playbook: "p".into(),
+            message: "token endpoint https://idp/t/client-S3CRET-1 refused: HTTP 401".into(),
+        };
+        let shown = redact_error(e, &set).to_string();
+        assert!(!shown.contains("S3CRET"), "{shown}");
+        assert!(
+            shown.contains("https://idp/t/[redacted] refused"),
+            "{shown}"
+        );
+        let missing = redact_error(CredentialError::NotFound { name: "pg".into() }, &set);
+        assert!(matches!(missing, CredentialError::NotFound { .. }));
     }
 
     #[test]

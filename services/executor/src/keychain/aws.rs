@@ -148,7 +148,10 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
         let secret = get_secret_value(&client, &t, &id).await.map_err(|m| {
             provider_err(
                 e,
-                format!("secret `{id}` (field `{field}`) at {}: {m}", t.endpoint),
+                format!(
+                    "secret `{id}` (field `{field}`) at {}: {m}",
+                    super::shown_url(&t.endpoint)
+                ),
             )
         })?;
         out.insert(field.clone(), Value::String(secret));

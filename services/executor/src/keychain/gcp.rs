@@ -155,7 +155,10 @@ pub async fn fetch_secrets(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, Cred
             .map_err(|m| {
                 provider_err(
                     e,
-                    format!("secret `{path}` (field `{field}`) at {endpoint}: {m}"),
+                    format!(
+                        "secret `{path}` (field `{field}`) at {}: {m}",
+                        super::shown_url(&endpoint)
+                    ),
                 )
             })?;
         out.insert(field.clone(), payload_value(text));
@@ -182,7 +185,10 @@ pub async fn fetch_id_token(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, Cre
             .map_err(|m| {
                 provider_err(
                     e,
-                    format!("service account secret `{path}` at {endpoint}: {m}"),
+                    format!(
+                        "service account secret `{path}` at {}: {m}",
+                        super::shown_url(&endpoint)
+                    ),
                 )
             })?;
         let key: Value = serde_json::from_str(&text).map_err(|_| {

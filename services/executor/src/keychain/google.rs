@@ -223,11 +223,11 @@ pub async fn token(
                 .map_err(|e| {
                     format!(
                         "token endpoint {}: cannot reach it: {}",
-                        key.token_uri,
+                        super::shown_url(&key.token_uri),
                         e.without_url()
                     )
                 })?;
-            let what = format!("token endpoint {}", key.token_uri);
+            let what = format!("token endpoint {}", super::shown_url(&key.token_uri));
             let answer = json_answer(resp, &what).await?;
             let field = match want {
                 Want::Access(_) => "access_token",

@@ -129,6 +129,29 @@ pub(crate) fn render_text(
     })
 }
 
+/// `url` as error messages show it: without its query and fragment (a
+/// token endpoint's query may carry a client secret) and with a password
+/// or a lone user name (a token) in its user info written `***`. Text that
+/// is not a URL is cut at its first `?` or `#`.
+pub(crate) fn shown_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        let end = url.find(['?', '#']).unwrap_or(url.len());
+        return url[..end].to_string();
+    };
+    let credentials = !u.username().is_empty() || u.password().is_some();
+    if !credentials && u.query().is_none() && u.fragment().is_none() {
+        return url.to_string(); // as written
+    }
+    u.set_query(None);
+    u.set_fragment(None);
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
+    } else if !u.username().is_empty() {
+        let _ = u.set_username("***");
+    }
+    u.to_string()
+}
+
 pub(crate) fn provider_err(e: &Entry<'_>, message: String) -> CredentialError {
     CredentialError::Provider {
         name: e.name.to_string(),
@@ -149,4 +172,27 @@ pub(crate) async fn auth_data(
     };
     let name = render_text(e, "auth", auth)?;
     Ok(Some(vault.get(&name).await?.data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn urls_in_messages_lose_their_query_and_credentials() {
+        assert_eq!(
+            shown_url("https://idp.example/token?client_secret=s3cret#frag"),
+            "https://idp.example/token"
+        );
+        assert_eq!(
+            shown_url("https://app:p$w&d@idp.example/token"),
+            "https://app:***@idp.example/token"
+        );
+        assert_eq!(
+            shown_url("https://ghp_tok3n@idp.example/"),
+            "https://***@idp.example/"
+        );
+        assert_eq!(shown_url("not a url?key=s3cret"), "not a url");
+        assert_eq!(shown_url("http://127.0.0.1:4566"), "http://127.0.0.1:4566");
+    }
 }

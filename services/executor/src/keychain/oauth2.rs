@@ -56,6 +56,7 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
         .get("endpoint")
         .ok_or_else(|| provider_err(e, "`endpoint` (the token URL) is missing".into()))?;
     let endpoint = render_text(e, "endpoint", endpoint)?;
+    let shown = super::shown_url(&endpoint);
     let method = match e.fields.get("method") {
         Some(m) => render_text(e, "method", m)?.to_ascii_uppercase(),
         None => "POST".into(),
@@ -99,7 +100,7 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
         provider_err(
             e,
             format!(
-                "token endpoint {endpoint}: cannot reach it: {}",
+                "token endpoint {shown}: cannot reach it: {}",
                 err.without_url()
             ),
         )
@@ -109,7 +110,7 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
         provider_err(
             e,
             format!(
-                "token endpoint {endpoint}: reading the answer: {}",
+                "token endpoint {shown}: reading the answer: {}",
                 err.without_url()
             ),
         )
@@ -118,7 +119,7 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
         return Err(provider_err(
             e,
             format!(
-                "token endpoint {endpoint} refused: {}",
+                "token endpoint {shown} refused: {}",
                 error_text(status, &bytes)
             ),
         ));
@@ -126,13 +127,13 @@ pub async fn fetch(vault: &Vault, e: &Entry<'_>) -> Result<Fetched, CredentialEr
     let answer: Value = serde_json::from_slice(&bytes).map_err(|_| {
         provider_err(
             e,
-            format!("token endpoint {endpoint}: HTTP {status}, the answer is not JSON"),
+            format!("token endpoint {shown}: HTTP {status}, the answer is not JSON"),
         )
     })?;
     if answer.get("access_token").and_then(Value::as_str).is_none() {
         return Err(provider_err(
             e,
-            format!("token endpoint {endpoint}: HTTP {status}, the answer has no `access_token`"),
+            format!("token endpoint {shown}: HTTP {status}, the answer has no `access_token`"),
         ));
     }
     Ok(Fetched {

@@ -208,12 +208,22 @@ fn outcome_of(out: RunOutput) -> Outcome {
 pub const TRACEBACK_TAIL_LINES: usize = 6;
 
 /// The last [`TRACEBACK_TAIL_LINES`] lines of a traceback: the innermost
-/// frames and the exception.
+/// frames and the exception, after a `...[truncated]` line when lines were
+/// dropped (the executor's redaction then masks the end of a multi-line
+/// secret, a PEM key, that the cut left first).
 pub fn traceback_tail(tb: &str) -> String {
     let lines: Vec<&str> = tb.trim_end().lines().collect();
     let from = lines.len().saturating_sub(TRACEBACK_TAIL_LINES);
-    lines[from..].join("\n")
+    let tail = lines[from..].join("\n");
+    if from == 0 {
+        return tail;
+    }
+    format!("{TRACEBACK_CUT}\n{tail}")
 }
+
+/// The line before a traceback tail that dropped lines: the note of a cut
+/// that the executor's redaction looks for.
+const TRACEBACK_CUT: &str = "...[truncated]";
 
 #[cfg(test)]
 mod tail_tests {
@@ -223,7 +233,8 @@ mod tail_tests {
     fn a_traceback_keeps_its_last_lines() {
         let tb = "Traceback (most recent call last):\n  a\n  b\n  c\n  d\n  e\n  f\nNameError: name 'totl' is not defined\n";
         let tail = traceback_tail(tb);
-        assert_eq!(tail.lines().count(), TRACEBACK_TAIL_LINES);
+        assert_eq!(tail.lines().count(), TRACEBACK_TAIL_LINES + 1);
+        assert!(tail.starts_with("...[truncated]\n  b\n"), "{tail}");
         assert!(tail.ends_with("NameError: name 'totl' is not defined"));
         assert_eq!(traceback_tail("ValueError: x"), "ValueError: x");
     }
