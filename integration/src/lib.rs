@@ -381,6 +381,18 @@ impl Cluster {
         );
     }
 
+    /// Write `header` as its execution's record, the way a router stopped
+    /// mid-way would have left it (tests of what a redelivery finds).
+    pub async fn put_header(&self, header: &noetl_mesh::state::ExecHeader) {
+        noetl_mesh::kv::put(
+            self.mesh.exec_kv(),
+            &noetl_mesh::keys::Keys::header(&header.execution_id),
+            header,
+        )
+        .await
+        .expect("write the header");
+    }
+
     /// Every event of an execution currently in the stream, in order.
     pub async fn events(&self, eid: &str) -> Vec<Event> {
         events_of(&self.mesh, &self.mesh.subjects().events_of(eid)).await

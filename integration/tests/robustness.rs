@@ -545,13 +545,7 @@ async fn a_request_whose_plan_was_lost_before_its_first_event_starts_from_the_re
             )],
         )
     };
-    noetl_mesh::kv::put(
-        cluster.mesh.exec_kv(),
-        &noetl_mesh::keys::Keys::header(&eid),
-        &header,
-    )
-    .await
-    .unwrap();
+    cluster.put_header(&header).await;
     let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: half_started }\nworkflow:\n  - step: start\n    tool:\n      - name: one\n        kind: noop\n        result: 1\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { set_ctx: { one: \"{{ outcome.result }}\" } }\n";
     cluster
         .submit_as(&eid, yaml, "half_started.yaml", json!({}))
@@ -595,13 +589,7 @@ async fn a_request_ended_before_its_end_went_out_announces_it_when_delivered_aga
         ),
     ];
     for (eid, header) in &cases {
-        noetl_mesh::kv::put(
-            cluster.mesh.exec_kv(),
-            &noetl_mesh::keys::Keys::header(eid),
-            header,
-        )
-        .await
-        .unwrap();
+        cluster.put_header(header).await;
         let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: limited }\nworkflow:\n  - step: start\n    tool: { kind: noop }\n";
         cluster
             .submit_as(eid, yaml, &header.source, json!({}))

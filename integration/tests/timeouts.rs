@@ -401,13 +401,7 @@ async fn a_deadline_delivered_again_after_its_end_was_written_announces_that_end
         &execution_timeout_message(&deadline),
         &now,
     );
-    noetl_mesh::kv::put(
-        cluster.mesh.exec_kv(),
-        &noetl_mesh::keys::Keys::header(&eid),
-        &header,
-    )
-    .await
-    .unwrap();
+    cluster.put_header(&header).await;
     let timer = EventDraft {
         execution_id: &eid,
         ..Default::default()
