@@ -917,3 +917,50 @@ fn exit_codes_tell_timeout_and_unreachable_nats_apart() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn an_id_or_signal_name_that_cannot_be_one_is_refused_before_nats_is_read() {
+    // Nothing listens there: a command that got as far as NATS would
+    // exit 5 (or ride out a failover for 60 s), not 2 at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nats = format!("nats://127.0.0.1:{port}");
+    let cases: &[(&[&str], &str)] = &[
+        (&["exec", "status", "abc,"], "abc,"),
+        (&["exec", "cancel", "a.b"], "a.b"),
+        (&["exec", "show", "*"], "*"),
+        (&["exec", "why", "_mesh"], "_mesh"),
+        (&["exec", "pause", "a b"], "a b"),
+        (&["exec", "retry", "ok-id", "--as", "x>"], "x>"),
+        (&["exec", "resume", ">"], ">"),
+        (&["events", "export", "*"], "*"),
+        (&["events", "tail", "--execution", "e.*"], "e.*"),
+        (&["exec", "signal", "ok-id", "approval.v2"], "approval.v2"),
+    ];
+    for (args, bad) in cases {
+        let started = std::time::Instant::now();
+        let out = noetl().args(*args).args(["--nats", &nats]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(stderr.contains(&format!("'{bad}'")), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("1-128 characters of [A-Za-z0-9_-]"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let signal = noetl()
+        .args(["exec", "signal", "ok-id", "approval.v2", "--nats", &nats])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&signal.stderr);
+    assert!(stderr.contains("<NAME>"), "names the argument: {stderr}");
+    assert!(stderr.contains("not a signal name"), "{stderr}");
+}

@@ -15,14 +15,13 @@ use noetl_wire::Event;
 use serde::Serialize;
 
 use super::common::MeshArgs;
-use super::exit::Exit;
 
 /// Arguments of `noetl admin rebuild`.
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["execution", "running"])))]
 pub struct RebuildArgs {
     /// This execution.
-    #[arg(long)]
+    #[arg(long, value_parser = super::exec_shared::execution_id)]
     pub execution: Option<String>,
     /// Every execution its events say is running.
     #[arg(long)]
@@ -40,12 +39,6 @@ pub struct RebuildArgs {
 
 /// `noetl admin rebuild`.
 pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
-    if let Some(id) = a.execution.as_deref() {
-        if !noetl_mesh::ids::is_valid_execution_id(id) {
-            eprintln!("error: --execution {id:?}: use 1-128 characters of [A-Za-z0-9_-]");
-            return Ok(Exit::Usage.into());
-        }
-    }
     let mesh = a.mesh.attach().await?;
     let mode = if a.force { Mode::All } else { Mode::Missing };
     let ids = match a.execution.clone() {

@@ -46,7 +46,7 @@ pub struct DecodeArgs {
 #[derive(clap::Args)]
 pub struct TailArgs {
     /// Only this execution.
-    #[arg(long)]
+    #[arg(long, value_parser = super::exec_shared::execution_id)]
     pub execution: Option<String>,
     /// Only event types matching this glob (`step.*`, `loop.done`); the
     /// server filters by subject where the glob allows it.

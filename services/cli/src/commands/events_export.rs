@@ -18,6 +18,7 @@ use super::tail_filter::{parse_since, Since};
 #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "since"])))]
 pub struct ExportArgs {
     /// The execution whose events to export.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: Option<String>,
     /// Every event of every execution since this long ago (`30m`, `7d`) or
     /// this RFC 3339 time.

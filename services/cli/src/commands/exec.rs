@@ -71,6 +71,7 @@ pub struct ListArgs {
 #[derive(clap::Args)]
 pub struct CancelArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Why (recorded as the execution's error: `cancelled: <reason>`).
     #[arg(long, default_value = "")]
@@ -103,7 +104,7 @@ pub struct StartArgs {
     #[arg(long)]
     pub migrate: bool,
     /// Execution id to use (idempotent: the same id starts one execution).
-    #[arg(long)]
+    #[arg(long, value_parser = super::exec_shared::execution_id)]
     pub id: Option<String>,
     /// Print `{"execution_id": ...}`.
     #[arg(long)]
@@ -116,6 +117,7 @@ pub struct StartArgs {
 #[derive(clap::Args)]
 pub struct StatusArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Wait until the execution has ended.
     #[arg(long)]
@@ -211,12 +213,6 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         workload_json: codec::json_bytes(&a.workload.build()?),
         ..Default::default()
     };
-    if !noetl_mesh::ids::is_valid_execution_id(&req.execution_id) {
-        bail!(
-            "--id {:?}: use 1-128 characters of [A-Za-z0-9_-]",
-            req.execution_id
-        );
-    }
     let path = Path::new(&a.playbook);
     if path.is_file() {
         let read = super::source::read(super::source::Read {

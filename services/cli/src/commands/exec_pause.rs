@@ -16,6 +16,7 @@ use super::retry::{ride_out, DEFAULT_BUDGET};
 #[derive(clap::Args)]
 pub struct PauseArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Why (recorded in the pause and its `execution.paused` event).
     #[arg(long, default_value = "")]
@@ -31,6 +32,7 @@ pub struct PauseArgs {
 #[derive(clap::Args)]
 pub struct UnpauseArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Print `{"execution_id", "paused", "released"}`.
     #[arg(long)]
@@ -101,8 +103,11 @@ pub async fn unpause(a: UnpauseArgs) -> anyhow::Result<ExitCode> {
 #[derive(clap::Args)]
 pub struct SignalArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
-    /// The signal a `wait` task waits for.
+    /// The signal a `wait` task waits for (1-128 characters of
+    /// [A-Za-z0-9_-]).
+    #[arg(value_parser = super::exec_shared::signal_name)]
     pub name: String,
     /// The data (JSON), the `wait` task's result; `{}` without it.
     #[arg(long, default_value = "{}")]

@@ -8,7 +8,10 @@ use super::common::MeshArgs;
 pub struct ReplayArgs {
     /// Execution id (with `--from`: which of the file's executions; may be
     /// left out when the file holds one).
-    #[arg(required_unless_present_any = ["from", "all"])]
+    #[arg(
+        required_unless_present_any = ["from", "all"],
+        value_parser = super::exec_shared::execution_id
+    )]
     pub id: Option<String>,
     /// Take the execution's decisions again with this playbook (admission,
     /// arcs, loop collections) and report the first that differs (exit 2).

@@ -17,6 +17,7 @@ use super::exit::Exit;
 #[derive(clap::Args)]
 pub struct ResumeArgs {
     /// The failed or cancelled execution.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Restart at this step instead (it and the steps after it that ran
     /// are superseded).

@@ -16,9 +16,10 @@ use super::exec_shared::{no_execution, print_started, publish_request};
 #[derive(clap::Args)]
 pub struct RetryArgs {
     /// The execution to run again.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Id of the new execution (idempotent: the same id starts one).
-    #[arg(long = "as")]
+    #[arg(long = "as", value_parser = super::exec_shared::execution_id)]
     pub new_id: Option<String>,
     /// Print `{"execution_id": ...}`.
     #[arg(long)]
@@ -42,9 +43,6 @@ pub async fn run(a: RetryArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let execution_id = a.new_id.clone().unwrap_or_else(new_execution_id);
-    if !noetl_mesh::ids::is_valid_execution_id(&execution_id) {
-        anyhow::bail!("--as {execution_id:?}: use 1-128 characters of [A-Za-z0-9_-]");
-    }
     let mut req = ExecutionRequest {
         execution_id,
         workload_json: codec::json_bytes(&plan.workload),

@@ -12,6 +12,37 @@ use noetl_wire::ExecutionRequest;
 use super::exit::Exit;
 use super::retry::ride_out;
 
+/// What an execution id may be ([`noetl_mesh::ids::is_valid_execution_id`]).
+pub(crate) const EXECUTION_ID_RULE: &str = "1-128 characters of [A-Za-z0-9_-]";
+
+/// The clap value parser of every execution id argument: an id that cannot
+/// be one (`abc,`, `*`) is refused before anything is read (exit 2) instead
+/// of naming a KV key or subject filter it was never meant to.
+pub(crate) fn execution_id(s: &str) -> Result<String, String> {
+    if noetl_mesh::ids::is_valid_execution_id(s) {
+        return Ok(s.to_string());
+    }
+    let reserved = if s == noetl_mesh::ids::MESH_SCOPE {
+        format!(" (`{s}` is reserved)")
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "not an execution id{reserved}: use {EXECUTION_ID_RULE}"
+    ))
+}
+
+/// What a signal name may be ([`noetl_mesh::signal::valid_signal`]).
+pub(crate) const SIGNAL_NAME_RULE: &str = "1-128 characters of [A-Za-z0-9_-]";
+
+/// The clap value parser of a signal name.
+pub(crate) fn signal_name(s: &str) -> Result<String, String> {
+    if noetl_mesh::signal::valid_signal(s) {
+        return Ok(s.to_string());
+    }
+    Err(format!("not a signal name: use {SIGNAL_NAME_RULE}"))
+}
+
 /// The name an execution's status is shown by.
 pub(crate) fn status_name(s: ExecStatus) -> &'static str {
     match s {
@@ -66,5 +97,26 @@ pub(crate) fn print_started(id: &str, json: bool) {
         println!("{}", serde_json::json!({"execution_id": id}));
     } else {
         println!("{id}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn execution_ids_and_signal_names_are_checked_with_their_rule() {
+        assert_eq!(super::execution_id("run-1_A").unwrap(), "run-1_A");
+        for bad in ["", "abc,", "*", "a.b", "_mesh", &"x".repeat(129)] {
+            let e = super::execution_id(bad).unwrap_err();
+            assert!(
+                e.contains("1-128 characters of [A-Za-z0-9_-]"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(super::execution_id("_mesh")
+            .unwrap_err()
+            .contains("reserved"));
+        assert_eq!(super::signal_name("approval").unwrap(), "approval");
+        let e = super::signal_name("approval.v2").unwrap_err();
+        assert!(e.starts_with("not a signal name"), "{e}");
     }
 }

@@ -23,6 +23,7 @@ use super::tree::Tree;
 #[derive(clap::Args)]
 pub struct ShowArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Print the tree as JSON.
     #[arg(long)]

@@ -26,6 +26,7 @@ use words::{ended, notes};
 #[derive(clap::Args)]
 pub struct WhyArgs {
     /// Execution id.
+    #[arg(value_parser = super::exec_shared::execution_id)]
     pub id: String,
     /// Print `{"execution_id", "status", "waits": [...]}`.
     #[arg(long)]
