@@ -2,8 +2,8 @@
 //! own answer in plain text): a JSON body (read whatever the content type,
 //! so `curl -d` works, and within the body timeout), an optional one, query
 //! parameters, path segments, and the path parameters every route checks
-//! before it touches storage (an execution id, a step or signal name, a
-//! credential name).
+//! before it touches storage (an execution id, a step name, a signal name,
+//! a credential name).
 
 use std::time::Duration;
 
@@ -29,9 +29,13 @@ pub struct BodyTimeout(pub Duration);
 /// otherwise.
 pub struct ExecutionId(pub String);
 
-/// An execution id and a name from the path (`{id}` and `{step}` or
-/// `{name}`), both checked.
+/// An execution id and a step name from the path (`{id}` and `{step}`),
+/// both checked.
 pub struct ExecutionAndName(pub String, pub String);
+
+/// An execution id and a signal name from the path (`{id}` and `{name}`),
+/// both checked by their format.
+pub struct ExecutionAndSignal(pub String, pub String);
 
 /// A credential name from the path (`{name}`), checked.
 pub struct CredentialName(pub String);
@@ -151,6 +155,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ExecutionAndName {
             .ok_or_else(|| ApiError::Internal("the route has no name parameter".into()))?;
         params::name(&key, &value, params::MAX_NAME).map_err(ApiError::BadRequest)?;
         Ok(Self(id, value))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutionAndSignal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let found = path_params(parts, state).await?;
+        let id = param(&found, "id")?;
+        params::execution_id(&id).map_err(ApiError::BadRequest)?;
+        let name = param(&found, "name")?;
+        params::signal_name(&name).map_err(ApiError::BadRequest)?;
+        Ok(Self(id, name))
     }
 }
 

@@ -7,7 +7,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::shape::params::{EXECUTION_ID_PATTERN, MAX_EXECUTION_ID, MAX_NAME, NAME_PATTERN};
+use crate::shape::params::{
+    EXECUTION_ID_PATTERN, MAX_EXECUTION_ID, MAX_NAME, MAX_SIGNAL_NAME, NAME_PATTERN,
+    SIGNAL_NAME_PATTERN,
+};
 
 /// Operations whose request body may be left out (`METHOD path`).
 pub const OPTIONAL_BODIES: &[&str] = &[
@@ -146,6 +149,10 @@ fn path_pattern(path: &str, p: &mut Value) {
             "type": "string", "minLength": 1, "maxLength": MAX_EXECUTION_ID,
             "pattern": EXECUTION_ID_PATTERN
         }),
+        "name" if path.contains("/signals/") => json!({
+            "type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME,
+            "pattern": SIGNAL_NAME_PATTERN
+        }),
         "name" if path.starts_with("/api/credentials") => json!({
             "type": "string", "minLength": 1,
             "maxLength": crate::shape::credentials::MAX_NAME, "pattern": NAME_PATTERN
@@ -248,6 +255,15 @@ mod tests {
         assert!(result["responses"]["400"].is_object());
         let health = &d["paths"]["/health"]["get"];
         assert_eq!(health["responses"].as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_signal_name_has_the_pattern_the_server_checks() {
+        let d = crate::routes::openapi_document();
+        let params = &d["paths"]["/api/executions/{id}/signals/{name}"]["post"]["parameters"];
+        assert_eq!(params[1]["name"], "name");
+        assert_eq!(params[1]["schema"]["pattern"], SIGNAL_NAME_PATTERN);
+        assert_eq!(params[1]["schema"]["maxLength"], MAX_SIGNAL_NAME);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! stream sequence, so a client that reconnects with `Last-Event-ID`
 //! resumes after it. A reader task pulls from an ordered consumer and
 //! hands the events to the response; it ends when the client goes, when
-//! the API drains, or when there is nothing more to send.
+//! the API drains, or when there is nothing more to send. A read that
+//! fails ends it with an `error` event naming the stream, the last `id:`
+//! sent and how to resume ([`error_text`]).
 
 use std::convert::Infallible;
 
@@ -41,7 +43,7 @@ pub struct Follow {
     /// reads all its events, so it sees its terminal event whatever the
     /// filter; the mesh's stream filters by subject instead).
     pub only: Option<String>,
-    /// Stop after this many events.
+    /// Stop after this many events (0: send none).
     pub limit: Option<u64>,
     /// Ends the stream when the API drains.
     pub draining: CancellationToken,
@@ -52,9 +54,12 @@ pub struct Follow {
 pub fn sse(mesh: Mesh, f: Follow) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let (tx, rx) = mpsc::channel(BUFFER);
     tokio::spawn(async move {
-        if let Err(why) = pump(&mesh, f, &tx).await {
-            tracing::warn!(error = %why, "event stream ended early");
-            let _ = tx.send(SseEvent::default().event("error").data(why)).await;
+        let scope = scope_of(&f);
+        let mut last = f.after;
+        if let Err(why) = pump(&mesh, f, &tx, &mut last).await {
+            let text = error_text(&scope, last, &why);
+            tracing::warn!(error = %text, "event stream ended early");
+            let _ = tx.send(SseEvent::default().event("error").data(text)).await;
         }
     });
     let events =
@@ -63,6 +68,30 @@ pub fn sse(mesh: Mesh, f: Follow) -> Sse<impl Stream<Item = Result<SseEvent, Inf
             |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
         );
     Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+/// What a stream follows, as its `error` event names it.
+fn scope_of(f: &Follow) -> String {
+    match &f.execution {
+        Some(eid) => format!("execution {eid}"),
+        None => format!("events under {}", f.filter),
+    }
+}
+
+/// The `error` event of a stream of `scope` that broke because of `cause`
+/// after its last `id:` `last` (or the `Last-Event-ID` it resumed after;
+/// 0: none): what broke, where it stopped and how to go on.
+fn error_text(scope: &str, last: u64, cause: &str) -> String {
+    match last {
+        0 => format!(
+            "the event stream of {scope} broke before any event with an id: {cause}; \
+             reconnect to read it from the start"
+        ),
+        n => format!(
+            "the event stream of {scope} broke after event seq {n}: {cause}; \
+             reconnect with Last-Event-ID: {n} to resume after it"
+        ),
+    }
 }
 
 fn is_terminal(event_type: &str) -> bool {
@@ -161,9 +190,18 @@ fn passes_limit(limit: Option<u64>, sent: u64, group: usize) -> bool {
     limit.is_some_and(|n| sent > 0 && sent + group as u64 > n)
 }
 
-/// Pull events into `tx` until there is nothing more to send; the error
-/// (sent to the client as an `error` event) when the stream fails.
-async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(), String> {
+/// Pull events into `tx` until there is nothing more to send, keeping in
+/// `last` the sequence of the last event sent with an `id:`; the cause
+/// (sent to the client in an `error` event) when the stream fails.
+async fn pump(
+    mesh: &Mesh,
+    f: Follow,
+    tx: &mpsc::Sender<SseEvent>,
+    last: &mut u64,
+) -> Result<(), String> {
+    if f.limit == Some(0) {
+        return Ok(());
+    }
     // Without `follow`, the stream sends what is stored now: through the
     // last event the stream's leader holds under the filter, since the
     // consumer may land on a replica that lags and says nothing is pending
@@ -173,7 +211,7 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
         false => match mesh
             .last_stored_event(&f.filter)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("finding the last stored event: {e}"))?
         {
             Some(last) if last.seq > f.after => Some(last.seq),
             _ => return Ok(()),
@@ -181,18 +219,21 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
     };
     let mut consumer = crate::read::consumer(mesh, f.filter.clone(), f.start)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("creating a consumer: {e}"))?;
     if let (true, Some(eid)) = (f.follow, &f.execution) {
         let pending = consumer
             .info()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("reading the consumer's state: {e}"))?
             .num_pending;
         if pending == 0 && finished(mesh, eid, f.after).await {
             return Ok(());
         }
     }
-    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("reading the stream: {e}"))?;
     let mut sent = 0u64;
     let mut unfolder = Unfolder::bounded(FOLLOWED_ITERATIONS);
     loop {
@@ -208,14 +249,16 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
             next = messages.next() => next,
             _ = stalled => return Err(format!(
                 "the read has not reached stream sequence {} (the last stored under {}) \
-                 within {CATCH_UP:?}: its replica lags; try again",
+                 within {CATCH_UP:?}: its replica lags",
                 through.unwrap_or_default(),
                 f.filter
             )),
         };
         let Some(m) = next else { return Ok(()) };
-        let m = m.map_err(|e| e.to_string())?;
-        let info = m.info().map_err(|e| e.to_string())?;
+        let m = m.map_err(|e| format!("reading the stream: {e}"))?;
+        let info = m
+            .info()
+            .map_err(|e| format!("reading a message's stream position: {e}"))?;
         let (seq, caught_up) = (info.stream_sequence, info.pending == 0);
         let read_all = through.is_some_and(|t| read_through(seq, info.pending, t));
         let mut terminal = false;
@@ -230,6 +273,9 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
                     let seen = Seen { seq, event };
                     if tx.send(sse_event(&seen, resumable)).await.is_err() {
                         return Ok(());
+                    }
+                    if resumable {
+                        *last = seq;
                     }
                     sent += 1;
                 }
@@ -254,6 +300,34 @@ async fn pump(mesh: &Mesh, f: Follow, tx: &mpsc::Sender<SseEvent>) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_event_names_the_stream_the_last_id_and_how_to_resume() {
+        let follow = |execution: Option<&str>| Follow {
+            filter: "noetl.events.e1.>".into(),
+            start: DeliverPolicy::All,
+            after: 0,
+            follow: true,
+            execution: execution.map(str::to_string),
+            only: None,
+            limit: None,
+            draining: CancellationToken::new(),
+        };
+        let one = scope_of(&follow(Some("e1")));
+        assert_eq!(one, "execution e1");
+        let all = scope_of(&follow(None));
+        assert_eq!(all, "events under noetl.events.e1.>");
+        let text = error_text(&one, 42, "reading the stream: connection closed");
+        assert!(text.contains("execution e1"), "{text}");
+        assert!(text.contains("after event seq 42"), "{text}");
+        assert!(text.contains("connection closed"), "{text}");
+        assert!(text.contains("Last-Event-ID: 42"), "{text}");
+        let first = error_text(&all, 0, "creating a consumer: timed out");
+        assert!(first.contains("events under noetl.events.e1.>"), "{first}");
+        assert!(first.contains("before any event"), "{first}");
+        assert!(first.contains("reconnect"), "{first}");
+        assert!(!first.contains('\n'), "one line: {first}");
+    }
 
     #[test]
     fn a_page_never_passes_its_limit_unless_one_stored_message_does_alone() {

@@ -590,6 +590,22 @@ async fn bad_input_is_a_4xx_naming_what_is_wrong() {
         404,
         "nope",
     );
+    // A refused action on an unknown id files its audit record under that
+    // id; that record makes no execution of it.
+    assert_error(
+        &api.post("/api/executions/ghost-1/cancel", admin, &json!({}))
+            .await,
+        404,
+        "ghost-1",
+    );
+    for tail in ["state", "state?at=1", "status"] {
+        assert_error(
+            &api.get(&format!("/api/executions/ghost-1/{tail}"), viewer)
+                .await,
+            404,
+            "Execution not found: ghost-1",
+        );
+    }
 
     // Execute: what it names must be one thing, and exist.
     let both = api
@@ -1398,4 +1414,49 @@ async fn status_variables_follow_ctx_after_the_first_read() {
     // that says COMPLETED has the final `ctx`.
     let st = api.wait_status(&id, viewer, "COMPLETED").await;
     assert_eq!(st["variables"], json!({"stage": "done"}), "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_corrupt_plan_is_500_naming_its_key_not_no_plan() {
+    use noetl_mesh::keys::Keys;
+    use noetl_mesh::kv;
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    api.register(admin, FLOW).await;
+    let done = api.execute(admin, "tests/api_flow", json!({})).await;
+    api.wait_status(&done, viewer, "COMPLETED").await;
+    // A header of another id (no replica has its plan cached), and
+    // garbage where its plan is kept.
+    let mesh = &api.cluster.mesh;
+    let mut h = mesh.exec_header(&done).await.unwrap().unwrap();
+    let id = "corrupt-plan-1";
+    h.execution_id = id.into();
+    kv::put(mesh.exec_kv(), &Keys::header(id), &h)
+        .await
+        .unwrap();
+    let plan_key = Keys::plan(id);
+    kv::put_bytes(mesh.exec_kv(), &plan_key, b"{not a plan".to_vec())
+        .await
+        .unwrap();
+    let rerun = api
+        .post(&format!("/api/executions/{id}/rerun"), admin, &json!({}))
+        .await;
+    assert_error(&rerun, 500, &plan_key);
+    assert_error(&rerun, 500, "corrupt");
+    for tail in ["/status", "", "/results/start"] {
+        let a = api
+            .get(&format!("/api/executions/{id}{tail}"), viewer)
+            .await;
+        assert_error(&a, 500, &plan_key);
+    }
+    let graph = api
+        .get(&format!("/api/console/executions/{id}/graph"), viewer)
+        .await;
+    assert_error(&graph, 500, &plan_key);
+    // No plan at all is still "refused before it started": 422.
+    mesh.exec_kv().delete(&plan_key).await.unwrap();
+    let none = api
+        .post(&format!("/api/executions/{id}/rerun"), admin, &json!({}))
+        .await;
+    assert_error(&none, 422, "has no stored plan");
 }

@@ -92,15 +92,19 @@ async fn every_path_parameter_is_checked_before_it_touches_storage() {
         .get(&format!("/api/executions/{id}/results/a%0Ab"), viewer)
         .await;
     assert_error(&step, 400, "path parameter `step`");
-    let long = "s".repeat(300);
-    let signal = api
-        .post(
-            &format!("/api/executions/{id}/signals/{long}"),
-            admin,
-            &json!({}),
-        )
-        .await;
-    assert_error(&signal, 400, "1-256 characters");
+    // A signal name is checked by the format the mesh keys waiters by: one
+    // in another format is 400, not "nobody waits" (404).
+    for bad in ["s".repeat(129), "approval.v2".into(), "a%20b".into()] {
+        let signal = api
+            .post(
+                &format!("/api/executions/{id}/signals/{bad}"),
+                admin,
+                &json!({}),
+            )
+            .await;
+        assert_error(&signal, 400, "path parameter `name`");
+        assert_error(&signal, 400, "1-128 characters of [A-Za-z0-9_-]");
+    }
     for method in [Method::GET, Method::DELETE] {
         let a = api
             .call(

@@ -193,6 +193,21 @@ async fn the_mesh_stream_follows_new_executions_and_pages_stored_ones() {
         .map(|e| e.data["execution_id"].as_str().unwrap().to_string())
         .collect();
     assert!(executions.contains(&first));
+
+    // `limit=0` is an empty page, as `/api/ehdb/...?limit=0` is `[]`.
+    assert!(read("limit=0".into()).await.is_empty());
+    let one = format!("/api/executions/{first}/events?limit=0");
+    assert!(read_sse(
+        api.http
+            .get(format!("{}{one}", api.base))
+            .bearer_auth(viewer)
+            .send()
+            .await
+            .unwrap(),
+        Duration::from_secs(10)
+    )
+    .await
+    .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

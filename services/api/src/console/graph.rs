@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::layout::layout;
 use crate::error::ApiError;
 use crate::extract::ExecutionId;
-use crate::handlers::header;
+use crate::handlers::{header, plan_of};
 use crate::shape::status::status_name;
 use crate::state::AppState;
 
@@ -322,7 +322,7 @@ pub async fn graph(
 ) -> Result<Json<Graph>, ApiError> {
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;
-    let plan = mesh.plans().get(mesh, &id).await.ok();
+    let plan = plan_of(mesh, &id).await?;
     let playbook = plan.as_ref().map(|p| &*p.playbook);
     let (records, loops) = match playbook {
         Some(p) => (records(mesh, &id, p).await?, loop_runs(mesh, &h, p).await?),

@@ -19,7 +19,7 @@ pub struct EventsQuery {
     #[serde(rename = "type")]
     pub event_type: Option<String>,
     /// Stop after this many events (`/api/events` without `follow`:
-    /// default 1,000, at most 10,000).
+    /// default 1,000, at most 10,000); 0: none (the stream ends at once).
     pub limit: Option<u64>,
 }
 

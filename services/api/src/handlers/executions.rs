@@ -20,7 +20,7 @@ use crate::contract::executions::{
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{ExecutionAndName, ExecutionId, OptionalBody, Params};
-use crate::handlers::header;
+use crate::handlers::{absent_plan, header, plan_of};
 use crate::read::{step_result, stored, Stored};
 use crate::shape::events::execution_event;
 use crate::shape::executions::{catalog_source, filter, select};
@@ -77,12 +77,7 @@ pub async fn get(
 ) -> Result<Json<ExecutionDetail>, ApiError> {
     let mesh = &state.mesh;
     let h = header(mesh, &id).await?;
-    let workload = mesh
-        .plans()
-        .get(mesh, &id)
-        .await
-        .ok()
-        .map(|p| p.workload.clone());
+    let workload = plan_of(mesh, &id).await?.map(|p| p.workload.clone());
     let (event_count, events) = stored(
         mesh,
         Stored {
@@ -153,7 +148,7 @@ async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
                 steps
             }
         };
-        let order = order_of(state, &header, cached, plan).await;
+        let order = order_of(state, &header, cached, plan).await?;
         return Ok(Snapshot {
             header,
             steps,
@@ -165,7 +160,7 @@ async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
         Some(bytes) => decode(mesh, &header_key, &bytes)?,
         None => return Err(not_found(id)),
     };
-    let order = order_of(state, &header, cached, plan).await;
+    let order = order_of(state, &header, cached, plan).await?;
     let mut steps = BTreeMap::new();
     for step in order.iter() {
         let key = Keys::step(id, step);
@@ -235,7 +230,7 @@ async fn step_statuses(
     mesh: &Mesh,
     id: &str,
 ) -> Result<BTreeMap<String, Option<StepStatus>>, ApiError> {
-    let Ok(plan) = mesh.plans().get(mesh, id).await else {
+    let Some(plan) = plan_of(mesh, id).await? else {
         return Ok(BTreeMap::new());
     };
     let reads = plan.playbook.workflow.iter().map(|step| async move {
@@ -338,23 +333,23 @@ async fn variables(
 
 /// The workflow's steps in order: `cached` when it was read at the
 /// header's resume count; else from the plan (`plan`, when its read was
-/// begun beside the header's), kept for that resume count; none when the
-/// plan cannot be read.
+/// begun beside the header's), kept for that resume count; none when
+/// there is no plan (yet); an error when it cannot be read.
 async fn order_of(
     state: &AppState,
     h: &ExecHeader,
     cached: Option<(u32, std::sync::Arc<Vec<String>>)>,
     plan: Option<Result<std::sync::Arc<noetl_mesh::plan::PlanRecord>, noetl_mesh::MeshError>>,
-) -> std::sync::Arc<Vec<String>> {
+) -> Result<std::sync::Arc<Vec<String>>, ApiError> {
     if let Some((_, order)) = cached.filter(|(resumes, _)| *resumes == h.resumes) {
-        return order;
+        return Ok(order);
     }
     let plan = match plan {
         Some(read) => read,
         None => state.mesh.plans().get(&state.mesh, &h.execution_id).await,
     };
-    let Ok(plan) = plan else {
-        return std::sync::Arc::new(Vec::new());
+    let Some(plan) = absent_plan(plan)? else {
+        return Ok(std::sync::Arc::new(Vec::new()));
     };
     let order = std::sync::Arc::new(
         plan.playbook
@@ -366,7 +361,7 @@ async fn order_of(
     state
         .step_order
         .insert(h.execution_id.clone(), (h.resumes, order.clone()));
-    order
+    Ok(order)
 }
 
 /// An execution's status and step counts (what NoETL's clients poll).
@@ -375,7 +370,8 @@ async fn order_of(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Its status", body = ExecutionStatus),
-        (status = 404, description = "No such execution", body = ErrorBody)))]
+        (status = 404, description = "No such execution", body = ErrorBody),
+        (status = 500, description = "A stored record (its header, plan, a step) is corrupt (the key named)", body = ErrorBody)))]
 pub async fn status(
     State(state): State<AppState>,
     ExecutionId(id): ExecutionId,
@@ -477,7 +473,7 @@ pub async fn result(
 ) -> Result<Json<StepResultResponse>, ApiError> {
     let mesh = &state.mesh;
     header(mesh, &id).await?;
-    if let Ok(plan) = mesh.plans().get(mesh, &id).await {
+    if let Some(plan) = plan_of(mesh, &id).await? {
         if !plan.playbook.workflow.iter().any(|s| s.step == step) {
             return Err(ApiError::NotFound(format!(
                 "execution {id} has no step `{step}`"

@@ -2,7 +2,9 @@
 //! execution's events up to `at`, folded ([`noetl_mesh::fold`]) into the
 //! records they determine, with the timeline of every event for the
 //! console's scrubber. Works as well for an execution whose KV state was
-//! compacted: only the events are read.
+//! compacted: its events give its header. An id with neither a header in
+//! KV nor one its events give is no execution (404), whatever events are
+//! filed under it (the audit records of actions refused on it).
 
 use axum::extract::State;
 use axum::Json;
@@ -26,8 +28,9 @@ pub const MAX_TIMELINE: usize = 2000;
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The state its events up to `at` give, and its timeline", body = ExecutionState),
-        (status = 404, description = "No event of such an execution", body = ErrorBody),
-        (status = 422, description = "`at` is neither a sequence number nor an RFC 3339 time", body = ErrorBody)))]
+        (status = 404, description = "No such execution: no header in KV, none its events give", body = ErrorBody),
+        (status = 422, description = "`at` is neither a sequence number nor an RFC 3339 time", body = ErrorBody),
+        (status = 500, description = "A stored event does not decode (its sequence number named)", body = ErrorBody)))]
 pub async fn state_at(
     State(state): State<AppState>,
     ExecutionId(id): ExecutionId,
@@ -43,9 +46,17 @@ pub async fn state_at(
         })?,
     };
     let mesh = &state.mesh;
-    let log = replay::read_log(mesh, &id, Until::End).await?;
+    let not_found = || ApiError::NotFound(format!("Execution not found: {id}"));
+    let (stored, log) = tokio::join!(
+        mesh.exec_header(&id),
+        replay::read_log(mesh, &id, Until::End)
+    );
+    // A header that cannot be read now is left to the log to give: time
+    // travel reads the events, not KV.
+    let known = matches!(stored, Ok(Some(_)));
+    let log = log.map_err(|e| corrupt_event(&id, e))?;
     if log.is_empty() {
-        return Err(ApiError::NotFound(format!("Execution not found: {id}")));
+        return Err(not_found());
     }
     let timeline_truncated = log.len() > MAX_TIMELINE;
     let timeline = log[log.len().saturating_sub(MAX_TIMELINE)..]
@@ -57,14 +68,41 @@ pub async fn state_at(
             ts: l.event.ts.clone(),
         })
         .collect();
-    let mut upto: Vec<_> = log.into_iter().filter(|l| at.keeps(l)).collect();
+    let (mut upto, mut after): (Vec<_>, Vec<_>) = log.into_iter().partition(|l| at.keeps(l));
     for l in &mut upto {
         if replay::carries_reference(&l.event) {
             replay::hydrate(mesh, &mut l.event).await?;
         }
     }
-    let folded = Folded::of(upto.iter().map(|l| (l.seq, &l.event)))?;
+    let folded =
+        Folded::of(upto.iter().map(|l| (l.seq, &l.event))).map_err(|e| corrupt_event(&id, e))?;
+    if !known && folded.header.is_none() {
+        // No header in KV (compacted, or none ever): the execution is one
+        // when its whole log gives a header (`at` may precede its start).
+        for l in &mut after {
+            if replay::carries_reference(&l.event) {
+                replay::hydrate(mesh, &mut l.event).await?;
+            }
+        }
+        let whole = Folded::of(upto.iter().chain(&after).map(|l| (l.seq, &l.event)))
+            .map_err(|e| corrupt_event(&id, e))?;
+        if whole.header.is_none() {
+            return Err(not_found());
+        }
+    }
     Ok(Json(answer(&id, folded, timeline, timeline_truncated)))
+}
+
+/// A stored event of execution `id` that does not decode (or whose payload
+/// does not) is a corrupt record: 500 naming it, not the caller's 422.
+fn corrupt_event(id: &str, e: noetl_mesh::MeshError) -> ApiError {
+    use noetl_mesh::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::Invalid => {
+            ApiError::Internal(format!("a stored event of execution {id} is corrupt: {e}"))
+        }
+        _ => e.into(),
+    }
 }
 
 /// The answer for `folded` (a plain function).
@@ -101,6 +139,25 @@ mod tests {
     use super::*;
     use noetl_mesh::state::{ExecHeader, ExecStatus, StepRecord, StepStatus};
     use serde_json::json;
+
+    #[test]
+    fn an_event_that_does_not_decode_is_a_corrupt_record_naming_the_execution() {
+        let e = corrupt_event(
+            "e1",
+            noetl_mesh::MeshError::Invalid("event seq 7 under p.events.e1.>: bad".into()),
+        );
+        assert_eq!(e.status().as_u16(), 500);
+        assert!(e.to_string().contains("execution e1"), "{e}");
+        assert!(e.to_string().contains("seq 7"), "{e}");
+        let unavailable = corrupt_event(
+            "e1",
+            noetl_mesh::MeshError::Consume {
+                consumer: "c".into(),
+                message: "gone".into(),
+            },
+        );
+        assert_eq!(unavailable.status().as_u16(), 503);
+    }
 
     #[test]
     fn the_answer_names_status_steps_ctx_and_live_steps() {

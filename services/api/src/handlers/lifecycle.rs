@@ -17,7 +17,7 @@ use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{ExecutionId, OptionalBody};
 use crate::handlers::execute::accepted;
-use crate::handlers::header;
+use crate::handlers::{header, plan_of};
 use crate::shape::catalog::parse_catalog_id;
 use crate::state::AppState;
 
@@ -64,7 +64,8 @@ pub fn rerun_request(
         (status = 200, description = "The new execution", body = RerunResponse),
         (status = 403, description = "Viewer", body = ErrorBody),
         (status = 404, description = "No such execution", body = ErrorBody),
-        (status = 422, description = "It was refused before it started (no plan), or another resource kind", body = ErrorBody)))]
+        (status = 422, description = "It was refused before it started (no plan), or another resource kind", body = ErrorBody),
+        (status = 500, description = "Its stored plan is corrupt (the key named)", body = ErrorBody)))]
 pub async fn rerun(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -82,7 +83,7 @@ pub async fn rerun(
             }
         }
         let h = header(mesh, &id).await?;
-        let plan = mesh.plans().get(mesh, &id).await.map_err(|_| {
+        let plan = plan_of(mesh, &id).await?.ok_or_else(|| {
             ApiError::invalid(format!(
                 "execution {id} has no stored plan (it was refused before it started: {}); start the playbook again",
                 h.error.as_deref().unwrap_or("no error recorded")

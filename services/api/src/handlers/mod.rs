@@ -28,6 +28,27 @@ pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
         .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
 }
 
+/// The plan of execution `id`, `None` when it has none (refused before it
+/// started, or purged). Any other failure is the API's error: 503 when
+/// the read may pass, 500 naming the key when the stored plan is corrupt
+/// (never "no plan": that would hide it).
+pub async fn plan_of(
+    mesh: &Mesh,
+    id: &str,
+) -> Result<Option<std::sync::Arc<noetl_mesh::plan::PlanRecord>>, ApiError> {
+    absent_plan(mesh.plans().get(mesh, id).await)
+}
+
+/// A plan read with [`MeshError::NoPlan`](noetl_mesh::MeshError::NoPlan)
+/// as `None` and every other error as the API's.
+pub fn absent_plan<T>(read: Result<T, noetl_mesh::MeshError>) -> Result<Option<T>, ApiError> {
+    match read {
+        Ok(plan) => Ok(Some(plan)),
+        Err(noetl_mesh::MeshError::NoPlan { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Refuse what is not an execution id (it could otherwise name another KV
 /// key, or be a wildcard).
 pub fn valid_id(id: &str) -> Result<(), ApiError> {

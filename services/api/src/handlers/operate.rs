@@ -15,7 +15,7 @@ use crate::contract::executions::{
 };
 use crate::contract::ErrorBody;
 use crate::error::ApiError;
-use crate::extract::{AnyJson, ExecutionAndName, ExecutionId, OptionalBody};
+use crate::extract::{AnyJson, ExecutionAndSignal, ExecutionId, OptionalBody};
 use crate::handlers::header;
 use crate::shape::status::status_name;
 use crate::state::AppState;
@@ -98,7 +98,7 @@ pub async fn unpause(
 /// `wait` task's result, when it fits the task's schema.
 #[utoipa::path(post, path = "/api/executions/{id}/signals/{name}", tag = "executions",
     params(("id" = String, Path, description = "Execution id"),
-           ("name" = String, Path, description = "The signal")),
+           ("name" = String, Path, description = "The signal: 1-128 characters of [A-Za-z0-9_-]")),
     request_body(content = serde_json::Value, description = "The data (optional)"),
     security(("bearer" = [])),
     responses(
@@ -109,7 +109,7 @@ pub async fn unpause(
 pub async fn signal(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    ExecutionAndName(id, name): ExecutionAndName,
+    ExecutionAndSignal(id, name): ExecutionAndSignal,
     AnyJson(data): AnyJson,
 ) -> Result<Json<SignalResponse>, ApiError> {
     use noetl_mesh::signal::SignalError;

@@ -1,14 +1,20 @@
 //! What a path parameter may be, checked before a handler touches storage:
-//! an execution id by its format, a name (a step, a signal, a credential)
-//! by length and characters. Each check names what was wrong and where.
+//! an execution id and a signal name by their format, a name (a step, a
+//! credential) by length and characters. Each check names what was wrong and where.
 
 use noetl_mesh::ids::is_valid_execution_id;
 
 /// Longest execution id.
 pub const MAX_EXECUTION_ID: usize = 128;
 
-/// Longest step or signal name in a path.
+/// Longest step name in a path.
 pub const MAX_NAME: usize = 256;
+
+/// Longest signal name ([`noetl_mesh::signal::valid_signal`]).
+pub const MAX_SIGNAL_NAME: usize = 128;
+
+/// The pattern of a signal name (as the OpenAPI document states it).
+pub const SIGNAL_NAME_PATTERN: &str = "^[A-Za-z0-9_-]{1,128}$";
 
 /// The pattern of an execution id (as the OpenAPI document states it).
 pub const EXECUTION_ID_PATTERN: &str = "^[A-Za-z0-9_-]{1,128}$";
@@ -30,6 +36,19 @@ pub fn execution_id(id: &str) -> Result<(), String> {
         Err(format!(
             "path parameter `id`: {} is not an execution id: 1-{MAX_EXECUTION_ID} characters of [A-Za-z0-9_-]",
             shown(id)
+        ))
+    }
+}
+
+/// A signal name, or why `name` (the path parameter `name`) is not one:
+/// the mesh keys waiters by it, so no step can wait for any other.
+pub fn signal_name(name: &str) -> Result<(), String> {
+    if noetl_mesh::signal::valid_signal(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "path parameter `name`: {} is not a signal name: 1-{MAX_SIGNAL_NAME} characters of [A-Za-z0-9_-]",
+            shown(name)
         ))
     }
 }
@@ -62,6 +81,21 @@ mod tests {
         }
         let e = execution_id("x.step.start").unwrap_err();
         assert!(e.contains("\"x.step.start\""), "{e}");
+    }
+
+    #[test]
+    fn signal_names_are_checked_by_the_format_the_mesh_keys_them_by() {
+        assert!(signal_name("approval").is_ok());
+        assert!(signal_name("go-ahead_2").is_ok());
+        for bad in ["", "approval.v2", "a b", "*", "a\nb", &"s".repeat(129)] {
+            let e = signal_name(bad).unwrap_err();
+            assert!(e.contains("path parameter `name`"), "{e}");
+            assert!(e.contains("1-128 characters of [A-Za-z0-9_-]"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert!(signal_name("approval.v2")
+            .unwrap_err()
+            .contains("\"approval.v2\""));
     }
 
     #[test]
