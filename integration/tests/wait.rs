@@ -73,6 +73,16 @@ async fn a_signal_that_fits_continues_the_wait_once_with_its_data() {
         .await
         .unwrap_err();
     assert!(matches!(none, SignalError::NoWaiter { .. }), "{none}");
+    // A name no step can ever wait for: said so, not "nobody waits now".
+    let malformed = mesh
+        .signal(&eid, "approval.v2", json!({}), "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(malformed, SignalError::BadName { .. })
+            && malformed.to_string().contains("1-128 characters"),
+        "{malformed}"
+    );
     let bad = mesh
         .signal(
             &eid,

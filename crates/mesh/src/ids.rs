@@ -113,6 +113,10 @@ pub fn new_execution_id() -> String {
 /// ([`crate::audit`]): never an execution id.
 pub const MESH_SCOPE: &str = "_mesh";
 
+/// What an execution id and a signal name may be, as messages state it
+/// ([`is_valid_execution_id`], [`crate::signal::valid_signal`]).
+pub const NAME_RULE: &str = "1-128 characters of [A-Za-z0-9_-]";
+
 /// True when `id` can be used inside subjects and KV keys (and is not
 /// [`MESH_SCOPE`]).
 pub fn is_valid_execution_id(id: &str) -> bool {

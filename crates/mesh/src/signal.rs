@@ -69,6 +69,13 @@ pub enum SignalError {
         /// Where and what.
         mismatch: noetl_core::data_schema::Mismatch,
     },
+    /// The name cannot be a signal's ([`valid_signal`]): no step can wait
+    /// for it, now or later.
+    #[error("`{signal}` is not a signal name: use {rule}", rule = crate::ids::NAME_RULE)]
+    BadName {
+        /// The name given.
+        signal: String,
+    },
     /// Reading or writing the mesh failed.
     #[error(transparent)]
     Mesh(#[from] MeshError),
@@ -188,7 +195,9 @@ impl Mesh {
             signal: signal.to_string(),
         };
         if !valid_signal(signal) {
-            return Err(none());
+            return Err(SignalError::BadName {
+                signal: signal.to_string(),
+            });
         }
         let Some((waiter, revision)) = self.read_waiter(eid, signal).await? else {
             return Err(none());

@@ -47,7 +47,8 @@ pub fn config(c: &Map<String, Value>) -> Result<WaitConfig, String> {
         Some(Value::String(s)) if noetl_mesh::signal::valid_signal(s) => s.clone(),
         Some(other) => {
             return Err(format!(
-                "`signal` must be a name of 1-128 characters of [A-Za-z0-9_-], got {other}"
+                "`signal` must be a name of {}, got {other}",
+                noetl_mesh::ids::NAME_RULE
             ))
         }
         None => return Err("a wait task needs `signal`: the name a signal is sent to".into()),

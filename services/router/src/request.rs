@@ -207,8 +207,9 @@ fn execution_id(req: &ExecutionRequest, seq: u64) -> Result<String, HandlerError
         Ok(req.execution_id.clone())
     } else {
         Err(HandlerError::Refused(format!(
-            "execution_id {:?} is not usable: use 1-128 characters of [A-Za-z0-9_-]",
-            req.execution_id
+            "execution_id {:?} is not usable: use {}",
+            req.execution_id,
+            noetl_mesh::ids::NAME_RULE
         )))
     }
 }

@@ -127,6 +127,7 @@ pub async fn signal(
             .map_err(|e| match e {
                 SignalError::NoWaiter { .. } => ApiError::NotFound(e.to_string()),
                 SignalError::Invalid { .. } => ApiError::invalid(e.to_string()),
+                SignalError::BadName { .. } => ApiError::BadRequest(e.to_string()),
                 SignalError::Mesh(m) => m.into(),
             })
     }

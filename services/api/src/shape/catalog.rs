@@ -168,7 +168,8 @@ pub fn execution_id(req: &ExecuteRequest) -> Result<String, ApiError> {
     if let Some(id) = &req.execution_id {
         if !noetl_mesh::ids::is_valid_execution_id(id) {
             return Err(ApiError::invalid(format!(
-                "execution_id {id:?}: use 1-128 characters of [A-Za-z0-9_-]"
+                "execution_id {id:?}: use {}",
+                noetl_mesh::ids::NAME_RULE
             )));
         }
         if req.dedup.is_some() {

@@ -47,8 +47,9 @@ pub fn signal_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "path parameter `name`: {} is not a signal name: 1-{MAX_SIGNAL_NAME} characters of [A-Za-z0-9_-]",
-            shown(name)
+            "path parameter `name`: {} is not a signal name: {}",
+            shown(name),
+            noetl_mesh::ids::NAME_RULE
         ))
     }
 }

@@ -152,7 +152,7 @@ pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
             eprintln!("error: {e}");
             Ok(super::exit::Exit::NotFound.into())
         }
-        Err(e @ SignalError::Invalid { .. }) => {
+        Err(e @ (SignalError::Invalid { .. } | SignalError::BadName { .. })) => {
             eprintln!("error: {e}");
             Ok(super::exit::Exit::Usage.into())
         }

@@ -13,7 +13,7 @@ use super::exit::Exit;
 use super::retry::ride_out;
 
 /// What an execution id may be ([`noetl_mesh::ids::is_valid_execution_id`]).
-pub(crate) const EXECUTION_ID_RULE: &str = "1-128 characters of [A-Za-z0-9_-]";
+pub(crate) const EXECUTION_ID_RULE: &str = noetl_mesh::ids::NAME_RULE;
 
 /// The clap value parser of every execution id argument: an id that cannot
 /// be one (`abc,`, `*`) is refused before anything is read (exit 2) instead
@@ -33,7 +33,7 @@ pub(crate) fn execution_id(s: &str) -> Result<String, String> {
 }
 
 /// What a signal name may be ([`noetl_mesh::signal::valid_signal`]).
-pub(crate) const SIGNAL_NAME_RULE: &str = "1-128 characters of [A-Za-z0-9_-]";
+pub(crate) const SIGNAL_NAME_RULE: &str = noetl_mesh::ids::NAME_RULE;
 
 /// The clap value parser of a signal name.
 pub(crate) fn signal_name(s: &str) -> Result<String, String> {
