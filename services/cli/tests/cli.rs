@@ -942,7 +942,11 @@ fn an_id_or_signal_name_that_cannot_be_one_is_refused_before_nats_is_read() {
     ];
     for (args, bad) in cases {
         let started = std::time::Instant::now();
-        let out = noetl().args(*args).args(["--nats", &nats]).output().unwrap();
+        let out = noetl()
+            .args(*args)
+            .args(["--nats", &nats])
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
