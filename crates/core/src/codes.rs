@@ -79,6 +79,7 @@ codes! {
     E046 => "`loop` read where no loop runs",
     E047 => "authoring sugar",
     E048 => "python code does not compile",
+    E049 => "unknown filter or test",
     W101 => "`then.set` alias",
     W102 => "unreachable step",
     W103 => "arc that can never fire",
@@ -91,6 +92,7 @@ codes! {
     W110 => "http `method` is not a standard one",
     W111 => "http `url` is not an http(s) URL",
     W112 => "a cursor claim that does not read `__frame_claim`",
+    W113 => "a condition that renders as text",
 }
 
 impl Code {

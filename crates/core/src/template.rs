@@ -110,9 +110,11 @@ mod cmp_rewrite;
 mod engine;
 mod eval;
 mod funcs;
+mod names;
 mod scope;
 mod text;
 
+pub use names::{NameKind, UnknownName};
 pub use scope::{output_view, Scope};
 
 /// True when `s` contains template syntax (`{{`, `{%` or `{#`).
@@ -129,6 +131,42 @@ pub fn check_syntax(src: &str) -> Result<(), TemplateError> {
         .entry(engine::Kind::Text, src)
         .map(|_| ())
         .map_err(|e| eval::map_error(src, e))
+}
+
+/// The filters and tests `src` applies that the engine does not have
+/// (sorted, each once): a render fails on each when it reaches it. Empty
+/// when `src` has no template syntax or does not parse.
+pub fn unknown_names(src: &str) -> Vec<UnknownName> {
+    if !is_template(src) {
+        return Vec::new();
+    }
+    names::unknown_in(engine::Kind::Text, src)
+}
+
+/// Checks condition `src` (a `when`) as [`eval_condition`] compiles it: a
+/// bare expression (`a == 1`) or one `{{ expr }}` as an expression, other
+/// text as a template. `Ok` holds the filters and tests it applies that
+/// the engine lacks ([`unknown_names`]).
+pub fn check_condition(src: &str) -> Result<Vec<UnknownName>, TemplateError> {
+    let trimmed = src.trim();
+    let (kind, compiled) = if !is_template(trimmed) {
+        if trimmed.is_empty()
+            || trimmed.eq_ignore_ascii_case("true")
+            || trimmed.eq_ignore_ascii_case("false")
+        {
+            return Ok(Vec::new());
+        }
+        (engine::Kind::Cond, trimmed)
+    } else {
+        match eval::exact_inner(trimmed) {
+            Some(expr) => (engine::Kind::Cond, expr),
+            None => (engine::Kind::Text, src),
+        }
+    };
+    engine::engine()
+        .entry(kind, compiled)
+        .map_err(|e| eval::map_error(src, e))?;
+    Ok(names::unknown_in(kind, compiled))
 }
 
 /// The top-level variable names `src` reads (sorted, without builtin

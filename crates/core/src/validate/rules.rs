@@ -144,18 +144,69 @@ impl Validator {
         }
     }
 
-    /// `when` must be a template string (booleans were normalised already).
+    /// `when` must be a template string (booleans were normalised already),
+    /// and compile as the engine evaluates it ([`Self::condition`]).
     pub(super) fn when_is_string(&mut self, n: &Node, path: &str) {
         if let Some(w) = n.get("when") {
-            if w.as_str().is_none() {
-                self.err(
+            match w.as_str() {
+                Some(cond) => self.condition(w, &format!("{path}/when"), cond),
+                None => self.err(
                     Code::E004,
                     w.span,
                     &format!("{path}/when"),
                     format!("`when` must be a template string, found {}", w.type_name()),
                     "write `when: \"{{ ... }}\"`",
-                );
+                ),
             }
         }
     }
+
+    /// A `when` as the engine evaluates it: a bare expression
+    /// (`outcome.status == 'error'`) must parse (E036) and apply only
+    /// filters and tests the engine has (E049); a template is checked with
+    /// every other template. A condition of several `{{ }}` joined by text
+    /// renders as that text, true unless it is empty or a false word (W113).
+    fn condition(&mut self, w: &Node, path: &str, cond: &str) {
+        if crate::template::is_template(cond) {
+            if renders_as_text(cond) {
+                self.warn(
+                    Code::W113,
+                    w.span,
+                    path,
+                    format!(
+                        "condition {cond:?} renders as text (`true and false`, say), \
+                         which is true unless empty or a false word"
+                    ),
+                    "write one expression: `{{ a and b }}`",
+                );
+            }
+            return;
+        }
+        match crate::template::check_condition(cond) {
+            Err(e) => {
+                let message = match e {
+                    crate::template::TemplateError::Syntax { message, .. } => message,
+                    other => other.to_string(),
+                };
+                let one_line = message.lines().next().unwrap_or("").to_string();
+                self.err(
+                    Code::E036,
+                    w.span,
+                    path,
+                    format!("condition {cond:?} does not parse: {one_line}"),
+                    "a `when` is one expression (`outcome.status == 'error'`, or \
+                     `{{ outcome.status == 'error' }}`): Jinja operators are `and`, `or`, \
+                     `not`, `==`",
+                );
+            }
+            Ok(names) => self.unknown_filters(w, path, &names),
+        }
+    }
+}
+
+/// Whether condition template `cond` is evaluated as rendered text made of
+/// two or more `{{ }}` outputs (and no `{% %}` logic): `{{ a }} and {{ b }}`
+/// renders as `false and false`, which is true.
+fn renders_as_text(cond: &str) -> bool {
+    cond.matches("{{").count() >= 2 && !cond.contains("{%")
 }

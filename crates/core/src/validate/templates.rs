@@ -13,6 +13,7 @@ impl Validator {
     /// `code` excepted: it is not rendered, see `is_raw_field`).
     pub(super) fn templates(&mut self, root: &Node) {
         let mut bad = Vec::new();
+        let mut unknown = Vec::new();
         collect_templates(root, "", &mut |path, node, s| {
             if let Err(e) = crate::template::check_syntax(s) {
                 let msg = match e {
@@ -20,8 +21,16 @@ impl Validator {
                     other => other.to_string(),
                 };
                 bad.push((node.span, path.to_string(), msg));
+            } else {
+                let names = crate::template::unknown_names(s);
+                if !names.is_empty() {
+                    unknown.push((node, path.to_string(), names));
+                }
             }
         });
+        for (node, path, names) in unknown {
+            self.unknown_filters(node, &path, &names);
+        }
         for (span, path, msg) in bad {
             let one_line: String = msg.lines().next().unwrap_or("").to_string();
             self.err(
@@ -35,6 +44,44 @@ impl Validator {
         self.unknown_roots(root);
         self.unknown_workload_keys(root);
         self.loop_reads(root);
+    }
+
+    /// E049 for each filter or test `names` that template `node` (at
+    /// `path`) applies and the engine lacks: the render fails when it
+    /// reaches it.
+    pub(super) fn unknown_filters(
+        &mut self,
+        node: &Node,
+        path: &str,
+        names: &[crate::template::UnknownName],
+    ) {
+        for n in names {
+            let kind = n.kind.as_str();
+            let known = match n.kind {
+                crate::template::NameKind::Filter => TEMPLATE_FILTERS,
+                crate::template::NameKind::Test => TEMPLATE_TESTS,
+            };
+            let help = match closest(&n.name, known).or_else(|| alias_of(&n.name)) {
+                Some(c) => format!(
+                    "did you mean `{c}`? documented {kind}s (docs/dsl.md \"Templates\"): {}",
+                    known.join(", ")
+                ),
+                None => format!(
+                    "documented {kind}s (docs/dsl.md \"Templates\"): {}",
+                    known.join(", ")
+                ),
+            };
+            self.err(
+                Code::E049,
+                node.span,
+                path,
+                format!(
+                    "unknown {kind} `{}`: the template fails when it is rendered",
+                    n.name
+                ),
+                &help,
+            );
+        }
     }
 
     /// W106: a template reads `workload.<key>` when the playbook declares
@@ -264,6 +311,61 @@ fn is_raw_field(n: &Node, key: &str) -> bool {
         return false;
     };
     crate::tool::raw_fields(kind).contains(&key)
+}
+
+/// The filters templates have (docs/dsl.md "Templates"), for messages.
+const TEMPLATE_FILTERS: &[&str] = &[
+    "default",
+    "d",
+    "int",
+    "float",
+    "string",
+    "tojson",
+    "fromjson",
+    "length",
+    "lower",
+    "upper",
+    "trim",
+    "replace",
+    "join",
+    "first",
+    "last",
+    "list",
+    "keys",
+    "values",
+    "items",
+    "round",
+    "abs",
+    "min",
+    "max",
+    "sum",
+    "unique",
+    "sort",
+    "b64encode",
+    "b64decode",
+    "urlencode",
+];
+
+/// The tests templates have (docs/dsl.md "Templates"), for messages.
+const TEMPLATE_TESTS: &[&str] = &[
+    "defined",
+    "undefined",
+    "none",
+    "number",
+    "string",
+    "mapping",
+    "sequence",
+];
+
+/// The filter a name from other template engines stands for here.
+fn alias_of(name: &str) -> Option<&'static str> {
+    match name {
+        "to_json" | "json" | "to_nice_json" => Some("tojson"),
+        "from_json" => Some("fromjson"),
+        "dict2items" => Some("items"),
+        "count" | "len" => Some("length"),
+        _ => None,
+    }
 }
 
 pub(super) fn collect_templates<'a>(
