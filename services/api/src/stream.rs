@@ -190,6 +190,49 @@ fn passes_limit(limit: Option<u64>, sent: u64, group: usize) -> bool {
     limit.is_some_and(|n| sent > 0 && sent + group as u64 > n)
 }
 
+/// Without `follow`, a stream sends what is stored now: through the last
+/// event the stream's leader holds under the filter, since the consumer may
+/// land on a replica that lags and says nothing is pending before it has it
+/// (docs/architecture.md "Reading the log"). `None` when nothing is stored
+/// after `f.after`: nothing to send.
+async fn stored_through(mesh: &Mesh, f: &Follow) -> Result<Option<u64>, String> {
+    Ok(
+        match mesh
+            .last_stored_event(&f.filter)
+            .await
+            .map_err(|e| format!("finding the last stored event: {e}"))?
+        {
+            Some(last) if last.seq > f.after => Some(last.seq),
+            _ => None,
+        },
+    )
+}
+
+/// Send the events of the message at stream sequence `seq` (`group`, from
+/// [`readable`]), counting them in `sent` and keeping in `last` the
+/// sequence of the one with an `id:`; `false` when the client went away.
+async fn send_group(
+    tx: &mpsc::Sender<SseEvent>,
+    group: Vec<(Event, bool)>,
+    seq: u64,
+    last: &mut u64,
+    sent: &mut u64,
+) -> bool {
+    for (event, resumable) in group {
+        let seen = Seen { seq, event };
+        if tx.send(sse_event(&seen, resumable)).await.is_err() {
+            return false;
+        }
+        if resumable {
+            *last = seq;
+        }
+        *sent += 1;
+    }
+    true
+}
+
+// Over 80 lines on purpose: the one read loop of a stream (open, wait, decode, send, stop);
+// its decisions (readable, passes_limit, read_through) are functions with tests.
 /// Pull events into `tx` until there is nothing more to send, keeping in
 /// `last` the sequence of the last event sent with an `id:`; the cause
 /// (sent to the client in an `error` event) when the stream fails.
@@ -202,19 +245,11 @@ async fn pump(
     if f.limit == Some(0) {
         return Ok(());
     }
-    // Without `follow`, the stream sends what is stored now: through the
-    // last event the stream's leader holds under the filter, since the
-    // consumer may land on a replica that lags and says nothing is pending
-    // before it has it (docs/architecture.md "Reading the log").
     let through = match f.follow {
         true => None,
-        false => match mesh
-            .last_stored_event(&f.filter)
-            .await
-            .map_err(|e| format!("finding the last stored event: {e}"))?
-        {
-            Some(last) if last.seq > f.after => Some(last.seq),
-            _ => return Ok(()),
+        false => match stored_through(mesh, &f).await? {
+            Some(seq) => Some(seq),
+            None => return Ok(()),
         },
     };
     let mut consumer = crate::read::consumer(mesh, f.filter.clone(), f.start)
@@ -266,18 +301,10 @@ async fn pump(
             Ok(event) => {
                 let (group, ends) = readable(&mut unfolder, event, f.only.as_deref());
                 terminal |= f.execution.is_some() && ends;
-                if passes_limit(f.limit, sent, group.len()) {
+                if passes_limit(f.limit, sent, group.len())
+                    || !send_group(tx, group, seq, last, &mut sent).await
+                {
                     return Ok(());
-                }
-                for (event, resumable) in group {
-                    let seen = Seen { seq, event };
-                    if tx.send(sse_event(&seen, resumable)).await.is_err() {
-                        return Ok(());
-                    }
-                    if resumable {
-                        *last = seq;
-                    }
-                    sent += 1;
                 }
             }
             Err(e) => {
