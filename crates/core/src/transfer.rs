@@ -392,6 +392,19 @@ pub fn object_side(
     })
 }
 
+/// Whether `s` is a table name the transfer tool writes to: one to three
+/// dotted identifiers (`[A-Za-z_][A-Za-z0-9_$]*`), used as written. Shared
+/// by the transfer tool (`target.table`) and `noetl validate`.
+pub fn is_table_name(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    (1..=3).contains(&parts.len())
+        && parts.iter().all(|p| {
+            let mut c = p.chars();
+            matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
+                && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '$')
+        })
+}
+
 /// `mode` for an object target: the object is written whole, so `insert`
 /// and `replace` both replace it; `upsert` has no key to merge on.
 pub fn object_mode(mode: &str, tool: &'static str) -> Result<(), SideError> {

@@ -17,6 +17,7 @@ use crate::limits::{MAX_ARCS, MAX_STEPS};
 use crate::yaml::{escape, Node, NodeKind};
 
 mod cursor;
+mod fields;
 mod gates;
 mod http;
 mod keychain;

@@ -864,7 +864,12 @@ fn e005_every_kind_refuses_a_field_its_tool_does_not_read() {
         ("noop", &[], "reslt: 1", "result"),
         ("python", &["code: \"result = 1\""], "agrs: {}", "args"),
         ("http", &["url: http://x"], "header: {}", "headers"),
-        ("postgres", &["command: select 1"], "param: []", "params"),
+        (
+            "postgres",
+            &["command: select 1", "connection: postgresql://u@h/db"],
+            "param: []",
+            "params",
+        ),
         (
             "duckdb",
             &["command: select 1"],
@@ -932,6 +937,7 @@ fn e004_a_tool_field_of_the_wrong_type_and_templates_that_may_render_to_it() {
         &[
             "command: [\"select 1\", \"select 2\"]",
             "transaction: false",
+            "connection: \"{{ workload.dsn }}\"",
         ],
     ));
 }

@@ -193,6 +193,7 @@ impl Validator {
             .and_then(crate::tool::kind)
         {
             self.tool_fields(t, tp, whose, k);
+            self.field_rules(t, tp, whose, k.name, workbook_task);
             if k.name == "http" {
                 self.http_literals(t, tp, whose);
             }

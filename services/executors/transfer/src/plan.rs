@@ -111,17 +111,9 @@ fn str_list(v: &Value, field: &'static str) -> Result<Vec<String>, ConfigError> 
     }
 }
 
-/// Whether `s` is a table name this tool writes to: one to three dotted
-/// identifiers (`[A-Za-z_][A-Za-z0-9_$]*`), used as written.
-pub fn is_table_name(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('.').collect();
-    (1..=3).contains(&parts.len())
-        && parts.iter().all(|p| {
-            let mut c = p.chars();
-            matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
-                && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '$')
-        })
-}
+/// Whether `s` is a table name this tool writes to (shared with
+/// `noetl validate`).
+pub use noetl_core::transfer::is_table_name;
 
 fn mapping(v: Option<&Value>) -> Result<Vec<(String, String)>, ConfigError> {
     match v {
