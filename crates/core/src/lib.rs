@@ -8,6 +8,7 @@ pub mod codes;
 pub mod concurrency;
 pub mod data_schema;
 pub mod diagnostic;
+pub mod field_rules;
 pub mod lifecycle;
 pub mod limits;
 pub mod load;

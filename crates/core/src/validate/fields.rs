@@ -15,6 +15,7 @@
 
 use super::{allowed_list, closest, Validator};
 use crate::codes::Code;
+use crate::field_rules::{python_identifier as identifier, python_module as dotted};
 use crate::yaml::{escape, Node, NodeKind, Span};
 
 mod data;
@@ -478,21 +479,9 @@ fn artifact_reference(raw: &str, put: bool) -> Option<String> {
     }
 }
 
-/// A dotted Python module name (services/executors/python/src/config.rs).
-fn dotted(s: &str) -> bool {
-    !s.is_empty() && s.split('.').all(identifier)
-}
-
-/// A Python identifier, as the python tool checks it.
-fn identifier(s: &str) -> bool {
-    let mut c = s.chars();
-    c.next().is_some_and(|f| f == '_' || f.is_alphabetic())
-        && c.all(|ch| ch == '_' || ch.is_alphanumeric())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{artifact_reference, dotted, identifier};
+    use super::artifact_reference;
 
     #[test]
     fn artifact_references_as_the_tool_reads_them() {
@@ -502,11 +491,5 @@ mod tests {
         assert!(artifact_reference("noetl://a//b", false).is_some());
         assert!(artifact_reference("noetl://results/x", true).is_some());
         assert!(artifact_reference("noetl://artifacts/", true).is_some());
-    }
-
-    #[test]
-    fn python_names() {
-        assert!(dotted("os.path") && identifier("_x1") && identifier("é"));
-        assert!(!dotted("os..path") && !identifier("1x") && !identifier("a-b"));
     }
 }

@@ -129,27 +129,12 @@ pub(crate) fn render_text(
     })
 }
 
-/// `url` as error messages show it: without its query and fragment (a
-/// token endpoint's query may carry a client secret) and with a password
-/// or a lone user name (a token) in its user info written `***`. Text that
-/// is not a URL is cut at its first `?` or `#`.
+/// `url` as error messages show it: no query (a token endpoint's may carry
+/// a client secret), fragment, password or user token
+/// ([`noetl_core::field_rules::shown_url_text`]; as written when it has
+/// none).
 pub(crate) fn shown_url(url: &str) -> String {
-    let Ok(mut u) = reqwest::Url::parse(url) else {
-        let end = url.find(['?', '#']).unwrap_or(url.len());
-        return url[..end].to_string();
-    };
-    let credentials = !u.username().is_empty() || u.password().is_some();
-    if !credentials && u.query().is_none() && u.fragment().is_none() {
-        return url.to_string(); // as written
-    }
-    u.set_query(None);
-    u.set_fragment(None);
-    if u.password().is_some() {
-        let _ = u.set_password(Some("***"));
-    } else if !u.username().is_empty() {
-        let _ = u.set_username("***");
-    }
-    u.to_string()
+    noetl_core::field_rules::shown_url_text(url)
 }
 
 pub(crate) fn provider_err(e: &Entry<'_>, message: String) -> CredentialError {

@@ -14,19 +14,8 @@ pub const DEFAULT_CONNECT: Duration = Duration::from_secs(5);
 /// Default bound of one operation (`spec.timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The operations, by their `operation` value.
-pub const OPERATIONS: &[&str] = &[
-    "publish",
-    "js_publish",
-    "request",
-    "kv_get",
-    "kv_put",
-    "kv_delete",
-    "kv_keys",
-    "object_get",
-    "object_put",
-    "object_delete",
-];
+/// The operations, by their `operation` value (shared with `noetl validate`).
+pub use noetl_core::field_rules::NATS_OPERATIONS as OPERATIONS;
 
 /// Why a task cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! Configuration of the python tool: the replica-wide settings
 //! ([`PythonConfig`]) and the fields of one task ([`PythonTask`]).
 
+use noetl_core::field_rules::{python_identifier as identifier, python_module as dotted};
 use noetl_core::timeout::read_timeout;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -168,16 +169,6 @@ pub struct Import {
     /// `from module import name`, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-}
-
-fn dotted(s: &str) -> bool {
-    !s.is_empty() && s.split('.').all(identifier)
-}
-
-fn identifier(s: &str) -> bool {
-    let mut c = s.chars();
-    c.next().is_some_and(|f| f == '_' || f.is_alphabetic())
-        && c.all(|ch| ch == '_' || ch.is_alphanumeric())
 }
 
 /// The imports of a task's `libs` (`alias: module` or `alias: {from,

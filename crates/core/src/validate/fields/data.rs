@@ -3,6 +3,7 @@
 //! rule the executor's, citing its source.
 
 use super::*;
+use crate::field_rules::NATS_OPERATIONS;
 
 impl Validator {
     /// `transfer`: `mode`, `chunk_size`, a table target's `table` (and a
@@ -253,24 +254,12 @@ impl Validator {
     /// (services/executors/nats/src/config.rs: `OPERATIONS`, `operation`,
     /// `need`).
     pub(super) fn nats_fields(&mut self, task: &Task) {
-        const OPERATIONS: [&str; 10] = [
-            "publish",
-            "js_publish",
-            "request",
-            "kv_get",
-            "kv_put",
-            "kv_delete",
-            "kv_keys",
-            "object_get",
-            "object_put",
-            "object_delete",
-        ];
         let t = task.t;
         let Some((node, raw)) = literal(t, "operation") else {
             return;
         };
         let op = raw.trim();
-        if !OPERATIONS.contains(&op) {
+        if !NATS_OPERATIONS.contains(&op) {
             self.err(
                 Code::E004,
                 node.span,
@@ -279,7 +268,7 @@ impl Validator {
                     "`operation` {raw:?} of {} (a nats task) is not an operation of the nats tool",
                     task.whose
                 ),
-                &did_you_mean(op, &OPERATIONS),
+                &did_you_mean(op, NATS_OPERATIONS),
             );
             return;
         }
