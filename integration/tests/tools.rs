@@ -432,21 +432,6 @@ workflow:
         command: "SELECT current_user AS who, $1::text AS echoed"
         params: ["{{ keychain.pg_cred.password }}"]
         spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { db: "{{ outcome.result.rows[0] }}" } } } } ] } }
-      - name: child_given_the_token
-        kind: playbook
-        args: { token: "{{ keychain.bearer_cred.token }}" }
-        playbook: |
-          apiVersion: noetl.io/v2
-          kind: Playbook
-          metadata: { name: given }
-          workload: { token: "" }
-          workflow:
-            - step: start
-              tool:
-                - name: echo
-                  kind: noop
-                  result: "{{ workload.token }}"
-        spec: { policy: { rules: [ { else: { then: { do: continue, set_ctx: { given: "{{ outcome.error }}" } } } } ] } }
       - name: child_with_own_keychain
         kind: playbook
         playbook: |
@@ -536,17 +521,37 @@ async fn no_secret_reaches_events_kv_logs_or_errors() {
     assert!(!ctx["refused"].as_str().unwrap().is_empty(), "{ctx}");
     assert_eq!(ctx["db"]["who"], "postgres", "{ctx}");
     assert_eq!(ctx["db"]["echoed"], "[redacted]", "{ctx}");
-    // ...a child is refused credential values in its fields, and told how
-    // to get them instead...
-    assert_eq!(ctx["given"]["kind"], "playbook.config", "{ctx}");
-    let why = ctx["given"]["message"].as_str().unwrap();
-    assert!(
-        why.contains("`args` reads `keychain`") && why.contains("child playbook's own `keychain`"),
-        "{why}"
-    );
-    // ...while a child that declares the credential gets the real value.
+    // ...a child that declares the credential gets the real value, while
+    // one handed a credential value in its fields is refused with the
+    // playbook, before anything runs (`noetl validate`'s E004), told how
+    // to get it instead (below).
     assert_eq!(ctx["own"]["len"], bearer.len(), "{ctx}");
     assert_eq!(ctx["own"]["echo"], "seen [redacted]", "{ctx}");
+
+    let given = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: given }
+keychain: [ { name: bearer_cred, kind: bearer } ]
+workflow:
+  - step: start
+    tool:
+      - name: child_given_the_token
+        kind: playbook
+        args: { token: "{{ keychain.bearer_cred.token }}" }
+        path: tests/given
+"#;
+    let eid = cluster.submit(given, "given.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    let why = s.error.clone().unwrap_or_default();
+    assert!(
+        why.contains("error[E004]")
+            && why.contains("`args` of task `child_given_the_token`")
+            && why.contains("credential values are not passed to child executions"),
+        "{why}"
+    );
+    assert!(!why.contains(bearer), "{why}");
 
     // A policy whose template quotes a secret in its error.
     let policy = r#"

@@ -22,7 +22,7 @@ workflow:
   - step: start
     tool:
       - {name: fetch, kind: http, url: "http://x"}
-      - {name: store, kind: postgres, command: "select 1"}
+      - {name: store, kind: postgres, connection: "postgresql://u@db/app", command: "select 1"}
     next: {arcs: [{step: merge}]}
   - step: side
     tool: [{name: n, kind: noop}]
