@@ -30,6 +30,71 @@ pub fn python_module(s: &str) -> bool {
     !s.is_empty() && s.split('.').all(python_identifier)
 }
 
+/// A `python` task's `libs` entry as the tool imports it: `module`, and
+/// `name` for `alias: {from: module, import: name}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonImport {
+    /// The module (dotted path).
+    pub module: String,
+    /// `from module import name`, when set.
+    pub name: Option<String>,
+}
+
+/// Which part of a `libs` entry cannot be imported, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibsEntryError {
+    /// The alias is not a Python name.
+    Alias,
+    /// The value is not a module, nor `{from, import}`; why.
+    Value(&'static str),
+}
+
+impl LibsEntryError {
+    /// Why, as messages say it after the entry's name.
+    pub fn why(self) -> &'static str {
+        match self {
+            LibsEntryError::Alias => "is not a Python name",
+            LibsEntryError::Value(why) => why,
+        }
+    }
+}
+
+/// `libs` entry `alias: v` (`alias: module`, or `alias: {from: module,
+/// import: name}`; an alias may be a dotted module imported as itself).
+pub fn python_import(alias: &str, v: &serde_json::Value) -> Result<PythonImport, LibsEntryError> {
+    use serde_json::Value;
+    let plain = v.as_str() == Some(alias) && python_module(alias);
+    if !python_identifier(alias) && !plain {
+        return Err(LibsEntryError::Alias);
+    }
+    match v {
+        Value::String(module) if python_module(module) => Ok(PythonImport {
+            module: module.clone(),
+            name: None,
+        }),
+        Value::Object(m) => {
+            let from = m
+                .get("from")
+                .and_then(Value::as_str)
+                .filter(|s| python_module(s));
+            let name = m
+                .get("import")
+                .and_then(Value::as_str)
+                .filter(|s| python_identifier(s));
+            match (from, name) {
+                (Some(from), Some(name)) => Ok(PythonImport {
+                    module: from.to_string(),
+                    name: Some(name.to_string()),
+                }),
+                _ => Err(LibsEntryError::Value(
+                    "needs `from` (a module) and `import` (a name)",
+                )),
+            }
+        }
+        _ => Err(LibsEntryError::Value("is not a module name")),
+    }
+}
+
 /// What replaces a URL's password, or a user name alone (a token, as in
 /// `https://TOKEN@host/`), in [`shown_url`].
 const HIDDEN: &str = "***";

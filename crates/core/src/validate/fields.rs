@@ -15,7 +15,7 @@
 
 use super::{allowed_list, closest, Validator};
 use crate::codes::Code;
-use crate::field_rules::{python_identifier as identifier, python_module as dotted};
+use crate::field_rules::{python_import, LibsEntryError};
 use crate::yaml::{escape, Node, NodeKind, Span};
 
 mod data;
@@ -409,25 +409,10 @@ impl Validator {
             }
             let alias = k.name.as_str();
             let path = format!("{}/libs/{}", task.tp, escape(alias));
-            let plain = v.as_str() == Some(alias) && dotted(alias);
-            let (span, why) = if !identifier(alias) && !plain {
-                (k.span, "is not a Python name")
-            } else {
-                match &v.kind {
-                    NodeKind::Str(module) if dotted(module) => continue,
-                    NodeKind::Map(_) => {
-                        let from = v.get("from").and_then(Node::as_str).filter(|s| dotted(s));
-                        let name = v
-                            .get("import")
-                            .and_then(Node::as_str)
-                            .filter(|s| identifier(s));
-                        if from.is_some() && name.is_some() {
-                            continue;
-                        }
-                        (v.span, "needs `from` (a module) and `import` (a name)")
-                    }
-                    _ => (v.span, "is not a module name"),
-                }
+            let (span, why) = match python_import(alias, &v.to_json()) {
+                Ok(_) => continue,
+                Err(e @ LibsEntryError::Alias) => (k.span, e.why()),
+                Err(e) => (v.span, e.why()),
             };
             self.libs_error(span, &path, alias, why, task.whose, help);
         }

@@ -1,7 +1,7 @@
 //! Configuration of the python tool: the replica-wide settings
 //! ([`PythonConfig`]) and the fields of one task ([`PythonTask`]).
 
-use noetl_core::field_rules::{python_identifier as identifier, python_module as dotted};
+use noetl_core::field_rules::python_import;
 use noetl_core::timeout::read_timeout;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -181,33 +181,12 @@ pub fn imports(libs: &Map<String, Value>) -> Result<Vec<Import>, ConfigError> {
     };
     libs.iter()
         .map(|(alias, v)| {
-            let plain = alias.as_str() == v.as_str().unwrap_or_default() && dotted(alias);
-            if !identifier(alias) && !plain {
-                return Err(bad(alias, "is not a Python name"));
-            }
-            match v {
-                Value::String(module) if dotted(module) => Ok(Import {
-                    alias: alias.clone(),
-                    module: module.clone(),
-                    name: None,
-                }),
-                Value::Object(m) => {
-                    let from = m.get("from").and_then(Value::as_str).filter(|s| dotted(s));
-                    let name = m
-                        .get("import")
-                        .and_then(Value::as_str)
-                        .filter(|s| identifier(s));
-                    match (from, name) {
-                        (Some(from), Some(name)) => Ok(Import {
-                            alias: alias.clone(),
-                            module: from.to_string(),
-                            name: Some(name.to_string()),
-                        }),
-                        _ => Err(bad(alias, "needs `from` (a module) and `import` (a name)")),
-                    }
-                }
-                _ => Err(bad(alias, "is not a module name")),
-            }
+            let import = python_import(alias, v).map_err(|e| bad(alias, e.why()))?;
+            Ok(Import {
+                alias: alias.clone(),
+                module: import.module,
+                name: import.name,
+            })
         })
         .collect()
 }
