@@ -130,24 +130,43 @@ impl Lagging {
 }
 
 /// Publish on `subject(n)` for every `n` of `range`, a thousand in flight
-/// at a time, each acknowledged.
+/// at a time, each acknowledged. A publish whose ack fails (the stream's
+/// leader between terms while a follower is paused answers "no
+/// responders") is sent again under the same message id, so JetStream
+/// stores it once.
 pub async fn backlog(mesh: &Mesh, range: std::ops::Range<u32>, subject: impl Fn(u32) -> String) {
     let items: Vec<u32> = range.collect();
     for chunk in items.chunks(1000) {
-        let mut acks = Vec::new();
-        for &n in chunk {
-            acks.push(
-                mesh.js()
-                    .publish(subject(n), "{}".into())
-                    .await
-                    .expect("publish"),
-            );
-        }
-        for ack in acks {
-            ack.await.expect("acknowledged");
+        let mut pending: Vec<u32> = chunk.to_vec();
+        for attempt in 0.. {
+            let mut acks = Vec::new();
+            for &n in &pending {
+                let subject = subject(n);
+                let ack = mesh.publish(subject.clone(), &subject, "{}".into()).await;
+                acks.push((n, ack));
+            }
+            let mut failed = Vec::new();
+            for (n, ack) in acks {
+                let result = match ack {
+                    Ok(ack) => ack.wait().await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    assert!(attempt < RETRIES, "publish {n} not acknowledged: {e}");
+                    failed.push(n);
+                }
+            }
+            if failed.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            pending = failed;
         }
     }
 }
+
+/// How many times a test write is sent again before the test fails.
+const RETRIES: u32 = 120;
 
 /// A round of writes of the event-log tests: `scale × BACKLOG` events of
 /// other executions (`step.started` of `backlog-<n>`), then `event`, each
@@ -159,10 +178,17 @@ pub async fn events_round(mesh: &Mesh, round: u32, scale: u32, event: &noetl_wir
             .event(&format!("backlog-{n}"), "step.started")
     })
     .await;
-    mesh.emit(event)
-        .await
-        .expect("publish the event")
-        .wait()
-        .await
-        .expect("the event acknowledged");
+    // Sent again on a failed ack like the backlog (the event id is the
+    // message id).
+    for attempt in 0.. {
+        let result = match mesh.emit(event).await {
+            Ok(ack) => ack.wait().await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) => assert!(attempt < RETRIES, "the event not acknowledged: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
