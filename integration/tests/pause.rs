@@ -198,6 +198,95 @@ async fn an_unpause_stopped_before_its_release_releases_it_when_asked_again() {
     cluster.stop().await;
 }
 
+/// `pause_chain` with a third step that naps: the execution still runs
+/// after `second`.
+const CHAIN3: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: pause_chain3 }
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(1.0)
+          result = 'rested'
+    next:
+      arcs:
+        - step: second
+  - step: second
+    tool:
+      - { name: n, kind: noop }
+    next:
+      arcs:
+        - step: third
+  - step: third
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(2.0)
+          result = 'rested'
+"#;
+
+/// A release cut short after its publish and before its delete leaves
+/// the held token's record behind though the token went out and its
+/// step-run started. The next unpause (here at once; it may come days
+/// later, past JetStream's duplicate window, where a publish would start
+/// the step-run a second time) removes the record and publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_record_left_by_a_release_cut_short_is_not_published_again() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let store = mesh.exec_kv();
+    let eid = cluster.submit(CHAIN3, "pause_chain3.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "the nap to start", Duration::from_secs(30), |e| {
+            e.event_type == EventType::TaskStarted.wire_name()
+        })
+        .await;
+    assert!(mesh.pause(&eid, "test", "").await.unwrap());
+    second_is_held_not_started(&cluster, &eid).await;
+    let key = kv::keys_under(store, &Keys::held_all(&eid)).await.unwrap()[0].clone();
+    let held = store.get(&key).await.unwrap().expect("the held token");
+    assert_eq!(mesh.unpause(&eid, "test").await.unwrap(), 1);
+    cluster
+        .wait_for_event(&eid, "`third` to start", Duration::from_secs(30), |e| {
+            e.event_type == EventType::TaskStarted.wire_name() && e.step == "third"
+        })
+        .await;
+
+    // What the cut-short release left: the record, its token handled.
+    store.put(&key, held).await.unwrap();
+    assert!(mesh.pause(&eid, "test", "").await.unwrap());
+    assert_eq!(
+        mesh.unpause(&eid, "test").await.unwrap(),
+        0,
+        "nothing published again"
+    );
+    assert!(kv::keys_under(store, &Keys::held_all(&eid))
+        .await
+        .unwrap()
+        .is_empty());
+    let done = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(done.status, ExecStatus::Completed, "{done:?}");
+    let events = cluster.settled_events(&eid).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.event_type == EventType::StepStarted.wire_name() && e.step == "second")
+            .count(),
+        1,
+        "{:?}",
+        types(&events)
+    );
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_record_purged_while_paused_is_written_back_and_holds_still() {
     let cluster = Cluster::start().await;

@@ -102,7 +102,36 @@ pub fn owed_windows(
         .collect()
 }
 
+/// The keys of the held-token records of `eid` whose step-run the log
+/// shows acted on (`step_events`: an event of its own): their tokens
+/// were published and handled, and a record of one is what a release cut
+/// short between its publish and its delete left behind. Publishing it
+/// again later than the duplicate window would start the step-run twice.
+pub fn handled_held_tokens(eid: &str, step_events: &[Event]) -> BTreeSet<String> {
+    step_events
+        .iter()
+        .map(|ev| Keys::held_token(eid, &ev.step_run_id))
+        .collect()
+}
+
 impl Mesh {
+    /// The `step.*` events of `eid`, those carried in other events
+    /// included ([`STEP_EVENTS_AT`]).
+    pub(crate) async fn step_events(&self, eid: &str) -> Result<Vec<Event>, MeshError> {
+        let mut step_events: Vec<Event> = Vec::new();
+        for types in STEP_EVENTS_AT {
+            let filter = self.subjects().events_matching(Some(eid), types);
+            step_events.extend(
+                self.stored_events_from(&filter, None)
+                    .await?
+                    .into_iter()
+                    .filter_map(|(_, ev)| ev.ok())
+                    .filter(|ev| ev.event_type.starts_with("step.")),
+            );
+        }
+        Ok(step_events)
+    }
+
     /// Publish again the release of every loop run of `eid` whose held
     /// iterations no released record covers ([`owed_windows`]; `released`:
     /// the keys of the held records this unpause released). Returns how
@@ -158,17 +187,7 @@ impl Mesh {
         {
             return Ok(0);
         }
-        let mut step_events: Vec<Event> = Vec::new();
-        for types in STEP_EVENTS_AT {
-            let filter = self.subjects().events_matching(Some(eid), types);
-            step_events.extend(
-                self.stored_events_from(&filter, None)
-                    .await?
-                    .into_iter()
-                    .filter_map(|(_, ev)| ev.ok())
-                    .filter(|ev| ev.event_type.starts_with("step.")),
-            );
-        }
+        let step_events = self.step_events(eid).await?;
         let owed = owed_tokens(&header, &step_events, released);
         let trace_id = self
             .plans()

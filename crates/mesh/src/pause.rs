@@ -306,7 +306,8 @@ impl Mesh {
     /// were released. Idempotent: run again, it releases what a crash
     /// left held. A pause whose record was purged is ended too, and a
     /// token held whose record was purged is published again from the
-    /// log ([`crate::held`]).
+    /// log ([`crate::held`]); a held token's record that outlived its
+    /// release (its step-run in the log) is removed, not published again.
     pub async fn unpause(&self, eid: &str, by: &str) -> Result<u64, MeshError> {
         let mut was_paused = self.pause_record(eid).await?.is_some();
         let held = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
@@ -339,8 +340,19 @@ impl Mesh {
         // Listed after the record is gone: a message held before is
         // released here, one held after by its holder (which reads the
         // record again after holding).
-        for key in kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await? {
-            if self.release(eid, &key).await? {
+        let keys = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
+        let handled = if keys.iter().any(|k| k.contains(".held.token.")) {
+            crate::held::handled_held_tokens(eid, &self.step_events(eid).await?)
+        } else {
+            Default::default()
+        };
+        let mut discarded = 0;
+        for key in keys {
+            if handled.contains(&key) {
+                self.discard_handled(eid, &key).await?;
+                discarded += 1;
+                released.insert(key);
+            } else if self.release(eid, &key).await? {
                 released.insert(key);
             }
         }
@@ -348,7 +360,7 @@ impl Mesh {
         // held loop window: its run's record says so.
         let owed = self.release_owed_tokens(eid, &released).await?
             + self.release_owed_windows(eid, &released).await?;
-        Ok(released.len() as u64 + owed)
+        Ok(released.len() as u64 - discarded + owed)
     }
 
     /// Hold `payload` (what would go to `held`'s subject) while `eid` is
@@ -410,6 +422,21 @@ impl Mesh {
             .delete_expect_revision(key, Some(entry.revision))
             .await
             .is_ok())
+    }
+
+    /// Remove the held record under `key` whose token the log shows
+    /// handled (a release cut short after its publish left it): not
+    /// published again.
+    async fn discard_handled(&self, eid: &str, key: &str) -> Result<(), MeshError> {
+        let store = self.exec_kv();
+        store.delete(key).await.map_err(|e| MeshError::Kv {
+            bucket: store.name.clone(),
+            key: key.to_string(),
+            message: e.to_string(),
+        })?;
+        tracing::warn!(execution_id = %eid, %key,
+            "a held token's record outlived its release: its step-run has started, not published again");
+        Ok(())
     }
 
     async fn emit_pause(
