@@ -264,6 +264,19 @@ mod tests {
     }
 
     #[test]
+    fn a_held_token_whose_step_run_has_an_event_is_handled_and_others_are_not() {
+        let events = [
+            step_event(EventType::StepStarted, "second", "went-out"),
+            step_event(EventType::StepSkipped, "join", "absorbed"),
+        ];
+        let handled = handled_held_tokens("e1", &events);
+        assert!(handled.contains(&Keys::held_token("e1", "went-out")));
+        assert!(handled.contains(&Keys::held_token("e1", "absorbed")));
+        assert!(!handled.contains(&Keys::held_token("e1", "held")));
+        assert!(!handled.contains(&Keys::held_loop("e1", "went-out")));
+    }
+
+    #[test]
     fn a_loop_run_with_iterations_held_and_no_released_record_owes_its_release() {
         let runs = [
             (
