@@ -184,6 +184,21 @@ fn absorb(cur: Option<&Arrivals>, t: &JoinToken<'_>) -> Absorbed {
     }
 }
 
+/// [`absorb`] of token `t` into the record read (`cur`), unless the record
+/// is missing and the log was not found empty of the join's arrivals in
+/// the same attempt (`none_in_log`): it was purged after the arrival
+/// looked, and the log must be read again (`None`).
+fn decide_arrival(
+    cur: Option<&Arrivals>,
+    none_in_log: bool,
+    t: &JoinToken<'_>,
+) -> Option<Absorbed> {
+    if cur.is_none() && !none_in_log {
+        return None;
+    }
+    Some(absorb(cur, t))
+}
+
 /// The join record of `step` as the scheduler's events of execution
 /// `log` leave it: [`absorb`] of each of the step's tokens in the order the
 /// scheduler decided them (its first `step.skipped`, admitting
@@ -238,25 +253,33 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
 
 /// A join record missing while the execution has events that fill one
 /// (an earlier arrival waited: there is a `step.skipped`), written back
-/// from them (create-only: one written meanwhile wins).
-async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Result<(), MeshError> {
+/// from them (create-only: one written meanwhile wins). Returns whether
+/// the log holds arrivals of the join (a record of them is there now,
+/// unless purged again since).
+async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Result<bool, MeshError> {
     if mesh
         .last_event_seq(eid, EventType::StepSkipped)
         .await?
         .is_none()
     {
-        return Ok(()); // no token ever waited: nothing to lose
+        return Ok(false); // no token ever waited: nothing to lose
     }
     let log = read_log(mesh, eid, Until::End).await?;
     let Some(arrivals) = fold_arrivals(&log, step, inputs) else {
-        return Ok(());
+        return Ok(false);
     };
     if kv::create(mesh.exec_kv(), &Keys::join(eid, step), &arrivals).await? {
         tracing::warn!(execution_id = %eid, step, arrived = arrivals.arrived.len(),
             "a join record was missing: rebuilt from the events");
     }
-    Ok(())
+    Ok(true)
 }
+
+/// How many times an arrival that finds the join's record missing reads
+/// the log again (the record purged again between its rebuild and the
+/// arrival's write) before it gives up (an error: the token is delivered
+/// again later).
+const RESTORES: usize = 5;
 
 /// Record `token_id` arriving from `from_step` with `args`.
 ///
@@ -265,6 +288,11 @@ async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Resul
 /// have failed; their ids are deterministic); a token absorbed earlier is
 /// absorbed again without re-arming the join. Either is [`JoinOutcome::Stale`]
 /// once the router no longer holds the token live.
+///
+/// A missing record is never taken for "no arrival yet" unless the log
+/// says so in the same attempt: a record purged between the arrival's
+/// read and its write would otherwise be replaced by one holding this
+/// token alone, and the join would wait for an input that came already.
 pub async fn arrive(
     mesh: &Mesh,
     eid: &str,
@@ -275,11 +303,6 @@ pub async fn arrive(
     args: &Value,
 ) -> Result<JoinOutcome, MeshError> {
     let key = Keys::join(eid, step);
-    // Lost (purged) records come back from the log first; a record is
-    // there from the first arrival on, so a missing one costs one read.
-    if kv::get::<Arrivals>(mesh.exec_kv(), &key).await?.is_none() {
-        restore(mesh, eid, step, inputs).await?;
-    }
     let token = JoinToken {
         inputs,
         from_step,
@@ -287,23 +310,35 @@ pub async fn arrive(
         args,
     };
     let mut decided = None;
-    kv::update(mesh.exec_kv(), &key, |cur: Option<&Arrivals>| {
-        let d = absorb(cur, &token);
-        let write = d.write.clone();
-        decided = Some(d);
-        match write {
-            Some(a) => Cas::Write(a),
-            None => Cas::Keep,
+    for _ in 0..RESTORES {
+        // Lost (purged) records come back from the log first; a record is
+        // there from the first arrival on, so a missing one costs one read.
+        let none_in_log = kv::get::<Arrivals>(mesh.exec_kv(), &key).await?.is_none()
+            && !restore(mesh, eid, step, inputs).await?;
+        kv::update(mesh.exec_kv(), &key, |cur: Option<&Arrivals>| {
+            decided = decide_arrival(cur, none_in_log, &token);
+            match decided.as_ref().and_then(|d| d.write.clone()) {
+                Some(a) => Cas::Write(a),
+                None => Cas::Keep,
+            }
+        })
+        .await?;
+        if decided.is_some() {
+            break;
         }
-    })
-    .await?;
+    }
     let Some(Absorbed {
         outcome,
         redelivered,
         ..
     }) = decided
     else {
-        unreachable!("kv::update calls its closure at least once or fails");
+        // Retryable: the token is delivered again.
+        return Err(MeshError::Conflict {
+            bucket: mesh.exec_kv().name.clone(),
+            key,
+            tries: RESTORES as u32,
+        });
     };
     if redelivered {
         let live = mesh
@@ -339,6 +374,26 @@ mod tests {
                 args: &args,
             },
         )
+    }
+
+    #[test]
+    fn a_record_missing_is_no_arrival_only_when_the_log_says_so() {
+        let (inputs, args) = (inputs(), json!({"b": 2}));
+        let token = JoinToken {
+            inputs: &inputs,
+            from_step: "left",
+            token_id: "t2",
+            args: &args,
+        };
+        // Purged after the arrival found it (or its rebuild): read again.
+        assert!(decide_arrival(None, false, &token).is_none());
+        // The log holds no arrival: this is the first.
+        let first = decide_arrival(None, true, &token).expect("decided");
+        assert_eq!(first.outcome, JoinOutcome::Wait { have: 1, need: 2 });
+        // A record read: absorbed into it, whatever the log said.
+        let waiting = arrive(None, "right", "t1", json!({"a": 1})).write.unwrap();
+        let fired = decide_arrival(Some(&waiting), false, &token).expect("decided");
+        assert!(matches!(fired.outcome, JoinOutcome::Fire(_)), "{fired:?}");
     }
 
     fn logged(seq: u64, kind: &str, step: &str, run: &str, payload: Value) -> Logged {
