@@ -77,9 +77,26 @@ pub async fn add_schedule(mesh: &Mesh) {
     patiently("add the schedule", || schedules.add(&record)).await;
 }
 
-/// Stop the schedule firing (before the checks).
-pub async fn pause_schedule(mesh: &Mesh) {
+/// Stop the schedule firing (before the checks), once the timers have
+/// fired the ticks up to `healed` (when every process runs again): a
+/// timer or server down near the run's end leaves ticks to catch up, and
+/// a run whose timers were down most of it would otherwise show fewer
+/// ticks than its check asks for. Waits at most 30 s; the check reports
+/// what did not fire.
+pub async fn pause_schedule(mesh: &Mesh, healed: DateTime<Utc>) {
     let schedules = Schedules::new(mesh.schedules_kv().clone());
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        let r = patiently("read the schedule", || schedules.get(SCHEDULE)).await;
+        if r.state
+            .last_tick
+            .as_deref()
+            .is_some_and(|t| at(t) >= healed)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     patiently("pause the schedule", || {
         schedules.set_paused(SCHEDULE, true, Utc::now())
     })

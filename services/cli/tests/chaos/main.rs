@@ -193,12 +193,13 @@ async fn run_one(seed: u64, sink: &Sink) -> RunReport {
         }
     }
     tokio::task::block_in_place(|| procs.heal());
+    let healed = chrono::Utc::now();
     let purges = purger.await.expect("the purger's task");
     if let Some(w) = second_wave {
         w.await.expect("the second wave's submissions");
     }
 
-    extras::pause_schedule(&mesh).await;
+    extras::pause_schedule(&mesh, healed).await;
     let deadline = Instant::now() + SETTLE;
     let mut anomalies = Vec::new();
     let delivered = signalled.await.expect("the signaller's task");
