@@ -115,6 +115,15 @@ pub fn handled_held_tokens(eid: &str, step_events: &[Event]) -> BTreeSet<String>
 }
 
 impl Mesh {
+    /// The keys of `eid`'s held-token records whose step-run the log shows
+    /// acted on ([`handled_held_tokens`]).
+    pub(crate) async fn handled_held_tokens_of(
+        &self,
+        eid: &str,
+    ) -> Result<BTreeSet<String>, MeshError> {
+        Ok(handled_held_tokens(eid, &self.step_events(eid).await?))
+    }
+
     /// The `step.*` events of `eid`, those carried in other events
     /// included ([`STEP_EVENTS_AT`]).
     pub(crate) async fn step_events(&self, eid: &str) -> Result<Vec<Event>, MeshError> {

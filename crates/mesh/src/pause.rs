@@ -342,7 +342,7 @@ impl Mesh {
         // record again after holding).
         let keys = kv::keys_under(self.exec_kv(), &Keys::held_all(eid)).await?;
         let handled = if keys.iter().any(|k| k.contains(".held.token.")) {
-            crate::held::handled_held_tokens(eid, &self.step_events(eid).await?)
+            self.handled_held_tokens_of(eid).await?
         } else {
             Default::default()
         };
