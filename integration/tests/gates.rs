@@ -505,3 +505,60 @@ async fn a_purged_execution_key_comes_back_from_the_log_and_its_line_still_moves
     assert_eq!(started, eids, "start order");
     c.stop().await;
 }
+
+/// The router writes a promoted execution's entry events, then sends its
+/// work; stopped between the two (here: only its `workflow.initialized`
+/// is stored) with the key's record lost, the record rebuilt from the log
+/// holds the execution with its start owed, and the router's sweep sends
+/// the entry again: the execution runs, the line moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_rebuilt_from_the_log_whose_entry_never_went_out_is_started() {
+    use noetl_mesh::events::EventDraft;
+    use noetl_mesh::gate::ConcRecord;
+    use noetl_mesh::keys::Keys;
+    use noetl_mesh::payloads::WorkflowInitialized;
+    let c = Cluster::start().await;
+    let (gauge, url) = Gauge::serve(Duration::from_millis(1500)).await;
+    let yaml = per_customer(1, "queue");
+    let workload = json!({"customer": "w", "url": url});
+    let eids = ["held-1", "cut-2", "next-3"];
+    c.submit_as(eids[0], &yaml, "w.yaml", workload.clone())
+        .await;
+    c.wait_for_event(eids[0], "its call", Duration::from_secs(20), |e| {
+        e.event_type == EventType::TaskStarted.wire_name()
+    })
+    .await;
+    for eid in &eids[1..] {
+        c.submit_as(eid, &yaml, "w.yaml", workload.clone()).await;
+        c.wait_for_event(eid, "its queueing", Duration::from_secs(20), |e| {
+            e.event_type == EventType::ExecutionQueued.wire_name()
+        })
+        .await;
+    }
+    // What a router stopped inside the entry of `cut-2` left: its first
+    // start event (the id the router gives it), and no record of the key.
+    let started = EventDraft {
+        execution_id: eids[1],
+        ..Default::default()
+    }
+    .build(&WorkflowInitialized {
+        entry_step: "start".into(),
+        steps: 1,
+    });
+    c.mesh.emit(&started).await.unwrap().wait().await.unwrap();
+    let store = c.mesh.gates_kv();
+    let kv_key = Keys::gate_execution("cust-w");
+    store.purge(&kv_key).await.unwrap();
+    for eid in eids {
+        let s = c.wait(eid, Duration::from_secs(60)).await;
+        assert_eq!(s.status, ExecStatus::Completed, "{eid}: {:?}", s.error);
+    }
+    let rebuilt: ConcRecord = noetl_mesh::kv::get(store, &kv_key).await.unwrap().unwrap();
+    assert!(
+        rebuilt.holders.is_empty() && rebuilt.waiting.is_empty(),
+        "{rebuilt:?}"
+    );
+    assert_eq!(gauge.total(), 3, "every call was made");
+    assert_eq!(gauge.max(), 1, "never two at once");
+    c.stop().await;
+}

@@ -484,6 +484,13 @@ pub struct Logged {
     /// Its entry went out (`workflow.initialized` is stored): it holds a
     /// slot; else it waits (its last `execution.queued`).
     pub started: bool,
+    /// Of a started one: its entry's work was taken up (a `task.started`
+    /// or a `step.started` of its own is stored). The router writes the
+    /// entry's events before it sends the work; stopped between the two,
+    /// only the log is left, so a started one without this holds its slot
+    /// with its start owed (`pending_start`: the router's sweep sends the
+    /// entry again, idempotently).
+    pub taken_up: bool,
     /// The stream sequence of that event: the order of holders and line.
     pub seq: u64,
     /// That event's time (Unix epoch ms).
@@ -495,7 +502,8 @@ pub struct Logged {
 /// whose entry went out hold a slot, even over `limit` (they run); the
 /// others wait in line in the order they queued. A waiter that fits under
 /// the limit is promoted by the next decision over the record
-/// ([`acquire`], [`release`]), which starts it.
+/// ([`acquire`], [`release`]), which starts it. A holder whose entry's
+/// work the log does not show taken up keeps its start owed.
 pub fn from_log(key: &str, limit: u32, logged: &[Logged]) -> ConcRecord {
     let mut sorted: Vec<&Logged> = logged.iter().collect();
     sorted.sort_by_key(|l| l.seq);
@@ -506,6 +514,7 @@ pub fn from_log(key: &str, limit: u32, logged: &[Logged]) -> ConcRecord {
             ..Default::default()
         },
         since_ms: l.at_ms,
+        pending_start: l.started && !l.taken_up,
         ..Default::default()
     };
     ConcRecord {

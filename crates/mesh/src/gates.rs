@@ -38,6 +38,27 @@ pub async fn acquire(store: &Store, kv_key: &str, ask: &Ask<'_>) -> Result<Decis
     decided.ok_or_else(|| MeshError::Invalid(format!("gate {kv_key}: no decision was made")))
 }
 
+/// [`acquire`] on a record that must be there (an execution key's, just
+/// read or rebuilt from the log): `None`, deciding nothing, when it is
+/// missing (purged since), so the caller rebuilds it again instead of
+/// starting a record that forgets the holders and the line the log holds.
+pub async fn acquire_kept(
+    store: &Store,
+    kv_key: &str,
+    ask: &Ask<'_>,
+) -> Result<Option<Decision>, MeshError> {
+    let mut decided: Option<Decision> = None;
+    update(store, kv_key, |cur: Option<&ConcRecord>| {
+        decided = cur.map(|cur| gate::acquire(Some(cur), ask));
+        match &decided {
+            Some(d) => Cas::Write(d.record.clone()),
+            None => Cas::Keep,
+        }
+    })
+    .await?;
+    Ok(decided)
+}
+
 /// Release `id`'s slot or place (`""`: none, a sweep) under `kv_key`,
 /// dropping `gone`; returns the waiters promoted (nothing when there is no
 /// record).
@@ -48,9 +69,26 @@ pub async fn release(
     now_ms: u64,
     gone: &[String],
 ) -> Result<Vec<Entry>, MeshError> {
+    Ok(release_kept(store, kv_key, id, now_ms, gone)
+        .await?
+        .unwrap_or_default())
+}
+
+/// [`release`], `None` when there is no record (purged since it was read
+/// or rebuilt: the caller rebuilds it again, or the line would wait for a
+/// release that never comes).
+pub async fn release_kept(
+    store: &Store,
+    kv_key: &str,
+    id: &str,
+    now_ms: u64,
+    gone: &[String],
+) -> Result<Option<Vec<Entry>>, MeshError> {
     let mut promoted = Vec::new();
+    let mut found = false;
     update(store, kv_key, |cur: Option<&ConcRecord>| {
         promoted.clear();
+        found = cur.is_some();
         let Some(cur) = cur else {
             return Cas::Keep;
         };
@@ -66,7 +104,7 @@ pub async fn release(
         Cas::Write(record)
     })
     .await?;
-    Ok(promoted)
+    Ok(found.then_some(promoted))
 }
 
 /// Extend `lease` under `kv_key`, or claim it again when the record lost
@@ -238,6 +276,19 @@ pub fn execution_gate(plan: &crate::plan::PlanRecord) -> Option<Result<Execution
     )
 }
 
+/// Whether the log of `eid` shows its entry's work taken up: a
+/// `task.started`, or a `step.started` stored on its own (the scheduler's;
+/// the router's rides in other events). Two direct reads.
+async fn entry_taken_up(mesh: &crate::Mesh, eid: &str) -> Result<bool, MeshError> {
+    use crate::event_type::EventType;
+    for kind in [EventType::TaskStarted, EventType::StepStarted] {
+        if mesh.last_event_seq(eid, kind).await?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The record of execution key `gate` as the log of the running executions
 /// under it determines it ([`gate::from_log`]), written create-only: a
 /// record written meanwhile stands and is returned. Used when the record
@@ -278,9 +329,11 @@ pub async fn rebuild_execution(
                 None => continue,
             },
         };
+        let taken_up = started && entry_taken_up(mesh, &eid).await?;
         logged.push(gate::Logged {
             execution_id: eid,
             started,
+            taken_up,
             seq: last.0,
             at_ms: last.1.ts_ms,
         });

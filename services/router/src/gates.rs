@@ -89,21 +89,23 @@ async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admi
     };
     let eid = plan.execution_id.as_str();
     let store = mesh.gates_kv();
-    let holders = record(mesh, &k)
-        .await?
-        .map(|r| r.holders)
-        .unwrap_or_default();
-    let now = now_ms();
-    let gone = ended(mesh, &holders, eid, now).await?;
     let owner = Owner {
         execution_id: eid.to_string(),
         ..Default::default()
     };
     let limit = k.concurrency.limit;
-    let d = gates::acquire(
-        store,
-        &k.kv_key,
-        &Ask {
+    // The record is read (or rebuilt from the log) first; purged again
+    // before the ask is written, it is rebuilt again, never started
+    // afresh without the holders and the line the log holds.
+    let mut decided = None;
+    for _ in 0..REBUILDS {
+        let holders = record(mesh, &k)
+            .await?
+            .map(|r| r.holders)
+            .unwrap_or_default();
+        let now = now_ms();
+        let gone = ended(mesh, &holders, eid, now).await?;
+        let ask = Ask {
             key: &k.key,
             id: eid,
             owner: &owner,
@@ -113,9 +115,19 @@ async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admi
             wait_ttl_ms: 0,
             queue: asking == Asking::Start && k.concurrency.on_limit != OnLimit::Reject,
             gone: &gone,
-        },
-    )
-    .await?;
+        };
+        decided = gates::acquire_kept(store, &k.kv_key, &ask).await?;
+        if decided.is_some() {
+            break;
+        }
+    }
+    let Some(d) = decided else {
+        return Err(MeshError::Conflict {
+            bucket: store.name.clone(),
+            key: k.kv_key.clone(),
+            tries: REBUILDS as u32,
+        });
+    };
     start_promoted(mesh, &k.kv_key, &d.promoted).await?;
     match d.verdict {
         Verdict::Acquired => Ok(Admitted::Go(Initialized::Emitted)),
@@ -194,6 +206,11 @@ async fn queue(
     Ok(())
 }
 
+/// How many times an ask rebuilds an execution key's record that is
+/// purged again before its write, before it gives up (a retryable
+/// conflict: the request comes again).
+const REBUILDS: usize = 5;
+
 /// Release the slot (or place in line) of an ended execution and start
 /// the head of the line. Idempotent: the end is handled again after a
 /// crash, and a slot released twice changes nothing.
@@ -207,13 +224,23 @@ pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
         return Ok(());
     };
     let store = mesh.gates_kv();
-    let Some(rec) = record(mesh, &k).await? else {
-        return Ok(());
-    };
-    let now = now_ms();
-    let gone = ended(mesh, &rec.holders, eid, now).await?;
-    let promoted = gates::release(store, &k.kv_key, eid, now, &gone).await?;
-    start_promoted(mesh, &k.kv_key, &promoted).await
+    // Purged again between the read (or rebuild) and the release: rebuilt
+    // again, or the line would wait for a release that never comes.
+    for _ in 0..REBUILDS {
+        let Some(rec) = record(mesh, &k).await? else {
+            return Ok(());
+        };
+        let now = now_ms();
+        let gone = ended(mesh, &rec.holders, eid, now).await?;
+        if let Some(promoted) = gates::release_kept(store, &k.kv_key, eid, now, &gone).await? {
+            return start_promoted(mesh, &k.kv_key, &promoted).await;
+        }
+    }
+    Err(MeshError::Conflict {
+        bucket: store.name.clone(),
+        key: k.kv_key.clone(),
+        tries: REBUILDS as u32,
+    })
 }
 
 /// The record of execution key `k`; a missing one (lost, or the key's

@@ -378,6 +378,7 @@ fn a_record_from_the_log_holds_the_started_and_lines_up_the_queued_in_their_orde
     let logged = |eid: &str, started: bool, seq: u64| Logged {
         execution_id: eid.into(),
         started,
+        taken_up: started,
         seq,
         at_ms: seq * 10,
     };
@@ -413,6 +414,21 @@ fn a_record_from_the_log_holds_the_started_and_lines_up_the_queued_in_their_orde
 }
 
 #[test]
+fn a_holder_from_the_log_whose_entry_was_not_taken_up_keeps_its_start_owed() {
+    let logged = |eid: &str, taken_up: bool, seq: u64| Logged {
+        execution_id: eid.into(),
+        started: true,
+        taken_up,
+        seq,
+        at_ms: seq,
+    };
+    let rec = from_log("k", 2, &[logged("ran", true, 1), logged("cut", false, 2)]);
+    assert_eq!(ids(&rec.holders), ["ran", "cut"]);
+    assert!(!rec.holders[0].pending_start);
+    assert!(rec.holders[1].pending_start, "{:?}", rec.holders[1]);
+}
+
+#[test]
 fn a_record_from_an_empty_log_is_empty_and_a_waiter_under_the_limit_is_promoted_at_the_next_ask() {
     let rec = from_log("k", 0, &[]);
     assert_eq!(rec.limit, 1);
@@ -423,6 +439,7 @@ fn a_record_from_an_empty_log_is_empty_and_a_waiter_under_the_limit_is_promoted_
         &[Logged {
             execution_id: "w".into(),
             started: false,
+            taken_up: false,
             seq: 1,
             at_ms: 5,
         }],
