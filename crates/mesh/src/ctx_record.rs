@@ -23,47 +23,93 @@ pub fn stored(folded: &Folded) -> Value {
     Value::Object(obj)
 }
 
+/// What [`restore`] found.
+#[derive(Debug, PartialEq)]
+enum Restored {
+    /// The events do not say the execution runs: nothing written.
+    NotRunning,
+    /// Written back from the events.
+    Written,
+    /// A record written meanwhile stands.
+    Present,
+}
+
 /// The `ctx` record of a running execution, missing from KV (the router
 /// creates it when the execution starts, so a missing one was lost),
 /// written back from its events (create-only: a `ctx` written meanwhile
-/// wins). Returns whether it was written; `false` for an execution its
-/// events do not say is running.
-pub async fn restore(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
+/// wins).
+async fn restore(mesh: &Mesh, eid: &str) -> Result<Restored, MeshError> {
     let folded = fold_log(mesh, eid, Until::End).await?;
     if !folded.is_running() {
-        return Ok(false);
+        return Ok(Restored::NotRunning);
     }
-    let written = kv::create(mesh.ctx_kv(), eid, &stored(&folded)).await?;
-    if written {
+    if kv::create(mesh.ctx_kv(), eid, &stored(&folded)).await? {
         tracing::warn!(execution_id = %eid, events = folded.events, "ctx was missing: rebuilt from the events");
+        return Ok(Restored::Written);
     }
-    Ok(written)
+    Ok(Restored::Present)
 }
+
+/// The stored `ctx` record of `eid`, written back from the events when it
+/// was lost ([`restore`]); `None` for an execution its events do not say
+/// is running and whose record is missing. A record purged again between
+/// its rebuild and the read is rebuilt again, not read as empty.
+pub async fn read(mesh: &Mesh, eid: &str) -> Result<Option<Value>, MeshError> {
+    for _ in 0..RESTORES {
+        if let Some(stored) = kv::get::<Value>(mesh.ctx_kv(), eid).await? {
+            return Ok(Some(stored));
+        }
+        if restore(mesh, eid).await? == Restored::NotRunning {
+            return Ok(None);
+        }
+    }
+    Err(MeshError::Conflict {
+        bucket: mesh.ctx_kv().name.clone(),
+        key: eid.to_string(),
+        tries: RESTORES,
+    })
+}
+
+/// How many times a write that finds the `ctx` record missing writes it
+/// back from the events (the record purged again between its rebuild and
+/// the write) before it gives up (a retryable conflict).
+const RESTORES: u32 = 5;
 
 /// [`kv::update`] of an execution's `ctx` record that first writes a
 /// lost record back from the events ([`restore`]): the router creates
 /// the record when the execution starts, so one missing while its writers
 /// run was lost. The usual write costs nothing more (the missing record is
 /// seen inside the compare-and-set); a write to an execution its events do
-/// not say is running starts from an empty `ctx`, as before.
+/// not say is running starts from an empty `ctx`, as before. `f` never
+/// sees a missing record of a running execution: one purged again between
+/// its rebuild and the write is rebuilt again, or `f` would start a new
+/// `ctx` without the keys and the writes applied the events hold.
 pub async fn update<F>(mesh: &Mesh, eid: &str, mut f: F) -> Result<Option<Value>, MeshError>
 where
     F: FnMut(Option<&Value>) -> kv::Cas<Value>,
 {
-    let mut missing = false;
-    let stored = kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
-        missing = cur.is_none();
-        if missing {
-            return kv::Cas::Keep;
+    for _ in 0..RESTORES {
+        let mut missing = false;
+        let stored = kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
+            missing = cur.is_none();
+            if missing {
+                return kv::Cas::Keep;
+            }
+            f(cur)
+        })
+        .await?;
+        if !missing {
+            return Ok(stored);
         }
-        f(cur)
-    })
-    .await?;
-    if !missing {
-        return Ok(stored);
+        if restore(mesh, eid).await? == Restored::NotRunning {
+            return kv::update(mesh.ctx_kv(), eid, f).await;
+        }
     }
-    restore(mesh, eid).await?;
-    kv::update(mesh.ctx_kv(), eid, f).await
+    Err(MeshError::Conflict {
+        bucket: mesh.ctx_kv().name.clone(),
+        key: eid.to_string(),
+        tries: RESTORES,
+    })
 }
 
 #[cfg(test)]

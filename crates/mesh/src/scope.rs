@@ -130,15 +130,9 @@ pub trait StateSource: Sync {
 
 impl StateSource for Mesh {
     async fn ctx(&self, eid: &str) -> Result<Value, MeshError> {
-        let mut stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
         // Lost from KV while the execution runs: written back from its
         // events first (nothing is written for one that is not running).
-        // Read again whoever wrote it back (another service may have
-        // first, and then this restore writes nothing).
-        if stored.is_none() {
-            crate::ctx_record::restore(self, eid).await?;
-            stored = kv::get::<Value>(self.ctx_kv(), eid).await?;
-        }
+        let stored = crate::ctx_record::read(self, eid).await?;
         Ok(crate::state::user_ctx(
             stored.unwrap_or_else(|| Value::Object(Map::new())),
         ))
