@@ -130,24 +130,40 @@ pub fn open_parallel_runs<'e>(
     Ok(open)
 }
 
+/// What [`restore`] found.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// The owners written back (`None`: nothing was).
+    pub written: Option<CtxOwners>,
+    /// The log holds claims of the running loop run: a record of them is
+    /// there now (written back, or written meanwhile), unless purged
+    /// again since. A missing record is the run's first claim only when
+    /// this is false.
+    pub held: bool,
+}
+
 /// The claims of a running parallel loop run (`loop_run_id` of `eid`)
 /// whose record is missing, folded from the events ([`fold`]) and written
 /// back create-only (another replica may have written it meanwhile; then
-/// that one stands). Returns the owners written, `None` when nothing was
-/// (no claim in the log, the loop run ended, or the record was there).
-pub async fn restore(
-    mesh: &Mesh,
-    eid: &str,
-    loop_run_id: &str,
-) -> Result<Option<CtxOwners>, MeshError> {
+/// that one stands). Nothing is written when the log holds no claim or
+/// the loop run ended.
+pub async fn restore(mesh: &Mesh, eid: &str, loop_run_id: &str) -> Result<Restored, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
     let events = || log.iter().map(|l| &l.event);
     let ended = events()
         .any(|e| e.step_run_id == loop_run_id && EventType::of(e) == Some(EventType::LoopDone));
     if ended {
-        return Ok(None);
+        return Ok(Restored::default());
     }
-    write_back(mesh, eid, loop_run_id, events()).await
+    let owners = fold(events(), loop_run_id)?;
+    if owners.is_empty() {
+        return Ok(Restored::default());
+    }
+    let written = kv::create(mesh.ctx_kv(), &Keys::owners(eid, loop_run_id), &owners).await?;
+    Ok(Restored {
+        written: written.then_some(owners),
+        held: true,
+    })
 }
 
 /// Fold loop run `loop_run_id`'s claims from `log` ([`fold`]) and write

@@ -14,6 +14,11 @@ use serde_json::{Map, Value};
 
 use super::{Cursor, StepRun};
 
+/// How many times a claim that finds a parallel loop run's claims record
+/// missing rebuilds it from the events (purged again before the claim is
+/// written) before it gives up (a retryable conflict).
+const CLAIM_RESTORES: u32 = 5;
+
 /// Why a patch was not written: the error kind and message.
 type CtxError = (&'static str, String);
 
@@ -123,13 +128,16 @@ impl StepRun<'_> {
         };
         let hashes = ctx_owners::hashes(patch);
         let key = Keys::owners(self.eid(), loop_run_id);
-        let mut checked = false;
-        loop {
+        // `fresh`: the log was read and holds no claim of the run, so a
+        // missing record is its first claim. A record rebuilt and purged
+        // again before the claim is written is rebuilt again (bounded).
+        let mut fresh = false;
+        for _ in 0..CLAIM_RESTORES {
             let mut conflict = None;
             let mut missing = false;
             kv::update(self.mesh().ctx_kv(), &key, |cur: Option<&CtxOwners>| {
                 conflict = None;
-                missing = cur.is_none() && !checked;
+                missing = cur.is_none() && !fresh;
                 if missing {
                     return Cas::Keep;
                 }
@@ -149,9 +157,13 @@ impl StepRun<'_> {
                     None => Ok(()),
                 });
             }
-            checked = true;
-            self.restore_owners(loop_run_id, &hashes).await?;
+            fresh = !self.restore_owners(loop_run_id, &hashes).await?;
         }
+        Err(MeshError::Conflict {
+            bucket: self.mesh().ctx_kv().name.clone(),
+            key,
+            tries: CLAIM_RESTORES,
+        })
     }
 
     /// The claims record of this loop run is missing: the first claim of
@@ -161,18 +173,22 @@ impl StepRun<'_> {
     /// from the log ([`noetl_mesh::ctx_owners::restore`], which writes
     /// them back create-only); a key `ctx` held from before the loop has
     /// no owner in the fold, and is claimed as before.
+    ///
+    /// Returns whether the log holds claims of the run (then a record of
+    /// them is there, unless purged again since).
     async fn restore_owners(
         &self,
         loop_run_id: &str,
         hashes: &[(String, String)],
-    ) -> Result<(), MeshError> {
+    ) -> Result<bool, MeshError> {
         use noetl_mesh::scope::StateSource;
         let ctx = self.mesh().ctx(self.eid()).await?;
         let keys = ctx_owners::differing(&ctx, hashes);
         if keys.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        if let Some(owners) = ctx_owners::restore(self.mesh(), self.eid(), loop_run_id).await? {
+        let restored = ctx_owners::restore(self.mesh(), self.eid(), loop_run_id).await?;
+        if let Some(owners) = restored.written {
             tracing::warn!(
                 execution_id = %self.eid(),
                 step = %self.step.step,
@@ -182,7 +198,7 @@ impl StepRun<'_> {
                 "ctx claims of a parallel loop run were missing: rebuilt from the events"
             );
         }
-        Ok(())
+        Ok(restored.held)
     }
 
     /// Merge the `set_ctx` patch of task run `task_run_id` into the
