@@ -116,6 +116,10 @@ pub(crate) async fn stored_list(
     Ok(Value::Array(out))
 }
 
+/// How many times a chunk missing is written back from `loop.started`
+/// when it is purged again before it is read.
+const RESTORES: usize = 5;
+
 /// Chunk `chunk` of loop run `at` written back to the loop bucket from the
 /// collection its `loop.started` carries (create-only: a chunk stored
 /// meanwhile stands); `None` when the log does not have it (a run started
@@ -238,14 +242,19 @@ impl ChunkCache {
                 Unreadable::Broken(e) => format!("{named}: {e}"),
             }
         };
-        let items = match self.list(at.mesh, &key, words).await {
-            // Written back (create-only) from `loop.started`, then read
-            // again: a chunk that is there but unreadable stays so.
-            Err(ItemError::Gone(_)) if restore_chunk(at, chunk).await?.is_some() => {
-                self.list(at.mesh, &key, words).await?
+        // Written back (create-only) from `loop.started`, then read again:
+        // a chunk that is there but unreadable stays so. One purged again
+        // before that read is written back again, not taken for gone.
+        let mut read = self.list(at.mesh, &key, words).await;
+        for _ in 0..RESTORES {
+            match read {
+                Err(ItemError::Gone(_)) if restore_chunk(at, chunk).await?.is_some() => {
+                    read = self.list(at.mesh, &key, words).await;
+                }
+                _ => break,
             }
-            read => read?,
-        };
+        }
+        let items = read?;
         items.get(index as usize % CHUNK).cloned().ok_or_else(|| {
             ItemError::Gone(format!(
                 "collection chunk {key} has {} items, item {index} is not there",
