@@ -252,16 +252,36 @@ pub async fn restore_plan(
 /// its own token live until it is routed; a redelivered boundary already
 /// answered finds it ended. Returns whether a header was written.
 pub async fn restore_header(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
+    Ok(restore_header_found(mesh, eid).await? == HeaderFound::Written)
+}
+
+/// What [`restore_header_found`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderFound {
+    /// The events make no header: there is none to read.
+    None,
+    /// Written back from the events.
+    Written,
+    /// The events make one, and one written meanwhile stands: it is
+    /// there now, unless purged again since (a reader reads again).
+    There,
+}
+
+/// [`restore_header`], saying whether the events make a header at all:
+/// a reader that finds the header missing after it was written back
+/// (purged again) must write it back again, not take it for none.
+pub async fn restore_header_found(mesh: &Mesh, eid: &str) -> Result<HeaderFound, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
     let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
     if folded.header.is_none() {
-        return Ok(false);
+        return Ok(HeaderFound::None);
     }
     let written = write_records(mesh, eid, &log, &folded, Mode::Missing).await?;
     if written.header {
         tracing::warn!(execution_id = %eid, events = folded.events, "header was missing: rebuilt from the events");
+        return Ok(HeaderFound::Written);
     }
-    Ok(written.header)
+    Ok(HeaderFound::There)
 }
 
 /// The executions whose events say they are running: started

@@ -17,6 +17,10 @@ use std::sync::Arc;
 use super::Caches;
 use noetl_mesh::fold::step_record;
 
+/// How many times a boundary writes back a header purged again before it
+/// reads it, before it gives up (a retryable conflict: delivered again).
+const HEADER_RESTORES: u32 = 5;
+
 /// A step-run's boundary, as [`transition`] applies it to the header.
 pub(super) struct Boundary<'a> {
     /// The step-run whose token ends.
@@ -98,15 +102,29 @@ pub(super) async fn record_and_apply(
     let headers = caches.headers.as_ref();
     let key = Keys::header(&ev.execution_id);
     let mut read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
-    if read.is_none() {
-        // The header is gone from KV while the execution's events go on:
-        // write it back from the events (this boundary, not answered yet,
-        // keeps its token live there), then apply this. Read again
-        // whoever wrote it: another replica handling a boundary of the
-        // same execution may have written it back first (then this
-        // restore's create-only write finds it there).
-        noetl_mesh::rebuild::restore_header(mesh, &ev.execution_id).await?;
+    // The header is gone from KV while the execution's events go on:
+    // write it back from the events (this boundary, not answered yet,
+    // keeps its token live there), then apply this. Read again whoever
+    // wrote it: another replica handling a boundary of the same execution
+    // may have written it back first (then this restore's create-only
+    // write finds it there). Purged again before that read, it is written
+    // back again: only events that make no header refuse the boundary.
+    let mut tries = 0;
+    while read.is_none() {
+        use noetl_mesh::rebuild::{restore_header_found, HeaderFound};
+        if restore_header_found(mesh, &ev.execution_id).await? == HeaderFound::None {
+            break;
+        }
+        tries += 1;
         read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
+        if read.is_none() && tries >= HEADER_RESTORES {
+            return Err(MeshError::Conflict {
+                bucket: mesh.exec_kv().name.clone(),
+                key,
+                tries,
+            }
+            .into());
+        }
     }
     match read {
         // Not live (a redelivery after the header moved on): the header
