@@ -31,6 +31,11 @@ use crate::{kv, payloads, Mesh, MeshError};
 
 pub use crate::waiter::{SignalReceived, WaitStarted, WaitTimeout, Waiter, Waits};
 
+/// How many times a waiter owed by the events is written back when it is
+/// purged again before it is read, before the read gives up (a retryable
+/// conflict).
+const WAITER_RESTORES: u32 = 5;
+
 /// An event of `waiter`'s wait: its step, step-run, task and task-run.
 fn waiter_event<'a>(eid: &'a str, waiter: &'a Waiter) -> EventDraft<'a> {
     EventDraft {
@@ -137,24 +142,32 @@ impl Mesh {
         signal: &str,
     ) -> Result<Option<(Waiter, u64)>, MeshError> {
         let key = Keys::wait(eid, signal);
-        if let Some(found) = kv::read::<Waiter>(self.exec_kv(), &key).await? {
-            return Ok(Some(found));
+        // Written back and purged again before it is read: written back
+        // again (the events still owe it), not taken for none.
+        for _ in 0..WAITER_RESTORES {
+            if let Some(found) = kv::read::<Waiter>(self.exec_kv(), &key).await? {
+                return Ok(Some(found));
+            }
+            if self
+                .last_event_seq(eid, EventType::WaitStarted)
+                .await?
+                .is_none()
+            {
+                return Ok(None);
+            }
+            let Some(waiter) = self.owed_waiter(eid, signal).await? else {
+                return Ok(None);
+            };
+            if kv::create(self.exec_kv(), &key, &waiter).await? {
+                tracing::warn!(execution_id = %eid, %key, step = %waiter.step,
+                    "a waiter was missing: rebuilt from the events");
+            }
         }
-        if self
-            .last_event_seq(eid, EventType::WaitStarted)
-            .await?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let Some(waiter) = self.owed_waiter(eid, signal).await? else {
-            return Ok(None);
-        };
-        if kv::create(self.exec_kv(), &key, &waiter).await? {
-            tracing::warn!(execution_id = %eid, %key, step = %waiter.step,
-                "a waiter was missing: rebuilt from the events");
-        }
-        kv::read::<Waiter>(self.exec_kv(), &key).await
+        Err(MeshError::Conflict {
+            bucket: self.exec_kv().name.clone(),
+            key,
+            tries: WAITER_RESTORES,
+        })
     }
 
     /// The waiter the events of `eid` say is owed for `signal`, its
