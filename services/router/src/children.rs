@@ -25,7 +25,7 @@ use serde_json::Value;
 
 /// What `<child>.resume` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct ResumeRecord {
+pub(crate) struct ResumeRecord {
     parent_execution_id: String,
     /// The parent's continuation ([`park_command`]).
     command: String,
@@ -77,16 +77,18 @@ pub async fn parked_continuation(mesh: &Mesh, eid: &str) -> Result<Option<String
 /// Write child `eid`'s `<eid>.resume` back from its `playbook.initialized`
 /// when it is missing: lost (a purge, a storage fault) while the child
 /// ran, it would leave the parent waiting forever. Called as a child ends,
-/// before [`resume_parent`]; a log without the continuation (a log from
-/// before it was written there) leaves it missing.
-pub async fn restore_continuation(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
-    if kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(eid))
-        .await?
-        .is_none()
-    {
-        continuation_from_log(mesh, eid).await?;
+/// before [`resume_parent_with`], which it returns the continuation for
+/// (as stored, or as the log tells it: the record may be purged again
+/// before it is read); a log without the continuation (a log from before
+/// it was written there) leaves it missing.
+pub async fn restore_continuation(
+    mesh: &Mesh,
+    eid: &str,
+) -> Result<Option<ResumeRecord>, MeshError> {
+    match kv::get::<ResumeRecord>(mesh.exec_kv(), &Keys::resume(eid)).await? {
+        Some(rec) => Ok(Some(rec)),
+        None => continuation_from_log(mesh, eid).await,
     }
-    Ok(())
 }
 
 /// `<eid>.resume` as the child's `playbook.initialized` tells it, written
@@ -227,6 +229,36 @@ pub async fn resume_parent(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     let Some(summary) = mesh.exec_summary(eid).await? else {
         return Ok(());
     };
+    continue_parent(mesh, eid, rec, summary).await
+}
+
+/// [`resume_parent`] as child `eid` ends, with its continuation `rec`
+/// ([`restore_continuation`]): its header missing (purged while it ends)
+/// is an error to retry, not "nothing to resume", or the parent would
+/// wait forever once the end is marked announced.
+pub async fn resume_parent_with(
+    mesh: &Mesh,
+    eid: &str,
+    rec: ResumeRecord,
+) -> Result<(), MeshError> {
+    let Some(summary) = mesh.exec_summary(eid).await? else {
+        return Err(MeshError::Kv {
+            bucket: mesh.exec_kv().name.clone(),
+            key: Keys::header(eid),
+            message: "the child's header is missing as it resumes its parent (written back from the events by its next reader)".into(),
+        });
+    };
+    continue_parent(mesh, eid, rec, summary).await
+}
+
+/// Continue the parent of ended child `eid` (its continuation `rec`, its
+/// `summary`) with the child's outcome.
+async fn continue_parent(
+    mesh: &Mesh,
+    eid: &str,
+    rec: ResumeRecord,
+    summary: ExecSummary,
+) -> Result<(), MeshError> {
     if !summary.status.is_terminal() {
         return Ok(());
     }

@@ -60,8 +60,9 @@ pub(crate) async fn emit_terminal(
     // child has a parent to resume (`<eid>.resume`): a root execution's
     // end reads nothing for it.
     if !header.parent_execution_id.is_empty() {
-        crate::children::restore_continuation(mesh, eid).await?;
-        crate::children::resume_parent(mesh, eid).await?;
+        if let Some(rec) = crate::children::restore_continuation(mesh, eid).await? {
+            crate::children::resume_parent_with(mesh, eid, rec).await?;
+        }
     }
     crate::gates::release(mesh, eid).await?;
     kv::update_cached(
