@@ -332,6 +332,10 @@ async fn accepted_already(
         return Ok(true);
     }
     if let Some(plan) = accepted_plan(mesh, eid).await? {
+        // A `ctx` purged since the first delivery comes back from the
+        // events first: `enter` would create it empty, and nothing would
+        // write back the keys the events hold.
+        noetl_mesh::ctx_record::read(mesh, eid).await?;
         enter(mesh, headers, &plan).await?;
         return Ok(true);
     }
