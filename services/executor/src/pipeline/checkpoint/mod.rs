@@ -203,7 +203,10 @@ impl StepRun<'_> {
         let ck = self.checkpoint_record(&folded).await?;
         let key = self.checkpoint_key();
         if !kv::create(self.mesh().loop_kv(), &key, &ck).await? {
-            return kv::get::<Checkpoint>(self.mesh().loop_kv(), &key).await;
+            // Written meanwhile: that one, unless purged again since (then
+            // the one folded from the events, not a start over).
+            let stored = kv::get::<Checkpoint>(self.mesh().loop_kv(), &key).await?;
+            return Ok(Some(stored.unwrap_or(ck)));
         }
         tracing::warn!(
             execution_id = %self.eid(),
