@@ -240,7 +240,17 @@ pub async fn restore_plan(
         tracing::warn!(execution_id = %eid, "plan was missing: rebuilt from the events");
     }
     mesh.plans().forget(eid);
-    mesh.plans().get(mesh, eid).await.map(Some)
+    match mesh.plans().get(mesh, eid).await {
+        // Purged again before it was read: an outage of the record, not
+        // an execution without a plan (that would dead-letter the
+        // message); the message comes again.
+        Err(MeshError::NoPlan { .. }) => Err(MeshError::Kv {
+            bucket: mesh.exec_kv().name.clone(),
+            key: Keys::plan(eid),
+            message: "written back from the events and purged again before it was read".into(),
+        }),
+        read => read.map(Some),
+    }
 }
 
 /// The header of an execution whose header is missing, written back

@@ -42,7 +42,13 @@ pub async fn restore(mesh: &Mesh, eid: &str, step: &str) -> Result<Option<Value>
         tracing::warn!(execution_id = %eid, step, events = folded.events,
             "a step's result was missing: rebuilt from the events");
     }
-    kv::get(mesh.exec_kv(), &key).await
+    // Written meanwhile: that one, unless purged again since (then the
+    // one the events give, not none).
+    Ok(Some(
+        kv::get(mesh.exec_kv(), &key)
+            .await?
+            .unwrap_or_else(|| result.clone()),
+    ))
 }
 
 #[cfg(test)]
