@@ -12,7 +12,7 @@ use noetl_mesh::{
     kv::{self, Cas},
     payloads::{self, BatchCompleted, ClaimEnded, IterationEnded, Status},
     runtime::HandlerError,
-    Mesh,
+    Mesh, MeshError,
 };
 use noetl_wire::Event;
 use serde_json::Value;
@@ -150,20 +150,23 @@ async fn count_reports(
         step: &step.step,
         batch: crate::messages::step_batch(r.mesh.config().loop_batch, step),
     };
-    let counted = match r.counter.count_many(r.mesh, &shared, &claims).await? {
-        Some(c) => Some(c),
-        // The loop bucket lost the run: rebuilt from its events (these
-        // reports among them), the count finds them counted.
-        None if crate::rebuild::restore(r.mesh, r.window(srid).at)
+    // The loop bucket lost the run: rebuilt from its events (these
+    // reports among them), the count finds them counted; purged again
+    // before the count, rebuilt again.
+    let mut counted = r.counter.count_many(r.mesh, &shared, &claims).await?;
+    let mut restored = 0;
+    while counted.is_none() && restored < RESTORES {
+        if crate::rebuild::restore(r.mesh, r.window(srid).at)
             .await?
-            .is_some() =>
+            .is_none()
         {
-            r.counter.count_many(r.mesh, &shared, &claims).await?
+            return Err(r.unknown_run(srid));
         }
-        None => None,
-    };
+        restored += 1;
+        counted = r.counter.count_many(r.mesh, &shared, &claims).await?;
+    }
     let Some(counted) = counted else {
-        return Err(r.unknown_run(srid));
+        return Err(purged_again(r.mesh, &key, restored));
     };
     let (mut newly, mut started_claims, mut again) = (Vec::new(), Vec::new(), false);
     let mut last = None;
@@ -236,13 +239,19 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     let claimed = claimed(&window, &current, &report).await?;
     let batch = crate::messages::step_batch(r.mesh.config().loop_batch, r.at.step());
     let (mut stored, mut applied) = apply_stored(r.mesh, &key, report.seq, &claimed, batch).await?;
-    if stored.is_none() && crate::rebuild::restore(r.mesh, window.at).await?.is_some() {
-        // The loop bucket lost the run since it was read: rebuilt from its
-        // events (this report among them), the claim finds it applied.
+    // The loop bucket lost the run since it was read: rebuilt from its
+    // events (this report among them), the claim finds it applied; purged
+    // again before the claim, rebuilt again.
+    let mut restored = 0;
+    while stored.is_none() && restored < RESTORES {
+        if crate::rebuild::restore(r.mesh, window.at).await?.is_none() {
+            return Err(r.unknown_run(srid));
+        }
+        restored += 1;
         (stored, applied) = apply_stored(r.mesh, &key, report.seq, &claimed, batch).await?;
     }
     let Some(stored) = stored else {
-        return Err(r.unknown_run(srid));
+        return Err(purged_again(r.mesh, &key, restored));
     };
     let run = match applied {
         Some(a) => {
@@ -254,6 +263,22 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
         None => redispatch(&window, stored).await?,
     };
     settle(r.mesh, window.at, &run).await
+}
+
+/// How many times a report rebuilds a loop run purged again before the
+/// report is counted, before it gives up ([`purged_again`]).
+const RESTORES: u32 = 5;
+
+/// A loop run rebuilt `tries` times and purged again each time before a
+/// report was counted: a retryable conflict (the report comes again), not
+/// an unknown run (which dead-letters it).
+fn purged_again(mesh: &Mesh, key: &str, tries: u32) -> HandlerError {
+    MeshError::Conflict {
+        bucket: mesh.loop_kv().name.clone(),
+        key: key.to_string(),
+        tries,
+    }
+    .into()
 }
 
 /// Apply claim `seq` to the run stored under `key` (compare-and-set), the
