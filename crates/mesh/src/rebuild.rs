@@ -14,6 +14,7 @@ use crate::fold::Folded;
 use crate::keys::Keys;
 use crate::plan::PlanRecord;
 use crate::replay::{fold_log, hydrated_log, Logged, Until};
+use crate::state::ExecHeader;
 use crate::{kv, Mesh, MeshError};
 
 /// Which records to write.
@@ -281,9 +282,47 @@ pub enum HeaderFound {
 /// a reader that finds the header missing after it was written back
 /// (purged again) must write it back again, not take it for none.
 pub async fn restore_header_found(mesh: &Mesh, eid: &str) -> Result<HeaderFound, MeshError> {
+    restore_header_of(mesh, eid, false).await
+}
+
+/// How many times [`running_header`] writes back a header purged again
+/// before it is read, before it gives up (a retryable conflict).
+pub const HEADER_RESTORES: u32 = 5;
+
+/// The header of execution `eid`. When it is missing and the events say
+/// the execution runs, it is written back from them first (again when it
+/// is purged again before it is read, [`HEADER_RESTORES`] times, then a
+/// retryable conflict): what a cancel, a dead letter or a deadline reads
+/// before it ends the execution, which must not take a purge for an
+/// execution that does not exist. `None`: no header, and the events make
+/// none of a running execution (an ended execution's records are not
+/// written back for it).
+pub async fn running_header(mesh: &Mesh, eid: &str) -> Result<Option<ExecHeader>, MeshError> {
+    for _ in 0..=HEADER_RESTORES {
+        if let Some(h) = mesh.exec_header(eid).await? {
+            return Ok(Some(h));
+        }
+        if restore_header_of(mesh, eid, true).await? == HeaderFound::None {
+            return Ok(None);
+        }
+    }
+    Err(MeshError::Conflict {
+        bucket: mesh.exec_kv().name.clone(),
+        key: Keys::header(eid),
+        tries: HEADER_RESTORES,
+    })
+}
+
+/// [`restore_header_found`]; `running_only`: `None` too when the events
+/// say the execution ended.
+async fn restore_header_of(
+    mesh: &Mesh,
+    eid: &str,
+    running_only: bool,
+) -> Result<HeaderFound, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
     let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
-    if folded.header.is_none() {
+    if folded.header.is_none() || (running_only && !folded.is_running()) {
         return Ok(HeaderFound::None);
     }
     let written = write_records(mesh, eid, &log, &folded, Mode::Missing).await?;

@@ -112,8 +112,37 @@ fn root_span_is_ours(header: &ExecHeader, trace_id: &str) -> bool {
 }
 
 /// End a running execution with `status` and `error` (one CAS: an ended
-/// execution is left as it is). Returns the header as it now is.
+/// execution is left as it is). Returns the header as it now is; `None`
+/// only when there is none and the events make none of a running
+/// execution: a header purged while the execution runs is written back
+/// from its events first ([`noetl_mesh::rebuild::running_header`]), so a
+/// cancel, a dead letter or a deadline still ends it.
 pub(crate) async fn end_running(
+    mesh: &Mesh,
+    headers: &RevisionCache<ExecHeader>,
+    eid: &str,
+    status: ExecStatus,
+    error: &str,
+) -> Result<Option<Arc<ExecHeader>>, MeshError> {
+    use noetl_mesh::rebuild::{running_header, HEADER_RESTORES};
+    for _ in 0..=HEADER_RESTORES {
+        if let Some(h) = end_stored(mesh, headers, eid, status, error).await? {
+            return Ok(Some(h));
+        }
+        if running_header(mesh, eid).await?.is_none() {
+            return Ok(None);
+        }
+    }
+    Err(MeshError::Conflict {
+        bucket: mesh.exec_kv().name.clone(),
+        key: Keys::header(eid),
+        tries: HEADER_RESTORES,
+    })
+}
+
+/// [`end_running`]'s compare-and-set on the stored header (`None`: none
+/// stored).
+async fn end_stored(
     mesh: &Mesh,
     headers: &RevisionCache<ExecHeader>,
     eid: &str,

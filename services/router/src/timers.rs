@@ -268,7 +268,9 @@ async fn on_timer(
     if let TimerAction::Wait(left) = early {
         return Ok(Some(left));
     }
-    let header = mesh.exec_header(eid).await?;
+    // A header purged while the execution runs is written back from its
+    // events: a purge must not cancel a deadline.
+    let header = noetl_mesh::rebuild::running_header(mesh, eid).await?;
     let current_deadline_ms = match &header {
         Some(h) if h.resumes > 0 && timer == Timer::Execution => {
             let plan = mesh.plans().get(mesh, eid).await?;
@@ -416,7 +418,7 @@ async fn on_unserved(
     if let TimerAction::Wait(left) = decide_unserved(&input) {
         return Ok(Some(left));
     }
-    let header = mesh.exec_header(&ev.execution_id).await?;
+    let header = noetl_mesh::rebuild::running_header(mesh, &ev.execution_id).await?;
     input.header = header.as_ref();
     if decide_unserved(&input) == TimerAction::Nothing {
         return Ok(None);

@@ -16,10 +16,7 @@ use std::sync::Arc;
 
 use super::Caches;
 use noetl_mesh::fold::step_record;
-
-/// How many times a boundary writes back a header purged again before it
-/// reads it, before it gives up (a retryable conflict: delivered again).
-const HEADER_RESTORES: u32 = 5;
+use noetl_mesh::rebuild::HEADER_RESTORES;
 
 /// A step-run's boundary, as [`transition`] applies it to the header.
 pub(super) struct Boundary<'a> {
