@@ -669,3 +669,78 @@ fn a_mesh_runs_its_playbooks_within_three_quarters_of_a_threads_stack() {
         .join()
         .expect("the playbooks ran");
 }
+
+/// A playbook whose one python task no executor serves: it waits in its
+/// queue until something ends the execution.
+fn unserved(name: &str, limits: &str) -> String {
+    format!(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{ name: {name} }}\n{limits}workflow:\n  - step: start\n    tool:\n      - name: never_served\n        kind: python\n        code: \"result = 1\"\n"
+    )
+}
+
+/// The header purged while an execution runs: a cancel and an execution
+/// deadline that find it missing write it back from the events and end
+/// the execution, instead of taking the purge for an execution that does
+/// not exist (then the cancel did nothing and the deadline passed
+/// silently: both executions waited for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_or_a_deadline_that_finds_the_header_purged_still_ends_the_execution() {
+    use noetl_mesh::{keys::Keys, state::ExecStatus};
+    // Only a noop executor: the python tasks wait in their queue.
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..Default::default()
+    })
+    .await;
+    let _noop = cluster.spawn_executor_for(&["noop"], 2).await;
+    let cancelled = cluster
+        .submit(&unserved("to_cancel", ""), "to_cancel.yaml", json!({}))
+        .await;
+    let timed_out = cluster
+        .submit(
+            &unserved(
+                "times_out",
+                "executor: { spec: { limits: { timeout_s: 3 } } }\n",
+            ),
+            "times_out.yaml",
+            json!({}),
+        )
+        .await;
+    for eid in [&cancelled, &timed_out] {
+        cluster
+            .wait_for_event(eid, "the start step", Duration::from_secs(10), |e| {
+                e.step == "start"
+            })
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for eid in [&cancelled, &timed_out] {
+        let key = Keys::header(eid);
+        cluster.mesh.exec_kv().purge(&key).await.unwrap();
+        assert!(cluster.mesh.exec_header(eid).await.unwrap().is_none());
+    }
+    cluster
+        .mesh
+        .request_cancel(&cancelled, "test says stop")
+        .await
+        .unwrap();
+    let s = cluster.wait(&cancelled, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
+    assert_eq!(s.error.as_deref(), Some("cancelled: test says stop"));
+    let s = cluster.wait(&timed_out, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    let why = s.error.clone().unwrap_or_default();
+    assert!(
+        why.contains("timeout_s: 3"),
+        "the error names the deadline: {why}"
+    );
+    for (eid, end) in [
+        (&cancelled, "execution.cancelled"),
+        (&timed_out, "execution.failed"),
+    ] {
+        let events = cluster.settled_events(eid).await;
+        let ends = events.iter().filter(|e| e.event_type == end).count();
+        assert_eq!(ends, 1, "{eid}: one {end}; events {:?}", types(&events));
+    }
+    cluster.stop().await;
+}
