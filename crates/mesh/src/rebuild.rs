@@ -218,6 +218,18 @@ async fn write_records(
     Ok(out)
 }
 
+/// Write back the missing records of `eid` from `folded`, the fold of
+/// its events `log`, folded already by a caller that uses the fold
+/// itself (the summary of an ended execution).
+pub(crate) async fn write_folded(
+    mesh: &Mesh,
+    eid: &str,
+    log: &[Logged],
+    folded: &Folded,
+) -> Result<Rebuilt, MeshError> {
+    write_records(mesh, eid, log, folded, Mode::Missing).await
+}
+
 /// The plan of a running execution whose plan record is missing, written
 /// back from its events (create-only: a plan written meanwhile wins) and
 /// cached; `None` when its events do not say it is running or do not name

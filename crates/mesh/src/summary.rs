@@ -1,14 +1,17 @@
 //! An execution's summary (status, `ctx`, each step's status), as
-//! `noetl exec status` and the API show it. Its own module: it writes back
-//! the missing records of an ended execution from the events first
-//! ([`crate::rebuild`]), which the state records themselves do not use.
+//! `noetl exec status` and the API show it. Its own module: of an ended
+//! execution whose records are missing it is the fold of the events, the
+//! records written back from them on the way ([`crate::rebuild`]), which
+//! the state records themselves do not use.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::fold::Folded;
 use crate::keys::Keys;
-use crate::state::{ExecStatus, ExecSummary, StepRecord, StepStatus};
+use crate::replay::{hydrated_log, Until};
+use crate::state::{user_ctx, ExecHeader, ExecStatus, ExecSummary, StepRecord, StepStatus};
 
 impl crate::Mesh {
     /// Build the summary of an execution (`None` if unknown).
@@ -16,15 +19,17 @@ impl crate::Mesh {
         let Some(header) = self.exec_header(eid).await? else {
             return Ok(None);
         };
-        let mut plan = self.plans().get(self, eid).await;
-        if header.status.is_terminal()
-            && (plan.is_err() || crate::kv::get::<Value>(self.ctx_kv(), eid).await?.is_none())
-        {
+        let plan = self.plans().get(self, eid).await;
+        let ctx = crate::kv::get::<Value>(self.ctx_kv(), eid).await?;
+        if header.status.is_terminal() && (plan.is_err() || ctx.is_none()) {
             // Lost after the services last needed them (a purge, a storage
-            // fault): written back from the events, as `noetl admin
-            // rebuild` does (docs/operations.md "Rebuild").
-            match crate::rebuild::rebuild(self, eid, crate::rebuild::Mode::Missing).await {
-                Ok(_) => plan = self.plans().get(self, eid).await,
+            // fault): the summary is the events', and the records are
+            // written back from them, as `noetl admin rebuild` does
+            // (docs/operations.md "Rebuild"). Not read back: purged again
+            // meanwhile, they would read as empty.
+            match self.ended_from_log(eid, &header).await {
+                Ok(Some(summary)) => return Ok(Some(summary)),
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(execution_id = %eid, error = %e, "records of an ended execution are missing and could not be rebuilt")
                 }
@@ -35,29 +40,133 @@ impl crate::Mesh {
             for step in &plan.playbook.workflow {
                 let rec: Option<StepRecord> =
                     crate::kv::get(self.exec_kv(), &Keys::step(eid, &step.step)).await?;
-                let s = match rec.map(|r| r.status) {
-                    Some(StepStatus::Done) => "done",
-                    Some(StepStatus::Failed) => "failed",
-                    Some(StepStatus::Skipped) => "skipped",
-                    None => "not_run",
-                };
-                steps.insert(step.step.clone(), s.to_string());
+                steps.insert(step.step.clone(), rec.map(|r| r.status));
             }
         }
+        let paused = match header.status {
+            ExecStatus::Running => self.pause_record(eid).await?,
+            _ => None,
+        };
+        let queued = header.status == ExecStatus::Running && self.is_queued(eid).await?;
+        let ctx = user_ctx(ctx.unwrap_or_else(|| Value::Object(Default::default())));
         Ok(Some(ExecSummary {
-            execution_id: header.execution_id.clone(),
-            status: header.status,
-            playbook: header.playbook.clone(),
-            ctx: self.exec_ctx(eid).await?,
-            steps,
-            error: header.error.clone(),
-            started_at: header.started_at.clone(),
-            ended_at: header.ended_at.clone(),
-            paused: match header.status {
-                ExecStatus::Running => self.pause_record(eid).await?,
-                _ => None,
-            },
-            queued: header.status == ExecStatus::Running && self.is_queued(eid).await?,
+            paused,
+            queued,
+            ..summary_of(&header, ctx, &steps)
         }))
+    }
+
+    /// The summary of ended execution `eid` as its events give it, its
+    /// missing records written back from them; `None` when it has no
+    /// events.
+    async fn ended_from_log(
+        &self,
+        eid: &str,
+        header: &ExecHeader,
+    ) -> Result<Option<ExecSummary>, crate::MeshError> {
+        let log = hydrated_log(self, eid, Until::End).await?;
+        let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+        if folded.events == 0 {
+            return Ok(None);
+        }
+        crate::rebuild::write_folded(self, eid, &log, &folded).await?;
+        let workflow = match self.plans().get(self, eid).await {
+            Ok(plan) => plan
+                .playbook
+                .workflow
+                .iter()
+                .map(|s| s.step.clone())
+                .collect(),
+            Err(_) => match crate::rebuild::plan_of(self, eid, &folded).await? {
+                Ok(plan) => plan
+                    .playbook
+                    .workflow
+                    .iter()
+                    .map(|s| s.step.clone())
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+        };
+        let steps: BTreeMap<String, Option<StepStatus>> = workflow
+            .into_iter()
+            .map(|step| {
+                let status = folded.steps.get(&step).map(|r| r.status);
+                (step, status)
+            })
+            .collect();
+        Ok(Some(summary_of(
+            header,
+            Value::Object(folded.ctx.clone()),
+            &steps,
+        )))
+    }
+}
+
+/// The summary of `header` with `ctx` (as users see it) and each step's
+/// status (`None`: not run); not paused, not queued.
+fn summary_of(
+    header: &ExecHeader,
+    ctx: Value,
+    steps: &BTreeMap<String, Option<StepStatus>>,
+) -> ExecSummary {
+    let steps = steps
+        .iter()
+        .map(|(step, status)| {
+            let s = match status {
+                Some(StepStatus::Done) => "done",
+                Some(StepStatus::Failed) => "failed",
+                Some(StepStatus::Skipped) => "skipped",
+                None => "not_run",
+            };
+            (step.clone(), s.to_string())
+        })
+        .collect();
+    ExecSummary {
+        execution_id: header.execution_id.clone(),
+        status: header.status,
+        playbook: header.playbook.clone(),
+        ctx,
+        steps,
+        error: header.error.clone(),
+        started_at: header.started_at.clone(),
+        ended_at: header.ended_at.clone(),
+        paused: None,
+        queued: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_names_every_step_and_those_without_a_record_not_run() {
+        let mut header = ExecHeader::running("e1".to_string(), Vec::new());
+        header.end(ExecStatus::Failed, "boom", "2026-12-03T00:00:00Z");
+        let steps = BTreeMap::from([
+            ("a".to_string(), Some(StepStatus::Done)),
+            ("b".to_string(), Some(StepStatus::Failed)),
+            ("c".to_string(), Some(StepStatus::Skipped)),
+            ("d".to_string(), None),
+        ]);
+        let s = summary_of(&header, serde_json::json!({ "k": 1 }), &steps);
+        assert_eq!(s.status, ExecStatus::Failed);
+        assert_eq!(s.error.as_deref(), Some("boom"));
+        assert_eq!(s.ctx, serde_json::json!({ "k": 1 }));
+        let got: Vec<(&str, &str)> = s
+            .steps
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "done"),
+                ("b", "failed"),
+                ("c", "skipped"),
+                ("d", "not_run")
+            ]
+        );
+        assert!(s.paused.is_none() && !s.queued);
     }
 }
