@@ -744,3 +744,42 @@ async fn a_cancel_or_a_deadline_that_finds_the_header_purged_still_ends_the_exec
     }
     cluster.stop().await;
 }
+
+/// An ended execution whose `ctx`, plan and step records were purged:
+/// its summary is the one its events give, the same as before the purge,
+/// and the records are there again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_execution_s_summary_after_its_records_were_purged_is_the_events_one() {
+    use noetl_mesh::keys::Keys;
+    let cluster = Cluster::start().await;
+    let eid = cluster.submit(FANOUT, "fanout.yaml", json!({})).await;
+    let before = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert!(
+        before.ctx.as_object().is_some_and(|c| !c.is_empty()),
+        "{before:?}"
+    );
+    let store = cluster.mesh.exec_kv();
+    let mut purged = vec![Keys::plan(&eid)];
+    purged.extend(before.steps.keys().map(|s| Keys::step(&eid, s)));
+    for key in &purged {
+        store.purge(key).await.unwrap();
+    }
+    cluster.mesh.ctx_kv().purge(&eid).await.unwrap();
+    cluster.mesh.plans().forget(&eid);
+    let after = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
+    assert_eq!(after.status, before.status);
+    assert_eq!(after.ctx, before.ctx);
+    assert_eq!(after.steps, before.steps);
+    for key in &purged {
+        assert!(
+            noetl_mesh::kv::get::<Value>(store, key)
+                .await
+                .unwrap()
+                .is_some(),
+            "{key} written back"
+        );
+    }
+    let ctx = noetl_mesh::kv::get::<Value>(cluster.mesh.ctx_kv(), &eid).await;
+    assert!(ctx.unwrap().is_some(), "ctx written back");
+    cluster.stop().await;
+}
