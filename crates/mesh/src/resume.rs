@@ -352,8 +352,7 @@ pub async fn prepare(
     eid: &str,
     req: &ResumeRequested,
 ) -> Result<Prepared, ResumeError> {
-    let header = mesh
-        .exec_header(eid)
+    let header = stopped_header(mesh, eid)
         .await?
         .ok_or_else(|| ResumeError::NotFound(eid.to_string()))?;
     let old: PlanRecord = match kv::get(mesh.exec_kv(), &Keys::plan(eid)).await? {
@@ -404,6 +403,31 @@ pub async fn prepare(
         plan,
         decision,
     })
+}
+
+/// The header of `eid`, with the records a resume reads (plan, step
+/// records, `ctx`) written back from the events first when it is missing
+/// or stopped: lost since the stop (a purge, a storage fault), a finished
+/// step's record would make the resume run that step again, and a
+/// missing header or plan would refuse the resume as of an execution that
+/// does not exist or never started. Create-only, as `noetl admin rebuild`
+/// writes (docs/operations.md "Rebuild"): a record that is there stands.
+async fn stopped_header(mesh: &Mesh, eid: &str) -> Result<Option<ExecHeader>, MeshError> {
+    let header = mesh.exec_header(eid).await?;
+    if header.as_ref().is_some_and(|h| !h.status.is_terminal()) {
+        return Ok(header);
+    }
+    let Some(rebuilt) = crate::rebuild::rebuild(mesh, eid, crate::rebuild::Mode::Missing).await?
+    else {
+        return Ok(header);
+    };
+    if rebuilt.header || rebuilt.plan || rebuilt.steps > 0 || rebuilt.ctx {
+        tracing::warn!(execution_id = %eid, header = rebuilt.header, plan = rebuilt.plan,
+            steps = rebuilt.steps, ctx = rebuilt.ctx,
+            "records of a stopped execution were missing: rebuilt from the events before its resume");
+        mesh.plans().forget(eid);
+    }
+    mesh.exec_header(eid).await
 }
 
 impl Mesh {
