@@ -58,6 +58,34 @@ pub(crate) async fn restore_from(
     Ok(Some((stored.unwrap_or(rebuilt.run), false)))
 }
 
+/// The stopped run `srid` of loop step `step` that a resumed execution's
+/// new run continues, as the events give it, when the loop bucket lost
+/// it (a purge, `noetl admin cleanup` before the resume): not written
+/// back, the new run reads it once ([`crate::state::resumed`]). `None`
+/// when the events cannot give it (it never started, or it continued an
+/// earlier run itself): the new run takes every iteration again.
+pub(crate) async fn stopped_run(
+    mesh: &Mesh,
+    eid: &str,
+    srid: &str,
+    step: &noetl_core::Step,
+) -> Result<Option<LoopRun>, MeshError> {
+    let (_, log) = log_of(mesh, eid).await?;
+    match fold_run(&log, srid, step) {
+        Ok(folded) => {
+            tracing::warn!(execution_id = %eid, step = %step.step, loop_run = %srid,
+                "the stopped loop run a resume continues was missing: folded from its events");
+            Ok(Some(folded.run))
+        }
+        Err(NotRebuilt::NotStarted) => Ok(None),
+        Err(NotRebuilt::Cannot(why)) => {
+            tracing::warn!(execution_id = %eid, step = %step.step, loop_run = %srid, %why,
+                "the stopped loop run a resume continues is missing and not rebuilt: every iteration runs again");
+            Ok(None)
+        }
+    }
+}
+
 /// Write back the claims of the run's counted iterations that the loop
 /// bucket lost (for a loop with growing reducers, whose contributions are
 /// read from them at the end: `run` counted more successful iterations

@@ -92,10 +92,14 @@ async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, M
     let Some(carry) = kv::get::<LoopCarry>(mesh.loop_kv(), &key).await? else {
         return Ok(run);
     };
-    match kv::get::<LoopRun>(mesh.loop_kv(), &Keys::loop_run(eid, &carry.from)).await? {
-        Some(old) => Ok(resumed(run, &old)),
-        None => Ok(run),
-    }
+    let old = match kv::get::<LoopRun>(mesh.loop_kv(), &Keys::loop_run(eid, &carry.from)).await? {
+        Some(old) => Some(old),
+        None => crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await?,
+    };
+    Ok(match old {
+        Some(old) => resumed(run, &old),
+        None => run,
+    })
 }
 
 /// A loop command being started, its loop's settings to render.
