@@ -229,6 +229,48 @@ fn a_failed_parallel_loop_runs_only_the_iterations_that_did_not_finish() {
     );
 }
 
+/// A failed loop whose KV state was compacted away (`noetl admin compact`:
+/// header, plan, step records, `ctx`, the stopped loop run) resumes from
+/// its events: its records are written back from them, and the new run
+/// still takes only the iterations that did not finish (the stopped run
+/// folded from its events), ending as a clean run does.
+#[test]
+fn a_compacted_failed_loop_resumes_from_its_events_and_runs_only_what_did_not_finish() {
+    let m = Mesh::up();
+    let id = m.start(&[&fixture("resume_loop.yaml")]);
+    let failed = m.ended(&id);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let failed_at = count(&m.events(&id), "loop.iteration.failed", true);
+    assert_eq!(failed_at.len(), 3, "items 2, 5 and 8 fail: {failed_at:?}");
+    let (out, c) = m.run(&["admin", "compact", "--older-than", "0s", "--json"]);
+    ok(&out);
+    assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
+    let (out, _) = m.run(&["exec", "status", &id, "--json"]);
+    assert_eq!(out.status.code(), Some(3), "compacted: no KV state left");
+
+    let (out, json) = m.resume(&id, &["--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(json["steps"], serde_json::json!(["items"]), "{json}");
+    let resumed = m.ended(&id);
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["ctx"]["total"], 1225, "{resumed}");
+    assert_eq!(resumed["ctx"]["count"], 50, "{resumed}");
+    assert_eq!(resumed["steps"]["start"], "done", "{resumed}");
+    let events = m.events(&id);
+    let started = count(&events, "loop.iteration.started", true);
+    assert_eq!(started.len(), 50, "every item ran");
+    for (index, n) in &started {
+        let want = if failed_at.contains_key(index) { 2 } else { 1 };
+        assert_eq!(*n, want, "item {index}: finished ones never run again");
+    }
+    assert_eq!(
+        count(&events, "step.started", false).get("start"),
+        Some(&1),
+        "the finished first step did not run again"
+    );
+    m.replays(&id);
+}
+
 #[test]
 fn from_an_earlier_step_supersedes_what_followed() {
     let m = Mesh::up();
