@@ -44,6 +44,7 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
             deadline_of: run.deadline_of.clone(),
             collection,
             max_rows: run.cursor.as_ref().map_or(0, |c| c.max_rows),
+            continues: run.continues.clone(),
         }),
     )
 }

@@ -60,10 +60,11 @@ pub(crate) async fn restore_from(
 
 /// The stopped run `srid` of loop step `step` that a resumed execution's
 /// new run continues, as the events give it, when the loop bucket lost
-/// it (a purge, `noetl admin cleanup` before the resume): not written
+/// it (a purge, `noetl admin compact` before the resume): not written
 /// back, the new run reads it once ([`crate::state::resumed`]). `None`
 /// when the events cannot give it (it never started, or it continued an
-/// earlier run itself): the new run takes every iteration again.
+/// earlier run by a loop-supervisor that did not name that run): the new
+/// run takes every iteration again.
 pub(crate) async fn stopped_run(
     mesh: &Mesh,
     eid: &str,

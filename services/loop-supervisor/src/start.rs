@@ -96,10 +96,12 @@ async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, M
         Some(old) => Some(old),
         None => crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await?,
     };
-    Ok(match old {
+    let mut run = match old {
         Some(old) => resumed(run, &old),
         None => run,
-    })
+    };
+    run.continues = carry.from;
+    Ok(run)
 }
 
 /// A loop command being started, its loop's settings to render.

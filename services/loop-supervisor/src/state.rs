@@ -112,6 +112,12 @@ pub struct LoopRun {
     /// resumed run takes again from the run that stopped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redo: Vec<u64>,
+    /// The stopped run a resumed execution's run continues (its loop
+    /// step's run when the execution stopped, named by the resume), as
+    /// `loop.started` says: what a fold of this run from the events
+    /// starts from ([`from_log`]). Empty for a run that continues none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub continues: String,
     /// The batches the window went out in (`[first, end)` index ranges),
     /// cut in the write that put their iterations in flight and kept while
     /// one of them is ([`batches`]): a window sent again goes out in them.
@@ -229,6 +235,7 @@ pub(crate) fn new_run(
         cursor: None,
         failed_at: Vec::new(),
         redo: Vec::new(),
+        continues: String::new(),
         batches: Vec::new(),
     }
 }

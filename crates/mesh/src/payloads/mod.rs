@@ -392,24 +392,25 @@ pub struct LoopStarted {
     /// claims: 0 at the start).
     #[serde(default)]
     pub mode: Option<noetl_core::LoopMode>,
-    /// The step-run's deadline (epoch ms; 0: none), which every iteration
-    /// carries.
+    /// The step-run's deadline (epoch ms; 0: none), every iteration's.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deadline_ms: u64,
     /// The setting that set `deadline_ms`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub deadline_of: String,
-    /// The collection of a loop over `in`, as its chunks are stored (each
-    /// a list of elements or an object-store reference to one), inline or,
-    /// when large, by reference: what rebuilds a loop run whose stored
-    /// chunks are gone. Null for a cursor loop (its rows are in its
-    /// `loop.claimed` events).
+    /// A loop over `in`'s stored chunks (each inline or a reference), by
+    /// reference when large: what rebuilds lost chunks. Null for a cursor
+    /// loop (its rows are in its `loop.claimed` events).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub collection: Value,
     /// A cursor loop's rows per claim (`frame.max_rows` as rendered; 0: a
     /// loop over `in`), which a loop run rebuilt from the log needs.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_rows: u64,
+    /// The stopped run a resumed execution's run continues (a fold of
+    /// this run starts from its fold); absent when it continues none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub continues: String,
 }
 
 fn is_zero(n: &u64) -> bool {

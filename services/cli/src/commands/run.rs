@@ -596,6 +596,7 @@ mod tests {
                 deadline_of: String::new(),
                 collection: serde_json::Value::Null,
                 max_rows: 0,
+                continues: String::new(),
             }),
         ));
         p.observe(&ev(

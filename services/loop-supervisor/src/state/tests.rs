@@ -23,6 +23,7 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         cursor: None,
         failed_at: Vec::new(),
         redo: Vec::new(),
+        continues: String::new(),
         batches: Vec::new(),
     }
 }

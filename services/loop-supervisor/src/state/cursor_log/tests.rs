@@ -63,6 +63,7 @@ fn loop_started() -> Event {
         deadline_of: String::new(),
         collection: Value::Null,
         max_rows: 2,
+        continues: String::new(),
     })
 }
 
