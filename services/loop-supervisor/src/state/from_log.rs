@@ -18,7 +18,7 @@ use noetl_wire::{Event, LoopCommand};
 
 use super::ends::Ends;
 pub(crate) use super::ends::FromLog;
-use super::new_run;
+use super::{new_run, LoopRun};
 
 /// Why a loop run is not rebuilt from its events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,14 +45,6 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
     };
     let started_ev = &log[at];
     let started: LoopStarted = payloads::decode(started_ev).map_err(|e| cannot(&e.to_string()))?;
-    if log[..at]
-        .iter()
-        .any(|e| EventType::of(e) == Some(EventType::ExecutionResumed))
-    {
-        return Err(cannot(
-            "its execution was resumed before it started, and the run it continues is not rebuilt",
-        ));
-    }
     let args = log
         .iter()
         .flat_map(|e| payloads::tokens_created(e).unwrap_or_default())
@@ -65,7 +57,8 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         deadline_of: started.deadline_of.clone(),
         ..Default::default()
     };
-    let run = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
+    let fresh = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
+    let run = continued(&log[..at], fresh, &started, step).map_err(Cannot)?;
     let events: Vec<&Event> = log[at + 1..]
         .iter()
         .filter(|e| e.step_run_id == srid)
@@ -83,6 +76,48 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         ends.take(&mut folded, ev).map_err(Cannot)?;
     }
     Ok(folded)
+}
+
+/// The run as it started (`fresh`, from its `loop.started`, `started`):
+/// the run a resumed execution's run continues folded from the events
+/// before it (`before`), as the live start read it ([`super::resumed`]),
+/// when `loop.started` names one; `fresh` for a run of an execution never
+/// resumed before it started, or one whose resume continued no run of
+/// its step. A run started after a resume that continued its step,
+/// written before `loop.started` named what it continues, is not rebuilt.
+fn continued(
+    before: &[Event],
+    fresh: LoopRun,
+    started: &LoopStarted,
+    step: &Step,
+) -> Result<LoopRun, String> {
+    if !started.continues.is_empty() {
+        let mut run = match fold_run(before, &started.continues, step) {
+            Ok(old) => super::resumed(fresh, &old.run),
+            // As the live start: a run its events cannot give is none.
+            Err(_) => fresh,
+        };
+        run.continues = started.continues.clone();
+        return Ok(run);
+    }
+    let resumed = before
+        .iter()
+        .rev()
+        .find(|e| EventType::of(e) == Some(EventType::ExecutionResumed));
+    let Some(resumed) = resumed else {
+        return Ok(fresh);
+    };
+    let continues_step = payloads::decode::<payloads::Resumed>(resumed)
+        .map_err(|e| e.to_string())?
+        .continued_loops
+        .contains(&step.step);
+    if continues_step {
+        return Err(
+            "its execution was resumed before it started, continuing this step's stopped run, which its loop.started does not name (written before it did)"
+                .into(),
+        );
+    }
+    Ok(fresh)
 }
 
 /// The batches iterations of run `srid` went out in, as the log (`log`,
@@ -283,8 +318,86 @@ mod tests {
             fold_run(&[token()], "sr1", &step()).unwrap_err(),
             NotRebuilt::NotStarted
         );
-        let resumed = ev(EventType::ExecutionResumed, json!({}));
+        // Started after a resume that continued its step, by a
+        // loop-supervisor that did not yet name the run continued.
+        let resumed = resumed_event(&["each"]);
         let err = fold_run(&[resumed, started()], "sr1", &step()).unwrap_err();
         assert!(err.to_string().contains("resumed"), "{err}");
+        // A resume that continued no run of the step: a fresh run.
+        let log = [resumed_event(&[]), started(), ended(0, true, 1)];
+        let r = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
+        assert_eq!((r.done, r.next), (1, 3));
+        assert!(r.continues.is_empty());
+    }
+
+    fn resumed_event(continued: &[&str]) -> Event {
+        ev(
+            EventType::ExecutionResumed,
+            json!({"resumes": 1, "steps": ["each"], "continued_loops": continued}),
+        )
+    }
+
+    /// `e` as an event of run `srid`.
+    fn of_run(srid: &str, mut e: Event) -> Event {
+        e.step_run_id = srid.into();
+        let mut payload: Value = serde_json::from_slice(&e.payload_json).unwrap();
+        if payload.get("loop_run_id").is_some() {
+            payload["loop_run_id"] = json!(srid);
+        }
+        if payload.get("token_id").is_some() {
+            payload["token_id"] = json!(srid);
+            e.step_run_id = "parent".into();
+        }
+        e.payload_json = serde_json::to_vec(&payload).unwrap();
+        e
+    }
+
+    #[test]
+    fn a_run_started_after_a_resume_starts_from_the_stopped_run_its_loop_started_names() {
+        // sr1: 1 done (10), 0 failed, 2 in flight when the failure stopped it.
+        let mut log = vec![token(), started(), ended(1, true, 10), ended(0, false, 0)];
+        let stopped = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
+        assert_eq!((stopped.done, stopped.failed, stopped.next), (1, 1, 3));
+        assert!(stopped.stopped);
+        // Resumed: sr2 continues sr1, takes 0 and 2 again first, then 3, 4.
+        let mut continues = of_run("sr2", started());
+        let mut payload: Value = serde_json::from_slice(&continues.payload_json).unwrap();
+        payload["continues"] = json!("sr1");
+        continues.payload_json = serde_json::to_vec(&payload).unwrap();
+        log.extend([resumed_event(&["each"]), of_run("sr2", token()), continues]);
+        for (i, n) in [(0, 1), (2, 2), (3, 3), (4, 4)] {
+            log.push(of_run("sr2", ended(i, true, n)));
+        }
+        let r = fold_run(&log, "sr2", &step()).expect("rebuilt").run;
+        assert_eq!(r.continues, "sr1");
+        assert_eq!((r.total, r.done, r.failed), (5, 5, 0));
+        assert!(r.finished() && !r.stopped, "{r:?}");
+        // The stopped run's contribution (10) and the new run's (1+2+3+4).
+        assert_eq!(r.reduced.get("total"), Some(&json!(20)));
+        // As the live start made it: the same fold before the new ends.
+        let at_start = fold_run(&log[..7], "sr2", &step()).expect("rebuilt").run;
+        let live = crate::state::resumed(
+            crate::state::new_run(
+                &LoopCommand {
+                    trace_id: "tr".into(),
+                    deadline_ms: 99,
+                    deadline_of: "step.timeout".into(),
+                    ..Default::default()
+                },
+                "each",
+                5,
+                2,
+                json!({"a": 1}),
+            ),
+            &stopped,
+        );
+        let live = LoopRun {
+            continues: "sr1".into(),
+            ..live
+        };
+        assert_eq!(
+            serde_json::to_value(&at_start).unwrap(),
+            serde_json::to_value(&live).unwrap()
+        );
     }
 }
