@@ -783,3 +783,96 @@ async fn an_ended_execution_s_summary_after_its_records_were_purged_is_the_event
     assert!(ctx.unwrap().is_some(), "ctx written back");
     cluster.stop().await;
 }
+
+const RESUMED_LOOP: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: resumed_loop }
+workload: { fixed: false }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(30) | list }}"
+      iterator: n
+      spec:
+        mode: parallel
+        max_in_flight: 2
+        policy: { reducers: { total: sum, count: sum } }
+    tool:
+      - name: work
+        kind: python
+        args: { n: "{{ iter.n }}", fixed: "{{ workload.fixed }}" }
+        code: |
+          import time
+          time.sleep(0.05)
+          if int(n) == 3 and str(fixed).lower() != 'true':
+              raise RuntimeError('item 3 is bad')
+          result = int(n)
+        spec:
+          policy:
+            rules:
+              - else: { then: { do: continue, set_ctx: { total: "{{ outcome.result }}", count: 1 } } }
+"#;
+
+/// A resumed execution's loop run, which continues the run that stopped,
+/// purged from the loop bucket while it runs (with every other loop key
+/// of the execution): it is folded back from the events, starting from
+/// the stopped run its `loop.started` names, and the loop ends exactly as
+/// a clean run (the old fold refused a run started after a resume: the
+/// report was dead-lettered and the execution failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_loop_run_purged_while_it_runs_is_folded_from_the_run_it_continues() {
+    use noetl_mesh::{resume::ResumeRequested, state::ExecStatus};
+    let cluster = Cluster::start().await;
+    let eid = cluster
+        .submit(RESUMED_LOOP, "resumed_loop.yaml", json!({}))
+        .await;
+    let failed = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(failed.status, ExecStatus::Failed, "{failed:?}");
+    let mut set = serde_json::Map::new();
+    set.insert("fixed".into(), json!(true));
+    let req = ResumeRequested {
+        set,
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .resume(&eid, req, Duration::from_secs(10))
+        .await
+        .unwrap();
+    // The new run is under way: a few of its iterations started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = cluster.events(&eid).await;
+        let resumed = events
+            .iter()
+            .position(|e| e.event_type == "execution.resumed");
+        let started = resumed.map_or(0, |at| {
+            events[at..]
+                .iter()
+                .filter(|e| e.event_type == "loop.iteration.started")
+                .count()
+        });
+        if started >= 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new run never ran: {:?}",
+            types(&events)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let store = cluster.mesh.loop_kv();
+    let keys = noetl_mesh::kv::keys_under(store, &eid).await.unwrap();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        store.purge(key).await.unwrap();
+    }
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["total"], json!(435), "{s:?}");
+    assert_eq!(s.ctx["count"], json!(30), "{s:?}");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
