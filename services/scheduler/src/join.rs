@@ -225,8 +225,31 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
     }
     let mut decided = BTreeSet::new();
     let mut cur: Option<Arrivals> = None;
+    let mut resumes = 0;
     for l in log {
         let ev = &l.event;
+        match EventType::of(ev) {
+            Some(EventType::ExecutionResumed) => {
+                if let Ok(r) = payloads::decode_typed::<payloads::Resumed>(ev) {
+                    resumes = r.resumes;
+                }
+                continue;
+            }
+            // A resume's token of the join step: the join fires again
+            // for it as the resume made it ([`refired`]).
+            Some(EventType::TokenCreated) if resumes > 0 => {
+                if let (Some(a), Ok(t)) = (
+                    cur.as_mut(),
+                    payloads::decode_typed::<payloads::TokenCreated>(ev),
+                ) {
+                    if t.step == step {
+                        refired(a, resumes, &t.token_id);
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
         let by_scheduler = matches!(
             EventType::of(ev),
             Some(EventType::StepSkipped | EventType::StepFailed)
@@ -251,18 +274,39 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
     cur
 }
 
+/// The join record `a` as resume `n` leaves it for its token `new`: the
+/// firing of the stopped token `new` runs again (`new` is its
+/// [`noetl_mesh::resume::again_id`]) given to `new` with the same merged
+/// args, as the router gave it ([`noetl_mesh::resume::refire_join`]), so
+/// the resumed token fires the join at once instead of waiting for
+/// inputs that arrived long ago.
+fn refired(a: &mut Arrivals, n: u32, new: &str) {
+    if a.firings.iter().any(|f| f.token == new) {
+        return;
+    }
+    let again = (a.firings.iter()).find(|f| noetl_mesh::resume::again_id(&f.token, n) == new);
+    if let Some(f) = again {
+        a.firings.push(Firing {
+            token: new.to_string(),
+            args: f.args.clone(),
+        });
+    }
+}
+
 /// A join record missing while the execution has events that fill one
-/// (an earlier arrival waited: there is a `step.skipped`), written back
+/// (an earlier arrival waited: there is a `step.skipped`; or a resume
+/// gave a stopped firing to its new token), written back
 /// from them (create-only: one written meanwhile wins). Returns whether
 /// the log holds arrivals of the join (a record of them is there now,
 /// unless purged again since).
 async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Result<bool, MeshError> {
-    if mesh
-        .last_event_seq(eid, EventType::StepSkipped)
-        .await?
-        .is_none()
+    let waited = mesh.last_event_seq(eid, EventType::StepSkipped).await?;
+    if waited.is_none()
+        && (mesh.last_event_seq(eid, EventType::ExecutionResumed))
+            .await?
+            .is_none()
     {
-        return Ok(false); // no token ever waited: nothing to lose
+        return Ok(false); // no token ever waited, none resumed: nothing to lose
     }
     let log = read_log(mesh, eid, Until::End).await?;
     let Some(arrivals) = fold_arrivals(&log, step, inputs) else {
@@ -466,6 +510,50 @@ mod tests {
         );
         // No token of the step decided: no record.
         assert!(fold_arrivals(&log[..4], "merge", &inputs).is_none());
+    }
+
+    #[test]
+    fn a_resumed_firing_token_folds_as_the_resume_refired_it() {
+        let inputs = inputs();
+        let mut log = vec![
+            logged(1, "step.done", "left", "rl", json!({"status": "ok"})),
+            created(2, "rl", "t1", json!({"a": 1})),
+            logged(3, "step.done", "right", "rr", json!({"status": "ok"})),
+            created(4, "rr", "t2", json!({"b": 2})),
+            logged(5, "step.skipped", "merge", "t1", json!({})),
+            logged(6, "step.started", "merge", "t2", json!({"loop": false})),
+            logged(7, "step.failed", "merge", "t2", json!({"status": "error"})),
+            logged(8, "execution.failed", "", "", json!({"status": "error"})),
+        ];
+        let stopped = fold_arrivals(&log, "merge", &inputs).expect("a record");
+        // Resume 1 runs t2 again as its again_id, with t2's merged args.
+        let again = noetl_mesh::resume::again_id("t2", 1);
+        let live =
+            noetl_mesh::resume::refire_join(&serde_json::to_value(&stopped).unwrap(), "t2", &again)
+                .expect("t2 fired the join");
+        log.push(logged(
+            9,
+            "execution.resumed",
+            "",
+            "",
+            json!({"resumes": 1, "steps": ["merge"]}),
+        ));
+        let mut token = created(10, "", &again, json!({"b": 2}));
+        let mut p: Value = serde_json::from_slice(&token.event.payload_json).unwrap();
+        p["parent"] = json!("rr");
+        token.event.payload_json = serde_json::to_vec(&p).unwrap();
+        log.push(token);
+        let resumed = fold_arrivals(&log, "merge", &inputs).expect("a record");
+        assert_eq!(serde_json::to_value(&resumed).unwrap(), live);
+        // The resumed token fires at once, with the stopped firing's args.
+        let at = arrive(Some(&resumed), "right", &again, json!({"b": 2}));
+        assert_eq!(at.outcome, JoinOutcome::Fire(json!({"a": 1, "b": 2})));
+        // A token of another resume, or of a token that fired nothing: none.
+        let other = noetl_mesh::resume::again_id("t1", 1);
+        let mut a = stopped.clone();
+        refired(&mut a, 1, &other);
+        refired(&mut a, 2, &again);
+        assert_eq!(a.firings.len(), stopped.firings.len());
     }
 
     #[test]
