@@ -876,3 +876,88 @@ async fn a_resumed_loop_run_purged_while_it_runs_is_folded_from_the_run_it_conti
     cluster.assert_replays(&eid).await;
     cluster.stop().await;
 }
+
+const RESUMED_JOIN: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: resumed_join }
+workload: { fixed: false }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next:
+      spec: { mode: inclusive }
+      arcs:
+        - step: left
+          args: { a: 1 }
+        - step: right
+          args: { b: 2 }
+  - step: left
+    tool: { kind: noop }
+    next: { arcs: [ { step: merge, args: { a: "{{ args.a }}" } } ] }
+  - step: right
+    tool: { kind: noop }
+    next: { arcs: [ { step: merge, args: { b: "{{ args.b }}" } } ] }
+  - step: merge
+    spec: { join: all }
+    tool:
+      - name: check
+        kind: python
+        args: { fixed: "{{ workload.fixed }}", a: "{{ args.a }}", b: "{{ args.b }}" }
+        code: |
+          if str(fixed).lower() != 'true':
+              raise RuntimeError('not yet')
+          result = int(a) + int(b)
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: fail }
+              - else: { then: { do: continue, set_ctx: { merged: "{{ outcome.result }}" } } }
+"#;
+
+/// A join step that failed, its join record purged before the execution
+/// is resumed: the resumed token finds the record missing, and the fold
+/// of the log gives back the stopped firing as the resume gave it to the
+/// new token (`execution.resumed`, then the token's `token.created`), so
+/// it fires at once with the merged args of both inputs (before, the
+/// record was rebuilt without it: the token waited for inputs that had
+/// come long ago, for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_args() {
+    use noetl_mesh::{keys::Keys, resume::ResumeRequested, state::ExecStatus};
+    let cluster = Cluster::start().await;
+    let eid = cluster
+        .submit(RESUMED_JOIN, "resumed_join.yaml", json!({}))
+        .await;
+    let failed = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(failed.status, ExecStatus::Failed, "{failed:?}");
+    let key = Keys::join(&eid, "merge");
+    let store = cluster.mesh.exec_kv();
+    assert!(noetl_mesh::kv::get::<Value>(store, &key)
+        .await
+        .unwrap()
+        .is_some());
+    store.purge(&key).await.unwrap();
+    let mut set = serde_json::Map::new();
+    set.insert("fixed".into(), json!(true));
+    let req = ResumeRequested {
+        set,
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .resume(&eid, req, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["merged"], json!(3), "{s:?}");
+    let events = cluster.settled_events(&eid).await;
+    let left = events
+        .iter()
+        .filter(|e| e.event_type == "step.started" && e.step == "left")
+        .count();
+    assert_eq!(left, 1, "the join's inputs did not run again");
+    cluster.stop().await;
+}
