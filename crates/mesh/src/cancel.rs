@@ -108,8 +108,11 @@ impl crate::Mesh {
     /// Ask the router to cancel `eid` (idempotent; its children follow).
     pub async fn request_cancel(&self, eid: &str, reason: &str) -> Result<(), crate::MeshError> {
         // After a resume, a cancellation is another request than the one
-        // that may have stopped it before.
-        let nth = match self.exec_header(eid).await? {
+        // that may have stopped it before (a header purged meanwhile is
+        // written back from the events first: read as none, the resume
+        // count would be 0, and the request would carry the id of the
+        // cancel before the resume, dropped as its copy).
+        let nth = match crate::rebuild::running_header(self, eid).await? {
             Some(h) if h.resumes > 0 => h.resumes.to_string(),
             _ => String::new(),
         };
