@@ -961,3 +961,54 @@ async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_
     assert_eq!(left, 1, "the join's inputs did not run again");
     cluster.stop().await;
 }
+
+/// A resumed execution cancelled again after its header was purged: the
+/// request is the resume's own (its id counts the resume the events
+/// give), not a copy of the cancel before the resume that JetStream
+/// drops, and the execution ends cancelled (before, the request went
+/// nowhere and the step ran on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_execution_cancelled_again_with_its_header_purged_ends_cancelled() {
+    use noetl_mesh::{keys::Keys, resume::ResumeRequested, state::ExecStatus};
+    let cluster = Cluster::start().await;
+    let nap = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: long_nap }\nworkflow:\n  - step: start\n    tool:\n      - name: nap\n        kind: python\n        code: \"import time; time.sleep(60); result = 1\"\n";
+    let eid = cluster.submit(nap, "long_nap.yaml", json!({})).await;
+    let started = |evs: &[Event]| {
+        evs.iter()
+            .filter(|e| e.event_type == "task.started" || e.event_type == "step.started")
+            .count()
+    };
+    cluster
+        .wait_for_event(&eid, "the nap", Duration::from_secs(10), |e| {
+            e.event_type == "task.started"
+        })
+        .await;
+    cluster.mesh.request_cancel(&eid, "first").await.unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
+    let before = started(&cluster.events(&eid).await);
+    cluster
+        .mesh
+        .resume(&eid, ResumeRequested::default(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while started(&cluster.events(&eid).await) <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the nap never ran again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster
+        .mesh
+        .exec_kv()
+        .purge(&Keys::header(&eid))
+        .await
+        .unwrap();
+    cluster.mesh.request_cancel(&eid, "second").await.unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
+    assert_eq!(s.error.as_deref(), Some("cancelled: second"), "{s:?}");
+    cluster.stop().await;
+}
