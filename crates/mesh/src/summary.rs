@@ -1,8 +1,9 @@
 //! An execution's summary (status, `ctx`, each step's status), as
 //! `noetl exec status` and the API show it. Its own module: of an ended
 //! execution whose records are missing it is the fold of the events, the
-//! records written back from them on the way ([`crate::rebuild`]), which
-//! the state records themselves do not use.
+//! records written back from them on the way ([`crate::rebuild`]), and of
+//! a running one whose header is missing the fold alone; the state
+//! records themselves do not use either.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +18,7 @@ impl crate::Mesh {
     /// Build the summary of an execution (`None` if unknown).
     pub async fn exec_summary(&self, eid: &str) -> Result<Option<ExecSummary>, crate::MeshError> {
         let Some(header) = self.exec_header(eid).await? else {
-            return Ok(None);
+            return self.running_from_log(eid).await;
         };
         let plan = self.plans().get(self, eid).await;
         let ctx = crate::kv::get::<Value>(self.ctx_kv(), eid).await?;
@@ -70,35 +71,77 @@ impl crate::Mesh {
             return Ok(None);
         }
         crate::rebuild::write_folded(self, eid, &log, &folded).await?;
-        let workflow = match self.plans().get(self, eid).await {
-            Ok(plan) => plan
-                .playbook
-                .workflow
-                .iter()
-                .map(|s| s.step.clone())
-                .collect(),
-            Err(_) => match crate::rebuild::plan_of(self, eid, &folded).await? {
-                Ok(plan) => plan
-                    .playbook
-                    .workflow
-                    .iter()
-                    .map(|s| s.step.clone())
-                    .collect(),
-                Err(_) => Vec::new(),
-            },
+        Ok(Some(self.of_fold(eid, header, &folded).await?))
+    }
+
+    /// The summary of `eid` when its header is missing: the fold of its
+    /// events when they say it runs (purged while it runs: the services
+    /// write the header back at its next event, which may be an hour
+    /// away), not an unknown execution; `None` when it is unknown, or
+    /// ended with its records removed (`noetl admin compact`). Read only:
+    /// the services write the records back.
+    async fn running_from_log(&self, eid: &str) -> Result<Option<ExecSummary>, crate::MeshError> {
+        let Some(folded) = self.running_fold(eid).await? else {
+            return Ok(None);
         };
-        let steps: BTreeMap<String, Option<StepStatus>> = workflow
-            .into_iter()
-            .map(|step| {
-                let status = folded.steps.get(&step).map(|r| r.status);
-                (step, status)
-            })
+        let header = folded.header.as_ref().expect("a running fold has a header");
+        Ok(Some(ExecSummary {
+            paused: folded.pause.owed().cloned(),
+            queued: self.is_queued(eid).await?,
+            ..self.of_fold(eid, header, &folded).await?
+        }))
+    }
+
+    /// The header of `eid`: the stored one, or, when it is missing and
+    /// the events say the execution runs, the one they give (read only:
+    /// the services write it back at the execution's next event). What
+    /// a reader that must not take a purge for an unknown execution reads
+    /// (the API's execution routes).
+    pub async fn header_or_running(
+        &self,
+        eid: &str,
+    ) -> Result<Option<ExecHeader>, crate::MeshError> {
+        match self.exec_header(eid).await? {
+            Some(h) => Ok(Some(h)),
+            None => Ok(self.running_fold(eid).await?.and_then(|f| f.header)),
+        }
+    }
+
+    /// The fold of `eid`'s events when they say it runs; `None` when it
+    /// has none (one direct read) or they say it ended.
+    async fn running_fold(&self, eid: &str) -> Result<Option<Folded>, crate::MeshError> {
+        let started = crate::event_type::EventType::PlaybookInitialized;
+        if self.last_event_seq(eid, started).await?.is_none() {
+            return Ok(None);
+        }
+        let log = hydrated_log(self, eid, Until::End).await?;
+        let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+        Ok(folded.is_running().then_some(folded))
+    }
+
+    /// The summary of `header` with the step states and `ctx` of `folded`,
+    /// each step of its plan (stored, or the one the events name) listed.
+    async fn of_fold(
+        &self,
+        eid: &str,
+        header: &ExecHeader,
+        folded: &Folded,
+    ) -> Result<ExecSummary, crate::MeshError> {
+        let playbook = match self.plans().get(self, eid).await {
+            Ok(plan) => Some(plan.playbook.clone()),
+            Err(_) => (crate::rebuild::plan_of(self, eid, folded).await?)
+                .ok()
+                .map(|plan| plan.playbook),
+        };
+        let steps: BTreeMap<String, Option<StepStatus>> = (playbook.iter())
+            .flat_map(|p| p.workflow.iter())
+            .map(|s| (s.step.clone(), folded.steps.get(&s.step).map(|r| r.status)))
             .collect();
-        Ok(Some(summary_of(
+        Ok(summary_of(
             header,
             Value::Object(folded.ctx.clone()),
             &steps,
-        )))
+        ))
     }
 }
 

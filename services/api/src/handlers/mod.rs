@@ -20,10 +20,11 @@ use crate::error::ApiError;
 
 /// The header of execution `id`: 400 for what cannot be an execution id
 /// (it would name another key, or a subject wildcard), 404 when there is
-/// none.
+/// none (a running execution's header purged is the one its events give,
+/// [`Mesh::header_or_running`]).
 pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
     valid_id(id)?;
-    mesh.exec_header(id)
+    mesh.header_or_running(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
 }
