@@ -685,7 +685,7 @@ fn unserved(name: &str, limits: &str) -> String {
 /// silently: both executions waited for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_or_a_deadline_that_finds_the_header_purged_still_ends_the_execution() {
-    use noetl_mesh::{keys::Keys, state::ExecStatus};
+    use noetl_mesh::state::ExecStatus;
     // Only a noop executor: the python tasks wait in their queue.
     let cluster = Cluster::start_with(ClusterOptions {
         executors: false,
@@ -715,8 +715,7 @@ async fn a_cancel_or_a_deadline_that_finds_the_header_purged_still_ends_the_exec
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     for eid in [&cancelled, &timed_out] {
-        let key = Keys::header(eid);
-        cluster.mesh.exec_kv().purge(&key).await.unwrap();
+        purge_header(&cluster, eid).await;
         assert!(cluster.mesh.exec_header(eid).await.unwrap().is_none());
     }
     cluster
@@ -784,6 +783,39 @@ async fn an_ended_execution_s_summary_after_its_records_were_purged_is_the_event
     cluster.stop().await;
 }
 
+/// Purge the header of `eid`, as a storage fault or a hand would.
+async fn purge_header(cluster: &Cluster, eid: &str) {
+    let key = noetl_mesh::keys::Keys::header(eid);
+    cluster.mesh.exec_kv().purge(&key).await.unwrap();
+}
+
+/// Run `yaml` (saved as `source`) to its failure; its execution id.
+async fn failed_run(cluster: &Cluster, yaml: &str, source: &str) -> String {
+    let eid = cluster.submit(yaml, source, json!({})).await;
+    let failed = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(
+        failed.status,
+        noetl_mesh::state::ExecStatus::Failed,
+        "{failed:?}"
+    );
+    eid
+}
+
+/// Resume `eid` with `fixed=true` set (the cause of its failure fixed).
+async fn resume_fixed(cluster: &Cluster, eid: &str) {
+    let mut set = serde_json::Map::new();
+    set.insert("fixed".into(), json!(true));
+    let req = noetl_mesh::resume::ResumeRequested {
+        set,
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .resume(eid, req, Duration::from_secs(10))
+        .await
+        .unwrap();
+}
+
 const RESUMED_LOOP: &str = r#"
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -822,24 +854,10 @@ workflow:
 /// report was dead-lettered and the execution failed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_loop_run_purged_while_it_runs_is_folded_from_the_run_it_continues() {
-    use noetl_mesh::{resume::ResumeRequested, state::ExecStatus};
+    use noetl_mesh::state::ExecStatus;
     let cluster = Cluster::start().await;
-    let eid = cluster
-        .submit(RESUMED_LOOP, "resumed_loop.yaml", json!({}))
-        .await;
-    let failed = cluster.wait(&eid, Duration::from_secs(30)).await;
-    assert_eq!(failed.status, ExecStatus::Failed, "{failed:?}");
-    let mut set = serde_json::Map::new();
-    set.insert("fixed".into(), json!(true));
-    let req = ResumeRequested {
-        set,
-        ..Default::default()
-    };
-    cluster
-        .mesh
-        .resume(&eid, req, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let eid = failed_run(&cluster, RESUMED_LOOP, "resumed_loop.yaml").await;
+    resume_fixed(&cluster, &eid).await;
     // The new run is under way: a few of its iterations started.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -922,16 +940,13 @@ workflow:
 /// new token (`execution.resumed`, then the token's `token.created`), so
 /// it fires at once with the merged args of both inputs (before, the
 /// record was rebuilt without it: the token waited for inputs that had
-/// come long ago, for ever).
+/// come long ago, and with nothing else live the execution completed,
+/// the join step failed and its `ctx` write missing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_args() {
-    use noetl_mesh::{keys::Keys, resume::ResumeRequested, state::ExecStatus};
+    use noetl_mesh::{keys::Keys, state::ExecStatus};
     let cluster = Cluster::start().await;
-    let eid = cluster
-        .submit(RESUMED_JOIN, "resumed_join.yaml", json!({}))
-        .await;
-    let failed = cluster.wait(&eid, Duration::from_secs(30)).await;
-    assert_eq!(failed.status, ExecStatus::Failed, "{failed:?}");
+    let eid = failed_run(&cluster, RESUMED_JOIN, "resumed_join.yaml").await;
     let key = Keys::join(&eid, "merge");
     let store = cluster.mesh.exec_kv();
     assert!(noetl_mesh::kv::get::<Value>(store, &key)
@@ -939,17 +954,7 @@ async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_
         .unwrap()
         .is_some());
     store.purge(&key).await.unwrap();
-    let mut set = serde_json::Map::new();
-    set.insert("fixed".into(), json!(true));
-    let req = ResumeRequested {
-        set,
-        ..Default::default()
-    };
-    cluster
-        .mesh
-        .resume(&eid, req, Duration::from_secs(10))
-        .await
-        .unwrap();
+    resume_fixed(&cluster, &eid).await;
     let s = cluster.wait(&eid, Duration::from_secs(20)).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     assert_eq!(s.ctx["merged"], json!(3), "{s:?}");
@@ -969,7 +974,7 @@ async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_
 /// nowhere and the step ran on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_execution_cancelled_again_with_its_header_purged_ends_cancelled() {
-    use noetl_mesh::{keys::Keys, resume::ResumeRequested, state::ExecStatus};
+    use noetl_mesh::{resume::ResumeRequested, state::ExecStatus};
     let cluster = Cluster::start().await;
     let nap = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: long_nap }\nworkflow:\n  - step: start\n    tool:\n      - name: nap\n        kind: python\n        code: \"import time; time.sleep(60); result = 1\"\n";
     let eid = cluster.submit(nap, "long_nap.yaml", json!({})).await;
@@ -1000,15 +1005,52 @@ async fn a_resumed_execution_cancelled_again_with_its_header_purged_ends_cancell
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    cluster
-        .mesh
-        .exec_kv()
-        .purge(&Keys::header(&eid))
-        .await
-        .unwrap();
+    purge_header(&cluster, &eid).await;
     cluster.mesh.request_cancel(&eid, "second").await.unwrap();
     let s = cluster.wait(&eid, Duration::from_secs(20)).await;
     assert_eq!(s.status, ExecStatus::Cancelled, "{s:?}");
     assert_eq!(s.error.as_deref(), Some("cancelled: second"), "{s:?}");
+    cluster.stop().await;
+}
+
+/// A running execution whose header was purged while a long task runs:
+/// its summary (`noetl exec status`, the API) is the fold of its events,
+/// running, not "no such execution" until its next event writes the
+/// header back; an id with no events is still unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_execution_s_summary_with_its_header_purged_is_the_events_one() {
+    use noetl_mesh::state::ExecStatus;
+    let cluster = Cluster::start().await;
+    let nap = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: short_nap }\nworkflow:\n  - step: start\n    tool:\n      - name: one\n        kind: noop\n        result: 1\n        spec:\n          policy:\n            rules:\n              - else:\n                  then: { do: continue, set_ctx: { one: \"{{ outcome.result }}\" } }\n    next: { arcs: [ { step: nap } ] }\n  - step: nap\n    tool:\n      - name: nap\n        kind: python\n        code: \"import time; time.sleep(3); result = 1\"\n";
+    let eid = cluster.submit(nap, "short_nap.yaml", json!({})).await;
+    cluster
+        .wait_for_event(&eid, "the nap", Duration::from_secs(10), |e| {
+            e.event_type == "task.started" && e.step == "nap"
+        })
+        .await;
+    purge_header(&cluster, &eid).await;
+    let s = cluster.mesh.exec_summary(&eid).await.unwrap();
+    let s = s.expect("a running execution is known from its events");
+    assert_eq!(s.status, ExecStatus::Running, "{s:?}");
+    assert_eq!(s.ctx["one"], json!(1), "{s:?}");
+    assert_eq!(s.steps["start"], "done", "{s:?}");
+    assert_eq!(s.steps["nap"], "not_run", "{s:?}");
+    // What the API's execution routes read.
+    let h = cluster.mesh.header_or_running(&eid).await.unwrap();
+    assert_eq!(h.map(|h| h.status), Some(ExecStatus::Running));
+    assert!(
+        cluster.mesh.exec_header(&eid).await.unwrap().is_none(),
+        "read only"
+    );
+    let unknown = noetl_mesh::ids::new_execution_id();
+    assert!(cluster.mesh.exec_summary(&unknown).await.unwrap().is_none());
+    assert!(cluster
+        .mesh
+        .header_or_running(&unknown)
+        .await
+        .unwrap()
+        .is_none());
+    let s = cluster.wait(&eid, Duration::from_secs(20)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     cluster.stop().await;
 }
