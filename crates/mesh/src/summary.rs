@@ -84,7 +84,9 @@ impl crate::Mesh {
         let Some(folded) = self.running_fold(eid).await? else {
             return Ok(None);
         };
-        let header = folded.header.as_ref().expect("a running fold has a header");
+        let Some(header) = folded.header.as_ref() else {
+            return Ok(None); // a running fold has one
+        };
         Ok(Some(ExecSummary {
             paused: folded.pause.owed().cloned(),
             queued: self.is_queued(eid).await?,
