@@ -55,7 +55,7 @@ async fn restore(mesh: &Mesh, eid: &str) -> Result<Restored, MeshError> {
 /// is running and whose record is missing. A record purged again between
 /// its rebuild and the read is rebuilt again, not read as empty.
 pub async fn read(mesh: &Mesh, eid: &str) -> Result<Option<Value>, MeshError> {
-    for _ in 0..RESTORES {
+    for _ in 0..kv::RESTORES {
         if let Some(stored) = kv::get::<Value>(mesh.ctx_kv(), eid).await? {
             return Ok(Some(stored));
         }
@@ -63,17 +63,8 @@ pub async fn read(mesh: &Mesh, eid: &str) -> Result<Option<Value>, MeshError> {
             return Ok(None);
         }
     }
-    Err(MeshError::Conflict {
-        bucket: mesh.ctx_kv().name.clone(),
-        key: eid.to_string(),
-        tries: RESTORES,
-    })
+    Err(kv::conflict(mesh.ctx_kv(), eid, kv::RESTORES))
 }
-
-/// How many times a write that finds the `ctx` record missing writes it
-/// back from the events (the record purged again between its rebuild and
-/// the write) before it gives up (a retryable conflict).
-const RESTORES: u32 = 5;
 
 /// [`kv::update`] of an execution's `ctx` record that first writes a
 /// lost record back from the events ([`restore`]): the router creates
@@ -88,7 +79,7 @@ pub async fn update<F>(mesh: &Mesh, eid: &str, mut f: F) -> Result<Option<Value>
 where
     F: FnMut(Option<&Value>) -> kv::Cas<Value>,
 {
-    for _ in 0..RESTORES {
+    for _ in 0..kv::RESTORES {
         let mut missing = false;
         let stored = kv::update(mesh.ctx_kv(), eid, |cur: Option<&Value>| {
             missing = cur.is_none();
@@ -105,11 +96,7 @@ where
             return kv::update(mesh.ctx_kv(), eid, f).await;
         }
     }
-    Err(MeshError::Conflict {
-        bucket: mesh.ctx_kv().name.clone(),
-        key: eid.to_string(),
-        tries: RESTORES,
-    })
+    Err(kv::conflict(mesh.ctx_kv(), eid, kv::RESTORES))
 }
 
 #[cfg(test)]

@@ -308,7 +308,17 @@ pub const CAS_TRIES: u32 = 1000;
 /// Attempts of a [`Contention::Herd`] loop (its pauses add up to seconds).
 pub const HERD_TRIES: u32 = 200;
 
-fn conflict(store: &Store, key: &str, tries: u32) -> MeshError {
+/// How many times a reader writes back a record purged again between its
+/// rebuild from the events and its read or write, before it gives up with
+/// a retryable conflict ([`conflict`]: the message comes again). One
+/// bound for every such reader: the header, `ctx`, a waiter, a join, an
+/// execution key's record, a loop run, a chunk, a parallel loop's claims.
+pub const RESTORES: u32 = 5;
+
+/// The retryable error of a write to `key` of `store` given up after
+/// `tries` attempts (a compare-and-set lost, or a record purged again
+/// each time it was written back).
+pub fn conflict(store: &Store, key: &str, tries: u32) -> MeshError {
     MeshError::Conflict {
         bucket: store.name.clone(),
         key: key.to_string(),

@@ -297,20 +297,16 @@ pub async fn restore_header_found(mesh: &Mesh, eid: &str) -> Result<HeaderFound,
     restore_header_of(mesh, eid, false).await
 }
 
-/// How many times [`running_header`] writes back a header purged again
-/// before it is read, before it gives up (a retryable conflict).
-pub const HEADER_RESTORES: u32 = 5;
-
 /// The header of execution `eid`. When it is missing and the events say
 /// the execution runs, it is written back from them first (again when it
-/// is purged again before it is read, [`HEADER_RESTORES`] times, then a
+/// is purged again before it is read, [`kv::RESTORES`] times, then a
 /// retryable conflict): what a cancel, a dead letter or a deadline reads
 /// before it ends the execution, which must not take a purge for an
 /// execution that does not exist. `None`: no header, and the events make
 /// none of a running execution (an ended execution's records are not
 /// written back for it).
 pub async fn running_header(mesh: &Mesh, eid: &str) -> Result<Option<ExecHeader>, MeshError> {
-    for _ in 0..=HEADER_RESTORES {
+    for _ in 0..=kv::RESTORES {
         if let Some(h) = mesh.exec_header(eid).await? {
             return Ok(Some(h));
         }
@@ -318,11 +314,11 @@ pub async fn running_header(mesh: &Mesh, eid: &str) -> Result<Option<ExecHeader>
             return Ok(None);
         }
     }
-    Err(MeshError::Conflict {
-        bucket: mesh.exec_kv().name.clone(),
-        key: Keys::header(eid),
-        tries: HEADER_RESTORES,
-    })
+    Err(kv::conflict(
+        mesh.exec_kv(),
+        &Keys::header(eid),
+        kv::RESTORES,
+    ))
 }
 
 /// [`restore_header_found`]; `running_only`: `None` too when the events

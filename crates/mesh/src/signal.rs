@@ -31,11 +31,6 @@ use crate::{kv, payloads, Mesh, MeshError};
 
 pub use crate::waiter::{SignalReceived, WaitStarted, WaitTimeout, Waiter, Waits};
 
-/// How many times a waiter owed by the events is written back when it is
-/// purged again before it is read, before the read gives up (a retryable
-/// conflict).
-const WAITER_RESTORES: u32 = 5;
-
 /// An event of `waiter`'s wait: its step, step-run, task and task-run.
 fn waiter_event<'a>(eid: &'a str, waiter: &'a Waiter) -> EventDraft<'a> {
     EventDraft {
@@ -144,7 +139,7 @@ impl Mesh {
         let key = Keys::wait(eid, signal);
         // Written back and purged again before it is read: written back
         // again (the events still owe it), not taken for none.
-        for _ in 0..WAITER_RESTORES {
+        for _ in 0..kv::RESTORES {
             if let Some(found) = kv::read::<Waiter>(self.exec_kv(), &key).await? {
                 return Ok(Some(found));
             }
@@ -163,11 +158,7 @@ impl Mesh {
                     "a waiter was missing: rebuilt from the events");
             }
         }
-        Err(MeshError::Conflict {
-            bucket: self.exec_kv().name.clone(),
-            key,
-            tries: WAITER_RESTORES,
-        })
+        Err(kv::conflict(self.exec_kv(), &key, kv::RESTORES))
     }
 
     /// The waiter the events of `eid` say is owed for `signal`, its

@@ -116,8 +116,7 @@ impl crate::Mesh {
         if self.last_event_seq(eid, started).await?.is_none() {
             return Ok(None);
         }
-        let log = hydrated_log(self, eid, Until::End).await?;
-        let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+        let folded = crate::replay::fold_log(self, eid, Until::End).await?;
         Ok(folded.is_running().then_some(folded))
     }
 

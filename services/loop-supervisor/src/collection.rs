@@ -116,10 +116,6 @@ pub(crate) async fn stored_list(
     Ok(Value::Array(out))
 }
 
-/// How many times a chunk missing is written back from `loop.started`
-/// when it is purged again before it is read.
-const RESTORES: usize = 5;
-
 /// Chunk `chunk` of loop run `at` written back to the loop bucket from the
 /// collection its `loop.started` carries (create-only: a chunk stored
 /// meanwhile stands); `None` when the log does not have it (a run started
@@ -246,7 +242,7 @@ impl ChunkCache {
         // a chunk that is there but unreadable stays so. One purged again
         // before that read is written back again, not taken for gone.
         let mut read = self.list(at.mesh, &key, words).await;
-        for _ in 0..RESTORES {
+        for _ in 0..kv::RESTORES {
             match read {
                 Err(ItemError::Gone(_)) if restore_chunk(at, chunk).await?.is_some() => {
                     read = self.list(at.mesh, &key, words).await;

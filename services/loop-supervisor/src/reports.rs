@@ -12,7 +12,7 @@ use noetl_mesh::{
     kv::{self, Cas},
     payloads::{self, BatchCompleted, ClaimEnded, IterationEnded, Status},
     runtime::HandlerError,
-    Mesh, MeshError,
+    Mesh,
 };
 use noetl_wire::Event;
 use serde_json::Value;
@@ -155,7 +155,7 @@ async fn count_reports(
     // before the count, rebuilt again.
     let mut counted = r.counter.count_many(r.mesh, &shared, &claims).await?;
     let mut restored = 0;
-    while counted.is_none() && restored < RESTORES {
+    while counted.is_none() && restored < kv::RESTORES {
         if crate::rebuild::restore(r.mesh, r.window(srid).at)
             .await?
             .is_none()
@@ -243,7 +243,7 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     // events (this report among them), the claim finds it applied; purged
     // again before the claim, rebuilt again.
     let mut restored = 0;
-    while stored.is_none() && restored < RESTORES {
+    while stored.is_none() && restored < kv::RESTORES {
         if crate::rebuild::restore(r.mesh, window.at).await?.is_none() {
             return Err(r.unknown_run(srid));
         }
@@ -265,20 +265,11 @@ pub(crate) async fn on_claimed(r: &Reported<'_>) -> Result<(), HandlerError> {
     settle(r.mesh, window.at, &run).await
 }
 
-/// How many times a report rebuilds a loop run purged again before the
-/// report is counted, before it gives up ([`purged_again`]).
-const RESTORES: u32 = 5;
-
 /// A loop run rebuilt `tries` times and purged again each time before a
 /// report was counted: a retryable conflict (the report comes again), not
 /// an unknown run (which dead-letters it).
 fn purged_again(mesh: &Mesh, key: &str, tries: u32) -> HandlerError {
-    MeshError::Conflict {
-        bucket: mesh.loop_kv().name.clone(),
-        key: key.to_string(),
-        tries,
-    }
-    .into()
+    kv::conflict(mesh.loop_kv(), key, tries).into()
 }
 
 /// Apply claim `seq` to the run stored under `key` (compare-and-set), the

@@ -124,8 +124,8 @@ pub(crate) async fn end_running(
     status: ExecStatus,
     error: &str,
 ) -> Result<Option<Arc<ExecHeader>>, MeshError> {
-    use noetl_mesh::rebuild::{running_header, HEADER_RESTORES};
-    for _ in 0..=HEADER_RESTORES {
+    use noetl_mesh::{kv::RESTORES, rebuild::running_header};
+    for _ in 0..=RESTORES {
         if let Some(h) = end_stored(mesh, headers, eid, status, error).await? {
             return Ok(Some(h));
         }
@@ -133,11 +133,7 @@ pub(crate) async fn end_running(
             return Ok(None);
         }
     }
-    Err(MeshError::Conflict {
-        bucket: mesh.exec_kv().name.clone(),
-        key: Keys::header(eid),
-        tries: HEADER_RESTORES,
-    })
+    Err(kv::conflict(mesh.exec_kv(), &Keys::header(eid), RESTORES))
 }
 
 /// [`end_running`]'s compare-and-set on the stored header (`None`: none

@@ -18,7 +18,7 @@ use noetl_mesh::{
     event_type::EventType,
     events::{now_ms, EventDraft},
     gate::{self, Ask, ConcRecord, Entry, ExecutionQueued, Owner, Verdict},
-    gates,
+    gates, kv,
     plan::PlanRecord,
     Mesh, MeshError,
 };
@@ -98,7 +98,7 @@ async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admi
     // before the ask is written, it is rebuilt again, never started
     // afresh without the holders and the line the log holds.
     let mut decided = None;
-    for _ in 0..REBUILDS {
+    for _ in 0..kv::RESTORES {
         let holders = record(mesh, &k)
             .await?
             .map(|r| r.holders)
@@ -122,11 +122,7 @@ async fn admit_as(mesh: &Mesh, plan: &PlanRecord, asking: Asking) -> Result<Admi
         }
     }
     let Some(d) = decided else {
-        return Err(MeshError::Conflict {
-            bucket: store.name.clone(),
-            key: k.kv_key.clone(),
-            tries: REBUILDS as u32,
-        });
+        return Err(kv::conflict(store, &k.kv_key, kv::RESTORES));
     };
     start_promoted(mesh, &k.kv_key, &d.promoted).await?;
     match d.verdict {
@@ -206,11 +202,6 @@ async fn queue(
     Ok(())
 }
 
-/// How many times an ask rebuilds an execution key's record that is
-/// purged again before its write, before it gives up (a retryable
-/// conflict: the request comes again).
-const REBUILDS: usize = 5;
-
 /// Release the slot (or place in line) of an ended execution and start
 /// the head of the line. Idempotent: the end is handled again after a
 /// crash, and a slot released twice changes nothing.
@@ -226,7 +217,7 @@ pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     let store = mesh.gates_kv();
     // Purged again between the read (or rebuild) and the release: rebuilt
     // again, or the line would wait for a release that never comes.
-    for _ in 0..REBUILDS {
+    for _ in 0..kv::RESTORES {
         let Some(rec) = record(mesh, &k).await? else {
             return Ok(());
         };
@@ -236,11 +227,7 @@ pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
             return start_promoted(mesh, &k.kv_key, &promoted).await;
         }
     }
-    Err(MeshError::Conflict {
-        bucket: store.name.clone(),
-        key: k.kv_key.clone(),
-        tries: REBUILDS as u32,
-    })
+    Err(kv::conflict(store, &k.kv_key, kv::RESTORES))
 }
 
 /// The record of execution key `k`; a missing one (lost, or the key's

@@ -319,12 +319,6 @@ async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Resul
     Ok(true)
 }
 
-/// How many times an arrival that finds the join's record missing reads
-/// the log again (the record purged again between its rebuild and the
-/// arrival's write) before it gives up (an error: the token is delivered
-/// again later).
-const RESTORES: usize = 5;
-
 /// Record `token_id` arriving from `from_step` with `args`.
 ///
 /// Redelivery: a token that already fired the join fires again with the
@@ -354,7 +348,7 @@ pub async fn arrive(
         args,
     };
     let mut decided = None;
-    for _ in 0..RESTORES {
+    for _ in 0..kv::RESTORES {
         // Lost (purged) records come back from the log first; a record is
         // there from the first arrival on, so a missing one costs one read.
         let none_in_log = kv::get::<Arrivals>(mesh.exec_kv(), &key).await?.is_none()
@@ -378,11 +372,7 @@ pub async fn arrive(
     }) = decided
     else {
         // Retryable: the token is delivered again.
-        return Err(MeshError::Conflict {
-            bucket: mesh.exec_kv().name.clone(),
-            key,
-            tries: RESTORES as u32,
-        });
+        return Err(kv::conflict(mesh.exec_kv(), &key, kv::RESTORES));
     };
     if redelivered {
         let live = mesh

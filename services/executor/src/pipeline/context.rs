@@ -14,11 +14,6 @@ use serde_json::{Map, Value};
 
 use super::{Cursor, StepRun};
 
-/// How many times a claim that finds a parallel loop run's claims record
-/// missing rebuilds it from the events (purged again before the claim is
-/// written) before it gives up (a retryable conflict).
-const CLAIM_RESTORES: u32 = 5;
-
 /// Why a patch was not written: the error kind and message.
 type CtxError = (&'static str, String);
 
@@ -132,7 +127,7 @@ impl StepRun<'_> {
         // missing record is its first claim. A record rebuilt and purged
         // again before the claim is written is rebuilt again (bounded).
         let mut fresh = false;
-        for _ in 0..CLAIM_RESTORES {
+        for _ in 0..kv::RESTORES {
             let mut conflict = None;
             let mut missing = false;
             kv::update(self.mesh().ctx_kv(), &key, |cur: Option<&CtxOwners>| {
@@ -159,11 +154,7 @@ impl StepRun<'_> {
             }
             fresh = !self.restore_owners(loop_run_id, &hashes).await?;
         }
-        Err(MeshError::Conflict {
-            bucket: self.mesh().ctx_kv().name.clone(),
-            key,
-            tries: CLAIM_RESTORES,
-        })
+        Err(kv::conflict(self.mesh().ctx_kv(), &key, kv::RESTORES))
     }
 
     /// The claims record of this loop run is missing: the first claim of

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use super::Caches;
 use noetl_mesh::fold::step_record;
-use noetl_mesh::rebuild::HEADER_RESTORES;
 
 /// A step-run's boundary, as [`transition`] applies it to the header.
 pub(super) struct Boundary<'a> {
@@ -114,13 +113,8 @@ pub(super) async fn record_and_apply(
         }
         tries += 1;
         read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
-        if read.is_none() && tries >= HEADER_RESTORES {
-            return Err(MeshError::Conflict {
-                bucket: mesh.exec_kv().name.clone(),
-                key,
-                tries,
-            }
-            .into());
+        if read.is_none() && tries >= kv::RESTORES {
+            return Err(kv::conflict(mesh.exec_kv(), &key, tries).into());
         }
     }
     match read {
