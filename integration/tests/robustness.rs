@@ -1054,3 +1054,114 @@ async fn a_running_execution_s_summary_with_its_header_purged_is_the_events_one(
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     cluster.stop().await;
 }
+
+const RESUMED_TWICE: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: resumed_twice }
+workload: { fixed: false, again: false }
+workflow:
+  - step: start
+    tool:
+      - name: first
+        kind: python
+        args: { fixed: "{{ workload.fixed }}" }
+        code: |
+          if str(fixed).lower() != 'true':
+              raise RuntimeError('not fixed')
+          result = 1
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: fail }
+              - else: { then: { do: continue, set_ctx: { fixed_seen: "{{ workload.fixed }}" } } }
+      - name: again
+        kind: python
+        args: { again: "{{ workload.again }}", fixed: "{{ workload.fixed }}" }
+        code: |
+          if str(again).lower() != 'true':
+              raise RuntimeError('not again')
+          result = str(fixed).lower()
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: fail }
+              - else: { then: { do: continue, set_ctx: { second_saw: "{{ outcome.result }}" } } }
+"#;
+
+/// An execution resumed with `--set`, failed again, then compacted (every
+/// record of it purged): its plan comes back from its events as the
+/// resume changed it (the workload `--set` changed, read back from the
+/// object store, and the resume's start, from which its deadline counts:
+/// a plan rebuilt with the first start would end a resumed execution at
+/// its first deadline), so a second resume runs on with it. Before, `execution.resumed` named
+/// the change by key only: the plan was not rebuilt and the resume was
+/// refused as of an execution that never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_execution_s_changed_plan_comes_back_from_its_events() {
+    use noetl_mesh::state::ExecStatus;
+    use noetl_mesh::{keys::Keys, plan::PlanRecord, replay, resume::ResumeRequested};
+    let cluster = Cluster::start().await;
+    let eid = failed_run(&cluster, RESUMED_TWICE, "resumed_twice.yaml").await;
+    let first: PlanRecord = noetl_mesh::kv::get(cluster.mesh.exec_kv(), &Keys::plan(&eid))
+        .await
+        .unwrap()
+        .unwrap();
+    resume_fixed(&cluster, &eid).await;
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    assert_eq!(s.ctx["fixed_seen"], json!(true), "{s:?}");
+    // The plan the events name is the stored one: the resume's workload
+    // and start (replay compares them).
+    cluster.assert_replays(&eid).await;
+    let stored: PlanRecord = noetl_mesh::kv::get(cluster.mesh.exec_kv(), &Keys::plan(&eid))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.started_ms > first.started_ms);
+    let events = cluster.settled_events(&eid).await;
+    let resumed = events.iter().find(|e| e.event_type == "execution.resumed");
+    let payload = noetl_mesh::events::payload(resumed.unwrap());
+    assert!(payload["workload_ref"].is_object(), "{payload}");
+    assert!(
+        payload.get("workload").is_none(),
+        "values stay out: {payload}"
+    );
+
+    // Compacted: every record of it gone.
+    let store = cluster.mesh.exec_kv();
+    for key in noetl_mesh::kv::keys_under(store, &eid).await.unwrap() {
+        store.purge(&key).await.unwrap();
+    }
+    cluster.mesh.ctx_kv().purge(&eid).await.unwrap();
+    cluster.mesh.plans().forget(&eid);
+    let folded = replay::fold_log(&cluster.mesh, &eid, replay::Until::End)
+        .await
+        .unwrap();
+    let rebuilt = noetl_mesh::rebuild::plan_of(&cluster.mesh, &eid, &folded)
+        .await
+        .unwrap()
+        .expect("the plan comes back from the events");
+    assert_eq!(rebuilt.workload, stored.workload);
+    assert_eq!(rebuilt.started_ms, stored.started_ms);
+
+    let mut set = serde_json::Map::new();
+    set.insert("again".into(), json!(true));
+    let req = ResumeRequested {
+        set,
+        ..Default::default()
+    };
+    cluster
+        .mesh
+        .resume(&eid, req, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["second_saw"], json!("true"), "{s:?}");
+    assert_eq!(s.ctx["fixed_seen"], json!(true), "{s:?}");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}

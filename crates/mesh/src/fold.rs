@@ -69,6 +69,8 @@ pub struct Origins {
     pub steps: BTreeMap<String, Origin>,
     /// Each `ctx` key.
     pub ctx: BTreeMap<String, Origin>,
+    /// The plan.
+    pub plan: Option<Origin>,
 }
 
 /// The records an execution's events determine.
@@ -80,16 +82,19 @@ pub struct Folded {
     pub steps: BTreeMap<String, StepRecord>,
     /// `ctx` as users see it.
     pub ctx: Map<String, Value>,
-    /// The plan it runs (`playbook.initialized`).
+    /// The plan it runs (`playbook.initialized`, or its last
+    /// `execution.resumed` that names one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanIdentity>,
-    /// The merged workload it started with.
+    /// The merged workload it runs with (its last resume's, when one
+    /// changed it).
     pub workload: Value,
     /// Its trace id (of `playbook.initialized`).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub trace_id: String,
-    /// A resume changed its plan (`--set`, `--playbook-version`), which
-    /// the events name only by key: the plan is not rebuilt from them.
+    /// A resume changed its plan (`--set`, `--playbook-version`) and its
+    /// `execution.resumed`, written before resumes named their plan, names
+    /// it only by key: the plan is not rebuilt from them.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub plan_changed_by_resume: bool,
     /// Events folded so far.
@@ -269,6 +274,7 @@ impl Folded {
         self.workload = p.workload;
         self.trace_id = ev.trace_id.clone();
         self.origins.header = Some(Origin::of(seq, ev));
+        self.origins.plan = Some(Origin::of(seq, ev));
         Ok(())
     }
 
@@ -446,8 +452,22 @@ impl Folded {
         let Some(h) = self.header.as_ref() else {
             return Ok(());
         };
-        if !p.set.is_empty() || p.playbook_version.is_some() {
-            self.plan_changed_by_resume = true;
+        // The plan from now on, when the event names it (events written
+        // before resumes named their plan change it only by key).
+        let changed = !p.set.is_empty() || p.playbook_version.is_some();
+        if let Some(plan) = p.plan {
+            self.plan = Some(plan);
+            self.origins.plan = Some(Origin::of(seq, ev));
+        }
+        match (p.workload, p.workload_ref) {
+            // The whole plan named again: whatever an older resume changed.
+            (w, _) if !w.is_null() => {
+                self.workload = w;
+                self.plan_changed_by_resume = self.plan.is_none();
+            }
+            // Not read back (a fold of a log not hydrated): not known here.
+            (_, Some(_)) => self.plan_changed_by_resume = true,
+            (_, None) => self.plan_changed_by_resume |= changed,
         }
         let mut next = crate::state::resumed_header(h, Vec::new(), p.resumed_at_ms);
         next.resumes = p.resumes;

@@ -67,11 +67,25 @@ pub async fn carry<T: Serialize>(
     if fits_inline(&value) {
         return Ok(Carried::Inline(value));
     }
-    let json = serde_json::to_value(&value).map_err(|e| ObjectError::Config(e.to_string()))?;
+    store_whole(store, eid, id, &value)
+        .await
+        .map(Carried::Stored)
+}
+
+/// `value` written to the object store under `execution/<eid>/log/<id>`
+/// whatever its size (a value kept out of the event stream), and its
+/// reference.
+pub async fn store_whole<T: Serialize>(
+    store: &ResultStore,
+    eid: &str,
+    id: &str,
+    value: &T,
+) -> Result<Value, MeshError> {
+    let json = serde_json::to_value(value).map_err(|e| ObjectError::Config(e.to_string()))?;
     let reference = store
         .put_named(&format!("execution/{eid}/log/{id}"), &json)
         .await?;
-    Ok(Carried::Stored(reference))
+    Ok(reference)
 }
 
 /// The value a reference stands for, as `T` (checksum verified).

@@ -63,9 +63,10 @@ pub struct Rebuilt {
 
 /// The plan the log names, read back: the playbook from the object store
 /// (by its reference, checksum verified), the workload and the rest from
-/// `playbook.initialized`. `None` when the log does not name one (written
-/// before the log was complete) or a resume changed it (`--set`,
-/// `--playbook-version`): the note says so.
+/// `playbook.initialized` or the last `execution.resumed` that names them.
+/// `None` when the log does not name one (written before the log was
+/// complete) or a resume written before resumes named their plan changed
+/// it (`--set`, `--playbook-version`): the note says so.
 pub async fn plan_of(
     mesh: &Mesh,
     eid: &str,
@@ -78,7 +79,7 @@ pub async fn plan_of(
     };
     if folded.plan_changed_by_resume {
         return Ok(Err(format!(
-            "a resume of {eid} changed its plan (--set or --playbook-version), which its events name only by key"
+            "a resume of {eid} changed its plan (--set or --playbook-version), which its events (written before resumes named their plan) name only by key"
         )));
     }
     let playbook = crate::patches::read(mesh.results(), &id.playbook_ref).await?;

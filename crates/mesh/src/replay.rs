@@ -188,6 +188,10 @@ pub struct Stored {
     /// The pause record is there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// The fields of the plan record (`<eid>.plan`) the events determine
+    /// ([`plan_fields`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Map<String, Value>>,
 }
 
 /// Read the records of `eid` from KV.
@@ -210,12 +214,15 @@ pub async fn read_stored(mesh: &Mesh, eid: &str) -> Result<Stored, MeshError> {
         .map(|w| (w.signal.clone(), w))
         .collect();
     let paused = mesh.pause_record(eid).await?.is_some();
+    let plan: Option<Value> = crate::kv::get(mesh.exec_kv(), &Keys::plan(eid)).await?;
+    let plan = plan.as_ref().map(plan_fields);
     Ok(Stored {
         header,
         steps,
         ctx,
         waiters,
         paused,
+        plan,
     })
 }
 
@@ -321,6 +328,7 @@ pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Differenc
             event: folded.origins.ctx.get(key).cloned(),
         });
     }
+    out.extend(plan_differences(folded, stored));
     // Waiters and the pause of a running execution only: an ended one's
     // are left behind, and owed by nothing.
     if folded.is_running() {
@@ -355,6 +363,82 @@ pub fn differences(eid: &str, folded: &Folded, stored: &Stored) -> Vec<Differenc
         }
     }
     out
+}
+
+/// The fields of a stored plan (`crate::plan::PlanRecord`, as stored)
+/// its events determine: its playbook's digest, workload, start and a
+/// child's fields (absent ones as their defaults).
+pub fn plan_fields(plan: &Value) -> Map<String, Value> {
+    let digest = crate::patches::digest(&plan["playbook"]);
+    let return_step = plan["return_step"].as_str().unwrap_or_default().to_string();
+    fields_of_plan(
+        digest,
+        &plan["workload"],
+        plan["started_ms"].as_u64().unwrap_or(0),
+        (&plan["parent_iter"], &return_step),
+    )
+}
+
+/// The compared fields, by name.
+fn fields_of_plan(
+    digest: String,
+    workload: &Value,
+    started_ms: u64,
+    (parent_iter, return_step): (&Value, &String),
+) -> Map<String, Value> {
+    Map::from_iter([
+        ("digest".to_string(), Value::String(digest)),
+        ("workload".to_string(), workload.clone()),
+        ("started_ms".to_string(), Value::from(started_ms)),
+        ("parent_iter".to_string(), parent_iter.clone()),
+        (
+            "return_step".to_string(),
+            Value::String(return_step.clone()),
+        ),
+    ])
+}
+
+/// Where the plan the events name (`playbook.initialized`, or the last
+/// `execution.resumed` that names one) and the stored plan differ: its
+/// playbook (by digest), workload, start and a child's fields. A plan the
+/// events do not name (written before the log was complete, or changed by
+/// an older resume) is not compared; a missing one only while the
+/// execution runs.
+fn plan_differences(folded: &Folded, stored: &Stored) -> Vec<Difference> {
+    let Some(id) = folded
+        .plan
+        .as_ref()
+        .filter(|_| !folded.plan_changed_by_resume)
+    else {
+        return Vec::new();
+    };
+    let event = folded.origins.plan.clone();
+    let f = fields_of_plan(
+        id.digest.clone(),
+        &folded.workload,
+        id.started_ms,
+        (&id.parent_iter, &id.return_step),
+    );
+    let Some(s) = &stored.plan else {
+        return match folded.is_running() {
+            true => vec![Difference {
+                what: "plan".into(),
+                from_events: Value::Object(f),
+                stored: Value::Null,
+                event,
+            }],
+            false => Vec::new(),
+        };
+    };
+    f.into_iter()
+        .filter(|(k, v)| !same_json(Some(v), s.get(k)))
+        .map(|(k, v)| Difference {
+            what: format!("plan.{k}"),
+            from_events: v,
+            stored: s.get(&k).cloned().unwrap_or(Value::Null),
+            event: event.clone(),
+        })
+        .collect()
 }
 
 /// JSON equality with numbers compared by value (`2` and `2.0` are one).
@@ -445,6 +529,56 @@ mod tests {
             .map(|d| d.what)
             .collect();
         assert_eq!(what, ["header.status", "step \"other\"", "ctx.n"]);
+    }
+
+    #[test]
+    fn the_plan_the_events_name_is_compared_with_the_stored_one() {
+        let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: p }\nworkflow:\n  - step: start\n    tool: { kind: noop }\n";
+        let playbook = noetl_core::load::load_playbook(yaml, "p.yaml")
+            .unwrap()
+            .playbook;
+        let mut plan =
+            crate::plan::PlanRecord::new("e1".into(), "p.yaml".into(), playbook, json!({"n": 1}));
+        plan.started_ms = 10;
+        let mut folded = Folded::default();
+        folded.header = Some(ExecHeader::running("e1", Vec::new()));
+        folded.plan = Some(crate::payloads::PlanIdentity {
+            digest: crate::patches::digest(&*plan.playbook),
+            playbook_ref: json!({"key": "plans/x"}),
+            catalog_path: None,
+            catalog_version: None,
+            started_ms: 10,
+            parent_iter: Value::Null,
+            return_step: String::new(),
+        });
+        folded.workload = json!({"n": 1.0});
+        let mut stored = Stored {
+            header: folded.header.clone(),
+            plan: Some(plan_fields(&serde_json::to_value(&plan).unwrap())),
+            ..Stored::default()
+        };
+        let what = |folded: &Folded, stored: &Stored| -> Vec<String> {
+            differences("e1", folded, stored)
+                .into_iter()
+                .map(|d| d.what)
+                .collect()
+        };
+        assert!(what(&folded, &stored).is_empty());
+        // A resume's start and workload not in the events.
+        plan.started_ms = 50;
+        plan.workload = json!({"n": 2});
+        stored.plan = Some(plan_fields(&serde_json::to_value(&plan).unwrap()));
+        assert_eq!(what(&folded, &stored), ["plan.workload", "plan.started_ms"]);
+        // Missing while it runs; not compared once it ended, nor when an
+        // older resume changed it by key only.
+        stored.plan = None;
+        assert_eq!(what(&folded, &stored), ["plan"]);
+        folded.plan_changed_by_resume = true;
+        assert!(what(&folded, &stored).is_empty());
+        folded.plan_changed_by_resume = false;
+        folded.header.as_mut().unwrap().status = ExecStatus::Completed;
+        stored.header = folded.header.clone();
+        assert!(what(&folded, &stored).is_empty());
     }
 
     #[test]

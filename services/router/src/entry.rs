@@ -27,7 +27,7 @@ use serde_json::Value;
 /// continuation of its parent and the plan's other fields.
 async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitialized, MeshError> {
     let eid = plan.execution_id.as_str();
-    let (digest, playbook_ref) = patches::store_playbook(mesh.results(), &plan.playbook).await?;
+    let identity = identity(mesh, plan).await?;
     let workload = patches::carry(mesh.results(), eid, "workload", plan.workload.clone()).await?;
     // Only a child has a continuation (`children::remember` writes it for a
     // request that names its parent): a root execution skips the read.
@@ -39,28 +39,36 @@ async fn initialized(mesh: &Mesh, plan: &PlanRecord) -> Result<PlaybookInitializ
         Some(parked) => Some(patches::carry(mesh.results(), eid, "parent-command", parked).await?),
         None => None,
     };
-    let (catalog_path, catalog_version) = match catalog_entry(&plan.source_name) {
-        Some((path, version)) => (Some(path.to_string()), Some(version)),
-        None => (None, None),
-    };
     Ok(PlaybookInitialized {
         playbook: plan.playbook.metadata.name.clone(),
         path: plan.playbook.metadata.path.clone(),
         source: plan.source_name.clone(),
         parent_execution_id: plan.parent_execution_id.clone(),
-        plan: Some(PlanIdentity {
-            digest,
-            playbook_ref,
-            catalog_path,
-            catalog_version,
-            started_ms: plan.started_ms,
-            parent_iter: plan.parent_iter.clone(),
-            return_step: plan.return_step.clone(),
-        }),
+        plan: Some(identity),
         workload_ref: workload.reference(),
         workload: workload.inline().unwrap_or(Value::Null),
         parent_command_ref: parent_command.as_ref().and_then(|c| c.reference()),
         parent_command: parent_command.and_then(|c| c.inline()),
+    })
+}
+
+/// The identity of `plan` as an event names it: its normalised playbook
+/// stored content-addressed (once per playbook), its digest, the catalog
+/// entry it came from and the plan's other fields.
+pub(crate) async fn identity(mesh: &Mesh, plan: &PlanRecord) -> Result<PlanIdentity, MeshError> {
+    let (digest, playbook_ref) = patches::store_playbook(mesh.results(), &plan.playbook).await?;
+    let (catalog_path, catalog_version) = match catalog_entry(&plan.source_name) {
+        Some((path, version)) => (Some(path.to_string()), Some(version)),
+        None => (None, None),
+    };
+    Ok(PlanIdentity {
+        digest,
+        playbook_ref,
+        catalog_path,
+        catalog_version,
+        started_ms: plan.started_ms,
+        parent_iter: plan.parent_iter.clone(),
+        return_step: plan.return_step.clone(),
     })
 }
 

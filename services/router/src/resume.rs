@@ -21,6 +21,7 @@ use noetl_mesh::{
     events::{now_ms, EventDraft},
     keys::Keys,
     kv::{self, Cas, RevisionCache},
+    patches,
     payloads::{self, DeadlineSet, TokenCreated},
     plan::PlanRecord,
     resume::{self, Prepared, ResumeError, ResumeRequested, Resumed, Superseded},
@@ -244,6 +245,18 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
     set.sort();
     let header_n = p.req.expect_resumes + 1;
     let n = header_n.to_string();
+    // The plan from now on, named so a fold of the log reads it back
+    // (docs/architecture.md "The event log"); the workload by reference
+    // whatever its size (`--set` values may be secrets), under a name
+    // the resume fixes (a redelivery writes the same object).
+    let identity = crate::entry::identity(p.mesh, plan).await?;
+    let workload_ref = match set.is_empty() && p.req.playbook_version.is_none() {
+        true => None,
+        false => {
+            let id = format!("workload-resume-{n}");
+            Some(patches::store_whole(p.mesh.results(), eid, &id, &plan.workload).await?)
+        }
+    };
     let mut out = vec![Effect::Emit(
         EventDraft {
             execution_id: eid,
@@ -261,6 +274,9 @@ async fn publish(p: Publish<'_>) -> Result<(), MeshError> {
             playbook_version: p.req.playbook_version,
             by: p.req.by.clone(),
             resumed_at_ms: p.resumed_at_ms,
+            plan: Some(identity),
+            workload_ref,
+            workload: Value::Null,
         }),
     )];
     for t in p.tokens {

@@ -229,6 +229,69 @@ fn a_failure_keeps_the_stopped_tokens_and_a_resume_runs_again() {
 }
 
 #[test]
+fn a_resume_that_names_its_plan_changes_the_folded_plan_and_an_older_one_marks_it_unknown() {
+    let identity = |started_ms: u64| {
+        json!({"digest": "sha256:ab", "playbook_ref": {"key": "plans/ab"},
+               "started_ms": started_ms})
+    };
+    let mut init = started();
+    let mut p = crate::events::payload(&init);
+    p["plan"] = identity(10);
+    init.payload_json = crate::codec::json_bytes(&p);
+    let resumed = |n: u32, fields: Value| {
+        let mut p = json!({"resumes": n, "steps": ["a"], "resumed_at_ms": 50});
+        for (k, v) in fields.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        ev(EventType::ExecutionResumed, "", "", p)
+    };
+    let failed = || {
+        ev(
+            EventType::ExecutionFailed,
+            "",
+            "",
+            json!({"status": "failed", "error": "x"}),
+        )
+    };
+    // A resume that named its plan: its start, and (hydrated) its workload.
+    let f = fold(&[
+        init.clone(),
+        failed(),
+        resumed(
+            1,
+            json!({"set": ["n"], "plan": identity(50), "workload": {"n": 4}}),
+        ),
+    ]);
+    assert_eq!(f.plan.as_ref().map(|p| p.started_ms), Some(50));
+    assert_eq!(f.workload, json!({"n": 4}));
+    assert!(!f.plan_changed_by_resume);
+    // A plain resume names its plan too: the workload stays.
+    let f = fold(&[
+        init.clone(),
+        failed(),
+        resumed(1, json!({"plan": identity(50)})),
+    ]);
+    assert_eq!(
+        (f.plan.as_ref().map(|p| p.started_ms), &f.workload),
+        (Some(50), &json!({"n": 3}))
+    );
+    assert!(!f.plan_changed_by_resume);
+    // An older resume that changed it by key only, or a reference not
+    // read back: unknown, until a later resume names it whole.
+    let older = resumed(1, json!({"set": ["n"]}));
+    assert!(fold(&[init.clone(), failed(), older.clone()]).plan_changed_by_resume);
+    let unread = resumed(
+        1,
+        json!({"plan": identity(50), "workload_ref": {"key": "w"}}),
+    );
+    assert!(fold(&[init.clone(), failed(), unread]).plan_changed_by_resume);
+    let whole = resumed(2, json!({"plan": identity(90), "workload": {"n": 5}}));
+    let f = fold(&[init, failed(), older, failed(), whole]);
+    assert!(!f.plan_changed_by_resume);
+    assert_eq!(f.workload, json!({"n": 5}));
+}
+
+#[test]
 fn a_boundary_of_a_token_not_live_or_a_join_s_absorbed_token_writes_no_record() {
     let f = fold(&[
         started(),
