@@ -471,6 +471,15 @@ impl Folded {
         }
         let mut next = crate::state::resumed_header(h, Vec::new(), p.resumed_at_ms);
         next.resumes = p.resumes;
+        // Another catalog version is the source from now on (the router
+        // names a catalog playbook `path@v<N>`).
+        let catalog = self.plan.as_ref().and_then(|id| {
+            let path = id.catalog_path.as_ref()?;
+            Some(format!("{path}@v{}", id.catalog_version?))
+        });
+        if let Some(source) = catalog.filter(|_| p.playbook_version.is_some()) {
+            next.source = source;
+        }
         self.header = Some(next);
         self.origins.header = Some(Origin::of(seq, ev));
         Ok(())

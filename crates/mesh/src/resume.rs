@@ -311,22 +311,24 @@ pub fn refire_join(record: &Value, old: &str, new: &str) -> Option<Value> {
     Some(record)
 }
 
-/// The plan the execution runs under from now on: `playbook` when a
-/// version was asked (its workload defaults under the execution's
-/// workload), `set` merged into the workload, and its start (from which
-/// the execution's deadline counts) now.
+/// The plan the execution runs under from now on: `playbook` and its
+/// catalog name (`path@v<N>`) when a version was asked (its workload
+/// defaults under the execution's workload), `set` merged into the
+/// workload, and its start (from which the execution's deadline counts)
+/// now.
 pub fn resumed_plan(
     old: &PlanRecord,
-    playbook: Option<Playbook>,
+    playbook: Option<(Playbook, String)>,
     set: &Map<String, Value>,
     now_ms: u64,
 ) -> PlanRecord {
     let mut plan = old.clone();
-    if let Some(p) = playbook {
+    if let Some((p, name)) = playbook {
         let mut workload = Value::Object(p.workload.clone());
         noetl_core::merge::deep_merge(&mut workload, &old.workload);
         plan.workload = workload;
         plan.playbook = std::sync::Arc::new(p);
+        plan.source_name = name;
     }
     if !set.is_empty() {
         noetl_core::merge::deep_merge(&mut plan.workload, &Value::Object(set.clone()));
@@ -397,6 +399,7 @@ pub async fn prepare(
         records: &records,
         from: req.from.as_deref(),
     })?;
+    let playbook = playbook.map(|p| (p, name));
     let plan = resumed_plan(&old, playbook, &req.set, crate::events::now_ms());
     Ok(Prepared {
         header,

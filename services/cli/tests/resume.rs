@@ -333,6 +333,23 @@ fn a_version_is_accepted_when_it_has_the_steps_left_and_refused_otherwise() {
     let s = m.ended(&id);
     assert_eq!(s["status"], "completed", "{s}");
     assert_eq!(s["ctx"]["three"], 3);
+    // Version 3 is its source from now on (the events say so too), so a
+    // retry runs version 3 again: it completes (version 1 fails).
+    m.replays(&id);
+    let (out, json) = m.run(&["exec", "retry", &id, "--json"]);
+    ok(&out);
+    let again = json["execution_id"].as_str().unwrap().to_string();
+    let s = m.ended(&again);
+    assert_eq!(s["status"], "completed", "{s}");
+    let events = m.events(&again);
+    let init = events
+        .iter()
+        .find(|e| e["event_type"] == "playbook.initialized");
+    assert_eq!(
+        init.map(|e| e["payload"]["source"].clone()),
+        Some(serde_json::json!("tests/resume_third@v3")),
+        "{events:?}"
+    );
 }
 
 #[test]

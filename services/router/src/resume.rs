@@ -86,7 +86,10 @@ pub(crate) async fn on_resume(
         headers,
         |h: Option<&ExecHeader>| match h {
             Some(h) if h.status.is_terminal() && h.resumes == req.expect_resumes => {
-                Cas::Write(resume::resumed_header(h, tokens.clone(), now_ms()))
+                let mut next = resume::resumed_header(h, tokens.clone(), now_ms());
+                // Another catalog version is the source from now on.
+                next.source = plan.source_name.clone();
+                Cas::Write(next)
             }
             _ => Cas::Keep,
         },

@@ -286,9 +286,19 @@ fn a_resume_that_names_its_plan_changes_the_folded_plan_and_an_older_one_marks_i
     );
     assert!(fold(&[init.clone(), failed(), unread]).plan_changed_by_resume);
     let whole = resumed(2, json!({"plan": identity(90), "workload": {"n": 5}}));
-    let f = fold(&[init, failed(), older, failed(), whole]);
+    let f = fold(&[init.clone(), failed(), older, failed(), whole]);
     assert!(!f.plan_changed_by_resume);
     assert_eq!(f.workload, json!({"n": 5}));
+    // Another catalog version: the source from then on.
+    let mut v2 = identity(50);
+    v2["catalog_path"] = json!("demo/p");
+    v2["catalog_version"] = json!(2);
+    let versioned = resumed(
+        1,
+        json!({"playbook_version": 2, "plan": v2, "workload": {"n": 3}}),
+    );
+    let f = fold(&[init, failed(), versioned]);
+    assert_eq!(f.header.unwrap().source, "demo/p@v2");
 }
 
 #[test]

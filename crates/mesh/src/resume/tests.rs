@@ -183,10 +183,11 @@ fn the_resumed_plan_merges_the_changes_and_restarts_the_clock() {
     let mut other = playbook();
     other.workload = json!({"n": 7, "fresh": true}).as_object().cloned().unwrap();
     other.workflow.pop();
-    let plan = resumed_plan(&old, Some(other), &Map::new(), 99);
+    let plan = resumed_plan(&old, Some((other, "demo/p@v2".into())), &Map::new(), 99);
     assert_eq!(
         plan.workload,
         json!({"n": 1, "fresh": true, "keep": {"a": 1}})
     );
     assert!(plan.step("other").is_none());
+    assert_eq!(plan.source_name, "demo/p@v2");
 }
