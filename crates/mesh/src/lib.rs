@@ -54,6 +54,7 @@ pub mod rebuild;
 pub mod rejudge;
 pub mod remote;
 pub mod replay;
+pub mod rerun;
 pub mod result_record;
 pub mod resume;
 pub mod retention;

@@ -1325,6 +1325,13 @@ async fn noetls_client_finds_its_fields_and_routes() {
         404,
         &id,
     );
+    // Compacted, it still runs again: from its events.
+    let again = api
+        .post(&format!("/api/executions/{id}/rerun"), admin, &json!({}))
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    let new_id = again.json["execution_id"].as_str().unwrap().to_string();
+    api.wait_status(&new_id, viewer, "COMPLETED").await;
     let r = api
         .http
         .get(format!("{}/api/events?type=execution.completed", api.base))

@@ -378,3 +378,32 @@ fn a_resume_takes_a_slot_of_its_concurrency_key_or_is_refused_until_one_is_free(
     ok(&out);
     assert_eq!(m.ended(&failed)["status"], "completed");
 }
+
+/// A resumed execution whose KV state was compacted runs again with `exec
+/// retry` from its events: the playbook its plan kept and the workload
+/// its resume changed (`fixed=true`, carried by `execution.resumed`), so
+/// the retry completes where the first run failed. Before, the retry of
+/// a compacted execution answered "no execution" (exit 3).
+#[test]
+fn a_compacted_execution_runs_again_with_the_workload_its_resume_gave() {
+    let m = Mesh::up();
+    let id = m.start(&[&fixture("resume_third.yaml")]);
+    assert_eq!(m.ended(&id)["status"], "failed");
+    let (out, _) = m.resume(&id, &["--set", "fixed=true"]);
+    ok(&out);
+    assert_eq!(m.ended(&id)["status"], "completed");
+    let (out, c) = m.run(&["admin", "compact", "--older-than", "0s", "--json"]);
+    ok(&out);
+    assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
+
+    let (out, json) = m.run(&["exec", "retry", &id, "--json"]);
+    ok(&out);
+    let again = json["execution_id"].as_str().unwrap().to_string();
+    assert_ne!(again, id);
+    let s = m.ended(&again);
+    assert_eq!(s["status"], "completed", "{s}");
+    assert_eq!(s["ctx"]["three"], 3, "{s}");
+    // Still nothing for an id neither KV nor the log knows.
+    let (out, _) = m.run(&["exec", "retry", "no-such-id"]);
+    assert_eq!(out.status.code(), Some(3));
+}

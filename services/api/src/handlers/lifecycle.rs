@@ -7,8 +7,6 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use noetl_mesh::state::ExecHeader;
 use noetl_mesh::{codec, ids::new_execution_id};
-use noetl_wire::ExecutionRequest;
-use serde_json::Value;
 
 use crate::audit::{audited, Change};
 use crate::auth::Principal;
@@ -17,42 +15,9 @@ use crate::contract::ErrorBody;
 use crate::error::ApiError;
 use crate::extract::{ExecutionId, OptionalBody};
 use crate::handlers::execute::accepted;
-use crate::handlers::{header, plan_of};
+use crate::handlers::valid_id;
 use crate::shape::catalog::parse_catalog_id;
 use crate::state::AppState;
-
-/// The request that runs `h`'s playbook again as `new_id`: the catalog
-/// version it ran (or, for a playbook sent inline, the normalised playbook
-/// its plan kept), with its merged workload and `overrides` over it.
-pub fn rerun_request(
-    h: &ExecHeader,
-    plan: &noetl_mesh::plan::PlanRecord,
-    overrides: &serde_json::Map<String, Value>,
-    new_id: String,
-) -> Result<ExecutionRequest, ApiError> {
-    let mut workload = match &plan.workload {
-        Value::Object(m) => m.clone(),
-        _ => serde_json::Map::new(),
-    };
-    workload.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut req = ExecutionRequest {
-        execution_id: new_id,
-        workload_json: codec::json_bytes(&Value::Object(workload)),
-        ..Default::default()
-    };
-    match parse_catalog_id(&h.source) {
-        Some((path, version)) => {
-            req.path = path;
-            req.version = version;
-        }
-        None => {
-            req.playbook_yaml = serde_json::to_string(&plan.playbook)
-                .map_err(|e| ApiError::Internal(format!("the stored plan: {e}")))?;
-            req.source_name = plan.source_name.clone();
-        }
-    }
-    Ok(req)
-}
 
 /// Run an execution's playbook again, with its workload (and the body's
 /// `workload` over it), as a new execution.
@@ -82,14 +47,18 @@ pub async fn rerun(
                 )));
             }
         }
-        let h = header(mesh, &id).await?;
-        let plan = plan_of(mesh, &id).await?.ok_or_else(|| {
+        valid_id(&id)?;
+        // Its KV state compacted or purged: what its events give.
+        let again = (mesh.run_again_of(&id).await?)
+            .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))?;
+        let h = again.header;
+        let plan = again.plan.ok_or_else(|| {
             ApiError::invalid(format!(
                 "execution {id} has no stored plan (it was refused before it started: {}); start the playbook again",
                 h.error.as_deref().unwrap_or("no error recorded")
             ))
         })?;
-        let request = rerun_request(&h, &plan, &req.workload, new_execution_id())?;
+        let request = noetl_mesh::rerun::request(&h, &plan, &req.workload, new_execution_id())?;
         mesh.publish(
             mesh.subjects().exec_request(),
             &request.execution_id,

@@ -1,13 +1,13 @@
 //! `noetl exec retry ID`: a new execution of the same playbook with the
 //! same workload (the merged workload the first one ran with). A playbook
 //! started from the catalog runs the same version again; one sent inline
-//! runs the normalised playbook its plan kept.
+//! runs the normalised playbook its plan kept. An execution whose KV state
+//! was compacted is run again from its events (`noetl_mesh::rerun`).
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use noetl_mesh::{catalog::parse_catalog_id, codec, ids::new_execution_id};
-use noetl_wire::ExecutionRequest;
+use noetl_mesh::ids::new_execution_id;
 
 use super::common::MeshArgs;
 use super::exec_shared::{no_execution, print_started, publish_request};
@@ -31,33 +31,20 @@ pub struct RetryArgs {
 /// `noetl exec retry`.
 pub async fn run(a: RetryArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
-    let Some(header) = mesh.exec_header(&a.id).await? else {
+    // Its KV state compacted or purged: what its events give.
+    let Some(again) = mesh.run_again_of(&a.id).await? else {
         return Ok(no_execution(&mesh, &a.id));
     };
-    let plan = mesh.plans().get(&mesh, &a.id).await.with_context(|| {
+    let plan = again.plan.with_context(|| {
         format!(
             "execution {} has no stored plan (it was refused before it started: {}); \
              start the playbook again with `noetl exec start`",
             a.id,
-            header.error.as_deref().unwrap_or("no error recorded")
+            again.header.error.as_deref().unwrap_or("no error recorded")
         )
     })?;
     let execution_id = a.new_id.clone().unwrap_or_else(new_execution_id);
-    let mut req = ExecutionRequest {
-        execution_id,
-        workload_json: codec::json_bytes(&plan.workload),
-        ..Default::default()
-    };
-    match parse_catalog_id(&header.source) {
-        Some((path, version)) => {
-            req.path = path;
-            req.version = version;
-        }
-        None => {
-            req.playbook_yaml = serde_json::to_string(&plan.playbook)?;
-            req.source_name = plan.source_name.clone();
-        }
-    }
+    let req = noetl_mesh::rerun::request(&again.header, &plan, &Default::default(), execution_id)?;
     publish_request(&mesh, &req).await?;
     print_started(&req.execution_id, a.json);
     Ok(ExitCode::SUCCESS)
