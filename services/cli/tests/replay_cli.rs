@@ -849,3 +849,65 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("nope"), "{}", text(&out));
 }
+
+/// A running execution whose header was purged is still one the CLI
+/// knows and operates: `exec status` and `exec why` show it running (from
+/// its events), `pause`, `unpause`, `signal` and `cancel` act on it.
+/// Before, each read the header alone and answered "no execution" (exit
+/// 3) until the execution's next event wrote it back.
+#[test]
+fn a_running_execution_whose_header_was_purged_is_still_operated_from_the_cli() {
+    let home = tempfile::tempdir().unwrap();
+    let noetl = || support::noetl(home.path());
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    support::admin_init(noetl(), &url);
+    let _services = support::mesh_services(home.path(), &url, &["noop", "wait"]);
+    let (rt, mesh) = attached(&url, home.path());
+    let waiting = |id: &str| {
+        support::wait_until("start waits", Duration::from_secs(30), || {
+            rt.block_on(mesh.waiters(id)).unwrap().len() == 1
+        });
+    };
+    let purge_header = |id: &str| {
+        rt.block_on(mesh.exec_kv().purge(Keys::header(id))).unwrap();
+        assert!(rt.block_on(mesh.exec_header(id)).unwrap().is_none());
+    };
+    let cli = |args: &[&str]| {
+        let (out, json) = run(noetl().args(args).args(["--json", "--nats", &url]));
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        json
+    };
+
+    let id = support::exec_start(noetl(), &url, &[fixture("purged_wait.yaml")]);
+    waiting(&id);
+    purge_header(&id);
+    assert_eq!(cli(&["exec", "status", &id])["status"], "running");
+    assert_eq!(cli(&["exec", "why", &id])["status"], "running");
+    purge_header(&id);
+    assert_eq!(cli(&["exec", "pause", &id])["paused"], true);
+    purge_header(&id);
+    assert_eq!(cli(&["exec", "unpause", &id])["paused"], false);
+    purge_header(&id);
+    let signal = [
+        "exec",
+        "signal",
+        &id,
+        "approval",
+        "--data",
+        r#"{"by": "ann"}"#,
+    ];
+    assert_eq!(cli(&signal)["step"], "start");
+    let end = support::exec_wait(noetl(), &url, &id, 60);
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["ctx"]["by"], "ann", "{end}");
+
+    let other = support::exec_start(noetl(), &url, &[fixture("purged_wait.yaml")]);
+    waiting(&other);
+    purge_header(&other);
+    let cancelled = cli(&["exec", "cancel", &other, "--wait"]);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // Still nothing for an id neither KV nor the log knows.
+    let (out, _) = run(noetl().args(["exec", "status", "no-such-id", "--nats", &url]));
+    assert_eq!(out.status.code(), Some(3));
+}

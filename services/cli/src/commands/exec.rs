@@ -154,7 +154,7 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let budget = Instant::now() + super::retry::DEFAULT_BUDGET;
     let header = ride_out(budget, "reading the execution", || async {
-        Ok(mesh.exec_header(&a.id).await?)
+        Ok(mesh.header_or_running(&a.id).await?)
     })
     .await?;
     let Some(header) = header else {
@@ -190,7 +190,7 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match mesh.exec_header(&a.id).await? {
+        match mesh.header_or_running(&a.id).await? {
             Some(h) if h.status != ExecStatus::Running => {
                 said(true, h.status, format!("execution {} {:?}", a.id, h.status));
                 return Ok(ExitCode::SUCCESS);
@@ -251,7 +251,7 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     // waiting for it to appear is part of waiting.
     loop {
         let header = ride_out(budget, "reading the execution", || async {
-            Ok(mesh.exec_header(&a.id).await?)
+            Ok(mesh.header_or_running(&a.id).await?)
         })
         .await?;
         let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);

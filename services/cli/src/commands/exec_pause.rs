@@ -45,7 +45,7 @@ pub struct UnpauseArgs {
 pub async fn pause(a: PauseArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let budget = Instant::now() + DEFAULT_BUDGET;
-    let Some(header) = mesh.exec_header(&a.id).await? else {
+    let Some(header) = mesh.header_or_running(&a.id).await? else {
         return Ok(no_execution(&mesh, &a.id));
     };
     if header.status != ExecStatus::Running {
@@ -79,7 +79,7 @@ pub async fn pause(a: PauseArgs) -> anyhow::Result<ExitCode> {
 pub async fn unpause(a: UnpauseArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let budget = Instant::now() + DEFAULT_BUDGET;
-    if mesh.exec_header(&a.id).await?.is_none() {
+    if mesh.header_or_running(&a.id).await?.is_none() {
         return Ok(no_execution(&mesh, &a.id));
     }
     let by = local_user();
@@ -130,7 +130,7 @@ pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mesh = a.mesh.attach().await?;
-    if mesh.exec_header(&a.id).await?.is_none() {
+    if mesh.header_or_running(&a.id).await?.is_none() {
         return Ok(no_execution(&mesh, &a.id));
     }
     match mesh.signal(&a.id, &a.name, data, &local_user()).await {

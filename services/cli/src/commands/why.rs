@@ -38,7 +38,7 @@ pub struct WhyArgs {
 /// `noetl exec why`.
 pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
-    let Some(header) = mesh.exec_header(&a.id).await? else {
+    let Some(header) = mesh.header_or_running(&a.id).await? else {
         return Ok(super::exec_shared::no_execution(&mesh, &a.id));
     };
     let stored = mesh
