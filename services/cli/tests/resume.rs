@@ -247,6 +247,12 @@ fn a_compacted_failed_loop_resumes_from_its_events_and_runs_only_what_did_not_fi
     assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
     let (out, _) = m.run(&["exec", "status", &id, "--json"]);
     assert_eq!(out.status.code(), Some(3), "compacted: no KV state left");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ended and its state was removed")
+            && err.contains(&format!("noetl exec show {id}")),
+        "says what still reads it: {err}"
+    );
 
     let (out, json) = m.resume(&id, &["--set", "fixed=true"]);
     ok(&out);
@@ -406,4 +412,6 @@ fn a_compacted_execution_runs_again_with_the_workload_its_resume_gave() {
     // Still nothing for an id neither KV nor the log knows.
     let (out, _) = m.run(&["exec", "retry", "no-such-id"]);
     assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no execution \"no-such-id\""), "{err}");
 }

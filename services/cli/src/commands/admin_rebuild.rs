@@ -51,7 +51,7 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
     for id in ids {
         let log = hydrated_log(&mesh, &id, Until::End).await?;
         match rebuild::rebuild_from(&mesh, &id, &log, mode).await? {
-            None => return Ok(super::exec_shared::no_execution(&mesh, &id)),
+            None => return Ok(super::exec_shared::no_execution(&mesh, &id).await),
             Some(rebuilt) => {
                 let mut report = Report {
                     rebuilt,

@@ -59,7 +59,7 @@ pub async fn run(a: ExportArgs) -> anyhow::Result<ExitCode> {
         (None, None) => unreachable!("clap requires one"),
     };
     if let (Some(id), true) = (&a.id, logged.is_empty()) {
-        return Ok(super::exec_shared::no_execution(&mesh, id));
+        return Ok(super::exec_shared::no_execution(&mesh, id).await);
     }
     let mut out: Box<dyn Write> = match &a.out {
         Some(path) => Box::new(std::io::BufWriter::new(

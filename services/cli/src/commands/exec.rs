@@ -158,7 +158,7 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
     })
     .await?;
     let Some(header) = header else {
-        return Ok(no_execution(&mesh, &a.id));
+        return Ok(no_execution(&mesh, &a.id).await);
     };
     let said = |requested: bool, status: ExecStatus, text: String| {
         if a.json {
@@ -257,7 +257,7 @@ async fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         let done = matches!(&header, Some(h) if h.status != ExecStatus::Running);
         if done || !a.wait {
             if header.is_none() {
-                return Ok(no_execution(&mesh, &a.id));
+                return Ok(no_execution(&mesh, &a.id).await);
             }
             break;
         }

@@ -46,7 +46,7 @@ pub async fn pause(a: PauseArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let budget = Instant::now() + DEFAULT_BUDGET;
     let Some(header) = mesh.header_or_running(&a.id).await? else {
-        return Ok(no_execution(&mesh, &a.id));
+        return Ok(no_execution(&mesh, &a.id).await);
     };
     if header.status != ExecStatus::Running {
         eprintln!(
@@ -80,7 +80,7 @@ pub async fn unpause(a: UnpauseArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let budget = Instant::now() + DEFAULT_BUDGET;
     if mesh.header_or_running(&a.id).await?.is_none() {
-        return Ok(no_execution(&mesh, &a.id));
+        return Ok(no_execution(&mesh, &a.id).await);
     }
     let by = local_user();
     let released = ride_out(budget, "unpausing the execution", || async {
@@ -131,7 +131,7 @@ pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
     };
     let mesh = a.mesh.attach().await?;
     if mesh.header_or_running(&a.id).await?.is_none() {
-        return Ok(no_execution(&mesh, &a.id));
+        return Ok(no_execution(&mesh, &a.id).await);
     }
     match mesh.signal(&a.id, &a.name, data, &local_user()).await {
         Ok(w) => {

@@ -76,7 +76,7 @@ pub async fn run(a: &ReplayArgs) -> anyhow::Result<ExitCode> {
         };
         let r = rejudge::rejudge(&mesh, id, &playbook).await?;
         if r.events == 0 {
-            return Ok(no_execution(&mesh, id));
+            return Ok(no_execution(&mesh, id).await);
         }
         if r.divergence.is_some() {
             diverged += 1;
@@ -101,7 +101,7 @@ async fn catalog_version(
     n: u32,
 ) -> anyhow::Result<Result<Playbook, ExitCode>> {
     let Some(h) = mesh.exec_header(id).await? else {
-        return Ok(Err(no_execution(mesh, id)));
+        return Ok(Err(no_execution(mesh, id).await));
     };
     let Some((path, _)) = parse_catalog_id(&h.source) else {
         eprintln!(

@@ -52,14 +52,14 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(until) = until {
         let folded = replay::fold_log(&mesh, &id, until).await?;
         if folded.events == 0 {
-            return Ok(no_execution(&mesh, &id));
+            return Ok(no_execution(&mesh, &id).await);
         }
         print_state(&id, &folded, a.json);
         return Ok(ExitCode::SUCCESS);
     }
     let report = replay::check(&mesh, &id).await?;
     if report.events == 0 && mesh.exec_header(&id).await?.is_none() {
-        return Ok(no_execution(&mesh, &id));
+        return Ok(no_execution(&mesh, &id).await);
     }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -56,7 +56,7 @@ pub async fn run(a: ResumeArgs) -> anyhow::Result<ExitCode> {
     let prepared = match mesh.resume(&a.id, req, RECORDED_WITHIN).await {
         Ok(p) => p,
         Err(ResumeError::Mesh(e)) => return Err(e.into()),
-        Err(ResumeError::NotFound(_)) => return Ok(no_execution(&mesh, &a.id)),
+        Err(ResumeError::NotFound(_)) => return Ok(no_execution(&mesh, &a.id).await),
         Err(why) => {
             eprintln!("error: {why}");
             let exit = match why {

@@ -33,7 +33,7 @@ pub async fn run(a: RetryArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     // Its KV state compacted or purged: what its events give.
     let Some(again) = mesh.run_again_of(&a.id).await? else {
-        return Ok(no_execution(&mesh, &a.id));
+        return Ok(no_execution(&mesh, &a.id).await);
     };
     let plan = again.plan.with_context(|| {
         format!(

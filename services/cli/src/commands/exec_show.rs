@@ -69,7 +69,7 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
                 let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
                 match folded.header {
                     Some(h) => (h, Some((folded.last_seq, folded.events))),
-                    None => return Ok(no_execution(&mesh, &a.id)),
+                    None => return Ok(no_execution(&mesh, &a.id).await),
                 }
             }
         };

@@ -39,7 +39,7 @@ pub struct WhyArgs {
 pub async fn run(a: WhyArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let Some(header) = mesh.header_or_running(&a.id).await? else {
-        return Ok(super::exec_shared::no_execution(&mesh, &a.id));
+        return Ok(super::exec_shared::no_execution(&mesh, &a.id).await);
     };
     let stored = mesh
         .stored_events(&mesh.subjects().events_of(&a.id))
