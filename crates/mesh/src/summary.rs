@@ -109,6 +109,18 @@ impl crate::Mesh {
         }
     }
 
+    /// Whether `eid` names an execution: its header is stored, or its
+    /// events remain (its KV state compacted or purged). A request under
+    /// a chosen id asks this first, so an execution whose state was
+    /// compacted is not started again under its id.
+    pub async fn is_known(&self, eid: &str) -> Result<bool, crate::MeshError> {
+        if self.exec_header(eid).await?.is_some() {
+            return Ok(true);
+        }
+        let events = self.subjects().events_of(eid);
+        Ok(self.last_stored_event(&events).await?.is_some())
+    }
+
     /// The fold of `eid`'s events when they say it runs; `None` when it
     /// has none (one direct read) or they say it ended.
     async fn running_fold(&self, eid: &str) -> Result<Option<Folded>, crate::MeshError> {

@@ -1325,6 +1325,10 @@ async fn noetls_client_finds_its_fields_and_routes() {
         404,
         &id,
     );
+    // Its id asked again: a duplicate, not a second run under it.
+    let own = json!({"path": "tests/api_flow", "execution_id": id});
+    let dup = api.post("/api/execute", admin, &own).await;
+    assert_eq!(dup.json["status"], "duplicate", "{}", dup.text);
     // Compacted, it still runs again: from its events.
     let again = api
         .post(&format!("/api/executions/{id}/rerun"), admin, &json!({}))

@@ -402,13 +402,33 @@ fn a_compacted_execution_runs_again_with_the_workload_its_resume_gave() {
     ok(&out);
     assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
 
-    let (out, json) = m.run(&["exec", "retry", &id, "--json"]);
+    let (out, json) = m.run(&["exec", "retry", &id, "--as", "nightly-1", "--json"]);
     ok(&out);
     let again = json["execution_id"].as_str().unwrap().to_string();
-    assert_ne!(again, id);
+    assert_eq!(again, "nightly-1");
     let s = m.ended(&again);
     assert_eq!(s["status"], "completed", "{s}");
     assert_eq!(s["ctx"]["three"], 3, "{s}");
+    // Compacted too, its id asked again names it: not a second run.
+    let (out, _) = m.run(&["admin", "compact", "--older-than", "0s", "--json"]);
+    ok(&out);
+    for args in [
+        &["exec", "retry", &id, "--as", "nightly-1", "--json"][..],
+        &[
+            "exec",
+            "start",
+            &fixture("resume_third.yaml"),
+            "--id",
+            "nightly-1",
+            "--json",
+        ],
+    ] {
+        let (out, json) = m.run(args);
+        ok(&out);
+        assert_eq!(json["execution_id"], "nightly-1");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("exists already: not started again"), "{err}");
+    }
     // Still nothing for an id neither KV nor the log knows.
     let (out, _) = m.run(&["exec", "retry", "no-such-id"]);
     assert_eq!(out.status.code(), Some(3));

@@ -47,7 +47,9 @@ async fn request(mesh: &Mesh, req: &ExecuteRequest) -> Result<Requested, ApiErro
         execution_id: eid.clone(),
         path: entry.path.clone(),
         version: entry.version,
-        duplicate: mesh.exec_header(&eid).await?.is_some(),
+        // Its header, or (its KV state compacted) its events: the same
+        // id or dedup key never starts a second run.
+        duplicate: mesh.is_known(&eid).await?,
     };
     if out.duplicate {
         return Ok(out);

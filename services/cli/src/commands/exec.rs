@@ -15,7 +15,9 @@ use noetl_mesh::{
 use noetl_wire::ExecutionRequest;
 
 use super::common::{exit_code, print_summary, MeshArgs, WorkloadArgs};
-use super::exec_shared::{no_execution, print_started, publish_request, status_name};
+use super::exec_shared::{
+    exists_already, no_execution, print_started, publish_request, status_name,
+};
 use super::retry::ride_out;
 
 /// `noetl exec ...`.
@@ -232,6 +234,10 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         req.version = a.version.unwrap_or(0);
     }
     let mesh = a.mesh.attach().await?;
+    if a.id.is_some() && exists_already(&mesh, &req.execution_id).await? {
+        print_started(&req.execution_id, a.json);
+        return Ok(ExitCode::SUCCESS);
+    }
     publish_request(&mesh, &req).await?;
     print_started(&req.execution_id, a.json);
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use anyhow::Context;
 use noetl_mesh::ids::new_execution_id;
 
 use super::common::MeshArgs;
-use super::exec_shared::{no_execution, print_started, publish_request};
+use super::exec_shared::{exists_already, no_execution, print_started, publish_request};
 
 /// Arguments of `noetl exec retry`.
 #[derive(clap::Args)]
@@ -44,6 +44,10 @@ pub async fn run(a: RetryArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let execution_id = a.new_id.clone().unwrap_or_else(new_execution_id);
+    if a.new_id.is_some() && exists_already(&mesh, &execution_id).await? {
+        print_started(&execution_id, a.json);
+        return Ok(ExitCode::SUCCESS);
+    }
     let req = noetl_mesh::rerun::request(&again.header, &plan, &Default::default(), execution_id)?;
     publish_request(&mesh, &req).await?;
     print_started(&req.execution_id, a.json);

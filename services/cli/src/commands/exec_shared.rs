@@ -69,6 +69,21 @@ pub(crate) async fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode 
     Exit::NotFound.into()
 }
 
+/// Whether a chosen execution id names an execution already (its header,
+/// or its events once its state was compacted), said on stderr: a start
+/// under it is not asked again (the same id starts one execution).
+pub(crate) async fn exists_already(mesh: &noetl_mesh::Mesh, id: &str) -> anyhow::Result<bool> {
+    let deadline = Instant::now() + super::retry::DEFAULT_BUDGET;
+    let known = ride_out(deadline, "reading the execution", || async {
+        Ok(mesh.is_known(id).await?)
+    })
+    .await?;
+    if known {
+        eprintln!("note: execution {id:?} exists already: not started again");
+    }
+    Ok(known)
+}
+
 /// Whether the event log holds execution `id` (its first event, or an
 /// end: one refused before it started has only that); a read that fails
 /// counts as no.
