@@ -117,8 +117,21 @@ impl crate::Mesh {
         if self.exec_header(eid).await?.is_some() {
             return Ok(true);
         }
-        let events = self.subjects().events_of(eid);
-        Ok(self.last_stored_event(&events).await?.is_some())
+        self.in_log(eid).await
+    }
+
+    /// Whether the event log holds execution `eid`: its first event, or
+    /// an end (one refused before it started has only that). Audit
+    /// records filed under an id no execution has do not count.
+    pub async fn in_log(&self, eid: &str) -> Result<bool, crate::MeshError> {
+        let subjects = self.subjects();
+        let started = subjects.events_matching(Some(eid), "playbook.initialized");
+        let ended = subjects.events_matching(Some(eid), "execution.*");
+        let (started, ended) = tokio::join!(
+            self.last_stored_event(&started),
+            self.last_stored_event(&ended)
+        );
+        Ok(started?.is_some() || ended?.is_some())
     }
 
     /// The fold of `eid`'s events when they say it runs; `None` when it

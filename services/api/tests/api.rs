@@ -1266,6 +1266,21 @@ async fn noetls_client_finds_its_fields_and_routes() {
     let slow = api
         .execute(admin, "tests/api_slow", json!({"seconds": 30}))
         .await;
+    // Its header purged while it runs: the status NoETL's client polls
+    // is the one its events give, not 404.
+    let mesh = &api.cluster.mesh;
+    let header_key = noetl_mesh::keys::Keys::header(&slow);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mesh.exec_header(&slow).await.unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no header");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    mesh.exec_kv().purge(&header_key).await.unwrap();
+    let running = api
+        .get(&format!("/api/executions/{slow}/status"), viewer)
+        .await;
+    assert_eq!(running.status, 200, "{}", running.text);
+    assert_eq!(running.json["completed"], false, "{}", running.text);
     let cancel = api
         .post(
             &format!("/api/executions/{slow}/cancel"),
@@ -1323,7 +1338,7 @@ async fn noetls_client_finds_its_fields_and_routes() {
         &api.get(&format!("/api/executions/{id}/status"), viewer)
             .await,
         404,
-        &id,
+        "its events remain",
     );
     // Its id asked again: a duplicate, not a second run under it.
     let own = json!({"path": "tests/api_flow", "execution_id": id});

@@ -138,7 +138,9 @@ async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
     };
     let (keys, plan) = tokio::join!(exec_keys(state, id), plan);
     let Some(mut by_key) = keys? else {
-        let (header, revision) = header_at(mesh, id).await?;
+        let Some((header, revision)) = header_at(mesh, id).await? else {
+            return from_events(state, id, cached, plan).await;
+        };
         let key = (id.to_string(), revision);
         let steps = match state.step_statuses.get(&key) {
             Some(steps) => steps,
@@ -158,7 +160,7 @@ async fn snapshot(state: &AppState, id: &str) -> Result<Snapshot, ApiError> {
     let header_key = Keys::header(id);
     let header: ExecHeader = match by_key.remove(&header_key) {
         Some(bytes) => decode(mesh, &header_key, &bytes)?,
-        None => return Err(not_found(id)),
+        None => return from_events(state, id, cached, plan).await,
     };
     let order = order_of(state, &header, cached, plan).await?;
     let mut steps = BTreeMap::new();
@@ -220,8 +222,23 @@ fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("Execution not found: {id}"))
+/// The snapshot of an execution whose header is missing: of a running
+/// one, the header its events give (read only) with the step records
+/// there are; else 404 ([`crate::handlers::header`]).
+async fn from_events(
+    state: &AppState,
+    id: &str,
+    cached: Option<(u32, std::sync::Arc<Vec<String>>)>,
+    plan: Option<Result<std::sync::Arc<noetl_mesh::plan::PlanRecord>, noetl_mesh::MeshError>>,
+) -> Result<Snapshot, ApiError> {
+    let header = crate::handlers::header(&state.mesh, id).await?;
+    let steps = std::sync::Arc::new(step_statuses(&state.mesh, id).await?);
+    let order = order_of(state, &header, cached, plan).await?;
+    Ok(Snapshot {
+        header,
+        steps,
+        order,
+    })
 }
 
 /// Each step of the execution's plan with its latest status (none before
@@ -245,11 +262,9 @@ async fn step_statuses(
     Ok(out)
 }
 
-/// An execution's header and its revision.
-async fn header_at(mesh: &Mesh, id: &str) -> Result<(ExecHeader, u64), ApiError> {
-    kv::read::<ExecHeader>(mesh.exec_kv(), &Keys::header(id))
-        .await?
-        .ok_or_else(|| not_found(id))
+/// An execution's header and its revision, if stored.
+async fn header_at(mesh: &Mesh, id: &str) -> Result<Option<(ExecHeader, u64)>, ApiError> {
+    Ok(kv::read::<ExecHeader>(mesh.exec_kv(), &Keys::header(id)).await?)
 }
 
 /// A read of an execution's `ctx` record, with the view's generation

@@ -24,9 +24,21 @@ use crate::error::ApiError;
 /// [`Mesh::header_or_running`]).
 pub async fn header(mesh: &Mesh, id: &str) -> Result<ExecHeader, ApiError> {
     valid_id(id)?;
-    mesh.header_or_running(id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Execution not found: {id}")))
+    match mesh.header_or_running(id).await? {
+        Some(h) => Ok(h),
+        None => Err(not_found(mesh, id).await),
+    }
+}
+
+/// 404 for execution `id`: unknown, or (its events remain) ended with its
+/// state removed, naming what still reads it.
+pub async fn not_found(mesh: &Mesh, id: &str) -> ApiError {
+    match mesh.is_known(id).await {
+        Ok(true) => ApiError::NotFound(format!(
+            "Execution not found: {id} (it ended and its state was removed by a cleanup; its events remain: GET /api/executions/{id}/state, POST /api/executions/{id}/rerun)"
+        )),
+        _ => ApiError::NotFound(format!("Execution not found: {id}")),
+    }
 }
 
 /// The plan of execution `id`, `None` when it has none (refused before it

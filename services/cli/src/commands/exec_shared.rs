@@ -58,7 +58,7 @@ pub(crate) fn status_name(s: ExecStatus) -> &'static str {
 /// reads it; exit code 3.
 pub(crate) async fn no_execution(mesh: &noetl_mesh::Mesh, id: &str) -> ExitCode {
     let at = display_urls(&mesh.config().nats_url);
-    if has_events(mesh, id).await {
+    if matches!(mesh.in_log(id).await, Ok(true)) {
         eprintln!(
             "error: execution {id:?} at {at} ended and its state was removed (`noetl admin compact`, or a purge); \
              its events remain: `noetl exec show {id}` shows it, `noetl exec retry {id}` runs it again"
@@ -82,24 +82,6 @@ pub(crate) async fn exists_already(mesh: &noetl_mesh::Mesh, id: &str) -> anyhow:
         eprintln!("note: execution {id:?} exists already: not started again");
     }
     Ok(known)
-}
-
-/// Whether the event log holds execution `id` (its first event, or an
-/// end: one refused before it started has only that); a read that fails
-/// counts as no.
-async fn has_events(mesh: &noetl_mesh::Mesh, id: &str) -> bool {
-    use noetl_mesh::event_type::EventType;
-    for kind in [
-        EventType::PlaybookInitialized,
-        EventType::ExecutionFailed,
-        EventType::ExecutionCompleted,
-        EventType::ExecutionCancelled,
-    ] {
-        if matches!(mesh.last_event_seq(id, kind).await, Ok(Some(_))) {
-            return true;
-        }
-    }
-    false
 }
 
 /// Who a pause names when the CLI makes it.
