@@ -356,6 +356,12 @@ fn a_version_is_accepted_when_it_has_the_steps_left_and_refused_otherwise() {
         Some(serde_json::json!("tests/resume_third@v3")),
         "{events:?}"
     );
+    // Compacted, it is still replayed against another catalog version.
+    let (out, _) = m.run(&["admin", "compact", "--older-than", "0s", "--json"]);
+    ok(&out);
+    let (out, r) = m.run(&["exec", "replay", &id, "--version", "3", "--json"]);
+    ok(&out);
+    assert!(r["decisions"].as_u64().unwrap() > 0, "{r}");
 }
 
 #[test]

@@ -100,7 +100,8 @@ async fn catalog_version(
     id: &str,
     n: u32,
 ) -> anyhow::Result<Result<Playbook, ExitCode>> {
-    let Some(h) = mesh.exec_header(id).await? else {
+    // Its header, or (its KV state compacted) the one its events give.
+    let Some(h) = mesh.run_again_of(id).await?.map(|a| a.header) else {
         return Ok(Err(no_execution(mesh, id).await));
     };
     let Some((path, _)) = parse_catalog_id(&h.source) else {
