@@ -47,9 +47,13 @@ async fn request(mesh: &Mesh, req: &ExecuteRequest) -> Result<Requested, ApiErro
         execution_id: eid.clone(),
         path: entry.path.clone(),
         version: entry.version,
-        // Its header, or (its KV state compacted) its events: the same
-        // id or dedup key never starts a second run.
-        duplicate: mesh.is_known(&eid).await?,
+        // An id the caller chose (or a dedup key's): its header, or (its
+        // KV state compacted) its events, so it never starts a second run.
+        // A fresh id has neither: its header alone is read, as before.
+        duplicate: match req.execution_id.is_some() || req.dedup.is_some() {
+            true => mesh.is_known(&eid).await?,
+            false => mesh.exec_header(&eid).await?.is_some(),
+        },
     };
     if out.duplicate {
         return Ok(out);
