@@ -166,6 +166,47 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
     assert_eq!(s1.ctx["left"], 10);
 }
 
+/// `noetl admin compact` right after an execution completed, while the
+/// copies of its messages are still to come (every message delivered a
+/// second time, 5 s late): a late task command finds no header, and its
+/// events say the execution ended, so it runs nothing; the log gets no
+/// event after the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_copies_of_a_compacted_execution_s_commands_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.log");
+    let cluster = Cluster::start_with(ClusterOptions {
+        deliver_twice: Some(Duration::from_secs(5)),
+        ..Default::default()
+    })
+    .await;
+    let eid = cluster
+        .submit(FANOUT, "fanout.yaml", json!({"log": log}))
+        .await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    cluster.mesh.forget_execution(&eid).await.unwrap();
+    let ended = cluster.events(&eid).await;
+    // Every copy comes 5 s after its first delivery.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(effects(&log), expected_effects(), "every task ran once");
+    let after = cluster.events(&eid).await;
+    assert_eq!(types(&after), types(&ended), "nothing after the end");
+    let m = &cluster.mesh;
+    let mut left = Vec::new();
+    for store in [m.exec_kv(), m.ctx_kv(), m.loop_kv()] {
+        let mut keys = store.keys().await.unwrap();
+        while let Some(k) = futures::StreamExt::next(&mut keys).await {
+            let k = k.unwrap();
+            if k.starts_with(&eid) {
+                left.push(format!("{}:{k}", store.name));
+            }
+        }
+    }
+    assert_eq!(left, Vec::<String>::new(), "its state stays removed");
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_boundary_event_has_no_duplicate_effect() {
     let cluster = Cluster::start().await;
@@ -271,8 +312,20 @@ async fn bad_input_is_dead_lettered_or_fails_its_execution_only() {
     assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
 
     // The garbage went to the dead-letter stream with its subject and reason.
+    let (reason, original) = last_dead_letter(m, "router-requests").await;
+    assert!(
+        reason.contains("cannot decode execution request"),
+        "{reason}"
+    );
+    assert_eq!(original, Some(m.subjects().exec_request()));
+    cluster.stop().await;
+}
+
+/// The reason and original subject of the last message consumer
+/// `consumer` dead-lettered, waiting up to 10 s for one.
+async fn last_dead_letter(m: &noetl_mesh::Mesh, consumer: &str) -> (String, Option<String>) {
     let stream = m.js().get_stream(m.subjects().dlq_stream()).await.unwrap();
-    let dead = m.subjects().dead_letter("router-requests");
+    let dead = m.subjects().dead_letter(consumer);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let msg = loop {
         match stream.get_last_raw_message_by_subject(&dead).await {
@@ -284,22 +337,11 @@ async fn bad_input_is_dead_lettered_or_fails_its_execution_only() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let headers = msg.headers.clone();
-    let reason = headers
-        .get(noetl_mesh::runtime::HEADER_REASON)
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    assert!(
-        reason.contains("cannot decode execution request"),
-        "{reason}"
-    );
-    assert_eq!(
-        headers
-            .get(noetl_mesh::runtime::HEADER_ORIGINAL_SUBJECT)
-            .map(|v| v.to_string()),
-        Some(m.subjects().exec_request())
-    );
-    cluster.stop().await;
+    let header = |name: &str| msg.headers.get(name).map(|v| v.to_string());
+    (
+        header(noetl_mesh::runtime::HEADER_REASON).unwrap_or_default(),
+        header(noetl_mesh::runtime::HEADER_ORIGINAL_SUBJECT),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,6 +377,47 @@ async fn any_client_can_start_an_execution_with_plain_json() {
         Some("playbook.initialized")
     );
     let _: Vec<Value> = Vec::new();
+    cluster.stop().await;
+}
+
+/// An id whose state was compacted still names its execution: a request
+/// published under it by hand (no client checked it first, and the
+/// de-duplication window is long gone: no message id) is dead-lettered
+/// with the reason, and the first run's log gets no second history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_under_a_compacted_execution_s_id_is_not_started_again() {
+    let cluster = Cluster::start().await;
+    let m = &cluster.mesh;
+    let js = async_nats::jetstream::new(cluster.server.client().await);
+    let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: again }\nworkflow:\n  - step: start\n    tool: { kind: noop, result: 1 }\n";
+    let body = json!({"execution_id": "again-1", "playbook": yaml}).to_string();
+    js.publish(m.subjects().exec_request(), body.clone().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let first = cluster.wait("again-1", Duration::from_secs(30)).await;
+    assert_eq!(serde_json::to_value(first.status).unwrap(), "completed");
+    let before = cluster.settled_events("again-1").await;
+    m.forget_execution("again-1").await.unwrap();
+
+    js.publish(m.subjects().exec_request(), body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let (reason, _) = last_dead_letter(m, "router-requests").await;
+    assert!(
+        reason.contains("execution again-1 exists already")
+            && reason.contains("noetl exec retry again-1"),
+        "{reason}"
+    );
+    assert!(
+        m.exec_header("again-1").await.unwrap().is_none(),
+        "no header written for the second request"
+    );
+    let after = cluster.events("again-1").await;
+    assert_eq!(types(&after), types(&before), "no second run in its log");
     cluster.stop().await;
 }
 

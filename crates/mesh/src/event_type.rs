@@ -161,6 +161,16 @@ impl EventType {
         )
     }
 
+    /// Whether this type ends an execution (`execution.completed`,
+    /// `execution.failed`, `execution.cancelled`); a later
+    /// `execution.resumed` makes it run again.
+    pub const fn ends_execution(self) -> bool {
+        matches!(
+            self,
+            Self::ExecutionCompleted | Self::ExecutionFailed | Self::ExecutionCancelled
+        )
+    }
+
     /// Whether events of this type are a batch of loop iterations
     /// (`batch.accepted`, `batch.completed`), which readers get as the
     /// iterations' own events ([`crate::events::unfold`]).

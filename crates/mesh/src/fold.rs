@@ -522,5 +522,17 @@ impl Folded {
     }
 }
 
+/// Whether the events `log` of one execution (in stream order) say it
+/// ended: its last end or resume is an end. Reads the types only: what a
+/// late message of an execution whose state is gone asks before it writes
+/// any of that state back.
+pub fn ended<'a>(log: impl IntoIterator<Item = &'a Event>) -> bool {
+    log.into_iter()
+        .filter_map(|e| EventType::parse(&e.event_type))
+        .filter(|t| t.ends_execution() || *t == EventType::ExecutionResumed)
+        .last()
+        .is_some_and(EventType::ends_execution)
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

@@ -190,6 +190,13 @@ pub async fn plan_of(mesh: &Mesh, meta: Meta<'_>) -> Result<Arc<PlanRecord>, Han
             // runs: its events name it, so it is written back from them.
             match crate::rebuild::restore_plan(mesh, meta.execution_id).await? {
                 Some(plan) => Ok(plan),
+                // Compacted after its end: a late copy, nothing owed.
+                None if mesh.ended_in_log(meta.execution_id).await? => {
+                    Err(HandlerError::Over(format!(
+                        "{} of execution {} (step {:?}): the execution ended and its state was removed",
+                        meta.what, meta.execution_id, meta.step
+                    )))
+                }
                 None => Err(HandlerError::Refused(format!(
                     "{} for unknown execution {} (step {:?})",
                     meta.what, meta.execution_id, meta.step

@@ -280,7 +280,7 @@ pub async fn restore_header(mesh: &Mesh, eid: &str) -> Result<bool, MeshError> {
 }
 
 /// What [`restore_header_found`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum HeaderFound {
     /// The events make no header: there is none to read.
     None,
@@ -289,11 +289,16 @@ pub enum HeaderFound {
     /// The events make one, and one written meanwhile stands: it is
     /// there now, unless purged again since (a reader reads again).
     There,
+    /// The events say the execution ended: their header, not written
+    /// back (its state was compacted, or purged after the end). A late
+    /// message of it is answered from this, and its state stays removed.
+    Ended(Box<ExecHeader>),
 }
 
 /// [`restore_header`], saying whether the events make a header at all:
 /// a reader that finds the header missing after it was written back
-/// (purged again) must write it back again, not take it for none.
+/// (purged again) must write it back again, not take it for none. An
+/// ended execution's header is not written back ([`HeaderFound::Ended`]).
 pub async fn restore_header_found(mesh: &Mesh, eid: &str) -> Result<HeaderFound, MeshError> {
     restore_header_of(mesh, eid, false).await
 }
@@ -331,8 +336,14 @@ async fn restore_header_of(
 ) -> Result<HeaderFound, MeshError> {
     let log = hydrated_log(mesh, eid, Until::End).await?;
     let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
-    if folded.header.is_none() || (running_only && !folded.is_running()) {
+    let Some(header) = &folded.header else {
         return Ok(HeaderFound::None);
+    };
+    if !folded.is_running() {
+        return Ok(match running_only {
+            true => HeaderFound::None,
+            false => HeaderFound::Ended(Box::new(header.clone())),
+        });
     }
     let written = write_records(mesh, eid, &log, &folded, Mode::Missing).await?;
     if written.header {

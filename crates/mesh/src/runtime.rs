@@ -523,6 +523,12 @@ pub enum HandlerError {
     /// The message can never be handled: dead-lettered with this reason.
     #[error("{0}")]
     Refused(String),
+    /// The message's work is over and nothing of it is owed: its execution
+    /// ended and its state was removed since (`noetl admin compact`), so a
+    /// late copy is acked unhandled, writing nothing back. The reason is
+    /// logged.
+    #[error("{0}")]
+    Over(String),
 }
 
 /// What to do with a message once its handler returned `result`.
@@ -531,6 +537,10 @@ pub fn disposition(result: Result<(), HandlerError>) -> Disposition {
         Ok(()) => Disposition::Ack,
         Err(HandlerError::Mesh(e)) => retry_on(&e),
         Err(HandlerError::Refused(reason)) => Disposition::DeadLetter(reason),
+        Err(HandlerError::Over(reason)) => {
+            tracing::info!(%reason, "late message acked unhandled");
+            Disposition::Ack
+        }
     }
 }
 
@@ -616,6 +626,8 @@ mod tests {
             disposition(Err(corrupt.into())),
             Disposition::DeadLetter(_)
         ));
+        let over = HandlerError::Over("execution e1 ended and its state was removed".into());
+        assert!(matches!(disposition(Err(over)), Disposition::Ack));
     }
 
     #[test]

@@ -109,6 +109,23 @@ impl crate::Mesh {
         }
     }
 
+    /// The header of `eid`: the stored one, else the one its events give,
+    /// running or ended (read only; `None` when the log has none of it).
+    /// What a late copy of a command reads: after `noetl admin compact`,
+    /// only the events still say that its execution ended.
+    pub async fn header_or_logged(
+        &self,
+        eid: &str,
+    ) -> Result<Option<ExecHeader>, crate::MeshError> {
+        if let Some(h) = self.exec_header(eid).await? {
+            return Ok(Some(h));
+        }
+        if !self.in_log(eid).await? {
+            return Ok(None);
+        }
+        Ok(crate::replay::fold_log(self, eid, Until::End).await?.header)
+    }
+
     /// Whether `eid` names an execution: its header is stored, or its
     /// events remain (its KV state compacted or purged). A request under
     /// a chosen id asks this first, so an execution whose state was
@@ -132,6 +149,26 @@ impl crate::Mesh {
             self.last_stored_event(&ended)
         );
         Ok(started?.is_some() || ended?.is_some())
+    }
+
+    /// Whether the events of `eid` say it ended: its last end is stored
+    /// after its last `execution.resumed` (four direct reads). What a late
+    /// message asks when the execution's state is gone, before it writes
+    /// any back ([`crate::runtime::HandlerError::Over`]).
+    pub async fn ended_in_log(&self, eid: &str) -> Result<bool, crate::MeshError> {
+        use crate::event_type::EventType as T;
+        let (completed, failed, cancelled, resumed) = tokio::join!(
+            self.last_event_seq(eid, T::ExecutionCompleted),
+            self.last_event_seq(eid, T::ExecutionFailed),
+            self.last_event_seq(eid, T::ExecutionCancelled),
+            self.last_event_seq(eid, T::ExecutionResumed),
+        );
+        let ended = [completed?, failed?, cancelled?]
+            .into_iter()
+            .flatten()
+            .max();
+        let resumed = resumed?.unwrap_or(0);
+        Ok(ended.is_some_and(|e| e > resumed))
     }
 
     /// The fold of `eid`'s events when they say it runs; `None` when it

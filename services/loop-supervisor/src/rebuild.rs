@@ -18,12 +18,23 @@ use crate::state::{
 
 /// The run `at` written back from its events when the loop bucket has no
 /// record of it; `None` when its loop never started (a first start goes
-/// on as usual). A run its events cannot rebuild is refused, naming why.
+/// on as usual). A run its events cannot rebuild is refused, naming why;
+/// one whose execution ended is not written back
+/// ([`HandlerError::Over`]: its state was compacted).
 pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun>, HandlerError> {
     if !any_loop_started(mesh, at.eid()).await? {
         return Ok(None);
     }
     let (seqs, log) = log_of(mesh, at.eid()).await?;
+    // Compacted after its end: a late message, whose run stays removed.
+    if noetl_mesh::fold::ended(&log) {
+        return Err(HandlerError::Over(format!(
+            "loop run {} of execution {} (step {:?}): the execution ended and its state was removed",
+            at.srid,
+            at.eid(),
+            at.step.step
+        )));
+    }
     Ok(restore_from(mesh, at, &log, &seqs)
         .await?
         .map(|(run, _)| run))

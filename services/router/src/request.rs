@@ -224,6 +224,12 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     if accepted_already(mesh, headers, &eid, &req).await? {
         return Ok(());
     }
+    // No header, yet the log knows the id: its state was compacted (or
+    // purged). A second run under it would append a second history to the
+    // first one's events, so the request goes to the dead letters instead.
+    if mesh.in_log(&eid).await? {
+        return Err(HandlerError::Refused(reused(&eid)));
+    }
     // A child: its parent's continuation is kept before anything can fail.
     // This also indexes the child under its parent, so a cancellation of
     // the parent from now on reaches it.
@@ -298,6 +304,16 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
+}
+
+/// Why a request under `eid`, an id the event log holds already, is not
+/// started.
+fn reused(eid: &str) -> String {
+    format!(
+        "execution {eid} exists already (its state was removed; its events remain): \
+         a request under its id is not started again; choose another id, or run it \
+         again with `noetl exec retry {eid}`"
+    )
 }
 
 /// A redelivery of a request already accepted (its header is there): make

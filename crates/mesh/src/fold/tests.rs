@@ -530,3 +530,35 @@ fn the_tokens_an_answer_names_are_live_as_a_token_created_made_them() {
     let bare = after_a(vec![selected(json!([{"arc": 0, "step": "b"}]))]);
     assert!(bare.header.unwrap().live.is_empty());
 }
+
+#[test]
+fn an_execution_ended_when_its_last_end_or_resume_is_an_end() {
+    let of = |kinds: &[EventType]| -> Vec<Event> {
+        kinds.iter().map(|k| ev(*k, "", "", json!({}))).collect()
+    };
+    use EventType as T;
+    assert!(!ended(&of(&[])), "no events");
+    assert!(!ended(&of(&[T::PlaybookInitialized, T::StepDone])), "runs");
+    assert!(ended(&of(&[T::PlaybookInitialized, T::ExecutionCompleted])));
+    assert!(
+        ended(&of(&[T::ExecutionFailed])),
+        "refused before it started"
+    );
+    let resumed = [
+        T::PlaybookInitialized,
+        T::ExecutionFailed,
+        T::ExecutionResumed,
+    ];
+    assert!(!ended(&of(&resumed)), "resumed: runs again");
+    let cancelled = [
+        T::ExecutionFailed,
+        T::ExecutionResumed,
+        T::ExecutionCancelled,
+    ];
+    assert!(ended(&of(&cancelled)), "ended again");
+    let asked = [T::ExecutionCancelled, T::ExecutionCancelRequested];
+    assert!(
+        ended(&of(&asked)),
+        "a later request ends nothing and resumes nothing"
+    );
+}

@@ -18,7 +18,8 @@ use super::{Cursor, Executor, HandlerError, StepRun};
 
 impl Executor {
     /// Whether a redelivered command's work is already over (see
-    /// [`command_ended`]): reads the header and, for an iteration or a
+    /// [`command_ended`]): reads the header (the one its events give when
+    /// it was removed) and, for an iteration or a
     /// claim, its loop run; for a claim [`claim_log_decides`] names, whether
     /// its `loop.claimed` is stored. `came_again`: a redelivery, or a claim
     /// the loop-supervisor sent again. First deliveries skip this read,
@@ -29,7 +30,9 @@ impl Executor {
         came_again: bool,
     ) -> Result<Option<String>, MeshError> {
         let eid = cmd.execution_id.as_str();
-        let header = self.mesh.exec_header(eid).await?;
+        // A header compacted or purged since the first delivery: the
+        // events say whether the execution still runs (and which step-runs).
+        let header = self.mesh.header_or_logged(eid).await?;
         let loop_run = match (&cmd.claim, &cmd.iteration) {
             (Some(c), _) => Some(&c.loop_run_id),
             (None, Some(it)) if !it.loop_run_id.is_empty() => Some(&it.loop_run_id),

@@ -108,8 +108,12 @@ pub(super) async fn record_and_apply(
     let mut tries = 0;
     while read.is_none() {
         use noetl_mesh::rebuild::{restore_header_found, HeaderFound};
-        if restore_header_found(mesh, &ev.execution_id).await? == HeaderFound::None {
-            break;
+        match restore_header_found(mesh, &ev.execution_id).await? {
+            HeaderFound::None => break,
+            // A late copy of a boundary of an ended execution whose state
+            // was compacted: answered from the events, nothing written.
+            HeaderFound::Ended(h) => return Ok((Arc::new(*h), false)),
+            HeaderFound::Written | HeaderFound::There => {}
         }
         tries += 1;
         read = kv::read::<ExecHeader>(mesh.exec_kv(), &key).await?;
