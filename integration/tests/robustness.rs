@@ -170,7 +170,7 @@ async fn two_replicas_of_every_service_give_the_same_result_as_one() {
 /// copies of its messages are still to come (every message delivered a
 /// second time, 5 s late): a late task command finds no header, and its
 /// events say the execution ended, so it runs nothing; the log gets no
-/// event after the end.
+/// event after the end, and no copy writes its KV state back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_copies_of_a_compacted_execution_s_commands_run_nothing() {
     let dir = tempfile::tempdir().unwrap();
