@@ -5,7 +5,9 @@
 //! counted in stream order by the same [`count_in_place`] that counted
 //! them live, so the rebuilt run is the one the live run wrote (plus any
 //! window the live run had not published yet, which the loop-supervisor
-//! then publishes, as after a crash). A cursor loop's claims are folded by
+//! then publishes, as after a crash). Live counts are concurrent, not
+//! always in stream order: an iteration the log shows ran that the fold
+//! had not sent is put in flight ([`dispatched`]). A cursor loop's claims are folded by
 //! [`super::cursor_log`]. Pure: the caller reads the events and writes
 //! what this returns.
 
@@ -73,9 +75,52 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         frames: Vec::new(),
     };
     for ev in events {
+        if let Some(index) = ran(ev) {
+            dispatched(&mut folded.run, index);
+        }
         ends.take(&mut folded, ev).map_err(Cannot)?;
     }
     Ok(folded)
+}
+
+/// The index of the iteration event `ev` says ran (its
+/// `loop.iteration.started` or its end); `None` for any other event.
+fn ran(ev: &Event) -> Option<u64> {
+    match EventType::of(ev)? {
+        EventType::LoopIterationStarted
+        | EventType::LoopIterationDone
+        | EventType::LoopIterationFailed => {}
+        _ => return None,
+    }
+    // The index alone: an end's other fields are read where it is counted.
+    #[derive(serde::Deserialize)]
+    struct Index {
+        index: u64,
+    }
+    payloads::decode::<Index>(ev).ok().map(|i| i.index)
+}
+
+/// Iteration `index` ran live: put it in flight in `r` (the fold) when the
+/// fold had not dispatched it. Live reports are counted concurrently, so
+/// not always in stream order, and a window refills (or a failure stops
+/// it) at the count that comes first: the fold, counting in stream order,
+/// can be behind the live dispatch (an iteration live sent after a
+/// success the fold counts after the failure that stopped it). Live
+/// dispatch takes `redo` first, then `next` on: an index at or past
+/// `next` means every one before it went out too. An index below `next`
+/// and neither in flight nor to redo was counted already.
+fn dispatched(r: &mut LoopRun, index: u64) {
+    if index >= r.total || r.in_flight.contains(&index) {
+        return;
+    }
+    if let Some(at) = r.redo.iter().position(|i| *i == index) {
+        r.redo.remove(at);
+        r.in_flight.push(index);
+    } else if index >= r.next {
+        r.in_flight.append(&mut r.redo);
+        r.in_flight.extend(r.next..=index);
+        r.next = index + 1;
+    }
 }
 
 /// The run as it started (`fresh`, from its `loop.started`, `started`):
@@ -287,6 +332,96 @@ mod tests {
         let indices: Vec<u64> = got.claims.iter().map(|(i, _)| *i).collect();
         assert_eq!(indices, vec![1, 0, 2]);
         assert!(got.claims[1].1.failed && got.claims[1].1.reduce.is_empty());
+    }
+
+    /// `started()` over `total` items.
+    fn started_over(total: u64) -> Event {
+        ev(
+            EventType::LoopStarted,
+            json!({"total": total, "max_in_flight": 2}),
+        )
+    }
+
+    /// The log of run sr1 over 10 items whose 3 failed while 2 ran, and
+    /// whose reports were counted live in another order than the stream's:
+    /// 2's success first (which sent 4), then 3's failure (which stopped
+    /// the window), while the stream has 3's failure before 2's success.
+    fn counted_out_of_order() -> Vec<Event> {
+        let mut log = vec![token(), started_over(10)];
+        log.extend([0, 1].map(iteration_started));
+        log.extend([ended(0, true, 0), ended(1, true, 1)]);
+        log.extend([2, 3].map(iteration_started));
+        log.extend([ended(3, false, 0), ended(2, true, 2)]);
+        log.extend([iteration_started(4), ended(4, true, 4)]);
+        log.push(ev(EventType::LoopDone, json!({"boundary": false, "status": "failed", "counts": {"total": 10, "done": 4, "failed": 1}, "result": {"total": 10, "done": 4, "failed": 1}})));
+        log
+    }
+
+    #[test]
+    fn a_run_is_folded_as_it_ran_whatever_order_its_reports_were_counted_in() {
+        // The fold counts 3's failure first: 2's success then sends
+        // nothing, yet 4 ran and its end counts (it was dropped as an end
+        // of an iteration never sent, and the run folded one short).
+        let r = fold_run(&counted_out_of_order(), "sr1", &step())
+            .expect("rebuilt")
+            .run;
+        assert_eq!((r.done, r.failed, r.next), (4, 1, 5), "{r:?}");
+        assert_eq!(r.failed_at, vec![3]);
+        assert!(r.finished() && r.done_emitted, "{r:?}");
+        assert_eq!(r.reduced.get("total"), Some(&json!(7)));
+    }
+
+    #[test]
+    fn a_resumed_run_is_folded_from_its_stopped_run_as_it_ran() {
+        // The resume continues sr1 as the live record had it (4 done: 3
+        // again first, then 5 on); sr2 ran 3 and 5, and sent 6 and 7.
+        let mut log = counted_out_of_order();
+        let mut continues = of_run("sr2", started_over(10));
+        let mut payload: Value = serde_json::from_slice(&continues.payload_json).unwrap();
+        payload["continues"] = json!("sr1");
+        continues.payload_json = serde_json::to_vec(&payload).unwrap();
+        log.extend([resumed_event(&["each"]), of_run("sr2", token()), continues]);
+        for e in [
+            iteration_started(3),
+            iteration_started(5),
+            ended(3, true, 3),
+            ended(5, true, 5),
+            iteration_started(6),
+            iteration_started(7),
+        ] {
+            log.push(of_run("sr2", e));
+        }
+        let r = fold_run(&log, "sr2", &step()).expect("rebuilt").run;
+        // Before: the fold's sr1 had 4 never sent, so sr2 took 4 again,
+        // and the rebuilt run sent it a second time (its sum counted 4
+        // twice).
+        assert_eq!((r.done, r.failed, r.next), (6, 0, 8), "{r:?}");
+        assert_eq!(r.in_flight, vec![6, 7]);
+        assert!(r.redo.is_empty(), "{r:?}");
+        // sr1 published its contributions at its end: sr2 carries its own.
+        assert_eq!(r.reduced.get("total"), Some(&json!(8)));
+    }
+
+    #[test]
+    fn an_iteration_that_ran_is_put_in_flight_where_the_fold_had_not_sent_it() {
+        let mut r = crate::state::new_run(&LoopCommand::default(), "each", 10, 2, Value::Null);
+        r.in_flight = vec![1];
+        r.next = 3;
+        r.redo = vec![0, 2];
+        // From redo; then past `next`: every one before it went out too.
+        dispatched(&mut r, 2);
+        assert_eq!((r.in_flight.clone(), r.redo.clone()), (vec![1, 2], vec![0]));
+        dispatched(&mut r, 5);
+        assert_eq!(r.in_flight, vec![1, 2, 0, 3, 4, 5]);
+        assert_eq!((r.next, r.redo.len()), (6, 0));
+        // Counted already (below `next`, neither in flight nor to redo),
+        // in flight, or past the items: nothing changes.
+        r.in_flight.retain(|i| *i != 0);
+        let before = serde_json::to_value(&r).unwrap();
+        for index in [0, 1, 10] {
+            dispatched(&mut r, index);
+        }
+        assert_eq!(serde_json::to_value(&r).unwrap(), before);
     }
 
     #[test]
