@@ -978,6 +978,125 @@ async fn a_resumed_loop_run_purged_while_it_runs_is_folded_from_the_run_it_conti
     cluster.stop().await;
 }
 
+const SLOW_LAST: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: slow_last }
+workload: { log: "" }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(4) | list }}"
+      iterator: n
+      spec:
+        mode: parallel
+        max_in_flight: 1
+        policy: { reducers: { total: sum } }
+    tool:
+      - name: work
+        kind: python
+        args: { n: "{{ iter.n }}", log: "{{ workload.log }}" }
+        code: |
+          import time
+          with open(log, 'a') as f:
+              f.write(f"ran {n}\n")
+          if int(n) == 3:
+              time.sleep(3)
+          result = int(n)
+        spec:
+          policy:
+            rules:
+              - else: { then: { do: continue, set_ctx: { total: "{{ outcome.result }}" } } }
+"#;
+
+/// Iterations whose ends are stored, sent again as a batch (a window sent
+/// again, a batch redelivered after an executor's crash) while their loop
+/// run is missing from the loop bucket (purged while the loop runs): they
+/// run nothing. The executor took a missing run for "nothing counted"
+/// and ran them a second time; it now asks the log which ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iterations_sent_again_after_their_loop_run_was_purged_run_nothing() {
+    use noetl_mesh::state::ExecStatus;
+    let cluster = Cluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.log");
+    let eid = cluster
+        .submit(SLOW_LAST, "slow_last.yaml", json!({"log": log}))
+        .await;
+    // 0, 1 and 2 ended (their ends stored) while 3 runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let ends = loop {
+        let events = cluster.events(&eid).await;
+        let ends: Vec<Event> = (events.iter())
+            .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
+            .cloned()
+            .collect();
+        if ends.len() == 3 {
+            break ends;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first three never ended: {:?}",
+            types(&events)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let store = cluster.mesh.loop_kv();
+    for key in noetl_mesh::kv::keys_under(store, &eid).await.unwrap() {
+        store.purge(&key).await.unwrap();
+    }
+    let srid = ends[0].step_run_id.clone();
+    let batch = (ends.iter().map(|e| codec::json_value(&e.payload_json)))
+        .map(|p| {
+            let p = p.unwrap();
+            noetl_wire::IterationRef {
+                loop_run_id: srid.clone(),
+                index: p["index"].as_u64().unwrap(),
+                iter_json: codec::json_bytes(&p["iter"]),
+                total: 4,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let again = noetl_wire::TaskCommand {
+        command_id: format!("{srid}-window-again"),
+        execution_id: eid.clone(),
+        step: "start".into(),
+        step_run_id: srid.clone(),
+        attempt: 1,
+        args_json: codec::json_bytes(&json!({})),
+        trace_id: ends[0].trace_id.clone(),
+        batch,
+        ..Default::default()
+    };
+    let ack = cluster
+        .mesh
+        .publish_command("python", &again)
+        .await
+        .unwrap();
+    ack.wait().await.unwrap();
+    let s = cluster.wait(&eid, Duration::from_secs(30)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    assert_eq!(s.ctx["total"], json!(6), "{s:?}");
+    // The window sent again is handled (acked) before its effects are read.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stream = (cluster.mesh.js())
+            .get_stream(cluster.mesh.subjects().work_stream())
+            .await
+            .unwrap();
+        let info = stream.consumer_info("noetl-executor-python").await.unwrap();
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "python did not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(effects(&log), ["ran 0", "ran 1", "ran 2", "ran 3"]);
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+}
+
 const RESUMED_JOIN: &str = r#"
 apiVersion: noetl.io/v2
 kind: Playbook

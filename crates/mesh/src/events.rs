@@ -10,6 +10,7 @@ use crate::ids::derive_id;
 use crate::payloads::EventPayload;
 
 mod batch;
+mod reported;
 
 pub use batch::{batch_completed, fits_a_batch, BatchedEnd};
 
@@ -665,31 +666,9 @@ impl crate::Mesh {
         .await
     }
 
-    /// Whether claim `seq` of loop run `loop_run_id` of execution `eid` has
-    /// its `loop.claimed` stored (read on the rare paths of a claim command
-    /// that is redelivered or whose loop run is missing from the loop
-    /// bucket: a claim that ran must not run its SQL again, which could
-    /// take other rows under the same claim).
-    pub async fn claim_reported(
-        &self,
-        eid: &str,
-        loop_run_id: &str,
-        seq: u64,
-    ) -> Result<bool, crate::MeshError> {
-        let subject = self
-            .subjects()
-            .event(eid, EventType::LoopClaimed.wire_name());
-        self.any_stored_event(&subject, |ev| {
-            ev.step_run_id == loop_run_id
-                && crate::payloads::decode_typed::<crate::payloads::ClaimEnded>(ev)
-                    .is_ok_and(|c| c.seq == seq)
-        })
-        .await
-    }
-
     /// Whether an event stored under `filter` matches `pred`, each read as
     /// stored (not unfolded), one at a time, until the first that does.
-    async fn any_stored_event(
+    pub(crate) async fn any_stored_event(
         &self,
         filter: &str,
         pred: impl Fn(&Event) -> bool,

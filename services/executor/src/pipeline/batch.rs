@@ -15,7 +15,7 @@
 //! it reports again are the same event when they are the same iterations
 //! (the event's id is derived from their indices).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -176,18 +176,28 @@ impl Executor {
     /// has not counted, each as its own command, waiting to start. The run
     /// is read once per batch, whatever its delivery: a window sent again
     /// after a loop-supervisor's crash may name iterations counted since.
+    /// A run missing from the loop bucket (a purge) is asked of the log:
+    /// an iteration whose end is stored does not run again.
     async fn uncounted(&self, cmd: &mut TaskCommand) -> Result<Waiting<'_>, HandlerError> {
         let items = std::mem::take(&mut cmd.batch);
-        let progress = match items.first() {
+        let eid = cmd.execution_id.as_str();
+        let (progress, ended) = match items.first() {
             Some(first) => {
-                let key = Keys::loop_run(&cmd.execution_id, &first.loop_run_id);
-                kv::get::<LoopProgress>(self.mesh.loop_kv(), &key).await?
+                let key = Keys::loop_run(eid, &first.loop_run_id);
+                match kv::get::<LoopProgress>(self.mesh.loop_kv(), &key).await? {
+                    Some(p) => (Some(p), BTreeSet::new()),
+                    None => {
+                        let run = &first.loop_run_id;
+                        (None, self.mesh.iterations_ended(eid, run).await?)
+                    }
+                }
             }
-            None => None,
+            None => (None, BTreeSet::new()),
         };
         let commands = items
             .into_iter()
             .filter(|it| !progress.as_ref().is_some_and(|p| p.counted(it.index)))
+            .filter(|it| !ended.contains(&it.index))
             .map(|it| TaskCommand {
                 command_id: commands::iteration_command_id(&it.loop_run_id, it.index),
                 iteration: Some(it),

@@ -21,7 +21,8 @@ impl Executor {
     /// [`command_ended`]): reads the header (the one its events give when
     /// it was removed) and, for an iteration or a
     /// claim, its loop run; for a claim [`claim_log_decides`] names, whether
-    /// its `loop.claimed` is stored. `came_again`: a redelivery, or a claim
+    /// its `loop.claimed` is stored; for an iteration whose loop run is
+    /// missing, whether its end is. `came_again`: a redelivery, or a claim
     /// the loop-supervisor sent again. First deliveries skip this read,
     /// except a claim sent again.
     pub async fn ended(
@@ -47,8 +48,8 @@ impl Executor {
         if let Some(why) = command_ended(cmd, header.as_ref(), progress.as_ref()) {
             return Ok(Some(why));
         }
-        match &cmd.claim {
-            Some(c)
+        match (&cmd.claim, loop_run) {
+            (Some(c), _)
                 if claim_log_decides(progress.as_ref(), came_again)
                     && self.mesh.claim_reported(eid, &c.loop_run_id, c.seq).await? =>
             {
@@ -56,6 +57,15 @@ impl Executor {
                     "claim {} of loop run {} was reported",
                     c.seq, c.loop_run_id
                 )))
+            }
+            // The loop run is missing (a purge): the log says whether the
+            // iteration ended.
+            (None, Some(run)) if progress.is_none() => {
+                let index = cmd.iteration.as_ref().map_or(0, |it| it.index);
+                let ended = self.mesh.iterations_ended(eid, run).await?;
+                Ok(ended.contains(&index).then(|| {
+                    format!("iteration {index} of loop run {run} ended (its end is stored)")
+                }))
             }
             _ => Ok(None),
         }
@@ -174,8 +184,8 @@ pub fn command_ended(
         return Some(format!("step-run {} has ended", cmd.step_run_id));
     }
     // A loop run's record stays when the run finishes, so a missing one was
-    // lost (a purge): the command runs, and the loop-supervisor rebuilds
-    // the run from its events when the report comes.
+    // lost (a purge): the log decides (`Executor::ended`), and the
+    // loop-supervisor rebuilds the run from its events when a report comes.
     if let Some(c) = &cmd.claim {
         return match progress {
             None => None,
