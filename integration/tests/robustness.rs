@@ -421,6 +421,59 @@ async fn a_request_under_a_compacted_execution_s_id_is_not_started_again() {
     cluster.stop().await;
 }
 
+/// A copy of the request of a running execution whose header was purged
+/// (its first delivery's ack lost to a router's or nats-server's crash) is
+/// that execution's own request, not a reuse of its id: its header comes
+/// back from the events and the start goes on as any redelivery's (the
+/// copy makes sure the entry went out). It was dead-lettered as a reused
+/// id, and an execution whose first delivery stopped before its entry went
+/// out never ran (found by the chaos campaign: two executions left at
+/// `playbook.initialized` and at their first `step.started`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_a_running_execution_s_request_with_its_header_purged_goes_on() {
+    let cluster = Cluster::start().await;
+    let m = &cluster.mesh;
+    let js = async_nats::jetstream::new(cluster.server.client().await);
+    let yaml = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: copied }\nworkflow:\n  - step: start\n    tool:\n      - name: t\n        kind: python\n        code: |\n          import time\n          time.sleep(1)\n          result = 1\n";
+    let body = json!({"execution_id": "copy-1", "playbook": yaml}).to_string();
+    let publish = || async {
+        (js.publish(m.subjects().exec_request(), body.clone().into()))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    };
+    publish().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while count(&cluster.events("copy-1").await, "step.started") == 0 {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    purge_header(&cluster, "copy-1").await;
+    publish().await;
+    let s = cluster.wait("copy-1", Duration::from_secs(30)).await;
+    assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
+    // The copy was handled, and not dead-lettered.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stream = m.js().get_stream(m.subjects().work_stream()).await.unwrap();
+        let info = stream.consumer_info("noetl-router-requests").await.unwrap();
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "requests not drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dlq = m.js().get_stream(m.subjects().dlq_stream()).await.unwrap();
+    let dead = m.subjects().dead_letter("router-requests");
+    let last = dlq.get_last_raw_message_by_subject(&dead).await;
+    assert!(last.is_err(), "the copy was dead-lettered");
+    let events = cluster.settled_events("copy-1").await;
+    assert_eq!(count(&events, "step.started"), 1, "{:?}", types(&events));
+    assert_eq!(count(&events, "execution.completed"), 1);
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     let cluster = Cluster::start().await;

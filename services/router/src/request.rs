@@ -224,11 +224,18 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     if accepted_already(mesh, headers, &eid, &req).await? {
         return Ok(());
     }
-    // No header, yet the log knows the id: its state was compacted (or
-    // purged). A second run under it would append a second history to the
-    // first one's events, so the request goes to the dead letters instead.
+    // No header, yet the log knows the id. Running by its events: its
+    // header was purged, and this is a copy of the request that started
+    // it (its first delivery may have stopped before the entry went out):
+    // the header comes back from the events and the start goes on as any
+    // redelivery's. Ended: its state was compacted, and a second run
+    // under it would append a second history to the first one's events,
+    // so the request goes to the dead letters instead.
     if mesh.in_log(&eid).await? {
-        return Err(HandlerError::Refused(reused(&eid)));
+        return match noetl_mesh::rebuild::running_header(mesh, &eid).await? {
+            Some(_) if accepted_already(mesh, headers, &eid, &req).await? => Ok(()),
+            _ => Err(HandlerError::Refused(reused(&eid))),
+        };
     }
     // A child: its parent's continuation is kept before anything can fail.
     // This also indexes the child under its parent, so a cancellation of
