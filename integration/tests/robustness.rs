@@ -474,6 +474,85 @@ async fn a_copy_of_a_running_execution_s_request_with_its_header_purged_goes_on(
     cluster.stop().await;
 }
 
+const GATED: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: gated }
+executor: { spec: { policy: { concurrency: { key: one-at-a-time, limit: 1 } } } }
+workload: { log: "" }
+workflow:
+  - step: start
+    tool:
+      - name: t
+        kind: python
+        args: { log: "{{ workload.log }}" }
+        code: |
+          import time
+          with open(log, 'a') as f:
+              f.write("ran\n")
+          time.sleep(1)
+          result = 1
+"#;
+
+/// An execution whose first delivery stopped after `playbook.initialized`
+/// (before its entry went out or it was queued: its events say no entry
+/// token) and whose header was purged: the copy of its request writes the
+/// header back from the events and gives it its entry token, so it starts
+/// when its slot is its. Without the token it was promoted, found nothing
+/// waiting, and never ran (the chaos campaign's seed
+/// `0x6c1a3f6965f75553`). Made here by a queued execution whose
+/// `execution.queued` is deleted from the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_a_request_whose_entry_never_went_out_starts_it() {
+    let cluster = Cluster::start().await;
+    let m = &cluster.mesh;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.log");
+    let js = async_nats::jetstream::new(cluster.server.client().await);
+    let request = |eid: &str| {
+        json!({"execution_id": eid, "playbook": GATED, "workload": {"log": log}}).to_string()
+    };
+    let publish = |body: String| async {
+        (js.publish(m.subjects().exec_request(), body.into()))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    };
+    publish(request("holder")).await;
+    publish(request("next")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let queued = loop {
+        if let Some(seq) = m
+            .last_event_seq("next", EventType::ExecutionQueued)
+            .await
+            .unwrap()
+        {
+            break seq;
+        }
+        assert!(std::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let events = m
+        .js()
+        .get_stream(m.subjects().events_stream())
+        .await
+        .unwrap();
+    assert!(events.delete_message(queued).await.unwrap());
+    purge_header(&cluster, "next").await;
+    publish(request("next")).await;
+    for eid in ["holder", "next"] {
+        let s = cluster.wait(eid, Duration::from_secs(30)).await;
+        assert_eq!(
+            serde_json::to_value(s.status).unwrap(),
+            "completed",
+            "{eid}"
+        );
+    }
+    assert_eq!(effects(&log), ["ran", "ran"]);
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_message_fails_its_execution_with_the_reason() {
     let cluster = Cluster::start().await;

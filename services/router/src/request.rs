@@ -232,9 +232,15 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     // under it would append a second history to the first one's events,
     // so the request goes to the dead letters instead.
     if mesh.in_log(&eid).await? {
-        return match noetl_mesh::rebuild::running_header(mesh, &eid).await? {
-            Some(_) if accepted_already(mesh, headers, &eid, &req).await? => Ok(()),
-            _ => Err(HandlerError::Refused(reused(&eid))),
+        let Some(header) = noetl_mesh::rebuild::running_header(mesh, &eid).await? else {
+            return Err(HandlerError::Refused(reused(&eid)));
+        };
+        if entry_owed(&header) {
+            restore_entry(mesh, &eid).await?;
+        }
+        return match accepted_already(mesh, headers, &eid, &req).await? {
+            true => Ok(()),
+            false => Err(HandlerError::Refused(reused(&eid))),
         };
     }
     // A child: its parent's continuation is kept before anything can fail.
@@ -310,6 +316,45 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     }
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
+    Ok(())
+}
+
+/// Whether `header`, written back from the events of a running execution,
+/// may lack the entry token its first delivery's header held: nothing is
+/// live. Its events say that token only once it went out (`token.created`)
+/// or the execution was queued (`execution.queued`); a first delivery that
+/// stopped between `playbook.initialized` and either left neither.
+fn entry_owed(header: &ExecHeader) -> bool {
+    header.status == ExecStatus::Running && header.live.is_empty()
+}
+
+/// Give the header of running execution `eid` its entry token back when
+/// no token of it was ever created ([`entry_owed`]): without it the
+/// execution, once its slot is its, waits with nothing live.
+async fn restore_entry(mesh: &Mesh, eid: &str) -> Result<(), HandlerError> {
+    use noetl_mesh::event_type::EventType;
+    if (mesh.last_event_seq(eid, EventType::TokenCreated).await?).is_some() {
+        return Ok(());
+    }
+    let Some(plan) = accepted_plan(mesh, eid).await? else {
+        return Ok(());
+    };
+    let step = (plan.playbook.entry_step()).map_or_else(String::new, |s| s.step.clone());
+    let entry = TokenRecord::new(crate::entry::entry_token_id(eid), step);
+    kv::update(
+        mesh.exec_kv(),
+        &Keys::header(eid),
+        |h: Option<&ExecHeader>| match h {
+            Some(h) if entry_owed(h) => {
+                let mut h = h.clone();
+                h.live.push(entry.clone());
+                kv::Cas::Write(h)
+            }
+            _ => kv::Cas::Keep,
+        },
+    )
+    .await?;
+    tracing::warn!(execution_id = %eid, "entry token missing from the header written back from the events: given back");
     Ok(())
 }
 
@@ -615,6 +660,17 @@ mod tests {
             execution_id: id.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_a_running_header_with_nothing_live_is_owed_its_entry() {
+        let mut h = ExecHeader::running("e1".to_string(), Vec::new());
+        assert!(entry_owed(&h));
+        h.live.push(TokenRecord::new("t", "start"));
+        assert!(!entry_owed(&h), "a token is live");
+        h.live.clear();
+        h.status = ExecStatus::Completed;
+        assert!(!entry_owed(&h), "ended");
     }
 
     #[test]
