@@ -224,24 +224,8 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     if accepted_already(mesh, headers, &eid, &req).await? {
         return Ok(());
     }
-    // No header, yet the log knows the id. Running by its events: its
-    // header was purged, and this is a copy of the request that started
-    // it (its first delivery may have stopped before the entry went out):
-    // the header comes back from the events and the start goes on as any
-    // redelivery's. Ended: its state was compacted, and a second run
-    // under it would append a second history to the first one's events,
-    // so the request goes to the dead letters instead.
     if mesh.in_log(&eid).await? {
-        let Some(header) = noetl_mesh::rebuild::running_header(mesh, &eid).await? else {
-            return Err(HandlerError::Refused(reused(&eid)));
-        };
-        if entry_owed(&header) {
-            restore_entry(mesh, &eid).await?;
-        }
-        return match accepted_already(mesh, headers, &eid, &req).await? {
-            true => Ok(()),
-            false => Err(HandlerError::Refused(reused(&eid))),
-        };
+        return logged_already(mesh, headers, &eid, &req).await;
     }
     // A child: its parent's continuation is kept before anything can fail.
     // This also indexes the child under its parent, so a cancellation of
@@ -317,6 +301,31 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     enter(mesh, headers, &plan).await?;
     tracing::info!(playbook = %header.playbook, "execution started");
     Ok(())
+}
+
+/// A request with no header under an id the log holds. Running by its
+/// events: its header was purged, and this is a copy of the request that
+/// started it (its first delivery may have stopped before the entry went
+/// out): the header comes back from the events and the start goes on as
+/// any redelivery's. Ended: its state was compacted, and a second run
+/// under it would append a second history to the first one's events, so
+/// the request goes to the dead letters instead.
+async fn logged_already(
+    mesh: &Mesh,
+    headers: &kv::RevisionCache<ExecHeader>,
+    eid: &str,
+    req: &ExecutionRequest,
+) -> Result<(), HandlerError> {
+    let Some(header) = noetl_mesh::rebuild::running_header(mesh, eid).await? else {
+        return Err(HandlerError::Refused(reused(eid)));
+    };
+    if entry_owed(&header) {
+        restore_entry(mesh, eid).await?;
+    }
+    match accepted_already(mesh, headers, eid, req).await? {
+        true => Ok(()),
+        false => Err(HandlerError::Refused(reused(eid))),
+    }
 }
 
 /// Whether `header`, written back from the events of a running execution,
