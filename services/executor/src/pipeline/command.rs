@@ -48,7 +48,7 @@ impl Executor {
         if let Some(why) = command_ended(cmd, header.as_ref(), progress.as_ref()) {
             return Ok(Some(why));
         }
-        match (&cmd.claim, loop_run) {
+        match (&cmd.claim, &cmd.iteration) {
             (Some(c), _)
                 if claim_log_decides(progress.as_ref(), came_again)
                     && self.mesh.claim_reported(eid, &c.loop_run_id, c.seq).await? =>
@@ -60,8 +60,8 @@ impl Executor {
             }
             // The loop run is missing (a purge): the log says whether the
             // iteration ended.
-            (None, Some(run)) if progress.is_none() => {
-                let index = cmd.iteration.as_ref().map_or(0, |it| it.index);
+            (None, Some(it)) if progress.is_none() && !it.loop_run_id.is_empty() => {
+                let (run, index) = (&it.loop_run_id, it.index);
                 let ended = self.mesh.iterations_ended(eid, run).await?;
                 Ok(ended.contains(&index).then(|| {
                     format!("iteration {index} of loop run {run} ended (its end is stored)")
