@@ -197,7 +197,9 @@ pub async fn plan_of(mesh: &Mesh, meta: Meta<'_>) -> Result<Arc<PlanRecord>, Han
                         meta.what, meta.execution_id, meta.step
                     )))
                 }
-                None => Err(HandlerError::Refused(format!(
+                // Retried while the message is young: a stream leader that
+                // changed right after the writes can answer before them.
+                None => Err(HandlerError::Unknown(format!(
                     "{} for unknown execution {} (step {:?})",
                     meta.what, meta.execution_id, meta.step
                 ))),
@@ -304,7 +306,10 @@ impl<H> Typed<H> {
 impl<H: Handle> Handler for Typed<H> {
     fn handle(&self, msg: Arc<Message>) -> BoxFuture<'static, Disposition> {
         let handler = self.0.clone();
-        Box::pin(async move { disposition(run(handler, msg).await) })
+        Box::pin(async move {
+            let result = run(handler, msg.clone()).await;
+            disposition(result, runtime::age(&msg))
+        })
     }
 }
 
@@ -335,12 +340,13 @@ async fn run<H: Handle>(handler: Arc<H>, msg: Arc<Message>) -> Result<Handled, H
     }
 }
 
-/// What to do with a message once its handler returned `result`.
-pub fn disposition(result: Result<Handled, HandlerError>) -> Disposition {
+/// What to do with a message first stored `age` ago once its handler
+/// returned `result`.
+pub fn disposition(result: Result<Handled, HandlerError>, age: Option<Duration>) -> Disposition {
     match result {
         Ok(Handled::Done) => Disposition::Ack,
         Ok(Handled::NotYet(wait)) => Disposition::Retry(Some(wait)),
-        Err(e) => runtime::disposition(Err(e)),
+        Err(e) => runtime::disposition(Err(e), age),
     }
 }
 
@@ -350,14 +356,17 @@ mod tests {
 
     #[test]
     fn a_handled_message_is_acked_and_one_not_due_comes_back() {
-        assert!(matches!(disposition(Ok(Handled::Done)), Disposition::Ack));
+        assert!(matches!(
+            disposition(Ok(Handled::Done), None),
+            Disposition::Ack
+        ));
         let wait = Duration::from_millis(1500);
         assert!(matches!(
-            disposition(Ok(Handled::NotYet(wait))),
+            disposition(Ok(Handled::NotYet(wait)), None),
             Disposition::Retry(Some(w)) if w == wait
         ));
         assert!(matches!(
-            disposition(Err(HandlerError::Refused("bad".into()))),
+            disposition(Err(HandlerError::Refused("bad".into())), None),
             Disposition::DeadLetter(r) if r == "bad"
         ));
     }

@@ -297,11 +297,7 @@ async fn dispatch(
     let name = health.name();
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
     let _in_flight = health.started(delivered);
-    let age = msg.info().ok().and_then(|i| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::from(i.published))
-            .ok()
-    });
+    let age = age(&msg);
     let cfg = mesh.config();
     let disposition = if chances_used(delivered, age, cfg.max_deliveries, cfg.dead_letter_age) {
         Disposition::DeadLetter(format!("delivered {delivered} times without being handled"))
@@ -529,14 +525,52 @@ pub enum HandlerError {
     /// logged.
     #[error("{0}")]
     Over(String),
+    /// Nothing of the message's execution is found: no plan, no events.
+    /// Either it never existed, or the message was read before what was
+    /// written for it reached this reader (a stream leader that changed
+    /// right after the write). A young message is retried with backoff
+    /// ([`unknown`]); an old one, or one of unknown age, is dead-lettered
+    /// with this reason.
+    #[error("{0}")]
+    Unknown(String),
 }
 
-/// What to do with a message once its handler returned `result`.
-pub fn disposition(result: Result<(), HandlerError>) -> Disposition {
+/// How long a message of an unknown execution ([`HandlerError::Unknown`])
+/// keeps being retried before it is dead-lettered: a leader election of
+/// the cluster's streams takes a few seconds, and a message first stored
+/// within this of now can still be ahead of the writes it follows.
+pub const UNKNOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// What a message of an unknown execution, first stored `age` ago, gets:
+/// retried with backoff while younger than [`UNKNOWN_GRACE`], else
+/// dead-lettered with `reason` (an unknown age counts as old).
+pub fn unknown(reason: String, age: Option<Duration>) -> Disposition {
+    match age {
+        Some(a) if a < UNKNOWN_GRACE => {
+            tracing::warn!(%reason, age_ms = a.as_millis() as u64, "execution not found yet; message will be retried");
+            Disposition::Backoff
+        }
+        _ => Disposition::DeadLetter(reason),
+    }
+}
+
+/// How long ago `msg` was first stored (`None` when its metadata does
+/// not say, or the clock puts it in the future).
+pub fn age(msg: &Message) -> Option<Duration> {
+    let published = msg.info().ok()?.published;
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::from(published))
+        .ok()
+}
+
+/// What to do with a message first stored `age` ago once its handler
+/// returned `result`.
+pub fn disposition(result: Result<(), HandlerError>, age: Option<Duration>) -> Disposition {
     match result {
         Ok(()) => Disposition::Ack,
         Err(HandlerError::Mesh(e)) => retry_on(&e),
         Err(HandlerError::Refused(reason)) => Disposition::DeadLetter(reason),
+        Err(HandlerError::Unknown(reason)) => unknown(reason, age),
         Err(HandlerError::Over(reason)) => {
             tracing::info!(%reason, "late message acked unhandled");
             Disposition::Ack
@@ -602,8 +636,11 @@ mod tests {
 
     #[test]
     fn a_handler_result_decides_its_disposition() {
-        assert!(matches!(disposition(Ok(())), Disposition::Ack));
-        let refused = disposition(Err(HandlerError::Refused("token t1 names step x".into())));
+        assert!(matches!(disposition(Ok(()), None), Disposition::Ack));
+        let refused = disposition(
+            Err(HandlerError::Refused("token t1 names step x".into())),
+            None,
+        );
         assert!(
             matches!(&refused, Disposition::DeadLetter(r) if r == "token t1 names step x"),
             "{refused:?}"
@@ -614,7 +651,7 @@ mod tests {
             message: "timed out".into(),
         };
         assert!(matches!(
-            disposition(Err(outage.into())),
+            disposition(Err(outage.into()), None),
             Disposition::Backoff
         ));
         let corrupt = MeshError::Corrupt {
@@ -623,11 +660,38 @@ mod tests {
             message: "eof".into(),
         };
         assert!(matches!(
-            disposition(Err(corrupt.into())),
+            disposition(Err(corrupt.into()), None),
             Disposition::DeadLetter(_)
         ));
         let over = HandlerError::Over("execution e1 ended and its state was removed".into());
-        assert!(matches!(disposition(Err(over)), Disposition::Ack));
+        assert!(matches!(disposition(Err(over), None), Disposition::Ack));
+    }
+
+    #[test]
+    fn a_message_of_an_unknown_execution_is_retried_while_young_then_dead_lettered() {
+        let unknown = || {
+            Err(HandlerError::Unknown(
+                "token for unknown execution e1".into(),
+            ))
+        };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert!(matches!(
+            disposition(unknown(), secs(0)),
+            Disposition::Backoff
+        ));
+        assert!(matches!(
+            disposition(unknown(), secs(29)),
+            Disposition::Backoff
+        ));
+        for old in [secs(30), secs(600), None] {
+            assert!(
+                matches!(
+                    disposition(unknown(), old),
+                    Disposition::DeadLetter(r) if r == "token for unknown execution e1"
+                ),
+                "{old:?}"
+            );
+        }
     }
 
     #[test]

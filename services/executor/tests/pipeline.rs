@@ -842,3 +842,33 @@ async fn bad_commands_are_dead_lettered_with_the_reason() {
     );
     h.stop().await;
 }
+
+/// A command read before its execution's plan reached this reader (a
+/// stream leader that changed right after the write) is retried while it
+/// is young, not dead-lettered: it runs once the plan is there.
+#[tokio::test]
+async fn a_command_that_arrives_before_its_plan_runs_once_the_plan_is_there() {
+    let h = Harness::start().await;
+    let eid = "e-early";
+    let dlq = h.mesh.subjects().dead_letter("executor-noop");
+    let mut dead = h.mesh.client().subscribe(dlq).await.unwrap();
+    let mut log = h.events(eid).await;
+    h.send("noop", &command(eid, "s", "run-1")).await;
+    // Delivered and found unknown at least once before the plan is stored.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.plan(
+        eid,
+        json!([{"step": "s", "tool": [{"name": "t", "kind": "noop", "result": 7}]}]),
+        json!({}),
+    )
+    .await;
+    let done = log.until(EventType::StepDone.wire_name()).await;
+    assert_eq!(payload(&done)["result"], json!(7));
+    let none = tokio::time::timeout(Duration::from_millis(300), dead.next()).await;
+    assert!(
+        none.is_err(),
+        "dead-lettered: {:?}",
+        none.ok().flatten().map(|m| m.headers)
+    );
+    h.stop().await;
+}
