@@ -263,6 +263,54 @@ async fn a_holder_that_ended_without_releasing_is_swept_and_the_line_moves() {
     c.stop().await;
 }
 
+/// A key's record lost while an execution waits in line and no end is
+/// left to release it (its holder is gone without a trace in the log):
+/// the sweep walks only the records there are, so the router looks for
+/// lines whose record is gone, rebuilds it from the log (the waiter, no
+/// holder), and the waiter starts (a chaos campaign's seed
+/// `0x675c6d2d24835094` left such an execution queued for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_whose_record_is_lost_with_no_release_to_come_still_moves() {
+    use noetl_mesh::gate::{ConcRecord, Entry, Owner};
+    let c = Cluster::start().await;
+    let (gauge, url) = Gauge::serve(Duration::from_millis(10)).await;
+    let yaml = per_customer(1, "queue");
+    let kv_key = noetl_mesh::keys::Keys::gate_execution("cust-l");
+    let store = c.mesh.gates_kv();
+    let ghost = Entry {
+        id: "ghost".into(),
+        owner: Owner {
+            execution_id: "ghost".into(),
+            ..Default::default()
+        },
+        since_ms: events::now_ms(),
+        ..Default::default()
+    };
+    let held = ConcRecord {
+        key: "cust-l".into(),
+        limit: 1,
+        holders: vec![ghost],
+        ..Default::default()
+    };
+    noetl_mesh::kv::put(store, &kv_key, &held).await.unwrap();
+    let workload = json!({"customer": "l", "url": url});
+    c.submit_as("lined", &yaml, "p.yaml", workload).await;
+    c.wait_for_event("lined", "its queueing", Duration::from_secs(20), |e| {
+        e.event_type == EventType::ExecutionQueued.wire_name()
+    })
+    .await;
+    store.purge(&kv_key).await.unwrap();
+    let s = c.wait("lined", Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{:?}", s.error);
+    assert_eq!(gauge.total(), 1);
+    let left: ConcRecord = noetl_mesh::kv::get(store, &kv_key).await.unwrap().unwrap();
+    assert!(
+        left.holders.is_empty() && left.waiting.is_empty(),
+        "{left:?}"
+    );
+    c.stop().await;
+}
+
 /// A parallel loop of `n` iterations whose task calls `url`, under the
 /// step policy `policy`.
 fn gated_loop(n: u32, policy: &str, url: &str) -> String {

@@ -303,6 +303,15 @@ pub async fn restore_header_found(mesh: &Mesh, eid: &str) -> Result<HeaderFound,
     restore_header_of(mesh, eid, false).await
 }
 
+/// The plan execution `eid`'s events name, read back and not written (an
+/// ended execution's records are not written back): for a reader that
+/// needs only what the plan says (its concurrency key) once the record is
+/// gone. `None` when the log names none.
+pub async fn logged_plan(mesh: &Mesh, eid: &str) -> Result<Option<PlanRecord>, MeshError> {
+    let folded = fold_log(mesh, eid, Until::End).await?;
+    Ok(plan_of(mesh, eid, &folded).await?.ok())
+}
+
 /// The header of execution `eid`. When it is missing and the events say
 /// the execution runs, it is written back from them first (again when it
 /// is purged again before it is read, [`kv::RESTORES`] times, then a
@@ -356,7 +365,48 @@ async fn restore_header_of(
 /// The executions whose events say they are running: started
 /// (`playbook.initialized`) and not ended more often than resumed.
 pub async fn running(mesh: &Mesh) -> Result<Vec<String>, MeshError> {
+    not_ended_with(mesh, "playbook.initialized").await
+}
+
+/// The executions that queued for their concurrency key
+/// (`execution.queued`) and, by their events, have not ended.
+pub async fn queued(mesh: &Mesh) -> Result<Vec<String>, MeshError> {
+    not_ended_with(mesh, "execution.queued").await
+}
+
+/// The executions with an event of type `kind` that are not ended more
+/// often than resumed.
+async fn not_ended_with(mesh: &Mesh, kind: &str) -> Result<Vec<String>, MeshError> {
     use std::collections::BTreeMap;
+    let kinds: &[&str] = match kind.starts_with("execution.") {
+        true => &["execution.>"],
+        false => &[kind, "execution.>"],
+    };
+    // (of `kind`, ended, resumed) per execution.
+    let mut seen: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for (eid, logged, count) in logged_kinds(mesh, kinds).await? {
+        let entry = seen.entry(eid).or_default();
+        match logged.as_str() {
+            k if k == kind => entry.0 += count,
+            "execution.completed" | "execution.failed" | "execution.cancelled" => entry.1 += count,
+            "execution.resumed" => entry.2 += count,
+            _ => {}
+        }
+    }
+    Ok(seen
+        .into_iter()
+        .filter(|(_, (with, ended, resumed))| *with > 0 && ended <= resumed)
+        .map(|(eid, _)| eid)
+        .collect())
+}
+
+/// `(execution, event type, events stored)` of every execution's events of
+/// the types `kinds` (subject tails, wildcards allowed), from the events
+/// stream's subjects: one listing per kind, no event read.
+async fn logged_kinds(
+    mesh: &Mesh,
+    kinds: &[&str],
+) -> Result<Vec<(String, String, usize)>, MeshError> {
     let failed = |e: &dyn std::fmt::Display| MeshError::Consume {
         consumer: "rebuild: the events stream's subjects".into(),
         message: e.to_string(),
@@ -368,35 +418,19 @@ pub async fn running(mesh: &Mesh) -> Result<Vec<String>, MeshError> {
         .map_err(|e| failed(&e))?;
     let prefix = mesh.subjects().events_of("*");
     let prefix = prefix.trim_end_matches(".>");
-    // (started, ended, resumed) per execution.
-    let mut seen: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
-    for filter in [
-        format!("{prefix}.playbook.initialized"),
-        format!("{prefix}.execution.>"),
-    ] {
+    let mut out = Vec::new();
+    for kind in kinds {
         let mut subjects = stream
-            .info_with_subjects(&filter)
+            .info_with_subjects(format!("{prefix}.{kind}"))
             .await
             .map_err(|e| failed(&e))?;
         while let Some(s) = subjects.next().await {
             let (subject, count) = s.map_err(|e| failed(&e))?;
-            let Some((eid, kind)) = crate::subjects::event_parts(&subject) else {
-                continue;
-            };
-            let entry = seen.entry(eid.to_string()).or_default();
-            match kind {
-                "playbook.initialized" => entry.0 += count,
-                "execution.completed" | "execution.failed" | "execution.cancelled" => {
-                    entry.1 += count
-                }
-                "execution.resumed" => entry.2 += count,
-                _ => {}
+            if let Some((eid, kind)) = crate::subjects::event_parts(&subject) {
+                out.push((eid.to_string(), kind.to_string(), count));
             }
         }
     }
-    Ok(seen
-        .into_iter()
-        .filter(|(_, (started, ended, resumed))| *started > 0 && ended <= resumed)
-        .map(|(eid, _)| eid)
-        .collect())
+    out.sort();
+    Ok(out)
 }

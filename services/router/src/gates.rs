@@ -208,7 +208,14 @@ async fn queue(
 pub(crate) async fn release(mesh: &Mesh, eid: &str) -> Result<(), MeshError> {
     let plan = match mesh.plans().get(mesh, eid).await {
         Ok(p) => p,
-        Err(MeshError::NoPlan { .. }) => return Ok(()),
+        // Lost with the rest of an ended execution's records: its events
+        // still name its key, and the line behind it waits on this.
+        Err(MeshError::NoPlan { .. }) => {
+            match Box::pin(noetl_mesh::rebuild::logged_plan(mesh, eid)).await? {
+                Some(plan) => Arc::new(plan),
+                None => return Ok(()),
+            }
+        }
         Err(e) => return Err(e),
     };
     let Some(Ok(k)) = keyed(&plan) else {
@@ -328,6 +335,32 @@ async fn still_queued(mesh: &Mesh, eid: &str) -> Result<Option<Arc<PlanRecord>>,
     }
 }
 
+/// How many sweeps pass between two looks for lines whose record is gone
+/// ([`restore_lost`]).
+const RESTORE_EVERY: u64 = 6;
+
+/// Rebuild from the log the record of every key an execution still waits
+/// on, when that record is gone (a lost bucket, [`record`]): the sweep
+/// walks the records there are, and an end released while its record
+/// was gone starts nobody, so nothing else would start such an execution.
+/// One listing of the stream's subjects (which executions queued and have
+/// not ended), then one header read for each.
+pub async fn restore_lost(mesh: &Mesh) -> Result<(), MeshError> {
+    let mut looked = std::collections::HashSet::new();
+    for eid in noetl_mesh::rebuild::queued(mesh).await? {
+        let Some(plan) = still_queued(mesh, &eid).await? else {
+            continue;
+        };
+        let Some(Ok(k)) = keyed(&plan) else {
+            continue;
+        };
+        if looked.insert(k.kv_key.clone()) {
+            record(mesh, &k).await?;
+        }
+    }
+    Ok(())
+}
+
 /// One pass over the execution gates: drop holders that ended without
 /// releasing (a crash), give their slots to the line, and start promoted
 /// executions not yet started. Reads one header per holder.
@@ -357,15 +390,21 @@ pub async fn sweep(mesh: &Mesh) -> Result<(), MeshError> {
 /// Sweep every [`SWEEP_EVERY`] until `shutdown`; a failed pass is logged
 /// and the next one tries again.
 pub async fn sweep_loop(mesh: Mesh, shutdown: CancellationToken) -> Result<(), MeshError> {
-    loop {
+    for pass in 0u64.. {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        if pass % RESTORE_EVERY == 0 {
+            if let Err(e) = restore_lost(&mesh).await {
+                tracing::warn!(error = %e, "looking for lost execution gates failed; trying again");
+            }
         }
         if let Err(e) = sweep(&mesh).await {
             tracing::warn!(error = %e, "execution gates sweep failed; trying again");
         }
     }
+    Ok(())
 }
 
 /// The ids of `entries`, comma-separated.
