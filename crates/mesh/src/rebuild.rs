@@ -142,8 +142,10 @@ async fn write_records(
             }
         }
     };
+    let mut entry_step = None;
     match plan_of(mesh, eid, folded).await? {
         Ok(plan) => {
+            entry_step = plan.playbook.entry_step().map(|s| s.step.clone());
             // The results templates read by name, as the executor and the
             // loop-supervisor keep them (`result_record`).
             for (step, result) in &folded.results {
@@ -208,15 +210,60 @@ async fn write_records(
     }
     // The header last: readers wait on it, and a header marks the
     // execution as there.
-    if let Some(h) = &folded.header {
-        out.header = write(
-            Keys::header(eid),
-            crate::payloads::to_value(h),
-            mesh.exec_kv(),
-        )
-        .await?;
+    if let Some(h) = header_to_write(eid, log, folded, entry_step.as_deref()) {
+        let value = crate::payloads::to_value(&h);
+        out.header = write(Keys::header(eid), value, mesh.exec_kv()).await?;
     }
     Ok(out)
+}
+
+/// The header the fold of `log` gives, to write back: with its entry
+/// token when that is owed ([`with_entry_owed`]).
+fn header_to_write(
+    eid: &str,
+    log: &[Logged],
+    folded: &Folded,
+    entry_step: Option<&str>,
+) -> Option<ExecHeader> {
+    use crate::event_type::EventType;
+    let folded = folded.header.as_ref()?;
+    // Tokens are created by `token.created` and by the arcs of a
+    // `next.selected`.
+    let created = log.iter().any(|l| {
+        matches!(
+            EventType::of(&l.event),
+            Some(EventType::TokenCreated | EventType::NextSelected)
+        )
+    });
+    let h = with_entry_owed(folded, created, entry_step, eid);
+    if h.live.len() > folded.live.len() {
+        tracing::warn!(execution_id = %eid, "header to write back given its entry token, which its events do not name");
+    }
+    Some(h)
+}
+
+/// The header to write back for `header`, the fold's: with its entry
+/// token (for `entry_step`, the plan's) when the execution runs with
+/// nothing live and no token of it was ever created (`created`: no
+/// `token.created`, no `next.selected` in its log). The
+/// events name the entry token only once it went out (`token.created`)
+/// or the execution queued (`execution.queued`); a first delivery that
+/// stopped between `playbook.initialized` and either left neither, and
+/// without the token the execution, once started or promoted, waits with
+/// nothing to run.
+pub fn with_entry_owed(
+    header: &ExecHeader,
+    created: bool,
+    entry_step: Option<&str>,
+    eid: &str,
+) -> ExecHeader {
+    let mut h = header.clone();
+    let owed = h.status == crate::state::ExecStatus::Running && h.live.is_empty() && !created;
+    if let (true, Some(step)) = (owed, entry_step) {
+        let entry = crate::token::entry_token_id(eid);
+        h.live.push(crate::state::TokenRecord::new(entry, step));
+    }
+    h
 }
 
 /// Write back the missing records of `eid` from `folded`, the fold of
@@ -433,4 +480,45 @@ async fn logged_kinds(
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ExecStatus, TokenRecord};
+
+    #[test]
+    fn only_a_running_header_with_nothing_live_and_no_token_created_gets_its_entry() {
+        let entry = crate::token::entry_token_id("e1");
+        let h = ExecHeader::running("e1".to_string(), Vec::new());
+        let given = with_entry_owed(&h, false, Some("start"), "e1");
+        assert_eq!(given.live, [TokenRecord::new(entry, "start")]);
+        assert!(
+            with_entry_owed(&h, true, Some("start"), "e1")
+                .live
+                .is_empty(),
+            "a token went out"
+        );
+        assert!(
+            with_entry_owed(&h, false, None, "e1").live.is_empty(),
+            "no plan to name the step"
+        );
+        let mut live = h.clone();
+        live.live.push(TokenRecord::new("t", "next"));
+        assert_eq!(
+            with_entry_owed(&live, false, Some("start"), "e1")
+                .live
+                .len(),
+            1,
+            "a token is live"
+        );
+        let mut ended = h.clone();
+        ended.status = ExecStatus::Completed;
+        assert!(
+            with_entry_owed(&ended, false, Some("start"), "e1")
+                .live
+                .is_empty(),
+            "ended"
+        );
+    }
 }

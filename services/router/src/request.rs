@@ -316,55 +316,18 @@ async fn logged_already(
     eid: &str,
     req: &ExecutionRequest,
 ) -> Result<(), HandlerError> {
-    let Some(header) = noetl_mesh::rebuild::running_header(mesh, eid).await? else {
+    // Written back with its entry token when that never went out
+    // (`rebuild::with_entry_owed`).
+    if noetl_mesh::rebuild::running_header(mesh, eid)
+        .await?
+        .is_none()
+    {
         return Err(HandlerError::Refused(reused(eid)));
-    };
-    if entry_owed(&header) {
-        restore_entry(mesh, eid).await?;
     }
     match accepted_already(mesh, headers, eid, req).await? {
         true => Ok(()),
         false => Err(HandlerError::Refused(reused(eid))),
     }
-}
-
-/// Whether `header`, written back from the events of a running execution,
-/// may lack the entry token its first delivery's header held: nothing is
-/// live. Its events say that token only once it went out (`token.created`)
-/// or the execution was queued (`execution.queued`); a first delivery that
-/// stopped between `playbook.initialized` and either left neither.
-fn entry_owed(header: &ExecHeader) -> bool {
-    header.status == ExecStatus::Running && header.live.is_empty()
-}
-
-/// Give the header of running execution `eid` its entry token back when
-/// no token of it was ever created ([`entry_owed`]): without it the
-/// execution, once its slot is its, waits with nothing live.
-async fn restore_entry(mesh: &Mesh, eid: &str) -> Result<(), HandlerError> {
-    use noetl_mesh::event_type::EventType;
-    if (mesh.last_event_seq(eid, EventType::TokenCreated).await?).is_some() {
-        return Ok(());
-    }
-    let Some(plan) = accepted_plan(mesh, eid).await? else {
-        return Ok(());
-    };
-    let step = (plan.playbook.entry_step()).map_or_else(String::new, |s| s.step.clone());
-    let entry = TokenRecord::new(crate::entry::entry_token_id(eid), step);
-    kv::update(
-        mesh.exec_kv(),
-        &Keys::header(eid),
-        |h: Option<&ExecHeader>| match h {
-            Some(h) if entry_owed(h) => {
-                let mut h = h.clone();
-                h.live.push(entry.clone());
-                kv::Cas::Write(h)
-            }
-            _ => kv::Cas::Keep,
-        },
-    )
-    .await?;
-    tracing::warn!(execution_id = %eid, "entry token missing from the header written back from the events: given back");
-    Ok(())
 }
 
 /// Why a request under `eid`, an id the event log holds already, is not
@@ -669,17 +632,6 @@ mod tests {
             execution_id: id.into(),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn only_a_running_header_with_nothing_live_is_owed_its_entry() {
-        let mut h = ExecHeader::running("e1".to_string(), Vec::new());
-        assert!(entry_owed(&h));
-        h.live.push(TokenRecord::new("t", "start"));
-        assert!(!entry_owed(&h), "a token is live");
-        h.live.clear();
-        h.status = ExecStatus::Completed;
-        assert!(!entry_owed(&h), "ended");
     }
 
     #[test]
