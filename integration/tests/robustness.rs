@@ -520,6 +520,12 @@ async fn a_copy_of_a_request_whose_entry_never_went_out_starts_it() {
             .unwrap();
     };
     publish(request("holder")).await;
+    // The router takes requests concurrently: `next` is sent once
+    // `holder` holds the slot, or it could be the one to run first.
+    let started = |e: &Event| e.event_type == EventType::WorkflowInitialized.wire_name();
+    cluster
+        .wait_for_event("holder", "its start", Duration::from_secs(20), started)
+        .await;
     publish(request("next")).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let queued = loop {
