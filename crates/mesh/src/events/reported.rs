@@ -9,13 +9,6 @@ use std::ops::ControlFlow;
 use crate::event_type::EventType;
 use crate::events::ReadFrom;
 
-/// The part of an iteration's end that names it.
-#[derive(serde::Deserialize)]
-struct Named {
-    loop_run_id: String,
-    index: u64,
-}
-
 impl crate::Mesh {
     /// Whether claim `seq` of loop run `loop_run_id` of execution `eid` has
     /// its `loop.claimed` stored (read on the rare paths of a claim command
@@ -66,7 +59,7 @@ impl crate::Mesh {
                     )
                 });
                 for end in ends {
-                    match crate::payloads::decode::<Named>(&end) {
+                    match crate::payloads::decode::<crate::payloads::IterationNamed>(&end) {
                         Ok(n) if n.loop_run_id == loop_run_id => {
                             ended.insert(n.index);
                         }

@@ -42,6 +42,18 @@ pub struct IterationStarted {
     pub claim: Option<u64>,
 }
 
+/// The part every iteration event (`loop.iteration.started`, `.done`,
+/// `.failed`) shares, naming the iteration: for readers that need no more
+/// of it (which iterations ran, which ended).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct IterationNamed {
+    /// The loop run (its step-run id; empty in a batch's compact end).
+    #[serde(default)]
+    pub loop_run_id: String,
+    /// The iteration.
+    pub index: u64,
+}
+
 /// How a step or an iteration ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

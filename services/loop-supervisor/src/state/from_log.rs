@@ -93,11 +93,9 @@ fn ran(ev: &Event) -> Option<u64> {
         _ => return None,
     }
     // The index alone: an end's other fields are read where it is counted.
-    #[derive(serde::Deserialize)]
-    struct Index {
-        index: u64,
-    }
-    payloads::decode::<Index>(ev).ok().map(|i| i.index)
+    payloads::decode::<payloads::IterationNamed>(ev)
+        .ok()
+        .map(|i| i.index)
 }
 
 /// Iteration `index` ran live: put it in flight in `r` (the fold) when the
