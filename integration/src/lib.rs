@@ -398,6 +398,25 @@ impl Cluster {
         events_of(&self.mesh, &self.mesh.subjects().events_of(eid)).await
     }
 
+    /// Wait until durable consumer `name` of the work stream has nothing
+    /// pending or unacked (what it was sent is handled); panics after
+    /// 10 s, naming it.
+    pub async fn drained(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stream = (self.mesh.js())
+                .get_stream(self.mesh.subjects().work_stream())
+                .await
+                .expect("the work stream");
+            let info = stream.consumer_info(name).await.expect("the consumer");
+            if info.num_pending == 0 && info.num_ack_pending == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "consumer {name} did not drain");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Wait until an event of `eid` matches `pred` and return the events
     /// so far; panics after `timeout`, naming `what` it waited for.
     pub async fn wait_for_event(

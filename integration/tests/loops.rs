@@ -784,26 +784,6 @@ async fn a_redelivered_start_of_a_finished_run_emits_its_one_loop_done() {
     cluster.stop().await;
 }
 
-/// Wait until the durable consumer `name` of the work stream has nothing
-/// pending or unacknowledged.
-async fn drained(cluster: &Cluster, name: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stream = cluster
-            .mesh
-            .js()
-            .get_stream(cluster.mesh.subjects().work_stream())
-            .await
-            .unwrap();
-        let info = stream.consumer_info(name).await.unwrap();
-        if info.num_pending == 0 && info.num_ack_pending == 0 {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{name} did not drain");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_task_command_applies_its_set_ctx_once() {
     let cluster = Cluster::start().await;
@@ -856,7 +836,7 @@ workflow:
         .wait()
         .await
         .unwrap();
-    drained(&cluster, "noetl-executor-noop").await;
+    cluster.drained("noetl-executor-noop").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let s = cluster.mesh.exec_summary(&eid).await.unwrap().unwrap();
     assert_eq!(
@@ -1077,7 +1057,7 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
     for (n, t) in tokens.iter().enumerate() {
         publish(t.clone(), format!("again-{n}")).await;
     }
-    drained(&cluster, "noetl-scheduler").await;
+    cluster.drained("noetl-scheduler").await;
     // Then a new token from `left` alone: with a re-armed join (the
     // absorbed `right` arrived again) it would fire with a stale token.
     let mut fresh = tokens
@@ -1087,7 +1067,7 @@ async fn redelivered_tokens_neither_re_arm_nor_re_fire_a_join() {
         .clone();
     fresh.token_id = "fresh-left".into();
     publish(fresh, "fresh-left".into()).await;
-    drained(&cluster, "noetl-scheduler").await;
+    cluster.drained("noetl-scheduler").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let evs = cluster.events(&eid).await;
     let started = evs

@@ -454,16 +454,7 @@ async fn a_copy_of_a_running_execution_s_request_with_its_header_purged_goes_on(
     let s = cluster.wait("copy-1", Duration::from_secs(30)).await;
     assert_eq!(serde_json::to_value(s.status).unwrap(), "completed");
     // The copy was handled, and not dead-lettered.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stream = m.js().get_stream(m.subjects().work_stream()).await.unwrap();
-        let info = stream.consumer_info("noetl-router-requests").await.unwrap();
-        if info.num_pending == 0 && info.num_ack_pending == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "requests not drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cluster.drained("noetl-router-requests").await;
     let dlq = m.js().get_stream(m.subjects().dlq_stream()).await.unwrap();
     let dead = m.subjects().dead_letter("router-requests");
     let last = dlq.get_last_raw_message_by_subject(&dead).await;
@@ -1217,19 +1208,7 @@ async fn iterations_sent_again_after_their_loop_run_was_purged_run_nothing() {
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
     assert_eq!(s.ctx["total"], json!(6), "{s:?}");
     // The window sent again is handled (acked) before its effects are read.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stream = (cluster.mesh.js())
-            .get_stream(cluster.mesh.subjects().work_stream())
-            .await
-            .unwrap();
-        let info = stream.consumer_info("noetl-executor-python").await.unwrap();
-        if info.num_pending == 0 && info.num_ack_pending == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "python did not drain");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cluster.drained("noetl-executor-python").await;
     assert_eq!(effects(&log), ["ran 0", "ran 1", "ran 2", "ran 3"]);
     cluster.assert_replays(&eid).await;
     cluster.stop().await;
