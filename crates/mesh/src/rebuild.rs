@@ -478,7 +478,6 @@ async fn logged_kinds(
             }
         }
     }
-    out.sort();
     Ok(out)
 }
 
