@@ -308,7 +308,12 @@ impl<H: Handle> Handler for Typed<H> {
         let handler = self.0.clone();
         Box::pin(async move {
             let result = run(handler, msg.clone()).await;
-            disposition(result, runtime::age(&msg))
+            // Only an unknown execution's message is decided by its age.
+            let age = match &result {
+                Err(HandlerError::Unknown(_)) => runtime::age(&msg),
+                _ => None,
+            };
+            disposition(result, age)
         })
     }
 }
