@@ -235,7 +235,7 @@ fn header_to_write(
             Some(EventType::TokenCreated | EventType::NextSelected)
         )
     });
-    let h = with_entry_owed(folded, created, entry_step, eid);
+    let h = with_entry_owed(folded, created, entry_step);
     if h.live.len() > folded.live.len() {
         tracing::warn!(execution_id = %eid, "header to write back given its entry token, which its events do not name");
     }
@@ -251,16 +251,11 @@ fn header_to_write(
 /// stopped between `playbook.initialized` and either left neither, and
 /// without the token the execution, once started or promoted, waits with
 /// nothing to run.
-pub fn with_entry_owed(
-    header: &ExecHeader,
-    created: bool,
-    entry_step: Option<&str>,
-    eid: &str,
-) -> ExecHeader {
+fn with_entry_owed(header: &ExecHeader, created: bool, entry_step: Option<&str>) -> ExecHeader {
     let mut h = header.clone();
     let owed = h.status == crate::state::ExecStatus::Running && h.live.is_empty() && !created;
     if let (true, Some(step)) = (owed, entry_step) {
-        let entry = crate::token::entry_token_id(eid);
+        let entry = crate::token::entry_token_id(&h.execution_id);
         h.live.push(crate::state::TokenRecord::new(entry, step));
     }
     h
@@ -490,31 +485,27 @@ mod tests {
     fn only_a_running_header_with_nothing_live_and_no_token_created_gets_its_entry() {
         let entry = crate::token::entry_token_id("e1");
         let h = ExecHeader::running("e1".to_string(), Vec::new());
-        let given = with_entry_owed(&h, false, Some("start"), "e1");
+        let given = with_entry_owed(&h, false, Some("start"));
         assert_eq!(given.live, [TokenRecord::new(entry, "start")]);
         assert!(
-            with_entry_owed(&h, true, Some("start"), "e1")
-                .live
-                .is_empty(),
+            with_entry_owed(&h, true, Some("start")).live.is_empty(),
             "a token went out"
         );
         assert!(
-            with_entry_owed(&h, false, None, "e1").live.is_empty(),
+            with_entry_owed(&h, false, None).live.is_empty(),
             "no plan to name the step"
         );
         let mut live = h.clone();
         live.live.push(TokenRecord::new("t", "next"));
         assert_eq!(
-            with_entry_owed(&live, false, Some("start"), "e1")
-                .live
-                .len(),
+            with_entry_owed(&live, false, Some("start")).live.len(),
             1,
             "a token is live"
         );
         let mut ended = h.clone();
         ended.status = ExecStatus::Completed;
         assert!(
-            with_entry_owed(&ended, false, Some("start"), "e1")
+            with_entry_owed(&ended, false, Some("start"))
                 .live
                 .is_empty(),
             "ended"
