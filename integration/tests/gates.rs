@@ -209,31 +209,40 @@ async fn cancel_oldest_cancels_the_holder_and_starts_the_new_execution() {
     c.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_that_ended_without_releasing_is_swept_and_the_line_moves() {
-    use noetl_mesh::gate::{ConcRecord, Entry, Owner};
-    let c = Cluster::start().await;
-    let (fast, url) = Gauge::serve(Duration::from_millis(10)).await;
-    let yaml = per_customer(1, "queue");
-    let holder = |id: &str| Entry {
+/// Execution `id` as a key's holder since now.
+fn holder(id: &str) -> noetl_mesh::gate::Entry {
+    noetl_mesh::gate::Entry {
         id: id.into(),
-        owner: Owner {
+        owner: noetl_mesh::gate::Owner {
             execution_id: id.into(),
             ..Default::default()
         },
         since_ms: events::now_ms(),
         ..Default::default()
-    };
+    }
+}
+
+/// The record of execution key `key` (limit 1) with its slot held by `id`.
+fn held_by(key: &str, id: &str) -> noetl_mesh::gate::ConcRecord {
+    noetl_mesh::gate::ConcRecord {
+        key: key.into(),
+        limit: 1,
+        holders: vec![holder(id)],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_ended_without_releasing_is_swept_and_the_line_moves() {
+    use noetl_mesh::gate::ConcRecord;
+    let c = Cluster::start().await;
+    let (fast, url) = Gauge::serve(Duration::from_millis(10)).await;
+    let yaml = per_customer(1, "queue");
     let kv_key = noetl_mesh::keys::Keys::gate_execution("cust-g");
     let store = c.mesh.gates_kv();
     // The key's only slot is held (by an execution starting right now),
     // so a new one waits in line.
-    let held = ConcRecord {
-        key: "cust-g".into(),
-        limit: 1,
-        holders: vec![holder("starting")],
-        ..Default::default()
-    };
+    let held = held_by("cust-g", "starting");
     noetl_mesh::kv::put(store, &kv_key, &held).await.unwrap();
     let workload = json!({"customer": "g", "url": url});
     c.submit_as("swept", &yaml, "p.yaml", workload).await;
@@ -271,27 +280,13 @@ async fn a_holder_that_ended_without_releasing_is_swept_and_the_line_moves() {
 /// `0x675c6d2d24835094` left such an execution queued for good).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_whose_record_is_lost_with_no_release_to_come_still_moves() {
-    use noetl_mesh::gate::{ConcRecord, Entry, Owner};
+    use noetl_mesh::gate::ConcRecord;
     let c = Cluster::start().await;
     let (gauge, url) = Gauge::serve(Duration::from_millis(10)).await;
     let yaml = per_customer(1, "queue");
     let kv_key = noetl_mesh::keys::Keys::gate_execution("cust-l");
     let store = c.mesh.gates_kv();
-    let ghost = Entry {
-        id: "ghost".into(),
-        owner: Owner {
-            execution_id: "ghost".into(),
-            ..Default::default()
-        },
-        since_ms: events::now_ms(),
-        ..Default::default()
-    };
-    let held = ConcRecord {
-        key: "cust-l".into(),
-        limit: 1,
-        holders: vec![ghost],
-        ..Default::default()
-    };
+    let held = held_by("cust-l", "ghost");
     noetl_mesh::kv::put(store, &kv_key, &held).await.unwrap();
     let workload = json!({"customer": "l", "url": url});
     c.submit_as("lined", &yaml, "p.yaml", workload).await;
