@@ -23,16 +23,26 @@ pub const CREDENTIAL: &str = "mix_db";
 
 /// Store [`CREDENTIAL`] (the machine's PostgreSQL) in the mesh's vault:
 /// every run that drives the mix does, before it submits.
+/// A write refused for now (a cluster that has just created the bucket's
+/// stream may not route to it yet: "no stream found for given subject")
+/// is tried again for up to 10 s, as a service would.
 pub async fn register_credential(mesh: &noetl_mesh::Mesh) {
-    mesh.vault()
-        .put(&noetl_mesh::credentials::Credential {
-            name: CREDENTIAL.into(),
-            kind: "postgres_credential".into(),
-            data: serde_json::json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
-                                     "password": "mix-pw-never-shown", "database": "test"}),
-        })
-        .await
-        .expect("store the mix's credential");
+    let credential = noetl_mesh::credentials::Credential {
+        name: CREDENTIAL.into(),
+        kind: "postgres_credential".into(),
+        data: serde_json::json!({"host": "127.0.0.1", "port": 5432, "user": "postgres",
+                                 "password": "mix-pw-never-shown", "database": "test"}),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match mesh.vault().put(&credential).await {
+            Ok(_) => return,
+            Err(e) if e.kind().is_retryable() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("store the mix's credential: {e:?}"),
+        }
+    }
 }
 
 async fn client() -> tokio_postgres::Client {
