@@ -146,20 +146,18 @@ impl Tool for DuckdbTool {
 #[cfg(feature = "engine")]
 async fn run(who: String, job: Job) -> ToolReturn {
     let timeout = job.timeout;
-    let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let handle: Slot = std::sync::Arc::new(std::sync::Mutex::new(None));
     let slot = handle.clone();
-    let work = tokio::task::spawn_blocking(move || {
+    let mut work = tokio::task::spawn_blocking(move || {
         engine::run(&job, |h| {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(h)
         })
     });
-    let finished = tokio::time::timeout(timeout, work).await;
+    let finished = tokio::time::timeout(timeout, &mut work).await;
     if finished.is_err() {
-        // Stop the query: DuckDB fails it at its next check, and the
-        // blocking thread is free again.
-        if let Some(h) = handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            h.interrupt();
-        }
+        // Now, and again until it is over (in the background).
+        interrupt(&handle);
+        tokio::spawn(async move { stop(&handle, &work).await });
     }
     match finished {
         Ok(Ok(Ok(result))) => ToolReturn::from(Outcome::ok(result)),
@@ -174,6 +172,29 @@ async fn run(who: String, job: Job) -> ToolReturn {
             format!("{who}: did not finish within {}s", timeout.as_secs_f64()),
             true,
         )),
+    }
+}
+
+/// Where the job's interrupt handle lands once its database is open.
+#[cfg(feature = "engine")]
+type Slot = std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<duckdb::InterruptHandle>>>>;
+
+/// Stop a job past its deadline so its blocking thread is free again:
+/// interrupt it until it is over. One interrupt is not enough: DuckDB
+/// clears the flag when a statement starts, so an interrupt that lands
+/// while the database opens, a table loads or between statements is lost.
+#[cfg(feature = "engine")]
+async fn stop<T>(handle: &Slot, work: &tokio::task::JoinHandle<T>) {
+    while !work.is_finished() {
+        interrupt(handle);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(feature = "engine")]
+fn interrupt(handle: &Slot) {
+    if let Some(h) = handle.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        h.interrupt();
     }
 }
 
@@ -208,5 +229,38 @@ mod tests {
         ));
         let bad = json!({"command": "select 1; select 2", "params": [1]});
         assert!(job(bad.as_object().unwrap(), &Value::Null).is_err());
+    }
+
+    /// An interrupt that lands before the statement starts is lost (DuckDB
+    /// clears it when the statement begins); `stop` still stops the job.
+    #[cfg(feature = "engine")]
+    #[tokio::test]
+    async fn a_job_past_its_deadline_stops_even_when_its_first_interrupt_is_lost() {
+        let job = Job {
+            // 10^12 rows: hours of work unless interrupted.
+            statements: vec![
+                "select sum(a.range * b.range) from range(1000000) a, range(1000000) b".into(),
+            ],
+            params: vec![],
+            database: None,
+            tables: vec![],
+            timeout: Duration::from_secs(1),
+        };
+        let handle: Slot = Default::default();
+        let slot = handle.clone();
+        let (opened, go) = std::sync::mpsc::channel::<()>();
+        let work = tokio::task::spawn_blocking(move || {
+            engine::run(&job, |h| {
+                h.interrupt(); // before any statement: cleared when it starts
+                *slot.lock().unwrap() = Some(h);
+                opened.send(()).unwrap();
+            })
+        });
+        go.recv().unwrap();
+        tokio::time::timeout(Duration::from_secs(120), stop(&handle, &work))
+            .await
+            .expect("the job ran on past its interrupts");
+        let err = work.await.unwrap().unwrap_err();
+        assert!(err.to_lowercase().contains("interrupt"), "{err}");
     }
 }
