@@ -245,7 +245,8 @@ pub(crate) fn new_run(
 /// successfully there are not run again (counted as done; their `sum` /
 /// `min` / `max` contributions were folded into `ctx` when `old` ended, or
 /// are carried here when it never ended); the ones that failed or never
-/// finished are dispatched first, then the ones never started. `fresh`
+/// finished (those `old`, itself resumed, had still to run again among
+/// them) are dispatched first, then the ones never started. `fresh`
 /// unchanged when `old` cannot say which iterations finished (a cursor
 /// loop, another item count, a run recorded before failures were kept by
 /// index): every iteration runs again.
@@ -257,6 +258,7 @@ pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun) -> LoopRun {
     let mut redo: Vec<u64> = (old.failed_at.iter())
         .chain(&old.in_flight)
         .chain(&old.held)
+        .chain(&old.redo)
         .copied()
         .filter(|i| *i < old.next)
         .collect();

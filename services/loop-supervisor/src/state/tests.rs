@@ -373,6 +373,38 @@ fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
 }
 
 #[test]
+fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
+    // 10 items one at a time: 3 and 5 failed; the first resume runs 3
+    // again, which fails again and stops the run (fail fast) before 5 went
+    // out.
+    let mut base = window(10, 1);
+    base.next = 10;
+    base.in_flight.clear();
+    base.done = 8;
+    (base.failed, base.failed_at) = (2, vec![3, 5]);
+    let first = resumed(window(10, 1), &base);
+    assert_eq!(
+        (first.in_flight.clone(), first.redo.clone()),
+        (vec![3], vec![5])
+    );
+    let (first, _) = arrive(&first, 3, &failed(), true).unwrap();
+    assert!(first.stopped && first.finished(), "{first:?}");
+    assert_eq!(first.redo, vec![5]);
+    // The second resume runs both: 5 never ran after the first failure.
+    let second = resumed(window(10, 1), &first);
+    assert_eq!(
+        (second.in_flight.clone(), second.redo.clone()),
+        (vec![3], vec![5])
+    );
+    let mut r = second;
+    for i in [3, 5] {
+        r = arrive(&r, i, &ok(json!({})), false).unwrap().0;
+    }
+    assert!(r.finished());
+    assert_eq!((r.done, r.failed), (10, 0));
+}
+
+#[test]
 fn a_run_that_cannot_say_what_finished_runs_everything_again() {
     let mut old = window(4, 4);
     old = arrive(&old, 0, &failed(), false).unwrap().0;
