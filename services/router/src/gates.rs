@@ -344,10 +344,16 @@ const RESTORE_EVERY: u64 = 6;
 /// walks the records there are, and an end released while its record
 /// was gone starts nobody, so nothing else would start such an execution.
 /// One listing of the stream's subjects (which executions queued and have
-/// not ended), then one header read for each.
+/// not ended) and one read of the records; then one header read for each
+/// execution no record names ([`unlisted`]: none, unless records were lost).
 pub async fn restore_lost(mesh: &Mesh) -> Result<(), MeshError> {
+    let queued = noetl_mesh::rebuild::queued(mesh).await?;
+    if queued.is_empty() {
+        return Ok(());
+    }
+    let records = gates::executions(mesh.gates_kv()).await?;
     let mut looked = std::collections::HashSet::new();
-    for eid in noetl_mesh::rebuild::queued(mesh).await? {
+    for eid in unlisted(queued, &records) {
         let Some(plan) = still_queued(mesh, &eid).await? else {
             continue;
         };
@@ -359,6 +365,20 @@ pub async fn restore_lost(mesh: &Mesh) -> Result<(), MeshError> {
         }
     }
     Ok(())
+}
+
+/// The executions of `queued` that no record of `records` names as a
+/// holder or a waiter: only their records can be lost.
+fn unlisted(queued: Vec<String>, records: &[(String, ConcRecord)]) -> Vec<String> {
+    let named: std::collections::HashSet<&str> = records
+        .iter()
+        .flat_map(|(_, r)| r.holders.iter().chain(&r.waiting))
+        .map(|e| e.id.as_str())
+        .collect();
+    queued
+        .into_iter()
+        .filter(|eid| !named.contains(eid.as_str()))
+        .collect()
 }
 
 /// One pass over the execution gates: drop holders that ended without
@@ -457,16 +477,37 @@ mod tests {
         assert!(keyed(&p).unwrap().is_err());
     }
 
-    #[test]
-    fn holders_are_named_in_order() {
-        let e = |id: &str| Entry {
+    fn entry(id: &str) -> Entry {
+        Entry {
             id: id.into(),
             owner: Owner {
                 execution_id: id.into(),
                 ..Default::default()
             },
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn holders_are_named_in_order() {
+        assert_eq!(labels(&[entry("e1"), entry("e2")]), "e1, e2");
+    }
+
+    #[test]
+    fn only_queued_executions_no_record_names_are_looked_at() {
+        let rec = |holders: &[&str], waiting: &[&str]| ConcRecord {
+            key: "k".into(),
+            limit: 1,
+            holders: holders.iter().map(|id| entry(id)).collect(),
+            waiting: waiting.iter().map(|id| entry(id)).collect(),
+            ..Default::default()
         };
-        assert_eq!(labels(&[e("e1"), e("e2")]), "e1, e2");
+        let records = vec![
+            ("a".to_string(), rec(&["e1"], &["e2", "e3"])),
+            ("b".to_string(), rec(&["e4"], &[])),
+        ];
+        let queued = ["e2", "e5", "e4", "e6"].map(String::from).to_vec();
+        assert_eq!(unlisted(queued.clone(), &records), ["e5", "e6"]);
+        assert_eq!(unlisted(queued.clone(), &[]), queued, "a lost bucket");
     }
 }
