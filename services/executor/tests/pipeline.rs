@@ -872,3 +872,43 @@ async fn a_command_that_arrives_before_its_plan_runs_once_the_plan_is_there() {
     );
     h.stop().await;
 }
+
+/// A copy of an iteration's command that comes after the iteration's end
+/// is stored, while its loop run is missing from the loop bucket (purged:
+/// here never written), is acked without running: the log says the
+/// iteration ended, so its tool calls do not run twice.
+#[tokio::test]
+async fn a_late_copy_of_an_ended_iteration_whose_loop_run_is_lost_does_not_run_again() {
+    // One task at a time, and a copy that waited past 100 ms in the queue
+    // is read as one that may be stale.
+    let h = Harness::configured(vec![vec![noop(), python()]], 1, |c| {
+        c.executor_wait = Duration::from_millis(100)
+    })
+    .await;
+    let eid = "e-late-copy";
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    h.plan(
+        eid,
+        json!([{"step": "each", "loop": {"in": "{{ workload.items }}", "iterator": "item"}, "tool": [
+            {"name": "work", "kind": "python", "args": {"path": runs.to_str().unwrap()},
+             "code": "import time\nopen(path, 'a').write('x')\ntime.sleep(0.5)\nresult = 1"},
+        ]}]),
+        json!({"items": ["a"]}),
+    )
+    .await;
+    let mut log = h.events(eid).await;
+    let it = iteration(eid, "each", "loop-1", 0, json!({"item": "a", "index": 0}));
+    h.send_as("python", &it, "copy-1").await;
+    // Waits behind the first, which stores the iteration's end.
+    h.send_as("python", &it, "copy-2").await;
+    log.until(EventType::LoopIterationDone.wire_name()).await;
+    log.settle(Duration::from_millis(1500)).await;
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "x",
+        "the tool ran once"
+    );
+    assert_eq!(log.of(EventType::LoopIterationDone.wire_name()).len(), 1);
+    h.stop().await;
+}

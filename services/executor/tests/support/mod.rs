@@ -47,11 +47,21 @@ impl Harness {
 
     /// A server and one executor replica per tool list.
     pub async fn with_replicas(replicas: Vec<Vec<Arc<dyn Tool>>>, concurrency: usize) -> Self {
+        Self::configured(replicas, concurrency, |_| {}).await
+    }
+
+    /// As [`Self::with_replicas`], the mesh's settings changed by `set`.
+    pub async fn configured(
+        replicas: Vec<Vec<Arc<dyn Tool>>>,
+        concurrency: usize,
+        set: impl FnOnce(&mut MeshConfig),
+    ) -> Self {
         let server = TestServer::start();
-        let config = MeshConfig {
+        let mut config = MeshConfig {
             nats_url: server.url(),
             ..MeshConfig::default()
         };
+        set(&mut config);
         let mesh = Mesh::connect(config.clone()).await.expect("mesh connects");
         let only_executors = Options {
             replicas: 0,
