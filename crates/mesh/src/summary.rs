@@ -109,6 +109,31 @@ impl crate::Mesh {
         }
     }
 
+    /// Every execution's header as the lists show them (`noetl exec list`,
+    /// `GET /api/executions`): the exec bucket's ([`Self::executions`]),
+    /// and for each execution its events say runs whose header is missing
+    /// (purged, before its next event writes it back) the one its events
+    /// give (read only). Besides the bucket's scan, one listing of the
+    /// events stream's subjects ([`crate::rebuild::running`]); a fold only
+    /// for a header that is missing.
+    pub async fn listed_executions(
+        &self,
+    ) -> Result<Vec<(String, Result<ExecHeader, crate::MeshError>)>, crate::MeshError> {
+        let mut all = self.executions().await?;
+        let stored: std::collections::HashSet<String> =
+            all.iter().map(|(key, _)| key.clone()).collect();
+        for eid in crate::rebuild::running(self).await? {
+            let key = Keys::header(&eid);
+            if stored.contains(&key) {
+                continue;
+            }
+            if let Some(h) = self.running_fold(&eid).await?.and_then(|f| f.header) {
+                all.push((key, Ok(h)));
+            }
+        }
+        Ok(all)
+    }
+
     /// The header of `eid`: the stored one, else the one its events give,
     /// running or ended (read only; `None` when the log has none of it).
     /// What a late copy of a command reads: after `noetl admin compact`,

@@ -1267,7 +1267,7 @@ async fn noetls_client_finds_its_fields_and_routes() {
         .execute(admin, "tests/api_slow", json!({"seconds": 30}))
         .await;
     // Its header purged while it runs: the status NoETL's client polls
-    // is the one its events give, not 404.
+    // is the one its events give, not 404, and the list still shows it.
     let mesh = &api.cluster.mesh;
     let header_key = noetl_mesh::keys::Keys::header(&slow);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1281,6 +1281,17 @@ async fn noetls_client_finds_its_fields_and_routes() {
         .await;
     assert_eq!(running.status, 200, "{}", running.text);
     assert_eq!(running.json["completed"], false, "{}", running.text);
+    let listed = api.get("/api/executions?status=RUNNING", viewer).await;
+    assert!(
+        listed
+            .json
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["execution_id"] == slow.as_str()),
+        "listed while its header is purged: {}",
+        listed.text
+    );
     let cancel = api
         .post(
             &format!("/api/executions/{slow}/cancel"),

@@ -851,8 +851,8 @@ fn replay_against_a_changed_playbook_reports_the_first_decision_that_differs() {
 }
 
 /// A running execution whose header was purged is still one the CLI
-/// knows and operates: `exec status` and `exec why` show it running (from
-/// its events), `pause`, `unpause`, `signal` and `cancel` act on it.
+/// knows and operates: `exec status`, `exec why` and `exec list` show it
+/// running (from its events), `pause`, `unpause`, `signal` and `cancel` act on it.
 /// Before, each read the header alone and answered "no execution" (exit
 /// 3) until the execution's next event wrote it back.
 #[test]
@@ -884,6 +884,20 @@ fn a_running_execution_whose_header_was_purged_is_still_operated_from_the_cli() 
     purge_header(&id);
     assert_eq!(cli(&["exec", "status", &id])["status"], "running");
     assert_eq!(cli(&["exec", "why", &id])["status"], "running");
+    // Listed too (one JSON line per execution), the header still purged.
+    let (out, _) = run(noetl().args(["exec", "list", "--json", "--nats", &url]));
+    assert!(out.status.success(), "{}", text(&out));
+    let listed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .any(|r| r["execution_id"] == id.as_str() && r["status"] == "running"),
+        "{listed:?}"
+    );
+    assert!(rt.block_on(mesh.exec_header(&id)).unwrap().is_none());
     purge_header(&id);
     assert_eq!(cli(&["exec", "pause", &id])["paused"], true);
     purge_header(&id);

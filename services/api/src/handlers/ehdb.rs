@@ -56,7 +56,7 @@ pub async fn executions(
     let f = filter(&q)?;
     let headers: Vec<ExecHeader> = state
         .mesh
-        .executions()
+        .listed_executions()
         .await?
         .into_iter()
         .filter_map(|(_, h)| h.ok())

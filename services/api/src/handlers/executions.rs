@@ -43,7 +43,7 @@ pub async fn list(
 ) -> Result<Json<Vec<ExecutionSummary>>, ApiError> {
     let f = filter(&q)?;
     let mut headers = Vec::new();
-    for (key, h) in state.mesh.executions().await? {
+    for (key, h) in state.mesh.listed_executions().await? {
         match h {
             Ok(h) => headers.push(h),
             Err(e) => {

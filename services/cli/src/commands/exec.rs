@@ -331,7 +331,7 @@ async fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     let budget = Instant::now() + super::retry::DEFAULT_BUDGET;
     let executions = ride_out(budget, "listing executions", || async {
-        Ok(mesh.executions().await?)
+        Ok(mesh.listed_executions().await?)
     })
     .await?;
     // What holds running executions back, as `exec why` says: one read each.
