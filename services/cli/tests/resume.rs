@@ -245,6 +245,39 @@ fn a_failed_parallel_loop_runs_only_the_iterations_that_did_not_finish() {
     );
 }
 
+/// A loop resumed twice: the first resume (one iteration at a time) fails
+/// again on the first of the two failed items before the second went out;
+/// the second resume runs both. Before, it took only the failures of the
+/// run that stopped, and the item the first resume had still to run again
+/// was never run: the loop ended without it (`count` 9, `total` 40).
+#[test]
+fn a_loop_resumed_twice_runs_what_the_first_resume_had_left() {
+    let m = Mesh::up();
+    let id = m.start(&[&fixture("resume_loop_twice.yaml")]);
+    assert_eq!(m.ended(&id)["status"], "failed");
+    let failed_at = count(&m.events(&id), "loop.iteration.failed", true);
+    assert_eq!(failed_at.len(), 2, "items 3 and 5 fail: {failed_at:?}");
+
+    let (out, _) = m.resume(&id, &["--set", "window=1", "--set", "level=1"]);
+    ok(&out);
+    let again = m.ended(&id);
+    assert_eq!(again["status"], "failed", "item 3 fails again: {again}");
+    let failed = count(&m.events(&id), "loop.iteration.failed", true);
+    assert_eq!(failed.get("3"), Some(&2), "{failed:?}");
+    assert_eq!(failed.get("5"), Some(&1), "5 did not go out: {failed:?}");
+
+    let (out, _) = m.resume(&id, &["--set", "level=2"]);
+    ok(&out);
+    let done = m.ended(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["ctx"]["count"], 10, "{done}");
+    assert_eq!(done["ctx"]["total"], 45, "{done}");
+    let finished = count(&m.events(&id), "loop.iteration.done", true);
+    assert_eq!(finished.len(), 10, "every item finished: {finished:?}");
+    assert!(finished.values().all(|n| *n == 1), "{finished:?}");
+    m.replays(&id);
+}
+
 /// A failed loop whose KV state was compacted away (`noetl admin compact`:
 /// header, plan, step records, `ctx`, the stopped loop run) resumes from
 /// its events: its records are written back from them, and the new run
