@@ -151,6 +151,16 @@ fn count(events: &[Value], event_type: &str, by_index: bool) -> BTreeMap<String,
     out
 }
 
+/// Assert that the `seen` (`append`) of the summary `done` holds items 0
+/// to 9, each once.
+fn every_item_once(done: &Value) {
+    let mut seen: Vec<i64> = (done["ctx"]["seen"].as_array())
+        .map(|s| s.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>(), "every item once: {done}");
+}
+
 fn steps(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
@@ -272,9 +282,57 @@ fn a_loop_resumed_twice_runs_what_the_first_resume_had_left() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["ctx"]["count"], 10, "{done}");
     assert_eq!(done["ctx"]["total"], 45, "{done}");
+    every_item_once(&done);
     let finished = count(&m.events(&id), "loop.iteration.done", true);
     assert_eq!(finished.len(), 10, "every item finished: {finished:?}");
     assert!(finished.values().all(|n| *n == 1), "{finished:?}");
+    m.replays(&id);
+}
+
+/// A loop cancelled while it runs: its run never ends, so the growing
+/// reducers' contributions of its finished iterations are still only in
+/// its claims, and the resumed run folds them before its own. Before, the
+/// resumed run's finish looked for every counted success in its own claims
+/// and, never finding them, was retried until it was dead-lettered: the
+/// execution never ended; and the cancelled run went on starting
+/// iterations once the execution was resumed, beside the new run (every
+/// remaining item ran twice).
+#[test]
+fn a_cancelled_loop_resumed_keeps_the_contributions_of_the_run_it_continues() {
+    let m = Mesh::up();
+    let id = m.start(&[&fixture("resume_loop_cancelled.yaml")]);
+    support::wait_until(
+        "three iterations done",
+        std::time::Duration::from_secs(30),
+        || count(&m.events(&id), "loop.iteration.done", true).len() >= 3,
+    );
+    let (out, _) = m.run(&["exec", "cancel", &id, "--wait"]);
+    ok(&out);
+    let cancelled = m.ended(&id);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let before = count(&m.events(&id), "loop.iteration.done", true).len();
+    assert!(before < 10, "cancelled before the loop ended: {before}");
+
+    let (out, _) = m.resume(&id, &[]);
+    ok(&out);
+    let done = m.ended(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["ctx"]["count"], 10, "{done}");
+    every_item_once(&done);
+    // The cancelled run started nothing after the resume: only the two
+    // iterations in flight at the cancel may have ended in it since.
+    let events = m.events(&id);
+    let ends = |e: &&Value| e["event_type"] == "loop.iteration.done";
+    let first_run = events.iter().find(ends).unwrap()["payload"]["loop_run_id"].clone();
+    let in_first = events
+        .iter()
+        .filter(ends)
+        .filter(|e| e["payload"]["loop_run_id"] == first_run)
+        .count();
+    assert!(
+        in_first <= before + 2,
+        "{in_first} ended in the cancelled run, {before} before the cancel"
+    );
     m.replays(&id);
 }
 

@@ -91,8 +91,9 @@ pub(crate) async fn dispatch(
     indices: &[u64],
     how: Sending,
 ) -> Result<LoopRun, HandlerError> {
-    // A cancelled execution starts no more iterations.
-    if indices.is_empty() || w.mesh.still_stopped(w.at.eid()).await? {
+    // A cancelled execution starts no more iterations, nor does a run a
+    // resume's new run continues.
+    if indices.is_empty() || run.superseded || w.mesh.still_stopped(w.at.eid()).await? {
         return Ok(run);
     }
     if w.mesh.pauses().await?.is_paused(w.at.eid()) {

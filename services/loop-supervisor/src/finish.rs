@@ -23,6 +23,10 @@ use crate::state::{timed_out, LoopRun, RunAt};
 /// gone out yet; prune it when it went out but the run is still stored (a
 /// delivery that stopped between the two, delivered again).
 pub(crate) async fn settle(mesh: &Mesh, at: RunAt<'_>, run: &LoopRun) -> Result<(), HandlerError> {
+    if run.superseded {
+        // A resume's new run continues it: that run ends for both.
+        return Ok(());
+    }
     if run.finished() && !run.done_emitted {
         finish(mesh, at, run).await?;
     } else if run.done_emitted {

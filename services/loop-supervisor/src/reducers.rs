@@ -44,7 +44,8 @@ async fn read_claims(mesh: &Mesh, eid: &str, srid: &str) -> Result<Vec<(u64, Cla
 
 /// The claims read, with those the events give that were not read
 /// (by index, in index order): a claim read stands, as the fold of the
-/// same events would give it.
+/// same events would give it. Also a later run's claims (`read`) over an
+/// earlier one's (`rebuilt`).
 fn with_rebuilt(read: Vec<(u64, Claim)>, rebuilt: Vec<(u64, Claim)>) -> Vec<(u64, Claim)> {
     let mut by_index: std::collections::BTreeMap<u64, Claim> = rebuilt.into_iter().collect();
     by_index.extend(read);
@@ -60,13 +61,20 @@ fn contributions_complete(
     growing: bool,
 ) -> Result<(), String> {
     let read = successes(claims);
-    if growing && read < run.done {
+    if growing && read < in_claims(run) {
         return Err(format!(
-            "{} successful iterations counted, but the claims and the log give {read}: the growing reducers are not folded until every contribution is read",
-            run.done
+            "{} successful iterations counted whose contributions are in claims, but the claims and the log give {read}: the growing reducers are not folded until every contribution is read",
+            in_claims(run)
         ));
     }
     Ok(())
+}
+
+/// How many successful iterations of `run` have their growing
+/// contributions in claims (its own, and those of the runs it continues
+/// that never ended): those of an ended run it continues are in `ctx`.
+fn in_claims(run: &LoopRun) -> u64 {
+    run.done.saturating_sub(run.carried)
 }
 
 /// How many of `claims` are of successful iterations.
@@ -90,14 +98,22 @@ pub(crate) async fn apply_reducers(
     let reducers = reducers_of(at.step);
     // Growing contributions are only in the claims of successful
     // iterations.
-    let claims = if run.done > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
-        let claims = read_claims(mesh, eid, at.srid).await?;
-        if successes(&claims) < run.done {
+    // With those of the runs it continues that never ended: by index, a
+    // later run's claim over an earlier one's (an iteration the earlier
+    // run had not counted when it was superseded runs again here).
+    let claims = if in_claims(run) > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
+        let mut earlier = Vec::new();
+        for srid in &run.claims_of {
+            earlier = with_rebuilt(read_claims(mesh, eid, srid).await?, earlier);
+        }
+        let own = read_claims(mesh, eid, at.srid).await?;
+        let claims = with_rebuilt(own.clone(), earlier.clone());
+        if successes(&claims) < in_claims(run) {
             // The loop bucket lost some: written back from the events, and
             // taken from them here (not read back: the bucket may lose
             // them again meanwhile).
             let rebuilt = crate::rebuild::restore_claims(mesh, at).await?;
-            with_rebuilt(claims, rebuilt)
+            with_rebuilt(with_rebuilt(own, rebuilt), earlier)
         } else {
             claims
         }
@@ -348,5 +364,13 @@ mod tests {
         // reducers reads no claims.
         assert!(contributions_complete(&run(json!({}), 3), &[], true).is_err());
         assert!(contributions_complete(&run(json!({}), 3), &[], false).is_ok());
+        // A resumed run: eight successes of the ended run it continues are
+        // in ctx already, so its own two claims are all there is to read.
+        let resumed = LoopRun {
+            carried: 8,
+            ..run(json!({}), 10)
+        };
+        assert!(contributions_complete(&resumed, &claims, true).is_ok());
+        assert!(contributions_complete(&resumed, &claims[..1], true).is_err());
     }
 }

@@ -214,7 +214,7 @@ async fn first_claim(r: &Reported<'_>, index: u64, claim: Claim) -> Result<Claim
     let (eid, srid) = (r.ev.execution_id.as_str(), r.ev.step_run_id.as_str());
     let loop_kv = r.mesh.loop_kv();
     let current = r.run(srid).await?;
-    if !current.in_flight.contains(&index) {
+    if current.superseded || !current.in_flight.contains(&index) {
         return Ok(claim);
     }
     let ckey = Keys::claim(eid, srid, index);

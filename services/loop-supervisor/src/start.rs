@@ -9,8 +9,13 @@ use noetl_core::{
     FrameProcess, Loop, LoopMode, Step,
 };
 use noetl_mesh::{
-    codec, keys::Keys, kv, plan::PlanRecord, resume::LoopCarry, runtime::HandlerError, Mesh,
-    MeshError,
+    codec,
+    keys::Keys,
+    kv::{self, Cas},
+    plan::PlanRecord,
+    resume::LoopCarry,
+    runtime::HandlerError,
+    Mesh, MeshError,
 };
 use noetl_wire::LoopCommand;
 use serde_json::Value;
@@ -92,16 +97,31 @@ async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, M
     let Some(carry) = kv::get::<LoopCarry>(mesh.loop_kv(), &key).await? else {
         return Ok(run);
     };
-    let old = match kv::get::<LoopRun>(mesh.loop_kv(), &Keys::loop_run(eid, &carry.from)).await? {
+    let old = match supersede(mesh, &Keys::loop_run(eid, &carry.from)).await? {
         Some(old) => Some(old),
         None => crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await?,
     };
     let mut run = match old {
-        Some(old) => resumed(run, &old),
+        Some(old) => resumed(run, &old, &carry.from),
         None => run,
     };
     run.continues = carry.from;
     Ok(run)
+}
+
+/// Mark the stored run at `key` superseded ([`LoopRun::superseded`]) and
+/// return it as marked: what the new run continues, counted up to the
+/// write that stopped it counting. `None` when it is not stored.
+async fn supersede(mesh: &Mesh, key: &str) -> Result<Option<LoopRun>, MeshError> {
+    kv::update(mesh.loop_kv(), key, |r: Option<&LoopRun>| match r {
+        Some(r) if !r.superseded && !r.done_emitted => {
+            let mut r = r.clone();
+            r.superseded = true;
+            Cas::Write(r)
+        }
+        _ => Cas::Keep,
+    })
+    .await
 }
 
 /// A loop command being started, its loop's settings to render.

@@ -118,6 +118,25 @@ pub struct LoopRun {
     /// starts from ([`from_log`]). Empty for a run that continues none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continues: String,
+    /// Successful iterations of the runs this one continues whose growing
+    /// (`append` / `extend` / `merge`) contributions are in `ctx` already
+    /// (their run ended and folded them): counted in `done`, not looked
+    /// for in claims at the finish.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub carried: u64,
+    /// The runs this one continues that never ended (a cancel, or another
+    /// branch's failure, stopped them first), oldest first: their growing
+    /// contributions are still only in their claims, which the finish
+    /// folds before this run's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims_of: Vec<String>,
+    /// A resume's new run continues this one (marked in the write the new
+    /// run read it with): it counts no more reports, starts no more
+    /// iterations and never finishes, so what it had not counted then is
+    /// the new run's alone. A run stopped by a cancel otherwise went on
+    /// once its execution was resumed, beside the new run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub superseded: bool,
     /// The batches the window went out in (`[first, end)` index ranges),
     /// cut in the write that put their iterations in flight and kept while
     /// one of them is ([`batches`]): a window sent again goes out in them.
@@ -236,21 +255,25 @@ pub(crate) fn new_run(
         failed_at: Vec::new(),
         redo: Vec::new(),
         continues: String::new(),
+        carried: 0,
+        claims_of: Vec::new(),
+        superseded: false,
         batches: Vec::new(),
     }
 }
 
 /// The run of a resumed execution's loop step that continues `old` (its
-/// run that stopped, over as many items): the iterations that finished
-/// successfully there are not run again (counted as done; their `sum` /
-/// `min` / `max` contributions were folded into `ctx` when `old` ended, or
-/// are carried here when it never ended); the ones that failed or never
+/// run `old_srid` that stopped, over as many items): the iterations that
+/// finished successfully there are not run again (counted as done; their
+/// contributions were folded into `ctx` when `old` ended, or, when it
+/// never ended, are carried here: `sum` / `min` / `max` in `reduced`, the
+/// growing ones by naming `old`'s claims in `claims_of`); the ones that failed or never
 /// finished (those `old`, itself resumed, had still to run again among
 /// them) are dispatched first, then the ones never started. `fresh`
 /// unchanged when `old` cannot say which iterations finished (a cursor
 /// loop, another item count, a run recorded before failures were kept by
 /// index): every iteration runs again.
-pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun) -> LoopRun {
+pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun, old_srid: &str) -> LoopRun {
     let known = old.failed_at.len() as u64 == old.failed;
     if old.cursor.is_some() || fresh.cursor.is_some() || old.total != fresh.total || !known {
         return fresh;
@@ -269,8 +292,13 @@ pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun) -> LoopRun {
     r.next = old.next;
     r.done = old.done;
     r.redo = redo;
-    if !old.done_emitted {
+    if old.done_emitted {
+        r.carried = old.done;
+    } else {
         r.reduced = old.reduced.clone();
+        r.carried = old.carried;
+        r.claims_of = old.claims_of.clone();
+        r.claims_of.push(old_srid.to_string());
     }
     cursor::fill_window(&mut r);
     r
@@ -314,13 +342,14 @@ pub(crate) struct Arrival<'a> {
 
 /// Count iteration `a.index` into loop run `r`: the indices the window
 /// now dispatches; `None` (and `r` unchanged) when that index is not in
-/// flight (counted already: a redelivered report changes nothing). A
+/// flight (counted already: a redelivered report changes nothing) or the
+/// run is superseded. A
 /// failure stops dispatching under `fail_fast`; `sum`/`min`/`max`
 /// contributions are folded here, growing ones are left in the claim; a
 /// reducer that cannot fold records the step's error and stops the loop.
 /// The window refills up to `max_in_flight` while not stopped.
 pub(crate) fn count_in_place(r: &mut LoopRun, a: &Arrival<'_>) -> Option<Vec<u64>> {
-    if !r.in_flight.contains(&a.index) {
+    if r.superseded || !r.in_flight.contains(&a.index) {
         return None;
     }
     r.in_flight.retain(|i| *i != a.index);

@@ -80,7 +80,17 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         }
         ends.take(&mut folded, ev).map_err(Cannot)?;
     }
+    folded.run.superseded = continued_by_later(&log[at + 1..], srid);
     Ok(folded)
+}
+
+/// Whether a later run's `loop.started` in `after` names run `srid` as
+/// the one it continues: a resume superseded it ([`LoopRun::superseded`]).
+fn continued_by_later(after: &[Event], srid: &str) -> bool {
+    after.iter().any(|e| {
+        EventType::of(e) == Some(EventType::LoopStarted)
+            && payloads::decode::<LoopStarted>(e).is_ok_and(|s| s.continues == srid)
+    })
 }
 
 /// The index of the iteration event `ev` says ran (its
@@ -136,7 +146,7 @@ fn continued(
 ) -> Result<LoopRun, String> {
     if !started.continues.is_empty() {
         let mut run = match fold_run(before, &started.continues, step) {
-            Ok(old) => super::resumed(fresh, &old.run),
+            Ok(old) => super::resumed(fresh, &old.run, &started.continues),
             // As the live start: a run its events cannot give is none.
             Err(_) => fresh,
         };
@@ -507,6 +517,10 @@ mod tests {
         assert!(r.finished() && !r.stopped, "{r:?}");
         // The stopped run's contribution (10) and the new run's (1+2+3+4).
         assert_eq!(r.reduced.get("total"), Some(&json!(20)));
+        assert!(!r.superseded);
+        // sr2's loop.started names sr1: folded now, sr1 is superseded.
+        assert!(fold_run(&log, "sr1", &step()).unwrap().run.superseded);
+        assert!(!stopped.superseded, "not before sr2 started");
         // As the live start made it: the same fold before the new ends.
         let at_start = fold_run(&log[..7], "sr2", &step()).expect("rebuilt").run;
         let live = crate::state::resumed(
@@ -523,6 +537,7 @@ mod tests {
                 json!({"a": 1}),
             ),
             &stopped,
+            "sr1",
         );
         let live = LoopRun {
             continues: "sr1".into(),

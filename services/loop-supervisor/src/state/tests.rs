@@ -24,6 +24,9 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         failed_at: Vec::new(),
         redo: Vec::new(),
         continues: String::new(),
+        carried: 0,
+        claims_of: Vec::new(),
+        superseded: false,
         batches: Vec::new(),
     }
 }
@@ -352,13 +355,18 @@ fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
     }
     assert_eq!((old.next, old.in_flight.clone()), (10, vec![9]));
     old.reduced.insert("total".into(), json!(7));
-    let r = resumed(window(10, 2), &old);
+    let r = resumed(window(10, 2), &old, "sr0");
     assert_eq!(r.in_flight, vec![1, 6], "the failures first, window of 2");
     assert_eq!((r.redo.clone(), r.next, r.done), (vec![9], 10, 7));
     assert_eq!(
         r.reduced.get("total"),
         Some(&json!(7)),
         "not folded yet: carried"
+    );
+    assert_eq!(
+        (r.carried, r.claims_of.clone()),
+        (0, vec!["sr0".to_string()]),
+        "its growing contributions are in its claims"
     );
     // The three run, and the run is finished with every item done.
     let mut r = r;
@@ -369,7 +377,9 @@ fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
     assert_eq!((r.done, r.failed), (10, 0));
     // A run that ended folded its aggregates already: nothing carried.
     old.done_emitted = true;
-    assert!(resumed(window(10, 2), &old).reduced.is_empty());
+    let r = resumed(window(10, 2), &old, "sr0");
+    assert!(r.reduced.is_empty());
+    assert_eq!((r.carried, r.claims_of.len()), (7, 0), "all in ctx already");
 }
 
 #[test]
@@ -382,7 +392,7 @@ fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
     base.in_flight.clear();
     base.done = 8;
     (base.failed, base.failed_at) = (2, vec![3, 5]);
-    let first = resumed(window(10, 1), &base);
+    let first = resumed(window(10, 1), &base, "sr0");
     assert_eq!(
         (first.in_flight.clone(), first.redo.clone()),
         (vec![3], vec![5])
@@ -391,7 +401,7 @@ fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
     assert!(first.stopped && first.finished(), "{first:?}");
     assert_eq!(first.redo, vec![5]);
     // The second resume runs both: 5 never ran after the first failure.
-    let second = resumed(window(10, 1), &first);
+    let second = resumed(window(10, 1), &first, "sr1");
     assert_eq!(
         (second.in_flight.clone(), second.redo.clone()),
         (vec![3], vec![5])
@@ -410,10 +420,13 @@ fn a_run_that_cannot_say_what_finished_runs_everything_again() {
     old = arrive(&old, 0, &failed(), false).unwrap().0;
     old.failed_at.clear(); // recorded before failures were kept by index
     let fresh = window(4, 4);
-    assert_eq!(resumed(fresh.clone(), &old).in_flight, fresh.in_flight);
+    assert_eq!(
+        resumed(fresh.clone(), &old, "sr0").in_flight,
+        fresh.in_flight
+    );
     let other_size = window(5, 4);
     assert_eq!(
-        resumed(other_size.clone(), &window(4, 4)).next,
+        resumed(other_size.clone(), &window(4, 4), "sr0").next,
         other_size.next
     );
 }
@@ -442,4 +455,14 @@ fn handled_errors_of_counted_iterations_are_kept_once_each_and_counted() {
     };
     let (r, _) = arrive(&r, 3, &failed_with, false).unwrap();
     assert_eq!(r.handled.len(), 2);
+}
+
+#[test]
+fn a_superseded_run_counts_no_report_and_starts_nothing() {
+    let mut r = window(10, 2);
+    r.superseded = true;
+    assert!(arrive(&r, 0, &ok(json!({"total": 1})), false).is_none());
+    r.superseded = false;
+    let (r, newly) = arrive(&r, 0, &ok(json!({"total": 1})), false).unwrap();
+    assert_eq!((r.done, newly), (1, vec![2]));
 }
