@@ -151,6 +151,33 @@ fn count(events: &[Value], event_type: &str, by_index: bool) -> BTreeMap<String,
     out
 }
 
+/// An execution of `resume_loop_cancelled.yaml` cancelled once three of
+/// its loop's iterations are done; its id.
+fn cancelled_in_its_loop(m: &Mesh) -> String {
+    let id = m.start(&[&fixture("resume_loop_cancelled.yaml")]);
+    support::wait_until(
+        "three iterations done",
+        std::time::Duration::from_secs(30),
+        || count(&m.events(&id), "loop.iteration.done", true).len() >= 3,
+    );
+    let (out, _) = m.run(&["exec", "cancel", &id, "--wait"]);
+    ok(&out);
+    let cancelled = m.ended(&id);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    id
+}
+
+/// Resume `id` (of `resume_loop_cancelled.yaml`) and assert that it
+/// completes with every item counted and seen once.
+fn resumed_complete(m: &Mesh, id: &str) {
+    let (out, _) = m.resume(id, &[]);
+    ok(&out);
+    let done = m.ended(id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["ctx"]["count"], 10, "{done}");
+    every_item_once(&done);
+}
+
 /// Assert that the `seen` (`append`) of the summary `done` holds items 0
 /// to 9, each once.
 fn every_item_once(done: &Value) {
@@ -299,26 +326,12 @@ fn a_loop_resumed_twice_runs_what_the_first_resume_had_left() {
 /// remaining item ran twice).
 #[test]
 fn a_cancelled_loop_resumed_keeps_the_contributions_of_the_run_it_continues() {
-    let m = Mesh::up();
-    let id = m.start(&[&fixture("resume_loop_cancelled.yaml")]);
-    support::wait_until(
-        "three iterations done",
-        std::time::Duration::from_secs(30),
-        || count(&m.events(&id), "loop.iteration.done", true).len() >= 3,
-    );
-    let (out, _) = m.run(&["exec", "cancel", &id, "--wait"]);
-    ok(&out);
-    let cancelled = m.ended(&id);
-    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let m = &Mesh::up();
+    let id = cancelled_in_its_loop(m);
     let before = count(&m.events(&id), "loop.iteration.done", true).len();
     assert!(before < 10, "cancelled before the loop ended: {before}");
 
-    let (out, _) = m.resume(&id, &[]);
-    ok(&out);
-    let done = m.ended(&id);
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["ctx"]["count"], 10, "{done}");
-    every_item_once(&done);
+    resumed_complete(m, &id);
     // The cancelled run started nothing after the resume: only the two
     // iterations in flight at the cancel may have ended in it since.
     let events = m.events(&id);
@@ -333,6 +346,25 @@ fn a_cancelled_loop_resumed_keeps_the_contributions_of_the_run_it_continues() {
         in_first <= before + 2,
         "{in_first} ended in the cancelled run, {before} before the cancel"
     );
+    m.replays(&id);
+}
+
+/// A cancelled loop whose KV state was compacted away (its run and that
+/// run's claims with it) resumes from its events: the contributions of the
+/// run it continues, which never ended, are rebuilt from them when the new
+/// run folds its growing reducers. Before, that finish rebuilt only the
+/// new run's own claims, found the earlier ones still missing and was
+/// retried until it was dead-lettered: the execution never ended.
+#[test]
+fn a_cancelled_and_compacted_loop_resumed_keeps_the_contributions_of_the_run_it_continues() {
+    let m = &Mesh::up();
+    let id = cancelled_in_its_loop(m);
+    m.settled(&id);
+    let (out, c) = m.run(&["admin", "compact", "--older-than", "0s", "--json"]);
+    ok(&out);
+    assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
+
+    resumed_complete(m, &id);
     m.replays(&id);
 }
 

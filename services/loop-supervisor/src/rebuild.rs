@@ -98,24 +98,34 @@ pub(crate) async fn stopped_run(
     }
 }
 
-/// Write back the claims of the run's counted iterations that the loop
-/// bucket lost (for a loop with growing reducers, whose contributions are
-/// read from them at the end: `run` counted more successful iterations
-/// than its claims say), and return every claim the events give, for the
-/// caller to use as they are (the bucket may lose them again).
+/// Write back the claims that the loop bucket lost of each run `srids`
+/// names at `at`'s step (a loop with growing reducers, whose
+/// contributions are read from the claims at the end: the run and the runs
+/// it continues that never ended counted more successful iterations than
+/// their claims say), and return, run by run, every claim the events give,
+/// for the caller to use as they are (the bucket may lose them again). The
+/// log is read once for all of them.
 pub(crate) async fn restore_claims(
     mesh: &Mesh,
     at: RunAt<'_>,
-) -> Result<Vec<(u64, Claim)>, HandlerError> {
-    let Some(rebuilt) = folded(mesh, at).await? else {
-        return Ok(Vec::new());
-    };
-    write_claims(mesh, at, &rebuilt.claims).await?;
-    tracing::warn!(
-        execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
-        "iteration claims were missing from the loop bucket: rebuilt from the events"
-    );
-    Ok(rebuilt.claims)
+    srids: &[&str],
+) -> Result<Vec<Vec<(u64, Claim)>>, HandlerError> {
+    let (_, log) = log_of(mesh, at.eid()).await?;
+    let mut out = Vec::with_capacity(srids.len());
+    for srid in srids {
+        let at = RunAt { srid, ..at };
+        let Some(rebuilt) = folded_from(&log, at)? else {
+            out.push(Vec::new());
+            continue;
+        };
+        write_claims(mesh, at, &rebuilt.claims).await?;
+        tracing::warn!(
+            execution_id = %at.eid(), step = %at.step.step, loop_run = %at.srid,
+            "iteration claims were missing from the loop bucket: rebuilt from the events"
+        );
+        out.push(rebuilt.claims);
+    }
+    Ok(out)
 }
 
 /// The run as its events give it; `None` when it never started.

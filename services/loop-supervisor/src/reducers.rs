@@ -52,6 +52,13 @@ fn with_rebuilt(read: Vec<(u64, Claim)>, rebuilt: Vec<(u64, Claim)>) -> Vec<(u64
     by_index.into_iter().collect()
 }
 
+/// The claims of several runs, earliest first, as one list by index: a
+/// later run's claim over an earlier one's.
+fn later_wins(runs: impl IntoIterator<Item = Vec<(u64, Claim)>>) -> Vec<(u64, Claim)> {
+    runs.into_iter()
+        .fold(Vec::new(), |earlier, later| with_rebuilt(later, earlier))
+}
+
 /// Whether `claims` hold a contribution of every successful iteration
 /// `run` counted (a loop with growing reducers); else why not, for the
 /// retry.
@@ -102,18 +109,25 @@ pub(crate) async fn apply_reducers(
     // later run's claim over an earlier one's (an iteration the earlier
     // run had not counted when it was superseded runs again here).
     let claims = if in_claims(run) > 0 && reducers.iter().any(|(_, op)| grows(*op)) {
-        let mut earlier = Vec::new();
-        for srid in &run.claims_of {
-            earlier = with_rebuilt(read_claims(mesh, eid, srid).await?, earlier);
+        let srids: Vec<&str> = (run.claims_of.iter().map(String::as_str))
+            .chain([at.srid])
+            .collect();
+        let mut read = Vec::with_capacity(srids.len());
+        for srid in &srids {
+            read.push(read_claims(mesh, eid, srid).await?);
         }
-        let own = read_claims(mesh, eid, at.srid).await?;
-        let claims = with_rebuilt(own.clone(), earlier.clone());
+        let claims = later_wins(read.clone());
         if successes(&claims) < in_claims(run) {
-            // The loop bucket lost some: written back from the events, and
-            // taken from them here (not read back: the bucket may lose
-            // them again meanwhile).
-            let rebuilt = crate::rebuild::restore_claims(mesh, at).await?;
-            with_rebuilt(with_rebuilt(own, rebuilt), earlier)
+            // The loop bucket lost some (a purge, or a compaction before a
+            // resume that continues a run that never ended): written back
+            // from the events, and taken from them here (not read back:
+            // the bucket may lose them again meanwhile).
+            let rebuilt = crate::rebuild::restore_claims(mesh, at, &srids).await?;
+            later_wins(
+                read.into_iter()
+                    .zip(rebuilt)
+                    .map(|(r, b)| with_rebuilt(r, b)),
+            )
         } else {
             claims
         }
@@ -266,6 +280,38 @@ mod tests {
         assert_eq!(
             seen,
             vec![(0, json!(0)), (1, json!(10)), (2, json!(2)), (3, json!(30))]
+        );
+    }
+
+    #[test]
+    fn of_several_runs_the_latest_claim_of_each_index_stands() {
+        let seen = |n: u64| claim(false, json!({"seen": [n]}));
+        // The run resumed twice: the first stopped after 0..3, the second
+        // ran 2 and 3 again (3 failed there), the third runs 3 and 4.
+        let first = vec![(0, seen(0)), (1, seen(1)), (2, seen(2))];
+        let second = vec![(2, seen(20)), (3, claim(true, json!({})))];
+        let third = vec![(3, seen(300)), (4, seen(400))];
+        let all = later_wins([first, second, third]);
+        let got: Vec<_> = all
+            .iter()
+            .map(|(i, c)| (*i, c.failed, c.reduce.get("seen").cloned()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, false, Some(json!([0]))),
+                (1, false, Some(json!([1]))),
+                (2, false, Some(json!([20]))),
+                (3, false, Some(json!([300]))),
+                (4, false, Some(json!([400]))),
+            ]
+        );
+        assert_eq!(
+            successes(&later_wins([
+                vec![(0, seen(0))],
+                vec![(0, claim(true, json!({})))]
+            ])),
+            0
         );
     }
 

@@ -66,20 +66,22 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         .filter(|e| e.step_run_id == srid)
         .collect();
     let ends = Ends::of(step);
-    if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
-        return super::cursor_log::fold_cursor(run, &started, step, &ends, &events).map_err(Cannot);
-    }
-    let mut folded = FromLog {
-        run,
-        claims: Vec::new(),
-        frames: Vec::new(),
-    };
-    for ev in events {
-        if let Some(index) = ran(ev) {
-            dispatched(&mut folded.run, index);
+    let mut folded = if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
+        super::cursor_log::fold_cursor(run, &started, step, &ends, &events).map_err(Cannot)?
+    } else {
+        let mut folded = FromLog {
+            run,
+            claims: Vec::new(),
+            frames: Vec::new(),
+        };
+        for ev in events {
+            if let Some(index) = ran(ev) {
+                dispatched(&mut folded.run, index);
+            }
+            ends.take(&mut folded, ev).map_err(Cannot)?;
         }
-        ends.take(&mut folded, ev).map_err(Cannot)?;
-    }
+        folded
+    };
     folded.run.superseded = continued_by_later(&log[at + 1..], srid);
     Ok(folded)
 }
@@ -471,6 +473,38 @@ mod tests {
         let r = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
         assert_eq!((r.done, r.next), (1, 3));
         assert!(r.continues.is_empty());
+    }
+
+    #[test]
+    fn a_cursor_run_a_later_run_continues_folds_as_superseded() {
+        // A rebuilt superseded run must not claim and run rows beside the
+        // run that continues it.
+        let step: Step = serde_json::from_value(json!({
+            "step": "each",
+            "loop": {
+                "cursor": {"kind": "postgres", "claim": "UPDATE q SET s = 1 RETURNING id"},
+                "iterator": "job",
+                "spec": {"mode": "cursor", "max_in_flight": 2, "frame": {"max_rows": 2}}
+            },
+            "tool": [{"name": "t", "kind": "noop"}]
+        }))
+        .expect("a cursor loop step");
+        let begun = ev(
+            EventType::LoopStarted,
+            json!({"total": 0, "max_in_flight": 2, "max_rows": 2}),
+        );
+        let mut log = vec![token(), begun.clone()];
+        let first = fold_run(&log, "sr1", &step).expect("rebuilt").run;
+        assert!(first.cursor.is_some() && !first.superseded);
+        let mut continues = of_run("sr2", begun);
+        let mut payload: Value = serde_json::from_slice(&continues.payload_json).unwrap();
+        payload["continues"] = json!("sr1");
+        continues.payload_json = serde_json::to_vec(&payload).unwrap();
+        log.extend([resumed_event(&["each"]), of_run("sr2", token()), continues]);
+        let first = fold_run(&log, "sr1", &step).expect("rebuilt").run;
+        assert!(first.cursor.is_some() && first.superseded);
+        let second = fold_run(&log, "sr2", &step).expect("rebuilt").run;
+        assert!(!second.superseded && second.continues == "sr1");
     }
 
     fn resumed_event(continued: &[&str]) -> Event {
