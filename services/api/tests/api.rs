@@ -565,6 +565,37 @@ async fn bad_input_is_a_4xx_naming_what_is_wrong() {
         .await;
     assert_error(&bad, 422, "E006");
     assert_eq!(bad.json["diagnostics"][0]["code"], "E006");
+    // Python code that does not compile: refused as `noetl validate` and
+    // `noetl playbook register` refuse it (E048), at its line, and not
+    // stored (before, it was stored and failed when a run reached it).
+    let broken = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: broken, path: tests/broken }\nworkflow:\n  - step: start\n    tool:\n      - name: t\n        kind: python\n        code: |\n          x = 1\n          def main(:\n";
+    let bad = api
+        .post("/api/catalog/register", admin, &json!({"content": broken}))
+        .await;
+    assert_error(&bad, 422, "E048");
+    let d = &bad.json["diagnostics"][0];
+    assert_eq!(
+        (&d["code"], &d["line"]),
+        (&json!("E048"), &json!(11)),
+        "{d}"
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("task `t` of step `start`"),
+        "{d}"
+    );
+    assert_eq!(
+        api.post(
+            "/api/catalog/resource",
+            viewer,
+            &json!({"path": "tests/broken"})
+        )
+        .await
+        .status,
+        404
+    );
     let tool = api
         .post(
             "/api/catalog/register",

@@ -45,10 +45,21 @@ async fn register_one(
     principal: &Principal,
     req: &CatalogRegisterRequest,
 ) -> Result<CatalogRegisterResponse, ApiError> {
-    let reg = registration(RegisterInput {
-        content: &req.content,
-        resource_type: &req.resource_type,
-        migrate: req.migrate,
+    // The check runs a python interpreter (E048): off the runtime's threads.
+    let (content, resource_type, migrate) =
+        (req.content.clone(), req.resource_type.clone(), req.migrate);
+    let reg = tokio::task::spawn_blocking(move || {
+        registration(RegisterInput {
+            content: &content,
+            resource_type: &resource_type,
+            migrate,
+        })
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(ApiError::Internal(format!(
+            "the registration's checks did not finish: {e}"
+        )))
     });
     let reg = match reg {
         Ok(r) => r,

@@ -27,8 +27,10 @@ pub struct Prepared {
 
 /// Load `text` (named `name` in messages), first rewritten by
 /// `noetl migrate` unless `migrate` is false. A playbook that still does
-/// not load is a 422 with `noetl validate`'s diagnostics, at the lines of
-/// the text as sent, and the rewrite's `refused:` lines.
+/// not load, or whose python code does not compile (E048: an interpreter
+/// is run, so call it off the async runtime's threads), is a 422 with
+/// `noetl validate`'s diagnostics, at the lines of the text as sent, and
+/// the rewrite's `refused:` lines.
 pub fn prepare(text: &str, name: &str, migrate_it: bool) -> Result<Prepared, ApiError> {
     // Not YAML: the loader says where, as `noetl validate` does.
     let m = migrate_it.then(|| migrate(text).ok()).flatten();
@@ -39,9 +41,11 @@ pub fn prepare(text: &str, name: &str, migrate_it: bool) -> Result<Prepared, Api
     };
     let Some(m) = m else {
         let loaded = load_playbook(text, name).map_err(|e| refusal(&e, &refused, None, text))?;
+        let unchecked = compiled(&loaded, &refused, None, text)?;
         let warnings = refused
             .into_iter()
             .chain(loaded.warnings.iter().map(|d| d.short(name)))
+            .chain(unchecked)
             .collect();
         return Ok(Prepared {
             text: text.to_string(),
@@ -52,6 +56,7 @@ pub fn prepare(text: &str, name: &str, migrate_it: bool) -> Result<Prepared, Api
     };
     let refused = refused_lines(&m, name);
     let loaded = load_playbook(&m.text, name).map_err(|e| refusal(&e, &refused, Some(&m), text))?;
+    let unchecked = compiled(&loaded, &refused, Some(&m), text)?;
     let mut lines: Vec<(usize, String)> = m
         .changes
         .iter()
@@ -77,8 +82,40 @@ pub fn prepare(text: &str, name: &str, migrate_it: bool) -> Result<Prepared, Api
         original: Some(text.to_string()),
         text: m.text,
         loaded,
-        warnings: lines.into_iter().map(|(_, l)| l).chain(warnings).collect(),
+        warnings: (lines.into_iter().map(|(_, l)| l))
+            .chain(warnings)
+            .chain(unchecked)
+            .collect(),
     })
+}
+
+/// The python tasks' inline code of `loaded` compiled as the python
+/// executor compiles it (E048, [`noetl_tool_python::playbook::check`]): a
+/// 422 as for a playbook that does not load when some does not compile; a
+/// warning when no interpreter could check it (this server's `NOETL_PYTHON`,
+/// else `python3`, is not there).
+fn compiled(
+    loaded: &LoadedPlaybook,
+    refused: &[String],
+    m: Option<&Migration>,
+    sent: &str,
+) -> Result<Option<String>, ApiError> {
+    let text = m.map_or(sent, |m| m.text.as_str());
+    match noetl_tool_python::playbook::check(loaded, text) {
+        Ok(d) if d.has_errors() => {
+            let e = LoadError {
+                source_name: loaded.source_name.clone(),
+                diagnostics: d,
+                text: text.to_string(),
+            };
+            Err(refusal(&e, refused, m, sent))
+        }
+        Ok(_) => Ok(None),
+        Err(e) => Ok(Some(format!(
+            "{}: python code not checked (E048): {e}",
+            loaded.source_name
+        ))),
+    }
 }
 
 /// The rewrite's `refused:` lines, as `<name>:<line>: refused: ...`.
@@ -168,6 +205,37 @@ mod tests {
             (first["code"].as_str(), first["line"].as_u64()),
             (Some("E006"), Some(12))
         );
+    }
+
+    #[test]
+    fn python_code_that_does_not_compile_is_refused_at_the_line_sent() {
+        // Canonical: line 13 holds the error.
+        let bad = CANONICAL.replace(
+            "kind: noop\n",
+            "kind: python\n        code: |\n          x = 1\n          def main(:\n",
+        );
+        let e = prepare(&bad, "<request>", true).unwrap_err();
+        assert_eq!(e.status().as_u16(), 422);
+        assert!(
+            e.to_string().contains("<request>:13:20: error[E048]"),
+            "{e}"
+        );
+        // Migrated first (`input` becomes `args`): still the line as sent.
+        let bad = NOETL.replace("result = who", "result = (who");
+        let e = prepare(&bad, "<request>", true).unwrap_err();
+        let ApiError::Validation {
+            diagnostics: Some(d),
+            ..
+        } = e
+        else {
+            panic!("diagnostics expected")
+        };
+        assert_eq!(
+            (d[0]["code"].as_str(), d[0]["line"].as_u64()),
+            (Some("E048"), Some(16))
+        );
+        // Code that compiles is taken.
+        assert!(prepare(NOETL, "<request>", true).is_ok());
     }
 
     #[test]

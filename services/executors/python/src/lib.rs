@@ -18,6 +18,7 @@
 //! `python.exited` (the process died without answering), `python.config`.
 
 pub mod config;
+pub mod playbook;
 pub mod runner;
 pub mod syntax;
 
