@@ -67,6 +67,43 @@ pub struct LoopCarry {
     pub from: String,
 }
 
+/// Mark the stopped loop run `srid` of execution `eid`, which a resume
+/// continues, superseded (its loop-bucket record's `superseded`, the
+/// loop-supervisor's `LoopRun::superseded`) before the execution runs
+/// again: from then on that run counts no report and starts no iteration.
+/// Written here, ahead of the header, because a run stopped by a cancel
+/// only holds its dispatch while its execution is stopped: marked later
+/// (by the new run's start), it went on starting iterations in the
+/// moment between the resume and that start. Idempotent; nothing when the
+/// record is missing or the run ended.
+pub async fn supersede_loop_run(mesh: &Mesh, eid: &str, srid: &str) -> Result<(), MeshError> {
+    kv::update(
+        mesh.loop_kv(),
+        &Keys::loop_run(eid, srid),
+        |r: Option<&Value>| match superseded_record(r) {
+            Some(v) => kv::Cas::Write(v),
+            None => kv::Cas::Keep,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// A loop run record (`record`) marked superseded; `None` when there is
+/// nothing to mark: missing, marked already, or ended (`done_emitted`).
+fn superseded_record(record: Option<&Value>) -> Option<Value> {
+    let Some(Value::Object(m)) = record else {
+        return None;
+    };
+    let set = |k: &str| m.get(k) == Some(&Value::Bool(true));
+    if set("superseded") || set("done_emitted") {
+        return None;
+    }
+    let mut m = m.clone();
+    m.insert("superseded".into(), Value::Bool(true));
+    Some(Value::Object(m))
+}
+
 crate::payloads::payload_of! {
     ResumeRequested => ExecutionResumeRequested,
     Superseded => StepSuperseded,

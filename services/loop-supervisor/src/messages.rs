@@ -45,6 +45,7 @@ pub(crate) fn loop_started(at: RunAt<'_>, run: &LoopRun, collection: Value) -> E
             collection,
             max_rows: run.cursor.as_ref().map_or(0, |c| c.max_rows),
             continues: run.continues.clone(),
+            continued_events: run.continued_events,
         }),
     )
 }

@@ -12,7 +12,7 @@ use noetl_wire::Event;
 
 use crate::state::{
     batches,
-    from_log::{batches_of, fold_run, FromLog, NotRebuilt},
+    from_log::{batches_of, fold_run, own_events, FromLog, NotRebuilt},
     Claim, LoopRun, RunAt,
 };
 
@@ -70,29 +70,28 @@ pub(crate) async fn restore_from(
 }
 
 /// The stopped run `srid` of loop step `step` that a resumed execution's
-/// new run continues, as the events give it, when the loop bucket lost
-/// it (a purge, `noetl admin compact` before the resume): not written
-/// back, the new run reads it once ([`crate::state::resumed`]). `None`
+/// new run continues, as the events give it now, and how many of its own
+/// events it was folded from ([`own_events`]): what the new run's start
+/// takes from it ([`crate::state::resumed`]) and names in its
+/// `loop.started`, so a fold of the new run from the log starts from
+/// the same state (an end of the stopped run stored after this read is the
+/// new run's to run again, live as in the fold). Not written back. `None`
 /// when the events cannot give it (it never started, or it continued an
-/// earlier run by a loop-supervisor that did not name that run): the new
-/// run takes every iteration again.
+/// earlier run by a loop-supervisor that did not name that run): the
+/// caller takes the loop bucket's record, or runs every iteration again.
 pub(crate) async fn stopped_run(
     mesh: &Mesh,
     eid: &str,
     srid: &str,
     step: &noetl_core::Step,
-) -> Result<Option<LoopRun>, MeshError> {
+) -> Result<Option<(LoopRun, u64)>, MeshError> {
     let (_, log) = log_of(mesh, eid).await?;
     match fold_run(&log, srid, step) {
-        Ok(folded) => {
-            tracing::warn!(execution_id = %eid, step = %step.step, loop_run = %srid,
-                "the stopped loop run a resume continues was missing: folded from its events");
-            Ok(Some(folded.run))
-        }
+        Ok(folded) => Ok(Some((folded.run, own_events(&log, srid)))),
         Err(NotRebuilt::NotStarted) => Ok(None),
         Err(NotRebuilt::Cannot(why)) => {
             tracing::warn!(execution_id = %eid, step = %step.step, loop_run = %srid, %why,
-                "the stopped loop run a resume continues is missing and not rebuilt: every iteration runs again");
+                "the stopped loop run a resume continues cannot be folded from its events: its loop bucket record is taken, if any");
             Ok(None)
         }
     }

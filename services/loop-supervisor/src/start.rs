@@ -97,15 +97,20 @@ async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, M
     let Some(carry) = kv::get::<LoopCarry>(mesh.loop_kv(), &key).await? else {
         return Ok(run);
     };
-    let old = match supersede(mesh, &Keys::loop_run(eid, &carry.from)).await? {
-        Some(old) => Some(old),
-        None => crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await?,
+    // Stopped first (it counts and starts nothing more), then read as the
+    // log gives it: the same fold a fold of the new run makes, from as
+    // many of its events as are read here.
+    let stored = supersede(mesh, &Keys::loop_run(eid, &carry.from)).await?;
+    let (old, seen) = match crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await? {
+        Some((old, seen)) => (Some(old), Some(seen)),
+        None => (stored, None),
     };
     let mut run = match old {
         Some(old) => resumed(run, &old, &carry.from),
         None => run,
     };
     run.continues = carry.from;
+    run.continued_events = seen;
     Ok(run)
 }
 

@@ -118,6 +118,12 @@ pub struct LoopRun {
     /// starts from ([`from_log`]). Empty for a run that continues none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continues: String,
+    /// How many of `continues`' own events the start folded it from
+    /// ([`noetl_mesh::payloads::LoopStarted::continued_events`]); `None`
+    /// when it was read from the loop bucket instead (its events could
+    /// not give it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_events: Option<u64>,
     /// Successful iterations of the runs this one continues whose growing
     /// (`append` / `extend` / `merge`) contributions are in `ctx` already
     /// (their run ended and folded them): counted in `done`, not looked
@@ -130,11 +136,13 @@ pub struct LoopRun {
     /// folds before this run's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims_of: Vec<String>,
-    /// A resume's new run continues this one (marked in the write the new
-    /// run read it with): it counts no more reports, starts no more
-    /// iterations and never finishes, so what it had not counted then is
-    /// the new run's alone. A run stopped by a cancel otherwise went on
-    /// once its execution was resumed, beside the new run.
+    /// A resume's new run continues this one (marked by the router's
+    /// resume before the execution runs again,
+    /// `noetl_mesh::resume::supersede_loop_run`, and by the new run's
+    /// start): it counts no more reports, starts no more iterations and
+    /// never finishes; the new run takes it as its events give it. A run
+    /// stopped by a cancel otherwise went on once its execution was
+    /// resumed, beside the new run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub superseded: bool,
     /// The batches the window went out in (`[first, end)` index ranges),
@@ -255,6 +263,7 @@ pub(crate) fn new_run(
         failed_at: Vec::new(),
         redo: Vec::new(),
         continues: String::new(),
+        continued_events: None,
         carried: 0,
         claims_of: Vec::new(),
         superseded: false,

@@ -425,6 +425,14 @@ pub struct LoopStarted {
     /// this run starts from its fold); absent when it continues none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continues: String,
+    /// How many of the continued run's own events (after its
+    /// `loop.started`, in stream order) the new run's start folded it
+    /// from: a fold of this run folds the continued one from those alone,
+    /// as the start did (an end of it stored after the start read the log
+    /// is the new run's to run again). Absent in logs written before: the
+    /// continued run is folded from all its events before this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_events: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -191,3 +191,15 @@ fn the_resumed_plan_merges_the_changes_and_restarts_the_clock() {
     assert!(plan.step("other").is_none());
     assert_eq!(plan.source_name, "demo/p@v2");
 }
+
+#[test]
+fn a_continued_loop_run_is_marked_superseded_once_and_only_while_it_has_not_ended() {
+    let run = json!({"step": "b", "total": 5, "done": 2, "in_flight": [2, 3]});
+    let marked = superseded_record(Some(&run)).expect("marked");
+    assert_eq!(marked["superseded"], true);
+    assert_eq!(marked["in_flight"], json!([2, 3]), "the rest kept as it is");
+    assert_eq!(superseded_record(Some(&marked)), None, "marked once");
+    let ended = json!({"step": "b", "done_emitted": true});
+    assert_eq!(superseded_record(Some(&ended)), None, "an ended run stays");
+    assert_eq!(superseded_record(None), None);
+}

@@ -597,6 +597,7 @@ mod tests {
                 collection: serde_json::Value::Null,
                 max_rows: 0,
                 continues: String::new(),
+                continued_events: None,
             }),
         ));
         p.observe(&ev(

@@ -39,10 +39,7 @@ pub(crate) enum NotRebuilt {
 pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
     use NotRebuilt::Cannot;
     let cannot = |why: &str| Cannot(why.to_string());
-    let Some(at) = log
-        .iter()
-        .position(|e| e.step_run_id == srid && EventType::of(e) == Some(EventType::LoopStarted))
-    else {
+    let Some(at) = started_at(log, srid) else {
         return Err(NotRebuilt::NotStarted);
     };
     let started_ev = &log[at];
@@ -82,16 +79,65 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         }
         folded
     };
-    folded.run.superseded = continued_by_later(&log[at + 1..], srid);
+    folded.run.superseded =
+        !folded.run.done_emitted && continued_by_later(&log[at + 1..], srid, &step.step);
     Ok(folded)
 }
 
-/// Whether a later run's `loop.started` in `after` names run `srid` as
-/// the one it continues: a resume superseded it ([`LoopRun::superseded`]).
-fn continued_by_later(after: &[Event], srid: &str) -> bool {
-    after.iter().any(|e| {
-        EventType::of(e) == Some(EventType::LoopStarted)
-            && payloads::decode::<LoopStarted>(e).is_ok_and(|s| s.continues == srid)
+/// How many events of run `srid` `log` holds after its `loop.started`
+/// (0 when it never started): what a resumed run's start folded the run
+/// it continues from ([`LoopStarted::continued_events`]).
+pub(crate) fn own_events(log: &[Event], srid: &str) -> u64 {
+    let Some(at) = started_at(log, srid) else {
+        return 0;
+    };
+    log[at + 1..]
+        .iter()
+        .filter(|e| e.step_run_id == srid)
+        .count() as u64
+}
+
+/// `log` up to its `n`-th event of run `srid` after its `loop.started`:
+/// the log as a resumed run's start read it, for the run it continues.
+/// All of `log` when `n` is `None` (a log written before starts counted
+/// them) or it holds no more.
+fn run_prefix<'a>(log: &'a [Event], srid: &str, n: Option<u64>) -> &'a [Event] {
+    let (Some(n), Some(at)) = (n, started_at(log, srid)) else {
+        return log;
+    };
+    let mut left = n;
+    for (i, e) in log.iter().enumerate().skip(at + 1) {
+        if e.step_run_id != srid {
+            continue;
+        }
+        if left == 0 {
+            return &log[..i];
+        }
+        left -= 1;
+    }
+    log
+}
+
+/// Where run `srid`'s `loop.started` is in `log`.
+fn started_at(log: &[Event], srid: &str) -> Option<usize> {
+    log.iter()
+        .position(|e| e.step_run_id == srid && EventType::of(e) == Some(EventType::LoopStarted))
+}
+
+/// Whether a resume in `after` continues run `srid` of loop step `step`:
+/// its `execution.resumed` names the step among the loops it continues (the
+/// router marked the run superseded before that resume went on), or a
+/// later run's `loop.started` names the run as the one it continues
+/// ([`LoopRun::superseded`]). The caller asks only of a run that had not
+/// ended, as both marks are made only on such a run.
+fn continued_by_later(after: &[Event], srid: &str, step: &str) -> bool {
+    after.iter().any(|e| match EventType::of(e) {
+        Some(EventType::LoopStarted) => {
+            payloads::decode::<LoopStarted>(e).is_ok_and(|s| s.continues == srid)
+        }
+        Some(EventType::ExecutionResumed) => payloads::decode::<payloads::Resumed>(e)
+            .is_ok_and(|r| r.continued_loops.iter().any(|s| s == step)),
+        _ => false,
     })
 }
 
@@ -147,12 +193,14 @@ fn continued(
     step: &Step,
 ) -> Result<LoopRun, String> {
     if !started.continues.is_empty() {
-        let mut run = match fold_run(before, &started.continues, step) {
+        let seen = run_prefix(before, &started.continues, started.continued_events);
+        let mut run = match fold_run(seen, &started.continues, step) {
             Ok(old) => super::resumed(fresh, &old.run, &started.continues),
             // As the live start: a run its events cannot give is none.
             Err(_) => fresh,
         };
         run.continues = started.continues.clone();
+        run.continued_events = started.continued_events;
         return Ok(run);
     }
     let resumed = before
@@ -554,32 +602,71 @@ mod tests {
         assert!(!r.superseded);
         // sr2's loop.started names sr1: folded now, sr1 is superseded.
         assert!(fold_run(&log, "sr1", &step()).unwrap().run.superseded);
-        assert!(!stopped.superseded, "not before sr2 started");
+        assert!(!stopped.superseded, "not before the resume");
+        // Marked by the resume itself, before sr2 starts.
+        assert!(fold_run(&log[..5], "sr1", &step()).unwrap().run.superseded);
+        // A resume continuing another step leaves it as it is.
+        let other = [&log[..4], &[resumed_event(&["other"])]].concat();
+        assert!(!fold_run(&other, "sr1", &step()).unwrap().run.superseded);
         // As the live start made it: the same fold before the new ends.
         let at_start = fold_run(&log[..7], "sr2", &step()).expect("rebuilt").run;
-        let live = crate::state::resumed(
-            crate::state::new_run(
-                &LoopCommand {
-                    trace_id: "tr".into(),
-                    deadline_ms: 99,
-                    deadline_of: "step.timeout".into(),
-                    ..Default::default()
-                },
-                "each",
-                5,
-                2,
-                json!({"a": 1}),
-            ),
-            &stopped,
-            "sr1",
-        );
-        let live = LoopRun {
-            continues: "sr1".into(),
-            ..live
-        };
         assert_eq!(
             serde_json::to_value(&at_start).unwrap(),
-            serde_json::to_value(&live).unwrap()
+            serde_json::to_value(live_start(&stopped, None)).unwrap()
         );
+    }
+
+    /// The run sr2 as the live start makes it from sr1 as it read it
+    /// (`stopped`, folded from `seen` of its events).
+    fn live_start(stopped: &LoopRun, seen: Option<u64>) -> LoopRun {
+        let fresh = crate::state::new_run(
+            &LoopCommand {
+                trace_id: "tr".into(),
+                deadline_ms: 99,
+                deadline_of: "step.timeout".into(),
+                ..Default::default()
+            },
+            "each",
+            5,
+            2,
+            json!({"a": 1}),
+        );
+        LoopRun {
+            continues: "sr1".into(),
+            continued_events: seen,
+            ..crate::state::resumed(fresh, stopped, "sr1")
+        }
+    }
+
+    #[test]
+    fn an_end_of_the_stopped_run_stored_after_the_start_read_it_is_the_new_runs() {
+        // The start read sr1 with its two ends: 1 done, 0 failed, 2 in
+        // flight; then 2's end was stored, before sr2's loop.started.
+        let mut log = vec![token(), started(), ended(1, true, 10), ended(0, false, 0)];
+        let read = fold_run(&log, "sr1", &step()).expect("rebuilt").run;
+        assert_eq!(own_events(&log, "sr1"), 2);
+        log.push(ended(2, true, 5));
+        let mut continues = of_run("sr2", started());
+        let mut payload: Value = serde_json::from_slice(&continues.payload_json).unwrap();
+        payload["continues"] = json!("sr1");
+        payload["continued_events"] = json!(2);
+        continues.payload_json = serde_json::to_vec(&payload).unwrap();
+        log.extend([resumed_event(&["each"]), of_run("sr2", token()), continues]);
+        let folded = fold_run(&log, "sr2", &step()).expect("rebuilt").run;
+        let live = live_start(&read, Some(2));
+        // Its window: 0 and 2 again first.
+        assert_eq!((live.done, live.in_flight.clone()), (1, vec![0, 2]));
+        assert_eq!(
+            serde_json::to_value(&folded).unwrap(),
+            serde_json::to_value(&live).unwrap(),
+            "the fold starts from sr1 as the start read it"
+        );
+        // Folded from every event before sr2 instead, 2 would count done
+        // and never run in sr2, which live ran it.
+        payload["continued_events"] = Value::Null;
+        let last = log.len() - 1;
+        log[last].payload_json = serde_json::to_vec(&payload).unwrap();
+        let all = fold_run(&log, "sr2", &step()).expect("rebuilt").run;
+        assert_eq!((all.done, all.in_flight), (2, vec![0, 3]));
     }
 }

@@ -24,6 +24,7 @@ fn run(failed: u64, deadline_ms: u64) -> LoopRun {
         failed_at: Vec::new(),
         redo: Vec::new(),
         continues: String::new(),
+        continued_events: None,
         carried: 0,
         claims_of: Vec::new(),
         superseded: false,

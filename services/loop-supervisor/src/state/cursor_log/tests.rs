@@ -64,6 +64,7 @@ fn loop_started() -> Event {
         collection: Value::Null,
         max_rows: 2,
         continues: String::new(),
+        continued_events: None,
     })
 }
 
