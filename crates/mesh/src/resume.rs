@@ -68,7 +68,8 @@ pub struct LoopCarry {
 }
 
 /// Mark the stopped loop run `srid` of execution `eid`, which a resume
-/// continues, superseded (its loop-bucket record's `superseded`, the
+/// retires (a new run continues it, or a restart `--from` leaves it),
+/// superseded (its loop-bucket record's `superseded`, the
 /// loop-supervisor's `LoopRun::superseded`) before the execution runs
 /// again: from then on that run counts no report and starts no iteration.
 /// Written here, ahead of the header, because a run stopped by a cancel
@@ -220,6 +221,11 @@ pub struct Decision {
     /// Join steps that fire again with the merged args of their stopped
     /// firing: (step, new token id, stopped token id).
     pub refires: Vec<(String, String, String)>,
+    /// Every stopped token (step-run) id: none of them goes on, each loop
+    /// run among them is marked superseded before the execution runs again
+    /// ([`supersede_loop_run`]), whether a new run continues it or a
+    /// restart `--from` leaves it.
+    pub retired: Vec<String>,
 }
 
 /// The id of the token that runs `old` again at resume `n`.
@@ -276,6 +282,7 @@ pub fn decide(d: &Decide<'_>) -> Result<Decision, ResumeError> {
             superseded,
             continues: Vec::new(),
             refires: Vec::new(),
+            retired: retired(h),
         });
     }
     if h.stopped.is_empty() {
@@ -288,6 +295,7 @@ pub fn decide(d: &Decide<'_>) -> Result<Decision, ResumeError> {
         superseded: Vec::new(),
         continues: Vec::new(),
         refires: Vec::new(),
+        retired: retired(h),
     };
     for old in &h.stopped {
         let Some(step) = d.playbook.step(&old.step) else {
@@ -313,6 +321,11 @@ pub fn decide(d: &Decide<'_>) -> Result<Decision, ResumeError> {
         out.tokens.push(token);
     }
     Ok(out)
+}
+
+/// The ids of `h`'s stopped tokens.
+fn retired(h: &ExecHeader) -> Vec<String> {
+    h.stopped.iter().map(|t| t.token_id.clone()).collect()
 }
 
 /// The steps reachable from `from` along arcs (itself included).

@@ -167,10 +167,19 @@ fn cancelled_in_its_loop(m: &Mesh) -> String {
     id
 }
 
-/// Resume `id` (of `resume_loop_cancelled.yaml`) and assert that it
+/// How many iterations ended in the first loop run of `events`.
+fn ended_in_first_run(events: &[Value]) -> usize {
+    let ends = |e: &&Value| e["event_type"] == "loop.iteration.done";
+    let first_run = events.iter().find(ends).unwrap()["payload"]["loop_run_id"].clone();
+    (events.iter().filter(ends))
+        .filter(|e| e["payload"]["loop_run_id"] == first_run)
+        .count()
+}
+
+/// Resume `id` (of `resume_loop_cancelled.yaml`, with `extra` arguments) and assert that it
 /// completes with every item counted and seen once.
-fn resumed_complete(m: &Mesh, id: &str) {
-    let (out, _) = m.resume(id, &[]);
+fn resumed_complete(m: &Mesh, id: &str, extra: &[&str]) {
+    let (out, _) = m.resume(id, extra);
     ok(&out);
     let done = m.ended(id);
     assert_eq!(done["status"], "completed", "{done}");
@@ -331,17 +340,10 @@ fn a_cancelled_loop_resumed_keeps_the_contributions_of_the_run_it_continues() {
     let before = count(&m.events(&id), "loop.iteration.done", true).len();
     assert!(before < 10, "cancelled before the loop ended: {before}");
 
-    resumed_complete(m, &id);
+    resumed_complete(m, &id, &[]);
     // The cancelled run started nothing after the resume: only the two
     // iterations in flight at the cancel may have ended in it since.
-    let events = m.events(&id);
-    let ends = |e: &&Value| e["event_type"] == "loop.iteration.done";
-    let first_run = events.iter().find(ends).unwrap()["payload"]["loop_run_id"].clone();
-    let in_first = events
-        .iter()
-        .filter(ends)
-        .filter(|e| e["payload"]["loop_run_id"] == first_run)
-        .count();
+    let in_first = ended_in_first_run(&m.events(&id));
     assert!(
         in_first <= before + 2,
         "{in_first} ended in the cancelled run, {before} before the cancel"
@@ -364,7 +366,7 @@ fn a_cancelled_and_compacted_loop_resumed_keeps_the_contributions_of_the_run_it_
     ok(&out);
     assert_eq!(c["executions"], serde_json::json!([id.clone()]), "{c}");
 
-    resumed_complete(m, &id);
+    resumed_complete(m, &id, &[]);
     m.replays(&id);
 }
 
@@ -415,6 +417,25 @@ fn a_compacted_failed_loop_resumes_from_its_events_and_runs_only_what_did_not_fi
         count(&events, "step.started", false).get("start"),
         Some(&1),
         "the finished first step did not run again"
+    );
+    m.replays(&id);
+}
+
+/// A loop stopped by a cancel and left by a restart `--from` its own step
+/// starts nothing more: the new run runs every item once, and only its
+/// reducers are folded. Before, nothing marked the stopped run: a late
+/// report refilled its window once the execution ran again, and it went on
+/// beside the new run, folding its reducers into `ctx` too.
+#[test]
+fn a_cancelled_loop_restarted_from_its_step_leaves_its_stopped_run_stopped() {
+    let m = &Mesh::up();
+    let id = cancelled_in_its_loop(m);
+    let before = count(&m.events(&id), "loop.iteration.done", true).len();
+    resumed_complete(m, &id, &["--from", "items"]);
+    let in_first = ended_in_first_run(&m.events(&id));
+    assert!(
+        in_first <= before + 2,
+        "{in_first} ended in the stopped run, {before} before the cancel"
     );
     m.replays(&id);
 }

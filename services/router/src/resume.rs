@@ -132,8 +132,8 @@ struct Ahead<'a> {
 }
 
 /// Step 1 (each write idempotent): the plan, what each continued loop
-/// continues from (its stopped run marked superseded, so it starts nothing
-/// once the execution runs again), the joins that fire again, and
+/// continues from, every stopped loop run marked superseded (so none starts
+/// anything once the execution runs again), the joins that fire again, and
 /// `step.superseded`.
 async fn write_ahead(a: Ahead<'_>) -> Result<(), MeshError> {
     let (mesh, plan) = (a.mesh, a.plan);
@@ -142,7 +142,9 @@ async fn write_ahead(a: Ahead<'_>) -> Result<(), MeshError> {
     for (new, old) in &a.decision.continues {
         let carry = resume::LoopCarry { from: old.clone() };
         kv::put(mesh.loop_kv(), &Keys::loop_carry(eid, new), &carry).await?;
-        resume::supersede_loop_run(mesh, eid, old).await?;
+    }
+    for srid in &a.decision.retired {
+        resume::supersede_loop_run(mesh, eid, srid).await?;
     }
     for (step, new, old) in &a.decision.refires {
         refire(mesh, eid, step, (old, new)).await?;

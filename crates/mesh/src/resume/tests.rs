@@ -83,6 +83,8 @@ fn the_stopped_tokens_run_again_with_fresh_ids_and_their_args() {
     // The loop step continues its stopped run.
     assert_eq!(d.continues, [(again_id("t2", 1), "t2".to_string())]);
     assert!(d.superseded.is_empty());
+    // Every stopped run is retired: none goes on beside the new ones.
+    assert_eq!(d.retired, ["t1", "t2"]);
     // A second resume gets other ids.
     let h2 = ExecHeader { resumes: 1, ..h };
     assert_ne!(decided(&h2, None).unwrap().tokens[0].token_id, ids[0]);
@@ -104,6 +106,7 @@ fn from_a_step_supersedes_what_is_reachable_from_it_and_ran() {
         "b has no record; start and other are not reachable from a"
     );
     assert!(d.continues.is_empty(), "a restart runs every iteration");
+    assert_eq!(d.retired, ["t2"], "the stopped loop run goes no further");
     let err = decided(&h, Some("nope")).unwrap_err();
     assert!(
         err.to_string()

@@ -79,8 +79,7 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         }
         folded
     };
-    folded.run.superseded =
-        !folded.run.done_emitted && continued_by_later(&log[at + 1..], srid, &step.step);
+    folded.run.superseded = !folded.run.done_emitted && continued_by_later(&log[at + 1..], srid);
     Ok(folded)
 }
 
@@ -124,19 +123,18 @@ fn started_at(log: &[Event], srid: &str) -> Option<usize> {
         .position(|e| e.step_run_id == srid && EventType::of(e) == Some(EventType::LoopStarted))
 }
 
-/// Whether a resume in `after` continues run `srid` of loop step `step`:
-/// its `execution.resumed` names the step among the loops it continues (the
-/// router marked the run superseded before that resume went on), or a
-/// later run's `loop.started` names the run as the one it continues
-/// ([`LoopRun::superseded`]). The caller asks only of a run that had not
-/// ended, as both marks are made only on such a run.
-fn continued_by_later(after: &[Event], srid: &str, step: &str) -> bool {
+/// Whether a resume in `after` retires run `srid`: every
+/// `execution.resumed` does (the router marked each stopped run superseded
+/// before that resume went on, whether a new run continues it or a restart
+/// `--from` leaves it), and so does a later run's `loop.started` naming it
+/// as the one it continues ([`LoopRun::superseded`]). The caller asks only
+/// of a run that had not ended, as both marks are made only on such a run.
+fn continued_by_later(after: &[Event], srid: &str) -> bool {
     after.iter().any(|e| match EventType::of(e) {
         Some(EventType::LoopStarted) => {
             payloads::decode::<LoopStarted>(e).is_ok_and(|s| s.continues == srid)
         }
-        Some(EventType::ExecutionResumed) => payloads::decode::<payloads::Resumed>(e)
-            .is_ok_and(|r| r.continued_loops.iter().any(|s| s == step)),
+        Some(EventType::ExecutionResumed) => true,
         _ => false,
     })
 }
@@ -555,6 +553,14 @@ mod tests {
         assert!(!second.superseded && second.continues == "sr1");
     }
 
+    /// sr1's `loop.done`, failed (as a `fail_fast` failure ends it).
+    fn loop_done() -> Event {
+        ev(
+            EventType::LoopDone,
+            json!({"boundary": true, "status": "failed", "counts": {"total": 5, "done": 1, "failed": 1}, "result": {"total": 5, "done": 1, "failed": 1}}),
+        )
+    }
+
     fn resumed_event(continued: &[&str]) -> Event {
         ev(
             EventType::ExecutionResumed,
@@ -605,9 +611,12 @@ mod tests {
         assert!(!stopped.superseded, "not before the resume");
         // Marked by the resume itself, before sr2 starts.
         assert!(fold_run(&log[..5], "sr1", &step()).unwrap().run.superseded);
-        // A resume continuing another step leaves it as it is.
-        let other = [&log[..4], &[resumed_event(&["other"])]].concat();
-        assert!(!fold_run(&other, "sr1", &step()).unwrap().run.superseded);
+        // So does a restart `--from` that continues none.
+        let restart = [&log[..4], &[resumed_event(&[])]].concat();
+        assert!(fold_run(&restart, "sr1", &step()).unwrap().run.superseded);
+        // A run that had ended stays as it is.
+        let ended_run = [&log[..4], &[loop_done()], &[resumed_event(&[])]].concat();
+        assert!(!fold_run(&ended_run, "sr1", &step()).unwrap().run.superseded);
         // As the live start made it: the same fold before the new ends.
         let at_start = fold_run(&log[..7], "sr2", &step()).expect("rebuilt").run;
         assert_eq!(
