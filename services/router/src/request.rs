@@ -221,9 +221,11 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     let eid = execution_id(&req, seq)?;
     let source = source_name(&req);
 
-    if accepted_already(mesh, headers, &eid, &req).await? {
-        return Ok(());
-    }
+    let started_ms = match accepted_already(mesh, headers, &eid, &req).await? {
+        Found::Accepted => return Ok(()),
+        Found::New => now_ms(),
+        Found::PlanLost { started_ms } => started_ms,
+    };
     if mesh.in_log(&eid).await? {
         return logged_already(mesh, headers, &eid, &req).await;
     }
@@ -269,7 +271,7 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
         playbook,
         overrides: &overrides,
         req: &req,
-        now_ms: now_ms(),
+        now_ms: started_ms,
     }));
     mesh.plans().store(mesh, plan.clone()).await?;
     let entry_token = crate::entry::entry_token_id(&eid);
@@ -281,7 +283,7 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     let header = ExecHeader {
         playbook: plan.playbook.metadata.name.clone(),
         source: source.clone(),
-        started_at: now_rfc3339(),
+        started_at: noetl_mesh::events::rfc3339_of_ms(started_ms),
         parent_execution_id: req.parent_execution_id.clone(),
         ..ExecHeader::running(eid.clone(), vec![TokenRecord::new(entry_token, entry_step)])
     };
@@ -325,8 +327,8 @@ async fn logged_already(
         return Err(HandlerError::Refused(reused(eid)));
     }
     match accepted_already(mesh, headers, eid, req).await? {
-        true => Ok(()),
-        false => Err(HandlerError::Refused(reused(eid))),
+        Found::Accepted => Ok(()),
+        Found::New | Found::PlanLost { .. } => Err(HandlerError::Refused(reused(eid))),
     }
 }
 
@@ -340,21 +342,51 @@ fn reused(eid: &str) -> String {
     )
 }
 
+/// What a delivery of a request finds of its execution
+/// ([`accepted_already`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// Accepted before: its entry went out (again, de-duplicated).
+    Accepted,
+    /// New: it starts now.
+    New,
+    /// Its header is there but its plan was lost before its first event
+    /// was read back: it starts again from the request as of when it first
+    /// started (the header's `started_at`, which the first delivery wrote
+    /// with the plan's `started_ms`), so the plan written again is the one
+    /// the events of the first delivery, if any got out, were made from.
+    PlanLost {
+        /// The first start, epoch ms.
+        started_ms: u64,
+    },
+}
+
+/// When an execution whose plan was lost first started: its header's
+/// `started_at` (the first delivery writes it and the plan's
+/// `started_ms` from one clock reading); `now_ms` when that does not
+/// parse.
+fn first_started_ms(header: &ExecHeader, now_ms: u64) -> u64 {
+    noetl_mesh::events::parse_rfc3339(&header.started_at)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(now_ms, |d| d.as_millis() as u64)
+}
+
 /// A redelivery of a request already accepted (its header is there): make
 /// sure its entry token went out (same id, de-duplicated), and say so.
-/// `false` when it is new, or when its plan was lost before its first
-/// event (a router stopped between its header and its events, and the
-/// plan record was purged since): nothing but the request can give the
-/// plan back, so the execution starts from it as if new (the header
-/// stays; every id is the same).
+/// [`Found::New`] when it is new; [`Found::PlanLost`] when its plan was
+/// lost before its first event (a router stopped between its header and
+/// its events and the plan record was purged since, or a cluster that lost
+/// its last writes answers with neither yet): nothing but the request can
+/// give the plan back, so the execution starts from it again (the header
+/// stays; every id and its start time are the same).
 async fn accepted_already(
     mesh: &Mesh,
     headers: &kv::RevisionCache<ExecHeader>,
     eid: &str,
     req: &ExecutionRequest,
-) -> Result<bool, HandlerError> {
+) -> Result<Found, HandlerError> {
     let Some(header) = mesh.exec_header(eid).await? else {
-        return Ok(false);
+        return Ok(Found::New);
     };
     if header.status != ExecStatus::Running {
         // Ended (refused, or over its concurrency limit) by a delivery that
@@ -369,7 +401,7 @@ async fn accepted_already(
         }
         // A child refused before a crash may not have resumed its parent.
         crate::children::resume_parent(mesh, eid).await?;
-        return Ok(true);
+        return Ok(Found::Accepted);
     }
     if let Some(plan) = accepted_plan(mesh, eid).await? {
         // A `ctx` purged since the first delivery comes back from the
@@ -377,10 +409,12 @@ async fn accepted_already(
         // write back the keys the events hold.
         noetl_mesh::ctx_record::read(mesh, eid).await?;
         enter(mesh, headers, &plan).await?;
-        return Ok(true);
+        return Ok(Found::Accepted);
     }
     tracing::warn!(execution_id = %eid, "plan missing before the execution's first event: starting it again from its request");
-    Ok(false)
+    Ok(Found::PlanLost {
+        started_ms: first_started_ms(&header, now_ms()),
+    })
 }
 
 /// The plan of an execution whose header is there: stored, or written
@@ -713,6 +747,22 @@ mod tests {
         assert_eq!(plan.trace_id, noetl_mesh::ids::trace_id_for("", "e9"));
         assert_eq!(plan.parent_execution_id, "parent");
         assert!(plan.parent_iter.is_null());
+    }
+
+    #[test]
+    fn a_plan_started_again_from_its_request_keeps_the_first_start() {
+        // The first delivery writes the header's start and the plan's from
+        // one reading: read back, the plan written again is the same.
+        let header = ExecHeader {
+            started_at: noetl_mesh::events::rfc3339_of_ms(1_796_390_088_688),
+            ..ExecHeader::running("e1".to_string(), Vec::new())
+        };
+        assert_eq!(first_started_ms(&header, 7), 1_796_390_088_688);
+        let unreadable = ExecHeader {
+            started_at: "soon".into(),
+            ..header
+        };
+        assert_eq!(first_started_ms(&unreadable, 7), 7);
     }
 
     #[test]
