@@ -334,13 +334,30 @@ fn a_bad_http_addr_fails_before_joining_the_mesh() {
     );
 }
 
+/// A port free now and outside the kernel's ephemeral range
+/// (`ip_local_port_range`), so no outgoing connection or `free_port` of
+/// another test takes it before a server that starts later binds it (one
+/// run in many found its nats-server's port taken after the wait below).
+fn port_kept_for_later() -> u16 {
+    let range =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = (range.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(32768);
+    let from = 10_000 + (std::process::id() % 10_000) as u16;
+    (from..low)
+        .chain(10_000..from)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 #[test]
 fn a_service_started_before_its_nats_server_waits_for_it_then_serves() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let nats_opts = ServerOptions {
         store_dir: dir.path().join("nats"),
-        port: Some(free_port()),
+        port: Some(port_kept_for_later()),
         binary: None,
     };
     let url = format!("nats://127.0.0.1:{}", nats_opts.port.unwrap());
