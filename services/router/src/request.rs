@@ -366,9 +366,7 @@ enum Found {
 /// `started_ms` from one clock reading); `now_ms` when that does not
 /// parse.
 fn first_started_ms(header: &ExecHeader, now_ms: u64) -> u64 {
-    noetl_mesh::events::parse_rfc3339(&header.started_at)
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(now_ms, |d| d.as_millis() as u64)
+    noetl_mesh::events::ms_of_rfc3339(&header.started_at).unwrap_or(now_ms)
 }
 
 /// A redelivery of a request already accepted (its header is there): make
