@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::fold::Folded;
 use crate::keys::Keys;
 use crate::plan::PlanRecord;
-use crate::replay::{fold_log, hydrated_log, Logged, Until};
+use crate::replay::{fold_log, Logged, Until};
 use crate::state::ExecHeader;
 use crate::{kv, Mesh, MeshError};
 
@@ -100,8 +100,61 @@ pub async fn plan_of(
 /// Rebuild the records of `eid` from its events. `None` when it has no
 /// events.
 pub async fn rebuild(mesh: &Mesh, eid: &str, mode: Mode) -> Result<Option<Rebuilt>, MeshError> {
-    let log = hydrated_log(mesh, eid, Until::End).await?;
-    rebuild_from(mesh, eid, &log, mode).await
+    let (folded, again) = fold_read_again(mesh, eid).await?;
+    if folded.events == 0 {
+        return Ok(None);
+    }
+    write_records(mesh, eid, &again, &folded, mode)
+        .await
+        .map(Some)
+}
+
+/// The fold of `eid`'s events, read one stored message at a time
+/// ([`crate::replay::fold_stored`]), and the events [`write_records`]
+/// reads again besides it ([`ReadAgain`]).
+async fn fold_read_again(mesh: &Mesh, eid: &str) -> Result<(Folded, Vec<Logged>), MeshError> {
+    let mut again = ReadAgain::default();
+    crate::replay::fold_stored(mesh, eid, Until::End, &mut |e| again.keeps(e)).await
+}
+
+/// The events [`write_records`] reads besides the fold: whether tokens
+/// were created ([`header_to_write`]), the parallel loop runs' starts and
+/// ends ([`crate::ctx_owners::open_parallel_runs`]) and their iterations'
+/// `task.done` that write `ctx` ([`crate::ctx_owners::fold`]). A loop's
+/// other iteration events, nearly all of a long loop's log, are not kept.
+#[derive(Debug, Default)]
+struct ReadAgain {
+    /// The parallel loop runs started so far.
+    parallel: std::collections::HashSet<String>,
+}
+
+impl ReadAgain {
+    fn keeps(&mut self, e: &noetl_wire::Event) -> bool {
+        use crate::event_type::EventType as T;
+        match T::of(e) {
+            Some(T::TokenCreated | T::NextSelected | T::LoopDone) => true,
+            Some(T::LoopStarted) => {
+                let parallel = crate::payloads::decode::<crate::payloads::LoopStarted>(e)
+                    .is_ok_and(|p| p.mode == Some(noetl_core::LoopMode::Parallel));
+                if parallel {
+                    self.parallel.insert(e.step_run_id.clone());
+                }
+                true
+            }
+            Some(T::TaskDone) if self.parallel.contains(&e.step_run_id) => {
+                // What `ctx_owners::fold` reads of it: a `ctx` write left
+                // after the reducers' keys (one it cannot decode is kept,
+                // for it to name).
+                crate::payloads::decode::<crate::payloads::TaskDone>(e).map_or(true, |td| {
+                    !td.ctx_refused
+                        && td
+                            .set_ctx
+                            .is_some_and(|patch| patch.keys().any(|k| !td.reduced.contains(k)))
+                })
+            }
+            _ => false,
+        }
+    }
 }
 
 /// [`rebuild`] from the execution's events `log` ([`hydrated_log`]), read
@@ -385,8 +438,7 @@ async fn restore_header_of(
     eid: &str,
     running_only: bool,
 ) -> Result<HeaderFound, MeshError> {
-    let log = hydrated_log(mesh, eid, Until::End).await?;
-    let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+    let (folded, log) = fold_read_again(mesh, eid).await?;
     let Some(header) = &folded.header else {
         return Ok(HeaderFound::None);
     };

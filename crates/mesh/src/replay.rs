@@ -68,6 +68,37 @@ pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged
     Ok(logged.into_iter().filter(|l| until.keeps(l)).collect())
 }
 
+/// Every message stored under execution `eid`'s events, in stream order,
+/// as stored: a batch's events, the `step.started` a `next.selected`
+/// carries and the `task.done` an end carries are left inside it
+/// ([`crate::events::unfold`] reads them out). For a reader that unfolds
+/// one message at a time: it then holds one batch's events at once, not
+/// the log's (a loop of 100,000 iterations is a few thousand messages
+/// stored and 300,000 events unfolded). A message that does not decode
+/// is an error naming its sequence.
+pub async fn read_stored_log(mesh: &Mesh, eid: &str) -> Result<Vec<Logged>, MeshError> {
+    let filter = mesh.subjects().events_of(eid);
+    let mut out = Vec::new();
+    let mut failed = None;
+    mesh.visit_stored_events(&filter, crate::events::ReadFrom::Start, |seq, ev| {
+        match ev {
+            Ok(event) => out.push(Logged { seq, event }),
+            Err(e) => {
+                failed = Some(MeshError::Invalid(format!(
+                    "event seq {seq} under {filter}: {e}"
+                )));
+                return std::ops::ControlFlow::Break(());
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+    .await?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 /// Every stored event of every execution since `since_ms` (Unix epoch
 /// ms), in stream order (`noetl events export --since`).
 pub async fn read_since(mesh: &Mesh, since_ms: u64) -> Result<Vec<Logged>, MeshError> {
@@ -159,8 +190,45 @@ pub fn import_line(text: &str, line: usize) -> Result<Logged, MeshError> {
 
 /// Read, hydrate and fold the log of `eid` up to `until`.
 pub async fn fold_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Folded, MeshError> {
-    let log = hydrated_log(mesh, eid, until).await?;
-    Folded::of(log.iter().map(|l| (l.seq, &l.event)))
+    Ok(fold_stored(mesh, eid, until, &mut |_| false).await?.0)
+}
+
+/// The fold of execution `eid`'s events up to `until` ([`fold_log`]), and
+/// the events `keep` keeps of them, for a caller that reads some of them
+/// again: the log is read as stored ([`read_stored_log`]) and each
+/// message unfolded and hydrated only when the fold reaches it, so what is
+/// held at once is the stored log, a batch's events and what `keep` keeps,
+/// never the whole log unfolded (a resume of a loop of 100,000 iterations
+/// held the router at 230 MB that way: docs/reliability.md "Resume of a
+/// long loop"). The events the fold sees, and their order, are
+/// [`hydrated_log`]'s.
+pub async fn fold_stored(
+    mesh: &Mesh,
+    eid: &str,
+    until: Until,
+    keep: &mut (dyn FnMut(&Event) -> bool + Send),
+) -> Result<(Folded, Vec<Logged>), MeshError> {
+    let stored = read_stored_log(mesh, eid).await?;
+    let mut folded = Folded::default();
+    let mut kept = Vec::new();
+    let mut unfolder = crate::events::Unfolder::default();
+    for message in stored {
+        for event in unfolder.unfold(message.event) {
+            let mut l = Logged {
+                seq: message.seq,
+                event,
+            };
+            if !until.keeps(&l) {
+                continue;
+            }
+            hydrate(mesh, &mut l.event).await?;
+            folded.apply(l.seq, &l.event)?;
+            if keep(&l.event) {
+                kept.push(l);
+            }
+        }
+    }
+    Ok((folded, kept))
 }
 
 /// [`read_log`] with every value an event carries by reference read back

@@ -214,10 +214,11 @@ async fn write_frames(
     Ok(written)
 }
 
-/// The execution's events, in stream order (read as the fold reads them,
-/// [`noetl_mesh::replay::read_log`]), and the sequence number of each.
+/// The execution's events as stored, in stream order (the fold unfolds a
+/// batch when it reads it, [`noetl_mesh::replay::read_stored_log`]), and
+/// the sequence number of each.
 async fn log_of(mesh: &Mesh, eid: &str) -> Result<(Vec<u64>, Vec<Event>), MeshError> {
-    let log = noetl_mesh::replay::read_log(mesh, eid, noetl_mesh::replay::Until::End).await?;
+    let log = noetl_mesh::replay::read_stored_log(mesh, eid).await?;
     Ok(log.into_iter().map(|l| (l.seq, l.event)).unzip())
 }
 

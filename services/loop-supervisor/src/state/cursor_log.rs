@@ -44,14 +44,15 @@ struct Applied {
 }
 
 /// The cursor loop run `run` (new, as `loop.started` gives it) of `step`
-/// after its `events` (the run's own, after its `loop.started`, in stream
-/// order); or why the log cannot say.
-pub(super) fn fold_cursor(
+/// after the events `events` gives (the run's own, after its
+/// `loop.started`, in stream order; read twice, each time anew, so the
+/// run's events are never held at once); or why the log cannot say.
+pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
     run: LoopRun,
     started: &LoopStarted,
     step: &Step,
     ends: &Ends<'_>,
-    events: &[&Event],
+    events: impl Fn() -> I,
 ) -> Result<FromLog, String> {
     if started.max_rows == 0 {
         return Err(
@@ -69,13 +70,13 @@ pub(super) fn fold_cursor(
         claims: Vec::new(),
         frames: Vec::new(),
     };
-    let placed = placed(events)?;
+    let placed = placed(events())?;
     let mut applied = Vec::new();
-    for ev in events {
-        if ends.take(&mut f, ev)? || EventType::of(ev) != Some(EventType::LoopClaimed) {
+    for ev in events() {
+        if ends.take(&mut f, &ev)? || EventType::of(&ev) != Some(EventType::LoopClaimed) {
             continue;
         }
-        let report: ClaimEnded = payloads::decode(ev).map_err(|e| e.to_string())?;
+        let report: ClaimEnded = payloads::decode(&ev).map_err(|e| e.to_string())?;
         issue_up_to(&mut f.run, report.seq);
         let before = f.run.total;
         if let Some(a) = apply_claim(&f.run, report.seq, &claimed_of(&report)) {
@@ -99,13 +100,13 @@ pub(super) fn fold_cursor(
 
 /// Where each claim's rows begin, as its iterations' starts say (claim ->
 /// its lowest started index).
-fn placed(events: &[&Event]) -> Result<BTreeMap<u64, u64>, String> {
+fn placed(events: impl Iterator<Item = Event>) -> Result<BTreeMap<u64, u64>, String> {
     let mut at: BTreeMap<u64, u64> = BTreeMap::new();
     for ev in events {
-        if EventType::of(ev) != Some(EventType::LoopIterationStarted) {
+        if EventType::of(&ev) != Some(EventType::LoopIterationStarted) {
             continue;
         }
-        let s: IterationStarted = payloads::decode(ev).map_err(|e| e.to_string())?;
+        let s: IterationStarted = payloads::decode(&ev).map_err(|e| e.to_string())?;
         let Some(seq) = s.claim else {
             return Err(format!(
                 "its loop.iteration.started of index {} does not name its claim: it was written before cursor loop runs were rebuilt",

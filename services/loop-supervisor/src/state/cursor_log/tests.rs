@@ -39,8 +39,9 @@ fn fold_run(log: &[Event], _srid: &str, step: &Step) -> Result<FromLog, String> 
         started.max_in_flight,
         Value::Null,
     );
-    let events: Vec<&Event> = log[1..].iter().collect();
-    fold_cursor(run, &started, step, &Ends::of(step), &events)
+    fold_cursor(run, &started, step, &Ends::of(step), || {
+        log[1..].iter().cloned()
+    })
 }
 
 fn ev<P: payloads::EventPayload>(payload: &P) -> Event {
