@@ -261,3 +261,62 @@ async fn a_boundary_is_answered_by_its_own_next_selected_not_by_the_start_it_car
     assert!(mesh.boundary_answered(&eid, &nap).await.unwrap());
     cluster.stop().await;
 }
+
+/// A log longer than the fold reads at once (a thousand stored messages,
+/// `replay::fold_stored`) folds to what the whole log, read and unfolded
+/// at once, folds to: up to its end and up to an event in its middle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_read_in_chunks_folds_as_the_whole_log_read_at_once() {
+    use noetl_mesh::fold::Folded;
+    use noetl_mesh::replay::{fold_log, hydrated_log, read_stored_log, Until};
+    let cluster = Cluster::start().await;
+    // One iteration at a time: each its own batch, about two stored
+    // messages an iteration.
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: long_log }
+workflow:
+  - step: each
+    loop:
+      in: "{{ range(1500) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 1
+        policy: { reducers: { total: sum } }
+    tool:
+      - name: one
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { total: 1 } }
+"#;
+    let eid = cluster.submit(yaml, "long_log.yaml", Value::Null).await;
+    let summary = cluster
+        .wait(&eid, std::time::Duration::from_secs(120))
+        .await;
+    assert_eq!(summary.status, noetl_mesh::state::ExecStatus::Completed);
+    let stored = read_stored_log(&cluster.mesh, &eid).await.unwrap();
+    assert!(stored.len() > 2_000, "{} messages stored", stored.len());
+    let (mesh, id) = (&cluster.mesh, eid.as_str());
+    let whole = |until| async move {
+        let log = hydrated_log(mesh, id, until).await.unwrap();
+        Folded::of(log.iter().map(|l| (l.seq, &l.event))).unwrap()
+    };
+    let folded = fold_log(&cluster.mesh, &eid, Until::End).await.unwrap();
+    assert_eq!(folded.ctx.get("total"), Some(&json!(1500)));
+    assert_eq!(folded, whole(Until::End).await);
+    let middle = stored[stored.len() / 2 + 7].seq;
+    assert_eq!(
+        fold_log(&cluster.mesh, &eid, Until::Seq(middle))
+            .await
+            .unwrap(),
+        whole(Until::Seq(middle)).await
+    );
+    let report = cluster.replay(&eid).await;
+    assert!(report.equal, "{:?}", report.differences);
+    cluster.stop().await;
+}

@@ -269,9 +269,9 @@ pub const FOLLOWED_ITERATIONS: usize = 16_384;
 pub struct Unfolder {
     /// The ids of the iteration events read so far, and whether each came
     /// out of a batch.
-    seen: std::collections::HashMap<String, bool>,
+    seen: std::collections::HashMap<IdKey, bool>,
     /// The ids of `seen` in the order read, when they are bounded.
-    order: std::collections::VecDeque<String>,
+    order: std::collections::VecDeque<IdKey>,
     /// The most ids kept (`None`: every one).
     capacity: Option<usize>,
     /// Iteration events dropped as read already.
@@ -290,7 +290,7 @@ impl Unfolder {
 
     /// Remember `id` (read first now, `batch` when out of a batch),
     /// forgetting the oldest beyond the capacity.
-    fn remember(&mut self, id: String, batch: bool) {
+    fn remember(&mut self, id: IdKey, batch: bool) {
         let Some(capacity) = self.capacity else {
             self.seen.insert(id, batch);
             return;
@@ -323,9 +323,10 @@ impl Unfolder {
         }
         let mut out = Vec::new();
         for e in unfold(ev) {
-            match self.seen.get(&e.event_id) {
+            let id = IdKey::of(&e.event_id);
+            match self.seen.get(&id) {
                 None => {
-                    self.remember(e.event_id.clone(), batch);
+                    self.remember(id, batch);
                     out.push(e);
                 }
                 Some(from_batch) if batch || *from_batch => self.dropped += 1,
@@ -338,6 +339,27 @@ impl Unfolder {
     /// How many iteration events were dropped as read already.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+}
+
+/// An event id as an [`Unfolder`] remembers it: the 32 hex digits the
+/// engine's ids are as the 16 bytes they stand for (a reader of a long
+/// loop's log remembers every iteration's: about a quarter of the memory
+/// of the string), any other id as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum IdKey {
+    Hex(u128),
+    Other(String),
+}
+
+impl IdKey {
+    fn of(id: &str) -> Self {
+        // Lower-case digits only: "AB" and "ab" are different ids.
+        let hex = id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        match hex.then(|| u128::from_str_radix(id, 16).ok()).flatten() {
+            Some(n) => Self::Hex(n),
+            None => Self::Other(id.to_string()),
+        }
     }
 }
 
@@ -925,5 +947,21 @@ mod tests {
         );
         let plain = created(None);
         assert_eq!(unfold(plain.clone()).collect::<Vec<_>>(), [plain]);
+    }
+
+    #[test]
+    fn an_unfolder_remembers_an_engine_id_as_its_bytes_and_any_other_as_written() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            IdKey::of(id),
+            IdKey::Hex(0x0123456789abcdef0123456789abcdef)
+        );
+        // Not the engine's form: kept as written, so none two ids meet.
+        let upper = id.to_uppercase();
+        assert_eq!(IdKey::of(&upper), IdKey::Other(upper.clone()));
+        assert_ne!(IdKey::of(id), IdKey::of(&upper));
+        assert_eq!(IdKey::of("e1"), IdKey::Other("e1".into()));
+        assert_eq!(IdKey::of(""), IdKey::Other(String::new()));
+        assert_eq!(IdKey::of(&id[..31]), IdKey::Other(id[..31].into()));
     }
 }

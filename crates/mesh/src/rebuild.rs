@@ -112,7 +112,10 @@ pub async fn rebuild(mesh: &Mesh, eid: &str, mode: Mode) -> Result<Option<Rebuil
 /// The fold of `eid`'s events, read one stored message at a time
 /// ([`crate::replay::fold_stored`]), and the events [`write_records`]
 /// reads again besides it ([`ReadAgain`]).
-async fn fold_read_again(mesh: &Mesh, eid: &str) -> Result<(Folded, Vec<Logged>), MeshError> {
+pub(crate) async fn fold_read_again(
+    mesh: &Mesh,
+    eid: &str,
+) -> Result<(Folded, Vec<Logged>), MeshError> {
     let mut again = ReadAgain::default();
     crate::replay::fold_stored(mesh, eid, Until::End, &mut |e| again.keeps(e)).await
 }
@@ -315,8 +318,9 @@ fn with_entry_owed(header: &ExecHeader, created: bool, entry_step: Option<&str>)
 }
 
 /// Write back the missing records of `eid` from `folded`, the fold of
-/// its events `log`, folded already by a caller that uses the fold
-/// itself (the summary of an ended execution).
+/// its events, folded already by a caller that uses the fold itself (the
+/// summary of an ended execution), with the events `log` of them
+/// [`fold_read_again`] kept.
 pub(crate) async fn write_folded(
     mesh: &Mesh,
     eid: &str,

@@ -4,11 +4,13 @@
 //! plain function ([`differences`]); reading is the only I/O.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::events::ReadFrom;
 use crate::fold::{Folded, Origin};
 use crate::keys::Keys;
 use crate::state::{ExecHeader, StepRecord};
@@ -78,19 +80,41 @@ pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged
 /// is an error naming its sequence.
 pub async fn read_stored_log(mesh: &Mesh, eid: &str) -> Result<Vec<Logged>, MeshError> {
     let filter = mesh.subjects().events_of(eid);
+    read_stored_chunk(mesh, &filter, ReadFrom::Start, u64::MAX, usize::MAX).await
+}
+
+/// Messages [`fold_stored`] reads at once.
+const FOLD_CHUNK: usize = 1_000;
+
+/// The messages stored under `filter` from `from`, as stored, up to
+/// stream sequence `end` and at most `max` of them.
+async fn read_stored_chunk(
+    mesh: &Mesh,
+    filter: &str,
+    from: ReadFrom,
+    end: u64,
+    max: usize,
+) -> Result<Vec<Logged>, MeshError> {
     let mut out = Vec::new();
     let mut failed = None;
-    mesh.visit_stored_events(&filter, crate::events::ReadFrom::Start, |seq, ev| {
+    mesh.visit_stored_events(filter, from, |seq, ev| {
+        if seq > end {
+            return ControlFlow::Break(());
+        }
         match ev {
             Ok(event) => out.push(Logged { seq, event }),
             Err(e) => {
                 failed = Some(MeshError::Invalid(format!(
                     "event seq {seq} under {filter}: {e}"
                 )));
-                return std::ops::ControlFlow::Break(());
+                return ControlFlow::Break(());
             }
         }
-        std::ops::ControlFlow::Continue(())
+        if out.len() >= max {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     })
     .await?;
     match failed {
@@ -195,10 +219,10 @@ pub async fn fold_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Folded, Me
 
 /// The fold of execution `eid`'s events up to `until` ([`fold_log`]), and
 /// the events `keep` keeps of them, for a caller that reads some of them
-/// again: the log is read as stored ([`read_stored_log`]) and each
-/// message unfolded and hydrated only when the fold reaches it, so what is
-/// held at once is the stored log, a batch's events and what `keep` keeps,
-/// never the whole log unfolded (a resume of a loop of 100,000 iterations
+/// again: the log is read as stored ([`read_stored_log`]), a thousand
+/// messages at a time, and each message unfolded and hydrated only when
+/// the fold reaches it, so what is held at once is a thousand messages, a
+/// batch's events and what `keep` keeps, never the whole log (a resume of a loop of 100,000 iterations
 /// held the router at 230 MB that way: docs/reliability.md "Resume of a
 /// long loop"). The events the fold sees, and their order, are
 /// [`hydrated_log`]'s.
@@ -208,25 +232,44 @@ pub async fn fold_stored(
     until: Until,
     keep: &mut (dyn FnMut(&Event) -> bool + Send),
 ) -> Result<(Folded, Vec<Logged>), MeshError> {
-    let stored = read_stored_log(mesh, eid).await?;
+    let filter = mesh.subjects().events_of(eid);
     let mut folded = Folded::default();
     let mut kept = Vec::new();
     let mut unfolder = crate::events::Unfolder::default();
-    for message in stored {
-        for event in unfolder.unfold(message.event) {
-            let mut l = Logged {
-                seq: message.seq,
-                event,
-            };
-            if !until.keeps(&l) {
-                continue;
-            }
-            hydrate(mesh, &mut l.event).await?;
-            folded.apply(l.seq, &l.event)?;
-            if keep(&l.event) {
-                kept.push(l);
+    // Read in chunks: a first one shorter than a chunk is the whole log;
+    // past it, the read goes to the last message stored then.
+    let (mut from, mut end) = (ReadFrom::Start, u64::MAX);
+    loop {
+        let chunk = read_stored_chunk(mesh, &filter, from, end, FOLD_CHUNK).await?;
+        let (Some(last), full) = (chunk.last().map(|l| l.seq), chunk.len() == FOLD_CHUNK) else {
+            break;
+        };
+        for message in chunk {
+            for event in unfolder.unfold(message.event) {
+                let mut l = Logged {
+                    seq: message.seq,
+                    event,
+                };
+                if !until.keeps(&l) {
+                    continue;
+                }
+                hydrate(mesh, &mut l.event).await?;
+                folded.apply(l.seq, &l.event)?;
+                if keep(&l.event) {
+                    kept.push(l);
+                }
             }
         }
+        if !full || last >= end {
+            break;
+        }
+        if end == u64::MAX {
+            end = match mesh.last_stored_event(&filter).await? {
+                Some(stored) => stored.seq,
+                None => break,
+            };
+        }
+        from = ReadFrom::AfterSeq(last);
     }
     Ok((folded, kept))
 }

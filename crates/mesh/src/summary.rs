@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::fold::Folded;
 use crate::keys::Keys;
-use crate::replay::{hydrated_log, Until};
+use crate::replay::Until;
 use crate::state::{user_ctx, ExecHeader, ExecStatus, ExecSummary, StepRecord, StepStatus};
 
 impl crate::Mesh {
@@ -65,8 +65,7 @@ impl crate::Mesh {
         eid: &str,
         header: &ExecHeader,
     ) -> Result<Option<ExecSummary>, crate::MeshError> {
-        let log = hydrated_log(self, eid, Until::End).await?;
-        let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
+        let (folded, log) = crate::rebuild::fold_read_again(self, eid).await?;
         if folded.events == 0 {
             return Ok(None);
         }

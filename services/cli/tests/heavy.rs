@@ -1,7 +1,9 @@
 //! `make test-heavy`: a 1,000,000-item loop through separate service
 //! processes: exact (every item counted once), each service's peak RSS
 //! (VmHWM) at most 64 MiB, and each process's peak RSS and CPU printed,
-//! the nats-server's beside them.
+//! the nats-server's beside them; and a 100,000-item loop cancelled and
+//! resumed, whose resume reads the log without the services' memory
+//! growing with it.
 //!
 //! The items are the rows of a table in the machine's PostgreSQL, walked
 //! by a cursor loop (docs/dsl.md "Cursor loops") in claims of 1,000: the
@@ -237,4 +239,144 @@ fn a_million_item_loop_completes_exact_in_bounded_memory() {
         over.is_empty(),
         "services over {SERVICE_PEAK_KIB} KiB: {over:?}"
     );
+}
+
+/// Items of the loop [`a_long_loop_resumed_reads_its_log_in_bounded_memory`]
+/// resumes: a collection of twice `range(100000)` (the template engine's
+/// `range` stops at 100,000).
+const RESUMED_ITEMS: u64 = 200_000;
+
+/// Iterations ended before that loop is cancelled: a quarter, so the
+/// cancel comes well before its end however fast the machine is.
+const ENDED_AT_CANCEL: u64 = 50_000;
+
+/// How much the router's and the loop-supervisor's peak RSS may grow while
+/// a resume reads the log, per iteration that ended before the cancel
+/// (2.8–4.2 KB when the log was read unfolded, 0.45–0.8 KB read as stored,
+/// debug builds: docs/reliability.md "Resume of a long loop").
+const RESUME_GROWTH_PER_ENDED: u64 = 1536;
+
+#[test]
+#[ignore = "heavy: run with `make test-heavy`"]
+fn a_long_loop_resumed_reads_its_log_in_bounded_memory() {
+    let server = noetl_testkit::TestServer::start();
+    let url = server.url();
+    let home = tempfile::tempdir().unwrap();
+    support::admin_init(noetl(home.path()), &url);
+    let mut procs = support::Procs(Vec::new());
+    for args in [
+        &["router", "--concurrency", "32"][..],
+        &["scheduler"],
+        &["loop-supervisor", "--concurrency", "32"],
+        &["executor", "--kind", "noop", "--concurrency", "64"],
+    ] {
+        procs.0.push(support::serve(noetl(home.path()), &url, args));
+    }
+    let (router, supervisor) = (procs.0[0].id(), procs.0[2].id());
+    let file = home.path().join("long_loop.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: long_loop }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(100000) | list + range(100000) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 16
+        policy:
+          reducers: { total: sum }
+    tool:
+      - name: touch
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { total: 1 } }
+"#,
+    )
+    .unwrap();
+    let id = support::exec_start(noetl(home.path()), &url, &[&file]);
+    let tail = noetl(home.path())
+        .args(["events", "tail", "--execution", &id, "--from-start"])
+        .args(["--type", "loop.iteration.done", "--count"])
+        .arg(ENDED_AT_CANCEL.to_string())
+        .args(["--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    let cancel = noetl(home.path())
+        .args(["exec", "cancel", &id, "--wait", "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        cancel.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    // The ends the resume reads (the tail's count was reached before the
+    // cancel, so more ended).
+    let ends = noetl(home.path())
+        .args([
+            "events",
+            "tail",
+            "--execution",
+            &id,
+            "--from-start",
+            "--no-follow",
+        ])
+        .args(["--type", "loop.iteration.done", "--json", "--nats", &url])
+        .output()
+        .unwrap();
+    let ended = ends
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count() as u64;
+    assert!(ended >= ENDED_AT_CANCEL, "{ended} ends read");
+    let before = [peak_rss_kib(router), peak_rss_kib(supervisor)];
+    let t0 = Instant::now();
+    let resume = noetl(home.path())
+        .args(["exec", "resume", &id, "--nats", &url])
+        .output()
+        .unwrap();
+    assert!(
+        resume.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resume.stderr)
+    );
+    let s = support::exec_wait(noetl(home.path()), &url, &id, 600);
+    assert_eq!(
+        s["ctx"]["total"], RESUMED_ITEMS,
+        "every item counted once: {s}"
+    );
+    println!(
+        "{RESUMED_ITEMS} item loop resumed after {ended} ended and its cancel: {:.1} s to its end",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut over = Vec::new();
+    for ((name, pid), before) in [("router", router), ("loop-supervisor", supervisor)]
+        .into_iter()
+        .zip(before)
+    {
+        let after = peak_rss_kib(pid);
+        let per_ended = after.saturating_sub(before) * 1024 / ended;
+        println!(
+            "peak RSS {name:<16} {:>7.1} MiB before the resume, {:>7.1} MiB after: {per_ended} bytes per iteration ended",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0
+        );
+        if per_ended > RESUME_GROWTH_PER_ENDED {
+            over.push(format!("{name} grew from {before} to {after} KiB"));
+        }
+    }
+    assert!(over.is_empty(), "a resume's read of the log: {over:?}");
 }
