@@ -320,3 +320,58 @@ workflow:
     assert!(report.equal, "{:?}", report.differences);
     cluster.stop().await;
 }
+
+/// A request whose earlier delivery stored its plan and then stopped
+/// before its header (or is still running beside this one) starts from
+/// that plan: the first start time stands in the plan, the header and the
+/// events, so the log replays equal (the fault campaign once found a plan
+/// started 149 ms after its `playbook.initialized`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_starts_from_the_plan_an_earlier_delivery_of_it_stored() {
+    let cluster = Cluster::start().await;
+    let yaml = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: planned }
+workflow:
+  - step: start
+    tool:
+      - name: one
+        kind: noop
+"#;
+    // The plan a first delivery of the request made, 5 s ago: the plan of
+    // another execution of the playbook, under the new id.
+    let done = cluster.submit(yaml, "planned.yaml", Value::Null).await;
+    cluster
+        .wait(&done, std::time::Duration::from_secs(30))
+        .await;
+    let mut plan: Value = kv::get(cluster.mesh.exec_kv(), &Keys::plan(&done))
+        .await
+        .unwrap()
+        .unwrap();
+    let eid = noetl_mesh::ids::new_execution_id();
+    let first = noetl_mesh::events::now_ms() - 5_000;
+    plan["execution_id"] = json!(eid);
+    plan["started_ms"] = json!(first);
+    kv::put(cluster.mesh.exec_kv(), &Keys::plan(&eid), &plan)
+        .await
+        .unwrap();
+    cluster
+        .submit_as(&eid, yaml, "planned.yaml", Value::Null)
+        .await;
+    let summary = cluster.wait(&eid, std::time::Duration::from_secs(30)).await;
+    assert_eq!(summary.status, noetl_mesh::state::ExecStatus::Completed);
+    let stored: Value = kv::get(cluster.mesh.exec_kv(), &Keys::plan(&eid))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored["started_ms"], json!(first), "the first plan stands");
+    let header = cluster.mesh.exec_header(&eid).await.unwrap().unwrap();
+    assert_eq!(
+        noetl_mesh::events::ms_of_rfc3339(&header.started_at),
+        Some(first)
+    );
+    let report = cluster.replay(&eid).await;
+    assert!(report.equal, "{:?}", report.differences);
+    cluster.stop().await;
+}

@@ -82,6 +82,16 @@ pub async fn put_bytes(store: &Store, key: &str, bytes: Vec<u8>) -> Result<u64, 
         .map_err(|e| kv_err(store, key, e))
 }
 
+/// Create `key` with bytes already encoded ([`encode`]) unless it exists:
+/// false when it does (the value stored stands).
+pub async fn create_bytes(store: &Store, key: &str, bytes: Vec<u8>) -> Result<bool, MeshError> {
+    match store.create(key, bytes.into()).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(kv_err(store, key, e)),
+    }
+}
+
 /// Remove every key below `key_prefix` (`<key_prefix>.…`, not the key
 /// itself) in one stream purge, whatever their number.
 pub async fn purge_under(store: &Store, key_prefix: &str) -> Result<u64, MeshError> {
@@ -212,12 +222,7 @@ async fn scan_records(
 
 /// Create `key` only if it does not exist. Returns `false` when it existed.
 pub async fn create<T: Serialize>(store: &Store, key: &str, value: &T) -> Result<bool, MeshError> {
-    let bytes = serde_json::to_vec(value).map_err(|e| kv_err(store, key, e))?;
-    match store.create(key, bytes.into()).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(kv_err(store, key, e)),
-    }
+    create_bytes(store, key, encode(store, key, value)?).await
 }
 
 /// Count a compare-and-set that lost to another writer

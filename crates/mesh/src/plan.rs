@@ -333,6 +333,28 @@ impl PlanCache {
         Ok(())
     }
 
+    /// Store `plan` unless a plan of its execution is stored already, and
+    /// return the plan that stands: `plan`, or the one stored before (a
+    /// delivery of the same request that got there first, or stopped
+    /// before its header: the first plan written, and its start time, are
+    /// the ones its events are made from). Kept here either way.
+    pub async fn create(
+        &self,
+        mesh: &Mesh,
+        plan: Arc<PlanRecord>,
+    ) -> Result<Arc<PlanRecord>, MeshError> {
+        let key = crate::keys::Keys::plan(&plan.execution_id);
+        let store = mesh.exec_kv();
+        let bytes = crate::kv::encode(store, &key, &*plan)?;
+        let weight = weight(&plan, bytes.len());
+        if crate::kv::create_bytes(store, &key, bytes).await? {
+            self.insert_weighing(plan.clone(), weight);
+            return Ok(plan);
+        }
+        self.forget(&plan.execution_id);
+        self.get(mesh, &plan.execution_id).await
+    }
+
     fn insert_weighing(&self, plan: Arc<PlanRecord>, weight: usize) {
         self.inner
             .insert_weighing(plan.execution_id.clone(), plan, weight);

@@ -273,7 +273,10 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
         req: &req,
         now_ms: started_ms,
     }));
-    mesh.plans().store(mesh, plan.clone()).await?;
+    // Create-only: a plan stored by a delivery before this one (stopped
+    // before its header, or still running beside this one) stands, with
+    // its start time, so the header and the events agree with it.
+    let plan = mesh.plans().create(mesh, plan).await?;
     let entry_token = crate::entry::entry_token_id(&eid);
     let entry_step = plan
         .playbook
@@ -283,7 +286,7 @@ async fn start(h: &RequestHandler, req: ExecutionRequest, seq: u64) -> Result<()
     let header = ExecHeader {
         playbook: plan.playbook.metadata.name.clone(),
         source: source.clone(),
-        started_at: noetl_mesh::events::rfc3339_of_ms(started_ms),
+        started_at: noetl_mesh::events::rfc3339_of_ms(plan.started_ms),
         parent_execution_id: req.parent_execution_id.clone(),
         ..ExecHeader::running(eid.clone(), vec![TokenRecord::new(entry_token, entry_step)])
     };
