@@ -88,15 +88,9 @@ pub fn fold<'e>(
                 e.task_run_id
             )));
         }
-        let Some(mut patch) = td.set_ctx else {
+        let Some(patch) = claimed_patch(&td) else {
             continue;
         };
-        for k in &td.reduced {
-            patch.remove(k);
-        }
-        if patch.is_empty() {
-            continue;
-        }
         let w = writer(&e.step, td.index, &e.task);
         if let CtxClaim::Write(o) =
             claim_ctx_keys(Some(&owners), &hashes(&patch), &w, &e.task_run_id)
@@ -105,6 +99,15 @@ pub fn fold<'e>(
         }
     }
     Ok(owners)
+}
+
+/// What `td` claims of `ctx` in [`fold`]: its `set_ctx` without the keys
+/// that went to the loop's reducers; `None` when it was refused or that
+/// leaves nothing.
+pub(crate) fn claimed_patch(td: &TaskDone) -> Option<Map<String, Value>> {
+    let mut patch = td.set_ctx.clone().filter(|_| !td.ctx_refused)?;
+    patch.retain(|k, _| !td.reduced.contains(k));
+    (!patch.is_empty()).then_some(patch)
 }
 
 /// The parallel loop runs the log says are running: a `loop.started` of

@@ -311,6 +311,15 @@ impl Default for PlanCache {
     }
 }
 
+/// `plan`'s key, its bytes as stored, and its weight in the cache
+/// ([`weight`]): serialised once, for both.
+fn encoded(mesh: &Mesh, plan: &PlanRecord) -> Result<(String, Vec<u8>, usize), MeshError> {
+    let key = crate::keys::Keys::plan(&plan.execution_id);
+    let bytes = crate::kv::encode(mesh.exec_kv(), &key, plan)?;
+    let weight = weight(plan, bytes.len());
+    Ok((key, bytes, weight))
+}
+
 impl PlanCache {
     /// A cache holding at most `capacity` plans weighing at most `budget`
     /// bytes ([`weight`]; the newest is kept whatever it weighs).
@@ -324,11 +333,8 @@ impl PlanCache {
     /// Store `plan` under its key (`<eid>.plan`) and keep it here, weighed
     /// by the bytes just written: it is serialised once, for both.
     pub async fn store(&self, mesh: &Mesh, plan: Arc<PlanRecord>) -> Result<(), MeshError> {
-        let key = crate::keys::Keys::plan(&plan.execution_id);
-        let store = mesh.exec_kv();
-        let bytes = crate::kv::encode(store, &key, &*plan)?;
-        let weight = weight(&plan, bytes.len());
-        crate::kv::put_bytes(store, &key, bytes).await?;
+        let (key, bytes, weight) = encoded(mesh, &plan)?;
+        crate::kv::put_bytes(mesh.exec_kv(), &key, bytes).await?;
         self.insert_weighing(plan, weight);
         Ok(())
     }
@@ -343,11 +349,8 @@ impl PlanCache {
         mesh: &Mesh,
         plan: Arc<PlanRecord>,
     ) -> Result<Arc<PlanRecord>, MeshError> {
-        let key = crate::keys::Keys::plan(&plan.execution_id);
-        let store = mesh.exec_kv();
-        let bytes = crate::kv::encode(store, &key, &*plan)?;
-        let weight = weight(&plan, bytes.len());
-        if crate::kv::create_bytes(store, &key, bytes).await? {
+        let (key, bytes, weight) = encoded(mesh, &plan)?;
+        if crate::kv::create_bytes(mesh.exec_kv(), &key, bytes).await? {
             self.insert_weighing(plan.clone(), weight);
             return Ok(plan);
         }

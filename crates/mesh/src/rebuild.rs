@@ -145,14 +145,10 @@ impl ReadAgain {
                 true
             }
             Some(T::TaskDone) if self.parallel.contains(&e.step_run_id) => {
-                // What `ctx_owners::fold` reads of it: a `ctx` write left
-                // after the reducers' keys (one it cannot decode is kept,
-                // for it to name).
+                // What `ctx_owners::fold` claims from (one it cannot decode,
+                // or that is not hydrated, is kept, for it to name).
                 crate::payloads::decode::<crate::payloads::TaskDone>(e).map_or(true, |td| {
-                    !td.ctx_refused
-                        && td
-                            .set_ctx
-                            .is_some_and(|patch| patch.keys().any(|k| !td.reduced.contains(k)))
+                    td.set_ctx_ref.is_some() || crate::ctx_owners::claimed_patch(&td).is_some()
                 })
             }
             _ => false,
