@@ -6,6 +6,7 @@ use noetl_wire::Event;
 use serde_json::Value;
 
 use crate::event_type::EventType;
+use crate::id_set::{IdKey, IdSet};
 use crate::ids::derive_id;
 use crate::payloads::EventPayload;
 
@@ -267,15 +268,51 @@ pub const FOLLOWED_ITERATIONS: usize = 16_384;
 /// follower of a live log keeps the latest ones ([`Unfolder::bounded`]).
 #[derive(Debug, Default)]
 pub struct Unfolder {
-    /// The ids of the iteration events read so far, and whether each came
-    /// out of a batch.
-    seen: std::collections::HashMap<IdKey, bool>,
+    /// The ids of the iteration events read so far ([`Seen`]).
+    seen: Seen,
     /// The ids of `seen` in the order read, when they are bounded.
     order: std::collections::VecDeque<IdKey>,
     /// The most ids kept (`None`: every one).
     capacity: Option<usize>,
     /// Iteration events dropped as read already.
     dropped: u64,
+}
+
+/// The ids an [`Unfolder`] has read ([`IdSet`]s: 16 bytes an engine id),
+/// by whether each came out of a batch.
+#[derive(Debug, Default)]
+struct Seen {
+    batch: IdSet,
+    alone: IdSet,
+}
+
+impl Seen {
+    /// Whether `id` was read, and if so whether out of a batch.
+    fn get(&self, id: &IdKey) -> Option<bool> {
+        if self.batch.contains_key(id) {
+            Some(true)
+        } else {
+            self.alone.contains_key(id).then_some(false)
+        }
+    }
+
+    fn insert(&mut self, id: IdKey, batch: bool) {
+        match batch {
+            true => self.batch.insert_key(id),
+            false => self.alone.insert_key(id),
+        };
+    }
+
+    /// How many ids are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.batch.len() + self.alone.len()
+    }
+
+    fn remove(&mut self, id: &IdKey) {
+        self.batch.remove_key(id);
+        self.alone.remove_key(id);
+    }
 }
 
 impl Unfolder {
@@ -329,7 +366,7 @@ impl Unfolder {
                     self.remember(id, batch);
                     out.push(e);
                 }
-                Some(from_batch) if batch || *from_batch => self.dropped += 1,
+                Some(from_batch) if batch || from_batch => self.dropped += 1,
                 Some(_) => out.push(e),
             }
         }
@@ -339,27 +376,6 @@ impl Unfolder {
     /// How many iteration events were dropped as read already.
     pub fn dropped(&self) -> u64 {
         self.dropped
-    }
-}
-
-/// An event id as an [`Unfolder`] remembers it: the 32 hex digits the
-/// engine's ids are as the 16 bytes they stand for (a reader of a long
-/// loop's log remembers every iteration's: about a quarter of the memory
-/// of the string), any other id as written.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum IdKey {
-    Hex(u128),
-    Other(String),
-}
-
-impl IdKey {
-    fn of(id: &str) -> Self {
-        // Lower-case digits only: "AB" and "ab" are different ids.
-        let hex = id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        match hex.then(|| u128::from_str_radix(id, 16).ok()).flatten() {
-            Some(n) => Self::Hex(n),
-            None => Self::Other(id.to_string()),
-        }
     }
 }
 
@@ -950,18 +966,27 @@ mod tests {
     }
 
     #[test]
-    fn an_unfolder_remembers_an_engine_id_as_its_bytes_and_any_other_as_written() {
-        let id = "0123456789abcdef0123456789abcdef";
-        assert_eq!(
-            IdKey::of(id),
-            IdKey::Hex(0x0123456789abcdef0123456789abcdef)
+    fn the_ids_seen_say_whether_each_came_out_of_a_batch_until_forgotten() {
+        let mut seen = Seen::default();
+        let (a, b) = (
+            IdKey::of("0123456789abcdef0123456789abcdef"),
+            IdKey::of("fedcba9876543210fedcba9876543210"),
         );
-        // Not the engine's form: kept as written, so none two ids meet.
-        let upper = id.to_uppercase();
-        assert_eq!(IdKey::of(&upper), IdKey::Other(upper.clone()));
-        assert_ne!(IdKey::of(id), IdKey::of(&upper));
-        assert_eq!(IdKey::of("e1"), IdKey::Other("e1".into()));
-        assert_eq!(IdKey::of(""), IdKey::Other(String::new()));
-        assert_eq!(IdKey::of(&id[..31]), IdKey::Other(id[..31].into()));
+        let other = IdKey::of("e1");
+        assert_eq!(seen.get(&a), None);
+        seen.insert(a.clone(), true);
+        seen.insert(b.clone(), false);
+        seen.insert(other.clone(), true);
+        assert_eq!(
+            (seen.get(&a), seen.get(&b), seen.get(&other)),
+            (Some(true), Some(false), Some(true))
+        );
+        seen.remove(&a);
+        seen.remove(&b);
+        seen.remove(&other);
+        assert_eq!(
+            (seen.get(&a), seen.get(&b), seen.get(&other)),
+            (None, None, None)
+        );
     }
 }

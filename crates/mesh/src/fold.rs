@@ -10,7 +10,7 @@
 //! sees the event ([`crate::replay::hydrate`]): the fold itself is a plain
 //! function.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use noetl_wire::Event;
 use serde::Serialize;
@@ -112,7 +112,7 @@ pub struct Folded {
     /// The writes already applied to `ctx` (task runs, arcs, loop runs):
     /// a write is applied once, as the `ctx` bucket does.
     #[serde(skip)]
-    applied: BTreeSet<String>,
+    applied: crate::id_set::IdSet,
     /// The same, in the order they were applied.
     #[serde(skip)]
     applied_order: Vec<String>,
@@ -487,7 +487,7 @@ impl Folded {
 
     /// Record write `id` as applied; false when it already was.
     fn first_write(&mut self, id: &str) -> bool {
-        let first = self.applied.insert(id.to_string());
+        let first = self.applied.insert(id);
         if first {
             self.applied_order.push(id.to_string());
         }

@@ -39,6 +39,7 @@ pub mod handled;
 pub mod handler;
 pub mod health;
 pub mod held;
+pub mod id_set;
 pub mod ids;
 pub mod jsz;
 pub mod keys;

@@ -6,13 +6,14 @@
 //! ([`crate::fold`]) reads it without reaching the command publishing a
 //! delivery does.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use noetl_wire::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event_type::EventType;
+use crate::id_set::IdSet;
 use crate::{payloads, MeshError};
 
 /// A step-run waiting for a signal.
@@ -107,9 +108,9 @@ pub struct Waits {
     /// The owed waiters, by signal.
     open: BTreeMap<String, Waiter>,
     /// Task-runs whose wait went on.
-    went_on: BTreeSet<String>,
+    went_on: IdSet,
     /// Step-runs that ended.
-    ended: BTreeSet<String>,
+    ended: IdSet,
 }
 
 impl Waits {
@@ -147,11 +148,11 @@ impl Waits {
                 self.open.insert(p.signal, waiter);
             }
             Some(T::SignalReceived | T::TaskDone) if !ev.task_run_id.is_empty() => {
-                self.went_on.insert(ev.task_run_id.clone());
+                self.went_on.insert(&ev.task_run_id);
                 self.open.retain(|_, w| w.task_run_id != ev.task_run_id);
             }
             Some(T::StepDone | T::StepFailed | T::StepSuperseded) if !ev.step_run_id.is_empty() => {
-                self.ended.insert(ev.step_run_id.clone());
+                self.ended.insert(&ev.step_run_id);
                 self.open.retain(|_, w| w.step_run_id != ev.step_run_id);
             }
             Some(T::ExecutionCompleted | T::ExecutionFailed | T::ExecutionCancelled) => {
