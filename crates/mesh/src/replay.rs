@@ -66,7 +66,7 @@ impl Until {
 /// whole (an event that does not decode is an error naming its sequence).
 pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged>, MeshError> {
     let filter = mesh.subjects().events_of(eid);
-    let logged = read_events(mesh, &filter, None).await?;
+    let logged = read_events(mesh, &filter).await?;
     Ok(logged.into_iter().filter(|l| until.keeps(l)).collect())
 }
 
@@ -79,65 +79,154 @@ pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged
 /// stored and 300,000 events unfolded). A message that does not decode
 /// is an error naming its sequence.
 pub async fn read_stored_log(mesh: &Mesh, eid: &str) -> Result<Vec<Logged>, MeshError> {
-    let filter = mesh.subjects().events_of(eid);
-    read_stored_chunk(mesh, &filter, ReadFrom::Start, u64::MAX, usize::MAX).await
+    let mut reader = LogReader::of(mesh, eid);
+    reader.chunk = usize::MAX;
+    reader.refill().await?;
+    Ok(std::mem::take(&mut reader.stored).collect())
 }
 
-/// Messages [`fold_stored`] reads at once.
-const FOLD_CHUNK: usize = 1_000;
+/// Messages a [`LogReader`] reads at once.
+const CHUNK: usize = 1_000;
 
-/// The messages stored under `filter` from `from`, as stored, up to
-/// stream sequence `end` and at most `max` of them.
-async fn read_stored_chunk(
-    mesh: &Mesh,
-    filter: &str,
+/// A log read forward one event at a time, a thousand stored messages at
+/// once, each unfolded ([`crate::events::Unfolder`]) only when reached:
+/// what it holds is one chunk of messages as stored and one message's
+/// events, never the whole log (300,000 events for a loop of 100,000
+/// iterations; docs/architecture.md "Reading a long log"). The events it
+/// gives, and their order, are [`read_log`]'s. It reads through the last
+/// message stored when its second chunk is read (a first chunk shorter
+/// than a chunk is the whole log).
+pub struct LogReader<'m> {
+    mesh: &'m Mesh,
+    filter: String,
     from: ReadFrom,
     end: u64,
-    max: usize,
-) -> Result<Vec<Logged>, MeshError> {
-    let mut out = Vec::new();
-    let mut failed = None;
-    mesh.visit_stored_events(filter, from, |seq, ev| {
-        if seq > end {
-            return ControlFlow::Break(());
+    chunk: usize,
+    lenient: bool,
+    exhausted: bool,
+    stored: std::vec::IntoIter<Logged>,
+    seq: u64,
+    events: std::vec::IntoIter<Event>,
+    unfolder: crate::events::Unfolder,
+}
+
+impl<'m> LogReader<'m> {
+    /// The log of execution `eid` from its start.
+    pub fn of(mesh: &'m Mesh, eid: &str) -> Self {
+        Self::under(mesh, mesh.subjects().events_of(eid), ReadFrom::Start)
+    }
+
+    /// The events of every execution stored at or after `since_ms` (Unix
+    /// epoch ms).
+    pub fn since(mesh: &'m Mesh, since_ms: u64) -> Self {
+        Self::under(
+            mesh,
+            mesh.subjects().events_of("*"),
+            ReadFrom::SinceMs(since_ms),
+        )
+    }
+
+    fn under(mesh: &'m Mesh, filter: String, from: ReadFrom) -> Self {
+        Self {
+            mesh,
+            filter,
+            from,
+            end: u64::MAX,
+            chunk: CHUNK,
+            lenient: false,
+            exhausted: false,
+            stored: Vec::new().into_iter(),
+            seq: 0,
+            events: Vec::new().into_iter(),
+            unfolder: Default::default(),
         }
-        match ev {
-            Ok(event) => out.push(Logged { seq, event }),
-            Err(e) => {
-                failed = Some(MeshError::Invalid(format!(
-                    "event seq {seq} under {filter}: {e}"
-                )));
-                return ControlFlow::Break(());
+    }
+
+    /// Pass over a message that does not decode instead of failing the
+    /// read: for a report that shows what it can.
+    pub fn lenient(mut self) -> Self {
+        self.lenient = true;
+        self
+    }
+
+    /// The next event, `None` past the last; a message that does not
+    /// decode is an error naming its sequence (unless lenient).
+    pub async fn next(&mut self) -> Result<Option<Logged>, MeshError> {
+        loop {
+            if let Some(event) = self.events.next() {
+                return Ok(Some(Logged {
+                    seq: self.seq,
+                    event,
+                }));
+            }
+            if let Some(message) = self.stored.next() {
+                self.seq = message.seq;
+                self.events = self.unfolder.unfold(message.event).into_iter();
+                continue;
+            }
+            if self.exhausted {
+                return Ok(None);
+            }
+            self.refill().await?;
+        }
+    }
+
+    /// Read the next chunk of stored messages.
+    async fn refill(&mut self) -> Result<(), MeshError> {
+        let (filter, end, max, lenient) = (&self.filter, self.end, self.chunk, self.lenient);
+        let mut out = Vec::new();
+        let (mut failed, mut last) = (None, None);
+        self.mesh
+            .visit_stored_events(filter, self.from, |seq, ev| {
+                if seq > end {
+                    return ControlFlow::Break(());
+                }
+                last = Some(seq);
+                match ev {
+                    Ok(event) => out.push(Logged { seq, event }),
+                    Err(_) if lenient => {}
+                    Err(e) => {
+                        failed = Some(MeshError::Invalid(format!(
+                            "event seq {seq} under {filter}: {e}"
+                        )));
+                        return ControlFlow::Break(());
+                    }
+                }
+                if out.len() >= max {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .await?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let full = out.len() >= max;
+        self.stored = out.into_iter();
+        let Some(last) = last else {
+            self.exhausted = true;
+            return Ok(());
+        };
+        if !full || last >= self.end {
+            self.exhausted = true;
+            return Ok(());
+        }
+        if self.end == u64::MAX {
+            match self.mesh.last_stored_event(&self.filter).await? {
+                Some(stored) => self.end = stored.seq,
+                None => self.exhausted = true,
             }
         }
-        if out.len() >= max {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    })
-    .await?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(out),
+        self.from = ReadFrom::AfterSeq(last);
+        Ok(())
     }
 }
 
-/// Every stored event of every execution since `since_ms` (Unix epoch
-/// ms), in stream order (`noetl events export --since`).
-pub async fn read_since(mesh: &Mesh, since_ms: u64) -> Result<Vec<Logged>, MeshError> {
-    let filter = mesh.subjects().events_of("*");
-    read_events(mesh, &filter, Some(since_ms)).await
-}
-
-/// The events stored under `filter`, from the start or from `since_ms`;
-/// one that does not decode is an error naming its sequence number.
-async fn read_events(
-    mesh: &Mesh,
-    filter: &str,
-    since_ms: Option<u64>,
-) -> Result<Vec<Logged>, MeshError> {
-    let read = mesh.stored_events_from(filter, since_ms).await?;
+/// The events stored under `filter`; one that does not decode is an error
+/// naming its sequence number.
+async fn read_events(mesh: &Mesh, filter: &str) -> Result<Vec<Logged>, MeshError> {
+    let read = mesh.stored_events_from(filter, None).await?;
     read.into_iter()
         .map(|(seq, ev)| {
             ev.map(|event| Logged { seq, event })
@@ -219,57 +308,30 @@ pub async fn fold_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Folded, Me
 
 /// The fold of execution `eid`'s events up to `until` ([`fold_log`]), and
 /// the events `keep` keeps of them, for a caller that reads some of them
-/// again: the log is read as stored ([`read_stored_log`]), a thousand
-/// messages at a time, and each message unfolded and hydrated only when
-/// the fold reaches it, so what is held at once is a thousand messages, a
-/// batch's events and what `keep` keeps, never the whole log (a resume of a loop of 100,000 iterations
-/// held the router at 230 MB that way: docs/reliability.md "Resume of a
-/// long loop"). The events the fold sees, and their order, are
-/// [`hydrated_log`]'s.
+/// again: the log is read by a [`LogReader`] and each event hydrated only
+/// when the fold reaches it, so what is held at once is a thousand
+/// messages, a batch's events and what `keep` keeps, never the whole log
+/// (a resume of a loop of 100,000 iterations held the router at 230 MB
+/// that way: docs/reliability.md "Resume of a long loop"). The events the
+/// fold sees, and their order, are [`hydrated_log`]'s.
 pub async fn fold_stored(
     mesh: &Mesh,
     eid: &str,
     until: Until,
     keep: &mut (dyn FnMut(&Event) -> bool + Send),
 ) -> Result<(Folded, Vec<Logged>), MeshError> {
-    let filter = mesh.subjects().events_of(eid);
     let mut folded = Folded::default();
     let mut kept = Vec::new();
-    let mut unfolder = crate::events::Unfolder::default();
-    // Read in chunks: a first one shorter than a chunk is the whole log;
-    // past it, the read goes to the last message stored then.
-    let (mut from, mut end) = (ReadFrom::Start, u64::MAX);
-    loop {
-        let chunk = read_stored_chunk(mesh, &filter, from, end, FOLD_CHUNK).await?;
-        let (Some(last), full) = (chunk.last().map(|l| l.seq), chunk.len() == FOLD_CHUNK) else {
-            break;
-        };
-        for message in chunk {
-            for event in unfolder.unfold(message.event) {
-                let mut l = Logged {
-                    seq: message.seq,
-                    event,
-                };
-                if !until.keeps(&l) {
-                    continue;
-                }
-                hydrate(mesh, &mut l.event).await?;
-                folded.apply(l.seq, &l.event)?;
-                if keep(&l.event) {
-                    kept.push(l);
-                }
-            }
+    let mut log = LogReader::of(mesh, eid);
+    while let Some(mut l) = log.next().await? {
+        if !until.keeps(&l) {
+            continue;
         }
-        if !full || last >= end {
-            break;
+        hydrate(mesh, &mut l.event).await?;
+        folded.apply(l.seq, &l.event)?;
+        if keep(&l.event) {
+            kept.push(l);
         }
-        if end == u64::MAX {
-            end = match mesh.last_stored_event(&filter).await? {
-                Some(stored) => stored.seq,
-                None => break,
-            };
-        }
-        from = ReadFrom::AfterSeq(last);
     }
     Ok((folded, kept))
 }

@@ -26,7 +26,7 @@ use crate::event_type::EventType;
 use crate::events::EventDraft;
 use crate::ids::derive_id;
 use crate::keys::Keys;
-use crate::replay::{hydrate, read_log, Until};
+use crate::replay::{hydrate, LogReader};
 use crate::{kv, payloads, Mesh, MeshError};
 
 pub use crate::waiter::{SignalReceived, WaitStarted, WaitTimeout, Waiter, Waits};
@@ -165,13 +165,15 @@ impl Mesh {
     /// command read back when the event carries it by reference; `None`
     /// when none is.
     pub async fn owed_waiter(&self, eid: &str, signal: &str) -> Result<Option<Waiter>, MeshError> {
-        let mut log = read_log(self, eid, Until::End).await?;
-        for l in &mut log {
+        // Read a chunk at a time: the log is never held.
+        let mut log = LogReader::of(self, eid);
+        let mut waits = Waits::default();
+        while let Some(mut l) = log.next().await? {
             if EventType::of(&l.event) == Some(EventType::WaitStarted) {
                 hydrate(self, &mut l.event).await?;
             }
+            waits.apply(&l.event)?;
         }
-        let waits = Waits::of(log.iter().map(|l| &l.event))?;
         Ok(waits
             .owed(signal)
             .filter(|w| !w.command.is_empty())

@@ -1528,3 +1528,103 @@ async fn a_corrupt_plan_is_500_naming_its_key_not_no_plan() {
         .await;
     assert_error(&none, 422, "has no stored plan");
 }
+
+/// Time travel over a log longer than a chunk of the reader's (800
+/// iterations one at a time: more than 1,600 stored messages, 2,400
+/// events): the answer is the fold of the events up to `at`, the
+/// timeline the log's last 2,000 events, and once the execution's KV
+/// state is compacted the log alone still gives it. The API reads the log
+/// a chunk at a time and never holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn time_travel_over_a_long_log_answers_its_fold_and_its_last_events() {
+    use noetl_mesh::replay::{fold_log, read_log, Until};
+    let (api, keys) = Api::start().await;
+    let (admin, viewer) = (Some(keys.admin.as_str()), Some(keys.viewer.as_str()));
+    api.register(
+        admin,
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: long_log, path: tests/long_log }
+workflow:
+  - step: each
+    loop:
+      in: "{{ range(800) | list }}"
+      iterator: i
+      spec:
+        mode: parallel
+        max_in_flight: 1
+        policy: { reducers: { total: sum } }
+    tool:
+      - name: one
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_ctx: { total: 1 } }
+"#,
+    )
+    .await;
+    let id = api.execute(admin, "tests/long_log", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let s = api
+            .get(&format!("/api/executions/{id}/status"), viewer)
+            .await;
+        if s.json["status"] == "COMPLETED" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", s.text);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mesh = &api.cluster.mesh;
+    let log = read_log(mesh, &id, Until::End).await.unwrap();
+    assert!(log.len() > 2_000, "{} events", log.len());
+
+    let whole = api
+        .get(&format!("/api/executions/{id}/state"), viewer)
+        .await;
+    assert_eq!(whole.status, 200, "{}", whole.text);
+    assert_eq!(whole.json["status"], "COMPLETED");
+    assert_eq!(whole.json["ctx"]["total"], 800);
+    assert_eq!(whole.json["events"], log.len());
+    assert_eq!(whole.json["at_seq"], log.last().unwrap().seq);
+    assert_eq!(whole.json["timeline_truncated"], true);
+    let timeline = whole.json["timeline"].as_array().unwrap();
+    let last: Vec<_> = log[log.len() - 2_000..]
+        .iter()
+        .map(|l| (json!(l.seq), json!(l.event.event_type)))
+        .collect();
+    let shown: Vec<_> = timeline
+        .iter()
+        .map(|e| (e["seq"].clone(), e["event_type"].clone()))
+        .collect();
+    assert_eq!(shown, last, "the timeline is the log's last 2,000 events");
+
+    // As of an event in the middle: the fold of the events up to it.
+    let middle = log[log.len() / 2 + 3].seq;
+    let at = api
+        .get(&format!("/api/executions/{id}/state?at={middle}"), viewer)
+        .await;
+    let folded = fold_log(mesh, &id, Until::Seq(middle)).await.unwrap();
+    assert_eq!(at.json["status"], "RUNNING", "{}", at.text);
+    assert_eq!(at.json["at_seq"], folded.last_seq);
+    assert_eq!(at.json["events"], folded.events);
+    assert_eq!(at.json["ctx"], json!(folded.ctx));
+    let steps: serde_json::Map<String, Value> = folded
+        .steps
+        .iter()
+        .map(|(k, r)| (k.clone(), noetl_mesh::payloads::to_value(r)))
+        .collect();
+    assert_eq!(at.json["steps"], Value::Object(steps));
+
+    // Compacted: no header in KV, the log gives the same answer.
+    mesh.forget_execution(&id).await.unwrap();
+    assert!(mesh.exec_header(&id).await.unwrap().is_none());
+    let compacted = api
+        .get(&format!("/api/executions/{id}/state"), viewer)
+        .await;
+    assert_eq!(compacted.status, 200, "{}", compacted.text);
+    assert_eq!(compacted.json, whole.json);
+}

@@ -6,10 +6,12 @@
 //! KV nor one its events give is no execution (404), whatever events are
 //! filed under it (the audit records of actions refused on it).
 
+use std::collections::VecDeque;
+
 use axum::extract::State;
 use axum::Json;
 use noetl_mesh::fold::Folded;
-use noetl_mesh::replay::{self, Until};
+use noetl_mesh::replay::{self, LogReader, Until};
 use serde_json::{Map, Value};
 
 use crate::contract::history::{ExecutionState, StateQuery, TimelineEntry};
@@ -47,50 +49,84 @@ pub async fn state_at(
     };
     let mesh = &state.mesh;
     let not_found = || ApiError::NotFound(format!("Execution not found: {id}"));
-    let (stored, log) = tokio::join!(
-        mesh.exec_header(&id),
-        replay::read_log(mesh, &id, Until::End)
-    );
     // A header that cannot be read now is left to the log to give: time
     // travel reads the events, not KV.
-    let known = matches!(stored, Ok(Some(_)));
-    let log = log.map_err(|e| corrupt_event(&id, e))?;
-    if log.is_empty() {
+    let known = matches!(mesh.exec_header(&id).await, Ok(Some(_)));
+    let read = read(mesh, &id, at, !known)
+        .await
+        .map_err(|e| corrupt_event(&id, e))?;
+    if read.events == 0 {
         return Err(not_found());
     }
-    let timeline_truncated = log.len() > MAX_TIMELINE;
-    let timeline = log[log.len().saturating_sub(MAX_TIMELINE)..]
-        .iter()
-        .map(|l| TimelineEntry {
+    // No header in KV (compacted, or none ever): the execution is one when
+    // its whole log gives a header (`at` may precede its start).
+    if !known && read.upto.header.is_none() && !read.whole_has_header {
+        return Err(not_found());
+    }
+    let timeline_truncated = read.events > MAX_TIMELINE;
+    let timeline = read.timeline.into_iter().collect();
+    let folded = read.upto;
+    Ok(Json(answer(&id, folded, timeline, timeline_truncated)))
+}
+
+/// What one read of an execution's log gives the answer.
+struct Read {
+    /// The fold of the events up to `at`.
+    upto: Folded,
+    /// The whole log gives a header.
+    whole_has_header: bool,
+    /// The last [`MAX_TIMELINE`] events' entries.
+    timeline: VecDeque<TimelineEntry>,
+    /// Events in the whole log.
+    events: usize,
+}
+
+/// Read execution `id`'s log once, event by event ([`LogReader`]): fold
+/// the events up to `at` (each hydrated), keep the timeline's last
+/// entries, and, with `whole`, fold the whole log beside (not hydrated)
+/// for whether it gives a header. What is held is a chunk of the log and the folds,
+/// never the log (a loop of 100,000 iterations is 300,000 events).
+async fn read(
+    mesh: &noetl_mesh::Mesh,
+    id: &str,
+    at: Until,
+    whole: bool,
+) -> Result<Read, noetl_mesh::MeshError> {
+    let mut upto = Folded::default();
+    let mut whole = whole.then(Folded::default);
+    let mut timeline = VecDeque::with_capacity(MAX_TIMELINE);
+    let mut events = 0;
+    let mut log = LogReader::of(mesh, id);
+    while let Some(mut l) = log.next().await? {
+        events += 1;
+        if timeline.len() == MAX_TIMELINE {
+            timeline.pop_front();
+        }
+        timeline.push_back(TimelineEntry {
             seq: l.seq,
             event_type: l.event.event_type.clone(),
             step: l.event.step.clone(),
             ts: l.event.ts.clone(),
-        })
-        .collect();
-    let (mut upto, mut after): (Vec<_>, Vec<_>) = log.into_iter().partition(|l| at.keeps(l));
-    for l in &mut upto {
-        if replay::carries_reference(&l.event) {
-            replay::hydrate(mesh, &mut l.event).await?;
+        });
+        // Only whether the whole log gives a header is asked of it: its
+        // events are not read back, and one that does not fold past `at`
+        // does not fail the answer.
+        if let Some(whole) = &mut whole {
+            whole.apply(l.seq, &l.event).ok();
         }
-    }
-    let folded =
-        Folded::of(upto.iter().map(|l| (l.seq, &l.event))).map_err(|e| corrupt_event(&id, e))?;
-    if !known && folded.header.is_none() {
-        // No header in KV (compacted, or none ever): the execution is one
-        // when its whole log gives a header (`at` may precede its start).
-        for l in &mut after {
+        if at.keeps(&l) {
             if replay::carries_reference(&l.event) {
                 replay::hydrate(mesh, &mut l.event).await?;
             }
-        }
-        let whole = Folded::of(upto.iter().chain(&after).map(|l| (l.seq, &l.event)))
-            .map_err(|e| corrupt_event(&id, e))?;
-        if whole.header.is_none() {
-            return Err(not_found());
+            upto.apply(l.seq, &l.event)?;
         }
     }
-    Ok(Json(answer(&id, folded, timeline, timeline_truncated)))
+    Ok(Read {
+        upto,
+        whole_has_header: whole.is_some_and(|w| w.header.is_some()),
+        timeline,
+        events,
+    })
 }
 
 /// A stored event of execution `id` that does not decode (or whose payload

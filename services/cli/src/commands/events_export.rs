@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use noetl_mesh::replay::{self, Until};
+use noetl_mesh::replay::{self, LogReader};
 
 use super::common::MeshArgs;
 use super::exit::Exit;
@@ -53,12 +53,15 @@ pub async fn run(a: ExportArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mesh = a.mesh.attach().await?;
-    let logged = match (&a.id, since) {
-        (Some(id), _) => replay::read_log(&mesh, id, Until::End).await?,
-        (None, Some(ms)) => replay::read_since(&mesh, ms).await?,
+    // Read as it is written, a chunk at a time: a loop of 100,000
+    // iterations is 300,000 events, never held at once.
+    let mut log = match (&a.id, since) {
+        (Some(id), _) => LogReader::of(&mesh, id),
+        (None, Some(ms)) => LogReader::since(&mesh, ms),
         (None, None) => unreachable!("clap requires one"),
     };
-    if let (Some(id), true) = (&a.id, logged.is_empty()) {
+    let first = log.next().await?;
+    if let (Some(id), None) = (&a.id, &first) {
         return Ok(super::exec_shared::no_execution(&mesh, id).await);
     }
     let mut out: Box<dyn Write> = match &a.out {
@@ -67,17 +70,21 @@ pub async fn run(a: ExportArgs) -> anyhow::Result<ExitCode> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    for l in &logged {
-        if let Err(e) = writeln!(out, "{}", replay::export_line(l)?) {
+    let mut written = 0u64;
+    let mut next = first;
+    while let Some(l) = next {
+        if let Err(e) = writeln!(out, "{}", replay::export_line(&l)?) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(ExitCode::SUCCESS);
             }
             return Err(e).context("writing the export");
         }
+        written += 1;
+        next = log.next().await?;
     }
     out.flush().ok();
     if let Some(path) = &a.out {
-        eprintln!("{} events written to {}", logged.len(), path.display());
+        eprintln!("{written} events written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

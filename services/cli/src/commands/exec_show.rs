@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use noetl_mesh::{
     fold::Folded,
-    replay,
+    replay::LogReader,
     state::{shown_status, ExecStatus},
 };
 
@@ -17,7 +17,7 @@ use super::common::{exit_code, MeshArgs};
 use super::exec_replay::parse_event_position;
 use super::exec_shared::no_execution;
 use super::exit::Exit;
-use super::tree::Tree;
+use super::tree::TreeFold;
 
 /// Arguments of `noetl exec show`.
 #[derive(clap::Args)]
@@ -56,25 +56,40 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
     let mesh = a.mesh.attach().await?;
     let clear = a.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
     loop {
-        let log = replay::read_log(&mesh, &a.id, at.unwrap_or_default()).await?;
         let stored = match at {
             Some(_) => None,
             None => mesh.exec_header(&a.id).await?,
         };
-        // The header as KV keeps it; as of `--at`, or once compacted, as
-        // the events give it.
-        let (header, from_log) = match stored {
-            Some(h) => (h, None),
-            None => {
-                let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
-                match folded.header {
-                    Some(h) => (h, Some((folded.last_seq, folded.events))),
-                    None => return Ok(no_execution(&mesh, &a.id).await),
-                }
+        // The log read a chunk at a time, never held (a loop of 100,000
+        // iterations is 300,000 events): the tree, and the header as the
+        // events give it where KV keeps none (as of `--at`, or compacted).
+        let until = at.unwrap_or_default();
+        let mut tree = TreeFold::new(&a.id);
+        let mut folded = stored.is_none().then(Folded::default);
+        let mut log = LogReader::of(&mesh, &a.id);
+        while let Some(l) = log.next().await? {
+            if !until.keeps(&l) {
+                continue;
             }
+            tree.apply(&l.event);
+            if let Some(f) = &mut folded {
+                f.apply(l.seq, &l.event)?;
+            }
+        }
+        let (header, from_log) = match (stored, folded) {
+            (Some(h), _) => (h, None),
+            (
+                None,
+                Some(Folded {
+                    header: Some(h),
+                    last_seq,
+                    events,
+                    ..
+                }),
+            ) => (h, Some((last_seq, events))),
+            (None, _) => return Ok(no_execution(&mesh, &a.id).await),
         };
-        let events: Vec<_> = log.into_iter().map(|l| l.event).collect();
-        let mut tree = Tree::from_events(&a.id, &events);
+        let mut tree = tree.finish();
         // What holds a running execution back, as `exec why` says (only
         // for its present state: the log does not keep it).
         let live = header.status == ExecStatus::Running && from_log.is_none();

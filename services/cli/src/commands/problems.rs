@@ -65,43 +65,63 @@ pub struct Problems {
     pub handled: Vec<TaskError>,
 }
 
+/// [`Problems`] told event by event ([`Self::apply`]), for a reader that
+/// does not hold the log.
+#[derive(Debug, Default)]
+pub struct ProblemsFold {
+    problems: Problems,
+    /// The last task error of each step-run, for the traceback of the
+    /// failure that follows it.
+    last_error: Vec<(String, String, Value)>,
+}
+
+impl ProblemsFold {
+    /// Take the next event of the execution, in order.
+    pub fn apply(&mut self, ev: &Event) {
+        let (p, last_error) = (&mut self.problems, &mut self.last_error);
+        let payload = events::payload(ev);
+        match EventType::of(ev) {
+            Some(EventType::TaskDone) if payload["status"] == "error" => {
+                let action = payload["action"].as_str().unwrap_or("").to_string();
+                let error = &payload["error"];
+                if matches!(action.as_str(), "continue" | "jump" | "break") {
+                    p.handle(task_error(ev, error, &action));
+                }
+                last_error.retain(|(srid, task, _)| (srid, task) != (&ev.step_run_id, &ev.task));
+                last_error.push((ev.step_run_id.clone(), ev.task.clone(), error.clone()));
+            }
+            Some(EventType::StepFailed) => {
+                let error = &payload["error"];
+                let mut failed = task_error(ev, error, "fail");
+                failed.task = error["task"].as_str().unwrap_or("").to_string();
+                failed.traceback = last_error
+                    .iter()
+                    .rev()
+                    .find(|(srid, task, _)| srid == &ev.step_run_id && task == &failed.task)
+                    .and_then(|(_, _, e)| e["traceback"].as_str())
+                    .map(str::to_string);
+                p.failed.push(failed);
+            }
+            Some(EventType::LoopIterationFailed) => p.iteration(ev, &payload),
+            _ => {}
+        }
+    }
+
+    /// The problems the events taken tell of.
+    pub fn finish(self) -> Problems {
+        self.problems
+    }
+}
+
 impl Problems {
     /// The problems `events` (one execution's, in order) tell of.
+    #[cfg(test)]
     pub fn from_events(events: &[Event]) -> Self {
-        let mut p = Problems::default();
-        // The last task error of each step-run, for the traceback of the
-        // failure that follows it.
-        let mut last_error: Vec<(String, String, Value)> = Vec::new();
+        let mut fold = ProblemsFold::default();
         for ev in events {
-            let payload = events::payload(ev);
-            match EventType::of(ev) {
-                Some(EventType::TaskDone) if payload["status"] == "error" => {
-                    let action = payload["action"].as_str().unwrap_or("").to_string();
-                    let error = &payload["error"];
-                    if matches!(action.as_str(), "continue" | "jump" | "break") {
-                        p.handle(task_error(ev, error, &action));
-                    }
-                    last_error
-                        .retain(|(srid, task, _)| (srid, task) != (&ev.step_run_id, &ev.task));
-                    last_error.push((ev.step_run_id.clone(), ev.task.clone(), error.clone()));
-                }
-                Some(EventType::StepFailed) => {
-                    let error = &payload["error"];
-                    let mut failed = task_error(ev, error, "fail");
-                    failed.task = error["task"].as_str().unwrap_or("").to_string();
-                    failed.traceback = last_error
-                        .iter()
-                        .rev()
-                        .find(|(srid, task, _)| srid == &ev.step_run_id && task == &failed.task)
-                        .and_then(|(_, _, e)| e["traceback"].as_str())
-                        .map(str::to_string);
-                    p.failed.push(failed);
-                }
-                Some(EventType::LoopIterationFailed) => p.iteration(ev, &payload),
-                _ => {}
-            }
+            fold.apply(ev);
         }
-        p
+        fold.finish()
     }
 
     /// Nothing went wrong.

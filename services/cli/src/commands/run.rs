@@ -14,13 +14,13 @@ use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use noetl_mesh::{
-    codec, event_type::EventType, events, ids::new_execution_id, server::NatsServerProcess, Mesh,
-    MeshConfig,
+    codec, event_type::EventType, events, ids::new_execution_id, replay::LogReader,
+    server::NatsServerProcess, Mesh, MeshConfig,
 };
 use noetl_wire::{Event, ExecutionRequest};
 
 use super::common::{exit_code, init_tracing, print_summary_in_order, InProcess, WorkloadArgs};
-use super::problems::Problems;
+use super::problems::ProblemsFold;
 use super::{local, source};
 
 /// Arguments of `noetl run`.
@@ -368,10 +368,16 @@ async fn report(r: Report<'_>) -> anyhow::Result<ExitCode> {
         .exec_summary(eid)
         .await?
         .with_context(|| format!("execution {eid} has no state"))?;
-    let stored = mesh.stored_events(&mesh.subjects().events_of(eid)).await?;
-    let events: Vec<Event> = stored.into_iter().filter_map(Result::ok).collect();
-    let problems = Problems::from_events(&events);
-    let order = ran_order(&events);
+    // Read a chunk at a time, never held (a loop of 100,000 iterations is
+    // 300,000 events); a stored message that does not decode is passed
+    // over: the summary shows what the rest tell.
+    let mut log = LogReader::of(mesh, eid).lenient();
+    let (mut problems, mut order) = (ProblemsFold::default(), Vec::new());
+    while let Some(l) = log.next().await? {
+        problems.apply(&l.event);
+        ran_order(&mut order, &l.event);
+    }
+    let problems = problems.finish();
     if r.json {
         let mut v = serde_json::to_value(&summary)?;
         if !problems.is_empty() {
@@ -388,16 +394,12 @@ async fn report(r: Report<'_>) -> anyhow::Result<ExitCode> {
     Ok(exit_code(summary.status))
 }
 
-/// The steps in the order they first ran (started, skipped or failed),
-/// from the execution's events.
-fn ran_order(events: &[Event]) -> Vec<String> {
-    let mut order: Vec<String> = Vec::new();
-    for ev in events {
-        if !ev.step.is_empty() && !ev.step_run_id.is_empty() && !order.contains(&ev.step) {
-            order.push(ev.step.clone());
-        }
+/// The steps in the order they first ran (started, skipped or failed):
+/// `ev`'s step added to `order` when it is the first of its step.
+fn ran_order(order: &mut Vec<String>, ev: &Event) {
+    if !ev.step.is_empty() && !ev.step_run_id.is_empty() && !order.contains(&ev.step) {
+        order.push(ev.step.clone());
     }
-    order
 }
 
 /// `--migrate` with a catalog path: the catalog holds what was registered

@@ -8,7 +8,7 @@ use noetl_wire::Event;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::problems::Problems;
+use super::problems::{Problems, ProblemsFold};
 
 /// An execution as its events tell it.
 #[derive(Debug, Default, Serialize)]
@@ -70,42 +70,63 @@ pub struct TaskNode {
     pub running: u64,
 }
 
-impl Tree {
-    /// The tree of `events` (one execution's, in order).
-    pub fn from_events(execution_id: &str, events: &[Event]) -> Self {
-        let mut t = Tree {
-            execution_id: execution_id.to_string(),
-            status: "running".into(),
-            steps: Vec::new(),
-            problems: Problems::from_events(events),
-        };
-        for ev in events {
-            let p = events::payload(ev);
-            let status = match EventType::of(ev) {
-                Some(EventType::ExecutionCompleted) => Some("completed"),
-                Some(EventType::ExecutionFailed) => Some("failed"),
-                Some(EventType::ExecutionCancelled) => Some("cancelled"),
-                _ => None,
-            };
-            if let Some(s) = status {
-                t.status = s.into();
-                continue;
-            }
-            if ev.step.is_empty() || ev.step_run_id.is_empty() {
-                continue;
-            }
-            // A token (a `token.created`, or one a `next.selected` fired)
-            // names the step it is for and carries the run id of the
-            // step-run that fired it: its own id is the run it starts.
-            for token in payloads::tokens_created(ev).unwrap_or_default() {
-                t.run(&token.step, &token.token_id);
-            }
-            if EventType::of(ev) == Some(EventType::TokenCreated) {
-                continue;
-            }
-            let run = t.run(&ev.step, &ev.step_run_id);
-            apply(run, ev, &p);
+/// A [`Tree`] built event by event ([`Self::apply`]), for a reader that
+/// does not hold the log (a loop of 100,000 iterations is 300,000 events).
+#[derive(Debug)]
+pub struct TreeFold {
+    tree: Tree,
+    problems: ProblemsFold,
+}
+
+impl TreeFold {
+    /// An execution's tree before its first event.
+    pub fn new(execution_id: &str) -> Self {
+        Self {
+            tree: Tree {
+                execution_id: execution_id.to_string(),
+                status: "running".into(),
+                steps: Vec::new(),
+                problems: Problems::default(),
+            },
+            problems: ProblemsFold::default(),
         }
+    }
+
+    /// Take the next event of the execution, in order.
+    pub fn apply(&mut self, ev: &Event) {
+        self.problems.apply(ev);
+        let t = &mut self.tree;
+        let p = events::payload(ev);
+        let status = match EventType::of(ev) {
+            Some(EventType::ExecutionCompleted) => Some("completed"),
+            Some(EventType::ExecutionFailed) => Some("failed"),
+            Some(EventType::ExecutionCancelled) => Some("cancelled"),
+            _ => None,
+        };
+        if let Some(s) = status {
+            t.status = s.into();
+            return;
+        }
+        if ev.step.is_empty() || ev.step_run_id.is_empty() {
+            return;
+        }
+        // A token (a `token.created`, or one a `next.selected` fired)
+        // names the step it is for and carries the run id of the
+        // step-run that fired it: its own id is the run it starts.
+        for token in payloads::tokens_created(ev).unwrap_or_default() {
+            t.run(&token.step, &token.token_id);
+        }
+        if EventType::of(ev) == Some(EventType::TokenCreated) {
+            return;
+        }
+        let run = t.run(&ev.step, &ev.step_run_id);
+        apply(run, ev, &p);
+    }
+
+    /// The tree of the events taken.
+    pub fn finish(self) -> Tree {
+        let mut t = self.tree;
+        t.problems = self.problems.finish();
         if t.status != "running" {
             // Scheduled when the execution ended: it never started.
             for r in t.steps.iter_mut().flat_map(|s| s.runs.iter_mut()) {
@@ -115,6 +136,17 @@ impl Tree {
             }
         }
         t
+    }
+}
+
+impl Tree {
+    /// The tree of `events` (one execution's, in order).
+    pub fn from_events(execution_id: &str, events: &[Event]) -> Self {
+        let mut fold = TreeFold::new(execution_id);
+        for ev in events {
+            fold.apply(ev);
+        }
+        fold.finish()
     }
 
     fn run(&mut self, step: &str, srid: &str) -> &mut RunNode {
