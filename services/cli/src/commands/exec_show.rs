@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use noetl_mesh::{
     fold::Folded,
-    replay::LogReader,
+    replay::{LogReader, Until},
     state::{shown_status, ExecStatus},
+    Mesh,
 };
 
 use super::common::{exit_code, MeshArgs};
@@ -60,22 +61,7 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
             Some(_) => None,
             None => mesh.exec_header(&a.id).await?,
         };
-        // The log read a chunk at a time, never held (a loop of 100,000
-        // iterations is 300,000 events): the tree, and the header as the
-        // events give it where KV keeps none (as of `--at`, or compacted).
-        let until = at.unwrap_or_default();
-        let mut tree = TreeFold::new(&a.id);
-        let mut folded = stored.is_none().then(Folded::default);
-        let mut log = LogReader::of(&mesh, &a.id);
-        while let Some(l) = log.next().await? {
-            if !until.keeps(&l) {
-                continue;
-            }
-            tree.apply(&l.event);
-            if let Some(f) = &mut folded {
-                f.apply(l.seq, &l.event)?;
-            }
-        }
+        let (tree, folded) = read(&mesh, &a.id, at.unwrap_or_default(), stored.is_none()).await?;
         let (header, from_log) = match (stored, folded) {
             (Some(h), _) => (h, None),
             (
@@ -142,6 +128,31 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
             println!();
         }
     }
+}
+
+/// Execution `id`'s log up to `until`, read a chunk at a time and never
+/// held (a loop of 100,000 iterations is 300,000 events): its tree, and
+/// with `fold` (KV keeps no header: as of `--at`, or compacted) the
+/// records the events give.
+async fn read(
+    mesh: &Mesh,
+    id: &str,
+    until: Until,
+    fold: bool,
+) -> anyhow::Result<(TreeFold, Option<Folded>)> {
+    let mut tree = TreeFold::new(id);
+    let mut folded = fold.then(Folded::default);
+    let mut log = LogReader::of(mesh, id);
+    while let Some(l) = log.next().await? {
+        if !until.keeps(&l) {
+            continue;
+        }
+        tree.apply(&l.event);
+        if let Some(f) = &mut folded {
+            f.apply(l.seq, &l.event)?;
+        }
+    }
+    Ok((tree, folded))
 }
 
 #[cfg(test)]
