@@ -20,7 +20,7 @@ use noetl_mesh::{
     keys::Keys,
     kv::{self, Cas},
     payloads,
-    replay::{read_log, Logged, Until},
+    replay::LogReader,
     Mesh, MeshError,
 };
 
@@ -205,48 +205,92 @@ fn decide_arrival(
 /// `step.started` — `step.scheduled` in older logs — or `step.failed`),
 /// with the from-step and args of its creation
 /// ([`payloads::tokens_created`]).
-/// `None` when no token of the step was decided.
-fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arrivals> {
-    // The step of each step-run (what a token's from-step is), and the
-    // tokens of the join step.
-    let mut step_of: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut tokens: BTreeMap<String, (String, Value)> = BTreeMap::new();
+/// `None` when no token of the step was decided. Over a slice (the
+/// tests'); [`restore`] makes the same two passes ([`Created`],
+/// [`Decided`]) over the log as it reads it.
+#[cfg(test)]
+fn fold_arrivals(
+    log: &[noetl_mesh::replay::Logged],
+    step: &str,
+    inputs: &[String],
+) -> Option<Arrivals> {
+    let mut created = Created::default();
     for l in log {
-        let ev = &l.event;
-        if !ev.step_run_id.is_empty() {
-            step_of.entry(&ev.step_run_id).or_insert(&ev.step);
+        created.see(&l.event, step);
+    }
+    let mut decided = Decided::new(&created, step, inputs);
+    for l in log {
+        decided.see(&l.event);
+    }
+    decided.cur
+}
+
+/// The first pass over a log of the fold of a join's arrivals: the step of each
+/// step-run (what a token's from-step is), and the tokens of the join
+/// step, with the step-run that created each and its args.
+#[derive(Debug, Default)]
+struct Created {
+    step_of: BTreeMap<String, String>,
+    tokens: BTreeMap<String, (String, Value)>,
+}
+
+impl Created {
+    fn see(&mut self, ev: &noetl_wire::Event, step: &str) {
+        if !ev.step_run_id.is_empty() && !self.step_of.contains_key(&ev.step_run_id) {
+            self.step_of.insert(ev.step_run_id.clone(), ev.step.clone());
         }
         for t in payloads::tokens_created(ev).unwrap_or_default() {
             if t.step != step {
                 continue;
             }
-            tokens.insert(t.token_id, (t.parent, t.args));
+            self.tokens.insert(t.token_id, (t.parent, t.args));
         }
     }
-    let mut decided = BTreeSet::new();
-    let mut cur: Option<Arrivals> = None;
-    let mut resumes = 0;
-    for l in log {
-        let ev = &l.event;
+}
+
+/// The second pass of the fold of a join's arrivals: the record as the
+/// scheduler's decisions leave it.
+struct Decided<'a> {
+    created: &'a Created,
+    step: &'a str,
+    inputs: &'a [String],
+    decided: BTreeSet<String>,
+    cur: Option<Arrivals>,
+    resumes: u32,
+}
+
+impl<'a> Decided<'a> {
+    fn new(created: &'a Created, step: &'a str, inputs: &'a [String]) -> Self {
+        Self {
+            created,
+            step,
+            inputs,
+            decided: BTreeSet::new(),
+            cur: None,
+            resumes: 0,
+        }
+    }
+
+    fn see(&mut self, ev: &noetl_wire::Event) {
         match EventType::of(ev) {
             Some(EventType::ExecutionResumed) => {
                 if let Ok(r) = payloads::decode_typed::<payloads::Resumed>(ev) {
-                    resumes = r.resumes;
+                    self.resumes = r.resumes;
                 }
-                continue;
+                return;
             }
             // A resume's token of the join step: the join fires again
             // for it as the resume made it ([`refired`]).
-            Some(EventType::TokenCreated) if resumes > 0 => {
+            Some(EventType::TokenCreated) if self.resumes > 0 => {
                 if let (Some(a), Ok(t)) = (
-                    cur.as_mut(),
+                    self.cur.as_mut(),
                     payloads::decode_typed::<payloads::TokenCreated>(ev),
                 ) {
-                    if t.step == step {
-                        refired(a, resumes, &t.token_id);
+                    if t.step == self.step {
+                        refired(a, self.resumes, &t.token_id);
                     }
                 }
-                continue;
+                return;
             }
             _ => {}
         }
@@ -254,24 +298,24 @@ fn fold_arrivals(log: &[Logged], step: &str, inputs: &[String]) -> Option<Arriva
             EventType::of(ev),
             Some(EventType::StepSkipped | EventType::StepFailed)
         ) || payloads::is_admission(ev);
-        if !by_scheduler || ev.step != step || !decided.insert(ev.step_run_id.as_str()) {
-            continue;
+        if !by_scheduler || ev.step != self.step || self.decided.contains(&ev.step_run_id) {
+            return;
         }
-        let Some((from_run, args)) = tokens.get(&ev.step_run_id) else {
-            continue;
+        self.decided.insert(ev.step_run_id.clone());
+        let Some((from_run, args)) = self.created.tokens.get(&ev.step_run_id) else {
+            return;
         };
-        let from_step = step_of.get(from_run.as_str()).copied().unwrap_or("");
+        let from_step = (self.created.step_of.get(from_run)).map_or("", String::as_str);
         let token = JoinToken {
-            inputs,
+            inputs: self.inputs,
             from_step,
             token_id: &ev.step_run_id,
             args,
         };
-        if let Some(a) = absorb(cur.as_ref(), &token).write {
-            cur = Some(a);
+        if let Some(a) = absorb(self.cur.as_ref(), &token).write {
+            self.cur = Some(a);
         }
     }
-    cur
 }
 
 /// The join record `a` as resume `n` leaves it for its token `new`: the
@@ -308,8 +352,24 @@ async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Resul
     {
         return Ok(false); // no token ever waited, none resumed: nothing to lose
     }
-    let log = read_log(mesh, eid, Until::End).await?;
-    let Some(arrivals) = fold_arrivals(&log, step, inputs) else {
+    // Two passes over the log (`Created`, `Decided`), each read a chunk at a
+    // time: a join after a long loop does not hold the loop's events. The
+    // second stops where the first did.
+    let mut created = Created::default();
+    let (mut log, mut last) = (LogReader::of(mesh, eid), 0);
+    while let Some(l) = log.next().await? {
+        created.see(&l.event, step);
+        last = l.seq;
+    }
+    let mut decided = Decided::new(&created, step, inputs);
+    let mut log = LogReader::of(mesh, eid);
+    while let Some(l) = log.next().await? {
+        if l.seq > last {
+            break;
+        }
+        decided.see(&l.event);
+    }
+    let Some(arrivals) = decided.cur else {
         return Ok(false);
     };
     if kv::create(mesh.exec_kv(), &Keys::join(eid, step), &arrivals).await? {
@@ -390,6 +450,7 @@ pub async fn arrive(
 mod tests {
     use super::*;
     use noetl_core::Playbook;
+    use noetl_mesh::replay::Logged;
     use serde_json::json;
 
     fn inputs() -> Vec<String> {
