@@ -265,11 +265,12 @@ async fn a_boundary_is_answered_by_its_own_next_selected_not_by_the_start_it_car
 /// A log longer than the fold reads at once (a thousand stored messages,
 /// `replay::LogReader`) folds to what the whole log, read and unfolded
 /// at once, folds to: up to its end and up to an event in its middle; the
-/// reader gives the whole log's events, in its order.
+/// log read a chunk at a time (`read_log`) gives one whole read's events,
+/// in its order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_read_in_chunks_folds_as_the_whole_log_read_at_once() {
     use noetl_mesh::fold::Folded;
-    use noetl_mesh::replay::{fold_log, hydrated_log, read_log, read_stored_log, LogReader, Until};
+    use noetl_mesh::replay::{fold_log, hydrated_log, read_log, read_stored_log, Until};
     let cluster = Cluster::start().await;
     // One iteration at a time: each its own batch, about two stored
     // messages an iteration.
@@ -317,17 +318,16 @@ workflow:
             .unwrap(),
         whole(Until::Seq(middle)).await
     );
-    // Read event by event, a chunk at a time: read_log's events, in its
-    // order.
-    let log = read_log(mesh, id, Until::End).await.unwrap();
-    let mut reader = LogReader::of(mesh, id);
-    let mut read = Vec::new();
-    while let Some(l) = reader.next().await.unwrap() {
-        read.push(l);
-    }
-    assert_eq!(read.len(), log.len());
-    for (a, b) in read.iter().zip(&log) {
-        assert_eq!((a.seq, &a.event), (b.seq, &b.event));
+    // Read event by event, a chunk at a time: the events of one read of
+    // the whole log, in its order.
+    let whole_read = mesh
+        .stored_events_from(&mesh.subjects().events_of(id), None)
+        .await
+        .unwrap();
+    let read = read_log(mesh, id, Until::End).await.unwrap();
+    assert_eq!(read.len(), whole_read.len());
+    for (a, (seq, event)) in read.iter().zip(&whole_read) {
+        assert_eq!((a.seq, &a.event), (*seq, event.as_ref().unwrap()));
     }
     let report = cluster.replay(&eid).await;
     assert!(report.equal, "{:?}", report.differences);

@@ -63,11 +63,17 @@ impl Until {
 }
 
 /// Every stored event of execution `eid`, in stream order, each decoded
-/// whole (an event that does not decode is an error naming its sequence).
+/// whole (an event that does not decode is an error naming its sequence),
+/// up to `until`: a [`LogReader`]'s events, collected.
 pub async fn read_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Logged>, MeshError> {
-    let filter = mesh.subjects().events_of(eid);
-    let logged = read_events(mesh, &filter).await?;
-    Ok(logged.into_iter().filter(|l| until.keeps(l)).collect())
+    let mut log = LogReader::of(mesh, eid);
+    let mut out = Vec::new();
+    while let Some(l) = log.next().await? {
+        if until.keeps(&l) {
+            out.push(l);
+        }
+    }
+    Ok(out)
 }
 
 /// Every message stored under execution `eid`'s events, in stream order,
@@ -93,7 +99,8 @@ const CHUNK: usize = 1_000;
 /// what it holds is one chunk of messages as stored and one message's
 /// events, never the whole log (300,000 events for a loop of 100,000
 /// iterations; docs/architecture.md "Reading a long log"). The events it
-/// gives, and their order, are [`read_log`]'s. It reads through the last
+/// gives, and their order, are those of one read of the whole log
+/// ([`crate::Mesh::stored_events_from`]). It reads through the last
 /// message stored when its second chunk is read (a first chunk shorter
 /// than a chunk is the whole log).
 pub struct LogReader<'m> {
@@ -221,18 +228,6 @@ impl<'m> LogReader<'m> {
         self.from = ReadFrom::AfterSeq(last);
         Ok(())
     }
-}
-
-/// The events stored under `filter`; one that does not decode is an error
-/// naming its sequence number.
-async fn read_events(mesh: &Mesh, filter: &str) -> Result<Vec<Logged>, MeshError> {
-    let read = mesh.stored_events_from(filter, None).await?;
-    read.into_iter()
-        .map(|(seq, ev)| {
-            ev.map(|event| Logged { seq, event })
-                .map_err(|e| MeshError::Invalid(format!("event seq {seq} under {filter}: {e}")))
-        })
-        .collect()
 }
 
 /// The fields an event carries a value in by reference, and the field the
