@@ -4,8 +4,7 @@
 //! it is back, 503 naming the consumer whose pulls fail, and gone when the
 //! process has drained.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,23 +39,9 @@ workflow:
                   then: { do: continue, set_ctx: { seed: "{{ outcome.result }}" } }
 "#;
 
-/// A plain HTTP/1.1 GET: (status, body), or the connection error.
+/// [`support::http_get`] with a 5 s read timeout.
 fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {raw:?}"));
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Ok((status, body.to_string()))
+    support::http_get(port, path, Duration::from_secs(5))
 }
 
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> Result<(), String>) {

@@ -276,7 +276,8 @@ fn a_long_loop_resumed_and_read_back_holds_its_log_in_bounded_memory() {
     ] {
         procs.0.push(support::serve(noetl(home.path()), &url, args));
     }
-    let addr = format!("127.0.0.1:{}", support::free_port());
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
     procs.0.push(support::serve(
         noetl(home.path()),
         &url,
@@ -393,7 +394,9 @@ workflow:
     // Read back whole (about 600,000 events now): the API's time travel,
     // `events export` and `exec show` read the log a chunk at a time.
     let api_before = peak_rss_kib(api);
-    let (status, body) = http_get(&addr, &format!("/api/executions/{id}/state"));
+    let state = format!("/api/executions/{id}/state");
+    let (status, body) =
+        support::http_get(port, &state, std::time::Duration::from_secs(600)).unwrap();
     assert_eq!(status, 200, "{}", &body[..body.len().min(500)]);
     let state: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["status"], "COMPLETED", "{}", state["error"]);
@@ -449,29 +452,6 @@ workflow:
 /// log unfolded before, 545–850 MiB more; 24–44 MiB read a chunk at a
 /// time, debug builds: docs/reliability.md "Reading a long log back").
 const READ_BACK_KIB: u64 = 64 * 1024;
-
-/// `GET path` of the HTTP server at `addr` (HTTP/1.0: the body whole, not
-/// chunked), once it answers: its status and body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    let mut stream = loop {
-        match std::net::TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "the API at {addr}: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        }
-    };
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, body.to_string())
-}
 
 /// Run `command` to its end, asserting it succeeds (its stderr, kept in
 /// `err`, shown when not): its peak RSS in KiB, its VmHWM read every 10 ms

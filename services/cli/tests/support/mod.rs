@@ -145,3 +145,24 @@ pub fn signal_and_wait(child: &mut Child, signal: &str, what: &str) -> ExitStatu
     });
     status.expect("exited")
 }
+
+/// A plain HTTP/1.1 GET of `path` on 127.0.0.1:`port`, its answer read
+/// within `read_timeout`: (status, body), or the connection error.
+pub fn http_get(port: u16, path: &str, read_timeout: Duration) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(read_timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {raw:?}"));
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((status, body.to_string()))
+}
