@@ -2,7 +2,9 @@
 //! its events (issue 35): a loop iteration pages through a real HTTP
 //! server with `set_iter`, its executor is crashed while page 3 is in
 //! flight, the checkpoint is purged before the command is redelivered, and
-//! the server counts what is asked of it again.
+//! the server counts what is asked of it again. The same for a batch of
+//! parallel iterations, whose checkpoints are all rebuilt from one read of
+//! the log, counted by nats-server's advisories.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -190,4 +192,168 @@ async fn a_checkpoint_the_log_has_only_as_a_preview_starts_the_iteration_over() 
     );
     assert_eq!(counts.get(&2), Some(&2), "{counts:?}");
     assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
+}
+
+/// Iterations of the batch in [`BATCH_PLAYBOOK`].
+const ITEMS: u32 = 12;
+
+/// A parallel loop of [`ITEMS`] iterations in one batch (a quarter of
+/// `max_in_flight`), each paging through its own pages.
+const BATCH_PLAYBOOK: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: checkpoint_batch }
+workload: { api: "" }
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(12) | list }}"
+      iterator: item
+      spec: { mode: parallel, max_in_flight: 48 }
+    tool:
+      - name: init
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { set_iter: { page: 1 } }
+      - name: fetch
+        kind: http
+        url: "{{ workload.api }}/page/{{ iter.item }}/{{ iter.page }}"
+      - name: paginate
+        kind: noop
+        result: "{{ _prev.data }}"
+        spec:
+          policy:
+            rules:
+              - when: "{{ _prev.data.more }}"
+                then: { do: jump, to: fetch, set_iter: { page: "{{ iter.page + 1 }}" } }
+              - else:
+                  then: { do: break }
+    next:
+      arcs:
+        - step: end
+          when: "{{ event.name == 'loop.done' }}"
+  - step: end
+"#;
+
+/// Pages per item: `GET /page/ITEM/N` answers `{page, more}` and counts the
+/// request; the first request of each item's page [`HOLD`] never answers.
+#[derive(Clone, Default)]
+struct ItemPages(Arc<Mutex<Vec<(u32, u32)>>>);
+
+impl ItemPages {
+    async fn serve() -> (Self, String) {
+        let pages = ItemPages::default();
+        let app = Router::new()
+            .route("/page/{item}/{n}", get(item_page))
+            .with_state(pages.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (pages, url)
+    }
+
+    /// Requests of `(item, page)`.
+    fn asked(&self, item: u32, page: u32) -> usize {
+        let asked = self.0.lock().unwrap();
+        asked.iter().filter(|a| **a == (item, page)).count()
+    }
+}
+
+async fn item_page(
+    State(pages): State<ItemPages>,
+    Path((item, n)): Path<(u32, u32)>,
+) -> Json<Value> {
+    pages.0.lock().unwrap().push((item, n));
+    if n == HOLD && pages.asked(item, n) == 1 {
+        std::future::pending::<()>().await;
+    }
+    Json(json!({"page": n, "more": n < PAGES}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_of_the_log() {
+    let (pages, api) = ItemPages::serve().await;
+    let cluster = Cluster::start_with(ClusterOptions {
+        executors: false,
+        ..Default::default()
+    })
+    .await;
+    let first = cluster.spawn_crashable_executor();
+    let eid = cluster
+        .submit(
+            BATCH_PLAYBOOK,
+            "checkpoint_batch.yaml",
+            json!({ "api": api }),
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (0..ITEMS).any(|item| pages.asked(item, HOLD) == 0) {
+        assert!(
+            Instant::now() < deadline,
+            "page {HOLD} not asked of every item"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.crash();
+    let store = cluster.mesh.loop_kv();
+    let checkpoints: Vec<String> = store
+        .keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async move { k.ok() })
+        .filter(|k| std::future::ready(k.starts_with(eid.as_str()) && k.contains(".ckpt.")))
+        .collect()
+        .await;
+    assert_eq!(checkpoints.len(), ITEMS as usize, "{checkpoints:?}");
+    for key in &checkpoints {
+        store.purge(key).await.unwrap();
+    }
+    // Every consumer created on the events stream from now on: each read
+    // of a log is one.
+    let stream = cluster.mesh.subjects().events_stream();
+    let mut created = cluster
+        .mesh
+        .client()
+        .subscribe(format!("$JS.EVENT.ADVISORY.CONSUMER.CREATED.{stream}.>"))
+        .await
+        .unwrap();
+    cluster.mesh.client().flush().await.unwrap();
+    let _second = cluster.spawn_executor().await;
+    let s = cluster.wait(&eid, Duration::from_secs(90)).await;
+    let mut reads = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), created.next()).await {
+        reads += 1;
+    }
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    for item in 0..ITEMS {
+        let asked: Vec<usize> = (1..=PAGES).map(|p| pages.asked(item, p)).collect();
+        assert_eq!(
+            asked,
+            [1, 1, 2, 1],
+            "item {item}: pages 1 and 2 not asked again, page 3 in flight at the crash"
+        );
+    }
+    let ends = cluster
+        .events(&eid)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
+        .count();
+    assert_eq!(ends, ITEMS as usize, "each iteration ends once");
+    // The redelivered batch's one read (and the summary's, if its
+    // advisory came in time); one per iteration before.
+    assert!(
+        (1..=2).contains(&reads),
+        "{reads} reads of the log for {ITEMS} lost checkpoints"
+    );
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
 }

@@ -21,7 +21,6 @@ use crate::event_type::EventType;
 use crate::ids::derive_id;
 use crate::keys::Keys;
 use crate::payloads::{self, LoopStarted, TaskDone};
-use crate::replay::{hydrated_log, Until};
 use crate::state::{claim_ctx_keys, CtxClaim, CtxOwners};
 use crate::{kv, Mesh, MeshError};
 
@@ -151,14 +150,22 @@ pub struct Restored {
 /// that one stands). Nothing is written when the log holds no claim or
 /// the loop run ended.
 pub async fn restore(mesh: &Mesh, eid: &str, loop_run_id: &str) -> Result<Restored, MeshError> {
-    let log = hydrated_log(mesh, eid, Until::End).await?;
-    let events = || log.iter().map(|l| &l.event);
-    let ended = events()
-        .any(|e| e.step_run_id == loop_run_id && EventType::of(e) == Some(EventType::LoopDone));
-    if ended {
+    // Only the loop run's claims and end are kept of the log as it is read.
+    let log = crate::replay::hydrated_where(mesh, eid, |e| {
+        e.step_run_id == loop_run_id
+            && matches!(
+                EventType::of(e),
+                Some(EventType::TaskDone | EventType::LoopDone)
+            )
+    })
+    .await?;
+    if log
+        .iter()
+        .any(|e| EventType::of(e) == Some(EventType::LoopDone))
+    {
         return Ok(Restored::default());
     }
-    let owners = fold(events(), loop_run_id)?;
+    let owners = fold(&log, loop_run_id)?;
     if owners.is_empty() {
         return Ok(Restored::default());
     }

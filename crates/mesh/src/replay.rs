@@ -341,6 +341,27 @@ pub async fn hydrated_log(mesh: &Mesh, eid: &str, until: Until) -> Result<Vec<Lo
     Ok(log)
 }
 
+/// The events of `eid` that `keep` takes, in stream order, each hydrated
+/// ([`hydrate`]): the log read a chunk at a time ([`LogReader`]), so what
+/// is held is what is kept, not the whole log. For the engine's own
+/// rebuilds of one record from a long log (a loop run's `ctx` claims, an
+/// iteration's checkpoint), which read a few of its events.
+pub async fn hydrated_where(
+    mesh: &Mesh,
+    eid: &str,
+    mut keep: impl FnMut(&Event) -> bool,
+) -> Result<Vec<Event>, MeshError> {
+    let mut log = LogReader::of(mesh, eid);
+    let mut kept = Vec::new();
+    while let Some(mut l) = log.next().await? {
+        if keep(&l.event) {
+            hydrate(mesh, &mut l.event).await?;
+            kept.push(l.event);
+        }
+    }
+    Ok(kept)
+}
+
 /// The records the engine keeps for one execution, as read from KV.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stored {

@@ -37,6 +37,7 @@ use noetl_mesh::{
 use noetl_wire::TaskCommand;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::checkpoint::IterationsLog;
 use super::{Executor, HandlerError};
 
 /// The ends of a batch's iterations, collected as they end, in the
@@ -65,6 +66,26 @@ impl Ends {
     }
 }
 
+/// What the iterations of a batch share as they run: their ends, kept to
+/// be reported together, and the events a redelivered one rebuilds a lost
+/// checkpoint from, read once for them all.
+pub(super) struct Shared {
+    /// The ends not reported yet.
+    pub(super) ends: Ends,
+    /// The batch's events for lost checkpoints.
+    pub(super) log: IterationsLog,
+}
+
+impl Shared {
+    /// For the iterations `waiting` to run, none ended yet.
+    fn of(waiting: &Waiting<'_>) -> Self {
+        Self {
+            ends: Ends::default(),
+            log: IterationsLog::of(waiting.indices()),
+        }
+    }
+}
+
 impl Executor {
     /// Run the iterations of batch command `cmd` of the step `at` names
     /// (those its loop run has not counted), then report the ends of
@@ -84,12 +105,12 @@ impl Executor {
         // batch or command ending), not only when one of ours ends. Never
         // waiting for a slot before it runs one, a batch cannot starve
         // others that hold the rest.
-        let ends = Ends::default();
+        let shared = Shared::of(&waiting);
         // Each run boxed: `running` moves small futures (docs/performance.md).
         let start = |one: TaskCommand, slot: Option<OwnedSemaphorePermit>| {
-            let ends = &ends;
+            let shared = &shared;
             async move {
-                let handled = Box::pin(self.run(plan, step, &one, redelivered, Some(ends))).await;
+                let handled = Box::pin(self.run(plan, step, &one, redelivered, Some(shared))).await;
                 (one, handled, slot)
             }
         };
@@ -139,13 +160,13 @@ impl Executor {
                     if matches!(early, Early::NotYet)
                         && reports_early(&Now {
                             first_end: *first_end.get_or_insert_with(|| started.elapsed()),
-                            ended: ends.len(),
+                            ended: shared.ends.len(),
                             waiting: waiting.len(),
                             running: running.len(),
                             queued: self.queued.load(Ordering::Relaxed),
                         })
                     {
-                        let report = self.report(&cmd, step, ends.take());
+                        let report = self.report(&cmd, step, shared.ends.take());
                         early = Early::Sending(Box::pin(report));
                     }
                 }
@@ -164,7 +185,7 @@ impl Executor {
         if let Early::Sending(report) = early {
             failed = report.await.err();
         }
-        self.report(&cmd, step, ends.take()).await?;
+        self.report(&cmd, step, shared.ends.take()).await?;
         if let Some(e) = failed {
             return Err(e.into());
         }
@@ -292,6 +313,14 @@ impl<'a> Waiting<'a> {
 
     fn len(&self) -> usize {
         self.commands.len()
+    }
+
+    /// The iterations' indices.
+    fn indices(&self) -> BTreeSet<u64> {
+        self.commands
+            .iter()
+            .filter_map(|c| c.iteration.as_ref().map(|it| it.index))
+            .collect()
     }
 
     fn is_empty(&self) -> bool {

@@ -178,6 +178,16 @@ impl StepRun<'_> {
         if keys.is_empty() {
             return Ok(false);
         }
+        // One log read at a time: the iterations that found the record
+        // missing together find it written by the first.
+        let _one = self.exec.log_reads.acquire().await;
+        let key = Keys::owners(self.eid(), loop_run_id);
+        if kv::get::<CtxOwners>(self.mesh().ctx_kv(), &key)
+            .await?
+            .is_some()
+        {
+            return Ok(true);
+        }
         let restored = ctx_owners::restore(self.mesh(), self.eid(), loop_run_id).await?;
         if let Some(owners) = restored.written {
             tracing::warn!(

@@ -68,7 +68,7 @@ impl StepRun<'_> {
         });
         // An iteration of a batch: its end is reported with the batch's,
         // unless it is too large to ride in one.
-        let ended = match (self.ends, ended) {
+        let ended = match (self.batch.map(|b| &b.ends), ended) {
             (Some(ends), Ended::Iteration(it)) => {
                 // The batch names its loop run as its command's step-run.
                 let batch_run = &self.cmd.step_run_id;

@@ -76,6 +76,10 @@ pub struct Executor {
     slots: Arc<tokio::sync::Semaphore>,
     /// Iterations of this replica's batches waiting for a slot.
     queued: std::sync::atomic::AtomicUsize,
+    /// Reads of a log for a lost record (an iteration's checkpoint, a
+    /// loop run's `ctx` claims), one at a time: after a purge every
+    /// command in flight may want one, and each holds a chunk of the log.
+    log_reads: tokio::sync::Semaphore,
 }
 
 impl Executor {
@@ -94,6 +98,7 @@ impl Executor {
             objects,
             slots,
             queued: Default::default(),
+            log_reads: tokio::sync::Semaphore::new(1),
         }
     }
 
@@ -146,7 +151,7 @@ impl Executor {
 
     /// Read what the step-run needs (args, scope, credentials), then drive
     /// its pipeline; a credential that cannot be used fails it at once.
-    /// `ends`: the command is an iteration of a batch, whose end is kept
+    /// `batch`: the command is an iteration of a batch, whose end is kept
     /// there instead of published.
     async fn run(
         &self,
@@ -154,7 +159,7 @@ impl Executor {
         step: &Step,
         cmd: &TaskCommand,
         redelivered: bool,
-        ends: Option<&batch::Ends>,
+        batch: Option<&batch::Shared>,
     ) -> Result<Handled, HandlerError> {
         let d = command::decode_command(cmd, &step.step)?;
         // Arguments larger than the payload limit came by reference: tools
@@ -204,7 +209,7 @@ impl Executor {
             secrets: credentials.secrets.clone(),
             credentials,
             redelivered,
-            ends,
+            batch,
         };
         let cur = Cursor { ctx, ..d.cursor };
         if let Some(message) = keychain_error {
@@ -357,9 +362,10 @@ struct StepRun<'a> {
     credentials: crate::secrets::Resolved,
     /// Not the command's first delivery.
     redelivered: bool,
-    /// An iteration of a batch: its end is kept here, reported with the
-    /// others' ([`batch`]).
-    ends: Option<&'a batch::Ends>,
+    /// An iteration of a batch: its end is kept there, reported with the
+    /// others', and a lost checkpoint is rebuilt from one read of the log
+    /// for all ([`batch::Shared`]).
+    batch: Option<&'a batch::Shared>,
 }
 
 impl StepRun<'_> {

@@ -15,7 +15,7 @@
 //! that id, so events of other iterations, other step-runs and other
 //! executions are never mistaken for this one's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use noetl_core::limits::Preview;
 use noetl_core::policy::Decision;
@@ -57,6 +57,56 @@ pub(crate) enum NotFolded {
     /// says at that point (another task, an action it cannot take).
     #[error("{0}")]
     Mismatch(String),
+}
+
+/// Which events of a log [`fold`] reads for the iterations `indices` of
+/// step-run `srid`, taken as the log is read so that a rebuild holds them
+/// and not the whole log: the step-run's first event (whatever its type:
+/// where [`resumed_after_start`] starts looking), every
+/// `execution.resumed` after it, and the step-run's `task.done` events of
+/// those iterations (and those that name none: written before a
+/// `task.done` recorded its iteration). [`fold`] over what it keeps gives
+/// what it gives over the whole log.
+pub(crate) struct Wanted<'a> {
+    srid: &'a str,
+    indices: &'a BTreeSet<u64>,
+    run_seen: bool,
+}
+
+impl<'a> Wanted<'a> {
+    /// Nothing of step-run `srid` seen yet.
+    pub(crate) fn new(srid: &'a str, indices: &'a BTreeSet<u64>) -> Self {
+        Self {
+            srid,
+            indices,
+            run_seen: false,
+        }
+    }
+
+    /// Whether [`fold`] reads `e` (the log's events given in stream order).
+    pub(crate) fn keeps(&mut self, e: &Event) -> bool {
+        let of_run = e.step_run_id == self.srid;
+        if of_run && !self.run_seen {
+            self.run_seen = true;
+            return true;
+        }
+        match EventType::of(e) {
+            Some(EventType::ExecutionResumed) => self.run_seen,
+            Some(EventType::TaskDone) if of_run => {
+                /// A `task.done`'s iteration, and nothing else of it.
+                #[derive(serde::Deserialize)]
+                struct Of {
+                    #[serde(default)]
+                    index: Option<u64>,
+                }
+                // One that does not decode is kept: the fold names it.
+                payloads::decode::<Of>(e).map_or(true, |of| {
+                    of.index.is_none_or(|i| self.indices.contains(&i))
+                })
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What [`fold`] reads.

@@ -6,6 +6,8 @@
 
 mod from_log;
 
+use std::collections::BTreeSet;
+
 use noetl_core::Step;
 use noetl_mesh::{
     keys::Keys, kv, plan::PlanRecord, replay, runtime::HandlerError, state::Checkpoint, Mesh,
@@ -18,7 +20,7 @@ use super::command::decode_command;
 use super::reference::Spill;
 use super::{Cursor, StepRun};
 use crate::analysis::StepNeeds;
-use from_log::{fold, FoldInput};
+use from_log::{fold, FoldInput, Wanted};
 
 impl Spill<'_> {
     /// The checkpoint record of `cur` (large values by reference).
@@ -106,6 +108,37 @@ pub async fn rebuild_checkpoint(
     })
 }
 
+/// The events the iterations of one command rebuild their lost
+/// checkpoints from ([`Wanted`]), read once, by the first that needs
+/// them: a redelivered batch of 64 iterations whose checkpoints were
+/// purged read the whole log 64 times, each holding it whole. The read
+/// holds what it keeps, and a replica reads one log at a time
+/// ([`super::Executor::log_reads`]).
+pub(super) struct IterationsLog {
+    indices: BTreeSet<u64>,
+    read: tokio::sync::OnceCell<Vec<Event>>,
+}
+
+impl IterationsLog {
+    /// For the iterations `indices` (of the command's step-run).
+    pub(super) fn of(indices: BTreeSet<u64>) -> Self {
+        Self {
+            indices,
+            read: Default::default(),
+        }
+    }
+
+    /// The events, read from the log of `sr`'s execution the first time.
+    async fn events(&self, sr: &StepRun<'_>) -> Result<&[Event], MeshError> {
+        let read = self.read.get_or_try_init(|| async {
+            let _one = sr.exec.log_reads.acquire().await;
+            let mut wanted = Wanted::new(&sr.cmd.step_run_id, &self.indices);
+            replay::hydrated_where(sr.mesh(), sr.eid(), |e| wanted.keeps(e)).await
+        });
+        Ok(read.await?)
+    }
+}
+
 impl StepRun<'_> {
     /// Key of this iteration's checkpoint.
     fn checkpoint_key(&self) -> String {
@@ -177,14 +210,21 @@ impl StepRun<'_> {
         &self,
         cur: &Cursor,
     ) -> Result<Option<Checkpoint>, MeshError> {
-        let log = replay::hydrated_log(self.mesh(), self.eid(), replay::Until::End).await?;
-        let log: Vec<_> = log.into_iter().map(|l| l.event).collect();
+        let own;
+        let read = match self.batch {
+            Some(batch) => &batch.log,
+            None => {
+                let index = self.loop_run.as_ref().map_or(0, |(_, i)| *i);
+                own = IterationsLog::of(BTreeSet::from([index]));
+                &own
+            }
+        };
         let input = FoldInput {
             step: self.step,
             needs: self.needs,
             srid: &self.cmd.step_run_id,
             index: &self.index,
-            log: &log,
+            log: read.events(self).await?,
         };
         let folded = match fold(input, cur.fork()) {
             Ok(Some(folded)) => folded,

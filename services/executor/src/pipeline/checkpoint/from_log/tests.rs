@@ -92,6 +92,11 @@ impl Live {
     /// `pc` (attempt `attempt`).
     fn ran(&mut self, name: &str, td: &TaskDone, pc: usize, attempt: u32) -> &mut Self {
         let id = task_run_id(&self.srid, &self.index, &self.cur);
+        // The iteration, as the live pipeline records it.
+        let td = &TaskDone {
+            index: self.index.parse().ok(),
+            ..td.clone()
+        };
         self.log.push(
             EventDraft {
                 execution_id: "e1",
@@ -329,4 +334,81 @@ fn a_task_done_of_another_task_than_the_pipeline_has_there_is_a_mismatch() {
         folded(&live.log, "0"),
         Err(NotFolded::Mismatch(_))
     ));
+}
+
+/// What [`Wanted`] keeps of `log` for iterations `indices` of `sr1`.
+fn wanted(log: &[Event], indices: &[u64]) -> Vec<Event> {
+    let indices = indices.iter().copied().collect();
+    let mut wanted = Wanted::new("sr1", &indices);
+    log.iter().filter(|e| wanted.keeps(e)).cloned().collect()
+}
+
+/// Iterations 0 and 1 of `sr1` and iteration 0 of `sr2`, interleaved.
+fn three_iterations() -> Vec<Event> {
+    let (a, b, c) = (
+        two_pages("sr1", "0").log,
+        two_pages("sr1", "1").log,
+        two_pages("sr2", "0").log,
+    );
+    let mut log = Vec::new();
+    for i in 0..a.len() {
+        log.extend([b[i].clone(), c[i].clone(), a[i].clone()]);
+    }
+    log
+}
+
+#[test]
+fn what_is_kept_of_the_log_for_some_iterations_folds_as_the_whole_log() {
+    let log = three_iterations();
+    let kept = wanted(&log, &[0]);
+    // The step-run's first event (iteration 1's), then iteration 0's.
+    assert_eq!(kept.len(), 1 + 5, "{:?}", types(&kept));
+    for index in ["0", "1"] {
+        let of = |log: &[Event]| folded(log, index).map(|c| c.map(|c| (c.steps_taken, c.iter)));
+        let whole = of(&log);
+        assert_eq!(of(&wanted(&log, &[0, 1])), whole, "iteration {index}");
+    }
+    let whole = folded(&log, "0").unwrap().unwrap();
+    let from_kept = folded(&kept, "0").unwrap().unwrap();
+    assert_eq!(
+        (from_kept.steps_taken, from_kept.iter, from_kept.reduce),
+        (whole.steps_taken, whole.iter, whole.reduce)
+    );
+}
+
+#[test]
+fn a_resume_after_the_step_run_started_and_task_dones_naming_no_iteration_are_kept() {
+    let resumed = |step_run_id: &str| Event {
+        event_type: EventType::ExecutionResumed.wire_name().into(),
+        execution_id: "e1".into(),
+        step_run_id: step_run_id.into(),
+        ..Default::default()
+    };
+    // Before the step-run's first event: not this run's concern.
+    let mut log = vec![resumed("")];
+    log.extend(three_iterations());
+    log.push(resumed(""));
+    let kept = wanted(&log, &[0]);
+    assert_eq!(
+        types(&kept)
+            .iter()
+            .filter(|t| **t == "execution.resumed")
+            .count(),
+        1,
+        "{:?}",
+        types(&kept)
+    );
+    assert_eq!(folded(&kept, "0").unwrap_err(), NotFolded::Resumed);
+    // A `task.done` written before it recorded its iteration.
+    let mut older = two_pages("sr1", "7").log;
+    for e in &mut older {
+        let mut td: TaskDone = payloads::decode(e).unwrap();
+        td.index = None;
+        e.payload_json = serde_json::to_vec(&td).unwrap();
+    }
+    assert_eq!(wanted(&older, &[0]).len(), older.len());
+}
+
+fn types(log: &[Event]) -> Vec<&str> {
+    log.iter().map(|e| e.event_type.as_str()).collect()
 }
