@@ -206,6 +206,7 @@ pub async fn serve(p: ApiParams) -> Result<(), ServeError> {
         ctx_view: Default::default(),
         step_order: noetl_mesh::cache::Bounded::new(crate::view::CAPACITY),
         limits: p.limits,
+        log_folds: tokio::sync::Semaphore::new(crate::state::LOG_FOLDS),
     });
     crate::view::follow(p.mesh.clone(), state.view.clone(), p.shutdown.clone());
     crate::view::follow_ctx(p.mesh.clone(), state.ctx_view.clone(), p.shutdown.clone());

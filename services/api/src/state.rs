@@ -49,7 +49,16 @@ pub struct Shared {
     pub ctx_view: std::sync::Arc<crate::view::StatusView>,
     /// Timeouts and the connection limit.
     pub limits: crate::limits::Limits,
+    /// Reads of a whole log at once on this replica (time travel,
+    /// [`crate::handlers::history`]; [`LOG_FOLDS`]): each holds a chunk of
+    /// the log and its folds, and a console scrubbing a long execution
+    /// asks for one state after another.
+    pub log_folds: tokio::sync::Semaphore,
 }
+
+/// Whole-log reads a replica runs at once ([`Shared::log_folds`]); more
+/// wait for one to end.
+pub const LOG_FOLDS: usize = 2;
 
 /// Step statuses by (execution id, header revision).
 pub type StepStatusCache = noetl_mesh::cache::Bounded<

@@ -1627,4 +1627,42 @@ workflow:
         .await;
     assert_eq!(compacted.status, 200, "{}", compacted.text);
     assert_eq!(compacted.json, whole.json);
+
+    // Five asked at once (a console scrubbing): the replica reads
+    // `LOG_FOLDS` logs at a time, each read one consumer at a time on the
+    // events stream; every answer is the same.
+    let stream = mesh.subjects().events_stream();
+    let consumers = || async {
+        let mut s = mesh.js().get_stream(&stream).await.unwrap();
+        s.info().await.unwrap().state.consumer_count
+    };
+    let mut before = 0;
+    for _ in 0..10 {
+        before = before.max(consumers().await);
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let path = format!("/api/executions/{id}/state");
+    let (answers, most) = tokio::join!(
+        async {
+            let answers = futures::future::join_all((0..5).map(|_| api.get(&path, viewer))).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            answers
+        },
+        async {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(consumers().await);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            most
+        }
+    );
+    for a in &answers {
+        assert_eq!(a.json, whole.json, "{}", a.text);
+    }
+    let reading = most.saturating_sub(before);
+    assert!(
+        (1..=noetl_api::state::LOG_FOLDS).contains(&reading),
+        "{reading} logs read at once (consumers on the events stream: {before} before, {most} at most)"
+    );
 }

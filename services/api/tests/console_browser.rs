@@ -348,6 +348,37 @@ async fn a_playbook_started_from_the_catalog_turns_completed_while_its_loop_prog
             "document.querySelector('#history-status')?.dataset.status === 'COMPLETED' && document.querySelector('#history-ctx').textContent.includes('\"squared\": 8') && document.querySelectorAll(\"tr.history-step[data-status='done']\").length === 3",
         )
         .await;
+        // A position left while its state is still being read: that read
+        // is given up (each is a whole log read on the server), and only
+        // the last position's state is drawn, with no error. The page's
+        // state reads are held 400 ms here, so the first is still running
+        // when the second starts.
+        b.js(
+            "window.__aborted = 0; const f = window.fetch; \
+             window.fetch = (u, init) => { if (!String(u).includes('/state?at=')) return f(u, init); \
+               init.signal.addEventListener('abort', () => window.__aborted++); \
+               return new Promise(r => setTimeout(r, 400)).then(() => f(u, init)); }; return 1;",
+        )
+        .await;
+        b.js(&scrub_to(&started.to_string())).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        b.js(&scrub_to("s.min")).await;
+        b.wait_for(
+            "the later position's state, the earlier read given up",
+            "window.__aborted === 1 && document.querySelector('#history-status')?.dataset.status === 'NOT STARTED'",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let after = b
+            .js("return [document.querySelector('#history-status').dataset.status, document.querySelector('#history-message').textContent];")
+            .await;
+        assert_eq!(after, json!(["NOT STARTED", ""]), "the given-up read drew nothing");
+        b.js(&scrub_to("s.max")).await;
+        b.wait_for(
+            "the last event's state again",
+            "document.querySelector('#history-status')?.dataset.status === 'COMPLETED'",
+        )
+        .await;
         b.js("window.scrollTo(0, 0); return 1;").await;
         b.screenshot_to(&screenshot_dir().join("execution-completed.png")).await;
     })

@@ -39,8 +39,10 @@ function headers(extra) {
 }
 
 // `method path` with a JSON `body`: the JSON answer, or an ApiError.
-export async function call(method, path, body) {
-  const init = { method, headers: headers(), cache: 'no-store' };
+// `signal` (an AbortController's) gives the request up: it then rejects
+// with the abort's own error, not an ApiError.
+export async function call(method, path, body, { signal } = {}) {
+  const init = { method, headers: headers(), cache: 'no-store', signal };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -49,6 +51,7 @@ export async function call(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch (e) {
+    if (signal && signal.aborted) throw e;
     throw new ApiError(0, `the API did not answer (${e.message})`, null);
   }
   const text = await response.text();
@@ -67,8 +70,8 @@ export async function call(method, path, body) {
   return json;
 }
 
-// `GET path`.
-export const get = (path) => call('GET', path);
+// `GET path` (`opts.signal`: see `call`).
+export const get = (path, opts) => call('GET', path, undefined, opts);
 // `POST path` with `body`.
 export const post = (path, body) => call('POST', path, body ?? {});
 

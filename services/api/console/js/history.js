@@ -22,7 +22,7 @@ export function historyCard(id) {
     ctx: h('pre', { id: 'history-ctx', class: 'json' }),
     message: h('div', { id: 'history-message' }),
   };
-  const st = { id, el, timeline: [], wanted: null, timer: null, shown: null };
+  const st = { id, el, timeline: [], wanted: null, timer: null, shown: null, inflight: null };
   el.scrubber.addEventListener('input', () => scrub(st));
   el.reload.addEventListener('click', () => load(st));
   const card = h('section', { class: 'card', id: 'history-card' },
@@ -59,7 +59,9 @@ async function load(st) {
   }
 }
 
-// The scrubber moved: fetch that position's state once it rests.
+// The scrubber moved: fetch that position's state once it rests. A fetch
+// still running for an earlier position is given up: each is a read of
+// the whole log on the server, which reads only a few at once.
 function scrub(st) {
   const entry = st.timeline[Number(st.el.scrubber.value)];
   if (!entry) return;
@@ -68,11 +70,17 @@ function scrub(st) {
   clearTimeout(st.timer);
   st.timer = setTimeout(async () => {
     const seq = st.wanted;
+    if (st.inflight) st.inflight.abort();
+    const inflight = new AbortController();
+    st.inflight = inflight;
     try {
-      const state = await get(url(st.id, seq));
+      const state = await get(url(st.id, seq), { signal: inflight.signal });
       if (st.wanted === seq) draw(st, state);
     } catch (e) {
+      if (inflight.signal.aborted) return; // a later position's fetch took over
       replace(st.el.message, note('error', `Could not read the state at seq ${seq}: ${e.message}`));
+    } finally {
+      if (st.inflight === inflight) st.inflight = null;
     }
   }, FETCH_DELAY_MS);
 }

@@ -4,7 +4,8 @@
 //! console's scrubber. Works as well for an execution whose KV state was
 //! compacted: its events give its header. An id with neither a header in
 //! KV nor one its events give is no execution (404), whatever events are
-//! filed under it (the audit records of actions refused on it).
+//! filed under it (the audit records of actions refused on it). A replica
+//! reads [`crate::state::LOG_FOLDS`] logs at once; further requests wait.
 
 use std::collections::VecDeque;
 
@@ -52,6 +53,8 @@ pub async fn state_at(
     // A header that cannot be read now is left to the log to give: time
     // travel reads the events, not KV.
     let known = matches!(mesh.exec_header(&id).await, Ok(Some(_)));
+    // A few at once per replica; more wait here.
+    let _fold = state.log_folds.acquire().await;
     let read = read(mesh, &id, at, !known)
         .await
         .map_err(|e| corrupt_event(&id, e))?;
