@@ -392,7 +392,8 @@ workflow:
     assert!(over.is_empty(), "a resume's read of the log: {over:?}");
 
     // Read back whole (about 600,000 events now): the API's time travel,
-    // `events export` and `exec show` read the log a chunk at a time.
+    // `events export`, `exec show` and `exec why` read the log a chunk at a
+    // time.
     let api_before = peak_rss_kib(api);
     let state = format!("/api/executions/{id}/state");
     let (status, body) =
@@ -420,23 +421,32 @@ workflow:
         noetl(home.path()).args(["exec", "show", &id, "--json", "--nats", &url]),
         &home.path().join("show.err"),
     );
+    let why = peak_of(
+        noetl(home.path()).args(["exec", "why", &id, "--json", "--nats", &url]),
+        &home.path().join("why.err"),
+    );
     // What the same binary takes for a command that reads no log.
     let status = peak_of(
         noetl(home.path()).args(["exec", "status", &id, "--nats", &url]),
         &home.path().join("status.err"),
     );
     println!(
-        "read back {events} events: the API's peak RSS grew {:.1} MiB; peak RSS of `events export` {:.1} MiB, `exec show` {:.1} MiB, `exec status` {:.1} MiB",
+        "read back {events} events: the API's peak RSS grew {:.1} MiB; peak RSS of `events export` {:.1} MiB, `exec show` {:.1} MiB, `exec why` {:.1} MiB, `exec status` {:.1} MiB",
         api_grew as f64 / 1024.0,
         export as f64 / 1024.0,
         show as f64 / 1024.0,
+        why as f64 / 1024.0,
         status as f64 / 1024.0
     );
     let mut over = Vec::new();
     if api_grew > READ_BACK_KIB {
         over.push(format!("the API grew {api_grew} KiB"));
     }
-    for (what, peak) in [("events export", export), ("exec show", show)] {
+    for (what, peak) in [
+        ("events export", export),
+        ("exec show", show),
+        ("exec why", why),
+    ] {
         if peak.saturating_sub(status) > READ_BACK_KIB {
             over.push(format!(
                 "`{what}` peaked at {peak} KiB, `exec status` at {status}"
@@ -447,8 +457,8 @@ workflow:
 }
 
 /// How much a whole read of that loop's log (600,000 events) may cost: the
-/// growth of the API's peak RSS, and the peak RSS of `noetl events export`
-/// and `noetl exec show` over that of `noetl exec status` (each held the
+/// growth of the API's peak RSS, and the peak RSS of `noetl events export`,
+/// `noetl exec show` and `noetl exec why` over that of `noetl exec status` (each held the
 /// log unfolded before, 545–850 MiB more; 24–44 MiB read a chunk at a
 /// time, debug builds: docs/reliability.md "Reading a long log back").
 const READ_BACK_KIB: u64 = 64 * 1024;

@@ -140,7 +140,9 @@ impl TreeFold {
 }
 
 impl Tree {
-    /// The tree of `events` (one execution's, in order).
+    /// The tree of `events` (one execution's, in order); readers of a log
+    /// fold it as they read ([`TreeFold`]).
+    #[cfg(test)]
     pub fn from_events(execution_id: &str, events: &[Event]) -> Self {
         let mut fold = TreeFold::new(execution_id);
         for ev in events {

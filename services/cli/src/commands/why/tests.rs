@@ -63,14 +63,23 @@ fn explain_of(
     events: &[Event],
     queues: &BTreeMap<String, Option<QueueCounts>>,
 ) -> Vec<Wait> {
+    explain_with(live, &Tree::from_events("e1", events), events, queues)
+}
+
+/// [`explain_of`] with the tree given.
+fn explain_with(
+    live: &[(&str, &str)],
+    tree: &Tree,
+    events: &[Event],
+    queues: &BTreeMap<String, Option<QueueCounts>>,
+) -> Vec<Wait> {
     let pb = noetl_core::load::load_playbook(PLAYBOOK, "why.yaml")
         .expect("the playbook loads")
         .playbook;
     let h = header(live);
-    let tree = Tree::from_events("e1", events);
     explain(&Situation {
         header: &h,
-        tree: &tree,
+        tree,
         events,
         playbook: Some(&pb),
         queues,
@@ -429,4 +438,64 @@ fn a_queued_execution_and_a_task_behind_a_key_or_a_rate_say_so() {
         w[0].text,
         "step `start`: task `fetch` waits: rate limit `api` until 1970-01-01T00:00:01.000Z"
     );
+}
+
+#[test]
+fn what_why_keeps_of_a_log_explains_and_notes_as_the_whole_log() {
+    let e = |kind: EventType, step: &str, run: &str, payload: Value| {
+        ev(kind.wire_name(), step, run, payload)
+    };
+    let log = vec![
+        e(EventType::StepStarted, "start", "t1", json!({})),
+        e(
+            EventType::TaskStarted,
+            "start",
+            "t1",
+            json!({"task": "fetch"}),
+        ),
+        e(
+            EventType::TaskDone,
+            "start",
+            "t1",
+            json!({"task": "fetch", "status": "error", "attempt": 1, "action": "retry",
+                   "retry": {"delay_ms": 60_000, "next_attempt": 2}}),
+        ),
+        e(EventType::StepStarted, "side", "t2", json!({})),
+        e(EventType::TaskDone, "side", "t2", json!({"task": "n"})),
+        e(EventType::StepDone, "side", "t2", json!({})),
+        e(
+            EventType::StepSkipped,
+            "merge",
+            "t3",
+            json!({"reason": "join.waiting", "arrived": 1, "inputs": 2}),
+        ),
+        e(
+            EventType::ExecutionDeadline,
+            "",
+            "",
+            json!({"at_ms": 86_400_000}),
+        ),
+        e(EventType::ExecutionCancelRequested, "", "", json!({})),
+    ];
+    let mut kept = Kept::new("e1");
+    for ev in log.clone() {
+        kept.apply(ev);
+    }
+    let (tree, events) = kept.finish();
+    assert!(events.len() < log.len(), "{events:?}");
+    let h = header(&[("t1", "start")]);
+    let waits = explain_with(&[("t1", "start")], &tree, &events, &BTreeMap::new());
+    let whole = explain_of(&[("t1", "start")], &log, &BTreeMap::new());
+    assert_eq!(waits, whole);
+    assert!(
+        waits
+            .iter()
+            .any(|w| matches!(w.reason, Reason::Retry { .. }))
+            && waits
+                .iter()
+                .any(|w| matches!(w.reason, Reason::Join { .. })),
+        "{waits:?}"
+    );
+    assert_eq!(notes(&h, &events, None), notes(&h, &log, None));
+    assert_eq!(notes(&h, &events, None).len(), 2);
 }
