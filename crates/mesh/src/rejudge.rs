@@ -96,38 +96,59 @@ struct Recorded {
     args: BTreeMap<String, Value>,
 }
 
-fn recorded(log: &[replay::Logged]) -> Result<Recorded, MeshError> {
-    let mut r = Recorded::default();
-    for l in log {
-        for p in crate::payloads::tokens_created(&l.event)? {
-            r.args.insert(p.token_id.clone(), p.args.clone());
+impl Recorded {
+    /// Take the tokens `ev` records.
+    fn apply(&mut self, ev: &noetl_wire::Event) -> Result<(), MeshError> {
+        for p in crate::payloads::tokens_created(ev)? {
+            self.args.insert(p.token_id.clone(), p.args.clone());
             if p.arc.is_some() {
-                r.fired.entry(p.parent).or_default().push((p.step, p.args));
+                self.fired
+                    .entry(p.parent)
+                    .or_default()
+                    .push((p.step, p.args));
             }
         }
+        Ok(())
     }
-    Ok(r)
+}
+
+/// The tokens recorded in the log of `eid`, how many events it holds and
+/// the sequence of its last: a first read, a chunk at a time (a token's
+/// args are never stored by reference, so nothing is hydrated).
+async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, Until), MeshError> {
+    let mut r = Recorded::default();
+    let (mut events, mut last) = (0, 0);
+    let mut log = replay::LogReader::of(mesh, eid);
+    while let Some(l) = log.next().await? {
+        events += 1;
+        last = l.seq;
+        r.apply(&l.event)?;
+    }
+    Ok((r, events, Until::Seq(last)))
 }
 
 /// Walk the log of `eid` and take its decisions again with `playbook`;
-/// stop at the first that differs.
+/// stop at the first that differs. The log is read twice, a chunk at a
+/// time (first for the tokens it records, then walked up to where the
+/// first read ended), never held whole.
 pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Rejudged, MeshError> {
-    let mut log = replay::read_log(mesh, eid, Until::End).await?;
-    for l in &mut log {
-        if replay::carries_reference(&l.event) {
-            replay::hydrate(mesh, &mut l.event).await?;
-        }
-    }
-    let rec = recorded(&log)?;
+    let (rec, events, until) = recorded(mesh, eid).await?;
     let mut out = Rejudged {
         execution_id: eid.to_string(),
-        events: log.len(),
+        events,
         ..Default::default()
     };
     let mut skipped = Skipped::default();
     let mut folded = Folded::default();
     let mut plan: Option<PlanRecord> = None;
-    for l in &log {
+    let mut log = replay::LogReader::of(mesh, eid);
+    while let Some(mut l) = log.next().await? {
+        if !until.keeps(&l) {
+            break;
+        }
+        if replay::carries_reference(&l.event) {
+            replay::hydrate(mesh, &mut l.event).await?;
+        }
         let ev = &l.event;
         let kind = EventType::of(ev);
         // Live, and no earlier boundary of the step-run waits for the
