@@ -351,24 +351,27 @@ async fn a_playbook_started_from_the_catalog_turns_completed_while_its_loop_prog
         // A position left while its state is still being read: that read
         // is given up (each is a whole log read on the server), and only
         // the last position's state is drawn, with no error. The page's
-        // state reads are held 400 ms here, so the first is still running
+        // state reads are held 1.5 s here, so the first is still running
         // when the second starts.
         b.js(
-            "window.__aborted = 0; const f = window.fetch; \
+            "window.__asked = 0; window.__aborted = 0; const f = window.fetch; \
              window.fetch = (u, init) => { if (!String(u).includes('/state?at=')) return f(u, init); \
-               init.signal.addEventListener('abort', () => window.__aborted++); \
-               return new Promise(r => setTimeout(r, 400)).then(() => f(u, init)); }; return 1;",
+               window.__asked++; init.signal.addEventListener('abort', () => window.__aborted++); \
+               return new Promise(r => setTimeout(r, 1500)).then(() => f(u, init)); }; return 1;",
         )
         .await;
         b.js(&scrub_to(&started.to_string())).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        b.wait_for("the first position's read asked", "window.__asked === 1")
+            .await;
         b.js(&scrub_to("s.min")).await;
         b.wait_for(
             "the later position's state, the earlier read given up",
-            "window.__aborted === 1 && document.querySelector('#history-status')?.dataset.status === 'NOT STARTED'",
+            "window.__asked === 2 && window.__aborted === 1 \
+             && document.querySelector('#history-status')?.dataset.status === 'NOT STARTED'",
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // Past the moment the given-up read would have answered.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
         let after = b
             .js("return [document.querySelector('#history-status').dataset.status, document.querySelector('#history-message').textContent];")
             .await;
