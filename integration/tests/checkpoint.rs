@@ -23,11 +23,13 @@ const PAGES: u32 = 4;
 /// The page whose first request hangs (the executor is crashed then).
 const HOLD: u32 = 3;
 
-/// A paging API: `GET /page/N` answers `{page, more, pad}` and counts the
-/// request; the first request of page [`HOLD`] never answers.
+/// A paging API: `GET /page/ITEM/N` answers `{page, more, pad}` and counts
+/// the request; the first request of each item's page [`HOLD`] never
+/// answers.
 #[derive(Clone, Default)]
 struct Pages {
-    asked: Arc<Mutex<Vec<u32>>>,
+    /// `(item, page)` of each request, in order.
+    asked: Arc<Mutex<Vec<(u32, u32)>>>,
     /// Bytes of padding in each answer (a page above the events' inline
     /// limit reaches the log only as a preview).
     pad: usize,
@@ -40,7 +42,7 @@ impl Pages {
             ..Default::default()
         };
         let app = Router::new()
-            .route("/page/{n}", get(page))
+            .route("/page/{item}/{n}", get(page))
             .with_state(pages.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -48,25 +50,26 @@ impl Pages {
         (pages, url)
     }
 
-    /// Requests per page.
-    fn counts(&self) -> BTreeMap<u32, usize> {
+    /// Requests per page of `item`.
+    fn counts(&self, item: u32) -> BTreeMap<u32, usize> {
         let mut out = BTreeMap::new();
-        for p in self.asked.lock().unwrap().iter() {
+        for (_, p) in self.asked.lock().unwrap().iter().filter(|a| a.0 == item) {
             *out.entry(*p).or_default() += 1;
         }
         out
     }
 
-    fn asked(&self, page: u32) -> usize {
-        self.counts().get(&page).copied().unwrap_or(0)
+    /// Requests of `item`'s `page`.
+    fn asked(&self, item: u32, page: u32) -> usize {
+        self.counts(item).get(&page).copied().unwrap_or(0)
     }
 }
 
-async fn page(State(pages): State<Pages>, Path(n): Path<u32>) -> Json<Value> {
+async fn page(State(pages): State<Pages>, Path((item, n)): Path<(u32, u32)>) -> Json<Value> {
     let first = {
         let mut asked = pages.asked.lock().unwrap();
-        asked.push(n);
-        asked.iter().filter(|p| **p == n).count() == 1
+        asked.push((item, n));
+        asked.iter().filter(|a| **a == (item, n)).count() == 1
     };
     if n == HOLD && first {
         std::future::pending::<()>().await;
@@ -74,8 +77,9 @@ async fn page(State(pages): State<Pages>, Path(n): Path<u32>) -> Json<Value> {
     Json(json!({"page": n, "more": n < PAGES, "pad": "x".repeat(pages.pad)}))
 }
 
-/// One iteration paging with `set_iter`; `paginate` passes the page on as
-/// its result (`_prev` in the checkpoint).
+/// A loop whose iterations each page with `set_iter` through their item's
+/// pages; `paginate` passes the page on as its result (`_prev` in the
+/// checkpoint). `LOOP` is the rest of the loop: its `in` and `spec`.
 const PLAYBOOK: &str = r#"
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -84,132 +88,8 @@ workload: { api: "" }
 workflow:
   - step: start
     loop:
-      in: [a]
       iterator: item
-    tool:
-      - name: init
-        kind: noop
-        spec:
-          policy:
-            rules:
-              - else:
-                  then: { set_iter: { page: 1 } }
-      - name: fetch
-        kind: http
-        url: "{{ workload.api }}/page/{{ iter.page }}"
-      - name: paginate
-        kind: noop
-        result: "{{ _prev.data }}"
-        spec:
-          policy:
-            rules:
-              - when: "{{ _prev.data.more }}"
-                then: { do: jump, to: fetch, set_iter: { page: "{{ iter.page + 1 }}" } }
-              - else:
-                  then: { do: break }
-    next:
-      arcs:
-        - step: end
-          when: "{{ event.name == 'loop.done' }}"
-  - step: end
-"#;
-
-/// Run the playbook against a server padding its pages with `pad` bytes:
-/// crash the executor while page 3 is asked, purge the iteration's
-/// checkpoint, let a new executor take the redelivered command; the
-/// server's counts once the execution completed.
-async fn crash_and_purge(pad: usize) -> BTreeMap<u32, usize> {
-    let (pages, api) = Pages::serve(pad).await;
-    let cluster = Cluster::start_with(ClusterOptions {
-        executors: false,
-        ..Default::default()
-    })
-    .await;
-    let first = cluster.spawn_crashable_executor();
-    let eid = cluster
-        .submit(PLAYBOOK, "checkpoint_pages.yaml", json!({ "api": api }))
-        .await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pages.asked(HOLD) == 0 {
-        assert!(Instant::now() < deadline, "page {HOLD} never asked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    first.crash();
-    // The live pipeline wrote the checkpoint before asking page 3: purge it.
-    let store = cluster.mesh.loop_kv();
-    let checkpoints: Vec<String> = store
-        .keys()
-        .await
-        .unwrap()
-        .filter_map(|k| async move { k.ok() })
-        .filter(|k| std::future::ready(k.starts_with(eid.as_str()) && k.contains(".ckpt.")))
-        .collect()
-        .await;
-    assert_eq!(checkpoints.len(), 1, "one checkpoint: {checkpoints:?}");
-    store.purge(&checkpoints[0]).await.unwrap();
-    let _second = cluster.spawn_executor().await;
-    let s = cluster.wait(&eid, Duration::from_secs(90)).await;
-    assert_eq!(
-        serde_json::to_value(s.status).unwrap(),
-        "completed",
-        "{:?}",
-        s.error
-    );
-    let ends = cluster
-        .events(&eid)
-        .await
-        .iter()
-        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
-        .count();
-    assert_eq!(ends, 1, "the iteration ends once");
-    cluster.assert_replays(&eid).await;
-    cluster.stop().await;
-    pages.counts()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_purged_checkpoint_is_rebuilt_from_the_log_and_earlier_pages_are_not_asked_again() {
-    let counts = crash_and_purge(0).await;
-    assert_eq!(counts.get(&1), Some(&1), "page 1 asked once: {counts:?}");
-    assert_eq!(counts.get(&2), Some(&1), "page 2 asked once: {counts:?}");
-    assert_eq!(
-        counts.get(&3),
-        Some(&2),
-        "page 3: in flight at the crash, then again: {counts:?}"
-    );
-    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checkpoint_the_log_has_only_as_a_preview_starts_the_iteration_over() {
-    // Pages above the events' 4 KiB: `paginate`'s result, the checkpoint's
-    // `_prev`, reaches the log only as a preview.
-    let counts = crash_and_purge(8 * 1024).await;
-    assert_eq!(
-        counts.get(&1),
-        Some(&2),
-        "started over from page 1: {counts:?}"
-    );
-    assert_eq!(counts.get(&2), Some(&2), "{counts:?}");
-    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
-}
-
-/// Iterations of the batch in [`BATCH_PLAYBOOK`].
-const ITEMS: u32 = 12;
-
-/// A parallel loop of [`ITEMS`] iterations in one batch (a quarter of
-/// `max_in_flight`), each paging through its own pages.
-const BATCH_PLAYBOOK: &str = r#"
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: { name: checkpoint_batch }
-workload: { api: "" }
-workflow:
-  - step: start
-    loop:
-      in: "{{ range(12) | list }}"
-      iterator: item
-      spec: { mode: parallel, max_in_flight: 48 }
+      LOOP
     tool:
       - name: init
         kind: noop
@@ -238,59 +118,41 @@ workflow:
   - step: end
 "#;
 
-/// Pages per item: `GET /page/ITEM/N` answers `{page, more}` and counts the
-/// request; the first request of each item's page [`HOLD`] never answers.
-#[derive(Clone, Default)]
-struct ItemPages(Arc<Mutex<Vec<(u32, u32)>>>);
-
-impl ItemPages {
-    async fn serve() -> (Self, String) {
-        let pages = ItemPages::default();
-        let app = Router::new()
-            .route("/page/{item}/{n}", get(item_page))
-            .with_state(pages.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (pages, url)
-    }
-
-    /// Requests of `(item, page)`.
-    fn asked(&self, item: u32, page: u32) -> usize {
-        let asked = self.0.lock().unwrap();
-        asked.iter().filter(|a| **a == (item, page)).count()
-    }
+/// What [`crash_and_purge`] saw.
+struct Crashed {
+    pages: Pages,
+    /// Consumers created on the events stream from the purge to the
+    /// execution's end: each read of a log is one.
+    reads: usize,
 }
 
-async fn item_page(
-    State(pages): State<ItemPages>,
-    Path((item, n)): Path<(u32, u32)>,
-) -> Json<Value> {
-    pages.0.lock().unwrap().push((item, n));
-    if n == HOLD && pages.asked(item, n) == 1 {
-        std::future::pending::<()>().await;
-    }
-    Json(json!({"page": n, "more": n < PAGES}))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_of_the_log() {
-    let (pages, api) = ItemPages::serve().await;
+/// Run [`PLAYBOOK`] over `items` items (one: a sequential loop; more: a
+/// parallel loop of one batch, a quarter of `max_in_flight`) against a
+/// server padding its pages with `pad` bytes: crash the executor while
+/// every item asks its page 3, purge the checkpoints, let a new executor
+/// take the redelivered command; once the execution completed (each
+/// iteration ending once, replayed equal), the server's counts.
+async fn crash_and_purge(pad: usize, items: u32) -> Crashed {
+    let (pages, api) = Pages::serve(pad).await;
     let cluster = Cluster::start_with(ClusterOptions {
         executors: false,
         ..Default::default()
     })
     .await;
     let first = cluster.spawn_crashable_executor();
+    let lp = match items {
+        1 => "in: [0]".to_string(),
+        n => format!(
+            "in: \"{{{{ range({n}) | list }}}}\"\n      spec: {{ mode: parallel, max_in_flight: {} }}",
+            4 * n
+        ),
+    };
+    let playbook = PLAYBOOK.replace("LOOP", &lp);
     let eid = cluster
-        .submit(
-            BATCH_PLAYBOOK,
-            "checkpoint_batch.yaml",
-            json!({ "api": api }),
-        )
+        .submit(&playbook, "checkpoint_pages.yaml", json!({ "api": api }))
         .await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while (0..ITEMS).any(|item| pages.asked(item, HOLD) == 0) {
+    while (0..items).any(|item| pages.asked(item, HOLD) == 0) {
         assert!(
             Instant::now() < deadline,
             "page {HOLD} not asked of every item"
@@ -298,6 +160,8 @@ async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_o
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     first.crash();
+    // The live pipeline wrote each checkpoint before asking page 3: purge
+    // them.
     let store = cluster.mesh.loop_kv();
     let checkpoints: Vec<String> = store
         .keys()
@@ -307,12 +171,10 @@ async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_o
         .filter(|k| std::future::ready(k.starts_with(eid.as_str()) && k.contains(".ckpt.")))
         .collect()
         .await;
-    assert_eq!(checkpoints.len(), ITEMS as usize, "{checkpoints:?}");
+    assert_eq!(checkpoints.len(), items as usize, "{checkpoints:?}");
     for key in &checkpoints {
         store.purge(key).await.unwrap();
     }
-    // Every consumer created on the events stream from now on: each read
-    // of a log is one.
     let stream = cluster.mesh.subjects().events_stream();
     let mut created = cluster
         .mesh
@@ -333,6 +195,51 @@ async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_o
         "{:?}",
         s.error
     );
+    let ends = cluster
+        .events(&eid)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
+        .count();
+    assert_eq!(ends, items as usize, "each iteration ends once");
+    cluster.assert_replays(&eid).await;
+    cluster.stop().await;
+    Crashed { pages, reads }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_checkpoint_is_rebuilt_from_the_log_and_earlier_pages_are_not_asked_again() {
+    let counts = crash_and_purge(0, 1).await.pages.counts(0);
+    assert_eq!(counts.get(&1), Some(&1), "page 1 asked once: {counts:?}");
+    assert_eq!(counts.get(&2), Some(&1), "page 2 asked once: {counts:?}");
+    assert_eq!(
+        counts.get(&3),
+        Some(&2),
+        "page 3: in flight at the crash, then again: {counts:?}"
+    );
+    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_the_log_has_only_as_a_preview_starts_the_iteration_over() {
+    // Pages above the events' 4 KiB: `paginate`'s result, the checkpoint's
+    // `_prev`, reaches the log only as a preview.
+    let counts = crash_and_purge(8 * 1024, 1).await.pages.counts(0);
+    assert_eq!(
+        counts.get(&1),
+        Some(&2),
+        "started over from page 1: {counts:?}"
+    );
+    assert_eq!(counts.get(&2), Some(&2), "{counts:?}");
+    assert_eq!(counts.get(&4), Some(&1), "{counts:?}");
+}
+
+/// Iterations of the batch.
+const ITEMS: u32 = 12;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_of_the_log() {
+    let Crashed { pages, reads } = crash_and_purge(0, ITEMS).await;
     for item in 0..ITEMS {
         let asked: Vec<usize> = (1..=PAGES).map(|p| pages.asked(item, p)).collect();
         assert_eq!(
@@ -341,19 +248,10 @@ async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_o
             "item {item}: pages 1 and 2 not asked again, page 3 in flight at the crash"
         );
     }
-    let ends = cluster
-        .events(&eid)
-        .await
-        .iter()
-        .filter(|e| e.event_type == EventType::LoopIterationDone.wire_name())
-        .count();
-    assert_eq!(ends, ITEMS as usize, "each iteration ends once");
     // The redelivered batch's one read (and the summary's, if its
     // advisory came in time); one per iteration before.
     assert!(
         (1..=2).contains(&reads),
         "{reads} reads of the log for {ITEMS} lost checkpoints"
     );
-    cluster.assert_replays(&eid).await;
-    cluster.stop().await;
 }
