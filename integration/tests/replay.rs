@@ -329,6 +329,19 @@ workflow:
     for (a, (seq, event)) in read.iter().zip(&whole_read) {
         assert_eq!((a.seq, &a.event), (*seq, event.as_ref().unwrap()));
     }
+    // Through a sequence past the first chunk: the events up to it, each
+    // of its message's.
+    let mut through = noetl_mesh::replay::LogReader::of(mesh, id).through(middle);
+    let mut upto = Vec::new();
+    while let Some(l) = through.next().await.unwrap() {
+        upto.push(l.seq);
+    }
+    let expected: Vec<u64> = read
+        .iter()
+        .map(|l| l.seq)
+        .filter(|s| *s <= middle)
+        .collect();
+    assert_eq!(upto, expected);
     let report = cluster.replay(&eid).await;
     assert!(report.equal, "{:?}", report.differences);
     cluster.stop().await;

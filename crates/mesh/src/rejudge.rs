@@ -28,7 +28,7 @@ use crate::decision_scope;
 use crate::event_type::EventType;
 use crate::fold::{Folded, Origin};
 use crate::plan::PlanRecord;
-use crate::replay::{self, Until};
+use crate::replay;
 use crate::scope::{self, StateSource};
 use crate::{Mesh, MeshError};
 
@@ -115,7 +115,7 @@ impl Recorded {
 /// The tokens recorded in the log of `eid`, how many events it holds and
 /// the sequence of its last: a first read, a chunk at a time (a token's
 /// args are never stored by reference, so nothing is hydrated).
-async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, Until), MeshError> {
+async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, u64), MeshError> {
     let mut r = Recorded::default();
     let (mut events, mut last) = (0, 0);
     let mut log = replay::LogReader::of(mesh, eid);
@@ -124,7 +124,7 @@ async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, Until), Me
         last = l.seq;
         r.apply(&l.event)?;
     }
-    Ok((r, events, Until::Seq(last)))
+    Ok((r, events, last))
 }
 
 /// Walk the log of `eid` and take its decisions again with `playbook`;
@@ -132,7 +132,7 @@ async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, Until), Me
 /// time (first for the tokens it records, then walked up to where the
 /// first read ended), never held whole.
 pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Rejudged, MeshError> {
-    let (rec, events, until) = recorded(mesh, eid).await?;
+    let (rec, events, last) = recorded(mesh, eid).await?;
     let mut out = Rejudged {
         execution_id: eid.to_string(),
         events,
@@ -141,11 +141,8 @@ pub async fn rejudge(mesh: &Mesh, eid: &str, playbook: &Playbook) -> Result<Reju
     let mut skipped = Skipped::default();
     let mut folded = Folded::default();
     let mut plan: Option<PlanRecord> = None;
-    let mut log = replay::LogReader::of(mesh, eid);
+    let mut log = replay::LogReader::of(mesh, eid).through(last);
     while let Some(mut l) = log.next().await? {
-        if !until.keeps(&l) {
-            break;
-        }
         if replay::carries_reference(&l.event) {
             replay::hydrate(mesh, &mut l.event).await?;
         }

@@ -149,6 +149,13 @@ impl<'m> LogReader<'m> {
         }
     }
 
+    /// Stop after stream sequence `seq`: a second pass over the log reads
+    /// what the first read, not what was stored since.
+    pub fn through(mut self, seq: u64) -> Self {
+        self.end = seq;
+        self
+    }
+
     /// Pass over a message that does not decode instead of failing the
     /// read: for a report that shows what it can.
     pub fn lenient(mut self) -> Self {

@@ -362,11 +362,8 @@ async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Resul
         last = l.seq;
     }
     let mut decided = Decided::new(&created, step, inputs);
-    let mut log = LogReader::of(mesh, eid);
+    let mut log = LogReader::of(mesh, eid).through(last);
     while let Some(l) = log.next().await? {
-        if l.seq > last {
-            break;
-        }
         decided.see(&l.event);
     }
     let Some(arrivals) = decided.cur else {
