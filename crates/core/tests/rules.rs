@@ -844,6 +844,25 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
   - step: end
 "#);
     assert!(!codes(&ok).contains(&"W106"), "{:#?}", diags(&ok));
+    // A loop's iterator read bare in its tasks (NoETL binds it): the help
+    // names the canonical spelling.
+    let bare = pb(r#"  - step: each
+    loop: { in: "{{ [1, 2] }}", iterator: city }
+    tool:
+      - name: t
+        kind: noop
+        result: "{{ city.name }}"
+"#);
+    let d = diags(&bare);
+    let w = d.iter().find(|d| d.code == "W106").expect("W106");
+    assert!(w.message.contains("`city`"), "{}", w.message);
+    assert!(
+        w.help
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("`city` is the loop's iterator: its element is `iter.city`"),
+        "{w:?}"
+    );
 }
 
 /// A one-task pipeline of `kind` with the task's other lines `fields`

@@ -211,6 +211,9 @@ impl Validator {
             }
             let owner = pipelines.iter().find(|p| p.tasks.contains(&name));
             let help = match (owner, closest(&name, &options)) {
+                _ if iterator_of(steps, &path) == Some(name.as_str()) => format!(
+                    "`{name}` is the loop's iterator: its element is `iter.{name}` (`noetl migrate` rewrites the bare name)"
+                ),
                 (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
                 (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
                 (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
@@ -224,6 +227,18 @@ impl Validator {
             );
         }
     }
+}
+
+/// The `loop.iterator` of the step whose task or `set` the template at
+/// `path` is in (not its arcs or `loop` block, which run outside an
+/// iteration).
+fn iterator_of<'a>(steps: &'a [Node], path: &str) -> Option<&'a str> {
+    let mut parts = path.strip_prefix("/workflow/")?.split('/');
+    let step = steps.get(parts.next()?.parse::<usize>().ok()?)?;
+    if !matches!(parts.next()?, "tool" | "set") {
+        return None;
+    }
+    step.get("loop")?.get("iterator")?.as_str()
 }
 
 /// True when every read of `workload.<key>` in `src` is meant to find it
