@@ -4,9 +4,11 @@
 //! flight, the checkpoint is purged before the command is redelivered, and
 //! the server counts what is asked of it again. The same for a batch of
 //! parallel iterations, whose checkpoints are all rebuilt from one read of
-//! the log, counted by nats-server's advisories.
+//! the log, counted by nats-server's advisories; and for a loop run's own
+//! record, lost while every iteration's report was still to come.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,10 +46,7 @@ impl Pages {
         let app = Router::new()
             .route("/page/{item}/{n}", get(page))
             .with_state(pages.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (pages, url)
+        (pages, serve(app).await)
     }
 
     /// Requests per page of `item`.
@@ -175,26 +174,10 @@ async fn crash_and_purge(pad: usize, items: u32) -> Crashed {
     for key in &checkpoints {
         store.purge(key).await.unwrap();
     }
-    let stream = cluster.mesh.subjects().events_stream();
-    let mut created = cluster
-        .mesh
-        .client()
-        .subscribe(format!("$JS.EVENT.ADVISORY.CONSUMER.CREATED.{stream}.>"))
-        .await
-        .unwrap();
+    let mut created = log_reads(&cluster).await;
     cluster.mesh.client().flush().await.unwrap();
     let _second = cluster.spawn_executor().await;
-    let s = cluster.wait(&eid, Duration::from_secs(90)).await;
-    let mut reads = 0;
-    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), created.next()).await {
-        reads += 1;
-    }
-    assert_eq!(
-        serde_json::to_value(s.status).unwrap(),
-        "completed",
-        "{:?}",
-        s.error
-    );
+    let (_, reads) = completed(&cluster, &eid, &mut created).await;
     let ends = cluster
         .events(&eid)
         .await
@@ -254,4 +237,172 @@ async fn a_batch_whose_checkpoints_were_purged_rebuilds_them_all_from_one_read_o
         (1..=2).contains(&reads),
         "{reads} reads of the log for {ITEMS} lost checkpoints"
     );
+}
+
+/// nats-server's advisories of the consumers created on the events stream
+/// from now on: each read of a log is one.
+async fn log_reads(cluster: &Cluster) -> async_nats::Subscriber {
+    let stream = cluster.mesh.subjects().events_stream();
+    cluster
+        .mesh
+        .client()
+        .subscribe(format!("$JS.EVENT.ADVISORY.CONSUMER.CREATED.{stream}.>"))
+        .await
+        .unwrap()
+}
+
+/// Wait for execution `eid` to complete (it must), then count the
+/// advisories `created` received ([`log_reads`]) once none came for 200
+/// ms.
+async fn completed(
+    cluster: &Cluster,
+    eid: &str,
+    created: &mut async_nats::Subscriber,
+) -> (noetl_mesh::state::ExecSummary, usize) {
+    let s = cluster.wait(eid, Duration::from_secs(90)).await;
+    let mut reads = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), created.next()).await {
+        reads += 1;
+    }
+    assert_eq!(
+        serde_json::to_value(s.status).unwrap(),
+        "completed",
+        "{:?}",
+        s.error
+    );
+    (s, reads)
+}
+
+/// Serve `app` on a free local port; its base URL.
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// Iterations of the loop whose run is lost, each sent and reported alone.
+const HELD: usize = 16;
+
+/// A server that holds every request until released, counting them:
+/// item 0's until `last`, the others' until `released`.
+#[derive(Clone)]
+struct Held {
+    asked: Arc<AtomicUsize>,
+    released: tokio::sync::watch::Sender<bool>,
+    last: tokio::sync::watch::Sender<bool>,
+}
+
+async fn held(State(h): State<Held>, Path(item): Path<u32>) -> Json<Value> {
+    h.asked.fetch_add(1, Ordering::SeqCst);
+    let gate = if item == 0 { &h.last } else { &h.released };
+    let _ = gate.subscribe().wait_for(|r| *r).await;
+    Json(json!({"ok": true}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_loop_run_is_rebuilt_from_one_read_of_the_log_for_all_its_waiting_reports() {
+    let h = Held {
+        asked: Arc::default(),
+        released: tokio::sync::watch::channel(false).0,
+        last: tokio::sync::watch::channel(false).0,
+    };
+    let app = Router::new()
+        .route("/hold/{item}", get(held))
+        .with_state(h.clone());
+    let api = serve(app).await;
+    // Batches of one: each iteration is reported alone, and each report
+    // finds the run missing.
+    let cluster = Cluster::start_with(ClusterOptions {
+        loop_batch: 1,
+        ..Default::default()
+    })
+    .await;
+    let playbook = format!(
+        r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{ name: lost_run }}
+workload: {{ api: "" }}
+workflow:
+  - step: start
+    loop:
+      in: "{{{{ range({HELD}) | list }}}}"
+      iterator: item
+      spec:
+        mode: parallel
+        max_in_flight: {HELD}
+        policy:
+          reducers: {{ total: sum }}
+    tool:
+      - name: wait
+        kind: http
+        url: "{{{{ workload.api }}}}/hold/{{{{ iter.item }}}}"
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: {{ set_ctx: {{ total: 1 }} }}
+"#
+    );
+    let eid = cluster
+        .submit(&playbook, "lost_run.yaml", json!({ "api": api }))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.asked.load(Ordering::SeqCst) < HELD {
+        assert!(Instant::now() < deadline, "not every iteration started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The run's record: `<eid>.<loop run>`.
+    let store = cluster.mesh.loop_kv();
+    let runs: Vec<String> = store
+        .keys()
+        .await
+        .unwrap()
+        .filter_map(|k| async move { k.ok() })
+        .filter(|k| {
+            let run = k.strip_prefix(&format!("{eid}.")).map(|r| !r.contains('.'));
+            std::future::ready(run == Some(true))
+        })
+        .collect()
+        .await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    store.purge(&runs[0]).await.unwrap();
+    let mut created = log_reads(&cluster).await;
+    cluster.mesh.client().flush().await.unwrap();
+    // Every iteration but the first reports; the run, rebuilt for the
+    // first report, counts them all (item 0, still in flight, keeps it
+    // from ending meanwhile).
+    h.released.send_replace(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = store.get(&runs[0]).await.unwrap();
+        let done = run.and_then(|r| serde_json::from_slice::<Value>(&r).ok());
+        if done.as_ref().is_some_and(|r| r["done"] == json!(HELD - 1)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reports not counted: {done:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.last.send_replace(true);
+    let (s, reads) = completed(&cluster, &eid, &mut created).await;
+    assert_eq!(
+        s.ctx["total"],
+        json!(HELD),
+        "each iteration counted once: {:?}",
+        s.ctx
+    );
+    cluster.assert_replays(&eid).await;
+    // One rebuild for every report: its pass over the log for the events
+    // it looks up and two over the run's own (its ends, the batches they
+    // went out in); the summary's read, if its advisory came in time. One
+    // whole read per report before.
+    assert!(
+        (3..=4).contains(&reads),
+        "{reads} reads of the log for one lost run and {HELD} reports"
+    );
+    cluster.stop().await;
 }

@@ -12,6 +12,7 @@ use noetl_mesh::{
     payloads::{self, LoopDone, PlaybookInitialized, TaskDone},
     state::StepRecord,
 };
+use noetl_wire::Event;
 use serde_json::{json, Value};
 
 const FLOW: &str = r#"
@@ -342,6 +343,22 @@ workflow:
         .filter(|s| *s <= middle)
         .collect();
     assert_eq!(upto, expected);
+    // Only the messages of a type never carried, passed over unfolded
+    // otherwise: the events of that type of the whole read, and the read
+    // ends where it does.
+    let mut starts = noetl_mesh::replay::LogReader::of(mesh, id)
+        .stored_where(|e| e.event_type == EventType::LoopStarted.wire_name());
+    let mut given = Vec::new();
+    while let Some(l) = starts.next().await.unwrap() {
+        given.push((l.seq, l.event));
+    }
+    let expected: Vec<(u64, Event)> = (read.iter())
+        .filter(|l| l.event.event_type == EventType::LoopStarted.wire_name())
+        .map(|l| (l.seq, l.event.clone()))
+        .collect();
+    assert_eq!(given.len(), 1);
+    assert_eq!(given, expected);
+    assert_eq!(starts.read_through(), read.last().unwrap().seq);
     let report = cluster.replay(&eid).await;
     assert!(report.equal, "{:?}", report.differences);
     cluster.stop().await;

@@ -156,21 +156,6 @@ impl ReadAgain {
     }
 }
 
-/// [`rebuild`] from the execution's events `log` ([`hydrated_log`]), read
-/// already (a caller that folds more of them reads them once).
-pub async fn rebuild_from(
-    mesh: &Mesh,
-    eid: &str,
-    log: &[Logged],
-    mode: Mode,
-) -> Result<Option<Rebuilt>, MeshError> {
-    let folded = Folded::of(log.iter().map(|l| (l.seq, &l.event)))?;
-    if folded.events == 0 {
-        return Ok(None);
-    }
-    write_records(mesh, eid, log, &folded, mode).await.map(Some)
-}
-
 /// Write the records `folded` (the fold of `log`) gives.
 async fn write_records(
     mesh: &Mesh,

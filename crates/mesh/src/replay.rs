@@ -115,7 +115,12 @@ pub struct LogReader<'m> {
     seq: u64,
     events: std::vec::IntoIter<Event>,
     unfolder: crate::events::Unfolder,
+    /// Which stored messages are unfolded and given ([`LogReader::stored_where`]).
+    keep: Option<StoredFilter>,
 }
+
+/// A filter of stored messages, before they are unfolded.
+type StoredFilter = Box<dyn FnMut(&Event) -> bool + Send>;
 
 impl<'m> LogReader<'m> {
     /// The log of execution `eid` from its start.
@@ -146,7 +151,25 @@ impl<'m> LogReader<'m> {
             seq: 0,
             events: Vec::new().into_iter(),
             unfolder: Default::default(),
+            keep: None,
         }
+    }
+
+    /// Give only the events of the stored messages `keep` takes, each
+    /// unfolded only if taken: a reader of one step-run's events, or of
+    /// types never carried inside another event
+    /// ([`crate::events::CARRIED`]), passes over the rest without
+    /// unfolding it.
+    pub fn stored_where(mut self, keep: impl FnMut(&Event) -> bool + Send + 'static) -> Self {
+        self.keep = Some(Box::new(keep));
+        self
+    }
+
+    /// The sequence number of the last stored message read, given or not
+    /// (0 before any): where a second pass stops to read what this one
+    /// read ([`LogReader::through`]).
+    pub fn read_through(&self) -> u64 {
+        self.seq
     }
 
     /// Stop after stream sequence `seq`: a second pass over the log reads
@@ -175,6 +198,9 @@ impl<'m> LogReader<'m> {
             }
             if let Some(message) = self.stored.next() {
                 self.seq = message.seq;
+                if self.keep.as_mut().is_some_and(|keep| !keep(&message.event)) {
+                    continue;
+                }
                 self.events = self.unfolder.unfold(message.event).into_iter();
                 continue;
             }

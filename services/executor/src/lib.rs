@@ -41,7 +41,9 @@ use noetl_mesh::{
 use noetl_wire::TaskCommand;
 
 pub use child::PlaybookTool;
-pub use pipeline::{rebuild_checkpoint, CheckpointRebuilt, Executor, HandlerError, MAX_TASK_RUNS};
+pub use pipeline::{
+    checkpoints_log, rebuild_checkpoint, CheckpointRebuilt, Executor, HandlerError, MAX_TASK_RUNS,
+};
 pub use wait::WaitTool;
 
 /// What an executor replica needs: the service parameters and the tools it

@@ -16,6 +16,8 @@ use noetl_wire::{Event, TaskCommand};
 use crate::collection::ChunkCache;
 use crate::dispatch::{self, Read, Window};
 use crate::messages;
+use crate::rebuild::Streamed;
+use crate::state::from_log::RunLog;
 use crate::state::{LoopRun, RunAt};
 
 /// An open loop run (started, not done), as [`rebuild_open_runs`] left it.
@@ -56,17 +58,22 @@ pub fn open_runs(log: &[Event]) -> BTreeMap<&str, &str> {
 /// Write back each open loop run of the execution of `plan` the loop
 /// bucket lost (create-only: a record written meanwhile stands), and
 /// return every open run with the first commands of its iterations in
-/// flight. A run its events cannot rebuild is a note, not an error.
-/// `seqs`: the sequence number of each event of `log`.
+/// flight. A run its events cannot rebuild is a note, not an error. The
+/// log is read as the loop-supervisor reads it for a lost run
+/// ([`crate::rebuild::Streamed`]): the events that say which runs are open
+/// held, each run's own read again a chunk at a time.
 pub async fn rebuild_open_runs(
     mesh: &Mesh,
     plan: &PlanRecord,
-    log: &[Event],
-    seqs: &[u64],
 ) -> Result<Vec<OpenRun>, HandlerError> {
+    let log = Streamed::read(mesh, &plan.execution_id).await?;
+    let open: Vec<(String, String)> = open_runs(log.events().0)
+        .into_iter()
+        .map(|(srid, name)| (srid.to_string(), name.to_string()))
+        .collect();
     let chunks = ChunkCache::default();
     let mut out = Vec::new();
-    for (srid, name) in open_runs(log) {
+    for (srid, name) in &open {
         let mut open = OpenRun {
             step: name.to_string(),
             step_run_id: srid.to_string(),
@@ -84,7 +91,7 @@ pub async fn rebuild_open_runs(
         let stored = kv::get::<LoopRun>(mesh.loop_kv(), &at.key()).await?;
         let run = match stored {
             Some(run) => run,
-            None => match crate::rebuild::restore_from(mesh, at, log, seqs).await {
+            None => match crate::rebuild::restore_from(mesh, at, log.clone()).await {
                 Ok(Some((run, written))) => {
                     open.written = written;
                     run

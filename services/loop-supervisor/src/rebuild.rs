@@ -7,14 +7,23 @@
 //! back when a dispatch reads one ([`crate::collection::restore_chunk`]);
 //! a cursor loop's frames (the rows of its claims) with its run.
 
+mod streamed;
+
 use noetl_mesh::{event_type::EventType, keys::Keys, kv, runtime::HandlerError, Mesh, MeshError};
-use noetl_wire::Event;
+use tokio::sync::Semaphore;
 
 use crate::state::{
     batches,
-    from_log::{batches_of, fold_run, own_events, FromLog, NotRebuilt},
+    from_log::{batches_in, fold_run_in, own_events_in, FromLog, NotRebuilt, RunLog},
     Claim, LoopRun, RunAt,
 };
+pub(crate) use streamed::Streamed;
+
+/// How many logs a loop-supervisor process reads at once to rebuild what
+/// the loop bucket lost: every report of a lost run finds it missing, up
+/// to the service's concurrency at once, and one read rebuilds it for all
+/// (the others find it written when their turn comes).
+static LOG_READS: Semaphore = Semaphore::const_new(1);
 
 /// The run `at` written back from its events when the loop bucket has no
 /// record of it; `None` when its loop never started (a first start goes
@@ -25,9 +34,14 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
     if !any_loop_started(mesh, at.eid()).await? {
         return Ok(None);
     }
-    let (seqs, log) = log_of(mesh, at.eid()).await?;
+    let _turn = LOG_READS.acquire().await;
+    // Written back by another report while this one waited its turn.
+    if let Some(run) = kv::get::<LoopRun>(mesh.loop_kv(), &at.key()).await? {
+        return Ok(Some(run));
+    }
+    let log = Streamed::read(mesh, at.eid()).await?;
     // Compacted after its end: a late message, whose run stays removed.
-    if noetl_mesh::fold::ended(&log) {
+    if noetl_mesh::fold::ended(log.events().0) {
         return Err(HandlerError::Over(format!(
             "loop run {} of execution {} (step {:?}): the execution ended and its state was removed",
             at.srid,
@@ -35,25 +49,36 @@ pub(crate) async fn restore(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<LoopRun
             at.step.step
         )));
     }
-    Ok(restore_from(mesh, at, &log, &seqs)
-        .await?
-        .map(|(run, _)| run))
+    Ok(restore_from(mesh, at, log).await?.map(|(run, _)| run))
 }
 
-/// [`restore`] from the execution's events `log` (each at the sequence
-/// number in `seqs`), read already: the run as now stored, and whether it
-/// was missing and written back.
+/// [`restore`] from the execution's log, read already: the run as now
+/// stored, and whether it was missing and written back.
 pub(crate) async fn restore_from(
     mesh: &Mesh,
     at: RunAt<'_>,
-    log: &[Event],
-    seqs: &[u64],
+    log: Streamed,
 ) -> Result<Option<(LoopRun, bool)>, HandlerError> {
-    let Some(mut rebuilt) = folded_from(log, at)? else {
+    let (srid, step) = (at.srid.to_string(), at.step.clone());
+    let rebuilt = log
+        .fold(move |log| fold_run_in(log, &srid, &step).map(|f| (f, batches_in(log, &srid))))
+        .await?;
+    write_back(mesh, at, rebuilt).await
+}
+
+/// Write back the run `at` as its events gave it (`rebuilt`: the fold and
+/// the batches its window went out in), its claims and frames first; the
+/// run as now stored, and whether it was missing and written back.
+async fn write_back(
+    mesh: &Mesh,
+    at: RunAt<'_>,
+    rebuilt: Result<(FromLog, Vec<[u64; 2]>), NotRebuilt>,
+) -> Result<Option<(LoopRun, bool)>, HandlerError> {
+    let Some((mut rebuilt, sent)) = found(rebuilt, at)? else {
         return Ok(None);
     };
     let batch = crate::messages::step_batch(mesh.config().loop_batch, at.step);
-    keep_batches(&mut rebuilt.run, batches_of(log, seqs, at.srid), batch);
+    keep_batches(&mut rebuilt.run, sent, batch);
     write_claims(mesh, at, &rebuilt.claims).await?;
     write_frames(mesh, at, &rebuilt.frames).await?;
     let key = at.key();
@@ -71,7 +96,7 @@ pub(crate) async fn restore_from(
 
 /// The stopped run `srid` of loop step `step` that a resumed execution's
 /// new run continues, as the events give it now, and how many of its own
-/// events it was folded from ([`own_events`]): what the new run's start
+/// events it was folded from ([`own_events_in`]): what the new run's start
 /// takes from it ([`crate::state::resumed`]) and names in its
 /// `loop.started`, so a fold of the new run from the log starts from
 /// the same state (an end of the stopped run stored after this read is the
@@ -85,9 +110,14 @@ pub(crate) async fn stopped_run(
     srid: &str,
     step: &noetl_core::Step,
 ) -> Result<Option<(LoopRun, u64)>, MeshError> {
-    let (_, log) = log_of(mesh, eid).await?;
-    match fold_run(&log, srid, step) {
-        Ok(folded) => Ok(Some((folded.run, own_events(&log, srid)))),
+    let _turn = LOG_READS.acquire().await;
+    let log = Streamed::read(mesh, eid).await?;
+    let (run, of) = (srid.to_string(), step.clone());
+    let folded = log
+        .fold(move |log| fold_run_in(log, &run, &of).map(|f| (f.run, own_events_in(log, &run))))
+        .await?;
+    match folded {
+        Ok(folded) => Ok(Some(folded)),
         Err(NotRebuilt::NotStarted) => Ok(None),
         Err(NotRebuilt::Cannot(why)) => {
             tracing::warn!(execution_id = %eid, step = %step.step, loop_run = %srid, %why,
@@ -109,11 +139,23 @@ pub(crate) async fn restore_claims(
     at: RunAt<'_>,
     srids: &[&str],
 ) -> Result<Vec<Vec<(u64, Claim)>>, HandlerError> {
-    let (_, log) = log_of(mesh, at.eid()).await?;
+    let _turn = LOG_READS.acquire().await;
+    let log = Streamed::read(mesh, at.eid()).await?;
+    let (runs, step): (Vec<String>, _) = (
+        srids.iter().map(|s| s.to_string()).collect(),
+        at.step.clone(),
+    );
+    let folds = log
+        .fold(move |log| {
+            (runs.iter())
+                .map(|srid| fold_run_in(log, srid, &step))
+                .collect::<Vec<_>>()
+        })
+        .await?;
     let mut out = Vec::with_capacity(srids.len());
-    for srid in srids {
+    for (srid, rebuilt) in srids.iter().zip(folds) {
         let at = RunAt { srid, ..at };
-        let Some(rebuilt) = folded_from(&log, at)? else {
+        let Some(rebuilt) = found(rebuilt, at)? else {
             out.push(Vec::new());
             continue;
         };
@@ -129,13 +171,17 @@ pub(crate) async fn restore_claims(
 
 /// The run as its events give it; `None` when it never started.
 async fn folded(mesh: &Mesh, at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
-    let (_, log) = log_of(mesh, at.eid()).await?;
-    folded_from(&log, at)
+    let _turn = LOG_READS.acquire().await;
+    let log = Streamed::read(mesh, at.eid()).await?;
+    let (srid, step) = (at.srid.to_string(), at.step.clone());
+    let rebuilt = log.fold(move |log| fold_run_in(log, &srid, &step)).await?;
+    found(rebuilt, at)
 }
 
-/// The run as the events `log` give it; `None` when it never started.
-fn folded_from(log: &[Event], at: RunAt<'_>) -> Result<Option<FromLog>, HandlerError> {
-    match fold_run(log, at.srid, at.step) {
+/// What the fold of run `at` gave: `None` when it never started; a run
+/// the events cannot give is refused, naming why.
+fn found<T>(rebuilt: Result<T, NotRebuilt>, at: RunAt<'_>) -> Result<Option<T>, HandlerError> {
+    match rebuilt {
         Ok(rebuilt) => Ok(Some(rebuilt)),
         Err(NotRebuilt::NotStarted) => Ok(None),
         Err(NotRebuilt::Cannot(why)) => Err(HandlerError::Refused(format!(
@@ -212,14 +258,6 @@ async fn write_frames(
         }
     }
     Ok(written)
-}
-
-/// The execution's events as stored, in stream order (the fold unfolds a
-/// batch when it reads it, [`noetl_mesh::replay::read_stored_log`]), and
-/// the sequence number of each.
-async fn log_of(mesh: &Mesh, eid: &str) -> Result<(Vec<u64>, Vec<Event>), MeshError> {
-    let log = noetl_mesh::replay::read_stored_log(mesh, eid).await?;
-    Ok(log.into_iter().map(|l| (l.seq, l.event)).unzip())
 }
 
 /// True when some loop of `eid` has started (one direct read of the

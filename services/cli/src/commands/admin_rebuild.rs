@@ -4,14 +4,14 @@
 //! checkpoints) back from its events, for one execution or every one its
 //! events say is running (docs/operations.md "Rebuild").
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use noetl_executor::CheckpointRebuilt;
 use noetl_mesh::rebuild::{self, Mode, Rebuilt};
-use noetl_mesh::replay::{hydrated_log, Until};
 use noetl_mesh::Mesh;
-use noetl_wire::Event;
+use noetl_wire::TaskCommand;
 use serde::Serialize;
 
 use super::common::MeshArgs;
@@ -49,8 +49,8 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
         println!("no execution is running according to its events");
     }
     for id in ids {
-        let log = hydrated_log(&mesh, &id, Until::End).await?;
-        match rebuild::rebuild_from(&mesh, &id, &log, mode).await? {
+        // The log is read a chunk at a time by each part, never held.
+        match rebuild::rebuild(&mesh, &id, mode).await? {
             None => return Ok(super::exec_shared::no_execution(&mesh, &id).await),
             Some(rebuilt) => {
                 let mut report = Report {
@@ -59,9 +59,7 @@ pub async fn run(a: RebuildArgs) -> anyhow::Result<ExitCode> {
                     checkpoints: 0,
                 };
                 if report.rebuilt.running {
-                    let (seqs, log): (Vec<u64>, Vec<_>) =
-                        log.into_iter().map(|l| (l.seq, l.event)).unzip();
-                    loops(&mesh, &id, (&log, &seqs), &mut report).await?;
+                    loops(&mesh, &id, &mut report).await?;
                 }
                 print(&report, a.json)
             }
@@ -84,14 +82,9 @@ struct Report {
 /// Write back what a running execution's open loop runs lost: each run's
 /// record (the loop-supervisor's fold), then the checkpoint of each of its
 /// iterations in flight (the executor's fold, from the iteration's first
-/// command). Create-only, whatever the mode: the services move both on.
-/// `log`: the execution's events and the sequence number of each.
-async fn loops(
-    mesh: &Mesh,
-    eid: &str,
-    (log, seqs): (&[Event], &[u64]),
-    r: &mut Report,
-) -> anyhow::Result<()> {
+/// command, over the events of those iterations alone). Create-only,
+/// whatever the mode: the services move both on.
+async fn loops(mesh: &Mesh, eid: &str, r: &mut Report) -> anyhow::Result<()> {
     let plan = match mesh.plans().get(mesh, eid).await {
         Ok(plan) => plan,
         Err(e) => {
@@ -101,7 +94,7 @@ async fn loops(
             return Ok(());
         }
     };
-    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan, log, seqs)
+    let open = noetl_loop_supervisor::admin::rebuild_open_runs(mesh, &plan)
         .await
         .with_context(|| format!("loop runs of {eid}"))?;
     for run in open {
@@ -110,9 +103,14 @@ async fn loops(
         let Some(step) = plan.step(&run.step) else {
             continue;
         };
+        let index_of = |cmd: &TaskCommand| cmd.iteration.as_ref().map_or(0, |it| it.index);
+        let indices: BTreeSet<u64> = run.in_flight.iter().map(index_of).collect();
+        let log = noetl_executor::checkpoints_log(mesh, &plan, step, &run.step_run_id, &indices)
+            .await
+            .with_context(|| format!("the events of loop run {}", run.step_run_id))?;
         for cmd in &run.in_flight {
-            let index = cmd.iteration.as_ref().map_or(0, |it| it.index);
-            let rebuilt = noetl_executor::rebuild_checkpoint(mesh, &plan, step, cmd, log)
+            let index = index_of(cmd);
+            let rebuilt = noetl_executor::rebuild_checkpoint(mesh, &plan, step, cmd, &log)
                 .await
                 .with_context(|| {
                     format!(

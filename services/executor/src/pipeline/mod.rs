@@ -61,7 +61,7 @@ pub const MAX_TASK_RUNS: u64 = 100_000;
 const FLUSH_EVERY: usize = 1024;
 
 /// Why a command was not handled (the mesh's one handler error).
-pub use checkpoint::{rebuild_checkpoint, CheckpointRebuilt};
+pub use checkpoint::{checkpoints_log, rebuild_checkpoint, CheckpointRebuilt};
 pub use noetl_mesh::runtime::HandlerError;
 
 /// The state one executor replica shares between its consumers.

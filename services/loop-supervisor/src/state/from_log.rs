@@ -11,20 +11,25 @@
 //! [`super::cursor_log`]. Pure: the caller reads the events and writes
 //! what this returns.
 //!
-//! The log is taken as stored ([`noetl_mesh::replay::read_stored_log`]): a
-//! `batch.accepted` or `batch.completed` stands for its iterations' events
-//! and is unfolded ([`Unfolder`]) one stored message at a time, so a fold
-//! holds one batch's events at once, never the run's (a resumed loop of
-//! 100,000 items held about 3.8 KB per iteration when the log was read
-//! unfolded: docs/reliability.md "Resume of a long loop"). An unfolded
-//! log folds the same.
+//! The log comes from a [`RunLog`]: the few events the fold looks up
+//! (starts, tokens, resumes, the execution's end) held at once, and a
+//! run's own events read anew for each pass over them. The loop-supervisor
+//! streams them (`crate::rebuild`), a chunk of stored messages at a time,
+//! so a fold holds one batch's events at once, never the run's (a resumed
+//! loop of 100,000 items held about 3.8 KB per iteration when the log was
+//! read unfolded, 0.45–0.8 KB when read whole as stored: docs/reliability.md
+//! "Resume of a long loop"). A `batch.accepted` or `batch.completed`
+//! stands for its iterations' events and is unfolded ([`noetl_mesh::events::Unfolder`]) when
+//! reached; an unfolded log folds the same.
 
 use noetl_core::Step;
+#[cfg(test)]
 use std::borrow::Cow;
 
+#[cfg(test)]
+use noetl_mesh::events::Unfolder;
 use noetl_mesh::{
     event_type::EventType,
-    events::Unfolder,
     payloads::{self, LoopStarted},
 };
 use noetl_wire::{Event, LoopCommand};
@@ -45,17 +50,176 @@ pub(crate) enum NotRebuilt {
     Cannot(String),
 }
 
+/// The log a run is folded from: the events the fold looks up held at
+/// once, and each run's own events read anew whenever the fold goes over
+/// them, so a source need not hold a long loop's iterations
+/// (`crate::rebuild`'s streamed log, which `noetl admin rebuild` reads
+/// too; a slice of the whole log in unit tests).
+pub(crate) trait RunLog {
+    /// The events the fold looks up, in stream order, and the sequence
+    /// number of each: at least every `loop.started`, `token.created`,
+    /// `next.selected`, `execution.resumed` and end of the execution
+    /// ([`looked_up`]); a source may hold every event.
+    fn events(&self) -> (&[Event], &[u64]);
+
+    /// The events of step-run `srid` in stream order, each iteration's
+    /// once, each with the sequence number of the message it was stored
+    /// in; only those stored before sequence `before` when given, and
+    /// only those of the stored messages `stored` takes (each unfolded
+    /// only if taken).
+    fn own(&self, srid: &str, before: Option<u64>, stored: Stored) -> Own<'_>;
+}
+
+/// Which of a run's stored messages a pass over its events reads
+/// ([`RunLog::own`]).
+pub(crate) type Stored = fn(&Event) -> bool;
+
+/// A pass over a run's events ([`RunLog::own`]).
+pub(crate) type Own<'a> = Box<dyn Iterator<Item = (u64, Event)> + 'a>;
+
+/// Every stored message.
+fn every(_: &Event) -> bool {
+    true
+}
+
+/// The stored messages that start iterations: a `batch.accepted`, a
+/// `loop.iteration.started` stored alone.
+fn starting(e: &Event) -> bool {
+    matches!(
+        EventType::of(e),
+        Some(EventType::BatchAccepted | EventType::LoopIterationStarted)
+    )
+}
+
+/// Whether a fold of loop runs looks `ev` up ([`RunLog::events`]), or
+/// `noetl admin rebuild` does to find the runs still open (`loop.done`):
+/// a source that streams a run's own events holds only these.
+pub(crate) fn looked_up(ev: &Event) -> bool {
+    EventType::of(ev).is_some_and(|t| {
+        matches!(
+            t,
+            EventType::LoopStarted
+                | EventType::LoopDone
+                | EventType::TokenCreated
+                | EventType::NextSelected
+                | EventType::ExecutionResumed
+        ) || t.ends_execution()
+    })
+}
+
+/// The whole log held in memory, as stored or unfolded (unit tests).
+#[cfg(test)]
+pub(crate) struct Slice<'a> {
+    log: &'a [Event],
+    seqs: Cow<'a, [u64]>,
+}
+
+#[cfg(test)]
+impl<'a> Slice<'a> {
+    /// `log`, each event at the sequence number of the same place in
+    /// `seqs`.
+    pub(crate) fn new(log: &'a [Event], seqs: &'a [u64]) -> Self {
+        Self {
+            log,
+            seqs: Cow::Borrowed(seqs),
+        }
+    }
+
+    /// `log`, its events numbered from 1.
+    pub(crate) fn numbered(log: &'a [Event]) -> Self {
+        Self {
+            log,
+            seqs: Cow::Owned((1..=log.len() as u64).collect()),
+        }
+    }
+}
+
+#[cfg(test)]
+impl RunLog for Slice<'_> {
+    fn events(&self) -> (&[Event], &[u64]) {
+        (self.log, &self.seqs)
+    }
+
+    fn own(&self, srid: &str, before: Option<u64>, stored: Stored) -> Own<'_> {
+        let srid = srid.to_string();
+        let mut unfolder = Unfolder::default();
+        Box::new(
+            self.log
+                .iter()
+                .zip(self.seqs.iter().copied())
+                .take_while(move |(_, seq)| before.is_none_or(|b| *seq < b))
+                .filter(move |(e, _)| e.step_run_id == srid && stored(e))
+                .flat_map(move |(e, seq)| {
+                    unfolder
+                        .unfold(e.clone())
+                        .into_iter()
+                        .map(move |u| (seq, u))
+                }),
+        )
+    }
+}
+
+/// Which part of the log a fold reads: the looked-up events up to
+/// `through` (an index into [`RunLog::events`]), and of the run folded
+/// its first `limit` own events stored before `before`. A resumed run's
+/// start read the run it continues up to some event
+/// ([`LoopStarted::continued_events`]): the fold of that run reads the log
+/// as it stood there.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    through: usize,
+    before: Option<u64>,
+    limit: Option<u64>,
+}
+
+/// Run `srid`'s own events after its first `loop.started`, as `cut`
+/// bounds them, each with its stored message's sequence number.
+fn own_after_start<'l>(
+    log: &'l dyn RunLog,
+    srid: &'l str,
+    cut: Cut,
+) -> impl Iterator<Item = (u64, Event)> + 'l {
+    let mut started = false;
+    log.own(srid, cut.before, every)
+        .skip_while(move |(_, e)| {
+            let first = !started;
+            started = started || EventType::of(e) == Some(EventType::LoopStarted);
+            first
+        })
+        .take(cut.limit.map_or(usize::MAX, |n| n as usize))
+}
+
 /// The run `srid` of loop step `step` as its events give it (`log`: the
 /// execution's events, in stream order).
+#[cfg(test)]
 pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
+    fold_run_in(&Slice::numbered(log), srid, step)
+}
+
+/// [`fold_run`] over any source of the log.
+pub(crate) fn fold_run_in(
+    log: &dyn RunLog,
+    srid: &str,
+    step: &Step,
+) -> Result<FromLog, NotRebuilt> {
+    let cut = Cut {
+        through: log.events().0.len(),
+        before: None,
+        limit: None,
+    };
+    fold_cut(log, cut, srid, step)
+}
+
+fn fold_cut(log: &dyn RunLog, cut: Cut, srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
     use NotRebuilt::Cannot;
     let cannot = |why: &str| Cannot(why.to_string());
-    let Some(at) = started_at(log, srid) else {
+    let events = &log.events().0[..cut.through];
+    let Some(at) = started_at(events, srid) else {
         return Err(NotRebuilt::NotStarted);
     };
-    let started_ev = &log[at];
+    let started_ev = &events[at];
     let started: LoopStarted = payloads::decode(started_ev).map_err(|e| cannot(&e.to_string()))?;
-    let args = log
+    let args = events
         .iter()
         .flat_map(|e| payloads::tokens_created(e).unwrap_or_default())
         .find(|t| t.token_id == srid)
@@ -68,19 +232,20 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         ..Default::default()
     };
     let fresh = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
-    let run = continued(&log[..at], fresh, &started, step).map_err(Cannot)?;
-    let after = &log[at + 1..];
+    let run = continued(log, at, fresh, &started, step).map_err(Cannot)?;
     let ends = Ends::of(step);
     let mut folded = if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
-        super::cursor_log::fold_cursor(run, &started, step, &ends, || own(after, srid))
-            .map_err(Cannot)?
+        super::cursor_log::fold_cursor(run, &started, step, &ends, || {
+            own_after_start(log, srid, cut).map(|(_, e)| e)
+        })
+        .map_err(Cannot)?
     } else {
         let mut folded = FromLog {
             run,
             claims: Vec::new(),
             frames: Vec::new(),
         };
-        for ev in own(after, srid) {
+        for (_, ev) in own_after_start(log, srid, cut) {
             if let Some(index) = ran(&ev) {
                 dispatched(&mut folded.run, index);
             }
@@ -88,62 +253,30 @@ pub(crate) fn fold_run(log: &[Event], srid: &str, step: &Step) -> Result<FromLog
         }
         folded
     };
-    folded.run.superseded = !folded.run.done_emitted && continued_by_later(after, srid);
+    folded.run.superseded = !folded.run.done_emitted && continued_by_later(&events[at + 1..], srid);
     Ok(folded)
 }
 
 /// How many events of run `srid` `log` holds after its `loop.started`
 /// (0 when it never started): what a resumed run's start folded the run
 /// it continues from ([`LoopStarted::continued_events`]).
+#[cfg(test)]
 pub(crate) fn own_events(log: &[Event], srid: &str) -> u64 {
-    let Some(at) = started_at(log, srid) else {
+    own_events_in(&Slice::numbered(log), srid)
+}
+
+/// [`own_events`] over any source of the log.
+pub(crate) fn own_events_in(log: &dyn RunLog, srid: &str) -> u64 {
+    let (events, _) = log.events();
+    if started_at(events, srid).is_none() {
         return 0;
-    };
-    own(&log[at + 1..], srid).count() as u64
-}
-
-/// The events of run `srid` in `log` (events as stored, or unfolded), each
-/// iteration's once, unfolded one stored message at a time
-/// ([`Unfolder::unfold`]; the events a message stands for carry its
-/// step-run).
-pub(super) fn own<'a>(log: &'a [Event], srid: &'a str) -> impl Iterator<Item = Event> + 'a {
-    let mut unfolder = Unfolder::default();
-    log.iter()
-        .filter(move |e| e.step_run_id == srid)
-        .flat_map(move |e| unfolder.unfold(e.clone()))
-}
-
-/// `log` up to its `n`-th event of run `srid` after its `loop.started`:
-/// the log as a resumed run's start read it, for the run it continues.
-/// All of `log` when `n` is `None` (a log written before starts counted
-/// them) or it holds no more.
-fn run_prefix<'a>(log: &'a [Event], srid: &str, n: Option<u64>) -> Cow<'a, [Event]> {
-    let (Some(n), Some(at)) = (n, started_at(log, srid)) else {
-        return Cow::Borrowed(log);
-    };
-    let mut left = n;
-    let mut unfolder = Unfolder::default();
-    for (i, e) in log.iter().enumerate().skip(at + 1) {
-        if e.step_run_id != srid {
-            continue;
-        }
-        let events = unfolder.unfold(e.clone());
-        let count = events.len() as u64;
-        if count == 0 {
-            continue;
-        }
-        if left == 0 {
-            return Cow::Borrowed(&log[..i]);
-        }
-        if left < count {
-            // The cut falls inside a batch: its first `left` events.
-            let mut cut = log[..i].to_vec();
-            cut.extend(events.into_iter().take(left as usize));
-            return Cow::Owned(cut);
-        }
-        left -= count;
     }
-    Cow::Borrowed(log)
+    let whole = Cut {
+        through: events.len(),
+        before: None,
+        limit: None,
+    };
+    own_after_start(log, srid, whole).count() as u64
 }
 
 /// Where run `srid`'s `loop.started` is in `log`.
@@ -206,22 +339,25 @@ fn dispatched(r: &mut LoopRun, index: u64) {
     }
 }
 
-/// The run as it started (`fresh`, from its `loop.started`, `started`):
-/// the run a resumed execution's run continues folded from the events
-/// before it (`before`), as the live start read it ([`super::resumed`]),
-/// when `loop.started` names one; `fresh` for a run of an execution never
-/// resumed before it started, or one whose resume continued no run of
-/// its step. A run started after a resume that continued its step,
-/// written before `loop.started` named what it continues, is not rebuilt.
+/// The run as it started (`fresh`, from its `loop.started`, `started`,
+/// at `at` in `log`'s looked-up events): the run a resumed execution's
+/// run continues folded from the events before it, as the live start
+/// read it ([`super::resumed`]), when `loop.started` names one; `fresh`
+/// for a run of an execution never resumed before it started, or one
+/// whose resume continued no run of its step. A run started after a
+/// resume that continued its step, written before `loop.started` named
+/// what it continues, is not rebuilt.
 fn continued(
-    before: &[Event],
+    log: &dyn RunLog,
+    at: usize,
     fresh: LoopRun,
     started: &LoopStarted,
     step: &Step,
 ) -> Result<LoopRun, String> {
+    let (events, _) = log.events();
     if !started.continues.is_empty() {
-        let seen = run_prefix(before, &started.continues, started.continued_events);
-        let mut run = match fold_run(&seen, &started.continues, step) {
+        let cut = cut_before(log, at, &started.continues, started.continued_events);
+        let mut run = match fold_cut(log, cut, &started.continues, step) {
             Ok(old) => super::resumed(fresh, &old.run, &started.continues),
             // As the live start: a run its events cannot give is none.
             Err(_) => fresh,
@@ -230,7 +366,7 @@ fn continued(
         run.continued_events = started.continued_events;
         return Ok(run);
     }
-    let resumed = before
+    let resumed = events[..at]
         .iter()
         .rev()
         .find(|e| EventType::of(e) == Some(EventType::ExecutionResumed));
@@ -250,6 +386,32 @@ fn continued(
     Ok(fresh)
 }
 
+/// The log before the looked-up event at `at` up to run `srid`'s `n`-th
+/// own event after its `loop.started`: the log as a resumed run's start
+/// (at `at`) read it, for the run it continues. All of it when `n` is
+/// `None` (a log written before starts counted them) or it holds no more.
+fn cut_before(log: &dyn RunLog, at: usize, srid: &str, n: Option<u64>) -> Cut {
+    let (_, seqs) = log.events();
+    let before = Cut {
+        through: at,
+        before: Some(seqs[at]),
+        limit: None,
+    };
+    let Some(n) = n else {
+        return before;
+    };
+    // The message holding the first event past the `n`-th: the looked-up
+    // events stored before it are the log as it stood.
+    let cut_seq = own_after_start(log, srid, before)
+        .nth(n as usize)
+        .map(|(seq, _)| seq);
+    Cut {
+        through: cut_seq.map_or(at, |cut| seqs[..at].partition_point(|s| *s < cut)),
+        before: before.before,
+        limit: Some(n),
+    }
+}
+
 /// The batches iterations of run `srid` went out in, as the log (`log`,
 /// as stored or unfolded, with each event's sequence number in `seqs`) gives them: the
 /// iterations one stored `batch.accepted` started are read back at one
@@ -257,40 +419,51 @@ fn continued(
 /// iteration started alone is a batch of its own. A rebuilt run keeps
 /// them ([`super::batches`]), so a window it sends again goes out as it
 /// went out.
+#[cfg(test)]
 pub(crate) fn batches_of(log: &[Event], seqs: &[u64], srid: &str) -> Vec<[u64; 2]> {
-    let mut groups: Vec<(u64, Vec<u64>)> = Vec::new();
-    let mut unfolder = Unfolder::default();
-    for (stored, seq) in log.iter().zip(seqs) {
-        if stored.step_run_id != srid {
+    batches_in(&Slice::new(log, seqs), srid)
+}
+
+/// [`batches_of`] over any source of the log.
+pub(crate) fn batches_in(log: &dyn RunLog, srid: &str) -> Vec<[u64; 2]> {
+    let mut out = Vec::new();
+    let mut group: Option<(u64, Vec<u64>)> = None;
+    for (seq, e) in log.own(srid, None, starting) {
+        if EventType::of(&e) != Some(EventType::LoopIterationStarted) {
             continue;
         }
-        for e in unfolder.unfold(stored.clone()) {
-            if EventType::of(&e) != Some(EventType::LoopIterationStarted) {
-                continue;
-            }
-            let Ok(started) = payloads::decode::<payloads::IterationStarted>(&e) else {
-                continue;
-            };
-            match groups.last_mut() {
-                Some((at, indices)) if at == seq => indices.push(started.index),
-                _ => groups.push((*seq, vec![started.index])),
+        let Ok(started) = payloads::decode::<payloads::IterationStarted>(&e) else {
+            continue;
+        };
+        match &mut group {
+            Some((at, indices)) if *at == seq => indices.push(started.index),
+            _ => {
+                if let Some((_, indices)) = group.take() {
+                    close_group(indices, &mut out);
+                }
+                group = Some((seq, vec![started.index]));
             }
         }
     }
-    let mut out = Vec::new();
-    for (_, mut indices) in groups {
-        indices.sort_unstable();
-        indices.dedup();
-        let (first, last) = (indices[0], indices[indices.len() - 1]);
-        if last - first + 1 == indices.len() as u64 {
-            out.push([first, last + 1]);
-        } else {
-            out.extend(indices.iter().map(|i| [*i, i + 1]));
-        }
+    if let Some((_, indices)) = group {
+        close_group(indices, &mut out);
     }
     out.sort_unstable_by_key(|b| b[0]);
     out.dedup_by_key(|b| b[0]);
     out
+}
+
+/// The batches the iterations started in one message (`indices`) make:
+/// one when they are consecutive, else one each.
+fn close_group(mut indices: Vec<u64>, out: &mut Vec<[u64; 2]>) {
+    indices.sort_unstable();
+    indices.dedup();
+    let (first, last) = (indices[0], indices[indices.len() - 1]);
+    if last - first + 1 == indices.len() as u64 {
+        out.push([first, last + 1]);
+    } else {
+        out.extend(indices.iter().map(|i| [*i, i + 1]));
+    }
 }
 
 #[cfg(test)]

@@ -53,6 +53,25 @@ pub enum CheckpointRebuilt {
     NotFolded(String),
 }
 
+/// For `noetl admin rebuild`: the events [`rebuild_checkpoint`] folds the
+/// checkpoints of iterations `indices` of loop run `srid` (of step
+/// `step`) from, hydrated: the log read a chunk at a time, keeping only
+/// what those folds take (none when the step's tasks never change
+/// `iter`: no checkpoint is owed).
+pub async fn checkpoints_log(
+    mesh: &Mesh,
+    plan: &PlanRecord,
+    step: &Step,
+    srid: &str,
+    indices: &BTreeSet<u64>,
+) -> Result<Vec<Event>, MeshError> {
+    if !StepNeeds::of(plan, step).sets_iter {
+        return Ok(Vec::new());
+    }
+    let mut wanted = Wanted::new(srid, indices);
+    replay::hydrated_where(mesh, &plan.execution_id, |e| wanted.keeps(e)).await
+}
+
 /// For `noetl admin rebuild`: the checkpoint of the loop iteration whose
 /// first command is `cmd` (as the loop-supervisor dispatches it), folded
 /// from `log` (the execution's events, hydrated, in stream order) the way
