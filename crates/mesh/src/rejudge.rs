@@ -117,14 +117,13 @@ impl Recorded {
 /// args are never stored by reference, so nothing is hydrated).
 async fn recorded(mesh: &Mesh, eid: &str) -> Result<(Recorded, usize, u64), MeshError> {
     let mut r = Recorded::default();
-    let (mut events, mut last) = (0, 0);
+    let mut events = 0;
     let mut log = replay::LogReader::of(mesh, eid);
     while let Some(l) = log.next().await? {
         events += 1;
-        last = l.seq;
         r.apply(&l.event)?;
     }
-    Ok((r, events, last))
+    Ok((r, events, log.read_through()))
 }
 
 /// Walk the log of `eid` and take its decisions again with `playbook`;

@@ -356,13 +356,12 @@ async fn restore(mesh: &Mesh, eid: &str, step: &str, inputs: &[String]) -> Resul
     // time: a join after a long loop does not hold the loop's events. The
     // second stops where the first did.
     let mut created = Created::default();
-    let (mut log, mut last) = (LogReader::of(mesh, eid), 0);
+    let mut log = LogReader::of(mesh, eid);
     while let Some(l) = log.next().await? {
         created.see(&l.event, step);
-        last = l.seq;
     }
     let mut decided = Decided::new(&created, step, inputs);
-    let mut log = LogReader::of(mesh, eid).through(last);
+    let mut log = LogReader::of(mesh, eid).through(log.read_through());
     while let Some(l) = log.next().await? {
         decided.see(&l.event);
     }

@@ -172,6 +172,17 @@ struct Cut {
     limit: Option<u64>,
 }
 
+impl Cut {
+    /// All of `log`.
+    fn whole(log: &dyn RunLog) -> Self {
+        Self {
+            through: log.events().0.len(),
+            before: None,
+            limit: None,
+        }
+    }
+}
+
 /// Run `srid`'s own events after its first `loop.started`, as `cut`
 /// bounds them, each with its stored message's sequence number.
 fn own_after_start<'l>(
@@ -202,12 +213,7 @@ pub(crate) fn fold_run_in(
     srid: &str,
     step: &Step,
 ) -> Result<FromLog, NotRebuilt> {
-    let cut = Cut {
-        through: log.events().0.len(),
-        before: None,
-        limit: None,
-    };
-    fold_cut(log, cut, srid, step)
+    fold_cut(log, Cut::whole(log), srid, step)
 }
 
 fn fold_cut(log: &dyn RunLog, cut: Cut, srid: &str, step: &Step) -> Result<FromLog, NotRebuilt> {
@@ -271,12 +277,7 @@ pub(crate) fn own_events_in(log: &dyn RunLog, srid: &str) -> u64 {
     if started_at(events, srid).is_none() {
         return 0;
     }
-    let whole = Cut {
-        through: events.len(),
-        before: None,
-        limit: None,
-    };
-    own_after_start(log, srid, whole).count() as u64
+    own_after_start(log, srid, Cut::whole(log)).count() as u64
 }
 
 /// Where run `srid`'s `loop.started` is in `log`.
