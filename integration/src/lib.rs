@@ -297,6 +297,20 @@ impl Cluster {
         (eid, s)
     }
 
+    /// Resume failed or cancelled execution `eid` with workload values
+    /// `set` (a JSON object), as `noetl exec resume --set` does; panics
+    /// when the resume is refused.
+    pub async fn resume_set(&self, eid: &str, set: Value) {
+        let req = noetl_mesh::resume::ResumeRequested {
+            set: set.as_object().cloned().unwrap_or_default(),
+            ..Default::default()
+        };
+        self.mesh
+            .resume(eid, req, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("resume of {eid}: {e}"));
+    }
+
     /// Wait until the execution is terminal and the router has done what
     /// follows its end (its terminal event, a gate slot released, a parent
     /// resumed: the header's `terminal_emitted`), so what a test reads next

@@ -37,6 +37,20 @@ async fn queue(db: &tokio_postgres::Client, n: i32) -> String {
     schema
 }
 
+/// Each row of `<schema>.queue`: id, status, claims, runs.
+async fn queue_rows(db: &tokio_postgres::Client, schema: &str) -> Vec<(i32, String, i32, i32)> {
+    let rows = db
+        .query(
+            &format!("SELECT id, status, claims, runs FROM {schema}.queue ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap();
+    (rows.iter())
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect()
+}
+
 async fn cluster(opts: ClusterOptions) -> Cluster {
     let cluster = Cluster::start_with(opts).await;
     cluster
@@ -231,17 +245,9 @@ async fn drain_purged(
     let requeued = if requeue > 0 { n / requeue } else { 0 };
     let total = (n + requeued) as u64;
     // The table: every row done, claimed once per run.
-    let rows = db
-        .query(
-            &format!("SELECT id, status, claims, runs FROM {schema}.queue ORDER BY id"),
-            &[],
-        )
-        .await
-        .unwrap();
+    let rows = queue_rows(&db, &schema).await;
     assert_eq!(rows.len(), n as usize);
-    for r in &rows {
-        let (id, status, claims, runs): (i32, String, i32, i32) =
-            (r.get(0), r.get(1), r.get(2), r.get(3));
+    for (id, status, claims, runs) in rows {
         let want = if requeue > 0 && id % requeue == 0 {
             2
         } else {
@@ -382,6 +388,7 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32, marked: bool) 
                 seq,
                 max_rows: max_rows as u64,
                 again: marked,
+                identity: String::new(),
             }),
             ..Default::default()
         };
@@ -392,6 +399,134 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32, marked: bool) 
             .unwrap();
         ack.wait().await.unwrap();
     }
+}
+
+/// A cursor loop that stops at a failed row (rows 5, 12 and 19 fail, at
+/// once, until the workload says `fixed`; four rows a claim, two
+/// iterations at a time, so rows 6 to 8 wait when 5 fails), resumed once
+/// the cause is fixed: the resumed
+/// run runs the rows its stopped run claimed and did not finish (the
+/// failed row, the rows it claimed that were still waiting, the rows of a
+/// claim that came back after it stopped) before it claims anew. Every
+/// row is then done, claimed once and run once, and the reducer counts
+/// each once. With `purge`, every loop key of the execution is purged
+/// while the resumed run works: it is folded back from its events,
+/// starting from what it took of the stopped run. Before, the resumed run
+/// claimed anew only: the rows the stopped run had claimed stayed
+/// `claimed`, and the loop ended without them.
+async fn resumed_drain(purge: bool) {
+    let n = 20;
+    let db = pg().await;
+    let schema = queue(&db, n).await;
+    let cluster = cluster(ClusterOptions::default()).await;
+    let yaml = playbook(&schema, 2, 4, 0)
+        .replace(&plain_claim(&schema), &marked_claim(&schema))
+        .replace(
+            "metadata: { name: drain_queue }",
+            "metadata: { name: drain_queue }\nworkload: { fixed: false }",
+        )
+        .replace(
+            "            rules:\n",
+            "            rules:\n              - when: \"{{ outcome.status == 'error' }}\"\n                then: { do: fail }\n",
+        )
+        .replace(
+            "INSERT INTO",
+            "SELECT 1 / (CASE WHEN {{ iter.job.id }} % 7 = 5 AND NOT {{ workload.fixed }} THEN 0 ELSE 1 END);
+          SELECT pg_sleep(0.1);
+          INSERT INTO",
+        );
+    let eid = cluster.submit(&yaml, "drain_queue.yaml", json!({})).await;
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    let left: i64 = db
+        .query_one(
+            &format!("SELECT count(*) FROM {schema}.queue WHERE status = 'claimed' AND id <> 5"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        left > 0,
+        "the stopped run left claimed rows besides the failed one"
+    );
+
+    cluster.resume_set(&eid, json!({"fixed": true})).await;
+    if purge {
+        // Two of the resumed run's iterations ended: purge its record and
+        // frames (and whatever else of the execution the bucket holds).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let events = cluster.events(&eid).await;
+            let at = events
+                .iter()
+                .position(|e| e.event_type == "execution.resumed")
+                .unwrap_or(events.len());
+            let ended = events[at..]
+                .iter()
+                .filter(|e| EventType::of(e) == Some(EventType::LoopIterationDone))
+                .count();
+            if ended >= 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the resumed run never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let kv = cluster.mesh.loop_kv();
+        let keys = noetl_mesh::kv::keys_under(kv, &eid).await.unwrap();
+        assert!(keys.iter().any(|k| k.contains(".frame.")), "{keys:?}");
+        for k in &keys {
+            kv.purge(k).await.unwrap();
+        }
+    }
+    let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+    assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
+    cluster.assert_replays(&eid).await;
+    let events = cluster.settled_events(&eid).await;
+
+    let rows = queue_rows(&db, &schema).await;
+    assert_eq!(rows.len(), n as usize);
+    for (id, status, claims, runs) in rows {
+        assert_eq!((status.as_str(), claims, runs), ("done", 1, 1), "row {id}");
+    }
+    let processed = db
+        .query(
+            &format!("SELECT id FROM {schema}.processed ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let ids: Vec<i32> = processed.iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids, (1..=n).collect::<Vec<_>>(), "each row run once");
+    let done = events
+        .iter()
+        .rfind(|e| e.event_type == EventType::LoopDone.wire_name())
+        .expect("loop.done");
+    assert_eq!(
+        payload(done)["counts"],
+        json!({"total": n, "done": n, "failed": 0}),
+        "the resumed run counts the rows its stopped run finished"
+    );
+    assert_eq!(s.ctx["processed"], json!(n), "{s:?}");
+
+    cluster.stop().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_cursor_loop_runs_the_rows_its_stopped_run_claimed_and_left() {
+    resumed_drain(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_cursor_loop_purged_while_it_runs_is_folded_from_what_it_took_of_the_stopped_run()
+{
+    resumed_drain(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1015,17 +1015,7 @@ async fn failed_run(cluster: &Cluster, yaml: &str, source: &str) -> String {
 
 /// Resume `eid` with `fixed=true` set (the cause of its failure fixed).
 async fn resume_fixed(cluster: &Cluster, eid: &str) {
-    let mut set = serde_json::Map::new();
-    set.insert("fixed".into(), json!(true));
-    let req = noetl_mesh::resume::ResumeRequested {
-        set,
-        ..Default::default()
-    };
-    cluster
-        .mesh
-        .resume(eid, req, Duration::from_secs(10))
-        .await
-        .unwrap();
+    cluster.resume_set(eid, json!({"fixed": true})).await;
 }
 
 const RESUMED_LOOP: &str = r#"

@@ -34,10 +34,15 @@ pub const FRAME_MAX_ROWS: &str = "__frame_max_rows";
 /// with it can take the same rows again (docs/dsl.md, "Cursor loops").
 pub const FRAME_CLAIM: &str = "__frame_claim";
 
-/// The value of [`FRAME_CLAIM`] for `claim`: its loop run and sequence
-/// number.
+/// The value of [`FRAME_CLAIM`] for `claim`: the identity it carries (a
+/// stopped run's claim sent again by the run that continues it), else its
+/// loop run and sequence number.
 pub fn claim_identity(claim: &ClaimRef) -> String {
-    format!("{}.{}", claim.loop_run_id, claim.seq)
+    if claim.identity.is_empty() {
+        format!("{}.{}", claim.loop_run_id, claim.seq)
+    } else {
+        claim.identity.clone()
+    }
 }
 
 /// What of the executor a claim uses.
@@ -351,6 +356,13 @@ mod tests {
             ..claim(3)
         };
         assert_ne!(claim_identity(&claim(3)), claim_identity(&other_run));
+        // A stopped run's claim sent again by the run that continues it.
+        let carried = ClaimRef {
+            loop_run_id: "lr2".into(),
+            identity: claim_identity(&claim(3)),
+            ..claim(3)
+        };
+        assert_eq!(claim_identity(&carried), claim_identity(&claim(3)));
     }
 
     #[test]

@@ -314,6 +314,10 @@ fn claim_command(
             seq,
             max_rows,
             again: how == Sending::Again,
+            identity: (run.cursor.iter().flat_map(|c| &c.claims))
+                .find(|s| s.seq == seq)
+                .map(|s| s.identity.clone())
+                .unwrap_or_default(),
         }),
         batch: Vec::new(),
     }

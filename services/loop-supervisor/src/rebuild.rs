@@ -109,12 +109,12 @@ pub(crate) async fn stopped_run(
     eid: &str,
     srid: &str,
     step: &noetl_core::Step,
-) -> Result<Option<(LoopRun, u64)>, MeshError> {
+) -> Result<Option<(FromLog, u64)>, MeshError> {
     let _turn = LOG_READS.acquire().await;
     let log = Streamed::read(mesh, eid).await?;
     let (run, of) = (srid.to_string(), step.clone());
     let folded = log
-        .fold(move |log| fold_run_in(log, &run, &of).map(|f| (f.run, own_events_in(log, &run))))
+        .fold(move |log| fold_run_in(log, &run, &of).map(|f| (f, own_events_in(log, &run))))
         .await?;
     match folded {
         Ok(folded) => Ok(Some(folded)),
@@ -246,7 +246,7 @@ pub(crate) async fn restore_frames(mesh: &Mesh, at: RunAt<'_>) -> Result<usize, 
 /// a claim gave) the bucket does not hold: a frame stored before stands
 /// (the first stored rows of a claim are the ones its indices run).
 /// Returns how many it created.
-async fn write_frames(
+pub(crate) async fn write_frames(
     mesh: &Mesh,
     at: RunAt<'_>,
     frames: &[(u64, serde_json::Value)],

@@ -24,7 +24,7 @@ use crate::collection::{store_items, Collection};
 use crate::dispatch::{release_held, resume, unpause_command_id, Window};
 use crate::finish::fail_loop;
 use crate::state::{
-    batches,
+    batches, continued_run,
     cursor::{frame_number, frame_templates, start_run},
     new_run, resumed, LoopRun,
 };
@@ -90,7 +90,8 @@ pub(crate) async fn on_start(w: &Window<'_>, cmd: &LoopCommand) -> Result<(), Ha
 }
 
 /// The new run as it continues the run a resume names for it
-/// ([`Keys::loop_carry`], [`resumed`]); `run` itself when there is none.
+/// ([`Keys::loop_carry`], [`resumed`]), a cursor loop's rows it runs
+/// again written under its own frames; `run` itself when there is none.
 async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, MeshError> {
     let eid = w.at.eid();
     let key = Keys::loop_carry(eid, w.at.srid);
@@ -101,14 +102,20 @@ async fn carried(mesh: &Mesh, w: &Window<'_>, run: LoopRun) -> Result<LoopRun, M
     // log gives it: the same fold a fold of the new run makes, from as
     // many of its events as are read here.
     let stored = supersede(mesh, &Keys::loop_run(eid, &carry.from)).await?;
-    let (old, seen) = match crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await? {
-        Some((old, seen)) => (Some(old), Some(seen)),
-        None => (stored, None),
-    };
-    let mut run = match old {
-        Some(old) => resumed(run, &old, &carry.from),
-        None => run,
-    };
+    let (mut run, seen) =
+        match crate::rebuild::stopped_run(mesh, eid, &carry.from, w.at.step).await? {
+            Some((old, seen)) => {
+                // A cursor loop's rows it runs again, under its own run's
+                // frames, before its record says where they are.
+                let (run, carried) = continued_run(run, old, &carry.from);
+                crate::rebuild::write_frames(mesh, w.at, &carried).await?;
+                (run, Some(seen))
+            }
+            None => match stored {
+                Some(old) => (resumed(run, &old, &carry.from, &[]), None),
+                None => (run, None),
+            },
+        };
     run.continues = carry.from;
     run.continued_events = seen;
     Ok(run)

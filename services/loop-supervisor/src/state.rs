@@ -278,29 +278,52 @@ pub(crate) fn new_run(
 /// never ended, are carried here: `sum` / `min` / `max` in `reduced`, the
 /// growing ones by naming `old`'s claims in `claims_of`); the ones that failed or never
 /// finished (those `old`, itself resumed, had still to run again among
-/// them) are dispatched first, then the ones never started. `fresh`
-/// unchanged when `old` cannot say which iterations finished (a cursor
-/// loop, another item count, a run recorded before failures were kept by
+/// them) are dispatched first, then the ones never started.
+///
+/// A cursor loop goes on with `old`'s claims: `frames` are the stopped
+/// run's frames that place the rows it runs again (from its events,
+/// from its events), and its claims in flight or dropped are sent again
+/// under their own identity ([`cursor::continue_claims`]); then it claims
+/// anew. `fresh` unchanged when `old` cannot say which iterations
+/// finished (another item count, a cursor run whose frames do not place
+/// every row it runs again, a run recorded before failures were kept by
 /// index): every iteration runs again.
-pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun, old_srid: &str) -> LoopRun {
+pub(crate) fn resumed(
+    fresh: LoopRun,
+    old: &LoopRun,
+    old_srid: &str,
+    frames: &[cursor::Frame],
+) -> LoopRun {
     let known = old.failed_at.len() as u64 == old.failed;
-    if old.cursor.is_some() || fresh.cursor.is_some() || old.total != fresh.total || !known {
+    let cursor = match (&old.cursor, &fresh.cursor) {
+        (Some(_), Some(_)) => true,
+        (None, None) if old.total == fresh.total => false,
+        _ => return fresh,
+    };
+    if !known {
         return fresh;
     }
-    let mut redo: Vec<u64> = (old.failed_at.iter())
-        .chain(&old.in_flight)
-        .chain(&old.held)
-        .chain(&old.redo)
-        .copied()
-        .filter(|i| *i < old.next)
-        .collect();
-    redo.sort_unstable();
-    redo.dedup();
+    let redo = run_again(old);
+    if cursor && !cursor::covers(frames, redo.iter().copied().chain(old.next..old.total)) {
+        return fresh;
+    }
     let mut r = fresh;
     r.in_flight.clear();
     r.next = old.next;
     r.done = old.done;
     r.redo = redo;
+    if cursor {
+        r.total = old.total;
+        let kept = cursor::placing(
+            frames,
+            &r.redo
+                .iter()
+                .copied()
+                .chain(old.next..old.total)
+                .collect::<Vec<_>>(),
+        );
+        cursor::continue_claims(&mut r, old, old_srid, &kept);
+    }
     if old.done_emitted {
         r.carried = old.done;
     } else {
@@ -310,7 +333,51 @@ pub(crate) fn resumed(fresh: LoopRun, old: &LoopRun, old_srid: &str) -> LoopRun 
         r.claims_of.push(old_srid.to_string());
     }
     cursor::fill_window(&mut r);
+    if cursor {
+        cursor::prune_frames(&mut r);
+        cursor::refill_claims(&mut r);
+    }
     r
+}
+
+/// The new run `fresh` as it continues `old`, the stopped run `old_srid`
+/// folded from its events ([`resumed`]), and the rows of the
+/// frames a cursor loop's new run took from it (for its
+/// `<run>.frame.<seq>` records): what a resumed run's live start and its
+/// fold both make of the run they continue.
+pub(crate) fn continued_run(
+    fresh: LoopRun,
+    old: from_log::FromLog,
+    old_srid: &str,
+) -> (LoopRun, Vec<(u64, Value)>) {
+    let frames: Vec<_> = old.again.iter().map(|(f, _)| f.clone()).collect();
+    let run = resumed(fresh, &old.run, old_srid, &frames);
+    let kept = |seq: u64| {
+        run.cursor
+            .iter()
+            .any(|c| c.frames.iter().any(|f| f.seq == seq))
+    };
+    let carried = (old.again.into_iter())
+        .filter(|(f, _)| kept(f.seq))
+        .map(|(f, rows)| (f.seq, rows))
+        .collect();
+    (run, carried)
+}
+
+/// The iterations of stopped run `old` that a run continuing it runs
+/// again, in index order: those that failed, were in flight or held, or
+/// that `old` had still to run again; not those never started.
+pub(crate) fn run_again(old: &LoopRun) -> Vec<u64> {
+    let mut redo: Vec<u64> = (old.failed_at.iter())
+        .chain(&old.in_flight)
+        .chain(&old.held)
+        .chain(&old.redo)
+        .copied()
+        .filter(|i| *i < old.next)
+        .collect();
+    redo.sort_unstable();
+    redo.dedup();
+    redo
 }
 
 /// Iterations whose items cannot be read (`gone`) fail the loop run: they

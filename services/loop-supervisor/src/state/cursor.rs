@@ -55,10 +55,15 @@ pub struct CursorRun {
     /// A claim issued while nothing ran came back empty: no more claims.
     #[serde(default)]
     pub drained: bool,
+    /// Claims whose rows came back after the run stopped: their rows were
+    /// given no iteration, and stay marked with the claim's identity. A
+    /// resumed execution's run sends them again ([`continue_claims`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<ClaimSlot>,
 }
 
 /// A claim in flight.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClaimSlot {
     /// Its sequence number.
     pub seq: u64,
@@ -66,6 +71,12 @@ pub struct ClaimSlot {
     pub quiet: bool,
     /// Iterations ended (done + failed) when it was issued.
     pub ended: u64,
+    /// The claim's identity (`__frame_claim`) when it is a claim of the
+    /// stopped run this run continues, sent again: that claim's, so a
+    /// claim that marks its rows takes the same rows. Empty: this run's
+    /// own (`<run>.<seq>`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 /// The rows of one applied claim and the indices they were given.
@@ -111,10 +122,11 @@ impl CursorRun {
 /// Issue claims while the window has room (and the loop claims at all);
 /// returns their sequence numbers.
 pub fn refill_claims(run: &mut LoopRun) -> Vec<u64> {
-    let quiet = run.in_flight.is_empty() && run.next >= run.total;
+    let quiet = run.in_flight.is_empty() && run.next >= run.total && run.redo.is_empty();
     let ended = run.done + run.failed;
     let stopped = run.stopped || run.error.is_some();
-    let waiting = run.total.saturating_sub(run.next) + run.in_flight.len() as u64;
+    let waiting =
+        run.total.saturating_sub(run.next) + run.in_flight.len() as u64 + run.redo.len() as u64;
     let window = run.max_in_flight;
     let Some(c) = run.cursor.as_mut() else {
         return Vec::new();
@@ -126,7 +138,12 @@ pub fn refill_claims(run: &mut LoopRun) -> Vec<u64> {
     while waiting + c.claims.len() as u64 * c.per_claim() < window {
         let seq = c.next_claim;
         c.next_claim += 1;
-        c.claims.push(ClaimSlot { seq, quiet, ended });
+        c.claims.push(ClaimSlot {
+            seq,
+            quiet,
+            ended,
+            ..Default::default()
+        });
         issued.push(seq);
     }
     issued
@@ -151,15 +168,69 @@ pub(crate) fn fill_window(r: &mut LoopRun) -> Vec<u64> {
     newly
 }
 
-/// Drop the frames whose iterations are all counted.
+/// Drop the frames whose iterations are all counted (none in flight, none
+/// to run again, none past `next`).
 pub(crate) fn prune_frames(r: &mut LoopRun) {
-    let (next, in_flight) = (r.next, r.in_flight.clone());
+    let (next, in_flight, redo) = (r.next, &r.in_flight, &r.redo);
     if let Some(c) = r.cursor.as_mut() {
         c.frames.retain(|f| {
             let end = f.base + f.len;
-            end > next || in_flight.iter().any(|i| (f.base..end).contains(i))
+            end > next
+                || in_flight
+                    .iter()
+                    .chain(redo)
+                    .any(|i| (f.base..end).contains(i))
         });
     }
+}
+
+/// Whether `frames` place every index of `indices`: a stopped run's
+/// frames can give a new run the rows it runs again.
+pub(crate) fn covers(frames: &[Frame], mut indices: impl Iterator<Item = u64>) -> bool {
+    indices.all(|i| frames.iter().any(|f| (f.base..f.base + f.len).contains(&i)))
+}
+
+/// The frames of `frames` that place an index of `indices`.
+pub(crate) fn placing(frames: &[Frame], indices: &[u64]) -> Vec<Frame> {
+    (frames.iter())
+        .filter(|f| indices.iter().any(|i| (f.base..f.base + f.len).contains(i)))
+        .cloned()
+        .collect()
+}
+
+/// Make new cursor run `r` (its settings rendered anew) go on with the
+/// claims of the stopped run `old` (run `old_srid`) that a resume runs
+/// again: its frames `frames` (the rows of the iterations it runs again,
+/// placed where they were), its numbering of claims, and its claims in
+/// flight or dropped ([`CursorRun::dropped`]) sent again under their own
+/// identity, so a claim that marks its rows takes the same rows. The
+/// caller has set the run's counts and what it runs again.
+pub(crate) fn continue_claims(r: &mut LoopRun, old: &LoopRun, old_srid: &str, frames: &[Frame]) {
+    let (Some(c), Some(o)) = (r.cursor.as_mut(), old.cursor.as_ref()) else {
+        return;
+    };
+    c.frames = frames.to_vec();
+    c.next_claim = o.next_claim;
+    c.claims = (o.claims.iter().chain(&o.dropped))
+        .map(|s| ClaimSlot {
+            seq: s.seq,
+            identity: if s.identity.is_empty() {
+                claim_identity(old_srid, s.seq)
+            } else {
+                s.identity.clone()
+            },
+            ..Default::default()
+        })
+        .collect();
+    c.dropped.clear();
+    c.starved = false;
+    c.drained = false;
+}
+
+/// The identity (`__frame_claim`) of claim `seq` of run `srid` that
+/// carries none of its own: as the executor makes it.
+pub(crate) fn claim_identity(srid: &str, seq: u64) -> String {
+    format!("{srid}.{seq}")
 }
 
 /// After an iteration was counted (and the window refilled): it may have
@@ -223,7 +294,9 @@ pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied
             r.stopped = true;
         }
         Claimed::Rows(n) if *n > 0 => {
-            if !r.stopped {
+            if r.stopped {
+                c.dropped.push(slot);
+            } else {
                 let len = if c.per_frame { 1 } else { *n };
                 c.frames.push(Frame {
                     seq,

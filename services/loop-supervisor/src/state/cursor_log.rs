@@ -43,17 +43,14 @@ struct Applied {
     rows: Value,
 }
 
-/// The cursor loop run `run` (new, as `loop.started` gives it) of `step`
-/// after the events `events` gives (the run's own, after its
-/// `loop.started`, in stream order; read twice, each time anew, so the
-/// run's events are never held at once); or why the log cannot say.
-pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
+/// The cursor loop run `run` (new, as `loop.started` gives it) with its
+/// claim size and its first claims, as the live start made it; or why its
+/// `loop.started` cannot say.
+pub(super) fn started_run(
     run: LoopRun,
     started: &LoopStarted,
     step: &Step,
-    ends: &Ends<'_>,
-    events: impl Fn() -> I,
-) -> Result<FromLog, String> {
+) -> Result<LoopRun, String> {
     if started.max_rows == 0 {
         return Err(
             "its loop.started does not carry the claim size (max_rows): it was written before cursor loop runs were rebuilt"
@@ -65,10 +62,30 @@ pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
         .as_ref()
         .and_then(|l| l.spec.frame.as_ref())
         .is_some_and(|f| f.process == FrameProcess::Frame);
+    Ok(cursor::start_run(run, started.max_rows, per_frame))
+}
+
+/// The cursor loop run `run` (as it started: [`started_run`], and, for a
+/// resumed execution's run, what it continues, with `carried`, the rows
+/// of the frames it took from the stopped run) after the events `events`
+/// gives (the run's own, after its `loop.started`, in stream order; read
+/// twice, each time anew, so the run's events are never held at once);
+/// or why the log cannot say.
+pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
+    run: LoopRun,
+    carried: Vec<(u64, Value)>,
+    ends: &Ends<'_>,
+    events: impl Fn() -> I,
+) -> Result<FromLog, String> {
+    let start = Start {
+        frames: (run.cursor.iter().flat_map(|c| c.frames.clone())).collect(),
+        base: run.total,
+    };
     let mut f = FromLog {
-        run: cursor::start_run(run, started.max_rows, per_frame),
+        run,
         claims: Vec::new(),
         frames: Vec::new(),
+        again: Vec::new(),
     };
     let placed = placed(events())?;
     let mut applied = Vec::new();
@@ -90,12 +107,35 @@ pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
             f.run = a.run;
         }
     }
-    place(&mut f.run, &applied, &placed)?;
-    f.frames = kept_rows(&f.run, &applied);
+    place(&mut f.run, &applied, &placed, &start)?;
+    let rows = |seq: u64| {
+        (applied.iter().find(|a| a.seq == seq).map(|a| &a.rows))
+            .or_else(|| carried.iter().find(|(s, _)| *s == seq).map(|(_, r)| r))
+            .cloned()
+    };
+    let all: Vec<Frame> = (f.run.cursor.iter().flat_map(|c| c.frames.clone())).collect();
+    let again: Vec<u64> = (super::run_again(&f.run).into_iter())
+        .chain(f.run.next..f.run.total)
+        .collect();
+    f.again = (cursor::placing(&all, &again).into_iter())
+        .filter_map(|fr| rows(fr.seq).map(|r| (fr, r)))
+        .collect();
+    cursor::prune_frames(&mut f.run);
+    f.frames = (f.run.cursor.iter().flat_map(|c| &c.frames))
+        .filter_map(|fr| rows(fr.seq).map(|r| (fr.seq, r)))
+        .collect();
     if !f.run.done_emitted {
         claim_again(&mut f.run);
     }
     Ok(f)
+}
+
+/// What a cursor run's fold starts from: the frames a resumed execution's
+/// run took from the run it continues, and the first index of its own
+/// claims' rows.
+struct Start {
+    frames: Vec<Frame>,
+    base: u64,
 }
 
 /// Where each claim's rows begin, as its iterations' starts say (claim ->
@@ -131,6 +171,7 @@ fn issue_up_to(run: &mut LoopRun, seq: u64) {
             seq: c.next_claim,
             quiet: false,
             ended,
+            ..Default::default()
         });
         c.next_claim += 1;
     }
@@ -138,16 +179,19 @@ fn issue_up_to(run: &mut LoopRun, seq: u64) {
 
 /// Give the applied claims' rows their indices as the live run did: the
 /// claims with started iterations where those started, the others after
-/// them in the order they were applied; then drop the frames whose
-/// iterations are all counted.
+/// them in the order they were applied, all after the frames the run
+/// started with (`start`), which stay where they are. Frames are not
+/// pruned here.
 fn place(
     run: &mut LoopRun,
     applied: &[Applied],
     placed: &BTreeMap<u64, u64>,
+    start: &Start,
 ) -> Result<(), String> {
+    let carried = |seq: &u64| start.frames.iter().any(|f| f.seq == *seq);
     if let Some(seq) = placed
         .keys()
-        .find(|s| !applied.iter().any(|a| a.seq == **s))
+        .find(|s| !carried(s) && !applied.iter().any(|a| a.seq == **s))
     {
         return Err(format!(
             "an iteration runs claim {seq}, which the log has no rows of"
@@ -155,8 +199,8 @@ fn place(
     }
     let mut order: Vec<&Applied> = applied.iter().collect();
     order.sort_by_key(|a| placed.get(&a.seq).copied().unwrap_or(u64::MAX));
-    let mut frames = Vec::with_capacity(order.len());
-    let mut base = 0;
+    let mut frames = start.frames.clone();
+    let mut base = start.base;
     for a in order {
         if let Some(at) = placed.get(&a.seq) {
             if *at != base {
@@ -176,20 +220,7 @@ fn place(
     if let Some(c) = run.cursor.as_mut() {
         c.frames = frames;
     }
-    cursor::prune_frames(run);
     Ok(())
-}
-
-/// The rows of the frames the run still keeps, for their records.
-fn kept_rows(run: &LoopRun, applied: &[Applied]) -> Vec<(u64, Value)> {
-    let Some(c) = &run.cursor else {
-        return Vec::new();
-    };
-    c.frames
-        .iter()
-        .filter_map(|f| applied.iter().find(|a| a.seq == f.seq))
-        .map(|a| (a.seq, a.rows.clone()))
-        .collect()
 }
 
 /// Claiming goes on until an empty claim issued while nothing ran says

@@ -25,6 +25,10 @@ pub(crate) struct FromLog {
     /// sequence number, the rows as `loop.claimed` carried them: a list or
     /// a reference), for `<run>.frame.<seq>`; empty otherwise.
     pub frames: Vec<(u64, serde_json::Value)>,
+    /// A cursor loop's frames that place the rows a run continuing this
+    /// one runs again (its failed, unfinished and waiting iterations'),
+    /// with their rows ([`super::resumed`]); empty otherwise.
+    pub again: Vec<(super::cursor::Frame, serde_json::Value)>,
 }
 
 /// How a loop's iteration ends and its `loop.done` are folded: the live

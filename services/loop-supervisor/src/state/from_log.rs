@@ -33,6 +33,7 @@ use noetl_mesh::{
     payloads::{self, LoopStarted},
 };
 use noetl_wire::{Event, LoopCommand};
+use serde_json::Value;
 
 use super::ends::Ends;
 pub(crate) use super::ends::FromLog;
@@ -238,10 +239,15 @@ fn fold_cut(log: &dyn RunLog, cut: Cut, srid: &str, step: &Step) -> Result<FromL
         ..Default::default()
     };
     let fresh = new_run(&cmd, &step.step, started.total, started.max_in_flight, args);
-    let run = continued(log, at, fresh, &started, step).map_err(Cannot)?;
+    let cursor = step.loop_.as_ref().is_some_and(|l| l.cursor.is_some());
+    let fresh = match cursor {
+        true => super::cursor_log::started_run(fresh, &started, step).map_err(Cannot)?,
+        false => fresh,
+    };
+    let (run, carried) = continued(log, at, fresh, &started, step).map_err(Cannot)?;
     let ends = Ends::of(step);
-    let mut folded = if step.loop_.as_ref().is_some_and(|l| l.cursor.is_some()) {
-        super::cursor_log::fold_cursor(run, &started, step, &ends, || {
+    let mut folded = if cursor {
+        super::cursor_log::fold_cursor(run, carried, &ends, || {
             own_after_start(log, srid, cut).map(|(_, e)| e)
         })
         .map_err(Cannot)?
@@ -250,6 +256,7 @@ fn fold_cut(log: &dyn RunLog, cut: Cut, srid: &str, step: &Step) -> Result<FromL
             run,
             claims: Vec::new(),
             frames: Vec::new(),
+            again: Vec::new(),
         };
         for (_, ev) in own_after_start(log, srid, cut) {
             if let Some(index) = ran(&ev) {
@@ -347,32 +354,33 @@ fn dispatched(r: &mut LoopRun, index: u64) {
 /// for a run of an execution never resumed before it started, or one
 /// whose resume continued no run of its step. A run started after a
 /// resume that continued its step, written before `loop.started` named
-/// what it continues, is not rebuilt.
+/// what it continues, is not rebuilt. With it, a cursor loop's rows of
+/// the frames it took from the stopped run ([`super::continued_run`]).
 fn continued(
     log: &dyn RunLog,
     at: usize,
     fresh: LoopRun,
     started: &LoopStarted,
     step: &Step,
-) -> Result<LoopRun, String> {
+) -> Result<(LoopRun, Vec<(u64, Value)>), String> {
     let (events, _) = log.events();
     if !started.continues.is_empty() {
         let cut = cut_before(log, at, &started.continues, started.continued_events);
-        let mut run = match fold_cut(log, cut, &started.continues, step) {
-            Ok(old) => super::resumed(fresh, &old.run, &started.continues),
+        let (mut run, carried) = match fold_cut(log, cut, &started.continues, step) {
+            Ok(old) => super::continued_run(fresh, old, &started.continues),
             // As the live start: a run its events cannot give is none.
-            Err(_) => fresh,
+            Err(_) => (fresh, Vec::new()),
         };
         run.continues = started.continues.clone();
         run.continued_events = started.continued_events;
-        return Ok(run);
+        return Ok((run, carried));
     }
     let resumed = events[..at]
         .iter()
         .rev()
         .find(|e| EventType::of(e) == Some(EventType::ExecutionResumed));
     let Some(resumed) = resumed else {
-        return Ok(fresh);
+        return Ok((fresh, Vec::new()));
     };
     let continues_step = payloads::decode::<payloads::Resumed>(resumed)
         .map_err(|e| e.to_string())?
@@ -384,7 +392,7 @@ fn continued(
                 .into(),
         );
     }
-    Ok(fresh)
+    Ok((fresh, Vec::new()))
 }
 
 /// The log before the looked-up event at `at` up to run `srid`'s `n`-th
@@ -856,7 +864,7 @@ mod tests {
         LoopRun {
             continues: "sr1".into(),
             continued_events: seen,
-            ..crate::state::resumed(fresh, stopped, "sr1")
+            ..crate::state::resumed(fresh, stopped, "sr1", &[])
         }
     }
 

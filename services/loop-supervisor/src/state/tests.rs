@@ -1,4 +1,5 @@
 use super::*;
+use noetl_wire::LoopCommand;
 use serde_json::json;
 
 fn run(failed: u64, deadline_ms: u64) -> LoopRun {
@@ -356,7 +357,7 @@ fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
     }
     assert_eq!((old.next, old.in_flight.clone()), (10, vec![9]));
     old.reduced.insert("total".into(), json!(7));
-    let r = resumed(window(10, 2), &old, "sr0");
+    let r = resumed(window(10, 2), &old, "sr0", &[]);
     assert_eq!(r.in_flight, vec![1, 6], "the failures first, window of 2");
     assert_eq!((r.redo.clone(), r.next, r.done), (vec![9], 10, 7));
     assert_eq!(
@@ -378,7 +379,7 @@ fn a_resumed_run_takes_only_what_did_not_finish_failures_first() {
     assert_eq!((r.done, r.failed), (10, 0));
     // A run that ended folded its aggregates already: nothing carried.
     old.done_emitted = true;
-    let r = resumed(window(10, 2), &old, "sr0");
+    let r = resumed(window(10, 2), &old, "sr0", &[]);
     assert!(r.reduced.is_empty());
     assert_eq!((r.carried, r.claims_of.len()), (7, 0), "all in ctx already");
 }
@@ -393,7 +394,7 @@ fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
     base.in_flight.clear();
     base.done = 8;
     (base.failed, base.failed_at) = (2, vec![3, 5]);
-    let first = resumed(window(10, 1), &base, "sr0");
+    let first = resumed(window(10, 1), &base, "sr0", &[]);
     assert_eq!(
         (first.in_flight.clone(), first.redo.clone()),
         (vec![3], vec![5])
@@ -402,7 +403,7 @@ fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
     assert!(first.stopped && first.finished(), "{first:?}");
     assert_eq!(first.redo, vec![5]);
     // The second resume runs both: 5 never ran after the first failure.
-    let second = resumed(window(10, 1), &first, "sr1");
+    let second = resumed(window(10, 1), &first, "sr1", &[]);
     assert_eq!(
         (second.in_flight.clone(), second.redo.clone()),
         (vec![3], vec![5])
@@ -416,18 +417,81 @@ fn a_run_resumed_twice_still_runs_what_the_first_resume_had_left_to_redo() {
 }
 
 #[test]
+fn a_resumed_cursor_run_runs_again_the_rows_its_stopped_run_claimed_and_left() {
+    use cursor::{apply_claim, start_run, ClaimSlot, Claimed, Frame};
+    let cursor_run = || {
+        let cmd = LoopCommand::default();
+        start_run(new_run(&cmd, "lp", 0, 2, json!({})), 2, false)
+    };
+    // Window 2, two rows a claim: claim 0 gives indices 0 and 1; 0 ends,
+    // which issues claim 1; 1 fails, which stops the run (fail fast).
+    let old = apply_claim(&cursor_run(), 0, &Claimed::Rows(2))
+        .unwrap()
+        .run;
+    let (old, _) = arrive(&old, 0, &ok(json!({})), true).unwrap();
+    let (old, _) = arrive(&old, 1, &failed(), true).unwrap();
+    assert!(old.stopped);
+    // Claim 1 comes back with two rows after the stop: they get no
+    // iteration, and the run remembers the claim.
+    let old = apply_claim(&old, 1, &Claimed::Rows(2)).unwrap().run;
+    let c = old.cursor.clone().unwrap();
+    assert_eq!(c.dropped.iter().map(|s| s.seq).collect::<Vec<_>>(), [1]);
+    assert!(old.finished() && old.total == 2);
+
+    // The resume: the frame that places row 1 (from the log) is taken,
+    // the failed row runs again first, claim 1 goes out again under its
+    // own identity, and the claims go on from the stopped run's numbering.
+    let frames = [Frame {
+        seq: 0,
+        base: 0,
+        len: 2,
+    }];
+    let r = resumed(cursor_run(), &old, "sr0", &frames);
+    assert_eq!(r.in_flight, vec![1]);
+    assert_eq!((r.next, r.total, r.done, r.failed), (2, 2, 1, 0));
+    let c = r.cursor.clone().unwrap();
+    assert_eq!(c.frames, frames);
+    assert_eq!(
+        c.claims,
+        vec![ClaimSlot {
+            seq: 1,
+            identity: "sr0.1".into(),
+            ..Default::default()
+        }]
+    );
+    assert_eq!(c.next_claim, 2);
+    assert!(c.dropped.is_empty());
+    // Claim 1's rows come: indices 2 and 3, after the stopped run's.
+    let a = apply_claim(&r, 1, &Claimed::Rows(2)).unwrap();
+    assert_eq!((a.run.total, a.newly.clone()), (4, vec![2]));
+    // A twice-resumed run keeps the first identity of a claim it sends
+    // again.
+    let mut again = old.clone();
+    again.cursor.as_mut().unwrap().dropped[0].identity = "sr-first.1".into();
+    let r2 = resumed(cursor_run(), &again, "sr0", &frames);
+    assert_eq!(r2.cursor.unwrap().claims[0].identity, "sr-first.1");
+
+    // Frames that do not place the row it runs again: everything anew.
+    let anew = resumed(cursor_run(), &old, "sr0", &[]);
+    assert_eq!(
+        (anew.next, anew.done, anew.cursor),
+        (0, 0, cursor_run().cursor)
+    );
+}
+
+#[test]
 fn a_run_that_cannot_say_what_finished_runs_everything_again() {
     let mut old = window(4, 4);
     old = arrive(&old, 0, &failed(), false).unwrap().0;
     old.failed_at.clear(); // recorded before failures were kept by index
     let fresh = window(4, 4);
     assert_eq!(
-        resumed(fresh.clone(), &old, "sr0").in_flight,
+        resumed(fresh.clone(), &old, "sr0", &[]).in_flight,
         fresh.in_flight
     );
     let other_size = window(5, 4);
     assert_eq!(
-        resumed(other_size.clone(), &window(4, 4), "sr0").next,
+        resumed(other_size.clone(), &window(4, 4), "sr0", &[]).next,
         other_size.next
     );
 }

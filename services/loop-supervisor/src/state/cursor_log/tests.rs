@@ -39,7 +39,8 @@ fn fold_run(log: &[Event], _srid: &str, step: &Step) -> Result<FromLog, String> 
         started.max_in_flight,
         Value::Null,
     );
-    fold_cursor(run, &started, step, &Ends::of(step), || {
+    let run = started_run(run, &started, step)?;
+    fold_cursor(run, Vec::new(), &Ends::of(step), || {
         log[1..].iter().cloned()
     })
 }
@@ -270,4 +271,70 @@ fn what_an_older_log_does_not_carry_is_refused_by_name() {
     let log = vec![loop_started(), claimed(0, &[1]), old];
     let err = fold_run(&log, "sr1", &step(false)).unwrap_err();
     assert!(err.to_string().contains("does not name its claim"), "{err}");
+}
+
+#[test]
+fn a_resumed_run_folds_from_the_frames_it_took_of_the_run_it_continues() {
+    // The stopped run: claim 0 gives rows 10, 11; iteration 0 ends (which
+    // issues claim 1), iteration 1 fails (fail fast: the run stops).
+    let mut failed = payloads::decode::<IterationEnded>(&ended(1)).unwrap();
+    (failed.status, failed.error) = (Status::Error, json!({"message": "bad row"}));
+    let log = vec![
+        loop_started(),
+        claimed(0, &[10, 11]),
+        started(0, 0),
+        started(1, 0),
+        ended(0),
+        ev(&failed),
+    ];
+    let old = fold_run(&log, "sr1", &step(false)).expect("rebuilt");
+    assert!(old.run.stopped);
+    // Both rows are counted, so no frame is kept; the failed row's frame
+    // is what a resumed run runs again.
+    assert!(old.frames.is_empty());
+    let frame = Frame {
+        seq: 0,
+        base: 0,
+        len: 2,
+    };
+    assert_eq!(old.again, vec![(frame.clone(), json!([10, 11]))]);
+
+    // The new run takes it (its start, live and in a fold alike): row 1
+    // runs again, claim 1 goes out again under the stopped run's identity.
+    let fresh = started_run(
+        new_run(&LoopCommand::default(), "lp", 0, 2, Value::Null),
+        &payloads::decode(&loop_started()).unwrap(),
+        &step(false),
+    )
+    .unwrap();
+    let (run, carried) = super::super::continued_run(fresh, old, "sr1");
+    assert_eq!(carried, vec![(0, json!([10, 11]))]);
+    assert_eq!((run.in_flight.clone(), run.next, run.done), (vec![1], 2, 1));
+    let c = cursor_of(&run);
+    assert_eq!(
+        c.claims
+            .iter()
+            .map(|s| (s.seq, s.identity.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "sr1.1")]
+    );
+    // Live: claim 1 gives row 12 (index 2), which ends.
+    let live = apply_claim(&run, 1, &Claimed::Rows(1)).unwrap().run;
+    let live = count(&live, 2);
+    // Its own events (iteration 1 of claim 0, claim 1, iteration 2) fold
+    // from the same start to the same run, with the taken frame's rows.
+    let own = [started(1, 0), claimed(1, &[12]), started(2, 1), ended(2)];
+    let got = fold_cursor(run, carried, &Ends::of(&step(false)), || {
+        own.iter().cloned()
+    })
+    .expect("rebuilt");
+    let f = &got.run;
+    assert_eq!(
+        (f.total, f.next, f.done, f.in_flight.clone()),
+        (live.total, live.next, live.done, live.in_flight.clone())
+    );
+    assert_eq!((f.total, f.done), (3, 2));
+    assert_eq!(cursor_of(f).frames, cursor_of(&live).frames);
+    assert_eq!(cursor_of(f).frames, vec![frame]);
+    assert_eq!(got.frames, vec![(0, json!([10, 11]))]);
 }
