@@ -411,10 +411,12 @@ async fn claim_again(cluster: &Cluster, eid: &str, max_rows: u32, marked: bool) 
 /// row is then done, claimed once and run once, and the reducer counts
 /// each once. With `purge`, every loop key of the execution is purged
 /// while the resumed run works: it is folded back from its events,
-/// starting from what it took of the stopped run. Before, the resumed run
+/// starting from what it took of the stopped run. With `twice`, a first
+/// resume fails again at row 5 and the second takes the rows the first
+/// took. Before, the resumed run
 /// claimed anew only: the rows the stopped run had claimed stayed
 /// `claimed`, and the loop ended without them.
-async fn resumed_drain(purge: bool) {
+async fn resumed_drain(purge: bool, twice: bool) {
     let n = 20;
     let db = pg().await;
     let schema = queue(&db, n).await;
@@ -451,6 +453,13 @@ async fn resumed_drain(purge: bool) {
         "the stopped run left claimed rows besides the failed one"
     );
 
+    if twice {
+        // Resumed before the cause is fixed: row 5 runs again first and
+        // fails again, and this run stops with rows 6 to 8 still taken.
+        cluster.resume_set(&eid, json!({"fixed": false})).await;
+        let s = cluster.wait(&eid, Duration::from_secs(60)).await;
+        assert_eq!(s.status, ExecStatus::Failed, "{s:?}");
+    }
     cluster.resume_set(&eid, json!({"fixed": true})).await;
     if purge {
         // Two of the resumed run's iterations ended: purge its record and
@@ -520,13 +529,13 @@ async fn resumed_drain(purge: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_cursor_loop_runs_the_rows_its_stopped_run_claimed_and_left() {
-    resumed_drain(false).await;
+    resumed_drain(false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_cursor_loop_purged_while_it_runs_is_folded_from_what_it_took_of_the_stopped_run()
 {
-    resumed_drain(true).await;
+    resumed_drain(true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -714,4 +723,9 @@ async fn the_mix_claim_run_again_after_its_rows_were_done_returns_the_same_rows(
     db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_loop_resumed_twice_runs_the_rows_the_first_resume_took_and_left() {
+    resumed_drain(false, true).await;
 }
