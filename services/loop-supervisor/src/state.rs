@@ -281,10 +281,9 @@ pub(crate) fn new_run(
 /// them) are dispatched first, then the ones never started.
 ///
 /// A cursor loop goes on with `old`'s claims: `frames` are the stopped
-/// run's frames that place the rows it runs again (from its events,
-/// from its events), and its claims in flight or dropped are sent again
-/// under their own identity ([`cursor::continue_claims`]); then it claims
-/// anew. `fresh` unchanged when `old` cannot say which iterations
+/// run's frames that place the rows it runs again (from its events), and
+/// its claims in flight are sent again under their own identity
+/// ([`cursor::continue_claims`]); then it claims anew. `fresh` unchanged when `old` cannot say which iterations
 /// finished (another item count, a cursor run whose frames do not place
 /// every row it runs again, a run recorded before failures were kept by
 /// index): every iteration runs again.
@@ -362,6 +361,29 @@ pub(crate) fn continued_run(
         .map(|(f, rows)| (f.seq, rows))
         .collect();
     (run, carried)
+}
+
+/// Iteration `index` ran live: put it in flight in `r` (the fold) when the
+/// fold had not dispatched it. Live reports are counted concurrently, so
+/// not always in stream order, and a window refills (or a failure stops
+/// it) at the count that comes first: the fold, counting in stream order,
+/// can be behind the live dispatch (an iteration live sent after a
+/// success the fold counts after the failure that stopped it). Live
+/// dispatch takes `redo` first, then `next` on: an index at or past
+/// `next` means every one before it went out too. An index below `next`
+/// and neither in flight nor to redo was counted already.
+pub(crate) fn dispatched(r: &mut LoopRun, index: u64) {
+    if index >= r.total || r.in_flight.contains(&index) {
+        return;
+    }
+    if let Some(at) = r.redo.iter().position(|i| *i == index) {
+        r.redo.remove(at);
+        r.in_flight.push(index);
+    } else if index >= r.next {
+        r.in_flight.append(&mut r.redo);
+        r.in_flight.extend(r.next..=index);
+        r.next = index + 1;
+    }
 }
 
 /// The iterations of stopped run `old` that a run continuing it runs

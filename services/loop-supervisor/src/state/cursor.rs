@@ -55,11 +55,6 @@ pub struct CursorRun {
     /// A claim issued while nothing ran came back empty: no more claims.
     #[serde(default)]
     pub drained: bool,
-    /// Claims whose rows came back after the run stopped: their rows were
-    /// given no iteration, and stay marked with the claim's identity. A
-    /// resumed execution's run sends them again ([`continue_claims`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped: Vec<ClaimSlot>,
 }
 
 /// A claim in flight.
@@ -202,16 +197,16 @@ pub(crate) fn placing(frames: &[Frame], indices: &[u64]) -> Vec<Frame> {
 /// claims of the stopped run `old` (run `old_srid`) that a resume runs
 /// again: its frames `frames` (the rows of the iterations it runs again,
 /// placed where they were), its numbering of claims, and its claims in
-/// flight or dropped ([`CursorRun::dropped`]) sent again under their own
-/// identity, so a claim that marks its rows takes the same rows. The
-/// caller has set the run's counts and what it runs again.
+/// flight sent again under their own identity, so a claim that marks its
+/// rows takes the same rows. The caller has set the run's counts and what
+/// it runs again.
 pub(crate) fn continue_claims(r: &mut LoopRun, old: &LoopRun, old_srid: &str, frames: &[Frame]) {
     let (Some(c), Some(o)) = (r.cursor.as_mut(), old.cursor.as_ref()) else {
         return;
     };
     c.frames = frames.to_vec();
     c.next_claim = o.next_claim;
-    c.claims = (o.claims.iter().chain(&o.dropped))
+    c.claims = (o.claims.iter())
         .map(|s| ClaimSlot {
             seq: s.seq,
             identity: if s.identity.is_empty() {
@@ -222,7 +217,6 @@ pub(crate) fn continue_claims(r: &mut LoopRun, old: &LoopRun, old_srid: &str, fr
             ..Default::default()
         })
         .collect();
-    c.dropped.clear();
     c.starved = false;
     c.drained = false;
 }
@@ -294,17 +288,16 @@ pub fn apply_claim(run: &LoopRun, seq: u64, claimed: &Claimed) -> Option<Applied
             r.stopped = true;
         }
         Claimed::Rows(n) if *n > 0 => {
-            if r.stopped {
-                c.dropped.push(slot);
-            } else {
-                let len = if c.per_frame { 1 } else { *n };
-                c.frames.push(Frame {
-                    seq,
-                    base: r.total,
-                    len,
-                });
-                r.total += len;
-            }
+            // A stopped run places the rows too, and runs none of them: a
+            // resume runs them, and a fold places them whether the stop
+            // was counted before the claim or after.
+            let len = if c.per_frame { 1 } else { *n };
+            c.frames.push(Frame {
+                seq,
+                base: r.total,
+                len,
+            });
+            r.total += len;
         }
         Claimed::Rows(_) => {
             let others = !c.claims.is_empty();
@@ -528,10 +521,11 @@ mod tests {
         assert!(a.run.stopped && a.claims.is_empty());
         assert_eq!(a.run.error, Some(error));
         assert!(!a.run.finished(), "claim 1 still in flight");
-        // Its rows are not run: the loop is stopping.
+        // Its rows are placed (a resume runs them) and not run: the loop
+        // is stopping.
         let b = apply_claim(&a.run, 1, &Claimed::Rows(2)).unwrap();
-        assert!(b.newly.is_empty());
-        assert_eq!(b.run.total, 0);
+        assert!(b.newly.is_empty() && b.run.in_flight.is_empty());
+        assert_eq!((b.run.total, b.run.next), (2, 0));
         assert!(b.run.finished());
     }
 

@@ -90,6 +90,11 @@ pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
     let placed = placed(events())?;
     let mut applied = Vec::new();
     for ev in events() {
+        if EventType::of(&ev) == Some(EventType::LoopIterationStarted) {
+            let s: IterationStarted = payloads::decode(&ev).map_err(|e| e.to_string())?;
+            super::dispatched(&mut f.run, s.index);
+            continue;
+        }
         if ends.take(&mut f, &ev)? || EventType::of(&ev) != Some(EventType::LoopClaimed) {
             continue;
         }

@@ -260,7 +260,7 @@ fn fold_cut(log: &dyn RunLog, cut: Cut, srid: &str, step: &Step) -> Result<FromL
         };
         for (_, ev) in own_after_start(log, srid, cut) {
             if let Some(index) = ran(&ev) {
-                dispatched(&mut folded.run, index);
+                super::dispatched(&mut folded.run, index);
             }
             ends.take(&mut folded, &ev).map_err(Cannot)?;
         }
@@ -322,29 +322,6 @@ fn ran(ev: &Event) -> Option<u64> {
     payloads::decode::<payloads::IterationNamed>(ev)
         .ok()
         .map(|i| i.index)
-}
-
-/// Iteration `index` ran live: put it in flight in `r` (the fold) when the
-/// fold had not dispatched it. Live reports are counted concurrently, so
-/// not always in stream order, and a window refills (or a failure stops
-/// it) at the count that comes first: the fold, counting in stream order,
-/// can be behind the live dispatch (an iteration live sent after a
-/// success the fold counts after the failure that stopped it). Live
-/// dispatch takes `redo` first, then `next` on: an index at or past
-/// `next` means every one before it went out too. An index below `next`
-/// and neither in flight nor to redo was counted already.
-fn dispatched(r: &mut LoopRun, index: u64) {
-    if index >= r.total || r.in_flight.contains(&index) {
-        return;
-    }
-    if let Some(at) = r.redo.iter().position(|i| *i == index) {
-        r.redo.remove(at);
-        r.in_flight.push(index);
-    } else if index >= r.next {
-        r.in_flight.append(&mut r.redo);
-        r.in_flight.extend(r.next..=index);
-        r.next = index + 1;
-    }
 }
 
 /// The run as it started (`fresh`, from its `loop.started`, `started`,
@@ -686,9 +663,9 @@ mod tests {
         r.next = 3;
         r.redo = vec![0, 2];
         // From redo; then past `next`: every one before it went out too.
-        dispatched(&mut r, 2);
+        crate::state::dispatched(&mut r, 2);
         assert_eq!((r.in_flight.clone(), r.redo.clone()), (vec![1, 2], vec![0]));
-        dispatched(&mut r, 5);
+        crate::state::dispatched(&mut r, 5);
         assert_eq!(r.in_flight, vec![1, 2, 0, 3, 4, 5]);
         assert_eq!((r.next, r.redo.len()), (6, 0));
         // Counted already (below `next`, neither in flight nor to redo),
@@ -696,7 +673,7 @@ mod tests {
         r.in_flight.retain(|i| *i != 0);
         let before = serde_json::to_value(&r).unwrap();
         for index in [0, 1, 10] {
-            dispatched(&mut r, index);
+            crate::state::dispatched(&mut r, index);
         }
         assert_eq!(serde_json::to_value(&r).unwrap(), before);
     }

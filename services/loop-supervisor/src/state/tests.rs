@@ -423,34 +423,24 @@ fn a_resumed_cursor_run_runs_again_the_rows_its_stopped_run_claimed_and_left() {
         let cmd = LoopCommand::default();
         start_run(new_run(&cmd, "lp", 0, 2, json!({})), 2, false)
     };
+    let frame = |seq, base| Frame { seq, base, len: 2 };
     // Window 2, two rows a claim: claim 0 gives indices 0 and 1; 0 ends,
     // which issues claim 1; 1 fails, which stops the run (fail fast).
     let old = apply_claim(&cursor_run(), 0, &Claimed::Rows(2))
         .unwrap()
         .run;
     let (old, _) = arrive(&old, 0, &ok(json!({})), true).unwrap();
-    let (old, _) = arrive(&old, 1, &failed(), true).unwrap();
-    assert!(old.stopped);
-    // Claim 1 comes back with two rows after the stop: they get no
-    // iteration, and the run remembers the claim.
-    let old = apply_claim(&old, 1, &Claimed::Rows(2)).unwrap().run;
-    let c = old.cursor.clone().unwrap();
-    assert_eq!(c.dropped.iter().map(|s| s.seq).collect::<Vec<_>>(), [1]);
-    assert!(old.finished() && old.total == 2);
+    let (stopped, _) = arrive(&old, 1, &failed(), true).unwrap();
+    assert!(stopped.stopped && !stopped.finished(), "claim 1 is out");
 
-    // The resume: the frame that places row 1 (from the log) is taken,
-    // the failed row runs again first, claim 1 goes out again under its
-    // own identity, and the claims go on from the stopped run's numbering.
-    let frames = [Frame {
-        seq: 0,
-        base: 0,
-        len: 2,
-    }];
-    let r = resumed(cursor_run(), &old, "sr0", &frames);
+    // Resumed while claim 1 is out: the failed row runs again first, and
+    // claim 1 goes out again under its own identity; claims go on from
+    // the stopped run's numbering.
+    let r = resumed(cursor_run(), &stopped, "sr0", &[frame(0, 0)]);
     assert_eq!(r.in_flight, vec![1]);
     assert_eq!((r.next, r.total, r.done, r.failed), (2, 2, 1, 0));
     let c = r.cursor.clone().unwrap();
-    assert_eq!(c.frames, frames);
+    assert_eq!(c.frames, [frame(0, 0)]);
     assert_eq!(
         c.claims,
         vec![ClaimSlot {
@@ -460,19 +450,29 @@ fn a_resumed_cursor_run_runs_again_the_rows_its_stopped_run_claimed_and_left() {
         }]
     );
     assert_eq!(c.next_claim, 2);
-    assert!(c.dropped.is_empty());
     // Claim 1's rows come: indices 2 and 3, after the stopped run's.
     let a = apply_claim(&r, 1, &Claimed::Rows(2)).unwrap();
     assert_eq!((a.run.total, a.newly.clone()), (4, vec![2]));
     // A twice-resumed run keeps the first identity of a claim it sends
     // again.
-    let mut again = old.clone();
-    again.cursor.as_mut().unwrap().dropped[0].identity = "sr-first.1".into();
-    let r2 = resumed(cursor_run(), &again, "sr0", &frames);
+    let mut again = stopped.clone();
+    again.cursor.as_mut().unwrap().claims[0].identity = "sr-first.1".into();
+    let r2 = resumed(cursor_run(), &again, "sr0", &[frame(0, 0)]);
     assert_eq!(r2.cursor.unwrap().claims[0].identity, "sr-first.1");
 
-    // Frames that do not place the row it runs again: everything anew.
-    let anew = resumed(cursor_run(), &old, "sr0", &[]);
+    // Claim 1 comes back after the stop: its rows are placed (indices 2
+    // and 3) and none runs; the resumed run runs them after the failed one.
+    let old = apply_claim(&stopped, 1, &Claimed::Rows(2)).unwrap().run;
+    assert_eq!((old.total, old.in_flight.len()), (4, 0));
+    assert!(old.finished());
+    let frames = [frame(0, 0), frame(1, 2)];
+    let r = resumed(cursor_run(), &old, "sr0", &frames);
+    assert_eq!((r.in_flight.clone(), r.next, r.total), (vec![1, 2], 3, 4));
+    assert_eq!(r.cursor.clone().unwrap().frames, frames);
+    assert!(r.cursor.unwrap().claims.is_empty(), "row 3 waits: no room");
+
+    // Frames that do not place every row it runs again: everything anew.
+    let anew = resumed(cursor_run(), &old, "sr0", &[frame(0, 0)]);
     assert_eq!(
         (anew.next, anew.done, anew.cursor),
         (0, 0, cursor_run().cursor)

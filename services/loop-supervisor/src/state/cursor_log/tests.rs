@@ -338,3 +338,56 @@ fn a_resumed_run_folds_from_the_frames_it_took_of_the_run_it_continues() {
     assert_eq!(cursor_of(f).frames, vec![frame]);
     assert_eq!(got.frames, vec![(0, json!([10, 11]))]);
 }
+
+#[test]
+fn a_success_counted_live_before_a_failure_stored_first_keeps_what_it_dispatched() {
+    // Live, reports are counted concurrently: iteration 0's success is
+    // counted first and dispatches index 2 (the waiting row), then 1's
+    // failure stops the run; 2 runs and ends.
+    let mut ls: LoopStarted = payloads::decode(&loop_started()).unwrap();
+    ls.max_rows = 3;
+    let r = cursor::start_run(
+        new_run(&LoopCommand::default(), "lp", 0, 2, Value::Null),
+        3,
+        false,
+    );
+    let r = apply_claim(&r, 0, &Claimed::Rows(3)).unwrap().run;
+    let r = count(&r, 0);
+    assert_eq!(r.in_flight, vec![1, 2]);
+    let fail = Claim {
+        failed: true,
+        reduce: Default::default(),
+        handled: Vec::new(),
+    };
+    let a = Arrival {
+        index: 1,
+        claim: &fail,
+        fail_fast: true,
+        reducers: &[],
+        step: "lp",
+        viewed: true,
+    };
+    let r = count_iteration(&r, &a).expect("in flight").0;
+    let live = count(&r, 2);
+    assert!(live.stopped && live.finished());
+    // The log stored the failure before the success: the fold stops first,
+    // and takes index 2 as dispatched from its start.
+    let mut failed = payloads::decode::<IterationEnded>(&ended(1)).unwrap();
+    failed.status = Status::Error;
+    let log = vec![
+        ev(&ls),
+        claimed(0, &[10, 11, 12]),
+        started(0, 0),
+        started(1, 0),
+        ev(&failed),
+        ended(0),
+        started(2, 0),
+        ended(2),
+    ];
+    let f = fold_run(&log, "sr1", &step(false)).expect("rebuilt").run;
+    assert_eq!(
+        (f.done, f.failed, f.next, f.in_flight.clone()),
+        (live.done, live.failed, live.next, live.in_flight.clone())
+    );
+    assert_eq!((f.done, f.failed), (2, 1));
+}
