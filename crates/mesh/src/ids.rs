@@ -66,6 +66,14 @@ pub fn derive_id(parts: &[&str]) -> String {
     lower_hex(&h.finalize()[..16])
 }
 
+/// The identity of claim `seq` of cursor loop run `loop_run_id`, which
+/// its claim reads as `__frame_claim` (docs/dsl.md, "Cursor loops"): the
+/// same text each time the claim runs again. Never to change: rows a
+/// claim marked with it are taken back by it.
+pub fn claim_identity(loop_run_id: &str, seq: u64) -> String {
+    format!("{loop_run_id}.{seq}")
+}
+
 /// `bytes` in lowercase hex, written straight into a string of the right
 /// size (every id of a step or an iteration goes through here; `hex::encode`
 /// collects it char by char).

@@ -39,7 +39,7 @@ pub const FRAME_CLAIM: &str = "__frame_claim";
 /// loop run and sequence number.
 pub fn claim_identity(claim: &ClaimRef) -> String {
     if claim.identity.is_empty() {
-        format!("{}.{}", claim.loop_run_id, claim.seq)
+        noetl_mesh::ids::claim_identity(&claim.loop_run_id, claim.seq)
     } else {
         claim.identity.clone()
     }

@@ -210,7 +210,7 @@ pub(crate) fn continue_claims(r: &mut LoopRun, old: &LoopRun, old_srid: &str, fr
         .map(|s| ClaimSlot {
             seq: s.seq,
             identity: if s.identity.is_empty() {
-                claim_identity(old_srid, s.seq)
+                noetl_mesh::ids::claim_identity(old_srid, s.seq)
             } else {
                 s.identity.clone()
             },
@@ -219,12 +219,6 @@ pub(crate) fn continue_claims(r: &mut LoopRun, old: &LoopRun, old_srid: &str, fr
         .collect();
     c.starved = false;
     c.drained = false;
-}
-
-/// The identity (`__frame_claim`) of claim `seq` of run `srid` that
-/// carries none of its own: as the executor makes it.
-pub(crate) fn claim_identity(srid: &str, seq: u64) -> String {
-    format!("{srid}.{seq}")
 }
 
 /// After an iteration was counted (and the window refilled): it may have
