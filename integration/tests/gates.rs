@@ -412,16 +412,25 @@ async fn a_step_s_rate_spaces_its_task_calls() {
         var += (k as f64 - mean_k).powi(2);
     }
     let rate = var / cov;
+    // The slope leans the other way when the first calls start late and
+    // the later ones on time: the limiter reserves each call's token at a
+    // fixed time (50 ms apart here), so calls held up by a busy machine
+    // catch up to their reservations (seen on a loaded CI host: slope
+    // 22.06/s, span exactly 29 × 50 ms). The span from the first start to
+    // the last has the opposite weakness (a late first start). A limiter
+    // that holds shows the limit in at least one of the two; one that does
+    // not (every call at once) shows several times it in both.
+    let span = (n - 1.0) / (starts[starts.len() - 1] - starts[0]);
     let gaps: Vec<String> = starts
         .windows(2)
         .map(|w| format!("{:.0}", (w[1] - w[0]) * 1000.0))
         .collect();
     assert!(
-        (10.0..=22.0).contains(&rate),
-        "observed {rate:.2} calls/s, limit 20 + 10 % (gaps in ms: {})",
+        rate.min(span) <= 22.0 && rate.max(span) >= 10.0,
+        "observed {rate:.2} calls/s (slope), {span:.2} (span), limit 20 + 10 % (gaps in ms: {})",
         gaps.join(" ")
     );
-    eprintln!("rate: {rate:.2} calls/s (limit 20)");
+    eprintln!("rate: {rate:.2} calls/s by slope, {span:.2} by span (limit 20)");
     c.stop().await;
 }
 
