@@ -122,8 +122,9 @@ impl TestCluster {
     }
 
     /// Start the cluster and wait until JetStream is healthy on every node.
-    /// Free ports are picked up front; a start that loses a port race is
-    /// retried with fresh ports.
+    /// Free ports are picked up front; a start that loses a port race, or
+    /// whose nodes elect no meta leader in time, is retried with fresh
+    /// ports and stores.
     pub fn try_start() -> Result<Self, ClusterError> {
         Self::try_start_with_sync(SyncPolicy::default())
     }
@@ -142,6 +143,17 @@ impl TestCluster {
             match Self::start_once(nodes, sync) {
                 Ok(c) => return Ok(c),
                 Err(e @ ClusterError::Node { .. }) => last = Some(e),
+                // Seen on a loaded CI host: no meta leader within the
+                // timeout, the nodes' routes refused and dropped as
+                // duplicates. A fresh cluster (new ports, new stores)
+                // forms; the failed one's reason is printed first.
+                Err(e @ ClusterError::NotHealthy { .. }) => {
+                    eprintln!(
+                        "{e}
+(starting a fresh test cluster)"
+                    );
+                    last = Some(e);
+                }
                 Err(e) => return Err(e),
             }
         }
