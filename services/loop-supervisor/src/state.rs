@@ -281,10 +281,11 @@ pub(crate) fn new_run(
 /// them) are dispatched first, then the ones never started.
 ///
 /// A cursor loop goes on with `old`'s claims: `frames` are the stopped
-/// run's frames that place the rows it runs again (from its events), and
-/// its claims in flight are sent again under their own identity
-/// ([`cursor::continue_claims`]); then it claims anew. `fresh` unchanged when `old` cannot say which iterations
-/// finished (another item count, a cursor run whose frames do not place
+/// run's frames that place the rows it runs again, and no others
+/// ([`rows_again`], from its events: `FromLog::again`), and its claims in
+/// flight are sent again under their own identity
+/// ([`cursor::continue_claims`]); then it claims anew. `fresh` unchanged
+/// when `old` cannot say which iterations finished (another item count, a cursor run whose frames do not place
 /// every row it runs again, a run recorded before failures were kept by
 /// index): every iteration runs again.
 pub(crate) fn resumed(
@@ -302,26 +303,17 @@ pub(crate) fn resumed(
     if !known {
         return fresh;
     }
-    let redo = run_again(old);
-    if cursor && !cursor::covers(frames, redo.iter().copied().chain(old.next..old.total)) {
+    if cursor && !cursor::covers(frames, rows_again(old).into_iter()) {
         return fresh;
     }
     let mut r = fresh;
     r.in_flight.clear();
     r.next = old.next;
     r.done = old.done;
-    r.redo = redo;
+    r.redo = run_again(old);
     if cursor {
         r.total = old.total;
-        let kept = cursor::placing(
-            frames,
-            &r.redo
-                .iter()
-                .copied()
-                .chain(old.next..old.total)
-                .collect::<Vec<_>>(),
-        );
-        cursor::continue_claims(&mut r, old, old_srid, &kept);
+        cursor::continue_claims(&mut r, old, old_srid, frames);
     }
     if old.done_emitted {
         r.carried = old.done;
@@ -333,7 +325,6 @@ pub(crate) fn resumed(
     }
     cursor::fill_window(&mut r);
     if cursor {
-        cursor::prune_frames(&mut r);
         cursor::refill_claims(&mut r);
     }
     r
@@ -384,6 +375,15 @@ pub(crate) fn dispatched(r: &mut LoopRun, index: u64) {
         r.in_flight.extend(r.next..=index);
         r.next = index + 1;
     }
+}
+
+/// The iterations of a cursor loop's stopped run `old` whose rows a run
+/// continuing it runs: those it runs again ([`run_again`]) and those
+/// whose rows were claimed and never started.
+pub(crate) fn rows_again(old: &LoopRun) -> Vec<u64> {
+    let mut rows = run_again(old);
+    rows.extend(old.next..old.total);
+    rows
 }
 
 /// The iterations of stopped run `old` that a run continuing it runs

@@ -119,10 +119,7 @@ pub(super) fn fold_cursor<I: Iterator<Item = Event>>(
             .cloned()
     };
     let all: Vec<Frame> = (f.run.cursor.iter().flat_map(|c| c.frames.clone())).collect();
-    let again: Vec<u64> = (super::run_again(&f.run).into_iter())
-        .chain(f.run.next..f.run.total)
-        .collect();
-    f.again = (cursor::placing(&all, &again).into_iter())
+    f.again = (cursor::placing(&all, &super::rows_again(&f.run)).into_iter())
         .filter_map(|fr| rows(fr.seq).map(|r| (fr, r)))
         .collect();
     cursor::prune_frames(&mut f.run);
