@@ -314,3 +314,95 @@ fn a_task_under_noetl_serve_sees_no_secret_and_every_encoding_is_redacted() {
     haystack.push_str(&files_under(server.store_dir()));
     check(&s["ctx"]["dump"], &haystack);
 }
+
+/// Characters of the token a bound on output leaves at its cut: enough
+/// to be redacted (at least 4), too few to be the token.
+const CUT_LEFT: usize = 10;
+
+/// Two python tasks whose output the tool bounds (4,096 characters) right
+/// inside a secret: one prints padding and then the token, so that the
+/// kept head ends in its first [`CUT_LEFT`] characters; one raises with the token followed by padding, so that
+/// the traceback's kept tail begins with the token's last [`CUT_LEFT`].
+const CUT_PLAYBOOK: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: sealed_cuts }
+keychain:
+  - name: api_token
+    kind: bearer
+workflow:
+  - step: start
+    tool:
+      - name: head
+        kind: python
+        args: { token: "{{ keychain.api_token.token }}", left: CUT_LEFT }
+        code: |
+          print("x" * (4096 - left) + token)
+          result = {"len": len(token)}
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: { do: continue, set_ctx: { head: "{{ outcome.py.stdout }}" } }
+      - name: tail
+        kind: python
+        args: { token: "{{ keychain.api_token.token }}", left: CUT_LEFT }
+        code: |
+          raise ValueError(token + "z" * (4096 - 1 - left))
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' }}"
+                then: { do: continue, set_ctx: { tail: "{{ outcome.py.traceback }}" } }
+"#;
+
+/// A secret the python tool's bounds cut in two comes back redacted at
+/// the cut, in the head it keeps of the output and in the tail it keeps
+/// of a traceback, and nowhere else in what the run leaves.
+#[test]
+fn a_secret_cut_by_the_bound_on_a_task_s_output_is_redacted_at_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    put_token(&home, &[]);
+    let playbook = dir.path().join("cuts.yaml");
+    let left = CUT_LEFT.to_string();
+    std::fs::write(&playbook, CUT_PLAYBOOK.replace("CUT_LEFT", &left)).unwrap();
+    let out = noetl(&home)
+        .args(["run", "--json", "--timeout", "120"])
+        .arg(&playbook)
+        .output()
+        .unwrap();
+    let s: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(s["status"], "completed", "{s}");
+    let (head_of, tail_of) = (&TOKEN[..CUT_LEFT], &TOKEN[TOKEN.len() - CUT_LEFT..]);
+
+    // The kept head of stdout: its first 4,096 characters, which end in
+    // the token's first characters, redacted, then the cut's note.
+    let head = s["ctx"]["head"].as_str().unwrap_or_else(|| panic!("{s}"));
+    let pad = "x".repeat(4096 - CUT_LEFT);
+    assert!(
+        head.starts_with(&format!("{pad}[redacted]\n...[truncated ")),
+        "{}",
+        &head[head.len().saturating_sub(200)..]
+    );
+
+    // The kept tail of the traceback: its note, then the token's last
+    // characters, redacted, then the padding.
+    let tail = s["ctx"]["tail"].as_str().unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        tail.starts_with("...[truncated]\n[redacted]zzz"),
+        "{}",
+        &tail[..tail.len().min(200)]
+    );
+
+    // Neither part is anywhere in what the run printed or stored.
+    let haystack = format!("{}{}", text(&out), files_under(&home));
+    for (what, part) in [
+        ("the head's part of the token", format!("x{head_of}")),
+        ("the tail's part of the token", format!("{tail_of}zzz")),
+        ("the whole token", TOKEN.to_string()),
+    ] {
+        assert!(!haystack.contains(&part), "{what} ({part}) leaked");
+    }
+}
