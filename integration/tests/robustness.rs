@@ -1243,16 +1243,27 @@ workflow:
               - else: { then: { do: continue, set_ctx: { merged: "{{ outcome.result }}" } } }
 "#;
 
-/// A join step that failed, its join record purged before the execution
-/// is resumed: the resumed token finds the record missing, and the fold
-/// of the log gives back the stopped firing as the resume gave it to the
-/// new token (`execution.resumed`, then the token's `token.created`), so
-/// it fires at once with the merged args of both inputs (before, the
-/// record was rebuilt without it: the token waited for inputs that had
-/// come long ago, and with nothing else live the execution completed,
-/// the join step failed and its `ctx` write missing).
+/// A join step that failed, resumed: the router gives the stopped firing
+/// to the new token in the join's record, so it fires at once with the
+/// merged args of both inputs, which do not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_join_fires_with_the_stopped_firing_s_args() {
+    resumed_join(false).await;
+}
+
+/// The same with the join record purged before the execution is resumed:
+/// the resumed token finds the record missing, and the fold of the log
+/// gives back the stopped firing as the resume gave it to the new token
+/// (`execution.resumed`, then the token's `token.created`), so it fires at
+/// once (before, the record was rebuilt without it: the token waited for
+/// inputs that had come long ago, and with nothing else live the
+/// execution completed, the join step failed and its `ctx` write missing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_args() {
+    resumed_join(true).await;
+}
+
+async fn resumed_join(purged: bool) {
     use noetl_mesh::{keys::Keys, state::ExecStatus};
     let cluster = Cluster::start().await;
     let eid = failed_run(&cluster, RESUMED_JOIN, "resumed_join.yaml").await;
@@ -1262,7 +1273,9 @@ async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_
         .await
         .unwrap()
         .is_some());
-    store.purge(&key).await.unwrap();
+    if purged {
+        store.purge(&key).await.unwrap();
+    }
     resume_fixed(&cluster, &eid).await;
     let s = cluster.wait(&eid, Duration::from_secs(20)).await;
     assert_eq!(s.status, ExecStatus::Completed, "{s:?}");
@@ -1273,6 +1286,11 @@ async fn a_resumed_join_whose_record_was_purged_fires_with_the_stopped_firing_s_
         .filter(|e| e.event_type == "step.started" && e.step == "left")
         .count();
     assert_eq!(left, 1, "the join's inputs did not run again");
+    let merged = events
+        .iter()
+        .filter(|e| e.event_type == "step.started" && e.step == "merge")
+        .count();
+    assert_eq!(merged, 2, "the join fired again once, for the resume");
     cluster.stop().await;
 }
 

@@ -41,6 +41,7 @@ pub mod health;
 pub mod held;
 pub mod id_set;
 pub mod ids;
+pub mod join_record;
 pub mod jsz;
 pub mod keys;
 pub mod kv;

@@ -345,22 +345,6 @@ fn reachable<'p>(playbook: &'p Playbook, from: &'p str) -> BTreeSet<&'p str> {
     seen
 }
 
-/// The join record of a step after its stopped firing token `old` is
-/// given again to `new` (same merged args), so the resumed token fires the
-/// join at once instead of waiting for inputs that arrived long ago;
-/// `None` when `old` fired nothing there (it was not the join's firing).
-pub fn refire_join(record: &Value, old: &str, new: &str) -> Option<Value> {
-    let firings = record.get("firings")?.as_array()?;
-    if firings.iter().any(|f| f["token"] == new) {
-        return None;
-    }
-    let mut again = firings.iter().find(|f| f["token"] == old)?.clone();
-    again["token"] = Value::String(new.to_string());
-    let mut record = record.clone();
-    record["firings"].as_array_mut()?.push(again);
-    Some(record)
-}
-
 /// The plan the execution runs under from now on: `playbook` and its
 /// catalog name (`path@v<N>`) when a version was asked (its workload
 /// defaults under the execution's workload), `set` merged into the

@@ -4,7 +4,7 @@
 //!
 //! 1. the plan (its workload changes, another version, the clock restarted),
 //!    what loops continue from ([`Keys::loop_carry`]) and joins refire
-//!    ([`resume::refire_join`]), and `step.superseded` for `--from`: each
+//!    ([`Arrivals::refire`]), and `step.superseded` for `--from`: each
 //!    idempotent;
 //! 2. the header, in one compare-and-set that applies only while the
 //!    execution is still stopped with the resume count the client saw;
@@ -19,6 +19,7 @@ use noetl_mesh::{
     codec,
     effects::{self, Effect},
     events::{now_ms, EventDraft},
+    join_record::Arrivals,
     keys::Keys,
     kv::{self, Cas, RevisionCache},
     patches,
@@ -219,9 +220,12 @@ async fn refire(
     kv::update(
         mesh.exec_kv(),
         &Keys::join(eid, step),
-        |cur: Option<&Value>| match cur.and_then(|r| resume::refire_join(r, old, new)) {
-            Some(next) => Cas::Write(next),
-            None => Cas::Keep,
+        |cur: Option<&Arrivals>| {
+            let mut next = cur.cloned().unwrap_or_default();
+            match next.refire(old, new) {
+                true => Cas::Write(next),
+                false => Cas::Keep,
+            }
         },
     )
     .await?;

@@ -10,13 +10,13 @@
 //!     join: all                # or: { from: [left, right] }
 //! ```
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use noetl_mesh::{
     event_type::EventType,
+    join_record::{Arrivals, Firing},
     keys::Keys,
     kv::{self, Cas},
     payloads,
@@ -26,32 +26,6 @@ use noetl_mesh::{
 
 /// The inputs a join waits for, if the step is a join.
 pub use noetl_mesh::dispatch::join_inputs as inputs;
-
-/// One join's arrivals so far.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Arrivals {
-    /// Input step → the token that arrived from it.
-    arrived: Map<String, Value>,
-    /// Merged args of the arrivals.
-    args: Map<String, Value>,
-    /// The last firings (bounded): the token that fired the join and the
-    /// merged args it fired with, so a redelivered firing token fires with
-    /// the same args (same ids: JetStream drops the duplicates).
-    #[serde(default)]
-    firings: Vec<Firing>,
-    /// Tokens absorbed by an earlier firing (bounded): a redelivered one
-    /// must not arrive again, or it would re-arm the join with a stale
-    /// token.
-    #[serde(default)]
-    consumed: Vec<String>,
-}
-
-/// One firing of a join.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Firing {
-    token: String,
-    args: Map<String, Value>,
-}
 
 /// Firings and absorbed tokens a join remembers.
 const REMEMBERED: usize = 64;
@@ -321,19 +295,15 @@ impl<'a> Decided<'a> {
 /// The join record `a` as resume `n` leaves it for its token `new`: the
 /// firing of the stopped token `new` runs again (`new` is its
 /// [`noetl_mesh::resume::again_id`]) given to `new` with the same merged
-/// args, as the router gave it ([`noetl_mesh::resume::refire_join`]), so
+/// args, as the router gave it ([`Arrivals::refire`]), so
 /// the resumed token fires the join at once instead of waiting for
 /// inputs that arrived long ago.
 fn refired(a: &mut Arrivals, n: u32, new: &str) {
-    if a.firings.iter().any(|f| f.token == new) {
-        return;
-    }
-    let again = (a.firings.iter()).find(|f| noetl_mesh::resume::again_id(&f.token, n) == new);
-    if let Some(f) = again {
-        a.firings.push(Firing {
-            token: new.to_string(),
-            args: f.args.clone(),
-        });
+    let old = (a.firings.iter())
+        .find(|f| noetl_mesh::resume::again_id(&f.token, n) == new)
+        .map(|f| f.token.clone());
+    if let Some(old) = old {
+        a.refire(&old, new);
     }
 }
 
@@ -575,9 +545,8 @@ mod tests {
         let stopped = fold_arrivals(&log, "merge", &inputs).expect("a record");
         // Resume 1 runs t2 again as its again_id, with t2's merged args.
         let again = noetl_mesh::resume::again_id("t2", 1);
-        let live =
-            noetl_mesh::resume::refire_join(&serde_json::to_value(&stopped).unwrap(), "t2", &again)
-                .expect("t2 fired the join");
+        let mut live = stopped.clone();
+        assert!(live.refire("t2", &again), "t2 fired the join");
         log.push(logged(
             9,
             "execution.resumed",
@@ -591,7 +560,7 @@ mod tests {
         token.event.payload_json = serde_json::to_vec(&p).unwrap();
         log.push(token);
         let resumed = fold_arrivals(&log, "merge", &inputs).expect("a record");
-        assert_eq!(serde_json::to_value(&resumed).unwrap(), live);
+        assert_eq!(resumed, live);
         // The resumed token fires at once, with the stopped firing's args.
         let at = arrive(Some(&resumed), "right", &again, json!({"b": 2}));
         assert_eq!(at.outcome, JoinOutcome::Fire(json!({"a": 1, "b": 2})));

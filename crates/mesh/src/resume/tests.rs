@@ -153,19 +153,6 @@ fn the_resumed_header_runs_again_and_counts_the_resume() {
 }
 
 #[test]
-fn a_join_fired_by_the_stopped_token_fires_again_for_the_new_one() {
-    let rec =
-        json!({"arrived": {}, "firings": [{"token": "old", "args": {"x": 1}}], "consumed": ["o2"]});
-    let again = refire_join(&rec, "old", "new").unwrap();
-    assert_eq!(
-        again["firings"],
-        json!([{"token": "old", "args": {"x": 1}}, {"token": "new", "args": {"x": 1}}])
-    );
-    assert!(refire_join(&again, "old", "new").is_none(), "once");
-    assert!(refire_join(&rec, "other", "new").is_none());
-}
-
-#[test]
 fn the_resumed_plan_merges_the_changes_and_restarts_the_clock() {
     let mut old = PlanRecord::new(
         "e1".into(),
