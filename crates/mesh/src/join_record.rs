@@ -2,7 +2,7 @@
 //! writes it as tokens arrive at a step with `spec.join`, and a resume
 //! gives a stopped firing to the token that runs it again
 //! ([`Arrivals::refire`]). One type for both, so the record has one shape
-//! (docs/architecture.md, "Joins").
+//! (docs/architecture.md, "KV buckets").
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
