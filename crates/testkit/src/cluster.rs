@@ -148,10 +148,7 @@ impl TestCluster {
                 // duplicates. A fresh cluster (new ports, new stores)
                 // forms; the failed one's reason is printed first.
                 Err(e @ ClusterError::NotHealthy { .. }) => {
-                    eprintln!(
-                        "{e}
-(starting a fresh test cluster)"
-                    );
+                    eprintln!("{e}\n(starting a fresh test cluster)");
                     last = Some(e);
                 }
                 Err(e) => return Err(e),

@@ -285,9 +285,10 @@ pub(crate) fn new_run(
 /// ([`rows_again`], from its events: `FromLog::again`), and its claims in
 /// flight are sent again under their own identity
 /// ([`cursor::continue_claims`]); then it claims anew. `fresh` unchanged
-/// when `old` cannot say which iterations finished (another item count, a cursor run whose frames do not place
-/// every row it runs again, a run recorded before failures were kept by
-/// index): every iteration runs again.
+/// when `old` cannot say which iterations finished (another item count, a
+/// cursor run whose frames do not place every row it runs again, a run
+/// recorded before failures were kept by index): every iteration runs
+/// again.
 pub(crate) fn resumed(
     fresh: LoopRun,
     old: &LoopRun,
