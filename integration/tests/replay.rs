@@ -364,6 +364,18 @@ workflow:
     cluster.stop().await;
 }
 
+/// A playbook of one noop step.
+const ONE_NOOP: &str = r#"
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: one_noop }
+workflow:
+  - step: start
+    tool:
+      - name: one
+        kind: noop
+"#;
+
 /// A request whose earlier delivery stored its plan and then stopped
 /// before its header (or is still running beside this one) starts from
 /// that plan: the first start time stands in the plan, the header and the
@@ -372,16 +384,7 @@ workflow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_starts_from_the_plan_an_earlier_delivery_of_it_stored() {
     let cluster = Cluster::start().await;
-    let yaml = r#"
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: { name: planned }
-workflow:
-  - step: start
-    tool:
-      - name: one
-        kind: noop
-"#;
+    let yaml = ONE_NOOP;
     // The plan a first delivery of the request made, 5 s ago: the plan of
     // another execution of the playbook, under the new id.
     let done = cluster.submit(yaml, "planned.yaml", Value::Null).await;
@@ -416,5 +419,59 @@ workflow:
     );
     let report = cluster.replay(&eid).await;
     assert!(report.equal, "{:?}", report.differences);
+    cluster.stop().await;
+}
+
+/// Whether the log holds an execution (`Mesh::in_log`, what a request
+/// under a chosen id asks first): not for an id never used, nor for one
+/// with only an audit record or a signal under it; from its start on, and
+/// still when a later event that says nothing of a start is its last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_holds_an_execution_from_its_start_and_not_for_other_events_under_its_id() {
+    let cluster = Cluster::start().await;
+    let mesh = cluster.mesh.clone();
+    let signal = |eid: &str| {
+        noetl_mesh::events::EventDraft {
+            execution_id: eid,
+            discriminator: "go",
+            ..Default::default()
+        }
+        .build(&noetl_mesh::waiter::SignalReceived {
+            signal: "go".into(),
+            by: "test".into(),
+            task_run_id: String::new(),
+        })
+    };
+    assert!(!mesh.in_log("never-used").await.unwrap());
+    let audit = noetl_mesh::audit::Audit {
+        principal: "test".into(),
+        role: "local".into(),
+        action: "execution.cancel".into(),
+        object: "audited-only".into(),
+        outcome: "no such execution".into(),
+    };
+    mesh.audit(Some("audited-only"), &audit).await.unwrap();
+    assert!(!mesh.in_log("audited-only").await.unwrap());
+    mesh.emit(&signal("signalled-only"))
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    assert!(!mesh.in_log("signalled-only").await.unwrap());
+
+    let eid = cluster.submit(ONE_NOOP, "held.yaml", Value::Null).await;
+    cluster.wait(&eid, std::time::Duration::from_secs(30)).await;
+    assert!(mesh.in_log(&eid).await.unwrap());
+    mesh.emit(&signal(&eid))
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    assert!(
+        mesh.in_log(&eid).await.unwrap(),
+        "a signal stored after its end leaves it in the log"
+    );
     cluster.stop().await;
 }

@@ -621,6 +621,18 @@ impl crate::Mesh {
         Ok(last.as_ref().map(LastStored::of))
     }
 
+    /// The subject of the last event stored under `filter`, as the event
+    /// stream's leader holds it; `None` when nothing is stored under it.
+    pub(crate) async fn last_stored_subject(
+        &self,
+        filter: &str,
+    ) -> Result<Option<String>, crate::MeshError> {
+        let (_, last) = self
+            .events_and_last(filter, &format!("last event under {filter}"))
+            .await?;
+        Ok(last.map(|m| m.subject.to_string()))
+    }
+
     /// The event stream, and the last message under `filter` as its
     /// leader holds it ([`crate::through::leader_last`]). Errors name
     /// `reader`.

@@ -164,8 +164,22 @@ impl crate::Mesh {
     /// Whether the event log holds execution `eid`: its first event, or
     /// an end (one refused before it started has only that). Audit
     /// records filed under an id no execution has do not count.
+    ///
+    /// Asked for every new execution, so it reads once when it can: the
+    /// last engine event under the id (every type but the one-token
+    /// `audit`), which is none for an id never used and, when it is a
+    /// start or an `execution.*`, answers alone. Any other event (a
+    /// signal sent before the start) leaves the question to the two reads
+    /// of the start and the end.
     pub async fn in_log(&self, eid: &str) -> Result<bool, crate::MeshError> {
         let subjects = self.subjects();
+        let engine = subjects.events_matching(Some(eid), "*.>");
+        let Some(last) = self.last_stored_subject(&engine).await? else {
+            return Ok(false);
+        };
+        if crate::subjects::event_parts(&last).is_some_and(|(_, t)| answers_in_log(t)) {
+            return Ok(true);
+        }
         let started = subjects.events_matching(Some(eid), "playbook.initialized");
         let ended = subjects.events_matching(Some(eid), "execution.*");
         let (started, ended) = tokio::join!(
@@ -232,6 +246,15 @@ impl crate::Mesh {
     }
 }
 
+/// Whether an event of type `event_type` says its execution is in the log
+/// ([`crate::Mesh::in_log`]): its start, or any `execution.*` (an end among them).
+fn answers_in_log(event_type: &str) -> bool {
+    event_type == crate::event_type::EventType::PlaybookInitialized.wire_name()
+        || event_type
+            .strip_prefix("execution.")
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('.'))
+}
+
 /// The summary of `header` with `ctx` (as users see it) and each step's
 /// status (`None`: not run); not paused, not queued.
 fn summary_of(
@@ -268,6 +291,28 @@ fn summary_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_or_an_execution_event_answers_that_the_log_holds_the_execution() {
+        for t in [
+            "playbook.initialized",
+            "execution.completed",
+            "execution.cancel_requested",
+            "execution.queued",
+        ] {
+            assert!(answers_in_log(t), "{t}");
+        }
+        for t in [
+            "signal.received",
+            "message.dead_lettered",
+            "workflow.initialized",
+            "execution",
+            "execution.",
+            "audit",
+        ] {
+            assert!(!answers_in_log(t), "{t}");
+        }
+    }
 
     #[test]
     fn a_summary_names_every_step_and_those_without_a_record_not_run() {
