@@ -3,7 +3,8 @@
 //! catch-all rule swallowed, a failed loop's cause, `validate` catching what
 //! `run` refuses, an unreachable NATS, the README's mesh recipe as written,
 //! `events tail | head`, a paused execution, a failed execution's `show` and
-//! `why`, the local store against `NOETL_NATS_URL`, the run summary's order.
+//! `why`, the local store against `NOETL_NATS_URL`, the run summary's order,
+//! a join that never started in an execution that completed.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,17 @@ fn playbook(dir: &Path, name: &str, yaml: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, yaml).unwrap();
     p
+}
+
+/// What `noetl run` of a playbook holding `yaml` printed (a fresh home).
+fn run_playbook(yaml: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = playbook(dir.path(), "playbook.yaml", yaml);
+    support::noetl(&dir.path().join("home"))
+        .arg("run")
+        .arg(&file)
+        .output()
+        .unwrap()
 }
 
 /// The execution id of `noetl run`'s summary (`execution ID  STATUS ...`).
@@ -771,11 +783,7 @@ fn noetl_nats_url_sends_catalog_commands_to_that_mesh_as_the_docs_say() {
 
 #[test]
 fn the_run_summary_lists_steps_in_the_order_they_ran() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let file = playbook(
-        dir.path(),
-        "order.yaml",
+    let out = run_playbook(
         r#"apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: order }
@@ -790,11 +798,6 @@ workflow:
     tool: { kind: noop, result: 3 }
 "#,
     );
-    let out = support::noetl(&home)
-        .arg("run")
-        .arg(&file)
-        .output()
-        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let s = stdout(&out);
     let steps: Vec<&str> = s
@@ -805,4 +808,40 @@ workflow:
         .map(|l| l.split_whitespace().last().unwrap())
         .collect();
     assert_eq!(steps, ["start", "zebra", "apple"], "{s}");
+}
+
+/// A join one of whose inputs routed elsewhere: the execution completes
+/// with the join `not_run`, and the run says why it never started.
+#[test]
+fn a_join_an_input_never_reached_is_named_under_the_completed_run() {
+    let out = run_playbook(
+        r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: join_never }
+workflow:
+  - step: start
+    tool: { kind: noop }
+    next: { spec: { mode: inclusive }, arcs: [ { step: left }, { step: right } ] }
+  - step: left
+    tool: { kind: noop }
+    next: { arcs: [ { step: merge } ] }
+  - step: right
+    tool: { kind: noop }
+    next: { arcs: [ { step: merge, when: "{{ false }}" }, { step: other } ] }
+  - step: other
+    tool: { kind: noop }
+  - step: merge
+    spec: { join: all }
+    tool: { kind: noop }
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let s = stdout(&out);
+    assert!(s.contains("  not_run  merge"), "{s}");
+    assert!(
+        s.contains(
+            "join never started: step merge had 1 of its 2 inputs (from left) when the execution ended"
+        ),
+        "{s}"
+    );
 }

@@ -2,9 +2,12 @@
 //! function): the task error that failed a step-run (with the python
 //! traceback's last lines), the first loop iterations that failed, and the
 //! task errors a policy rule handled (`continue`, `jump` or `break` on an
-//! error outcome): those leave their step `done`, and must not vanish.
-//! `noetl run` prints them under its summary, `noetl exec show` beside its
-//! tree.
+//! error outcome): those leave their step `done`, and must not vanish;
+//! and the joins that never started before the execution ended (a step
+//! shown `not_run` though a token reached it). `noetl run` prints them
+//! under its summary, `noetl exec show` beside its tree.
+
+use std::collections::{BTreeMap, HashMap};
 
 use noetl_mesh::event_type::EventType;
 use noetl_mesh::events;
@@ -51,6 +54,20 @@ pub struct IterationError {
     pub message: String,
 }
 
+/// A join that waited for more of its inputs when its execution ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JoinUnfired {
+    /// The join step.
+    pub step: String,
+    /// Its inputs arrived.
+    pub arrived: u64,
+    /// Its inputs in all.
+    pub inputs: u64,
+    /// The steps whose tokens arrived, in order (a name is missing when
+    /// the events do not say which step-run routed the token).
+    pub from: Vec<String>,
+}
+
 /// What went wrong in one execution.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Problems {
@@ -63,6 +80,10 @@ pub struct Problems {
     pub iterations_failed: u64,
     /// Task errors a policy rule handled.
     pub handled: Vec<TaskError>,
+    /// Joins that never started: they waited for more inputs when the
+    /// execution ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<JoinUnfired>,
 }
 
 /// [`Problems`] told event by event ([`Self::apply`]), for a reader that
@@ -73,6 +94,11 @@ pub struct ProblemsFold {
     /// The last task error of each step-run, for the traceback of the
     /// failure that follows it.
     last_error: Vec<(String, String, Value)>,
+    /// The step of each step-run seen (the steps a join's tokens came
+    /// from).
+    runs: HashMap<String, String>,
+    /// Joins waiting for more inputs now, by step.
+    waiting: BTreeMap<String, JoinUnfired>,
 }
 
 impl ProblemsFold {
@@ -105,6 +131,44 @@ impl ProblemsFold {
             Some(EventType::LoopIterationFailed) => p.iteration(ev, &payload),
             _ => {}
         }
+        self.joins(ev, &payload);
+    }
+
+    /// The joins' side of `ev`: an arrival that waits, a join that
+    /// starts, the execution's end (the joins still waiting never
+    /// started) or its resume (its next end says).
+    fn joins(&mut self, ev: &Event, payload: &Value) {
+        let Some(t) = EventType::of(ev) else {
+            return;
+        };
+        match t {
+            EventType::StepStarted | EventType::StepScheduled => {
+                self.runs.insert(ev.step_run_id.clone(), ev.step.clone());
+                self.waiting.remove(&ev.step);
+            }
+            EventType::StepDone | EventType::StepFailed => {
+                self.runs.insert(ev.step_run_id.clone(), ev.step.clone());
+            }
+            EventType::StepSkipped if payload["reason"] == "join.waiting" => {
+                let num = |k: &str| payload[k].as_u64().unwrap_or(0);
+                let w = self
+                    .waiting
+                    .entry(ev.step.clone())
+                    .or_insert_with(|| JoinUnfired {
+                        step: ev.step.clone(),
+                        ..Default::default()
+                    });
+                (w.arrived, w.inputs) = (num("arrived"), num("inputs"));
+                if let Some(from) = self.runs.get(&ev.parent_id) {
+                    w.from.push(from.clone());
+                }
+            }
+            EventType::ExecutionResumed => self.problems.joins.clear(),
+            t if t.ends_execution() => {
+                self.problems.joins = self.waiting.values().cloned().collect();
+            }
+            _ => {}
+        }
     }
 
     /// The problems the events taken tell of.
@@ -126,7 +190,10 @@ impl Problems {
 
     /// Nothing went wrong.
     pub fn is_empty(&self) -> bool {
-        self.failed.is_empty() && self.iterations.is_empty() && self.handled.is_empty()
+        self.failed.is_empty()
+            && self.iterations.is_empty()
+            && self.handled.is_empty()
+            && self.joins.is_empty()
     }
 
     /// A handled error: counted with the same one seen before.
@@ -204,8 +271,26 @@ impl Problems {
                 h.action
             ));
         }
+        for j in &self.joins {
+            out.push_str(&format!("  {}\n", unfired(j)));
+        }
         out
     }
+}
+
+/// A join that never started, in one line: what arrived, and what a join
+/// waits for.
+fn unfired(j: &JoinUnfired) -> String {
+    let from = if j.from.is_empty() {
+        String::new()
+    } else {
+        format!(" (from {})", j.from.join(", "))
+    };
+    format!(
+        "join never started: step {} had {} of its {} inputs{from} when the execution ended; \
+         a join starts once a token has come from each step whose arcs target it",
+        j.step, j.arrived, j.inputs
+    )
 }
 
 /// `step.task: kind: message`.
@@ -309,6 +394,83 @@ mod tests {
         );
         assert_eq!(Problems::default().render(), "", "nothing went wrong");
         assert!(text.contains("      NameError: name 'totl'"), "{text}");
+    }
+
+    /// `left` and `right` ran; `left`'s token reached join `merge`.
+    fn one_arrival_of_two() -> Vec<Event> {
+        let mut arrival = ev(
+            "step.skipped",
+            "merge",
+            "r3",
+            "",
+            json!({"reason": "join.waiting", "arrived": 1, "inputs": 2, "join": true}),
+        );
+        arrival.parent_id = "r1".into();
+        vec![
+            ev("step.started", "left", "r1", "", json!({})),
+            ev("step.started", "right", "r2", "", json!({})),
+            ev("step.done", "left", "r1", "", json!({"status": "ok"})),
+            arrival,
+            ev("step.done", "right", "r2", "", json!({"status": "ok"})),
+        ]
+    }
+
+    #[test]
+    fn a_join_still_waiting_when_the_execution_ends_is_named_with_what_arrived() {
+        let mut events = one_arrival_of_two();
+        assert!(
+            Problems::from_events(&events).is_empty(),
+            "a join waiting in a running execution is no problem"
+        );
+        events.push(ev(
+            "execution.completed",
+            "",
+            "",
+            "",
+            json!({"status": "completed"}),
+        ));
+        let p = Problems::from_events(&events);
+        assert_eq!(
+            p.joins,
+            [JoinUnfired {
+                step: "merge".into(),
+                arrived: 1,
+                inputs: 2,
+                from: vec!["left".into()],
+            }]
+        );
+        let text = p.render();
+        assert!(
+            text.contains("join never started: step merge had 1 of its 2 inputs (from left) when the execution ended"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_join_that_started_before_the_end_is_no_problem() {
+        let mut events = one_arrival_of_two();
+        events.push(ev("step.started", "merge", "r4", "", json!({})));
+        events.push(ev(
+            "execution.completed",
+            "",
+            "",
+            "",
+            json!({"status": "completed"}),
+        ));
+        assert!(Problems::from_events(&events).is_empty());
+        let mut resumed = one_arrival_of_two();
+        resumed.push(ev(
+            "execution.failed",
+            "",
+            "",
+            "",
+            json!({"status": "failed"}),
+        ));
+        resumed.push(ev("execution.resumed", "", "", "", json!({})));
+        assert!(
+            Problems::from_events(&resumed).joins.is_empty(),
+            "a resumed execution's next end says"
+        );
     }
 
     #[test]
