@@ -59,6 +59,8 @@ pub struct ClusterOptions {
     /// Most iterations of a loop window per command
     /// ([`MeshConfig::loop_batch`]; `noetl-bench --loop-batch`).
     pub loop_batch: usize,
+    /// One node with a monitoring port ([`Nats::exchanged`]; `noetl-bench`).
+    pub monitored: bool,
 }
 
 impl Default for ClusterOptions {
@@ -75,6 +77,7 @@ impl Default for ClusterOptions {
             sync: Default::default(),
             nodes: 1,
             loop_batch: noetl_mesh::config::DEFAULT_LOOP_BATCH,
+            monitored: false,
         }
     }
 }
@@ -133,6 +136,17 @@ impl Nats {
             Nats::Clustered(c) => c.client().await,
         }
     }
+
+    /// The messages the server has taken in from its clients and sent out
+    /// to them so far (its `/varz` `in_msgs`, `out_msgs`): one node
+    /// started [`ClusterOptions::monitored`], else `None`.
+    pub fn exchanged(&self) -> Option<(u64, u64)> {
+        let Nats::One(s) = self else {
+            return None;
+        };
+        let v = s.varz()?;
+        Some((v["in_msgs"].as_u64()?, v["out_msgs"].as_u64()?))
+    }
 }
 
 /// A running mesh on a private nats-server: the services as `noetl run`
@@ -167,6 +181,7 @@ impl Cluster {
     /// Start a server and `opts.replicas` replicas of each service.
     pub async fn start_with(opts: ClusterOptions) -> Self {
         let (server, replicas) = match opts.nodes {
+            1 if opts.monitored => (Nats::One(TestServer::start_monitored(opts.sync)), 1),
             1 => (Nats::One(TestServer::start_with_sync(opts.sync)), 1),
             n @ (3 | 5) => {
                 let c = TestCluster::try_start_sized(n, opts.sync)

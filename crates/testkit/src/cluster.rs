@@ -389,7 +389,7 @@ pub fn stream_leader_in(jsz: &Value, stream: &str) -> Option<String> {
 }
 
 /// `n` distinct free loopback ports (all held at once while choosing).
-fn free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"))
         .collect();

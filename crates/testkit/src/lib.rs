@@ -19,6 +19,9 @@ pub struct TestServer {
     // Field order matters: the process stops before the directory goes.
     process: NatsServerProcess,
     _store: tempfile::TempDir,
+    /// Its monitoring port's address, when it has one
+    /// ([`TestServer::start_monitored`]).
+    monitor: Option<std::net::SocketAddr>,
 }
 
 impl TestServer {
@@ -40,23 +43,49 @@ impl TestServer {
 
     /// Start a server that writes to disk as `sync` says.
     pub fn try_start_with_sync(sync: SyncPolicy) -> Result<Self, noetl_mesh::server::ServerError> {
-        let store = tempfile::Builder::new()
-            .prefix("noetl-test-nats-")
-            .tempdir()
-            .map_err(|source| noetl_mesh::server::ServerError::StoreDir {
-                path: std::env::temp_dir().display().to_string(),
-                source,
-            })?;
-        let opts = ServerOptions {
-            store_dir: store.path().to_path_buf(),
-            port: None,
-            binary: None,
-        };
+        let store = store_dir()?;
+        let opts = options(&store);
         let process = NatsServerProcess::start_with_sync(opts, sync)?;
         Ok(Self {
             process,
             _store: store,
+            monitor: None,
         })
+    }
+
+    /// Start a server that writes to disk as `sync` says, with a
+    /// monitoring port on loopback, whose counters [`TestServer::varz`]
+    /// reads (what a benchmark's unit of work exchanged with it); panics
+    /// with the reason.
+    pub fn start_monitored(sync: SyncPolicy) -> Self {
+        let started = || -> Result<Self, noetl_mesh::server::ServerError> {
+            let store = store_dir()?;
+            let port = cluster::free_ports(1)[0];
+            let config = store.path().join("monitored.conf");
+            let text = format!(
+                "{}http: \"127.0.0.1:{port}\"\n",
+                sync.config_text().unwrap_or_default()
+            );
+            std::fs::write(&config, text).map_err(|source| {
+                noetl_mesh::server::ServerError::StoreDir {
+                    path: config.display().to_string(),
+                    source,
+                }
+            })?;
+            let process = NatsServerProcess::start_with_config(options(&store), &config)?;
+            Ok(Self {
+                process,
+                _store: store,
+                monitor: Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+            })
+        };
+        started().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The server's `/varz` (its counters: `in_msgs`, `out_msgs`...);
+    /// `None` when it has no monitoring port or does not answer.
+    pub fn varz(&self) -> Option<serde_json::Value> {
+        cluster::monitor_get(self.monitor?, "/varz")
     }
 
     /// The client URL.
@@ -79,6 +108,26 @@ impl TestServer {
         async_nats::connect(self.url())
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+    }
+}
+
+/// A fresh store directory, removed on drop.
+fn store_dir() -> Result<tempfile::TempDir, noetl_mesh::server::ServerError> {
+    tempfile::Builder::new()
+        .prefix("noetl-test-nats-")
+        .tempdir()
+        .map_err(|source| noetl_mesh::server::ServerError::StoreDir {
+            path: std::env::temp_dir().display().to_string(),
+            source,
+        })
+}
+
+/// A server on a free port storing into `store`, the binary searched.
+fn options(store: &tempfile::TempDir) -> ServerOptions {
+    ServerOptions {
+        store_dir: store.path().to_path_buf(),
+        port: None,
+        binary: None,
     }
 }
 
@@ -106,6 +155,26 @@ mod tests {
         assert!(dir.exists());
         drop(a);
         assert!(!dir.exists(), "store dir must be removed on drop");
+    }
+
+    #[tokio::test]
+    async fn a_monitored_server_counts_what_its_clients_exchange() {
+        let plain = TestServer::start();
+        assert!(plain.varz().is_none(), "no monitoring port unless asked");
+        let s = TestServer::start_monitored(SyncPolicy::default());
+        let count = |k: &str| s.varz().unwrap()[k].as_u64().unwrap();
+        let client = s.client().await;
+        let mut sub = client.subscribe("c.x").await.unwrap();
+        client.flush().await.unwrap();
+        let (was_in, was_out) = (count("in_msgs"), count("out_msgs"));
+        for _ in 0..10 {
+            client.publish("c.x", "hi".into()).await.unwrap();
+        }
+        for _ in 0..10 {
+            futures::StreamExt::next(&mut sub).await.unwrap();
+        }
+        assert_eq!(count("in_msgs") - was_in, 10);
+        assert_eq!(count("out_msgs") - was_out, 10);
     }
 
     #[test]

@@ -290,6 +290,7 @@ async fn main() {
         sync,
         nodes,
         loop_batch,
+        monitored: true,
         ..ClusterOptions::default()
     })
     .await;

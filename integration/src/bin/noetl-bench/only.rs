@@ -103,6 +103,7 @@ pub async fn run(
     let mut all = Cpu::default();
     let mut all_units = 0usize;
     let stored_before = stored(cluster).await;
+    let exchanged_before = cluster.server.exchanged();
     for round in 0..rounds {
         let before = Cpu::now(&nats_pids);
         // (the figure, units of work it covered)
@@ -213,6 +214,7 @@ pub async fn run(
         );
         out.push(r);
     }
+    let exchanged_after = cluster.server.exchanged();
     let median = |f: fn(&Round) -> f64| report::stats(&out.iter().map(f).collect::<Vec<_>>());
     let (v, c, n) = (
         median(|r| r.value),
@@ -244,6 +246,14 @@ pub async fn run(
         over_all(all.total()),
         over_all(all.nats)
     );
+    if let (Some(was), Some(is)) = (exchanged_before, exchanged_after) {
+        let each = |a: u64, b: u64| a.saturating_sub(b) as f64 / all_units.max(1) as f64;
+        println!(
+            "{name}: nats-server took in {:.1} and sent out {:.1} client messages per {per} over all rounds (its /varz: publishes, requests and acks in; deliveries, replies and acks out)",
+            each(is.0, was.0),
+            each(is.1, was.1)
+        );
+    }
 }
 
 /// Every stream's last sequence (messages ever stored, KV buckets too).
