@@ -58,28 +58,39 @@ impl TestServer {
     /// reads (what a benchmark's unit of work exchanged with it); panics
     /// with the reason.
     pub fn start_monitored(sync: SyncPolicy) -> Self {
-        let started = || -> Result<Self, noetl_mesh::server::ServerError> {
-            let store = store_dir()?;
-            let port = cluster::free_ports(1)[0];
-            let config = store.path().join("monitored.conf");
-            let text = format!(
-                "{}http: \"127.0.0.1:{port}\"\n",
-                sync.config_text().unwrap_or_default()
-            );
-            std::fs::write(&config, text).map_err(|source| {
-                noetl_mesh::server::ServerError::StoreDir {
-                    path: config.display().to_string(),
-                    source,
-                }
-            })?;
-            let process = NatsServerProcess::start_with_config(options(&store), &config)?;
-            Ok(Self {
-                process,
-                _store: store,
-                monitor: Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
-            })
-        };
-        started().unwrap_or_else(|e| panic!("{e}"))
+        // The monitoring port is chosen before the server binds it: taken
+        // meanwhile, the start fails, and another port is tried.
+        let mut last = None;
+        for _ in 0..5 {
+            match Self::try_start_monitored(sync) {
+                Ok(s) => return s,
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("{}", last.expect("five attempts"))
+    }
+
+    /// One attempt of [`TestServer::start_monitored`].
+    fn try_start_monitored(sync: SyncPolicy) -> Result<Self, noetl_mesh::server::ServerError> {
+        let store = store_dir()?;
+        let port = cluster::free_ports(1)[0];
+        let config = store.path().join("monitored.conf");
+        let text = format!(
+            "{}http: \"127.0.0.1:{port}\"\n",
+            sync.config_text().unwrap_or_default()
+        );
+        std::fs::write(&config, text).map_err(|source| {
+            noetl_mesh::server::ServerError::StoreDir {
+                path: config.display().to_string(),
+                source,
+            }
+        })?;
+        let process = NatsServerProcess::start_with_config(options(&store), &config)?;
+        Ok(Self {
+            process,
+            _store: store,
+            monitor: Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        })
     }
 
     /// The server's `/varz` (its counters: `in_msgs`, `out_msgs`...);
