@@ -35,11 +35,11 @@ fn playbook(dir: &Path, name: &str, yaml: &str) -> PathBuf {
     p
 }
 
-/// What `noetl run` of a playbook holding `yaml` printed (a fresh home).
-fn run_playbook(yaml: &str) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let file = playbook(dir.path(), "playbook.yaml", yaml);
-    support::noetl(&dir.path().join("home"))
+/// What `noetl run` of a playbook holding `yaml`, written into `dir`,
+/// printed (its home `dir/home`).
+fn run_playbook(dir: &Path, yaml: &str) -> Output {
+    let file = playbook(dir, "playbook.yaml", yaml);
+    support::noetl(&dir.join("home"))
         .arg("run")
         .arg(&file)
         .output()
@@ -783,7 +783,9 @@ fn noetl_nats_url_sends_catalog_commands_to_that_mesh_as_the_docs_say() {
 
 #[test]
 fn the_run_summary_lists_steps_in_the_order_they_ran() {
+    let dir = tempfile::tempdir().unwrap();
     let out = run_playbook(
+        dir.path(),
         r#"apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: order }
@@ -811,10 +813,13 @@ workflow:
 }
 
 /// A join one of whose inputs routed elsewhere: the execution completes
-/// with the join `not_run`, and the run says why it never started.
+/// with the join `not_run`, and the run (and `exec show` after it) says
+/// why it never started.
 #[test]
 fn a_join_an_input_never_reached_is_named_under_the_completed_run() {
+    let dir = tempfile::tempdir().unwrap();
     let out = run_playbook(
+        dir.path(),
         r#"apiVersion: noetl.io/v2
 kind: Playbook
 metadata: { name: join_never }
@@ -838,10 +843,11 @@ workflow:
     assert!(out.status.success(), "{}", text(&out));
     let s = stdout(&out);
     assert!(s.contains("  not_run  merge"), "{s}");
-    assert!(
-        s.contains(
-            "join never started: step merge had 1 of its 2 inputs (from left) when the execution ended"
-        ),
-        "{s}"
-    );
+    let said = "join never started: step merge had 1 of its 2 inputs (from left; none from right) when the execution ended";
+    assert!(s.contains(said), "{s}");
+    let show = support::noetl(&dir.path().join("home"))
+        .args(["exec", "show", &run_id(&s), "--local"])
+        .output()
+        .unwrap();
+    assert!(stdout(&show).contains(said), "{}", text(&show));
 }

@@ -66,6 +66,10 @@ pub struct JoinUnfired {
     /// The steps whose tokens arrived, in order (a name is missing when
     /// the events do not say which step-run routed the token).
     pub from: Vec<String>,
+    /// The inputs no token came from, when the playbook is known
+    /// ([`Problems::name_missing`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 /// What went wrong in one execution.
@@ -188,6 +192,18 @@ impl Problems {
         fold.finish()
     }
 
+    /// Name each waiting join's inputs that no token came from, from the
+    /// playbook the execution ran (the events say only how many).
+    pub fn name_missing(&mut self, playbook: &noetl_core::Playbook) {
+        for j in &mut self.joins {
+            let Some(step) = playbook.step(&j.step) else {
+                continue;
+            };
+            let inputs = noetl_mesh::dispatch::join_inputs(playbook, step).unwrap_or_default();
+            j.missing = inputs.into_iter().filter(|i| !j.from.contains(i)).collect();
+        }
+    }
+
     /// Nothing went wrong.
     pub fn is_empty(&self) -> bool {
         self.failed.is_empty()
@@ -281,10 +297,16 @@ impl Problems {
 /// A join that never started, in one line: what arrived, and what a join
 /// waits for.
 fn unfired(j: &JoinUnfired) -> String {
-    let from = if j.from.is_empty() {
-        String::new()
-    } else {
-        format!(" (from {})", j.from.join(", "))
+    let mut said = Vec::new();
+    if !j.from.is_empty() {
+        said.push(format!("from {}", j.from.join(", ")));
+    }
+    if !j.missing.is_empty() {
+        said.push(format!("none from {}", j.missing.join(", ")));
+    }
+    let from = match said.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", said.join("; ")),
     };
     format!(
         "join never started: step {} had {} of its {} inputs{from} when the execution ended; \
@@ -437,12 +459,33 @@ mod tests {
                 arrived: 1,
                 inputs: 2,
                 from: vec!["left".into()],
+                missing: Vec::new(),
             }]
         );
+        let mut p = p;
         let text = p.render();
         assert!(
             text.contains("join never started: step merge had 1 of its 2 inputs (from left) when the execution ended"),
             "{text}"
+        );
+        let playbook: noetl_core::Playbook = serde_json::from_value(json!({
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "join"},
+            "workflow": [
+                {"step": "left", "next": {"arcs": [{"step": "merge"}]}},
+                {"step": "right", "next": {"arcs": [{"step": "merge", "when": "{{ false }}"}]}},
+                {"step": "merge", "spec": {"join": "all"}},
+            ],
+        }))
+        .unwrap();
+        p.name_missing(&playbook);
+        assert_eq!(p.joins[0].missing, ["right"]);
+        assert!(
+            p.render()
+                .contains("1 of its 2 inputs (from left; none from right)"),
+            "{}",
+            p.render()
         );
     }
 

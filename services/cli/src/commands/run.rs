@@ -377,7 +377,12 @@ async fn report(r: Report<'_>) -> anyhow::Result<ExitCode> {
         problems.apply(&l.event);
         ran_order(&mut order, &l.event);
     }
-    let problems = problems.finish();
+    let mut problems = problems.finish();
+    if !problems.joins.is_empty() {
+        if let Ok(plan) = mesh.plans().get(mesh, eid).await {
+            problems.name_missing(&plan.playbook);
+        }
+    }
     if r.json {
         let mut v = serde_json::to_value(&summary)?;
         if !problems.is_empty() {
