@@ -76,11 +76,7 @@ pub async fn run(a: ShowArgs) -> anyhow::Result<ExitCode> {
             (None, _) => return Ok(no_execution(&mesh, &a.id).await),
         };
         let mut tree = tree.finish();
-        if !tree.problems.joins.is_empty() {
-            if let Ok(plan) = mesh.plans().get(&mesh, &a.id).await {
-                tree.problems.name_missing(&plan.playbook);
-            }
-        }
+        tree.problems.name_missing_of(&mesh, &a.id).await;
         // What holds a running execution back, as `exec why` says (only
         // for its present state: the log does not keep it).
         let live = header.status == ExecStatus::Running && from_log.is_none();

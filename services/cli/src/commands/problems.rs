@@ -110,8 +110,11 @@ impl ProblemsFold {
     pub fn apply(&mut self, ev: &Event) {
         let (p, last_error) = (&mut self.problems, &mut self.last_error);
         let payload = events::payload(ev);
-        match EventType::of(ev) {
-            Some(EventType::TaskDone) if payload["status"] == "error" => {
+        let Some(t) = EventType::of(ev) else {
+            return;
+        };
+        match t {
+            EventType::TaskDone if payload["status"] == "error" => {
                 let action = payload["action"].as_str().unwrap_or("").to_string();
                 let error = &payload["error"];
                 if matches!(action.as_str(), "continue" | "jump" | "break") {
@@ -120,7 +123,7 @@ impl ProblemsFold {
                 last_error.retain(|(srid, task, _)| (srid, task) != (&ev.step_run_id, &ev.task));
                 last_error.push((ev.step_run_id.clone(), ev.task.clone(), error.clone()));
             }
-            Some(EventType::StepFailed) => {
+            EventType::StepFailed => {
                 let error = &payload["error"];
                 let mut failed = task_error(ev, error, "fail");
                 failed.task = error["task"].as_str().unwrap_or("").to_string();
@@ -132,19 +135,16 @@ impl ProblemsFold {
                     .map(str::to_string);
                 p.failed.push(failed);
             }
-            Some(EventType::LoopIterationFailed) => p.iteration(ev, &payload),
+            EventType::LoopIterationFailed => p.iteration(ev, &payload),
             _ => {}
         }
-        self.joins(ev, &payload);
+        self.joins(t, ev, &payload);
     }
 
     /// The joins' side of `ev`: an arrival that waits, a join that
     /// starts, the execution's end (the joins still waiting never
     /// started) or its resume (its next end says).
-    fn joins(&mut self, ev: &Event, payload: &Value) {
-        let Some(t) = EventType::of(ev) else {
-            return;
-        };
+    fn joins(&mut self, t: EventType, ev: &Event, payload: &Value) {
         match t {
             EventType::StepStarted | EventType::StepScheduled => {
                 self.runs.insert(ev.step_run_id.clone(), ev.step.clone());
@@ -201,6 +201,17 @@ impl Problems {
             };
             let inputs = noetl_mesh::dispatch::join_inputs(playbook, step).unwrap_or_default();
             j.missing = inputs.into_iter().filter(|i| !j.from.contains(i)).collect();
+        }
+    }
+
+    /// [`Self::name_missing`] from execution `eid`'s stored plan, when a
+    /// join never started and the plan is still there (read only then).
+    pub async fn name_missing_of(&mut self, mesh: &noetl_mesh::Mesh, eid: &str) {
+        if self.joins.is_empty() {
+            return;
+        }
+        if let Ok(plan) = mesh.plans().get(mesh, eid).await {
+            self.name_missing(&plan.playbook);
         }
     }
 
@@ -418,6 +429,17 @@ mod tests {
         assert!(text.contains("      NameError: name 'totl'"), "{text}");
     }
 
+    /// The execution's end, `execution.<status>`.
+    fn ended(status: &str) -> Event {
+        ev(
+            &format!("execution.{status}"),
+            "",
+            "",
+            "",
+            json!({"status": status}),
+        )
+    }
+
     /// `left` and `right` ran; `left`'s token reached join `merge`.
     fn one_arrival_of_two() -> Vec<Event> {
         let mut arrival = ev(
@@ -444,14 +466,8 @@ mod tests {
             Problems::from_events(&events).is_empty(),
             "a join waiting in a running execution is no problem"
         );
-        events.push(ev(
-            "execution.completed",
-            "",
-            "",
-            "",
-            json!({"status": "completed"}),
-        ));
-        let p = Problems::from_events(&events);
+        events.push(ended("completed"));
+        let mut p = Problems::from_events(&events);
         assert_eq!(
             p.joins,
             [JoinUnfired {
@@ -462,7 +478,6 @@ mod tests {
                 missing: Vec::new(),
             }]
         );
-        let mut p = p;
         let text = p.render();
         assert!(
             text.contains("join never started: step merge had 1 of its 2 inputs (from left) when the execution ended"),
@@ -493,22 +508,10 @@ mod tests {
     fn a_join_that_started_before_the_end_is_no_problem() {
         let mut events = one_arrival_of_two();
         events.push(ev("step.started", "merge", "r4", "", json!({})));
-        events.push(ev(
-            "execution.completed",
-            "",
-            "",
-            "",
-            json!({"status": "completed"}),
-        ));
+        events.push(ended("completed"));
         assert!(Problems::from_events(&events).is_empty());
         let mut resumed = one_arrival_of_two();
-        resumed.push(ev(
-            "execution.failed",
-            "",
-            "",
-            "",
-            json!({"status": "failed"}),
-        ));
+        resumed.push(ended("failed"));
         resumed.push(ev("execution.resumed", "", "", "", json!({})));
         assert!(
             Problems::from_events(&resumed).joins.is_empty(),

@@ -378,11 +378,7 @@ async fn report(r: Report<'_>) -> anyhow::Result<ExitCode> {
         ran_order(&mut order, &l.event);
     }
     let mut problems = problems.finish();
-    if !problems.joins.is_empty() {
-        if let Ok(plan) = mesh.plans().get(mesh, eid).await {
-            problems.name_missing(&plan.playbook);
-        }
-    }
+    problems.name_missing_of(mesh, eid).await;
     if r.json {
         let mut v = serde_json::to_value(&summary)?;
         if !problems.is_empty() {
