@@ -863,6 +863,23 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
             .starts_with("`city` is the loop's iterator: its element is `iter.city`"),
         "{w:?}"
     );
+    // NoETL's bare `loop_index` in a loop's task: the help names `iter.index`.
+    let index = pb(r#"  - step: each
+    loop: { in: "{{ [1, 2] }}", iterator: city }
+    tool:
+      - name: t
+        kind: noop
+        result: "{{ loop_index }}"
+"#);
+    let d = diags(&index);
+    let w = d.iter().find(|d| d.code == "W106").expect("W106");
+    assert!(
+        w.help
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("the iteration's index is `iter.index`"),
+        "{w:?}"
+    );
 }
 
 /// A one-task pipeline of `kind` with the task's other lines `fields`

@@ -279,6 +279,41 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_s_bare_element_in_a_step_input_is_read_from_iter_in_its_task_args() {
+        // NoETL's e2e `loop_test.yaml` shape: the step's `input` becomes
+        // its task's `args`, rendered per iteration.
+        let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkload:\n  numbers: [1, 2]\nworkflow:\n  - step: start\n    loop:\n      in: \"{{ numbers }}\"\n      iterator: num\n    tool:\n      kind: python\n      input: {}\n      code: |\n        result = input_data.get('num')\n    input:\n      num: \"{{ num }}\"\n      at: \"{{ loop_index }}\"\n      n: \"{{ numbers | length }}\"\n";
+        let m = migrate(src).unwrap();
+        assert!(m.text.contains("num: \"{{ iter.num }}\""), "{}", m.text);
+        assert!(m.text.contains("at: \"{{ iter.index }}\""), "{}", m.text);
+        assert!(
+            m.text.contains("n: \"{{ workload.numbers | length }}\""),
+            "{}",
+            m.text
+        );
+        assert!(
+            m.text.contains("in: \"{{ workload.numbers }}\""),
+            "{}",
+            m.text
+        );
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
+        let pb = noetl_core::load::load_playbook(&m.text, "t.yaml").expect("loads");
+        assert!(
+            pb.warnings.0.iter().all(|d| d.code != "W106"),
+            "{:?}",
+            pb.warnings.0
+        );
+    }
+
+    #[test]
+    fn a_v1_python_step_s_code_is_not_read_as_a_template() {
+        let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkload:\n  slot: 1\nworkflow:\n  - step: start\n    loop:\n      in: [1, 2]\n      iterator: item\n    type: python\n    code: |\n      result = f\"{{ slot }}\"\n    args:\n      x: \"{{ item }}\"\n";
+        let m = migrate(src).unwrap();
+        assert!(m.text.contains("result = f\"{{ slot }}\""), "{}", m.text);
+        assert!(m.text.contains("x: \"{{ iter.item }}\""), "{}", m.text);
+    }
+
+    #[test]
     fn a_step_set_reads_its_own_result_as_the_outcome_s() {
         let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkflow:\n  - step: plan\n    tool:\n      kind: python\n      code: \"result = {'d': [1]}\"\n    set:\n      ctx.d: \"{{ plan.d }}\"\n      ctx.n: \"{{ other.n }}\"\n    next:\n      arcs:\n        - step: other\n  - step: other\n    tool: { kind: noop }\n";
         let m = migrate(src).unwrap();

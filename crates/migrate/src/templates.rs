@@ -60,12 +60,22 @@ pub(crate) fn templates(root: &Node, e: &mut Edits) {
                 .map(str::to_string),
             ..names.clone()
         };
+        let python = step_kind(step) == Some("python");
         for (k, v) in step.entries() {
             let (place, names) = match k.name.as_str() {
                 "next" => (Place::Arc, &names),
                 // A step-level `set` becomes its last task's policy rule.
                 "set" | "set_ctx" => (Place::OwnSet(step_name), &in_loop),
-                _ => (Place::Other, &names),
+                // Rendered once for the step, before or after its
+                // iterations.
+                "step" | "desc" | "spec" | "loop" | "when" | "type" | "output" => {
+                    (Place::Other, &names)
+                }
+                // Raw Python of a step that is its own task (`type: python`).
+                "code" if python => continue,
+                // The rest becomes its task's (`input` its `args`, a v1
+                // step's tool fields the task's own): rendered per iteration.
+                _ => (Place::Other, &in_loop),
             };
             if k.name == "tool" {
                 continue; // tasks below, with their own places
@@ -323,6 +333,15 @@ pub(crate) fn root_rewrite(
             })?;
             what.push(format!("`job{field}` → `execution_id`"));
             Some(("execution_id".into(), field.len()))
+        }
+        // NoETL binds the iteration's index bare in a loop step's tasks.
+        "loop_index"
+            if names.iterator.is_some()
+                && !names.shadowing.contains("loop_index")
+                && !names.workload.contains("loop_index") =>
+        {
+            what.push("`loop_index` (the iteration's index) → `iter.index`".into());
+            Some(("iter.index".into(), 0))
         }
         w if names.iterator.as_deref() == Some(w)
             && !names.shadowing.contains(w)

@@ -98,3 +98,11 @@ pub(crate) fn arcs(root: &Node) -> Vec<&Node> {
         .flat_map(Node::items)
         .collect()
 }
+
+/// The kind of a NoETL v1 step that is its own task (`tool: python`, or
+/// `type: python`), if the step is one.
+pub(crate) fn step_kind(step: &Node) -> Option<&str> {
+    step.get("tool")
+        .or_else(|| step.get("type"))
+        .and_then(Node::as_str)
+}

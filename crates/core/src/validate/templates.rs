@@ -214,6 +214,9 @@ impl Validator {
                 _ if iterator_of(steps, &path) == Some(name.as_str()) => format!(
                     "`{name}` is the loop's iterator: its element is `iter.{name}` (`noetl migrate` rewrites the bare name)"
                 ),
+                _ if name == "loop_index" && iterator_of(steps, &path).is_some() => {
+                    "the iteration's index is `iter.index` (or `loop.index`; `noetl migrate` rewrites NoETL's `loop_index`)".to_string()
+                }
                 (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
                 (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
                 (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
