@@ -11,7 +11,9 @@
 //!   operand are false (minijinja alone orders undefined before everything,
 //!   so `when` expressions are rewritten to a lenient comparison function).
 //! * Value templates are strict about unknown *top-level* names only (typos
-//!   like `wrokload`): see [`TemplateError::UndefinedVariable`]. Missing nested
+//!   like `wrokload`): see [`TemplateError::UndefinedVariable`], unless the
+//!   template tests the name for being defined (`x is defined`,
+//!   `x | default(...)`: [`guarded_roots`]). Missing nested
 //!   attributes are undefined: `null` for an exact expression, empty text in
 //!   mixed text, and `| default(x)` replaces them.
 //!
@@ -179,6 +181,20 @@ pub fn referenced_roots(src: &str) -> Vec<String> {
     engine::engine()
         .entry(engine::Kind::Text, src)
         .map(|e| e.roots.clone())
+        .unwrap_or_default()
+}
+
+/// Of [`referenced_roots`], the names `src` tests for being defined
+/// (`x is defined`, `x is undefined`, `x | default(...)`, each maybe
+/// after attributes of `x`): a value template reads them without the
+/// unknown-name check, as undefined when missing.
+pub fn guarded_roots(src: &str) -> Vec<String> {
+    if !is_template(src) {
+        return Vec::new();
+    }
+    engine::engine()
+        .entry(engine::Kind::Text, src)
+        .map(|e| e.guarded.clone())
         .unwrap_or_default()
 }
 

@@ -863,6 +863,25 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
             .starts_with("`city` is the loop's iterator: its element is `iter.city`"),
         "{w:?}"
     );
+    // A name the template tests for being defined is read knowing it may
+    // be missing: no warning, unless it looks like a typo of a known name.
+    let guarded = pb(r#"  - step: start
+    tool:
+      - name: t
+        kind: noop
+        result: "{{ reply.status if reply is defined else 'none' }} {{ extra | default(1) }}"
+      - name: u
+        kind: noop
+        result: "{{ wrokload.x | default(1) }}"
+"#);
+    let d = diags(&guarded);
+    let w106: Vec<_> = d.iter().filter(|d| d.code == "W106").collect();
+    assert_eq!(w106.len(), 1, "{w106:#?}");
+    assert!(
+        w106[0].message.contains("`wrokload`"),
+        "{}",
+        w106[0].message
+    );
     // NoETL's bare `loop_index` in a loop's task: the help names `iter.index`.
     let index = pb(r#"  - step: each
     loop: { in: "{{ [1, 2] }}", iterator: city }

@@ -124,10 +124,48 @@ fn unknown_top_level_variable_is_an_error_naming_it() {
         render_value(&json!({"a": ["x {{ nope }} y"]}), &scope()),
         Err(TemplateError::UndefinedVariable { name, .. }) if name == "nope"
     ));
-    // even with a default: top-level names must exist
+    // and where a filter or attribute reads it
     assert!(matches!(
-        render_str("{{ nope | default(1) }}", &scope()),
+        render_str("{{ nope | upper }}", &scope()),
         Err(TemplateError::UndefinedVariable { .. })
+    ));
+    assert!(matches!(
+        render_str("{{ nope.x if ctx is defined else 1 }}", &scope()),
+        Err(TemplateError::UndefinedVariable { .. })
+    ));
+}
+
+#[test]
+fn a_name_tested_for_being_defined_may_be_missing() {
+    // Jinja's reads of what may be missing (NoETL's playbooks write them).
+    assert_eq!(
+        render_str("{{ nope | default(1) }}", &scope()).unwrap(),
+        json!(1)
+    );
+    assert_eq!(
+        render_str(
+            "{{ nope.status if nope is defined else 'completed' }}",
+            &scope()
+        )
+        .unwrap(),
+        json!("completed")
+    );
+    assert_eq!(
+        render_str("{{ nope is not defined }}", &scope()).unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        render_str("{{ nope['a'].b | d('x') }}", &scope()).unwrap(),
+        json!("x")
+    );
+    assert_eq!(
+        render_text("status: {{ nope.status | default('none') }}", &scope()).unwrap(),
+        "status: none"
+    );
+    // The guard covers the name, not the template's other names.
+    assert!(matches!(
+        render_str("{{ other ~ (nope | default('')) }}", &scope()),
+        Err(TemplateError::UndefinedVariable { name, .. }) if name == "other"
     ));
 }
 

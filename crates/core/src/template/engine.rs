@@ -33,6 +33,10 @@ impl Kind {
 pub(super) struct Entry {
     pub(super) name: String,
     pub(super) roots: Vec<String>,
+    /// Of `roots`, those the source tests for being defined somewhere
+    /// (`x is defined`, `x | default(...)`): read knowing they may be
+    /// missing, so not a typo to refuse ([`super::names::guarded_in`]).
+    pub(super) guarded: Vec<String>,
 }
 
 /// One generation of the cache: an environment whose loader maps our names
@@ -88,9 +92,11 @@ impl Engine {
             .filter(|r| !self.builtins.contains(r))
             .collect();
         roots.sort();
+        let guarded = super::names::guarded_in(&tmpl, &roots);
         let entry = Arc::new(Entry {
             name: name.clone(),
             roots,
+            guarded,
         });
         let len = {
             let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());

@@ -155,7 +155,8 @@ pub(super) fn compile_error(engine: &Arc<Engine>, src: &str, e: MjError) -> Temp
 }
 
 pub(super) fn check_roots(entry: &Entry, src: &str, scope: &Scope) -> Result<(), TemplateError> {
-    match entry.roots.iter().find(|r| !scope.knows(r)) {
+    let unknown = (entry.roots.iter()).find(|r| !scope.knows(r) && !entry.guarded.contains(r));
+    match unknown {
         Some(name) => Err(TemplateError::UndefinedVariable {
             name: name.clone(),
             template: src.to_string(),

@@ -148,6 +148,7 @@ impl Validator {
         crate::names::collect_names(root, &mut everywhere);
         let mut unknown = Vec::new();
         collect_templates(root, "", &mut |path, node, s| {
+            let guarded = crate::template::guarded_roots(s);
             for name in crate::template::referenced_roots(s) {
                 let at = pipeline_position(path);
                 if let Some((si, ti, in_policy)) = at {
@@ -157,7 +158,8 @@ impl Validator {
                             // produced; an earlier task, or any task when a
                             // jump may run it first: a result that may be set.
                             if !(k < ti || (k == ti && in_policy) || p.jumps) {
-                                unknown.push((node.span, path.to_string(), name, Some(ti)));
+                                let g = guarded.contains(&name);
+                                unknown.push((node.span, path.to_string(), name, Some(ti), g));
                             }
                             continue;
                         }
@@ -169,7 +171,8 @@ impl Validator {
                     &known
                 };
                 if !seen.contains(&name) && !super::cursor::binds(path, &name) {
-                    unknown.push((node.span, path.to_string(), name, None));
+                    let g = guarded.contains(&name);
+                    unknown.push((node.span, path.to_string(), name, None, g));
                 }
             }
         });
@@ -178,7 +181,16 @@ impl Validator {
             .get("workload")
             .map(|w| w.entries().iter().map(|(k, _)| k.name.as_str()).collect())
             .unwrap_or_default();
-        for (span, path, name, reader) in unknown {
+        for (span, path, name, reader, guarded) in unknown {
+            // Read knowing it may be missing (`x is defined`,
+            // `x | default(...)`): undefined at run time, not refused; still
+            // named when it looks like a typo of a known name.
+            if guarded
+                && (reader.is_some()
+                    || (!workload.contains(name.as_str()) && !typo_of_one(&name, &options)))
+            {
+                continue;
+            }
             if let Some(ti) = reader {
                 let (si, _, _) = pipeline_position(&path).unwrap_or_default();
                 let p = &pipelines[si];
@@ -230,6 +242,25 @@ impl Validator {
             );
         }
     }
+}
+
+/// Whether `name` is one slip from one of `options`: a letter added,
+/// dropped or changed (names of 4 letters or more), or two swapped
+/// (`wrokload`). Looser than [`closest`]'s suggestion: it decides whether
+/// a name read knowing it may be missing is still worth a warning.
+fn typo_of_one(name: &str, options: &[&str]) -> bool {
+    options.iter().any(|o| {
+        let (a, b): (Vec<char>, Vec<char>) = (name.chars().collect(), o.chars().collect());
+        if a.len() == b.len() {
+            let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            return match differ[..] {
+                [_] => a.len() >= 4,
+                [i, j] => j == i + 1 && a[i] == b[j] && a[j] == b[i],
+                _ => false,
+            };
+        }
+        a.len() >= 4 && super::distance(name, o) == 1
+    })
 }
 
 /// The `loop.iterator` of the step whose task or `set` the template at
