@@ -851,3 +851,40 @@ workflow:
         .unwrap();
     assert!(stdout(&show).contains(said), "{}", text(&show));
 }
+
+#[test]
+fn an_execution_refused_before_its_first_step_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_playbook(
+        dir.path(),
+        r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: refused }
+keychain:
+  - { name: pg_missing, kind: postgres_credential }
+workflow:
+  - step: start
+    tool:
+      - name: q
+        kind: postgres
+        auth: pg_missing
+        command: select 1
+"#,
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    let s = stdout(&out);
+    assert!(
+        s.lines().any(|l| l.starts_with("execution ")
+            && l.ends_with("  failed  (ended before its first step)")),
+        "{all}"
+    );
+    // The reason once, on the error line: not again as a service's log line.
+    assert_eq!(
+        all.matches("`pg_missing` (postgres_credential) is not stored")
+            .count(),
+        1,
+        "{all}"
+    );
+    assert!(s.contains("error: keychain cannot be resolved"), "{all}");
+}

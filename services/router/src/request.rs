@@ -474,7 +474,9 @@ async fn fail_early(
     req: &ExecutionRequest,
     reason: String,
 ) -> Result<(), HandlerError> {
-    tracing::warn!(execution_id = %eid, source, %reason, "execution refused");
+    // Bad input, not a fault of the mesh: the reason is in the header and
+    // the terminal event, which is what `noetl run` and the API show.
+    tracing::info!(execution_id = %eid, source, %reason, "execution refused");
     end_early(EarlyEnd {
         mesh,
         eid,

@@ -154,7 +154,12 @@ pub fn print_summary(s: &ExecSummary) {
 /// those not in it after, by name).
 pub fn print_summary_in_order(s: &ExecSummary, order: &[String]) {
     let status = s.shown_status();
-    println!("execution {}  {status}  ({})", s.execution_id, s.playbook);
+    // No playbook in the header: refused (or cancelled) before it planned one.
+    let playbook = match s.playbook.as_str() {
+        "" if s.status.is_terminal() => "ended before its first step",
+        p => p,
+    };
+    println!("execution {}  {status}  ({playbook})", s.execution_id);
     if let Some(p) = &s.paused {
         println!("{}", paused_line(&s.execution_id, p));
     } else if s.queued {
