@@ -468,6 +468,9 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
         for ev in noetl_mesh::events::unfold(stored) {
             terminal |= progress.observe(&ev);
             if let Some(b) = w.bar {
+                if let Some(done) = retry_of(&ev) {
+                    b.println(retry_line(&ev, &done));
+                }
                 if EventType::of(&ev) == Some(EventType::StepFailed) {
                     let p = events::payload(&ev);
                     b.println(format!(
@@ -492,6 +495,53 @@ struct Progress {
     failed: usize,
     running: BTreeSet<String>,
     loops: BTreeMap<String, (u64, u64)>,
+    /// Steps whose task failed and is tried again: the next attempt.
+    retrying: BTreeMap<String, u32>,
+}
+
+/// The retry `ev` announces, outside a loop's iterations (a loop's
+/// retries show in its count): a `task.done` whose policy said `retry`.
+fn retry_of(ev: &Event) -> Option<noetl_mesh::payloads::TaskDone> {
+    if EventType::of(ev) != Some(EventType::TaskDone)
+        || !ev.payload_json.windows(7).any(|w| w == b"\"retry\"")
+    {
+        return None;
+    }
+    let done = noetl_mesh::payloads::decode::<noetl_mesh::payloads::TaskDone>(ev).ok()?;
+    (done.action == "retry" && done.index.is_none()).then_some(done)
+}
+
+/// The line `noetl run` prints when a task is retried: which attempt
+/// failed, why, and when the next one runs.
+fn retry_line(ev: &Event, done: &noetl_mesh::payloads::TaskDone) -> String {
+    const MAX: usize = 200;
+    let mut why = done.error.as_ref().map_or_else(
+        || "its policy said retry".to_string(),
+        |e| format!("{}: {}", e.kind, e.message),
+    );
+    if why.len() > MAX {
+        let cut = (0..=MAX)
+            .rev()
+            .find(|&i| why.is_char_boundary(i))
+            .unwrap_or(0);
+        why.truncate(cut);
+        why.push('…');
+    }
+    let next = match &done.retry {
+        Some(r) if r.delay_ms > 0 => format!(
+            "attempt {} in {:.1}s",
+            r.next_attempt,
+            r.delay_ms as f64 / 1000.0
+        ),
+        Some(r) => format!("attempt {} now", r.next_attempt),
+        None => "again".to_string(),
+    };
+    format!(
+        "  step {} task {}: attempt {} failed ({why}); retrying, {next}",
+        ev.step,
+        ev.task,
+        done.attempt.max(1)
+    )
 }
 
 impl Progress {
@@ -520,12 +570,23 @@ impl Progress {
                     self.done += 1;
                 }
                 self.loops.remove(&ev.step);
+                self.retrying.remove(&ev.step);
             }
             Some(EventType::StepFailed) => {
                 self.running.remove(&ev.step);
                 self.loops.remove(&ev.step);
+                self.retrying.remove(&ev.step);
                 self.failed += 1;
             }
+            Some(EventType::TaskDone) => match retry_of(ev) {
+                Some(done) => {
+                    let next = done.retry.map_or(done.attempt + 1, |r| r.next_attempt);
+                    self.retrying.insert(ev.step.clone(), next);
+                }
+                None => {
+                    self.retrying.remove(&ev.step);
+                }
+            },
             Some(EventType::ExecutionCompleted)
             | Some(EventType::ExecutionFailed)
             | Some(EventType::ExecutionCancelled) => return true,
@@ -544,9 +605,10 @@ impl Progress {
                 .running
                 .iter()
                 .take(4)
-                .map(|n| match self.loops.get(n) {
-                    Some((d, t)) => format!("{n} [{d}/{t}]"),
-                    None => n.clone(),
+                .map(|n| match (self.loops.get(n), self.retrying.get(n)) {
+                    (Some((d, t)), _) => format!("{n} [{d}/{t}]"),
+                    (None, Some(a)) => format!("{n} (attempt {a})"),
+                    (None, None) => n.clone(),
                 })
                 .collect();
             s.push_str(&format!(" | running: {}", names.join(", ")));
@@ -625,5 +687,47 @@ mod tests {
         ] {
             assert!(p.observe(&ev(end, "", none.clone())), "{end} ends the run");
         }
+    }
+
+    #[test]
+    fn a_retried_task_is_named_with_its_error_and_next_attempt() {
+        let mut p = Progress::default();
+        let none = serde_json::json!({});
+        p.observe(&ev(
+            EventType::StepStarted.wire_name(),
+            "fetch",
+            none.clone(),
+        ));
+        let mut retried = ev(
+            EventType::TaskDone.wire_name(),
+            "fetch",
+            serde_json::json!({
+                "status": "error",
+                "attempt": 1,
+                "error": {"kind": "http.connect", "retryable": true, "message": "GET http://x could not connect"},
+                "action": "retry",
+                "retry": {"delay_ms": 1500, "next_attempt": 2},
+            }),
+        );
+        retried.task = "call".into();
+        p.observe(&retried);
+        assert_eq!(p.line(), "steps done 0 | running: fetch (attempt 2)");
+        let done = retry_of(&retried).expect("a retry");
+        assert_eq!(
+            retry_line(&retried, &done),
+            "  step fetch task call: attempt 1 failed (http.connect: GET http://x could not connect); retrying, attempt 2 in 1.5s"
+        );
+        // A loop iteration's retry is not announced; the next end clears it.
+        let mut in_loop = retried.clone();
+        in_loop.payload_json = codec::json_bytes(&serde_json::json!({
+            "status": "error", "action": "retry", "index": 3,
+            "retry": {"delay_ms": 0, "next_attempt": 2},
+        }));
+        assert!(retry_of(&in_loop).is_none());
+        p.observe(&ev(EventType::TaskDone.wire_name(), "fetch", none.clone()));
+        assert_eq!(p.line(), "steps done 0 | running: fetch");
+        p.observe(&retried);
+        p.observe(&ev(EventType::StepDone.wire_name(), "fetch", none));
+        assert_eq!(p.line(), "steps done 1");
     }
 }
