@@ -8,12 +8,14 @@
 # the protocol. Python-level prints are captured per request (bounded) and
 # returned in the response. The loop serves many requests, so the same
 # script can back a warm pool of interpreters.
+import datetime
 import io
 import json
 import linecache
 import os
 import sys
 import traceback
+import uuid
 from time import perf_counter as _clock
 
 LIMIT = 4096
@@ -26,6 +28,10 @@ RESERVED = frozenset(("args", "_prev", "iter", "ctx", "workload", "result", "mai
 # compiling it again is most of a small task's time. Bounded; emptied when full.
 _COMPILED = {}
 _COMPILED_MAX = 256
+# Modules every task's globals start with, as NoETL's python tool binds
+# them: its playbooks call `json.dumps` without importing json. An input of
+# the same name takes the name, as there.
+_MODULES = {"json": json, "os": os, "datetime": datetime, "uuid": uuid}
 
 _proto = os.dup(1)
 os.dup2(2, 1)
@@ -208,6 +214,7 @@ def _handle(req):
         if args is None:
             args = {}
         g = {"__name__": "__noetl_task__", "__builtins__": __builtins__}
+        g.update(_MODULES)
         if isinstance(args, dict):
             for k, v in args.items():
                 if isinstance(k, str) and k.isidentifier() and not k.startswith("__") and k not in RESERVED:

@@ -74,6 +74,21 @@ async fn noetl_s_input_data_and_a_top_level_return_work() {
     assert_eq!(err_kind(&o), "python.exception");
 }
 
+/// NoETL's python tool starts every task's globals with `json`, `os`,
+/// `datetime` and `uuid`; its playbooks use them without importing them.
+#[tokio::test]
+async fn noetl_s_modules_are_bound_without_an_import() {
+    let o = run(json!({
+        "code": "result = [json.dumps({'a': 1}), os.path.join('a', 'b'), datetime.date(2026, 1, 2).isoformat(), len(str(uuid.uuid4()))]",
+    }))
+    .await;
+    assert_eq!(o.status, OutcomeStatus::Ok, "{o:?}");
+    assert_eq!(o.result, json!(["{\"a\": 1}", "a/b", "2026-01-02", 36]));
+    // An input of the same name is that input.
+    let o = run(json!({"code": "result = json", "args": {"json": "mine"}})).await;
+    assert_eq!(o.result, json!("mine"), "{o:?}");
+}
+
 #[tokio::test]
 async fn main_is_called_with_or_without_args() {
     let o = run(json!({"code": "def main():\n    return [1, 'two', None]\n"})).await;
