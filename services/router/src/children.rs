@@ -296,7 +296,11 @@ pub fn child_outcome(eid: &str, summary: &ExecSummary, returned: Option<Value>) 
         Outcome::ok(returned.unwrap_or_else(|| summary.ctx.clone()))
     } else {
         let why = summary.error.as_deref().unwrap_or("failed");
-        let message = format!("child execution {eid} ({}) failed: {why}", summary.playbook);
+        let message = match summary.playbook.as_str() {
+            // Refused before it planned a playbook (its header has none).
+            "" => format!("child execution {eid} failed before its first step: {why}"),
+            playbook => format!("child execution {eid} ({playbook}) failed: {why}"),
+        };
         Outcome::error("playbook.failed", message, false)
     };
     let helper = ChildHelper {
@@ -366,5 +370,14 @@ mod tests {
             "child execution c1 (child) failed: step only failed"
         );
         assert_eq!(o.helpers["playbook"]["status"], "failed");
+        // Refused before it planned a playbook: no empty name in parentheses.
+        let mut refused = summary(ExecStatus::Failed);
+        refused.playbook.clear();
+        refused.error = Some("no catalog entry for playbook path \"w\"".into());
+        let e = child_outcome("c1", &refused, None).error.expect("an error");
+        assert_eq!(
+            e.message,
+            "child execution c1 failed before its first step: no catalog entry for playbook path \"w\""
+        );
     }
 }
