@@ -126,7 +126,9 @@ pub(crate) async fn fail_loop(
     cmd: &LoopCommand,
     message: String,
 ) -> Result<(), HandlerError> {
-    tracing::warn!(execution_id = %cmd.execution_id, step = %cmd.step, %message, "loop failed to start");
+    // The playbook's error (`loop.in` not a list, a template that does not
+    // render), told by the step's `step.failed`, as a task's failure is.
+    tracing::info!(execution_id = %cmd.execution_id, step = %cmd.step, %message, "loop failed to start");
     effects::apply(mesh, vec![messages::start_failed(cmd, message)]).await?;
     Ok(())
 }
