@@ -888,3 +888,94 @@ workflow:
     );
     assert!(s.contains("error: keychain cannot be resolved"), "{all}");
 }
+
+/// A python task that sleeps 20 s, then a step after it.
+const SLOW: &str = r#"apiVersion: noetl.io/v2
+kind: Playbook
+metadata: { name: slow }
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          time.sleep(20)
+          result = "woke"
+    next:
+      arcs:
+        - step: after
+  - step: after
+    tool: { kind: noop }
+"#;
+
+/// `noetl run` of `file` in `home`, signalled with `signal` (as `kill`
+/// names it) once its python task has started: what it printed.
+fn run_signalled(home: &Path, file: &Path, signal: &str) -> Output {
+    let child = support::noetl(home)
+        .args(["run", "--json", "--timeout", "120"])
+        .arg(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_run_stopped_by_kill_or_a_closed_terminal_cancels_its_execution_and_exits_soon() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = playbook(dir.path(), "slow.yaml", SLOW);
+    let home = dir.path().join("home");
+    for signal in ["-TERM", "-HUP"] {
+        let t0 = Instant::now();
+        let out = run_signalled(&home, &file, signal);
+        assert_eq!(out.status.code(), Some(1), "{signal}: {}", text(&out));
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(s["status"], "cancelled", "{signal}: {s}");
+        // Its python task still sleeps: the run does not wait it out.
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{signal}: took {:?}",
+            t0.elapsed()
+        );
+    }
+    let running = support::noetl(&home)
+        .args(["exec", "list", "--local", "--status", "running", "--json"])
+        .output()
+        .unwrap();
+    assert!(running.status.success(), "{}", text(&running));
+    assert_eq!(stdout(&running).trim(), "", "nothing left running");
+}
+
+#[test]
+fn a_run_says_which_executions_an_earlier_killed_run_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = playbook(dir.path(), "slow.yaml", SLOW);
+    let home = dir.path().join("home");
+    let killed = run_signalled(&home, &file, "-KILL");
+    assert!(!killed.status.success());
+    let out = support::noetl(&home)
+        .args(["run", "--timeout", "120"])
+        .arg(playbook(
+            dir.path(),
+            "hello.yaml",
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: hello }\nworkflow:\n  - step: start\n    tool: { kind: noop }\n",
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let note = err
+        .lines()
+        .find(|l| l.starts_with("note: an execution an earlier run left running goes on"))
+        .unwrap_or_else(|| panic!("no note in:\n{err}"));
+    assert!(note.contains("(slow)"), "{note}");
+    assert!(note.contains("noetl exec cancel ID --local"), "{note}");
+}

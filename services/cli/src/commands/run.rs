@@ -100,10 +100,10 @@ impl From<Sync> for noetl_mesh::server::SyncPolicy {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // One process runs every service: its spans report as `noetl`.
     let _spans = init_tracing(false, "warn", "noetl")?;
-    // Taken over at once, so an early Ctrl-C cannot kill the process
-    // between starting an execution and watching it.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("listening for Ctrl-C")?;
+    // Taken over at once, so an early Ctrl-C (or `kill`, or a closed
+    // terminal) cannot kill the process between starting an execution and
+    // watching it, leaving it running in the local store.
+    let mut interrupt = Interrupts::listen()?;
     let playbook = match what_to_run(&args) {
         Ok(p) => p,
         Err(code) => return Ok(code),
@@ -127,6 +127,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if let Some(c) = &console {
         say(args.json, format!("console: {}", c.url));
+    }
+
+    if joined.is_private() && !args.json {
+        left_running_note(mesh).await;
     }
 
     let eid = new_execution_id();
@@ -185,11 +189,87 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         c.stop().await;
     }
     if let Some(s) = services {
-        if let Err(e) = s.stop().await {
-            tracing::warn!(error = %e, "services did not stop cleanly");
+        // The execution has ended: what is still in flight is another
+        // execution's (an earlier run's left running), delivered again to
+        // whichever mesh serves it next. No reason to keep the user waiting.
+        match s.stop_within(STOP_WAIT).await {
+            Err(e) if !e.only_draining() => {
+                tracing::warn!(error = %e, "services did not stop cleanly")
+            }
+            _ => {}
         }
     }
     Ok(code)
+}
+
+/// How long `noetl run` waits for its services to finish what is in flight
+/// once its execution has ended.
+const STOP_WAIT: Duration = Duration::from_secs(3);
+
+/// The signals that cancel the execution `noetl run` watches: Ctrl-C,
+/// `kill` (SIGTERM) and a closed terminal (SIGHUP).
+struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).context("listening for Ctrl-C")?,
+            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            hup: signal(SignalKind::hangup()).context("listening for SIGHUP")?,
+        })
+    }
+
+    /// The next of them, by its name for the cancellation's reason.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "Ctrl-C",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+        }
+    }
+}
+
+/// Say, before a run on the local store starts, which executions earlier
+/// runs left running there (a run killed by SIGKILL, a crash): this run's
+/// services go on with them. Nothing is said when the log cannot be read.
+async fn left_running_note(mesh: &Mesh) {
+    let Ok(left) = noetl_mesh::rebuild::running(mesh).await else {
+        return;
+    };
+    if left.is_empty() {
+        return;
+    }
+    let mut named = Vec::new();
+    for eid in left.iter().take(3) {
+        let playbook = match mesh.exec_header(eid).await {
+            Ok(Some(h)) if !h.playbook.is_empty() => format!(" ({})", h.playbook),
+            _ => String::new(),
+        };
+        named.push(format!("{eid}{playbook}"));
+    }
+    eprintln!("{}", left_running_line(left.len(), &named));
+}
+
+/// The note of [`left_running_note`]: `count` executions, the first ones
+/// `named`.
+fn left_running_line(count: usize, named: &[String]) -> String {
+    let more = match count.saturating_sub(named.len()) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let what = match count {
+        1 => "an execution an earlier run left running goes on",
+        _ => "executions earlier runs left running go on",
+    };
+    format!(
+        "note: {what} in this run's services: {}{more}; `noetl exec list --local --status running` lists them, `noetl exec cancel ID --local` stops one",
+        named.join(", ")
+    )
 }
 
 /// Print a line the user came for (the console's URL): on stdout, apart
@@ -257,6 +337,12 @@ impl Joined {
     /// How to look at execution `eid` again after this run: on the local
     /// store with `--local`, on a shared server with `--nats`; a
     /// temporary store is gone with the run.
+    /// Whether the run joined its own server on the local store (not
+    /// `--nats`, not a temporary store).
+    fn is_private(&self) -> bool {
+        matches!(self._store, Some(local::StoreGuard::Locked(_)))
+    }
+
     fn look_again(&self, eid: &str) -> String {
         match &self._store {
             Some(local::StoreGuard::Locked(_)) => format!(
@@ -430,7 +516,7 @@ struct Watch<'a> {
     eid: &'a str,
     /// The execution's events, from its first.
     follow: &'a mut async_nats::jetstream::consumer::pull::Ordered,
-    interrupt: &'a mut tokio::signal::unix::Signal,
+    interrupt: &'a mut Interrupts,
     bar: Option<&'a ProgressBar>,
     timeout: Duration,
 }
@@ -451,12 +537,12 @@ async fn watch(w: Watch<'_>) -> anyhow::Result<bool> {
                 Ok(None) => return Ok(false),
                 Ok(Some(m)) => m?,
             },
-            _ = w.interrupt.recv(), if !interrupted => {
+            by = w.interrupt.recv(), if !interrupted => {
                 interrupted = true;
                 if let Some(b) = w.bar {
-                    b.println(format!("  interrupted: cancelling execution {eid}"));
+                    b.println(format!("  interrupted ({by}): cancelling execution {eid}"));
                 }
-                w.mesh.request_cancel(eid, "interrupted (Ctrl-C)").await?;
+                w.mesh.request_cancel(eid, &format!("interrupted ({by})")).await?;
                 continue;
             }
         };
@@ -729,5 +815,20 @@ mod tests {
         p.observe(&retried);
         p.observe(&ev(EventType::StepDone.wire_name(), "fetch", none));
         assert_eq!(p.line(), "steps done 1");
+    }
+
+    #[test]
+    fn the_note_of_executions_left_running_names_the_first_and_counts_the_rest() {
+        let one = left_running_line(1, &["e1 (slow)".to_string()]);
+        assert_eq!(
+            one,
+            "note: an execution an earlier run left running goes on in this run's services: e1 (slow); `noetl exec list --local --status running` lists them, `noetl exec cancel ID --local` stops one"
+        );
+        let named: Vec<String> = ["e1", "e2", "e3"].map(String::from).to_vec();
+        let five = left_running_line(5, &named);
+        assert!(
+            five.starts_with("note: executions earlier runs left running go on in this run's services: e1, e2, e3 and 2 more;"),
+            "{five}"
+        );
     }
 }
