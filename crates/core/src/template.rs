@@ -112,6 +112,7 @@ mod cmp_rewrite;
 mod engine;
 mod eval;
 mod funcs;
+mod guards;
 mod names;
 mod scope;
 mod text;

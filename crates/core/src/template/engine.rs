@@ -35,7 +35,7 @@ pub(super) struct Entry {
     pub(super) roots: Vec<String>,
     /// Of `roots`, those the source tests for being defined somewhere
     /// (`x is defined`, `x | default(...)`): read knowing they may be
-    /// missing, so not a typo to refuse ([`super::names::guarded_in`]).
+    /// missing, so not a typo to refuse ([`super::guards::guarded_in`]).
     pub(super) guarded: Vec<String>,
 }
 
@@ -92,7 +92,7 @@ impl Engine {
             .filter(|r| !self.builtins.contains(r))
             .collect();
         roots.sort();
-        let guarded = super::names::guarded_in(&tmpl, &roots);
+        let guarded = super::guards::guarded_in(&tmpl, &roots);
         let entry = Arc::new(Entry {
             name: name.clone(),
             roots,

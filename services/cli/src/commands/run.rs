@@ -189,17 +189,22 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         c.stop().await;
     }
     if let Some(s) = services {
-        // The execution has ended: what is still in flight is another
-        // execution's (an earlier run's left running), delivered again to
-        // whichever mesh serves it next. No reason to keep the user waiting.
-        match s.stop_within(STOP_WAIT).await {
-            Err(e) if !e.only_draining() => {
-                tracing::warn!(error = %e, "services did not stop cleanly")
-            }
-            _ => {}
-        }
+        stop(s).await;
     }
     Ok(code)
+}
+
+/// Stop the run's services once its execution has ended: what is still in
+/// flight is another execution's (one an earlier run left running),
+/// delivered again to whichever mesh serves it next, so the user does not
+/// wait for it.
+async fn stop(services: InProcess) {
+    match services.stop_within(STOP_WAIT).await {
+        Err(e) if !e.only_draining() => {
+            tracing::warn!(error = %e, "services did not stop cleanly")
+        }
+        _ => {}
+    }
 }
 
 /// How long `noetl run` waits for its services to finish what is in flight
