@@ -35,3 +35,31 @@ pub fn collect_names(n: &Node, out: &mut BTreeSet<String>) {
         _ => {}
     }
 }
+
+/// The keys written bare (no `ctx.`/`iter.` path) by every `set` and
+/// `set_ctx` mapping under `n`: tasks', steps', arcs' and policy rules'
+/// (NoETL's variables, which its templates read bare: `ctx.<key>` here).
+pub fn bare_set_keys(n: &Node) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![n];
+    while let Some(n) = stack.pop() {
+        match &n.kind {
+            NodeKind::Map(entries) => {
+                for (k, v) in entries {
+                    if matches!(k.name.as_str(), "set" | "set_ctx") && v.is_map() {
+                        out.extend(
+                            (v.entries().iter())
+                                .map(|(key, _)| key.name.as_str())
+                                .filter(|key| !key.contains('.') && !key.is_empty())
+                                .map(str::to_string),
+                        );
+                    }
+                    stack.push(v);
+                }
+            }
+            NodeKind::Seq(items) => stack.extend(items.iter()),
+            _ => {}
+        }
+    }
+    out
+}

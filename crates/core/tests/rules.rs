@@ -882,6 +882,28 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
         "{}",
         w106[0].message
     );
+    // A name a `set` writes, read bare (NoETL's variables): the help
+    // names `ctx.<name>`.
+    let set_read = pb(r#"  - step: start
+    tool:
+      - name: t
+        kind: noop
+        spec:
+          policy:
+            rules:
+              - else: { then: { do: continue, set_ctx: { fetched: "{{ outcome.result }}" } } }
+      - name: u
+        kind: noop
+        result: "{{ fetched.rows }}"
+"#);
+    let d = diags(&set_read);
+    let w = d.iter().find(|d| d.code == "W106").expect("W106");
+    assert!(
+        w.help.as_deref().unwrap_or("").starts_with(
+            "`fetched` is written by a `set` of the playbook into `ctx`: read it as `ctx.fetched`"
+        ),
+        "{w:?}"
+    );
     // NoETL's bare `loop_index` in a loop's task: the help names `iter.index`.
     let index = pb(r#"  - step: each
     loop: { in: "{{ [1, 2] }}", iterator: city }

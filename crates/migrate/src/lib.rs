@@ -179,6 +179,7 @@ mod tests {
             iterator: None,
             workload: workload.iter().map(|s| s.to_string()).collect(),
             shadowing: shadowing.iter().map(|s| s.to_string()).collect(),
+            ctx_keys: Default::default(),
         }
     }
 
@@ -303,6 +304,29 @@ mod tests {
             "{:?}",
             pb.warnings.0
         );
+    }
+
+    #[test]
+    fn a_name_a_set_writes_is_read_from_ctx() {
+        // NoETL's pipeline fixtures: a task's `set` writes a variable a
+        // later task reads bare.
+        let src = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: { name: t }\nworkload:\n  limit: 3\nworkflow:\n  - step: start\n    tool:\n      - name: fetch\n        kind: noop\n        result: 1\n        set:\n          fetch_result: \"{{ output.data }}\"\n          ctx.other: 2\n          limit: 4\n      - name: use\n        kind: noop\n        result: \"{{ fetch_result }} {{ fetch }} {{ other }} {{ limit }}\"\n";
+        let m = migrate(src).unwrap();
+        assert!(
+            m.text.contains(
+                "result: \"{{ ctx.fetch_result }} {{ fetch }} {{ other }} {{ workload.limit }}\""
+            ),
+            "a task name, a key written as a `ctx.` path and a workload key keep their reading:\n{}",
+            m.text
+        );
+        assert!(
+            m.report()
+                .iter()
+                .any(|(_, s)| s == "`fetch_result` (written by a `set`) → `ctx.fetch_result`"),
+            "{:?}",
+            m.report()
+        );
+        assert!(m.refusals.is_empty(), "{:?}", m.refusals);
     }
 
     #[test]

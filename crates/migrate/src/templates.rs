@@ -33,6 +33,9 @@ pub(crate) struct Names {
     pub(crate) workload: BTreeSet<String>,
     /// Step and task names, and runtime variables: never rewritten.
     pub(crate) shadowing: BTreeSet<String>,
+    /// Names a `set` or `set_ctx` of the workflow writes bare (NoETL's
+    /// variables, read bare in its templates; canonical `ctx.<name>`).
+    pub(crate) ctx_keys: BTreeSet<String>,
 }
 
 pub(crate) fn templates(root: &Node, e: &mut Edits) {
@@ -46,6 +49,9 @@ pub(crate) fn templates(root: &Node, e: &mut Edits) {
         workload: root
             .get("workload")
             .map(|w| w.entries().iter().map(|(k, _)| k.name.clone()).collect())
+            .unwrap_or_default(),
+        ctx_keys: (root.get("workflow"))
+            .map(noetl_core::names::bare_set_keys)
             .unwrap_or_default(),
         shadowing,
     };
@@ -353,6 +359,11 @@ pub(crate) fn root_rewrite(
         w if names.workload.contains(w) && !names.shadowing.contains(w) => {
             what.push(format!("`{w}` → `workload.{w}`"));
             Some((format!("workload.{w}"), 0))
+        }
+        // NoETL reads its variables bare: a name some `set` writes.
+        w if names.ctx_keys.contains(w) && !names.shadowing.contains(w) => {
+            what.push(format!("`{w}` (written by a `set`) → `ctx.{w}`"));
+            Some((format!("ctx.{w}"), 0))
         }
         _ => None,
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::{allowed_list, closest, Validator};
 use crate::codes::Code;
 use crate::template::RUNTIME_VARIABLES;
-use crate::yaml::{escape, Node, NodeKind};
+use crate::yaml::{escape, Node, NodeKind, Span};
 
 impl Validator {
     /// Every string with `{{`, `{%` or `{#` must parse (a python task's own
@@ -146,42 +146,28 @@ impl Validator {
         // A workbook task runs inside whichever pipeline calls it.
         let mut everywhere = known.clone();
         crate::names::collect_names(root, &mut everywhere);
-        let mut unknown = Vec::new();
-        collect_templates(root, "", &mut |path, node, s| {
-            let guarded = crate::template::guarded_roots(s);
-            for name in crate::template::referenced_roots(s) {
-                let at = pipeline_position(path);
-                if let Some((si, ti, in_policy)) = at {
-                    if let Some(p) = pipelines.get(si) {
-                        if let Some(k) = p.tasks.iter().position(|t| *t == name) {
-                            // Itself in its own policy: the outcome just
-                            // produced; an earlier task, or any task when a
-                            // jump may run it first: a result that may be set.
-                            if !(k < ti || (k == ti && in_policy) || p.jumps) {
-                                let g = guarded.contains(&name);
-                                unknown.push((node.span, path.to_string(), name, Some(ti), g));
-                            }
-                            continue;
-                        }
-                    }
-                }
-                let seen = if path.starts_with("/workbook") {
-                    &everywhere
-                } else {
-                    &known
-                };
-                if !seen.contains(&name) && !super::cursor::binds(path, &name) {
-                    let g = guarded.contains(&name);
-                    unknown.push((node.span, path.to_string(), name, None, g));
-                }
-            }
+        let unknown = unknown_reads(Reads {
+            root,
+            known: &known,
+            everywhere: &everywhere,
+            pipelines: &pipelines,
         });
         let options: Vec<&str> = known.iter().map(String::as_str).collect();
+        let written: BTreeSet<String> = (root.get("workflow"))
+            .map(crate::names::bare_set_keys)
+            .unwrap_or_default();
         let workload: BTreeSet<&str> = root
             .get("workload")
             .map(|w| w.entries().iter().map(|(k, _)| k.name.as_str()).collect())
             .unwrap_or_default();
-        for (span, path, name, reader, guarded) in unknown {
+        for UnknownRead {
+            span,
+            path,
+            name,
+            reader,
+            guarded,
+        } in unknown
+        {
             // Read knowing it may be missing (`x is defined`,
             // `x | default(...)`): undefined at run time, not refused; still
             // named when it looks like a typo of a known name.
@@ -221,18 +207,13 @@ impl Validator {
                 );
                 continue;
             }
-            let owner = pipelines.iter().find(|p| p.tasks.contains(&name));
-            let help = match (owner, closest(&name, &options)) {
-                _ if iterator_of(steps, &path) == Some(name.as_str()) => format!(
-                    "`{name}` is the loop's iterator: its element is `iter.{name}` (`noetl migrate` rewrites the bare name)"
-                ),
-                _ if name == "loop_index" && iterator_of(steps, &path).is_some() => {
-                    "the iteration's index is `iter.index` (or `loop.index`; `noetl migrate` rewrites NoETL's `loop_index`)".to_string()
-                }
-                (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
-                (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
-                (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
-            };
+            let help = HelpFor {
+                steps,
+                pipelines: &pipelines,
+                options: &options,
+                written: &written,
+            }
+            .help(&name, &path);
             self.warn(
                 Code::W106,
                 span,
@@ -240,6 +221,106 @@ impl Validator {
                 format!("template reads `{name}`, which is not a runtime variable, step or task"),
                 &help,
             );
+        }
+    }
+}
+
+/// A template's read of a name the validator does not know.
+struct UnknownRead {
+    span: Span,
+    path: String,
+    name: String,
+    /// Inside a pipeline: the reading task, when the name is a task that
+    /// cannot have run before it (W108).
+    reader: Option<usize>,
+    /// The template tests the name for being defined.
+    guarded: bool,
+}
+
+/// What [`unknown_reads`] checks the templates against.
+struct Reads<'a> {
+    root: &'a Node,
+    /// Runtime variables and step names.
+    known: &'a BTreeSet<String>,
+    /// Those and every task name (a workbook task's templates).
+    everywhere: &'a BTreeSet<String>,
+    pipelines: &'a [Pipeline],
+}
+
+/// Every read of a name no template may read where it is.
+fn unknown_reads(r: Reads<'_>) -> Vec<UnknownRead> {
+    let mut unknown = Vec::new();
+    collect_templates(r.root, "", &mut |path, node, s| {
+        let guarded = crate::template::guarded_roots(s);
+        for name in crate::template::referenced_roots(s) {
+            let at = pipeline_position(path);
+            if let Some((si, ti, in_policy)) = at {
+                if let Some(p) = r.pipelines.get(si) {
+                    if let Some(k) = p.tasks.iter().position(|t| *t == name) {
+                        // Itself in its own policy: the outcome just
+                        // produced; an earlier task, or any task when a
+                        // jump may run it first: a result that may be set.
+                        if !(k < ti || (k == ti && in_policy) || p.jumps) {
+                            let g = guarded.contains(&name);
+                            unknown.push(UnknownRead {
+                                span: node.span,
+                                path: path.to_string(),
+                                name,
+                                reader: Some(ti),
+                                guarded: g,
+                            });
+                        }
+                        continue;
+                    }
+                }
+            }
+            let seen = if path.starts_with("/workbook") {
+                r.everywhere
+            } else {
+                r.known
+            };
+            if !seen.contains(&name) && !super::cursor::binds(path, &name) {
+                let g = guarded.contains(&name);
+                unknown.push(UnknownRead {
+                    span: node.span,
+                    path: path.to_string(),
+                    name,
+                    reader: None,
+                    guarded: g,
+                });
+            }
+        }
+    });
+    unknown
+}
+
+/// What the W106 help line of an unknown name knows of the playbook.
+struct HelpFor<'a> {
+    steps: &'a [Node],
+    pipelines: &'a [Pipeline],
+    /// The names a template may read anywhere.
+    options: &'a [&'a str],
+    /// The names a `set` of the playbook writes bare.
+    written: &'a BTreeSet<String>,
+}
+
+impl HelpFor<'_> {
+    /// The help of unknown name `name`, read by the template at `path`.
+    fn help(&self, name: &str, path: &str) -> String {
+        let owner = (self.pipelines.iter()).find(|p| p.tasks.iter().any(|t| t == name));
+        match (owner, closest(name, self.options)) {
+            _ if iterator_of(self.steps, path) == Some(name) => format!(
+                "`{name}` is the loop's iterator: its element is `iter.{name}` (`noetl migrate` rewrites the bare name)"
+            ),
+            _ if self.written.contains(name) => format!(
+                "`{name}` is written by a `set` of the playbook into `ctx`: read it as `ctx.{name}` (`noetl migrate` rewrites the bare name)"
+            ),
+            _ if name == "loop_index" && iterator_of(self.steps, path).is_some() => {
+                "the iteration's index is `iter.index` (or `loop.index`; `noetl migrate` rewrites NoETL's `loop_index`)".to_string()
+            }
+            (Some(p), _) => format!("`{name}` is a task of step `{}`: a task's result is read by name only inside its own pipeline; elsewhere read the step's result (`{}`)", p.step, p.step),
+            (None, Some(c)) => format!("did you mean `{c}`? runtime variables: {}; or a step name", allowed_list(RUNTIME_VARIABLES)),
+            (None, None) => format!("runtime variables: {}; or a step name (e.g. `workload.{name}` for a workload value)", allowed_list(RUNTIME_VARIABLES)),
         }
     }
 }
