@@ -162,6 +162,11 @@ fn a_name_tested_for_being_defined_may_be_missing() {
         render_text("status: {{ nope.status | default('none') }}", &scope()).unwrap(),
         "status: none"
     );
+    // A filter that applies to something else guards nothing.
+    assert!(matches!(
+        render_str("{{ nope ~ 'a' | default('b') }}", &scope()),
+        Err(TemplateError::UndefinedVariable { name, .. }) if name == "nope"
+    ));
     // The guard covers the name, not the template's other names.
     assert!(matches!(
         render_str("{{ other ~ (nope | default('')) }}", &scope()),

@@ -27,7 +27,11 @@ pub(super) fn guarded_in(tmpl: &Template<'_, '_>, roots: &[String]) -> Vec<Strin
         .collect()
 }
 
-/// Every name `instructions` look up and then test for being defined.
+/// Every name `instructions` look up and then test for being defined:
+/// after the lookup, attributes (`.a`) and constant items (`['a']`), then
+/// the test, or the filter with only its own constant arguments between
+/// (`x | default('y')`, not `x ~ 'a' | default('y')`, whose filter applies
+/// to `'a'`).
 fn guarded_lookups<'a>(instructions: &Instructions<'a>, out: &mut BTreeSet<&'a str>) {
     let mut at = 0;
     while let Some(instruction) = instructions.get(at) {
@@ -36,17 +40,26 @@ fn guarded_lookups<'a>(instructions: &Instructions<'a>, out: &mut BTreeSet<&'a s
             continue;
         };
         let mut next = at;
-        while let Some(Instruction::GetAttr(_) | Instruction::GetItem | Instruction::LoadConst(_)) =
-            instructions.get(next)
-        {
-            next += 1;
-        }
-        match instructions.get(next) {
-            Some(Instruction::PerformTest("defined" | "undefined", ..))
-            | Some(Instruction::ApplyFilter("default" | "d", ..)) => {
-                out.insert(*name);
+        loop {
+            match (instructions.get(next), instructions.get(next + 1)) {
+                (Some(Instruction::GetAttr(_)), _) => next += 1,
+                (Some(Instruction::LoadConst(_)), Some(Instruction::GetItem)) => next += 2,
+                _ => break,
             }
-            _ => {}
+        }
+        let mut consts = 0;
+        while let Some(Instruction::LoadConst(_)) = instructions.get(next + consts) {
+            consts += 1;
+        }
+        let guarded = match instructions.get(next + consts) {
+            Some(Instruction::PerformTest("defined" | "undefined", ..)) => consts == 0,
+            Some(Instruction::ApplyFilter("default" | "d", args, _)) => {
+                args.map_or(consts == 0, |n| u32::from(n) == consts + 1)
+            }
+            _ => false,
+        };
+        if guarded {
+            out.insert(*name);
         }
     }
 }

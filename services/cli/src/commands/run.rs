@@ -339,15 +339,15 @@ struct Joined {
 }
 
 impl Joined {
-    /// How to look at execution `eid` again after this run: on the local
-    /// store with `--local`, on a shared server with `--nats`; a
-    /// temporary store is gone with the run.
     /// Whether the run joined its own server on the local store (not
     /// `--nats`, not a temporary store).
     fn is_private(&self) -> bool {
         matches!(self._store, Some(local::StoreGuard::Locked(_)))
     }
 
+    /// How to look at execution `eid` again after this run: on the local
+    /// store with `--local`, on a shared server with `--nats`; a
+    /// temporary store is gone with the run.
     fn look_again(&self, eid: &str) -> String {
         match &self._store {
             Some(local::StoreGuard::Locked(_)) => format!(
