@@ -176,13 +176,7 @@ pub fn check_condition(src: &str) -> Result<Vec<UnknownName>, TemplateError> {
 /// functions such as `range` or `now`). Empty when `src` has no template
 /// syntax or does not parse (use [`check_syntax`] to report that).
 pub fn referenced_roots(src: &str) -> Vec<String> {
-    if !is_template(src) {
-        return Vec::new();
-    }
-    engine::engine()
-        .entry(engine::Kind::Text, src)
-        .map(|e| e.roots.clone())
-        .unwrap_or_default()
+    of_entry(src, |e| e.roots.clone())
 }
 
 /// Of [`referenced_roots`], the names `src` tests for being defined
@@ -190,12 +184,18 @@ pub fn referenced_roots(src: &str) -> Vec<String> {
 /// after attributes of `x`): a value template reads them without the
 /// unknown-name check, as undefined when missing.
 pub fn guarded_roots(src: &str) -> Vec<String> {
+    of_entry(src, |e| e.guarded.clone())
+}
+
+/// `read` of the compiled entry of `src` as text; empty when `src` is no
+/// template or does not parse.
+fn of_entry(src: &str, read: impl FnOnce(&engine::Entry) -> Vec<String>) -> Vec<String> {
     if !is_template(src) {
         return Vec::new();
     }
     engine::engine()
         .entry(engine::Kind::Text, src)
-        .map(|e| e.guarded.clone())
+        .map(|e| read(&e))
         .unwrap_or_default()
 }
 

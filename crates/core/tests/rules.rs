@@ -853,15 +853,10 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
         kind: noop
         result: "{{ city.name }}"
 "#);
-    let d = diags(&bare);
-    let w = d.iter().find(|d| d.code == "W106").expect("W106");
-    assert!(w.message.contains("`city`"), "{}", w.message);
-    assert!(
-        w.help
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("`city` is the loop's iterator: its element is `iter.city`"),
-        "{w:?}"
+    assert_w106_help(
+        &bare,
+        "`city`",
+        "`city` is the loop's iterator: its element is `iter.city`",
     );
     // A name the template tests for being defined is read knowing it may
     // be missing: no warning, unless it looks like a typo of a known name.
@@ -896,13 +891,10 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
         kind: noop
         result: "{{ fetched.rows }}"
 "#);
-    let d = diags(&set_read);
-    let w = d.iter().find(|d| d.code == "W106").expect("W106");
-    assert!(
-        w.help.as_deref().unwrap_or("").starts_with(
-            "`fetched` is written by a `set` of the playbook into `ctx`: read it as `ctx.fetched`"
-        ),
-        "{w:?}"
+    assert_w106_help(
+        &set_read,
+        "`fetched`",
+        "`fetched` is written by a `set` of the playbook into `ctx`: read it as `ctx.fetched`",
     );
     // NoETL's bare `loop_index` in a loop's task: the help names `iter.index`.
     let index = pb(r#"  - step: each
@@ -912,15 +904,20 @@ fn w106_an_unknown_top_level_name_in_a_template_is_a_warning_with_a_suggestion()
         kind: noop
         result: "{{ loop_index }}"
 "#);
-    let d = diags(&index);
-    let w = d.iter().find(|d| d.code == "W106").expect("W106");
-    assert!(
-        w.help
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("the iteration's index is `iter.index`"),
-        "{w:?}"
+    assert_w106_help(
+        &index,
+        "`loop_index`",
+        "the iteration's index is `iter.index`",
     );
+}
+
+/// `playbook` gets a W106 whose message names `name` and whose help starts
+/// with `help`.
+fn assert_w106_help(playbook: &str, name: &str, help: &str) {
+    let d = diags(playbook);
+    let w = d.iter().find(|d| d.code == "W106").expect("W106");
+    assert!(w.message.contains(name), "{}", w.message);
+    assert!(w.help.as_deref().unwrap_or("").starts_with(help), "{w:?}");
 }
 
 /// A one-task pipeline of `kind` with the task's other lines `fields`
