@@ -978,4 +978,40 @@ fn a_run_says_which_executions_an_earlier_killed_run_left_running() {
         .unwrap_or_else(|| panic!("no note in:\n{err}"));
     assert!(note.contains("(slow)"), "{note}");
     assert!(note.contains("noetl exec cancel ID --local"), "{note}");
+    // As the note says: cancelled with --local, it is cancelled by the next run.
+    let left = note
+        .split_once("services: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .expect("the execution's id")
+        .to_string();
+    let cancel = support::noetl(&home)
+        .args(["exec", "cancel", &left, "--local"])
+        .output()
+        .unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    assert!(
+        stdout(&cancel).contains("the next `noetl run` on it cancels the execution"),
+        "{}",
+        text(&cancel)
+    );
+    // A run's router takes the request up as it starts; a run this short
+    // may stop before it is done, so up to three.
+    let mut s = Value::Null;
+    for _ in 0..3 {
+        let again = support::noetl(&home)
+            .args(["run", "--timeout", "120"])
+            .arg(dir.path().join("hello.yaml"))
+            .output()
+            .unwrap();
+        assert!(again.status.success(), "{}", text(&again));
+        let status = support::noetl(&home)
+            .args(["exec", "status", &left, "--local", "--json"])
+            .output()
+            .unwrap();
+        s = serde_json::from_slice(&status.stdout).unwrap_or_else(|_| panic!("{}", text(&status)));
+        if s["status"] == "cancelled" {
+            break;
+        }
+    }
+    assert_eq!(s["status"], "cancelled", "{s}");
 }

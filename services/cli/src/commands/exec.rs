@@ -185,6 +185,16 @@ async fn cancel(a: CancelArgs) -> anyhow::Result<ExitCode> {
         Ok(mesh.request_cancel(&a.id, &a.reason).await?)
     })
     .await?;
+    if a.mesh.local {
+        // The store is free only while no `noetl run` serves it: the
+        // request waits for the next one, which acts on it as it starts.
+        let text = format!(
+            "cancellation of {} requested: no services run on the local store now; the next `noetl run` on it cancels the execution",
+            a.id
+        );
+        said(true, ExecStatus::Running, text);
+        return Ok(ExitCode::SUCCESS);
+    }
     if !a.wait {
         let text = format!("cancellation of {} requested", a.id);
         said(true, ExecStatus::Running, text);
