@@ -98,8 +98,10 @@ impl From<Sync> for noetl_mesh::server::SyncPolicy {
 /// Run the playbook: read it, join (or start) the mesh and the services,
 /// start the execution, watch it and report.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // One process runs every service: its spans report as `noetl`.
-    let _spans = init_tracing(false, "warn", "noetl")?;
+    // One process runs every service: its spans report as `noetl`. The NATS
+    // client's own warnings (an ack still queued as the run stops, whose
+    // message comes again) are not the user's business.
+    let _spans = init_tracing(false, "warn,async_nats=error", "noetl")?;
     // Taken over at once, so an early Ctrl-C (or `kill`, or a closed
     // terminal) cannot kill the process between starting an execution and
     // watching it, leaving it running in the local store.
