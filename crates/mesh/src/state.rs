@@ -104,7 +104,20 @@ pub struct StepRecord {
     pub handled: Vec<crate::handled::HandledError>,
 }
 
+/// Whether an execution of status `status` whose header names `playbook`
+/// ended before its first step: refused or cancelled before the router
+/// planned a playbook for it (such a header names none).
+fn ended_before_start(playbook: &str, status: ExecStatus) -> bool {
+    playbook.is_empty() && status.is_terminal()
+}
+
 impl ExecHeader {
+    /// It ended before its first step: refused or cancelled before a
+    /// playbook was planned for it ([`ExecSummary::ended_before_start`]).
+    pub fn ended_before_start(&self) -> bool {
+        ended_before_start(&self.playbook, self.status)
+    }
+
     /// The header of a running execution with `live` tokens (playbook,
     /// source and times empty: set them with struct update syntax).
     pub fn running(execution_id: impl Into<String>, live: Vec<TokenRecord>) -> Self {
@@ -372,6 +385,11 @@ impl ExecSummary {
     pub fn shown_status(&self) -> &'static str {
         shown_status(self.status, self.paused.is_some(), self.queued)
     }
+
+    /// It ended before its first step, as [`ExecHeader::ended_before_start`].
+    pub fn ended_before_start(&self) -> bool {
+        ended_before_start(&self.playbook, self.status)
+    }
 }
 
 /// The status of an execution as people read it (`noetl exec status`,
@@ -417,6 +435,21 @@ impl crate::Mesh {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_ended_header_without_a_playbook_ended_before_its_first_step() {
+        let refused = ExecHeader {
+            status: ExecStatus::Failed,
+            ..ExecHeader::running("e1", Vec::new())
+        };
+        assert!(refused.ended_before_start());
+        assert!(!ExecHeader::running("e1", Vec::new()).ended_before_start());
+        let ran = ExecHeader {
+            playbook: "hello".into(),
+            ..refused.clone()
+        };
+        assert!(!ran.ended_before_start());
+    }
 
     #[test]
     fn a_running_execution_shows_paused_before_queued_and_an_ended_one_neither() {

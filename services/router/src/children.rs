@@ -296,10 +296,9 @@ pub fn child_outcome(eid: &str, summary: &ExecSummary, returned: Option<Value>) 
         Outcome::ok(returned.unwrap_or_else(|| summary.ctx.clone()))
     } else {
         let why = summary.error.as_deref().unwrap_or("failed");
-        let message = match summary.playbook.as_str() {
-            // Refused before it planned a playbook (its header has none).
-            "" => format!("child execution {eid} failed before its first step: {why}"),
-            playbook => format!("child execution {eid} ({playbook}) failed: {why}"),
+        let message = match summary.ended_before_start() {
+            true => format!("child execution {eid} failed before its first step: {why}"),
+            false => format!("child execution {eid} ({}) failed: {why}", summary.playbook),
         };
         Outcome::error("playbook.failed", message, false)
     };

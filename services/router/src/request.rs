@@ -395,7 +395,7 @@ async fn accepted_already(
         // the header (same id: a duplicate is dropped).
         if !header.terminal_emitted {
             let trace_id = noetl_mesh::ids::trace_id_for(&requested_trace(req), eid);
-            match ended_before_start(&header) {
+            match header.ended_before_start() {
                 true => emit_early_end(mesh, &header, &trace_id).await?,
                 false => crate::ending::emit_terminal(mesh, headers, &header, &trace_id).await?,
             }
@@ -537,12 +537,6 @@ async fn end_early(e: EarlyEnd<'_>) -> Result<(), HandlerError> {
         tracing::info!(execution_id = %e.eid, reason = %e.reason, "execution cancelled before it started");
     }
     Ok(())
-}
-
-/// Whether `header` is that of an execution ended before its first step
-/// ([`end_early`]: no playbook was ever planned for it).
-fn ended_before_start(header: &ExecHeader) -> bool {
-    header.playbook.is_empty() && header.status.is_terminal()
 }
 
 /// Emit the terminal event of an execution that ended before its first

@@ -154,10 +154,9 @@ pub fn print_summary(s: &ExecSummary) {
 /// those not in it after, by name).
 pub fn print_summary_in_order(s: &ExecSummary, order: &[String]) {
     let status = s.shown_status();
-    // No playbook in the header: refused (or cancelled) before it planned one.
-    let playbook = match s.playbook.as_str() {
-        "" if s.status.is_terminal() => "ended before its first step",
-        p => p,
+    let playbook = match s.ended_before_start() {
+        true => "ended before its first step",
+        false => &s.playbook,
     };
     println!("execution {}  {status}  ({playbook})", s.execution_id);
     if let Some(p) = &s.paused {
